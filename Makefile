@@ -1,0 +1,126 @@
+# sbxd - plain Makefile. `make run` builds and starts sbxd; `make test` runs the suite.
+PREFIX ?= /usr/local
+DESTDIR ?=
+BINDIR = $(PREFIX)/bin
+LIBDIR = $(PREFIX)/lib
+INCDIR = $(PREFIX)/include
+SYSCONFDIR ?= /etc
+UNITDIR ?= /lib/systemd/system
+
+VERSION = 0.1.0
+SOVERSION = 1
+B ?= build
+
+CC ?= cc
+PKGS = jansson libcurl yaml-0.1 duktape libprotobuf-c
+WARN = -Wall -Wextra -Wstrict-prototypes -Wwrite-strings -Wshadow -Wno-unused-parameter
+OPT ?= -O2 -g
+SAN ?=
+CFLAGS_BASE = -std=gnu11 $(OPT) $(WARN) $(SAN) -D_GNU_SOURCE -DSBX_VERSION=\"$(VERSION)\" \
+	-Iproto -Idaemon -Iclient/include
+PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+CFLAGS_ALL = $(CFLAGS_BASE) $(PKG_CFLAGS) $(CFLAGS)
+LDLIBS_D = $(PKG_LIBS) -lev -lm
+
+DAEMON_SRC = $(wildcard daemon/*.c daemon/providers/*.c daemon/worker/*.c) proto/sbx_chan.c \
+	$(wildcard $(B)/gen/*.pb-c.c)
+DAEMON_OBJ = $(patsubst %.c,$(B)/obj/%.o,$(DAEMON_SRC))
+DAEMON_LIB_OBJ = $(filter-out $(B)/obj/daemon/main.o,$(DAEMON_OBJ))
+CLIENT_SRC = $(wildcard client/src/*.c)
+CLIENT_OBJ = $(patsubst %.c,$(B)/pic/%.o,$(CLIENT_SRC))
+CTL_SRC = $(wildcard client/sbxctl/*.c)
+CTL_OBJ = $(patsubst %.c,$(B)/obj/%.o,$(CTL_SRC))
+UNIT_SRC = $(wildcard tests/unit/test_*.c)
+UNIT_BIN = $(patsubst tests/unit/%.c,$(B)/tests/%,$(UNIT_SRC))
+ITEST_SRC = $(wildcard tests/integration/*.c)
+ITEST_BIN = $(patsubst tests/integration/%.c,$(B)/tests/%,$(ITEST_SRC))
+BENCH_SRC = $(wildcard tests/bench/*.c)
+BENCH_BIN = $(patsubst tests/bench/%.c,$(B)/bench/%,$(BENCH_SRC))
+AGENT_SRC = $(wildcard daemon/agent/*.c)
+
+.PHONY: all run test asan valgrind bench install clean deps test-deps check-style
+all: $(B)/sbxd $(B)/sbxctl $(B)/libsbx.so.$(SOVERSION) $(B)/libsbx.a \
+	$(if $(AGENT_SRC),$(B)/sbx-init) $(UNIT_BIN) $(ITEST_BIN) $(BENCH_BIN)
+
+# -- build ------------------------------------------------------------------
+$(B)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -MMD -MP -c $< -o $@
+$(B)/pic/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -fPIC -fvisibility=hidden -DSBX_BUILDING_LIB -MMD -MP -c $< -o $@
+
+$(B)/sbxd: $(DAEMON_OBJ)
+	$(CC) $(SAN) -o $@ $^ $(LDLIBS_D)
+$(B)/libsbx.a: $(CLIENT_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+$(B)/libsbx.so.$(SOVERSION): $(CLIENT_OBJ)
+	$(CC) $(SAN) -shared -Wl,-soname,libsbx.so.$(SOVERSION) -o $@ $^ $(shell pkg-config --libs jansson)
+	ln -sf libsbx.so.$(SOVERSION) $(B)/libsbx.so
+$(B)/sbxctl: $(CTL_OBJ) $(B)/libsbx.a
+	$(CC) $(SAN) -o $@ $(CTL_OBJ) $(B)/libsbx.a $(PKG_LIBS) -lev -lm
+
+# The Docker agent is static: it must run in images with no libc at all.
+$(B)/sbx-init: $(AGENT_SRC) proto/sbx_chan.c proto/sbx_chan.h
+	@mkdir -p $(B)
+	$(CC) -std=gnu11 -Os -Wall -Wextra -Wno-unused-parameter -D_GNU_SOURCE -Iproto -static \
+		-o $@ $(AGENT_SRC) proto/sbx_chan.c
+
+$(B)/tests/%: tests/unit/%.c $(DAEMON_LIB_OBJ) $(B)/libsbx.a tests/testhelp.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -Itests -o $@ $< $(DAEMON_LIB_OBJ) $(B)/libsbx.a $(LDLIBS_D)
+$(B)/tests/%: tests/integration/%.c $(B)/libsbx.a tests/testhelp.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -Itests -Iclient -o $@ $< $(B)/libsbx.a $(PKG_LIBS) -lev -lm
+$(B)/bench/%: tests/bench/%.c $(B)/libsbx.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -Itests -Iclient -o $@ $< $(B)/libsbx.a $(PKG_LIBS) -lev -lm
+
+-include $(shell find $(B) -name '*.d' 2>/dev/null)
+
+# -- the two README commands ----------------------------------------------------
+deps:
+	@sh tests/deps.sh build
+test-deps:
+	@sh tests/deps.sh test
+
+run: deps
+	$(MAKE) all
+	SBXD_SOCKET=$${SBXD_SOCKET:-$(CURDIR)/$(B)/sbxd.sock} ./$(B)/sbxd --foreground
+
+test: test-deps
+	$(MAKE) all
+	sh tests/run.sh $(B)
+
+asan:
+	$(MAKE) B=build-asan OPT="-O1 -g -fno-omit-frame-pointer" \
+		SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined" all
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+		SBX_SANITIZED=1 sh tests/run.sh build-asan
+
+valgrind: all
+	SBX_VALGRIND=1 sh tests/run.sh $(B)
+
+bench: all
+	sh tests/bench/run.sh $(B)
+
+# -- install --------------------------------------------------------------------
+install: all
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCDIR)/sbx \
+		$(DESTDIR)$(SYSCONFDIR)/sbxd $(DESTDIR)$(UNITDIR) $(DESTDIR)$(PREFIX)/libexec/sbxd
+	install -m 755 $(B)/sbxd $(B)/sbxctl $(DESTDIR)$(BINDIR)/
+	if [ -f $(B)/sbx-init ]; then install -m 755 $(B)/sbx-init $(DESTDIR)$(PREFIX)/libexec/sbxd/; fi
+	install -m 755 $(B)/libsbx.so.$(SOVERSION) $(DESTDIR)$(LIBDIR)/
+	ln -sf libsbx.so.$(SOVERSION) $(DESTDIR)$(LIBDIR)/libsbx.so
+	install -m 644 $(B)/libsbx.a $(DESTDIR)$(LIBDIR)/
+	install -m 644 client/include/sbx/*.h proto/sbx_proto.h $(DESTDIR)$(INCDIR)/sbx/
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' client/libsbx.pc.in \
+		> $(DESTDIR)$(LIBDIR)/pkgconfig/libsbx.pc
+	sed -e 's|@BINDIR@|$(BINDIR)|g' systemd/sbxd.service > $(DESTDIR)$(UNITDIR)/sbxd.service
+	install -m 644 systemd/sbxd.socket $(DESTDIR)$(UNITDIR)/
+	install -m 644 config/sbxd.yaml $(DESTDIR)$(SYSCONFDIR)/sbxd/sbxd.yaml.sample
+
+clean:
+	rm -rf build build-asan

@@ -1,0 +1,99 @@
+/*
+ * config.h - sbxd's configuration: built-in defaults, a YAML file (libyaml),
+ * and the SBXD_SOCKET override.
+ *
+ * The core knows the keys of the top-level sections. Provider sections
+ * (providers.<name>) are validated against a key table each provider
+ * exposes (struct cfg_key), so unknown keys are errors everywhere while the
+ * core stays ignorant of what Docker or Modal need.
+ */
+#ifndef SBXD_CONFIG_H
+#define SBXD_CONFIG_H
+
+#include <jansson.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "err.h"
+
+enum cfg_type {
+    CFG_STR,  /* scalar -> JSON string */
+    CFG_INT,  /* integer scalar (accepts 1024, 0x10, and size suffixes k/m/g for *_bytes keys) -> JSON integer */
+    CFG_BOOL, /* true/false/yes/no/on/off -> JSON boolean */
+    CFG_MAP,  /* mapping of string -> scalar string -> JSON object of strings */
+    CFG_LIST, /* sequence of scalars -> JSON array of strings */
+    CFG_ANY,  /* any YAML node -> JSON (scalars that look like ints/bools become them) */
+};
+
+struct cfg_key {
+    const char *name;
+    enum cfg_type type;
+};
+
+/* One provider's config schema: the keys allowed under providers.<name>.
+ * "enabled" (bool) is always allowed and need not be listed. */
+struct cfg_schema {
+    const char *provider;
+    const struct cfg_key *keys; /* terminated by {NULL, 0} */
+};
+
+enum log_level { LOG_LVL_ERROR, LOG_LVL_WARN, LOG_LVL_INFO, LOG_LVL_DEBUG };
+
+struct sbx_config {
+    char *path; /* the file read, or NULL for built-in defaults */
+
+    /* socket: */
+    char *socket_path;    /* default SBX_DEFAULT_SOCKET; SBXD_SOCKET overrides */
+    unsigned socket_mode; /* default 0660 (YAML: octal string "0660" or int) */
+    char *socket_group;   /* NULL = leave as is */
+
+    char *admin_group;     /* NULL = only root is admin */
+    enum log_level log_level; /* "error"|"warn"|"info"|"debug", default info */
+
+    /* limits: */
+    int64_t max_sessions;              /* default 1024 */
+    int64_t max_sandboxes_per_uid;     /* default 64 */
+    int64_t max_processes_per_sandbox; /* default 64 */
+    int64_t max_message_bytes;         /* default 16 MiB */
+    int64_t exec_output_bytes;         /* default 1 MiB, cap of exec result per stream */
+    int64_t replay_bytes;              /* default 1 MiB per stream per process */
+    int64_t session_output_high;       /* default 8 MiB */
+    int64_t session_output_hard;       /* default 64 MiB */
+
+    /* defaults: */
+    char *default_provider;      /* default "duktape" */
+    int64_t default_timeout_ms;  /* default 300000 (5 min), max 86400000 */
+    int64_t default_idle_timeout_ms; /* default 0 = off */
+
+    /* instructions: */
+    char *instructions_text;   /* replaces the default text when set */
+    char *instructions_append; /* appended to it when set */
+
+    /* providers: object provider-name -> object of its keys, always holding
+     * "enabled" (bool; default true for duktape, "auto" semantics for others
+     * are the provider's business: absent means not said). Owned. */
+    json_t *providers;
+};
+
+/* Fills cfg with built-in defaults (no file). Returns 0 or -1 on OOM. */
+int config_init_defaults(struct sbx_config *cfg);
+
+/*
+ * Reads the YAML file at path over the defaults in cfg. Unknown keys, wrong
+ * types and out-of-range values are errors; err->msg then reads
+ * "FILE:LINE:COL: key 'a.b.c': what is wrong". `schemas` lists the known
+ * providers; a providers.<name> not in it is an error.
+ */
+int config_load_file(struct sbx_config *cfg, const char *path,
+                     const struct cfg_schema *schemas, size_t nschemas, sbx_err_t *err);
+
+/* Applies environment overrides (SBXD_SOCKET). */
+void config_apply_env(struct sbx_config *cfg);
+
+/* Frees everything cfg holds. */
+void config_deinit(struct sbx_config *cfg);
+
+/* Borrowed: the providers.<name> object, or NULL. */
+json_t *config_provider(const struct sbx_config *cfg, const char *name);
+
+#endif

@@ -1,0 +1,73 @@
+/*
+ * sbx_proto.h - constants shared by sbxd and libsbx: framing limits,
+ * JSON-RPC error codes, method and notification names.
+ *
+ * This header is the single source of truth for the wire protocol
+ * described in proto/PROTOCOL.md. It holds no code.
+ */
+#ifndef SBX_PROTO_H
+#define SBX_PROTO_H
+
+#define SBX_PROTO_VERSION "1.0"
+
+/* Framing: one JSON-RPC 2.0 object (or batch array) per '\n'-terminated line. */
+#define SBX_DEFAULT_SOCKET "/run/sbxd/sbxd.sock"
+#define SBX_DEFAULT_MAX_MESSAGE (16u * 1024 * 1024)
+#define SBX_MAX_JSON_DEPTH 64
+
+/* Standard JSON-RPC 2.0 errors. */
+#define SBX_E_PARSE -32700
+#define SBX_E_INVALID_REQUEST -32600
+#define SBX_E_METHOD -32601
+#define SBX_E_PARAMS -32602
+#define SBX_E_INTERNAL -32603
+
+/* Application errors: stable, documented in PROTOCOL.md. */
+#define SBX_E_NOT_FOUND -32000          /* sandbox not found (or not yours) */
+#define SBX_E_STATE -32001              /* sandbox in the wrong state */
+#define SBX_E_UNAVAILABLE -32002        /* provider unavailable */
+#define SBX_E_PERMISSION -32003         /* permission denied */
+#define SBX_E_NO_PROCESS -32004         /* process not found */
+#define SBX_E_LIMIT -32005              /* a configured limit was hit */
+#define SBX_E_PROVIDER -32006           /* provider error, data.message is the provider's */
+#define SBX_E_TOO_LARGE -32007          /* message over max_message_bytes; connection closes */
+#define SBX_E_SHUTDOWN -32008           /* daemon is shutting down */
+#define SBX_E_TOOL -32009               /* tool.call failed on the client side */
+
+/* Exit codes the daemon reports for processes it ended itself. */
+#define SBX_EXIT_TIMEOUT 124
+#define SBX_EXIT_KILLED 137 /* 128 + SIGKILL */
+
+/* Methods (client -> daemon). */
+#define SBX_M_PING "daemon.ping"
+#define SBX_M_INFO "daemon.info"
+#define SBX_M_CREATE "sandbox.create"
+#define SBX_M_GET "sandbox.get"
+#define SBX_M_LIST "sandbox.list"
+#define SBX_M_START "sandbox.start"
+#define SBX_M_STOP "sandbox.stop"
+#define SBX_M_DESTROY "sandbox.destroy"
+#define SBX_M_SNAPSHOT "sandbox.snapshot"
+#define SBX_M_CLONE "sandbox.clone"
+#define SBX_M_SET_ENV "sandbox.set_env"
+#define SBX_M_INSTRUCTIONS "sandbox.instructions"
+#define SBX_M_EXEC "process.exec"
+#define SBX_M_SPAWN "process.spawn"
+#define SBX_M_WRITE "process.write"
+#define SBX_M_CLOSE_STDIN "process.close_stdin"
+#define SBX_M_KILL "process.kill"
+#define SBX_M_WAIT "process.wait"
+#define SBX_M_PLIST "process.list"
+#define SBX_M_ATTACH "process.attach"
+#define SBX_M_DETACH "process.detach"
+
+/* Notifications (daemon -> client). */
+#define SBX_N_OUTPUT "process.output"
+#define SBX_N_EXIT "process.exit"
+#define SBX_N_PROGRESS "sandbox.progress"
+#define SBX_N_STATUS "sandbox.status"
+
+/* Requests (daemon -> client). */
+#define SBX_R_TOOL_CALL "tool.call"
+
+#endif
