@@ -1,0 +1,35 @@
+/*
+ * testhelp.h - the smallest test harness that works (after redis/hiredis).
+ *
+ *   test_cond("name of the behaviour", expr);
+ *   ...
+ *   test_report();   // prints "N passed, N failed", returns exit status
+ *
+ * Every binary prints its own tally; tests/run.sh adds them up.
+ */
+#ifndef SBX_TESTHELP_H
+#define SBX_TESTHELP_H
+
+#include <stdio.h>
+
+static int __test_num = 0, __test_failed = 0, __test_passed = 0;
+
+#define test_cond(descr, _c)                                                          \
+    do {                                                                              \
+        __test_num++;                                                                 \
+        int __ok = (_c) ? 1 : 0;                                                      \
+        printf("%3d - %-60s %s\n", __test_num, descr, __ok ? "PASSED" : "FAILED");  \
+        if (__ok)                                                                     \
+            __test_passed++;                                                          \
+        else {                                                                        \
+            __test_failed++;                                                          \
+            printf("      at %s:%d: %s\n", __FILE__, __LINE__, #_c);                    \
+        }                                                                             \
+        fflush(stdout);                                                               \
+    } while (0)
+
+#define test_report()                                                                 \
+    (printf("%d passed, %d failed\n", __test_passed, __test_failed), fflush(stdout),  \
+     __test_failed ? 1 : 0)
+
+#endif
