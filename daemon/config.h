@@ -69,9 +69,11 @@ struct sbx_config {
     char *instructions_text;   /* replaces the default text when set */
     char *instructions_append; /* appended to it when set */
 
-    /* providers: object provider-name -> object of its keys, always holding
-     * "enabled" (bool; default true for duktape, "auto" semantics for others
-     * are the provider's business: absent means not said). Owned. */
+    /* providers: object provider-name -> object of the keys the file set.
+     * After config_load_file there is an entry (maybe empty) for every schema
+     * passed. "enabled" (bool) is present only when the file says it: absent
+     * means not said, and what that means is the provider's business. A key
+     * whose YAML value is null is absent (not set). Owned. */
     json_t *providers;
 };
 
@@ -82,12 +84,21 @@ int config_init_defaults(struct sbx_config *cfg);
  * Reads the YAML file at path over the defaults in cfg. Unknown keys, wrong
  * types and out-of-range values are errors; err->msg then reads
  * "FILE:LINE:COL: key 'a.b.c': what is wrong". `schemas` lists the known
- * providers; a providers.<name> not in it is an error.
+ * providers; a providers.<name> not in it is an error. On failure cfg is
+ * left unchanged (safe for a reload). Returns 0 or -1 (err->code SBX_E_PARAMS).
  */
 int config_load_file(struct sbx_config *cfg, const char *path,
                      const struct cfg_schema *schemas, size_t nschemas, sbx_err_t *err);
 
-/* Applies environment overrides (SBXD_SOCKET). */
+/*
+ * For `sbxd --check-config`: loads path over built-in defaults into a
+ * temporary config and frees it. Returns 0 if the file is valid, else -1
+ * with err->msg as config_load_file.
+ */
+int config_check_file(const char *path, const struct cfg_schema *schemas, size_t nschemas,
+                      sbx_err_t *err);
+
+/* Applies environment overrides (SBXD_SOCKET, when set and non-empty). */
 void config_apply_env(struct sbx_config *cfg);
 
 /* Frees everything cfg holds. */

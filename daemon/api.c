@@ -1,0 +1,764 @@
+/*
+ * api.c - the method table: validates params, checks ownership and limits,
+ * then hands over to sandbox.c and process.c. Every handler answers its call
+ * exactly once, now or later.
+ */
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "daemon.h"
+#include "log.h"
+#include "process.h"
+#include "rpc.h"
+#include "sandbox.h"
+#include "sbx_proto.h"
+#include "session.h"
+#include "utf8.h"
+
+/* -- params ------------------------------------------------------------------- */
+
+static int bad_param(struct call *c, const char *param, const char *msg)
+{
+    call_error(c, SBX_E_PARAMS, json_pack("{s:s}", "param", param), "%s: %s", param, msg);
+    return -1;
+}
+
+/* Optional string. 0 ok (out may stay NULL), -1 answered. */
+static int opt_str(struct call *c, json_t *params, const char *key, const char **out)
+{
+    json_t *v = json_object_get(params, key);
+    *out = NULL;
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_string(v))
+        return bad_param(c, key, "must be a string");
+    *out = json_string_value(v);
+    return 0;
+}
+
+static int req_str(struct call *c, json_t *params, const char *key, const char **out)
+{
+    if (opt_str(c, params, key, out) < 0)
+        return -1;
+    if (!*out)
+        return bad_param(c, key, "is required");
+    return 0;
+}
+
+static int opt_int(struct call *c, json_t *params, const char *key, int64_t lo, int64_t hi,
+                   int64_t *out)
+{
+    json_t *v = json_object_get(params, key);
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi) {
+        char msg[96];
+        snprintf(msg, sizeof(msg), "must be an integer in %lld..%lld", (long long)lo, (long long)hi);
+        return bad_param(c, key, msg);
+    }
+    *out = json_integer_value(v);
+    return 0;
+}
+
+static int opt_bool(struct call *c, json_t *params, const char *key, int *out)
+{
+    json_t *v = json_object_get(params, key);
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_boolean(v))
+        return bad_param(c, key, "must be a boolean");
+    *out = json_is_true(v);
+    return 0;
+}
+
+static int valid_id(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > 63 || !isalnum((unsigned char)s[0]))
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!isalnum((unsigned char)s[i]) && s[i] != '_' && s[i] != '.' && s[i] != '-')
+            return 0;
+    return 1;
+}
+
+static int not_found(struct call *c, const char *id)
+{
+    call_error(c, SBX_E_NOT_FOUND, json_pack("{s:s}", "sandbox", id ? id : ""),
+               "sandbox not found: %s", id ? id : "");
+    return -1;
+}
+
+/* The sandbox named by params[key], visible to the caller; NULL = answered. */
+static struct sandbox *get_sandbox(struct call *c, json_t *params, const char *key)
+{
+    const char *id;
+    if (req_str(c, params, key, &id) < 0)
+        return NULL;
+    struct sandbox *sb = sandbox_find(c->sess, id);
+    if (!sb) {
+        not_found(c, id);
+        return NULL;
+    }
+    return sb;
+}
+
+static struct process *get_process(struct call *c, json_t *params, struct sandbox **sb_out)
+{
+    struct sandbox *sb = get_sandbox(c, params, "sandbox");
+    if (!sb)
+        return NULL;
+    json_t *pid = json_object_get(params, "pid");
+    if (!json_is_integer(pid)) {
+        bad_param(c, "pid", "must be an integer");
+        return NULL;
+    }
+    struct process *p = process_find(sb, (uint32_t)json_integer_value(pid));
+    if (!p || json_integer_value(pid) <= 0) {
+        call_error(c, SBX_E_NO_PROCESS,
+                   json_pack("{s:s, s:O}", "sandbox", sb->id, "pid", pid),
+                   "process %lld not found in sandbox %s", (long long)json_integer_value(pid),
+                   sb->id);
+        return NULL;
+    }
+    sandbox_touch(sb);
+    if (sb_out)
+        *sb_out = sb;
+    return p;
+}
+
+static int valid_command(json_t *v)
+{
+    if (json_is_string(v))
+        return json_string_length(v) > 0;
+    if (!json_is_array(v) || json_array_size(v) == 0)
+        return 0;
+    size_t i;
+    json_t *a;
+    json_array_foreach(v, i, a) if (!json_is_string(a)) return 0;
+    return 1;
+}
+
+/* -- daemon.* ------------------------------------------------------------------- */
+
+static void m_ping(struct call *c, json_t *params)
+{
+    char ts[40];
+    call_reply(c, json_pack("{s:b, s:s}", "pong", 1, "time", daemon_timestamp(daemon_now(), ts)));
+}
+
+static void m_info(struct call *c, json_t *params)
+{
+    json_t *provs = json_array();
+    for (int i = 0; i < D->nproviders; i++) {
+        struct provider_inst *pi = &D->providers[i];
+        const char *reason = NULL;
+        int avail = pi->enabled && pi->loaded && pi->ops->available(pi->cookie, &reason);
+        if (!pi->enabled)
+            reason = "disabled in config";
+        else if (!pi->loaded)
+            reason = pi->load_error ? pi->load_error : "failed to load";
+        json_t *o = json_pack("{s:s, s:b, s:b}", "name", pi->ops->name, "available", avail,
+                              "default", strcmp(pi->ops->name, D->cfg.default_provider) == 0);
+        if (!avail && reason)
+            json_object_set_new(o, "reason", json_string(reason));
+        if (pi->loaded && pi->ops->info) {
+            json_t *extra = pi->ops->info(pi->cookie);
+            if (extra)
+                json_object_set_new(o, "info", extra);
+        }
+        json_array_append_new(provs, o);
+    }
+    uid_t uid = c->sess ? c->sess->uid : 0;
+    call_reply(c, json_pack("{s:s, s:s, s:f, s:i, s:i, s:b, s:o, s:{s:i, s:i, s:i}, s:{s:I, s:I, s:I, s:I, s:I, s:I}}",
+                            "version", SBX_VERSION, "protocol", SBX_PROTO_VERSION, "uptime_s",
+                            ev_now(D->loop) - D->started_mono, "pid", (int)getpid(), "uid",
+                            (int)uid, "admin", c->sess ? c->sess->admin : 0, "providers", provs,
+                            "counts", "sessions", D->nsessions, "sandboxes", D->nsandboxes,
+                            "processes", D->nprocesses, "limits", "max_sessions",
+                            (json_int_t)D->cfg.max_sessions, "max_sandboxes_per_uid",
+                            (json_int_t)D->cfg.max_sandboxes_per_uid, "max_processes_per_sandbox",
+                            (json_int_t)D->cfg.max_processes_per_sandbox, "max_message_bytes",
+                            (json_int_t)D->cfg.max_message_bytes, "exec_output_bytes",
+                            (json_int_t)D->cfg.exec_output_bytes, "replay_bytes",
+                            (json_int_t)D->cfg.replay_bytes));
+}
+
+/* -- sandbox.* -------------------------------------------------------------------- */
+
+/* Validates the create/clone knobs into conf (borrowed). 0 ok, -1 answered. */
+static int conf_common(struct call *c, json_t *params, json_t *conf)
+{
+    const char *s;
+    if (opt_str(c, params, "working_dir", &s) < 0)
+        return -1;
+    if (s) {
+        if (s[0] != '/')
+            return bad_param(c, "working_dir", "must be an absolute path");
+        json_object_set_new(conf, "working_dir", json_string(s));
+    }
+    int64_t v = -1;
+    if (opt_int(c, params, "idle_timeout_ms", 0, 86400000, &v) < 0)
+        return -1;
+    if (v >= 0)
+        json_object_set_new(conf, "idle_timeout_ms", json_integer(v));
+    json_t *env = json_object_get(params, "env");
+    if (env && !json_is_null(env)) {
+        json_t *merged = json_object_get(conf, "env");
+        merged = merged ? json_deep_copy(merged) : json_object();
+        sbx_err_t err = {0};
+        if (env_merge(merged, env, &err) < 0) {
+            json_decref(merged);
+            call_fail(c, &err);
+            return -1;
+        }
+        json_object_set_new(conf, "env", merged);
+    }
+    return 0;
+}
+
+static void reply_sandbox(struct call *c, struct sandbox *sb, int reconnected)
+{
+    json_t *o = sandbox_to_json(sb);
+    json_object_set_new(o, "reconnected", json_boolean(reconnected));
+    call_reply(c, o);
+}
+
+static void m_create(struct call *c, json_t *params)
+{
+    uid_t uid = c->sess ? c->sess->uid : 0;
+    const char *id, *prov_name, *snap, *str;
+    if (opt_str(c, params, "id", &id) < 0 || opt_str(c, params, "provider", &prov_name) < 0 ||
+        opt_str(c, params, "snapshot", &snap) < 0)
+        return;
+    if (id && !valid_id(id)) {
+        bad_param(c, "id", "must match [A-Za-z0-9][A-Za-z0-9_.-]{0,62}");
+        return;
+    }
+    if (id) {
+        struct sandbox *old = sandbox_find_any(id);
+        if (old && old->owner == uid) {
+            /* Reconnect: the caller's own sandbox comes back, started if needed. */
+            if (old->status == SB_STOPPED || old->status == SB_PENDING) {
+                sandbox_start(old, NULL);
+            }
+            reply_sandbox(c, old, 1);
+            return;
+        }
+        if (old) {
+            call_error(c, SBX_E_PERMISSION, json_pack("{s:s}", "sandbox", id),
+                       "sandbox id %s is not available", id);
+            return;
+        }
+    }
+    json_t *snaprec = NULL;
+    if (snap) {
+        snaprec = json_object_get(D->snapshots, snap);
+        if (!snaprec || (!(c->sess && c->sess->admin) &&
+                         json_integer_value(json_object_get(snaprec, "owner")) != (json_int_t)uid)) {
+            bad_param(c, "snapshot", "no such snapshot");
+            return;
+        }
+        const char *sp = json_string_value(json_object_get(snaprec, "provider"));
+        if (prov_name && strcmp(prov_name, sp) != 0) {
+            bad_param(c, "snapshot", "snapshot belongs to another provider");
+            return;
+        }
+        prov_name = sp;
+    }
+    if (!prov_name)
+        prov_name = D->cfg.default_provider;
+    struct provider_inst *pi = daemon_provider(prov_name);
+    if (!pi) {
+        bad_param(c, "provider", "unknown provider");
+        return;
+    }
+    if (!pi->enabled || !pi->loaded) {
+        call_error(c, SBX_E_UNAVAILABLE,
+                   json_pack("{s:s, s:s}", "provider", prov_name, "reason",
+                             !pi->enabled ? "disabled in config"
+                                          : pi->load_error ? pi->load_error : "failed to load"),
+                   "provider %s is unavailable: %s", prov_name,
+                   !pi->enabled ? "disabled in config" : pi->load_error ? pi->load_error : "failed to load");
+        return;
+    }
+    if (sandbox_count_owned(uid) >= D->cfg.max_sandboxes_per_uid) {
+        call_error(c, SBX_E_LIMIT,
+                   json_pack("{s:s, s:I}", "limit", "max_sandboxes_per_uid", "max",
+                             (json_int_t)D->cfg.max_sandboxes_per_uid),
+                   "too many sandboxes (limit %lld)", (long long)D->cfg.max_sandboxes_per_uid);
+        return;
+    }
+
+    json_t *conf = json_object();
+    json_object_set_new(conf, "provider", json_string(prov_name));
+    if (snap)
+        json_object_set_new(conf, "snapshot", json_string(snap));
+    int64_t timeout = D->cfg.default_timeout_ms, idle = D->cfg.default_idle_timeout_ms;
+    int64_t mem = 0, ctimeout = 0;
+    json_t *pconf = config_provider(&D->cfg, prov_name);
+    json_t *pct = json_object_get(pconf, "command_timeout_ms");
+    ctimeout = json_is_integer(pct) ? json_integer_value(pct) : 300000;
+    int start = 1, fresh = 0;
+    if (opt_int(c, params, "timeout_ms", 1, 86400000, &timeout) < 0 ||
+        opt_int(c, params, "command_timeout_ms", 1, 86400000, &ctimeout) < 0 ||
+        opt_int(c, params, "memory_limit_mb", 1, 65536, &mem) < 0 ||
+        opt_bool(c, params, "start", &start) < 0 || opt_bool(c, params, "fresh_isolate", &fresh) < 0)
+        goto fail;
+    json_object_set_new(conf, "timeout_ms", json_integer(timeout));
+    json_object_set_new(conf, "idle_timeout_ms", json_integer(idle));
+    json_object_set_new(conf, "command_timeout_ms", json_integer(ctimeout));
+    if (mem)
+        json_object_set_new(conf, "memory_limit_mb", json_integer(mem));
+    if (fresh)
+        json_object_set_new(conf, "fresh_isolate", json_true());
+    if (conf_common(c, params, conf) < 0)
+        goto fail;
+    if (opt_str(c, params, "image", &str) < 0)
+        goto fail;
+    if (str)
+        json_object_set_new(conf, "image", json_string(str));
+    const char *texts[] = {"instructions", "instructions_append"};
+    for (int i = 0; i < 2; i++) {
+        if (opt_str(c, params, texts[i], &str) < 0)
+            goto fail;
+        if (str)
+            json_object_set_new(conf, texts[i], json_string(str));
+    }
+    const char *hooks[] = {"on_start", "on_stop", "on_destroy"};
+    for (int i = 0; i < 3; i++) {
+        json_t *h = json_object_get(params, hooks[i]);
+        if (!h || json_is_null(h))
+            continue;
+        if (!valid_command(h)) {
+            bad_param(c, hooks[i], "must be a command (string or array of strings)");
+            goto fail;
+        }
+        json_object_set(conf, hooks[i], h);
+    }
+    json_t *tools = json_object_get(params, "tools");
+    if (tools && !json_is_null(tools)) {
+        size_t i;
+        json_t *t;
+        if (!json_is_array(tools) || json_array_size(tools) > 64) {
+            bad_param(c, "tools", "must be an array of at most 64 names");
+            goto fail;
+        }
+        json_array_foreach(tools, i, t)
+        {
+            const char *n = json_string_value(t);
+            int ok = n && n[0] && strlen(n) < 64 && !isdigit((unsigned char)n[0]);
+            for (const char *q = n; ok && *q; q++)
+                ok = isalnum((unsigned char)*q) || *q == '_';
+            if (!ok) {
+                bad_param(c, "tools", "names must be identifiers [A-Za-z_][A-Za-z0-9_]*");
+                goto fail;
+            }
+        }
+        json_object_set(conf, "tools", tools);
+    }
+    json_t *opts = json_object_get(params, "options");
+    if (opts && !json_is_null(opts)) {
+        if (!json_is_object(opts)) {
+            bad_param(c, "options", "must be an object");
+            goto fail;
+        }
+        json_object_set(conf, "options", opts);
+    }
+
+    char gen[64];
+    if (!id) {
+        daemon_random_id("sb-", gen, sizeof(gen));
+        id = gen;
+    }
+    struct sandbox *sb = NULL;
+    sbx_err_t err = {0};
+    if (sandbox_new(&sb, id, pi, uid, conf, &err) < 0) {
+        call_fail(c, &err);
+        return;
+    }
+    log_info("sandbox %s created (provider %s, uid %d)", sb->id, prov_name, (int)uid);
+    if (!start) {
+        reply_sandbox(c, sb, 0);
+        return;
+    }
+    c->is_create = 1;
+    sb->discard_on_fail = 1;
+    sandbox_start(sb, c);
+    return;
+fail:
+    json_decref(conf);
+}
+
+static void m_get(struct call *c, json_t *params)
+{
+    struct sandbox *sb = get_sandbox(c, params, "id");
+    if (sb)
+        call_reply(c, sandbox_to_json(sb));
+}
+
+static void m_list(struct call *c, json_t *params)
+{
+    const char *prov, *status;
+    if (opt_str(c, params, "provider", &prov) < 0 || opt_str(c, params, "status", &status) < 0)
+        return;
+    json_t *arr = json_array();
+    for (struct sandbox *sb = D->sandboxes; sb; sb = sb->next) {
+        if (!sandbox_visible(c->sess, sb))
+            continue;
+        if (prov && strcmp(prov, sb->prov->ops->name) != 0)
+            continue;
+        if (status && strcmp(status, sandbox_status_name(sb->status)) != 0)
+            continue;
+        json_array_append_new(arr, sandbox_to_json(sb));
+    }
+    call_reply(c, json_pack("{s:o}", "sandboxes", arr));
+}
+
+static void m_start(struct call *c, json_t *params)
+{
+    struct sandbox *sb = get_sandbox(c, params, "id");
+    if (sb)
+        sandbox_start(sb, c);
+}
+
+static void m_stop(struct call *c, json_t *params)
+{
+    struct sandbox *sb = get_sandbox(c, params, "id");
+    if (sb)
+        sandbox_stop(sb, c);
+}
+
+static void m_destroy(struct call *c, json_t *params)
+{
+    struct sandbox *sb = get_sandbox(c, params, "id");
+    if (sb)
+        sandbox_destroy(sb, c);
+}
+
+static void m_snapshot(struct call *c, json_t *params)
+{
+    struct sandbox *sb = get_sandbox(c, params, "id");
+    if (sb)
+        sandbox_snapshot(sb, c);
+}
+
+static void m_clone(struct call *c, json_t *params)
+{
+    struct sandbox *src = get_sandbox(c, params, "id");
+    if (!src)
+        return;
+    uid_t uid = c->sess ? c->sess->uid : 0;
+    const char *nid;
+    if (opt_str(c, params, "new_id", &nid) < 0)
+        return;
+    if (nid && !valid_id(nid)) {
+        bad_param(c, "new_id", "must match [A-Za-z0-9][A-Za-z0-9_.-]{0,62}");
+        return;
+    }
+    if (nid && sandbox_find_any(nid)) {
+        call_error(c, SBX_E_PERMISSION, json_pack("{s:s}", "sandbox", nid),
+                   "sandbox id %s is not available", nid);
+        return;
+    }
+    if (sandbox_count_owned(uid) >= D->cfg.max_sandboxes_per_uid) {
+        call_error(c, SBX_E_LIMIT,
+                   json_pack("{s:s, s:I}", "limit", "max_sandboxes_per_uid", "max",
+                             (json_int_t)D->cfg.max_sandboxes_per_uid),
+                   "too many sandboxes (limit %lld)", (long long)D->cfg.max_sandboxes_per_uid);
+        return;
+    }
+    json_t *conf = json_deep_copy(src->conf);
+    /* The runtime env layer is part of the parent's configuration too. */
+    json_t *env = json_object_get(conf, "env");
+    env = env ? json_incref(env) : json_object();
+    env_merge(env, src->runtime_env, NULL);
+    json_object_set_new(conf, "env", env);
+    int start = 0;
+    if (conf_common(c, params, conf) < 0 || opt_bool(c, params, "start", &start) < 0) {
+        json_decref(conf);
+        return;
+    }
+    char gen[64];
+    if (!nid) {
+        daemon_random_id("sb-", gen, sizeof(gen));
+        nid = gen;
+    }
+    struct sandbox *sb = NULL;
+    sbx_err_t err = {0};
+    if (sandbox_new(&sb, nid, src->prov, uid, conf, &err) < 0) {
+        call_fail(c, &err);
+        return;
+    }
+    if (start)
+        sandbox_start(sb, c);
+    else
+        call_reply(c, sandbox_to_json(sb));
+}
+
+static void m_set_env(struct call *c, json_t *params)
+{
+    struct sandbox *sb = get_sandbox(c, params, "id");
+    if (!sb)
+        return;
+    json_t *patch = json_object_get(params, "env");
+    if (!json_is_object(patch)) {
+        bad_param(c, "env", "must be an object");
+        return;
+    }
+    json_t *next = json_deep_copy(sb->runtime_env);
+    sbx_err_t err = {0};
+    if (env_merge(next, patch, &err) < 0) {
+        json_decref(next);
+        call_fail(c, &err);
+        return;
+    }
+    /* A null must also hide a create-time value: keep it as an explicit removal. */
+    const char *k;
+    json_t *v;
+    json_object_foreach(patch, k, v) if (json_is_null(v)) json_object_set_new(next, k, json_null());
+    json_decref(sb->runtime_env);
+    sb->runtime_env = next;
+    sandbox_touch(sb);
+    call_reply(c, json_pack("{s:o}", "env", sandbox_env_for(sb, NULL)));
+}
+
+static void m_instructions(struct call *c, json_t *params)
+{
+    struct sandbox *sb = get_sandbox(c, params, "id");
+    if (!sb)
+        return;
+    char *text = sandbox_instructions(sb);
+    call_reply(c, json_pack("{s:s}", "text", text ? text : ""));
+    free(text);
+}
+
+/* -- process.* -------------------------------------------------------------------- */
+
+static void start_process(struct call *c, json_t *params, int is_exec)
+{
+    struct sandbox *sb = get_sandbox(c, params, "sandbox");
+    if (!sb)
+        return;
+    sandbox_touch(sb);
+    if (sb->status != SB_RUNNING && sb->status != SB_PENDING && sb->status != SB_STARTING) {
+        call_error(c, SBX_E_STATE,
+                   json_pack("{s:s, s:s}", "sandbox", sb->id, "status",
+                             sandbox_status_name(sb->status)),
+                   "sandbox %s is %s", sb->id, sandbox_status_name(sb->status));
+        return;
+    }
+    struct process *p = NULL;
+    sbx_err_t err = {0};
+    if (process_new(&p, sb, params, c->sess, &err) < 0) {
+        call_fail(c, &err);
+        return;
+    }
+    json_t *jst = json_object_get(params, "stream");
+    if (!jst || json_is_true(jst))
+        process_subscribe(p, c->sess);
+    uint32_t pid = p->pid;
+    if (is_exec)
+        p->exec_call = c;
+    if (process_launch(p, &err) < 0) {
+        call_fail(c, &err);
+        return;
+    }
+    if (!is_exec)
+        call_reply(c, json_pack("{s:I}", "pid", (json_int_t)pid));
+}
+
+static void m_exec(struct call *c, json_t *params)
+{
+    start_process(c, params, 1);
+}
+
+static void m_spawn(struct call *c, json_t *params)
+{
+    start_process(c, params, 0);
+}
+
+static void m_write(struct call *c, json_t *params)
+{
+    struct sandbox *sb;
+    struct process *p = get_process(c, params, &sb);
+    if (!p)
+        return;
+    json_t *d = json_object_get(params, "data"), *b = json_object_get(params, "data_b64");
+    uint8_t *bytes = NULL;
+    size_t n = 0;
+    const void *src;
+    if (json_is_string(d)) {
+        src = json_string_value(d);
+        n = json_string_length(d);
+    } else if (json_is_string(b)) {
+        bytes = base64_decode(json_string_value(b), json_string_length(b), &n);
+        if (!bytes) {
+            bad_param(c, "data_b64", "must be base64");
+            return;
+        }
+        src = bytes;
+    } else {
+        bad_param(c, "data", "data (string) or data_b64 is required");
+        return;
+    }
+    if (p->state != P_RUNNING) {
+        free(bytes);
+        call_error(c, SBX_E_STATE, json_pack("{s:s, s:I, s:s}", "sandbox", sb->id, "pid",
+                                             (json_int_t)p->pid, "status",
+                                             p->state == P_EXITED ? "exited" : "queued"),
+                   "process %u is not running", p->pid);
+        return;
+    }
+    sbx_err_t err = {0};
+    int r = sb->prov->ops->proc_write(sb->prov->cookie, p, src, n, &err);
+    free(bytes);
+    if (r < 0)
+        call_fail(c, &err);
+    else
+        call_reply(c, json_pack("{s:I}", "written", (json_int_t)n));
+}
+
+static void m_close_stdin(struct call *c, json_t *params)
+{
+    struct sandbox *sb;
+    struct process *p = get_process(c, params, &sb);
+    if (!p)
+        return;
+    if (p->state != P_RUNNING) {
+        call_reply(c, NULL);
+        return;
+    }
+    sbx_err_t err = {0};
+    if (sb->prov->ops->proc_close_stdin(sb->prov->cookie, p, &err) < 0)
+        call_fail(c, &err);
+    else
+        call_reply(c, NULL);
+}
+
+static void m_kill(struct call *c, json_t *params)
+{
+    struct sandbox *sb;
+    struct process *p = get_process(c, params, &sb);
+    if (!p)
+        return;
+    int sig;
+    if (signal_from_json(json_object_get(params, "signal"), &sig) < 0) {
+        bad_param(c, "signal", "must be a signal name (KILL, TERM, ...) or number 1..64");
+        return;
+    }
+    int was_exited = p->state == P_EXITED;
+    sbx_err_t err = {0};
+    if (process_kill(p, sig, &err) < 0)
+        call_fail(c, &err);
+    else
+        call_reply(c, json_pack("{s:b}", "already_exited", was_exited));
+}
+
+static void m_wait(struct call *c, json_t *params)
+{
+    struct process *p = get_process(c, params, NULL);
+    if (!p)
+        return;
+    int64_t t = 0;
+    if (opt_int(c, params, "timeout_ms", 0, 86400000, &t) < 0)
+        return;
+    if (p->state == P_EXITED) {
+        call_reply(c, process_exit_json(p, 0));
+        return;
+    }
+    process_add_waiter(p, c, t);
+}
+
+static void m_plist(struct call *c, json_t *params)
+{
+    struct sandbox *sb = get_sandbox(c, params, "sandbox");
+    if (!sb)
+        return;
+    json_t *arr = json_array();
+    for (struct process *p = sb->procs; p; p = p->next)
+        if (!p->internal)
+            json_array_append_new(arr, process_list_json(p));
+    call_reply(c, json_pack("{s:o}", "processes", arr));
+}
+
+static void m_attach(struct call *c, json_t *params)
+{
+    struct process *p = get_process(c, params, NULL);
+    if (!p)
+        return;
+    int64_t off = 0, o1 = -1, o2 = -1;
+    int follow = 1;
+    if (opt_int(c, params, "offset", 0, INT64_MAX, &off) < 0 ||
+        opt_int(c, params, "stdout_offset", 0, INT64_MAX, &o1) < 0 ||
+        opt_int(c, params, "stderr_offset", 0, INT64_MAX, &o2) < 0 ||
+        opt_bool(c, params, "follow", &follow) < 0)
+        return;
+    if (!c->sess) {
+        call_reply(c, NULL);
+        return;
+    }
+    json_t *res = process_replay(p, c->sess, (uint64_t)(o1 >= 0 ? o1 : off),
+                                 (uint64_t)(o2 >= 0 ? o2 : off));
+    if (p->state == P_EXITED) {
+        json_t *e = p->exit;
+        session_notify(c->sess, SBX_N_EXIT,
+                       json_pack("{s:s, s:I, s:O, s:O, s:O, s:O, s:O}", "sandbox", p->sb->id, "pid",
+                                 (json_int_t)p->pid, "exit_code", json_object_get(e, "exit_code"),
+                                 "signal", json_object_get(e, "signal"), "timed_out",
+                                 json_object_get(e, "timed_out"), "killed",
+                                 json_object_get(e, "killed"), "error", json_object_get(e, "error")));
+    } else if (follow) {
+        process_subscribe(p, c->sess);
+    }
+    call_reply(c, res);
+}
+
+static void m_detach(struct call *c, json_t *params)
+{
+    struct process *p = get_process(c, params, NULL);
+    if (!p)
+        return;
+    if (c->sess)
+        process_unsubscribe(p, c->sess);
+    call_reply(c, NULL);
+}
+
+/* -- table ---------------------------------------------------------------------------- */
+
+static const struct {
+    const char *name;
+    method_fn fn;
+} methods[] = {
+    {SBX_M_PING, m_ping},
+    {SBX_M_INFO, m_info},
+    {SBX_M_CREATE, m_create},
+    {SBX_M_GET, m_get},
+    {SBX_M_LIST, m_list},
+    {SBX_M_START, m_start},
+    {SBX_M_STOP, m_stop},
+    {SBX_M_DESTROY, m_destroy},
+    {SBX_M_SNAPSHOT, m_snapshot},
+    {SBX_M_CLONE, m_clone},
+    {SBX_M_SET_ENV, m_set_env},
+    {SBX_M_INSTRUCTIONS, m_instructions},
+    {SBX_M_EXEC, m_exec},
+    {SBX_M_SPAWN, m_spawn},
+    {SBX_M_WRITE, m_write},
+    {SBX_M_CLOSE_STDIN, m_close_stdin},
+    {SBX_M_KILL, m_kill},
+    {SBX_M_WAIT, m_wait},
+    {SBX_M_PLIST, m_plist},
+    {SBX_M_ATTACH, m_attach},
+    {SBX_M_DETACH, m_detach},
+};
+
+method_fn api_lookup(const char *method)
+{
+    for (size_t i = 0; i < sizeof(methods) / sizeof(methods[0]); i++)
+        if (strcmp(methods[i].name, method) == 0)
+            return methods[i].fn;
+    return NULL;
+}

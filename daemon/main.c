@@ -1,0 +1,387 @@
+/*
+ * main.c - sbxd: arguments, configuration, the listening socket (or the one
+ * systemd passed), signals, readiness notification, and the event loop.
+ */
+#include <curl/curl.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <grp.h>
+#include <libgen.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "daemon.h"
+#include "log.h"
+#include "process.h"
+#include "sandbox.h"
+#include "sbx_proto.h"
+#include "session.h"
+#include "worker/duk_worker.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: sbxd [-c FILE] [--foreground] [--log-level LEVEL]\n"
+               "       sbxd --check-config FILE\n"
+               "       sbxd --version\n"
+               "\n"
+               "  -c, --config FILE      read the YAML configuration FILE\n"
+               "      --check-config FILE validate FILE and exit (0 valid, 1 not)\n"
+               "  -f, --foreground       run in the foreground (the default; for clarity)\n"
+               "      --log-level LEVEL  error, warn, info or debug\n"
+               "\n"
+               "Environment: SBXD_SOCKET overrides the socket path; LISTEN_FDS/LISTEN_PID\n"
+               "(systemd socket activation) and NOTIFY_SOCKET are honoured.\n");
+}
+
+static size_t provider_schemas(struct cfg_schema *out, size_t max)
+{
+    size_t n = 0;
+    for (size_t i = 0; sbx_providers[i] && n < max; i++) {
+        out[n].provider = sbx_providers[i]->name;
+        out[n].keys = sbx_providers[i]->config_keys;
+        n++;
+    }
+    return n;
+}
+
+/* sd_notify without libsystemd: one datagram to $NOTIFY_SOCKET. */
+static void notify_systemd(const char *msg)
+{
+    const char *path = getenv("NOTIFY_SOCKET");
+    if (!path || !path[0])
+        return;
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    size_t len = strlen(path);
+    if (len >= sizeof(sa.sun_path))
+        return;
+    memcpy(sa.sun_path, path, len);
+    if (sa.sun_path[0] == '@')
+        sa.sun_path[0] = '\0'; /* abstract namespace */
+    int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return;
+    if (sendto(fd, msg, strlen(msg), MSG_NOSIGNAL, (struct sockaddr *)&sa,
+               (socklen_t)(offsetof(struct sockaddr_un, sun_path) + len)) < 0)
+        log_debug("sd_notify: %s", strerror(errno));
+    close(fd);
+}
+
+static int socket_activated(void)
+{
+    const char *pid = getenv("LISTEN_PID"), *fds = getenv("LISTEN_FDS");
+    if (!pid || !fds || atoi(pid) != getpid() || atoi(fds) < 1)
+        return -1;
+    int fd = 3; /* SD_LISTEN_FDS_START */
+    fcntl(fd, F_SETFD, FD_CLOEXEC);
+    unsetenv("LISTEN_PID");
+    unsetenv("LISTEN_FDS");
+    unsetenv("LISTEN_FDNAMES");
+    return fd;
+}
+
+static int mkdir_parent(const char *path)
+{
+    char *dup = strdup(path);
+    if (!dup)
+        return -1;
+    char *dir = dirname(dup);
+    char partial[sizeof(((struct sockaddr_un *)0)->sun_path) + 1];
+    size_t n = strlen(dir);
+    int r = 0;
+    if (n >= sizeof(partial)) {
+        free(dup);
+        return -1;
+    }
+    for (size_t i = 1; i <= n; i++) {
+        if (dir[i] == '/' || dir[i] == '\0') {
+            memcpy(partial, dir, i);
+            partial[i] = '\0';
+            if (mkdir(partial, 0755) < 0 && errno != EEXIST) {
+                r = -1;
+                break;
+            }
+        }
+    }
+    free(dup);
+    return r;
+}
+
+static int open_listener(const char *path, unsigned mode, const char *group)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    if (strlen(path) >= sizeof(sa.sun_path)) {
+        log_error("socket path too long: %s", path);
+        return -1;
+    }
+    strcpy(sa.sun_path, path); /* length checked above */
+    mkdir_parent(path);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0)
+        return -1;
+    /* A socket file left by a dead daemon is removed; a live one is not. */
+    int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (probe >= 0) {
+        if (connect(probe, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
+            log_error("another sbxd is listening on %s", path);
+            close(probe);
+            close(fd);
+            return -1;
+        }
+        close(probe);
+    }
+    unlink(path);
+    mode_t old = umask(0777 & ~mode);
+    int r = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
+    umask(old);
+    if (r < 0) {
+        log_error("bind %s: %s", path, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    if (chmod(path, mode) < 0)
+        log_warn("chmod %s: %s", path, strerror(errno));
+    if (group) {
+        struct group *gr = getgrnam(group);
+        if (!gr)
+            log_warn("socket group %s does not exist", group);
+        else if (chown(path, (uid_t)-1, gr->gr_gid) < 0)
+            log_warn("chown %s: %s", path, strerror(errno));
+    }
+    if (listen(fd, 512) < 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static void accept_cb(struct ev_loop *loop, ev_io *w, int revents)
+{
+    for (int i = 0; i < 64; i++) {
+        int fd = accept4(w->fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd < 0) {
+            if (errno != EAGAIN && errno != EINTR)
+                log_warn("accept: %s", strerror(errno));
+            return;
+        }
+        session_accept(fd);
+    }
+}
+
+static void prepare_cb(struct ev_loop *loop, ev_prepare *w, int revents)
+{
+    sessions_before_sleep();
+}
+
+static void stop_cb(struct ev_loop *loop, ev_signal *w, int revents)
+{
+    log_info("signal %d: shutting down", w->signum);
+    notify_systemd("STOPPING=1");
+    D->draining = 1;
+    ev_io_stop(loop, &D->listen_io);
+    sessions_before_sleep(); /* flush what we can */
+    ev_break(loop, EVBREAK_ALL);
+}
+
+static void hup_cb(struct ev_loop *loop, ev_signal *w, int revents)
+{
+    if (!D->cfg.path) {
+        log_info("SIGHUP: no config file to reload");
+        return;
+    }
+    struct cfg_schema schemas[MAX_PROVIDERS];
+    size_t ns = provider_schemas(schemas, MAX_PROVIDERS);
+    struct sbx_config next;
+    sbx_err_t err = {0};
+    if (config_init_defaults(&next) < 0 ||
+        config_load_file(&next, D->cfg.path, schemas, ns, &err) < 0) {
+        log_error("SIGHUP: config not reloaded: %s", err.msg ? err.msg : "out of memory");
+        err_clear(&err);
+        config_deinit(&next);
+        return;
+    }
+    /* Limits and log level apply at once; socket and providers need a restart. */
+    D->cfg.log_level = next.log_level;
+    D->cfg.max_sessions = next.max_sessions;
+    D->cfg.max_sandboxes_per_uid = next.max_sandboxes_per_uid;
+    D->cfg.max_processes_per_sandbox = next.max_processes_per_sandbox;
+    D->cfg.exec_output_bytes = next.exec_output_bytes;
+    log_set_level(next.log_level);
+    config_deinit(&next);
+    log_info("SIGHUP: configuration reloaded (limits, log level)");
+}
+
+static void load_providers(void)
+{
+    for (size_t i = 0; sbx_providers[i] && D->nproviders < MAX_PROVIDERS; i++) {
+        const struct sbx_provider *ops = sbx_providers[i];
+        struct provider_inst *pi = &D->providers[D->nproviders++];
+        pi->ops = ops;
+        json_t *conf = config_provider(&D->cfg, ops->name);
+        json_t *en = json_object_get(conf, "enabled");
+        pi->enabled = en ? json_is_true(en) : ops->enabled_by_default;
+        if (!pi->enabled)
+            continue;
+        sbx_err_t err = {0};
+        if (ops->load(conf, &pi->cookie, &err) < 0) {
+            pi->load_error = strdup(err.msg ? err.msg : "failed to load");
+            log_warn("provider %s unavailable: %s", ops->name, pi->load_error);
+            err_clear(&err);
+            continue;
+        }
+        pi->loaded = 1;
+        const char *reason = NULL;
+        if (ops->available(pi->cookie, &reason))
+            log_info("provider %s ready", ops->name);
+        else
+            log_info("provider %s not available yet: %s", ops->name, reason ? reason : "?");
+    }
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && strcmp(argv[1], "--worker") == 0)
+        return duk_worker_main(argc, argv);
+
+    const char *cfg_path = NULL, *check = NULL, *level = NULL;
+    static const struct option opts[] = {
+        {"config", required_argument, NULL, 'c'},
+        {"check-config", required_argument, NULL, 'C'},
+        {"foreground", no_argument, NULL, 'f'},
+        {"log-level", required_argument, NULL, 'l'},
+        {"version", no_argument, NULL, 'V'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    int o;
+    while ((o = getopt_long(argc, argv, "c:fhV", opts, NULL)) != -1) {
+        switch (o) {
+        case 'c': cfg_path = optarg; break;
+        case 'C': check = optarg; break;
+        case 'f': break;
+        case 'l': level = optarg; break;
+        case 'V': printf("sbxd %s (protocol %s)\n", SBX_VERSION, SBX_PROTO_VERSION); return 0;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (optind < argc) {
+        usage(stderr);
+        return 2;
+    }
+    struct cfg_schema schemas[MAX_PROVIDERS];
+    size_t ns = provider_schemas(schemas, MAX_PROVIDERS);
+    if (check) {
+        sbx_err_t err = {0};
+        if (config_check_file(check, schemas, ns, &err) < 0) {
+            fprintf(stderr, "%s\n", err.msg ? err.msg : "invalid configuration");
+            err_clear(&err);
+            return 1;
+        }
+        printf("%s: OK\n", check);
+        return 0;
+    }
+
+    static struct daemon d;
+    D = &d;
+    D->listen_fd = -1;
+    if (config_init_defaults(&D->cfg) < 0)
+        return 1;
+    if (cfg_path) {
+        sbx_err_t err = {0};
+        if (config_load_file(&D->cfg, cfg_path, schemas, ns, &err) < 0) {
+            fprintf(stderr, "sbxd: %s\n", err.msg ? err.msg : "invalid configuration");
+            err_clear(&err);
+            return 1;
+        }
+    }
+    config_apply_env(&D->cfg);
+    if (level) {
+        static const char *names[] = {"error", "warn", "info", "debug"};
+        int found = 0;
+        for (int i = 0; i < 4; i++)
+            if (strcmp(level, names[i]) == 0) {
+                D->cfg.log_level = (enum log_level)i;
+                found = 1;
+            }
+        if (!found) {
+            fprintf(stderr, "sbxd: unknown log level %s\n", level);
+            return 2;
+        }
+    }
+    log_set_level(D->cfg.log_level);
+    signal(SIGPIPE, SIG_IGN);
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    exe[n > 0 ? n : 0] = '\0';
+    D->exe_path = strdup(n > 0 ? exe : argv[0]);
+    D->loop = EV_DEFAULT;
+    D->started_mono = ev_now(D->loop);
+    D->snapshots = json_object();
+    if (D->cfg.admin_group) {
+        struct group *gr = getgrnam(D->cfg.admin_group);
+        if (gr) {
+            D->admin_gid = gr->gr_gid;
+            D->have_admin_gid = 1;
+        } else {
+            log_warn("admin group %s does not exist", D->cfg.admin_group);
+        }
+    }
+
+    int fd = socket_activated();
+    if (fd >= 0) {
+        D->listen_activated = 1;
+        fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+        log_info("using the socket passed by systemd");
+    } else {
+        fd = open_listener(D->cfg.socket_path, D->cfg.socket_mode, D->cfg.socket_group);
+        if (fd < 0) {
+            log_error("cannot listen on %s", D->cfg.socket_path);
+            return 1;
+        }
+    }
+    D->listen_fd = fd;
+
+    load_providers();
+
+    ev_io_init(&D->listen_io, accept_cb, fd, EV_READ);
+    ev_io_start(D->loop, &D->listen_io);
+    ev_prepare_init(&D->prepare, prepare_cb);
+    ev_prepare_start(D->loop, &D->prepare);
+    ev_signal_init(&D->sig_term, stop_cb, SIGTERM);
+    ev_signal_start(D->loop, &D->sig_term);
+    ev_signal_init(&D->sig_int, stop_cb, SIGINT);
+    ev_signal_start(D->loop, &D->sig_int);
+    ev_signal_init(&D->sig_hup, hup_cb, SIGHUP);
+    ev_signal_start(D->loop, &D->sig_hup);
+
+    log_info("sbxd %s listening on %s (pid %d)", SBX_VERSION,
+             D->listen_activated ? "the activated socket" : D->cfg.socket_path, (int)getpid());
+    notify_systemd("READY=1\nSTATUS=serving");
+    ev_run(D->loop, 0);
+
+    session_free_all();
+    sandbox_free_all();
+    for (int i = 0; i < D->nproviders; i++)
+        if (D->providers[i].loaded)
+            D->providers[i].ops->unload(D->providers[i].cookie);
+    for (int i = 0; i < D->nproviders; i++)
+        free(D->providers[i].load_error);
+    close(fd);
+    if (!D->listen_activated)
+        unlink(D->cfg.socket_path);
+    json_decref(D->snapshots);
+    free(D->exe_path);
+    config_deinit(&D->cfg);
+    curl_global_cleanup();
+    ev_loop_destroy(D->loop);
+    return 0;
+}

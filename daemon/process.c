@@ -1,0 +1,903 @@
+/*
+ * process.c - processes, provider-independent: output fan-out to followers
+ * with UTF-8-safe framing, the replay ring, exec result accumulation,
+ * timeouts, kill, wait, tool calls, and flow control towards providers.
+ */
+#include "process.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "daemon.h"
+#include "log.h"
+#include "rpc.h"
+#include "sandbox.h"
+#include "sbx_proto.h"
+#include "session.h"
+#include "utf8.h"
+
+#define MAX_EXITED_KEPT 128
+#define NOTIFY_PIECE (256 * 1024)
+/* After a kill, how long the provider gets to confirm before we give up on it. */
+#define KILL_GRACE_S 5.0
+
+static const char *stream_name[2] = {"stdout", "stderr"};
+
+static const struct sbx_provider *ops_of(struct process *p)
+{
+    return p->sb->prov->ops;
+}
+static void *cookie_of(struct process *p)
+{
+    return p->sb->prov->cookie;
+}
+
+/* -- ring ------------------------------------------------------------------ */
+
+static void ring_append(struct ring *r, const uint8_t *d, size_t n)
+{
+    if (r->max == 0)
+        return;
+    if (n >= r->max) {
+        d += n - r->max;
+        n = r->max;
+    }
+    if (r->len + n > r->cap && r->cap < r->max) {
+        /* Grow lazily: most processes print little. */
+        size_t ncap = r->cap ? r->cap : 4096;
+        while (ncap < r->len + n && ncap < r->max)
+            ncap *= 2;
+        if (ncap > r->max)
+            ncap = r->max;
+        uint8_t *nb = malloc(ncap);
+        if (nb) {
+            for (size_t i = 0; i < r->len; i++)
+                nb[i] = r->buf[(r->head + i) % r->cap];
+            free(r->buf);
+            r->buf = nb;
+            r->cap = ncap;
+            r->head = 0;
+        }
+    }
+    if (r->cap == 0)
+        return;
+    for (size_t i = 0; i < n;) {
+        size_t tail = (r->head + r->len) % r->cap;
+        if (r->len == r->cap) {
+            /* full: overwrite the oldest byte(s) */
+            size_t k = r->cap - r->head;
+            if (k > n - i)
+                k = n - i;
+            memcpy(r->buf + r->head, d + i, k);
+            r->head = (r->head + k) % r->cap;
+            i += k;
+            continue;
+        }
+        size_t room = r->cap - r->len;
+        size_t k = r->cap - tail;
+        if (k > room)
+            k = room;
+        if (k > n - i)
+            k = n - i;
+        memcpy(r->buf + tail, d + i, k);
+        r->len += k;
+        i += k;
+    }
+}
+
+/* Copies ring bytes for stream offsets [from, to); total is the stream's offset
+ * at the ring's end. */
+static void ring_copy(const struct ring *r, uint64_t total, uint64_t from, uint64_t to, uint8_t *out)
+{
+    uint64_t first = total - r->len;
+    for (uint64_t o = from; o < to; o++)
+        out[o - from] = r->buf[(r->head + (size_t)(o - first)) % r->cap];
+}
+
+/* -- notifications --------------------------------------------------------- */
+
+/* params for one process.output; data is sent as a string when valid UTF-8. */
+static json_t *output_params(struct process *p, int stream, uint64_t offset, const uint8_t *d,
+                             size_t n)
+{
+    json_t *params = json_pack("{s:s, s:I, s:s, s:I}", "sandbox", p->sb->id, "pid",
+                               (json_int_t)p->pid, "stream", stream_name[stream], "offset",
+                               (json_int_t)offset);
+    if (utf8_valid(d, n)) {
+        json_object_set_new(params, "data", json_stringn((const char *)d, n));
+    } else {
+        char *b = base64_encode(d, n);
+        json_object_set_new(params, "data_b64", json_string(b ? b : ""));
+        free(b);
+    }
+    return params;
+}
+
+static void notify_subs(struct process *p, const char *method, json_t *params)
+{
+    /* Build the line once, send to every follower. */
+    json_t *msg = json_pack("{s:s, s:s, s:o}", "jsonrpc", "2.0", "method", method, "params", params);
+    for (struct sub *sb = p->subs; sb; sb = sb->pnext)
+        session_send(sb->s, msg);
+    json_decref(msg);
+}
+
+/* Emits bytes [emitted, total) minus an incomplete UTF-8 tail (unless final). */
+static void emit_stream(struct process *p, int stream, const uint8_t *d, size_t n, int final)
+{
+    struct pstream *st = &p->out[stream];
+    /* Join the held-back tail with the new bytes. */
+    size_t tot = st->ntail + n;
+    uint8_t small[4096];
+    uint8_t *buf = tot <= sizeof(small) ? small : malloc(tot);
+    if (!buf)
+        return;
+    memcpy(buf, st->tail, st->ntail);
+    memcpy(buf + st->ntail, d, n);
+    size_t hold = final ? 0 : utf8_incomplete_tail(buf, tot);
+    size_t send = tot - hold;
+    if (hold && !utf8_valid(buf, send))
+        hold = 0, send = tot; /* binary anyway: no point holding */
+    if (send > 0) {
+        if (p->subs)
+            notify_subs(p, SBX_N_OUTPUT, output_params(p, stream, st->emitted, buf, send));
+        st->emitted += send;
+    }
+    memcpy(st->tail, buf + send, hold);
+    st->ntail = hold;
+    if (buf != small)
+        free(buf);
+}
+
+void process_output(struct process *p, int stream, const void *data, size_t len)
+{
+    if (p->state == P_EXITED || stream < 0 || stream > 1 || len == 0)
+        return;
+    struct pstream *st = &p->out[stream];
+    ring_append(&st->ring, data, len);
+    if (p->exec_call || p->internal) {
+        size_t cap = (size_t)D->cfg.exec_output_bytes;
+        size_t room = st->acc_len < cap ? cap - st->acc_len : 0;
+        size_t take = len < room ? len : room;
+        if (take > 0) {
+            char *na = realloc(st->acc, st->acc_len + take);
+            if (na) {
+                memcpy(na + st->acc_len, data, take);
+                st->acc = na;
+                st->acc_len += take;
+            }
+        }
+        if (take < len)
+            st->truncated = 1;
+    }
+    st->total += len;
+    /* Notifications in pieces so one huge frame doesn't become one huge line. */
+    const uint8_t *d = data;
+    while (len > 0) {
+        size_t k = len < NOTIFY_PIECE ? len : NOTIFY_PIECE;
+        emit_stream(p, stream, d, k, 0);
+        d += k;
+        len -= k;
+    }
+    sandbox_touch(p->sb);
+}
+
+int process_output_blocked(struct process *p)
+{
+    for (struct sub *s = p->subs; s; s = s->pnext)
+        if (s->s->flags & SESS_CONGESTED)
+            return 1;
+    return 0;
+}
+
+void process_session_writable(struct session *s)
+{
+    for (struct sub *sb = s->subs; sb; sb = sb->snext) {
+        struct process *p = sb->p;
+        if (p->state == P_RUNNING && !process_output_blocked(p) && ops_of(p)->proc_resume)
+            ops_of(p)->proc_resume(cookie_of(p), p);
+    }
+}
+
+/* -- followers ------------------------------------------------------------- */
+
+void process_subscribe(struct process *p, struct session *s)
+{
+    if (!s)
+        return;
+    for (struct sub *x = p->subs; x; x = x->pnext)
+        if (x->s == s)
+            return;
+    struct sub *n = calloc(1, sizeof(*n));
+    if (!n)
+        abort();
+    n->p = p;
+    n->s = s;
+    n->pnext = p->subs;
+    if (p->subs)
+        p->subs->pprev = n;
+    p->subs = n;
+    n->snext = s->subs;
+    if (s->subs)
+        s->subs->sprev = n;
+    s->subs = n;
+}
+
+static void sub_free(struct sub *x)
+{
+    struct process *p = x->p;
+    struct session *s = x->s;
+    if (x->pprev)
+        x->pprev->pnext = x->pnext;
+    else
+        p->subs = x->pnext;
+    if (x->pnext)
+        x->pnext->pprev = x->pprev;
+    if (x->sprev)
+        x->sprev->snext = x->snext;
+    else
+        s->subs = x->snext;
+    if (x->snext)
+        x->snext->sprev = x->sprev;
+    free(x);
+}
+
+void process_unsubscribe(struct process *p, struct session *s)
+{
+    for (struct sub *x = p->subs; x; x = x->pnext)
+        if (x->s == s) {
+            sub_free(x);
+            break;
+        }
+    /* The process may have been held back only by this session. */
+    if (p->state == P_RUNNING && !process_output_blocked(p) && ops_of(p)->proc_resume)
+        ops_of(p)->proc_resume(cookie_of(p), p);
+}
+
+/* -- tool calls ------------------------------------------------------------ */
+
+static void tool_answer(struct process *p, int64_t call, json_t *result, int code, const char *msg)
+{
+    if (!ops_of(p)->proc_tool_result || p->state != P_RUNNING) {
+        json_decref(result);
+        return;
+    }
+    json_t *reply = result ? json_pack("{s:I, s:o}", "call", (json_int_t)call, "result", result)
+                           : json_pack("{s:I, s:{s:i, s:s}}", "call", (json_int_t)call, "error",
+                                       "code", code, "message", msg);
+    ops_of(p)->proc_tool_result(cookie_of(p), p, reply);
+    json_decref(reply);
+}
+
+void process_tool_call(struct process *p, int64_t call, const char *name, json_t *args)
+{
+    struct session *s = session_by_id(p->origin);
+    json_t *tools = json_object_get(p->sb->conf, "tools");
+    int known = 0;
+    size_t i;
+    json_t *t;
+    json_array_foreach(tools, i, t) if (json_is_string(t) && strcmp(json_string_value(t), name) == 0)
+        known = 1;
+    if (!known) {
+        tool_answer(p, call, NULL, SBX_E_TOOL, "unknown tool");
+        return;
+    }
+    if (!s) {
+        tool_answer(p, call, NULL, SBX_E_TOOL, "the session that started this process is gone");
+        return;
+    }
+    char id[32];
+    snprintf(id, sizeof(id), "t%llu", (unsigned long long)++s->next_tool_id);
+    json_t *req = json_pack("{s:s, s:s, s:s, s:{s:s, s:I, s:s, s:O}}", "jsonrpc", "2.0", "id", id,
+                            "method", SBX_R_TOOL_CALL, "params", "sandbox", p->sb->id, "pid",
+                            (json_int_t)p->pid, "name", name, "args", args ? args : json_null());
+    json_object_set_new(s->tool_calls, id,
+                        json_pack("{s:s, s:I, s:I}", "sandbox", p->sb->id, "pid",
+                                  (json_int_t)p->pid, "call", (json_int_t)call));
+    session_send(s, req);
+    json_decref(req);
+}
+
+static struct process *tool_target(json_t *rec, int64_t *call)
+{
+    struct sandbox *sb = sandbox_find_any(json_string_value(json_object_get(rec, "sandbox")));
+    if (!sb)
+        return NULL;
+    *call = json_integer_value(json_object_get(rec, "call"));
+    return process_find(sb, (uint32_t)json_integer_value(json_object_get(rec, "pid")));
+}
+
+void rpc_handle_response(struct session *s, json_t *msg)
+{
+    json_t *id = json_object_get(msg, "id");
+    const char *key = json_string_value(id);
+    json_t *rec = key ? json_object_get(s->tool_calls, key) : NULL;
+    if (!rec) {
+        log_debug("session %llu: response to unknown request", (unsigned long long)s->id);
+        return;
+    }
+    int64_t call = 0;
+    struct process *p = tool_target(rec, &call);
+    if (p) {
+        json_t *err = json_object_get(msg, "error");
+        if (err) {
+            const char *m = json_string_value(json_object_get(err, "message"));
+            json_t *jc = json_object_get(err, "code");
+            tool_answer(p, call, NULL, json_is_integer(jc) ? (int)json_integer_value(jc) : SBX_E_TOOL,
+                        m ? m : "tool failed");
+        } else {
+            tool_answer(p, call, json_incref(json_object_get(msg, "result")), 0, NULL);
+        }
+    }
+    json_object_del(s->tool_calls, key);
+}
+
+void process_session_gone(struct session *s)
+{
+    while (s->subs)
+        sub_free(s->subs);
+    const char *k;
+    json_t *rec;
+    json_object_foreach(s->tool_calls, k, rec)
+    {
+        int64_t call = 0;
+        struct process *p = tool_target(rec, &call);
+        if (p)
+            tool_answer(p, call, NULL, SBX_E_TOOL, "the session that started this process is gone");
+    }
+    json_object_clear(s->tool_calls);
+}
+
+/* -- creation -------------------------------------------------------------- */
+
+int signal_from_json(json_t *v, int *out)
+{
+    static const struct {
+        const char *name;
+        int sig;
+    } names[] = {{"KILL", SIGKILL}, {"TERM", SIGTERM}, {"INT", SIGINT},   {"HUP", SIGHUP},
+                 {"QUIT", SIGQUIT}, {"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"STOP", SIGSTOP},
+                 {"CONT", SIGCONT}, {"ALRM", SIGALRM}, {"PIPE", SIGPIPE}};
+    if (!v || json_is_null(v)) {
+        *out = SIGKILL;
+        return 0;
+    }
+    if (json_is_integer(v)) {
+        json_int_t n = json_integer_value(v);
+        if (n < 1 || n > 64)
+            return -1;
+        *out = (int)n;
+        return 0;
+    }
+    if (!json_is_string(v))
+        return -1;
+    const char *s = json_string_value(v);
+    if (strncasecmp(s, "SIG", 3) == 0)
+        s += 3;
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (strcasecmp(s, names[i].name) == 0) {
+            *out = names[i].sig;
+            return 0;
+        }
+    return -1;
+}
+
+static int params_error(sbx_err_t *err, const char *param, const char *msg)
+{
+    return err_make_data(err, SBX_E_PARAMS, json_pack("{s:s}", "param", param), "%s", msg);
+}
+
+static char *display_of(json_t *cmd)
+{
+    if (json_is_string(cmd))
+        return strdup(json_string_value(cmd));
+    size_t i, n = 0;
+    json_t *a;
+    json_array_foreach(cmd, i, a) n += strlen(json_string_value(a)) + 1;
+    char *s = malloc(n + 1), *o = s;
+    if (!s)
+        return NULL;
+    json_array_foreach(cmd, i, a)
+    {
+        size_t l = strlen(json_string_value(a));
+        if (i)
+            *o++ = ' ';
+        memcpy(o, json_string_value(a), l);
+        o += l;
+    }
+    *o = '\0';
+    return s;
+}
+
+int process_new(struct process **out, struct sandbox *sb, json_t *params, struct session *origin,
+                sbx_err_t *err)
+{
+    json_t *cmd = json_object_get(params, "command");
+    if (json_is_string(cmd)) {
+        if (json_string_length(cmd) == 0)
+            return params_error(err, "command", "command is empty");
+    } else if (json_is_array(cmd) && json_array_size(cmd) > 0) {
+        size_t i;
+        json_t *a;
+        json_array_foreach(cmd, i, a) if (!json_is_string(a)) return params_error(
+            err, "command", "command array must hold strings");
+    } else {
+        return params_error(err, "command", "command must be a string or a non-empty array");
+    }
+    json_t *env = json_object_get(params, "env");
+    if (env && !json_is_object(env) && !json_is_null(env))
+        return params_error(err, "env", "env must be an object");
+    json_t *jcwd = json_object_get(params, "cwd");
+    const char *cwd = NULL;
+    if (jcwd && !json_is_null(jcwd)) {
+        if (!json_is_string(jcwd) || json_string_value(jcwd)[0] != '/')
+            return params_error(err, "cwd", "cwd must be an absolute path");
+        cwd = json_string_value(jcwd);
+    }
+    json_t *jt = json_object_get(params, "timeout_ms");
+    int64_t timeout = json_integer_value(json_object_get(sb->conf, "command_timeout_ms"));
+    if (jt && !json_is_null(jt)) {
+        if (!json_is_integer(jt) || json_integer_value(jt) < 0 ||
+            json_integer_value(jt) > 86400000)
+            return params_error(err, "timeout_ms", "timeout_ms must be an integer 0..86400000");
+        if (json_integer_value(jt) > 0)
+            timeout = json_integer_value(jt);
+    }
+    json_t *stdin_data = NULL;
+    json_t *js = json_object_get(params, "stdin"), *jb = json_object_get(params, "stdin_b64");
+    if (js && !json_is_null(js)) {
+        if (!json_is_string(js))
+            return params_error(err, "stdin", "stdin must be a string");
+        stdin_data = json_incref(js);
+    } else if (jb && !json_is_null(jb)) {
+        size_t n = 0;
+        uint8_t *b = json_is_string(jb) ? base64_decode(json_string_value(jb), json_string_length(jb), &n) : NULL;
+        if (!b)
+            return params_error(err, "stdin_b64", "stdin_b64 must be base64");
+        stdin_data = json_stringn_nocheck((const char *)b, n);
+        free(b);
+    }
+    json_t *jst = json_object_get(params, "stream");
+    if (jst && !json_is_boolean(jst)) {
+        json_decref(stdin_data);
+        return params_error(err, "stream", "stream must be a boolean");
+    }
+    if (sb->nlive >= D->cfg.max_processes_per_sandbox && !(origin == NULL)) {
+        json_decref(stdin_data);
+        return err_make_data(err, SBX_E_LIMIT,
+                             json_pack("{s:s, s:I}", "limit", "max_processes_per_sandbox", "max",
+                                       (json_int_t)D->cfg.max_processes_per_sandbox),
+                             "too many processes in sandbox %s", sb->id);
+    }
+
+    struct process *p = calloc(1, sizeof(*p));
+    if (!p)
+        abort();
+    p->sb = sb;
+    p->pid = ++sb->next_pid;
+    p->state = P_QUEUED;
+    p->timeout_ms = timeout;
+    p->origin = origin ? origin->id : 0;
+    p->stdin_pending = stdin_data;
+    p->display = display_of(cmd);
+    for (int i = 0; i < 2; i++)
+        p->out[i].ring.max = (size_t)D->cfg.replay_bytes;
+
+    json_t *spec = json_object();
+    if (sb->prov->ops->shell_commands) {
+        if (json_is_string(cmd))
+            json_object_set(spec, "shell", cmd);
+        else
+            json_object_set(spec, "argv", cmd);
+    } else {
+        json_object_set_new(spec, "code", json_string(p->display));
+    }
+    json_object_set_new(spec, "env", sandbox_env_for(sb, env));
+    const char *wd = sandbox_cwd_for(sb, cwd);
+    if (wd)
+        json_object_set_new(spec, "cwd", json_string(wd));
+    json_object_set_new(spec, "timeout_ms", json_integer(timeout));
+    p->spec = spec;
+
+    /* Oldest first in the list: append at the tail. */
+    struct process **pp = &sb->procs, *prev = NULL;
+    while (*pp) {
+        prev = *pp;
+        pp = &(*pp)->next;
+    }
+    *pp = p;
+    p->prev = prev;
+    sb->nlive++;
+    D->nprocesses++;
+    *out = p;
+    return 0;
+}
+
+struct process *process_find(struct sandbox *sb, uint32_t pid)
+{
+    for (struct process *p = sb->procs; p; p = p->next)
+        if (p->pid == pid && !p->internal)
+            return p;
+    return NULL;
+}
+
+/* -- running --------------------------------------------------------------- */
+
+static void timeout_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    struct process *p = w->data;
+    if (p->state != P_RUNNING)
+        return;
+    if (!p->timed_out) {
+        p->timed_out = 1;
+        log_info("sandbox %s: pid %u timed out after %lld ms", p->sb->id, p->pid,
+                 (long long)p->timeout_ms);
+        sbx_err_t err = {0};
+        if (ops_of(p)->proc_kill(cookie_of(p), p, SIGKILL, &err) < 0) {
+            log_warn("sandbox %s: pid %u: kill failed: %s", p->sb->id, p->pid, err.msg);
+            err_clear(&err);
+        }
+        /* If the provider never confirms, don't hang whoever waits. */
+        ev_timer_set(w, KILL_GRACE_S, 0.);
+        ev_timer_start(loop, w);
+        return;
+    }
+    process_fail(p, "the provider did not confirm the end of the process");
+}
+
+void process_started(struct process *p, long os_pid)
+{
+    p->os_pid = os_pid;
+}
+
+static int spawn_now(struct process *p, sbx_err_t *err)
+{
+    p->state = P_RUNNING;
+    p->started_at = daemon_now();
+    p->t0 = ev_now(D->loop);
+    ev_timer_init(&p->timer, timeout_cb, p->timeout_ms > 0 ? p->timeout_ms / 1000.0 : 0., 0.);
+    p->timer.data = p;
+    if (p->timeout_ms > 0)
+        ev_timer_start(D->loop, &p->timer);
+    if (ops_of(p)->proc_spawn(cookie_of(p), p, err) < 0)
+        return -1;
+    if (p->stdin_pending && p->state == P_RUNNING) {
+        sbx_err_t e2 = {0};
+        const char *s = json_string_value(p->stdin_pending);
+        if (ops_of(p)->proc_write(cookie_of(p), p, s, json_string_length(p->stdin_pending), &e2) < 0 ||
+            ops_of(p)->proc_close_stdin(cookie_of(p), p, &e2) < 0) {
+            log_warn("sandbox %s: pid %u: stdin: %s", p->sb->id, p->pid, e2.msg);
+            err_clear(&e2);
+        }
+    }
+    json_decref(p->stdin_pending);
+    p->stdin_pending = NULL;
+    return 0;
+}
+
+static void fail_with(struct process *p, sbx_err_t *err)
+{
+    process_fail(p, err->msg ? err->msg : "spawn failed");
+    err_clear(err);
+}
+
+/* On failure the caller answers its call with err: the process forgets it. */
+static int launch_failed(struct process *p, const char *why)
+{
+    p->exec_call = NULL;
+    process_fail(p, why);
+    return -1;
+}
+
+int process_launch(struct process *p, sbx_err_t *err)
+{
+    struct sandbox *sb = p->sb;
+    if (sb->status == SB_RUNNING || (p->internal && sb->hook_phase)) {
+        if (spawn_now(p, err) < 0)
+            return launch_failed(p, err->msg ? err->msg : "spawn failed");
+        return 0;
+    }
+    if (sb->status == SB_PENDING) {
+        /* Spawned (or failed) by the start's completion, maybe right here. */
+        sandbox_start(sb, NULL);
+        return 0;
+    }
+    if (sb->status == SB_STARTING)
+        return 0;
+    err_make_data(err, SBX_E_STATE,
+                  json_pack("{s:s, s:s}", "sandbox", sb->id, "status",
+                            sandbox_status_name(sb->status)),
+                  "sandbox %s is %s", sb->id, sandbox_status_name(sb->status));
+    return launch_failed(p, "sandbox is not running");
+}
+
+void process_spawn_queued(struct sandbox *sb)
+{
+    for (struct process *p = sb->procs; p; p = p->next) {
+        if (p->state != P_QUEUED)
+            continue;
+        sbx_err_t err = {0};
+        if (spawn_now(p, &err) < 0)
+            fail_with(p, &err);
+    }
+}
+
+int process_kill(struct process *p, int sig, sbx_err_t *err)
+{
+    if (p->state == P_EXITED)
+        return 0;
+    p->kill_sig = sig;
+    if (p->state == P_QUEUED) {
+        json_t *rec = json_pack("{s:i, s:i, s:b}", "exit_code", 128 + sig, "signal", sig, "killed", 1);
+        process_exited(p, rec);
+        json_decref(rec);
+        return 0;
+    }
+    return ops_of(p)->proc_kill(cookie_of(p), p, sig, err);
+}
+
+/* -- exit ------------------------------------------------------------------ */
+
+static void put_output(json_t *o, const char *key, struct pstream *st)
+{
+    const uint8_t *d = (const uint8_t *)(st->acc ? st->acc : "");
+    size_t n = st->acc_len;
+    if (st->truncated && !utf8_valid(d, n))
+        n -= utf8_incomplete_tail(d, n); /* a cut inside a character */
+    if (utf8_valid(d, n)) {
+        json_object_set_new(o, key, json_stringn((const char *)d, n));
+    } else {
+        char k2[32];
+        snprintf(k2, sizeof(k2), "%s_b64", key);
+        char *b = base64_encode(d, n);
+        json_object_set_new(o, k2, json_string(b ? b : ""));
+        free(b);
+    }
+}
+
+json_t *process_exit_json(struct process *p, int with_output)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "pid", json_integer(p->pid));
+    if (p->exit) {
+        json_object_update(o, p->exit);
+    } else {
+        json_object_set_new(o, "running", json_true());
+    }
+    if (with_output) {
+        put_output(o, "stdout", &p->out[0]);
+        put_output(o, "stderr", &p->out[1]);
+        json_object_set_new(o, "truncated", json_boolean(p->out[0].truncated || p->out[1].truncated));
+    }
+    return o;
+}
+
+static void prune_exited(struct sandbox *sb)
+{
+    while (sb->nexited > MAX_EXITED_KEPT) {
+        struct process *victim = NULL;
+        for (struct process *p = sb->procs; p; p = p->next)
+            if (p->state == P_EXITED && !p->waiters && !p->subs) {
+                victim = p;
+                break;
+            }
+        if (!victim)
+            return;
+        process_free(victim);
+    }
+}
+
+void process_exited(struct process *p, json_t *rec)
+{
+    if (p->state == P_EXITED)
+        return;
+    for (int i = 0; i < 2; i++)
+        if (p->out[i].ntail)
+            emit_stream(p, i, NULL, 0, 1);
+    ev_timer_stop(D->loop, &p->timer);
+
+    json_t *jc = json_object_get(rec, "exit_code");
+    int code = json_is_integer(jc) ? (int)json_integer_value(jc) : -1;
+    int sig = (int)json_integer_value(json_object_get(rec, "signal"));
+    int killed = json_is_true(json_object_get(rec, "killed")) || p->kill_sig || p->timed_out;
+    int timed_out = p->timed_out || json_is_true(json_object_get(rec, "timed_out"));
+    if (timed_out)
+        code = SBX_EXIT_TIMEOUT;
+    else if (p->kill_sig && code < 128 && code != 0 && !json_object_get(rec, "error"))
+        code = 128 + p->kill_sig;
+    json_t *e = json_object();
+    json_object_set_new(e, "exit_code", json_integer(code));
+    json_object_set_new(e, "signal", json_integer(sig));
+    json_object_set_new(e, "timed_out", json_boolean(timed_out));
+    json_object_set_new(e, "killed", json_boolean(killed));
+    json_t *er = json_object_get(rec, "error");
+    json_object_set(e, "error", json_is_string(er) ? er : json_null());
+    json_object_set_new(e, "duration_ms",
+                        json_real(p->t0 > 0 ? (ev_now(D->loop) - p->t0) * 1000.0 : 0.));
+    if (json_object_get(rec, "result"))
+        json_object_set(e, "result", json_object_get(rec, "result"));
+    if (json_object_get(rec, "exception"))
+        json_object_set(e, "exception", json_object_get(rec, "exception"));
+    if (json_is_true(json_object_get(rec, "reset")))
+        json_object_set_new(e, "isolate_reset", json_true());
+    p->exit = e;
+    p->state = P_EXITED;
+    p->sb->nlive--;
+    p->sb->nexited++;
+    D->nprocesses--;
+
+    if (p->subs) {
+        json_t *n = json_pack("{s:s, s:I, s:i, s:i, s:b, s:b, s:O}", "sandbox", p->sb->id, "pid",
+                              (json_int_t)p->pid, "exit_code", code, "signal", sig, "timed_out",
+                              timed_out, "killed", killed, "error", json_object_get(e, "error"));
+        notify_subs(p, SBX_N_EXIT, n);
+    }
+    if (p->exec_call) {
+        struct call *c = p->exec_call;
+        p->exec_call = NULL;
+        call_reply(c, process_exit_json(p, 1));
+    }
+    while (p->waiters) {
+        struct waiter *w = p->waiters;
+        p->waiters = w->next;
+        ev_timer_stop(D->loop, &w->timer);
+        call_reply(w->call, process_exit_json(p, 0));
+        free(w);
+    }
+    while (p->subs)
+        sub_free(p->subs);
+    if (p->done)
+        p->done(p, p->done_data);
+    for (int i = 0; i < 2; i++) {
+        free(p->out[i].acc);
+        p->out[i].acc = NULL;
+    }
+    struct sandbox *sb = p->sb;
+    if (p->internal)
+        process_free(p);
+    sandbox_process_gone(sb);
+    prune_exited(sb);
+}
+
+void process_fail(struct process *p, const char *why)
+{
+    if (p->state == P_EXITED)
+        return;
+    if (p->state == P_RUNNING && ops_of(p)->proc_release) {
+        /* The provider must forget it: no events may follow. */
+        ops_of(p)->proc_release(cookie_of(p), p);
+        p->pdata = NULL;
+    }
+    json_t *rec = json_pack("{s:i, s:i, s:b, s:s}", "exit_code", -1, "signal", 0, "killed", 1,
+                            "error", why);
+    p->kill_sig = p->kill_sig ? p->kill_sig : SIGKILL;
+    process_exited(p, rec);
+    json_decref(rec);
+}
+
+void process_free(struct process *p)
+{
+    struct sandbox *sb = p->sb;
+    if (p->state != P_EXITED)
+        process_fail(p, "process record freed");
+    /* process_fail may have freed an internal process already. */
+    int found = 0;
+    for (struct process *x = sb->procs; x; x = x->next)
+        if (x == p)
+            found = 1;
+    if (!found)
+        return;
+    if (p->prev)
+        p->prev->next = p->next;
+    else
+        sb->procs = p->next;
+    if (p->next)
+        p->next->prev = p->prev;
+    sb->nexited--;
+    if (ops_of(p)->proc_release && p->pdata)
+        ops_of(p)->proc_release(cookie_of(p), p);
+    while (p->subs)
+        sub_free(p->subs);
+    while (p->waiters) {
+        struct waiter *w = p->waiters;
+        p->waiters = w->next;
+        ev_timer_stop(D->loop, &w->timer);
+        call_error(w->call, SBX_E_NO_PROCESS, NULL, "process record was dropped");
+        free(w);
+    }
+    ev_timer_stop(D->loop, &p->timer);
+    for (int i = 0; i < 2; i++) {
+        free(p->out[i].ring.buf);
+        free(p->out[i].acc);
+    }
+    json_decref(p->spec);
+    json_decref(p->exit);
+    json_decref(p->stdin_pending);
+    free(p->display);
+    free(p);
+}
+
+/* -- wait, list, replay ---------------------------------------------------- */
+
+static void wait_timeout_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    struct waiter *w = t->data;
+    struct process *p = w->p;
+    for (struct waiter **pp = &p->waiters; *pp; pp = &(*pp)->next)
+        if (*pp == w) {
+            *pp = w->next;
+            break;
+        }
+    call_error(w->call, SBX_E_STATE,
+               json_pack("{s:s, s:I, s:s}", "sandbox", p->sb->id, "pid", (json_int_t)p->pid,
+                         "status", "running"),
+               "process %u is still running", p->pid);
+    free(w);
+}
+
+void process_add_waiter(struct process *p, struct call *c, int64_t timeout_ms)
+{
+    struct waiter *w = calloc(1, sizeof(*w));
+    if (!w)
+        abort();
+    w->call = c;
+    w->p = p;
+    w->next = p->waiters;
+    p->waiters = w;
+    ev_timer_init(&w->timer, wait_timeout_cb, timeout_ms / 1000.0, 0.);
+    w->timer.data = w;
+    if (timeout_ms > 0)
+        ev_timer_start(D->loop, &w->timer);
+}
+
+json_t *process_list_json(struct process *p)
+{
+    char ts[40];
+    json_t *o = json_pack("{s:I, s:s, s:s, s:I, s:I}", "pid", (json_int_t)p->pid, "command",
+                          p->display ? p->display : "", "status",
+                          p->state == P_EXITED ? "exited" : p->state == P_QUEUED ? "queued" : "running",
+                          "stdout_bytes", (json_int_t)p->out[0].total, "stderr_bytes",
+                          (json_int_t)p->out[1].total);
+    if (p->started_at > 0)
+        json_object_set_new(o, "started_at", json_string(daemon_timestamp(p->started_at, ts)));
+    if (p->exit)
+        json_object_set(o, "exit_code", json_object_get(p->exit, "exit_code"));
+    return o;
+}
+
+static uint64_t replay_stream(struct process *p, struct session *s, int stream, uint64_t from)
+{
+    struct pstream *st = &p->out[stream];
+    uint64_t oldest = st->total - st->ring.len;
+    uint64_t end = st->emitted; /* the live stream continues from here */
+    if (from < oldest)
+        from = oldest;
+    if (from > end)
+        from = end;
+    uint64_t start = from;
+    while (from < end) {
+        size_t n = (size_t)(end - from < NOTIFY_PIECE ? end - from : NOTIFY_PIECE);
+        uint8_t *buf = malloc(n);
+        if (!buf)
+            break;
+        ring_copy(&st->ring, st->total, from, from + n, buf);
+        size_t hold = from + n < end ? utf8_incomplete_tail(buf, n) : 0;
+        if (hold == n)
+            hold = 0;
+        session_notify(s, SBX_N_OUTPUT, output_params(p, stream, from, buf, n - hold));
+        from += n - hold;
+        free(buf);
+    }
+    return start;
+}
+
+json_t *process_replay(struct process *p, struct session *s, uint64_t off_out, uint64_t off_err)
+{
+    uint64_t s0 = replay_stream(p, s, 0, off_out);
+    uint64_t s1 = replay_stream(p, s, 1, off_err);
+    return json_pack("{s:b, s:I, s:I, s:I, s:I}", "running", p->state != P_EXITED, "stdout_start",
+                     (json_int_t)s0, "stderr_start", (json_int_t)s1, "stdout_offset",
+                     (json_int_t)p->out[0].emitted, "stderr_offset", (json_int_t)p->out[1].emitted);
+}

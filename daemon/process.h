@@ -1,0 +1,108 @@
+/*
+ * process.h - a process inside a sandbox, provider-independent: its output
+ * (replay ring, exec accumulation, UTF-8-safe notifications), followers,
+ * timeout, kill, wait and exit record.
+ */
+#ifndef SBXD_PROCESS_H
+#define SBXD_PROCESS_H
+
+#include <ev.h>
+#include <jansson.h>
+#include <stdint.h>
+
+#include "err.h"
+
+struct sandbox;
+struct session;
+struct call;
+
+enum proc_state { P_QUEUED, P_RUNNING, P_EXITED };
+
+struct ring {
+    uint8_t *buf;
+    size_t cap, max;  /* cap grows to max */
+    size_t len;       /* bytes held (<= cap) */
+    size_t head;      /* index of the oldest byte */
+};
+
+struct pstream {
+    uint64_t total;     /* bytes received */
+    uint64_t emitted;   /* bytes sent in notifications (total - held tail) */
+    uint8_t tail[4];    /* incomplete UTF-8 sequence held back */
+    size_t ntail;
+    struct ring ring;   /* last replay_bytes */
+    char *acc;          /* exec result accumulation */
+    size_t acc_len;
+    int truncated;
+};
+
+/* A session following a process's output. */
+struct sub {
+    struct sub *pnext, *pprev; /* in process */
+    struct sub *snext, *sprev; /* in session */
+    struct process *p;
+    struct session *s;
+};
+
+struct waiter {
+    struct waiter *next;
+    struct call *call;
+    ev_timer timer; /* process.wait timeout_ms */
+    struct process *p;
+};
+
+typedef void (*process_done_fn)(struct process *p, void *data);
+
+struct process {
+    struct process *next, *prev; /* in sandbox */
+    struct sandbox *sb;
+    uint32_t pid;
+    enum proc_state state;
+    long os_pid;
+    json_t *spec;       /* {argv|shell|code, env, cwd, timeout_ms, tools...} sent to the provider */
+    char *display;      /* command for process.list */
+    double started_at;  /* wall clock */
+    ev_tstamp t0;       /* monotonic, for duration_ms */
+    int64_t timeout_ms;
+    ev_timer timer;
+    uint64_t origin;    /* session id that started it (tool calls go there) */
+    struct pstream out[2];
+    struct sub *subs;
+    struct call *exec_call;
+    struct waiter *waiters;
+    json_t *exit;       /* the exit record, once exited */
+    json_t *stdin_pending; /* bytes given with exec's stdin param (sent after spawn) */
+    int kill_sig;       /* a kill was asked for */
+    int timed_out;
+    int internal;       /* hook: not listed, no limits */
+    process_done_fn done;
+    void *done_data;
+    void *pdata;        /* the provider's */
+};
+
+/* Builds a process from process.exec/spawn params (borrowed). */
+int process_new(struct process **out, struct sandbox *sb, json_t *params, struct session *origin,
+                sbx_err_t *err);
+/* Starts (or queues until the sandbox runs). */
+int process_launch(struct process *p, sbx_err_t *err);
+struct process *process_find(struct sandbox *sb, uint32_t pid);
+void process_subscribe(struct process *p, struct session *s);
+void process_unsubscribe(struct process *p, struct session *s);
+void process_session_gone(struct session *s);
+/* A session drained below its low watermark. */
+void process_session_writable(struct session *s);
+int process_kill(struct process *p, int sig, sbx_err_t *err);
+/* Ends the process record (after exit), or kills and forgets. */
+void process_free(struct process *p);
+json_t *process_exit_json(struct process *p, int with_output);
+json_t *process_list_json(struct process *p);
+/* Replays buffered output from the offsets to s. */
+json_t *process_replay(struct process *p, struct session *s, uint64_t off_out, uint64_t off_err);
+/* Fails a queued/running process without the provider (sandbox lost/stopped). */
+void process_fail(struct process *p, const char *why);
+/* The sandbox started: spawn queued processes. */
+void process_spawn_queued(struct sandbox *sb);
+void process_add_waiter(struct process *p, struct call *c, int64_t timeout_ms);
+int signal_from_json(json_t *v, int *out);
+
+#endif

@@ -1,0 +1,9 @@
+/* providers.c - the registry of compiled-in providers. */
+#include "provider.h"
+
+extern const struct sbx_provider sbx_provider_duktape;
+
+const struct sbx_provider *const sbx_providers[] = {
+    &sbx_provider_duktape,
+    NULL,
+};

@@ -1,0 +1,826 @@
+/*
+ * duktape.c - the Duktape provider, daemon side. Each sandbox owns one
+ * isolate worker process (sbxd --worker) reached over the worker channel.
+ * A small pool of warm workers makes sandbox.create cost a pool pop instead
+ * of a process start. Runaway programs are the worker's problem, never the
+ * loop's: a timeout or kill ends the worker with SIGKILL and the sandbox
+ * gets a fresh isolate.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "chan.h"
+#include "daemon.h"
+#include "log.h"
+#include "process.h"
+#include "provider.h"
+#include "sandbox.h"
+#include "sbx_proto.h"
+
+extern char **environ;
+
+#define DEFAULT_POOL 2
+#define DEFAULT_MEM_MB 128
+#define CREDIT_BATCH (SBX_CHAN_WINDOW / 4)
+#define STDIN_LIMIT (16u * 1024 * 1024)
+
+struct duk_prov;
+struct duk_sb;
+
+struct worker {
+    struct worker *next; /* in the pool, or the graveyard */
+    struct duk_prov *dp;
+    pid_t pid;
+    struct chan ch;
+    ev_child child;
+    int64_t mem_mb;
+    int ready; /* HELLO seen */
+    int dead;  /* killed or lost: no more frames are acted on */
+    struct duk_sb *owner;
+    struct process *running;
+    int snapshot_wanted; /* 1 = snapshot op, 2 = stop op */
+};
+
+struct duk_proc {
+    struct process *p;
+    struct duk_proc *qnext;
+    uint32_t owed; /* credit withheld or not yet returned */
+    struct obuf stdin_buf; /* stdin given before the SPAWN was sent */
+    int stdin_eof;
+    int spawned;
+};
+
+struct duk_sb {
+    struct sandbox *sb;
+    struct worker *w;
+    struct duk_proc *queue, *queue_tail;
+    json_t *saved; /* global state kept across stop/start */
+    int starting;
+    int reset_pending; /* the next exit result says isolate_reset */
+};
+
+struct duk_prov {
+    int pool_size;
+    int64_t mem_mb;
+    char *user;
+    int fresh;
+    struct worker *pool;
+    int npool, nstarting;
+    struct worker *all; /* not used for lookups; the pool and owners hold workers */
+};
+
+static void worker_frame(struct chan *ch, const struct sbx_chan_hdr *h, const uint8_t *payload,
+                         void *data);
+static void worker_closed(struct chan *ch, const char *why, void *data);
+static void pump(struct duk_sb *ds);
+static void pool_fill(struct duk_prov *dp);
+static void attach_worker(struct duk_sb *ds, struct worker *w);
+
+/* -- workers ------------------------------------------------------------------ */
+
+static void child_cb(struct ev_loop *loop, ev_child *c, int revents)
+{
+    struct worker *w = c->data;
+    ev_child_stop(loop, c);
+    if (!w->dead) {
+        char why[64];
+        if (WIFSIGNALED(c->rstatus))
+            snprintf(why, sizeof(why), "isolate worker died (signal %d)", WTERMSIG(c->rstatus));
+        else
+            snprintf(why, sizeof(why), "isolate worker exited (%d)", WEXITSTATUS(c->rstatus));
+        worker_closed(&w->ch, why, w);
+    }
+    chan_deinit(&w->ch);
+    free(w);
+}
+
+static struct worker *worker_spawn(struct duk_prov *dp, int64_t mem_mb)
+{
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+        return NULL;
+    char mem[32], a0[] = "sbxd", a1[] = "--worker", a2[] = "--fd", a3[] = "3",
+                  a4[] = "--memory-limit-mb", a6[] = "--user";
+    snprintf(mem, sizeof(mem), "%lld", (long long)mem_mb);
+    char *argv[] = {a0, a1, a2, a3, a4, mem, dp->user ? a6 : NULL, dp->user, NULL};
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    /* dup2 clears CLOEXEC on fd 3; everything else of ours is CLOEXEC. */
+    posix_spawn_file_actions_adddup2(&fa, sv[1], 3);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    posix_spawnattr_t at;
+    posix_spawnattr_init(&at);
+    sigset_t none, all;
+    sigemptyset(&none);
+    sigfillset(&all);
+    /* libev blocks/handles signals in the parent; the worker starts clean. */
+    posix_spawnattr_setsigmask(&at, &none);
+    posix_spawnattr_setsigdefault(&at, &all);
+    posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+    char noseccomp[] = "SBX_NO_SECCOMP=1";
+    char *envp[] = {getenv("SBX_NO_SECCOMP") ? noseccomp : NULL, NULL};
+    pid_t pid;
+    int r = posix_spawn(&pid, D->exe_path, &fa, &at, argv, envp);
+    posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&at);
+    close(sv[1]);
+    if (r != 0) {
+        log_error("duktape: cannot start a worker: %s", strerror(r));
+        close(sv[0]);
+        return NULL;
+    }
+    struct worker *w = calloc(1, sizeof(*w));
+    if (!w)
+        abort();
+    w->dp = dp;
+    w->pid = pid;
+    w->mem_mb = mem_mb;
+    chan_init_fd(&w->ch, sv[0], worker_frame, worker_closed, w);
+    ev_child_init(&w->child, child_cb, pid, 0);
+    w->child.data = w;
+    ev_child_start(D->loop, &w->child);
+    return w;
+}
+
+/* Ends a worker. The struct lives until the child is reaped. */
+static void worker_kill(struct worker *w)
+{
+    if (w->dead)
+        return;
+    w->dead = 1;
+    kill(w->pid, SIGKILL);
+    chan_close(&w->ch);
+}
+
+static void pool_remove(struct duk_prov *dp, struct worker *w)
+{
+    for (struct worker **pp = &dp->pool; *pp; pp = &(*pp)->next)
+        if (*pp == w) {
+            *pp = w->next;
+            w->next = NULL;
+            dp->npool--;
+            return;
+        }
+}
+
+static void pool_fill(struct duk_prov *dp)
+{
+    if (D->draining)
+        return;
+    while (dp->npool + dp->nstarting < dp->pool_size) {
+        struct worker *w = worker_spawn(dp, dp->mem_mb);
+        if (!w)
+            return;
+        w->next = dp->pool;
+        dp->pool = w;
+        dp->npool++;
+    }
+}
+
+/* A ready pool worker of the default size, or NULL. */
+static struct worker *pool_take(struct duk_prov *dp, int64_t mem_mb)
+{
+    if (mem_mb != dp->mem_mb)
+        return NULL;
+    for (struct worker *w = dp->pool; w; w = w->next)
+        if (w->ready && !w->dead) {
+            pool_remove(dp, w);
+            return w;
+        }
+    return NULL;
+}
+
+static int64_t sb_mem(struct duk_prov *dp, struct sandbox *sb)
+{
+    json_int_t m = json_integer_value(json_object_get(sb->conf, "memory_limit_mb"));
+    return m > 0 ? m : dp->mem_mb;
+}
+
+/* Gives the sandbox a worker: from the pool when one is warm, else a new one
+ * (the start finishes on its HELLO). */
+static void get_worker(struct duk_sb *ds)
+{
+    struct duk_prov *dp = ds->sb->prov->cookie;
+    int64_t mem = sb_mem(dp, ds->sb);
+    struct worker *w = pool_take(dp, mem);
+    if (!w) {
+        if (mem == dp->mem_mb) {
+            /* Take a starting pool worker rather than start one more. */
+            for (struct worker *x = dp->pool; x; x = x->next)
+                if (!x->dead) {
+                    w = x;
+                    pool_remove(dp, x);
+                    break;
+                }
+        }
+        if (!w)
+            w = worker_spawn(dp, mem);
+    }
+    pool_fill(dp);
+    if (w)
+        attach_worker(ds, w);
+}
+
+static void finish_start(struct duk_sb *ds)
+{
+    ds->starting = 0;
+    json_t *state = ds->saved ? ds->saved : ds->sb->snapshot;
+    if (state && !json_is_null(state))
+        chan_send_json(&ds->w->ch, SBX_CHAN_RESTORE, 0, state);
+    if (ds->sb->op == OP_START)
+        sandbox_op_done(ds->sb, NULL, NULL);
+    pump(ds);
+}
+
+static void attach_worker(struct duk_sb *ds, struct worker *w)
+{
+    ds->w = w;
+    w->owner = ds;
+    if (w->ready)
+        finish_start(ds);
+    /* else: worker_frame(HELLO) finishes it */
+}
+
+/* -- processes ----------------------------------------------------------------- */
+
+static void send_credit(struct worker *w, struct duk_proc *dpp, int force)
+{
+    if (dpp->owed == 0 || (!force && dpp->owed < CREDIT_BATCH))
+        return;
+    if (process_output_blocked(dpp->p))
+        return;
+    chan_send_u32(&w->ch, SBX_CHAN_CREDIT, dpp->p->pid, dpp->owed);
+    dpp->owed = 0;
+}
+
+static void flush_stdin(struct worker *w, struct duk_proc *dpp)
+{
+    struct obuf *b = &dpp->stdin_buf;
+    while (b->bytes > 0) {
+        struct iovec iov[1];
+        obuf_iov(b, iov, 1);
+        if (chan_send(&w->ch, SBX_CHAN_STDIN, dpp->p->pid, iov[0].iov_base, iov[0].iov_len) < 0)
+            break;
+        obuf_consume(b, iov[0].iov_len);
+    }
+    if (dpp->stdin_eof && b->bytes == 0)
+        chan_send(&w->ch, SBX_CHAN_STDIN_EOF, dpp->p->pid, NULL, 0);
+}
+
+static void pump(struct duk_sb *ds)
+{
+    struct worker *w = ds->w;
+    if (!w || !w->ready || w->dead || w->running || !ds->queue || ds->starting)
+        return;
+    struct duk_proc *dpp = ds->queue;
+    ds->queue = dpp->qnext;
+    if (!ds->queue)
+        ds->queue_tail = NULL;
+    dpp->qnext = NULL;
+    struct process *p = dpp->p;
+    json_t *msg = json_deep_copy(p->spec);
+    json_object_set_new(msg, "window", json_integer(SBX_CHAN_WINDOW));
+    json_t *tools = json_object_get(ds->sb->conf, "tools");
+    if (tools)
+        json_object_set(msg, "tools", tools);
+    json_object_set_new(msg, "fresh", json_boolean(json_is_true(json_object_get(ds->sb->conf,
+                                                                                "fresh_isolate"))));
+    if (chan_send_json(&w->ch, SBX_CHAN_SPAWN, p->pid, msg) < 0) {
+        json_decref(msg);
+        json_t *rec = json_pack("{s:i, s:s}", "exit_code", -1, "error", "isolate channel failed");
+        process_exited(p, rec);
+        json_decref(rec);
+        return;
+    }
+    json_decref(msg);
+    w->running = p;
+    dpp->spawned = 1;
+    flush_stdin(w, dpp);
+}
+
+static int d_proc_spawn(void *cookie, struct process *p, sbx_err_t *err)
+{
+    struct duk_sb *ds = p->sb->pdata;
+    struct duk_proc *dpp = calloc(1, sizeof(*dpp));
+    if (!dpp)
+        abort();
+    dpp->p = p;
+    obuf_init(&dpp->stdin_buf);
+    p->pdata = dpp;
+    if (ds->queue_tail)
+        ds->queue_tail->qnext = dpp;
+    else
+        ds->queue = dpp;
+    ds->queue_tail = dpp;
+    pump(ds);
+    return 0;
+}
+
+static int d_proc_write(void *cookie, struct process *p, const void *data, size_t len,
+                        sbx_err_t *err)
+{
+    struct duk_proc *dpp = p->pdata;
+    struct duk_sb *ds = p->sb->pdata;
+    if (!dpp || dpp->stdin_eof)
+        return err_make(err, SBX_E_STATE, "stdin of process %u is closed", p->pid);
+    if (dpp->stdin_buf.bytes + len > STDIN_LIMIT ||
+        (ds->w && chan_pending_output(&ds->w->ch) + len > STDIN_LIMIT))
+        return err_make_data(err, SBX_E_LIMIT, json_pack("{s:s, s:i}", "limit", "stdin_buffer", "max",
+                                                         (int)STDIN_LIMIT),
+                             "stdin buffer of process %u is full", p->pid);
+    const uint8_t *d = data;
+    if (dpp->spawned && ds->w && !ds->w->dead) {
+        while (len > 0) {
+            size_t k = len < SBX_CHAN_MAX_PAYLOAD ? len : SBX_CHAN_MAX_PAYLOAD;
+            if (chan_send(&ds->w->ch, SBX_CHAN_STDIN, p->pid, d, k) < 0)
+                return err_make(err, SBX_E_PROVIDER, "isolate channel failed");
+            d += k;
+            len -= k;
+        }
+        return 0;
+    }
+    /* Queued behind another program: keep it until the SPAWN goes out. */
+    while (len > 0) {
+        size_t k = len < SBX_CHAN_MAX_PAYLOAD ? len : SBX_CHAN_MAX_PAYLOAD;
+        obuf_append(&dpp->stdin_buf, d, k);
+        d += k;
+        len -= k;
+    }
+    return 0;
+}
+
+static int d_proc_close_stdin(void *cookie, struct process *p, sbx_err_t *err)
+{
+    struct duk_proc *dpp = p->pdata;
+    struct duk_sb *ds = p->sb->pdata;
+    if (!dpp || dpp->stdin_eof)
+        return 0;
+    dpp->stdin_eof = 1;
+    if (dpp->spawned && ds->w && !ds->w->dead)
+        chan_send(&ds->w->ch, SBX_CHAN_STDIN_EOF, p->pid, NULL, 0);
+    return 0;
+}
+
+static void unqueue(struct duk_sb *ds, struct duk_proc *dpp)
+{
+    struct duk_proc *prev = NULL;
+    for (struct duk_proc *x = ds->queue; x; prev = x, x = x->qnext)
+        if (x == dpp) {
+            if (prev)
+                prev->qnext = x->qnext;
+            else
+                ds->queue = x->qnext;
+            if (ds->queue_tail == x)
+                ds->queue_tail = prev;
+            x->qnext = NULL;
+            return;
+        }
+}
+
+/* The isolate can't be interrupted from outside, so ending the running
+ * program means ending its worker; the sandbox continues on a fresh one. */
+static void replace_worker(struct duk_sb *ds)
+{
+    struct worker *old = ds->w;
+    if (old) {
+        old->owner = NULL;
+        old->running = NULL;
+        worker_kill(old);
+    }
+    ds->w = NULL;
+    ds->reset_pending = 1;
+    if (ds->sb->status == SB_RUNNING || ds->sb->status == SB_STARTING) {
+        ds->saved = NULL; /* the state died with the isolate */
+        get_worker(ds);
+    }
+}
+
+static int d_proc_kill(void *cookie, struct process *p, int sig, sbx_err_t *err)
+{
+    struct duk_proc *dpp = p->pdata;
+    struct duk_sb *ds = p->sb->pdata;
+    if (!dpp)
+        return 0;
+    json_t *rec = json_pack("{s:i, s:i, s:b}", "exit_code", 128 + sig, "signal", sig, "killed", 1);
+    if (ds->w && ds->w->running == p) {
+        json_object_set_new(rec, "reset", json_true());
+        replace_worker(ds);
+        ds->reset_pending = 0;
+    } else {
+        unqueue(ds, dpp);
+    }
+    process_exited(p, rec);
+    json_decref(rec);
+    return 0;
+}
+
+static void d_proc_resume(void *cookie, struct process *p)
+{
+    struct duk_proc *dpp = p->pdata;
+    struct duk_sb *ds = p->sb->pdata;
+    if (dpp && ds->w && ds->w->running == p)
+        send_credit(ds->w, dpp, 1);
+}
+
+static void d_proc_tool_result(void *cookie, struct process *p, json_t *reply)
+{
+    struct duk_sb *ds = p->sb->pdata;
+    if (ds->w && ds->w->running == p)
+        chan_send_json(&ds->w->ch, SBX_CHAN_TOOL_RESULT, p->pid, reply);
+}
+
+static void d_proc_release(void *cookie, struct process *p)
+{
+    struct duk_proc *dpp = p->pdata;
+    struct duk_sb *ds = p->sb->pdata;
+    if (!dpp)
+        return;
+    if (ds && ds->w && ds->w->running == p)
+        replace_worker(ds);
+    else if (ds)
+        unqueue(ds, dpp);
+    obuf_deinit(&dpp->stdin_buf);
+    free(dpp);
+    p->pdata = NULL;
+}
+
+/* -- frames from the worker ----------------------------------------------------- */
+
+static void on_exit_frame(struct worker *w, const uint8_t *payload, size_t len)
+{
+    struct process *p = w->running;
+    struct duk_sb *ds = w->owner;
+    w->running = NULL;
+    json_t *rec = chan_json(payload, len);
+    if (!json_is_object(rec)) {
+        json_decref(rec);
+        rec = json_pack("{s:i, s:s}", "exit_code", -1, "error", "invalid exit record from isolate");
+    }
+    if (ds && ds->reset_pending) {
+        json_object_set_new(rec, "reset", json_true());
+        ds->reset_pending = 0;
+    }
+    struct duk_proc *dpp = p->pdata;
+    if (dpp)
+        dpp->owed = 0;
+    process_exited(p, rec);
+    json_decref(rec);
+    if (ds)
+        pump(ds);
+}
+
+static void worker_frame(struct chan *ch, const struct sbx_chan_hdr *h, const uint8_t *payload,
+                         void *data)
+{
+    struct worker *w = data;
+    if (w->dead)
+        return;
+    struct duk_sb *ds = w->owner;
+    switch (h->type) {
+    case SBX_CHAN_HELLO:
+        if (!w->ready) {
+            w->ready = 1;
+            if (ds && ds->w == w)
+                finish_start(ds);
+        }
+        return;
+    case SBX_CHAN_STDOUT:
+    case SBX_CHAN_STDERR: {
+        struct process *p = w->running;
+        if (!p || p->pid != h->proc)
+            return;
+        struct duk_proc *dpp = p->pdata;
+        process_output(p, h->type == SBX_CHAN_STDERR, payload, h->len);
+        if (w->running == p && dpp) {
+            dpp->owed += h->len;
+            send_credit(w, dpp, 0);
+        }
+        return;
+    }
+    case SBX_CHAN_EXIT:
+        if (w->running && w->running->pid == h->proc)
+            on_exit_frame(w, payload, h->len);
+        return;
+    case SBX_CHAN_STARTED: {
+        json_t *v = chan_json(payload, h->len);
+        if (w->running && w->running->pid == h->proc)
+            process_started(w->running, (long)json_integer_value(json_object_get(v, "os_pid")));
+        json_decref(v);
+        return;
+    }
+    case SBX_CHAN_TOOL_CALL: {
+        struct process *p = w->running;
+        json_t *v = chan_json(payload, h->len);
+        const char *name = json_string_value(json_object_get(v, "name"));
+        json_t *call = json_object_get(v, "call");
+        if (p && p->pid == h->proc && name && json_is_integer(call))
+            process_tool_call(p, json_integer_value(call), name, json_object_get(v, "args"));
+        json_decref(v);
+        return;
+    }
+    case SBX_CHAN_SNAP_DATA: {
+        json_t *v = chan_json(payload, h->len);
+        int why = w->snapshot_wanted;
+        w->snapshot_wanted = 0;
+        if (!ds || !why) {
+            json_decref(v);
+            return;
+        }
+        const char *e = json_string_value(json_object_get(v, "error"));
+        if (why == 2) {
+            /* stop: keep the state, end the worker */
+            json_decref(ds->saved);
+            ds->saved = e || !v ? NULL : v;
+            if (e || !v)
+                json_decref(v);
+            w->owner = NULL;
+            worker_kill(w);
+            ds->w = NULL;
+            sandbox_op_done(ds->sb, NULL, NULL);
+            return;
+        }
+        if (e || !v) {
+            sbx_err_t err = {0};
+            err_make_data(&err, SBX_E_PROVIDER,
+                          json_pack("{s:s, s:s}", "provider", "duktape", "message",
+                                    e ? e : "invalid snapshot"),
+                          "snapshot failed: %s", e ? e : "invalid snapshot");
+            json_decref(v);
+            sandbox_op_done(ds->sb, &err, NULL);
+            err_clear(&err);
+            return;
+        }
+        sandbox_op_done(ds->sb, NULL, v);
+        return;
+    }
+    case SBX_CHAN_LOG:
+        log_info("duktape worker %d: %.*s", (int)w->pid, (int)(h->len > 500 ? 500 : h->len),
+                 (const char *)payload);
+        return;
+    case SBX_CHAN_ERROR:
+        log_warn("duktape worker %d gave up: %.*s", (int)w->pid,
+                 (int)(h->len > 500 ? 500 : h->len), (const char *)payload);
+        worker_closed(ch, "isolate worker reported an error", w);
+        return;
+    case SBX_CHAN_PONG:
+        return;
+    default:
+        log_debug("duktape worker %d: unexpected frame %s", (int)w->pid,
+                  sbx_chan_type_name(h->type));
+    }
+}
+
+/* The worker is gone (crash, memory fatal, EOF): fail what it ran and give
+ * its sandbox a fresh one. */
+static void worker_closed(struct chan *ch, const char *why, void *data)
+{
+    struct worker *w = data;
+    if (w->dead)
+        return;
+    struct duk_sb *ds = w->owner;
+    struct process *p = w->running;
+    int snap = w->snapshot_wanted;
+    worker_kill(w);
+    struct duk_prov *dp = w->dp;
+    if (!ds) {
+        pool_remove(dp, w);
+        pool_fill(dp);
+        return;
+    }
+    w->owner = NULL;
+    w->running = NULL;
+    ds->w = NULL;
+    if (p) {
+        json_t *rec = json_pack("{s:i, s:s, s:b}", "exit_code", 1, "error", why, "reset", 1);
+        process_exited(p, rec);
+        json_decref(rec);
+    }
+    if (snap) {
+        sbx_err_t err = {0};
+        if (snap == 2) {
+            sandbox_op_done(ds->sb, NULL, NULL);
+        } else {
+            err_make(&err, SBX_E_PROVIDER, "snapshot failed: %s", why);
+            sandbox_op_done(ds->sb, &err, NULL);
+            err_clear(&err);
+        }
+        return;
+    }
+    if (ds->starting) {
+        ds->starting = 0;
+        sbx_err_t err = {0};
+        err_make(&err, SBX_E_PROVIDER, "isolate failed to start: %s", why);
+        sandbox_op_done(ds->sb, &err, NULL);
+        err_clear(&err);
+        return;
+    }
+    if (ds->sb->status == SB_RUNNING) {
+        ds->reset_pending = 1;
+        ds->saved = NULL;
+        get_worker(ds);
+    }
+}
+
+/* -- sandbox ops ------------------------------------------------------------------ */
+
+static int d_sb_start(void *cookie, struct sandbox *sb, sbx_err_t *err)
+{
+    struct duk_sb *ds = sb->pdata;
+    if (!ds) {
+        ds = calloc(1, sizeof(*ds));
+        if (!ds)
+            return err_make(err, SBX_E_INTERNAL, "out of memory");
+        ds->sb = sb;
+        sb->pdata = ds;
+    }
+    if (ds->w && !ds->w->dead) {
+        sandbox_op_done(sb, NULL, NULL);
+        return 0;
+    }
+    ds->starting = 1;
+    get_worker(ds);
+    if (!ds->w) {
+        ds->starting = 0;
+        return err_make(err, SBX_E_PROVIDER, "cannot start an isolate worker");
+    }
+    return 0;
+}
+
+static int d_sb_stop(void *cookie, struct sandbox *sb, sbx_err_t *err)
+{
+    struct duk_sb *ds = sb->pdata;
+    if (!ds || !ds->w || ds->w->dead || !ds->w->ready || ds->w->running) {
+        if (ds && ds->w)
+            replace_worker(ds);
+        if (ds && ds->w) { /* replace_worker started a new one: not wanted now */
+            ds->w->owner = NULL;
+            worker_kill(ds->w);
+            ds->w = NULL;
+        }
+        sandbox_op_done(sb, NULL, NULL);
+        return 0;
+    }
+    /* Keep the global state across stop/start. */
+    ds->w->snapshot_wanted = 2;
+    if (chan_send(&ds->w->ch, SBX_CHAN_SNAPSHOT, 0, NULL, 0) < 0)
+        return err_make(err, SBX_E_PROVIDER, "isolate channel failed");
+    return 0;
+}
+
+static int d_sb_destroy(void *cookie, struct sandbox *sb, sbx_err_t *err)
+{
+    struct duk_sb *ds = sb->pdata;
+    if (ds && ds->w) {
+        ds->w->owner = NULL;
+        ds->w->running = NULL;
+        worker_kill(ds->w);
+        ds->w = NULL;
+    }
+    sandbox_op_done(sb, NULL, NULL);
+    return 0;
+}
+
+static int d_sb_snapshot(void *cookie, struct sandbox *sb, sbx_err_t *err)
+{
+    struct duk_sb *ds = sb->pdata;
+    if (!ds || !ds->w || ds->w->dead) {
+        /* stopped: the saved state is the snapshot */
+        sandbox_op_done(sb, NULL, ds && ds->saved ? json_deep_copy(ds->saved) : json_object());
+        return 0;
+    }
+    if (ds->w->running)
+        return err_make_data(err, SBX_E_STATE,
+                             json_pack("{s:s, s:s}", "sandbox", sb->id, "status", "busy"),
+                             "sandbox %s is running a program; snapshot when it is idle", sb->id);
+    if (!ds->w->ready)
+        return err_make(err, SBX_E_STATE, "isolate is still starting");
+    ds->w->snapshot_wanted = 1;
+    if (chan_send(&ds->w->ch, SBX_CHAN_SNAPSHOT, 0, NULL, 0) < 0)
+        return err_make(err, SBX_E_PROVIDER, "isolate channel failed");
+    return 0;
+}
+
+static json_t *d_sb_metadata(void *cookie, struct sandbox *sb)
+{
+    struct duk_sb *ds = sb->pdata;
+    struct duk_prov *dp = cookie;
+    json_t *o = json_pack("{s:I}", "memory_limit_mb", (json_int_t)sb_mem(dp, sb));
+    if (ds && ds->w && !ds->w->dead)
+        json_object_set_new(o, "worker_pid", json_integer(ds->w->pid));
+    int q = 0;
+    for (struct duk_proc *x = ds ? ds->queue : NULL; x; x = x->qnext)
+        q++;
+    json_object_set_new(o, "queued", json_integer(q));
+    return o;
+}
+
+static void d_sb_release(void *cookie, struct sandbox *sb)
+{
+    struct duk_sb *ds = sb->pdata;
+    if (!ds)
+        return;
+    if (ds->w) {
+        ds->w->owner = NULL;
+        ds->w->running = NULL;
+        worker_kill(ds->w);
+    }
+    json_decref(ds->saved);
+    free(ds);
+    sb->pdata = NULL;
+}
+
+/* -- provider ---------------------------------------------------------------------- */
+
+static int d_load(json_t *conf, void **cookie, sbx_err_t *err)
+{
+    struct duk_prov *dp = calloc(1, sizeof(*dp));
+    if (!dp)
+        return err_make(err, SBX_E_INTERNAL, "out of memory");
+    json_t *v;
+    dp->pool_size = (v = json_object_get(conf, "pool_size")) ? (int)json_integer_value(v) : DEFAULT_POOL;
+    if (dp->pool_size < 0 || dp->pool_size > 64)
+        dp->pool_size = DEFAULT_POOL;
+    dp->mem_mb = (v = json_object_get(conf, "memory_limit_mb")) ? json_integer_value(v) : DEFAULT_MEM_MB;
+    if (dp->mem_mb <= 0)
+        dp->mem_mb = DEFAULT_MEM_MB;
+    const char *u = json_string_value(json_object_get(conf, "worker_user"));
+    dp->user = u ? strdup(u) : NULL;
+    *cookie = dp;
+    pool_fill(dp);
+    return 0;
+}
+
+static void d_unload(void *cookie)
+{
+    struct duk_prov *dp = cookie;
+    while (dp->pool) {
+        struct worker *w = dp->pool;
+        dp->pool = w->next;
+        worker_kill(w);
+        /* reap now: the loop is about to go */
+        ev_child_stop(D->loop, &w->child);
+        waitpid(w->pid, NULL, 0);
+        chan_deinit(&w->ch);
+        free(w);
+    }
+    free(dp->user);
+    free(dp);
+}
+
+static int d_available(void *cookie, const char **reason)
+{
+    return 1;
+}
+
+static json_t *d_info(void *cookie)
+{
+    struct duk_prov *dp = cookie;
+    int ready = 0;
+    for (struct worker *w = dp->pool; w; w = w->next)
+        ready += w->ready && !w->dead;
+    return json_pack("{s:s, s:i, s:i, s:I}", "engine", "duktape 2.7", "pool_size", dp->pool_size,
+                     "pool_ready", ready, "memory_limit_mb", (json_int_t)dp->mem_mb);
+}
+
+static const struct cfg_key duk_keys[] = {
+    {"memory_limit_mb", CFG_INT},
+    {"pool_size", CFG_INT},
+    {"worker_user", CFG_STR},
+    {"fresh_isolate", CFG_BOOL},
+    {"command_timeout_ms", CFG_INT},
+    {NULL, 0},
+};
+
+const struct sbx_provider sbx_provider_duktape = {
+    .name = "duktape",
+    .config_keys = duk_keys,
+    .shell_commands = 0,
+    .default_cwd = "/",
+    .enabled_by_default = 1,
+    .load = d_load,
+    .unload = d_unload,
+    .available = d_available,
+    .info = d_info,
+    .sb_start = d_sb_start,
+    .sb_stop = d_sb_stop,
+    .sb_destroy = d_sb_destroy,
+    .sb_snapshot = d_sb_snapshot,
+    .sb_metadata = d_sb_metadata,
+    .sb_release = d_sb_release,
+    .proc_spawn = d_proc_spawn,
+    .proc_write = d_proc_write,
+    .proc_close_stdin = d_proc_close_stdin,
+    .proc_kill = d_proc_kill,
+    .proc_resume = d_proc_resume,
+    .proc_tool_result = d_proc_tool_result,
+    .proc_release = d_proc_release,
+};

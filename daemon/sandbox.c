@@ -1,0 +1,736 @@
+/*
+ * sandbox.c - the provider-independent life of a sandbox: registry and
+ * ownership, the status machine around provider ops, lifecycle hooks,
+ * wall-clock and idle timeouts, env and cwd precedence.
+ */
+#include "sandbox.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon.h"
+#include "log.h"
+#include "process.h"
+#include "rpc.h"
+#include "sbx_proto.h"
+#include "session.h"
+
+#define HOOK_TIMEOUT_MS 60000
+
+static const char *status_names[] = {"pending",  "starting",   "running",   "stopping",
+                                     "stopped",  "destroying", "destroyed", "error"};
+
+const char *sandbox_status_name(enum sb_status s)
+{
+    return status_names[s];
+}
+
+int sandbox_visible(struct session *s, struct sandbox *sb)
+{
+    return s == NULL || s->admin || sb->owner == s->uid;
+}
+
+struct sandbox *sandbox_find_any(const char *id)
+{
+    if (!id)
+        return NULL;
+    for (struct sandbox *sb = D->sandboxes; sb; sb = sb->next)
+        if (strcmp(sb->id, id) == 0)
+            return sb;
+    return NULL;
+}
+
+struct sandbox *sandbox_find(struct session *s, const char *id)
+{
+    struct sandbox *sb = sandbox_find_any(id);
+    return sb && sandbox_visible(s, sb) ? sb : NULL;
+}
+
+int sandbox_count_owned(uid_t uid)
+{
+    int n = 0;
+    for (struct sandbox *sb = D->sandboxes; sb; sb = sb->next)
+        if (sb->owner == uid)
+            n++;
+    return n;
+}
+
+/* -- status ----------------------------------------------------------------- */
+
+static void notify_owner(struct sandbox *sb)
+{
+    json_t *params = json_pack("{s:s, s:s}", "sandbox", sb->id, "status",
+                               sandbox_status_name(sb->status));
+    if (sb->status == SB_ERROR && sb->error)
+        json_object_set_new(params, "error", json_string(sb->error));
+    json_t *msg = json_pack("{s:s, s:s, s:o}", "jsonrpc", "2.0", "method", SBX_N_STATUS, "params",
+                            params);
+    for (struct session *s = D->sessions; s; s = s->next)
+        if (s->uid == sb->owner && !(s->flags & SESS_CLOSE_ASAP))
+            session_send(s, msg);
+    json_decref(msg);
+}
+
+static void set_status(struct sandbox *sb, enum sb_status st, const char *error)
+{
+    if (error) {
+        free(sb->error);
+        sb->error = strdup(error);
+    } else if (st != SB_ERROR) {
+        free(sb->error);
+        sb->error = NULL;
+    }
+    if (sb->status == st && !error)
+        return;
+    log_debug("sandbox %s: %s -> %s%s%s", sb->id, sandbox_status_name(sb->status),
+              sandbox_status_name(st), error ? ": " : "", error ? error : "");
+    sb->status = st;
+    notify_owner(sb);
+}
+
+void sandbox_progress(struct sandbox *sb, json_t *params)
+{
+    json_object_set_new(params, "sandbox", json_string(sb->id));
+    json_t *msg = json_pack("{s:s, s:s, s:o}", "jsonrpc", "2.0", "method", SBX_N_PROGRESS,
+                            "params", params);
+    for (struct session *s = D->sessions; s; s = s->next)
+        if (s->uid == sb->owner && !(s->flags & SESS_CLOSE_ASAP))
+            session_send(s, msg);
+    json_decref(msg);
+}
+
+/* -- timers ----------------------------------------------------------------- */
+
+static void life_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    struct sandbox *sb = w->data;
+    log_info("sandbox %s: lifetime of %lld ms is over, destroying", sb->id,
+             (long long)json_integer_value(json_object_get(sb->conf, "timeout_ms")));
+    sandbox_destroy(sb, NULL);
+}
+
+static void idle_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    struct sandbox *sb = w->data;
+    double idle = json_integer_value(json_object_get(sb->conf, "idle_timeout_ms")) / 1000.0;
+    double left = sb->last_activity + idle - ev_now(loop);
+    if (sb->nlive > 0 || left > 0.001) {
+        ev_timer_set(w, left > 0.001 ? left : idle, 0.);
+        ev_timer_start(loop, w);
+        return;
+    }
+    log_info("sandbox %s: idle for %.0f s, destroying", sb->id, idle);
+    sandbox_destroy(sb, NULL);
+}
+
+void sandbox_touch(struct sandbox *sb)
+{
+    sb->last_activity = ev_now(D->loop);
+}
+
+void sandbox_process_gone(struct sandbox *sb)
+{
+    sandbox_touch(sb);
+}
+
+static void arm_timers(struct sandbox *sb)
+{
+    if (!ev_is_active(&sb->life_timer) && sb->expires_at == 0) {
+        int64_t t = json_integer_value(json_object_get(sb->conf, "timeout_ms"));
+        sb->expires_at = daemon_now() + t / 1000.0;
+        ev_timer_set(&sb->life_timer, t / 1000.0, 0.);
+        ev_timer_start(D->loop, &sb->life_timer);
+    }
+    int64_t idle = json_integer_value(json_object_get(sb->conf, "idle_timeout_ms"));
+    if (idle > 0 && !ev_is_active(&sb->idle_timer)) {
+        sandbox_touch(sb);
+        ev_timer_set(&sb->idle_timer, idle / 1000.0, 0.);
+        ev_timer_start(D->loop, &sb->idle_timer);
+    }
+}
+
+/* -- creation ---------------------------------------------------------------- */
+
+int sandbox_new(struct sandbox **out, const char *id, struct provider_inst *prov, uid_t owner,
+                json_t *conf, sbx_err_t *err)
+{
+    struct sandbox *sb = calloc(1, sizeof(*sb));
+    if (!sb) {
+        json_decref(conf);
+        return err_make(err, SBX_E_INTERNAL, "out of memory");
+    }
+    snprintf(sb->id, sizeof(sb->id), "%s", id);
+    sb->prov = prov;
+    sb->owner = owner;
+    sb->status = SB_PENDING;
+    sb->created_at = daemon_now();
+    sb->conf = conf;
+    sb->runtime_env = json_object();
+    ev_timer_init(&sb->life_timer, life_cb, 1., 0.);
+    sb->life_timer.data = sb;
+    ev_timer_init(&sb->idle_timer, idle_cb, 1., 0.);
+    sb->idle_timer.data = sb;
+    sandbox_touch(sb);
+    const char *snap = json_string_value(json_object_get(conf, "snapshot"));
+    if (snap) {
+        json_t *rec = json_object_get(D->snapshots, snap);
+        sb->snapshot = json_object_get(rec, "data");
+    }
+    sb->next = D->sandboxes;
+    if (D->sandboxes)
+        D->sandboxes->prev = sb;
+    D->sandboxes = sb;
+    D->nsandboxes++;
+    *out = sb;
+    return 0;
+}
+
+static void sandbox_free(struct sandbox *sb)
+{
+    while (sb->procs)
+        process_free(sb->procs);
+    if (sb->prov->ops->sb_release)
+        sb->prov->ops->sb_release(sb->prov->cookie, sb);
+    ev_timer_stop(D->loop, &sb->life_timer);
+    ev_timer_stop(D->loop, &sb->idle_timer);
+    while (sb->waiters) {
+        struct op_waiter *w = sb->waiters;
+        sb->waiters = w->next;
+        call_error(w->call, SBX_E_NOT_FOUND, json_pack("{s:s}", "sandbox", sb->id),
+                   "sandbox %s is gone", sb->id);
+        free(w);
+    }
+    if (sb->prev)
+        sb->prev->next = sb->next;
+    else
+        D->sandboxes = sb->next;
+    if (sb->next)
+        sb->next->prev = sb->prev;
+    D->nsandboxes--;
+    json_decref(sb->conf);
+    json_decref(sb->runtime_env);
+    json_decref(sb->op_result);
+    free(sb->error);
+    free(sb);
+}
+
+void sandbox_free_all(void)
+{
+    while (D->sandboxes)
+        sandbox_free(D->sandboxes);
+}
+
+json_t *sandbox_to_json(struct sandbox *sb)
+{
+    char ts[40];
+    json_t *o = json_object();
+    json_object_set_new(o, "id", json_string(sb->id));
+    json_object_set_new(o, "provider", json_string(sb->prov->ops->name));
+    json_object_set_new(o, "status", json_string(sandbox_status_name(sb->status)));
+    json_object_set_new(o, "owner_uid", json_integer(sb->owner));
+    json_object_set_new(o, "created_at", json_string(daemon_timestamp(sb->created_at, ts)));
+    if (sb->started_at > 0)
+        json_object_set_new(o, "started_at", json_string(daemon_timestamp(sb->started_at, ts)));
+    if (sb->expires_at > 0)
+        json_object_set_new(o, "expires_at", json_string(daemon_timestamp(sb->expires_at, ts)));
+    const char *keys[] = {"timeout_ms", "idle_timeout_ms", "working_dir", "image", "tools",
+                          "snapshot", "memory_limit_mb", "fresh_isolate"};
+    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+        json_t *v = json_object_get(sb->conf, keys[i]);
+        if (v && !json_is_null(v))
+            json_object_set(o, keys[i], v);
+    }
+    json_t *env = sandbox_env_for(sb, NULL);
+    json_object_set_new(o, "env", env);
+    if (sb->error)
+        json_object_set_new(o, "error", json_string(sb->error));
+    json_object_set_new(o, "processes", json_integer(sb->nlive));
+    json_t *meta = sb->prov->ops->sb_metadata ? sb->prov->ops->sb_metadata(sb->prov->cookie, sb) : NULL;
+    json_object_set_new(o, "metadata", meta ? meta : json_object());
+    return o;
+}
+
+/* -- env and cwd ------------------------------------------------------------- */
+
+int env_merge(json_t *env, json_t *patch, sbx_err_t *err)
+{
+    if (!patch || json_is_null(patch))
+        return 0;
+    if (!json_is_object(patch))
+        return err_make_data(err, SBX_E_PARAMS, json_pack("{s:s}", "param", "env"),
+                             "env must be an object");
+    const char *k;
+    json_t *v;
+    json_object_foreach(patch, k, v)
+    {
+        if (k[0] == '\0' || strchr(k, '='))
+            return err_make_data(err, SBX_E_PARAMS, json_pack("{s:s}", "param", "env"),
+                                 "invalid env name '%s'", k);
+        if (!json_is_string(v) && !json_is_null(v))
+            return err_make_data(err, SBX_E_PARAMS, json_pack("{s:s}", "param", "env"),
+                                 "env value of '%s' must be a string or null", k);
+    }
+    json_object_foreach(patch, k, v)
+    {
+        if (json_is_null(v))
+            json_object_del(env, k);
+        else
+            json_object_set(env, k, v);
+    }
+    return 0;
+}
+
+json_t *sandbox_env_for(struct sandbox *sb, json_t *cmd_env)
+{
+    json_t *env = json_object();
+    env_merge(env, json_object_get(sb->conf, "env"), NULL);
+    env_merge(env, sb->runtime_env, NULL);
+    if (cmd_env)
+        env_merge(env, cmd_env, NULL);
+    return env;
+}
+
+const char *sandbox_cwd_for(struct sandbox *sb, const char *cmd_cwd)
+{
+    if (cmd_cwd)
+        return cmd_cwd;
+    const char *wd = json_string_value(json_object_get(sb->conf, "working_dir"));
+    if (wd)
+        return wd;
+    return sb->prov->ops->default_cwd;
+}
+
+/* -- ops ---------------------------------------------------------------------- */
+
+static void add_waiter(struct sandbox *sb, struct call *c, enum sb_op op)
+{
+    if (!c)
+        return;
+    struct op_waiter *w = calloc(1, sizeof(*w));
+    if (!w)
+        abort();
+    w->call = c;
+    w->op = op;
+    /* append: answers go out in request order */
+    struct op_waiter **pp = &sb->waiters;
+    while (*pp)
+        pp = &(*pp)->next;
+    *pp = w;
+}
+
+/* Answers the waiters of op: with err, or with make_result(sb). */
+static void answer_waiters(struct sandbox *sb, enum sb_op op, sbx_err_t *err, json_t *result)
+{
+    struct op_waiter **pp = &sb->waiters;
+    while (*pp) {
+        struct op_waiter *w = *pp;
+        if (w->op != op) {
+            pp = &w->next;
+            continue;
+        }
+        *pp = w->next;
+        if (err && err->msg) {
+            sbx_err_t copy = {0};
+            err_make_data(&copy, err->code, err->data ? json_deep_copy(err->data) : NULL, "%s",
+                          err->msg);
+            call_fail(w->call, &copy);
+        } else {
+            json_t *r = result ? json_incref(result) : sandbox_to_json(sb);
+            if (w->call->is_create && !result)
+                json_object_set_new(r, "reconnected", json_false());
+            call_reply(w->call, r);
+        }
+        free(w);
+    }
+}
+
+static int wrong_state(struct call *c, struct sandbox *sb, const char *what)
+{
+    if (c)
+        call_error(c, SBX_E_STATE,
+                   json_pack("{s:s, s:s}", "sandbox", sb->id, "status",
+                             sandbox_status_name(sb->status)),
+                   "cannot %s sandbox %s: it is %s", what, sb->id, sandbox_status_name(sb->status));
+    return -1;
+}
+
+static int provider_ready(struct sandbox *sb, sbx_err_t *err)
+{
+    const char *reason = NULL;
+    if (!sb->prov->loaded || !sb->prov->ops->available(sb->prov->cookie, &reason))
+        return err_make_data(err, SBX_E_UNAVAILABLE,
+                             json_pack("{s:s, s:s}", "provider", sb->prov->ops->name, "reason",
+                                       reason ? reason : sb->prov->load_error ? sb->prov->load_error
+                                                                              : "not loaded"),
+                             "provider %s is unavailable: %s", sb->prov->ops->name,
+                             reason ? reason : sb->prov->load_error ? sb->prov->load_error : "not loaded");
+    return 0;
+}
+
+static int run_hook(struct sandbox *sb, const char *key, process_done_fn done);
+static void finish_op(struct sandbox *sb, sbx_err_t *err);
+static void continue_destroy(struct sandbox *sb);
+static void stop_continue(struct sandbox *sb);
+
+void sandbox_start(struct sandbox *sb, struct call *c)
+{
+    sandbox_touch(sb);
+    if (sb->status == SB_RUNNING && sb->op != OP_START) {
+        if (c)
+            call_reply(c, sandbox_to_json(sb));
+        return;
+    }
+    if (sb->op == OP_START) {
+        add_waiter(sb, c, OP_START);
+        return;
+    }
+    if (sb->op != OP_NONE || (sb->status != SB_PENDING && sb->status != SB_STOPPED &&
+                              sb->status != SB_ERROR)) {
+        wrong_state(c, sb, "start");
+        return;
+    }
+    sbx_err_t err = {0};
+    if (provider_ready(sb, &err) < 0) {
+        if (c)
+            call_fail(c, &err);
+        else
+            err_clear(&err);
+        /* queued processes can't run */
+        for (struct process *p = sb->procs; p; p = p->next)
+            if (p->state == P_QUEUED)
+                process_fail(p, "provider unavailable");
+        return;
+    }
+    add_waiter(sb, c, OP_START);
+    sb->op = OP_START;
+    set_status(sb, SB_STARTING, NULL);
+    if (sb->prov->ops->sb_start(sb->prov->cookie, sb, &err) < 0)
+        finish_op(sb, &err);
+}
+
+void sandbox_stop(struct sandbox *sb, struct call *c)
+{
+    sandbox_touch(sb);
+    if ((sb->status == SB_STOPPED || sb->status == SB_PENDING) && sb->op == OP_NONE) {
+        if (c)
+            call_reply(c, sandbox_to_json(sb));
+        return;
+    }
+    if (sb->op == OP_STOP) {
+        add_waiter(sb, c, OP_STOP);
+        return;
+    }
+    if (sb->op != OP_NONE || (sb->status != SB_RUNNING && sb->status != SB_ERROR)) {
+        wrong_state(c, sb, "stop");
+        return;
+    }
+    add_waiter(sb, c, OP_STOP);
+    sb->op = OP_STOP;
+    int had_error = sb->status == SB_ERROR;
+    set_status(sb, SB_STOPPING, NULL);
+    if (had_error || run_hook(sb, "on_stop", NULL) != 1) {
+        /* No hook to wait for. */
+        stop_continue(sb);
+    }
+}
+
+static void stop_continue(struct sandbox *sb)
+{
+    sb->hook_phase = 0;
+    for (struct process *p = sb->procs; p; p = p->next)
+        if (p->state != P_EXITED)
+            process_fail(p, "sandbox stopped");
+    sbx_err_t err = {0};
+    if (sb->prov->ops->sb_stop(sb->prov->cookie, sb, &err) < 0)
+        finish_op(sb, &err);
+}
+
+void sandbox_destroy(struct sandbox *sb, struct call *c)
+{
+    if (sb->status == SB_DESTROYING || sb->op == OP_DESTROY) {
+        add_waiter(sb, c, OP_DESTROY);
+        return;
+    }
+    add_waiter(sb, c, OP_DESTROY);
+    if (sb->op != OP_NONE) {
+        /* Another op is in flight: destroy as soon as it finishes. */
+        return;
+    }
+    continue_destroy(sb);
+}
+
+static void destroy_after_hook(struct process *p, void *data)
+{
+    struct sandbox *sb = data;
+    sb->hook_phase = 0;
+    for (struct process *x = sb->procs; x; x = x->next)
+        if (x->state != P_EXITED && x != p)
+            process_fail(x, "sandbox destroyed");
+    sbx_err_t err = {0};
+    if (sb->prov->ops->sb_destroy(sb->prov->cookie, sb, &err) < 0)
+        finish_op(sb, &err);
+}
+
+static void continue_destroy(struct sandbox *sb)
+{
+    ev_timer_stop(D->loop, &sb->life_timer);
+    ev_timer_stop(D->loop, &sb->idle_timer);
+    int was_running = sb->status == SB_RUNNING;
+    sb->op = OP_DESTROY;
+    set_status(sb, SB_DESTROYING, NULL);
+    if (!was_running || run_hook(sb, "on_destroy", destroy_after_hook) != 1)
+        destroy_after_hook(NULL, sb);
+}
+
+void sandbox_snapshot(struct sandbox *sb, struct call *c)
+{
+    sandbox_touch(sb);
+    if (sb->op != OP_NONE || (sb->status != SB_RUNNING && sb->status != SB_STOPPED)) {
+        wrong_state(c, sb, "snapshot");
+        return;
+    }
+    if (!sb->prov->ops->sb_snapshot) {
+        call_error(c, SBX_E_PROVIDER, json_pack("{s:s, s:s}", "provider", sb->prov->ops->name,
+                                                "message", "snapshots are not supported"),
+                   "provider %s does not support snapshots", sb->prov->ops->name);
+        return;
+    }
+    add_waiter(sb, c, OP_SNAPSHOT);
+    sb->op = OP_SNAPSHOT;
+    sbx_err_t err = {0};
+    if (sb->prov->ops->sb_snapshot(sb->prov->cookie, sb, &err) < 0)
+        finish_op(sb, &err);
+}
+
+/* -- hooks ------------------------------------------------------------------------ */
+
+static void stop_hook_done(struct process *p, void *data)
+{
+    struct sandbox *sb = data;
+    if (json_integer_value(json_object_get(p->exit, "exit_code")) != 0)
+        log_warn("sandbox %s: on_stop hook failed (best effort): exit %lld", sb->id,
+                 (long long)json_integer_value(json_object_get(p->exit, "exit_code")));
+    stop_continue(sb);
+}
+
+static void start_hook_done(struct process *p, void *data)
+{
+    struct sandbox *sb = data;
+    sb->hook_phase = 0;
+    sb->discard_on_fail = 0; /* the backend is up: a hook failure leaves it in error */
+    json_int_t code = json_integer_value(json_object_get(p->exit, "exit_code"));
+    if (code == 0) {
+        finish_op(sb, NULL);
+        return;
+    }
+    sbx_err_t err = {0};
+    const char *stderr_text = p->out[1].acc_len ? p->out[1].acc : "";
+    int n = (int)(p->out[1].acc_len > 500 ? 500 : p->out[1].acc_len);
+    err_make_data(&err, SBX_E_PROVIDER,
+                  json_pack("{s:s, s:s, s:I}", "provider", sb->prov->ops->name, "message",
+                            "on_start hook failed", "exit_code", code),
+                  "on_start hook failed with exit code %lld%s%.*s", (long long)code,
+                  n ? ": " : "", n, stderr_text);
+    finish_op(sb, &err);
+}
+
+/* Returns 1 when the hook runs (done will be called), 0 when there is none. */
+static int run_hook(struct sandbox *sb, const char *key, process_done_fn done)
+{
+    json_t *cmd = json_object_get(sb->conf, key);
+    if (!cmd || json_is_null(cmd))
+        return 0;
+    json_t *params = json_pack("{s:O, s:I}", "command", cmd, "timeout_ms", (json_int_t)HOOK_TIMEOUT_MS);
+    struct process *p = NULL;
+    sbx_err_t err = {0};
+    int r = process_new(&p, sb, params, NULL, &err);
+    json_decref(params);
+    if (r < 0) {
+        log_warn("sandbox %s: %s hook: %s", sb->id, key, err.msg);
+        err_clear(&err);
+        return 0;
+    }
+    p->internal = 1;
+    p->done = done ? done : (strcmp(key, "on_stop") == 0 ? stop_hook_done : start_hook_done);
+    p->done_data = sb;
+    sb->hook_phase = 1;
+    if (process_launch(p, &err) < 0) {
+        /* process_launch already ran done() through process_fail. */
+        err_clear(&err);
+    }
+    return 1;
+}
+
+/* -- op completion ---------------------------------------------------------------- */
+
+static void finish_op(struct sandbox *sb, sbx_err_t *err)
+{
+    enum sb_op op = sb->op;
+    int failed = err && err->msg;
+    switch (op) {
+    case OP_START:
+        sb->op = OP_NONE;
+        if (failed) {
+            set_status(sb, SB_ERROR, err->msg);
+            for (struct process *p = sb->procs; p; p = p->next)
+                if (p->state == P_QUEUED)
+                    process_fail(p, err->msg);
+            if (sb->discard_on_fail && !sb->started_once) {
+                /* A create that never got a backend leaves nothing behind. */
+                answer_waiters(sb, OP_START, err, NULL);
+                err_clear(err);
+                log_info("sandbox %s: first start failed, removed", sb->id);
+                sandbox_free(sb);
+                return;
+            }
+        } else {
+            sb->started_at = daemon_now();
+            sb->started_once = 1;
+            set_status(sb, SB_RUNNING, NULL);
+            arm_timers(sb);
+        }
+        answer_waiters(sb, OP_START, err, NULL);
+        if (!failed)
+            process_spawn_queued(sb);
+        break;
+    case OP_STOP:
+        sb->op = OP_NONE;
+        ev_timer_stop(D->loop, &sb->idle_timer);
+        if (failed)
+            set_status(sb, SB_ERROR, err->msg);
+        else
+            set_status(sb, SB_STOPPED, NULL);
+        answer_waiters(sb, OP_STOP, err, NULL);
+        break;
+    case OP_SNAPSHOT:
+        sb->op = OP_NONE;
+        answer_waiters(sb, OP_SNAPSHOT, err, sb->op_result);
+        json_decref(sb->op_result);
+        sb->op_result = NULL;
+        break;
+    case OP_DESTROY:
+        sb->op = OP_NONE;
+        if (failed) {
+            set_status(sb, SB_ERROR, err->msg);
+            answer_waiters(sb, OP_DESTROY, err, NULL);
+            break;
+        } else {
+            set_status(sb, SB_DESTROYED, NULL);
+            json_t *res = json_pack("{s:s, s:s}", "id", sb->id, "status", "destroyed");
+            answer_waiters(sb, OP_DESTROY, NULL, res);
+            json_decref(res);
+            log_info("sandbox %s destroyed", sb->id);
+            sandbox_free(sb);
+            return;
+        }
+    case OP_NONE:
+        break;
+    }
+    err_clear(err);
+    /* A destroy asked for while another op ran. */
+    if (sb->op == OP_NONE) {
+        for (struct op_waiter *w = sb->waiters; w; w = w->next)
+            if (w->op == OP_DESTROY) {
+                continue_destroy(sb);
+                return;
+            }
+    }
+}
+
+void sandbox_op_done(struct sandbox *sb, sbx_err_t *err, json_t *result)
+{
+    if (sb->op == OP_START && !(err && err->msg) && json_object_get(sb->conf, "on_start") &&
+        !json_is_null(json_object_get(sb->conf, "on_start"))) {
+        json_decref(result);
+        /* The backend is up; the hook decides whether the start counts. */
+        set_status(sb, SB_STARTING, NULL);
+        if (run_hook(sb, "on_start", start_hook_done) == 1)
+            return;
+    }
+    if (sb->op == OP_SNAPSHOT && !(err && err->msg)) {
+        char id[64];
+        daemon_random_id("snap-", id, sizeof(id));
+        char ts[40];
+        json_t *rec = json_pack("{s:s, s:I, s:s, s:o}", "provider", sb->prov->ops->name, "owner",
+                                (json_int_t)sb->owner, "created_at",
+                                daemon_timestamp(daemon_now(), ts), "data",
+                                result ? result : json_object());
+        json_object_set_new(D->snapshots, id, rec);
+        sb->op_result = json_pack("{s:s, s:s, s:s, s:s}", "snapshot", id, "provider",
+                                  sb->prov->ops->name, "sandbox", sb->id, "created_at", ts);
+        result = NULL;
+    }
+    json_decref(result);
+    finish_op(sb, err);
+}
+
+void sandbox_lost(struct sandbox *sb, const char *reason)
+{
+    log_warn("sandbox %s lost: %s", sb->id, reason);
+    for (struct process *p = sb->procs; p; p = p->next)
+        if (p->state != P_EXITED)
+            process_fail(p, reason);
+    if (sb->status != SB_DESTROYING)
+        set_status(sb, SB_ERROR, reason);
+}
+
+/* -- instructions ---------------------------------------------------------------------- */
+
+char *sandbox_instructions(struct sandbox *sb)
+{
+    const char *replace = json_string_value(json_object_get(sb->conf, "instructions"));
+    const char *append = json_string_value(json_object_get(sb->conf, "instructions_append"));
+    if (!replace)
+        replace = D->cfg.instructions_text;
+    char *base = NULL;
+    if (replace) {
+        base = strdup(replace);
+    } else {
+        const char *wd = sandbox_cwd_for(sb, NULL);
+        char tools[1024] = "";
+        size_t i, off = 0;
+        json_t *t;
+        json_array_foreach(json_object_get(sb->conf, "tools"), i, t)
+        {
+            off += (size_t)snprintf(tools + off, off < sizeof(tools) ? sizeof(tools) - off : 0,
+                                    "%sexternal_%s(args)", i ? ", " : "", json_string_value(t));
+            if (off >= sizeof(tools))
+                break;
+        }
+        int r;
+        if (sb->prov->ops->shell_commands)
+            r = asprintf(&base,
+                         "Run shell commands in sandbox %s (%s provider). A string command runs "
+                         "with sh -c, so pipes and redirects work; an array runs as argv. The "
+                         "working directory is %s unless you pass an absolute cwd. Each command "
+                         "has a timeout (exit code 124 when it is hit); a killed command exits "
+                         "137. Files persist between commands for the sandbox's lifetime.",
+                         sb->id, sb->prov->ops->name, wd ? wd : "the provider's default");
+        else
+            r = asprintf(&base,
+                         "Run JavaScript (ES5 with some ES2015+, Duktape) in sandbox %s. There is "
+                         "no filesystem, network, module loader or process access. The value of "
+                         "the last expression is returned as JSON; console.log/info write to "
+                         "stdout and console.warn/error to stderr. Global variables persist "
+                         "between runs unless the isolate is reset (after a timeout or the memory "
+                         "limit of %lld MiB). Process environment: process.env.%s%s",
+                         sb->id,
+                         (long long)(json_integer_value(json_object_get(sb->conf, "memory_limit_mb"))
+                                         ?: 128),
+                         tools[0] ? " Host tools (synchronous, take and return JSON): " : "",
+                         tools);
+        if (r < 0)
+            base = NULL;
+    }
+    if (!base)
+        return NULL;
+    const char *cfg_append = D->cfg.instructions_append;
+    char *out = NULL;
+    if (asprintf(&out, "%s%s%s%s%s", base, cfg_append ? "\n\n" : "", cfg_append ? cfg_append : "",
+                 append ? "\n\n" : "", append ? append : "") < 0)
+        out = NULL;
+    free(base);
+    return out;
+}

@@ -1,0 +1,110 @@
+/*
+ * sandbox.h - provider-independent sandbox semantics: the registry,
+ * ownership, the status machine, lifetimes, env and cwd precedence, hooks.
+ */
+#ifndef SBXD_SANDBOX_H
+#define SBXD_SANDBOX_H
+
+#include <ev.h>
+#include <jansson.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "err.h"
+
+struct provider_inst;
+struct process;
+struct call;
+struct session;
+
+enum sb_status {
+    SB_PENDING,
+    SB_STARTING,
+    SB_RUNNING,
+    SB_STOPPING,
+    SB_STOPPED,
+    SB_DESTROYING,
+    SB_DESTROYED,
+    SB_ERROR,
+};
+
+enum sb_op { OP_NONE, OP_START, OP_STOP, OP_DESTROY, OP_SNAPSHOT };
+
+struct op_waiter {
+    struct op_waiter *next;
+    struct call *call;
+    enum sb_op op;
+};
+
+struct sandbox {
+    struct sandbox *next, *prev;
+    char id[64];
+    struct provider_inst *prov;
+    uid_t owner;
+    enum sb_status status;
+    char *error;
+    double created_at, started_at, expires_at;
+    double last_activity; /* monotonic */
+
+    /* The normalised create params: provider, image, env, working_dir,
+     * timeout_ms, idle_timeout_ms, tools, memory_limit_mb, fresh_isolate,
+     * options, on_start/on_stop/on_destroy, instructions(_append). Owned.
+     * Clones copy it. */
+    json_t *conf;
+    json_t *runtime_env;  /* sandbox.set_env layer, owned object */
+    json_t *snapshot;     /* snapshot data to start from (borrowed from D->snapshots) */
+
+    ev_timer life_timer;
+    ev_timer idle_timer;
+
+    struct process *procs;
+    uint32_t next_pid;
+    int nlive;   /* queued or running */
+    int nexited; /* kept for wait/list/attach */
+
+    enum sb_op op;
+    json_t *op_result;
+    struct op_waiter *waiters;
+    int started_once;
+    int discard_on_fail; /* a failed first start (not a hook) removes it */
+    int hook_phase; /* running on_start/on_stop/on_destroy */
+
+    void *pdata; /* the provider's */
+};
+
+const char *sandbox_status_name(enum sb_status s);
+
+/* Lookup honouring ownership: another uid's sandbox is "not found". */
+struct sandbox *sandbox_find(struct session *s, const char *id);
+struct sandbox *sandbox_find_any(const char *id);
+int sandbox_visible(struct session *s, struct sandbox *sb);
+
+/* Creates from normalised conf (stolen). Status pending. */
+int sandbox_new(struct sandbox **out, const char *id, struct provider_inst *prov, uid_t owner,
+                json_t *conf, sbx_err_t *err);
+/* The sandbox object for replies; new reference. */
+json_t *sandbox_to_json(struct sandbox *sb);
+
+/* Lifecycle. Each answers c (may be NULL) when done. */
+void sandbox_start(struct sandbox *sb, struct call *c);
+void sandbox_stop(struct sandbox *sb, struct call *c);
+void sandbox_destroy(struct sandbox *sb, struct call *c);
+void sandbox_snapshot(struct sandbox *sb, struct call *c);
+/* Records activity for the idle timer. */
+void sandbox_touch(struct sandbox *sb);
+/* Final env of a process: provider defaults < conf.env < runtime_env < cmd_env (borrowed, may be NULL). New ref. */
+json_t *sandbox_env_for(struct sandbox *sb, json_t *cmd_env);
+/* The cwd for a process (cmd_cwd may be NULL); borrowed string or NULL. */
+const char *sandbox_cwd_for(struct sandbox *sb, const char *cmd_cwd);
+/* Applies a {K: V|null} patch to an env object. */
+int env_merge(json_t *env, json_t *patch, sbx_err_t *err);
+/* The text for sandbox.instructions; malloc'd. */
+char *sandbox_instructions(struct sandbox *sb);
+/* Frees every sandbox at shutdown (providers' sb_release called). */
+void sandbox_free_all(void);
+/* Count of sandboxes owned by uid. */
+int sandbox_count_owned(uid_t uid);
+/* A process of sb finished: lets the idle timer and waiters move on. */
+void sandbox_process_gone(struct sandbox *sb);
+
+#endif

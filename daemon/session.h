@@ -1,0 +1,63 @@
+/*
+ * session.h - one client connection: line reader, chunked output buffer with
+ * high/hard watermarks, peer identity, and what must be unhooked when it
+ * goes (pending calls, process subscriptions, tool calls).
+ *
+ * A session is never freed inside its own call chain: session_close() marks
+ * it CLOSE_ASAP and the ev_prepare hook frees it (Redis's freeClientAsync).
+ */
+#ifndef SBXD_SESSION_H
+#define SBXD_SESSION_H
+
+#include <ev.h>
+#include <jansson.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "obuf.h"
+
+enum {
+    SESS_CLOSE_ASAP = 1 << 0,        /* free at the next prepare */
+    SESS_CLOSE_AFTER_WRITE = 1 << 1, /* stop reading; close once obuf is empty */
+    SESS_CONGESTED = 1 << 2,         /* obuf over the high watermark */
+    SESS_PENDING = 1 << 3,           /* in the prepare write list */
+};
+
+struct call;
+struct sub;
+
+struct session {
+    struct session *next, *prev;
+    uint64_t id;
+    int fd;
+    ev_io io;
+    int io_events;
+    uid_t uid;
+    gid_t gid;
+    pid_t pid;
+    int admin;
+    int flags;
+
+    char *ibuf;
+    size_t ilen, icap, iscan;
+    struct obuf obuf;
+
+    struct call *calls;  /* pending calls of this session */
+    struct sub *subs;    /* processes it follows */
+    json_t *tool_calls;  /* "tN" -> {sandbox, pid, call} */
+    uint64_t next_tool_id;
+};
+
+void session_accept(int fd);
+/* Queues a JSON message (borrowed) as one line. */
+void session_send(struct session *s, json_t *msg);
+/* Sends a notification; params stolen. */
+void session_notify(struct session *s, const char *method, json_t *params);
+/* Marks the session for closing (after its obuf is written if graceful). */
+void session_close(struct session *s, int graceful);
+/* Frees sessions marked CLOSE_ASAP and flushes pending output. ev_prepare. */
+void sessions_before_sleep(void);
+void session_free_all(void);
+struct session *session_by_id(uint64_t id);
+
+#endif

@@ -1,0 +1,148 @@
+/* utf8.c - UTF-8 checks and base64; see utf8.h. */
+#include "utf8.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Length of the sequence a lead byte announces, 0 if it can't lead. */
+static int seq_len(uint8_t c)
+{
+    if (c < 0x80)
+        return 1;
+    if (c >= 0xC2 && c <= 0xDF)
+        return 2;
+    if (c >= 0xE0 && c <= 0xEF)
+        return 3;
+    if (c >= 0xF0 && c <= 0xF4)
+        return 4;
+    return 0;
+}
+
+/* Is the second byte valid after lead c? (excludes overlongs and surrogates) */
+static int second_ok(uint8_t c, uint8_t d)
+{
+    if ((d & 0xC0) != 0x80)
+        return 0;
+    if (c == 0xE0 && d < 0xA0)
+        return 0;
+    if (c == 0xED && d > 0x9F)
+        return 0;
+    if (c == 0xF0 && d < 0x90)
+        return 0;
+    if (c == 0xF4 && d > 0x8F)
+        return 0;
+    return 1;
+}
+
+int utf8_valid(const uint8_t *s, size_t len)
+{
+    size_t i = 0;
+    while (i < len) {
+        uint8_t c = s[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        int n = seq_len(c);
+        if (n == 0 || i + (size_t)n > len)
+            return 0;
+        if (!second_ok(c, s[i + 1]))
+            return 0;
+        for (int k = 2; k < n; k++)
+            if ((s[i + k] & 0xC0) != 0x80)
+                return 0;
+        i += (size_t)n;
+    }
+    return 1;
+}
+
+size_t utf8_incomplete_tail(const uint8_t *s, size_t len)
+{
+    /* Walk back over at most 3 continuation bytes to a lead byte. */
+    size_t back = 0;
+    while (back < 3 && back < len && (s[len - 1 - back] & 0xC0) == 0x80)
+        back++;
+    if (back == len)
+        return 0;
+    size_t lead = len - 1 - back;
+    int n = seq_len(s[lead]);
+    if (n <= 1 || (size_t)n <= back + 1)
+        return 0; /* complete (or not a lead): nothing to hold */
+    if (back >= 1 && !second_ok(s[lead], s[lead + 1]))
+        return 0;
+    return back + 1;
+}
+
+static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+char *base64_encode(const uint8_t *s, size_t len)
+{
+    size_t olen = 4 * ((len + 2) / 3);
+    char *out = malloc(olen + 1);
+    if (!out)
+        return NULL;
+    char *o = out;
+    size_t i = 0;
+    for (; i + 2 < len; i += 3) {
+        uint32_t v = ((uint32_t)s[i] << 16) | ((uint32_t)s[i + 1] << 8) | s[i + 2];
+        *o++ = b64[v >> 18];
+        *o++ = b64[(v >> 12) & 63];
+        *o++ = b64[(v >> 6) & 63];
+        *o++ = b64[v & 63];
+    }
+    if (i < len) {
+        uint32_t v = (uint32_t)s[i] << 16;
+        if (i + 1 < len)
+            v |= (uint32_t)s[i + 1] << 8;
+        *o++ = b64[v >> 18];
+        *o++ = b64[(v >> 12) & 63];
+        *o++ = i + 1 < len ? b64[(v >> 6) & 63] : '=';
+        *o++ = '=';
+    }
+    *o = '\0';
+    return out;
+}
+
+static int b64val(char c)
+{
+    if (c >= 'A' && c <= 'Z')
+        return c - 'A';
+    if (c >= 'a' && c <= 'z')
+        return c - 'a' + 26;
+    if (c >= '0' && c <= '9')
+        return c - '0' + 52;
+    if (c == '+' || c == '-')
+        return 62;
+    if (c == '/' || c == '_')
+        return 63;
+    return -1;
+}
+
+uint8_t *base64_decode(const char *s, size_t len, size_t *out_len)
+{
+    while (len > 0 && s[len - 1] == '=')
+        len--;
+    if (len % 4 == 1)
+        return NULL;
+    uint8_t *out = malloc(len * 3 / 4 + 1);
+    if (!out)
+        return NULL;
+    size_t o = 0;
+    uint32_t acc = 0;
+    int bits = 0;
+    for (size_t i = 0; i < len; i++) {
+        int v = b64val(s[i]);
+        if (v < 0) {
+            free(out);
+            return NULL;
+        }
+        acc = (acc << 6) | (uint32_t)v;
+        bits += 6;
+        if (bits >= 8) {
+            bits -= 8;
+            out[o++] = (uint8_t)(acc >> bits);
+        }
+    }
+    *out_len = o;
+    return out;
+}

@@ -1,0 +1,26 @@
+/*
+ * utf8.h - UTF-8 validation, the held-back tail of a split sequence, and
+ * base64: what makes process output lossless on a JSON wire.
+ */
+#ifndef SBXD_UTF8_H
+#define SBXD_UTF8_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* 1 if s[0..len) is valid UTF-8 (no overlongs, no surrogates, <= U+10FFFF). */
+int utf8_valid(const uint8_t *s, size_t len);
+
+/*
+ * Length of the incomplete multi-byte sequence at the end of s that could
+ * still become valid with more bytes (0..3). Bytes before it are not checked.
+ */
+size_t utf8_incomplete_tail(const uint8_t *s, size_t len);
+
+/* base64 (RFC 4648, padded). Returns a malloc'd NUL-terminated string or NULL. */
+char *base64_encode(const uint8_t *s, size_t len);
+/* Decodes base64 (padding optional, no whitespace). Returns malloc'd bytes
+ * (len in *out_len) or NULL on invalid input/OOM. */
+uint8_t *base64_decode(const char *s, size_t len, size_t *out_len);
+
+#endif
