@@ -1,0 +1,1340 @@
+/*
+ * config.c - sbxd's configuration: built-in defaults, the YAML file, the
+ * environment. See config.h for the interface and config/README.md for the
+ * keys.
+ *
+ * The file is read whole and loaded with libyaml's document API; we then walk
+ * the node tree. Every error names the file, the 1-based line and column of
+ * the offending node and the dotted key path. The load works on a copy of the
+ * caller's config and only replaces it on success, so a failed reload
+ * (SIGHUP) leaves the running configuration untouched.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+#include <yaml.h>
+
+#include "sbx_proto.h"
+
+#define KIB INT64_C(1024)
+#define MIB (KIB * 1024)
+#define GIB (MIB * 1024)
+
+#define MAX_FILE_BYTES (4 * MIB) /* a config file is small; refuse anything silly */
+#define ANY_MAX_DEPTH 32         /* also stops recursive aliases (&a [*a]) */
+#define ANY_MAX_NODES 100000     /* stops alias bombs ("billion laughs") */
+#define PATH_BUF 256     /* dotted key paths in messages; truncation is harmless */
+#define SUN_PATH_MAX 107 /* sizeof(sockaddr_un.sun_path) - 1 */
+
+#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+
+/* ---- the core keys ------------------------------------------------------ */
+
+enum kind {
+    K_STR,   /* string; min/max bound its length */
+    K_INT,   /* integer in min..max */
+    K_SIZE,  /* byte size in min..max, k/M/G suffixes allowed */
+    K_MODE,  /* octal permission bits, at most 0777 */
+    K_LEVEL, /* log level name */
+};
+
+struct core_key {
+    const char *section; /* NULL = top level */
+    const char *name;
+    enum kind kind;
+    size_t off; /* into struct sbx_config */
+    int64_t min, max;
+    int nullable; /* K_STR: null resets the field to NULL ("not set") */
+};
+
+#define F(field) offsetof(struct sbx_config, field)
+static const struct core_key core_keys[] = {
+    {"socket", "path", K_STR, F(socket_path), 1, SUN_PATH_MAX, 0},
+    {"socket", "mode", K_MODE, F(socket_mode), 0, 0777, 0},
+    {"socket", "group", K_STR, F(socket_group), 1, 255, 1},
+    {NULL, "admin_group", K_STR, F(admin_group), 1, 255, 1},
+    {NULL, "log_level", K_LEVEL, F(log_level), 0, 0, 0},
+    {"limits", "max_sessions", K_INT, F(max_sessions), 1, 1000000, 0},
+    {"limits", "max_sandboxes_per_uid", K_INT, F(max_sandboxes_per_uid), 1, 100000, 0},
+    {"limits", "max_processes_per_sandbox", K_INT, F(max_processes_per_sandbox), 1,
+     100000, 0},
+    {"limits", "max_message_bytes", K_SIZE, F(max_message_bytes), 1024, GIB, 0},
+    {"limits", "exec_output_bytes", K_SIZE, F(exec_output_bytes), 1, GIB, 0},
+    {"limits", "replay_bytes", K_SIZE, F(replay_bytes), 1, GIB, 0},
+    {"limits", "session_output_high", K_SIZE, F(session_output_high), 1, 64 * GIB, 0},
+    {"limits", "session_output_hard", K_SIZE, F(session_output_hard), 1, 64 * GIB, 0},
+    {"defaults", "provider", K_STR, F(default_provider), 1, 64, 0},
+    {"defaults", "timeout_ms", K_INT, F(default_timeout_ms), 1, 86400000, 0},
+    {"defaults", "idle_timeout_ms", K_INT, F(default_idle_timeout_ms), 0, 86400000, 0},
+    {"instructions", "text", K_STR, F(instructions_text), 0, MIB, 1},
+    {"instructions", "append", K_STR, F(instructions_append), 0, MIB, 1},
+};
+#undef F
+#define N_CORE ARRAY_SIZE(core_keys)
+
+static const char *const sections[] = {"socket", "limits", "defaults", "instructions"};
+static const char *const level_names[] = {"error", "warn", "info", "debug"};
+
+/* ---- defaults, copy, free ------------------------------------------------ */
+
+int config_init_defaults(struct sbx_config *cfg)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->socket_mode = 0660;
+    cfg->log_level = LOG_LVL_INFO;
+    cfg->max_sessions = 1024;
+    cfg->max_sandboxes_per_uid = 64;
+    cfg->max_processes_per_sandbox = 64;
+    cfg->max_message_bytes = SBX_DEFAULT_MAX_MESSAGE;
+    cfg->exec_output_bytes = MIB;
+    cfg->replay_bytes = MIB;
+    cfg->session_output_high = 8 * MIB;
+    cfg->session_output_hard = 64 * MIB;
+    cfg->default_timeout_ms = 300000;
+    cfg->default_idle_timeout_ms = 0;
+    cfg->socket_path = strdup(SBX_DEFAULT_SOCKET);
+    cfg->default_provider = strdup("duktape");
+    cfg->providers = json_object();
+    if (!cfg->socket_path || !cfg->default_provider || !cfg->providers) {
+        config_deinit(cfg);
+        return -1;
+    }
+    return 0;
+}
+
+void config_deinit(struct sbx_config *cfg)
+{
+    if (!cfg)
+        return;
+    free(cfg->path);
+    free(cfg->socket_path);
+    free(cfg->socket_group);
+    free(cfg->admin_group);
+    free(cfg->default_provider);
+    free(cfg->instructions_text);
+    free(cfg->instructions_append);
+    json_decref(cfg->providers);
+    memset(cfg, 0, sizeof(*cfg));
+}
+
+static int dup_str(char **dst, const char *src)
+{
+    *dst = NULL;
+    if (!src)
+        return 0;
+    *dst = strdup(src);
+    return *dst ? 0 : -1;
+}
+
+/* Deep copy; dst is overwritten. Returns -1 on OOM (dst then holds nothing). */
+static int config_copy(struct sbx_config *dst, const struct sbx_config *src)
+{
+    *dst = *src;
+    /* Nothing may alias src when a failure below frees dst. */
+    dst->path = dst->socket_path = dst->socket_group = dst->admin_group = NULL;
+    dst->default_provider = dst->instructions_text = dst->instructions_append = NULL;
+    dst->providers = NULL;
+    if (dup_str(&dst->path, src->path) < 0 ||
+        dup_str(&dst->socket_path, src->socket_path) < 0 ||
+        dup_str(&dst->socket_group, src->socket_group) < 0 ||
+        dup_str(&dst->admin_group, src->admin_group) < 0 ||
+        dup_str(&dst->default_provider, src->default_provider) < 0 ||
+        dup_str(&dst->instructions_text, src->instructions_text) < 0 ||
+        dup_str(&dst->instructions_append, src->instructions_append) < 0)
+        goto fail;
+    dst->providers = src->providers ? json_deep_copy(src->providers) : json_object();
+    if (!dst->providers)
+        goto fail;
+    return 0;
+fail:
+    config_deinit(dst);
+    return -1;
+}
+
+void config_apply_env(struct sbx_config *cfg)
+{
+    const char *s = getenv("SBXD_SOCKET");
+    if (!s || !*s)
+        return;
+    char *copy = strdup(s);
+    if (!copy)
+        return; /* keep the configured path rather than none */
+    free(cfg->socket_path);
+    cfg->socket_path = copy;
+}
+
+json_t *config_provider(const struct sbx_config *cfg, const char *name)
+{
+    if (!cfg || !cfg->providers || !name)
+        return NULL;
+    return json_object_get(cfg->providers, name);
+}
+
+/* ---- the loader's state and its errors ------------------------------------ */
+
+struct ld {
+    const char *file;
+    yaml_document_t *doc;
+    sbx_err_t *err;
+    struct sbx_config *cfg; /* the working copy */
+    const struct cfg_schema *schemas;
+    size_t nschemas;
+    size_t any_nodes;         /* CFG_ANY nodes converted so far */
+    yaml_mark_t mark[N_CORE]; /* where each core key was set */
+    unsigned char set[N_CORE];
+};
+
+static int oom(struct ld *ld)
+{
+    return err_make(ld->err, SBX_E_PARAMS, "%s: out of memory", ld->file);
+}
+
+/* "FILE:LINE:COL: message"; libyaml marks are 0-based. */
+__attribute__((format(printf, 3, 4))) static int fail_at(struct ld *ld, yaml_mark_t m,
+                                                         const char *fmt, ...)
+{
+    char *msg = NULL;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vasprintf(&msg, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return oom(ld);
+    err_make(ld->err, SBX_E_PARAMS, "%s:%zu:%zu: %s", ld->file, m.line + 1, m.column + 1,
+             msg);
+    free(msg);
+    return -1;
+}
+
+/* For checks that span several keys and may have no position in the file. */
+__attribute__((format(printf, 2, 3))) static int fail_file(struct ld *ld, const char *fmt,
+                                                           ...)
+{
+    char *msg = NULL;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vasprintf(&msg, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return oom(ld);
+    err_make(ld->err, SBX_E_PARAMS, "%s: %s", ld->file, msg);
+    free(msg);
+    return -1;
+}
+
+/* ---- node helpers ------------------------------------------------------- */
+
+static const char *sval(const yaml_node_t *n)
+{
+    return (const char *)n->data.scalar.value;
+}
+
+static int is_plain(const yaml_node_t *n)
+{
+    return n->data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
+}
+
+/* A plain empty, ~ or null scalar (YAML 1.2 core schema). Quoted "null" is a string. */
+static int is_null(const yaml_node_t *n)
+{
+    if (n->type != YAML_SCALAR_NODE || !is_plain(n))
+        return 0;
+    const char *s = sval(n);
+    return !*s || !strcmp(s, "~") || !strcmp(s, "null") || !strcmp(s, "Null") ||
+           !strcmp(s, "NULL");
+}
+
+/* What a node is, for "expected X, got Y": 'text' (shortened), null, a mapping... */
+static void describe(const yaml_node_t *n, char *buf, size_t size)
+{
+    if (n->type == YAML_MAPPING_NODE) {
+        snprintf(buf, size, "a mapping");
+    } else if (n->type == YAML_SEQUENCE_NODE) {
+        snprintf(buf, size, "a sequence");
+    } else if (is_null(n)) {
+        snprintf(buf, size, "null");
+    } else {
+        char text[48];
+        size_t len = n->data.scalar.length, i, o = 0;
+        for (i = 0; i < len && o < 40; i++, o++) {
+            unsigned char c = n->data.scalar.value[i];
+            text[o] = (c < 0x20 || c == 0x7f) ? '?' : (char)c;
+        }
+        text[o] = '\0';
+        snprintf(buf, size, "'%s%s'", text, i < len ? "..." : "");
+    }
+}
+
+/* Key paths are for messages only: truncating a silly long one is fine. */
+__attribute__((format(printf, 2, 3))) static void path_fmt(char *buf, const char *fmt,
+                                                           ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, PATH_BUF, fmt, ap);
+    va_end(ap);
+}
+
+static void join_path(char *buf, const char *path, const char *key)
+{
+    if (path && *path)
+        path_fmt(buf, "%s.%s", path, key);
+    else
+        path_fmt(buf, "%s", key);
+}
+
+static int expected(struct ld *ld, const char *path, const yaml_node_t *n,
+                    const char *what)
+{
+    char got[64];
+    describe(n, got, sizeof(got));
+    return fail_at(ld, n->start_mark, "key '%s': expected %s, got %s", path, what, got);
+}
+
+/* Scalars may carry NUL through "\0" escapes; we hand out C strings, so refuse. */
+static int check_nul(struct ld *ld, const char *path, const yaml_node_t *n)
+{
+    if (strlen(sval(n)) != n->data.scalar.length)
+        return fail_at(ld, n->start_mark, "key '%s': contains a NUL character", path);
+    return 0;
+}
+
+/* "16M" for 16777216: bounds in messages read better in the units users write. */
+static void fmt_size(int64_t v, char *buf, size_t size)
+{
+    if (v != 0 && v % GIB == 0)
+        snprintf(buf, size, "%" PRId64 "G", v / GIB);
+    else if (v != 0 && v % MIB == 0)
+        snprintf(buf, size, "%" PRId64 "M", v / MIB);
+    else if (v != 0 && v % KIB == 0)
+        snprintf(buf, size, "%" PRId64 "k", v / KIB);
+    else
+        snprintf(buf, size, "%" PRId64, v);
+}
+
+/* ---- "did you mean" ---------------------------------------------------------- */
+
+struct suggest {
+    const char *key;
+    const char *best;
+    size_t dist;
+};
+
+/* Optimal string alignment distance, for short keys only. */
+static size_t edit_distance(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 63 || lb > 63)
+        return SIZE_MAX;
+    size_t d[64][64];
+    for (size_t i = 0; i <= la; i++)
+        d[i][0] = i;
+    for (size_t j = 0; j <= lb; j++)
+        d[0][j] = j;
+    for (size_t i = 1; i <= la; i++) {
+        for (size_t j = 1; j <= lb; j++) {
+            size_t cost = a[i - 1] != b[j - 1];
+            size_t v = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < v)
+                v = d[i][j - 1] + 1;
+            if (d[i - 1][j - 1] + cost < v)
+                v = d[i - 1][j - 1] + cost;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+                d[i - 2][j - 2] + 1 < v)
+                v = d[i - 2][j - 2] + 1;
+            d[i][j] = v;
+        }
+    }
+    return d[la][lb];
+}
+
+static void suggest_try(struct suggest *s, const char *cand)
+{
+    size_t limit = strlen(cand) >= 6 ? 2 : 1;
+    size_t d = edit_distance(s->key, cand);
+    if (d <= limit && d < s->dist) {
+        s->dist = d;
+        s->best = cand;
+    }
+}
+
+static int unknown_key(struct ld *ld, const yaml_node_t *k, const char *path,
+                       const struct suggest *s)
+{
+    if (s && s->best)
+        return fail_at(ld, k->start_mark, "unknown key '%s' (did you mean '%s'?)", path,
+                       s->best);
+    return fail_at(ld, k->start_mark, "unknown key '%s'", path);
+}
+
+/* ---- mappings ------------------------------------------------------------- */
+
+typedef int (*pair_fn)(struct ld *ld, const char *path, const char *key, yaml_node_t *k,
+                       yaml_node_t *v, void *privdata);
+
+/*
+ * Calls fn for each pair of `map` (a mapping node at `path`), after checking
+ * that the key is a scalar and not a duplicate.
+ */
+static int each_pair(struct ld *ld, yaml_node_t *map, const char *path, pair_fn fn,
+                     void *privdata)
+{
+    json_t *seen = json_object(); /* key -> index of its first pair */
+    if (!seen)
+        return oom(ld);
+    int ret = 0;
+    yaml_node_pair_t *start = map->data.mapping.pairs.start;
+    for (yaml_node_pair_t *p = start; p < map->data.mapping.pairs.top; p++) {
+        yaml_node_t *k = yaml_document_get_node(ld->doc, p->key);
+        yaml_node_t *v = yaml_document_get_node(ld->doc, p->value);
+        char kpath[PATH_BUF];
+        if (k->type != YAML_SCALAR_NODE) {
+            ret = fail_at(ld, k->start_mark, "%s%s%smapping keys must be scalars",
+                          path ? "key '" : "", path ? path : "", path ? "': " : "");
+            break;
+        }
+        const char *key = sval(k);
+        join_path(kpath, path, key);
+        if ((ret = check_nul(ld, kpath, k)) < 0)
+            break;
+        json_t *first = json_object_get(seen, key);
+        if (first) {
+            yaml_node_t *fk =
+                yaml_document_get_node(ld->doc, start[json_integer_value(first)].key);
+            ret = fail_at(ld, k->start_mark,
+                          "duplicate key '%s' (first defined at %zu:%zu)", kpath,
+                          fk->start_mark.line + 1, fk->start_mark.column + 1);
+            break;
+        }
+        if (json_object_set_new(seen, key, json_integer(p - start)) < 0) {
+            ret = oom(ld);
+            break;
+        }
+        if ((ret = fn(ld, kpath, key, k, v, privdata)) < 0)
+            break;
+    }
+    json_decref(seen);
+    return ret;
+}
+
+/* ---- scalar parsing -------------------------------------------------------- */
+
+enum { NUM_OK = 0, NUM_SYNTAX = -1, NUM_RANGE = -2, NUM_LEADING_ZERO = -3 };
+
+/*
+ * Integers: [+-]digits, 0x hex, 0o octal; with `suffix`, decimal may end in
+ * k/K/m/M/g/G (powers of 1024). A leading 0 on a decimal is refused: YAML 1.1
+ * reads 010 as 8, YAML 1.2 as 10, and a config must not depend on which.
+ */
+static int parse_int(const char *s, int suffix, int64_t *out)
+{
+    const char *p = s;
+    int neg = 0, base = 10, leading_zero = 0;
+    uint64_t v = 0;
+    if (*p == '+' || *p == '-')
+        neg = *p++ == '-';
+    if (p[0] == '0' && (p[1] == 'x' || p[1] == 'X')) {
+        base = 16;
+        p += 2;
+    } else if (p[0] == '0' && (p[1] == 'o' || p[1] == 'O')) {
+        base = 8;
+        p += 2;
+    } else if (p[0] == '0' && p[1] >= '0' && p[1] <= '9') {
+        leading_zero = 1; /* only reported if the rest is a number */
+    }
+    const char *digits = p;
+    for (;; p++) {
+        int d;
+        if (*p >= '0' && *p <= '9')
+            d = *p - '0';
+        else if (base == 16 && *p >= 'a' && *p <= 'f')
+            d = *p - 'a' + 10;
+        else if (base == 16 && *p >= 'A' && *p <= 'F')
+            d = *p - 'A' + 10;
+        else
+            break;
+        if (d >= base)
+            return NUM_SYNTAX;
+        if (v > ((uint64_t)INT64_MAX - (uint64_t)d) / (uint64_t)base)
+            return NUM_RANGE;
+        v = v * (uint64_t)base + (uint64_t)d;
+    }
+    if (p == digits)
+        return NUM_SYNTAX;
+    if (*p && suffix && base == 10) {
+        uint64_t mult;
+        char c = *p++;
+        if (c == 'k' || c == 'K')
+            mult = (uint64_t)KIB;
+        else if (c == 'm' || c == 'M')
+            mult = (uint64_t)MIB;
+        else if (c == 'g' || c == 'G')
+            mult = (uint64_t)GIB;
+        else
+            return NUM_SYNTAX;
+        if (v > (uint64_t)INT64_MAX / mult)
+            return NUM_RANGE;
+        v *= mult;
+    }
+    if (*p)
+        return NUM_SYNTAX;
+    if (leading_zero)
+        return NUM_LEADING_ZERO;
+    *out = neg ? -(int64_t)v : (int64_t)v;
+    return NUM_OK;
+}
+
+/* Permission bits are octal whatever the spelling: 0660, 660, "0660", 0o660. */
+static int parse_mode(const char *s, unsigned *out)
+{
+    const char *p = s;
+    unsigned v = 0;
+    if (p[0] == '0' && (p[1] == 'o' || p[1] == 'O'))
+        p += 2;
+    if (!*p)
+        return NUM_SYNTAX;
+    for (; *p; p++) {
+        if (*p < '0' || *p > '7')
+            return NUM_SYNTAX;
+        v = v * 8 + (unsigned)(*p - '0');
+        if (v > 0777)
+            return NUM_RANGE;
+    }
+    *out = v;
+    return NUM_OK;
+}
+
+static int parse_bool(const char *s, int *out)
+{
+    static const char *const yes[] = {"true", "yes", "on"};
+    static const char *const no[] = {"false", "no", "off"};
+    for (size_t i = 0; i < ARRAY_SIZE(yes); i++) {
+        if (!strcasecmp(s, yes[i]))
+            return *out = 1, NUM_OK;
+        if (!strcasecmp(s, no[i]))
+            return *out = 0, NUM_OK;
+    }
+    return NUM_SYNTAX;
+}
+
+/* YAML 1.2 core floats with a '.' or an exponent: 1.5, .5, 1e3, -2.5E-3. */
+static int looks_float(const char *s)
+{
+    const char *p = s;
+    int mant = 0, dot = 0, exp = 0;
+    if (*p == '+' || *p == '-')
+        p++;
+    while (*p >= '0' && *p <= '9')
+        p++, mant = 1;
+    if (*p == '.') {
+        dot = 1;
+        p++;
+        while (*p >= '0' && *p <= '9')
+            p++, mant = 1;
+    }
+    if (!mant)
+        return 0;
+    if (*p == 'e' || *p == 'E') {
+        p++;
+        if (*p == '+' || *p == '-')
+            p++;
+        if (!(*p >= '0' && *p <= '9'))
+            return 0;
+        while (*p >= '0' && *p <= '9')
+            p++;
+        exp = 1;
+    }
+    return !*p && (dot || exp);
+}
+
+/* An integer (or byte size) scalar, range-checked. */
+static int get_int(struct ld *ld, const char *path, const yaml_node_t *n, int size,
+                   int64_t min, int64_t max, int64_t *out)
+{
+    const char *what = size ? "a byte size (e.g. 65536, 512k, 16M, 1G)" : "an integer";
+    if (n->type != YAML_SCALAR_NODE || is_null(n))
+        return expected(ld, path, n, what);
+    int64_t v = 0;
+    char got[64];
+    switch (parse_int(sval(n), size, &v)) {
+    case NUM_OK:
+        break;
+    case NUM_RANGE:
+        describe(n, got, sizeof(got));
+        return fail_at(ld, n->start_mark, "key '%s': %s is too large", path, got);
+    case NUM_LEADING_ZERO:
+        describe(n, got, sizeof(got));
+        return fail_at(
+            ld, n->start_mark,
+            "key '%s': expected %s, got %s (a leading zero is ambiguous in YAML; "
+            "drop it, or write 0o for octal)",
+            path, what, got);
+    default:
+        return expected(ld, path, n, what);
+    }
+    if (v < min || v > max) {
+        describe(n, got, sizeof(got));
+        if (max == INT64_MAX)
+            return fail_at(ld, n->start_mark,
+                           "key '%s': %s is out of range (must be >= %" PRId64 ")", path,
+                           got, min);
+        char lo[32], hi[32];
+        if (size) {
+            fmt_size(min, lo, sizeof(lo));
+            fmt_size(max, hi, sizeof(hi));
+        } else {
+            snprintf(lo, sizeof(lo), "%" PRId64, min);
+            snprintf(hi, sizeof(hi), "%" PRId64, max);
+        }
+        return fail_at(ld, n->start_mark, "key '%s': %s is out of range (%s..%s)", path,
+                       got, lo, hi);
+    }
+    *out = v;
+    return 0;
+}
+
+/* ---- core keys ------------------------------------------------------------ */
+
+static const struct core_key *find_core(const char *section, const char *name)
+{
+    for (size_t i = 0; i < N_CORE; i++) {
+        const struct core_key *ck = &core_keys[i];
+        int same_section =
+            section ? ck->section && !strcmp(ck->section, section) : !ck->section;
+        if (same_section && !strcmp(ck->name, name))
+            return ck;
+    }
+    return NULL;
+}
+
+static int set_core(struct ld *ld, const struct core_key *ck, const char *path,
+                    yaml_node_t *v)
+{
+    void *field = (char *)ld->cfg + ck->off;
+    int ret = 0;
+
+    switch (ck->kind) {
+    case K_STR: {
+        char **sp = field;
+        if (is_null(v)) {
+            if (!ck->nullable)
+                return expected(ld, path, v, "a string");
+            free(*sp);
+            *sp = NULL;
+            break;
+        }
+        if (v->type != YAML_SCALAR_NODE)
+            return expected(ld, path, v, "a string");
+        if ((ret = check_nul(ld, path, v)) < 0)
+            return ret;
+        size_t len = v->data.scalar.length;
+        if (len < (size_t)ck->min)
+            return fail_at(ld, v->start_mark, "key '%s': must not be empty", path);
+        if (len > (size_t)ck->max)
+            return fail_at(ld, v->start_mark,
+                           "key '%s': too long (%zu bytes, at most %" PRId64 ")", path,
+                           len, ck->max);
+        char *copy = strdup(sval(v));
+        if (!copy)
+            return oom(ld);
+        free(*sp);
+        *sp = copy;
+        break;
+    }
+    case K_INT:
+    case K_SIZE:
+        ret =
+            get_int(ld, path, v, ck->kind == K_SIZE, ck->min, ck->max, (int64_t *)field);
+        break;
+    case K_MODE: {
+        if (v->type != YAML_SCALAR_NODE || is_null(v))
+            return expected(ld, path, v, "an octal mode such as \"0660\"");
+        int r = parse_mode(sval(v), (unsigned *)field);
+        if (r == NUM_RANGE) {
+            char got[64];
+            describe(v, got, sizeof(got));
+            return fail_at(ld, v->start_mark,
+                           "key '%s': mode %s is out of range (at most 0777)", path, got);
+        }
+        if (r != NUM_OK)
+            return expected(ld, path, v, "an octal mode such as \"0660\"");
+        break;
+    }
+    case K_LEVEL: {
+        if (v->type == YAML_SCALAR_NODE) {
+            for (size_t i = 0; i < ARRAY_SIZE(level_names); i++) {
+                if (!strcasecmp(sval(v), level_names[i])) {
+                    *(enum log_level *)field = (enum log_level)i;
+                    goto done;
+                }
+            }
+        }
+        return expected(ld, path, v, "one of error, warn, info, debug");
+    }
+    }
+done:
+    if (ret == 0) {
+        ld->set[ck - core_keys] = 1;
+        ld->mark[ck - core_keys] = v->start_mark;
+    }
+    return ret;
+}
+
+static int on_section_key(struct ld *ld, const char *path, const char *key,
+                          yaml_node_t *k, yaml_node_t *v, void *privdata)
+{
+    const char *section = privdata;
+    const struct core_key *ck = find_core(section, key);
+    if (ck)
+        return set_core(ld, ck, path, v);
+    struct suggest s = {key, NULL, SIZE_MAX};
+    for (size_t i = 0; i < N_CORE; i++)
+        if (core_keys[i].section && !strcmp(core_keys[i].section, section))
+            suggest_try(&s, core_keys[i].name);
+    return unknown_key(ld, k, path, &s);
+}
+
+/* ---- provider sections ----------------------------------------------------- */
+
+static const struct cfg_schema *find_schema(struct ld *ld, const char *name)
+{
+    for (size_t i = 0; i < ld->nschemas; i++)
+        if (ld->schemas[i].provider && !strcmp(ld->schemas[i].provider, name))
+            return &ld->schemas[i];
+    return NULL;
+}
+
+/* "duktape, docker, modal" (or "none"), shortened if absurdly long. */
+static void known_providers(struct ld *ld, char *buf, size_t size)
+{
+    size_t o = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < ld->nschemas && o < size; i++) {
+        int n =
+            snprintf(buf + o, size - o, "%s%s", o ? ", " : "", ld->schemas[i].provider);
+        if (n < 0)
+            break;
+        o += (size_t)n;
+    }
+    if (!buf[0])
+        snprintf(buf, size, "none");
+}
+
+static int ends_with(const char *s, const char *suffix)
+{
+    size_t ls = strlen(s), lx = strlen(suffix);
+    return ls >= lx && !strcmp(s + ls - lx, suffix);
+}
+
+static int to_json(struct ld *ld, const char *path, yaml_node_t *n, int depth,
+                   json_t **out);
+
+struct any_ctx {
+    json_t *obj;
+    int depth;
+};
+
+static int on_any_pair(struct ld *ld, const char *path, const char *key, yaml_node_t *k,
+                       yaml_node_t *v, void *privdata)
+{
+    struct any_ctx *ac = privdata;
+    json_t *val = NULL;
+    (void)k;
+    int ret = to_json(ld, path, v, ac->depth + 1, &val);
+    if (ret < 0)
+        return ret;
+    if (json_object_set_new(ac->obj, key, val) < 0)
+        return oom(ld);
+    return 0;
+}
+
+/* Plain scalars are typed (null, bool, int, float); quoted ones stay strings. */
+static json_t *scalar_to_json(const yaml_node_t *n)
+{
+    const char *s = sval(n);
+    size_t len = n->data.scalar.length;
+    int64_t iv;
+    if (!is_plain(n))
+        return json_stringn(s, len);
+    if (is_null(n))
+        return json_null();
+    if (!strcmp(s, "true") || !strcmp(s, "True") || !strcmp(s, "TRUE"))
+        return json_true();
+    if (!strcmp(s, "false") || !strcmp(s, "False") || !strcmp(s, "FALSE"))
+        return json_false();
+    /* Leading-zero and overflowing numbers stay strings: lossless, and the
+     * provider can decide what "0755" means. */
+    if (parse_int(s, 0, &iv) == NUM_OK)
+        return json_integer(iv);
+    if (looks_float(s)) {
+        double d = strtod(s, NULL);
+        if (isfinite(d))
+            return json_real(d);
+    }
+    return json_stringn(s, len);
+}
+
+static int to_json(struct ld *ld, const char *path, yaml_node_t *n, int depth,
+                   json_t **out)
+{
+    int ret = 0;
+    *out = NULL;
+    if (depth > ANY_MAX_DEPTH)
+        return fail_at(ld, n->start_mark,
+                       "key '%s': nested more than %d levels deep (a recursive alias?)",
+                       path, ANY_MAX_DEPTH);
+    if (++ld->any_nodes > ANY_MAX_NODES)
+        return fail_at(ld, n->start_mark,
+                       "key '%s': more than %d nodes (aliases expanding too much?)", path,
+                       ANY_MAX_NODES);
+
+    switch (n->type) {
+    case YAML_SCALAR_NODE:
+        if ((ret = check_nul(ld, path, n)) < 0)
+            return ret;
+        *out = scalar_to_json(n);
+        return *out ? 0 : oom(ld);
+    case YAML_SEQUENCE_NODE: {
+        json_t *arr = json_array();
+        if (!arr)
+            return oom(ld);
+        yaml_node_item_t *start = n->data.sequence.items.start;
+        for (yaml_node_item_t *it = start; it < n->data.sequence.items.top; it++) {
+            char ipath[PATH_BUF];
+            json_t *val = NULL;
+            path_fmt(ipath, "%s[%td]", path, it - start);
+            ret =
+                to_json(ld, ipath, yaml_document_get_node(ld->doc, *it), depth + 1, &val);
+            if (ret < 0)
+                break;
+            if (json_array_append_new(arr, val) < 0) {
+                ret = oom(ld);
+                break;
+            }
+        }
+        if (ret < 0) {
+            json_decref(arr);
+            return ret;
+        }
+        *out = arr;
+        return 0;
+    }
+    case YAML_MAPPING_NODE: {
+        struct any_ctx ac = {json_object(), depth};
+        if (!ac.obj)
+            return oom(ld);
+        ret = each_pair(ld, n, path, on_any_pair, &ac);
+        if (ret < 0) {
+            json_decref(ac.obj);
+            return ret;
+        }
+        *out = ac.obj;
+        return 0;
+    }
+    default:
+        return fail_at(ld, n->start_mark, "key '%s': empty YAML node", path);
+    }
+}
+
+/* A scalar that must be a non-null string, for CFG_STR and the items of MAP and LIST. */
+static int string_value(struct ld *ld, const char *path, const yaml_node_t *n,
+                        json_t **out)
+{
+    int ret;
+    if (n->type != YAML_SCALAR_NODE || is_null(n))
+        return expected(ld, path, n, "a string");
+    if ((ret = check_nul(ld, path, n)) < 0)
+        return ret;
+    *out = json_stringn(sval(n), n->data.scalar.length);
+    return *out ? 0 : oom(ld);
+}
+
+static int on_map_pair(struct ld *ld, const char *path, const char *key, yaml_node_t *k,
+                       yaml_node_t *v, void *privdata)
+{
+    json_t *val = NULL;
+    int ret = string_value(ld, path, v, &val);
+    (void)k;
+    if (ret < 0)
+        return ret;
+    if (json_object_set_new(privdata, key, val) < 0)
+        return oom(ld);
+    return 0;
+}
+
+/* Converts a provider value according to its type; *out is NULL for a null value. */
+static int convert(struct ld *ld, const char *path, const char *key, enum cfg_type type,
+                   yaml_node_t *v, json_t **out)
+{
+    int ret = 0;
+    *out = NULL;
+    if (is_null(v))
+        return 0; /* "not set": the provider's default applies */
+
+    switch (type) {
+    case CFG_STR:
+        return string_value(ld, path, v, out);
+    case CFG_INT: {
+        int64_t iv = 0;
+        ret = get_int(ld, path, v, ends_with(key, "_bytes"), 0, INT64_MAX, &iv);
+        if (ret < 0)
+            return ret;
+        *out = json_integer(iv);
+        return *out ? 0 : oom(ld);
+    }
+    case CFG_BOOL: {
+        int b = 0;
+        if (v->type != YAML_SCALAR_NODE || parse_bool(sval(v), &b) != NUM_OK)
+            return expected(ld, path, v, "a boolean (true or false)");
+        *out = json_boolean(b);
+        return 0;
+    }
+    case CFG_MAP: {
+        if (v->type != YAML_MAPPING_NODE)
+            return expected(ld, path, v, "a mapping of strings");
+        json_t *obj = json_object();
+        if (!obj)
+            return oom(ld);
+        if ((ret = each_pair(ld, v, path, on_map_pair, obj)) < 0) {
+            json_decref(obj);
+            return ret;
+        }
+        *out = obj;
+        return 0;
+    }
+    case CFG_LIST: {
+        if (v->type != YAML_SEQUENCE_NODE)
+            return expected(ld, path, v, "a sequence of strings");
+        json_t *arr = json_array();
+        if (!arr)
+            return oom(ld);
+        yaml_node_item_t *start = v->data.sequence.items.start;
+        for (yaml_node_item_t *it = start; it < v->data.sequence.items.top; it++) {
+            char ipath[PATH_BUF];
+            json_t *val = NULL;
+            path_fmt(ipath, "%s[%td]", path, it - start);
+            ret = string_value(ld, ipath, yaml_document_get_node(ld->doc, *it), &val);
+            if (ret < 0)
+                break;
+            if (json_array_append_new(arr, val) < 0) {
+                ret = oom(ld);
+                break;
+            }
+        }
+        if (ret < 0) {
+            json_decref(arr);
+            return ret;
+        }
+        *out = arr;
+        return 0;
+    }
+    case CFG_ANY:
+        return to_json(ld, path, v, 0, out);
+    }
+    return err_make(ld->err, SBX_E_INTERNAL,
+                    "%s: key '%s': bad type %d in the provider schema", ld->file, path,
+                    (int)type);
+}
+
+struct provider_ctx {
+    const struct cfg_schema *schema;
+    json_t *obj;
+};
+
+static int on_provider_key(struct ld *ld, const char *path, const char *key,
+                           yaml_node_t *k, yaml_node_t *v, void *privdata)
+{
+    struct provider_ctx *pc = privdata;
+    enum cfg_type type = CFG_BOOL;
+    int found = !strcmp(key, "enabled");
+
+    for (const struct cfg_key *ck = pc->schema->keys; !found && ck && ck->name; ck++) {
+        if (!strcmp(ck->name, key)) {
+            type = ck->type;
+            found = 1;
+        }
+    }
+    if (!found) {
+        struct suggest s = {key, NULL, SIZE_MAX};
+        suggest_try(&s, "enabled");
+        for (const struct cfg_key *ck = pc->schema->keys; ck && ck->name; ck++)
+            suggest_try(&s, ck->name);
+        return unknown_key(ld, k, path, &s);
+    }
+
+    json_t *val = NULL;
+    int ret = convert(ld, path, key, type, v, &val);
+    if (ret < 0)
+        return ret;
+    if (!val) {
+        json_object_del(pc->obj, key);
+        return 0;
+    }
+    if (json_object_set_new(pc->obj, key, val) < 0)
+        return oom(ld);
+    return 0;
+}
+
+/* The providers object holds an entry for every known provider. */
+static int provider_obj(struct ld *ld, const char *name, json_t **out)
+{
+    json_t *obj = json_object_get(ld->cfg->providers, name);
+    if (!json_is_object(obj)) {
+        obj = json_object();
+        if (!obj || json_object_set_new(ld->cfg->providers, name, obj) < 0)
+            return oom(ld);
+    }
+    *out = obj;
+    return 0;
+}
+
+static int on_provider(struct ld *ld, const char *path, const char *key, yaml_node_t *k,
+                       yaml_node_t *v, void *privdata)
+{
+    const struct cfg_schema *schema = find_schema(ld, key);
+    (void)privdata;
+    if (!schema) {
+        char known[512];
+        known_providers(ld, known, sizeof(known));
+        return fail_at(ld, k->start_mark, "unknown provider '%s' (known: %s)", key,
+                       known);
+    }
+    struct provider_ctx pc = {schema, NULL};
+    int ret = provider_obj(ld, key, &pc.obj);
+    if (ret < 0)
+        return ret;
+    if (is_null(v))
+        return 0;
+    if (v->type != YAML_MAPPING_NODE)
+        return expected(ld, path, v, "a mapping");
+    return each_pair(ld, v, path, on_provider_key, &pc);
+}
+
+/* ---- the top level ---------------------------------------------------------- */
+
+static int on_top_key(struct ld *ld, const char *path, const char *key, yaml_node_t *k,
+                      yaml_node_t *v, void *privdata)
+{
+    (void)privdata;
+    if (!strcmp(key, "providers")) {
+        if (is_null(v))
+            return 0;
+        if (v->type != YAML_MAPPING_NODE)
+            return expected(ld, path, v, "a mapping of provider names");
+        return each_pair(ld, v, path, on_provider, NULL);
+    }
+    for (size_t i = 0; i < ARRAY_SIZE(sections); i++) {
+        if (strcmp(key, sections[i]))
+            continue;
+        if (is_null(v))
+            return 0;
+        if (v->type != YAML_MAPPING_NODE)
+            return expected(ld, path, v, "a mapping");
+        return each_pair(ld, v, path, on_section_key, (void *)sections[i]);
+    }
+    const struct core_key *ck = find_core(NULL, key);
+    if (ck)
+        return set_core(ld, ck, path, v);
+
+    struct suggest s = {key, NULL, SIZE_MAX};
+    suggest_try(&s, "providers");
+    for (size_t i = 0; i < ARRAY_SIZE(sections); i++)
+        suggest_try(&s, sections[i]);
+    for (size_t i = 0; i < N_CORE; i++)
+        if (!core_keys[i].section)
+            suggest_try(&s, core_keys[i].name);
+    return unknown_key(ld, k, path, &s);
+}
+
+/* Tags would change what a scalar means behind our back (!!binary, !!int "x"). */
+static int check_tags(struct ld *ld)
+{
+    static const char yaml_prefix[] = "tag:yaml.org,2002:";
+    for (yaml_node_t *n = ld->doc->nodes.start; n < ld->doc->nodes.top; n++) {
+        const char *tag = (const char *)n->tag;
+        const char *dflt = n->type == YAML_MAPPING_NODE    ? YAML_DEFAULT_MAPPING_TAG
+                           : n->type == YAML_SEQUENCE_NODE ? YAML_DEFAULT_SEQUENCE_TAG
+                                                           : YAML_DEFAULT_SCALAR_TAG;
+        if (!tag || !strcmp(tag, dflt))
+            continue;
+        if (!strncmp(tag, yaml_prefix, sizeof(yaml_prefix) - 1))
+            return fail_at(ld, n->start_mark, "unsupported YAML tag '!!%s'",
+                           tag + sizeof(yaml_prefix) - 1);
+        return fail_at(ld, n->start_mark, "unsupported YAML tag '%s'", tag);
+    }
+    return 0;
+}
+
+static const struct core_key *core_by_field(size_t off)
+{
+    for (size_t i = 0; i < N_CORE; i++)
+        if (core_keys[i].off == off)
+            return &core_keys[i];
+    return NULL;
+}
+
+/* Checks that span keys, after the whole file is read. */
+static int check_consistency(struct ld *ld)
+{
+    struct sbx_config *cfg = ld->cfg;
+    const struct core_key *high =
+        core_by_field(offsetof(struct sbx_config, session_output_high));
+    const struct core_key *hard =
+        core_by_field(offsetof(struct sbx_config, session_output_hard));
+    const struct core_key *prov =
+        core_by_field(offsetof(struct sbx_config, default_provider));
+
+    if (cfg->session_output_high >= cfg->session_output_hard) {
+        char a[32], b[32];
+        fmt_size(cfg->session_output_high, a, sizeof(a));
+        fmt_size(cfg->session_output_hard, b, sizeof(b));
+        /* Point at whichever of the two the file set; high if both. */
+        const struct core_key *at = ld->set[high - core_keys] ? high : hard;
+        static const char msg[] = "limits.session_output_high (%s) must be below "
+                                  "limits.session_output_hard (%s)";
+        if (ld->set[at - core_keys])
+            return fail_at(ld, ld->mark[at - core_keys], msg, a, b);
+        return fail_file(ld, msg, a, b);
+    }
+
+    if (ld->nschemas == 0)
+        return 0;
+    const char *name = cfg->default_provider;
+    int pset = ld->set[prov - core_keys];
+    yaml_mark_t pmark = ld->mark[prov - core_keys];
+    if (!find_schema(ld, name)) {
+        char known[512];
+        known_providers(ld, known, sizeof(known));
+        if (pset)
+            return fail_at(ld, pmark,
+                           "key 'defaults.provider': unknown provider '%s' (known: %s)",
+                           name, known);
+        return fail_file(ld, "key 'defaults.provider': unknown provider '%s' (known: %s)",
+                         name, known);
+    }
+    json_t *enabled = json_object_get(config_provider(cfg, name), "enabled");
+    if (json_is_false(enabled)) {
+        if (pset)
+            return fail_at(ld, pmark,
+                           "key 'defaults.provider': provider '%s' is disabled "
+                           "(providers.%s.enabled is false)",
+                           name, name);
+        return fail_file(ld,
+                         "key 'defaults.provider': the default provider '%s' is disabled "
+                         "(providers.%s.enabled is false); set defaults.provider",
+                         name, name);
+    }
+    return 0;
+}
+
+/* ---- files and libyaml ---------------------------------------------------- */
+
+static int read_all(const char *path, char **buf_out, size_t *len_out, sbx_err_t *err)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return err_make(err, SBX_E_PARAMS, "%s: cannot open: %s", path, strerror(errno));
+    size_t cap = 4096, len = 0;
+    char *buf = malloc(cap);
+    int ret = 0;
+    if (!buf) {
+        ret = err_make(err, SBX_E_PARAMS, "%s: out of memory", path);
+        goto out;
+    }
+    for (;;) {
+        if (len == cap) {
+            if (cap >= (size_t)MAX_FILE_BYTES) {
+                ret = err_make(err, SBX_E_PARAMS, "%s: larger than %d MiB", path,
+                               (int)(MAX_FILE_BYTES / MIB));
+                goto out;
+            }
+            char *nb = realloc(buf, cap * 2);
+            if (!nb) {
+                ret = err_make(err, SBX_E_PARAMS, "%s: out of memory", path);
+                goto out;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+        ssize_t n = read(fd, buf + len, cap - len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            ret =
+                err_make(err, SBX_E_PARAMS, "%s: cannot read: %s", path, strerror(errno));
+            goto out;
+        }
+        if (n == 0)
+            break;
+        len += (size_t)n;
+    }
+    *buf_out = buf;
+    *len_out = len;
+    buf = NULL;
+out:
+    free(buf);
+    close(fd);
+    return ret;
+}
+
+/* libyaml's reader reports a byte offset; turn it into a line and column. */
+static void offset_to_mark(const char *buf, size_t len, size_t offset, size_t *line,
+                           size_t *col)
+{
+    *line = 1;
+    *col = 1;
+    for (size_t i = 0; i < offset && i < len; i++) {
+        if (buf[i] == '\n') {
+            (*line)++;
+            *col = 1;
+        } else if (((unsigned char)buf[i] & 0xC0) != 0x80) {
+            (*col)++; /* count characters, not UTF-8 continuation bytes */
+        }
+    }
+}
+
+static int yaml_fail(const char *file, const yaml_parser_t *p, const char *buf,
+                     size_t len, sbx_err_t *err)
+{
+    const char *problem = p->problem ? p->problem : "unknown error";
+    switch (p->error) {
+    case YAML_MEMORY_ERROR:
+        return err_make(err, SBX_E_PARAMS, "%s: out of memory", file);
+    case YAML_READER_ERROR:
+        if (p->encoding == YAML_UTF8_ENCODING) {
+            size_t line, col;
+            offset_to_mark(buf, len, p->problem_offset, &line, &col);
+            if (p->problem_value != -1)
+                return err_make(err, SBX_E_PARAMS, "%s:%zu:%zu: YAML error: %s (#%X)",
+                                file, line, col, problem, (unsigned)p->problem_value);
+            return err_make(err, SBX_E_PARAMS, "%s:%zu:%zu: YAML error: %s", file, line,
+                            col, problem);
+        }
+        return err_make(err, SBX_E_PARAMS, "%s: YAML error: %s at byte %zu", file,
+                        problem, p->problem_offset);
+    default:
+        if (p->context)
+            return err_make(
+                err, SBX_E_PARAMS, "%s:%zu:%zu: YAML syntax error: %s (%s at %zu:%zu)",
+                file, p->problem_mark.line + 1, p->problem_mark.column + 1, problem,
+                p->context, p->context_mark.line + 1, p->context_mark.column + 1);
+        return err_make(err, SBX_E_PARAMS, "%s:%zu:%zu: YAML syntax error: %s", file,
+                        p->problem_mark.line + 1, p->problem_mark.column + 1, problem);
+    }
+}
+
+int config_load_file(struct sbx_config *cfg, const char *path,
+                     const struct cfg_schema *schemas, size_t nschemas, sbx_err_t *err)
+{
+    struct sbx_config tmp;
+    struct ld ld;
+    yaml_parser_t parser;
+    yaml_document_t doc, extra;
+    int have_parser = 0, have_doc = 0, ret;
+    char *buf = NULL;
+    size_t len = 0;
+
+    memset(&tmp, 0, sizeof(tmp));
+    if (!cfg || !path || (nschemas && !schemas))
+        return err_make(err, SBX_E_INTERNAL, "config_load_file: invalid arguments");
+    if ((ret = read_all(path, &buf, &len, err)) < 0)
+        goto out;
+    if (!yaml_parser_initialize(&parser)) {
+        ret = err_make(err, SBX_E_PARAMS, "%s: out of memory", path);
+        goto out;
+    }
+    have_parser = 1;
+    yaml_parser_set_input_string(&parser, (const unsigned char *)buf, len);
+    if (!yaml_parser_load(&parser, &doc)) { /* libyaml frees doc on failure */
+        ret = yaml_fail(path, &parser, buf, len, err);
+        goto out;
+    }
+    have_doc = 1;
+
+    /* A second document would be silently ignored; make it an error. */
+    if (!yaml_parser_load(&parser, &extra)) {
+        ret = yaml_fail(path, &parser, buf, len, err);
+        goto out;
+    }
+    if (yaml_document_get_root_node(&extra)) {
+        ret = err_make(err, SBX_E_PARAMS, "%s:%zu:%zu: only one YAML document is allowed",
+                       path, extra.start_mark.line + 1, extra.start_mark.column + 1);
+        yaml_document_delete(&extra);
+        goto out;
+    }
+    yaml_document_delete(&extra);
+
+    if (config_copy(&tmp, cfg) < 0) {
+        ret = err_make(err, SBX_E_PARAMS, "%s: out of memory", path);
+        goto out;
+    }
+    memset(&ld, 0, sizeof(ld));
+    ld.file = path;
+    ld.doc = &doc;
+    ld.err = err;
+    ld.cfg = &tmp;
+    ld.schemas = schemas;
+    ld.nschemas = nschemas;
+    if ((ret = check_tags(&ld)) < 0)
+        goto out;
+
+    yaml_node_t *root = yaml_document_get_root_node(&doc);
+    if (root && !is_null(root)) {
+        if (root->type != YAML_MAPPING_NODE) {
+            char got[64];
+            describe(root, got, sizeof(got));
+            ret = fail_at(&ld, root->start_mark,
+                          "the top level must be a mapping, got %s", got);
+            goto out;
+        }
+        if ((ret = each_pair(&ld, root, NULL, on_top_key, NULL)) < 0)
+            goto out;
+    }
+    for (size_t i = 0; i < nschemas; i++) {
+        json_t *unused;
+        if (schemas[i].provider &&
+            (ret = provider_obj(&ld, schemas[i].provider, &unused)) < 0)
+            goto out;
+    }
+    if ((ret = check_consistency(&ld)) < 0)
+        goto out;
+
+    free(tmp.path);
+    if (!(tmp.path = strdup(path))) {
+        ret = oom(&ld);
+        goto out;
+    }
+    config_deinit(cfg);
+    *cfg = tmp;
+    memset(&tmp, 0, sizeof(tmp));
+    ret = 0;
+out:
+    config_deinit(&tmp);
+    if (have_doc)
+        yaml_document_delete(&doc);
+    if (have_parser)
+        yaml_parser_delete(&parser);
+    free(buf);
+    return ret;
+}
+
+int config_check_file(const char *path, const struct cfg_schema *schemas, size_t nschemas,
+                      sbx_err_t *err)
+{
+    struct sbx_config cfg;
+    if (config_init_defaults(&cfg) < 0)
+        return err_make(err, SBX_E_PARAMS, "%s: out of memory", path ? path : "(null)");
+    int ret = config_load_file(&cfg, path, schemas, nschemas, err);
+    config_deinit(&cfg);
+    return ret;
+}
