@@ -17,15 +17,15 @@ WARN = -Wall -Wextra -Wstrict-prototypes -Wwrite-strings -Wshadow -Wno-unused-pa
 OPT ?= -O2 -g
 SAN ?=
 CFLAGS_BASE = -std=gnu11 $(OPT) $(WARN) $(SAN) -D_GNU_SOURCE -DSBX_VERSION=\"$(VERSION)\" \
-	-Iproto -Idaemon -Iclient/include
+	-Iproto -Idaemon -Iclient/include -I$(B)/gen
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 CFLAGS_ALL = $(CFLAGS_BASE) $(PKG_CFLAGS) $(CFLAGS)
 LDLIBS_D = $(PKG_LIBS) -lev -lm
 
-DAEMON_SRC = $(wildcard daemon/*.c daemon/providers/*.c daemon/worker/*.c) proto/sbx_chan.c \
-	$(wildcard $(B)/gen/*.pb-c.c)
-DAEMON_OBJ = $(patsubst %.c,$(B)/obj/%.o,$(DAEMON_SRC))
+PROTO_GEN = $(B)/gen/modal_api.pb-c.c
+DAEMON_SRC = $(wildcard daemon/*.c daemon/providers/*.c daemon/worker/*.c) proto/sbx_chan.c
+DAEMON_OBJ = $(patsubst %.c,$(B)/obj/%.o,$(DAEMON_SRC)) $(B)/gen/modal_api.pb-c.o
 DAEMON_LIB_OBJ = $(filter-out $(B)/obj/daemon/main.o,$(DAEMON_OBJ))
 CLIENT_SRC = $(wildcard client/src/*.c)
 CLIENT_OBJ = $(patsubst %.c,$(B)/pic/%.o,$(CLIENT_SRC))
@@ -35,13 +35,15 @@ UNIT_SRC = $(wildcard tests/unit/test_*.c)
 UNIT_BIN = $(patsubst tests/unit/%.c,$(B)/tests/%,$(UNIT_SRC))
 ITEST_SRC = $(wildcard tests/integration/*.c)
 ITEST_BIN = $(patsubst tests/integration/%.c,$(B)/tests/%,$(ITEST_SRC))
+PTEST_SRC = $(wildcard tests/providers/ptest_*.c)
+PTEST_BIN = $(patsubst tests/providers/%.c,$(B)/tests/%,$(PTEST_SRC))
 BENCH_SRC = $(wildcard tests/bench/*.c)
 BENCH_BIN = $(patsubst tests/bench/%.c,$(B)/bench/%,$(BENCH_SRC))
 AGENT_SRC = $(wildcard daemon/agent/*.c)
 
 .PHONY: all run test asan valgrind bench install clean deps test-deps check-style
 all: $(B)/sbxd $(B)/sbxctl $(B)/libsbx.so.$(SOVERSION) $(B)/libsbx.a \
-	$(if $(AGENT_SRC),$(B)/sbx-init) $(UNIT_BIN) $(ITEST_BIN) $(BENCH_BIN)
+	$(if $(AGENT_SRC),$(B)/sbx-init) $(UNIT_BIN) $(ITEST_BIN) $(PTEST_BIN) $(BENCH_BIN)
 
 # -- build ------------------------------------------------------------------
 $(B)/obj/%.o: %.c
@@ -50,6 +52,14 @@ $(B)/obj/%.o: %.c
 $(B)/pic/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -fPIC -fvisibility=hidden -DSBX_BUILDING_LIB -MMD -MP -c $< -o $@
+
+# Modal's messages: generated from the project's cut-down proto by protoc-c.
+$(B)/gen/modal_api.pb-c.c $(B)/gen/modal_api.pb-c.h: proto/modal/modal_api.proto
+	@mkdir -p $(B)/gen
+	protoc-c --proto_path=proto/modal --c_out=$(B)/gen proto/modal/modal_api.proto
+$(B)/gen/modal_api.pb-c.o: $(B)/gen/modal_api.pb-c.c
+	$(CC) $(CFLAGS_ALL) -Wno-missing-braces -I$(B)/gen -c $< -o $@
+$(DAEMON_OBJ): | $(B)/gen/modal_api.pb-c.h
 
 $(B)/sbxd: $(DAEMON_OBJ)
 	$(CC) $(SAN) -o $@ $^ $(LDLIBS_D)
@@ -72,6 +82,9 @@ $(B)/tests/%: tests/unit/%.c $(DAEMON_LIB_OBJ) $(B)/libsbx.a tests/testhelp.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -Itests -o $@ $< $(DAEMON_LIB_OBJ) $(B)/libsbx.a $(LDLIBS_D)
 $(B)/tests/%: tests/integration/%.c $(B)/libsbx.a tests/testhelp.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -Itests -Iclient -o $@ $< $(B)/libsbx.a $(PKG_LIBS) -lev -lm
+$(B)/tests/%: tests/providers/%.c $(B)/libsbx.a tests/testhelp.h tests/itest.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -Itests -Iclient -o $@ $< $(B)/libsbx.a $(PKG_LIBS) -lev -lm
 $(B)/bench/%: tests/bench/%.c $(B)/libsbx.a
