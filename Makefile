@@ -24,7 +24,9 @@ CFLAGS_ALL = $(CFLAGS_BASE) $(PKG_CFLAGS) $(CFLAGS)
 LDLIBS_D = $(PKG_LIBS) -lev -lm
 
 PROTO_GEN = $(B)/gen/modal_api.pb-c.c
-DAEMON_SRC = $(wildcard daemon/*.c daemon/providers/*.c daemon/worker/*.c) proto/sbx_chan.c
+DAEMON_SRC = $(wildcard daemon/*.c daemon/providers/*.c) proto/sbx_chan.c
+WORKER_SRC = $(filter-out daemon/worker/main.c,$(wildcard daemon/worker/*.c))
+WORKER_OBJ = $(patsubst %.c,$(B)/obj/%.o,$(WORKER_SRC))
 DAEMON_OBJ = $(patsubst %.c,$(B)/obj/%.o,$(DAEMON_SRC)) $(B)/gen/modal_api.pb-c.o
 DAEMON_LIB_OBJ = $(filter-out $(B)/obj/daemon/main.o,$(DAEMON_OBJ))
 CLIENT_SRC = $(wildcard client/src/*.c)
@@ -42,7 +44,7 @@ BENCH_BIN = $(patsubst tests/bench/%.c,$(B)/bench/%,$(BENCH_SRC))
 AGENT_SRC = $(wildcard daemon/agent/*.c)
 
 .PHONY: all run test asan valgrind bench install clean deps test-deps check-style
-all: $(B)/sbxd $(B)/sbxctl $(B)/libsbx.so.$(SOVERSION) $(B)/libsbx.a \
+all: $(B)/sbxd $(B)/sbxd-worker $(B)/sbxctl $(B)/libsbx.so.$(SOVERSION) $(B)/libsbx.a \
 	$(if $(AGENT_SRC),$(B)/sbx-init) $(UNIT_BIN) $(ITEST_BIN) $(PTEST_BIN) $(BENCH_BIN)
 
 # -- build ------------------------------------------------------------------
@@ -63,6 +65,8 @@ $(DAEMON_OBJ): | $(B)/gen/modal_api.pb-c.h
 
 $(B)/sbxd: $(DAEMON_OBJ)
 	$(CC) $(SAN) -o $@ $^ $(LDLIBS_D)
+$(B)/sbxd-worker: $(WORKER_OBJ) $(B)/obj/daemon/worker/main.o $(B)/obj/proto/sbx_chan.o
+	$(CC) $(SAN) -o $@ $^ $(shell pkg-config --libs duktape jansson) -lm
 $(B)/libsbx.a: $(CLIENT_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
@@ -78,18 +82,18 @@ $(B)/sbx-init: $(AGENT_SRC) proto/sbx_chan.c proto/sbx_chan.h
 	$(CC) -std=gnu11 -Os -Wall -Wextra -Wno-unused-parameter -D_GNU_SOURCE -Iproto -static \
 		-o $@ $(AGENT_SRC) proto/sbx_chan.c
 
-$(B)/tests/%: tests/unit/%.c $(DAEMON_LIB_OBJ) $(B)/libsbx.a tests/testhelp.h
+$(B)/tests/%: tests/unit/%.c $(DAEMON_LIB_OBJ) $(WORKER_OBJ) $(B)/libsbx.a tests/testhelp.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -Itests -o $@ $< $(DAEMON_LIB_OBJ) $(B)/libsbx.a $(LDLIBS_D)
+	$(CC) $(CFLAGS_ALL) $(SAN) -Itests -o $@ $< $(DAEMON_LIB_OBJ) $(WORKER_OBJ) $(B)/libsbx.a $(LDLIBS_D)
 $(B)/tests/%: tests/integration/%.c $(B)/libsbx.a tests/testhelp.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -Itests -Iclient -o $@ $< $(B)/libsbx.a $(PKG_LIBS) -lev -lm
+	$(CC) $(CFLAGS_ALL) $(SAN) -Itests -Iclient -o $@ $< $(B)/libsbx.a $(PKG_LIBS) -lev -lm
 $(B)/tests/%: tests/providers/%.c $(B)/libsbx.a tests/testhelp.h tests/itest.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -Itests -Iclient -o $@ $< $(B)/libsbx.a $(PKG_LIBS) -lev -lm
+	$(CC) $(CFLAGS_ALL) $(SAN) -Itests -Iclient -o $@ $< $(B)/libsbx.a $(PKG_LIBS) -lev -lm
 $(B)/bench/%: tests/bench/%.c $(B)/libsbx.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -Itests -Iclient -o $@ $< $(B)/libsbx.a $(PKG_LIBS) -lev -lm
+	$(CC) $(CFLAGS_ALL) $(SAN) -Itests -Iclient -o $@ $< $(B)/libsbx.a $(PKG_LIBS) -lev -lm
 
 -include $(shell find $(B) -name '*.d' 2>/dev/null)
 
@@ -124,6 +128,7 @@ install: all
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCDIR)/sbx \
 		$(DESTDIR)$(SYSCONFDIR)/sbxd $(DESTDIR)$(UNITDIR) $(DESTDIR)$(PREFIX)/libexec/sbxd
 	install -m 755 $(B)/sbxd $(B)/sbxctl $(DESTDIR)$(BINDIR)/
+	install -m 755 $(B)/sbxd-worker $(DESTDIR)$(PREFIX)/libexec/sbxd/
 	if [ -f $(B)/sbx-init ]; then install -m 755 $(B)/sbx-init $(DESTDIR)$(PREFIX)/libexec/sbxd/; fi
 	install -m 755 $(B)/libsbx.so.$(SOVERSION) $(DESTDIR)$(LIBDIR)/
 	ln -sf libsbx.so.$(SOVERSION) $(DESTDIR)$(LIBDIR)/libsbx.so

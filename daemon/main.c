@@ -23,7 +23,6 @@
 #include "sandbox.h"
 #include "sbx_proto.h"
 #include "session.h"
-#include "worker/duk_worker.h"
 
 static void usage(FILE *f)
 {
@@ -246,9 +245,6 @@ static void load_providers(void)
 
 int main(int argc, char **argv)
 {
-    if (argc > 1 && strcmp(argv[1], "--worker") == 0)
-        return duk_worker_main(argc, argv);
-
     const char *cfg_path = NULL, *check = NULL, *level = NULL;
     static const struct option opts[] = {
         {"config", required_argument, NULL, 'c'},

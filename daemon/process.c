@@ -119,9 +119,80 @@ static void notify_subs(struct process *p, const char *method, json_t *params)
 {
     /* Build the line once, send to every follower. */
     json_t *msg = json_pack("{s:s, s:s, s:o}", "jsonrpc", "2.0", "method", method, "params", params);
-    for (struct sub *sb = p->subs; sb; sb = sb->pnext)
-        session_send(sb->s, msg);
+    char *text = json_dumps(msg, JSON_COMPACT);
     json_decref(msg);
+    if (!text)
+        return;
+    size_t len = strlen(text);
+    for (struct sub *sb = p->subs; sb; sb = sb->pnext)
+        session_send_line(sb->s, text, len);
+    free(text);
+}
+
+/* The hot path of streaming: the process.output line is written by hand.
+ * jansson would copy the bytes into a string, check their UTF-8 again and
+ * escape them into a third buffer; here they are checked once (the caller
+ * did) and escaped once. Ids are [A-Za-z0-9_.-], safe to embed. */
+static void notify_output(struct process *p, int stream, uint64_t offset, const uint8_t *d, size_t n,
+                          int valid_utf8)
+{
+    static const char hex[] = "0123456789abcdef";
+    char head[200];
+    int hl = snprintf(head, sizeof(head),
+                      "{\"jsonrpc\":\"2.0\",\"method\":\"process.output\",\"params\":{\"sandbox\":\"%s\","
+                      "\"pid\":%u,\"stream\":\"%s\",\"offset\":%llu,\"%s\":\"",
+                      p->sb->id, p->pid, stream_name[stream], (unsigned long long)offset,
+                      valid_utf8 ? "data" : "data_b64");
+    char *b64 = NULL;
+    size_t cap = (size_t)hl + (valid_utf8 ? n * 6 : 0) + 8;
+    if (!valid_utf8) {
+        b64 = base64_encode(d, n);
+        if (!b64)
+            return;
+        cap += strlen(b64);
+    }
+    char *line = malloc(cap);
+    if (!line) {
+        free(b64);
+        return;
+    }
+    memcpy(line, head, (size_t)hl);
+    size_t o = (size_t)hl;
+    if (valid_utf8) {
+        for (size_t i = 0; i < n; i++) {
+            uint8_t ch = d[i];
+            if (ch >= 0x20 && ch != '"' && ch != '\\') {
+                line[o++] = (char)ch;
+            } else if (ch == '"' || ch == '\\') {
+                line[o++] = '\\';
+                line[o++] = (char)ch;
+            } else if (ch == '\n') {
+                line[o++] = '\\';
+                line[o++] = 'n';
+            } else if (ch == '\t') {
+                line[o++] = '\\';
+                line[o++] = 't';
+            } else if (ch == '\r') {
+                line[o++] = '\\';
+                line[o++] = 'r';
+            } else {
+                memcpy(line + o, "\\u00", 4);
+                line[o + 4] = hex[ch >> 4];
+                line[o + 5] = hex[ch & 15];
+                o += 6;
+            }
+        }
+    } else {
+        size_t bl = strlen(b64);
+        memcpy(line + o, b64, bl);
+        o += bl;
+        free(b64);
+    }
+    memcpy(line + o, "\"}}", 3);
+    o += 3;
+    for (struct sub *sb = p->subs; sb; sb = sb->pnext)
+        session_send_line(sb->s, line, o);
+    free(line);
 }
 
 /* Emits bytes [emitted, total) minus an incomplete UTF-8 tail (unless final). */
@@ -138,11 +209,12 @@ static void emit_stream(struct process *p, int stream, const uint8_t *d, size_t 
     memcpy(buf + st->ntail, d, n);
     size_t hold = final ? 0 : utf8_incomplete_tail(buf, tot);
     size_t send = tot - hold;
-    if (hold && !utf8_valid(buf, send))
+    int valid = utf8_valid(buf, send);
+    if (hold && !valid)
         hold = 0, send = tot; /* binary anyway: no point holding */
     if (send > 0) {
         if (p->subs)
-            notify_subs(p, SBX_N_OUTPUT, output_params(p, stream, st->emitted, buf, send));
+            notify_output(p, stream, st->emitted, buf, send, valid);
         st->emitted += send;
     }
     memcpy(st->tail, buf + send, hold);

@@ -178,6 +178,12 @@ void session_send(struct session *s, json_t *msg)
     free(text);
 }
 
+void session_send_line(struct session *s, const char *text, size_t len)
+{
+    if (s && !(s->flags & SESS_CLOSE_ASAP))
+        append_line(s, text, len);
+}
+
 void session_notify(struct session *s, const char *method, json_t *params)
 {
     json_t *msg = json_pack("{s:s, s:s, s:o}", "jsonrpc", "2.0", "method", method, "params",

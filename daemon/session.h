@@ -51,6 +51,8 @@ struct session {
 void session_accept(int fd);
 /* Queues a JSON message (borrowed) as one line. */
 void session_send(struct session *s, json_t *msg);
+/* Queues an already encoded JSON text (no newline) as one line. */
+void session_send_line(struct session *s, const char *text, size_t len);
 /* Sends a notification; params stolen. */
 void session_notify(struct session *s, const char *method, json_t *params);
 /* Marks the session for closing (after its obuf is written if graceful). */

@@ -23,7 +23,7 @@ typedef json_t *(*tool_fn)(const char *name, json_t *args, int *err_code, const 
 typedef struct conn {
     int fd;
     char *buf;
-    size_t len, cap;
+    size_t off, len, cap; /* unread bytes are buf[off, len) */
     json_t *notes; /* notifications seen, in order */
     int next_id;
     tool_fn tool;
@@ -83,20 +83,25 @@ static inline json_t *cn_read(conn *c, int timeout_ms)
 {
     double deadline = now_ms() + timeout_ms;
     for (;;) {
-        char *nl = c->len ? memchr(c->buf, '\n', c->len) : NULL;
+        char *nl = c->len > c->off ? memchr(c->buf + c->off, '\n', c->len - c->off) : NULL;
         if (nl) {
-            size_t l = (size_t)(nl - c->buf);
-            json_t *v = json_loadb(c->buf, l, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
-            memmove(c->buf, nl + 1, c->len - l - 1);
-            c->len -= l + 1;
+            size_t l = (size_t)(nl - (c->buf + c->off));
+            json_t *v = json_loadb(c->buf + c->off, l, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
+            c->off += l + 1;
             return v ? v : json_string("<unparseable>");
         }
+        if (c->off > 0) {
+            memmove(c->buf, c->buf + c->off, c->len - c->off);
+            c->len -= c->off;
+            c->off = 0;
+        }
         int left = (int)(deadline - now_ms());
-        if (left <= 0)
-            return NULL;
         struct pollfd p = {.fd = c->fd, .events = POLLIN};
-        if (poll(&p, 1, left) <= 0)
+        if (poll(&p, 1, left > 0 ? left : 0) <= 0) {
+            if (left <= 0)
+                return NULL;
             continue;
+        }
         if (c->cap - c->len < 65536) {
             c->cap = c->cap ? c->cap * 2 : 262144;
             c->buf = realloc(c->buf, c->cap);

@@ -68,6 +68,7 @@ struct duk_sb {
 };
 
 struct duk_prov {
+    char *worker_path;
     int pool_size;
     int64_t mem_mb;
     char *user;
@@ -107,7 +108,7 @@ static struct worker *worker_spawn(struct duk_prov *dp, int64_t mem_mb)
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
         return NULL;
-    char mem[32], a0[] = "sbxd", a1[] = "--worker", a2[] = "--fd", a3[] = "3",
+    char mem[32], a0[] = "sbxd-worker", a1[] = "--worker", a2[] = "--fd", a3[] = "3",
                   a4[] = "--memory-limit-mb", a6[] = "--user";
     snprintf(mem, sizeof(mem), "%lld", (long long)mem_mb);
     char *argv[] = {a0, a1, a2, a3, a4, mem, dp->user ? a6 : NULL, dp->user, NULL};
@@ -129,7 +130,7 @@ static struct worker *worker_spawn(struct duk_prov *dp, int64_t mem_mb)
     char noseccomp[] = "SBX_NO_SECCOMP=1";
     char *envp[] = {getenv("SBX_NO_SECCOMP") ? noseccomp : NULL, NULL};
     pid_t pid;
-    int r = posix_spawn(&pid, D->exe_path, &fa, &at, argv, envp);
+    int r = posix_spawn(&pid, dp->worker_path, &fa, &at, argv, envp);
     posix_spawn_file_actions_destroy(&fa);
     posix_spawnattr_destroy(&at);
     close(sv[1]);
@@ -740,11 +741,46 @@ static void d_sb_release(void *cookie, struct sandbox *sb)
 
 /* -- provider ---------------------------------------------------------------------- */
 
+/* The worker binary: configured, or beside sbxd (build tree), or in
+ * ../libexec/sbxd/ (installed). */
+static char *find_worker(json_t *conf)
+{
+    const char *cfg = json_string_value(json_object_get(conf, "worker_path"));
+    if (cfg)
+        return strdup(cfg);
+    char *dir = strdup(D->exe_path), *slash = strrchr(dir, '/');
+    if (slash)
+        *slash = '\0';
+    const char *cands[] = {"%s/sbxd-worker", "%s/../libexec/sbxd/sbxd-worker"};
+    char *found = NULL;
+    for (size_t i = 0; i < 2 && !found; i++) {
+        char *p = NULL;
+        if (asprintf(&p, cands[i], slash ? dir : ".") < 0)
+            break;
+        if (access(p, X_OK) == 0)
+            found = p;
+        else
+            free(p);
+    }
+    free(dir);
+    return found;
+}
+
 static int d_load(json_t *conf, void **cookie, sbx_err_t *err)
 {
+    char *wp = find_worker(conf);
+    if (!wp || access(wp, X_OK) != 0) {
+        err_make(err, SBX_E_UNAVAILABLE, "isolate worker %s not found or not executable",
+                 wp ? wp : "sbxd-worker");
+        free(wp);
+        return -1;
+    }
     struct duk_prov *dp = calloc(1, sizeof(*dp));
-    if (!dp)
+    if (!dp) {
+        free(wp);
         return err_make(err, SBX_E_INTERNAL, "out of memory");
+    }
+    dp->worker_path = wp;
     json_t *v;
     dp->pool_size = (v = json_object_get(conf, "pool_size")) ? (int)json_integer_value(v) : DEFAULT_POOL;
     if (dp->pool_size < 0 || dp->pool_size > 64)
@@ -773,6 +809,7 @@ static void d_unload(void *cookie)
         free(w);
     }
     free(dp->user);
+    free(dp->worker_path);
     free(dp);
 }
 
@@ -787,14 +824,16 @@ static json_t *d_info(void *cookie)
     int ready = 0;
     for (struct worker *w = dp->pool; w; w = w->next)
         ready += w->ready && !w->dead;
-    return json_pack("{s:s, s:i, s:i, s:I}", "engine", "duktape 2.7", "pool_size", dp->pool_size,
-                     "pool_ready", ready, "memory_limit_mb", (json_int_t)dp->mem_mb);
+    return json_pack("{s:s, s:i, s:i, s:I, s:s}", "engine", "duktape 2.7", "pool_size",
+                     dp->pool_size, "pool_ready", ready, "memory_limit_mb", (json_int_t)dp->mem_mb,
+                     "worker", dp->worker_path);
 }
 
 static const struct cfg_key duk_keys[] = {
     {"memory_limit_mb", CFG_INT},
     {"pool_size", CFG_INT},
     {"worker_user", CFG_STR},
+    {"worker_path", CFG_STR},
     {"fresh_isolate", CFG_BOOL},
     {"command_timeout_ms", CFG_INT},
     {NULL, 0},

@@ -1,0 +1,251 @@
+/*
+ * bench.c - sbxd figures over a real socket. A benchmark, not a test: it
+ * prints numbers and never fails on them.
+ * usage: bench SOCKET [quick]
+ */
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+
+#include "itest.h"
+
+static const char *sock;
+static int quick;
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void report(const char *what, double *v, int n, double ref_p50)
+{
+    qsort(v, (size_t)n, sizeof(double), cmp_d);
+    double p50 = v[n / 2], p99 = v[(int)(n * 0.99)];
+    printf("%-44s p50 %8.1f us   p99 %8.1f us", what, p50 * 1000, p99 * 1000);
+    if (ref_p50 > 0)
+        printf("   (%.2fx the raw socket round trip)", p50 / ref_p50);
+    printf("\n");
+}
+
+/* The floor: a two-process Unix-socket echo round trip, measured here. */
+static double raw_roundtrip(int n, double *v)
+{
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) < 0)
+        return 0;
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(sv[0]);
+        char b[256];
+        ssize_t r;
+        while ((r = read(sv[1], b, sizeof(b))) > 0)
+            if (write(sv[1], b, (size_t)r) != r)
+                break;
+        _exit(0);
+    }
+    close(sv[1]);
+    const char *msg = "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"daemon.ping\"}\n";
+    char b[256];
+    for (int i = 0; i < n; i++) {
+        double t = now_ms();
+        if (write(sv[0], msg, strlen(msg)) < 0 || read(sv[0], b, sizeof(b)) <= 0)
+            break;
+        v[i] = now_ms() - t;
+    }
+    close(sv[0]);
+    waitpid(pid, NULL, 0);
+    qsort(v, (size_t)n, sizeof(double), cmp_d);
+    printf("%-44s p50 %8.1f us   p99 %8.1f us\n", "raw two-process socket round trip", v[n / 2] * 1000,
+           v[(int)(n * 0.99)] * 1000);
+    return v[n / 2];
+}
+
+static void bench_latency(double ref)
+{
+    int n = quick ? 500 : 5000;
+    double *v = calloc((size_t)n, sizeof(double));
+    conn *c = cn_open(sock);
+    for (int i = 0; i < 100; i++)
+        json_decref(cn_call(c, "daemon.ping", NULL));
+    for (int i = 0; i < n; i++) {
+        double t = now_ms();
+        json_decref(cn_call(c, "daemon.ping", NULL));
+        v[i] = now_ms() - t;
+    }
+    report("daemon.ping round trip", v, n, ref);
+
+    int m = quick ? 100 : 1000;
+    for (int i = 0; i < m; i++) {
+        char id[32];
+        snprintf(id, sizeof(id), "b%d", i);
+        double t = now_ms();
+        json_decref(cn_call(c, "sandbox.create", json_pack("{s:s}", "id", id)));
+        json_decref(cn_call(c, "process.exec", json_pack("{s:s, s:s, s:b}", "sandbox", id, "command", "1+1", "stream", 0)));
+        json_decref(cn_call(c, "sandbox.destroy", json_pack("{s:s}", "id", id)));
+        v[i] = now_ms() - t;
+        /* pace to the warm pool's refill, as a steady client would */
+    }
+    report("duktape create + exec(1+1) + destroy", v, m, 0);
+
+    json_decref(cn_call(c, "sandbox.create", json_pack("{s:s}", "id", "hot")));
+    for (int i = 0; i < 200; i++)
+        json_decref(cn_call(c, "process.exec", json_pack("{s:s, s:s, s:b}", "sandbox", "hot", "command", "1+1", "stream", 0)));
+    for (int i = 0; i < n; i++) {
+        double t = now_ms();
+        json_decref(cn_call(c, "process.exec", json_pack("{s:s, s:s, s:b}", "sandbox", "hot", "command", "1+1", "stream", 0)));
+        v[i] = now_ms() - t;
+    }
+    report("exec(1+1) on an existing duktape sandbox", v, n, 0);
+    json_decref(cn_call(c, "sandbox.destroy", json_pack("{s:s}", "id", "hot")));
+    cn_close(c);
+    free(v);
+}
+
+/* 64 clients, each with its own sandbox, each keeping one exec in flight. */
+static void bench_concurrent(void)
+{
+    enum { N = 64 };
+    conn *cs[N];
+    char id[N][8];
+    for (int i = 0; i < N; i++) {
+        cs[i] = cn_open(sock);
+        snprintf(id[i], sizeof(id[i]), "c%d", i);
+        json_decref(cn_call(cs[i], "sandbox.create", json_pack("{s:s}", "id", id[i])));
+    }
+    char req[N][256];
+    for (int i = 0; i < N; i++)
+        snprintf(req[i], sizeof(req[i]),
+                 "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"process.exec\",\"params\":{\"sandbox\":\"%s\","
+                 "\"command\":\"1+1\",\"stream\":false}}\n", id[i]);
+    for (int i = 0; i < N; i++)
+        cn_send_raw(cs[i], req[i], strlen(req[i]));
+    long done = 0;
+    double t0 = now_ms(), dur = quick ? 1000 : 3000;
+    struct pollfd pf[N];
+    while (now_ms() - t0 < dur) {
+        for (int i = 0; i < N; i++)
+            pf[i] = (struct pollfd){.fd = cs[i]->fd, .events = POLLIN};
+        if (poll(pf, N, 100) <= 0)
+            continue;
+        for (int i = 0; i < N; i++) {
+            if (!(pf[i].revents & POLLIN))
+                continue;
+            json_t *m = cn_read(cs[i], 0);
+            while (m) {
+                if (json_object_get(m, "id")) {
+                    done++;
+                    cn_send_raw(cs[i], req[i], strlen(req[i]));
+                }
+                json_decref(m);
+                m = cn_read(cs[i], 0);
+            }
+        }
+    }
+    double secs = (now_ms() - t0) / 1000.0;
+    printf("%-44s %8.0f execs/s\n", "64 concurrent clients, exec(1+1)", done / secs);
+    for (int i = 0; i < N; i++) {
+        /* drain the last in-flight answer */
+        json_t *m = cn_read(cs[i], 2000);
+        json_decref(m);
+        json_decref(cn_call(cs[i], "sandbox.destroy", json_pack("{s:s}", "id", id[i])));
+        cn_close(cs[i]);
+    }
+}
+
+static void bench_stream(void)
+{
+    conn *c = cn_open(sock);
+    json_decref(cn_call(c, "sandbox.create", json_pack("{s:s}", "id", "stream")));
+    long mb = quick ? 64 : 256;
+    char code[200];
+    snprintf(code, sizeof(code),
+             "var s = new Array(65536).join('z'); for (var i = 0; i < %ld; i++) console.log(s); 0", mb * 16);
+    json_t *req = json_pack("{s:s, s:i, s:s, s:{s:s, s:s}}", "jsonrpc", "2.0", "id", 99, "method",
+                            "process.exec", "params", "sandbox", "stream", "command", code);
+    char *s = json_dumps(req, JSON_COMPACT);
+    json_decref(req);
+    double t0 = now_ms();
+    cn_send_raw(c, s, strlen(s));
+    cn_send_raw(c, "\n", 1);
+    free(s);
+    long bytes = 0;
+    for (;;) {
+        json_t *m = cn_read(c, 60000);
+        if (!m)
+            break;
+        json_t *p = json_object_get(m, "params");
+        if (json_object_get(m, "id")) {
+            json_decref(m);
+            break;
+        }
+        bytes += (long)json_string_length(json_object_get(p, "data"));
+        json_decref(m);
+    }
+    double secs = (now_ms() - t0) / 1000.0;
+    printf("%-44s %8.1f MB/s (%ld MB)\n", "stdout streaming, duktape -> client", bytes / 1e6 / secs, bytes / 1000000);
+    json_decref(cn_call(c, "sandbox.destroy", json_pack("{s:s}", "id", "stream")));
+    cn_close(c);
+}
+
+static long rss_kb(int pid)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof(path), "/proc/%d/status", pid);
+    FILE *f = fopen(path, "r");
+    long kb = -1;
+    while (f && fgets(line, sizeof(line), f))
+        if (strncmp(line, "VmRSS:", 6) == 0)
+            kb = atol(line + 6);
+    if (f)
+        fclose(f);
+    return kb;
+}
+
+static void bench_idle_sessions(void)
+{
+    struct rlimit rl = {4096, 4096};
+    setrlimit(RLIMIT_NOFILE, &rl);
+    conn *c = cn_open(sock);
+    json_t *r = cn_call(c, "daemon.info", NULL);
+    int pid = (int)res_int(r, "pid");
+    json_decref(r);
+    long before = rss_kb(pid);
+    enum { N = 1000 };
+    static conn *cs[N];
+    int opened = 0;
+    for (int i = 0; i < N; i++) {
+        cs[i] = cn_open(sock);
+        if (!cs[i])
+            break;
+        opened++;
+    }
+    /* one round trip each, so the daemon has really accepted them all */
+    for (int i = 0; i < opened; i++)
+        json_decref(cn_call(cs[i], "daemon.ping", NULL));
+    long after = rss_kb(pid);
+    printf("%-44s %8ld kB (%ld kB before, %.1f kB per session)\n", "daemon RSS with 1000 idle sessions",
+           after, before, opened ? (after - before) / (double)opened : 0.0);
+    for (int i = 0; i < opened; i++)
+        cn_close(cs[i]);
+    cn_close(c);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: %s SOCKET [quick]\n", argv[0]);
+        return 2;
+    }
+    sock = argv[1];
+    quick = argc > 2;
+    signal(SIGPIPE, SIG_IGN);
+    double *v = calloc(5000, sizeof(double));
+    double ref = raw_roundtrip(quick ? 500 : 5000, v);
+    free(v);
+    bench_latency(ref);
+    bench_concurrent();
+    bench_stream();
+    bench_idle_sessions();
+    return 0;
+}
