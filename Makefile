@@ -133,7 +133,9 @@ install: all
 	install -m 755 $(B)/libsbx.so.$(SOVERSION) $(DESTDIR)$(LIBDIR)/
 	ln -sf libsbx.so.$(SOVERSION) $(DESTDIR)$(LIBDIR)/libsbx.so
 	install -m 644 $(B)/libsbx.a $(DESTDIR)$(LIBDIR)/
+	install -d $(DESTDIR)$(INCDIR)/sbx/adapters
 	install -m 644 client/include/sbx/*.h proto/sbx_proto.h $(DESTDIR)$(INCDIR)/sbx/
+	install -m 644 client/adapters/*.h $(DESTDIR)$(INCDIR)/sbx/adapters/
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' client/libsbx.pc.in \
 		> $(DESTDIR)$(LIBDIR)/pkgconfig/libsbx.pc
 	sed -e 's|@BINDIR@|$(BINDIR)|g' systemd/sbxd.service > $(DESTDIR)$(UNITDIR)/sbxd.service

@@ -1,0 +1,445 @@
+/*
+ * sandbox.c - sbxctl verbs about the daemon and sandboxes: ping, info, create,
+ * ls, get, stop, start, rm, snapshot, clone, set-env, instructions.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sbxctl.h"
+
+/* Parses a verb that takes exactly `n` positionals and no options of its own. */
+static void positionals(int argc, char **argv, int n, const char **out)
+{
+    struct parser p;
+    int o, got = 0;
+
+    parser_init(&p, argc, argv);
+    while ((o = opt_next(&p, NULL)) != OPT_END) {
+        if (o == OPT_HELP)
+            verb_help();
+        if (got == n)
+            usage_error("unexpected argument: %s", p.arg);
+        out[got++] = p.arg;
+    }
+    if (got < n)
+        usage_error("missing argument");
+}
+
+/* Prints "key: value" lines, nested values as compact JSON. */
+static void print_fields(json_t *obj)
+{
+    const char *key;
+    json_t *v;
+
+    json_object_foreach(obj, key, v)
+    {
+        char *t = field_text(obj, key);
+        printf("%s: %s\n", key, t ? t : "");
+        free(t);
+    }
+}
+
+static void progress_cb(sbx_ctx *c, const char *method, json_t *params, void *privdata)
+{
+    (void)c;
+    (void)privdata;
+    print_progress(method, params);
+}
+
+/* ---- ping, info -------------------------------------------------------------------- */
+
+int cmd_ping(int argc, char **argv)
+{
+    json_t *r;
+    positionals(argc, argv, 0, NULL);
+    int rc = ctl_simple(SBX_M_PING, json_object(), &r);
+    if (rc)
+        return rc;
+    if (!g.json) {
+        const char *t = json_string_value(json_object_get(r, "time"));
+        printf("pong%s%s\n", t ? " " : "", t ? t : "");
+    }
+    json_decref(r);
+    return 0;
+}
+
+int cmd_info(int argc, char **argv)
+{
+    json_t *r, *v;
+    size_t i;
+    const char *key;
+
+    positionals(argc, argv, 0, NULL);
+    int rc = ctl_simple(SBX_M_INFO, json_object(), &r);
+    if (rc)
+        return rc;
+    if (g.json) {
+        json_decref(r);
+        return 0;
+    }
+    json_object_foreach(r, key, v)
+    {
+        if (strcmp(key, "providers") == 0) {
+            json_t *pv;
+            printf("providers:\n");
+            json_array_foreach(v, i, pv)
+            {
+                const char *reason = json_string_value(json_object_get(pv, "reason"));
+                printf("  %-10s %s%s%s%s\n",
+                       json_string_value(json_object_get(pv, "name"))
+                           ? json_string_value(json_object_get(pv, "name"))
+                           : "?",
+                       json_is_true(json_object_get(pv, "available")) ? "available"
+                                                                      : "unavailable",
+                       json_is_true(json_object_get(pv, "default")) ? " (default)" : "",
+                       reason ? ": " : "", reason ? reason : "");
+            }
+        } else if (json_is_object(v)) {
+            const char *k2;
+            json_t *v2;
+            printf("%s:\n", key);
+            json_object_foreach(v, k2, v2)
+            {
+                char *t = field_text(v, k2);
+                printf("  %s: %s\n", k2, t ? t : "");
+                free(t);
+            }
+        } else {
+            char *t = field_text(r, key);
+            printf("%s: %s\n", key, t ? t : "");
+            free(t);
+        }
+    }
+    json_decref(r);
+    return 0;
+}
+
+/* ---- create ----------------------------------------------------------------------- */
+
+enum {
+    C_PROVIDER = 1, C_ID, C_IMAGE, C_ENV, C_WORKDIR, C_TIMEOUT, C_IDLE, C_OPT, C_TOOL,
+    C_MEMORY, C_SNAPSHOT, C_NOSTART, C_INSTRUCTIONS, C_FRESH,
+};
+
+static const struct opt create_opts[] = {
+    {"provider", 'p', 1, C_PROVIDER},
+    {"id", 0, 1, C_ID},
+    {"image", 'i', 1, C_IMAGE},
+    {"env", 'e', 1, C_ENV},
+    {"workdir", 'w', 1, C_WORKDIR},
+    {"timeout", 0, 1, C_TIMEOUT},
+    {"idle-timeout", 0, 1, C_IDLE},
+    {"opt", 'o', 1, C_OPT},
+    {"tool", 0, 1, C_TOOL},
+    {"memory-mb", 0, 1, C_MEMORY},
+    {"snapshot", 0, 1, C_SNAPSHOT},
+    {"no-start", 0, 0, C_NOSTART},
+    {"instructions", 0, 1, C_INSTRUCTIONS},
+    {"fresh-isolate", 0, 0, C_FRESH},
+    {NULL, 0, 0, 0},
+};
+
+int cmd_create(int argc, char **argv)
+{
+    struct parser p;
+    json_t *params = json_object(), *r;
+    int o;
+
+    parser_init(&p, argc, argv);
+    while ((o = opt_next(&p, create_opts)) != OPT_END) {
+        switch (o) {
+        case OPT_HELP:
+            verb_help();
+        case OPT_ARG:
+            usage_error("unexpected argument: %s", p.arg);
+        case C_PROVIDER:
+            json_object_set_new(params, "provider", json_string(p.arg));
+            break;
+        case C_ID:
+            json_object_set_new(params, "id", json_string(p.arg));
+            break;
+        case C_IMAGE:
+            json_object_set_new(params, "image", json_string(p.arg));
+            break;
+        case C_ENV:
+            arg_env(obj_object(params, "env"), p.arg, 0);
+            break;
+        case C_WORKDIR:
+            json_object_set_new(params, "working_dir", json_string(p.arg));
+            break;
+        case C_TIMEOUT:
+            json_object_set_new(params, "timeout_ms", json_integer(arg_int("--timeout", p.arg)));
+            break;
+        case C_IDLE:
+            json_object_set_new(params, "idle_timeout_ms",
+                                json_integer(arg_int("--idle-timeout", p.arg)));
+            break;
+        case C_OPT:
+            arg_opt(obj_object(params, "options"), p.arg);
+            break;
+        case C_TOOL:
+            json_array_append_new(obj_array(params, "tools"), json_string(p.arg));
+            break;
+        case C_MEMORY:
+            json_object_set_new(params, "memory_limit_mb",
+                                json_integer(arg_int("--memory-mb", p.arg)));
+            break;
+        case C_SNAPSHOT:
+            json_object_set_new(params, "snapshot", json_string(p.arg));
+            break;
+        case C_NOSTART:
+            json_object_set_new(params, "start", json_false());
+            break;
+        case C_INSTRUCTIONS:
+            json_object_set_new(params, "instructions", json_string(p.arg));
+            break;
+        case C_FRESH:
+            json_object_set_new(params, "fresh_isolate", json_true());
+            break;
+        }
+    }
+
+    sbx_ctx *c = ctl_connect();
+    sbx_set_notify_cb(c, progress_cb, NULL);
+    int rc = ctl_call(c, SBX_M_CREATE, params, &r);
+    sbx_free(c);
+    if (rc)
+        return rc;
+    if (g.json)
+        print_json(r);
+    else
+        printf("%s\n", json_string_value(json_object_get(r, "id")));
+    json_decref(r);
+    return 0;
+}
+
+/* ---- ls, get ----------------------------------------------------------------------- */
+
+static const struct opt ls_opts[] = {
+    {"provider", 'p', 1, 1},
+    {"status", 0, 1, 2},
+    {NULL, 0, 0, 0},
+};
+
+int cmd_ls(int argc, char **argv)
+{
+    struct parser p;
+    json_t *params = json_object(), *r, *sb;
+    int o;
+    size_t i;
+
+    parser_init(&p, argc, argv);
+    while ((o = opt_next(&p, ls_opts)) != OPT_END) {
+        if (o == OPT_HELP)
+            verb_help();
+        if (o == OPT_ARG)
+            usage_error("unexpected argument: %s", p.arg);
+        json_object_set_new(params, o == 1 ? "provider" : "status", json_string(p.arg));
+    }
+    int rc = ctl_simple(SBX_M_LIST, params, &r);
+    if (rc || g.json) {
+        json_decref(r);
+        return rc;
+    }
+
+    json_t *list = json_object_get(r, "sandboxes");
+    int wid = 2, wprov = 8, wstat = 6;
+    json_array_foreach(list, i, sb)
+    {
+        const char *id = json_string_value(json_object_get(sb, "id"));
+        const char *pr = json_string_value(json_object_get(sb, "provider"));
+        const char *st = json_string_value(json_object_get(sb, "status"));
+        if (id && (int)strlen(id) > wid)
+            wid = (int)strlen(id);
+        if (pr && (int)strlen(pr) > wprov)
+            wprov = (int)strlen(pr);
+        if (st && (int)strlen(st) > wstat)
+            wstat = (int)strlen(st);
+    }
+    printf("%-*s  %-*s  %-*s  %s\n", wid, "ID", wprov, "PROVIDER", wstat, "STATUS", "CREATED");
+    json_array_foreach(list, i, sb)
+    {
+        const char *id = json_string_value(json_object_get(sb, "id"));
+        const char *pr = json_string_value(json_object_get(sb, "provider"));
+        const char *st = json_string_value(json_object_get(sb, "status"));
+        const char *cr = json_string_value(json_object_get(sb, "created_at"));
+        printf("%-*s  %-*s  %-*s  %s\n", wid, id ? id : "?", wprov, pr ? pr : "?", wstat,
+               st ? st : "?", cr ? cr : "");
+    }
+    json_decref(r);
+    return 0;
+}
+
+int cmd_get(int argc, char **argv)
+{
+    const char *id;
+    json_t *r;
+    positionals(argc, argv, 1, &id);
+    int rc = ctl_simple(SBX_M_GET, json_pack("{s:s}", "id", id), &r);
+    if (rc)
+        return rc;
+    if (!g.json)
+        print_fields(r);
+    json_decref(r);
+    return 0;
+}
+
+/* ---- stop, start, rm, snapshot, instructions ------------------------------------------ */
+
+/* A verb taking one sandbox id; prints `field` of the result (or the id). */
+static int id_verb(int argc, char **argv, const char *method, const char *field)
+{
+    const char *id;
+    json_t *r;
+
+    positionals(argc, argv, 1, &id);
+    sbx_ctx *c = ctl_connect();
+    sbx_set_notify_cb(c, progress_cb, NULL);
+    int rc = ctl_call(c, method, json_pack("{s:s}", "id", id), &r);
+    sbx_free(c);
+    if (rc)
+        return rc;
+    if (g.json) {
+        print_json(r);
+    } else if (field) {
+        const char *v = json_string_value(json_object_get(r, field));
+        printf("%s\n", v ? v : "");
+    }
+    json_decref(r);
+    return 0;
+}
+
+int cmd_stop(int argc, char **argv)
+{
+    return id_verb(argc, argv, SBX_M_STOP, NULL);
+}
+
+int cmd_start(int argc, char **argv)
+{
+    return id_verb(argc, argv, SBX_M_START, NULL);
+}
+
+int cmd_rm(int argc, char **argv)
+{
+    return id_verb(argc, argv, SBX_M_DESTROY, NULL);
+}
+
+int cmd_snapshot(int argc, char **argv)
+{
+    return id_verb(argc, argv, SBX_M_SNAPSHOT, "snapshot");
+}
+
+int cmd_instructions(int argc, char **argv)
+{
+    const char *id;
+    json_t *r;
+
+    positionals(argc, argv, 1, &id);
+    int rc = ctl_simple(SBX_M_INSTRUCTIONS, json_pack("{s:s}", "id", id), &r);
+    if (rc)
+        return rc;
+    if (!g.json) {
+        const char *t = json_string_value(json_object_get(r, "text"));
+        size_t n = t ? strlen(t) : 0;
+        fputs(t ? t : "", stdout);
+        if (n == 0 || t[n - 1] != '\n')
+            putchar('\n');
+    }
+    json_decref(r);
+    return 0;
+}
+
+/* ---- clone, set-env ------------------------------------------------------------------ */
+
+static const struct opt clone_opts[] = {
+    {"id", 0, 1, 1},
+    {"env", 'e', 1, 2},
+    {"workdir", 'w', 1, 3},
+    {"start", 0, 0, 4},
+    {"idle-timeout", 0, 1, 5},
+    {NULL, 0, 0, 0},
+};
+
+int cmd_clone(int argc, char **argv)
+{
+    struct parser p;
+    json_t *params = json_object(), *r;
+    const char *id = NULL;
+    int o;
+
+    parser_init(&p, argc, argv);
+    while ((o = opt_next(&p, clone_opts)) != OPT_END) {
+        switch (o) {
+        case OPT_HELP:
+            verb_help();
+        case OPT_ARG:
+            if (id)
+                usage_error("unexpected argument: %s", p.arg);
+            id = p.arg;
+            break;
+        case 1:
+            json_object_set_new(params, "new_id", json_string(p.arg));
+            break;
+        case 2:
+            arg_env(obj_object(params, "env"), p.arg, 1);
+            break;
+        case 3:
+            json_object_set_new(params, "working_dir", json_string(p.arg));
+            break;
+        case 4:
+            json_object_set_new(params, "start", json_true());
+            break;
+        case 5:
+            json_object_set_new(params, "idle_timeout_ms",
+                                json_integer(arg_int("--idle-timeout", p.arg)));
+            break;
+        }
+    }
+    if (!id)
+        usage_error("missing sandbox ID");
+    json_object_set_new(params, "id", json_string(id));
+    int rc = ctl_simple(SBX_M_CLONE, params, &r);
+    if (rc)
+        return rc;
+    if (!g.json)
+        printf("%s\n", json_string_value(json_object_get(r, "id")));
+    json_decref(r);
+    return 0;
+}
+
+int cmd_set_env(int argc, char **argv)
+{
+    struct parser p;
+    json_t *env = json_object(), *r;
+    const char *id = NULL;
+    int o;
+
+    parser_init(&p, argc, argv);
+    while ((o = opt_next(&p, NULL)) != OPT_END) {
+        if (o == OPT_HELP)
+            verb_help();
+        if (!id)
+            id = p.arg;
+        else
+            arg_env(env, p.arg, 1);
+    }
+    if (!id)
+        usage_error("missing sandbox ID");
+    if (json_object_size(env) == 0)
+        usage_error("missing K=V");
+    int rc = ctl_simple(SBX_M_SET_ENV, json_pack("{s:s, s:o}", "id", id, "env", env), &r);
+    if (rc)
+        return rc;
+    if (!g.json) {
+        const char *k;
+        json_t *v;
+        json_object_foreach(json_object_get(r, "env"), k, v)
+        {
+            if (json_is_string(v))
+                printf("%s=%s\n", k, json_string_value(v));
+        }
+    }
+    json_decref(r);
+    return 0;
+}

@@ -1,0 +1,113 @@
+/*
+ * sbxctl.h - what the sbxctl verb files share.
+ */
+#ifndef SBXCTL_H
+#define SBXCTL_H
+
+#include <jansson.h>
+
+#include <sbx/sbx.h>
+
+#define SBXCTL_PRINTF(a, b) __attribute__((format(printf, a, b)))
+
+/* Exit statuses of sbxctl itself (exec/run/wait exit with the command's). */
+#define EXIT_RPC 1
+#define EXIT_USAGE 2
+#define EXIT_INTERRUPTED 130
+
+/* Global options (-s/--socket, --json), accepted before or after the verb. */
+struct sbxctl_globals {
+    const char *socket;
+    int json;
+    const char *verb;
+};
+extern struct sbxctl_globals g;
+
+/* ---- option parsing ----
+ * opt_next() returns an option's id, OPT_ARG for a positional argument (in
+ * p->arg), OPT_END, or OPT_HELP; it exits with status 2 on a bad option.
+ * -s/--socket and --json are handled inside. `--` and p->stop make every
+ * further argument positional. */
+enum { OPT_END = -1, OPT_ARG = -2, OPT_HELP = -3 };
+
+struct opt {
+    const char *name; /* long name, without "--" */
+    int shortc;       /* short letter, or 0 */
+    int has_arg;
+    int id;           /* > 0 */
+};
+
+struct parser {
+    int argc;
+    char **argv;
+    int i;
+    int stop; /* no more options: everything is positional */
+    const char *arg;
+};
+
+void parser_init(struct parser *p, int argc, char **argv);
+int opt_next(struct parser *p, const struct opt *opts);
+
+/* Prints "sbxctl VERB: msg" and the verb's usage to stderr, exits 2. */
+void usage_error(const char *fmt, ...) SBXCTL_PRINTF(1, 2) __attribute__((noreturn));
+/* Prints the verb's full help to stdout, exits 0. */
+void verb_help(void) __attribute__((noreturn));
+/* Prints "sbxctl: msg" to stderr. */
+void warnx_(const char *fmt, ...) SBXCTL_PRINTF(1, 2);
+
+/* ---- argument helpers (usage_error on bad input) ---- */
+json_int_t arg_int(const char *what, const char *s);
+/* K=V into obj; with null_if_empty, "K=" stores null. */
+void arg_env(json_t *obj, const char *kv, int null_if_empty);
+/* key=value into obj; value parsed as JSON if it parses, else a string. */
+void arg_opt(json_t *obj, const char *kv);
+/* One argument: the string; several: an array (new reference). */
+json_t *command_json(int n, char **args);
+/* Reads a whole file; exits 1 on failure. Returns a new json string. */
+json_t *file_string(const char *path);
+/* obj[key] as an object / array, created when absent (borrowed). */
+json_t *obj_object(json_t *obj, const char *key);
+json_t *obj_array(json_t *obj, const char *key);
+/* obj[key] as a string (or "" / the compact JSON of non-strings, malloc'd). */
+char *field_text(json_t *obj, const char *key);
+/* The exit status for an exit record (exit_code, else 128+signal, else 1). */
+int exit_status(json_t *rec);
+
+/* ---- daemon access ---- */
+const char *socket_path(void);
+/* Connects or exits 1. */
+sbx_ctx *ctl_connect(void);
+/* Prints an RPC error like "sbxctl: message (code N)". */
+void print_rpc_error(const sbx_rpc_error *e);
+/* Calls method with params (stolen). 0 and *result_out (may be NULL) on
+ * success; prints the error and returns 1 otherwise. */
+int ctl_call(sbx_ctx *c, const char *method, json_t *params, json_t **result_out);
+/* Connect, call, print the result as JSON when --json; returns 0/1. */
+int ctl_simple(const char *method, json_t *params, json_t **result_out);
+/* Compact JSON + newline on stdout. */
+void print_json(json_t *v);
+/* A sandbox.progress notification, to stderr when it is a terminal. */
+void print_progress(const char *method, json_t *params);
+
+/* ---- verbs ---- */
+int cmd_ping(int argc, char **argv);
+int cmd_info(int argc, char **argv);
+int cmd_create(int argc, char **argv);
+int cmd_ls(int argc, char **argv);
+int cmd_get(int argc, char **argv);
+int cmd_stop(int argc, char **argv);
+int cmd_start(int argc, char **argv);
+int cmd_rm(int argc, char **argv);
+int cmd_snapshot(int argc, char **argv);
+int cmd_clone(int argc, char **argv);
+int cmd_set_env(int argc, char **argv);
+int cmd_instructions(int argc, char **argv);
+int cmd_exec(int argc, char **argv);
+int cmd_run(int argc, char **argv);
+int cmd_spawn(int argc, char **argv);
+int cmd_ps(int argc, char **argv);
+int cmd_logs(int argc, char **argv);
+int cmd_kill(int argc, char **argv);
+int cmd_wait(int argc, char **argv);
+
+#endif

@@ -1,0 +1,169 @@
+/*
+ * output.c - base64 and the decoding of process output (data / data_b64).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "sbx_private.h"
+
+static const char b64_alphabet[] =
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+/* ---- base64 -------------------------------------------------------------- */
+
+size_t sbx_base64_encoded_len(size_t n)
+{
+    return (n + 2) / 3 * 4;
+}
+
+size_t sbx_base64_encode(char *out, const void *in, size_t n)
+{
+    const unsigned char *p = in;
+    size_t o = 0, i = 0;
+
+    for (; i + 3 <= n; i += 3) {
+        unsigned v = (unsigned)p[i] << 16 | (unsigned)p[i + 1] << 8 | p[i + 2];
+        out[o++] = b64_alphabet[v >> 18 & 63];
+        out[o++] = b64_alphabet[v >> 12 & 63];
+        out[o++] = b64_alphabet[v >> 6 & 63];
+        out[o++] = b64_alphabet[v & 63];
+    }
+    if (i < n) {
+        unsigned v = (unsigned)p[i] << 16;
+        if (i + 1 < n)
+            v |= (unsigned)p[i + 1] << 8;
+        out[o++] = b64_alphabet[v >> 18 & 63];
+        out[o++] = b64_alphabet[v >> 12 & 63];
+        out[o++] = i + 1 < n ? b64_alphabet[v >> 6 & 63] : '=';
+        out[o++] = '=';
+    }
+    out[o] = '\0';
+    return o;
+}
+
+static int b64_value(unsigned char ch)
+{
+    if (ch >= 'A' && ch <= 'Z')
+        return ch - 'A';
+    if (ch >= 'a' && ch <= 'z')
+        return ch - 'a' + 26;
+    if (ch >= '0' && ch <= '9')
+        return ch - '0' + 52;
+    if (ch == '+')
+        return 62;
+    if (ch == '/')
+        return 63;
+    return -1;
+}
+
+int sbx_base64_decode(void *out, size_t *out_len, const char *in, size_t n)
+{
+    unsigned char *o = out;
+    size_t len = 0;
+    unsigned acc = 0;
+    int bits = 0;
+
+    *out_len = 0;
+    /* Padding only at the end, at most two, and only where it completes a quad. */
+    size_t pad = 0;
+    while (pad < 2 && pad < n && in[n - 1 - pad] == '=')
+        pad++;
+    if (pad && n % 4)
+        return SBX_ERR;
+    n -= pad;
+    if (n % 4 == 1)
+        return SBX_ERR;
+
+    for (size_t i = 0; i < n; i++) {
+        int v = b64_value((unsigned char)in[i]);
+        if (v < 0)
+            return SBX_ERR;
+        acc = (acc << 6 | (unsigned)v) & 0xffffff;
+        bits += 6;
+        if (bits >= 8) {
+            bits -= 8;
+            o[len++] = (unsigned char)(acc >> bits & 0xff);
+        }
+    }
+    /* Leftover bits must be zero (canonical encoding). */
+    if (bits && (acc & ((1u << bits) - 1)))
+        return SBX_ERR;
+    *out_len = len;
+    return SBX_OK;
+}
+
+/* ---- output -------------------------------------------------------------- */
+
+int sbx_json_get_bytes(const json_t *obj, const char *key, char **data_out, size_t *len_out)
+{
+    *data_out = NULL;
+    *len_out = 0;
+    if (!json_is_object(obj))
+        return SBX_ERR;
+
+    const json_t *v = json_object_get(obj, key);
+    if (json_is_string(v)) {
+        size_t n = json_string_length(v);
+        char *d = malloc(n + 1);
+        if (!d)
+            return SBX_ERR;
+        memcpy(d, json_string_value(v), n);
+        d[n] = '\0';
+        *data_out = d;
+        *len_out = n;
+        return SBX_OK;
+    }
+
+    size_t klen = strlen(key);
+    char *k64 = malloc(klen + 5);
+    if (!k64)
+        return SBX_ERR;
+    memcpy(k64, key, klen);
+    memcpy(k64 + klen, "_b64", 5);
+    v = json_object_get(obj, k64);
+    free(k64);
+    if (!json_is_string(v))
+        return SBX_ERR;
+
+    size_t n = json_string_length(v);
+    char *d = malloc(n / 4 * 3 + 4);
+    size_t len;
+    if (!d)
+        return SBX_ERR;
+    if (sbx_base64_decode(d, &len, json_string_value(v), n) != SBX_OK) {
+        free(d);
+        return SBX_ERR;
+    }
+    d[len] = '\0';
+    *data_out = d;
+    *len_out = len;
+    return SBX_OK;
+}
+
+int sbx_output_decode(const json_t *params, int *stream_out, char **data_out, size_t *len_out)
+{
+    *data_out = NULL;
+    *len_out = 0;
+    const char *stream = json_string_value(json_object_get(params, "stream"));
+    int s;
+    if (stream && strcmp(stream, "stdout") == 0)
+        s = SBX_STDOUT;
+    else if (stream && strcmp(stream, "stderr") == 0)
+        s = SBX_STDERR;
+    else
+        return SBX_ERR;
+    if (stream_out)
+        *stream_out = s;
+    return sbx_json_get_bytes(params, "data", data_out, len_out);
+}
+
+const char *sbx_version(void)
+{
+#ifdef SBX_VERSION
+    return SBX_VERSION; /* the Makefile's VERSION */
+#endif
+#define SBX_STR2(x) #x
+#define SBX_STR(x) SBX_STR2(x)
+    return SBX_STR(SBX_VERSION_MAJOR) "." SBX_STR(SBX_VERSION_MINOR) "." SBX_STR(
+        SBX_VERSION_PATCH);
+}

@@ -1,0 +1,197 @@
+#!/bin/sh
+# sbxctl.sh SOCKET [BUILD_DIR] - sbxctl against a running sbxd (Duktape):
+# every verb, exit statuses, streaming, --json, --stdin, Ctrl-C on run.
+# Prints "N passed, N failed" last, like the C tests.
+SOCK=${1:?usage: sbxctl.sh SOCKET [BUILD_DIR]}
+B=${2:-build}
+CTL="$B/sbxctl"
+T=$(mktemp -d /tmp/sbxctl-test.XXXXXX)
+ID="ctl-$$-a"
+PASSED=0
+FAILED=0
+N=0
+
+ok() { # description: the last command's condition held
+    N=$((N + 1))
+    printf '%3d - %-60s PASSED\n' "$N" "$1"
+    PASSED=$((PASSED + 1))
+}
+bad() { # description [detail]
+    N=$((N + 1))
+    printf '%3d - %-60s FAILED\n' "$N" "$1"
+    [ -n "$2" ] && printf '      %s\n' "$2"
+    FAILED=$((FAILED + 1))
+}
+check() { # description, then a test(1) expression or command
+    d=$1
+    shift
+    if "$@"; then ok "$d"; else bad "$d" "$*"; fi
+}
+ctl() { "$CTL" -s "$SOCK" "$@"; }
+# out CMD... : stdout in $T/out, stderr in $T/err, status in $st
+out() {
+    "$CTL" -s "$SOCK" "$@" >"$T/out" 2>"$T/err"
+    st=$?
+}
+
+# -- help and usage -------------------------------------------------------------
+"$CTL" --help >"$T/out" 2>&1
+st=$?
+check "--help exits 0 and lists the verbs" [ $st -eq 0 ]
+check "--help lists exec, run and set-env" grep -q 'set-env' "$T/out"
+out exec --help
+check "exec --help exits 0 with the usage" [ $st -eq 0 ]
+check "exec --help shows --stdin" grep -q -- '--stdin' "$T/out"
+out bogus
+check "unknown verb exits 2" [ $st -eq 2 ]
+out exec
+check "exec without arguments exits 2" [ $st -eq 2 ]
+out create --timeout soon
+check "a non-numeric --timeout exits 2" [ $st -eq 2 ]
+out get
+check "get without an ID exits 2" [ $st -eq 2 ]
+
+# -- daemon ---------------------------------------------------------------------
+out ping
+check "ping" [ $st -eq 0 ]
+check "ping prints pong" grep -q '^pong' "$T/out"
+SBXD_SOCKET="$SOCK" "$CTL" ping >/dev/null 2>&1
+check "SBXD_SOCKET is honoured" [ $? -eq 0 ]
+"$CTL" -s "$T/nope.sock" ping >/dev/null 2>"$T/err"
+st=$?
+check "an unreachable socket exits 1" [ $st -eq 1 ]
+check "... with a message" grep -q 'sbxctl: cannot connect' "$T/err"
+out info
+check "info shows the duktape provider" grep -q 'duktape' "$T/out"
+out --json info
+check "--json info is JSON" grep -q '^{"version":' "$T/out"
+
+# -- the README acceptance check ------------------------------------------------
+out run -- 'console.log("hi"); 6*7'
+printf 'hi\n42\n' >"$T/want"
+check "run: exit 0" [ $st -eq 0 ]
+check "run: prints hi then 42" cmp -s "$T/out" "$T/want"
+
+# -- sandbox lifecycle ----------------------------------------------------------
+out create --id "$ID" --env A=1 --tool add --opt answer=42 --timeout 120000
+check "create exits 0" [ $st -eq 0 ]
+check "create prints the id" [ "$(cat "$T/out")" = "$ID" ]
+out ls
+check "ls has a header" grep -q '^ID  *PROVIDER  *STATUS  *CREATED' "$T/out"
+check "ls lists the sandbox" grep -q "^$ID  *duktape  *running" "$T/out"
+out get "$ID"
+check "get shows the status" grep -q '^status: running' "$T/out"
+out --json get "$ID"
+check "--json get prints the raw result" grep -q "\"id\":\"$ID\"" "$T/out"
+out get nope-nope
+check "get of an unknown sandbox exits 1" [ $st -eq 1 ]
+check "... with 'sbxctl: message (code -32000)'" grep -q '^sbxctl: .*(code -32000)$' "$T/err"
+
+# -- exec -------------------------------------------------------------------------
+out exec "$ID" -- 'console.log(process.env.A); console.error("to stderr")'
+check "exec: stdout streamed" [ "$(cat "$T/out")" = "1" ]
+check "exec: stderr streamed" grep -q 'to stderr' "$T/err"
+out exec "$ID" --env A=2 -- 'process.env.A'
+check "exec --env: result printed as JSON" [ "$(cat "$T/out")" = '"2"' ]
+out exec "$ID" -- 'console.log("a"); console.log("b"); ({x: [1, 2]})'
+printf 'a\nb\n{"x":[1,2]}\n' >"$T/want"
+check "exec: output, then the completion value on its own line" cmp -s "$T/out" "$T/want"
+out exec "$ID" -- 'throw new Error("boom")'
+check "exec: an uncaught error exits 1" [ $st -eq 1 ]
+check "exec: the stack is on stderr once" [ "$(grep -c 'Error: boom' "$T/err")" -eq 1 ]
+out exec "$ID" --timeout 300 -- 'while (true) {}'
+check "exec: timeout exits 124" [ $st -eq 124 ]
+printf 'console.log("from file"); 1 + 1\n' >"$T/script.js"
+out exec "$ID" --file "$T/script.js"
+printf 'from file\n2\n' >"$T/want"
+check "exec --file" cmp -s "$T/out" "$T/want"
+printf 'abc\ndef' | "$CTL" -s "$SOCK" exec "$ID" --stdin -- \
+    'var s, all = ""; while ((s = read_stdin()) !== null) all += s; all.toUpperCase()' >"$T/out" 2>"$T/err"
+check "exec --stdin streams stdin" [ "$(cat "$T/out")" = '"ABC\nDEF"' ]
+head -c 200000 /dev/zero | tr '\0' 'z' >"$T/big"
+"$CTL" -s "$SOCK" exec "$ID" --stdin -- \
+    'var s, n = 0; while ((s = read_stdin()) !== null) n += s.length; n' <"$T/big" >"$T/out" 2>"$T/err"
+check "exec --stdin: 200 kB from a file" [ "$(cat "$T/out")" = "200000" ]
+out --json exec "$ID" -- '1 + 1'
+check "exec --json prints the result" grep -q '"result":2' "$T/out"
+out exec "$ID" -- 'var s = new Array(1024).join("y"); for (var i = 0; i < 1500; i++) console.log(s); 0'
+check "exec: 1.5 MB of output streamed in full" [ "$(wc -c <"$T/out")" -eq $((1500 * 1024 + 2)) ]
+
+# -- processes --------------------------------------------------------------------
+out spawn "$ID" -- 'for (var i = 0; i < 3; i++) console.log("n" + i); 5'
+P=$(cat "$T/out")
+check "spawn prints a pid" [ -n "$P" ] && [ "$P" -gt 0 ] 2>/dev/null
+out wait "$ID" "$P"
+check "wait prints 0 and exits 0" [ $st -eq 0 ] && [ "$(cat "$T/out")" = "0" ]
+out logs "$ID" "$P"
+printf 'n0\nn1\nn2\n' >"$T/want"
+check "logs replays the output" cmp -s "$T/out" "$T/want"
+out logs -f "$ID" "$P"
+check "logs -f of a finished process ends" cmp -s "$T/out" "$T/want"
+out ps "$ID"
+check "ps lists the process" grep -q "^$P  *exited" "$T/out"
+
+out spawn "$ID" -- 'console.log("live"); var t = Date.now(); while (Date.now() - t < 600) {} console.log("done")'
+P=$(cat "$T/out")
+out logs -f "$ID" "$P"
+printf 'live\ndone\n' >"$T/want"
+check "logs -f follows until exit" cmp -s "$T/out" "$T/want"
+
+out spawn "$ID" -- 'while (true) {}'
+P=$(cat "$T/out")
+out kill "$ID" "$P"
+check "kill exits 0" [ $st -eq 0 ]
+out wait "$ID" "$P"
+check "wait after kill: 137" [ $st -eq 137 ] && [ "$(cat "$T/out")" = "137" ]
+out kill "$ID" 99999
+check "kill of an unknown pid: code -32004" grep -q '(code -32004)' "$T/err"
+
+# -- snapshot, clone, env, instructions, stop/start ----------------------------------
+ctl exec "$ID" -- 'var kept = 7' >/dev/null 2>&1
+out snapshot "$ID"
+check "snapshot prints snap-..." grep -q '^snap-' "$T/out"
+out clone "$ID" --id "$ID-c" --env B=2
+check "clone prints the new id" [ "$(cat "$T/out")" = "$ID-c" ]
+out get "$ID-c"
+check "the clone is pending" grep -q '^status: pending' "$T/out"
+out set-env "$ID" K=V A=
+check "set-env prints the env" grep -q '^K=V$' "$T/out"
+check "set-env K= removes K" sh -c "! grep -q '^A=' '$T/out'"
+out instructions "$ID"
+check "instructions mention JavaScript" grep -q 'JavaScript' "$T/out"
+out stop "$ID"
+check "stop" [ $st -eq 0 ]
+out get "$ID"
+check "stopped" grep -q '^status: stopped' "$T/out"
+out start "$ID"
+check "start" [ $st -eq 0 ]
+out rm "$ID-c"
+check "rm the clone" [ $st -eq 0 ]
+out rm "$ID"
+check "rm" [ $st -eq 0 ]
+out get "$ID"
+check "gone after rm" [ $st -eq 1 ]
+
+# -- run: Ctrl-C destroys the sandbox ---------------------------------------------
+before=$(ctl ls | wc -l)
+"$CTL" -s "$SOCK" run -- 'console.log("started"); while (true) {}' >"$T/out" 2>"$T/err" &
+RP=$!
+i=0
+while ! grep -q started "$T/out" && [ $i -lt 100 ]; do
+    sleep 0.05
+    i=$((i + 1))
+done
+kill -INT "$RP"
+wait "$RP"
+st=$?
+check "run: Ctrl-C exits 130" [ $st -eq 130 ]
+after=$(ctl ls | wc -l)
+check "run: Ctrl-C destroyed the sandbox" [ "$before" -eq "$after" ]
+out run --opt nonsense=1 -- 'throw new Error("x")'
+check "run: the command's status on failure" [ $st -eq 1 ]
+after=$(ctl ls | wc -l)
+check "run: sandbox destroyed after a failure" [ "$before" -eq "$after" ]
+
+rm -rf "$T"
+echo "$PASSED passed, $FAILED failed"
+[ "$FAILED" -eq 0 ]
