@@ -424,6 +424,8 @@ void process_session_gone(struct session *s)
 
 /* -- creation -------------------------------------------------------------- */
 
+static void timeout_cb(struct ev_loop *loop, ev_timer *w, int revents);
+
 int signal_from_json(json_t *v, int *out)
 {
     static const struct {
@@ -585,6 +587,38 @@ int process_new(struct process **out, struct sandbox *sb, json_t *params, struct
     D->nprocesses++;
     *out = p;
     return 0;
+}
+
+struct process *process_adopt(struct sandbox *sb, uint32_t pid, const char *display)
+{
+    if (pid == 0 || process_find(sb, pid))
+        return NULL;
+    struct process *p = calloc(1, sizeof(*p));
+    if (!p)
+        abort();
+    p->sb = sb;
+    p->pid = pid;
+    if (sb->next_pid < pid)
+        sb->next_pid = pid;
+    p->state = P_RUNNING;
+    p->started_at = daemon_now();
+    p->t0 = ev_now(D->loop);
+    p->display = strdup(display ? display : "");
+    p->spec = json_object();
+    for (int i = 0; i < 2; i++)
+        p->out[i].ring.max = (size_t)D->cfg.replay_bytes;
+    ev_timer_init(&p->timer, timeout_cb, 0., 0.);
+    p->timer.data = p;
+    struct process **pp = &sb->procs, *prev = NULL;
+    while (*pp) {
+        prev = *pp;
+        pp = &(*pp)->next;
+    }
+    *pp = p;
+    p->prev = prev;
+    sb->nlive++;
+    D->nprocesses++;
+    return p;
 }
 
 struct process *process_find(struct sandbox *sb, uint32_t pid)

@@ -83,6 +83,14 @@ struct process {
 /* Builds a process from process.exec/spawn params (borrowed). */
 int process_new(struct process **out, struct sandbox *sb, json_t *params, struct session *origin,
                 sbx_err_t *err);
+/*
+ * A process the provider found already running (its agent survived an sbxd
+ * restart). The record is RUNNING with the provider's pid; later pids of the
+ * sandbox are higher. display: the command, for process.list. The caller
+ * sets p->pdata and then reports output (replayed from offset 0) and exit as
+ * usual. Returns NULL if the pid is taken.
+ */
+struct process *process_adopt(struct sandbox *sb, uint32_t pid, const char *display);
 /* Starts (or queues until the sandbox runs). */
 int process_launch(struct process *p, sbx_err_t *err);
 struct process *process_find(struct sandbox *sb, uint32_t pid);

@@ -187,6 +187,35 @@ int sandbox_new(struct sandbox **out, const char *id, struct provider_inst *prov
     return 0;
 }
 
+int sandbox_adopt(struct sandbox **out, const char *id, struct provider_inst *prov, uid_t owner,
+                  json_t *conf, enum sb_status status, sbx_err_t *err)
+{
+    if (sandbox_find_any(id)) {
+        json_decref(conf);
+        return err_make(err, SBX_E_PERMISSION, "sandbox id %s is taken", id);
+    }
+    if (!json_is_integer(json_object_get(conf, "timeout_ms")))
+        json_object_set_new(conf, "timeout_ms", json_integer(D->cfg.default_timeout_ms));
+    if (!json_is_integer(json_object_get(conf, "idle_timeout_ms")))
+        json_object_set_new(conf, "idle_timeout_ms", json_integer(D->cfg.default_idle_timeout_ms));
+    if (!json_is_integer(json_object_get(conf, "command_timeout_ms")))
+        json_object_set_new(conf, "command_timeout_ms", json_integer(300000));
+    json_object_set_new(conf, "provider", json_string(prov->ops->name));
+    struct sandbox *sb = NULL;
+    if (sandbox_new(&sb, id, prov, owner, conf, err) < 0)
+        return -1;
+    sb->status = status;
+    sb->started_once = 1;
+    if (status == SB_RUNNING) {
+        sb->started_at = daemon_now();
+        arm_timers(sb);
+    }
+    log_info("sandbox %s adopted from provider %s (%s)", id, prov->ops->name,
+             sandbox_status_name(status));
+    *out = sb;
+    return 0;
+}
+
 static void sandbox_free(struct sandbox *sb)
 {
     while (sb->procs)

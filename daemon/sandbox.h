@@ -82,6 +82,16 @@ int sandbox_visible(struct session *s, struct sandbox *sb);
 /* Creates from normalised conf (stolen). Status pending. */
 int sandbox_new(struct sandbox **out, const char *id, struct provider_inst *prov, uid_t owner,
                 json_t *conf, sbx_err_t *err);
+/*
+ * Registers a sandbox that already exists in a provider's backend (found at
+ * load, e.g. Docker containers labelled with an sbxd id after a restart).
+ * conf stolen (normalised create params as far as known); status is what the
+ * backend says (SB_RUNNING or SB_STOPPED). No provider op is called. The
+ * lifetime timer starts now with conf.timeout_ms (the old deadline is not
+ * known). Fails if the id is taken.
+ */
+int sandbox_adopt(struct sandbox **out, const char *id, struct provider_inst *prov, uid_t owner,
+                  json_t *conf, enum sb_status status, sbx_err_t *err);
 /* The sandbox object for replies; new reference. */
 json_t *sandbox_to_json(struct sandbox *sb);
 
