@@ -1,0 +1,361 @@
+/*
+ * test_core.c - the daemon core in-process: UTF-8 and base64, the chunked
+ * output buffer, env/cwd precedence, the sandbox status machine, and the
+ * JSON-RPC codec driven by data files (tests/data/rpc/<case>/{input,output}).
+ *
+ * The provider here is a test double with synchronous ops: it is what lets
+ * the status machine be checked without a real backend. The real providers
+ * are covered by the integration and provider tests.
+ */
+#include <dirent.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "daemon.h"
+#include "obuf.h"
+#include "process.h"
+#include "rpc.h"
+#include "sandbox.h"
+#include "sbx_proto.h"
+#include "session.h"
+#include "testhelp.h"
+#include "utf8.h"
+
+/* -- a synchronous provider ------------------------------------------------- */
+
+static int fake_fail_start, fake_starts, fake_stops, fake_destroys;
+
+static int f_load(json_t *conf, void **cookie, sbx_err_t *err) { return 0; }
+static void f_unload(void *cookie) {}
+static int f_available(void *cookie, const char **reason) { return 1; }
+static int f_start(void *cookie, struct sandbox *sb, sbx_err_t *err)
+{
+    fake_starts++;
+    if (fake_fail_start)
+        return err_make(err, SBX_E_PROVIDER, "backend refused");
+    sandbox_op_done(sb, NULL, NULL);
+    return 0;
+}
+static int f_stop(void *cookie, struct sandbox *sb, sbx_err_t *err)
+{
+    fake_stops++;
+    sandbox_op_done(sb, NULL, NULL);
+    return 0;
+}
+static int f_destroy(void *cookie, struct sandbox *sb, sbx_err_t *err)
+{
+    fake_destroys++;
+    sandbox_op_done(sb, NULL, NULL);
+    return 0;
+}
+static int f_snapshot(void *cookie, struct sandbox *sb, sbx_err_t *err)
+{
+    sandbox_op_done(sb, NULL, json_pack("{s:s}", "state", "x"));
+    return 0;
+}
+/* Commands "exit N" exit with N at once; "out TEXT" prints TEXT then exits 0. */
+static int f_spawn(void *cookie, struct process *p, sbx_err_t *err)
+{
+    const char *code = json_string_value(json_object_get(p->spec, "code"));
+    if (strncmp(code, "out ", 4) == 0) {
+        process_output(p, 0, code + 4, strlen(code + 4));
+        json_t *rec = json_pack("{s:i}", "exit_code", 0);
+        process_exited(p, rec);
+        json_decref(rec);
+    } else if (strncmp(code, "exit ", 5) == 0) {
+        json_t *rec = json_pack("{s:i}", "exit_code", atoi(code + 5));
+        process_exited(p, rec);
+        json_decref(rec);
+    }
+    return 0; /* anything else runs until killed */
+}
+static int f_write(void *c, struct process *p, const void *d, size_t n, sbx_err_t *e) { return 0; }
+static int f_close(void *c, struct process *p, sbx_err_t *e) { return 0; }
+static int f_kill(void *c, struct process *p, int sig, sbx_err_t *e)
+{
+    json_t *rec = json_pack("{s:i, s:i}", "exit_code", 128 + sig, "signal", sig);
+    process_exited(p, rec);
+    json_decref(rec);
+    return 0;
+}
+
+static const struct sbx_provider fake = {
+    .name = "fake",
+    .shell_commands = 0,
+    .default_cwd = "/default",
+    .load = f_load,
+    .unload = f_unload,
+    .available = f_available,
+    .sb_start = f_start,
+    .sb_stop = f_stop,
+    .sb_destroy = f_destroy,
+    .sb_snapshot = f_snapshot,
+    .proc_spawn = f_spawn,
+    .proc_write = f_write,
+    .proc_close_stdin = f_close,
+    .proc_kill = f_kill,
+};
+
+static struct daemon d;
+
+static void setup(void)
+{
+    D = &d;
+    config_init_defaults(&d.cfg);
+    free(d.cfg.default_provider);
+    d.cfg.default_provider = strdup("fake");
+    d.loop = EV_DEFAULT;
+    d.snapshots = json_object();
+    d.providers[0].ops = &fake;
+    d.providers[0].enabled = 1;
+    d.providers[0].loaded = 1;
+    d.nproviders = 1;
+}
+
+/* -- utf8, base64, obuf ------------------------------------------------------ */
+
+static void test_utf8(void)
+{
+    test_cond("ASCII is valid UTF-8", utf8_valid((const uint8_t *)"hello", 5));
+    test_cond("a 4-byte sequence is valid", utf8_valid((const uint8_t *)"\xf0\x9f\x98\x80", 4));
+    test_cond("an overlong encoding is not", !utf8_valid((const uint8_t *)"\xc0\xaf", 2));
+    test_cond("a surrogate is not", !utf8_valid((const uint8_t *)"\xed\xa0\x80", 3));
+    test_cond("a lone continuation byte is not", !utf8_valid((const uint8_t *)"a\x80", 2));
+    test_cond("a truncated sequence is not valid", !utf8_valid((const uint8_t *)"\xe2\x82", 2));
+    test_cond("incomplete tail of 2 bytes is held", utf8_incomplete_tail((const uint8_t *)"ab\xe2\x82", 4) == 2);
+    test_cond("incomplete tail of 1 lead byte is held", utf8_incomplete_tail((const uint8_t *)"ab\xf0", 3) == 1);
+    test_cond("a complete character holds nothing", utf8_incomplete_tail((const uint8_t *)"\xe2\x82\xac", 3) == 0);
+    test_cond("garbage at the end holds nothing", utf8_incomplete_tail((const uint8_t *)"a\xff", 2) == 0);
+    char *b = base64_encode((const uint8_t *)"\x00\xff\x10hi", 5);
+    test_cond("base64 encodes with padding", b && strcmp(b, "AP8QaGk=") == 0);
+    size_t n = 0;
+    uint8_t *raw = base64_decode(b, strlen(b), &n);
+    test_cond("base64 round trips binary", raw && n == 5 && memcmp(raw, "\x00\xff\x10hi", 5) == 0);
+    free(raw);
+    free(b);
+    test_cond("invalid base64 is rejected", base64_decode("a*bc", 4, &n) == NULL);
+}
+
+static void test_obuf(void)
+{
+    struct obuf b;
+    obuf_init(&b);
+    char big[40000];
+    for (size_t i = 0; i < sizeof(big); i++)
+        big[i] = (char)('a' + i % 26);
+    obuf_append(&b, big, sizeof(big));
+    test_cond("obuf counts appended bytes", b.bytes == sizeof(big));
+    struct iovec iov[8];
+    int n = obuf_iov(&b, iov, 8);
+    test_cond("obuf spans 16 KiB chunks", n == 3 && iov[0].iov_len == OBUF_CHUNK);
+    obuf_consume(&b, 20000);
+    n = obuf_iov(&b, iov, 8);
+    test_cond("consume frees written chunks and keeps order",
+              b.bytes == 20000 && ((char *)iov[0].iov_base)[0] == big[20000]);
+    obuf_deinit(&b);
+}
+
+/* -- sandbox status machine -------------------------------------------------- */
+
+static struct sandbox *mk(const char *id, json_t *conf)
+{
+    struct sandbox *sb = NULL;
+    sbx_err_t err = {0};
+    if (!conf)
+        conf = json_object();
+    json_object_set_new(conf, "timeout_ms", json_integer(60000));
+    json_object_set_new(conf, "idle_timeout_ms", json_integer(0));
+    json_object_set_new(conf, "command_timeout_ms", json_integer(60000));
+    sandbox_new(&sb, id, &d.providers[0], 0, conf, &err);
+    return sb;
+}
+
+static void test_states(void)
+{
+    struct sandbox *sb = mk("s1", NULL);
+    test_cond("a new sandbox is pending", sb->status == SB_PENDING);
+    sandbox_start(sb, NULL);
+    test_cond("start: pending -> running", sb->status == SB_RUNNING && fake_starts == 1);
+    sandbox_start(sb, NULL);
+    test_cond("start is idempotent (no second provider start)", fake_starts == 1);
+    sandbox_stop(sb, NULL);
+    test_cond("stop: running -> stopped", sb->status == SB_STOPPED && fake_stops == 1);
+    sandbox_stop(sb, NULL);
+    test_cond("stop is idempotent", fake_stops == 1);
+    sandbox_start(sb, NULL);
+    test_cond("start again: stopped -> running", sb->status == SB_RUNNING && fake_starts == 2);
+    sandbox_snapshot(sb, NULL);
+    test_cond("a snapshot is recorded", json_object_size(d.snapshots) == 1);
+    sandbox_destroy(sb, NULL);
+    test_cond("destroy removes it", sandbox_find_any("s1") == NULL && fake_destroys == 1);
+
+    fake_fail_start = 1;
+    sb = mk("s2", NULL);
+    sandbox_start(sb, NULL);
+    test_cond("a failed start puts it in error", sb->status == SB_ERROR && sb->error &&
+                                                     strstr(sb->error, "backend refused"));
+    fake_fail_start = 0;
+    sandbox_start(sb, NULL);
+    test_cond("start from error retries", sb->status == SB_RUNNING);
+    sandbox_destroy(sb, NULL);
+
+    sb = mk("s3", json_pack("{s:s}", "on_start", "exit 3"));
+    sandbox_start(sb, NULL);
+    test_cond("a failing on_start hook puts it in error", sb->status == SB_ERROR);
+    sandbox_destroy(sb, NULL);
+
+    sb = mk("s4", json_pack("{s:s}", "on_start", "exit 0"));
+    sandbox_start(sb, NULL);
+    test_cond("a succeeding on_start hook lets it run", sb->status == SB_RUNNING);
+    sandbox_destroy(sb, NULL);
+}
+
+static void test_env_cwd(void)
+{
+    struct sandbox *sb = mk("e1", json_pack("{s:{s:s, s:s, s:s}, s:s}", "env", "A", "c", "B", "c",
+                                            "D", "c", "working_dir", "/wd"));
+    json_t *patch = json_pack("{s:s, s:s, s:n}", "B", "r", "C", "r", "D");
+    sbx_err_t err = {0};
+    env_merge(sb->runtime_env, patch, &err);
+    json_object_set_new(sb->runtime_env, "D", json_null());
+    json_decref(patch);
+    json_t *cmd = json_pack("{s:s}", "C", "x");
+    json_t *env = sandbox_env_for(sb, cmd);
+    test_cond("env: create-time value kept when not overridden",
+              strcmp(json_string_value(json_object_get(env, "A")), "c") == 0);
+    test_cond("env: runtime beats create-time", strcmp(json_string_value(json_object_get(env, "B")), "r") == 0);
+    test_cond("env: command beats runtime", strcmp(json_string_value(json_object_get(env, "C")), "x") == 0);
+    test_cond("env: a runtime null removes a create-time key", json_object_get(env, "D") == NULL);
+    json_decref(env);
+    json_decref(cmd);
+    json_t *bad = json_pack("{s:i}", "N", 1);
+    test_cond("env: a non-string value is a params error", env_merge(sb->runtime_env, bad, &err) < 0 &&
+                                                             err.code == SBX_E_PARAMS);
+    err_clear(&err);
+    json_decref(bad);
+    test_cond("cwd: the command's wins", strcmp(sandbox_cwd_for(sb, "/cmd"), "/cmd") == 0);
+    test_cond("cwd: then working_dir", strcmp(sandbox_cwd_for(sb, NULL), "/wd") == 0);
+    json_object_del(sb->conf, "working_dir");
+    test_cond("cwd: then the provider default", strcmp(sandbox_cwd_for(sb, NULL), "/default") == 0);
+    sandbox_destroy(sb, NULL);
+}
+
+/* -- JSON-RPC codec, data driven --------------------------------------------- */
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = malloc((size_t)n + 1);
+    size_t r = fread(s, 1, (size_t)n, f);
+    s[r] = 0;
+    fclose(f);
+    return s;
+}
+
+/* Runs the loop until nothing more arrives on fd for a moment. */
+static json_t *collect(int fd)
+{
+    json_t *out = json_array();
+    char buf[65536];
+    size_t len = 0;
+    for (int idle = 0; idle < 5;) {
+        ev_run(d.loop, EVRUN_NOWAIT);
+        ssize_t r = recv(fd, buf + len, sizeof(buf) - len - 1, MSG_DONTWAIT);
+        if (r <= 0) {
+            idle++;
+            usleep(2000);
+            continue;
+        }
+        len += (size_t)r;
+    }
+    buf[len] = 0;
+    char *save = NULL;
+    for (char *line = strtok_r(buf, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        json_t *v = json_loads(line, JSON_DECODE_ANY, NULL);
+        if (v)
+            json_array_append_new(out, v);
+    }
+    return out;
+}
+
+static void test_rpc_cases(const char *dir)
+{
+    DIR *dh = opendir(dir);
+    if (!dh) {
+        test_cond("the rpc data folder exists", 0);
+        return;
+    }
+    struct dirent *e;
+    int cases = 0;
+    while ((e = readdir(dh))) {
+        if (e->d_name[0] == '.')
+            continue;
+        char p[1400];
+        snprintf(p, sizeof(p), "%s/%s/input", dir, e->d_name);
+        char *input = slurp(p);
+        snprintf(p, sizeof(p), "%s/%s/output", dir, e->d_name);
+        char *expect = slurp(p);
+        if (!input || !expect) {
+            free(input);
+            free(expect);
+            continue;
+        }
+        int sv[2];
+        socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, sv);
+        session_accept(sv[0]);
+        if (send(sv[1], input, strlen(input), MSG_NOSIGNAL) < 0)
+            perror("send");
+        json_t *got = collect(sv[1]);
+        json_t *want = json_array();
+        char *save = NULL;
+        for (char *line = strtok_r(expect, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+            json_t *v = json_loads(line, JSON_DECODE_ANY, NULL);
+            if (v)
+                json_array_append_new(want, v);
+        }
+        char name[300];
+        snprintf(name, sizeof(name), "rpc case %s", e->d_name);
+        int ok = json_equal(got, want);
+        test_cond(name, ok);
+        if (!ok) {
+            char *g = json_dumps(got, JSON_COMPACT);
+            printf("      got  %s\n", g);
+            free(g);
+        }
+        json_decref(got);
+        json_decref(want);
+        close(sv[1]);
+        for (int i = 0; i < 3; i++)
+            ev_run(d.loop, EVRUN_NOWAIT); /* let the session notice the hang-up */
+        free(input);
+        free(expect);
+        cases++;
+    }
+    closedir(dh);
+    test_cond("rpc data cases were found", cases >= 5);
+}
+
+int main(int argc, char **argv)
+{
+    const char *data = argc > 1 ? argv[1] : getenv("SBX_TESTDATA") ? getenv("SBX_TESTDATA") : "tests/data";
+    signal(SIGPIPE, SIG_IGN);
+    setup();
+    test_utf8();
+    test_obuf();
+    test_states();
+    test_env_cwd();
+    char dir[1024];
+    snprintf(dir, sizeof(dir), "%s/rpc", data);
+    test_rpc_cases(dir);
+    session_free_all();
+    sandbox_free_all();
+    json_decref(d.snapshots);
+    config_deinit(&d.cfg);
+    return test_report();
+}
