@@ -424,6 +424,32 @@ void process_session_gone(struct session *s)
 
 /* -- creation -------------------------------------------------------------- */
 
+/* Drops finished hook records and the oldest exits over the limit. Called
+ * only when a process is added: an exit can be reported from deep inside a
+ * caller that still holds the process or walks the list. */
+static void prune_exited(struct sandbox *sb, struct process *keep)
+{
+    struct process *p = sb->procs;
+    while (p) {
+        struct process *next = p->next;
+        if (p != keep && p->internal && p->state == P_EXITED)
+            process_free(p);
+        p = next;
+    }
+    while (sb->nexited > MAX_EXITED_KEPT) {
+        struct process *victim = NULL;
+        for (p = sb->procs; p; p = p->next)
+            if (p != keep && p->state == P_EXITED && !p->waiters && !p->subs) {
+                victim = p;
+                break;
+            }
+        if (!victim)
+            return;
+        process_free(victim);
+    }
+}
+
+
 static void timeout_cb(struct ev_loop *loop, ev_timer *w, int revents);
 
 int signal_from_json(json_t *v, int *out)
@@ -546,6 +572,7 @@ int process_new(struct process **out, struct sandbox *sb, json_t *params, struct
                              "too many processes in sandbox %s", sb->id);
     }
 
+    prune_exited(sb, NULL);
     struct process *p = calloc(1, sizeof(*p));
     if (!p)
         abort();
@@ -780,21 +807,6 @@ json_t *process_exit_json(struct process *p, int with_output)
     return o;
 }
 
-static void prune_exited(struct sandbox *sb)
-{
-    while (sb->nexited > MAX_EXITED_KEPT) {
-        struct process *victim = NULL;
-        for (struct process *p = sb->procs; p; p = p->next)
-            if (p->state == P_EXITED && !p->waiters && !p->subs) {
-                victim = p;
-                break;
-            }
-        if (!victim)
-            return;
-        process_free(victim);
-    }
-}
-
 void process_exited(struct process *p, json_t *rec)
 {
     if (p->state == P_EXITED)
@@ -860,11 +872,7 @@ void process_exited(struct process *p, json_t *rec)
         free(p->out[i].acc);
         p->out[i].acc = NULL;
     }
-    struct sandbox *sb = p->sb;
-    if (p->internal)
-        process_free(p);
-    sandbox_process_gone(sb);
-    prune_exited(sb);
+    sandbox_process_gone(p->sb);
 }
 
 void process_fail(struct process *p, const char *why)
@@ -888,13 +896,6 @@ void process_free(struct process *p)
     struct sandbox *sb = p->sb;
     if (p->state != P_EXITED)
         process_fail(p, "process record freed");
-    /* process_fail may have freed an internal process already. */
-    int found = 0;
-    for (struct process *x = sb->procs; x; x = x->next)
-        if (x == p)
-            found = 1;
-    if (!found)
-        return;
     if (p->prev)
         p->prev->next = p->next;
     else
