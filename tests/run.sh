@@ -8,6 +8,8 @@ B=${1:-build}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT" || exit 1
 TMP=$(mktemp -d /tmp/sbxd-test.XXXXXX)
+# Tests connect as a second, unprivileged uid too: it must reach the socket.
+chmod 755 "$TMP"
 PASSED=0
 FAILED=0
 FAILED_NAMES=""
