@@ -79,7 +79,7 @@ $(B)/sbxctl: $(CTL_OBJ) $(B)/libsbx.a
 # The Docker agent is static: it must run in images with no libc at all.
 $(B)/sbx-init: $(AGENT_SRC) proto/sbx_chan.c proto/sbx_chan.h
 	@mkdir -p $(B)
-	$(CC) -std=gnu11 -Os -Wall -Wextra -Wno-unused-parameter -D_GNU_SOURCE -Iproto -static \
+	$(CC) -std=gnu11 -Os -Wall -Wextra -Wno-unused-parameter -D_GNU_SOURCE -Iproto -static -s \
 		-o $@ $(AGENT_SRC) proto/sbx_chan.c
 
 $(B)/tests/%: tests/unit/%.c $(DAEMON_LIB_OBJ) $(WORKER_OBJ) $(B)/libsbx.a tests/testhelp.h

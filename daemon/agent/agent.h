@@ -1,0 +1,178 @@
+/*
+ * agent.h - sbx-init, the in-container agent of the Docker provider.
+ *
+ * sbx-init runs as PID 1 of a Docker sandbox (or as a plain child in tests).
+ * Its stdin/stdout carry the worker channel (proto/CHANNEL.md); stderr is for
+ * diagnostics only. It is linked statically and uses nothing from the image:
+ * no NSS, no shell unless a SPAWN asks for one, no locale files.
+ *
+ * Files:
+ *   sbx_init.c  main, the poll() loop, signals, the channel (frames in/out)
+ *   proc.c      SPAWN: fork/exec, per-process pipes, output rings, exit records
+ *   json.c      a small strict JSON parser and a JSON string writer
+ *   util.c      growable buffers, clock, logging
+ */
+#ifndef SBX_AGENT_H
+#define SBX_AGENT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "sbx_chan.h"
+
+/* ---- limits (documented in proto/CHANNEL.md "Agent bookkeeping") -------- */
+#define AGENT_MAX_PROCS 256
+#define AGENT_RING_MAX (1u << 20)    /* replay ring per stream */
+#define AGENT_RING_MIN (16u << 10)   /* rings start small and double */
+#define AGENT_STDIN_MAX (8u << 20)   /* buffered stdin per process */
+#define AGENT_FRAME_OUT (64u << 10)  /* largest STDOUT/STDERR frame we send */
+#define AGENT_OBUF_SOFT (256u << 10) /* stop producing output above this */
+#define AGENT_OBUF_HARD (16u << 20)  /* never queue more than this */
+#define AGENT_EXIT_GRACE_MS 50       /* pipes held by background children */
+#define AGENT_CREDIT_MAX ((int64_t)1 << 40)
+#define AGENT_DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+/* ---- util.c -------------------------------------------------------------- */
+
+/* A byte buffer: data[off, len) is pending. */
+struct buf {
+    uint8_t *data;
+    size_t off, len, cap;
+};
+
+static inline size_t buf_pending(const struct buf *b)
+{
+    return b->len - b->off;
+}
+/* Make room for n more bytes at the tail (compacting first). -1 on OOM. */
+int buf_reserve(struct buf *b, size_t n);
+int buf_append(struct buf *b, const void *p, size_t n);
+int buf_puts(struct buf *b, const char *s);
+int buf_printf(struct buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void buf_consume(struct buf *b, size_t n);
+void buf_deinit(struct buf *b);
+
+void *xmalloc(size_t n);
+void *xcalloc(size_t n, size_t size);
+char *xstrndup(const char *s, size_t n);
+
+int64_t now_ms(void);
+void alog(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+int set_nonblock(int fd);
+
+/* ---- json.c -------------------------------------------------------------- */
+
+#define JSON_MAX_DEPTH 32
+#define JSON_MAX_NODES 65536
+
+enum jtype { J_NULL, J_FALSE, J_TRUE, J_NUM, J_STR, J_ARR, J_OBJ };
+
+struct jval {
+    enum jtype type;
+    struct jval *next; /* next element/member of the parent */
+    char *key;         /* member name when the parent is an object (NUL-terminated) */
+    size_t keylen;
+    char *str; /* J_STR: decoded UTF-8, NUL-terminated, may hold \u0000 */
+    size_t len;
+    double num;  /* J_NUM */
+    bool is_int; /* J_NUM written without fraction/exponent and fits int64 */
+    int64_t ival;
+    struct jval *child; /* J_ARR, J_OBJ: first element/member */
+    size_t count;
+};
+
+/*
+ * Parses exactly one JSON value from s[0, n) (RFC 8259, strict: UTF-8 is
+ * validated, lone surrogates, duplicate keys, trailing commas and trailing
+ * garbage are errors). Returns a tree the caller frees with json_free, or NULL
+ * with a message in err.
+ */
+struct jval *json_parse(const char *s, size_t n, char *err, size_t errlen);
+void json_free(struct jval *v);
+/* Borrowed member of an object, or NULL. */
+const struct jval *json_get(const struct jval *obj, const char *key);
+/* Appends s[0, n) as a JSON string literal; invalid UTF-8 becomes U+FFFD. */
+int json_put_str(struct buf *b, const char *s, size_t n);
+
+/* ---- proc.c -------------------------------------------------------------- */
+
+enum proc_state {
+    PROC_RUNNING,  /* leader alive */
+    PROC_DRAINING, /* leader reaped; reading what is left in the pipes */
+    PROC_EXITED,   /* exit record final; EXIT goes out once all output is sent */
+};
+
+struct stream {
+    int fd;        /* our read end, -1 once closed */
+    uint8_t *ring; /* last `cap` bytes; byte at offset o lives at ring[o % cap] */
+    size_t cap;
+    uint64_t total;       /* bytes read from the pipe */
+    uint64_t sent;        /* bytes framed into the output queue */
+    uint64_t drain_limit; /* set at the end of the grace period; UINT64_MAX = none */
+};
+
+struct proc {
+    uint32_t id;
+    pid_t pid; /* leader; also the process group id */
+    enum proc_state state;
+    struct stream out[2]; /* stdout, stderr */
+    int in_fd;
+    struct buf in;
+    bool in_eof;
+    int64_t credit;
+    uint32_t window;
+    int64_t deadline; /* timeout_ms, monotonic; 0 = none */
+    int64_t grace_at; /* DRAINING: when to stop waiting for pipe EOF */
+    bool killed, timed_out, exit_sent;
+    int exit_code, signal;
+    char *error;
+};
+
+struct spawn_req {
+    char **argv; /* NULL-terminated */
+    char **envp; /* NULL-terminated, contains PATH */
+    char *cwd;   /* NULL = inherit */
+    int64_t timeout_ms;
+    uint32_t window;
+};
+
+/* Validates a SPAWN payload into req. -1 with a message in err. */
+int spawn_req_parse(struct spawn_req *req, const uint8_t *p, size_t n, char *err,
+                    size_t errlen);
+void spawn_req_deinit(struct spawn_req *req);
+
+/*
+ * Forks and execs req as process `id` in its own process group. Always returns
+ * a proc (NULL only on OOM); when the exec failed it is already PROC_EXITED
+ * with exit_code 126/127 and error set.
+ */
+struct proc *proc_spawn(uint32_t id, const struct spawn_req *req);
+void proc_free(struct proc *p);
+
+/* The leader was reaped with wait status `status`. */
+void proc_leader_exited(struct proc *p, int status, int64_t now);
+/* Kills the group after a timeout. */
+void proc_timeout(struct proc *p);
+/* Grace period over: read only what is already in the pipes, then close. */
+void proc_grace_expired(struct proc *p);
+/* Closes stream s's pipe; moves a DRAINING proc with both pipes closed to EXITED. */
+void proc_close_stream(struct proc *p, int s);
+void proc_close_stdin(struct proc *p);
+/* Bytes stream s may read now (credit, ring room, drain limit). */
+size_t proc_read_allowance(const struct proc *p, int s);
+/* Appends bytes read from stream s's pipe to its ring. */
+void proc_ring_write(struct proc *p, int s, const uint8_t *data, size_t n);
+/* Copies ring bytes [off, off+n) of stream s (they must still be held). */
+void proc_ring_read(const struct proc *p, int s, uint64_t off, uint8_t *dst, size_t n);
+/* Oldest offset stream s still holds. */
+uint64_t proc_ring_oldest(const struct proc *p, int s);
+/* The EXIT record as JSON. */
+int proc_exit_json(const struct proc *p, struct buf *b);
+
+/* Child side of spawning, shared with the main child: never returns. */
+void exec_search(char *const argv[], char *const envp[], int errfd)
+    __attribute__((noreturn));
+
+#endif

@@ -1,0 +1,590 @@
+/*
+ * proc.c - the processes sbx-init runs for the daemon: SPAWN validation,
+ * fork/exec into a process group, the output rings and the exit record.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "agent.h"
+
+#ifndef CLOSE_RANGE_CLOEXEC
+#define CLOSE_RANGE_CLOEXEC (1U << 2)
+#endif
+
+/* ---- SPAWN payload -------------------------------------------------------- */
+
+static int bad(char *err, size_t errlen, const char *msg)
+{
+    snprintf(err, errlen, "%s", msg);
+    return -1;
+}
+
+/* A string usable as a C string: no embedded NUL. */
+static bool is_cstr(const struct jval *v)
+{
+    return v && v->type == J_STR && memchr(v->str, '\0', v->len) == NULL;
+}
+
+static int get_uint(const struct jval *v, int64_t max, int64_t *out)
+{
+    if (!v || v->type != J_NUM || !v->is_int || v->ival < 0 || v->ival > max)
+        return -1;
+    *out = v->ival;
+    return 0;
+}
+
+void spawn_req_deinit(struct spawn_req *req)
+{
+    for (char **a = req->argv; a && *a; a++)
+        free(*a);
+    free(req->argv);
+    for (char **e = req->envp; e && *e; e++)
+        free(*e);
+    free(req->envp);
+    free(req->cwd);
+    memset(req, 0, sizeof(*req));
+}
+
+int spawn_req_parse(struct spawn_req *req, const uint8_t *p, size_t n, char *err,
+                    size_t errlen)
+{
+    char jerr[128];
+    memset(req, 0, sizeof(*req));
+    req->window = SBX_CHAN_WINDOW;
+    struct jval *root = json_parse((const char *)p, n, jerr, sizeof(jerr));
+    if (!root) {
+        snprintf(err, errlen, "invalid SPAWN JSON: %s", jerr);
+        return -1;
+    }
+    int ret = -1;
+    if (root->type != J_OBJ) {
+        bad(err, errlen, "SPAWN payload is not an object");
+        goto out;
+    }
+    const struct jval *argv = json_get(root, "argv");
+    const struct jval *shell = json_get(root, "shell");
+    const struct jval *env = json_get(root, "env");
+    const struct jval *cwd = json_get(root, "cwd");
+    const struct jval *tmo = json_get(root, "timeout_ms");
+    const struct jval *win = json_get(root, "window");
+    if (json_get(root, "code")) {
+        bad(err, errlen, "\"code\" is not supported by sbx-init");
+        goto out;
+    }
+    if (!!argv + !!shell != 1) {
+        bad(err, errlen, "SPAWN needs exactly one of \"argv\" and \"shell\"");
+        goto out;
+    }
+    if (argv) {
+        if (argv->type != J_ARR || argv->count == 0) {
+            bad(err, errlen, "\"argv\" must be a non-empty array of strings");
+            goto out;
+        }
+        req->argv = xcalloc(argv->count + 1, sizeof(char *));
+        size_t k = 0;
+        for (const struct jval *a = argv->child; a; a = a->next) {
+            if (!is_cstr(a)) {
+                bad(err, errlen, "\"argv\" must hold strings without NUL");
+                goto out;
+            }
+            req->argv[k++] = xstrndup(a->str, a->len);
+        }
+        if (req->argv[0][0] == '\0') {
+            bad(err, errlen, "argv[0] is empty");
+            goto out;
+        }
+    } else {
+        if (!is_cstr(shell)) {
+            bad(err, errlen, "\"shell\" must be a string without NUL");
+            goto out;
+        }
+        req->argv = xcalloc(4, sizeof(char *));
+        req->argv[0] = xstrndup("/bin/sh", 7);
+        req->argv[1] = xstrndup("-c", 2);
+        req->argv[2] = xstrndup(shell->str, shell->len);
+    }
+    if (env && env->type != J_OBJ && env->type != J_NULL) {
+        bad(err, errlen, "\"env\" must be an object of strings");
+        goto out;
+    }
+    size_t nenv = env && env->type == J_OBJ ? env->count : 0;
+    req->envp = xcalloc(nenv + 2, sizeof(char *));
+    size_t k = 0;
+    bool has_path = false;
+    for (const struct jval *e = nenv ? env->child : NULL; e; e = e->next) {
+        if (!is_cstr(e) || e->keylen == 0 || memchr(e->key, '=', e->keylen) ||
+            memchr(e->key, '\0', e->keylen)) {
+            bad(err, errlen, "\"env\" must map names (no '=', not empty) to strings");
+            goto out;
+        }
+        char *kv = xmalloc(e->keylen + 1 + e->len + 1);
+        memcpy(kv, e->key, e->keylen);
+        kv[e->keylen] = '=';
+        memcpy(kv + e->keylen + 1, e->str, e->len + 1);
+        req->envp[k++] = kv;
+        if (e->keylen == 4 && memcmp(e->key, "PATH", 4) == 0)
+            has_path = true;
+    }
+    if (!has_path) {
+        const char *def = "PATH=" AGENT_DEFAULT_PATH;
+        req->envp[k++] = xstrndup(def, strlen(def));
+    }
+    if (cwd && cwd->type != J_NULL) {
+        if (!is_cstr(cwd) || cwd->str[0] != '/') {
+            bad(err, errlen, "\"cwd\" must be an absolute path");
+            goto out;
+        }
+        req->cwd = xstrndup(cwd->str, cwd->len);
+    }
+    int64_t v;
+    if (tmo && tmo->type != J_NULL) {
+        if (get_uint(tmo, (int64_t)1 << 40, &v) < 0) {
+            bad(err, errlen, "\"timeout_ms\" must be a non-negative integer");
+            goto out;
+        }
+        req->timeout_ms = v;
+    }
+    if (win && win->type != J_NULL) {
+        if (get_uint(win, UINT32_MAX, &v) < 0 || v == 0) {
+            bad(err, errlen, "\"window\" must be a positive 32-bit integer");
+            goto out;
+        }
+        req->window = (uint32_t)v;
+    }
+    ret = 0;
+out:
+    json_free(root);
+    if (ret < 0)
+        spawn_req_deinit(req);
+    return ret;
+}
+
+/* ---- exec (child side) ---------------------------------------------------- */
+
+/* PATH value of envp, or the default. */
+static const char *env_path(char *const envp[])
+{
+    for (char *const *e = envp; e && *e; e++)
+        if (strncmp(*e, "PATH=", 5) == 0)
+            return *e + 5;
+    return AGENT_DEFAULT_PATH;
+}
+
+/* What the child reports through the CLOEXEC error pipe. */
+struct child_err {
+    int stage; /* 0 = exec, 1 = cwd, 2 = setup */
+    int err;
+};
+
+static void __attribute__((noreturn)) report(int errfd, int stage, int err)
+{
+    struct child_err ce = {stage, err};
+    if (errfd >= 0) {
+        ssize_t w = write(errfd, &ce, sizeof(ce));
+        (void)w;
+    }
+    _exit(err == ENOENT ? 127 : 126);
+}
+
+/* execve, and for a file without a #! or ELF header run it with /bin/sh like execvp. */
+static void try_exec(const char *file, char *const argv[], char *const envp[])
+{
+    execve(file, argv, envp);
+    if (errno != ENOEXEC)
+        return;
+    size_t argc = 0;
+    while (argv[argc])
+        argc++;
+    char **sh = calloc(argc + 2, sizeof(char *));
+    if (!sh) {
+        errno = ENOMEM;
+        return;
+    }
+    sh[0] = (char *)"/bin/sh";
+    sh[1] = (char *)file;
+    for (size_t k = 1; k < argc; k++)
+        sh[k + 1] = argv[k];
+    execve("/bin/sh", sh, envp);
+    free(sh);
+    errno = ENOEXEC;
+}
+
+/*
+ * execvpe done by hand, searching the PATH of the *new* environment (glibc's
+ * execvpe searches the caller's). Errors follow execvp: keep looking on
+ * ENOENT/ENOTDIR/ESTALE/ENODEV/ETIMEDOUT, remember EACCES, stop on anything else.
+ */
+void exec_search(char *const argv[], char *const envp[], int errfd)
+{
+    const char *file = argv[0];
+    if (strchr(file, '/')) {
+        try_exec(file, argv, envp);
+        report(errfd, 0, errno);
+    }
+    const char *path = env_path(envp);
+    size_t flen = strlen(file);
+    bool eacces = false;
+    char full[4096];
+    for (const char *d = path;; d++) {
+        const char *end = strchr(d, ':');
+        size_t dlen = end ? (size_t)(end - d) : strlen(d);
+        if (dlen + 1 + flen + 1 <= sizeof(full)) {
+            size_t o = 0;
+            if (dlen == 0)
+                full[o++] = '.'; /* an empty PATH entry is the current directory */
+            else {
+                memcpy(full, d, dlen);
+                o = dlen;
+            }
+            full[o++] = '/';
+            memcpy(full + o, file, flen + 1);
+            try_exec(full, argv, envp);
+            switch (errno) {
+            case EACCES: eacces = true; break;
+            case ENOENT:
+            case ENOTDIR:
+            case ESTALE:
+            case ENODEV:
+            case ETIMEDOUT: break;
+            default: report(errfd, 0, errno);
+            }
+        }
+        if (!end)
+            break;
+        d = end;
+    }
+    report(errfd, 0, eacces ? EACCES : ENOENT);
+}
+
+/* mkdir -p; path is a private copy we may modify. */
+static int mkdir_p(char *path)
+{
+    for (char *s = path + 1;; s++) {
+        if (*s != '/' && *s != '\0')
+            continue;
+        char c = *s;
+        *s = '\0';
+        int r = mkdir(path, 0755);
+        int e = errno;
+        *s = c;
+        if (r < 0 && e != EEXIST) {
+            errno = e;
+            return -1;
+        }
+        if (c == '\0')
+            return 0;
+    }
+}
+
+/* Marks every descriptor above stderr close-on-exec (kernel 5.11+). */
+static int close_range_cloexec(void)
+{
+#ifdef SYS_close_range
+    return (int)syscall(SYS_close_range, 3u, ~0u, CLOSE_RANGE_CLOEXEC);
+#else
+    errno = ENOSYS;
+    return -1;
+#endif
+}
+
+static void child_main(const struct spawn_req *req, int fds[3], int errfd)
+{
+    /* Undo what the agent set up: signal handlers, ignored SIGPIPE, masks. */
+    sigset_t all;
+    sigemptyset(&all);
+    sigprocmask(SIG_SETMASK, &all, NULL);
+    for (int s = 1; s < NSIG; s++)
+        if (s != SIGKILL && s != SIGSTOP)
+            signal(s, SIG_DFL);
+    if (setpgid(0, 0) < 0)
+        report(errfd, 2, errno);
+    for (int k = 0; k < 3; k++)
+        if (dup2(fds[k], k) < 0)
+            report(errfd, 2, errno);
+    /* Nothing else of the agent's may leak into the program. */
+    if (close_range_cloexec() < 0) {
+        long max = sysconf(_SC_OPEN_MAX);
+        if (max < 0 || max > 65536)
+            max = 65536;
+        for (int fd = 3; fd < max; fd++)
+            fcntl(fd, F_SETFD, FD_CLOEXEC);
+    }
+    if (req->cwd) {
+        char *copy = strdup(req->cwd);
+        if (!copy)
+            report(errfd, 1, ENOMEM);
+        if (mkdir_p(copy) < 0 || chdir(req->cwd) < 0)
+            report(errfd, 1, errno);
+    }
+    exec_search(req->argv, req->envp, errfd);
+}
+
+/* ---- spawning (agent side) ------------------------------------------------ */
+
+static void close_fd(int *fd)
+{
+    if (*fd >= 0) {
+        close(*fd);
+        *fd = -1;
+    }
+}
+
+/* The process never ran: its record says why ("HEAD: DETAIL"). */
+static void proc_fail(struct proc *p, int code, const char *head, const char *detail)
+{
+    char msg[512];
+    snprintf(msg, sizeof(msg), "%s: %s", head, detail);
+    free(p->error);
+    p->error = xstrndup(msg, strlen(msg));
+    p->exit_code = code;
+    p->signal = 0;
+    p->state = PROC_EXITED;
+}
+
+struct proc *proc_spawn(uint32_t id, const struct spawn_req *req)
+{
+    struct proc *p = xcalloc(1, sizeof(*p));
+    p->id = id;
+    p->window = req->window;
+    p->credit = req->window;
+    p->in_fd = -1;
+    for (int s = 0; s < 2; s++) {
+        p->out[s].fd = -1;
+        p->out[s].drain_limit = UINT64_MAX;
+    }
+    int in[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1}, ep[2] = {-1, -1};
+    if (pipe2(in, O_CLOEXEC) < 0 || pipe2(out, O_CLOEXEC) < 0 ||
+        pipe2(err, O_CLOEXEC) < 0 || pipe2(ep, O_CLOEXEC) < 0) {
+        proc_fail(p, 126, "pipe", strerror(errno));
+        goto close_all;
+    }
+    pid_t pid = fork();
+    if (pid < 0) {
+        proc_fail(p, 126, "fork", strerror(errno));
+        goto close_all;
+    }
+    if (pid == 0) {
+        int fds[3] = {in[0], out[1], err[1]};
+        child_main(req, fds, ep[1]);
+    }
+    /* Both sides call setpgid so the group exists whoever runs first. */
+    setpgid(pid, pid);
+    close_fd(&in[0]);
+    close_fd(&out[1]);
+    close_fd(&err[1]);
+    close_fd(&ep[1]);
+    struct child_err ce;
+    ssize_t r;
+    do
+        r = read(ep[0], &ce, sizeof(ce));
+    while (r < 0 && errno == EINTR);
+    close_fd(&ep[0]);
+    if (r == (ssize_t)sizeof(ce)) {
+        /* The child reported and _exit()ed: reap it here, not in the loop. */
+        int st;
+        while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+            ;
+        const char *what = ce.stage == 0 ? "exec" : ce.stage == 1 ? "cwd" : "setup";
+        const char *arg = ce.stage == 0 ? req->argv[0] : ce.stage == 1 ? req->cwd : "";
+        char head[300];
+        if (ce.stage == 2)
+            snprintf(head, sizeof(head), "%s", what);
+        else
+            snprintf(head, sizeof(head), "%s \"%.200s\"", what, arg);
+        proc_fail(p, ce.err == ENOENT ? 127 : 126, head, strerror(ce.err));
+        goto close_all;
+    }
+    p->pid = pid;
+    p->state = PROC_RUNNING;
+    p->in_fd = in[1];
+    p->out[0].fd = out[0];
+    p->out[1].fd = err[0];
+    set_nonblock(p->in_fd);
+    set_nonblock(p->out[0].fd);
+    set_nonblock(p->out[1].fd);
+    if (req->timeout_ms > 0)
+        p->deadline = now_ms() + req->timeout_ms;
+    return p;
+close_all:
+    close_fd(&in[0]);
+    close_fd(&in[1]);
+    close_fd(&out[0]);
+    close_fd(&out[1]);
+    close_fd(&err[0]);
+    close_fd(&err[1]);
+    close_fd(&ep[0]);
+    close_fd(&ep[1]);
+    return p;
+}
+
+void proc_free(struct proc *p)
+{
+    if (!p)
+        return;
+    close_fd(&p->in_fd);
+    for (int s = 0; s < 2; s++) {
+        close_fd(&p->out[s].fd);
+        free(p->out[s].ring);
+    }
+    buf_deinit(&p->in);
+    free(p->error);
+    free(p);
+}
+
+/* ---- lifecycle ------------------------------------------------------------ */
+
+void proc_close_stdin(struct proc *p)
+{
+    close_fd(&p->in_fd);
+    buf_deinit(&p->in);
+}
+
+void proc_close_stream(struct proc *p, int s)
+{
+    close_fd(&p->out[s].fd);
+    if (p->state == PROC_DRAINING && p->out[0].fd < 0 && p->out[1].fd < 0)
+        p->state = PROC_EXITED;
+}
+
+void proc_leader_exited(struct proc *p, int status, int64_t now)
+{
+    if (WIFSIGNALED(status)) {
+        p->signal = WTERMSIG(status);
+        p->exit_code = 128 + p->signal;
+    } else {
+        p->signal = 0;
+        p->exit_code = WEXITSTATUS(status);
+    }
+    if (p->timed_out)
+        p->exit_code = 124;
+    p->deadline = 0;
+    /* Background children may still read it, but nobody will feed them now. */
+    proc_close_stdin(p);
+    p->state = PROC_DRAINING;
+    p->grace_at = now + AGENT_EXIT_GRACE_MS;
+    if (p->out[0].fd < 0 && p->out[1].fd < 0)
+        p->state = PROC_EXITED;
+}
+
+void proc_timeout(struct proc *p)
+{
+    if (p->pid > 0)
+        kill(-p->pid, SIGKILL);
+    p->timed_out = true;
+    p->killed = true;
+    p->deadline = 0;
+}
+
+void proc_grace_expired(struct proc *p)
+{
+    p->grace_at = 0;
+    for (int s = 0; s < 2; s++) {
+        struct stream *st = &p->out[s];
+        if (st->fd < 0 || st->drain_limit != UINT64_MAX)
+            continue;
+        /*
+         * Whatever sits in the pipe now includes everything the leader wrote
+         * before it exited; later writes come from background children and
+         * are not waited for.
+         */
+        int avail = 0;
+        if (ioctl(st->fd, FIONREAD, &avail) < 0 || avail <= 0)
+            proc_close_stream(p, s);
+        else
+            st->drain_limit = st->total + (uint64_t)avail;
+    }
+}
+
+/* ---- rings ---------------------------------------------------------------- */
+
+uint64_t proc_ring_oldest(const struct proc *p, int s)
+{
+    const struct stream *st = &p->out[s];
+    return st->total > st->cap ? st->total - st->cap : 0;
+}
+
+void proc_ring_read(const struct proc *p, int s, uint64_t off, uint8_t *dst, size_t n)
+{
+    const struct stream *st = &p->out[s];
+    if (n == 0)
+        return;
+    size_t pos = (size_t)(off % st->cap);
+    size_t first = st->cap - pos < n ? st->cap - pos : n;
+    memcpy(dst, st->ring + pos, first);
+    memcpy(dst + first, st->ring, n - first);
+}
+
+void proc_ring_write(struct proc *p, int s, const uint8_t *data, size_t n)
+{
+    struct stream *st = &p->out[s];
+    uint64_t need = st->total + n;
+    if (st->cap < AGENT_RING_MAX && need > st->cap) {
+        size_t cap = st->cap ? st->cap : AGENT_RING_MIN;
+        while (cap < need && cap < AGENT_RING_MAX)
+            cap *= 2;
+        uint8_t *ring = xmalloc(cap);
+        uint64_t oldest = proc_ring_oldest(p, s);
+        for (uint64_t off = oldest; off < st->total;) {
+            size_t pos = (size_t)(off % cap);
+            size_t chunk = cap - pos;
+            if (chunk > st->total - off)
+                chunk = (size_t)(st->total - off);
+            proc_ring_read(p, s, off, ring + pos, chunk);
+            off += chunk;
+        }
+        free(st->ring);
+        st->ring = ring;
+        st->cap = cap;
+    }
+    size_t pos = (size_t)(st->total % st->cap);
+    size_t first = st->cap - pos < n ? st->cap - pos : n;
+    memcpy(st->ring + pos, data, first);
+    memcpy(st->ring, data + first, n - first);
+    st->total += n;
+}
+
+size_t proc_read_allowance(const struct proc *p, int s)
+{
+    const struct stream *st = &p->out[s];
+    if (st->fd < 0)
+        return 0;
+    int64_t unsent = (int64_t)(p->out[0].total - p->out[0].sent) +
+                     (int64_t)(p->out[1].total - p->out[1].sent);
+    int64_t a = p->credit - unsent;
+    if (a <= 0)
+        return 0;
+    /* Unsent bytes must never be overwritten in the ring. */
+    int64_t room = (int64_t)AGENT_RING_MAX - (int64_t)(st->total - st->sent);
+    if (a > room)
+        a = room;
+    if (st->drain_limit != UINT64_MAX && (uint64_t)a > st->drain_limit - st->total)
+        a = (int64_t)(st->drain_limit - st->total);
+    if (a > (int64_t)AGENT_FRAME_OUT)
+        a = AGENT_FRAME_OUT;
+    return a > 0 ? (size_t)a : 0;
+}
+
+/* ---- exit record ---------------------------------------------------------- */
+
+int proc_exit_json(const struct proc *p, struct buf *b)
+{
+    if (buf_printf(b, "{\"exit_code\":%d,\"signal\":%d,\"timed_out\":%s,\"killed\":%s",
+                   p->exit_code, p->signal, p->timed_out ? "true" : "false",
+                   p->killed ? "true" : "false") < 0)
+        return -1;
+    if (p->error) {
+        if (buf_puts(b, ",\"error\":") < 0 ||
+            json_put_str(b, p->error, strlen(p->error)) < 0)
+            return -1;
+    }
+    return buf_puts(b, "}");
+}

@@ -1,0 +1,851 @@
+/*
+ * sbx_init.c - sbx-init: PID 1 of a Docker sandbox and the agent end of the
+ * worker channel (proto/CHANNEL.md).
+ *
+ *   sbx-init [--] [CMD ARGS...]
+ *
+ * stdin carries frames from the daemon, stdout carries frames to it, stderr is
+ * for diagnostics only. With CMD, sbx-init also behaves like tini: CMD runs as
+ * the main child (stdin /dev/null, stdout and stderr to our stderr), the usual
+ * signals are forwarded to it and sbx-init exits with its status.
+ *
+ * Behaviour the daemon relies on:
+ *   - HELLO {procs:[]} first (lost if nobody is attached yet); after every
+ *     PING: PONG, then a fresh HELLO. HELLO entries also carry "os_pid".
+ *   - Output flows only against credit. A pipe is read only while the process
+ *     has credit not yet covered by unsent bytes, so a reader that returns no
+ *     credit blocks the child in write(). EXIT follows the last output byte.
+ *   - EXIT is sent when the group leader has exited and its pipes reached EOF,
+ *     or AGENT_EXIT_GRACE_MS after the leader exited when background children
+ *     hold the pipes: what is in the pipes at that moment is still delivered,
+ *     later writes are not (our read ends are closed; writers get SIGPIPE).
+ *     Background children are not killed when the leader exits; KILL still
+ *     signals the group after EXIT, until FORGET.
+ *   - REPLAY resets the process's credit to its window and, for an exited
+ *     process, sends EXIT again after the replayed bytes.
+ *   - A malformed frame header (reserved bits, length over 1 MiB) desyncs the
+ *     stream: sbx-init sends ERROR and discards input (what it holds and what
+ *     comes) until it sees an exact PING frame (12 bytes: 50 00 .. 00), then
+ *     answers that PING normally. Bad payloads in well-formed frames only cost
+ *     a LOG (for SPAWN: an EXIT with exit_code 126 and "error"), because ERROR
+ *     would make the daemon drop a channel that is still in sync.
+ *   - Stdin for a process is buffered up to AGENT_STDIN_MAX; bytes beyond that
+ *     are dropped with a LOG (the channel is shared, so it is never paused).
+ *   - EOF on stdin: with a main child, stop reading and keep going; without
+ *     one nobody can ever talk to us again, so kill everything and exit 0.
+ *   - SIGTERM (or SIGINT) without a main child: SIGKILL every process group
+ *     we spawned, flush what we can for up to a second and exit 0.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "agent.h"
+
+extern char **environ;
+
+static struct {
+    struct proc *procs[AGENT_MAX_PROCS];
+    size_t nprocs;
+    size_t rr; /* round-robin start for output fairness */
+    struct buf ibuf, obuf;
+    bool in_open;   /* stdin still read */
+    bool in_resync; /* discarding input until a PING frame */
+    bool out_dead;  /* stdout failed for good (EPIPE): frames are dropped */
+    int sigpipe[2];
+    pid_t main_pid;
+    bool main_exited;
+    int main_status;
+} A;
+
+#define IBUF_CAP (SBX_CHAN_HDR + SBX_CHAN_MAX_PAYLOAD + (64u << 10))
+
+static const uint8_t ping_frame[SBX_CHAN_HDR] = {SBX_CHAN_PING};
+
+/* ---- frames out ------------------------------------------------------------ */
+
+static void chan_send(uint8_t type, uint32_t proc, const void *payload, size_t n)
+{
+    if (A.out_dead)
+        return;
+    if (n > SBX_CHAN_MAX_PAYLOAD) {
+        alog("a %s frame of %zu bytes is over the maximum: dropped",
+             sbx_chan_type_name(type), n);
+        return;
+    }
+    if (buf_pending(&A.obuf) + SBX_CHAN_HDR + n > AGENT_OBUF_HARD ||
+        buf_reserve(&A.obuf, SBX_CHAN_HDR + n) < 0) {
+        alog("output queue full: dropping a %s frame", sbx_chan_type_name(type));
+        return;
+    }
+    uint8_t hdr[SBX_CHAN_HDR];
+    sbx_chan_hdr_encode(hdr, type, proc, (uint32_t)n);
+    buf_append(&A.obuf, hdr, sizeof(hdr));
+    buf_append(&A.obuf, payload, n);
+}
+
+static void chan_send_buf(uint8_t type, uint32_t proc, struct buf *b)
+{
+    chan_send(type, proc, b->data + b->off, buf_pending(b));
+    buf_deinit(b);
+}
+
+/* LOG frame for the daemon's log, and the same line on stderr. */
+static void __attribute__((format(printf, 1, 2))) chan_log(const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    alog("%s", msg);
+    chan_send(SBX_CHAN_LOG, 0, msg, strlen(msg));
+}
+
+static void send_error(const char *msg)
+{
+    struct buf b = {0};
+    buf_puts(&b, "{\"message\":");
+    json_put_str(&b, msg, strlen(msg));
+    buf_puts(&b, "}");
+    chan_send_buf(SBX_CHAN_ERROR, 0, &b);
+}
+
+/* EXIT for a SPAWN that never got a record (bad request, table full). */
+static void send_spawn_error(uint32_t proc, const char *msg)
+{
+    struct buf b = {0};
+    buf_puts(&b, "{\"exit_code\":126,\"signal\":0,\"timed_out\":false,\"killed\":false,"
+                 "\"error\":");
+    json_put_str(&b, msg, strlen(msg));
+    buf_puts(&b, "}");
+    chan_send_buf(SBX_CHAN_EXIT, proc, &b);
+}
+
+static void send_hello(void)
+{
+    struct buf b = {0};
+    buf_printf(&b, "{\"version\":%d,\"agent\":\"sbx-init\",\"procs\":[",
+               SBX_CHAN_VERSION);
+    for (size_t k = 0; k < A.nprocs; k++) {
+        const struct proc *p = A.procs[k];
+        buf_printf(&b,
+                   "%s{\"proc\":%u,\"running\":%s,\"os_pid\":%d,\"stdout\":%llu,"
+                   "\"stderr\":%llu",
+                   k ? "," : "", p->id, p->state == PROC_EXITED ? "false" : "true",
+                   (int)p->pid, (unsigned long long)p->out[0].total,
+                   (unsigned long long)p->out[1].total);
+        if (p->state == PROC_EXITED) {
+            buf_puts(&b, ",\"exit\":");
+            proc_exit_json(p, &b);
+        }
+        buf_puts(&b, "}");
+    }
+    buf_puts(&b, "]}");
+    chan_send_buf(SBX_CHAN_HELLO, 0, &b);
+}
+
+/* ---- process table --------------------------------------------------------- */
+
+static struct proc *find_proc(uint32_t id)
+{
+    for (size_t k = 0; k < A.nprocs; k++)
+        if (A.procs[k]->id == id)
+            return A.procs[k];
+    return NULL;
+}
+
+static void remove_proc(struct proc *p)
+{
+    for (size_t k = 0; k < A.nprocs; k++)
+        if (A.procs[k] == p) {
+            A.procs[k] = A.procs[--A.nprocs];
+            break;
+        }
+    proc_free(p);
+}
+
+/* Writes pending stdin bytes; closes the pipe after STDIN_EOF once empty. */
+static void flush_stdin(struct proc *p)
+{
+    while (p->in_fd >= 0 && buf_pending(&p->in) > 0) {
+        ssize_t n = write(p->in_fd, p->in.data + p->in.off, buf_pending(&p->in));
+        if (n > 0) {
+            buf_consume(&p->in, (size_t)n);
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && errno == EAGAIN)
+            return;
+        /* EPIPE: the child closed its stdin; what is left can never be read. */
+        proc_close_stdin(p);
+        return;
+    }
+    if (p->in_fd >= 0 && p->in_eof)
+        proc_close_stdin(p);
+}
+
+/* ---- frames in ------------------------------------------------------------- */
+
+static void on_spawn(uint32_t id, const uint8_t *payload, size_t n)
+{
+    char err[256];
+    struct spawn_req req;
+    if (id == 0) {
+        chan_log("SPAWN for proc 0 ignored");
+        return;
+    }
+    if (find_proc(id)) {
+        chan_log("SPAWN for proc %u, which exists, ignored", id);
+        return;
+    }
+    if (A.nprocs >= AGENT_MAX_PROCS) {
+        send_spawn_error(id, "too many processes");
+        return;
+    }
+    if (spawn_req_parse(&req, payload, n, err, sizeof(err)) < 0) {
+        send_spawn_error(id, err);
+        return;
+    }
+    struct proc *p = proc_spawn(id, &req);
+    spawn_req_deinit(&req);
+    A.procs[A.nprocs++] = p;
+    if (p->state == PROC_RUNNING) {
+        struct buf b = {0};
+        buf_printf(&b, "{\"os_pid\":%d}", (int)p->pid);
+        chan_send_buf(SBX_CHAN_STARTED, id, &b);
+    }
+    /* A failed exec is PROC_EXITED already: pump_output sends its EXIT. */
+}
+
+static void on_replay(struct proc *p, const uint8_t *payload, size_t n)
+{
+    char err[128];
+    uint64_t want[2] = {0, 0};
+    struct jval *root = json_parse((const char *)payload, n, err, sizeof(err));
+    if (!root || root->type != J_OBJ) {
+        chan_log("REPLAY for proc %u: bad payload: %s", p->id,
+                 root ? "not an object" : err);
+        json_free(root);
+        return;
+    }
+    static const char *const names[2] = {"stdout", "stderr"};
+    for (int s = 0; s < 2; s++) {
+        const struct jval *v = json_get(root, names[s]);
+        if (!v)
+            continue;
+        if (v->type != J_NUM || !v->is_int || v->ival < 0) {
+            chan_log("REPLAY for proc %u: \"%s\" is not an offset", p->id, names[s]);
+            json_free(root);
+            return;
+        }
+        want[s] = (uint64_t)v->ival;
+    }
+    json_free(root);
+    uint64_t start[2];
+    for (int s = 0; s < 2; s++) {
+        uint64_t oldest = proc_ring_oldest(p, s);
+        start[s] = want[s] < oldest ? oldest : want[s];
+        if (start[s] > p->out[s].total)
+            start[s] = p->out[s].total;
+    }
+    struct buf b = {0};
+    buf_printf(&b, "{\"stdout\":%llu,\"stderr\":%llu}", (unsigned long long)start[0],
+               (unsigned long long)start[1]);
+    chan_send_buf(SBX_CHAN_REPLAY, p->id, &b);
+    /*
+     * The replayed bytes go out as ordinary output from the ring. The daemon
+     * lost its credit accounting, so the window starts over; an exited process
+     * gets its EXIT again after the replayed bytes.
+     */
+    for (int s = 0; s < 2; s++)
+        p->out[s].sent = start[s];
+    p->credit = p->window;
+    p->exit_sent = false;
+}
+
+static void handle_frame(const struct sbx_chan_hdr *h, const uint8_t *payload)
+{
+    struct proc *p = NULL;
+    uint32_t v = 0;
+    switch (h->type) {
+    case SBX_CHAN_SPAWN: on_spawn(h->proc, payload, h->len); return;
+    case SBX_CHAN_PING:
+        chan_send(SBX_CHAN_PONG, 0, NULL, 0);
+        send_hello();
+        return;
+    case SBX_CHAN_SNAPSHOT: {
+        static const char msg[] = "{\"error\":\"sbx-init does not take snapshots\"}";
+        chan_send(SBX_CHAN_SNAP_DATA, 0, msg, sizeof(msg) - 1);
+        return;
+    }
+    case SBX_CHAN_STDIN:
+    case SBX_CHAN_STDIN_EOF:
+    case SBX_CHAN_KILL:
+    case SBX_CHAN_CREDIT:
+    case SBX_CHAN_REPLAY:
+    case SBX_CHAN_FORGET:
+        p = find_proc(h->proc);
+        if (!p) {
+            /*
+             * CREDIT and stdin racing with EXIT/FORGET are normal and dropped
+             * silently; the others are worth a line, never an error.
+             */
+            if (h->type != SBX_CHAN_CREDIT && h->type != SBX_CHAN_STDIN &&
+                h->type != SBX_CHAN_STDIN_EOF)
+                chan_log("%s for unknown proc %u ignored", sbx_chan_type_name(h->type),
+                         h->proc);
+            return;
+        }
+        break;
+    default:
+        chan_log("unexpected frame type 0x%02x (%s), proc %u, %u bytes: ignored", h->type,
+                 sbx_chan_type_name(h->type), h->proc, h->len);
+        return;
+    }
+    if (h->type == SBX_CHAN_KILL || h->type == SBX_CHAN_CREDIT) {
+        if (h->len != 4) {
+            chan_log("%s for proc %u with %u bytes (want 4) ignored",
+                     sbx_chan_type_name(h->type), h->proc, h->len);
+            return;
+        }
+        v = sbx_chan_get_u32(payload);
+    }
+    switch (h->type) {
+    case SBX_CHAN_STDIN:
+        if (p->in_fd < 0 || p->in_eof)
+            return; /* closed, or the process is gone: nothing can read it */
+        if (buf_pending(&p->in) + h->len > AGENT_STDIN_MAX ||
+            buf_append(&p->in, payload, h->len) < 0) {
+            chan_log("stdin buffer of proc %u is full (%u bytes max): %u bytes dropped",
+                     p->id, AGENT_STDIN_MAX, h->len);
+            return;
+        }
+        flush_stdin(p);
+        return;
+    case SBX_CHAN_STDIN_EOF:
+        p->in_eof = true;
+        flush_stdin(p);
+        return;
+    case SBX_CHAN_KILL:
+        if (v == 0 || v >= (uint32_t)NSIG) {
+            chan_log("KILL for proc %u with bad signal %u ignored", p->id, v);
+            return;
+        }
+        if (p->pid <= 0)
+            return;
+        if (kill(-p->pid, (int)v) < 0 && errno == ESRCH && p->state == PROC_RUNNING)
+            kill(p->pid, (int)v); /* setpgid lost a race: signal the leader alone */
+        if (p->state == PROC_RUNNING)
+            p->killed = true;
+        return;
+    case SBX_CHAN_CREDIT:
+        p->credit += v;
+        if (p->credit > AGENT_CREDIT_MAX)
+            p->credit = AGENT_CREDIT_MAX;
+        return;
+    case SBX_CHAN_REPLAY: on_replay(p, payload, h->len); return;
+    case SBX_CHAN_FORGET:
+        if (p->state != PROC_EXITED) {
+            chan_log("FORGET for proc %u, which still runs, ignored", p->id);
+            return;
+        }
+        remove_proc(p);
+        return;
+    }
+}
+
+/* Handles complete frames while the output queue has room. */
+static void process_input(void)
+{
+    while (buf_pending(&A.obuf) < AGENT_OBUF_SOFT) {
+        size_t avail = buf_pending(&A.ibuf);
+        const uint8_t *d = A.ibuf.data + A.ibuf.off;
+        if (A.in_resync) {
+            const uint8_t *hit =
+                avail >= SBX_CHAN_HDR ? memmem(d, avail, ping_frame, SBX_CHAN_HDR) : NULL;
+            if (hit) {
+                buf_consume(&A.ibuf, (size_t)(hit - d));
+                A.in_resync = false;
+                alog("input in sync again at a PING frame");
+                continue;
+            }
+            if (avail >= SBX_CHAN_HDR) /* keep a possible partial PING */
+                buf_consume(&A.ibuf, avail - (SBX_CHAN_HDR - 1));
+            return;
+        }
+        if (avail < SBX_CHAN_HDR)
+            return;
+        struct sbx_chan_hdr h;
+        if (sbx_chan_hdr_decode(&h, d) < 0) {
+            alog("malformed frame header (%02x %02x %02x %02x, len %u): discarding input "
+                 "until a PING",
+                 d[0], d[1], d[2], d[3], h.len);
+            send_error("malformed frame header; input discarded until the next PING");
+            buf_consume(&A.ibuf, 1); /* the rest is scanned for a PING */
+            A.in_resync = true;
+            continue;
+        }
+        if (avail < SBX_CHAN_HDR + (size_t)h.len)
+            return;
+        handle_frame(&h, d + SBX_CHAN_HDR);
+        buf_consume(&A.ibuf, SBX_CHAN_HDR + (size_t)h.len);
+    }
+}
+
+/* process_input() would make progress right now. */
+static bool input_ready(void)
+{
+    size_t avail = buf_pending(&A.ibuf);
+    if (avail < SBX_CHAN_HDR || buf_pending(&A.obuf) >= AGENT_OBUF_SOFT)
+        return false;
+    if (A.in_resync)
+        return true;
+    return avail >=
+               SBX_CHAN_HDR + (size_t)sbx_chan_get_u32(A.ibuf.data + A.ibuf.off + 8) ||
+           sbx_chan_hdr_decode(&(struct sbx_chan_hdr){0}, A.ibuf.data + A.ibuf.off) < 0;
+}
+
+/* ---- output ---------------------------------------------------------------- */
+
+static bool proc_has_output(const struct proc *p)
+{
+    for (int s = 0; s < 2; s++)
+        if (p->out[s].sent < p->out[s].total)
+            return true;
+    return false;
+}
+
+/* Frames ring bytes against credit; EXIT once a finished process has sent everything. */
+static void pump_output(void)
+{
+    size_t n = A.nprocs;
+    for (size_t k = 0; k < n && buf_pending(&A.obuf) < AGENT_OBUF_SOFT; k++) {
+        struct proc *p = A.procs[(A.rr + k) % n];
+        for (int s = 0; s < 2; s++) {
+            struct stream *st = &p->out[s];
+            while (p->credit > 0 && st->sent < st->total &&
+                   buf_pending(&A.obuf) < AGENT_OBUF_SOFT) {
+                uint64_t len = st->total - st->sent;
+                if (len > (uint64_t)p->credit)
+                    len = (uint64_t)p->credit;
+                if (len > AGENT_FRAME_OUT)
+                    len = AGENT_FRAME_OUT;
+                if (A.out_dead) {
+                    st->sent += len; /* nobody will ever read it */
+                    p->credit -= (int64_t)len;
+                    continue;
+                }
+                if (buf_reserve(&A.obuf, SBX_CHAN_HDR + len) < 0)
+                    return;
+                sbx_chan_hdr_encode(A.obuf.data + A.obuf.len,
+                                    s ? SBX_CHAN_STDERR : SBX_CHAN_STDOUT, p->id,
+                                    (uint32_t)len);
+                proc_ring_read(p, s, st->sent, A.obuf.data + A.obuf.len + SBX_CHAN_HDR,
+                               (size_t)len);
+                A.obuf.len += SBX_CHAN_HDR + (size_t)len;
+                st->sent += len;
+                p->credit -= (int64_t)len;
+            }
+        }
+        if (p->state == PROC_EXITED && !p->exit_sent && !proc_has_output(p) &&
+            buf_pending(&A.obuf) < AGENT_OBUF_SOFT) {
+            struct buf b = {0};
+            proc_exit_json(p, &b);
+            chan_send_buf(SBX_CHAN_EXIT, p->id, &b);
+            p->exit_sent = true;
+        }
+    }
+    A.rr = n ? (A.rr + 1) % n : 0;
+    return;
+}
+
+static bool output_ready(void)
+{
+    if (buf_pending(&A.obuf) >= AGENT_OBUF_SOFT)
+        return false;
+    for (size_t k = 0; k < A.nprocs; k++) {
+        const struct proc *p = A.procs[k];
+        if (p->credit > 0 && proc_has_output(p))
+            return true;
+        if (p->state == PROC_EXITED && !p->exit_sent && !proc_has_output(p))
+            return true;
+    }
+    return false;
+}
+
+static void flush_stdout(void)
+{
+    while (!A.out_dead && buf_pending(&A.obuf) > 0) {
+        ssize_t n = write(1, A.obuf.data + A.obuf.off, buf_pending(&A.obuf));
+        if (n > 0) {
+            buf_consume(&A.obuf, (size_t)n);
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && errno == EAGAIN)
+            return;
+        alog("stdout: %s: frames are dropped from now on",
+             n < 0 ? strerror(errno) : "EOF");
+        A.out_dead = true;
+        buf_deinit(&A.obuf);
+    }
+}
+
+/* ---- lifecycle ------------------------------------------------------------- */
+
+/* Kills every group we started, flushes for up to a second, exits. */
+static void __attribute__((noreturn)) shutdown_exit(int code)
+{
+    for (size_t k = 0; k < A.nprocs; k++)
+        if (A.procs[k]->pid > 0)
+            kill(-A.procs[k]->pid, SIGKILL);
+    if (A.main_pid > 0)
+        kill(-A.main_pid, SIGKILL);
+    int64_t until = now_ms() + 1000;
+    while (!A.out_dead && buf_pending(&A.obuf) > 0 && now_ms() < until) {
+        struct pollfd pfd = {.fd = 1, .events = POLLOUT};
+        if (poll(&pfd, 1, (int)(until - now_ms())) < 0 && errno != EINTR)
+            break;
+        flush_stdout();
+    }
+    exit(code);
+}
+
+static void on_signal(int sig)
+{
+    int saved = errno;
+    unsigned char c = (unsigned char)sig;
+    ssize_t w = write(A.sigpipe[1], &c, 1);
+    (void)w;
+    errno = saved;
+}
+
+static void handle_signals(void)
+{
+    unsigned char sigs[64];
+    ssize_t n;
+    while ((n = read(A.sigpipe[0], sigs, sizeof(sigs))) > 0) {
+        for (ssize_t k = 0; k < n; k++) {
+            int sig = sigs[k];
+            if (sig == SIGCHLD)
+                continue; /* reap() runs every iteration */
+            if (A.main_pid > 0 && !A.main_exited) {
+                kill(A.main_pid, sig);
+                continue;
+            }
+            if (sig == SIGTERM || sig == SIGINT) {
+                alog("%s: killing all processes and exiting", strsignal(sig));
+                shutdown_exit(0);
+            }
+            alog("%s ignored (no main child)", strsignal(sig));
+        }
+    }
+}
+
+static void reap(void)
+{
+    int st;
+    pid_t pid;
+    while ((pid = waitpid(-1, &st, WNOHANG)) > 0) {
+        if (pid == A.main_pid) {
+            A.main_exited = true;
+            A.main_status = st;
+            continue;
+        }
+        for (size_t k = 0; k < A.nprocs; k++) {
+            struct proc *p = A.procs[k];
+            if (p->pid == pid && p->state == PROC_RUNNING) {
+                proc_leader_exited(p, st, now_ms());
+                break;
+            }
+        }
+        /* Anyone else is an orphan that we inherited: reaped silently. */
+    }
+}
+
+/* Timeouts and grace periods; returns the poll timeout in ms (-1 = none). */
+static int run_timers(void)
+{
+    int64_t now = now_ms(), next = -1;
+    for (size_t k = 0; k < A.nprocs; k++) {
+        struct proc *p = A.procs[k];
+        if (p->state == PROC_RUNNING && p->deadline) {
+            if (now >= p->deadline)
+                proc_timeout(p);
+            else if (next < 0 || p->deadline < next)
+                next = p->deadline;
+        }
+        if (p->state == PROC_DRAINING && p->grace_at) {
+            if (now >= p->grace_at)
+                proc_grace_expired(p);
+            else if (next < 0 || p->grace_at < next)
+                next = p->grace_at;
+        }
+    }
+    if (next < 0)
+        return -1;
+    int64_t d = next - now;
+    return d > 60000 ? 60000 : (int)d;
+}
+
+static void read_channel(void)
+{
+    if (A.ibuf.off > 0 && A.ibuf.cap - A.ibuf.len < (64u << 10)) {
+        memmove(A.ibuf.data, A.ibuf.data + A.ibuf.off, buf_pending(&A.ibuf));
+        A.ibuf.len -= A.ibuf.off;
+        A.ibuf.off = 0;
+    }
+    size_t room = A.ibuf.cap - A.ibuf.len;
+    if (room == 0)
+        return;
+    ssize_t n = read(0, A.ibuf.data + A.ibuf.len, room);
+    if (n > 0) {
+        A.ibuf.len += (size_t)n;
+        return;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EINTR))
+        return;
+    alog("channel input: %s", n < 0 ? strerror(errno) : "EOF");
+    A.in_open = false;
+    if (A.main_pid <= 0) {
+        alog("no channel and no main child: exiting");
+        shutdown_exit(0);
+    }
+}
+
+static void read_pipe(struct proc *p, int s)
+{
+    static uint8_t chunk[AGENT_FRAME_OUT];
+    size_t allow = proc_read_allowance(p, s);
+    if (allow == 0)
+        return;
+    struct stream *st = &p->out[s];
+    ssize_t n = read(st->fd, chunk, allow);
+    if (n > 0) {
+        proc_ring_write(p, s, chunk, (size_t)n);
+        if (st->drain_limit != UINT64_MAX && st->total >= st->drain_limit)
+            proc_close_stream(p, s);
+        return;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EINTR))
+        return;
+    proc_close_stream(p, s);
+}
+
+/* ---- the loop -------------------------------------------------------------- */
+
+enum slot_kind { SLOT_STDIN, SLOT_STDOUT, SLOT_SIG, SLOT_OUT, SLOT_ERR, SLOT_IN };
+
+static void __attribute__((noreturn)) run(void)
+{
+    static struct pollfd pfd[3 + 3 * AGENT_MAX_PROCS];
+    static struct {
+        enum slot_kind kind;
+        struct proc *p;
+    } slot[3 + 3 * AGENT_MAX_PROCS];
+
+    for (;;) {
+        handle_signals();
+        reap();
+        if (A.main_pid > 0 && A.main_exited) {
+            int st = A.main_status;
+            shutdown_exit(WIFSIGNALED(st) ? 128 + WTERMSIG(st) : WEXITSTATUS(st));
+        }
+        process_input();
+        int timeout = run_timers(); /* after SPAWNs, so new deadlines count */
+        pump_output();
+        flush_stdout();
+        if (input_ready() || output_ready())
+            timeout = 0;
+
+        nfds_t n = 0;
+        bool obuf_room = buf_pending(&A.obuf) < AGENT_OBUF_SOFT;
+        if (A.in_open && obuf_room && A.ibuf.cap - buf_pending(&A.ibuf) > 0) {
+            pfd[n] = (struct pollfd){.fd = 0, .events = POLLIN};
+            slot[n++].kind = SLOT_STDIN;
+        }
+        if (!A.out_dead && buf_pending(&A.obuf) > 0) {
+            pfd[n] = (struct pollfd){.fd = 1, .events = POLLOUT};
+            slot[n++].kind = SLOT_STDOUT;
+        }
+        pfd[n] = (struct pollfd){.fd = A.sigpipe[0], .events = POLLIN};
+        slot[n++].kind = SLOT_SIG;
+        for (size_t k = 0; k < A.nprocs; k++) {
+            struct proc *p = A.procs[k];
+            for (int s = 0; s < 2; s++)
+                if (obuf_room && proc_read_allowance(p, s) > 0) {
+                    pfd[n] = (struct pollfd){.fd = p->out[s].fd, .events = POLLIN};
+                    slot[n].kind = s ? SLOT_ERR : SLOT_OUT;
+                    slot[n++].p = p;
+                }
+            if (p->in_fd >= 0 && buf_pending(&p->in) > 0) {
+                pfd[n] = (struct pollfd){.fd = p->in_fd, .events = POLLOUT};
+                slot[n].kind = SLOT_IN;
+                slot[n++].p = p;
+            }
+        }
+
+        int r = poll(pfd, n, timeout);
+        if (r < 0) {
+            if (errno != EINTR)
+                alog("poll: %s", strerror(errno));
+            continue;
+        }
+        /* The table does not change while dispatching: slots stay valid. */
+        for (nfds_t k = 0; k < n && r > 0; k++) {
+            if (!pfd[k].revents)
+                continue;
+            switch (slot[k].kind) {
+            case SLOT_STDIN: read_channel(); break;
+            case SLOT_STDOUT: flush_stdout(); break;
+            case SLOT_SIG: break; /* handled at the top of the loop */
+            case SLOT_OUT: read_pipe(slot[k].p, 0); break;
+            case SLOT_ERR: read_pipe(slot[k].p, 1); break;
+            case SLOT_IN: flush_stdin(slot[k].p); break;
+            }
+        }
+    }
+}
+
+/* ---- startup --------------------------------------------------------------- */
+
+/* Pipes must never land on 0-2, and children expect them open. */
+static void ensure_std_fds(void)
+{
+    for (int fd = 0; fd < 3; fd++)
+        if (fcntl(fd, F_GETFD) < 0 && errno == EBADF) {
+            int nfd = open("/dev/null", O_RDWR);
+            if (nfd >= 0 && nfd != fd) {
+                dup2(nfd, fd);
+                close(nfd);
+            }
+        }
+}
+
+static void setup_signals(void)
+{
+    if (pipe2(A.sigpipe, O_CLOEXEC | O_NONBLOCK) < 0) {
+        alog("pipe: %s", strerror(errno));
+        exit(1);
+    }
+    signal(SIGPIPE, SIG_IGN);
+    static const int sigs[] = {SIGCHLD, SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2};
+    for (size_t k = 0; k < sizeof(sigs) / sizeof(sigs[0]); k++) {
+        struct sigaction sa = {.sa_handler = on_signal, .sa_flags = SA_RESTART};
+        if (sigs[k] == SIGCHLD)
+            sa.sa_flags |= SA_NOCLDSTOP;
+        sigemptyset(&sa.sa_mask);
+        sigaction(sigs[k], &sa, NULL);
+    }
+}
+
+/* tini-style main child: own group, no stdin, output to our stderr. */
+static void start_main_child(char **argv)
+{
+    int ep[2];
+    if (pipe2(ep, O_CLOEXEC) < 0) {
+        alog("pipe: %s", strerror(errno));
+        exit(1);
+    }
+    pid_t pid = fork();
+    if (pid < 0) {
+        alog("fork: %s", strerror(errno));
+        exit(1);
+    }
+    if (pid == 0) {
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        for (int s = 1; s < NSIG; s++)
+            if (s != SIGKILL && s != SIGSTOP)
+                signal(s, SIG_DFL);
+        setpgid(0, 0);
+        int nul = open("/dev/null", O_RDONLY);
+        if (nul >= 0) {
+            dup2(nul, 0);
+            if (nul != 0)
+                close(nul);
+        } else
+            close(0);
+        dup2(2, 1);
+        close(A.sigpipe[0]);
+        close(A.sigpipe[1]);
+        exec_search(argv, environ, ep[1]);
+    }
+    setpgid(pid, pid);
+    close(ep[1]);
+    int ce[2];
+    ssize_t r;
+    do
+        r = read(ep[0], ce, sizeof(ce));
+    while (r < 0 && errno == EINTR);
+    close(ep[0]);
+    if (r == (ssize_t)sizeof(ce)) {
+        alog("exec \"%s\": %s", argv[0], strerror(ce[1]));
+        int st;
+        waitpid(pid, &st, 0);
+        exit(ce[1] == ENOENT ? 127 : 126);
+    }
+    A.main_pid = pid;
+}
+
+static void usage(void)
+{
+    static const char text[] =
+        "usage: sbx-init [--] [CMD ARGS...]\n"
+        "  Agent and init process of an sbxd Docker sandbox: speaks the worker\n"
+        "  channel (proto/CHANNEL.md) on stdin/stdout, reaps zombies and, with\n"
+        "  CMD, runs it as the main child and exits with its status.\n";
+    ssize_t w = write(2, text, sizeof(text) - 1);
+    (void)w;
+}
+
+int main(int argc, char **argv)
+{
+    int first = 1;
+    if (argc > 1 && (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)) {
+        usage();
+        return 0;
+    }
+    if (argc > 1 && strcmp(argv[1], "--version") == 0) {
+        alog("channel version %d", SBX_CHAN_VERSION);
+        return 0;
+    }
+    if (argc > 1 && strcmp(argv[1], "--") == 0)
+        first = 2;
+    else if (argc > 1 && argv[1][0] == '-') {
+        usage();
+        return 2;
+    }
+
+    ensure_std_fds();
+    setup_signals();
+    /*
+     * When not PID 1, become a subreaper so orphans of our children are
+     * reparented to us and reaped here, as they would be in a container.
+     */
+    if (getpid() != 1)
+        prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+    set_nonblock(0);
+    set_nonblock(1);
+    A.in_open = true;
+    if (buf_reserve(&A.ibuf, IBUF_CAP) < 0) {
+        alog("out of memory");
+        return 1;
+    }
+    if (first < argc)
+        start_main_child(argv + first);
+    send_hello();
+    run();
+}
