@@ -74,8 +74,11 @@ struct duk_prov {
     char *user;
     int fresh;
     struct worker *pool;
-    int npool, nstarting;
-    struct worker *all; /* not used for lookups; the pool and owners hold workers */
+    int npool;
+    /* Refills happen when the loop is idle: a process start (vfork+exec)
+     * costs a millisecond or more, and the create that took the worker
+     * should get its answer first. */
+    ev_idle refill;
 };
 
 static void worker_frame(struct chan *ch, const struct sbx_chan_hdr *h, const uint8_t *payload,
@@ -173,11 +176,11 @@ static void pool_remove(struct duk_prov *dp, struct worker *w)
         }
 }
 
-static void pool_fill(struct duk_prov *dp)
+static void pool_fill_now(struct duk_prov *dp)
 {
     if (D->draining)
         return;
-    while (dp->npool + dp->nstarting < dp->pool_size) {
+    while (dp->npool < dp->pool_size) {
         struct worker *w = worker_spawn(dp, dp->mem_mb);
         if (!w)
             return;
@@ -185,6 +188,29 @@ static void pool_fill(struct duk_prov *dp)
         dp->pool = w;
         dp->npool++;
     }
+}
+
+static void refill_cb(struct ev_loop *loop, ev_idle *w, int revents)
+{
+    struct duk_prov *dp = w->data;
+    ev_idle_stop(loop, w);
+    /* one per idle turn, so a burst of creates is not held up by a burst of spawns */
+    if (dp->npool < dp->pool_size && !D->draining) {
+        struct worker *nw = worker_spawn(dp, dp->mem_mb);
+        if (nw) {
+            nw->next = dp->pool;
+            dp->pool = nw;
+            dp->npool++;
+        }
+        if (dp->npool < dp->pool_size)
+            ev_idle_start(loop, w);
+    }
+}
+
+static void pool_fill(struct duk_prov *dp)
+{
+    if (dp->npool < dp->pool_size && !D->draining)
+        ev_idle_start(D->loop, &dp->refill);
 }
 
 /* A ready pool worker of the default size, or NULL. */
@@ -791,13 +817,16 @@ static int d_load(json_t *conf, void **cookie, sbx_err_t *err)
     const char *u = json_string_value(json_object_get(conf, "worker_user"));
     dp->user = u ? strdup(u) : NULL;
     *cookie = dp;
-    pool_fill(dp);
+    ev_idle_init(&dp->refill, refill_cb);
+    dp->refill.data = dp;
+    pool_fill_now(dp);
     return 0;
 }
 
 static void d_unload(void *cookie)
 {
     struct duk_prov *dp = cookie;
+    ev_idle_stop(D->loop, &dp->refill);
     while (dp->pool) {
         struct worker *w = dp->pool;
         dp->pool = w->next;

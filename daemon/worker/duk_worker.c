@@ -1,0 +1,615 @@
+/*
+ * duk_worker.c - `sbxd --worker`: the Duktape isolate worker process.
+ *
+ * Options, self-hardening (fds, rlimits, privileges, seccomp), and the frame
+ * dispatcher. The heap lives in duk_isolate.c, frame I/O in duk_chan.c.
+ *
+ * The worker is single-threaded and blocking. The main loop reads a frame
+ * and handles it; a SPAWN runs the program to completion inside the handler.
+ * While the program waits (credit, a tool result, stdin), dukw_pump_nested()
+ * serves frames from inside the JS call.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <pwd.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+
+#if defined(__has_include)
+#if __has_include(<valgrind/valgrind.h>)
+#include <valgrind/valgrind.h>
+#endif
+#endif
+#ifndef RUNNING_ON_VALGRIND
+#define RUNNING_ON_VALGRIND 0
+#endif
+
+#include "worker/duk_worker.h"
+#include "worker/duk_worker_int.h"
+
+#define NOBODY_ID 65534
+#define WORKER_NOFILE 16
+#define AS_MARGIN (256ull * 1024 * 1024)
+
+struct opts {
+    int fd;
+    unsigned memory_mb;
+    const char *user;
+    int no_drop;
+};
+
+/* ---- options ------------------------------------------------------------------- */
+
+static int parse_uint(const char *s, unsigned long max, unsigned long *out)
+{
+    char *end;
+    unsigned long v;
+
+    if (!s || !*s || *s == '-' || *s == '+')
+        return -1;
+    errno = 0;
+    v = strtoul(s, &end, 10);
+    if (errno || *end || v > max)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+/* "--name V", "--name=V": returns V and advances *i, or NULL if no match. */
+static const char *opt_value(int argc, char **argv, int *i, const char *name,
+                             int *missing)
+{
+    size_t n = strlen(name);
+
+    if (strncmp(argv[*i], name, n) != 0)
+        return NULL;
+    if (argv[*i][n] == '=')
+        return argv[*i] + n + 1;
+    if (argv[*i][n] != '\0')
+        return NULL;
+    if (*i + 1 >= argc) {
+        *missing = 1;
+        return NULL;
+    }
+    return argv[++*i];
+}
+
+static int parse_args(int argc, char **argv, struct opts *o)
+{
+    int i, missing = 0;
+
+    o->fd = -1;
+    o->memory_mb = DUKW_DEFAULT_MEMORY_MB;
+    o->user = "nobody";
+    o->no_drop = 0;
+    for (i = 1; i < argc; i++) {
+        const char *v;
+        unsigned long n;
+
+        if (strcmp(argv[i], "--worker") == 0)
+            continue;
+        if (strcmp(argv[i], "--no-drop") == 0) {
+            o->no_drop = 1;
+        } else if ((v = opt_value(argc, argv, &i, "--fd", &missing))) {
+            if (parse_uint(v, 1 << 20, &n) < 0) {
+                fprintf(stderr, "sbxd --worker: bad --fd '%s'\n", v);
+                return -1;
+            }
+            o->fd = (int)n;
+        } else if ((v = opt_value(argc, argv, &i, "--memory-limit-mb", &missing))) {
+            if (parse_uint(v, DUKW_MAX_MEMORY_MB, &n) < 0 || n == 0) {
+                fprintf(stderr, "sbxd --worker: bad --memory-limit-mb '%s'\n", v);
+                return -1;
+            }
+            o->memory_mb = (unsigned)n;
+        } else if ((v = opt_value(argc, argv, &i, "--user", &missing))) {
+            o->user = v;
+        } else {
+            fprintf(stderr, "sbxd --worker: %s '%s'\n",
+                    missing ? "missing value for" : "unknown option", argv[i]);
+            return -1;
+        }
+    }
+    if (o->fd < 0) {
+        fprintf(stderr, "sbxd --worker: --fd is required\n");
+        return -1;
+    }
+    if (fcntl(o->fd, F_GETFD) < 0) {
+        fprintf(stderr, "sbxd --worker: fd %d is not open\n", o->fd);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- hardening ------------------------------------------------------------------ */
+
+/*
+ * The seccomp filter and RLIMIT_AS are skipped with SBX_NO_SECCOMP=1, under
+ * valgrind (it runs its own syscalls inside our filter and needs address
+ * space; SBX_VALGRIND is what `make valgrind` sets) and in sanitized builds
+ * (ASan reserves terabytes of shadow memory; `make asan` sets SBX_SANITIZED).
+ */
+static int no_sandbox_extras(void)
+{
+    const char *v = getenv("SBX_NO_SECCOMP");
+
+#if defined(__SANITIZE_ADDRESS__)
+    return 1;
+#endif
+    return (v && strcmp(v, "1") == 0) || getenv("SBX_VALGRIND") ||
+           getenv("SBX_SANITIZED") || RUNNING_ON_VALGRIND;
+}
+
+/* Keeps only the channel (moved above 2) and 0-2; 0 and 1 become /dev/null.
+ * stderr stays: it is the daemon's, useful when debugging a worker. */
+static int isolate_fds(int *fd, const char **why)
+{
+    int nul;
+
+    if (*fd <= 2) {
+        int nfd = fcntl(*fd, F_DUPFD, 3);
+        if (nfd < 0) {
+            *why = "cannot move the channel fd";
+            return -1;
+        }
+        close(*fd);
+        *fd = nfd;
+    }
+    if (*fd > 3)
+        close_range(3, (unsigned)*fd - 1, 0);
+    if (close_range((unsigned)*fd + 1, ~0u, 0) < 0) {
+        long max = sysconf(_SC_OPEN_MAX);
+        for (long f = *fd + 1; f < max && f < 65536; f++)
+            close((int)f);
+    }
+    nul = open("/dev/null", O_RDWR);
+    if (nul < 0) {
+        *why = "cannot open /dev/null";
+        return -1;
+    }
+    if ((nul != 0 && dup2(nul, 0) < 0) || (nul != 1 && dup2(nul, 1) < 0)) {
+        *why = "cannot redirect stdin/stdout";
+        return -1;
+    }
+    if (nul > 2)
+        close(nul);
+    /* The daemon may have made its socketpair non-blocking. */
+    fcntl(*fd, F_SETFL, fcntl(*fd, F_GETFL) & ~O_NONBLOCK);
+    fcntl(*fd, F_SETFD, FD_CLOEXEC);
+    return 0;
+}
+
+static int set_limit(int res, rlim_t v)
+{
+    struct rlimit rl = {v, v};
+
+    return setrlimit(res, &rl);
+}
+
+/* Valgrind only lets its client lower the soft fd limit. */
+static int soft_limit(int res, rlim_t v)
+{
+    struct rlimit rl;
+
+    if (getrlimit(res, &rl) < 0)
+        return -1;
+    rl.rlim_cur = v;
+    return setrlimit(res, &rl);
+}
+
+static int lookup_user(const char *name, uid_t *uid, gid_t *gid, const char **why)
+{
+    struct passwd *pw = getpwnam(name);
+
+    if (pw) {
+        *uid = pw->pw_uid;
+        *gid = pw->pw_gid;
+    } else if (strcmp(name, "nobody") == 0) {
+        *uid = NOBODY_ID;
+        *gid = NOBODY_ID;
+    } else {
+        *why = "unknown --user";
+        return -1;
+    }
+    if (*uid == 0) {
+        *why = "refusing to run the worker as uid 0";
+        return -1;
+    }
+    return 0;
+}
+
+static int drop_privileges(uid_t uid, gid_t gid, const char **why)
+{
+    uid_t r, e, s;
+    gid_t rg, eg, sg;
+
+    if (setgroups(0, NULL) < 0 || setresgid(gid, gid, gid) < 0 ||
+        setresuid(uid, uid, uid) < 0) {
+        *why = "cannot drop privileges";
+        return -1;
+    }
+    if (getresuid(&r, &e, &s) < 0 || r != uid || e != uid || s != uid ||
+        getresgid(&rg, &eg, &sg) < 0 || rg != gid || eg != gid || sg != gid ||
+        getgroups(0, NULL) != 0 || setuid(0) == 0) {
+        *why = "privilege drop did not stick";
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- seccomp ---------------------------------------------------------------------- */
+
+#if defined(__x86_64__)
+#define SECCOMP_ARCH AUDIT_ARCH_X86_64
+#elif defined(__aarch64__)
+#define SECCOMP_ARCH AUDIT_ARCH_AARCH64
+#endif
+
+#ifdef SECCOMP_ARCH
+#define ALLOW(nr)                                                                        \
+    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (nr), 0, 1),                                     \
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW)
+/* Low 32 bits of argument i (both supported arches are little-endian). */
+#define ARG_LO(i) (offsetof(struct seccomp_data, args) + (i) * sizeof(__u64))
+/* Allowed unless argument 2 (prot) asks for executable memory: no JIT here. */
+#define ALLOW_NOEXEC(nr)                                                                 \
+    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (nr), 0, 4),                                     \
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, ARG_LO(2)),                                   \
+        BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, PROT_EXEC, 0, 1),                           \
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),                             \
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW)
+#define DENY(nr, err)                                                                    \
+    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (nr), 0, 1),                                     \
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (err))
+
+/*
+ * What the worker does after setup: channel I/O, memory (never executable),
+ * time, exit. Opening files fails with EACCES instead of killing (glibc's
+ * localtime tries /etc/localtime and falls back to UTC); anything else kills
+ * the process, which the daemon sees as EOF on the channel.
+ */
+static int install_seccomp(const char **why)
+{
+    struct sock_filter f[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SECCOMP_ARCH, 1, 0),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+#if defined(__x86_64__)
+        /* x32 syscalls share the arch value; they have bit 30 set. */
+        BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, 0x40000000, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
+#endif
+        ALLOW(__NR_read),
+        ALLOW(__NR_write),
+        ALLOW(__NR_writev),
+        ALLOW(__NR_close),
+        ALLOW(__NR_ppoll),
+#ifdef __NR_poll
+        ALLOW(__NR_poll),
+#endif
+        ALLOW_NOEXEC(__NR_mmap),
+        ALLOW(__NR_munmap),
+        ALLOW(__NR_mremap),
+        ALLOW_NOEXEC(__NR_mprotect),
+        ALLOW(__NR_madvise),
+        ALLOW(__NR_brk),
+        ALLOW(__NR_futex),
+        ALLOW(__NR_clock_gettime),
+        ALLOW(__NR_clock_getres),
+        ALLOW(__NR_gettimeofday),
+#ifdef __NR_time
+        ALLOW(__NR_time),
+#endif
+        ALLOW(__NR_getpid),
+        ALLOW(__NR_getuid),
+        ALLOW(__NR_getrandom),
+        ALLOW(__NR_rt_sigreturn),
+        ALLOW(__NR_rt_sigprocmask),
+        ALLOW(__NR_exit),
+        ALLOW(__NR_exit_group),
+        DENY(__NR_openat, EACCES),
+#ifdef __NR_open
+        DENY(__NR_open, EACCES),
+#endif
+#ifdef __NR_stat
+        DENY(__NR_stat, EACCES),
+#endif
+        DENY(__NR_newfstatat, EACCES),
+        DENY(__NR_fstat, EACCES),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
+    };
+    struct sock_fprog prog = {(unsigned short)(sizeof(f) / sizeof(f[0])), f};
+
+    if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0) < 0) {
+        *why = "cannot install the seccomp filter";
+        return -1;
+    }
+    return 0;
+}
+#else
+static int install_seccomp(const char **why)
+{
+    (void)why;
+    return 0; /* no filter written for this architecture */
+}
+#endif
+
+/*
+ * The order matters: the user lookup needs files (before the fd purge and
+ * seccomp); NPROC 0 is only meaningful after setuid; PDEATHSIG is cleared by
+ * credential changes, so it comes after the drop.
+ */
+static int harden(struct opts *o, const char **why)
+{
+    int extras = !no_sandbox_extras();
+    int drop = geteuid() == 0 && !o->no_drop;
+    pid_t parent = getppid();
+    uid_t uid = 0;
+    gid_t gid = 0;
+
+    signal(SIGPIPE, SIG_IGN);
+    if (drop && lookup_user(o->user, &uid, &gid, why) < 0)
+        return -1;
+    if (isolate_fds(&o->fd, why) < 0)
+        return -1;
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) {
+        *why = "cannot set no_new_privs";
+        return -1;
+    }
+    if (set_limit(RLIMIT_CORE, 0) < 0 || set_limit(RLIMIT_FSIZE, 0) < 0 ||
+        (set_limit(RLIMIT_NOFILE, WORKER_NOFILE) < 0 &&
+         (extras || soft_limit(RLIMIT_NOFILE, WORKER_NOFILE) < 0))) {
+        *why = "cannot set resource limits";
+        return -1;
+    }
+    if (extras &&
+        set_limit(RLIMIT_AS, (rlim_t)o->memory_mb * 1024 * 1024 + AS_MARGIN) < 0) {
+        *why = "cannot set the address-space limit";
+        return -1;
+    }
+    if (drop && drop_privileges(uid, gid, why) < 0)
+        return -1;
+    if (set_limit(RLIMIT_NPROC, 0) < 0) {
+        *why = "cannot set RLIMIT_NPROC";
+        return -1;
+    }
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0) {
+        *why = "cannot set the parent-death signal";
+        return -1;
+    }
+    if (getppid() != parent) {
+        *why = "the daemon is gone";
+        return -1;
+    }
+    if (extras && install_seccomp(why) < 0)
+        return -1;
+    return 0;
+}
+
+/* ---- dispatch ---------------------------------------------------------------------- */
+
+static void send_error(struct dukw *w, const char *msg)
+{
+    json_t *j = json_pack("{s:s}", "message", msg);
+
+    if (j)
+        dukw_send_json(w, SBX_CHAN_ERROR, 0, j);
+    json_decref(j);
+}
+
+static json_t *parse_json(const uint8_t *payload, uint32_t len)
+{
+    return json_loadb((const char *)payload, len, JSON_DECODE_ANY, NULL);
+}
+
+static void on_spawn(struct dukw *w, uint32_t proc, const uint8_t *payload, uint32_t len)
+{
+    json_t *req;
+    const char *why = NULL;
+
+    if (proc == 0) {
+        dukw_log(w, "SPAWN for proc 0 ignored");
+        return;
+    }
+    if (w->proc != 0) /* the daemon waits for EXIT; be graceful if it did not */
+        why = "the worker is busy with another process";
+    req = why ? NULL : parse_json(payload, len);
+    if (!why && !json_is_object(req))
+        why = "SPAWN payload is not a JSON object";
+    if (why) {
+        json_t *rec = json_pack("{s:i,s:i,s:b,s:b,s:s,s:b}", "exit_code", 126, "signal",
+                                0, "timed_out", 0, "killed", 0, "error", why, "reset", 0);
+        if (rec)
+            dukw_send_json(w, SBX_CHAN_EXIT, proc, rec);
+        json_decref(rec);
+        json_decref(req);
+        return;
+    }
+    dukw_isolate_run(w, proc, req);
+    json_decref(req);
+}
+
+static void on_stdin(struct dukw *w, uint32_t proc, const uint8_t *data, uint32_t len)
+{
+    struct dukw_stdin *in = &w->in;
+
+    if (proc == 0 || proc != w->proc || in->eof)
+        return; /* not running (any more): nobody will read it */
+    if (len > DUKW_STDIN_MAX - in->len) {
+        dukw_log(w, "proc %u: stdin buffer full, %u bytes dropped", (unsigned)proc,
+                 (unsigned)len);
+        return;
+    }
+    if (in->len + len > in->cap) {
+        size_t cap = in->cap ? in->cap : 4096;
+        uint8_t *p;
+        while (cap < in->len + len)
+            cap *= 2;
+        p = realloc(in->buf, cap);
+        if (!p) {
+            dukw_log(w, "proc %u: out of memory, %u stdin bytes dropped", (unsigned)proc,
+                     (unsigned)len);
+            return;
+        }
+        in->buf = p;
+        in->cap = cap;
+    }
+    memcpy(in->buf + in->len, data, len);
+    in->len += len;
+}
+
+static void on_tool_result(struct dukw *w, uint32_t proc, const uint8_t *payload,
+                           uint32_t len)
+{
+    json_t *j = parse_json(payload, len);
+    json_t *call = json_object_get(j, "call");
+
+    if (w->wait_call == 0 || proc != w->proc || w->tool_reply || !json_is_integer(call) ||
+        json_integer_value(call) != (json_int_t)w->wait_call) {
+        dukw_log(w, "unexpected TOOL_RESULT for proc %u ignored", (unsigned)proc);
+        json_decref(j);
+        return;
+    }
+    w->tool_reply = j;
+}
+
+static void on_snapshot(struct dukw *w)
+{
+    size_t len = 0;
+    char *s = dukw_isolate_snapshot(w, &len);
+
+    if (!s) {
+        static const char oom[] = "{\"error\":\"out of memory\"}";
+        dukw_send(w, SBX_CHAN_SNAP_DATA, 0, oom, sizeof(oom) - 1);
+        return;
+    }
+    dukw_send(w, SBX_CHAN_SNAP_DATA, 0, s, len);
+    free(s);
+}
+
+static void on_restore(struct dukw *w, const uint8_t *payload, uint32_t len)
+{
+    json_t *j = parse_json(payload, len);
+    const char *why = "RESTORE payload is not JSON";
+
+    if (!j || dukw_isolate_restore(w, j, &why) < 0)
+        dukw_log(w, "RESTORE failed: %s", why);
+    json_decref(j);
+}
+
+static void dispatch(struct dukw *w, const struct sbx_chan_hdr *h, const uint8_t *payload)
+{
+    switch (h->type) {
+    case SBX_CHAN_SPAWN: on_spawn(w, h->proc, payload, h->len); break;
+    case SBX_CHAN_STDIN: on_stdin(w, h->proc, payload, h->len); break;
+    case SBX_CHAN_STDIN_EOF:
+        if (h->proc != 0 && h->proc == w->proc)
+            w->in.eof = 1;
+        break;
+    case SBX_CHAN_CREDIT:
+        if (h->len != 4) {
+            dukw_log(w, "CREDIT with a %u-byte payload ignored", (unsigned)h->len);
+        } else if (h->proc != 0 && h->proc == w->proc) {
+            w->credit += sbx_chan_get_u32(payload);
+        }
+        break;
+    case SBX_CHAN_KILL:
+        /* JS cannot be interrupted here: for a running process the daemon
+         * kills the whole worker. For any other proc there is nothing to do. */
+        break;
+    case SBX_CHAN_TOOL_RESULT: on_tool_result(w, h->proc, payload, h->len); break;
+    case SBX_CHAN_SNAPSHOT: on_snapshot(w); break;
+    case SBX_CHAN_RESTORE: on_restore(w, payload, h->len); break;
+    case SBX_CHAN_PING: dukw_send(w, SBX_CHAN_PONG, 0, NULL, 0); break;
+    case SBX_CHAN_FORGET: break; /* the worker keeps no exited processes */
+    default:
+        dukw_log(w, "unexpected %s frame (0x%02x) for proc %u ignored",
+                 sbx_chan_type_name(h->type), h->type, (unsigned)h->proc);
+        break;
+    }
+}
+
+void dukw_pump_nested(struct dukw *w)
+{
+    struct sbx_chan_hdr h;
+    uint8_t *payload;
+    int r = dukw_recv(w, &h, &payload);
+
+    if (r == 1)
+        _exit(0); /* the daemon closed the channel mid-run: nobody to report to */
+    if (r < 0) {
+        send_error(w, "invalid frame");
+        _exit(1);
+    }
+    dispatch(w, &h, payload);
+    free(payload);
+}
+
+/* ---- entry point ---------------------------------------------------------------- */
+
+int duk_worker_main(int argc, char **argv)
+{
+    struct opts o;
+    struct dukw w;
+    const char *why = NULL;
+    int rc = 0;
+
+    if (parse_args(argc, argv, &o) < 0)
+        return 1;
+    memset(&w, 0, sizeof(w));
+    if (harden(&o, &why) < 0) {
+        w.fd = o.fd;
+        send_error(&w, why);
+        return 1;
+    }
+    w.fd = o.fd;
+    w.memory_mb = o.memory_mb;
+    w.mem_limit = (size_t)o.memory_mb * 1024 * 1024;
+    if (dukw_isolate_create(&w) < 0) {
+        send_error(&w, "cannot create the Duktape heap");
+        return 1;
+    }
+    {
+        json_t *hello = json_pack("{s:i,s:s,s:[]}", "version", SBX_CHAN_VERSION, "agent",
+                                  "duk", "procs");
+        if (!hello) {
+            dukw_isolate_destroy(&w);
+            return 1;
+        }
+        dukw_send_json(&w, SBX_CHAN_HELLO, 0, hello);
+        json_decref(hello);
+    }
+    for (;;) {
+        struct sbx_chan_hdr h;
+        uint8_t *payload;
+        int r = dukw_recv(&w, &h, &payload);
+
+        if (r == 1)
+            break;
+        if (r < 0) {
+            send_error(&w, "invalid frame");
+            rc = 1;
+            break;
+        }
+        dispatch(&w, &h, payload);
+        free(payload);
+    }
+    dukw_isolate_destroy(&w);
+    json_decref(w.tool_reply);
+    free(w.in.buf);
+    return rc;
+}

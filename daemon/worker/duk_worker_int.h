@@ -1,0 +1,154 @@
+/*
+ * duk_worker_int.h - internals of the Duktape worker, shared by
+ * duk_worker.c (process setup, frame dispatch), duk_chan.c (frame I/O and
+ * flow control), duk_isolate.c (the heap and its bindings) and duk_text.c
+ * (UTF-8 <-> CESU-8). Not for use outside daemon/worker/.
+ *
+ * Prefix: dukw_ (never duk_, which is Duktape's own namespace).
+ */
+#ifndef SBXD_DUK_WORKER_INT_H
+#define SBXD_DUK_WORKER_INT_H
+
+#include <duktape.h>
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sbx_chan.h"
+
+#define DUKW_DEFAULT_MEMORY_MB 128
+#define DUKW_MAX_MEMORY_MB 65536
+/* STDIN bytes held for a program that does not read them. */
+#define DUKW_STDIN_MAX (8u * 1024 * 1024)
+/* Exception strings (message, stack) are cut to this many bytes. */
+#define DUKW_EXC_MAX (64u * 1024)
+#define DUKW_MAX_TOOLS 256 /* tools per SPAWN */
+#define DUKW_TOOL_NAME_MAX 128
+
+struct dukw_stdin {
+    uint8_t *buf; /* UTF-8 bytes not yet returned by read_stdin() */
+    size_t len, cap;
+    int eof;
+};
+
+struct dukw {
+    int fd; /* the channel */
+
+    /* The heap. mem_* are kept by the accounting allocator. */
+    duk_context *ctx;
+    size_t mem_limit; /* bytes */
+    size_t mem_used;  /* bytes, headers included */
+    unsigned memory_mb;
+    int mem_exceeded;  /* an allocation was refused since the flag was cleared */
+    int reset_pending; /* the heap failed outside a run: recreate it, say reset */
+
+    /* The running process; proc 0 = none. */
+    uint32_t proc;
+    uint64_t credit;
+    uint32_t next_call; /* last TOOL_CALL id used */
+    uint32_t wait_call; /* TOOL_CALL id awaited, 0 = none */
+    json_t *tool_reply; /* its TOOL_RESULT, owned, set by the dispatcher */
+    struct dukw_stdin in;
+};
+
+/* ---- duk_chan.c: frames ------------------------------------------------ */
+
+/*
+ * Sends one frame with a single writev. A dead channel ends the process
+ * (_exit(0)): the daemon is gone and nobody is left to tell.
+ */
+void dukw_send(struct dukw *w, uint8_t type, uint32_t proc, const void *data, size_t len);
+/* Sends `json` (borrowed) as compact JSON. */
+void dukw_send_json(struct dukw *w, uint8_t type, uint32_t proc, json_t *json);
+/* LOG frame with printf-style text. */
+void dukw_log(struct dukw *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/*
+ * Reads one frame. On 0, *payload_out is a malloc'd, NUL-terminated copy of
+ * the payload (caller frees). Returns 1 on a clean EOF between frames and -1
+ * on a broken channel (invalid header, EOF inside a frame, read error).
+ */
+int dukw_recv(struct dukw *w, struct sbx_chan_hdr *hdr, uint8_t **payload_out);
+
+/*
+ * Sends program output for the running process (type STDOUT or STDERR),
+ * split into frames of at most the current credit and SBX_CHAN_MAX_PAYLOAD.
+ * Blocks, serving other frames, while there is no credit. Output with no
+ * running process is dropped.
+ */
+void dukw_output(struct dukw *w, uint8_t type, const uint8_t *data, size_t len);
+
+/*
+ * Output as dukw_output, but of a Duktape string (CESU-8) converted to UTF-8
+ * on the way, without one big temporary copy.
+ */
+void dukw_output_cesu8(struct dukw *w, uint8_t type, const uint8_t *s, size_t len);
+
+/* ---- duk_worker.c: dispatch -------------------------------------------- */
+
+/*
+ * Reads and handles one frame while a JS call is blocked (credit, tool
+ * result, stdin). EOF or a broken channel end the process from here, since
+ * there is no way to unwind the JS stack.
+ */
+void dukw_pump_nested(struct dukw *w);
+
+/* ---- duk_isolate.c: the heap ------------------------------------------- */
+
+/* Creates the heap and its globals. Returns 0, or -1 (heap left NULL). */
+int dukw_isolate_create(struct dukw *w);
+/* Destroys the heap (no-op without one). */
+void dukw_isolate_destroy(struct dukw *w);
+
+/*
+ * Runs one SPAWN request (`req` borrowed, already parsed as an object) for
+ * process `proc`: sends STARTED, the output, and exactly one EXIT.
+ */
+void dukw_isolate_run(struct dukw *w, uint32_t proc, json_t *req);
+
+/*
+ * Builds the SNAP_DATA payload: {"globals":{...}} or {"error":S}. Returns a
+ * malloc'd UTF-8 string (caller frees) and its length in *len_out, or NULL on
+ * OOM.
+ */
+char *dukw_isolate_snapshot(struct dukw *w, size_t *len_out);
+
+/*
+ * Loads a RESTORE payload ({"globals":{...}}, borrowed). Returns 0, or -1
+ * with a static message in *why.
+ */
+int dukw_isolate_restore(struct dukw *w, json_t *state, const char **why);
+
+/* ---- duk_text.c: UTF-8 <-> CESU-8 -------------------------------------- */
+
+/*
+ * Duktape strings hold CESU-8 (a non-BMP character is a pair of 3-byte
+ * surrogates) and may hold any other byte sequence. Output must be UTF-8.
+ *
+ * dukw_utf8_from_cesu8 converts in[*pos..len) to UTF-8: surrogate pairs
+ * become one 4-byte sequence, valid 4-byte UTF-8 passes through, and a lone
+ * surrogate or any invalid sequence becomes U+FFFD (EF BF BD). It stops when
+ * the next character might not fit in the `cap` bytes left (cap >= 4 always
+ * makes progress), advances *pos and returns the bytes written. With out ==
+ * NULL it only counts.
+ */
+size_t dukw_utf8_from_cesu8(uint8_t *out, size_t cap, const uint8_t *in, size_t len,
+                            size_t *pos);
+
+/*
+ * The other way, for text entering the isolate (source code, stdin, JSON
+ * strings): UTF-8 to CESU-8, 4-byte sequences becoming surrogate pairs and
+ * invalid sequences (encoded surrogates included) U+FFFD. When `final` is 0,
+ * an incomplete but so far valid sequence at the end of the input is left
+ * unconsumed (more bytes may complete it). Same conventions as above.
+ */
+size_t dukw_cesu8_from_utf8(uint8_t *out, size_t cap, const uint8_t *in, size_t len,
+                            size_t *pos, int final);
+
+/*
+ * Converts a whole Duktape string to a malloc'd, NUL-terminated UTF-8 string.
+ * Returns NULL on OOM; *len_out (may be NULL) receives the length.
+ */
+char *dukw_utf8_dup(const uint8_t *in, size_t len, size_t *len_out);
+
+#endif
