@@ -60,6 +60,7 @@ const char *sbx_chan_type_name(uint8_t type)
     case SBX_CHAN_TOOL_RESULT: return "TOOL_RESULT";
     case SBX_CHAN_SNAPSHOT: return "SNAPSHOT";
     case SBX_CHAN_RESTORE: return "RESTORE";
+    case SBX_CHAN_RESET: return "RESET";
     case SBX_CHAN_REPLAY: return "REPLAY";
     case SBX_CHAN_FORGET: return "FORGET";
     case SBX_CHAN_PING: return "PING";

@@ -48,6 +48,7 @@ enum sbx_chan_type {
     SBX_CHAN_TOOL_RESULT = 0x21, /* JSON {call, result} or {call, error:{code,message}} */
     SBX_CHAN_SNAPSHOT = 0x30, /* proc 0, empty: answer SNAP_DATA */
     SBX_CHAN_RESTORE = 0x32,  /* proc 0, JSON state to load */
+    SBX_CHAN_RESET = 0x33,    /* proc 0, empty: a fresh isolate, then HELLO again */
     SBX_CHAN_REPLAY = 0x40,   /* JSON {stdout, stderr}: resend buffered output from these offsets */
     SBX_CHAN_FORGET = 0x41,   /* proc: the daemon has the exit; drop its record */
     SBX_CHAN_PING = 0x50,

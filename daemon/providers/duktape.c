@@ -46,6 +46,9 @@ struct worker {
     int dead;  /* killed or lost: no more frames are acted on */
     struct duk_sb *owner;
     struct process *running;
+    /* A recycled worker ran code of this uid and only serves it again;
+     * (uid_t)-1 for a worker that never ran anything. */
+    uid_t bound_uid;
     int snapshot_wanted; /* 1 = snapshot op, 2 = stop op */
 };
 
@@ -148,6 +151,7 @@ static struct worker *worker_spawn(struct duk_prov *dp, int64_t mem_mb)
     w->dp = dp;
     w->pid = pid;
     w->mem_mb = mem_mb;
+    w->bound_uid = (uid_t)-1;
     chan_init_fd(&w->ch, sv[0], worker_frame, worker_closed, w);
     ev_child_init(&w->child, child_cb, pid, 0);
     w->child.data = w;
@@ -213,17 +217,42 @@ static void pool_fill(struct duk_prov *dp)
         ev_idle_start(D->loop, &dp->refill);
 }
 
-/* A ready pool worker of the default size, or NULL. */
-static struct worker *pool_take(struct duk_prov *dp, int64_t mem_mb)
+static int usable_by(const struct worker *w, uid_t uid)
+{
+    return !w->dead && (w->bound_uid == (uid_t)-1 || w->bound_uid == uid);
+}
+
+/* A ready pool worker of the default size that this uid may use, or NULL. */
+static struct worker *pool_take(struct duk_prov *dp, int64_t mem_mb, uid_t uid)
 {
     if (mem_mb != dp->mem_mb)
         return NULL;
     for (struct worker *w = dp->pool; w; w = w->next)
-        if (w->ready && !w->dead) {
+        if (w->ready && usable_by(w, uid)) {
             pool_remove(dp, w);
             return w;
         }
     return NULL;
+}
+
+/* Gives a healthy worker back to the pool after a RESET instead of killing
+ * it: a process start costs far more than a fresh heap. Only the same owner
+ * gets it again, so whatever an escape left in the process stays with the
+ * uid that put it there. Returns 0 if the worker can't be recycled. */
+static int recycle(struct duk_prov *dp, struct worker *w, uid_t owner)
+{
+    if (w->dead || !w->ready || w->running || w->snapshot_wanted || w->mem_mb != dp->mem_mb ||
+        dp->npool >= 2 * dp->pool_size || D->draining)
+        return 0;
+    if (chan_send(&w->ch, SBX_CHAN_RESET, 0, NULL, 0) < 0)
+        return 0;
+    w->ready = 0; /* until the new HELLO */
+    w->owner = NULL;
+    w->bound_uid = owner;
+    w->next = dp->pool;
+    dp->pool = w;
+    dp->npool++;
+    return 1;
 }
 
 static int64_t sb_mem(struct duk_prov *dp, struct sandbox *sb)
@@ -238,12 +267,12 @@ static void get_worker(struct duk_sb *ds)
 {
     struct duk_prov *dp = ds->sb->prov->cookie;
     int64_t mem = sb_mem(dp, ds->sb);
-    struct worker *w = pool_take(dp, mem);
+    struct worker *w = pool_take(dp, mem, ds->sb->owner);
     if (!w) {
         if (mem == dp->mem_mb) {
             /* Take a starting pool worker rather than start one more. */
             for (struct worker *x = dp->pool; x; x = x->next)
-                if (!x->dead) {
+                if (usable_by(x, ds->sb->owner)) {
                     w = x;
                     pool_remove(dp, x);
                     break;
@@ -707,9 +736,11 @@ static int d_sb_destroy(void *cookie, struct sandbox *sb, sbx_err_t *err)
 {
     struct duk_sb *ds = sb->pdata;
     if (ds && ds->w) {
-        ds->w->owner = NULL;
-        ds->w->running = NULL;
-        worker_kill(ds->w);
+        if (!recycle(cookie, ds->w, sb->owner)) {
+            ds->w->owner = NULL;
+            ds->w->running = NULL;
+            worker_kill(ds->w);
+        }
         ds->w = NULL;
     }
     sandbox_op_done(sb, NULL, NULL);
@@ -852,7 +883,7 @@ static json_t *d_info(void *cookie)
     struct duk_prov *dp = cookie;
     int ready = 0;
     for (struct worker *w = dp->pool; w; w = w->next)
-        ready += w->ready && !w->dead;
+        ready += w->ready && !w->dead && w->bound_uid == (uid_t)-1;
     return json_pack("{s:s, s:i, s:i, s:I, s:s}", "engine", "duktape 2.7", "pool_size",
                      dp->pool_size, "pool_ready", ready, "memory_limit_mb", (json_int_t)dp->mem_mb,
                      "worker", dp->worker_path);

@@ -511,6 +511,35 @@ static void on_restore(struct dukw *w, const uint8_t *payload, uint32_t len)
     json_decref(j);
 }
 
+static void send_hello(struct dukw *w)
+{
+    json_t *hello = json_pack("{s:i,s:s,s:[]}", "version", SBX_CHAN_VERSION, "agent", "duk",
+                              "procs");
+    if (hello)
+        dukw_send_json(w, SBX_CHAN_HELLO, 0, hello);
+    json_decref(hello);
+}
+
+/* The daemon recycles this worker for another sandbox of the same owner:
+ * nothing of the old isolate may survive, so the heap is rebuilt from
+ * scratch, exactly as at start. */
+static void on_reset(struct dukw *w)
+{
+    if (w->proc != 0) {
+        dukw_log(w, "RESET while a process runs ignored");
+        return;
+    }
+    dukw_isolate_destroy(w);
+    w->in.len = 0;
+    w->in.eof = 0;
+    w->reset_pending = 0;
+    if (dukw_isolate_create(w) < 0) {
+        send_error(w, "cannot create the Duktape heap");
+        return;
+    }
+    send_hello(w);
+}
+
 static void dispatch(struct dukw *w, const struct sbx_chan_hdr *h, const uint8_t *payload)
 {
     switch (h->type) {
@@ -534,6 +563,7 @@ static void dispatch(struct dukw *w, const struct sbx_chan_hdr *h, const uint8_t
     case SBX_CHAN_TOOL_RESULT: on_tool_result(w, h->proc, payload, h->len); break;
     case SBX_CHAN_SNAPSHOT: on_snapshot(w); break;
     case SBX_CHAN_RESTORE: on_restore(w, payload, h->len); break;
+    case SBX_CHAN_RESET: on_reset(w); break;
     case SBX_CHAN_PING: dukw_send(w, SBX_CHAN_PONG, 0, NULL, 0); break;
     case SBX_CHAN_FORGET: break; /* the worker keeps no exited processes */
     default:
@@ -583,16 +613,7 @@ int duk_worker_main(int argc, char **argv)
         send_error(&w, "cannot create the Duktape heap");
         return 1;
     }
-    {
-        json_t *hello = json_pack("{s:i,s:s,s:[]}", "version", SBX_CHAN_VERSION, "agent",
-                                  "duk", "procs");
-        if (!hello) {
-            dukw_isolate_destroy(&w);
-            return 1;
-        }
-        dukw_send_json(&w, SBX_CHAN_HELLO, 0, hello);
-        json_decref(hello);
-    }
+    send_hello(&w);
     for (;;) {
         struct sbx_chan_hdr h;
         uint8_t *payload;
