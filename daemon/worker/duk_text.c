@@ -123,6 +123,22 @@ size_t dukw_utf8_from_cesu8(uint8_t *out, size_t cap, const uint8_t *in, size_t 
     size_t w = 0;
 
     while (*pos < len) {
+        /* ASCII runs are the common case of program output: copy them
+         * whole instead of decoding and encoding byte by byte. */
+        if (in[*pos] < 0x80) {
+            size_t run = 1;
+            while (*pos + run < len && in[*pos + run] < 0x80)
+                run++;
+            if (run > cap - w)
+                run = cap - w;
+            if (run == 0)
+                break;
+            if (out)
+                memcpy(out + w, in + *pos, run);
+            w += run;
+            *pos += run;
+            continue;
+        }
         const uint8_t *s = in + *pos;
         size_t avail = len - *pos, n, n2, k;
         uint32_t cp, cp2;
