@@ -141,6 +141,9 @@ install: all
 	sed -e 's|@BINDIR@|$(BINDIR)|g' systemd/sbxd.service > $(DESTDIR)$(UNITDIR)/sbxd.service
 	install -m 644 systemd/sbxd.socket $(DESTDIR)$(UNITDIR)/
 	install -m 644 config/sbxd.yaml $(DESTDIR)$(SYSCONFDIR)/sbxd/sbxd.yaml.sample
+	# the service reads sbxd.yaml: install the sample there unless one exists
+	[ -f $(DESTDIR)$(SYSCONFDIR)/sbxd/sbxd.yaml ] || \
+		install -m 644 config/sbxd.yaml $(DESTDIR)$(SYSCONFDIR)/sbxd/sbxd.yaml
 
 clean:
 	rm -rf build build-asan
