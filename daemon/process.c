@@ -572,6 +572,34 @@ int process_new(struct process **out, struct sandbox *sb, json_t *params, struct
                              "too many processes in sandbox %s", sb->id);
     }
 
+    /* Build everything that can fail before the record exists. */
+    json_t *spec = json_object();
+    char *display = display_of(cmd);
+    if (spec && display) {
+        int bad = 0;
+        if (sb->prov->ops->shell_commands)
+            bad |= json_object_set(spec, json_is_string(cmd) ? "shell" : "argv", cmd);
+        else
+            bad |= json_object_set_new(spec, "code", json_string(display));
+        json_t *fenv = sandbox_env_for(sb, env);
+        bad |= !fenv;
+        bad |= json_object_set_new(spec, "env", fenv);
+        const char *wd = sandbox_cwd_for(sb, cwd);
+        if (wd)
+            bad |= json_object_set_new(spec, "cwd", json_string(wd));
+        bad |= json_object_set_new(spec, "timeout_ms", json_integer(timeout));
+        if (bad) {
+            json_decref(spec);
+            spec = NULL;
+        }
+    }
+    if (!spec || !display) {
+        json_decref(spec);
+        free(display);
+        json_decref(stdin_data);
+        return err_make(err, SBX_E_INTERNAL, "out of memory");
+    }
+
     prune_exited(sb, NULL);
     struct process *p = calloc(1, sizeof(*p));
     if (!p)
@@ -582,25 +610,10 @@ int process_new(struct process **out, struct sandbox *sb, json_t *params, struct
     p->timeout_ms = timeout;
     p->origin = origin ? origin->id : 0;
     p->stdin_pending = stdin_data;
-    p->display = display_of(cmd);
+    p->display = display;
+    p->spec = spec;
     for (int i = 0; i < 2; i++)
         p->out[i].ring.max = (size_t)D->cfg.replay_bytes;
-
-    json_t *spec = json_object();
-    if (sb->prov->ops->shell_commands) {
-        if (json_is_string(cmd))
-            json_object_set(spec, "shell", cmd);
-        else
-            json_object_set(spec, "argv", cmd);
-    } else {
-        json_object_set_new(spec, "code", json_string(p->display));
-    }
-    json_object_set_new(spec, "env", sandbox_env_for(sb, env));
-    const char *wd = sandbox_cwd_for(sb, cwd);
-    if (wd)
-        json_object_set_new(spec, "cwd", json_string(wd));
-    json_object_set_new(spec, "timeout_ms", json_integer(timeout));
-    p->spec = spec;
 
     /* Oldest first in the list: append at the tail. */
     struct process **pp = &sb->procs, *prev = NULL;

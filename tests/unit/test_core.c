@@ -341,6 +341,67 @@ static void test_rpc_cases(const char *dir)
     test_cond("rpc data cases were found", cases >= 5);
 }
 
+/* -- a failing allocator under rpc.c and session.c ---------------------------- */
+
+static long alloc_budget = -1; /* allocations left before failing; -1 = never */
+static long alloc_failures;
+
+static void *chaos_malloc(size_t n)
+{
+    if (alloc_budget == 0) {
+        alloc_failures++;
+        return NULL;
+    }
+    if (alloc_budget > 0)
+        alloc_budget--;
+    return malloc(n);
+}
+
+static void test_chaos(void)
+{
+    static const char *lines[] = {
+        "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"daemon.ping\"}\n",
+        "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"sandbox.create\",\"params\":{\"id\":\"ch\",\"env\":{\"A\":\"1\"}}}\n",
+        "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"process.exec\",\"params\":{\"sandbox\":\"ch\",\"command\":\"out hello\"}}\n",
+        "[{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"sandbox.list\"},{\"jsonrpc\":\"2.0\",\"method\":\"x\"},7]\n",
+        "{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"sandbox.destroy\",\"params\":{\"id\":\"ch\"}}\n",
+        "garbage\n",
+    };
+    int survived = 1;
+    json_set_alloc_funcs(chaos_malloc, free);
+    for (long budget = 0; budget < 400; budget += 3) {
+        int sv[2];
+        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, sv) < 0)
+            break;
+        session_accept(sv[0]);
+        alloc_budget = budget;
+        for (size_t i = 0; i < sizeof(lines) / sizeof(lines[0]); i++)
+            if (send(sv[1], lines[i], strlen(lines[i]), MSG_NOSIGNAL) < 0)
+                survived = 0;
+        for (int k = 0; k < 4; k++)
+            ev_run(d.loop, EVRUN_NOWAIT);
+        alloc_budget = -1;
+        json_decref(collect(sv[1]));
+        close(sv[1]);
+        for (int k = 0; k < 3; k++)
+            ev_run(d.loop, EVRUN_NOWAIT);
+        struct sandbox *sb = sandbox_find_any("ch");
+        if (sb)
+            sandbox_destroy(sb, NULL);
+    }
+    json_set_alloc_funcs(malloc, free);
+    test_cond("rpc and session survive failing JSON allocations", survived && alloc_failures > 0);
+    int sv[2];
+    socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, sv);
+    session_accept(sv[0]);
+    send(sv[1], lines[0], strlen(lines[0]), MSG_NOSIGNAL);
+    json_t *got = collect(sv[1]);
+    test_cond("and serve normally afterwards",
+              json_is_true(json_object_get(json_object_get(json_array_get(got, 0), "result"), "pong")));
+    json_decref(got);
+    close(sv[1]);
+}
+
 int main(int argc, char **argv)
 {
     const char *data = argc > 1 ? argv[1] : getenv("SBX_TESTDATA") ? getenv("SBX_TESTDATA") : "tests/data";
@@ -353,6 +414,7 @@ int main(int argc, char **argv)
     char dir[1024];
     snprintf(dir, sizeof(dir), "%s/rpc", data);
     test_rpc_cases(dir);
+    test_chaos();
     session_free_all();
     sandbox_free_all();
     json_decref(d.snapshots);
