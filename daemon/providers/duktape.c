@@ -288,10 +288,15 @@ static void get_worker(struct duk_sb *ds)
 
 static void finish_start(struct duk_sb *ds)
 {
+    int was_start = ds->starting;
     ds->starting = 0;
+    /* A start loads the state kept by stop, or the snapshot the sandbox was
+     * created from; a worker replaced after a timeout starts empty. */
     json_t *state = ds->saved ? ds->saved : ds->sb->snapshot;
-    if (state && !json_is_null(state))
+    if (was_start && state && !json_is_null(state))
         chan_send_json(&ds->w->ch, SBX_CHAN_RESTORE, 0, state);
+    json_decref(ds->saved);
+    ds->saved = NULL;
     if (ds->sb->op == OP_START)
         sandbox_op_done(ds->sb, NULL, NULL);
     pump(ds);
@@ -454,10 +459,8 @@ static void replace_worker(struct duk_sb *ds)
     }
     ds->w = NULL;
     ds->reset_pending = 1;
-    if (ds->sb->status == SB_RUNNING || ds->sb->status == SB_STARTING) {
-        ds->saved = NULL; /* the state died with the isolate */
+    if (ds->sb->status == SB_RUNNING || ds->sb->status == SB_STARTING)
         get_worker(ds);
-    }
 }
 
 static int d_proc_kill(void *cookie, struct process *p, int sig, sbx_err_t *err)
@@ -681,7 +684,6 @@ static void worker_closed(struct chan *ch, const char *why, void *data)
     }
     if (ds->sb->status == SB_RUNNING) {
         ds->reset_pending = 1;
-        ds->saved = NULL;
         get_worker(ds);
     }
 }
@@ -715,10 +717,10 @@ static int d_sb_stop(void *cookie, struct sandbox *sb, sbx_err_t *err)
 {
     struct duk_sb *ds = sb->pdata;
     if (!ds || !ds->w || ds->w->dead || !ds->w->ready || ds->w->running) {
-        if (ds && ds->w)
-            replace_worker(ds);
-        if (ds && ds->w) { /* replace_worker started a new one: not wanted now */
+        /* No isolate to ask for its state (or it is busy): it is lost. */
+        if (ds && ds->w) {
             ds->w->owner = NULL;
+            ds->w->running = NULL;
             worker_kill(ds->w);
             ds->w = NULL;
         }

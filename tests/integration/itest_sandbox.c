@@ -187,6 +187,12 @@ static void test_snapshot(conn *c)
     test_cond("the snapshot restored the JSON-serialisable globals",
               strcmp(json_string_value(result_of_exec(r)) ?: "", "{\"a\":[1,2],\"b\":\"x\"}undefined") == 0);
     json_decref(r);
+    r = cn_call(c, "process.exec", json_pack("{s:s, s:s, s:i}", "sandbox", "snap2", "command", "while(1){}", "timeout_ms", 200));
+    json_decref(r);
+    r = exec_js(c, "snap2", "typeof s");
+    test_cond("after a timeout the isolate starts empty, not from the snapshot again",
+              strcmp(json_string_value(result_of_exec(r)) ?: "", "undefined") == 0);
+    json_decref(r);
     r = create(c, "snap3", json_pack("{s:s}", "snapshot", "snap-nope"));
     test_cond("an unknown snapshot is -32602", err_code(r) == SBX_E_PARAMS);
     json_decref(r);
