@@ -58,10 +58,10 @@ struct curlev {
     ev_timer timer; /* libcurl's own timeout */
     ev_timer kick;  /* runs deferred work (resume/cancel) on the next iteration */
     int running;
-    int depth;                  /* > 0 while inside a libcurl call */
-    struct curlev_req *reqs;    /* started, not yet finished */
+    int depth;                   /* > 0 while inside a libcurl call */
+    struct curlev_req *reqs;     /* started, not yet finished */
     struct curlev_req *deferred; /* cancelled or resumed while depth > 0 */
-    long max_streams;           /* CURLMOPT_MAX_CONCURRENT_STREAMS, 0 = libcurl's default */
+    long max_streams;            /* CURLMOPT_MAX_CONCURRENT_STREAMS; 0 = default */
 };
 
 /**
@@ -82,7 +82,10 @@ void curlev_deinit(struct curlev *ce);
  */
 struct curlev_req *curlev_req_new(struct curlev *ce, const char *method, const char *url);
 
-/** Adds a request header line "Name: value" (copied). "Name:" removes one libcurl would send. */
+/**
+ * Adds a request header line "Name: value" (copied). "Name:" removes a header
+ * libcurl would send by itself.
+ */
 int curlev_req_header(struct curlev_req *r, const char *line);
 
 /** The request body (copied). Sets Content-Length. */
@@ -95,8 +98,9 @@ int curlev_req_unix_socket(struct curlev_req *r, const char *path);
 void curlev_req_timeouts(struct curlev_req *r, long total_ms, long connect_ms);
 
 /** Callbacks; any may be NULL (no data callback = body discarded). */
-void curlev_req_callbacks(struct curlev_req *r, curlev_data_cb on_data, curlev_header_cb on_header,
-                          curlev_done_cb on_done, void *privdata);
+void curlev_req_callbacks(struct curlev_req *r, curlev_data_cb on_data,
+                          curlev_header_cb on_header, curlev_done_cb on_done,
+                          void *privdata);
 
 /** The easy handle, for protocol options (HTTP version, TLS, ...). Borrowed. */
 CURL *curlev_req_easy(struct curlev_req *r);

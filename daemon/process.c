@@ -853,6 +853,11 @@ void process_exited(struct process *p, json_t *rec)
         json_object_set(e, "exception", json_object_get(rec, "exception"));
     if (json_is_true(json_object_get(rec, "reset")))
         json_object_set_new(e, "isolate_reset", json_true());
+    /* A provider that restarted a dead backend and retried says so. */
+    if (json_is_true(json_object_get(rec, "retried")))
+        json_object_set_new(e, "retried", json_true());
+    if (json_is_true(json_object_get(rec, "sandbox_restarted")))
+        json_object_set_new(e, "sandbox_restarted", json_true());
     p->exit = e;
     p->state = P_EXITED;
     p->sb->nlive--;

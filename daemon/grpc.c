@@ -1,0 +1,1012 @@
+/*
+ * grpc.c - gRPC over HTTP/2 on curlev; see grpc.h for the contract.
+ *
+ * A call goes through: QUEUED (waiting for the auth token) -> SENDING (a
+ * curlev transfer runs) -> [RETRY_WAIT -> SENDING ...] -> maybe HELD (the
+ * transfer ended while the owner had paused it and parsed messages are still
+ * held back) -> finished (on_done, then freed). Owner callbacks run with
+ * c->in_cb raised; a cancel during one only marks the call, and whoever
+ * raised in_cb frees it when the callback returns.
+ */
+#include "grpc.h"
+
+#include <ctype.h>
+#include <stdarg.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include "log.h"
+#include "sbx_proto.h"
+
+#define MAX_RETRIES 3
+#define MAX_GRPC_MESSAGE_TEXT 4096
+#define DEFAULT_CONNECT_MS 10000
+/* No exp claim in the token: treat it as valid this long (the SDK's rule). */
+#define TOKEN_DEFAULT_LIFE 1200.0
+#define TOKEN_REFRESH_EARLY 300.0
+
+enum call_state {
+    CS_NEW,
+    CS_QUEUED,
+    CS_SENDING,
+    CS_RETRY_WAIT,
+    CS_HELD,
+    CS_FAILING,
+    CS_DONE
+};
+
+struct grpc_call {
+    struct grpc_chan *ch;
+    struct grpc_call *next, *prev; /* ch->calls */
+    struct grpc_call *qnext;       /* ch->auth_wait, or a failing list */
+    enum call_state state;
+    char method[64];
+    char *url;
+    uint8_t *frame; /* the request: 5-byte prefix + message */
+    size_t frame_len;
+    int unary, is_auth;
+    double timeout_s;
+    grpc_msg_cb on_msg;
+    grpc_done_cb on_done;
+    void *privdata;
+    struct curlev_req *req;
+    ev_timer timer; /* retry backoff, or a deferred completion */
+    int attempt;
+    double t0; /* wall clock of the first attempt */
+    char idem[40];
+    int auth_retried;
+    char *used_token; /* the auth token this attempt carried */
+
+    /* response of the current attempt */
+    uint8_t *in;
+    size_t in_off, in_len, in_cap;
+    int grpc_status; /* -1 = not seen */
+    char *grpc_message;
+    int compressed_ok; /* a grpc-encoding header came */
+    int local_code;    /* our own failure (bad frame, too large): abort with this */
+    char *local_msg;
+    uint8_t *resp;
+    size_t resp_len;
+    int got_msg;
+
+    /* final status kept while HELD */
+    int held_code;
+    char *held_msg;
+    long held_http;
+    int held_transport;
+
+    int paused;
+    int cancelled;
+    int in_cb;
+};
+
+static void call_send(struct grpc_call *c);
+static void call_begin(struct grpc_call *c);
+static void call_free(struct grpc_call *c);
+
+/* ---- helpers ------------------------------------------------------------- */
+
+const char *grpc_code_name(int code)
+{
+    static const char *names[] = {"OK",
+                                  "CANCELLED",
+                                  "UNKNOWN",
+                                  "INVALID_ARGUMENT",
+                                  "DEADLINE_EXCEEDED",
+                                  "NOT_FOUND",
+                                  "ALREADY_EXISTS",
+                                  "PERMISSION_DENIED",
+                                  "RESOURCE_EXHAUSTED",
+                                  "FAILED_PRECONDITION",
+                                  "ABORTED",
+                                  "OUT_OF_RANGE",
+                                  "UNIMPLEMENTED",
+                                  "INTERNAL",
+                                  "UNAVAILABLE",
+                                  "DATA_LOSS",
+                                  "UNAUTHENTICATED"};
+    return code >= 0 && code <= 16 ? names[code] : "UNKNOWN";
+}
+
+int grpc_code_retryable(int code)
+{
+    return code == GRPC_CANCELLED || code == GRPC_UNKNOWN ||
+           code == GRPC_DEADLINE_EXCEEDED || code == GRPC_INTERNAL ||
+           code == GRPC_UNAVAILABLE;
+}
+
+static double wall_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static void uuid4(char *out)
+{
+    unsigned char b[16];
+    if (getrandom(b, sizeof(b), GRND_NONBLOCK) != (ssize_t)sizeof(b)) {
+        static unsigned long long ctr;
+        unsigned long long v = (unsigned long long)time(NULL) ^ ++ctr;
+        memcpy(b, &v, 8);
+        memcpy(b + 8, &ctr, 8);
+    }
+    b[6] = (unsigned char)((b[6] & 0x0f) | 0x40);
+    b[8] = (unsigned char)((b[8] & 0x3f) | 0x80);
+    snprintf(out, 37,
+             "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
+             b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12],
+             b[13], b[14], b[15]);
+}
+
+static int hexval(int ch)
+{
+    if (ch >= '0' && ch <= '9')
+        return ch - '0';
+    if (ch >= 'a' && ch <= 'f')
+        return ch - 'a' + 10;
+    if (ch >= 'A' && ch <= 'F')
+        return ch - 'A' + 10;
+    return -1;
+}
+
+/* grpc-message is percent-encoded UTF-8. */
+static char *percent_decode(const char *s, size_t n)
+{
+    if (n > MAX_GRPC_MESSAGE_TEXT)
+        n = MAX_GRPC_MESSAGE_TEXT;
+    char *out = malloc(n + 1), *o = out;
+    if (!out)
+        return NULL;
+    for (size_t i = 0; i < n; i++) {
+        int h, l;
+        if (s[i] == '%' && i + 2 < n && (h = hexval((unsigned char)s[i + 1])) >= 0 &&
+            (l = hexval((unsigned char)s[i + 2])) >= 0) {
+            *o++ = (char)(h * 16 + l);
+            i += 2;
+        } else {
+            *o++ = s[i];
+        }
+    }
+    *o = '\0';
+    return out;
+}
+
+/* The gRPC code grpc-js uses when a response carries no grpc-status. */
+static int code_from_http(long http)
+{
+    switch (http) {
+    case 400: return GRPC_INTERNAL;
+    case 401: return GRPC_UNAUTHENTICATED;
+    case 403: return GRPC_PERMISSION_DENIED;
+    case 404: return GRPC_UNIMPLEMENTED;
+    case 429:
+    case 502:
+    case 503:
+    case 504: return GRPC_UNAVAILABLE;
+    default: return GRPC_UNKNOWN;
+    }
+}
+
+static int header_value_ok(const char *s)
+{
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x20 || *s == 0x7f)
+            return 0;
+    return 1;
+}
+
+/* ---- channel --------------------------------------------------------------- */
+
+int grpc_chan_init(struct grpc_chan *ch, struct ev_loop *loop, const char *url,
+                   const char *service, const char *token_id, const char *token_secret,
+                   sbx_err_t *err)
+{
+    memset(ch, 0, sizeof(*ch));
+    const char *rest = url;
+    int tls = 0;
+    if (strncasecmp(url, "https://", 8) == 0) {
+        tls = 1;
+        rest = url + 8;
+    } else if (strncasecmp(url, "http://", 7) == 0) {
+        rest = url + 7;
+    } else if (strstr(url, "://")) {
+        return err_make(err, SBX_E_PARAMS,
+                        "server URL %s: only http:// and https:// are supported", url);
+    }
+    size_t hl = strcspn(rest, "/?#");
+    if (hl == 0 || hl > 255)
+        return err_make(err, SBX_E_PARAMS, "server URL %s has no host", url);
+    char host[256];
+    memcpy(host, rest, hl);
+    host[hl] = '\0';
+    for (size_t i = 0; i < hl; i++)
+        if (!isalnum((unsigned char)host[i]) && !strchr(".-:[]_", host[i]))
+            return err_make(err, SBX_E_PARAMS, "server URL %s: bad host", url);
+    /* A port is there unless the last ':' belongs to an IPv6 literal. */
+    const char *colon = strrchr(host, ':');
+    int has_port = colon && !strchr(colon, ']');
+    if (!token_id || !token_secret || !header_value_ok(token_id) ||
+        !header_value_ok(token_secret))
+        return err_make(err, SBX_E_PARAMS, "token id/secret missing or not printable");
+    if (asprintf(&ch->base_url, "%s://%s%s", tls ? "https" : "http", host,
+                 has_port ? ""
+                 : tls    ? ":443"
+                          : ":80") < 0)
+        abort();
+    ch->service = strdup(service);
+    ch->token_id = strdup(token_id);
+    ch->token_secret = strdup(token_secret);
+    if (!ch->service || !ch->token_id || !ch->token_secret)
+        abort();
+    ch->tls = tls;
+    ch->loop = loop;
+    ch->max_msg = GRPC_DEFAULT_MAX_MSG;
+    ch->connect_timeout_ms = DEFAULT_CONNECT_MS;
+    /* libcurl before 8.0 breaks a reused prior-knowledge (h2c) connection with
+     * "Error in the HTTP2 framing layer" (curl issue 10634, fixed by PR 10643):
+     * there, every cleartext call gets a connection of its own. */
+    curl_version_info_data *vi = curl_version_info(CURLVERSION_NOW);
+    ch->no_reuse = !tls && vi->version_num < 0x080000;
+    if (ch->no_reuse)
+        log_info(
+            "grpc: libcurl %s cannot reuse cleartext HTTP/2 connections; one connection "
+            "per call to %s",
+            vi->version, ch->base_url);
+    /* libcurl's trace on stderr, for debugging the wire. */
+    ch->verbose = getenv("SBXD_CURL_VERBOSE") != NULL;
+    if (curlev_init(&ch->ce, loop) < 0) {
+        grpc_chan_deinit(ch);
+        return err_make(err, SBX_E_INTERNAL, "cannot set up libcurl");
+    }
+    return 0;
+}
+
+int grpc_chan_header(struct grpc_chan *ch, const char *line)
+{
+    struct curl_slist *n = curl_slist_append(ch->extra, line);
+    if (!n)
+        return -1;
+    ch->extra = n;
+    return 0;
+}
+
+void grpc_chan_deinit(struct grpc_chan *ch)
+{
+    while (ch->calls) {
+        struct grpc_call *c = ch->calls;
+        c->in_cb = 0;
+        c->cancelled = 1;
+        call_free(c);
+    }
+    ch->auth_call = NULL;
+    ch->auth_wait = ch->auth_wait_tail = NULL;
+    curlev_deinit(&ch->ce);
+    curl_slist_free_all(ch->extra);
+    free(ch->base_url);
+    free(ch->service);
+    free(ch->token_id);
+    free(ch->token_secret);
+    free(ch->auth_token);
+    memset(ch, 0, sizeof(*ch));
+}
+
+/* ---- call bookkeeping ---------------------------------------------------------- */
+
+static void reset_response(struct grpc_call *c)
+{
+    free(c->in);
+    c->in = NULL;
+    c->in_off = c->in_len = c->in_cap = 0;
+    c->grpc_status = -1;
+    free(c->grpc_message);
+    c->grpc_message = NULL;
+    c->compressed_ok = 0;
+    c->local_code = 0;
+    free(c->local_msg);
+    c->local_msg = NULL;
+    free(c->resp);
+    c->resp = NULL;
+    c->resp_len = 0;
+    c->got_msg = 0;
+}
+
+static void unqueue(struct grpc_call *c)
+{
+    struct grpc_chan *ch = c->ch;
+    struct grpc_call *prev = NULL;
+    for (struct grpc_call *x = ch->auth_wait; x; prev = x, x = x->qnext)
+        if (x == c) {
+            if (prev)
+                prev->qnext = x->qnext;
+            else
+                ch->auth_wait = x->qnext;
+            if (ch->auth_wait_tail == x)
+                ch->auth_wait_tail = prev;
+            break;
+        }
+    c->qnext = NULL;
+}
+
+/* Releases everything; no callback. */
+static void call_free(struct grpc_call *c)
+{
+    struct grpc_chan *ch = c->ch;
+    if (c->state == CS_QUEUED)
+        unqueue(c);
+    if (c->req) {
+        curlev_req_cancel(c->req);
+        c->req = NULL;
+    }
+    ev_timer_stop(ch->loop, &c->timer);
+    if (ch->auth_call == c)
+        ch->auth_call = NULL;
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        ch->calls = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    reset_response(c);
+    free(c->held_msg);
+    free(c->used_token);
+    free(c->frame);
+    free(c->url);
+    free(c);
+}
+
+/* After an owner callback: 1 if the owner cancelled c (it is freed now). */
+static int gone_after_cb(struct grpc_call *c)
+{
+    if (c->in_cb > 0 || !c->cancelled)
+        return 0;
+    if (c->state == CS_FAILING)
+        return 1; /* the failing loop frees it */
+    call_free(c);
+    return 1;
+}
+
+/* The one exit: on_done, then free. */
+static void call_finish(struct grpc_call *c, int code, const char *msg, int transport,
+                        long http)
+{
+    c->state = CS_DONE;
+    if (c->req) {
+        curlev_req_cancel(c->req);
+        c->req = NULL;
+    }
+    ev_timer_stop(c->ch->loop, &c->timer);
+    if (!c->cancelled && c->on_done) {
+        struct grpc_status st = {.code = code,
+                                 .message = msg ? msg : "",
+                                 .transport = transport,
+                                 .http_status = http,
+                                 .method = c->method};
+        int ok = code == GRPC_OK;
+        c->in_cb++;
+        c->on_done(c, &st, ok ? c->resp : NULL, ok ? c->resp_len : 0, c->privdata);
+        c->in_cb--;
+    }
+    call_free(c);
+}
+
+/* ---- auth token ---------------------------------------------------------------- */
+
+/* AuthTokenGetResponse.token is field 1 (length-delimited); read it by hand so
+ * this file needs no generated code. */
+static char *token_from_msg(const uint8_t *m, size_t n)
+{
+    size_t i = 0;
+    char *tok = NULL;
+    while (i < n) {
+        uint64_t key = 0;
+        int shift = 0;
+        while (i < n && shift < 64) {
+            key |= (uint64_t)(m[i] & 0x7f) << shift;
+            shift += 7;
+            if (!(m[i++] & 0x80))
+                break;
+        }
+        unsigned wt = key & 7;
+        uint64_t field = key >> 3;
+        if (wt == 2) {
+            uint64_t len = 0;
+            shift = 0;
+            while (i < n && shift < 64) {
+                len |= (uint64_t)(m[i] & 0x7f) << shift;
+                shift += 7;
+                if (!(m[i++] & 0x80))
+                    break;
+            }
+            if (len > n - i)
+                break;
+            if (field == 1) {
+                free(tok);
+                tok = strndup((const char *)m + i, (size_t)len);
+            }
+            i += (size_t)len;
+        } else if (wt == 0) {
+            while (i < n && (m[i++] & 0x80))
+                ;
+        } else if (wt == 1) {
+            i += 8;
+        } else if (wt == 5) {
+            i += 4;
+        } else {
+            break;
+        }
+    }
+    return tok;
+}
+
+static int b64url_val(int ch)
+{
+    if (ch >= 'A' && ch <= 'Z')
+        return ch - 'A';
+    if (ch >= 'a' && ch <= 'z')
+        return ch - 'a' + 26;
+    if (ch >= '0' && ch <= '9')
+        return ch - '0' + 52;
+    if (ch == '-' || ch == '+')
+        return 62;
+    if (ch == '_' || ch == '/')
+        return 63;
+    return -1;
+}
+
+/* exp from the JWT payload, or 0. */
+static double jwt_exp(const char *tok)
+{
+    const char *a = strchr(tok, '.');
+    const char *b = a ? strchr(a + 1, '.') : NULL;
+    if (!b || b - a - 1 > 8192)
+        return 0;
+    size_t n = (size_t)(b - a - 1);
+    char *out = malloc(n + 1);
+    if (!out)
+        return 0;
+    size_t o = 0;
+    unsigned acc = 0;
+    int bits = 0;
+    for (size_t i = 0; i < n; i++) {
+        int v = b64url_val((unsigned char)a[1 + i]);
+        if (v < 0)
+            break;
+        acc = (acc << 6) | (unsigned)v;
+        bits += 6;
+        if (bits >= 8) {
+            bits -= 8;
+            out[o++] = (char)((acc >> bits) & 0xff);
+        }
+    }
+    json_t *j = json_loadb(out, o, 0, NULL);
+    free(out);
+    json_t *e = json_object_get(j, "exp");
+    double exp = json_is_number(e) ? json_number_value(e) : 0;
+    json_decref(j);
+    return exp;
+}
+
+static void auth_done(struct grpc_call *ac, const struct grpc_status *st,
+                      const uint8_t *msg, size_t len, void *privdata)
+{
+    struct grpc_chan *ch = privdata;
+    ch->auth_call = NULL;
+    char *tok = st->code == GRPC_OK ? token_from_msg(msg, len) : NULL;
+    if (tok && tok[0] && header_value_ok(tok)) {
+        double now = wall_now();
+        double exp = jwt_exp(tok);
+        double life = exp > now ? exp - now : TOKEN_DEFAULT_LIFE;
+        if (exp <= 0)
+            log_warn(
+                "grpc: the auth token has no exp claim; treating it as valid for %.0f s",
+                TOKEN_DEFAULT_LIFE);
+        double early = life / 2 < TOKEN_REFRESH_EARLY ? life / 2 : TOKEN_REFRESH_EARLY;
+        free(ch->auth_token);
+        ch->auth_token = tok;
+        ch->auth_refresh_at = now + life - early;
+        log_debug("grpc: auth token valid for %.0f s", life);
+        /* Send everything that waited. Callbacks can't run from here: sends are async. */
+        while (ch->auth_wait) {
+            struct grpc_call *c = ch->auth_wait;
+            ch->auth_wait = c->qnext;
+            if (!ch->auth_wait)
+                ch->auth_wait_tail = NULL;
+            c->qnext = NULL;
+            call_send(c);
+        }
+        return;
+    }
+    free(tok);
+    int code = st->code;
+    const char *m = st->message;
+    char buf[160];
+    if (code == GRPC_OK) {
+        code = GRPC_UNAUTHENTICATED;
+        snprintf(buf, sizeof(buf), "AuthTokenGet returned no usable token");
+        m = buf;
+    }
+    log_warn("grpc: AuthTokenGet failed: %s: %s", grpc_code_name(code), m);
+    /* Fail the calls that waited; ones queued by their callbacks wait for a new fetch. */
+    struct grpc_call *list = ch->auth_wait;
+    ch->auth_wait = ch->auth_wait_tail = NULL;
+    for (struct grpc_call *c = list; c; c = c->qnext)
+        c->state = CS_FAILING;
+    while (list) {
+        struct grpc_call *c = list;
+        list = c->qnext;
+        c->qnext = NULL;
+        if (c->cancelled) {
+            c->state = CS_DONE;
+            call_free(c);
+            continue;
+        }
+        struct grpc_status st2 = *st;
+        st2.code = code;
+        st2.message = m;
+        st2.method = "AuthTokenGet";
+        c->state = CS_DONE;
+        if (c->on_done) {
+            c->in_cb++;
+            c->on_done(c, &st2, NULL, 0, c->privdata);
+            c->in_cb--;
+        }
+        call_free(c);
+    }
+}
+
+/* ---- receiving ------------------------------------------------------------------ */
+
+static void set_local(struct grpc_call *c, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void set_local(struct grpc_call *c, int code, const char *fmt, ...)
+{
+    if (c->local_code)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    free(c->local_msg);
+    if (vasprintf(&c->local_msg, fmt, ap) < 0)
+        c->local_msg = NULL;
+    va_end(ap);
+    c->local_code = code;
+}
+
+/* Hands complete messages over until paused. Returns 1 if c is gone. */
+static int parse(struct grpc_call *c)
+{
+    while (!c->paused && !c->cancelled && !c->local_code) {
+        size_t avail = c->in_len - c->in_off;
+        if (avail < 5)
+            break;
+        const uint8_t *p = c->in + c->in_off;
+        uint32_t len = ((uint32_t)p[1] << 24) | ((uint32_t)p[2] << 16) |
+                       ((uint32_t)p[3] << 8) | p[4];
+        if (p[0] > 1 || (p[0] == 1 && !c->compressed_ok)) {
+            set_local(c, GRPC_INTERNAL,
+                      "compressed gRPC message, but only identity was accepted");
+            break;
+        }
+        if (p[0] == 1) {
+            set_local(c, GRPC_UNIMPLEMENTED,
+                      "compressed gRPC messages are not supported");
+            break;
+        }
+        if (len > c->ch->max_msg) {
+            set_local(c, GRPC_RESOURCE_EXHAUSTED,
+                      "received message of %u bytes exceeds the limit of %zu", len,
+                      c->ch->max_msg);
+            break;
+        }
+        if (avail < 5 + (size_t)len)
+            break;
+        c->in_off += 5 + (size_t)len;
+        if (c->unary) {
+            if (c->got_msg) {
+                set_local(c, GRPC_INTERNAL, "more than one message in a unary response");
+                break;
+            }
+            c->resp = malloc(len ? len : 1);
+            if (!c->resp)
+                abort();
+            memcpy(c->resp, p + 5, len);
+            c->resp_len = len;
+            c->got_msg = 1;
+        } else {
+            c->got_msg = 1;
+            if (c->on_msg) {
+                c->in_cb++;
+                c->on_msg(c, p + 5, len, c->privdata);
+                c->in_cb--;
+                if (gone_after_cb(c))
+                    return 1;
+            }
+        }
+    }
+    if (c->in_off == c->in_len)
+        c->in_off = c->in_len = 0;
+    return 0;
+}
+
+static size_t on_data(struct curlev_req *r, const char *d, size_t n, void *privdata)
+{
+    struct grpc_call *c = privdata;
+    if (c->cancelled || c->local_code)
+        return 0;
+    if (c->paused)
+        return CURL_WRITEFUNC_PAUSE;
+    /* Room: compact first, then grow to at most one message + prefix + this chunk. */
+    if (c->in_off > 0 && c->in_off == c->in_len)
+        c->in_off = c->in_len = 0;
+    if (c->in_len + n > c->in_cap && c->in_off > 0) {
+        memmove(c->in, c->in + c->in_off, c->in_len - c->in_off);
+        c->in_len -= c->in_off;
+        c->in_off = 0;
+    }
+    if (c->in_len + n > c->in_cap) {
+        size_t want = c->in_cap ? c->in_cap : 16384;
+        while (want < c->in_len + n)
+            want *= 2;
+        if (want > c->ch->max_msg + 5 + n && c->in_len + n <= c->ch->max_msg + 5 + n)
+            want = c->in_len + n;
+        uint8_t *nb = realloc(c->in, want);
+        if (!nb) {
+            set_local(c, GRPC_RESOURCE_EXHAUSTED, "out of memory for a %zu-byte response",
+                      want);
+            return 0;
+        }
+        c->in = nb;
+        c->in_cap = want;
+    }
+    memcpy(c->in + c->in_len, d, n);
+    c->in_len += n;
+    if (parse(c))
+        return 0; /* cancelled by its owner: the transfer goes too */
+    if (c->local_code)
+        return 0; /* aborts; req_done reports local_code */
+    return n;
+}
+
+static void on_header(struct curlev_req *r, const char *line, size_t n, void *privdata)
+{
+    struct grpc_call *c = privdata;
+    const char *colon = memchr(line, ':', n);
+    if (!colon || colon == line)
+        return;
+    size_t kl = (size_t)(colon - line);
+    const char *v = colon + 1;
+    size_t vl = n - kl - 1;
+    while (vl > 0 && (*v == ' ' || *v == '\t'))
+        v++, vl--;
+    if (kl == 11 && strncasecmp(line, "grpc-status", 11) == 0) {
+        int code = 0;
+        for (size_t i = 0; i < vl && i < 4 && isdigit((unsigned char)v[i]); i++)
+            code = code * 10 + (v[i] - '0');
+        c->grpc_status = code;
+    } else if (kl == 12 && strncasecmp(line, "grpc-message", 12) == 0) {
+        free(c->grpc_message);
+        c->grpc_message = percent_decode(v, vl);
+    } else if (kl == 13 && strncasecmp(line, "grpc-encoding", 13) == 0) {
+        c->compressed_ok = !(vl == 8 && strncasecmp(v, "identity", 8) == 0);
+    }
+}
+
+static void retry_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    struct grpc_call *c = w->data;
+    if (c->state == CS_RETRY_WAIT)
+        call_begin(c);
+    else if (c->state == CS_NEW) /* a start failure, reported from the loop */
+        call_finish(c, GRPC_INTERNAL, "cannot start the HTTP/2 transfer", 1, 0);
+}
+
+static void req_done(struct curlev_req *r, CURLcode rc, long http, const char *errmsg,
+                     void *privdata)
+{
+    struct grpc_call *c = privdata;
+    struct grpc_chan *ch = c->ch;
+    c->req = NULL;
+    int code, transport = 0;
+    char buf[CURL_ERROR_SIZE + 160];
+    const char *msg;
+    if (c->local_code) {
+        code = c->local_code;
+        msg = c->local_msg ? c->local_msg : grpc_code_name(code);
+    } else if (c->grpc_status >= 0) {
+        code = c->grpc_status;
+        msg = c->grpc_message ? c->grpc_message : "";
+        if (code == GRPC_OK && c->in_len > c->in_off && !c->paused) {
+            code = GRPC_INTERNAL;
+            msg = "response ended inside a message";
+        }
+    } else if (rc != CURLE_OK) {
+        code = rc == CURLE_OPERATION_TIMEDOUT ? GRPC_DEADLINE_EXCEEDED : GRPC_UNAVAILABLE;
+        transport = http == 0;
+        snprintf(buf, sizeof(buf), "%s %s: %s",
+                 transport ? "cannot reach" : "connection to", ch->base_url, errmsg);
+        msg = buf;
+    } else {
+        code = http == 200 ? GRPC_UNKNOWN : code_from_http(http);
+        snprintf(buf, sizeof(buf), "no grpc-status in the response (HTTP %ld)", http);
+        msg = buf;
+    }
+    if (c->unary && code == GRPC_OK && !c->got_msg) {
+        code = GRPC_UNIMPLEMENTED;
+        msg = "No message received";
+    }
+    /* Unary: retry what the SDK retries, with the same idempotency key. */
+    if (c->unary && code != GRPC_OK && grpc_code_retryable(code) &&
+        c->attempt < MAX_RETRIES) {
+        double delay = 0.1 * (double)(1 << c->attempt);
+        if (delay > 1.0)
+            delay = 1.0;
+        log_debug("grpc: %s failed (%s: %s), retry %d in %.1f s", c->method,
+                  grpc_code_name(code), msg, c->attempt + 1, delay);
+        c->attempt++;
+        c->state = CS_RETRY_WAIT;
+        ev_timer_set(&c->timer, delay, 0.);
+        ev_timer_start(ch->loop, &c->timer);
+        return;
+    }
+    /* A rejected auth token (expired, rotated): fetch a new one once. */
+    if (code == GRPC_UNAUTHENTICATED && !c->is_auth && !c->auth_retried &&
+        c->used_token && ch->auth_token && strcmp(c->used_token, ch->auth_token) == 0) {
+        log_debug("grpc: %s: auth token rejected (%s); fetching a new one", c->method,
+                  msg);
+        c->auth_retried = 1;
+        free(ch->auth_token);
+        ch->auth_token = NULL;
+        call_begin(c);
+        return;
+    }
+    if (!c->unary && c->paused && c->in_len > c->in_off) {
+        /* Messages still held back: finish once the owner resumes. */
+        c->state = CS_HELD;
+        c->held_code = code;
+        free(c->held_msg);
+        c->held_msg = strdup(msg);
+        c->held_http = http;
+        c->held_transport = transport;
+        return;
+    }
+    call_finish(c, code, msg, transport, http);
+}
+
+/* ---- sending -------------------------------------------------------------------------
+ */
+
+static void call_send(struct grpc_call *c)
+{
+    struct grpc_chan *ch = c->ch;
+    reset_response(c);
+    c->state = CS_SENDING;
+    struct curlev_req *r = curlev_req_new(&ch->ce, "POST", c->url);
+    char line[8400];
+    curlev_req_header(r, "Content-Type: application/grpc");
+    curlev_req_header(r, "TE: trailers");
+    curlev_req_header(r, "Expect:");
+    curlev_req_header(r, "Accept:");
+    curlev_req_header(r, "grpc-accept-encoding: identity");
+    for (struct curl_slist *h = ch->extra; h; h = h->next)
+        curlev_req_header(r, h->data);
+    snprintf(line, sizeof(line), "x-modal-token-id: %s", ch->token_id);
+    curlev_req_header(r, line);
+    snprintf(line, sizeof(line), "x-modal-token-secret: %s", ch->token_secret);
+    curlev_req_header(r, line);
+    free(c->used_token);
+    c->used_token = NULL;
+    if (!c->is_auth && ch->auth_token) {
+        snprintf(line, sizeof(line), "x-modal-auth-token: %s", ch->auth_token);
+        curlev_req_header(r, line);
+        c->used_token = strdup(ch->auth_token);
+    }
+    if (c->unary) {
+        snprintf(line, sizeof(line), "x-idempotency-key: %s", c->idem);
+        curlev_req_header(r, line);
+        snprintf(line, sizeof(line), "x-retry-attempt: %d", c->attempt);
+        curlev_req_header(r, line);
+        if (c->attempt > 0) {
+            snprintf(line, sizeof(line), "x-retry-delay: %.3f", wall_now() - c->t0);
+            curlev_req_header(r, line);
+        }
+    }
+    curlev_req_body(r, c->frame, c->frame_len);
+    CURL *e = curlev_req_easy(r);
+    curl_easy_setopt(e, CURLOPT_HTTP_VERSION,
+                     ch->tls ? (long)CURL_HTTP_VERSION_2TLS
+                             : (long)CURL_HTTP_VERSION_2_PRIOR_KNOWLEDGE);
+    if (ch->no_reuse) {
+        curl_easy_setopt(e, CURLOPT_FRESH_CONNECT, 1L);
+        curl_easy_setopt(e, CURLOPT_FORBID_REUSE, 1L);
+    } else {
+        curl_easy_setopt(e, CURLOPT_PIPEWAIT, 1L);
+    }
+    curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
+    curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
+    if (ch->verbose)
+        curl_easy_setopt(e, CURLOPT_VERBOSE, 1L);
+    curlev_req_timeouts(r, c->timeout_s > 0 ? (long)(c->timeout_s * 1000) : 0,
+                        ch->connect_timeout_ms);
+    curlev_req_callbacks(r, on_data, on_header, req_done, c);
+    c->req = r;
+    if (curlev_req_start(r) < 0) {
+        c->req = NULL;
+        /* Report from the loop: on_done never runs inside the starter. */
+        c->state = CS_NEW;
+        ev_timer_set(&c->timer, 0., 0.);
+        ev_timer_start(ch->loop, &c->timer);
+    }
+}
+
+static void start_auth(struct grpc_chan *ch)
+{
+    if (ch->auth_call)
+        return;
+    static const uint8_t empty[5] = {0, 0, 0, 0, 0};
+    struct grpc_call *c = calloc(1, sizeof(*c));
+    if (!c)
+        abort();
+    c->ch = ch;
+    snprintf(c->method, sizeof(c->method), "AuthTokenGet");
+    if (asprintf(&c->url, "%s/%s/AuthTokenGet", ch->base_url, ch->service) < 0)
+        abort();
+    c->frame = malloc(5);
+    if (!c->frame)
+        abort();
+    memcpy(c->frame, empty, 5);
+    c->frame_len = 5;
+    c->unary = 1;
+    c->is_auth = 1;
+    c->timeout_s = 30;
+    c->on_done = auth_done;
+    c->privdata = ch;
+    c->t0 = wall_now();
+    uuid4(c->idem);
+    ev_init(&c->timer, retry_cb);
+    c->timer.data = c;
+    c->next = ch->calls;
+    if (ch->calls)
+        ch->calls->prev = c;
+    ch->calls = c;
+    ch->auth_call = c;
+    call_send(c);
+}
+
+/* Sends now if the token is good, else queues behind a token fetch. */
+static void call_begin(struct grpc_call *c)
+{
+    struct grpc_chan *ch = c->ch;
+    if (c->is_auth || (ch->auth_token && wall_now() < ch->auth_refresh_at)) {
+        call_send(c);
+        return;
+    }
+    c->state = CS_QUEUED;
+    c->qnext = NULL;
+    if (ch->auth_wait_tail)
+        ch->auth_wait_tail->qnext = c;
+    else
+        ch->auth_wait = c;
+    ch->auth_wait_tail = c;
+    start_auth(ch);
+}
+
+static struct grpc_call *call_new(struct grpc_chan *ch, const char *method,
+                                  const ProtobufCMessage *req, int unary,
+                                  double timeout_s, grpc_msg_cb on_msg,
+                                  grpc_done_cb on_done, void *privdata)
+{
+    struct grpc_call *c = calloc(1, sizeof(*c));
+    if (!c)
+        abort();
+    c->ch = ch;
+    snprintf(c->method, sizeof(c->method), "%s", method);
+    if (asprintf(&c->url, "%s/%s/%s", ch->base_url, ch->service, method) < 0)
+        abort();
+    size_t n = req ? protobuf_c_message_get_packed_size(req) : 0;
+    c->frame = malloc(5 + n);
+    if (!c->frame)
+        abort();
+    c->frame[0] = 0;
+    c->frame[1] = (uint8_t)(n >> 24);
+    c->frame[2] = (uint8_t)(n >> 16);
+    c->frame[3] = (uint8_t)(n >> 8);
+    c->frame[4] = (uint8_t)n;
+    if (n)
+        protobuf_c_message_pack(req, c->frame + 5);
+    c->frame_len = 5 + n;
+    c->unary = unary;
+    c->timeout_s = timeout_s;
+    c->on_msg = on_msg;
+    c->on_done = on_done;
+    c->privdata = privdata;
+    c->t0 = wall_now();
+    c->grpc_status = -1;
+    uuid4(c->idem);
+    ev_init(&c->timer, retry_cb);
+    c->timer.data = c;
+    c->next = ch->calls;
+    if (ch->calls)
+        ch->calls->prev = c;
+    ch->calls = c;
+    call_begin(c);
+    return c;
+}
+
+struct grpc_call *grpc_unary(struct grpc_chan *ch, const char *method,
+                             const ProtobufCMessage *req, double timeout_s,
+                             grpc_done_cb on_done, void *privdata)
+{
+    return call_new(ch, method, req, 1, timeout_s, NULL, on_done, privdata);
+}
+
+struct grpc_call *grpc_stream(struct grpc_chan *ch, const char *method,
+                              const ProtobufCMessage *req, double timeout_s,
+                              grpc_msg_cb on_msg, grpc_done_cb on_done, void *privdata)
+{
+    return call_new(ch, method, req, 0, timeout_s, on_msg, on_done, privdata);
+}
+
+/* ---- owner controls -----------------------------------------------------------------
+ */
+
+void grpc_call_cancel(struct grpc_call *c)
+{
+    if (!c || c->cancelled)
+        return;
+    c->cancelled = 1;
+    c->on_msg = NULL;
+    c->on_done = NULL;
+    c->privdata = NULL;
+    if (c->in_cb > 0 || c->state == CS_FAILING || c->state == CS_DONE)
+        return; /* freed by whoever runs the callback */
+    call_free(c);
+}
+
+void grpc_call_pause(struct grpc_call *c)
+{
+    if (c)
+        c->paused = 1;
+}
+
+void grpc_call_resume(struct grpc_call *c)
+{
+    if (!c || c->cancelled || !c->paused)
+        return;
+    c->paused = 0;
+    if (c->in_cb > 0)
+        return; /* inside its own on_msg: the parse loop goes on by itself */
+    if (parse(c))
+        return;
+    if (c->paused)
+        return;
+    if (c->state == CS_HELD) {
+        int code = c->held_code;
+        if (c->local_code) {
+            code = c->local_code;
+        } else if (code == GRPC_OK && c->in_len > c->in_off) {
+            code = GRPC_INTERNAL;
+        }
+        char *m = c->held_msg;
+        c->held_msg = NULL;
+        call_finish(c, code,
+                    c->local_code ? c->local_msg
+                    : code == GRPC_INTERNAL && c->held_code == GRPC_OK
+                        ? "response ended inside a message"
+                        : m,
+                    c->held_transport, c->held_http);
+        free(m);
+        return;
+    }
+    if (c->local_code) {
+        /* A bad frame found while delivering held bytes: end the transfer. */
+        call_finish(c, c->local_code, c->local_msg, 0, 0);
+        return;
+    }
+    if (c->req && curlev_req_paused(c->req))
+        curlev_req_resume(c->req);
+}

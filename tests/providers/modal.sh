@@ -1,0 +1,203 @@
+#!/bin/sh
+# modal.sh BUILD_DIR TMPDIR - the Modal provider against the local fake Modal
+# control plane (tests/modal/fake/server.js):
+#   1. the official JS SDK's faithfulness test of the fake (run_sdk_test.sh)
+#   2. the C provider tests (ptest_modal) through a real sbxd
+#   3. `sbxctl run --provider modal -- echo hi`
+# Everything started here is stopped on exit, even on failure. Prints
+# "N passed, N failed" last; exits non-zero on any failure.
+# SBX_VALGRIND=1 runs the sbxd daemons under valgrind (leaks are errors).
+B=${1:-build}
+T=${2:-}
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$ROOT" || exit 1
+case "$B" in /*) ;; *) B="$ROOT/$B" ;; esac
+[ -n "$T" ] || T=$(mktemp -d /tmp/sbxd-modal.XXXXXX)
+mkdir -p "$T" || exit 1
+T=$(cd "$T" && pwd)
+# The tests connect as a second uid too: it must reach the sockets in here.
+chmod 755 "$T"
+PASSED=0
+FAILED=0
+PIDS=""
+FAKE_PIDS=""
+VG=""
+if [ -n "$SBX_VALGRIND" ]; then
+    VG="valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite --track-origins=yes"
+fi
+
+pass() { PASSED=$((PASSED + 1)); echo "ok - $1"; }
+fail() { FAILED=$((FAILED + 1)); echo "FAILED - $1"; }
+
+cleanup() {
+    for p in $PIDS; do
+        kill -TERM "$p" 2>/dev/null
+    done
+    for p in $PIDS; do
+        wait "$p" 2>/dev/null
+    done
+    PIDS=""
+    # Closing the pipes makes the fakes exit (--exit-on-stdin-eof).
+    exec 8>&- 9>&-
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+finish() {
+    echo "$PASSED passed, $FAILED failed"
+    [ "$FAILED" -eq 0 ]
+    exit $?
+}
+
+# Live credentials in the caller's environment must not leak into the fakes' daemons.
+unset MODAL_TOKEN_ID MODAL_TOKEN_SECRET MODAL_SERVER_URL MODAL_ENVIRONMENT
+
+if ! command -v node >/dev/null 2>&1; then
+    fail "node is required for the fake Modal server (tests/deps.sh test installs it)"
+    finish
+fi
+
+# -- npm packages (the same check and install as run_sdk_test.sh) -------------------
+if [ ! -d tests/modal/fake/node_modules/@grpc/grpc-js ]; then
+    echo "modal: installing the fake's npm packages (npm ci)"
+    (cd tests/modal/fake && npm ci --ignore-scripts --no-audit --no-fund --prefer-offline) \
+        >"$T/npm.log" 2>&1 || { tail -n 20 "$T/npm.log"; fail "npm ci in tests/modal/fake"; finish; }
+fi
+
+# -- fakes ------------------------------------------------------------------------
+# start_fake NAME FD [args]: the fake reads a fifo that this shell holds open on
+# FD, so it exits when we do, however we end.
+start_fake() {
+    name=$1
+    fd=$2
+    shift 2
+    mkfifo "$T/$name.fifo" || return 1
+    node tests/modal/fake/server.js --port 0 --state "$T/$name-state" --exit-on-stdin-eof "$@" \
+        <"$T/$name.fifo" >"$T/$name.out" 2>"$T/$name.err" &
+    PIDS="$PIDS $!"
+    FAKE_PIDS="$FAKE_PIDS $!"
+    eval "exec $fd>\"\$T/\$name.fifo\""
+    i=0
+    while ! grep -q '^CONTROL ' "$T/$name.out" 2>/dev/null && [ $i -lt 200 ]; do
+        sleep 0.05
+        i=$((i + 1))
+    done
+    grep -q '^CONTROL ' "$T/$name.out" || { cat "$T/$name.err"; return 1; }
+}
+
+start_fake fake 8 --token-ttl 8 || { fail "the fake Modal server did not start"; finish; }
+start_fake fakeauth 9 --token-id ak-right --token-secret as-right ||
+    { fail "the fake Modal server with tokens did not start"; finish; }
+PORT=$(sed -n 's/^LISTENING //p' "$T/fake.out")
+CPORT=$(sed -n 's/^CONTROL //p' "$T/fake.out")
+APORT=$(sed -n 's/^LISTENING //p' "$T/fakeauth.out")
+echo "modal: fake on $PORT (control $CPORT), fake with tokens on $APORT"
+
+# -- daemons ---------------------------------------------------------------------
+write_cfg() { # file, then the providers.modal lines
+    f=$1
+    shift
+    {
+        echo 'socket:'
+        echo '  mode: "0666"'
+        echo 'limits:'
+        echo '  session_output_high: 2M'
+        echo '  session_output_hard: 256M'
+        echo '  exec_output_bytes: 2M'
+        echo 'providers:'
+        echo '  duktape:'
+        echo '    pool_size: 1'
+        echo '  modal:'
+        for l in "$@"; do echo "    $l"; done
+    } >"$f"
+}
+write_cfg "$T/main.yaml" "server_url: http://127.0.0.1:$PORT" "token_id: ak-test" \
+    "token_secret: as-test" "app_name: sbxd-test" "image: ubuntu:22.04"
+write_cfg "$T/nocred.yaml" "server_url: http://127.0.0.1:$PORT"
+write_cfg "$T/badcred.yaml" "server_url: http://127.0.0.1:$APORT" "token_id: ak-wrong" \
+    "token_secret: as-wrong"
+write_cfg "$T/down.yaml" "server_url: http://127.0.0.1:1" "token_id: ak-test" "token_secret: as-test"
+
+DAEMON_PIDS=""
+start_sbxd() { # name
+    sock="$T/$1.sock"
+    rm -f "$sock"
+    # shellcheck disable=SC2086
+    SBXD_SOCKET="$sock" $VG "$B/sbxd" -c "$T/$1.yaml" --log-level debug >"$T/$1.log" 2>&1 &
+    pid=$!
+    PIDS="$PIDS $pid"
+    DAEMON_PIDS="$DAEMON_PIDS $1:$pid"
+    i=0
+    while [ ! -S "$sock" ] && [ $i -lt 400 ]; do
+        sleep 0.05
+        i=$((i + 1))
+    done
+    [ -S "$sock" ] || { tail -n 20 "$T/$1.log"; return 1; }
+}
+for d in main nocred badcred down; do
+    start_sbxd $d || { fail "sbxd ($d) did not start"; finish; }
+done
+
+# -- 1. the SDK accepts the fake ------------------------------------------------------
+if sh tests/modal/run_sdk_test.sh >"$T/sdk.log" 2>&1; then
+    pass "modal@0.5.6 SDK faithfulness test against the fake ($(grep -c '^ *ok ' "$T/sdk.log") checks)"
+else
+    tail -n 40 "$T/sdk.log"
+    fail "modal@0.5.6 SDK faithfulness test against the fake"
+fi
+
+# -- 2. the C provider tests ------------------------------------------------------------
+if [ -x "$B/tests/ptest_modal" ]; then
+    PTEST_SBXD_CMD="exec $VG $B/sbxd -c $T/main.yaml --log-level debug" \
+        PTEST_TMP="$T" PTEST_FAKE_STATE="$T/fake-state" \
+        PTEST_NOCRED_SOCK="$T/nocred.sock" PTEST_BADCRED_SOCK="$T/badcred.sock" \
+        PTEST_DOWN_SOCK="$T/down.sock" \
+        "$B/tests/ptest_modal" "$T/main.sock" "$CPORT" >"$T/ptest.log" 2>&1
+    st=$?
+    cat "$T/ptest.log"
+    out=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$T/ptest.log" | tail -n 1)
+    if [ -n "$out" ]; then
+        p=${out%% passed*}
+        f=${out#*, }
+        f=${f%% failed*}
+        PASSED=$((PASSED + p))
+        FAILED=$((FAILED + f))
+        [ "$st" -ne 0 ] && [ "$f" -eq 0 ] && fail "ptest_modal exited $st"
+    else
+        fail "ptest_modal printed no result (exit $st)"
+    fi
+else
+    fail "$B/tests/ptest_modal is not built"
+fi
+
+# -- 3. sbxctl ----------------------------------------------------------------------------
+if [ -x "$B/sbxctl" ]; then
+    out=$(timeout 60 "$B/sbxctl" -s "$T/main.sock" run --provider modal -- echo hi 2>"$T/sbxctl.err")
+    st=$?
+    if [ "$st" -eq 0 ] && [ "$out" = "hi" ]; then
+        pass "sbxctl run --provider modal -- echo hi"
+    else
+        cat "$T/sbxctl.err"
+        fail "sbxctl run --provider modal -- echo hi (exit $st, output '$out')"
+    fi
+    out=$(timeout 60 "$B/sbxctl" -s "$T/main.sock" run --provider modal -- sh -c 'exit 7' 2>&1)
+    st=$?
+    if [ "$st" -eq 7 ]; then pass "sbxctl run passes the Modal exit code"; else fail "sbxctl run exit code ($st: $out)"; fi
+fi
+
+# -- the daemons exit cleanly (and, under valgrind, without leaks) ----------------------------
+for e in $DAEMON_PIDS; do
+    name=${e%%:*}
+    pid=${e#*:}
+    kill -TERM "$pid" 2>/dev/null
+    wait "$pid"
+    st=$?
+    if [ "$st" -eq 0 ]; then
+        pass "sbxd ($name) exits cleanly${VG:+ under valgrind}"
+    else
+        tail -n 40 "$T/$name.log"
+        fail "sbxd ($name) exited $st"
+    fi
+done
+PIDS=$FAKE_PIDS
+finish

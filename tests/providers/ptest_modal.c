@@ -1,0 +1,1105 @@
+/*
+ * ptest_modal.c - the Modal provider through a real sbxd, against the fake
+ * Modal control plane (tests/modal/fake/server.js), whose HTTP control port
+ * shows what the provider really did (sandboxes, execs, calls) and injects
+ * faults.
+ *
+ * usage: ptest_modal SOCKET CONTROL_PORT
+ * Optional environment (set by tests/providers/modal.sh):
+ *   PTEST_SBXD_CMD      shell command that execs an sbxd on the same fake
+ *                       (SBXD_SOCKET is set by the test): reconnect after restart
+ *   PTEST_TMP           a scratch folder
+ *   PTEST_NOCRED_SOCK   sbxd whose modal section has no credentials
+ *   PTEST_BADCRED_SOCK  sbxd with wrong credentials for a fake that checks them
+ *   PTEST_DOWN_SOCK     sbxd whose server URL has nothing listening
+ */
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include "itest.h"
+#include "testhelp.h"
+
+#define LONG_MS 60000
+
+static const char *SOCK;
+static int CPORT;
+
+/* ---- the fake's control endpoint (HTTP/1.1, one request per connection) ---- */
+
+static char *dechunk(const char *b, size_t n, size_t *out_n)
+{
+    char *out = malloc(n + 1);
+    size_t o = 0, i = 0;
+    while (i < n) {
+        size_t len = strtoul(b + i, NULL, 16);
+        const char *nl = memchr(b + i, '\n', n - i);
+        if (!nl || len == 0)
+            break;
+        i = (size_t)(nl - b) + 1;
+        if (i + len > n)
+            len = n - i;
+        memcpy(out + o, b + i, len);
+        o += len;
+        i += len + 2;
+    }
+    out[o] = '\0';
+    *out_n = o;
+    return out;
+}
+
+/* Returns the parsed JSON body (new ref) or NULL. body is stolen. */
+static json_t *ctl(const char *method, const char *path, json_t *body)
+{
+    char *b = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    json_decref(body);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)CPORT)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+        close(fd);
+        free(b);
+        return NULL;
+    }
+    char head[512];
+    int hl = snprintf(head, sizeof(head),
+                      "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+                      "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
+                      method, path, b ? strlen(b) : 0);
+    if (send(fd, head, (size_t)hl, MSG_NOSIGNAL) < 0 ||
+        (b && send(fd, b, strlen(b), MSG_NOSIGNAL) < 0)) {
+        close(fd);
+        free(b);
+        return NULL;
+    }
+    free(b);
+    size_t cap = 65536, len = 0;
+    char *buf = malloc(cap);
+    double deadline = now_ms() + 15000;
+    for (;;) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        int left = (int)(deadline - now_ms());
+        if (left <= 0 || poll(&p, 1, left) <= 0)
+            break;
+        if (cap - len < 4096)
+            buf = realloc(buf, cap *= 2);
+        ssize_t r = recv(fd, buf + len, cap - len - 1, 0);
+        if (r <= 0)
+            break;
+        len += (size_t)r;
+    }
+    close(fd);
+    buf[len] = '\0';
+    char *sep = strstr(buf, "\r\n\r\n");
+    json_t *v = NULL;
+    if (sep) {
+        char *bodyp = sep + 4;
+        size_t bl = len - (size_t)(bodyp - buf);
+        if (strcasestr(buf, "transfer-encoding: chunked") &&
+            strcasestr(buf, "transfer-encoding: chunked") < sep) {
+            size_t n;
+            char *d = dechunk(bodyp, bl, &n);
+            v = json_loadb(d, n, 0, NULL);
+            free(d);
+        } else {
+            v = json_loadb(bodyp, bl, 0, NULL);
+        }
+    }
+    free(buf);
+    return v;
+}
+
+static json_t *fake_sandbox(const char *modal_id)
+{
+    json_t *all = ctl("GET", "/sandboxes", NULL), *found = NULL;
+    size_t i;
+    json_t *s;
+    json_array_foreach (all, i, s)
+        if (modal_id &&
+            strcmp(json_string_value(json_object_get(s, "sandbox_id")), modal_id) == 0)
+            found = json_incref(s);
+    json_decref(all);
+    return found;
+}
+
+/* The last exec whose argv, joined with spaces, contains needle. */
+static json_t *fake_exec(const char *needle)
+{
+    json_t *all = ctl("GET", "/execs", NULL), *found = NULL;
+    size_t i, j;
+    json_t *e, *a;
+    json_array_foreach (all, i, e) {
+        char line[8192] = "";
+        size_t o = 0;
+        json_array_foreach (json_object_get(e, "command"), j, a) {
+            o += (size_t)snprintf(line + o, o < sizeof(line) ? sizeof(line) - o : 0,
+                                  "%s ", json_string_value(a));
+            if (o >= sizeof(line))
+                break;
+        }
+        if (strstr(line, needle)) {
+            json_decref(found);
+            found = json_incref(e);
+        }
+    }
+    json_decref(all);
+    return found;
+}
+
+static int calls_count(const char *method, int code)
+{
+    char path[128];
+    snprintf(path, sizeof(path), "/calls?method=%s", method);
+    json_t *all = ctl("GET", path, NULL);
+    int n = 0;
+    size_t i;
+    json_t *c;
+    json_array_foreach (all, i, c)
+        if (code < 0 || json_integer_value(json_object_get(c, "code")) == code)
+            n++;
+    json_decref(all);
+    return n;
+}
+
+/* ---- sbxd helpers ---------------------------------------------------------------- */
+
+static const char *meta_str(json_t *resp, const char *k)
+{
+    const char *s =
+        json_string_value(json_object_get(json_object_get(res_of(resp), "metadata"), k));
+    return s ? s : "";
+}
+
+static json_int_t meta_int(json_t *resp, const char *k)
+{
+    return json_integer_value(
+        json_object_get(json_object_get(res_of(resp), "metadata"), k));
+}
+
+static int meta_true(json_t *resp, const char *k)
+{
+    return json_is_true(json_object_get(json_object_get(res_of(resp), "metadata"), k));
+}
+
+static json_t *sb_get(conn *c, const char *id)
+{
+    return cn_call(c, "sandbox.get", json_pack("{s:s}", "id", id));
+}
+
+static char *modal_id_of(conn *c, const char *id)
+{
+    json_t *r = sb_get(c, id);
+    char *s = strdup(meta_str(r, "sandbox_id"));
+    json_decref(r);
+    return s;
+}
+
+static json_t *run(conn *c, const char *sb, json_t *cmd, json_t *extra)
+{
+    json_t *p = json_pack("{s:s, s:o}", "sandbox", sb, "command", cmd);
+    if (extra) {
+        json_object_update(p, extra);
+        json_decref(extra);
+    }
+    return cn_call_t(c, LONG_MS, "process.exec", p);
+}
+
+static json_t *sh(conn *c, const char *sb, const char *cmd)
+{
+    return run(c, sb, json_string(cmd), NULL);
+}
+
+static int out_is(json_t *resp, const char *want)
+{
+    const char *s = res_str(resp, "stdout");
+    int ok = strcmp(s, want) == 0;
+    if (!ok)
+        printf("      stdout: \"%s\" (want \"%s\"), stderr: \"%s\", error: %s\n", s, want,
+               res_str(resp, "stderr"),
+               json_string_value(json_object_get(res_of(resp), "error"))
+                   ? json_string_value(json_object_get(res_of(resp), "error"))
+                   : (json_object_get(resp, "error")
+                          ? json_dumps(json_object_get(resp, "error"), 0)
+                          : "null"));
+    return ok;
+}
+
+static int ends_with(const char *s, const char *suffix)
+{
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
+static int pid_alive(long pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    char *rp = strrchr(buf, ')');
+    return !(rp && rp[1] == ' ' && (rp[2] == 'Z' || rp[2] == 'X'));
+}
+
+static long read_long_file(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    long v = 0;
+    if (fscanf(f, "%ld", &v) != 1)
+        v = 0;
+    fclose(f);
+    return v;
+}
+
+static void errmsg(json_t *resp)
+{
+    json_t *e = json_object_get(resp, "error");
+    if (e) {
+        char *s = json_dumps(e, JSON_COMPACT);
+        printf("      error: %s\n", s);
+        free(s);
+    }
+}
+
+static int count_notes(conn *c, const char *method, const char *sandbox)
+{
+    int n = 0;
+    size_t i;
+    json_t *m;
+    json_array_foreach (c->notes, i, m) {
+        json_t *p = json_object_get(m, "params");
+        if (strcmp(json_string_value(json_object_get(m, "method")), method) == 0 &&
+            (!sandbox ||
+             strcmp(json_string_value(json_object_get(p, "sandbox")), sandbox) == 0))
+            n++;
+    }
+    return n;
+}
+
+/* ---- the tests
+ * ---------------------------------------------------------------------------- */
+
+static void test_info(void)
+{
+    conn *c = cn_open(SOCK);
+    json_t *r = cn_call(c, "daemon.info", NULL);
+    int avail = 0;
+    size_t i;
+    json_t *p;
+    json_array_foreach (json_object_get(res_of(r), "providers"), i, p)
+        if (strcmp(json_string_value(json_object_get(p, "name")), "modal") == 0)
+            avail = json_is_true(json_object_get(p, "available"));
+    test_cond("daemon.info: modal is available with credentials", avail);
+    json_decref(r);
+    cn_close(c);
+}
+
+static void test_basics(conn *c)
+{
+    json_t *r =
+        cn_call_t(c, LONG_MS, "sandbox.create",
+                  json_pack("{s:s, s:s, s:{s:s, s:s}, s:s, s:{s:f, s:i}}", "id", "m1",
+                            "provider", "modal", "env", "A", "1", "B", "b", "working_dir",
+                            "/work", "options", "cpu", 0.5, "memory_mb", 256));
+    errmsg(r);
+    test_cond("create: running", strcmp(res_str(r, "status"), "running") == 0);
+    test_cond("create: metadata has Modal's sandbox id",
+              strncmp(meta_str(r, "sandbox_id"), "sb-", 3) == 0);
+    test_cond("create: metadata app, image, timeout",
+              strcmp(meta_str(r, "app"), "sbxd-test") == 0 &&
+                  strcmp(meta_str(r, "image"), "ubuntu:22.04") == 0 &&
+                  meta_int(r, "timeout_secs") == 300 &&
+                  strncmp(meta_str(r, "image_id"), "im-", 3) == 0);
+    test_cond("create: not a reconnect",
+              !meta_true(r, "reconnected") &&
+                  !json_is_true(json_object_get(res_of(r), "reconnected")));
+    test_cond("create: image build progress notifications",
+              count_notes(c, "sandbox.progress", "m1") >= 2);
+    json_t *fs = fake_sandbox(meta_str(r, "sandbox_id"));
+    json_t *res = json_object_get(fs, "resources");
+    test_cond(
+        "fake: named after the sbxd id, in app sbxd-test",
+        strcmp(json_string_value(json_object_get(fs, "name")), "m1") == 0 &&
+            strcmp(json_string_value(json_object_get(fs, "app_name")), "sbxd-test") == 0);
+    test_cond("fake: workdir, cpu and memory requests, timeout",
+              strcmp(json_string_value(json_object_get(fs, "workdir")), "/work") == 0 &&
+                  json_integer_value(json_object_get(res, "milli_cpu")) == 500 &&
+                  json_integer_value(json_object_get(res, "memory_mb")) == 256 &&
+                  json_integer_value(json_object_get(fs, "timeout_secs")) == 300);
+    test_cond("fake: env baked in as a secret",
+              strcmp(json_string_value(json_object_get(json_object_get(fs, "env"), "A")),
+                     "1") == 0 &&
+                  json_array_size(json_object_get(fs, "secret_ids")) == 1);
+    json_decref(fs);
+    json_decref(r);
+
+    size_t before = json_array_size(c->notes);
+    r = sh(c, "m1", "echo hi");
+    test_cond("exec echo hi: exit 0, stdout",
+              res_int(r, "exit_code") == 0 && out_is(r, "hi\n"));
+    int pid = (int)res_int(r, "pid");
+    char buf[64];
+    test_cond("exec: process.output notification",
+              notes_output(c, pid, "stdout", buf, sizeof(buf)) == 3 &&
+                  strcmp(buf, "hi\n") == 0 && json_array_size(c->notes) > before);
+    json_decref(r);
+
+    r = sh(c, "m1", "echo err >&2; printf out; exit 3");
+    test_cond("exec: exit code and stderr",
+              res_int(r, "exit_code") == 3 &&
+                  strcmp(res_str(r, "stderr"), "err\n") == 0 && out_is(r, "out"));
+    json_decref(r);
+
+    r = run(c, "m1", json_pack("[s,s,s,s]", "printf", "%s-%s", "a b", "c"), NULL);
+    test_cond("exec argv: no shell", res_int(r, "exit_code") == 0 && out_is(r, "a b-c"));
+    json_decref(r);
+
+    r = sh(c, "m1", "pwd");
+    test_cond("cwd: the sandbox working_dir by default",
+              ends_with(res_str(r, "stdout"), "/work\n"));
+    json_decref(r);
+    r = run(c, "m1", json_string("pwd"), json_pack("{s:s}", "cwd", "/tmp/x"));
+    test_cond("cwd: the command's cwd wins", ends_with(res_str(r, "stdout"), "/tmp/x\n"));
+    json_decref(r);
+
+    r = sh(c, "m1", "echo \"$A|$B\"");
+    test_cond("env: create-time env", out_is(r, "1|b\n"));
+    json_decref(r);
+    r = cn_call(c, "sandbox.set_env",
+                json_pack("{s:s, s:{s:s, s:n, s:s}}", "id", "m1", "env", "A", "2", "B",
+                          "D", "d"));
+    json_decref(r);
+    r = run(c, "m1", json_string("echo \"$A|${B-unset}|$C|$D\""),
+            json_pack("{s:{s:s}}", "env", "C", "3"));
+    test_cond("env: runtime set_env over create env, null removes, command env on top",
+              out_is(r, "2|unset|3|d\n"));
+    json_decref(r);
+    r = run(c, "m1", json_string("echo \"$A\""), json_pack("{s:{s:s}}", "env", "A", "4"));
+    test_cond("env: the command's env wins", out_is(r, "4\n"));
+    json_decref(r);
+    r = cn_call(c, "sandbox.set_env",
+                json_pack("{s:s, s:{s:n, s:n}}", "id", "m1", "env", "A", "D"));
+    json_decref(r);
+}
+
+static void test_stdin(conn *c)
+{
+    json_t *r = run(c, "m1", json_string("cat; echo ."),
+                    json_pack("{s:s}", "stdin", "hello\nworld"));
+    test_cond("stdin: exec with stdin, then EOF", out_is(r, "hello\nworld.\n"));
+    json_decref(r);
+
+    r = cn_call(c, "process.spawn",
+                json_pack("{s:s, s:s}", "sandbox", "m1", "command", "cat"));
+    int pid = (int)res_int(r, "pid");
+    json_decref(r);
+    r = cn_call(c, "process.write",
+                json_pack("{s:s, s:i, s:s}", "sandbox", "m1", "pid", pid, "data", "abc"));
+    json_decref(r);
+    r = cn_call(
+        c, "process.write",
+        json_pack("{s:s, s:i, s:s}", "sandbox", "m1", "pid", pid, "data_b64", "ZGVm"));
+    json_decref(r);
+    r = cn_call(c, "process.close_stdin",
+                json_pack("{s:s, s:i}", "sandbox", "m1", "pid", pid));
+    json_decref(r);
+    r = cn_call_t(c, LONG_MS, "process.wait",
+                  json_pack("{s:s, s:i}", "sandbox", "m1", "pid", pid));
+    char buf[64] = "";
+    notes_output(c, pid, "stdout", buf, sizeof(buf));
+    test_cond("stdin: process.write + close_stdin reach the remote process",
+              res_int(r, "exit_code") == 0 && strcmp(buf, "abcdef") == 0);
+    json_decref(r);
+}
+
+static void test_output(conn *c)
+{
+    json_t *r = sh(c, "m1", "head -c 300000 /dev/zero | tr '\\0' a");
+    const char *s = res_str(r, "stdout");
+    size_t n = strlen(s), bad = 0;
+    for (size_t i = 0; i < n; i++)
+        bad += s[i] != 'a';
+    test_cond("output: 300 kB arrive intact", n == 300000 && bad == 0);
+    json_decref(r);
+
+    /* A stream broken mid-output resumes from the last batch: every line once, in order.
+     */
+    json_t *f = ctl("POST", "/fault",
+                    json_pack("{s:i, s:i}", "break_output_after_batches", 3, "fd", 1));
+    json_decref(f);
+    int broken_before = calls_count("ContainerExecGetOutput", 14);
+    r = sh(c, "m1",
+           "i=1; while [ $i -le 120 ]; do echo line$i; "
+           "[ $((i % 8)) = 0 ] && sleep 0.03; i=$((i+1)); done");
+    char want[4096] = "";
+    size_t o = 0;
+    for (int i = 1; i <= 120; i++)
+        o += (size_t)snprintf(want + o, sizeof(want) - o, "line%d\n", i);
+    test_cond("output: broken stream resumed without loss or duplication",
+              res_int(r, "exit_code") == 0 && out_is(r, want));
+    test_cond("output: the stream really broke (UNAVAILABLE) and was reopened",
+              calls_count("ContainerExecGetOutput", 14) > broken_before);
+    json_decref(r);
+    json_decref(ctl("DELETE", "/faults", NULL));
+}
+
+static json_t *wait_pid(conn *c, const char *sb, int pid)
+{
+    return cn_call_t(c, LONG_MS, "process.wait",
+                     json_pack("{s:s, s:i}", "sandbox", sb, "pid", pid));
+}
+
+static void test_kill_timeout(conn *c)
+{
+    char *mid = modal_id_of(c, "m1");
+    json_t *fs = fake_sandbox(mid);
+    char kidfile[1024];
+    snprintf(kidfile, sizeof(kidfile), "%s/work/kid.pid",
+             json_string_value(json_object_get(fs, "root")));
+    json_decref(fs);
+    unlink(kidfile);
+    json_t *r = cn_call(
+        c, "process.spawn",
+        json_pack("{s:s, s:s}", "sandbox", "m1", "command",
+                  "sleep 60 & echo $! > kid.pid; echo started; sleep 61; echo no"));
+    int pid = (int)res_int(r, "pid");
+    json_decref(r);
+    long kid = 0;
+    for (int i = 0; i < 200 && !(kid = read_long_file(kidfile)); i++)
+        usleep(25000);
+    test_cond("kill: the remote command runs (child pid recorded)",
+              kid > 0 && pid_alive(kid));
+    double t0 = now_ms();
+    r = cn_call(c, "process.kill", json_pack("{s:s, s:i}", "sandbox", "m1", "pid", pid));
+    json_decref(r);
+    r = wait_pid(c, "m1", pid);
+    test_cond("kill: exit 137, killed",
+              res_int(r, "exit_code") == 137 &&
+                  json_is_true(json_object_get(res_of(r), "killed")));
+    test_cond("kill: quick", now_ms() - t0 < 4000);
+    json_decref(r);
+    int gone = 0;
+    for (int i = 0; i < 40 && !(gone = !pid_alive(kid)); i++)
+        usleep(50000);
+    test_cond("kill: the remote process group is really gone (child too)", gone);
+    json_t *e = fake_exec("kid.pid");
+    test_cond("kill: the fake saw the exec end with 137",
+              json_integer_value(json_object_get(e, "exit_code")) == 137);
+    json_decref(e);
+    json_t *k = fake_exec("sbx[d]-$0");
+    test_cond("kill: done by a second exec (the killer)", k != NULL);
+    json_decref(k);
+
+    /* Killed before Modal even answered the exec: it still ends remotely. */
+    r = cn_call(
+        c, "process.spawn",
+        json_pack("{s:s, s:s}", "sandbox", "m1", "command", "sleep 31; echo early"));
+    pid = (int)res_int(r, "pid");
+    json_decref(r);
+    json_decref(
+        cn_call(c, "process.kill", json_pack("{s:s, s:i}", "sandbox", "m1", "pid", pid)));
+    r = wait_pid(c, "m1", pid);
+    test_cond("kill at once: exit 137, killed",
+              res_int(r, "exit_code") == 137 &&
+                  json_is_true(json_object_get(res_of(r), "killed")));
+    json_decref(r);
+    e = NULL;
+    for (int i = 0; i < 60; i++) {
+        json_decref(e);
+        e = fake_exec("sleep 31; echo early");
+        if (!e || json_is_integer(json_object_get(e, "exit_code")))
+            break;
+        usleep(50000);
+    }
+    test_cond("kill at once: the remote process ended too",
+              !e || json_is_integer(json_object_get(e, "exit_code")));
+    json_decref(e);
+
+    /* SIGTERM reaches the command, which dies of it: 143. */
+    r = cn_call(c, "process.spawn",
+                json_pack("{s:s, s:s}", "sandbox", "m1", "command", "echo up; sleep 32"));
+    pid = (int)res_int(r, "pid");
+    json_decref(r);
+    usleep(400000);
+    json_decref(cn_call(
+        c, "process.kill",
+        json_pack("{s:s, s:i, s:s}", "sandbox", "m1", "pid", pid, "signal", "TERM")));
+    r = wait_pid(c, "m1", pid);
+    test_cond("kill TERM: exit 143, killed",
+              res_int(r, "exit_code") == 143 &&
+                  json_is_true(json_object_get(res_of(r), "killed")));
+    json_decref(r);
+
+    /* A command that ignores SIGTERM still ends (escalated to SIGKILL). */
+    r = cn_call(c, "process.spawn",
+                json_pack("{s:s, s:s}", "sandbox", "m1", "command",
+                          "trap '' TERM; sleep 33; echo survived"));
+    pid = (int)res_int(r, "pid");
+    json_decref(r);
+    usleep(400000);
+    t0 = now_ms();
+    json_decref(cn_call(
+        c, "process.kill",
+        json_pack("{s:s, s:i, s:s}", "sandbox", "m1", "pid", pid, "signal", "TERM")));
+    r = wait_pid(c, "m1", pid);
+    char out[256] = "";
+    notes_output(c, pid, "stdout", out, sizeof(out));
+    test_cond("kill TERM ignored: escalated to KILL, the process really ends",
+              json_is_true(json_object_get(res_of(r), "killed")) &&
+                  res_int(r, "exit_code") == 137 && !strstr(out, "survived") &&
+                  now_ms() - t0 < 10000);
+    json_decref(r);
+
+    t0 = now_ms();
+    r = run(c, "m1", json_string("echo tick; sleep 30; echo never"),
+            json_pack("{s:i}", "timeout_ms", 1500));
+    double took = now_ms() - t0;
+    test_cond("timeout: exit 124, timed_out, killed",
+              res_int(r, "exit_code") == 124 &&
+                  json_is_true(json_object_get(res_of(r), "timed_out")) &&
+                  json_is_true(json_object_get(res_of(r), "killed")));
+    test_cond("timeout: at the deadline", took >= 1400 && took < 5000);
+    test_cond("timeout: output before the deadline kept", out_is(r, "tick\n"));
+    json_decref(r);
+    e = fake_exec("sleep 30; echo never");
+    int ended = 0;
+    for (int i = 0; i < 40; i++) {
+        json_decref(e);
+        e = fake_exec("sleep 30; echo never");
+        if ((ended = json_is_integer(json_object_get(e, "exit_code"))))
+            break;
+        usleep(50000);
+    }
+    test_cond("timeout: the remote process ended too",
+              ended && !pid_alive(json_integer_value(json_object_get(e, "pid"))));
+    test_cond("timeout: Modal got the per-command timeout",
+              json_integer_value(json_object_get(e, "timeout_secs")) == 2);
+    json_decref(e);
+    free(mid);
+}
+
+static void test_flow_control(void)
+{
+    /* A follower that does not read: output must stop flowing from Modal
+     * (CURL_WRITEFUNC_PAUSE), not pile up in sbxd, then resume losslessly. */
+    conn *slow = cn_open(SOCK), *c = cn_open(SOCK);
+    const int total = 40 * 1024 * 1024;
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "head -c %d /dev/zero | tr '\\0' z", total);
+    json_t *r = cn_call(slow, "process.spawn",
+                        json_pack("{s:s, s:s}", "sandbox", "m1", "command", cmd));
+    int pid = (int)res_int(r, "pid");
+    json_decref(r);
+    json_int_t seen = 0, prev = -1;
+    /* Let it run until sbxd stops taking more (or everything arrived). */
+    for (int i = 0; i < 60; i++) {
+        usleep(100000);
+        r = cn_call(c, "process.list", json_pack("{s:s}", "sandbox", "m1"));
+        size_t k;
+        json_t *p;
+        json_array_foreach (json_object_get(res_of(r), "processes"), k, p)
+            if (json_integer_value(json_object_get(p, "pid")) == pid)
+                seen = json_integer_value(json_object_get(p, "stdout_bytes"));
+        json_decref(r);
+        if (seen == prev && seen > 0)
+            break;
+        prev = seen;
+    }
+    test_cond("flow control: output stops while the follower does not read",
+              seen > 0 && seen < total);
+    /* Now read everything. */
+    size_t got = 0;
+    int exited = 0;
+    double deadline = now_ms() + 60000;
+    while (!exited && now_ms() < deadline) {
+        json_t *m = cn_read(slow, 1000);
+        if (!m)
+            continue;
+        const char *meth = json_string_value(json_object_get(m, "method"));
+        json_t *p = json_object_get(m, "params");
+        if (meth && strcmp(meth, "process.output") == 0 &&
+            json_integer_value(json_object_get(p, "pid")) == pid)
+            got += json_string_length(json_object_get(p, "data"));
+        if (meth && strcmp(meth, "process.exit") == 0 &&
+            json_integer_value(json_object_get(p, "pid")) == pid)
+            exited = 1;
+        json_decref(m);
+    }
+    test_cond("flow control: resumed, every byte delivered",
+              exited && got == (size_t)total);
+    if (!exited || got != (size_t)total)
+        printf("      exited %d, got %zu of %d (seen %lld while blocked)\n", exited, got,
+               total, (long long)seen);
+    cn_close(slow);
+    cn_close(c);
+}
+
+static void test_dead_sandbox(conn *c)
+{
+    char *old = modal_id_of(c, "m1");
+    json_t *f = ctl("POST", "/fault", json_pack("{s:s}", "kill_sandbox", old));
+    json_decref(f);
+    json_t *r = sh(c, "m1", "echo ok");
+    test_cond("dead sandbox: exec works after a restart",
+              res_int(r, "exit_code") == 0 && out_is(r, "ok\n"));
+    test_cond(
+        "dead sandbox: the result says retried",
+        json_is_true(json_object_get(res_of(r), "retried")));
+    json_decref(r);
+    r = sb_get(c, "m1");
+    test_cond("dead sandbox: metadata shows the restart and a new Modal sandbox",
+              meta_int(r, "restarts") == 1 && meta_true(r, "retried") &&
+                  strcmp(meta_str(r, "sandbox_id"), old) != 0 &&
+                  strcmp(res_str(r, "status"), "running") == 0);
+    json_decref(r);
+    free(old);
+
+    /* Two failures in a row: retried once, then reported. */
+    f = ctl("POST", "/fault",
+            json_pack("{s:{s:s, s:i, s:s, s:i}}", "fail_next", "method", "ContainerExec",
+                      "code", 5, "message", "fake: no such task (100% gone, über)", "times", 2));
+    json_decref(f);
+    r = sh(c, "m1", "echo x");
+    const char *e = json_string_value(json_object_get(res_of(r), "error"));
+    test_cond("second failure: reported (grpc-message percent-decoded), not retried again",
+              e && strstr(e, "NOT_FOUND") && strstr(e, "fake: no such task (100% gone, über)") &&
+                  res_int(r, "exit_code") != 0);
+    test_cond(
+        "second failure: the result says it was retried",
+        json_is_true(json_object_get(res_of(r), "retried")));
+    json_decref(r);
+    json_decref(ctl("DELETE", "/faults", NULL));
+    r = sh(c, "m1", "echo y");
+    test_cond("after the faults: exec works", out_is(r, "y\n"));
+    json_decref(r);
+}
+
+static void test_stop_start(conn *c)
+{
+    json_t *r = sh(c, "m1", "echo keep > f.txt");
+    json_decref(r);
+    char *old = modal_id_of(c, "m1");
+    r = cn_call_t(c, LONG_MS, "sandbox.stop", json_pack("{s:s}", "id", "m1"));
+    errmsg(r);
+    test_cond("stop: stopped", strcmp(res_str(r, "status"), "stopped") == 0);
+    test_cond("stop: the filesystem was saved",
+              strncmp(meta_str(r, "saved_image_id"), "im-", 3) == 0);
+    json_decref(r);
+    json_t *fs = fake_sandbox(old);
+    test_cond("stop: the Modal sandbox was terminated",
+              strcmp(json_string_value(json_object_get(fs, "status")), "terminated") ==
+                  0);
+    json_decref(fs);
+    r = cn_call_t(c, LONG_MS, "sandbox.start", json_pack("{s:s}", "id", "m1"));
+    errmsg(r);
+    test_cond("start: running on a new Modal sandbox",
+              strcmp(res_str(r, "status"), "running") == 0 &&
+                  strcmp(meta_str(r, "sandbox_id"), old) != 0);
+    json_decref(r);
+    r = sh(c, "m1", "cat f.txt");
+    test_cond("start: the file survived stop/start", out_is(r, "keep\n"));
+    json_decref(r);
+    free(old);
+}
+
+static void test_snapshot(conn *c)
+{
+    json_t *r = sh(c, "m1", "echo snap > s.txt");
+    json_decref(r);
+    r = cn_call_t(c, LONG_MS, "sandbox.snapshot", json_pack("{s:s}", "id", "m1"));
+    errmsg(r);
+    const char *snap = res_str(r, "snapshot");
+    test_cond("snapshot: an id", strncmp(snap, "snap-", 5) == 0);
+    json_t *c2 = cn_call_t(c, LONG_MS, "sandbox.create",
+                           json_pack("{s:s, s:s}", "id", "m2", "snapshot", snap));
+    errmsg(c2);
+    test_cond("create from snapshot: running",
+              strcmp(res_str(c2, "status"), "running") == 0 &&
+                  strcmp(res_str(c2, "provider"), "modal") == 0);
+    json_t *fs = fake_sandbox(meta_str(c2, "sandbox_id"));
+    json_t *imgs = ctl("GET", "/images", NULL);
+    int is_snap = 0;
+    size_t i;
+    json_t *im;
+    json_array_foreach (imgs, i, im)
+        if (strcmp(json_string_value(json_object_get(im, "image_id")),
+                   json_string_value(json_object_get(fs, "image_id"))) == 0)
+            is_snap =
+                strcmp(json_string_value(json_object_get(im, "kind")), "snapshot") == 0;
+    test_cond("create from snapshot: started on the snapshot image", is_snap);
+    json_decref(imgs);
+    json_decref(fs);
+    json_decref(c2);
+    json_decref(r);
+    r = run(c, "m2", json_string("cat s.txt"), json_pack("{s:s}", "cwd", "/work"));
+    test_cond("create from snapshot: the file is there", out_is(r, "snap\n"));
+    json_decref(r);
+    r = cn_call_t(c, LONG_MS, "sandbox.destroy", json_pack("{s:s}", "id", "m2"));
+    json_decref(r);
+}
+
+static void test_clone_destroy(conn *c)
+{
+    json_t *r = cn_call_t(c, LONG_MS, "sandbox.clone",
+                          json_pack("{s:s, s:s, s:i, s:b}", "id", "m1", "new_id", "m1c",
+                                    "idle_timeout_ms", 90000, "start", 1));
+    errmsg(r);
+    json_t *fs = fake_sandbox(meta_str(r, "sandbox_id"));
+    test_cond("clone: idle_timeout_ms becomes Modal's idle_timeout_secs",
+              strcmp(res_str(r, "status"), "running") == 0 &&
+                  json_integer_value(json_object_get(fs, "idle_timeout_secs")) == 90);
+    json_decref(fs);
+    json_decref(r);
+    r = cn_call_t(c, LONG_MS, "sandbox.destroy", json_pack("{s:s}", "id", "m1c"));
+    json_decref(r);
+
+    char *mid = modal_id_of(c, "m1");
+    r = cn_call_t(c, LONG_MS, "sandbox.destroy", json_pack("{s:s}", "id", "m1"));
+    test_cond("destroy: destroyed", strcmp(res_str(r, "status"), "destroyed") == 0);
+    json_decref(r);
+    fs = fake_sandbox(mid);
+    test_cond("destroy: the Modal sandbox was terminated",
+              strcmp(json_string_value(json_object_get(fs, "status")), "terminated") ==
+                  0);
+    json_decref(fs);
+    free(mid);
+}
+
+static void test_create_errors(conn *c)
+{
+    json_t *r = cn_call_t(c, LONG_MS, "sandbox.create",
+                          json_pack("{s:s, s:s}", "provider", "modal", "image",
+                                    "example.com/fake-build-fail:1"));
+    const char *m = json_string_value(json_object_get(json_object_get(r, "error"), "message"));
+    test_cond("image build failure: create fails with the build's error",
+              err_code(r) == -32006 && m && strstr(m, "fake build failure"));
+    json_decref(r);
+    r = cn_call_t(c, LONG_MS, "sandbox.create",
+                  json_pack("{s:s, s:{s:s}}", "provider", "modal", "options", "cpu", "lots"));
+    test_cond("bad options.cpu: -32602", err_code(r) == -32602);
+    json_decref(r);
+    r = cn_call(c, "sandbox.list", json_pack("{s:s}", "provider", "modal"));
+    test_cond("failed creates leave nothing behind",
+              json_array_size(json_object_get(res_of(r), "sandboxes")) == 0);
+    json_decref(r);
+}
+
+static void test_headers(void)
+{
+    json_t *all = ctl("GET", "/calls", NULL);
+    size_t i;
+    json_t *c;
+    int n = 0, ids = 0, auth = 0, idem_ok = 0, unary = 0, client = 0;
+    json_array_foreach (all, i, c) {
+        json_t *md = json_object_get(c, "metadata");
+        const char *m = json_string_value(json_object_get(c, "method"));
+        const char *tid = json_string_value(json_object_get(md, "x-modal-token-id"));
+        if (!tid || strcmp(tid, "ak-test") != 0)
+            continue; /* the SDK test's own calls */
+        n++;
+        ids++;
+        if (strcmp(m, "AuthTokenGet") == 0 ||
+            json_is_true(json_object_get(md, "has-auth-token")))
+            auth++;
+        const char *ct = json_string_value(json_object_get(md, "x-modal-client-type"));
+        if (ct && strcmp(ct, "8") == 0)
+            client++;
+        if (strcmp(m, "ContainerExec") == 0 || strcmp(m, "SandboxCreate") == 0) {
+            unary++;
+            const char *k = json_string_value(json_object_get(md, "x-idempotency-key"));
+            if (k && strlen(k) == 36 && json_object_get(md, "x-retry-attempt"))
+                idem_ok++;
+        }
+    }
+    test_cond("headers: token id on every call, auth token on all but AuthTokenGet",
+              n > 10 && ids == n && auth == n);
+    test_cond("headers: client type", client == n);
+    test_cond("headers: idempotency key + retry attempt on unary calls",
+              unary > 0 && idem_ok == unary);
+    int tokens = 0, rejected = 0;
+    json_array_foreach (all, i, c) {
+        json_t *md = json_object_get(c, "metadata");
+        const char *tid = json_string_value(json_object_get(md, "x-modal-token-id"));
+        if (!tid || strcmp(tid, "ak-test") != 0)
+            continue;
+        if (strcmp(json_string_value(json_object_get(c, "method")), "AuthTokenGet") == 0)
+            tokens++;
+        if (json_integer_value(json_object_get(c, "code")) == 16)
+            rejected++;
+    }
+    /* The fake's tokens live 8 s (modal.sh): sbxd renews them before they expire. */
+    test_cond("auth: the token is refreshed before it expires (never rejected)",
+              tokens >= 2 && rejected == 0);
+    json_decref(all);
+}
+
+/* ---- other daemons
+ * ------------------------------------------------------------------------- */
+
+static json_t *modal_info(conn *c)
+{
+    json_t *r = cn_call(c, "daemon.info", NULL), *found = NULL;
+    size_t i;
+    json_t *p;
+    json_array_foreach (json_object_get(res_of(r), "providers"), i, p)
+        if (strcmp(json_string_value(json_object_get(p, "name")), "modal") == 0)
+            found = json_incref(p);
+    json_decref(r);
+    return found;
+}
+
+static void test_nocred(const char *sock)
+{
+    conn *c = cn_open(sock);
+    if (!c) {
+        test_cond("no credentials: daemon reachable", 0);
+        return;
+    }
+    json_t *p = modal_info(c);
+    const char *reason = json_string_value(json_object_get(p, "reason"));
+    test_cond("no credentials: daemon.info shows modal unavailable with the reason",
+              p && json_is_false(json_object_get(p, "available")) && reason &&
+                  strstr(reason, "MODAL_TOKEN_ID"));
+    json_decref(p);
+    json_t *r = cn_call(c, "sandbox.create", json_pack("{s:s}", "provider", "modal"));
+    test_cond("no credentials: create -> -32002", err_code(r) == -32002);
+    json_decref(r);
+    cn_close(c);
+}
+
+static void test_badcred(const char *sock)
+{
+    conn *c = cn_open(sock);
+    if (!c) {
+        test_cond("bad credentials: daemon reachable", 0);
+        return;
+    }
+    json_t *r =
+        cn_call_t(c, LONG_MS, "sandbox.create", json_pack("{s:s}", "provider", "modal"));
+    json_t *e = json_object_get(r, "error");
+    json_t *d = json_object_get(e, "data");
+    const char *msg = json_string_value(json_object_get(d, "message"));
+    test_cond(
+        "bad credentials: create fails with -32006 UNAUTHENTICATED and Modal's message",
+        err_code(r) == -32006 &&
+            json_integer_value(json_object_get(d, "grpc_status")) == 16 && msg &&
+            strstr(msg, "invalid") &&
+            strstr(json_string_value(json_object_get(e, "message")), "UNAUTHENTICATED"));
+    if (err_code(r) != -32006)
+        errmsg(r);
+    json_decref(r);
+    r = cn_call(c, "sandbox.list", NULL);
+    test_cond("bad credentials: nothing left behind",
+              json_array_size(json_object_get(res_of(r), "sandboxes")) == 0);
+    json_decref(r);
+    cn_close(c);
+}
+
+static void test_down(const char *sock)
+{
+    conn *c = cn_open(sock);
+    if (!c) {
+        test_cond("server down: daemon reachable", 0);
+        return;
+    }
+    json_t *p = modal_info(c);
+    test_cond("server down: daemon.info still answers", p != NULL);
+    json_decref(p);
+    double t0 = now_ms();
+    json_t *r =
+        cn_call_t(c, LONG_MS, "sandbox.create", json_pack("{s:s}", "provider", "modal"));
+    const char *reason = json_string_value(
+        json_object_get(json_object_get(json_object_get(r, "error"), "data"), "reason"));
+    test_cond("server down: create -> -32002 with the reason, quickly",
+              err_code(r) == -32002 && reason && strstr(reason, "127.0.0.1:1") &&
+                  now_ms() - t0 < 10000);
+    if (err_code(r) != -32002)
+        errmsg(r);
+    json_decref(r);
+    r = cn_call(c, "sandbox.create",
+                json_pack("{s:s, s:s}", "id", "d1", "provider", "duktape"));
+    json_t *x = cn_call(c, "process.exec",
+                        json_pack("{s:s, s:s}", "sandbox", "d1", "command", "1+1"));
+    test_cond("server down: duktape keeps serving",
+              strcmp(res_str(r, "status"), "running") == 0 &&
+                  json_integer_value(json_object_get(res_of(x), "result")) == 2);
+    json_decref(x);
+    json_decref(r);
+    r = cn_call(c, "sandbox.destroy", json_pack("{s:s}", "id", "d1"));
+    json_decref(r);
+    cn_close(c);
+}
+
+static pid_t spawn_sbxd(const char *cmd, const char *sock)
+{
+    unlink(sock);
+    char logp[600];
+    snprintf(logp, sizeof(logp), "%s.log", sock);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fd = open(logp, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+        }
+        setenv("SBXD_SOCKET", sock, 1);
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    struct stat st;
+    for (int i = 0; i < 400; i++) {
+        if (stat(sock, &st) == 0)
+            return pid;
+        usleep(50000);
+    }
+    return pid;
+}
+
+static int stop_sbxd(pid_t pid)
+{
+    int st = 0;
+    kill(pid, SIGTERM);
+    waitpid(pid, &st, 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static void test_reconnect(const char *cmd, const char *tmp)
+{
+    char sock[512];
+    snprintf(sock, sizeof(sock), "%s/reco.sock", tmp);
+    pid_t pid = spawn_sbxd(cmd, sock);
+    conn *c = cn_open(sock);
+    if (!c) {
+        test_cond("reconnect: second sbxd started", 0);
+        stop_sbxd(pid);
+        return;
+    }
+    json_t *r = cn_call_t(c, LONG_MS, "sandbox.create",
+                          json_pack("{s:s, s:s, s:s}", "id", "reco-1", "provider",
+                                    "modal", "working_dir", "/w"));
+    errmsg(r);
+    char *first = strdup(meta_str(r, "sandbox_id"));
+    json_decref(r);
+    r = sh(c, "reco-1", "echo there > r.txt");
+    json_decref(r);
+    cn_close(c);
+    int st = stop_sbxd(pid);
+    test_cond("reconnect: sbxd stops cleanly (the Modal sandbox keeps running)", st == 0);
+    json_t *fs = fake_sandbox(first);
+    test_cond("reconnect: still running in Modal",
+              strcmp(json_string_value(json_object_get(fs, "status")), "running") == 0);
+    json_decref(fs);
+
+    pid = spawn_sbxd(cmd, sock);
+    if (geteuid() == 0) {
+        /* Another uid may not adopt it: the owner is tagged on the Modal sandbox. */
+        int fds[2];
+        char res[4] = "x";
+        if (pipe(fds) == 0) {
+            pid_t kid = fork();
+            if (kid == 0) {
+                close(fds[0]);
+                char ok = '0';
+                if (setgid(65534) == 0 && setuid(65534) == 0) {
+                    conn *o = cn_open(sock);
+                    json_t *x = o ? cn_call_t(o, LONG_MS, "sandbox.create",
+                                              json_pack("{s:s, s:s}", "id", "reco-1",
+                                                        "provider", "modal"))
+                                  : NULL;
+                    ok = err_code(x) == -32003 ? '1' : '0';
+                    json_decref(x);
+                    cn_close(o);
+                }
+                if (write(fds[1], &ok, 1) != 1)
+                    _exit(1);
+                _exit(0);
+            }
+            close(fds[1]);
+            if (read(fds[0], res, 1) != 1)
+                res[0] = 'x';
+            close(fds[0]);
+            waitpid(kid, NULL, 0);
+        }
+        test_cond("reconnect: another uid cannot adopt it (-32003)", res[0] == '1');
+        fs = fake_sandbox(first);
+        test_cond("reconnect: ... and that left it running",
+                  strcmp(json_string_value(json_object_get(fs, "status")), "running") ==
+                      0);
+        json_decref(fs);
+    }
+    c = cn_open(sock);
+    r = cn_call_t(c, LONG_MS, "sandbox.create",
+                  json_pack("{s:s, s:s, s:s}", "id", "reco-1", "provider", "modal",
+                            "working_dir", "/w"));
+    errmsg(r);
+    test_cond("reconnect: the same id after a restart adopts the running Modal sandbox",
+              strcmp(res_str(r, "status"), "running") == 0 &&
+                  meta_true(r, "reconnected") &&
+                  strcmp(meta_str(r, "sandbox_id"), first) == 0);
+    json_decref(r);
+    r = sh(c, "reco-1", "cat r.txt");
+    test_cond("reconnect: files are still there", out_is(r, "there\n"));
+    json_decref(r);
+    r = cn_call_t(c, LONG_MS, "sandbox.destroy", json_pack("{s:s}", "id", "reco-1"));
+    json_decref(r);
+    fs = fake_sandbox(first);
+    test_cond("reconnect: destroy terminates it",
+              strcmp(json_string_value(json_object_get(fs, "status")), "terminated") ==
+                  0);
+    json_decref(fs);
+    cn_close(c);
+    st = stop_sbxd(pid);
+    test_cond("reconnect: restarted sbxd stops cleanly", st == 0);
+    free(first);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 3) {
+        fprintf(stderr, "usage: ptest_modal SOCKET CONTROL_PORT\n");
+        return 2;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    SOCK = argv[1];
+    CPORT = atoi(argv[2]);
+    json_t *h = ctl("GET", "/health", NULL);
+    test_cond("the fake's control port answers", json_is_true(json_object_get(h, "ok")));
+    json_decref(h);
+    conn *c = cn_open(SOCK);
+    test_cond("sbxd answers", c != NULL);
+    if (!c)
+        return test_report();
+    test_info();
+    test_basics(c);
+    test_stdin(c);
+    test_output(c);
+    test_kill_timeout(c);
+    test_flow_control();
+    test_dead_sandbox(c);
+    test_stop_start(c);
+    test_snapshot(c);
+    test_clone_destroy(c);
+    test_create_errors(c);
+    test_headers();
+    cn_close(c);
+
+    const char *s;
+    if ((s = getenv("PTEST_NOCRED_SOCK")))
+        test_nocred(s);
+    if ((s = getenv("PTEST_BADCRED_SOCK")))
+        test_badcred(s);
+    if ((s = getenv("PTEST_DOWN_SOCK")))
+        test_down(s);
+    const char *cmd = getenv("PTEST_SBXD_CMD"), *tmp = getenv("PTEST_TMP");
+    if (cmd && tmp)
+        test_reconnect(cmd, tmp);
+    return test_report();
+}
