@@ -42,7 +42,8 @@ struct sbx_provider {
 
     /* Lifecycle ops. Each is started once at a time per sandbox and finishes
      * with sandbox_op_done(). Returning <0 means it failed at once (and
-     * sandbox_op_done must NOT be called). */
+     * sandbox_op_done must NOT be called). sb_start may finish with the
+     * result {"reconnected": true} when it found the backend already there. */
     int (*sb_start)(void *cookie, struct sandbox *sb, sbx_err_t *err);
     int (*sb_stop)(void *cookie, struct sandbox *sb, sbx_err_t *err);
     int (*sb_destroy)(void *cookie, struct sandbox *sb, sbx_err_t *err);

@@ -368,7 +368,7 @@ static void answer_waiters(struct sandbox *sb, enum sb_op op, sbx_err_t *err, js
         } else {
             json_t *r = result ? json_incref(result) : sandbox_to_json(sb);
             if (w->call->is_create && !result)
-                json_object_set_new(r, "reconnected", json_false());
+                json_object_set_new(r, "reconnected", json_boolean(sb->backend_reconnected));
             call_reply(w->call, r);
         }
         free(w);
@@ -430,6 +430,9 @@ void sandbox_start(struct sandbox *sb, struct call *c)
         for (struct process *p = sb->procs; p; p = p->next)
             if (p->state == P_QUEUED)
                 process_fail(p, "provider unavailable");
+        /* A create that never reached its backend leaves nothing behind. */
+        if (sb->discard_on_fail && !sb->started_once)
+            sandbox_free(sb);
         return;
     }
     add_waiter(sb, c, OP_START);
@@ -670,6 +673,10 @@ static void finish_op(struct sandbox *sb, sbx_err_t *err)
 
 void sandbox_op_done(struct sandbox *sb, sbx_err_t *err, json_t *result)
 {
+    /* A start may have found the backend already there (Docker container
+     * by label, Modal sandbox by name): the create answer says so. */
+    if (sb->op == OP_START && json_is_true(json_object_get(result, "reconnected")))
+        sb->backend_reconnected = 1;
     if (sb->op == OP_START && !(err && err->msg) && json_object_get(sb->conf, "on_start") &&
         !json_is_null(json_object_get(sb->conf, "on_start"))) {
         json_decref(result);

@@ -365,8 +365,11 @@ static void job_end(struct msb *ms, sbx_err_t *err, json_t *result)
         }
         return;
     }
-    if (!failed && job == J_START)
+    if (!failed && job == J_START) {
         ms->dead = 0;
+        if (ms->reconnected && !result)
+            result = json_pack("{s:b}", "reconnected", 1);
+    }
     /* Processes that wanted a restart while another op ran. */
     if (ms->waiters && ms->job == J_NONE && job == J_SNAPSHOT)
         start_restart(ms);

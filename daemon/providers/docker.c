@@ -1,0 +1,1823 @@
+/*
+ * docker.c - the Docker provider: a sandbox is one long-running container.
+ *
+ * The static agent sbx-init is uploaded into the created container (archive
+ * upload into the /.sbx volume) and runs as its PID 1. sbxd keeps one
+ * attached connection to PID 1's stdin/stdout per sandbox and speaks the
+ * worker channel (proto/CHANNEL.md) over it: every process of the sandbox is
+ * multiplexed there, with credit-based flow control per process. After an
+ * sbxd restart the containers are found again by label, attached, and the
+ * agent's HELLO (answering a PING) lists the processes it still runs; they
+ * are adopted under their old pids and their output is replayed.
+ *
+ * The lifecycle runs as a small machine (enum dk_phase) whose steps are
+ * engine calls; each answer moves it on. It serves the core's start op and
+ * our own recovery when the attach stream ends while the sandbox runs (the
+ * container died, was removed, or the engine went away): recovery inspects
+ * the container, re-attaches to a live one, restarts a dead one once when a
+ * process had been sent but never started (that process is then spawned
+ * again and its result says "isolate_reset"), and otherwise reports the
+ * sandbox lost with the reason.
+ *
+ * exec_mode docker-exec runs processes through the Engine's exec API
+ * instead (docker_exec.c).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "daemon.h"
+#include "docker_int.h"
+#include "log.h"
+#include "process.h"
+#include "provider.h"
+#include "sandbox.h"
+#include "sbx_proto.h"
+
+#define DK_WINDOW (512u * 1024)
+#define CREDIT_BATCH (DK_WINDOW / 4)
+#define STDIN_LIMIT (16u * 1024 * 1024)
+#define HS_PING_S 1.0
+#define HS_PINGS 10
+#define MAX_ADOPT 256
+#define AGENT_LOG_LINES 200
+#define STOP_WAIT_S 3
+#define SNAP_REPO "sbxd-snapshot"
+
+static void lc_next(struct dk_sb *ds);
+static void lc_fail(struct dk_sb *ds, sbx_err_t *err);
+static void lc_ok(struct dk_sb *ds);
+static void send_spawn(struct dk_sb *ds, struct dk_proc *dpp);
+static void agent_frame(struct chan *ch, const struct sbx_chan_hdr *h,
+                        const uint8_t *payload, void *data);
+static void agent_chan_closed(struct chan *ch, const char *why, void *data);
+
+static const char *sb_label_socket(void)
+{
+    return D->cfg.socket_path ? D->cfg.socket_path : "";
+}
+
+/* ---- small helpers --------------------------------------------------------------------
+ */
+
+static struct dk_proc *find_dpp(struct dk_sb *ds, uint32_t pid)
+{
+    for (struct dk_proc *x = ds->procs; x; x = x->next)
+        if (x->pid == pid)
+            return x;
+    return NULL;
+}
+
+static void flush(struct dk_sb *ds)
+{
+    if (ds->att)
+        hj_flush(ds->att);
+}
+
+static int send_frame(struct dk_sb *ds, uint8_t type, uint32_t pid, const void *d,
+                      size_t n)
+{
+    if (!ds->ch_live)
+        return -1;
+    int r = chan_send(&ds->ch, type, pid, d, n);
+    flush(ds);
+    return r;
+}
+
+static int send_json(struct dk_sb *ds, uint8_t type, uint32_t pid, json_t *v)
+{
+    if (!ds->ch_live)
+        return -1;
+    int r = chan_send_json(&ds->ch, type, pid, v);
+    flush(ds);
+    return r;
+}
+
+static int send_u32(struct dk_sb *ds, uint8_t type, uint32_t pid, uint32_t v)
+{
+    if (!ds->ch_live)
+        return -1;
+    int r = chan_send_u32(&ds->ch, type, pid, v);
+    flush(ds);
+    return r;
+}
+
+static void progress(struct dk_sb *ds, const char *stage, const char *msg)
+{
+    sandbox_progress(ds->sb, json_pack("{s:s, s:s}", "stage", stage, "message", msg));
+}
+
+json_t *dk_spawn_env(struct dk_sb *ds, struct process *p)
+{
+    json_t *env = ds->base_env ? json_deep_copy(ds->base_env) : json_object();
+    json_t *se = json_object_get(p->spec, "env");
+    if (json_is_object(se))
+        json_object_update(env, se);
+    return env;
+}
+
+const char *dk_spawn_cwd(struct dk_sb *ds, struct process *p)
+{
+    const char *c = json_string_value(json_object_get(p->spec, "cwd"));
+    if (c)
+        return c;
+    c = json_string_value(json_object_get(ds->opts, "working_dir"));
+    return c ? c : "/workspace";
+}
+
+/* ---- the attach stream and the agent channel
+ * --------------------------------------------- */
+
+static void agent_stderr(struct dk_sb *ds, const uint8_t *d, size_t n)
+{
+    /* Diagnostics of the agent: logged line by line, bounded per attach. */
+    for (size_t i = 0; i < n; i++) {
+        if (d[i] != '\n') {
+            if (ds->errlen < sizeof(ds->errline) - 1)
+                ds->errline[ds->errlen++] =
+                    (char)(d[i] >= 0x20 || d[i] == '\t' ? d[i] : '?');
+            continue;
+        }
+        ds->errline[ds->errlen] = '\0';
+        if (ds->errlen > 0 && ds->errlines < AGENT_LOG_LINES)
+            log_info("docker %s agent: %s", ds->sb->id, ds->errline);
+        else if (ds->errlines == AGENT_LOG_LINES)
+            log_info("docker %s agent: further diagnostics are not logged", ds->sb->id);
+        ds->errlines++;
+        ds->errlen = 0;
+    }
+}
+
+static void ds_free(struct dk_sb *ds);
+
+static void att_data(struct hj *h, int stream, const uint8_t *d, size_t n, void *data)
+{
+    struct dk_sb *ds = data;
+    if (ds->dead)
+        return;
+    if (stream == 1) {
+        if (ds->ch_live) {
+            /* Frames may end the sandbox (a failing on_start hook frees a
+             * first-time sandbox): keep ds alive until chan_feed returns. */
+            ds->in_feed++;
+            chan_feed(&ds->ch, d, n);
+            ds->in_feed--;
+            if (ds->dead && !ds->in_feed)
+                ds_free(ds);
+        }
+        return;
+    }
+    agent_stderr(ds, d, n);
+}
+
+static void att_closed(struct hj *h, const char *why, void *data)
+{
+    struct dk_sb *ds = data;
+    ds->att = NULL;
+    if (ds->phase == PH_START)
+        return; /* a failed start ends the attach too; start_done says why */
+    char msg[300];
+    snprintf(msg, sizeof(msg), "attach stream ended: %s", why);
+    if (ds->phase != PH_IDLE) {
+        sbx_err_t err = {0};
+        err_make_data(&err, SBX_E_PROVIDER,
+                      json_pack("{s:s, s:s}", "provider", "docker", "message", msg),
+                      "docker: %s", msg);
+        lc_fail(ds, &err);
+        return;
+    }
+    dk_container_trouble(ds, msg);
+}
+
+static void handshake_done(struct dk_sb *ds);
+
+static void att_open(struct hj *h, long status, const char *msg, void *data)
+{
+    struct dk_sb *ds = data;
+    if (status != 101 && status != 200) {
+        ds->att = NULL;
+        struct dk_resp r = {.status = status, .errmsg = msg, .transport = status == 0};
+        sbx_err_t err = {0};
+        dk_err(&err, &r, "attach");
+        if (status == 404)
+            ds->cid[0] = '\0';
+        lc_fail(ds, &err);
+        return;
+    }
+    ds->phase = ds->need_start ? PH_START : PH_HANDSHAKE;
+    lc_next(ds);
+}
+
+static void open_channel(struct dk_sb *ds)
+{
+    if (ds->ch_live)
+        chan_deinit(&ds->ch);
+    chan_init_fed(&ds->ch, agent_frame, agent_chan_closed, ds);
+    ds->ch_live = 1;
+}
+
+static void close_attach(struct dk_sb *ds)
+{
+    ds->ready = 0;
+    if (ds->att) {
+        hj_close(ds->att);
+        ds->att = NULL;
+    }
+    ev_timer_stop(D->loop, &ds->hs_timer);
+}
+
+static void send_credit(struct dk_sb *ds, struct dk_proc *dpp, int force)
+{
+    if (dpp->owed == 0 || (!force && dpp->owed < CREDIT_BATCH) || !dpp->p)
+        return;
+    if (process_output_blocked(dpp->p))
+        return;
+    if (send_u32(ds, SBX_CHAN_CREDIT, dpp->pid, dpp->owed) == 0)
+        dpp->owed = 0;
+}
+
+/* An EXIT record from the agent, reduced to fields of known types. */
+static json_t *clean_exit(json_t *v)
+{
+    json_t *o = json_object();
+    json_t *x;
+    if (json_is_integer(x = json_object_get(v, "exit_code")))
+        json_object_set(o, "exit_code", x);
+    else
+        json_object_set_new(o, "exit_code", json_integer(-1));
+    if (json_is_integer(x = json_object_get(v, "signal")))
+        json_object_set(o, "signal", x);
+    if (json_is_boolean(x = json_object_get(v, "timed_out")))
+        json_object_set(o, "timed_out", x);
+    if (json_is_boolean(x = json_object_get(v, "killed")))
+        json_object_set(o, "killed", x);
+    const char *e = json_string_value(json_object_get(v, "error"));
+    if (e)
+        json_object_set_new(o, "error",
+                            json_stringn(e, strlen(e) > 1000 ? 1000 : strlen(e)));
+    if (!json_is_object(v))
+        json_object_set_new(o, "error",
+                            json_string("invalid exit record from the agent"));
+    return o;
+}
+
+static void proc_gone(struct dk_sb *ds, struct dk_proc *dpp, json_t *rec)
+{
+    struct process *p = dpp->p;
+    dpp->exited = 1;
+    if (dpp->retried)
+        json_object_set_new(rec, "retried", json_true());
+    /* process_exited may free an internal (hook) process, and dpp with it. */
+    process_exited(p, rec);
+}
+
+static void agent_frame(struct chan *ch, const struct sbx_chan_hdr *h,
+                        const uint8_t *payload, void *data)
+{
+    struct dk_sb *ds = data;
+    if (ds->dead)
+        return;
+    switch (h->type) {
+    case SBX_CHAN_PONG:
+        if (ds->phase == PH_HANDSHAKE)
+            ds->pong = 1;
+        return;
+    case SBX_CHAN_HELLO:
+        if (ds->phase == PH_HANDSHAKE && ds->pong) {
+            json_t *v = chan_json(payload, h->len);
+            json_t *procs = json_object_get(v, "procs");
+            if (!json_is_object(v) || !json_is_array(procs)) {
+                json_decref(v);
+                log_warn("docker %s: invalid HELLO from the agent", ds->sb->id);
+                return;
+            }
+            json_decref(ds->hello);
+            ds->hello = v;
+            handshake_done(ds);
+        }
+        return;
+    case SBX_CHAN_LOG:
+        log_info("docker %s agent: %.*s", ds->sb->id, (int)(h->len > 300 ? 300 : h->len),
+                 (const char *)payload);
+        return;
+    case SBX_CHAN_ERROR:
+        log_warn("docker %s: agent error: %.*s; resynchronising", ds->sb->id,
+                 (int)(h->len > 300 ? 300 : h->len), (const char *)payload);
+        if (ds->phase == PH_IDLE && ds->att) {
+            ds->ready = 0;
+            ds->why = WHY_RECOVER;
+            ds->phase = PH_HANDSHAKE;
+            lc_next(ds);
+        }
+        return;
+    case SBX_CHAN_SNAP_DATA: return;
+    default: break;
+    }
+    struct dk_proc *dpp = find_dpp(ds, h->proc);
+    if (!dpp || !dpp->p || dpp->exited) {
+        log_debug("docker %s: %s frame for unknown pid %u ignored", ds->sb->id,
+                  sbx_chan_type_name(h->type), h->proc);
+        return;
+    }
+    struct process *p = dpp->p;
+    switch (h->type) {
+    case SBX_CHAN_STDOUT:
+    case SBX_CHAN_STDERR:
+        /* Sent before the agent saw our REPLAY: it sends them again. */
+        if (dpp->await_replay)
+            return;
+        process_output(p, h->type == SBX_CHAN_STDERR, payload, h->len);
+        dpp->owed += h->len;
+        send_credit(ds, dpp, 0);
+        return;
+    case SBX_CHAN_STARTED: {
+        json_t *v = chan_json(payload, h->len);
+        json_t *op = json_object_get(v, "os_pid");
+        dpp->started = 1;
+        if (json_is_integer(op))
+            process_started(p, (long)json_integer_value(op));
+        json_decref(v);
+        return;
+    }
+    case SBX_CHAN_EXIT: {
+        if (dpp->await_replay)
+            return; /* repeated after the replayed bytes */
+        json_t *v = chan_json(payload, h->len);
+        json_t *rec = clean_exit(v);
+        json_decref(v);
+        send_frame(ds, SBX_CHAN_FORGET, dpp->pid, NULL, 0);
+        proc_gone(ds, dpp, rec);
+        json_decref(rec);
+        return;
+    }
+    case SBX_CHAN_REPLAY: {
+        dpp->await_replay = 0;
+        json_t *v = chan_json(payload, h->len);
+        static const char *const names[2] = {"stdout", "stderr"};
+        for (int s = 0; s < 2; s++) {
+            json_t *o = json_object_get(v, names[s]);
+            /* An adopted process starts where the agent's ring starts. */
+            if (json_is_integer(o) && json_integer_value(o) > 0 && p->out[s].total == 0) {
+                p->out[s].total = (uint64_t)json_integer_value(o);
+                p->out[s].emitted = p->out[s].total;
+            }
+        }
+        json_decref(v);
+        return;
+    }
+    default:
+        log_debug("docker %s: unexpected frame %s", ds->sb->id,
+                  sbx_chan_type_name(h->type));
+    }
+}
+
+static void agent_chan_closed(struct chan *ch, const char *why, void *data)
+{
+    struct dk_sb *ds = data;
+    /* A broken frame from the agent: it is not trusted any further. */
+    char msg[200];
+    snprintf(msg, sizeof(msg), "agent protocol error: %s", why);
+    log_warn("docker %s: %s", ds->sb->id, msg);
+    close_attach(ds);
+    if (ds->phase != PH_IDLE) {
+        sbx_err_t err = {0};
+        err_make_data(&err, SBX_E_PROVIDER,
+                      json_pack("{s:s, s:s}", "provider", "docker", "message", msg),
+                      "docker: %s", msg);
+        lc_fail(ds, &err);
+        return;
+    }
+    sandbox_lost(ds->sb, msg);
+}
+
+/* ---- handshake and reconciliation
+ * ------------------------------------------------------- */
+
+static void hs_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    struct dk_sb *ds = w->data;
+    if (ds->phase != PH_HANDSHAKE)
+        return;
+    if (++ds->pings >= HS_PINGS) {
+        sbx_err_t err = {0};
+        err_make_data(&err, SBX_E_PROVIDER,
+                      json_pack("{s:s, s:s}", "provider", "docker", "message",
+                                "the agent in the container does not answer"),
+                      "docker: the agent (sbx-init) in container %.12s does not answer",
+                      ds->cid);
+        lc_fail(ds, &err);
+        return;
+    }
+    send_frame(ds, SBX_CHAN_PING, 0, NULL, 0);
+    ev_timer_set(w, HS_PING_S, 0.);
+    ev_timer_start(loop, w);
+}
+
+static void replay(struct dk_sb *ds, struct dk_proc *dpp)
+{
+    json_t *r = json_pack("{s:I, s:I}", "stdout", (json_int_t)dpp->p->out[0].total,
+                          "stderr", (json_int_t)dpp->p->out[1].total);
+    dpp->owed = 0;
+    if (send_json(ds, SBX_CHAN_REPLAY, dpp->pid, r) == 0)
+        dpp->await_replay = 1;
+    json_decref(r);
+}
+
+static struct dk_proc *dpp_new(struct dk_sb *ds, struct process *p)
+{
+    struct dk_proc *dpp = calloc(1, sizeof(*dpp));
+    if (!dpp)
+        abort();
+    dpp->p = p;
+    dpp->ds = ds;
+    dpp->pid = p->pid;
+    obuf_init(&dpp->stdin_buf);
+    p->pdata = dpp;
+    dpp->next = ds->procs;
+    if (ds->procs)
+        ds->procs->prev = dpp;
+    ds->procs = dpp;
+    return dpp;
+}
+
+/* Matches the agent's process list with ours after a (re)attach. */
+static void reconcile(struct dk_sb *ds, json_t *hello)
+{
+    json_t *procs = json_object_get(hello, "procs");
+    size_t n = json_array_size(procs);
+    if (n > 4096)
+        n = 4096;
+    /* Ours first. Collect before acting: exits may unlink entries. */
+    struct dk_proc *todo[1024];
+    size_t nt = 0;
+    for (struct dk_proc *x = ds->procs; x && nt < 1024; x = x->next)
+        if (!x->exited && x->p && x->p->state == P_RUNNING)
+            todo[nt++] = x;
+    for (size_t k = 0; k < nt; k++) {
+        struct dk_proc *dpp = todo[k];
+        json_t *found = NULL;
+        for (size_t i = 0; i < n && !found; i++) {
+            json_t *e = json_array_get(procs, i);
+            if (json_integer_value(json_object_get(e, "proc")) == (json_int_t)dpp->pid)
+                found = e;
+        }
+        if (found) {
+            dpp->spawned = 1;
+            replay(ds, dpp);
+        } else if (!dpp->spawned) {
+            send_spawn(ds, dpp);
+        } else if (!dpp->started && !dpp->retried) {
+            dpp->retried = 1;
+            log_info("docker %s: pid %u never started; spawning it again", ds->sb->id,
+                     dpp->pid);
+            dpp->spawned = 0;
+            send_spawn(ds, dpp);
+        } else {
+            json_t *rec =
+                json_pack("{s:i, s:s, s:b}", "exit_code", -1, "error",
+                          "process lost: the container was restarted", "reset", 1);
+            proc_gone(ds, dpp, rec);
+            json_decref(rec);
+        }
+    }
+    /* Theirs: adopted on the first handshake after sbxd started, otherwise
+     * a process the daemon never spawned is ignored. */
+    int adopt = ds->first_hello;
+    ds->first_hello = 0;
+    int adopted = 0;
+    for (size_t i = 0; i < n; i++) {
+        json_t *e = json_array_get(procs, i);
+        json_t *jp = json_object_get(e, "proc");
+        if (!json_is_integer(jp) || json_integer_value(jp) <= 0 ||
+            json_integer_value(jp) > UINT32_MAX)
+            continue;
+        uint32_t pid = (uint32_t)json_integer_value(jp);
+        if (find_dpp(ds, pid))
+            continue;
+        struct process *known = NULL;
+        for (struct process *q = ds->sb->procs; q; q = q->next)
+            if (q->pid == pid)
+                known = q;
+        if (known) {
+            /* We have its exit already: the agent may forget it. */
+            if (known->state == P_EXITED)
+                send_frame(ds, SBX_CHAN_FORGET, pid, NULL, 0);
+            continue;
+        }
+        if (!adopt || adopted >= MAX_ADOPT)
+            continue;
+        struct process *p = process_adopt(ds->sb, pid, "(adopted after an sbxd restart)");
+        if (!p)
+            continue;
+        json_t *op = json_object_get(e, "os_pid");
+        if (json_is_integer(op))
+            process_started(p, (long)json_integer_value(op));
+        struct dk_proc *dpp = dpp_new(ds, p);
+        dpp->spawned = dpp->started = dpp->adopted = 1;
+        adopted++;
+        replay(ds, dpp);
+    }
+    if (adopted)
+        log_info("docker %s: adopted %d process(es) from the agent", ds->sb->id, adopted);
+}
+
+static void handshake_done(struct dk_sb *ds)
+{
+    ev_timer_stop(D->loop, &ds->hs_timer);
+    json_t *hello = ds->hello;
+    ds->hello = NULL;
+    ds->ready = 1;
+    ds->phase = PH_IDLE;
+    reconcile(ds, hello);
+    json_decref(hello);
+    lc_ok(ds);
+}
+
+/* ---- lifecycle steps
+ * -------------------------------------------------------------------- */
+
+static void step_error(struct dk_sb *ds, struct dk_resp *r, const char *what)
+{
+    sbx_err_t err = {0};
+    dk_err(&err, r, what);
+    lc_fail(ds, &err);
+}
+
+static void lookup_done(struct dk_resp *r, void *data)
+{
+    struct dk_sb *ds = data;
+    if (r->status != 200 || !json_is_array(r->json)) {
+        step_error(ds, r, "list containers");
+        return;
+    }
+    json_t *c = json_array_get(r->json, 0);
+    const char *id = json_string_value(json_object_get(c, "Id"));
+    const char *own =
+        json_string_value(json_object_get(json_object_get(c, "Labels"), "sbxd.owner"));
+    if (id && (!own || strtoul(own, NULL, 10) != (unsigned long)ds->sb->owner)) {
+        sbx_err_t err = {0};
+        err_make_data(
+            &err, SBX_E_PERMISSION, json_pack("{s:s}", "sandbox", ds->sb->id),
+            "docker: container %.12s labelled sbxd.id=%s belongs to another user", id,
+            ds->sb->id);
+        lc_fail(ds, &err);
+        return;
+    }
+    if (id) {
+        snprintf(ds->cid, sizeof(ds->cid), "%s", id);
+        ds->reconnected = 1;
+        ds->first_hello = 1;
+        ds->phase = PH_INSPECT;
+    } else {
+        ds->phase = PH_IMAGE;
+    }
+    lc_next(ds);
+}
+
+static int has_unstarted(struct dk_sb *ds)
+{
+    for (struct dk_proc *x = ds->procs; x; x = x->next)
+        if (!x->exited && x->spawned && !x->started && !x->retried && x->p &&
+            x->p->state == P_RUNNING)
+            return 1;
+    return 0;
+}
+
+static void inspect_done(struct dk_resp *r, void *data)
+{
+    struct dk_sb *ds = data;
+    if (r->status == 404) {
+        ds->cid[0] = '\0';
+        if (ds->why == WHY_RECOVER || ds->sb->started_once) {
+            /* Its file system is gone: say so once; the next start makes a
+             * new container. */
+            sbx_err_t err = {0};
+            err_make_data(&err, SBX_E_PROVIDER,
+                          json_pack("{s:s, s:s, s:i}", "provider", "docker", "message",
+                                    "container removed", "status", 404),
+                          "the container was removed behind sbxd's back%s",
+                          ds->why == WHY_START ? "; start again for a new one" : "");
+            lc_fail(ds, &err);
+            return;
+        }
+        ds->phase = PH_IMAGE;
+        lc_next(ds);
+        return;
+    }
+    if (r->status != 200 || !json_is_object(r->json)) {
+        step_error(ds, r, "inspect container");
+        return;
+    }
+    json_t *st = json_object_get(r->json, "State");
+    json_t *cfg = json_object_get(r->json, "Config");
+    ds->running = json_is_true(json_object_get(st, "Running"));
+    ds->paused = json_is_true(json_object_get(st, "Paused"));
+    json_decref(ds->base_env);
+    ds->base_env = dk_env_to_obj(json_object_get(cfg, "Env"));
+    if (!ds->name) {
+        const char *nm = json_string_value(json_object_get(r->json, "Name"));
+        if (nm)
+            ds->name = strdup(nm[0] == '/' ? nm + 1 : nm);
+    }
+    /* A container made without the agent runs in exec mode. */
+    json_t *ep = json_object_get(cfg, "Entrypoint");
+    const char *e0 = json_string_value(json_array_get(ep, 0));
+    const char *lm = json_string_value(
+        json_object_get(json_object_get(cfg, "Labels"), "sbxd.exec_mode"));
+    if (lm && strcmp(lm, "docker-exec") == 0)
+        ds->exec_mode = 1;
+    else if (!e0 || strcmp(e0, DK_AGENT_IN) != 0)
+        ds->exec_mode = 1;
+    else
+        ds->exec_mode = 0;
+    if (ds->reconnected && ds->why == WHY_START && !ds->warnings && ds->opts)
+        ds->warnings = dk_warnings(ds->opts, r->json);
+    const char *sstat = json_string_value(json_object_get(st, "Status"));
+    if (ds->why == WHY_RECOVER && sstat &&
+        (strcmp(sstat, "removing") == 0 || strcmp(sstat, "dead") == 0)) {
+        sbx_err_t err = {0};
+        err_make(&err, SBX_E_PROVIDER,
+                 "the container was removed behind sbxd's back (%s)", sstat);
+        lc_fail(ds, &err);
+        return;
+    }
+    if (ds->why == WHY_RECOVER && !ds->running) {
+        char why[300];
+        json_t *code = json_object_get(st, "ExitCode");
+        snprintf(why, sizeof(why),
+                 "the container stopped behind sbxd's back (exit code %lld%s%s%s)",
+                 (long long)json_integer_value(code),
+                 json_is_true(json_object_get(st, "OOMKilled")) ? ", out of memory" : "",
+                 json_string_value(json_object_get(st, "Error")) &&
+                         json_string_value(json_object_get(st, "Error"))[0]
+                     ? ": "
+                     : "",
+                 json_string_value(json_object_get(st, "Error"))
+                     ? json_string_value(json_object_get(st, "Error"))
+                     : "");
+        if (has_unstarted(ds) && ds->restarts < 3 && !ds->exec_mode) {
+            ds->restarts++;
+            log_warn("docker %s: %s; restarting it to retry a call", ds->sb->id, why);
+            progress(ds, "restart",
+                     "the container died; restarting it to retry the call");
+        } else {
+            sbx_err_t err = {0};
+            err_make(&err, SBX_E_PROVIDER, "%s", why);
+            lc_fail(ds, &err);
+            return;
+        }
+    }
+    if (ds->paused) {
+        ds->phase = PH_UNPAUSE;
+    } else if (ds->exec_mode) {
+        ds->need_start = !ds->running;
+        ds->phase = ds->running ? PH_IDLE : PH_START;
+        if (ds->running) {
+            lc_ok(ds);
+            return;
+        }
+    } else {
+        ds->need_start = !ds->running;
+        ds->phase = PH_ATTACH;
+    }
+    lc_next(ds);
+}
+
+static void image_done(struct dk_resp *r, void *data)
+{
+    struct dk_sb *ds = data;
+    if (r->status == 404) {
+        if (ds->sb->snapshot) {
+            sbx_err_t err = {0};
+            err_make_data(&err, SBX_E_PROVIDER,
+                          json_pack("{s:s, s:s, s:i}", "provider", "docker", "message",
+                                    "snapshot image not found", "status", 404),
+                          "docker: the snapshot's image %s is gone",
+                          ds->image_id ? ds->image_id : "?");
+            lc_fail(ds, &err);
+            return;
+        }
+        if (ds->pull_t < 0) { /* pulled already and still missing */
+            step_error(ds, r, "image after pull");
+            return;
+        }
+        ds->phase = PH_PULL;
+        lc_next(ds);
+        return;
+    }
+    if (r->status != 200 || !json_is_object(r->json)) {
+        step_error(ds, r, "inspect image");
+        return;
+    }
+    json_decref(ds->image_env);
+    ds->image_env =
+        dk_env_to_obj(json_object_get(json_object_get(r->json, "Config"), "Env"));
+    const char *id = json_string_value(json_object_get(r->json, "Id"));
+    if (id && !ds->image_id)
+        ds->image_id = strdup(id);
+    ds->phase = PH_CREATE;
+    lc_next(ds);
+}
+
+static int pull_line(const char *line, size_t len, void *data)
+{
+    struct dk_sb *ds = data;
+    json_t *v = json_loadb(line, len, 0, NULL);
+    if (!json_is_object(v)) {
+        json_decref(v);
+        return 0;
+    }
+    const char *e = json_string_value(json_object_get(v, "error"));
+    if (!e)
+        e = json_string_value(
+            json_object_get(json_object_get(v, "errorDetail"), "message"));
+    if (e) {
+        json_decref(ds->pull_last);
+        ds->pull_last = json_pack("{s:s}", "error", e);
+        json_decref(v);
+        return 0;
+    }
+    const char *status = json_string_value(json_object_get(v, "status"));
+    const char *id = json_string_value(json_object_get(v, "id"));
+    json_t *pd = json_object_get(v, "progressDetail");
+    double now = ev_now(D->loop);
+    int has_num = json_is_integer(json_object_get(pd, "total"));
+    /* Throttled: byte counts at most every 200 ms, status changes always. */
+    if (status && (!has_num || now - ds->pull_t >= 0.2)) {
+        ds->pull_t = now;
+        char msg[300];
+        snprintf(msg, sizeof(msg), "%s%s%s", id ? id : "", id ? ": " : "", status);
+        json_t *n = json_pack("{s:s, s:s}", "stage", "pull", "message", msg);
+        if (has_num) {
+            json_object_set(n, "current", json_object_get(pd, "current"));
+            json_object_set(n, "total", json_object_get(pd, "total"));
+        }
+        sandbox_progress(ds->sb, n);
+    }
+    json_decref(v);
+    return 0;
+}
+
+static void pull_done(struct dk_resp *r, void *data)
+{
+    struct dk_sb *ds = data;
+    const char *e = json_string_value(json_object_get(ds->pull_last, "error"));
+    if (r->status != 200 || e) {
+        char what[300];
+        snprintf(what, sizeof(what), "pull %s",
+                 json_string_value(json_object_get(ds->opts, "image")));
+        struct dk_resp r2 = *r;
+        if (e && r2.status == 200) {
+            r2.status = 404;
+            r2.errmsg = e;
+        }
+        json_t *keep = ds->pull_last;
+        ds->pull_last = NULL;
+        step_error(ds, &r2, what);
+        json_decref(keep);
+        return;
+    }
+    json_decref(ds->pull_last);
+    ds->pull_last = NULL;
+    ds->pull_t = -1; /* pulled: a second 404 is an error */
+    progress(ds, "pull", "image pulled");
+    ds->phase = PH_IMAGE;
+    lc_next(ds);
+}
+
+static void create_done(struct dk_resp *r, void *data)
+{
+    struct dk_sb *ds = data;
+    if (r->status != 201 || !json_string_value(json_object_get(r->json, "Id"))) {
+        step_error(ds, r, "create container");
+        return;
+    }
+    snprintf(ds->cid, sizeof(ds->cid), "%s",
+             json_string_value(json_object_get(r->json, "Id")));
+    json_t *w = json_object_get(r->json, "Warnings");
+    size_t i;
+    json_t *x;
+    json_array_foreach(w, i, x)
+    {
+        if (!json_is_string(x))
+            continue;
+        if (!ds->warnings)
+            ds->warnings = json_array();
+        json_array_append(ds->warnings, x);
+    }
+    /* The container's env is the image's with ours over it. */
+    json_decref(ds->base_env);
+    ds->base_env = ds->image_env ? json_deep_copy(ds->image_env) : json_object();
+    json_object_update(ds->base_env, json_object_get(ds->opts, "env"));
+    ds->running = 0;
+    ds->need_start = 1;
+    ds->phase = ds->dp->agent_tar ? PH_UPLOAD : PH_START;
+    lc_next(ds);
+}
+
+static void upload_done(struct dk_resp *r, void *data)
+{
+    struct dk_sb *ds = data;
+    if (r->status != 200) {
+        step_error(ds, r, "upload the agent");
+        return;
+    }
+    ds->phase = ds->exec_mode ? PH_START : PH_ATTACH;
+    lc_next(ds);
+}
+
+static void unpause_done(struct dk_resp *r, void *data)
+{
+    struct dk_sb *ds = data;
+    if (r->status != 204 && r->status != 304) {
+        step_error(ds, r, "unpause container");
+        return;
+    }
+    ds->paused = 0;
+    ds->need_start = !ds->running;
+    ds->phase = ds->exec_mode ? (ds->running ? PH_IDLE : PH_START) : PH_ATTACH;
+    if (ds->phase == PH_IDLE) {
+        lc_ok(ds);
+        return;
+    }
+    lc_next(ds);
+}
+
+static void start_done(struct dk_resp *r, void *data)
+{
+    struct dk_sb *ds = data;
+    if (r->status != 204 && r->status != 304) {
+        step_error(ds, r, "start container");
+        return;
+    }
+    ds->running = 1;
+    ds->need_start = 0;
+    if (ds->exec_mode) {
+        ds->phase = PH_IDLE;
+        ds->ready = 1;
+        lc_ok(ds);
+        return;
+    }
+    /* The attach made before the start may have ended meanwhile: again. */
+    ds->phase = ds->att ? PH_HANDSHAKE : PH_ATTACH;
+    lc_next(ds);
+}
+
+static json_t *create_labels(struct dk_sb *ds)
+{
+    json_t *conf = json_deep_copy(ds->sb->conf);
+    json_object_del(conf, "snapshot");
+    char *cs = json_dumps(conf, JSON_COMPACT);
+    json_decref(conf);
+    char created[64];
+    snprintf(created, sizeof(created), "%.3f", ds->sb->created_at);
+    json_t *l = json_pack("{s:s, s:s, s:s, s:s}", "sbxd.socket", sb_label_socket(),
+                          "sbxd.conf", cs ? cs : "{}", "sbxd.created", created,
+                          "sbxd.exec_mode", ds->exec_mode ? "docker-exec" : "agent");
+    free(cs);
+    return l;
+}
+
+/* Runs the current phase: one engine call, whose answer moves on. */
+static void lc_next(struct dk_sb *ds)
+{
+    struct dk_prov *dp = ds->dp;
+    struct dk_engine *e = &dp->eng;
+    int ok = 1;
+    char *path = NULL;
+    switch (ds->phase) {
+    case PH_IDLE: return;
+    case PH_LOOKUP: {
+        char *f = NULL;
+        if (asprintf(&f, "{\"label\":[\"sbxd.id=%s\"]}", ds->sb->id) < 0)
+            abort();
+        char *fe = dk_escape(f);
+        free(f);
+        path = dk_path(e, "/containers/json?all=1&filters=%s", fe);
+        free(fe);
+        ok = NULL != dk_call(e, &ds->reqs, "GET", path, NULL, DK_CALL_TIMEOUT_MS,
+                             lookup_done, ds);
+        break;
+    }
+    case PH_INSPECT:
+        path = dk_path(e, "/containers/%s/json", ds->cid);
+        ok = NULL != dk_call(e, &ds->reqs, "GET", path, NULL, DK_CALL_TIMEOUT_MS,
+                             inspect_done, ds);
+        break;
+    case PH_IMAGE: {
+        const char *img = ds->image_id && ds->sb->snapshot
+                              ? ds->image_id
+                              : json_string_value(json_object_get(ds->opts, "image"));
+        char *ref = dk_image_ref(img);
+        char *re = dk_escape(ref);
+        path = dk_path(e, "/images/%s/json", re);
+        free(ref);
+        free(re);
+        ok = NULL !=
+             dk_call(e, &ds->reqs, "GET", path, NULL, DK_CALL_TIMEOUT_MS, image_done, ds);
+        break;
+    }
+    case PH_PULL: {
+        char *ref = dk_image_ref(json_string_value(json_object_get(ds->opts, "image")));
+        char *re = dk_escape(ref);
+        path = dk_path(e, "/images/create?fromImage=%s", re);
+        char msg[300];
+        snprintf(msg, sizeof(msg), "pulling %s", ref);
+        progress(ds, "pull", msg);
+        free(ref);
+        free(re);
+        ds->pull_t = 0;
+        ok = NULL != dk_call_lines(e, &ds->reqs, "POST", path, DK_PULL_TIMEOUT_MS,
+                                   pull_line, pull_done, ds);
+        break;
+    }
+    case PH_CREATE: {
+        json_t *body = NULL;
+        sbx_err_t err = {0};
+        json_t *labels = create_labels(ds);
+        if (ds->sb->snapshot && ds->image_id) {
+            json_t *o2 = json_deep_copy(ds->opts);
+            json_object_set_new(o2, "image", json_string(ds->image_id));
+            json_decref(ds->opts);
+            ds->opts = o2;
+        }
+        if (dk_create_body(&body, ds->opts, ds->sb->id, ds->sb->owner,
+                           dp->agent_tar ? DK_AGENT_IN : NULL, labels, &err) < 0) {
+            json_decref(labels);
+            lc_fail(ds, &err);
+            return;
+        }
+        json_decref(labels);
+        char *ne = dk_escape(ds->name);
+        path = dk_path(e, "/containers/create?name=%s", ne);
+        free(ne);
+        progress(ds, "create", "creating the container");
+        ok = NULL != dk_call(e, &ds->reqs, "POST", path, body, DK_CALL_TIMEOUT_MS,
+                             create_done, ds);
+        json_decref(body);
+        break;
+    }
+    case PH_UPLOAD:
+        path = dk_path(e, "/containers/%s/archive?path=%s", ds->cid, DK_AGENT_DIR);
+        ok = NULL != dk_call_raw(e, &ds->reqs, "PUT", path, "application/x-tar",
+                                 dp->agent_tar, dp->agent_tar_len, DK_CALL_TIMEOUT_MS,
+                                 upload_done, ds);
+        break;
+    case PH_UNPAUSE:
+        path = dk_path(e, "/containers/%s/unpause", ds->cid);
+        ok = NULL != dk_call(e, &ds->reqs, "POST", path, NULL, DK_CALL_TIMEOUT_MS,
+                             unpause_done, ds);
+        break;
+    case PH_ATTACH:
+        close_attach(ds);
+        open_channel(ds);
+        path = dk_path(e, "/containers/%s/attach?stream=1&stdin=1&stdout=1&stderr=1",
+                       ds->cid);
+        ds->att = hj_open(e, "POST", path, NULL, &ds->ch.wbuf, att_open, att_data,
+                          att_closed, ds);
+        ok = ds->att != NULL;
+        break;
+    case PH_START:
+        path = dk_path(e, "/containers/%s/start", ds->cid);
+        progress(ds, "start", "starting the container");
+        ok = NULL != dk_call(e, &ds->reqs, "POST", path, NULL, DK_CALL_TIMEOUT_MS,
+                             start_done, ds);
+        break;
+    case PH_HANDSHAKE:
+        ds->pong = 0;
+        ds->pings = 0;
+        ds->ready = 0;
+        if (send_frame(ds, SBX_CHAN_PING, 0, NULL, 0) < 0) {
+            sbx_err_t err = {0};
+            err_make(&err, SBX_E_PROVIDER, "docker: the agent channel is closed");
+            lc_fail(ds, &err);
+            return;
+        }
+        ev_timer_stop(D->loop, &ds->hs_timer);
+        ev_timer_set(&ds->hs_timer, HS_PING_S, 0.);
+        ev_timer_start(D->loop, &ds->hs_timer);
+        return;
+    default: return;
+    }
+    free(path);
+    if (!ok) {
+        sbx_err_t err = {0};
+        err_make_data(&err, SBX_E_UNAVAILABLE,
+                      json_pack("{s:s, s:s}", "provider", "docker", "reason",
+                                "cannot start a request"),
+                      "docker: cannot start an engine request");
+        lc_fail(ds, &err);
+    }
+}
+
+static void cleanup_done(struct dk_resp *r, void *data)
+{
+    if (r->status >= 300 && r->status != 404)
+        log_warn("docker: removing a half-made container: %s",
+                 r->errmsg ? r->errmsg : "?");
+}
+
+static void lc_fail(struct dk_sb *ds, sbx_err_t *err)
+{
+    enum dk_why why = ds->why;
+    ds->why = WHY_NONE;
+    ds->phase = PH_IDLE;
+    dk_reqlist_cancel(&ds->reqs);
+    ev_timer_stop(D->loop, &ds->hs_timer);
+    close_attach(ds);
+    struct sandbox *sb = ds->sb;
+    if (why == WHY_RECOVER) {
+        char msg[400];
+        snprintf(msg, sizeof(msg), "%s", err->msg ? err->msg : "container lost");
+        err_clear(err);
+        ds->recovering = 0;
+        sandbox_lost(sb, msg);
+        return;
+    }
+    if (why != WHY_START) {
+        err_clear(err);
+        return;
+    }
+    if (sb->discard_on_fail && !sb->started_once && ds->cid[0] && !ds->reconnected) {
+        /* A create that failed leaves no container behind. */
+        char *path = dk_path(&ds->dp->eng, "/containers/%s?force=1&v=1", ds->cid);
+        dk_call(&ds->dp->eng, &ds->dp->misc, "DELETE", path, NULL, DK_CALL_TIMEOUT_MS,
+                cleanup_done, NULL);
+        free(path);
+        ds->cid[0] = '\0';
+    }
+    sandbox_op_done(sb, err, NULL); /* may free sb and ds */
+    err_clear(err);
+}
+
+static void lc_ok(struct dk_sb *ds)
+{
+    enum dk_why why = ds->why;
+    ds->why = WHY_NONE;
+    ds->phase = PH_IDLE;
+    ev_timer_stop(D->loop, &ds->hs_timer);
+    if (why == WHY_RECOVER) {
+        ds->recovering = 0;
+        log_info("docker %s: reconnected to container %.12s", ds->sb->id, ds->cid);
+        /* Anything queued meanwhile goes out now. */
+        for (struct dk_proc *x = ds->procs; x; x = x->next)
+            if (!x->spawned && !x->exited && x->p && x->p->state == P_RUNNING &&
+                !ds->exec_mode)
+                send_spawn(ds, x);
+        return;
+    }
+    if (why != WHY_START)
+        return;
+    sandbox_op_done(ds->sb, NULL,
+                    ds->reconnected ? json_pack("{s:b}", "reconnected", 1) : NULL);
+}
+
+void dk_container_trouble(struct dk_sb *ds, const char *why)
+{
+    if (ds->recovering || ds->phase != PH_IDLE)
+        return;
+    struct sandbox *sb = ds->sb;
+    if (sb->status != SB_RUNNING) {
+        close_attach(ds);
+        return;
+    }
+    log_warn("docker %s: %s; checking the container", sb->id, why);
+    close_attach(ds);
+    ds->recovering = 1;
+    ds->why = WHY_RECOVER;
+    ds->phase = ds->cid[0] ? PH_INSPECT : PH_IDLE;
+    if (ds->phase == PH_IDLE) {
+        sbx_err_t err = {0};
+        err_make(&err, SBX_E_PROVIDER, "container unknown");
+        lc_fail(ds, &err);
+        return;
+    }
+    lc_next(ds);
+}
+
+/* ---- processes
+ * ------------------------------------------------------------------------------ */
+
+static void send_spawn(struct dk_sb *ds, struct dk_proc *dpp)
+{
+    struct process *p = dpp->p;
+    if (!ds->ready || dpp->spawned || !p)
+        return;
+    json_t *msg = json_object();
+    json_t *v;
+    if ((v = json_object_get(p->spec, "shell")))
+        json_object_set(msg, "shell", v);
+    else
+        json_object_set(msg, "argv", json_object_get(p->spec, "argv"));
+    json_object_set_new(msg, "env", dk_spawn_env(ds, p));
+    json_object_set_new(msg, "cwd", json_string(dk_spawn_cwd(ds, p)));
+    json_object_set(msg, "timeout_ms", json_object_get(p->spec, "timeout_ms"));
+    json_object_set_new(msg, "window", json_integer(DK_WINDOW));
+    int r = send_json(ds, SBX_CHAN_SPAWN, dpp->pid, msg);
+    json_decref(msg);
+    if (r < 0) {
+        json_t *rec = json_pack("{s:i, s:s}", "exit_code", -1, "error",
+                                "docker: the agent channel is full or closed");
+        proc_gone(ds, dpp, rec);
+        json_decref(rec);
+        return;
+    }
+    dpp->spawned = 1;
+    /* stdin given before the SPAWN went out */
+    struct obuf *b = &dpp->stdin_buf;
+    while (b->bytes > 0) {
+        struct iovec iov[1];
+        obuf_iov(b, iov, 1);
+        if (send_frame(ds, SBX_CHAN_STDIN, dpp->pid, iov[0].iov_base, iov[0].iov_len) < 0)
+            break;
+        obuf_consume(b, iov[0].iov_len);
+    }
+    if (dpp->stdin_eof)
+        send_frame(ds, SBX_CHAN_STDIN_EOF, dpp->pid, NULL, 0);
+}
+
+static int d_proc_spawn(void *cookie, struct process *p, sbx_err_t *err)
+{
+    struct dk_sb *ds = p->sb->pdata;
+    if (!ds)
+        return err_make(err, SBX_E_STATE, "sandbox %s has no container", p->sb->id);
+    struct dk_proc *dpp = dpp_new(ds, p);
+    if (ds->exec_mode)
+        return dkx_spawn(ds, dpp, err);
+    if (ds->ready)
+        send_spawn(ds, dpp);
+    /* else: sent when the agent is back (recovery) */
+    return 0;
+}
+
+static int d_proc_write(void *cookie, struct process *p, const void *data, size_t len,
+                        sbx_err_t *err)
+{
+    struct dk_proc *dpp = p->pdata;
+    struct dk_sb *ds = p->sb->pdata;
+    if (!dpp || dpp->stdin_eof)
+        return err_make(err, SBX_E_STATE, "stdin of process %u is closed", p->pid);
+    if (ds->exec_mode)
+        return dkx_write(dpp, data, len, err);
+    size_t pending =
+        dpp->stdin_buf.bytes + (ds->ch_live ? chan_pending_output(&ds->ch) : 0);
+    if (pending + len > STDIN_LIMIT)
+        return err_make_data(
+            err, SBX_E_LIMIT,
+            json_pack("{s:s, s:i}", "limit", "stdin_buffer", "max", (int)STDIN_LIMIT),
+            "stdin buffer of process %u is full", p->pid);
+    const uint8_t *d = data;
+    while (len > 0) {
+        size_t k = len < SBX_CHAN_MAX_PAYLOAD ? len : SBX_CHAN_MAX_PAYLOAD;
+        if (dpp->spawned && ds->ready) {
+            if (send_frame(ds, SBX_CHAN_STDIN, p->pid, d, k) < 0)
+                return err_make(err, SBX_E_PROVIDER, "docker: the agent channel failed");
+        } else {
+            obuf_append(&dpp->stdin_buf, d, k);
+        }
+        d += k;
+        len -= k;
+    }
+    return 0;
+}
+
+static int d_proc_close_stdin(void *cookie, struct process *p, sbx_err_t *err)
+{
+    struct dk_proc *dpp = p->pdata;
+    struct dk_sb *ds = p->sb->pdata;
+    if (!dpp || dpp->stdin_eof)
+        return 0;
+    if (ds->exec_mode)
+        return dkx_close_stdin(dpp, err);
+    dpp->stdin_eof = 1;
+    if (dpp->spawned && ds->ready)
+        send_frame(ds, SBX_CHAN_STDIN_EOF, p->pid, NULL, 0);
+    return 0;
+}
+
+static int d_proc_kill(void *cookie, struct process *p, int sig, sbx_err_t *err)
+{
+    struct dk_proc *dpp = p->pdata;
+    struct dk_sb *ds = p->sb->pdata;
+    if (!dpp)
+        return 0;
+    if (ds->exec_mode)
+        return dkx_kill(dpp, sig, err);
+    if (!dpp->spawned) {
+        json_t *rec = json_pack("{s:i, s:i, s:b}", "exit_code", 128 + sig, "signal", sig,
+                                "killed", 1);
+        proc_gone(ds, dpp, rec);
+        json_decref(rec);
+        return 0;
+    }
+    if (send_u32(ds, SBX_CHAN_KILL, p->pid, (uint32_t)sig) < 0 && !ds->recovering)
+        return err_make(err, SBX_E_PROVIDER, "docker: the agent channel is closed");
+    /* During recovery the kill goes out after the re-attach: REPLAY then
+     * KILL would need ordering we don't have; the core's grace timer ends it. */
+    return 0;
+}
+
+static void d_proc_resume(void *cookie, struct process *p)
+{
+    struct dk_proc *dpp = p->pdata;
+    struct dk_sb *ds = p->sb->pdata;
+    if (!dpp || !ds)
+        return;
+    if (ds->exec_mode) {
+        dkx_resume(dpp);
+        return;
+    }
+    if (ds->ready)
+        send_credit(ds, dpp, 1);
+}
+
+static void d_proc_release(void *cookie, struct process *p)
+{
+    struct dk_proc *dpp = p->pdata;
+    struct dk_sb *ds = p->sb->pdata;
+    if (!dpp)
+        return;
+    if (ds) {
+        if (ds->exec_mode)
+            dkx_release(dpp);
+        else if (!dpp->exited && dpp->spawned && ds->ready &&
+                 p->sb->status == SB_RUNNING && !D->draining)
+            /* The core gave up on it (it never confirmed a kill): end it anyway. */
+            send_u32(ds, SBX_CHAN_KILL, dpp->pid, SIGKILL);
+        if (dpp->prev)
+            dpp->prev->next = dpp->next;
+        else
+            ds->procs = dpp->next;
+        if (dpp->next)
+            dpp->next->prev = dpp->prev;
+    }
+    obuf_deinit(&dpp->stdin_buf);
+    free(dpp);
+    p->pdata = NULL;
+}
+
+/* ---- sandbox ops
+ * ------------------------------------------------------------------------------ */
+
+static struct dk_sb *ds_new(struct dk_prov *dp, struct sandbox *sb)
+{
+    struct dk_sb *ds = calloc(1, sizeof(*ds));
+    if (!ds)
+        abort();
+    ds->sb = sb;
+    ds->dp = dp;
+    ev_timer_init(&ds->hs_timer, hs_timer_cb, HS_PING_S, 0.);
+    ds->hs_timer.data = ds;
+    sb->pdata = ds;
+    return ds;
+}
+
+static int d_sb_start(void *cookie, struct sandbox *sb, sbx_err_t *err)
+{
+    struct dk_prov *dp = cookie;
+    struct dk_sb *ds = sb->pdata;
+    if (!ds)
+        ds = ds_new(dp, sb);
+    if (ds->phase != PH_IDLE) {
+        /* recovery in progress: take it over as the start */
+        dk_reqlist_cancel(&ds->reqs);
+        close_attach(ds);
+        ds->phase = PH_IDLE;
+        ds->recovering = 0;
+    }
+    json_t *opts = NULL;
+    if (dk_options(&opts, dp->conf, sb->conf, err) < 0)
+        return -1;
+    if (json_is_true(json_object_get(opts, "_loosened")) && sb->owner != 0) {
+        json_decref(opts);
+        return err_make(
+            err, SBX_E_PERMISSION,
+            "docker: only root may loosen the container hardening (privileged, "
+            "volumes, cap_add, cap_drop, security_opt, network)");
+    }
+    json_object_del(opts, "_loosened");
+    const char *mode = dk_opt_str(opts, "exec_mode");
+    int exec_mode = mode ? strcmp(mode, "docker-exec") == 0 : dp->exec_mode;
+    if (!exec_mode && !dp->agent_tar) {
+        json_decref(opts);
+        return err_make_data(
+            err, SBX_E_UNAVAILABLE,
+            json_pack("{s:s, s:s}", "provider", "docker", "reason", dp->agent_err),
+            "docker: %s", dp->agent_err);
+    }
+    json_decref(ds->opts);
+    ds->opts = opts;
+    if (!json_object_get(sb->conf, "working_dir"))
+        json_object_set(sb->conf, "working_dir", json_object_get(opts, "working_dir"));
+    if (!ds->name)
+        ds->name = dk_name(dk_opt_str(opts, "name"), sb->id);
+    if (sb->snapshot && !ds->image_id) {
+        const char *img = json_string_value(json_object_get(sb->snapshot, "image"));
+        if (img)
+            ds->image_id = strdup(img);
+    }
+    ds->why = WHY_START;
+    ds->pull_t = 0;
+    if (ds->cid[0]) {
+        /* Known container (stop/start, adoption): look at it. */
+        ds->exec_mode = exec_mode;
+        ds->phase = PH_INSPECT;
+    } else {
+        ds->exec_mode = exec_mode;
+        ds->phase = PH_LOOKUP;
+    }
+    lc_next(ds);
+    return 0;
+}
+
+static void stop_done(struct dk_resp *r, void *data)
+{
+    struct dk_sb *ds = data;
+    ds->phase = PH_IDLE;
+    if (r->status != 204 && r->status != 304 && r->status != 404) {
+        sbx_err_t err = {0};
+        dk_err(&err, r, "stop container");
+        sandbox_op_done(ds->sb, &err, NULL);
+        err_clear(&err);
+        return;
+    }
+    if (r->status == 404)
+        ds->cid[0] = '\0';
+    ds->running = 0;
+    sandbox_op_done(ds->sb, NULL, NULL);
+}
+
+static void quiesce(struct dk_sb *ds)
+{
+    dk_reqlist_cancel(&ds->reqs);
+    close_attach(ds);
+    ds->phase = PH_IDLE;
+    ds->why = WHY_NONE;
+    ds->recovering = 0;
+}
+
+static int d_sb_stop(void *cookie, struct sandbox *sb, sbx_err_t *err)
+{
+    struct dk_prov *dp = cookie;
+    struct dk_sb *ds = sb->pdata;
+    if (!ds || !ds->cid[0]) {
+        sandbox_op_done(sb, NULL, NULL);
+        return 0;
+    }
+    quiesce(ds);
+    ds->phase = PH_STOP;
+    char *path = dk_path(&dp->eng, "/containers/%s/stop?t=%d", ds->cid, STOP_WAIT_S);
+    struct dk_req *rq = dk_call(&dp->eng, &ds->reqs, "POST", path, NULL,
+                                DK_CALL_TIMEOUT_MS + STOP_WAIT_S * 1000, stop_done, ds);
+    free(path);
+    if (!rq)
+        return err_make(err, SBX_E_UNAVAILABLE, "docker: cannot start an engine request");
+    return 0;
+}
+
+static void destroy_done(struct dk_resp *r, void *data)
+{
+    struct dk_sb *ds = data;
+    ds->phase = PH_IDLE;
+    if (r->status != 204 && r->status != 404 && r->status != 409) {
+        sbx_err_t err = {0};
+        dk_err(&err, r, "remove container");
+        sandbox_op_done(ds->sb, &err, NULL);
+        err_clear(&err);
+        return;
+    }
+    ds->cid[0] = '\0';
+    sandbox_op_done(ds->sb, NULL, NULL); /* frees sb and ds */
+}
+
+static int d_sb_destroy(void *cookie, struct sandbox *sb, sbx_err_t *err)
+{
+    struct dk_prov *dp = cookie;
+    struct dk_sb *ds = sb->pdata;
+    if (!ds || !ds->cid[0]) {
+        sandbox_op_done(sb, NULL, NULL);
+        return 0;
+    }
+    quiesce(ds);
+    ds->phase = PH_DESTROY;
+    char *path = dk_path(&dp->eng, "/containers/%s?force=1&v=1", ds->cid);
+    struct dk_req *rq = dk_call(&dp->eng, &ds->reqs, "DELETE", path, NULL,
+                                DK_CALL_TIMEOUT_MS, destroy_done, ds);
+    free(path);
+    if (!rq)
+        return err_make(err, SBX_E_UNAVAILABLE, "docker: cannot start an engine request");
+    return 0;
+}
+
+static void commit_done(struct dk_resp *r, void *data)
+{
+    struct dk_sb *ds = data;
+    const char *id = json_string_value(json_object_get(r->json, "Id"));
+    if (r->status != 201 || !id) {
+        sbx_err_t err = {0};
+        dk_err(&err, r, "commit container");
+        sandbox_op_done(ds->sb, &err, NULL);
+        err_clear(&err);
+        return;
+    }
+    log_info("docker %s: snapshot image %.19s", ds->sb->id, id);
+    sandbox_op_done(ds->sb, NULL,
+                    json_pack("{s:s, s:s}", "image", id, "engine", ds->dp->eng.host));
+}
+
+static int d_sb_snapshot(void *cookie, struct sandbox *sb, sbx_err_t *err)
+{
+    struct dk_prov *dp = cookie;
+    struct dk_sb *ds = sb->pdata;
+    if (!ds || !ds->cid[0])
+        return err_make(err, SBX_E_STATE, "sandbox %s has no container yet", sb->id);
+    char tag[128];
+    snprintf(tag, sizeof(tag), "%s-%lld", sb->id, (long long)(daemon_now() * 1000));
+    for (char *c = tag; *c; c++)
+        if (!(*c >= 'a' && *c <= 'z') && !(*c >= 'A' && *c <= 'Z') &&
+            !(*c >= '0' && *c <= '9') && *c != '_' && *c != '.' && *c != '-')
+            *c = '_';
+    char *te = dk_escape(tag);
+    char *path = dk_path(&dp->eng, "/commit?container=%s&repo=%s&tag=%s&pause=1", ds->cid,
+                         SNAP_REPO, te);
+    free(te);
+    /* Not part of the lifecycle machine: a recovery may run meanwhile. */
+    json_t *body = json_pack("{s:{s:s}}", "Labels", "sbxd.snapshot_of", sb->id);
+    struct dk_req *rq = dk_call(&dp->eng, &ds->snap_reqs, "POST", path, body,
+                                DK_COMMIT_TIMEOUT_MS, commit_done, ds);
+    json_decref(body);
+    free(path);
+    if (!rq)
+        return err_make(err, SBX_E_UNAVAILABLE, "docker: cannot start an engine request");
+    return 0;
+}
+
+static json_t *d_sb_metadata(void *cookie, struct sandbox *sb)
+{
+    struct dk_prov *dp = cookie;
+    struct dk_sb *ds = sb->pdata;
+    json_t *o = json_pack("{s:s}", "engine", dp->eng.host);
+    if (!ds)
+        return o;
+    if (ds->cid[0])
+        json_object_set_new(o, "container_id", json_string(ds->cid));
+    if (ds->name)
+        json_object_set_new(o, "container_name", json_string(ds->name));
+    if (ds->opts)
+        json_object_set(o, "image", json_object_get(ds->opts, "image"));
+    if (ds->image_id)
+        json_object_set_new(o, "image_id", json_string(ds->image_id));
+    json_object_set_new(o, "exec_mode",
+                        json_string(ds->exec_mode ? "docker-exec" : "agent"));
+    json_object_set_new(o, "agent_ready", json_boolean(ds->ready && !ds->exec_mode));
+    json_object_set_new(o, "reconnected", json_boolean(ds->reconnected));
+    if (ds->restarts)
+        json_object_set_new(o, "restarts", json_integer(ds->restarts));
+    if (ds->warnings)
+        json_object_set(o, "warnings", ds->warnings);
+    return o;
+}
+
+static void ds_free(struct dk_sb *ds)
+{
+    if (ds->ch_live)
+        chan_deinit(&ds->ch);
+    json_decref(ds->opts);
+    json_decref(ds->base_env);
+    json_decref(ds->image_env);
+    json_decref(ds->warnings);
+    json_decref(ds->pull_last);
+    json_decref(ds->hello);
+    free(ds->image_id);
+    free(ds->name);
+    free(ds);
+}
+
+static void d_sb_release(void *cookie, struct sandbox *sb)
+{
+    struct dk_sb *ds = sb->pdata;
+    if (!ds)
+        return;
+    dk_reqlist_cancel(&ds->reqs);
+    dk_reqlist_cancel(&ds->snap_reqs);
+    close_attach(ds);
+    ev_timer_stop(D->loop, &ds->hs_timer);
+    /* process records were released before us; drop anything left */
+    while (ds->procs) {
+        struct dk_proc *x = ds->procs;
+        ds->procs = x->next;
+        if (x->p)
+            x->p->pdata = NULL;
+        if (ds->exec_mode)
+            dkx_release(x);
+        obuf_deinit(&x->stdin_buf);
+        free(x);
+    }
+    sb->pdata = NULL;
+    ds->sb = NULL;
+    if (ds->in_feed) {
+        /* inside chan_feed: stop parsing, free when it returns */
+        ds->dead = 1;
+        if (ds->ch_live)
+            chan_close(&ds->ch);
+        return;
+    }
+    ds_free(ds);
+}
+
+/* ---- adoption after an sbxd restart
+ * --------------------------------------------------------- */
+
+static void adopt_one(struct dk_prov *dp, json_t *c)
+{
+    json_t *labels = json_object_get(c, "Labels");
+    const char *id = json_string_value(json_object_get(labels, "sbxd.id"));
+    const char *own = json_string_value(json_object_get(labels, "sbxd.owner"));
+    const char *sock = json_string_value(json_object_get(labels, "sbxd.socket"));
+    const char *cs = json_string_value(json_object_get(labels, "sbxd.conf"));
+    const char *cr = json_string_value(json_object_get(labels, "sbxd.created"));
+    const char *cid = json_string_value(json_object_get(c, "Id"));
+    const char *state = json_string_value(json_object_get(c, "State"));
+    if (!id || !own || !cid || strlen(id) > 63 || strlen(cid) >= 80)
+        return;
+    if (sock && strcmp(sock, sb_label_socket()) != 0)
+        return; /* another sbxd's */
+    if (sandbox_find_any(id))
+        return;
+    json_t *conf = cs ? json_loads(cs, 0, NULL) : NULL;
+    if (!json_is_object(conf)) {
+        json_decref(conf);
+        conf = json_object();
+    }
+    json_object_set_new(conf, "provider", json_string("docker"));
+    json_object_del(conf, "snapshot");
+    double created = cr ? atof(cr) : 0;
+    /* The lifetime counts from the original creation. */
+    json_int_t life = json_integer_value(json_object_get(conf, "timeout_ms"));
+    if (life <= 0)
+        life = D->cfg.default_timeout_ms;
+    if (created > 0) {
+        double left_ms = (created + life / 1000.0 - daemon_now()) * 1000.0;
+        json_object_set_new(conf, "timeout_ms",
+                            json_integer(left_ms > 1 ? (json_int_t)left_ms : 1));
+    }
+    int running =
+        state && (strcmp(state, "running") == 0 || strcmp(state, "paused") == 0);
+    struct provider_inst *pi = daemon_provider("docker");
+    struct sandbox *sb = NULL;
+    sbx_err_t err = {0};
+    if (!pi || sandbox_adopt(&sb, id, pi, (uid_t)strtoul(own, NULL, 10), conf,
+                             running ? SB_RUNNING : SB_STOPPED, &err) < 0) {
+        log_warn("docker: cannot adopt container %.12s (%s): %s", cid, id,
+                 err.msg ? err.msg : "?");
+        err_clear(&err);
+        return;
+    }
+    if (created > 0)
+        sb->created_at = created;
+    struct dk_sb *ds = ds_new(dp, sb);
+    snprintf(ds->cid, sizeof(ds->cid), "%s", cid);
+    ds->first_hello = 1;
+    ds->reconnected = 1;
+    sbx_err_t e2 = {0};
+    json_t *opts = NULL;
+    if (dk_options(&opts, dp->conf, sb->conf, &e2) == 0) {
+        json_object_del(opts, "_loosened");
+        ds->opts = opts;
+    }
+    err_clear(&e2);
+    if (running) {
+        /* Reconnect in the background: attach, PING, adopt the agent's
+         * processes. Calls that come meanwhile wait for the agent. */
+        ds->why = WHY_RECOVER;
+        ds->recovering = 1;
+        ds->phase = PH_INSPECT;
+        lc_next(ds);
+    }
+}
+
+static void adopt_list_done(struct dk_resp *r, void *data)
+{
+    struct dk_prov *dp = data;
+    if (r->status != 200 || !json_is_array(r->json)) {
+        log_warn("docker: listing sbxd containers failed: %s",
+                 r->errmsg ? r->errmsg : "?");
+        dp->adopted_once = 0;
+        return;
+    }
+    size_t i;
+    json_t *c;
+    json_array_foreach(r->json, i, c) adopt_one(dp, c);
+}
+
+static void engine_up(struct dk_engine *e, void *data)
+{
+    struct dk_prov *dp = data;
+    if (dp->adopted_once)
+        return;
+    dp->adopted_once = 1;
+    char *fe = dk_escape("{\"label\":[\"sbxd.id\"]}");
+    char *path = dk_path(e, "/containers/json?all=1&filters=%s", fe);
+    free(fe);
+    if (!dk_call(e, &dp->misc, "GET", path, NULL, DK_CALL_TIMEOUT_MS, adopt_list_done,
+                 dp))
+        dp->adopted_once = 0;
+    free(path);
+}
+
+/* ---- provider
+ * ----------------------------------------------------------------------------------- */
+
+static char *find_agent(json_t *conf)
+{
+    const char *cfg = json_string_value(json_object_get(conf, "agent_path"));
+    if (cfg)
+        return strdup(cfg);
+    char *dir = strdup(D->exe_path ? D->exe_path : "."), *slash = strrchr(dir, '/');
+    if (slash)
+        *slash = '\0';
+    const char *cands[] = {"%s/sbx-init", "%s/../libexec/sbxd/sbx-init"};
+    char *found = NULL;
+    for (size_t i = 0; i < 2 && !found; i++) {
+        char *p = NULL;
+        if (asprintf(&p, cands[i], slash ? dir : ".") < 0)
+            break;
+        if (access(p, R_OK) == 0)
+            found = p;
+        else
+            free(p);
+    }
+    free(dir);
+    return found;
+}
+
+/* Reads the agent once at load and wraps it in the tar we upload. */
+static void load_agent(struct dk_prov *dp)
+{
+    dp->agent_path = find_agent(dp->conf);
+    if (!dp->agent_path) {
+        snprintf(
+            dp->agent_err, sizeof(dp->agent_err),
+            "the agent sbx-init was not found (beside sbxd or in ../libexec/sbxd; set "
+            "providers.docker.agent_path)");
+        return;
+    }
+    int fd = open(dp->agent_path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size <= 0 ||
+        st.st_size > (64 << 20)) {
+        snprintf(dp->agent_err, sizeof(dp->agent_err), "the agent %s cannot be read: %s",
+                 dp->agent_path,
+                 fd < 0 ? strerror(errno) : "not a regular file of sane size");
+        if (fd >= 0)
+            close(fd);
+        return;
+    }
+    uint8_t *bin = malloc((size_t)st.st_size);
+    size_t got = 0;
+    while (bin && got < (size_t)st.st_size) {
+        ssize_t n = read(fd, bin + got, (size_t)st.st_size - got);
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+    }
+    close(fd);
+    if (!bin || got != (size_t)st.st_size ||
+        dk_tar_one(&dp->agent_tar, &dp->agent_tar_len, "sbx-init", 0755, bin, got) < 0) {
+        snprintf(dp->agent_err, sizeof(dp->agent_err), "the agent %s cannot be read",
+                 dp->agent_path);
+        dp->agent_tar = NULL;
+    }
+    free(bin);
+}
+
+static int d_load(json_t *conf, void **cookie, sbx_err_t *err)
+{
+    struct dk_prov *dp = calloc(1, sizeof(*dp));
+    if (!dp)
+        return err_make(err, SBX_E_INTERNAL, "out of memory");
+    dp->conf = conf ? json_deep_copy(conf) : json_object();
+    const char *mode = json_string_value(json_object_get(conf, "exec_mode"));
+    if (mode && strcmp(mode, "agent") != 0 && strcmp(mode, "docker-exec") != 0) {
+        err_make(err, SBX_E_UNAVAILABLE,
+                 "docker: exec_mode must be agent or docker-exec, not %s", mode);
+        json_decref(dp->conf);
+        free(dp);
+        return -1;
+    }
+    dp->exec_mode = mode && strcmp(mode, "docker-exec") == 0;
+    if (dk_engine_init(&dp->eng, dp->conf, err) < 0) {
+        json_decref(dp->conf);
+        free(dp);
+        return -1;
+    }
+    dp->eng.misc = &dp->misc;
+    dp->eng.on_up = engine_up;
+    dp->eng.on_up_data = dp;
+    load_agent(dp);
+    if (!dp->agent_tar)
+        log_warn("docker: %s%s", dp->agent_err,
+                 dp->exec_mode ? "" : "; sandboxes in agent mode cannot be created");
+    dk_engine_start(&dp->eng);
+    *cookie = dp;
+    return 0;
+}
+
+static void d_unload(void *cookie)
+{
+    struct dk_prov *dp = cookie;
+    dk_reqlist_cancel(&dp->misc);
+    dk_engine_deinit(&dp->eng);
+    json_decref(dp->conf);
+    free(dp->agent_path);
+    free(dp->agent_tar);
+    free(dp);
+}
+
+static int d_available(void *cookie, const char **reason)
+{
+    struct dk_prov *dp = cookie;
+    if (dp->eng.up)
+        return 1;
+    *reason = dp->eng.reason;
+    return 0;
+}
+
+static json_t *d_info(void *cookie)
+{
+    struct dk_prov *dp = cookie;
+    json_t *o = json_pack("{s:s, s:s, s:b}", "host", dp->eng.host, "exec_mode",
+                          dp->exec_mode ? "docker-exec" : "agent", "tls", dp->eng.tls);
+    if (dp->eng.version[0])
+        json_object_set_new(o, "api_version", json_string(dp->eng.version));
+    if (dp->eng.engine_version[0])
+        json_object_set_new(o, "engine_version", json_string(dp->eng.engine_version));
+    json_object_set_new(o, "agent",
+                        dp->agent_tar ? json_string(dp->agent_path) : json_null());
+    if (!dp->agent_tar)
+        json_object_set_new(o, "agent_error", json_string(dp->agent_err));
+    return o;
+}
+
+static const struct cfg_key docker_keys[] = {
+    {"host", CFG_STR},
+    {"api_version", CFG_STR},
+    {"tls_ca", CFG_STR},
+    {"tls_cert", CFG_STR},
+    {"tls_key", CFG_STR},
+    {"tls_verify", CFG_BOOL},
+    {"exec_mode", CFG_STR},
+    {"agent_path", CFG_STR},
+    {"image", CFG_STR},
+    {"command", CFG_ANY},
+    {"network", CFG_STR},
+    {"privileged", CFG_BOOL},
+    {"memory", CFG_STR},
+    {"memory_swap", CFG_STR},
+    {"cpu_shares", CFG_INT},
+    {"cpu_quota", CFG_INT},
+    {"cpu_period", CFG_INT},
+    {"pids_limit", CFG_INT},
+    {"readonly_rootfs", CFG_BOOL},
+    {"cap_drop", CFG_LIST},
+    {"cap_add", CFG_LIST},
+    {"security_opt", CFG_LIST},
+    {"ulimits", CFG_ANY},
+    {"tmpfs", CFG_ANY},
+    {"working_dir", CFG_STR},
+    {"user", CFG_STR},
+    {"labels", CFG_MAP},
+    {"volumes", CFG_ANY},
+    {"command_timeout_ms", CFG_INT},
+    {NULL, 0},
+};
+
+const struct sbx_provider sbx_provider_docker = {
+    .name = "docker",
+    .config_keys = docker_keys,
+    .shell_commands = 1,
+    .default_cwd = "/workspace",
+    .enabled_by_default = 1,
+    .load = d_load,
+    .unload = d_unload,
+    .available = d_available,
+    .info = d_info,
+    .sb_start = d_sb_start,
+    .sb_stop = d_sb_stop,
+    .sb_destroy = d_sb_destroy,
+    .sb_snapshot = d_sb_snapshot,
+    .sb_metadata = d_sb_metadata,
+    .sb_release = d_sb_release,
+    .proc_spawn = d_proc_spawn,
+    .proc_write = d_proc_write,
+    .proc_close_stdin = d_proc_close_stdin,
+    .proc_kill = d_proc_kill,
+    .proc_resume = d_proc_resume,
+    .proc_tool_result = NULL,
+    .proc_release = d_proc_release,
+};

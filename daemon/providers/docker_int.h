@@ -1,0 +1,300 @@
+/*
+ * docker_int.h - the Docker provider's private interface, shared by its files:
+ *
+ *   docker.c         the provider table, sandbox lifecycle, the agent channel
+ *   docker_api.c     the Engine API over libcurl's multi interface (curlev):
+ *                    requests, JSON answers, API version negotiation, liveness
+ *   docker_hijack.c  upgraded ("hijacked") connections: attach and exec streams,
+ *                    raw bytes in, Docker's 8-byte stream frames out
+ *   docker_spec.c    options -> container create body, names, sizes, the agent tar
+ *   docker_exec.c    exec_mode docker-exec: processes through the Engine's exec API
+ *
+ * Nothing here blocks: every engine call is a curlev request or a hijacked
+ * connection watched by the daemon's libev loop.
+ */
+#ifndef SBXD_DOCKER_INT_H
+#define SBXD_DOCKER_INT_H
+
+#include <curl/curl.h>
+#include <ev.h>
+#include <jansson.h>
+#include <stdint.h>
+
+#include "chan.h"
+#include "curlev.h"
+#include "err.h"
+#include "obuf.h"
+
+struct sandbox;
+struct process;
+
+#define DK_API_MIN_MAJOR 1
+#define DK_API_MIN_MINOR 41
+#define DK_API_MAX "1.47"         /* the newest API version we ask for */
+#define DK_BODY_MAX (16u << 20)   /* largest engine answer we buffer */
+#define DK_LINE_MAX (64u << 10)   /* longest JSON progress line */
+#define DK_CALL_TIMEOUT_MS 120000 /* one ordinary engine call */
+#define DK_CONNECT_TIMEOUT_MS 5000
+#define DK_PULL_TIMEOUT_MS (30 * 60 * 1000)
+#define DK_COMMIT_TIMEOUT_MS (10 * 60 * 1000)
+
+/* ---- the engine (docker_api.c) ---------------------------------------------- */
+
+struct dk_engine {
+    struct curlev ce;
+    char *host;      /* as configured: unix:///path or tcp://host:port */
+    char *unix_path; /* set for unix:// */
+    char *base;      /* URL prefix: http://localhost, https://h:p or http://h:p */
+    int tls;
+    char *tls_ca, *tls_cert, *tls_key;
+    int tls_verify;
+    char version[16];     /* negotiated, e.g. "1.41"; "" before the first ping */
+    char cfg_version[16]; /* the highest version allowed by config, or "" */
+    char engine_version[64];
+    char server_api[16]; /* the engine's own newest API version */
+    int up;              /* the last ping (or call) reached the engine */
+    char reason[300];    /* why not, when !up */
+    int ever_up;
+    struct dk_req *ping; /* in flight */
+    ev_timer ping_timer;
+    /* Called once after each transition to up (adoption, waking sandboxes). */
+    void (*on_up)(struct dk_engine *e, void *data);
+    void *on_up_data;
+    struct dk_reqlist *misc; /* provider-level requests (ping, adoption) */
+};
+
+/* An answer. json is the parsed body when it is JSON (else NULL); body/len
+ * the raw bytes. transport: the engine was not reached (status 0). Borrowed:
+ * valid during the callback only. */
+struct dk_resp {
+    long status;
+    json_t *json;
+    const char *body;
+    size_t len;
+    int transport;
+    const char *errmsg;      /* transport error, or the engine's "message" */
+    const char *api_version; /* the Api-Version header, when sent */
+};
+
+typedef void (*dk_cb)(struct dk_resp *r, void *data);
+/* One line of a streamed JSON-lines answer (image pull); return 0 to go on. */
+typedef int (*dk_line_cb)(const char *line, size_t len, void *data);
+
+/* A list of requests owned by someone (a sandbox, a process): cancelled together. */
+struct dk_reqlist {
+    struct dk_req *head;
+};
+
+int dk_engine_init(struct dk_engine *e, json_t *conf, sbx_err_t *err);
+void dk_engine_deinit(struct dk_engine *e);
+/* Starts pinging (at load); on_up runs after each successful ping that follows a failure.
+ */
+void dk_engine_start(struct dk_engine *e);
+/* A transport failure seen somewhere: mark the engine down and ping soon. */
+void dk_engine_failed(struct dk_engine *e, const char *why);
+/* "/v1.41" + path; malloc'd. */
+char *dk_path(struct dk_engine *e, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Percent-encodes s for a query string or path segment; malloc'd. */
+char *dk_escape(const char *s);
+
+/* Starts a request. path is complete (use dk_path). body: JSON (borrowed) or
+ * NULL. list may be NULL. Returns NULL when libcurl refuses (cb not called). */
+struct dk_req *dk_call(struct dk_engine *e, struct dk_reqlist *list, const char *method,
+                       const char *path, json_t *body, long timeout_ms, dk_cb cb,
+                       void *data);
+/* Same with a raw body and content type (archive upload). */
+struct dk_req *dk_call_raw(struct dk_engine *e, struct dk_reqlist *list,
+                           const char *method, const char *path, const char *ctype,
+                           const void *body, size_t len, long timeout_ms, dk_cb cb,
+                           void *data);
+/* Same, the answer streamed as JSON lines to on_line (nothing is buffered). */
+struct dk_req *dk_call_lines(struct dk_engine *e, struct dk_reqlist *list,
+                             const char *method, const char *path, long timeout_ms,
+                             dk_line_cb on_line, dk_cb cb, void *data);
+void dk_req_cancel(struct dk_req *r);
+void dk_reqlist_cancel(struct dk_reqlist *l);
+int dk_reqlist_busy(const struct dk_reqlist *l);
+
+/* Fills err from a failed answer: -32002 when the engine was not reached,
+ * else -32006 {provider, message, status}. what = the step ("create container").
+ * Returns -1. */
+int dk_err(sbx_err_t *err, struct dk_resp *r, const char *what);
+/* Applies the engine's TLS settings to an easy handle. */
+void dk_engine_tls(struct dk_engine *e, CURL *easy);
+
+/* ---- hijacked connections (docker_hijack.c) ------------------------------------ */
+
+struct hj;
+/* The request was answered: status 101/200 = streaming; anything else is an
+ * error (msg = the engine's message or a transport error) and h is freed
+ * after the callback. */
+typedef void (*hj_open_cb)(struct hj *h, long status, const char *msg, void *data);
+/* Demultiplexed bytes: stream 1 stdout, 2 stderr. Valid during the call only. */
+typedef void (*hj_data_cb)(struct hj *h, int stream, const uint8_t *d, size_t n,
+                           void *data);
+/* The stream ended (EOF, error, protocol error); h is freed after the callback. */
+typedef void (*hj_close_cb)(struct hj *h, const char *why, void *data);
+
+/* Connects, sends `method path` with Upgrade: tcp and the JSON body (borrowed,
+ * may be NULL). out: the bytes to send once upgraded (borrowed, may be NULL;
+ * call hj_flush after appending). NULL when libcurl refuses at once. */
+struct hj *hj_open(struct dk_engine *e, const char *method, const char *path,
+                   json_t *body, struct obuf *out, hj_open_cb on_open, hj_data_cb on_data,
+                   hj_close_cb on_close, void *data);
+/* Writes what it can of *out now; the rest when the socket is writable. */
+void hj_flush(struct hj *h);
+/* Stops/starts reading (flow control). */
+void hj_pause(struct hj *h, int paused);
+/* Half-closes the sending side once *out is empty (plain sockets only; -1 on TLS). */
+int hj_shutdown_write(struct hj *h);
+/* Ends the connection: no callback runs after this. Safe inside callbacks. */
+void hj_close(struct hj *h);
+int hj_streaming(const struct hj *h);
+
+/* ---- options and container specs (docker_spec.c) -------------------------------- */
+
+/* Effective options: config defaults (providers.docker), then conf.options,
+ * then the top-level conf image/env/working_dir. New reference; -1 = err filled. */
+int dk_options(json_t **out, json_t *pconf, json_t *sbconf, sbx_err_t *err);
+/* The container create body from effective options. argv0: entrypoint
+ * (agent path inside the container) or NULL (exec mode without agent). */
+int dk_create_body(json_t **out, json_t *opts, const char *sandbox_id, uid_t owner,
+                   const char *entry, json_t *labels_extra, sbx_err_t *err);
+/* Differences between requested hardening (opts) and a container's inspect JSON. */
+json_t *dk_warnings(json_t *opts, json_t *inspect);
+/* Sanitised container name; malloc'd. */
+char *dk_name(const char *want, const char *sandbox_id);
+/* "512m" -> bytes; -1 if invalid. Integers pass through. */
+int64_t dk_parse_size(json_t *v);
+/* image ref with a tag (":latest" added when none and no digest); malloc'd. */
+char *dk_image_ref(const char *image);
+/* A one-file ustar archive in memory: name (no '/'), mode, data. malloc'd. */
+int dk_tar_one(uint8_t **out, size_t *out_len, const char *name, unsigned mode,
+               const uint8_t *data, size_t len);
+/* ["K=V", ...] <-> {"K": "V"} */
+json_t *dk_env_to_obj(json_t *arr);
+json_t *dk_env_to_arr(json_t *obj);
+/* Bool/int/string leniency for --opt values. */
+int dk_opt_bool(json_t *opts, const char *key, int dflt);
+const char *dk_opt_str(json_t *opts, const char *key);
+
+/* ---- the provider (docker.c) ------------------------------------------------------- */
+
+enum dk_phase {
+    PH_IDLE,
+    PH_LOOKUP,
+    PH_INSPECT,
+    PH_IMAGE,
+    PH_PULL,
+    PH_CREATE,
+    PH_UPLOAD,
+    PH_UNPAUSE,
+    PH_ATTACH,
+    PH_START,
+    PH_HANDSHAKE,
+    PH_STOP,
+    PH_DESTROY,
+};
+
+/* Why the lifecycle machine runs: a core op, or our own recovery. */
+enum dk_why { WHY_NONE, WHY_START, WHY_RECOVER };
+
+struct dk_prov;
+
+struct dk_proc {
+    struct dk_proc *next, *prev; /* in the sandbox */
+    struct process *p;
+    struct dk_sb *ds;
+    uint32_t pid;
+    uint32_t owed; /* output bytes not yet returned as credit */
+    int spawned;   /* SPAWN sent (agent) / exec started (exec mode) */
+    int started;   /* STARTED seen */
+    int exited;    /* EXIT seen (agent) or stream over (exec mode) */
+    int retried;   /* respawned once after the container was restarted */
+    int adopted;
+    int await_replay; /* REPLAY sent: output frames until its answer are stale */
+    struct obuf stdin_buf; /* exec mode: bytes for the exec's stdin */
+    int stdin_eof;
+    /* exec mode */
+    char exec_id[80];
+    char marker[96]; /* SBX_PROC value: kill finds the process tree by it */
+    struct hj *hj;
+    struct dk_reqlist reqs;
+    int out_paused;
+};
+
+struct dk_sb {
+    struct sandbox *sb;
+    struct dk_prov *dp;
+    char cid[80]; /* container id, "" = none known */
+    char *name;
+    int exec_mode;    /* 1 = docker-exec */
+    json_t *opts;     /* effective options of the last start */
+    json_t *base_env; /* container env as an object (image + create env) */
+    json_t *image_env;
+    json_t *warnings; /* array or NULL */
+    char *image_id;
+    int reconnected; /* found an existing container by label */
+    int restarts;    /* container restarts done for retries */
+
+    enum dk_phase phase;
+    enum dk_why why;
+    struct dk_reqlist reqs;      /* lifecycle calls (the machine, stop, destroy) */
+    struct dk_reqlist snap_reqs; /* a commit */
+    int running;                 /* container state seen by the last inspect */
+    int paused;
+    int need_start;
+
+    /* agent channel */
+    struct hj *att;
+    struct chan ch;
+    int ch_live;
+    int ready; /* handshake done */
+    int pong;  /* PONG seen in this handshake */
+    int pings;
+    int first_hello; /* adopt unknown processes from the next HELLO */
+    ev_timer hs_timer;
+    ev_timer retry_timer;
+    int recovering;
+
+    struct dk_proc *procs;
+    json_t *hello;     /* the HELLO that ends a handshake */
+    char errline[256]; /* agent stderr, line being collected */
+    size_t errlen;
+    int errlines;
+    int in_feed; /* inside chan_feed: frees are deferred */
+    int dead;    /* released while in_feed */
+    json_t *pull_last;
+    double pull_t;
+};
+
+struct dk_prov {
+    struct dk_engine eng;
+    json_t *conf;     /* providers.docker, owned */
+    int exec_mode;    /* default */
+    char *agent_path; /* NULL = not found */
+    uint8_t *agent_tar;
+    size_t agent_tar_len;
+    char agent_err[300];
+    struct dk_reqlist misc;
+    int adopted_once;
+};
+
+#define DK_AGENT_DIR "/.sbx"
+#define DK_AGENT_IN "/.sbx/sbx-init"
+
+/* docker_exec.c */
+int dkx_spawn(struct dk_sb *ds, struct dk_proc *dpp, sbx_err_t *err);
+int dkx_write(struct dk_proc *dpp, const void *data, size_t len, sbx_err_t *err);
+int dkx_close_stdin(struct dk_proc *dpp, sbx_err_t *err);
+int dkx_kill(struct dk_proc *dpp, int sig, sbx_err_t *err);
+void dkx_resume(struct dk_proc *dpp);
+void dkx_release(struct dk_proc *dpp);
+
+/* docker.c, for docker_exec.c */
+void dk_container_trouble(struct dk_sb *ds, const char *why);
+json_t *dk_spawn_env(struct dk_sb *ds, struct process *p);
+const char *dk_spawn_cwd(struct dk_sb *ds, struct process *p);
+
+#endif

@@ -1,0 +1,417 @@
+/*
+ * docker_bench.c - Docker provider figures beside the same operations through
+ * the docker CLI, in the same run. A benchmark: it prints and never fails.
+ *
+ *   docker_bench SBXD_SOCKET DOCKER_HOST IMAGE [quick]
+ *
+ * DOCKER_CLI (environment) names the docker binary (default: docker).
+ */
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <sys/wait.h>
+
+#include "itest.h"
+
+extern char **environ;
+
+static const char *sock, *host, *image, *cli;
+static int quick;
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double pct(double *v, int n, double p)
+{
+    qsort(v, (size_t)n, sizeof(double), cmp_d);
+    int i = (int)(n * p);
+    return v[i < n ? i : n - 1];
+}
+
+/* Runs the docker CLI with args (NULL-terminated), stdout to /dev/null or to
+ * out (first line kept). Returns the exit status. */
+static int run_cli(char *const *args, char *out, size_t outlen)
+{
+    int pfd[2] = {-1, -1};
+    if (out && pipe(pfd) < 0)
+        return -1;
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    if (out)
+        posix_spawn_file_actions_adddup2(&fa, pfd[1], 1);
+    else
+        posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+    pid_t pid;
+    int r = posix_spawnp(&pid, cli, &fa, NULL, args, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (out) {
+        close(pfd[1]);
+        ssize_t n = r == 0 ? read(pfd[0], out, outlen - 1) : -1;
+        out[n > 0 ? n : 0] = '\0';
+        char *nl = strchr(out, '\n');
+        if (nl)
+            *nl = '\0';
+        close(pfd[0]);
+    }
+    if (r != 0)
+        return -1;
+    int st;
+    waitpid(pid, &st, 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* argv for the docker CLI: "docker -H HOST" + the arguments; static storage,
+ * valid until the next call. The strings are not written to (posix_spawn). */
+static char **cli_argv(const char *first, ...)
+{
+    static char *v[32];
+    int n = 0;
+    v[n++] = (char *)(uintptr_t)cli;
+    v[n++] = (char *)(uintptr_t) "-H";
+    v[n++] = (char *)(uintptr_t)host;
+    va_list ap;
+    va_start(ap, first);
+    for (const char *a = first; a && n < 31; a = va_arg(ap, const char *))
+        v[n++] = (char *)(uintptr_t)a;
+    va_end(ap);
+    v[n] = NULL;
+    return v;
+}
+#define CLI(...) cli_argv(__VA_ARGS__, (const char *)NULL)
+
+static json_t *call(conn *c, const char *m, json_t *p)
+{
+    return cn_call_t(c, 120000, m, p);
+}
+
+static void line(const char *what, double sbx, double dk, const char *unit,
+                 int lower_better)
+{
+    printf("  %-40s sbxd %9.2f %-6s docker CLI %9.2f %-6s", what, sbx, unit, dk, unit);
+    if (sbx > 0 && dk > 0)
+        printf("  -> %.1fx %s", lower_better ? dk / sbx : sbx / dk,
+               lower_better ? "faster" : "more");
+    printf("\n");
+}
+
+/* ---- exec round trip
+ * ------------------------------------------------------------------- */
+
+static void bench_roundtrip(conn *c, const char *cid)
+{
+    int n = quick ? 50 : 300, nc = quick ? 10 : 30;
+    double *v = calloc((size_t)n, sizeof(double)),
+           *w = calloc((size_t)nc, sizeof(double));
+    for (int i = 0; i < 10; i++)
+        json_decref(
+            call(c, "process.exec",
+                 json_pack("{s:s, s:s}", "sandbox", "bench", "command", "echo hi")));
+    for (int i = 0; i < n; i++) {
+        double t = now_ms();
+        json_decref(
+            call(c, "process.exec",
+                 json_pack("{s:s, s:s}", "sandbox", "bench", "command", "echo hi")));
+        v[i] = now_ms() - t;
+    }
+    for (int i = 0; i < nc; i++) {
+        double t = now_ms();
+        run_cli(CLI("exec", cid, "sh", "-c", "echo hi"), NULL, 0);
+        w[i] = now_ms() - t;
+    }
+    double s50 = pct(v, n, 0.5), s99 = pct(v, n, 0.99), d50 = pct(w, nc, 0.5),
+           d99 = pct(w, nc, 0.99);
+    line("exec `echo hi` round trip p50", s50, d50, "ms", 1);
+    line("exec `echo hi` round trip p99", s99, d99, "ms", 1);
+    /* the floor here: starting any process */
+    double f[20];
+    for (int i = 0; i < 20; i++) {
+        double t = now_ms();
+        pid_t pid;
+        char t0[] = "/bin/true";
+        char *args[] = {t0, NULL};
+        if (posix_spawn(&pid, "/bin/true", NULL, NULL, args, environ) == 0)
+            waitpid(pid, NULL, 0);
+        f[i] = now_ms() - t;
+    }
+    printf(
+        "  %-40s %.2f ms (fork+exec of /bin/true on this host: the floor of any exec)\n",
+        "process start on the host p50", pct(f, 20, 0.5));
+    free(v);
+    free(w);
+}
+
+/* ---- 16 concurrent execs
+ * ---------------------------------------------------------------- */
+
+static void bench_concurrent(const char *cid)
+{
+    enum { K = 16 };
+    int total = quick ? 160 : 640;
+    conn *cs[K];
+    int sent = 0, done = 0;
+    for (int i = 0; i < K; i++)
+        cs[i] = cn_open(sock);
+    double t = now_ms();
+    const char *req =
+        "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"process.exec\",\"params\":"
+        "{\"sandbox\":\"bench\",\"command\":\"echo hi\",\"stream\":false}}\n";
+    for (int i = 0; i < K && sent < total; i++, sent++) {
+        cn_send_raw(cs[i], req, strlen(req));
+    }
+    while (done < total && now_ms() - t < 120000) {
+        struct pollfd p[K];
+        for (int i = 0; i < K; i++)
+            p[i] = (struct pollfd){.fd = cs[i]->fd, .events = POLLIN};
+        poll(p, K, 1000);
+        for (int i = 0; i < K; i++) {
+            if (!(p[i].revents & POLLIN) && !(cs[i]->len > cs[i]->off))
+                continue;
+            json_t *m;
+            while ((m = cn_read(cs[i], 0))) {
+                if (json_object_get(m, "id")) {
+                    done++;
+                    if (sent < total) {
+                        cn_send_raw(cs[i], req, strlen(req));
+                        sent++;
+                    }
+                }
+                json_decref(m);
+            }
+        }
+    }
+    double secs = (now_ms() - t) / 1000.0;
+    double sbx = done / secs;
+    for (int i = 0; i < K; i++)
+        cn_close(cs[i]);
+
+    /* the CLI: 16 at a time */
+    int ctotal = quick ? 32 : 64;
+    t = now_ms();
+    int running = 0, started = 0, finished = 0;
+    while (finished < ctotal) {
+        while (running < K && started < ctotal) {
+            pid_t pid;
+            char *const *args = CLI("exec", cid, "sh", "-c", "echo hi");
+            posix_spawn_file_actions_t fa;
+            posix_spawn_file_actions_init(&fa);
+            posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+            if (posix_spawnp(&pid, cli, &fa, NULL, args, environ) == 0)
+                running++;
+            posix_spawn_file_actions_destroy(&fa);
+            started++;
+        }
+        if (wait(NULL) > 0) {
+            running--;
+            finished++;
+        } else {
+            break;
+        }
+    }
+    double dk = finished / ((now_ms() - t) / 1000.0);
+    line("16 concurrent execs, throughput", sbx, dk, "exec/s", 0);
+}
+
+/* ---- create and destroy
+ * ------------------------------------------------------------------ */
+
+static void bench_lifecycle(conn *c)
+{
+    int n = quick ? 3 : 8;
+    double cr[16], de[16], ccr[16], cde[16];
+    for (int i = 0; i < n; i++) {
+        char id[32];
+        snprintf(id, sizeof(id), "bl%d", i);
+        double t = now_ms();
+        json_decref(call(c, "sandbox.create",
+                         json_pack("{s:s, s:s}", "id", id, "provider", "docker")));
+        json_decref(call(c, "process.exec",
+                         json_pack("{s:s, s:s}", "sandbox", id, "command", "echo hi")));
+        cr[i] = now_ms() - t;
+        t = now_ms();
+        json_decref(call(c, "sandbox.destroy", json_pack("{s:s}", "id", id)));
+        de[i] = now_ms() - t;
+    }
+    for (int i = 0; i < n; i++) {
+        char cid[128] = "";
+        double t = now_ms();
+        run_cli(
+            CLI("run", "-d", "--network", "none", "--entrypoint", "sleep", image, "3600"),
+            cid, sizeof(cid));
+        run_cli(CLI("exec", cid, "sh", "-c", "echo hi"), NULL, 0);
+        ccr[i] = now_ms() - t;
+        t = now_ms();
+        run_cli(CLI("rm", "-f", cid), NULL, 0);
+        cde[i] = now_ms() - t;
+    }
+    line("create to first exec p50", pct(cr, n, 0.5), pct(ccr, n, 0.5), "ms", 1);
+    line("destroy p50", pct(de, n, 0.5), pct(cde, n, 0.5), "ms", 1);
+}
+
+/* ---- streaming
+ * ----------------------------------------------------------------------------- */
+
+/* Counts payload bytes of process.output lines without a JSON parser (the data are
+ * plain letters); returns at process.exit. */
+static double stream_sbxd(conn *c, const char *cmd, uint64_t *bytes)
+{
+    json_t *r = call(c, "process.spawn",
+                     json_pack("{s:s, s:s}", "sandbox", "bench", "command", cmd));
+    json_decref(r);
+    double t = now_ms();
+    uint64_t n = 0;
+    char *buf = malloc(1 << 20);
+    size_t have = 0;
+    int exited = 0;
+    while (!exited && now_ms() - t < 300000) {
+        ssize_t k = recv(c->fd, buf + have, (1 << 20) - have, 0);
+        if (k <= 0)
+            break;
+        have += (size_t)k;
+        char *p = buf, *end = buf + have, *nl;
+        while ((nl = memchr(p, '\n', (size_t)(end - p)))) {
+            char *d = memmem(p, (size_t)(nl - p), "\"data\":\"", 8);
+            if (d)
+                n += (uint64_t)(nl - (d + 8) - 3); /* minus the closing "}} */
+            else if (memmem(p, (size_t)(nl - p), "process.exit", 12))
+                exited = 1;
+            p = nl + 1;
+        }
+        have = (size_t)(end - p);
+        memmove(buf, p, have);
+    }
+    free(buf);
+    *bytes = n;
+    return (now_ms() - t) / 1000.0;
+}
+
+static void bench_stream(conn *c, const char *cid)
+{
+    int mb = quick ? 100 : 500;
+    char cmd[256];
+    snprintf(cmd, sizeof(cmd), "dd if=/dev/zero bs=64k count=%d 2>/dev/null | tr '\\0' x",
+             mb * 16);
+    uint64_t bytes = 0;
+    double s = stream_sbxd(c, cmd, &bytes);
+    double sbx = bytes / 1048576.0 / s;
+
+    /* docker exec through the CLI, output to a pipe we drain */
+    double t = now_ms();
+    int pfd[2];
+    uint64_t got = 0;
+    if (pipe(pfd) == 0) {
+        posix_spawn_file_actions_t fa;
+        posix_spawn_file_actions_init(&fa);
+        posix_spawn_file_actions_adddup2(&fa, pfd[1], 1);
+        pid_t pid;
+        if (posix_spawnp(&pid, cli, &fa, NULL, CLI("exec", cid, "sh", "-c", cmd),
+                         environ) == 0) {
+            close(pfd[1]);
+            char b[65536];
+            ssize_t k;
+            while ((k = read(pfd[0], b, sizeof(b))) > 0)
+                got += (uint64_t)k;
+            waitpid(pid, NULL, 0);
+        } else {
+            close(pfd[1]);
+        }
+        close(pfd[0]);
+        posix_spawn_file_actions_destroy(&fa);
+    }
+    double dk = got / 1048576.0 / ((now_ms() - t) / 1000.0);
+    char what[80];
+    snprintf(what, sizeof(what), "stream %d MB (dd bs=64k | tr) to a client", mb);
+    line(what, sbx, dk, "MB/s", 0);
+    if (bytes != (uint64_t)mb << 20)
+        printf("  (sbxd delivered %llu bytes)\n", (unsigned long long)bytes);
+
+    /* The ceiling of the engine's attach path: raw attach, read by curl. */
+    char ccid[128] = "";
+    char sh[300];
+    snprintf(sh, sizeof(sh), "sleep 1; %s", cmd);
+    run_cli(
+        CLI("create", "--network", "none", "--log-driver", "none", image, "sh", "-c", sh),
+        ccid, sizeof(ccid));
+    if (!ccid[0])
+        return;
+    char url[300];
+    snprintf(url, sizeof(url),
+             "http://localhost/v1.41/containers/%s/attach?stream=1&stdout=1", ccid);
+    pid_t cpid;
+    char a0[] = "curl", a1[] = "-s", a2[] = "-o", a3[] = "/dev/null", a4[] = "-X",
+         a5[] = "POST", a6[] = "--unix-socket";
+    char *cargs[] = {a0,  a1,  a2, a3, a4, a5, a6, (char *)(uintptr_t)(host + 7),
+                     url, NULL};
+    if (strncmp(host, "unix://", 7) == 0 &&
+        posix_spawnp(&cpid, "curl", NULL, NULL, cargs, environ) == 0) {
+        usleep(300000);
+        run_cli(CLI("start", ccid), NULL, 0);
+        t = now_ms();
+        waitpid(cpid, NULL, 0);
+        double secs = (now_ms() - t) / 1000.0 - 1.0;
+        printf("  %-40s %9.2f MB/s (docker's attach stream read by curl, no sbxd)\n",
+               "raw attach ceiling", mb / (secs > 0.01 ? secs : 0.01));
+    }
+    run_cli(CLI("rm", "-f", ccid), NULL, 0);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 4) {
+        fprintf(stderr, "usage: docker_bench SBXD_SOCKET DOCKER_HOST IMAGE [quick]\n");
+        return 0;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    sock = argv[1];
+    host = argv[2];
+    image = argv[3];
+    quick = argc > 4 && strcmp(argv[4], "quick") == 0;
+    cli = getenv("DOCKER_CLI") ? getenv("DOCKER_CLI") : "docker";
+    conn *c = NULL;
+    for (int i = 0; i < 100 && !c; i++) {
+        c = cn_open(sock);
+        if (!c)
+            usleep(50000);
+    }
+    if (!c) {
+        printf("  (sbxd does not answer)\n");
+        return 0;
+    }
+    /* the first engine ping is asynchronous */
+    for (int i = 0; i < 100; i++) {
+        json_t *info = call(c, "daemon.info", NULL);
+        char *s = json_dumps(info, 0);
+        int up = s && strstr(s, "\"api_version\"");
+        free(s);
+        json_decref(info);
+        if (up)
+            break;
+        usleep(100000);
+    }
+    json_t *r = call(c, "sandbox.create",
+                     json_pack("{s:s, s:s, s:i}", "id", "bench", "provider", "docker",
+                               "timeout_ms", 3600000));
+    const char *cid0 = json_string_value(
+        json_object_get(json_object_get(res_of(r), "metadata"), "container_id"));
+    if (!cid0) {
+        char *s = json_dumps(r, 0);
+        printf("  (cannot create a sandbox: %.300s)\n", s);
+        free(s);
+        return 0;
+    }
+    char cid[128];
+    snprintf(cid, sizeof(cid), "%s", cid0);
+    json_decref(r);
+    bench_roundtrip(c, cid);
+    bench_concurrent(cid);
+    bench_lifecycle(c);
+    bench_stream(c, cid);
+    json_decref(call(c, "sandbox.destroy", json_pack("{s:s}", "id", "bench")));
+    cn_close(c);
+    return 0;
+}

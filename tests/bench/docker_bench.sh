@@ -1,0 +1,77 @@
+#!/bin/sh
+# docker_bench.sh BUILD_DIR - Docker provider figures, each beside the same
+# operation through the docker CLI in the same run. Prints; never fails.
+#
+# Engine: $DOCKER_HOST (unix://) or /var/run/docker.sock when one answers,
+# else (as root) a private dockerd for the run (tests/docker/dockerd.sh).
+# BENCH_QUICK=quick shortens every figure.
+B=${1:-build}
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$ROOT" || exit 0
+echo "docker provider benchmark"
+if [ ! -x "$B/bench/docker_bench" ] || [ ! -x "$B/sbx-init" ]; then
+    echo "  (skipped: build $B/bench/docker_bench and $B/sbx-init first)"
+    exit 0
+fi
+CLI=""
+for c in /usr/local/bin/docker "$(command -v docker 2>/dev/null)"; do
+    [ -n "$c" ] && [ -x "$c" ] && { CLI=$c; break; }
+done
+if [ -z "$CLI" ]; then
+    echo "  (skipped: no docker CLI to compare with)"
+    exit 0
+fi
+
+T=$(mktemp -d /tmp/sbxd-dbench.XXXXXX)
+DK=$(mktemp -d /tmp/sbxdb.XXXXXX)
+PRIVATE=0
+SPID=""
+cleanup() {
+    [ -n "$SPID" ] && kill "$SPID" 2>/dev/null && wait "$SPID" 2>/dev/null
+    [ "$PRIVATE" = 1 ] && sh tests/docker/dockerd.sh stop "$DK" >/dev/null 2>&1
+    rm -rf "$T" "$DK"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+ping_unix() { curl -s --max-time 3 --unix-socket "$1" http://localhost/_ping 2>/dev/null | grep -q OK; }
+ENGINE=""
+case "${DOCKER_HOST:-}" in unix://*) ping_unix "${DOCKER_HOST#unix://}" && ENGINE=$DOCKER_HOST ;; esac
+[ -z "$ENGINE" ] && ping_unix /var/run/docker.sock && ENGINE=unix:///var/run/docker.sock
+if [ -z "$ENGINE" ]; then
+    if [ "$(id -u)" != 0 ]; then
+        echo "  (skipped: no engine answers and starting one needs root)"
+        exit 0
+    fi
+    env -u DOCKER_HOST sh tests/docker/dockerd.sh start "$DK" >"$T/env" 2>"$T/dockerd.log" ||
+        { echo "  (skipped: the private dockerd did not start)"; exit 0; }
+    PRIVATE=1
+    ENGINE=$(sed -n 's/^DOCKER_HOST=//p' "$T/env")
+fi
+sh tests/docker/images.sh "$ENGINE" >"$T/images.log" 2>&1 || { echo "  (skipped: no test image)"; exit 0; }
+
+cat >"$T/bench.yaml" <<YAML
+log_level: warn
+socket:
+  mode: "0600"
+limits:
+  max_sandboxes_per_uid: 64
+providers:
+  duktape:
+    pool_size: 1
+  docker:
+    host: $ENGINE
+    agent_path: $ROOT/$B/sbx-init
+    image: sbx-test/busybox
+    network: none
+    pids_limit: 256
+    cap_drop: [ALL]
+    security_opt: [no-new-privileges]
+YAML
+SBXD_SOCKET="$T/sbxd.sock" "$B/sbxd" -c "$T/bench.yaml" 2>"$T/sbxd.log" &
+SPID=$!
+i=0
+while [ ! -S "$T/sbxd.sock" ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i + 1)); done
+echo "  engine $ENGINE, $(nproc) cores; docker CLI $CLI"
+DOCKER_CLI=$CLI "$B/bench/docker_bench" "$T/sbxd.sock" "$ENGINE" sbx-test/busybox $BENCH_QUICK
+exit 0

@@ -1,0 +1,84 @@
+#!/bin/sh
+# docker.sh BUILD_DIR TMPDIR - the Docker provider against a real engine.
+#
+# The engine: the one at $DOCKER_HOST (unix://) or /var/run/docker.sock when it
+# answers; otherwise, as root, a private dockerd (tests/docker/dockerd.sh, with
+# a TLS endpoint on loopback) that is stopped again when the script exits.
+# Test images are built offline (tests/docker/images.sh). With CI=true the
+# tests always run: no engine is a failure, not a skip.
+#
+# Prints the test binary's lines and a final "N passed, N failed".
+B=${1:-build}
+T=${2:-$(mktemp -d /tmp/sbxd-docker.XXXXXX)}
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$ROOT" || exit 1
+mkdir -p "$T"
+T=$(cd "$T" && pwd)
+
+skip_or_fail() { # reason
+    if [ "${CI:-}" = true ]; then
+        echo "docker tests cannot run: $1"
+        echo "0 passed, 1 failed"
+        exit 1
+    fi
+    echo "docker tests skipped: $1"
+    echo "0 passed, 0 failed"
+    exit 0
+}
+
+for f in "$B/sbxd" "$B/sbx-init" "$B/tests/ptest_docker"; do
+    [ -x "$f" ] || skip_or_fail "$f is not built (make $f)"
+done
+
+# A short directory for the private engine: unix socket paths are limited.
+DK=$(mktemp -d /tmp/sbxdk.XXXXXX)
+PRIVATE=0
+cleanup() {
+    if [ "$PRIVATE" = 1 ]; then
+        sh tests/docker/dockerd.sh stop "$DK" >"$T/dockerd-stop.log" 2>&1
+    fi
+    rm -rf "$DK"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+ping_unix() { curl -s --max-time 3 --unix-socket "$1" http://localhost/_ping 2>/dev/null | grep -q OK; }
+
+ENGINE=""
+case "${DOCKER_HOST:-}" in
+unix://*) ping_unix "${DOCKER_HOST#unix://}" && ENGINE=$DOCKER_HOST ;;
+esac
+if [ -z "$ENGINE" ] && ping_unix /var/run/docker.sock; then
+    ENGINE=unix:///var/run/docker.sock
+fi
+if [ -n "$ENGINE" ]; then
+    echo "using the engine at $ENGINE"
+    DOCKER_HOST=$ENGINE
+    export DOCKER_HOST
+else
+    [ "$(id -u)" = 0 ] || skip_or_fail "no Docker engine answers and starting one needs root"
+    env -u DOCKER_HOST sh tests/docker/dockerd.sh start "$DK" --tls >"$T/dockerd.env" 2>"$T/dockerd-start.log" ||
+        { tail -n 20 "$T/dockerd-start.log"; skip_or_fail "the private dockerd did not start"; }
+    PRIVATE=1
+    # shellcheck disable=SC2046
+    export $(cat "$T/dockerd.env")
+    export SBX_DOCKERD_PRIVATE=1 SBX_DOCKERD_DIR="$DK"
+    echo "private engine: $DOCKER_HOST (TLS ${DOCKER_TLS_HOST:-none})"
+fi
+
+sh tests/docker/images.sh "$DOCKER_HOST" >"$T/images.log" 2>&1 ||
+    { tail -n 20 "$T/images.log"; skip_or_fail "the test images could not be built"; }
+
+"$B/tests/ptest_docker" "$B/sbxd" "$B" "$T" | tee "$T/ptest.out"
+st=0
+tally=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$T/ptest.out" | tail -n 1)
+case "$tally" in
+"" | *", 0 failed") [ -n "$tally" ] || { tally="0 passed, 1 failed"; st=1; } ;;
+*) st=1 ;;
+esac
+if [ "$st" -ne 0 ]; then
+    echo "--- sbxd log (tail)"
+    tail -n 60 "$T/sbxd-main.log" 2>/dev/null
+    echo "$tally"
+fi
+exit $st
