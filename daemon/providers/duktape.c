@@ -353,8 +353,9 @@ static void pump(struct duk_sb *ds)
     json_t *tools = json_object_get(ds->sb->conf, "tools");
     if (tools)
         json_object_set(msg, "tools", tools);
-    json_object_set_new(msg, "fresh", json_boolean(json_is_true(json_object_get(ds->sb->conf,
-                                                                                "fresh_isolate"))));
+    struct duk_prov *dp = ds->sb->prov->cookie;
+    int fresh = dp->fresh || json_is_true(json_object_get(ds->sb->conf, "fresh_isolate"));
+    json_object_set_new(msg, "fresh", json_boolean(fresh));
     if (chan_send_json(&w->ch, SBX_CHAN_SPAWN, p->pid, msg) < 0) {
         json_decref(msg);
         json_t *rec = json_pack("{s:i, s:s}", "exit_code", -1, "error", "isolate channel failed");
@@ -849,6 +850,7 @@ static int d_load(json_t *conf, void **cookie, sbx_err_t *err)
         dp->mem_mb = DEFAULT_MEM_MB;
     const char *u = json_string_value(json_object_get(conf, "worker_user"));
     dp->user = u ? strdup(u) : NULL;
+    dp->fresh = json_is_true(json_object_get(conf, "fresh_isolate"));
     *cookie = dp;
     ev_idle_init(&dp->refill, refill_cb);
     dp->refill.data = dp;
