@@ -97,6 +97,13 @@ static void test_lifecycle(conn *c)
     json_array_foreach(c->notes, i, s) if (strcmp(json_string_value(json_object_get(s, "method")), "sandbox.status") == 0) saw_status = 1;
     test_cond("sandbox.status notifications are sent to the owner", saw_status);
     destroy(c, "life");
+
+    json_decref(create(c, "fresh", json_pack("{s:b}", "fresh_isolate", 1)));
+    json_decref(exec_js(c, "fresh", "var q = 1"));
+    r = exec_js(c, "fresh", "typeof q");
+    test_cond("fresh_isolate: no state between execs", strcmp(json_string_value(result_of_exec(r)) ?: "", "undefined") == 0);
+    json_decref(r);
+    destroy(c, "fresh");
 }
 
 static void test_env_cwd(conn *c)
