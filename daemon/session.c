@@ -343,6 +343,15 @@ static void session_read(struct session *s)
             s->ilen -= start;
             s->iscan -= start;
         }
+        if (s->ilen == 0 && s->icap > 0) {
+            /* Idle sessions hold no input buffer (Redis frees idle query
+             * buffers too): a thousand idle clients cost a thousand structs,
+             * not a thousand 16 KiB buffers. */
+            free(s->ibuf);
+            s->ibuf = NULL;
+            s->icap = 0;
+            s->iscan = 0;
+        }
         if (s->ilen > max) {
             json_t *msg = json_pack("{s:s, s:n, s:{s:i, s:s, s:{s:I}}}", "jsonrpc", "2.0", "id",
                                     "error", "code", SBX_E_TOO_LARGE, "message",
