@@ -417,32 +417,32 @@ static void m_list(struct call *c, json_t *params)
     call_reply(c, json_pack("{s:o}", "sandboxes", arr));
 }
 
-static void m_start(struct call *c, json_t *params)
+/* start/stop/destroy/snapshot: find the caller's sandbox, hand the call over. */
+static void lifecycle(struct call *c, json_t *params, void (*op)(struct sandbox *, struct call *))
 {
     struct sandbox *sb = get_sandbox(c, params, "id");
     if (sb)
-        sandbox_start(sb, c);
+        op(sb, c);
+}
+
+static void m_start(struct call *c, json_t *params)
+{
+    lifecycle(c, params, sandbox_start);
 }
 
 static void m_stop(struct call *c, json_t *params)
 {
-    struct sandbox *sb = get_sandbox(c, params, "id");
-    if (sb)
-        sandbox_stop(sb, c);
+    lifecycle(c, params, sandbox_stop);
 }
 
 static void m_destroy(struct call *c, json_t *params)
 {
-    struct sandbox *sb = get_sandbox(c, params, "id");
-    if (sb)
-        sandbox_destroy(sb, c);
+    lifecycle(c, params, sandbox_destroy);
 }
 
 static void m_snapshot(struct call *c, json_t *params)
 {
-    struct sandbox *sb = get_sandbox(c, params, "id");
-    if (sb)
-        sandbox_snapshot(sb, c);
+    lifecycle(c, params, sandbox_snapshot);
 }
 
 static void m_clone(struct call *c, json_t *params)

@@ -511,6 +511,22 @@ static char *display_of(json_t *cmd)
     return s;
 }
 
+/* A new live record: oldest first in the list, so append at the tail. */
+static void link_process(struct sandbox *sb, struct process *p)
+{
+    for (int i = 0; i < 2; i++)
+        p->out[i].ring.max = (size_t)D->cfg.replay_bytes;
+    struct process **pp = &sb->procs, *prev = NULL;
+    while (*pp) {
+        prev = *pp;
+        pp = &(*pp)->next;
+    }
+    *pp = p;
+    p->prev = prev;
+    sb->nlive++;
+    D->nprocesses++;
+}
+
 int process_new(struct process **out, struct sandbox *sb, json_t *params, struct session *origin,
                 sbx_err_t *err)
 {
@@ -612,19 +628,7 @@ int process_new(struct process **out, struct sandbox *sb, json_t *params, struct
     p->stdin_pending = stdin_data;
     p->display = display;
     p->spec = spec;
-    for (int i = 0; i < 2; i++)
-        p->out[i].ring.max = (size_t)D->cfg.replay_bytes;
-
-    /* Oldest first in the list: append at the tail. */
-    struct process **pp = &sb->procs, *prev = NULL;
-    while (*pp) {
-        prev = *pp;
-        pp = &(*pp)->next;
-    }
-    *pp = p;
-    p->prev = prev;
-    sb->nlive++;
-    D->nprocesses++;
+    link_process(sb, p);
     *out = p;
     return 0;
 }
@@ -645,19 +649,9 @@ struct process *process_adopt(struct sandbox *sb, uint32_t pid, const char *disp
     p->t0 = ev_now(D->loop);
     p->display = strdup(display ? display : "");
     p->spec = json_object();
-    for (int i = 0; i < 2; i++)
-        p->out[i].ring.max = (size_t)D->cfg.replay_bytes;
     ev_timer_init(&p->timer, timeout_cb, 0., 0.);
     p->timer.data = p;
-    struct process **pp = &sb->procs, *prev = NULL;
-    while (*pp) {
-        prev = *pp;
-        pp = &(*pp)->next;
-    }
-    *pp = p;
-    p->prev = prev;
-    sb->nlive++;
-    D->nprocesses++;
+    link_process(sb, p);
     return p;
 }
 

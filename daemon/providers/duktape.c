@@ -169,6 +169,18 @@ static void worker_kill(struct worker *w)
     chan_close(&w->ch);
 }
 
+/* Takes the sandbox's worker away from it and ends it. */
+static void drop_worker(struct duk_sb *ds)
+{
+    struct worker *w = ds->w;
+    if (!w)
+        return;
+    w->owner = NULL;
+    w->running = NULL;
+    worker_kill(w);
+    ds->w = NULL;
+}
+
 static void pool_remove(struct duk_prov *dp, struct worker *w)
 {
     for (struct worker **pp = &dp->pool; *pp; pp = &(*pp)->next)
@@ -452,13 +464,7 @@ static void unqueue(struct duk_sb *ds, struct duk_proc *dpp)
  * program means ending its worker; the sandbox continues on a fresh one. */
 static void replace_worker(struct duk_sb *ds)
 {
-    struct worker *old = ds->w;
-    if (old) {
-        old->owner = NULL;
-        old->running = NULL;
-        worker_kill(old);
-    }
-    ds->w = NULL;
+    drop_worker(ds);
     ds->reset_pending = 1;
     if (ds->sb->status == SB_RUNNING || ds->sb->status == SB_STARTING)
         get_worker(ds);
@@ -602,9 +608,7 @@ static void worker_frame(struct chan *ch, const struct sbx_chan_hdr *h, const ui
             ds->saved = e || !v ? NULL : v;
             if (e || !v)
                 json_decref(v);
-            w->owner = NULL;
-            worker_kill(w);
-            ds->w = NULL;
+            drop_worker(ds);
             sandbox_op_done(ds->sb, NULL, NULL);
             return;
         }
@@ -719,12 +723,8 @@ static int d_sb_stop(void *cookie, struct sandbox *sb, sbx_err_t *err)
     struct duk_sb *ds = sb->pdata;
     if (!ds || !ds->w || ds->w->dead || !ds->w->ready || ds->w->running) {
         /* No isolate to ask for its state (or it is busy): it is lost. */
-        if (ds && ds->w) {
-            ds->w->owner = NULL;
-            ds->w->running = NULL;
-            worker_kill(ds->w);
-            ds->w = NULL;
-        }
+        if (ds)
+            drop_worker(ds);
         sandbox_op_done(sb, NULL, NULL);
         return 0;
     }
@@ -739,12 +739,10 @@ static int d_sb_destroy(void *cookie, struct sandbox *sb, sbx_err_t *err)
 {
     struct duk_sb *ds = sb->pdata;
     if (ds && ds->w) {
-        if (!recycle(cookie, ds->w, sb->owner)) {
-            ds->w->owner = NULL;
-            ds->w->running = NULL;
-            worker_kill(ds->w);
-        }
-        ds->w = NULL;
+        if (recycle(cookie, ds->w, sb->owner))
+            ds->w = NULL;
+        else
+            drop_worker(ds);
     }
     sandbox_op_done(sb, NULL, NULL);
     return 0;
@@ -789,11 +787,7 @@ static void d_sb_release(void *cookie, struct sandbox *sb)
     struct duk_sb *ds = sb->pdata;
     if (!ds)
         return;
-    if (ds->w) {
-        ds->w->owner = NULL;
-        ds->w->running = NULL;
-        worker_kill(ds->w);
-    }
+    drop_worker(ds);
     json_decref(ds->saved);
     free(ds);
     sb->pdata = NULL;
