@@ -44,8 +44,11 @@ int main(int argc, char **argv)
 }
 C
 PKG="PKG_CONFIG_PATH=$D/usr/local/lib/pkgconfig PKG_CONFIG_SYSROOT_DIR=$D"
+# A sanitizer build's libsbx needs its runtime in the program too.
+SANFLAGS=""
+[ -n "$SBX_SANITIZED" ] && SANFLAGS="-fsanitize=address,undefined"
 check "a program builds against the installed libsbx via pkg-config" \
-    "env $PKG cc -o $T/hello $T/hello.c \$(env $PKG pkg-config --cflags --libs libsbx)"
+    "env $PKG cc $SANFLAGS -o $T/hello $T/hello.c \$(env $PKG pkg-config --cflags --libs libsbx)"
 check "and runs against the shared library" "LD_LIBRARY_PATH=$D/usr/local/lib $T/hello $T/nothing.sock"
 if command -v systemd-analyze >/dev/null 2>&1; then
     # verify checks syntax and that ExecStart exists; run it on the units with
