@@ -176,6 +176,7 @@ static void accept_cb(struct ev_loop *loop, ev_io *w, int revents)
 static void prepare_cb(struct ev_loop *loop, ev_prepare *w, int revents)
 {
     sessions_before_sleep();
+    sandboxes_before_sleep();
 }
 
 static void stop_cb(struct ev_loop *loop, ev_signal *w, int revents)

@@ -216,12 +216,29 @@ int sandbox_adopt(struct sandbox **out, const char *id, struct provider_inst *pr
     return 0;
 }
 
-static void sandbox_free(struct sandbox *sb)
+/* Sandboxes removed but not yet freed: providers end ops from deep inside
+ * their own call chains (a send that fails at once, a transfer's done
+ * callback), so the memory behind sb and the provider's pdata must outlive
+ * the current event. Freed in the prepare hook, like sessions. */
+static struct sandbox *graveyard;
+
+static void sandbox_destroy_now(struct sandbox *sb)
 {
     while (sb->procs)
         process_free(sb->procs);
     if (sb->prov->ops->sb_release)
         sb->prov->ops->sb_release(sb->prov->cookie, sb);
+    json_decref(sb->conf);
+    json_decref(sb->runtime_env);
+    json_decref(sb->op_result);
+    free(sb->error);
+    free(sb);
+}
+
+/* Removes sb from the registry at once (lookups stop finding it, its id is
+ * free again) and frees it before the loop sleeps. */
+static void sandbox_free(struct sandbox *sb)
+{
     ev_timer_stop(D->loop, &sb->life_timer);
     ev_timer_stop(D->loop, &sb->idle_timer);
     while (sb->waiters) {
@@ -238,17 +255,25 @@ static void sandbox_free(struct sandbox *sb)
     if (sb->next)
         sb->next->prev = sb->prev;
     D->nsandboxes--;
-    json_decref(sb->conf);
-    json_decref(sb->runtime_env);
-    json_decref(sb->op_result);
-    free(sb->error);
-    free(sb);
+    sb->prev = NULL;
+    sb->next = graveyard;
+    graveyard = sb;
+}
+
+void sandboxes_before_sleep(void)
+{
+    while (graveyard) {
+        struct sandbox *sb = graveyard;
+        graveyard = sb->next;
+        sandbox_destroy_now(sb);
+    }
 }
 
 void sandbox_free_all(void)
 {
     while (D->sandboxes)
         sandbox_free(D->sandboxes);
+    sandboxes_before_sleep();
 }
 
 json_t *sandbox_to_json(struct sandbox *sb)

@@ -111,6 +111,8 @@ const char *sandbox_cwd_for(struct sandbox *sb, const char *cmd_cwd);
 int env_merge(json_t *env, json_t *patch, sbx_err_t *err);
 /* The text for sandbox.instructions; malloc'd. */
 char *sandbox_instructions(struct sandbox *sb);
+/* Frees the sandboxes removed during this loop iteration. ev_prepare. */
+void sandboxes_before_sleep(void);
 /* Frees every sandbox at shutdown (providers' sb_release called). */
 void sandbox_free_all(void);
 /* Count of sandboxes owned by uid. */
