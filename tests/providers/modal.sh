@@ -71,6 +71,7 @@ start_fake() {
     name=$1
     fd=$2
     shift 2
+    rm -f "$T/$name.fifo"
     mkfifo "$T/$name.fifo" || return 1
     node tests/modal/fake/server.js --port 0 --state "$T/$name-state" --exit-on-stdin-eof "$@" \
         <"$T/$name.fifo" >"$T/$name.out" 2>"$T/$name.err" &

@@ -1222,6 +1222,9 @@ const handlers = {
         if (b.final) return;
         if (fault && sent >= fault.after) breakNow();
       }
+      // Batches (or the final one) appended while we were sending raised
+      // their 'output' event before we started waiting for it: look again.
+      if (o.final || o.batches.some((b) => b.batch_index > last)) continue;
       const left = deadline - Date.now();
       if (left <= 0) {
         if (fault) breakNow();
