@@ -19,66 +19,22 @@
 #include "sbx_proto.h"
 #include "testhelp.h"
 
-/* ---- the providers' schemas, as the provider files will expose them ---- */
+/* ---- the providers' schemas: the real key tables the daemon registers ---- */
 
-static const struct cfg_key duktape_keys[] = {
-    {"memory_limit_mb", CFG_INT}, {"pool_size", CFG_INT},  {"worker_user", CFG_STR},
-    {"fresh_isolate", CFG_BOOL},  {"timeout_ms", CFG_INT}, {NULL, 0},
-};
+#include "provider.h"
 
-static const struct cfg_key docker_keys[] = {
-    {"host", CFG_STR},
-    {"api_version", CFG_STR},
-    {"tls_ca", CFG_STR},
-    {"tls_cert", CFG_STR},
-    {"tls_key", CFG_STR},
-    {"tls_verify", CFG_BOOL},
-    {"exec_mode", CFG_STR},
-    {"agent_path", CFG_STR},
-    {"image", CFG_STR},
-    {"command", CFG_ANY},
-    {"network", CFG_STR},
-    {"privileged", CFG_BOOL},
-    {"memory", CFG_STR},
-    {"memory_swap", CFG_STR},
-    {"cpu_shares", CFG_INT},
-    {"cpu_quota", CFG_INT},
-    {"cpu_period", CFG_INT},
-    {"pids_limit", CFG_INT},
-    {"readonly_rootfs", CFG_BOOL},
-    {"cap_drop", CFG_LIST},
-    {"cap_add", CFG_LIST},
-    {"security_opt", CFG_LIST},
-    {"ulimits", CFG_ANY},
-    {"tmpfs", CFG_ANY},
-    {"working_dir", CFG_STR},
-    {"user", CFG_STR},
-    {"labels", CFG_MAP},
-    {"volumes", CFG_ANY},
-    {"command_timeout_ms", CFG_INT},
-    {NULL, 0},
-};
+static struct cfg_schema schemas[8];
+static size_t nschemas;
+#define NSCHEMAS nschemas
 
-static const struct cfg_key modal_keys[] = {
-    {"server_url", CFG_STR},
-    {"token_id", CFG_STR},
-    {"token_secret", CFG_STR},
-    {"app_name", CFG_STR},
-    {"environment", CFG_STR},
-    {"image", CFG_STR},
-    {"cpu", CFG_ANY},
-    {"memory_mb", CFG_INT},
-    {"timeout_ms", CFG_INT},
-    {"working_dir", CFG_STR},
-    {NULL, 0},
-};
-
-static const struct cfg_schema schemas[] = {
-    {"duktape", duktape_keys},
-    {"docker", docker_keys},
-    {"modal", modal_keys},
-};
-#define NSCHEMAS (sizeof(schemas) / sizeof(schemas[0]))
+static void load_schemas(void)
+{
+    for (size_t i = 0; sbx_providers[i] && nschemas < 8; i++) {
+        schemas[nschemas].provider = sbx_providers[i]->name;
+        schemas[nschemas].keys = sbx_providers[i]->config_keys;
+        nschemas++;
+    }
+}
 
 #define MIB (INT64_C(1024) * 1024)
 
@@ -449,7 +405,8 @@ static void test_modes(void)
     "    pool_size: 2\n"                                                                 \
     "    worker_user: nobody\n"                                                          \
     "    fresh_isolate: yes\n"                                                           \
-    "    timeout_ms: 1500\n"                                                             \
+    "    worker_path: /w\n"                                                              \
+    "    command_timeout_ms: 1500\n"                                                     \
     "  docker:\n"                                                                        \
     "    enabled: on\n"                                                                  \
     "    host: tcp://127.0.0.1:2376\n"                                                   \
@@ -497,6 +454,8 @@ static void test_modes(void)
     "    cpu: 0.25\n"                                                                    \
     "    memory_mb: 256\n"                                                               \
     "    timeout_ms: 60000\n"                                                            \
+    "    command_timeout_ms: 9000\n"                                                     \
+    "    max_message_bytes: 1M\n"                                                        \
     "    working_dir: ~\n"
 
 static void test_providers(void)
@@ -518,7 +477,8 @@ static void test_providers(void)
     test_cond("duktape section",
               json_eq_str(duk, "{\"enabled\": false, \"memory_limit_mb\": 32,"
                                " \"pool_size\": 2, \"worker_user\": \"nobody\","
-                               " \"fresh_isolate\": true, \"timeout_ms\": 1500}"));
+                               " \"fresh_isolate\": true, \"worker_path\": \"/w\","
+                               " \"command_timeout_ms\": 1500}"));
     test_cond("BOOL on", json_is_true(prov_key(&cfg, "docker", "enabled")));
     test_cond("STR host",
               json_eq_str(prov_key(&cfg, "docker", "host"), "\"tcp://127.0.0.1:2376\""));
@@ -572,7 +532,8 @@ static void test_providers(void)
                     "{\"server_url\": \"http://127.0.0.1:8000\", \"token_id\": \"ak-1\","
                     " \"token_secret\": \"as-1\", \"app_name\": \"app\","
                     " \"environment\": \"dev\", \"image\": \"python:3.12\","
-                    " \"cpu\": 0.25, \"memory_mb\": 256, \"timeout_ms\": 60000}"));
+                    " \"cpu\": 0.25, \"memory_mb\": 256, \"timeout_ms\": 60000,"
+                    " \"command_timeout_ms\": 9000, \"max_message_bytes\": 1048576}"));
     test_cond("every docker key present (29 + enabled)",
               json_object_size(config_provider(&cfg, "docker")) == 30);
     config_deinit(&cfg);
@@ -868,6 +829,7 @@ static void test_alloc_failures(const char *sample)
 
 int main(int argc, char **argv)
 {
+    load_schemas();
     const char *datadir = argc > 1 ? argv[1] : getenv("SBX_TESTDATA");
     if (!datadir || !*datadir)
         datadir = "tests/data";
