@@ -1323,16 +1323,20 @@ static int d_sb_start(void *cookie, struct sandbox *sb, sbx_err_t *err)
     }
     ds->why = WHY_START;
     ds->pull_t = 0;
-    if (ds->cid[0]) {
-        /* Known container (stop/start, adoption): look at it. */
-        ds->exec_mode = exec_mode;
-        ds->phase = PH_INSPECT;
-    } else {
-        ds->exec_mode = exec_mode;
-        ds->phase = PH_LOOKUP;
-    }
+    ds->exec_mode = exec_mode;
+    /* A known container (stop/start, adoption) is inspected; else looked up by label. */
+    ds->phase = ds->cid[0] ? PH_INSPECT : PH_LOOKUP;
     lc_next(ds);
     return 0;
+}
+
+/* An engine call of stop/destroy/snapshot failed: the op ends with its error. */
+static void op_error(struct dk_sb *ds, struct dk_resp *r, const char *what)
+{
+    sbx_err_t err = {0};
+    dk_err(&err, r, what);
+    sandbox_op_done(ds->sb, &err, NULL);
+    err_clear(&err);
 }
 
 static void stop_done(struct dk_resp *r, void *data)
@@ -1340,10 +1344,7 @@ static void stop_done(struct dk_resp *r, void *data)
     struct dk_sb *ds = data;
     ds->phase = PH_IDLE;
     if (r->status != 204 && r->status != 304 && r->status != 404) {
-        sbx_err_t err = {0};
-        dk_err(&err, r, "stop container");
-        sandbox_op_done(ds->sb, &err, NULL);
-        err_clear(&err);
+        op_error(ds, r, "stop container");
         return;
     }
     if (r->status == 404)
@@ -1385,10 +1386,7 @@ static void destroy_done(struct dk_resp *r, void *data)
     struct dk_sb *ds = data;
     ds->phase = PH_IDLE;
     if (r->status != 204 && r->status != 404 && r->status != 409) {
-        sbx_err_t err = {0};
-        dk_err(&err, r, "remove container");
-        sandbox_op_done(ds->sb, &err, NULL);
-        err_clear(&err);
+        op_error(ds, r, "remove container");
         return;
     }
     ds->cid[0] = '\0';
@@ -1419,10 +1417,7 @@ static void commit_done(struct dk_resp *r, void *data)
     struct dk_sb *ds = data;
     const char *id = json_string_value(json_object_get(r->json, "Id"));
     if (r->status != 201 || !id) {
-        sbx_err_t err = {0};
-        dk_err(&err, r, "commit container");
-        sandbox_op_done(ds->sb, &err, NULL);
-        err_clear(&err);
+        op_error(ds, r, "commit container");
         return;
     }
     log_info("docker %s: snapshot image %.19s", ds->sb->id, id);
