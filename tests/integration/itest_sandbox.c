@@ -243,6 +243,10 @@ static void test_processes(conn *c)
     r = cn_call(c, "process.wait", json_pack("{s:s, s:i}", "sandbox", "procs", "pid", pid));
     test_cond("a second wait returns the same result", res_int(r, "exit_code") == 137);
     json_decref(r);
+    r = cn_call(c, "process.kill", json_pack("{s:s, s:i}", "sandbox", "procs", "pid", pid));
+    test_cond("killing a finished process is not an error and says so",
+              json_is_true(json_object_get(res_of(r), "already_exited")));
+    json_decref(r);
 
     r = cn_call(c, "process.spawn", json_pack("{s:s, s:s}", "sandbox", "procs", "command",
                                               "var got = ''; var d; while ((d = read_stdin()) !== null) got += d; got.toUpperCase()"));
