@@ -236,6 +236,11 @@ size_t chan_pending_output(const struct chan *ch)
     return ch->wbuf.bytes;
 }
 
+void chan_reset_input(struct chan *ch)
+{
+    ch->rlen = 0;
+}
+
 json_t *chan_json(const uint8_t *payload, size_t len)
 {
     json_t *v = json_loadb((const char *)payload, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);

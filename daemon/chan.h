@@ -63,6 +63,9 @@ int chan_send_u32(struct chan *ch, uint8_t type, uint32_t proc, uint32_t v);
  * (the close callback has run). */
 int chan_feed(struct chan *ch, const uint8_t *data, size_t len);
 size_t chan_pending_output(const struct chan *ch);
+/* Fed mode: forgets a partial frame (the next byte starts a frame). Not from
+ * inside this chan's callbacks. */
+void chan_reset_input(struct chan *ch);
 
 /* Parses a frame's JSON payload with the protocol's depth limit; NULL if bad. */
 json_t *chan_json(const uint8_t *payload, size_t len);

@@ -64,6 +64,7 @@ const char *sbx_chan_type_name(uint8_t type)
     case SBX_CHAN_REPLAY: return "REPLAY";
     case SBX_CHAN_FORGET: return "FORGET";
     case SBX_CHAN_PING: return "PING";
+    case SBX_CHAN_DIRECT: return "DIRECT";
     }
     return "?";
 }

@@ -52,6 +52,9 @@ enum sbx_chan_type {
     SBX_CHAN_REPLAY = 0x40,   /* JSON {stdout, stderr}: resend buffered output from these offsets */
     SBX_CHAN_FORGET = 0x41,   /* proc: the daemon has the exit; drop its record */
     SBX_CHAN_PING = 0x50,
+
+    /* both ways: moving the channel to a direct socket (sbx-init) */
+    SBX_CHAN_DIRECT = 0x52,
 };
 
 struct sbx_chan_hdr {

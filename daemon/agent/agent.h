@@ -9,6 +9,7 @@
  * Files:
  *   sbx_init.c  main, the poll() loop, signals, the channel (frames in/out)
  *   proc.c      SPAWN: fork/exec, per-process pipes, output rings, exit records
+ *   direct.c    the direct socket: listener, key check (CHANNEL.md, Direct socket)
  *   json.c      a small strict JSON parser and a JSON string writer
  *   util.c      growable buffers, clock, logging
  */
@@ -32,6 +33,7 @@
 #define AGENT_OBUF_HARD (16u << 20)  /* never queue more than this */
 #define AGENT_EXIT_GRACE_MS 50       /* pipes held by background children */
 #define AGENT_CREDIT_MAX ((int64_t)1 << 40)
+#define AGENT_RUN_DIR "/.sbx/run"   /* the direct socket's private directory */
 #define AGENT_DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 /* ---- util.c -------------------------------------------------------------- */
@@ -61,6 +63,25 @@ char *xstrndup(const char *s, size_t n);
 int64_t now_ms(void);
 void alog(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int set_nonblock(int fd);
+
+/* ---- direct.c ------------------------------------------------------------ */
+
+/*
+ * A DIRECT request (payload {"key","answer"}): listens on a fresh socket in a
+ * private directory ($SBX_INIT_RUNDIR, else AGENT_RUN_DIR). reply gets the
+ * payload of the DIRECT answer: {"path":P}, or {"error":S} and -1.
+ */
+int direct_listen(const uint8_t *payload, size_t n, struct buf *reply);
+/* The listener and unproven connections, to poll for POLLIN. */
+int direct_poll_fds(int *fds, int max);
+/*
+ * One of those fds is readable. Returns the new channel fd once a peer proved
+ * the key (answer then holds the DIRECT payload to send it, and the listener
+ * is gone: one key, one channel); -1 otherwise.
+ */
+int direct_ready(int fd, struct buf *answer);
+/* Closes the listener and unproven connections, forgets the key. */
+void direct_stop(void);
 
 /* ---- json.c -------------------------------------------------------------- */
 

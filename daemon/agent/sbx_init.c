@@ -33,6 +33,11 @@
  *     are dropped with a LOG (the channel is shared, so it is never paused).
  *   - EOF on stdin: with a main child, stop reading and keep going; without
  *     one nobody can ever talk to us again, so kill everything and exit 0.
+ *   - DIRECT on stdin opens the direct socket; a peer that proves the key
+ *     becomes the channel and frames go there (CHANNEL.md, Direct socket).
+ *     Whatever was queued for stdout then is dropped: the daemon REPLAYs.
+ *     When that socket fails, or a PING arrives on stdin, stdout is the
+ *     channel again.
  *   - SIGTERM (or SIGINT) without a main child: SIGKILL every process group
  *     we spawned, flush what we can for up to a second and exit 0.
  */
@@ -60,6 +65,8 @@ static struct {
     bool in_open;   /* stdin still read */
     bool in_resync; /* discarding input until a PING frame */
     bool out_dead;  /* stdout failed for good (EPIPE): frames are dropped */
+    int dfd;        /* the direct socket while it is the channel, else -1 */
+    struct buf dbuf; /* input from dfd */
     int sigpipe[2];
     pid_t main_pid;
     bool main_exited;
@@ -70,11 +77,24 @@ static struct {
 
 static const uint8_t ping_frame[SBX_CHAN_HDR] = {SBX_CHAN_PING};
 
+static void flush_for(int ms);
+
 /* ---- frames out ------------------------------------------------------------ */
+
+/* Frames go to the direct socket while there is one, else to stdout. */
+static bool out_ok(void)
+{
+    return A.dfd >= 0 || !A.out_dead;
+}
+
+static int out_fd(void)
+{
+    return A.dfd >= 0 ? A.dfd : 1;
+}
 
 static void chan_send(uint8_t type, uint32_t proc, const void *payload, size_t n)
 {
-    if (A.out_dead)
+    if (!out_ok())
         return;
     if (n > SBX_CHAN_MAX_PAYLOAD) {
         alog("a %s frame of %zu bytes is over the maximum: dropped",
@@ -194,6 +214,42 @@ static void flush_stdin(struct proc *p)
         proc_close_stdin(p);
 }
 
+/* ---- the direct socket ---------------------------------------------------- */
+
+/* Frames queued for the old channel are dropped: the daemon REPLAYs after
+ * its handshake on the new one, and EXIT/STARTED are in that HELLO/REPLAY. */
+static void drop_queued_output(void)
+{
+    buf_consume(&A.obuf, buf_pending(&A.obuf));
+}
+
+static void drop_direct(const char *why)
+{
+    if (A.dfd < 0)
+        return;
+    alog("direct socket: %s; stdout is the channel again", why);
+    close(A.dfd);
+    A.dfd = -1;
+    drop_queued_output();
+    buf_consume(&A.dbuf, buf_pending(&A.dbuf));
+}
+
+static void use_direct(int fd, struct buf *answer)
+{
+    if (A.dfd >= 0)
+        close(A.dfd);
+    drop_queued_output();
+    buf_consume(&A.dbuf, buf_pending(&A.dbuf));
+    if (buf_reserve(&A.dbuf, IBUF_CAP) < 0) {
+        close(fd);
+        A.dfd = -1;
+        buf_deinit(answer);
+        return;
+    }
+    A.dfd = fd;
+    chan_send_buf(SBX_CHAN_DIRECT, 0, answer);
+}
+
 /* ---- frames in ------------------------------------------------------------- */
 
 static void on_spawn(uint32_t id, const uint8_t *payload, size_t n)
@@ -273,16 +329,37 @@ static void on_replay(struct proc *p, const uint8_t *payload, size_t n)
     p->exit_sent = false;
 }
 
-static void handle_frame(const struct sbx_chan_hdr *h, const uint8_t *payload)
+static void handle_frame(const struct sbx_chan_hdr *h, const uint8_t *payload, bool direct)
 {
     struct proc *p = NULL;
     uint32_t v = 0;
     switch (h->type) {
     case SBX_CHAN_SPAWN: on_spawn(h->proc, payload, h->len); return;
     case SBX_CHAN_PING:
+        if (!direct && A.dfd >= 0) {
+            /* A daemon attached: the socket is not its. Tell the one on the
+             * socket why it loses it, so that it does not take it back. */
+            static const char moved[] = "{\"moved\":true}";
+            flush_for(200);
+            chan_send(SBX_CHAN_DIRECT, 0, moved, sizeof(moved) - 1);
+            flush_for(200);
+            drop_direct("a PING arrived on stdin");
+        }
+        if (!direct)
+            direct_stop();
         chan_send(SBX_CHAN_PONG, 0, NULL, 0);
         send_hello();
         return;
+    case SBX_CHAN_DIRECT: {
+        if (direct) {
+            chan_log("DIRECT on the direct socket ignored");
+            return;
+        }
+        struct buf b = {0};
+        direct_listen(payload, h->len, &b);
+        chan_send_buf(SBX_CHAN_DIRECT, 0, &b);
+        return;
+    }
     case SBX_CHAN_SNAPSHOT: {
         static const char msg[] = "{\"error\":\"sbx-init does not take snapshots\"}";
         chan_send(SBX_CHAN_SNAP_DATA, 0, msg, sizeof(msg) - 1);
@@ -364,55 +441,69 @@ static void handle_frame(const struct sbx_chan_hdr *h, const uint8_t *payload)
     }
 }
 
-/* Handles complete frames while the output queue has room. */
-static void process_input(void)
+/* Handles complete frames of one input while the output queue has room. */
+static void process_buf(struct buf *in, bool direct)
 {
-    while (buf_pending(&A.obuf) < AGENT_OBUF_SOFT) {
-        size_t avail = buf_pending(&A.ibuf);
-        const uint8_t *d = A.ibuf.data + A.ibuf.off;
-        if (A.in_resync) {
+    while (buf_pending(&A.obuf) < AGENT_OBUF_SOFT && (!direct || A.dfd >= 0)) {
+        size_t avail = buf_pending(in);
+        const uint8_t *d = in->data + in->off;
+        if (!direct && A.in_resync) {
             const uint8_t *hit =
                 avail >= SBX_CHAN_HDR ? memmem(d, avail, ping_frame, SBX_CHAN_HDR) : NULL;
             if (hit) {
-                buf_consume(&A.ibuf, (size_t)(hit - d));
+                buf_consume(in, (size_t)(hit - d));
                 A.in_resync = false;
                 alog("input in sync again at a PING frame");
                 continue;
             }
             if (avail >= SBX_CHAN_HDR) /* keep a possible partial PING */
-                buf_consume(&A.ibuf, avail - (SBX_CHAN_HDR - 1));
+                buf_consume(in, avail - (SBX_CHAN_HDR - 1));
             return;
         }
         if (avail < SBX_CHAN_HDR)
             return;
         struct sbx_chan_hdr h;
+        if (sbx_chan_hdr_decode(&h, d) < 0 && direct) {
+            drop_direct("malformed frame header");
+            return;
+        }
         if (sbx_chan_hdr_decode(&h, d) < 0) {
             alog("malformed frame header (%02x %02x %02x %02x, len %u): discarding input "
                  "until a PING",
                  d[0], d[1], d[2], d[3], h.len);
             send_error("malformed frame header; input discarded until the next PING");
-            buf_consume(&A.ibuf, 1); /* the rest is scanned for a PING */
+            buf_consume(in, 1); /* the rest is scanned for a PING */
             A.in_resync = true;
             continue;
         }
         if (avail < SBX_CHAN_HDR + (size_t)h.len)
             return;
-        handle_frame(&h, d + SBX_CHAN_HDR);
-        buf_consume(&A.ibuf, SBX_CHAN_HDR + (size_t)h.len);
+        handle_frame(&h, d + SBX_CHAN_HDR, direct);
+        buf_consume(in, SBX_CHAN_HDR + (size_t)h.len);
     }
+}
+
+static void process_input(void)
+{
+    process_buf(&A.ibuf, false);
+    process_buf(&A.dbuf, true);
+}
+
+static bool buf_ready(const struct buf *in, bool resync)
+{
+    size_t avail = buf_pending(in);
+    if (avail < SBX_CHAN_HDR || buf_pending(&A.obuf) >= AGENT_OBUF_SOFT)
+        return false;
+    if (resync)
+        return true;
+    return avail >= SBX_CHAN_HDR + (size_t)sbx_chan_get_u32(in->data + in->off + 8) ||
+           sbx_chan_hdr_decode(&(struct sbx_chan_hdr){0}, in->data + in->off) < 0;
 }
 
 /* process_input() would make progress right now. */
 static bool input_ready(void)
 {
-    size_t avail = buf_pending(&A.ibuf);
-    if (avail < SBX_CHAN_HDR || buf_pending(&A.obuf) >= AGENT_OBUF_SOFT)
-        return false;
-    if (A.in_resync)
-        return true;
-    return avail >=
-               SBX_CHAN_HDR + (size_t)sbx_chan_get_u32(A.ibuf.data + A.ibuf.off + 8) ||
-           sbx_chan_hdr_decode(&(struct sbx_chan_hdr){0}, A.ibuf.data + A.ibuf.off) < 0;
+    return buf_ready(&A.ibuf, A.in_resync) || (A.dfd >= 0 && buf_ready(&A.dbuf, false));
 }
 
 /* ---- output ---------------------------------------------------------------- */
@@ -440,7 +531,7 @@ static void pump_output(void)
                     len = (uint64_t)p->credit;
                 if (len > AGENT_FRAME_OUT)
                     len = AGENT_FRAME_OUT;
-                if (A.out_dead) {
+                if (!out_ok()) {
                     st->sent += len; /* nobody will ever read it */
                     p->credit -= (int64_t)len;
                     continue;
@@ -483,10 +574,10 @@ static bool output_ready(void)
     return false;
 }
 
-static void flush_stdout(void)
+static void flush_out(void)
 {
-    while (!A.out_dead && buf_pending(&A.obuf) > 0) {
-        ssize_t n = write(1, A.obuf.data + A.obuf.off, buf_pending(&A.obuf));
+    while (out_ok() && buf_pending(&A.obuf) > 0) {
+        ssize_t n = write(out_fd(), A.obuf.data + A.obuf.off, buf_pending(&A.obuf));
         if (n > 0) {
             buf_consume(&A.obuf, (size_t)n);
             continue;
@@ -495,6 +586,10 @@ static void flush_stdout(void)
             continue;
         if (n < 0 && errno == EAGAIN)
             return;
+        if (A.dfd >= 0) {
+            drop_direct(n < 0 ? strerror(errno) : "EOF");
+            return;
+        }
         alog("stdout: %s: frames are dropped from now on",
              n < 0 ? strerror(errno) : "EOF");
         A.out_dead = true;
@@ -512,14 +607,20 @@ static void __attribute__((noreturn)) shutdown_exit(int code)
             kill(-A.procs[k]->pid, SIGKILL);
     if (A.main_pid > 0)
         kill(-A.main_pid, SIGKILL);
-    int64_t until = now_ms() + 1000;
-    while (!A.out_dead && buf_pending(&A.obuf) > 0 && now_ms() < until) {
-        struct pollfd pfd = {.fd = 1, .events = POLLOUT};
+    flush_for(1000);
+    exit(code);
+}
+
+/* Writes what is queued, waiting up to ms for the reader. */
+static void flush_for(int ms)
+{
+    int64_t until = now_ms() + ms;
+    while (out_ok() && buf_pending(&A.obuf) > 0 && now_ms() < until) {
+        struct pollfd pfd = {.fd = out_fd(), .events = POLLOUT};
         if (poll(&pfd, 1, (int)(until - now_ms())) < 0 && errno != EINTR)
             break;
-        flush_stdout();
+        flush_out();
     }
-    exit(code);
 }
 
 static void on_signal(int sig)
@@ -624,6 +725,22 @@ static void read_channel(void)
     }
 }
 
+static void read_direct(void)
+{
+    if (A.dfd < 0)
+        return;
+    if (buf_reserve(&A.dbuf, 64u << 10) < 0 || buf_pending(&A.dbuf) >= IBUF_CAP)
+        return;
+    ssize_t n = read(A.dfd, A.dbuf.data + A.dbuf.len, A.dbuf.cap - A.dbuf.len);
+    if (n > 0) {
+        A.dbuf.len += (size_t)n;
+        return;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EINTR))
+        return;
+    drop_direct(n < 0 ? strerror(errno) : "closed by the daemon");
+}
+
 static void read_pipe(struct proc *p, int s)
 {
     static uint8_t chunk[AGENT_FRAME_OUT];
@@ -645,15 +762,25 @@ static void read_pipe(struct proc *p, int s)
 
 /* ---- the loop -------------------------------------------------------------- */
 
-enum slot_kind { SLOT_STDIN, SLOT_STDOUT, SLOT_SIG, SLOT_OUT, SLOT_ERR, SLOT_IN };
+enum slot_kind {
+    SLOT_STDIN,
+    SLOT_STDOUT,
+    SLOT_SIG,
+    SLOT_OUT,
+    SLOT_ERR,
+    SLOT_IN,
+    SLOT_DIRECT_IN, /* the direct socket */
+    SLOT_LISTEN,    /* its listener and unproven connections */
+};
+#define SLOTS (4 + 3 * AGENT_MAX_PROCS + 8)
 
 static void __attribute__((noreturn)) run(void)
 {
-    static struct pollfd pfd[3 + 3 * AGENT_MAX_PROCS];
+    static struct pollfd pfd[SLOTS];
     static struct {
         enum slot_kind kind;
         struct proc *p;
-    } slot[3 + 3 * AGENT_MAX_PROCS];
+    } slot[SLOTS];
 
     for (;;) {
         handle_signals();
@@ -665,7 +792,7 @@ static void __attribute__((noreturn)) run(void)
         process_input();
         int timeout = run_timers(); /* after SPAWNs, so new deadlines count */
         pump_output();
-        flush_stdout();
+        flush_out();
         if (input_ready() || output_ready())
             timeout = 0;
 
@@ -675,9 +802,19 @@ static void __attribute__((noreturn)) run(void)
             pfd[n] = (struct pollfd){.fd = 0, .events = POLLIN};
             slot[n++].kind = SLOT_STDIN;
         }
-        if (!A.out_dead && buf_pending(&A.obuf) > 0) {
-            pfd[n] = (struct pollfd){.fd = 1, .events = POLLOUT};
+        if (out_ok() && buf_pending(&A.obuf) > 0) {
+            pfd[n] = (struct pollfd){.fd = out_fd(), .events = POLLOUT};
             slot[n++].kind = SLOT_STDOUT;
+        }
+        if (A.dfd >= 0 && obuf_room && buf_pending(&A.dbuf) < IBUF_CAP) {
+            pfd[n] = (struct pollfd){.fd = A.dfd, .events = POLLIN};
+            slot[n++].kind = SLOT_DIRECT_IN;
+        }
+        int lfds[8];
+        int nl = direct_poll_fds(lfds, 8);
+        for (int k = 0; k < nl; k++) {
+            pfd[n] = (struct pollfd){.fd = lfds[k], .events = POLLIN};
+            slot[n++].kind = SLOT_LISTEN;
         }
         pfd[n] = (struct pollfd){.fd = A.sigpipe[0], .events = POLLIN};
         slot[n++].kind = SLOT_SIG;
@@ -708,11 +845,19 @@ static void __attribute__((noreturn)) run(void)
                 continue;
             switch (slot[k].kind) {
             case SLOT_STDIN: read_channel(); break;
-            case SLOT_STDOUT: flush_stdout(); break;
+            case SLOT_STDOUT: flush_out(); break;
             case SLOT_SIG: break; /* handled at the top of the loop */
             case SLOT_OUT: read_pipe(slot[k].p, 0); break;
             case SLOT_ERR: read_pipe(slot[k].p, 1); break;
             case SLOT_IN: flush_stdin(slot[k].p); break;
+            case SLOT_DIRECT_IN: read_direct(); break;
+            case SLOT_LISTEN: {
+                struct buf answer = {0};
+                int fd = direct_ready(pfd[k].fd, &answer);
+                if (fd >= 0)
+                    use_direct(fd, &answer);
+                break;
+            }
             }
         }
     }
@@ -829,6 +974,7 @@ int main(int argc, char **argv)
         return 2;
     }
 
+    A.dfd = -1;
     ensure_std_fds();
     setup_signals();
     /*

@@ -8,7 +8,9 @@
  * multiplexed there, with credit-based flow control per process. After an
  * sbxd restart the containers are found again by label, attached, and the
  * agent's HELLO (answering a PING) lists the processes it still runs; they
- * are adopted under their old pids and their output is replayed.
+ * are adopted under their old pids and their output is replayed. On a local
+ * engine the channel then moves to a Unix socket inside the container
+ * (docker_direct.c); ds->cur is whichever carries it.
  *
  * The lifecycle runs as a small machine (enum dk_phase) whose steps are
  * engine calls; each answer moves it on. It serves the core's start op and
@@ -39,7 +41,9 @@
 #include "sandbox.h"
 #include "sbx_proto.h"
 
-#define DK_WINDOW (512u * 1024)
+/* Never above the agent's replay ring (1 MiB): all bytes in flight when the
+ * channel moves or sbxd restarts can then be replayed. */
+#define DK_WINDOW (1024u * 1024)
 #define CREDIT_BATCH (DK_WINDOW / 4)
 #define STDIN_LIMIT (16u * 1024 * 1024)
 #define HS_PING_S 1.0
@@ -53,8 +57,6 @@ static void lc_next(struct dk_sb *ds);
 static void lc_fail(struct dk_sb *ds, sbx_err_t *err);
 static void lc_ok(struct dk_sb *ds);
 static void send_spawn(struct dk_sb *ds, struct dk_proc *dpp);
-static void agent_frame(struct chan *ch, const struct sbx_chan_hdr *h,
-                        const uint8_t *payload, void *data);
 static void agent_chan_closed(struct chan *ch, const char *why, void *data);
 
 static const char *sb_label_socket(void)
@@ -73,9 +75,10 @@ static struct dk_proc *find_dpp(struct dk_sb *ds, uint32_t pid)
     return NULL;
 }
 
+/* The direct socket's chan writes by itself; the attach stream's needs a push. */
 static void flush(struct dk_sb *ds)
 {
-    if (ds->att)
+    if (ds->att && ds->cur == &ds->ch)
         hj_flush(ds->att);
 }
 
@@ -84,7 +87,7 @@ static int send_frame(struct dk_sb *ds, uint8_t type, uint32_t pid, const void *
 {
     if (!ds->ch_live)
         return -1;
-    int r = chan_send(&ds->ch, type, pid, d, n);
+    int r = chan_send(ds->cur, type, pid, d, n);
     flush(ds);
     return r;
 }
@@ -93,16 +96,21 @@ static int send_json(struct dk_sb *ds, uint8_t type, uint32_t pid, json_t *v)
 {
     if (!ds->ch_live)
         return -1;
-    int r = chan_send_json(&ds->ch, type, pid, v);
+    int r = chan_send_json(ds->cur, type, pid, v);
     flush(ds);
     return r;
+}
+
+int dk_send_json(struct dk_sb *ds, uint8_t type, uint32_t pid, json_t *v)
+{
+    return send_json(ds, type, pid, v);
 }
 
 static int send_u32(struct dk_sb *ds, uint8_t type, uint32_t pid, uint32_t v)
 {
     if (!ds->ch_live)
         return -1;
-    int r = chan_send_u32(&ds->ch, type, pid, v);
+    int r = chan_send_u32(ds->cur, type, pid, v);
     flush(ds);
     return r;
 }
@@ -155,11 +163,52 @@ static void agent_stderr(struct dk_sb *ds, const uint8_t *d, size_t n)
 
 static void ds_free(struct dk_sb *ds);
 
+/*
+ * CHANNEL.md Resync: after the agent left the attach stream mid-frame, skip
+ * to the exact PONG header that answers our PING. Returns how many bytes of
+ * d precede the frame that PONG starts, or n when it has not been seen.
+ */
+static size_t skip_to_pong(struct dk_sb *ds, const uint8_t *d, size_t n)
+{
+    static const uint8_t pong[SBX_CHAN_HDR] = {SBX_CHAN_PONG};
+    for (size_t i = 0; i < n; i++) {
+        if (d[i] == pong[ds->sync_k])
+            ds->sync_k++;
+        else
+            ds->sync_k = d[i] == pong[0];
+        if (ds->sync_k == SBX_CHAN_HDR) {
+            ds->att_sync = 0;
+            return i + 1;
+        }
+    }
+    return n;
+}
+
 static void att_data(struct hj *h, int stream, const uint8_t *d, size_t n, void *data)
 {
     struct dk_sb *ds = data;
     if (ds->dead)
         return;
+    if (stream == 1 && ds->cur != &ds->ch)
+        return; /* the direct socket is the channel: these are stale */
+    if (stream == 1 && ds->att_sync && ds->ch_live) {
+        if (ds->sync_k == 0)
+            chan_reset_input(&ds->ch);
+        size_t k = skip_to_pong(ds, d, n);
+        if (ds->att_sync)
+            return;
+        static const uint8_t pong[SBX_CHAN_HDR] = {SBX_CHAN_PONG};
+        ds->in_feed++;
+        chan_feed(&ds->ch, pong, sizeof(pong));
+        ds->in_feed--;
+        if (ds->dead) {
+            if (!ds->in_feed)
+                ds_free(ds);
+            return;
+        }
+        d += k;
+        n -= k;
+    }
     if (stream == 1) {
         if (ds->ch_live) {
             /* Frames may end the sandbox (a failing on_start hook frees a
@@ -217,13 +266,15 @@ static void open_channel(struct dk_sb *ds)
 {
     if (ds->ch_live)
         chan_deinit(&ds->ch);
-    chan_init_fed(&ds->ch, agent_frame, agent_chan_closed, ds);
+    chan_init_fed(&ds->ch, dk_agent_frame, agent_chan_closed, ds);
     ds->ch_live = 1;
 }
 
 static void close_attach(struct dk_sb *ds)
 {
     ds->ready = 0;
+    dkd_close(ds);
+    ds->att_sync = 0;
     if (ds->att) {
         hj_close(ds->att);
         ds->att = NULL;
@@ -276,12 +327,18 @@ static void proc_gone(struct dk_sb *ds, struct dk_proc *dpp, json_t *rec)
     process_exited(p, rec);
 }
 
-static void agent_frame(struct chan *ch, const struct sbx_chan_hdr *h,
-                        const uint8_t *payload, void *data)
+void dk_agent_frame(struct chan *ch, const struct sbx_chan_hdr *h, const uint8_t *payload,
+                    void *data)
 {
     struct dk_sb *ds = data;
     if (ds->dead)
         return;
+    if (h->type == SBX_CHAN_DIRECT) {
+        dkd_frame(ds, ch, payload, h->len);
+        return;
+    }
+    if (ch != ds->cur)
+        return; /* the direct socket before it proved itself */
     switch (h->type) {
     case SBX_CHAN_PONG:
         if (ds->phase == PH_HANDSHAKE)
@@ -418,6 +475,49 @@ static void hs_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
     ev_timer_start(loop, w);
 }
 
+void dk_direct_frame(struct chan *ch, const struct sbx_chan_hdr *h, const uint8_t *payload,
+                     void *data)
+{
+    struct dk_sb *ds = data;
+    ds->in_direct++;
+    dk_agent_frame(ch, h, payload, data);
+    ds->in_direct--;
+}
+
+static void dtimer_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    struct dk_sb *ds = w->data;
+    if (ds->dead) {
+        ds_free(ds);
+        return;
+    }
+    dkd_timer(ds);
+}
+
+void dk_rehandshake(struct dk_sb *ds)
+{
+    if (ds->cur == &ds->ch) {
+        /* The agent may have left the attach stream in the middle of a frame. */
+        ds->att_sync = 1;
+        ds->sync_k = 0;
+    }
+    switch (ds->phase) {
+    case PH_DIRECT:
+    case PH_HANDSHAKE:
+        ds->phase = PH_HANDSHAKE;
+        lc_next(ds);
+        return;
+    case PH_IDLE:
+        /* The socket was lost but the container lives: the attach stream again. */
+        ds->ready = 0;
+        ds->why = WHY_RECOVER;
+        ds->phase = PH_HANDSHAKE;
+        lc_next(ds);
+        return;
+    default: return; /* stopping, destroying or recovering: they see to it */
+    }
+}
+
 static void replay(struct dk_sb *ds, struct dk_proc *dpp)
 {
     json_t *r = json_pack("{s:I, s:I}", "stdout", (json_int_t)dpp->p->out[0].total,
@@ -468,6 +568,12 @@ static void reconcile(struct dk_sb *ds, json_t *hello)
         }
         if (found) {
             dpp->spawned = 1;
+            /* Its STARTED may have been left on a channel we no longer read. */
+            json_t *op = json_object_get(found, "os_pid");
+            if (!dpp->started && json_is_integer(op) && json_integer_value(op) > 0) {
+                dpp->started = 1;
+                process_started(dpp->p, (long)json_integer_value(op));
+            }
             replay(ds, dpp);
         } else if (!dpp->spawned) {
             send_spawn(ds, dpp);
@@ -531,6 +637,11 @@ static void handshake_done(struct dk_sb *ds)
     ev_timer_stop(D->loop, &ds->hs_timer);
     json_t *hello = ds->hello;
     ds->hello = NULL;
+    if (dkd_begin(ds) == 0) {
+        /* The handshake is repeated on the direct socket (or here again). */
+        json_decref(hello);
+        return;
+    }
     ds->ready = 1;
     ds->phase = PH_IDLE;
     reconcile(ds, hello);
@@ -993,6 +1104,8 @@ static void lc_next(struct dk_sb *ds)
         ds->pings = 0;
         ds->ready = 0;
         if (send_frame(ds, SBX_CHAN_PING, 0, NULL, 0) < 0) {
+            if (ds->dlost)
+                return; /* the direct socket failed: dtimer falls back */
             sbx_err_t err = {0};
             err_make(&err, SBX_E_PROVIDER, "docker: the agent channel is closed");
             lc_fail(ds, &err);
@@ -1165,7 +1278,7 @@ static int d_proc_write(void *cookie, struct process *p, const void *data, size_
     if (ds->exec_mode)
         return dkx_write(dpp, data, len, err);
     size_t pending =
-        dpp->stdin_buf.bytes + (ds->ch_live ? chan_pending_output(&ds->ch) : 0);
+        dpp->stdin_buf.bytes + (ds->ch_live ? chan_pending_output(ds->cur) : 0);
     if (pending + len > STDIN_LIMIT)
         return err_make_data(
             err, SBX_E_LIMIT,
@@ -1273,6 +1386,9 @@ static struct dk_sb *ds_new(struct dk_prov *dp, struct sandbox *sb)
     ds->dp = dp;
     ev_timer_init(&ds->hs_timer, hs_timer_cb, HS_PING_S, 0.);
     ds->hs_timer.data = ds;
+    ev_timer_init(&ds->dtimer, dtimer_cb, 0., 0.);
+    ds->dtimer.data = ds;
+    ds->cur = &ds->ch;
     sb->pdata = ds;
     return ds;
 }
@@ -1324,6 +1440,7 @@ static int d_sb_start(void *cookie, struct sandbox *sb, sbx_err_t *err)
     ds->why = WHY_START;
     ds->pull_t = 0;
     ds->exec_mode = exec_mode;
+    ds->dtries = 0;
     /* A known container (stop/start, adoption) is inspected; else looked up by label. */
     ds->phase = ds->cid[0] ? PH_INSPECT : PH_LOOKUP;
     lc_next(ds);
@@ -1470,6 +1587,9 @@ static json_t *d_sb_metadata(void *cookie, struct sandbox *sb)
     json_object_set_new(o, "exec_mode",
                         json_string(ds->exec_mode ? "docker-exec" : "agent"));
     json_object_set_new(o, "agent_ready", json_boolean(ds->ready && !ds->exec_mode));
+    if (!ds->exec_mode)
+        json_object_set_new(
+            o, "channel", json_string(ds->dstate == DKD_ON ? "direct" : "attach"));
     json_object_set_new(o, "reconnected", json_boolean(ds->reconnected));
     if (ds->restarts)
         json_object_set_new(o, "restarts", json_integer(ds->restarts));
@@ -1480,6 +1600,8 @@ static json_t *d_sb_metadata(void *cookie, struct sandbox *sb)
 
 static void ds_free(struct dk_sb *ds)
 {
+    dkd_close(ds);
+    ev_timer_stop(D->loop, &ds->dtimer);
     if (ds->ch_live)
         chan_deinit(&ds->ch);
     json_decref(ds->opts);
@@ -1520,6 +1642,14 @@ static void d_sb_release(void *cookie, struct sandbox *sb)
         ds->dead = 1;
         if (ds->ch_live)
             chan_close(&ds->ch);
+        return;
+    }
+    if (ds->in_direct) {
+        /* inside the direct socket's callback: free from dtimer */
+        ds->dead = 1;
+        ev_timer_stop(D->loop, &ds->dtimer);
+        ev_timer_set(&ds->dtimer, 0., 0.);
+        ev_timer_start(D->loop, &ds->dtimer);
         return;
     }
     ds_free(ds);
@@ -1706,6 +1836,8 @@ static int d_load(json_t *conf, void **cookie, sbx_err_t *err)
         return -1;
     }
     dp->exec_mode = mode && strcmp(mode, "docker-exec") == 0;
+    json_t *dc = json_object_get(conf, "direct_channel");
+    dp->direct = !json_is_false(dc);
     if (dk_engine_init(&dp->eng, dp->conf, err) < 0) {
         json_decref(dp->conf);
         free(dp);
@@ -1767,6 +1899,7 @@ static const struct cfg_key docker_keys[] = {
     {"tls_key", CFG_STR},
     {"tls_verify", CFG_BOOL},
     {"exec_mode", CFG_STR},
+    {"direct_channel", CFG_BOOL},
     {"agent_path", CFG_STR},
     {"image", CFG_STR},
     {"command", CFG_ANY},

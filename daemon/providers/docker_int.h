@@ -8,6 +8,7 @@
  *                    raw bytes in, Docker's 8-byte stream frames out
  *   docker_spec.c    options -> container create body, names, sizes, the agent tar
  *   docker_exec.c    exec_mode docker-exec: processes through the Engine's exec API
+ *   docker_direct.c  the agent channel moved to a Unix socket in a local container
  *
  * Nothing here blocks: every engine call is a curlev request or a hijacked
  * connection watched by the daemon's libev loop.
@@ -193,6 +194,7 @@ enum dk_phase {
     PH_ATTACH,
     PH_START,
     PH_HANDSHAKE,
+    PH_DIRECT, /* moving the channel to the direct socket (docker_direct.c) */
     PH_STOP,
     PH_DESTROY,
 };
@@ -201,6 +203,9 @@ enum dk_phase {
 enum dk_why { WHY_NONE, WHY_START, WHY_RECOVER };
 
 struct dk_prov;
+
+enum dkd_state { DKD_OFF, DKD_ASKED, DKD_INSPECT, DKD_PROVE, DKD_ON, DKD_LOST };
+#define DKD_TOKEN 32 /* hex digits of the one-time key and answer */
 
 struct dk_proc {
     struct dk_proc *next, *prev; /* in the sandbox */
@@ -248,8 +253,22 @@ struct dk_sb {
 
     /* agent channel */
     struct hj *att;
-    struct chan ch;
+    struct chan ch; /* fed by the attach stream */
     int ch_live;
+    struct chan *cur; /* where frames go and come from: &ch or &dch */
+    int att_sync;     /* attach: skipping to an exact PONG header (CHANNEL.md Resync) */
+    int sync_k;       /* bytes of that header matched so far */
+    /* the direct socket (docker_direct.c) */
+    struct chan dch;
+    int dch_live;
+    enum dkd_state dstate;
+    int dtries;
+    int dlost;  /* dch closed; handled from dtimer */
+    int dmoved; /* the agent said another client took it over */
+    char dkey[DKD_TOKEN + 1], danswer[DKD_TOKEN + 1];
+    char dpath[108];
+    ev_timer dtimer;
+    struct dk_reqlist dreqs;
     int ready; /* handshake done */
     int pong;  /* PONG seen in this handshake */
     int pings;
@@ -263,7 +282,8 @@ struct dk_sb {
     char errline[256]; /* agent stderr, line being collected */
     size_t errlen;
     int errlines;
-    int in_feed; /* inside chan_feed: frees are deferred */
+    int in_feed;   /* inside chan_feed: frees are deferred */
+    int in_direct; /* inside a frame of the direct socket: freed from dtimer */
     int dead;    /* released while in_feed */
     json_t *pull_last;
     double pull_t;
@@ -279,6 +299,7 @@ struct dk_prov {
     char agent_err[300];
     struct dk_reqlist misc;
     int adopted_once;
+    int direct; /* direct_channel: try the direct socket on local engines */
 };
 
 #define DK_AGENT_DIR "/.sbx"
@@ -292,8 +313,30 @@ int dkx_kill(struct dk_proc *dpp, int sig, sbx_err_t *err);
 void dkx_resume(struct dk_proc *dpp);
 void dkx_release(struct dk_proc *dpp);
 
-/* docker.c, for docker_exec.c */
+/* docker_direct.c */
+/* After the attach handshake: asks the agent for its socket (phase PH_DIRECT).
+ * -1 when the direct socket does not apply; the caller goes on as before. */
+int dkd_begin(struct dk_sb *ds);
+/* A DIRECT frame from the agent on ch. */
+void dkd_frame(struct dk_sb *ds, struct chan *ch, const uint8_t *payload, size_t len);
+/* Drops the direct socket (if any); frames use the attach stream again. */
+void dkd_close(struct dk_sb *ds);
+void dkd_timer(struct dk_sb *ds);
+/* Connects to the Unix socket at path inside the root of process pid, never
+ * following a symlink. A nonblocking fd, or -1 with a message in err. */
+int dkd_connect(long pid, const char *path, char *err, size_t errlen);
+void dk_direct_closed(struct chan *ch, const char *why, void *data);
+
+/* docker.c, for docker_exec.c and docker_direct.c */
 void dk_container_trouble(struct dk_sb *ds, const char *why);
+int dk_send_json(struct dk_sb *ds, uint8_t type, uint32_t pid, json_t *v);
+void dk_agent_frame(struct chan *ch, const struct sbx_chan_hdr *h, const uint8_t *payload,
+                    void *data);
+/* The same for the direct socket's chan (frees are deferred around it). */
+void dk_direct_frame(struct chan *ch, const struct sbx_chan_hdr *h, const uint8_t *payload,
+                     void *data);
+/* The channel moved (or failed to): handshake again on ds->cur. */
+void dk_rehandshake(struct dk_sb *ds);
 json_t *dk_spawn_env(struct dk_sb *ds, struct process *p);
 const char *dk_spawn_cwd(struct dk_sb *ds, struct process *p);
 

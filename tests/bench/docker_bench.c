@@ -407,10 +407,18 @@ int main(int argc, char **argv)
     char cid[128];
     snprintf(cid, sizeof(cid), "%s", cid0);
     json_decref(r);
-    bench_roundtrip(c, cid);
-    bench_concurrent(cid);
-    bench_lifecycle(c);
-    bench_stream(c, cid);
+    /* BENCH_ONLY=roundtrip,concurrent,lifecycle,stream picks sections */
+    const char *only = getenv("BENCH_ONLY");
+#define WANT(s) (!only || strstr(only, s))
+    if (WANT("roundtrip"))
+        bench_roundtrip(c, cid);
+    if (WANT("concurrent"))
+        bench_concurrent(cid);
+    if (WANT("lifecycle"))
+        bench_lifecycle(c);
+    if (WANT("stream"))
+        bench_stream(c, cid);
+#undef WANT
     json_decref(call(c, "sandbox.destroy", json_pack("{s:s}", "id", "bench")));
     cn_close(c);
     return 0;

@@ -4,7 +4,8 @@
 #
 # Engine: $DOCKER_HOST (unix://) or /var/run/docker.sock when one answers,
 # else (as root) a private dockerd for the run (tests/docker/dockerd.sh).
-# BENCH_QUICK=quick shortens every figure.
+# BENCH_QUICK=quick shortens every figure; BENCH_ONLY=stream (or roundtrip,
+# concurrent, lifecycle) runs only those sections.
 B=${1:-build}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT" || exit 0

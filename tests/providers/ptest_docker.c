@@ -630,6 +630,45 @@ static void test_lifecycle(conn *c)
 /* Code in the sandbox can write to PID 1's stdout, i.e. forge agent frames:
  * a frame for a pid sbxd never spawned is ignored, garbage breaks only
  * that sandbox. */
+/*
+ * On the attach stream (direct socket refused by planting a file where the
+ * agent wants its directory), garbage on PID 1's stdout breaks that
+ * sandbox's channel: the call fails at once, the sandbox is in error, the
+ * others are fine, sandbox.start recovers it.
+ */
+static void garbage_breaks_only_its_sandbox(conn *c, const char *sb, const char *other,
+                                            const char *rundir)
+{
+    char host_file[600], bind[700];
+    snprintf(host_file, sizeof(host_file), "%s/not-a-dir", tmpdir);
+    FILE *f = fopen(host_file, "w");
+    if (f)
+        fclose(f);
+    snprintf(bind, sizeof(bind), "%s:%s:ro", host_file, rundir);
+    destroy(c, sb);
+    json_t *r = create(c, sb, json_pack("{s:{s:s}}", "options", "volumes", bind));
+    json_t *md = json_object_get(res_of(r), "metadata");
+    test_cond("no direct socket (the agent cannot listen): the attach stream is the channel",
+              strcmp(res_str(r, "status"), "running") == 0 &&
+                  strcmp(json_string_value(json_object_get(md, "channel")) ?: "",
+                         "attach") == 0 &&
+                  exec_ok(c, sb, "echo over attach", "over attach\n"));
+    json_decref(r);
+    r = exec(c, sb, "printf '\\377\\377\\377\\377garbage.....' > /proc/1/fd/1; sleep 2");
+    test_cond("garbage on the channel: the call ends with an error at once",
+              res_of(r) && !json_is_null(json_object_get(res_of(r), "error")));
+    json_decref(r);
+    test_cond("garbage on the channel: that sandbox is in error",
+              wait_status(c, sb, "error", 5000));
+    test_cond("garbage on the channel: other sandboxes are fine",
+              exec_ok(c, other, "echo ok", "ok\n"));
+    r = cn_call_t(c, 60000, "sandbox.start", json_pack("{s:s}", "id", sb));
+    test_cond("garbage on the channel: sandbox.start recovers it",
+              strcmp(res_str(r, "status"), "running") == 0 &&
+                  exec_ok(c, sb, "echo back", "back\n"));
+    json_decref(r);
+}
+
 static void test_misbehaving(conn *c)
 {
     json_decref(create(c, "mis1", NULL));
@@ -640,20 +679,21 @@ static void test_misbehaving(conn *c)
                       "\\000\\005hello' > /proc/1/fd/1 && echo sent",
                       "sent\n") &&
                   exec_ok(c, "mis1", "echo still fine", "still fine\n"));
-    json_t *r = exec(c, "mis1",
-                     "printf '\\377\\377\\377\\377garbage.....' > /proc/1/fd/1; sleep 2");
-    test_cond("garbage on the channel: the call ends with an error at once",
-              res_of(r) && !json_is_null(json_object_get(res_of(r), "error")));
+    json_t *r = cn_call(c, "sandbox.get", json_pack("{s:s}", "id", "mis1"));
+    test_cond("direct socket: a local engine's sandbox talks to its agent through it",
+              strcmp(json_string_value(json_object_get(
+                         json_object_get(res_of(r), "metadata"), "channel")) ?: "",
+                     "direct") == 0);
     json_decref(r);
-    test_cond("garbage on the channel: that sandbox is in error",
-              wait_status(c, "mis1", "error", 5000));
-    test_cond("garbage on the channel: other sandboxes are fine",
-              exec_ok(c, "mis2", "echo ok", "ok\n"));
-    r = cn_call_t(c, 60000, "sandbox.start", json_pack("{s:s}", "id", "mis1"));
-    test_cond("garbage on the channel: sandbox.start recovers it",
-              strcmp(res_str(r, "status"), "running") == 0 &&
-                  exec_ok(c, "mis1", "echo back", "back\n"));
+    test_cond("direct socket: the agent stops listening once sbxd has connected",
+              exec_ok(c, "mis1", "ls -A /.sbx/run | wc -l", "0\n"));
+    r = exec(c, "mis1", "printf '\\377\\377\\377\\377garbage.....' > /proc/1/fd/1; echo done");
+    test_cond("direct socket: garbage on PID 1's stdout is not the channel any more",
+              strcmp(res_str(r, "stdout"), "done\n") == 0 &&
+                  exec_ok(c, "mis1", "echo still fine", "still fine\n") &&
+                  strcmp(status_of(c, "mis1"), "running") == 0);
     json_decref(r);
+    garbage_breaks_only_its_sandbox(c, "mis1", "mis2", "/.sbx/run");
     destroy(c, "mis1");
     destroy(c, "mis2");
 }
@@ -943,24 +983,22 @@ static int gen_check(struct gen *g, const char *d, size_t n)
     return 0;
 }
 
-static void test_stream(conn *c)
+/* mb MB of numbered lines from sandbox `id` of the sbxd `spid`, to a reader that
+ * stalls, then reads slowly, then fast: bounded memory, every byte in order. */
+static void stream_slow_reader(conn *c, pid_t spid, const char *id, int mb, const char *what)
 {
-    /* 1 GiB; 256 MiB under sanitizers or valgrind (time). */
     int slow_build = getenv("SBX_SANITIZED") || getenv("SBX_VALGRIND");
     /* sanitizers keep freed memory in quarantine: RSS says less there */
     long rss_limit = slow_build ? 400 * 1024 : 200 * 1024;
-    int mb = getenv("SBX_STREAM_MB") ? atoi(getenv("SBX_STREAM_MB"))
-             : slow_build            ? 256
-                                     : 1024;
+    char name[120];
     chunk_len = 0;
     for (int k = 0; chunk_len + 8 < sizeof(chunk) - 64 * 1024; k++)
         chunk_len +=
             (size_t)snprintf(chunk + chunk_len, sizeof(chunk) - chunk_len, "%07d\n", k);
     uint64_t blocks = ((uint64_t)mb << 20) / (chunk_len + 10);
     uint64_t total = blocks * (chunk_len + 10);
-    json_t *r = create(c, "big1", NULL);
-    json_decref(r);
-    json_t *in = json_pack("{s:s, s:s, s:s%}", "sandbox", "big1", "command",
+    json_t *r;
+    json_t *in = json_pack("{s:s, s:s, s:s%}", "sandbox", id, "command",
                            "cat > /tmp/chunk", "stdin", chunk, chunk_len);
     r = cn_call(c, "process.exec", in);
     json_decref(r);
@@ -969,15 +1007,14 @@ static void test_stream(conn *c)
              "i=0; while [ $i -lt %llu ]; do printf 'B%%08d\\n' $i; cat /tmp/chunk; "
              "i=$((i+1)); done",
              (unsigned long long)blocks);
-    r = cn_call(c, "process.spawn",
-                json_pack("{s:s, s:s}", "sandbox", "big1", "command", cmd));
+    r = cn_call(c, "process.spawn", json_pack("{s:s, s:s}", "sandbox", id, "command", cmd));
     json_int_t pid = res_int(r, "pid");
     json_decref(r);
     /* A slow reader: nothing for 3 s. sbxd must push back, not buffer. */
     sleep(3);
-    long rss = rss_kb(main_pid);
-    test_cond("slow reader: sbxd memory stays bounded while the client does not read",
-              rss > 0 && rss < rss_limit);
+    long rss = rss_kb(spid);
+    snprintf(name, sizeof(name), "%s: sbxd memory stays bounded while the client does not read", what);
+    test_cond(name, rss > 0 && rss < rss_limit);
     printf("      sbxd RSS with a stalled %d MB stream: %ld KiB\n", mb, rss);
     struct gen g = {0};
     uint64_t got = 0, expect_off = 0;
@@ -1000,8 +1037,8 @@ static void test_stream(conn *c)
             json_integer_value(json_object_get(p, "pid")) == pid) {
             if (slow_msgs-- > 0) {
                 usleep(2000);
-                if (slow_msgs % 100 == 0 && rss_kb(main_pid) > max_rss)
-                    max_rss = rss_kb(main_pid);
+                if (slow_msgs % 100 == 0 && rss_kb(spid) > max_rss)
+                    max_rss = rss_kb(spid);
             }
             const char *d = json_string_value(json_object_get(p, "data"));
             size_t n = json_string_length(json_object_get(p, "data"));
@@ -1021,15 +1058,49 @@ static void test_stream(conn *c)
         json_decref(m);
     }
     double secs = (now_ms() - t0) / 1000.0;
-    test_cond("slow reader: memory stays bounded while it reads slowly",
-              max_rss < rss_limit);
-    test_cond("slow reader: every byte arrived, in order", !bad && got == total);
-    test_cond("slow reader: then the exit", exited && code == 0);
+    snprintf(name, sizeof(name), "%s: memory stays bounded while it reads slowly", what);
+    test_cond(name, max_rss < rss_limit);
+    snprintf(name, sizeof(name), "%s: every byte arrived, in order", what);
+    test_cond(name, !bad && got == total);
+    snprintf(name, sizeof(name), "%s: then the exit", what);
+    test_cond(name, exited && code == 0);
     printf(
         "      %d MB stream: %llu bytes in %.1f s after the stall (%.0f MB/s), sbxd RSS "
         "at most %ld KiB\n",
         mb, (unsigned long long)got, secs, got / 1048576.0 / secs, max_rss);
+}
+
+static void test_stream(conn *c)
+{
+    /* 1 GiB; 256 MiB under sanitizers or valgrind (time). */
+    int slow_build = getenv("SBX_SANITIZED") || getenv("SBX_VALGRIND");
+    int mb = getenv("SBX_STREAM_MB") ? atoi(getenv("SBX_STREAM_MB"))
+             : slow_build            ? 256
+                                     : 1024;
+    json_decref(create(c, "big1", NULL));
+    stream_slow_reader(c, main_pid, "big1", mb, "slow reader");
     destroy(c, "big1");
+}
+
+/* Waits (up to 10 s) for the docker provider of the sbxd on c to be available. */
+static int docker_up(conn *c)
+{
+    int up = 0;
+    for (int i = 0; i < 100 && c && !up; i++) {
+        json_t *r = cn_call(c, "daemon.info", NULL);
+        size_t k;
+        json_t *p;
+        json_array_foreach(json_object_get(res_of(r), "providers"), k, p)
+        {
+            if (strcmp(json_string_value(json_object_get(p, "name")), "docker") == 0 &&
+                json_is_true(json_object_get(p, "available")))
+                up = 1;
+        }
+        json_decref(r);
+        if (!up)
+            usleep(100000);
+    }
+    return up;
 }
 
 static void test_tls(void)
@@ -1053,20 +1124,7 @@ static void test_tls(void)
         if (!c)
             usleep(50000);
     }
-    int up = 0;
-    for (int i = 0; i < 100 && c && !up; i++) {
-        json_t *r = cn_call(c, "daemon.info", NULL);
-        size_t k;
-        json_t *p;
-        json_array_foreach(
-            json_object_get(res_of(r), "providers"), k,
-            p) if (strcmp(json_string_value(json_object_get(p, "name")), "docker") == 0 &&
-                   json_is_true(json_object_get(p, "available"))) up = 1;
-        json_decref(r);
-        if (!up)
-            usleep(100000);
-    }
-    test_cond("TLS: the engine over tcp:// with TLS is available", up);
+    test_cond("TLS: the engine over tcp:// with TLS is available", docker_up(c));
     json_t *r = c ? create(c, "tls1", NULL) : NULL;
     test_cond("TLS: create (attach over TLS)",
               c && strcmp(res_str(r, "status"), "running") == 0);
@@ -1092,6 +1150,41 @@ static void test_tls(void)
                   exec_ok(c, "shared1", "cat /workspace/shared.txt", "shared\n"));
         destroy(c, "tls1");
         destroy(c, "shared1");
+        cn_close(c);
+    }
+    stop_sbxd(pid, SIGTERM);
+}
+
+/* An sbxd told not to use the direct socket (direct_channel: false): everything
+ * through Docker's attach stream, the way a remote engine is driven. */
+static void test_attach_only(void)
+{
+    char cfg[600], sock[108], log[600];
+    snprintf(cfg, sizeof(cfg), "%s/attach.yaml", tmpdir);
+    snprintf(sock, sizeof(sock), "%.90s/attach.sock", tmpdir);
+    snprintf(log, sizeof(log), "%s/sbxd-attach.log", tmpdir);
+    write_config(cfg, docker_host, "    direct_channel: false\n");
+    pid_t pid = start_sbxd(cfg, sock, log);
+    conn *c = NULL;
+    for (int i = 0; i < 100 && !c; i++) {
+        c = cn_open(sock);
+        if (!c)
+            usleep(50000);
+    }
+    json_t *r = c && docker_up(c) ? create(c, "att1", NULL) : NULL;
+    test_cond("attach only: the attach stream is the channel",
+              c && strcmp(json_string_value(json_object_get(
+                              json_object_get(res_of(r), "metadata"), "channel")) ?: "",
+                          "attach") == 0);
+    json_decref(r);
+    if (c) {
+        test_cond("attach only: exec", exec_ok(c, "att1", "echo hi; echo e >&2", "hi\n"));
+        r = cn_call(c, "process.exec", json_pack("{s:s, s:s, s:s}", "sandbox", "att1",
+                                                 "command", "cat | wc -c", "stdin", "12345"));
+        test_cond("attach only: stdin", strcmp(res_str(r, "stdout"), "5\n") == 0);
+        json_decref(r);
+        stream_slow_reader(c, pid, "att1", 64, "attach only");
+        destroy(c, "att1");
         cn_close(c);
     }
     stop_sbxd(pid, SIGTERM);
@@ -1487,6 +1580,7 @@ int main(int argc, char **argv)
                   wait_status(c, "shared1", "error", 10000));
         destroy(c, "shared1");
     }
+    STEP(test_attach_only());
     STEP(test_no_engine());
     STEP(test_fake_engine());
     if (c)

@@ -23,7 +23,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -1180,6 +1182,160 @@ static void test_pid1(void)
     agent_close(&a);
 }
 
+
+/* ---- the direct socket (CHANNEL.md, Direct socket) ---------------------- */
+
+static const char key_hex[] = "00112233445566778899aabbccddeeff";
+static const char answer_hex[] = "ffeeddccbbaa99887766554433221100";
+
+static int unix_connect(const char *path)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* The same agent seen through a socket: frames in and out over fd. */
+static void view_socket(struct agent *d, const struct agent *a, int fd)
+{
+    memset(d, 0, sizeof(*d));
+    d->pid = a->pid;
+    d->in = d->out = fd;
+    fcntl(fd, F_SETFL, O_NONBLOCK);
+}
+
+/* Asks for the socket over stdin; its path, or "" when the agent refused. */
+static const char *ask_direct(struct agent *a, char *path, size_t len)
+{
+    char req[200];
+    snprintf(req, sizeof(req), "{\"key\":\"%s\",\"answer\":\"%s\"}", key_hex, answer_hex);
+    send_str(a, SBX_CHAN_DIRECT, 0, req);
+    struct frame f;
+    path[0] = '\0';
+    if (expect(a, SBX_CHAN_DIRECT, 0, &f, 3000) == 1) {
+        json_t *j = frame_json(&f);
+        snprintf(path, len, "%s", jstr(j, "path"));
+        json_decref(j);
+    }
+    return path;
+}
+
+/* Connects and proves the key; the socket fd once the agent answered right. */
+static int open_direct(const char *path, const struct agent *a)
+{
+    int fd = unix_connect(path);
+    if (fd < 0)
+        return -1;
+    struct agent d;
+    view_socket(&d, a, fd);
+    char hello[100];
+    snprintf(hello, sizeof(hello), "{\"key\":\"%s\"}", key_hex);
+    send_str(&d, SBX_CHAN_DIRECT, 0, hello);
+    struct frame f;
+    int ok = recv_frame(&d, &f, 3000) == 1 && f.type == SBX_CHAN_DIRECT;
+    json_t *j = ok ? frame_json(&f) : NULL;
+    ok = ok && strcmp(jstr(j, "answer"), answer_hex) == 0;
+    json_decref(j);
+    dbuf_free(&d.rx);
+    if (!ok) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* Nothing arrives on a's output within ms. */
+static bool quiet(struct agent *a, int ms)
+{
+    struct frame f;
+    return recv_frame(a, &f, ms) == 0;
+}
+
+static void test_direct(void)
+{
+    char rundir[300], path[300];
+    snprintf(rundir, sizeof(rundir), "%s/run", tmpdir);
+    setenv("SBX_INIT_RUNDIR", rundir, 1);
+    struct agent a;
+    int started = agent_start_plain(&a);
+    unsetenv("SBX_INIT_RUNDIR");
+    struct frame f;
+    test_cond("direct: the agent starts (HELLO)",
+              started == 0 && expect(&a, SBX_CHAN_HELLO, 0, &f, 3000) == 1);
+
+    send_str(&a, SBX_CHAN_DIRECT, 0, "{\"key\":\"short\",\"answer\":\"x\"}");
+    json_t *j = expect(&a, SBX_CHAN_DIRECT, 0, &f, 3000) == 1 ? frame_json(&f) : NULL;
+    test_cond("direct: a request without proper keys gets {error}, no socket",
+              j && jstr(j, "error")[0] && !json_object_get(j, "path") &&
+                  access(rundir, F_OK) != 0);
+    json_decref(j);
+
+    ask_direct(&a, path, sizeof(path));
+    struct stat st, dst;
+    test_cond("direct: the agent listens on a socket in a 0700 directory",
+              path[0] && stat(path, &st) == 0 && S_ISSOCK(st.st_mode) &&
+                  stat(rundir, &dst) == 0 && (dst.st_mode & 0777) == 0700);
+
+    int bad = unix_connect(path);
+    char wrong[100];
+    snprintf(wrong, sizeof(wrong), "{\"key\":\"%s\"}", answer_hex);
+    struct agent d;
+    view_socket(&d, &a, bad);
+    send_str(&d, SBX_CHAN_DIRECT, 0, wrong);
+    test_cond("direct: a peer with the wrong key is disconnected",
+              bad >= 0 && recv_frame(&d, &f, 3000) == -1);
+    dbuf_free(&d.rx);
+    if (bad >= 0)
+        close(bad);
+
+    int fd = open_direct(path, &a);
+    test_cond("direct: the right key is answered with the answer on the socket", fd >= 0);
+    test_cond("direct: the listener is gone once the channel is taken",
+              access(path, F_OK) != 0 && unix_connect(path) < 0);
+    view_socket(&d, &a, fd);
+    send_frame(&d, SBX_CHAN_PING, 0, NULL, 0);
+    test_cond("direct: PING on the socket is answered there (PONG, HELLO)",
+              recv_frame(&d, &f, 3000) == 1 && f.type == SBX_CHAN_PONG &&
+                  recv_frame(&d, &f, 3000) == 1 && f.type == SBX_CHAN_HELLO);
+    struct run run;
+    spawn_run(&d, 1, "{\"shell\":\"echo over the socket\"}", &run, 5000);
+    test_cond("direct: SPAWN, output and EXIT go through the socket",
+              run.started && run.exit && jint(run.exit, "exit_code") == 0 &&
+                  run.out.len == 16 && memcmp(run.out.data, "over the socket\n", 16) == 0);
+    run_free(&run);
+    test_cond("direct: nothing goes to stdout meanwhile", quiet(&a, 200));
+
+    /* another client attaches: it pings on stdin */
+    send_frame(&a, SBX_CHAN_PING, 0, NULL, 0);
+    j = recv_frame(&d, &f, 3000) == 1 && f.type == SBX_CHAN_DIRECT ? frame_json(&f) : NULL;
+    test_cond("direct: a PING on stdin tells the socket {moved}, then closes it",
+              j && jtrue(j, "moved") && recv_frame(&d, &f, 3000) == -1);
+    json_decref(j);
+    test_cond("direct: ... and is answered on stdout (PONG, HELLO)",
+              expect(&a, SBX_CHAN_PONG, 0, &f, 3000) == 1 &&
+                  expect(&a, SBX_CHAN_HELLO, 0, &f, 3000) == 1);
+    dbuf_free(&d.rx);
+    close(fd);
+
+    /* the daemon goes away: stdout is the channel again */
+    ask_direct(&a, path, sizeof(path));
+    fd = open_direct(path, &a);
+    test_cond("direct: a second key opens the socket again", fd >= 0);
+    if (fd >= 0)
+        close(fd);
+    sleep_ms(100);
+    spawn_run(&a, 2, "{\"shell\":\"echo back on stdout\"}", &run, 5000);
+    test_cond("direct: the socket closed by the daemon: frames on stdout again",
+              run.exit && run.out.len == 15 && memcmp(run.out.data, "back on stdout\n", 15) == 0);
+    run_free(&run);
+    agent_close(&a);
+}
+
 int main(int argc, char **argv)
 {
     /* B/tests/test_agent finds B/sbx-init (build, build-asan, ...). */
@@ -1233,6 +1389,7 @@ int main(int argc, char **argv)
               st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0);
     agent_close(&a);
 
+    test_direct();
     test_sigterm();
     test_main_child();
     test_pid1();

@@ -1,0 +1,287 @@
+/*
+ * docker_direct.c - moving a sandbox's agent channel from Docker's attach
+ * stream to a Unix socket inside the container (proto/CHANNEL.md, "Direct
+ * socket").
+ *
+ * Why: every byte on the attach stream is copied by containerd-shim and
+ * dockerd in small chunks with a wakeup each; on this kind of machine that
+ * relay, not sbxd, caps output at roughly 100-150 MB/s and adds about a
+ * millisecond to every round trip. When the engine shares our kernel, sbxd
+ * can reach the agent's socket through /proc/PID/root of the container's
+ * PID 1 instead. The attach stream stays open: it carries the agent's
+ * stderr, tells us when the container dies, and is the channel again
+ * whenever the socket cannot be had (remote engines, no access to /proc,
+ * an old agent) or is lost.
+ *
+ * The steps, each bounded by DIRECT_TIMEOUT_S, all ending in the normal
+ * PING handshake on whichever channel won:
+ *   1. DIRECT {key, answer} on the attach stream; the agent listens and
+ *      answers DIRECT {path}.
+ *   2. Inspect the container for State.Pid; open PID/root/path without
+ *      following any symlink (the container's filesystem is untrusted) and
+ *      connect.
+ *   3. DIRECT {key} on the socket; the agent proves itself with DIRECT
+ *      {answer}. From here frames go through the socket; the attach
+ *      stream's frames are ignored.
+ * A failure anywhere logs once and handshakes again on the attach stream
+ * (the agent may have switched already; a PING on its stdin switches it back).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "daemon.h"
+#include "docker_int.h"
+#include "log.h"
+#include "sandbox.h"
+
+#define DIRECT_TIMEOUT_S 3.0
+#define DIRECT_TRIES 3   /* per start: a socket that keeps failing is given up */
+#define LOST_GRACE_S 0.5 /* a dying container's attach stream ends within this */
+
+/* Random hex for the one-time key and answer. */
+static int make_token(char out[DKD_TOKEN + 1])
+{
+    uint8_t raw[DKD_TOKEN / 2];
+    size_t got = 0;
+    while (got < sizeof(raw)) {
+        ssize_t r = getrandom(raw + got, sizeof(raw) - got, GRND_NONBLOCK);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return -1;
+        got += (size_t)r;
+    }
+    static const char hex[] = "0123456789abcdef";
+    for (size_t i = 0; i < sizeof(raw); i++) {
+        out[2 * i] = hex[raw[i] >> 4];
+        out[2 * i + 1] = hex[raw[i] & 15];
+    }
+    out[DKD_TOKEN] = '\0';
+    return 0;
+}
+
+int dkd_connect(long pid, const char *path, char *err, size_t errlen)
+{
+    char root[64];
+    snprintf(root, sizeof(root), "/proc/%ld/root", pid);
+    int rfd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (rfd < 0) {
+        snprintf(err, errlen, "%s: %s", root, strerror(errno));
+        return -1;
+    }
+    /* Resolved as if the container's root were "/", and no symlink at all:
+     * a link planted in the container must not lead us to a host socket. */
+    struct open_how how = {
+        .flags = O_PATH | O_CLOEXEC,
+        .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
+    };
+    while (*path == '/')
+        path++;
+    int sfd = (int)syscall(SYS_openat2, rfd, path, &how, sizeof(how));
+    int e = errno;
+    close(rfd);
+    if (sfd < 0) {
+        snprintf(err, errlen, "open %s in the container: %s", path, strerror(e));
+        return -1;
+    }
+    struct stat st;
+    if (fstat(sfd, &st) < 0 || !S_ISSOCK(st.st_mode)) {
+        snprintf(err, errlen, "%s in the container is not a socket", path);
+        close(sfd);
+        return -1;
+    }
+    /* connect() takes a path: this fd's, which resolves to the inode we checked. */
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof(sa.sun_path), "/proc/self/fd/%d", sfd);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+        /* A Unix connect completes at once or not at all (EAGAIN: backlog full). */
+        snprintf(err, errlen, "connect: %s", strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        close(sfd);
+        return -1;
+    }
+    close(sfd);
+    return fd;
+}
+
+static void reset(struct dk_sb *ds)
+{
+    dk_reqlist_cancel(&ds->dreqs);
+    ev_timer_stop(D->loop, &ds->dtimer);
+    if (ds->dch_live) {
+        chan_deinit(&ds->dch);
+        ds->dch_live = 0;
+    }
+    ds->cur = &ds->ch;
+    ds->dstate = DKD_OFF;
+    ds->dlost = 0;
+    ds->dmoved = 0;
+}
+
+void dkd_close(struct dk_sb *ds)
+{
+    reset(ds);
+}
+
+/* Back to the attach stream, handshaking there again. */
+static void fall_back(struct dk_sb *ds, const char *why)
+{
+    int was_on = ds->dstate == DKD_ON;
+    int moved = ds->dmoved;
+    reset(ds);
+    ds->att_sync = 1; /* the agent may have left it mid-frame */
+    ds->sync_k = 0;
+    if (moved) {
+        /* Another client (a second sbxd) attached and pinged the agent, which
+         * now talks on the attach stream. Taking it back would only start a
+         * tug of war: listen there, as two attached clients always could. */
+        log_warn("docker %s: another client took over the agent of container %.12s",
+                 ds->sb->id, ds->cid);
+        ds->dtries = DIRECT_TRIES;
+        return;
+    }
+    log_info("docker %s: %s %s; the attach stream is the agent channel", ds->sb->id,
+             was_on ? "direct socket lost:" : "no direct socket:", why);
+    if (was_on && ds->phase == PH_IDLE) {
+        /* When the container is dying its attach stream ends soon, and that
+         * path knows how to tell what happened; otherwise handshake there. */
+        ds->ready = 0;
+        ds->dstate = DKD_LOST;
+        ev_timer_set(&ds->dtimer, LOST_GRACE_S, 0.);
+        ev_timer_start(D->loop, &ds->dtimer);
+        return;
+    }
+    dk_rehandshake(ds);
+}
+
+int dkd_begin(struct dk_sb *ds)
+{
+    struct dk_prov *dp = ds->dp;
+    if (!dp->direct || !dp->eng.unix_path || ds->cur != &ds->ch ||
+        ds->dtries >= DIRECT_TRIES)
+        return -1;
+    if (make_token(ds->dkey) < 0 || make_token(ds->danswer) < 0)
+        return -1;
+    json_t *req = json_pack("{s:s, s:s}", "key", ds->dkey, "answer", ds->danswer);
+    int r = dk_send_json(ds, SBX_CHAN_DIRECT, 0, req);
+    json_decref(req);
+    if (r < 0)
+        return -1;
+    ds->dtries++;
+    ds->dstate = DKD_ASKED;
+    ds->phase = PH_DIRECT;
+    ev_timer_stop(D->loop, &ds->dtimer);
+    ev_timer_set(&ds->dtimer, DIRECT_TIMEOUT_S, 0.);
+    ev_timer_start(D->loop, &ds->dtimer);
+    return 0;
+}
+
+static void pid_done(struct dk_resp *r, void *data)
+{
+    struct dk_sb *ds = data;
+    if (ds->dstate != DKD_INSPECT)
+        return;
+    json_t *pid = json_object_get(json_object_get(r->json, "State"), "Pid");
+    if (r->status != 200 || !json_is_integer(pid) || json_integer_value(pid) <= 0) {
+        fall_back(ds, "the container's PID is not known");
+        return;
+    }
+    char err[300];
+    int fd = dkd_connect((long)json_integer_value(pid), ds->dpath, err, sizeof(err));
+    if (fd < 0) {
+        fall_back(ds, err);
+        return;
+    }
+    chan_init_fd(&ds->dch, fd, dk_direct_frame, dk_direct_closed, ds);
+    ds->dch_live = 1;
+    ds->dstate = DKD_PROVE;
+    json_t *hello = json_pack("{s:s}", "key", ds->dkey);
+    int sent = chan_send_json(&ds->dch, SBX_CHAN_DIRECT, 0, hello);
+    json_decref(hello);
+    if (sent < 0 && ds->dstate == DKD_PROVE)
+        fall_back(ds, "the socket failed at once");
+}
+
+void dkd_frame(struct dk_sb *ds, struct chan *ch, const uint8_t *payload, size_t len)
+{
+    json_t *v = chan_json(payload, len);
+    if (ch == &ds->ch && ds->dstate == DKD_ASKED) {
+        const char *path = json_string_value(json_object_get(v, "path"));
+        const char *e = json_string_value(json_object_get(v, "error"));
+        if (!path || path[0] != '/' || strlen(path) >= sizeof(ds->dpath)) {
+            char why[300];
+            snprintf(why, sizeof(why), "the agent says: %.200s", e ? e : "(no path)");
+            json_decref(v);
+            fall_back(ds, why);
+            return;
+        }
+        snprintf(ds->dpath, sizeof(ds->dpath), "%s", path);
+        json_decref(v);
+        ds->dstate = DKD_INSPECT;
+        char *p = dk_path(&ds->dp->eng, "/containers/%s/json", ds->cid);
+        if (!dk_call(&ds->dp->eng, &ds->dreqs, "GET", p, NULL, DK_CALL_TIMEOUT_MS, pid_done,
+                     ds))
+            fall_back(ds, "cannot start an engine request");
+        free(p);
+        return;
+    }
+    if (ch == &ds->dch && ds->dstate == DKD_PROVE) {
+        const char *a = json_string_value(json_object_get(v, "answer"));
+        int ok = a && strlen(a) == DKD_TOKEN && memcmp(a, ds->danswer, DKD_TOKEN) == 0;
+        json_decref(v);
+        if (!ok) {
+            fall_back(ds, "the peer did not prove the answer");
+            return;
+        }
+        ev_timer_stop(D->loop, &ds->dtimer);
+        ds->dstate = DKD_ON;
+        ds->cur = &ds->dch;
+        memset(ds->dkey, 0, sizeof(ds->dkey));
+        memset(ds->danswer, 0, sizeof(ds->danswer));
+        dk_rehandshake(ds);
+        return;
+    }
+    if (ch == &ds->dch && ds->dstate == DKD_ON && json_is_true(json_object_get(v, "moved")))
+        ds->dmoved = 1; /* the socket closes next */
+    else
+        log_debug("docker %s: stray DIRECT frame ignored", ds->sb->id);
+    json_decref(v);
+}
+
+/* chan callback: may run inside chan_send deep in a call chain, so the
+ * switch back happens from the timer. */
+void dk_direct_closed(struct chan *ch, const char *why, void *data)
+{
+    struct dk_sb *ds = data;
+    ds->dlost = 1;
+    ev_timer_stop(D->loop, &ds->dtimer);
+    ev_timer_set(&ds->dtimer, 0., 0.);
+    ev_timer_start(D->loop, &ds->dtimer);
+}
+
+void dkd_timer(struct dk_sb *ds)
+{
+    if (ds->dlost) {
+        fall_back(ds, "the socket closed");
+        return;
+    }
+    if (ds->dstate == DKD_LOST) {
+        ds->dstate = DKD_OFF;
+        dk_rehandshake(ds);
+        return;
+    }
+    if (ds->dstate != DKD_OFF && ds->dstate != DKD_ON)
+        fall_back(ds, "timed out");
+}
