@@ -192,8 +192,14 @@ uint64_t proc_ring_oldest(const struct proc *p, int s);
 /* The EXIT record as JSON. */
 int proc_exit_json(const struct proc *p, struct buf *b);
 
-/* Child side of spawning, shared with the main child: never returns. */
-void exec_search(char *const argv[], char *const envp[], int errfd)
+/* Child side of spawning, shared with the main child: never returns. sh is
+ * exec_sh_argv(argv), made before the child exists (it must not allocate). */
+void exec_search(char *const argv[], char *const envp[], char **sh, int errfd)
     __attribute__((noreturn));
+char **exec_sh_argv(char *const argv[]);
+/* Records which signals the agent handles or ignores (after it set them up). */
+void proc_note_signals(void);
+/* In a child: those back to SIG_DFL, then every signal unblocked. */
+void child_reset_signals(void);
 
 #endif

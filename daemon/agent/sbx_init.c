@@ -78,6 +78,7 @@ static struct {
 static const uint8_t ping_frame[SBX_CHAN_HDR] = {SBX_CHAN_PING};
 
 static void flush_for(int ms);
+static void drain_exited(struct proc *p);
 
 /* ---- frames out ------------------------------------------------------------ */
 
@@ -668,6 +669,7 @@ static void reap(void)
             struct proc *p = A.procs[k];
             if (p->pid == pid && p->state == PROC_RUNNING) {
                 proc_leader_exited(p, st, now_ms());
+                drain_exited(p);
                 break;
             }
         }
@@ -741,23 +743,37 @@ static void read_direct(void)
     drop_direct(n < 0 ? strerror(errno) : "closed by the daemon");
 }
 
-static void read_pipe(struct proc *p, int s)
+/* Reads what stream s of p has; false when there was nothing to read now. */
+static bool read_pipe(struct proc *p, int s)
 {
     static uint8_t chunk[AGENT_FRAME_OUT];
     size_t allow = proc_read_allowance(p, s);
     if (allow == 0)
-        return;
+        return false;
     struct stream *st = &p->out[s];
     ssize_t n = read(st->fd, chunk, allow);
     if (n > 0) {
         proc_ring_write(p, s, chunk, (size_t)n);
         if (st->drain_limit != UINT64_MAX && st->total >= st->drain_limit)
             proc_close_stream(p, s);
-        return;
+        return true;
     }
     if (n < 0 && (errno == EAGAIN || errno == EINTR))
-        return;
+        return false;
     proc_close_stream(p, s);
+    return false;
+}
+
+/*
+ * The leader just exited: its pipes are usually at EOF already. Reading them
+ * now lets the last output and the EXIT leave in one write instead of two
+ * trips around the loop (a wakeup each, on both sides of the channel).
+ */
+static void drain_exited(struct proc *p)
+{
+    for (int s = 0; s < 2; s++)
+        for (int k = 0; k < 16 && p->out[s].fd >= 0 && read_pipe(p, s); k++)
+            ;
 }
 
 /* ---- the loop -------------------------------------------------------------- */
@@ -909,12 +925,7 @@ static void start_main_child(char **argv)
         exit(1);
     }
     if (pid == 0) {
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        for (int s = 1; s < NSIG; s++)
-            if (s != SIGKILL && s != SIGSTOP)
-                signal(s, SIG_DFL);
+        child_reset_signals();
         setpgid(0, 0);
         int nul = open("/dev/null", O_RDONLY);
         if (nul >= 0) {
@@ -926,7 +937,7 @@ static void start_main_child(char **argv)
         dup2(2, 1);
         close(A.sigpipe[0]);
         close(A.sigpipe[1]);
-        exec_search(argv, environ, ep[1]);
+        exec_search(argv, environ, exec_sh_argv(argv), ep[1]);
     }
     setpgid(pid, pid);
     close(ep[1]);
@@ -977,6 +988,7 @@ int main(int argc, char **argv)
     A.dfd = -1;
     ensure_std_fds();
     setup_signals();
+    proc_note_signals();
     /*
      * When not PID 1, become a subreaper so orphans of our children are
      * reparented to us and reaped here, as they would be in a container.

@@ -407,9 +407,13 @@ void dk_agent_frame(struct chan *ch, const struct sbx_chan_hdr *h, const uint8_t
         json_t *v = chan_json(payload, h->len);
         json_t *rec = clean_exit(v);
         json_decref(v);
-        send_frame(ds, SBX_CHAN_FORGET, dpp->pid, NULL, 0);
+        uint32_t pid = dpp->pid;
+        /* The caller's answer first: FORGET wakes the agent, which on a
+         * small machine competes with the caller for a CPU. */
         proc_gone(ds, dpp, rec);
         json_decref(rec);
+        if (!ds->dead)
+            send_frame(ds, SBX_CHAN_FORGET, pid, NULL, 0);
         return;
     }
     case SBX_CHAN_REPLAY: {
