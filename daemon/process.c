@@ -151,15 +151,35 @@ static void notify_output(struct process *p, int stream, uint64_t offset, const 
             return;
         cap += strlen(b64);
     }
-    char *line = malloc(cap);
-    if (!line) {
-        free(b64);
-        return;
+    /*
+     * One line buffer for the daemon, kept between calls: at streaming rates
+     * a fresh malloc of up to 6 x NOTIFY_PIECE per piece was an mmap, a
+     * page-fault storm and an munmap every time. Bounded by that size.
+     */
+    static char *line;
+    static size_t line_cap;
+    if (cap > line_cap) {
+        char *nl = realloc(line, cap);
+        if (!nl) {
+            free(b64);
+            return;
+        }
+        line = nl;
+        line_cap = cap;
     }
     memcpy(line, head, (size_t)hl);
     size_t o = (size_t)hl;
     if (valid_utf8) {
         for (size_t i = 0; i < n; i++) {
+            /* Runs of bytes that need no escaping are copied 8 at a time. */
+            size_t run = json_plain_run(d + i, n - i);
+            if (run) {
+                memcpy(line + o, d + i, run);
+                o += run;
+                i += run;
+                if (i == n)
+                    break;
+            }
             uint8_t ch = d[i];
             if (ch >= 0x20 && ch != '"' && ch != '\\') {
                 line[o++] = (char)ch;
@@ -192,21 +212,22 @@ static void notify_output(struct process *p, int stream, uint64_t offset, const 
     o += 3;
     for (struct sub *sb = p->subs; sb; sb = sb->pnext)
         session_send_line(sb->s, line, o);
-    free(line);
 }
 
 /* Emits bytes [emitted, total) minus an incomplete UTF-8 tail (unless final). */
 static void emit_stream(struct process *p, int stream, const uint8_t *d, size_t n, int final)
 {
     struct pstream *st = &p->out[stream];
-    /* Join the held-back tail with the new bytes. */
+    /* Join the held-back tail with the new bytes (no copy when there is none). */
     size_t tot = st->ntail + n;
     uint8_t small[4096];
-    uint8_t *buf = tot <= sizeof(small) ? small : malloc(tot);
+    uint8_t *buf = st->ntail == 0 ? (uint8_t *)d : tot <= sizeof(small) ? small : malloc(tot);
     if (!buf)
         return;
-    memcpy(buf, st->tail, st->ntail);
-    memcpy(buf + st->ntail, d, n);
+    if (buf != d) {
+        memcpy(buf, st->tail, st->ntail);
+        memcpy(buf + st->ntail, d, n);
+    }
     size_t hold = final ? 0 : utf8_incomplete_tail(buf, tot);
     size_t send = tot - hold;
     int valid = utf8_valid(buf, send);
@@ -219,7 +240,7 @@ static void emit_stream(struct process *p, int stream, const uint8_t *d, size_t 
     }
     memcpy(st->tail, buf + send, hold);
     st->ntail = hold;
-    if (buf != small)
+    if (buf != small && buf != d)
         free(buf);
 }
 

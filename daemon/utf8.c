@@ -34,10 +34,26 @@ static int second_ok(uint8_t c, uint8_t d)
     return 1;
 }
 
+/* 8 bytes from p, whatever their alignment. */
+static inline uint64_t load8(const uint8_t *p)
+{
+    uint64_t w;
+    memcpy(&w, p, 8);
+    return w;
+}
+
+#define ONES 0x0101010101010101ULL
+#define HIGHS 0x8080808080808080ULL
+
 int utf8_valid(const uint8_t *s, size_t len)
 {
     size_t i = 0;
     while (i < len) {
+        /* ASCII, the common case, 8 bytes at a time */
+        while (i + 8 <= len && (load8(s + i) & HIGHS) == 0)
+            i += 8;
+        if (i >= len)
+            break;
         uint8_t c = s[i];
         if (c < 0x80) {
             i++;
@@ -145,4 +161,21 @@ uint8_t *base64_decode(const char *s, size_t len, size_t *out_len)
     }
     *out_len = o;
     return out;
+}
+
+size_t json_plain_run(const uint8_t *s, size_t len)
+{
+    size_t i = 0;
+    /* A byte needs escaping when it is < 0x20, '"' or '\\' (SWAR: a zero
+     * byte test on w ^ c for the two characters, a borrow test for < 0x20). */
+    for (; i + 8 <= len; i += 8) {
+        uint64_t w = load8(s + i);
+        uint64_t q = w ^ (ONES * '"'), b = w ^ (ONES * '\\');
+        uint64_t bad = ((q - ONES) & ~q) | ((b - ONES) & ~b) | ((w - ONES * 0x20) & ~w);
+        if (bad & HIGHS)
+            break;
+    }
+    while (i < len && s[i] >= 0x20 && s[i] != '"' && s[i] != '\\')
+        i++;
+    return i;
 }

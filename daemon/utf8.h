@@ -17,6 +17,9 @@ int utf8_valid(const uint8_t *s, size_t len);
  */
 size_t utf8_incomplete_tail(const uint8_t *s, size_t len);
 
+/* How many bytes from s need no escaping in a JSON string (not < 0x20, '"' or '\\'). */
+size_t json_plain_run(const uint8_t *s, size_t len);
+
 /* base64 (RFC 4648, padded). Returns a malloc'd NUL-terminated string or NULL. */
 char *base64_encode(const uint8_t *s, size_t len);
 /* Decodes base64 (padding optional, no whitespace). Returns malloc'd bytes

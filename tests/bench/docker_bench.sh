@@ -5,7 +5,8 @@
 # Engine: $DOCKER_HOST (unix://) or /var/run/docker.sock when one answers,
 # else (as root) a private dockerd for the run (tests/docker/dockerd.sh).
 # BENCH_QUICK=quick shortens every figure; BENCH_ONLY=stream (or roundtrip,
-# concurrent, lifecycle) runs only those sections.
+# concurrent, lifecycle) runs only those sections. After the figures against
+# the docker CLI, exec and stream again with direct_channel: false.
 B=${1:-build}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT" || exit 0
@@ -75,4 +76,18 @@ i=0
 while [ ! -S "$T/sbxd.sock" ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i + 1)); done
 echo "  engine $ENGINE, $(nproc) cores; docker CLI $CLI"
 DOCKER_CLI=$CLI "$B/bench/docker_bench" "$T/sbxd.sock" "$ENGINE" sbx-test/busybox $BENCH_QUICK
+
+# The same exec and stream with the channel on Docker's attach stream
+# (direct_channel: false), as on a remote engine: what the direct socket buys.
+case "${BENCH_ONLY:-stream}" in *stream* | *roundtrip*) ;; *) exit 0 ;; esac
+kill "$SPID" 2>/dev/null && wait "$SPID" 2>/dev/null
+rm -f "$T/sbxd.sock"
+sed 's/^  docker:$/  docker:\n    direct_channel: false/' "$T/bench.yaml" >"$T/attach.yaml"
+SBXD_SOCKET="$T/sbxd.sock" "$B/sbxd" -c "$T/attach.yaml" 2>"$T/sbxd-attach.log" &
+SPID=$!
+i=0
+while [ ! -S "$T/sbxd.sock" ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i + 1)); done
+echo "  with direct_channel: false (everything through Docker's attach stream):"
+BENCH_ONLY=${BENCH_ONLY:-roundtrip,stream} BENCH_VARIANT=attach \
+    DOCKER_CLI=$CLI "$B/bench/docker_bench" "$T/sbxd.sock" "$ENGINE" sbx-test/busybox $BENCH_QUICK
 exit 0

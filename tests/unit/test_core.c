@@ -135,6 +135,36 @@ static void test_utf8(void)
     free(raw);
     free(b);
     test_cond("invalid base64 is rejected", base64_decode("a*bc", 4, &n) == NULL);
+
+    /* the 8-bytes-at-a-time paths: every position of a byte that matters */
+    uint8_t buf[40];
+    int run_ok = 1, valid_ok = 1;
+    static const uint8_t specials[] = {'"', '\\', 0x00, 0x0a, 0x1f};
+    for (size_t pos = 0; pos < sizeof(buf); pos++) {
+        for (size_t k = 0; k < sizeof(specials); k++) {
+            for (size_t i = 0; i < sizeof(buf); i++)
+                buf[i] = (uint8_t)(i % 2 ? 0xc3 : 'a') ^ (i % 2 ? 0 : (uint8_t)(i % 7));
+            for (size_t i = 1; i < sizeof(buf); i += 2)
+                buf[i] = 0xa9; /* bytes >= 0x80 need no escaping */
+            buf[pos] = specials[k];
+            if (json_plain_run(buf, sizeof(buf)) != pos)
+                run_ok = 0;
+        }
+        memset(buf, 'x', sizeof(buf));
+        buf[pos] = 0x80; /* a lone continuation byte anywhere */
+        if (utf8_valid(buf, sizeof(buf)))
+            valid_ok = 0;
+    }
+    test_cond("json_plain_run stops at the first byte that needs escaping, at any offset",
+              run_ok);
+    memset(buf, ' ', sizeof(buf));
+    test_cond("json_plain_run takes a whole plain buffer",
+              json_plain_run(buf, sizeof(buf)) == sizeof(buf) &&
+                  json_plain_run((const uint8_t *)"~\x7f\xff", 3) == 3);
+    test_cond("utf8_valid finds a bad byte at any offset after ASCII runs", valid_ok);
+    memcpy(buf + 20, "\xf0\x9f\x98\x80", 4);
+    test_cond("utf8_valid accepts a 4-byte sequence inside ASCII runs",
+              utf8_valid(buf, sizeof(buf)));
 }
 
 static void test_obuf(void)
