@@ -112,7 +112,8 @@ static void io_cb(struct ev_loop *loop, ev_io *w, int revents)
             fail(ch, "out of memory");
             return;
         }
-        ssize_t r = read(ch->fd, ch->rbuf + ch->rlen, ch->rcap - ch->rlen);
+        size_t asked = ch->rcap - ch->rlen;
+        ssize_t r = read(ch->fd, ch->rbuf + ch->rlen, asked);
         if (r == 0) {
             fail(ch, "channel closed by the worker");
             return;
@@ -126,6 +127,10 @@ static void io_cb(struct ev_loop *loop, ev_io *w, int revents)
         ch->rlen += (size_t)r;
         if (parse(ch) < 0)
             return;
+        /* A short read emptied the socket: another read would only say
+         * EAGAIN (epoll is level-triggered; more data wakes us again). */
+        if ((size_t)r < asked)
+            break;
     }
     if (!ch->closed)
         chan_update(ch);

@@ -238,14 +238,20 @@ void session_free_all(void)
 
 /* READ iff we may take input (not closing, output below the high mark);
  * WRITE iff output is pending and the prepare hook could not flush it. */
-static void session_update_watcher(struct session *s)
+/*
+ * flush_coming: the session is pending, so sessions_before_sleep writes its
+ * output before the loop sleeps. Arming EV_WRITE for that would be undone
+ * right after, and libev turns every such flip into an epoll_ctl (one more
+ * syscall per request, most of them failing with EEXIST).
+ */
+static void session_update_watcher_ex(struct session *s, int flush_coming)
 {
     if (s->flags & SESS_CLOSE_ASAP)
         return;
     int ev = 0;
     if (!(s->flags & (SESS_CLOSE_AFTER_WRITE | SESS_CONGESTED)))
         ev |= EV_READ;
-    if (s->obuf.bytes > 0)
+    if (s->obuf.bytes > 0 && (!flush_coming || (s->io_events & EV_WRITE)))
         ev |= EV_WRITE;
     if (ev == s->io_events)
         return;
@@ -254,6 +260,11 @@ static void session_update_watcher(struct session *s)
     s->io_events = ev;
     if (ev)
         ev_io_start(D->loop, &s->io);
+}
+
+static void session_update_watcher(struct session *s)
+{
+    session_update_watcher_ex(s, 0);
 }
 
 static void session_write(struct session *s)
@@ -378,7 +389,7 @@ static void session_io_cb(struct ev_loop *loop, ev_io *w, int revents)
     if ((revents & EV_READ) && !(s->flags & SESS_CLOSE_ASAP))
         session_read(s);
     if (!(s->flags & SESS_CLOSE_ASAP))
-        session_update_watcher(s);
+        session_update_watcher_ex(s, (s->flags & SESS_PENDING) != 0);
 }
 
 void sessions_before_sleep(void)

@@ -99,6 +99,15 @@ static const struct sbx_provider fake = {
 
 static struct daemon d;
 
+/* As in main.c: output is flushed before the loop sleeps. */
+static void prepare_cb(struct ev_loop *loop, ev_prepare *w, int revents)
+{
+    sessions_before_sleep();
+    sandboxes_before_sleep();
+}
+
+static ev_prepare prepare;
+
 static void setup(void)
 {
     D = &d;
@@ -106,6 +115,8 @@ static void setup(void)
     free(d.cfg.default_provider);
     d.cfg.default_provider = strdup("fake");
     d.loop = EV_DEFAULT;
+    ev_prepare_init(&prepare, prepare_cb);
+    ev_prepare_start(d.loop, &prepare);
     d.snapshots = json_object();
     d.providers[0].ops = &fake;
     d.providers[0].enabled = 1;
