@@ -33,6 +33,7 @@
 #define AGENT_OBUF_HARD (16u << 20)  /* never queue more than this */
 #define AGENT_EXIT_GRACE_MS 50       /* pipes held by background children */
 #define AGENT_CREDIT_MAX ((int64_t)1 << 40)
+#define AGENT_COMMAND_MAX 1024 /* bytes of a command kept for HELLO */
 #define AGENT_RUN_DIR "/.sbx/run"   /* the direct socket's private directory */
 #define AGENT_DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -149,6 +150,7 @@ struct proc {
     bool killed, timed_out, exit_sent;
     int exit_code, signal;
     char *error;
+    char *command; /* for HELLO: the shell string or argv joined, capped */
 };
 
 struct spawn_req {
@@ -157,6 +159,7 @@ struct spawn_req {
     char *cwd;   /* NULL = inherit */
     int64_t timeout_ms;
     uint32_t window;
+    bool shell; /* argv is /bin/sh -c STRING from a "shell" request */
 };
 
 /* Validates a SPAWN payload into req. -1 with a message in err. */

@@ -118,6 +118,7 @@ int spawn_req_parse(struct spawn_req *req, const uint8_t *p, size_t n, char *err
         }
         req->argv = xcalloc(4, sizeof(char *));
         req->argv[0] = xstrndup("/bin/sh", 7);
+        req->shell = true;
         req->argv[1] = xstrndup("-c", 2);
         req->argv[2] = xstrndup(shell->str, shell->len);
     }
@@ -409,10 +410,13 @@ static void proc_fail(struct proc *p, int code, const char *head, const char *de
     p->state = PROC_EXITED;
 }
 
+static char *command_of(const struct spawn_req *req);
+
 struct proc *proc_spawn(uint32_t id, const struct spawn_req *req)
 {
     struct proc *p = xcalloc(1, sizeof(*p));
     p->id = id;
+    p->command = command_of(req);
     p->window = req->window;
     p->credit = req->window;
     p->in_fd = -1;
@@ -493,7 +497,25 @@ void proc_free(struct proc *p)
     }
     buf_deinit(&p->in);
     free(p->error);
+    free(p->command);
     free(p);
+}
+
+/* What HELLO says a process runs: the shell string, or argv joined by spaces. */
+static char *command_of(const struct spawn_req *req)
+{
+    struct buf b = {0};
+    if (req->shell)
+        buf_puts(&b, req->argv[2]);
+    for (size_t k = 0; !req->shell && req->argv[k] && b.len < AGENT_COMMAND_MAX; k++) {
+        if (k)
+            buf_puts(&b, " ");
+        buf_puts(&b, req->argv[k]);
+    }
+    size_t n = b.len < AGENT_COMMAND_MAX ? b.len : AGENT_COMMAND_MAX;
+    char *s = xstrndup(b.data ? (const char *)b.data : "", n);
+    buf_deinit(&b);
+    return s;
 }
 
 /* ---- lifecycle ------------------------------------------------------------ */

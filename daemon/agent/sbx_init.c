@@ -11,7 +11,7 @@
  *
  * Behaviour the daemon relies on:
  *   - HELLO {procs:[]} first (lost if nobody is attached yet); after every
- *     PING: PONG, then a fresh HELLO. HELLO entries also carry "os_pid".
+ *     PING: PONG, then a fresh HELLO. HELLO entries also carry "os_pid" and "command".
  *   - Output flows only against credit. A pipe is read only while the process
  *     has credit not yet covered by unsent bytes, so a reader that returns no
  *     credit blocks the child in write(). EXIT follows the last output byte.
@@ -164,6 +164,8 @@ static void send_hello(void)
                    k ? "," : "", p->id, p->state == PROC_EXITED ? "false" : "true",
                    (int)p->pid, (unsigned long long)p->out[0].total,
                    (unsigned long long)p->out[1].total);
+        buf_puts(&b, ",\"command\":");
+        json_put_str(&b, p->command, strlen(p->command));
         if (p->state == PROC_EXITED) {
             buf_puts(&b, ",\"exit\":");
             proc_exit_json(p, &b);

@@ -621,7 +621,11 @@ static void reconcile(struct dk_sb *ds, json_t *hello)
         }
         if (!adopt || adopted >= MAX_ADOPT)
             continue;
-        struct process *p = process_adopt(ds->sb, pid, "(adopted after an sbxd restart)");
+        /* The agent's word for what runs: shown only, as any other output. */
+        const char *cmd = json_string_value(json_object_get(e, "command"));
+        if (!cmd || strlen(cmd) > 4096)
+            cmd = "(adopted after an sbxd restart)";
+        struct process *p = process_adopt(ds->sb, pid, cmd);
         if (!p)
             continue;
         json_t *op = json_object_get(e, "os_pid");

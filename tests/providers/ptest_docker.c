@@ -734,6 +734,9 @@ static void test_restart(conn **cp)
     json_t *pl = json_array_get(json_object_get(res_of(r), "processes"), 0);
     test_cond("restart: its process is adopted with the same pid",
               pl && json_integer_value(json_object_get(pl, "pid")) == pid);
+    test_cond("restart: ... and listed with its command",
+              pl && strncmp(json_string_value(json_object_get(pl, "command")) ?: "",
+                            "i=0; while [ $i -lt 30 ]", 24) == 0);
     json_decref(r);
     json_array_clear(c->notes);
     r = cn_call(c, "process.attach",

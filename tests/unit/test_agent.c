@@ -746,6 +746,9 @@ static void test_ping_replay_forget(struct agent *a)
               done && jfalse(done, "running") &&
                   jint(json_object_get(done, "exit"), "exit_code") == 0 &&
                   jint(done, "stdout") == 3);
+    test_cond("... each with its command (argv joined, or the shell string)",
+              mine && strcmp(jstr(mine, "command"), "cat") == 0 && done &&
+                  strcmp(jstr(done, "command"), "echo hi; echo oops >&2") == 0);
     json_decref(j);
     send_frame(a, SBX_CHAN_STDIN_EOF, 50, NULL, 0);
     collect(a, 50, &run, true, 3000);
