@@ -1886,8 +1886,9 @@ static int d_available(void *cookie, const char **reason)
 static json_t *d_info(void *cookie)
 {
     struct dk_prov *dp = cookie;
-    json_t *o = json_pack("{s:s, s:s, s:b}", "host", dp->eng.host, "exec_mode",
-                          dp->exec_mode ? "docker-exec" : "agent", "tls", dp->eng.tls);
+    json_t *o = json_pack("{s:s, s:s, s:b, s:b}", "host", dp->eng.host, "exec_mode",
+                          dp->exec_mode ? "docker-exec" : "agent", "tls", dp->eng.tls,
+                          "direct_channel", dp->direct && dp->eng.unix_path);
     if (dp->eng.version[0])
         json_object_set_new(o, "api_version", json_string(dp->eng.version));
     if (dp->eng.engine_version[0])

@@ -312,6 +312,8 @@ static void test_info(conn *c)
     test_cond("info: API version negotiated (config asks 1.43, engine may be older)",
               av && strncmp(av, "1.", 2) == 0 && atoi(av + 2) >= 41 &&
                   atoi(av + 2) <= 43);
+    test_cond("info: a local engine offers the direct channel",
+              json_is_true(json_object_get(json_object_get(dk, "info"), "direct_channel")));
     json_decref(r);
 }
 
