@@ -18,7 +18,10 @@
 #include <fcntl.h>
 #include <stdint.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 
 #include "itest.h"
@@ -671,6 +674,52 @@ static void garbage_breaks_only_its_sandbox(conn *c, const char *sb, const char 
     json_decref(r);
 }
 
+/*
+ * A second client attaches to the container's stdin and pings the agent, as
+ * another sbxd would: the agent leaves the direct socket (telling sbxd it
+ * moved) and answers on the attach stream, where sbxd listens from then on
+ * instead of taking the agent back.
+ */
+static void another_client_pings(conn *c, const char *sb)
+{
+    json_t *r = cn_call(c, "sandbox.get", json_pack("{s:s}", "id", sb));
+    char req[400];
+    snprintf(req, sizeof(req),
+             "POST /v1.41/containers/%s/attach?stream=1&stdin=1 HTTP/1.1\r\n"
+             "Host: docker\r\nConnection: Upgrade\r\nUpgrade: tcp\r\n\r\n",
+             json_string_value(json_object_get(json_object_get(res_of(r), "metadata"),
+                                               "container_id")) ?: "none");
+    json_decref(r);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", docker_host + 7);
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    char resp[512] = "";
+    int upgraded = 0;
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
+        write(fd, req, strlen(req)) == (ssize_t)strlen(req)) {
+        struct timeval tv = {5, 0};
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+        ssize_t n = read(fd, resp, sizeof(resp) - 1);
+        resp[n > 0 ? n : 0] = '\0';
+        upgraded = strstr(resp, " 101 ") != NULL;
+        static const unsigned char ping[12] = {0x50};
+        upgraded = upgraded && write(fd, ping, sizeof(ping)) == sizeof(ping);
+        usleep(500000);
+    }
+    if (fd >= 0)
+        close(fd);
+    test_cond("takeover: another client attaches and pings the agent", upgraded);
+    r = cn_call(c, "sandbox.get", json_pack("{s:s}", "id", sb));
+    test_cond("takeover: sbxd leaves the direct socket to listen on the attach stream",
+              strcmp(json_string_value(json_object_get(
+                         json_object_get(res_of(r), "metadata"), "channel")) ?: "",
+                     "attach") == 0 &&
+                  strcmp(res_str(r, "status"), "running") == 0);
+    json_decref(r);
+    test_cond("takeover: and the sandbox still runs commands",
+              exec_ok(c, sb, "echo still here", "still here\n"));
+}
+
 static void test_misbehaving(conn *c)
 {
     json_decref(create(c, "mis1", NULL));
@@ -695,6 +744,7 @@ static void test_misbehaving(conn *c)
                   exec_ok(c, "mis1", "echo still fine", "still fine\n") &&
                   strcmp(status_of(c, "mis1"), "running") == 0);
     json_decref(r);
+    another_client_pings(c, "mis2");
     garbage_breaks_only_its_sandbox(c, "mis1", "mis2", "/.sbx/run");
     destroy(c, "mis1");
     destroy(c, "mis2");
