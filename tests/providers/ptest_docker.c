@@ -183,6 +183,26 @@ static void write_config(const char *path, const char *host, const char *extra)
     fclose(f);
 }
 
+/* A second sbxd named `name` (its files in tmpdir) for the engine at host, with
+ * extra provider config; a connection to it (NULL if it does not answer). */
+static conn *start_other(const char *name, const char *host, const char *extra,
+                         pid_t *pid)
+{
+    char cfg[600], sock[108], log[600];
+    snprintf(cfg, sizeof(cfg), "%s/%s.yaml", tmpdir, name);
+    snprintf(sock, sizeof(sock), "%.80s/%.10s.sock", tmpdir, name);
+    snprintf(log, sizeof(log), "%s/sbxd-%s.log", tmpdir, name);
+    write_config(cfg, host, extra);
+    *pid = start_sbxd(cfg, sock, log);
+    conn *c = NULL;
+    for (int i = 0; i < 100 && !c; i++) {
+        c = cn_open(sock);
+        if (!c)
+            usleep(50000);
+    }
+    return c;
+}
+
 /* ---- helpers -------------------------------------------------------------------------
  */
 
@@ -1164,21 +1184,12 @@ static void test_tls(void)
         printf("      (no TLS endpoint: the engine is not private; TLS test skipped)\n");
         return;
     }
-    char cfg[600], sock[108], log[600], extra[2048];
-    snprintf(cfg, sizeof(cfg), "%s/tls.yaml", tmpdir);
-    snprintf(sock, sizeof(sock), "%.90s/tls.sock", tmpdir);
-    snprintf(log, sizeof(log), "%s/sbxd-tls.log", tmpdir);
+    char extra[2048];
     snprintf(extra, sizeof(extra),
              "    tls_ca: %s\n    tls_cert: %s\n    tls_key: %s\n    tls_verify: true\n",
              tls_ca, tls_cert, tls_key);
-    write_config(cfg, tls_host, extra);
-    pid_t pid = start_sbxd(cfg, sock, log);
-    conn *c = NULL;
-    for (int i = 0; i < 100 && !c; i++) {
-        c = cn_open(sock);
-        if (!c)
-            usleep(50000);
-    }
+    pid_t pid;
+    conn *c = start_other("tls", tls_host, extra, &pid);
     test_cond("TLS: the engine over tcp:// with TLS is available", docker_up(c));
     json_t *r = c ? create(c, "tls1", NULL) : NULL;
     test_cond("TLS: create (attach over TLS)",
@@ -1214,18 +1225,8 @@ static void test_tls(void)
  * through Docker's attach stream, the way a remote engine is driven. */
 static void test_attach_only(void)
 {
-    char cfg[600], sock[108], log[600];
-    snprintf(cfg, sizeof(cfg), "%s/attach.yaml", tmpdir);
-    snprintf(sock, sizeof(sock), "%.90s/attach.sock", tmpdir);
-    snprintf(log, sizeof(log), "%s/sbxd-attach.log", tmpdir);
-    write_config(cfg, docker_host, "    direct_channel: false\n");
-    pid_t pid = start_sbxd(cfg, sock, log);
-    conn *c = NULL;
-    for (int i = 0; i < 100 && !c; i++) {
-        c = cn_open(sock);
-        if (!c)
-            usleep(50000);
-    }
+    pid_t pid;
+    conn *c = start_other("attach", docker_host, "    direct_channel: false\n", &pid);
     json_t *r = c && docker_up(c) ? create(c, "att1", NULL) : NULL;
     test_cond("attach only: the attach stream is the channel",
               c && strcmp(json_string_value(json_object_get(
@@ -1249,15 +1250,10 @@ static void test_attach_only(void)
  */
 static void test_no_engine(void)
 {
-    char cfg[600], sock[108], log[600];
-    snprintf(cfg, sizeof(cfg), "%s/none.yaml", tmpdir);
-    snprintf(sock, sizeof(sock), "%.90s/none.sock", tmpdir);
-    snprintf(log, sizeof(log), "%s/sbxd-none.log", tmpdir);
     char host[700];
     snprintf(host, sizeof(host), "unix://%s/no-engine.sock", tmpdir);
-    write_config(cfg, host, NULL);
-    pid_t pid = start_sbxd(cfg, sock, log);
-    conn *c = cn_open(sock);
+    pid_t pid;
+    conn *c = start_other("none", host, NULL, &pid);
     usleep(300000);
     json_t *r = c ? cn_call(c, "daemon.info", NULL) : NULL;
     json_t *dk = NULL;
