@@ -45,7 +45,7 @@
 #include "sandbox.h"
 
 #define DIRECT_TIMEOUT_S 3.0
-#define DIRECT_TRIES 3   /* per start: a socket that keeps failing is given up */
+#define DIRECT_TRIES 3   /* per start: a socket that keeps getting lost is given up */
 #define LOST_GRACE_S 0.5 /* a dying container's attach stream ends within this */
 
 /* Random hex for the one-time key and answer. */
@@ -154,6 +154,11 @@ static void fall_back(struct dk_sb *ds, const char *why)
     }
     log_info("docker %s: %s %s; the attach stream is the agent channel", ds->sb->id,
              was_on ? "direct socket lost:" : "no direct socket:", why);
+    /* A socket that never worked (an older agent that does not answer
+     * DIRECT, no access to /proc, a refusal) will not work on the next
+     * handshake either; one that worked and was lost may be tried again. */
+    if (!was_on)
+        ds->dtries = DIRECT_TRIES;
     if (was_on && ds->phase == PH_IDLE) {
         /* When the container is dying its attach stream ends soon, and that
          * path knows how to tell what happened; otherwise handshake there. */
