@@ -466,11 +466,11 @@ static void process_buf(struct buf *in, bool direct)
         if (avail < SBX_CHAN_HDR)
             return;
         struct sbx_chan_hdr h;
-        if (sbx_chan_hdr_decode(&h, d) < 0 && direct) {
-            drop_direct("malformed frame header");
-            return;
-        }
         if (sbx_chan_hdr_decode(&h, d) < 0) {
+            if (direct) { /* no resync on the socket: the daemon can reconnect */
+                drop_direct("malformed frame header");
+                return;
+            }
             alog("malformed frame header (%02x %02x %02x %02x, len %u): discarding input "
                  "until a PING",
                  d[0], d[1], d[2], d[3], h.len);

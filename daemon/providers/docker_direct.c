@@ -25,6 +25,7 @@
  *      stream's frames are ignored.
  * A failure anywhere logs once and handshakes again on the attach stream
  * (the agent may have switched already; a PING on its stdin switches it back).
+ * A socket that never worked is not asked for again until the next start.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -116,7 +117,7 @@ int dkd_connect(long pid, const char *path, char *err, size_t errlen)
     return fd;
 }
 
-static void reset(struct dk_sb *ds)
+void dkd_close(struct dk_sb *ds)
 {
     dk_reqlist_cancel(&ds->dreqs);
     ev_timer_stop(D->loop, &ds->dtimer);
@@ -130,17 +131,12 @@ static void reset(struct dk_sb *ds)
     ds->dmoved = 0;
 }
 
-void dkd_close(struct dk_sb *ds)
-{
-    reset(ds);
-}
-
 /* Back to the attach stream, handshaking there again. */
 static void fall_back(struct dk_sb *ds, const char *why)
 {
     int was_on = ds->dstate == DKD_ON;
     int moved = ds->dmoved;
-    reset(ds);
+    dkd_close(ds);
     ds->att_sync = 1; /* the agent may have left it mid-frame */
     ds->sync_k = 0;
     if (moved) {

@@ -265,6 +265,14 @@ static void destroy(conn *c, const char *id)
     json_decref(cn_call_t(c, 60000, "sandbox.destroy", json_pack("{s:s}", "id", id)));
 }
 
+/* metadata.channel of a sandbox object in a response, or "". */
+static const char *channel_of(json_t *resp)
+{
+    const char *ch = json_string_value(
+        json_object_get(json_object_get(res_of(resp), "metadata"), "channel"));
+    return ch ? ch : "";
+}
+
 static const char *status_of(conn *c, const char *id)
 {
     static char buf[32];
@@ -672,11 +680,9 @@ static void garbage_breaks_only_its_sandbox(conn *c, const char *sb, const char 
     snprintf(bind, sizeof(bind), "%s:%s:ro", host_file, rundir);
     destroy(c, sb);
     json_t *r = create(c, sb, json_pack("{s:{s:s}}", "options", "volumes", bind));
-    json_t *md = json_object_get(res_of(r), "metadata");
     test_cond("no direct socket (the agent cannot listen): the attach stream is the channel",
               strcmp(res_str(r, "status"), "running") == 0 &&
-                  strcmp(json_string_value(json_object_get(md, "channel")) ?: "",
-                         "attach") == 0 &&
+                  strcmp(channel_of(r), "attach") == 0 &&
                   exec_ok(c, sb, "echo over attach", "over attach\n"));
     json_decref(r);
     r = exec(c, sb, "printf '\\377\\377\\377\\377garbage.....' > /proc/1/fd/1; sleep 2");
@@ -731,9 +737,7 @@ static void another_client_pings(conn *c, const char *sb)
     test_cond("takeover: another client attaches and pings the agent", upgraded);
     r = cn_call(c, "sandbox.get", json_pack("{s:s}", "id", sb));
     test_cond("takeover: sbxd leaves the direct socket to listen on the attach stream",
-              strcmp(json_string_value(json_object_get(
-                         json_object_get(res_of(r), "metadata"), "channel")) ?: "",
-                     "attach") == 0 &&
+              strcmp(channel_of(r), "attach") == 0 &&
                   strcmp(res_str(r, "status"), "running") == 0);
     json_decref(r);
     test_cond("takeover: and the sandbox still runs commands",
@@ -752,9 +756,7 @@ static void test_misbehaving(conn *c)
                   exec_ok(c, "mis1", "echo still fine", "still fine\n"));
     json_t *r = cn_call(c, "sandbox.get", json_pack("{s:s}", "id", "mis1"));
     test_cond("direct socket: a local engine's sandbox talks to its agent through it",
-              strcmp(json_string_value(json_object_get(
-                         json_object_get(res_of(r), "metadata"), "channel")) ?: "",
-                     "direct") == 0);
+              strcmp(channel_of(r), "direct") == 0);
     json_decref(r);
     test_cond("direct socket: the agent stops listening once sbxd has connected",
               exec_ok(c, "mis1", "ls -A /.sbx/run | wc -l", "0\n"));
@@ -1229,9 +1231,7 @@ static void test_attach_only(void)
     conn *c = start_other("attach", docker_host, "    direct_channel: false\n", &pid);
     json_t *r = c && docker_up(c) ? create(c, "att1", NULL) : NULL;
     test_cond("attach only: the attach stream is the channel",
-              c && strcmp(json_string_value(json_object_get(
-                              json_object_get(res_of(r), "metadata"), "channel")) ?: "",
-                          "attach") == 0);
+              c && strcmp(channel_of(r), "attach") == 0);
     json_decref(r);
     if (c) {
         test_cond("attach only: exec", exec_ok(c, "att1", "echo hi; echo e >&2", "hi\n"));
