@@ -73,6 +73,21 @@ static int opt_bool(struct call *c, json_t *params, const char *key, int *out)
     return 0;
 }
 
+/* output_encoding: "utf8" (the default) or "auto" (PROTOCOL.md). */
+static int opt_encoding(struct call *c, json_t *params, enum out_enc *out)
+{
+    json_t *v = json_object_get(params, "output_encoding");
+    *out = ENC_UTF8;
+    if (!v || json_is_null(v))
+        return 0;
+    const char *e = json_string_value(v);
+    if (e && strcmp(e, "auto") == 0 && json_string_length(v) == 4)
+        *out = ENC_AUTO;
+    else if (!e || strcmp(e, "utf8") != 0 || json_string_length(v) != 4)
+        return bad_param(c, "output_encoding", "must be \"utf8\" or \"auto\"");
+    return 0;
+}
+
 static int valid_id(const char *s)
 {
     size_t n = strlen(s);
@@ -543,6 +558,9 @@ static void start_process(struct call *c, json_t *params, int is_exec)
     if (!sb)
         return;
     sandbox_touch(sb);
+    enum out_enc enc;
+    if (opt_encoding(c, params, &enc) < 0)
+        return;
     if (sb->status != SB_RUNNING && sb->status != SB_PENDING && sb->status != SB_STARTING) {
         call_error(c, SBX_E_STATE,
                    json_pack("{s:s, s:s}", "sandbox", sb->id, "status",
@@ -556,9 +574,10 @@ static void start_process(struct call *c, json_t *params, int is_exec)
         call_fail(c, &err);
         return;
     }
+    p->result_enc = enc;
     json_t *jst = json_object_get(params, "stream");
     if (!jst || json_is_true(jst))
-        process_subscribe(p, c->sess);
+        process_subscribe(p, c->sess, enc);
     uint32_t pid = p->pid;
     if (is_exec)
         p->exec_call = c;
@@ -691,7 +710,9 @@ static void m_attach(struct call *c, json_t *params)
         return;
     int64_t off = 0, o1 = -1, o2 = -1;
     int follow = 1;
-    if (opt_int(c, params, "offset", 0, INT64_MAX, &off) < 0 ||
+    enum out_enc enc;
+    if (opt_encoding(c, params, &enc) < 0 ||
+        opt_int(c, params, "offset", 0, INT64_MAX, &off) < 0 ||
         opt_int(c, params, "stdout_offset", 0, INT64_MAX, &o1) < 0 ||
         opt_int(c, params, "stderr_offset", 0, INT64_MAX, &o2) < 0 ||
         opt_bool(c, params, "follow", &follow) < 0)
@@ -701,7 +722,7 @@ static void m_attach(struct call *c, json_t *params)
         return;
     }
     json_t *res = process_replay(p, c->sess, (uint64_t)(o1 >= 0 ? o1 : off),
-                                 (uint64_t)(o2 >= 0 ? o2 : off));
+                                 (uint64_t)(o2 >= 0 ? o2 : off), enc);
     if (p->state == P_EXITED) {
         json_t *e = p->exit;
         session_notify(c->sess, SBX_N_EXIT,
@@ -711,7 +732,7 @@ static void m_attach(struct call *c, json_t *params)
                                  json_object_get(e, "timed_out"), "killed",
                                  json_object_get(e, "killed"), "error", json_object_get(e, "error")));
     } else if (follow) {
-        process_subscribe(p, c->sess);
+        process_subscribe(p, c->sess, enc);
     }
     call_reply(c, res);
 }

@@ -98,14 +98,21 @@ static void ring_copy(const struct ring *r, uint64_t total, uint64_t from, uint6
 
 /* -- notifications --------------------------------------------------------- */
 
+/* 1 when bytes that are valid UTF-8 still go as base64 for enc: escaping
+ * them (control characters become \u00XX) would be longer. */
+static int b64_cheaper(enum out_enc enc, const uint8_t *d, size_t n)
+{
+    return enc == ENC_AUTO && json_escaped_len(d, n, base64_len(n)) > base64_len(n);
+}
+
 /* params for one process.output; data is sent as a string when valid UTF-8. */
 static json_t *output_params(struct process *p, int stream, uint64_t offset, const uint8_t *d,
-                             size_t n)
+                             size_t n, enum out_enc enc)
 {
     json_t *params = json_pack("{s:s, s:I, s:s, s:I}", "sandbox", p->sb->id, "pid",
                                (json_int_t)p->pid, "stream", stream_name[stream], "offset",
                                (json_int_t)offset);
-    if (utf8_valid(d, n)) {
+    if (utf8_valid(d, n) && !b64_cheaper(enc, d, n)) {
         json_object_set_new(params, "data", json_stringn((const char *)d, n));
     } else {
         char *b = base64_encode(d, n);
@@ -129,89 +136,110 @@ static void notify_subs(struct process *p, const char *method, json_t *params)
     free(text);
 }
 
-/* The hot path of streaming: the process.output line is written by hand.
- * jansson would copy the bytes into a string, check their UTF-8 again and
- * escape them into a third buffer; here they are checked once (the caller
- * did) and escaped once. Ids are [A-Za-z0-9_.-], safe to embed. */
-static void notify_output(struct process *p, int stream, uint64_t offset, const uint8_t *d, size_t n,
-                          int valid_utf8)
+/* Escapes valid UTF-8 as the inside of a JSON string; out needs 6 * n bytes. */
+static size_t json_escape_to(char *out, const uint8_t *d, size_t n)
 {
     static const char hex[] = "0123456789abcdef";
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        /* Runs of bytes that need no escaping are copied 8 at a time. */
+        size_t run = json_plain_run(d + i, n - i);
+        if (run) {
+            memcpy(out + o, d + i, run);
+            o += run;
+            i += run;
+            if (i == n)
+                break;
+        }
+        uint8_t ch = d[i];
+        if (ch == '"' || ch == '\\') {
+            out[o++] = '\\';
+            out[o++] = (char)ch;
+        } else if (ch == '\n') {
+            out[o++] = '\\';
+            out[o++] = 'n';
+        } else if (ch == '\t') {
+            out[o++] = '\\';
+            out[o++] = 't';
+        } else if (ch == '\r') {
+            out[o++] = '\\';
+            out[o++] = 'r';
+        } else {
+            memcpy(out + o, "\\u00", 4);
+            out[o + 4] = hex[ch >> 4];
+            out[o + 5] = hex[ch & 15];
+            o += 6;
+        }
+    }
+    return o;
+}
+
+/*
+ * One line buffer for the daemon, kept between calls: at streaming rates
+ * a fresh malloc of up to 6 x NOTIFY_PIECE per piece was an mmap, a
+ * page-fault storm and an munmap every time. Bounded by that size.
+ */
+static char *line_buffer(size_t cap)
+{
+    static char *line;
+    static size_t line_cap;
+    if (cap > line_cap) {
+        char *nl = realloc(line, cap);
+        if (!nl)
+            return NULL;
+        line = nl;
+        line_cap = cap;
+    }
+    return line;
+}
+
+/* Writes one process.output line with d as "data" (escaped) or "data_b64"
+ * (as_b64) and sends it to the followers whose encoding gives that choice:
+ * utf8_b64 for "utf8" followers, auto_b64 for "auto" ones. */
+static void send_output_line(struct process *p, int stream, uint64_t offset, const uint8_t *d,
+                             size_t n, int as_b64, int utf8_b64, int auto_b64)
+{
     char head[200];
     int hl = snprintf(head, sizeof(head),
                       "{\"jsonrpc\":\"2.0\",\"method\":\"process.output\",\"params\":{\"sandbox\":\"%s\","
                       "\"pid\":%u,\"stream\":\"%s\",\"offset\":%llu,\"%s\":\"",
                       p->sb->id, p->pid, stream_name[stream], (unsigned long long)offset,
-                      valid_utf8 ? "data" : "data_b64");
-    char *b64 = NULL;
-    size_t cap = (size_t)hl + (valid_utf8 ? n * 6 : 0) + 8;
-    if (!valid_utf8) {
-        b64 = base64_encode(d, n);
-        if (!b64)
-            return;
-        cap += strlen(b64);
-    }
-    /*
-     * One line buffer for the daemon, kept between calls: at streaming rates
-     * a fresh malloc of up to 6 x NOTIFY_PIECE per piece was an mmap, a
-     * page-fault storm and an munmap every time. Bounded by that size.
-     */
-    static char *line;
-    static size_t line_cap;
-    if (cap > line_cap) {
-        char *nl = realloc(line, cap);
-        if (!nl) {
-            free(b64);
-            return;
-        }
-        line = nl;
-        line_cap = cap;
-    }
+                      as_b64 ? "data_b64" : "data");
+    char *line = line_buffer((size_t)hl + (as_b64 ? base64_len(n) + 1 : n * 6) + 8);
+    if (!line)
+        return;
     memcpy(line, head, (size_t)hl);
     size_t o = (size_t)hl;
-    if (valid_utf8) {
-        for (size_t i = 0; i < n; i++) {
-            /* Runs of bytes that need no escaping are copied 8 at a time. */
-            size_t run = json_plain_run(d + i, n - i);
-            if (run) {
-                memcpy(line + o, d + i, run);
-                o += run;
-                i += run;
-                if (i == n)
-                    break;
-            }
-            uint8_t ch = d[i];
-            if (ch >= 0x20 && ch != '"' && ch != '\\') {
-                line[o++] = (char)ch;
-            } else if (ch == '"' || ch == '\\') {
-                line[o++] = '\\';
-                line[o++] = (char)ch;
-            } else if (ch == '\n') {
-                line[o++] = '\\';
-                line[o++] = 'n';
-            } else if (ch == '\t') {
-                line[o++] = '\\';
-                line[o++] = 't';
-            } else if (ch == '\r') {
-                line[o++] = '\\';
-                line[o++] = 'r';
-            } else {
-                memcpy(line + o, "\\u00", 4);
-                line[o + 4] = hex[ch >> 4];
-                line[o + 5] = hex[ch & 15];
-                o += 6;
-            }
-        }
-    } else {
-        size_t bl = strlen(b64);
-        memcpy(line + o, b64, bl);
-        o += bl;
-        free(b64);
-    }
+    o += as_b64 ? base64_encode_to(line + o, d, n) : json_escape_to(line + o, d, n);
     memcpy(line + o, "\"}}", 3);
     o += 3;
     for (struct sub *sb = p->subs; sb; sb = sb->pnext)
-        session_send_line(sb->s, line, o);
+        if ((sb->enc == ENC_AUTO ? auto_b64 : utf8_b64) == as_b64)
+            session_send_line(sb->s, line, o);
+}
+
+/* The hot path of streaming: the process.output line is written by hand.
+ * jansson would copy the bytes into a string, check their UTF-8 again and
+ * escape them into a third buffer; here they are checked once (the caller
+ * did) and escaped once. Ids are [A-Za-z0-9_.-], safe to embed. At most two
+ * lines are built: text for the followers that get text, base64 for the
+ * others (invalid UTF-8, or "auto" followers when base64 is shorter). */
+static void notify_output(struct process *p, int stream, uint64_t offset, const uint8_t *d, size_t n,
+                          int valid_utf8)
+{
+    int have_utf8 = 0, have_auto = 0;
+    for (struct sub *sb = p->subs; sb; sb = sb->pnext) {
+        if (sb->enc == ENC_AUTO)
+            have_auto = 1;
+        else
+            have_utf8 = 1;
+    }
+    int utf8_b64 = !valid_utf8;
+    int auto_b64 = !valid_utf8 || (have_auto && b64_cheaper(ENC_AUTO, d, n));
+    if ((have_utf8 && !utf8_b64) || (have_auto && !auto_b64))
+        send_output_line(p, stream, offset, d, n, 0, utf8_b64, auto_b64);
+    if ((have_utf8 && utf8_b64) || (have_auto && auto_b64))
+        send_output_line(p, stream, offset, d, n, 1, utf8_b64, auto_b64);
 }
 
 /* Emits bytes [emitted, total) minus an incomplete UTF-8 tail (unless final). */
@@ -296,18 +324,21 @@ void process_session_writable(struct session *s)
 
 /* -- followers ------------------------------------------------------------- */
 
-void process_subscribe(struct process *p, struct session *s)
+void process_subscribe(struct process *p, struct session *s, enum out_enc enc)
 {
     if (!s)
         return;
     for (struct sub *x = p->subs; x; x = x->pnext)
-        if (x->s == s)
+        if (x->s == s) {
+            x->enc = enc;
             return;
+        }
     struct sub *n = calloc(1, sizeof(*n));
     if (!n)
         abort();
     n->p = p;
     n->s = s;
+    n->enc = enc;
     n->pnext = p->subs;
     if (p->subs)
         p->subs->pprev = n;
@@ -801,13 +832,13 @@ int process_kill(struct process *p, int sig, sbx_err_t *err)
 
 /* -- exit ------------------------------------------------------------------ */
 
-static void put_output(json_t *o, const char *key, struct pstream *st)
+static void put_output(json_t *o, const char *key, struct pstream *st, enum out_enc enc)
 {
     const uint8_t *d = (const uint8_t *)(st->acc ? st->acc : "");
     size_t n = st->acc_len;
     if (st->truncated && !utf8_valid(d, n))
         n -= utf8_incomplete_tail(d, n); /* a cut inside a character */
-    if (utf8_valid(d, n)) {
+    if (utf8_valid(d, n) && !b64_cheaper(enc, d, n)) {
         json_object_set_new(o, key, json_stringn((const char *)d, n));
     } else {
         char k2[32];
@@ -828,8 +859,8 @@ json_t *process_exit_json(struct process *p, int with_output)
         json_object_set_new(o, "running", json_true());
     }
     if (with_output) {
-        put_output(o, "stdout", &p->out[0]);
-        put_output(o, "stderr", &p->out[1]);
+        put_output(o, "stdout", &p->out[0], p->result_enc);
+        put_output(o, "stderr", &p->out[1], p->result_enc);
         json_object_set_new(o, "truncated", json_boolean(p->out[0].truncated || p->out[1].truncated));
     }
     return o;
@@ -1007,7 +1038,8 @@ json_t *process_list_json(struct process *p)
     return o;
 }
 
-static uint64_t replay_stream(struct process *p, struct session *s, int stream, uint64_t from)
+static uint64_t replay_stream(struct process *p, struct session *s, int stream, uint64_t from,
+                              enum out_enc enc)
 {
     struct pstream *st = &p->out[stream];
     uint64_t oldest = st->total - st->ring.len;
@@ -1026,17 +1058,18 @@ static uint64_t replay_stream(struct process *p, struct session *s, int stream, 
         size_t hold = from + n < end ? utf8_incomplete_tail(buf, n) : 0;
         if (hold == n)
             hold = 0;
-        session_notify(s, SBX_N_OUTPUT, output_params(p, stream, from, buf, n - hold));
+        session_notify(s, SBX_N_OUTPUT, output_params(p, stream, from, buf, n - hold, enc));
         from += n - hold;
         free(buf);
     }
     return start;
 }
 
-json_t *process_replay(struct process *p, struct session *s, uint64_t off_out, uint64_t off_err)
+json_t *process_replay(struct process *p, struct session *s, uint64_t off_out, uint64_t off_err,
+                       enum out_enc enc)
 {
-    uint64_t s0 = replay_stream(p, s, 0, off_out);
-    uint64_t s1 = replay_stream(p, s, 1, off_err);
+    uint64_t s0 = replay_stream(p, s, 0, off_out, enc);
+    uint64_t s1 = replay_stream(p, s, 1, off_err, enc);
     return json_pack("{s:b, s:I, s:I, s:I, s:I}", "running", p->state != P_EXITED, "stdout_start",
                      (json_int_t)s0, "stderr_start", (json_int_t)s1, "stdout_offset",
                      (json_int_t)p->out[0].emitted, "stderr_offset", (json_int_t)p->out[1].emitted);

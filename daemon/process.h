@@ -36,12 +36,19 @@ struct pstream {
     int truncated;
 };
 
+/* How output bytes go on the wire (PROTOCOL.md, output_encoding). */
+enum out_enc {
+    ENC_UTF8 = 0, /* "data" when valid UTF-8, else "data_b64" */
+    ENC_AUTO = 1, /* the shorter of the two for each chunk */
+};
+
 /* A session following a process's output. */
 struct sub {
     struct sub *pnext, *pprev; /* in process */
     struct sub *snext, *sprev; /* in session */
     struct process *p;
     struct session *s;
+    enum out_enc enc;
 };
 
 struct waiter {
@@ -75,6 +82,7 @@ struct process {
     int kill_sig;       /* a kill was asked for */
     int timed_out;
     int internal;       /* hook: not listed, no limits */
+    enum out_enc result_enc; /* stdout/stderr of the exec result */
     process_done_fn done;
     void *done_data;
     void *pdata;        /* the provider's */
@@ -94,7 +102,8 @@ struct process *process_adopt(struct sandbox *sb, uint32_t pid, const char *disp
 /* Starts (or queues until the sandbox runs). */
 int process_launch(struct process *p, sbx_err_t *err);
 struct process *process_find(struct sandbox *sb, uint32_t pid);
-void process_subscribe(struct process *p, struct session *s);
+/* Adds s as a follower, or changes its encoding if it follows already. */
+void process_subscribe(struct process *p, struct session *s, enum out_enc enc);
 void process_unsubscribe(struct process *p, struct session *s);
 void process_session_gone(struct session *s);
 /* A session drained below its low watermark. */
@@ -105,7 +114,8 @@ void process_free(struct process *p);
 json_t *process_exit_json(struct process *p, int with_output);
 json_t *process_list_json(struct process *p);
 /* Replays buffered output from the offsets to s. */
-json_t *process_replay(struct process *p, struct session *s, uint64_t off_out, uint64_t off_err);
+json_t *process_replay(struct process *p, struct session *s, uint64_t off_out, uint64_t off_err,
+                       enum out_enc enc);
 /* Fails a queued/running process without the provider (sandbox lost/stopped). */
 void process_fail(struct process *p, const char *why);
 /* The sandbox started: spawn queued processes. */

@@ -91,20 +91,17 @@ size_t utf8_incomplete_tail(const uint8_t *s, size_t len)
 
 static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
-char *base64_encode(const uint8_t *s, size_t len)
+size_t base64_encode_to(char *out, const uint8_t *s, size_t len)
 {
-    size_t olen = 4 * ((len + 2) / 3);
-    char *out = malloc(olen + 1);
-    if (!out)
-        return NULL;
     char *o = out;
     size_t i = 0;
     for (; i + 2 < len; i += 3) {
         uint32_t v = ((uint32_t)s[i] << 16) | ((uint32_t)s[i + 1] << 8) | s[i + 2];
-        *o++ = b64[v >> 18];
-        *o++ = b64[(v >> 12) & 63];
-        *o++ = b64[(v >> 6) & 63];
-        *o++ = b64[v & 63];
+        o[0] = b64[v >> 18];
+        o[1] = b64[(v >> 12) & 63];
+        o[2] = b64[(v >> 6) & 63];
+        o[3] = b64[v & 63];
+        o += 4;
     }
     if (i < len) {
         uint32_t v = (uint32_t)s[i] << 16;
@@ -116,6 +113,15 @@ char *base64_encode(const uint8_t *s, size_t len)
         *o++ = '=';
     }
     *o = '\0';
+    return (size_t)(o - out);
+}
+
+char *base64_encode(const uint8_t *s, size_t len)
+{
+    char *out = malloc(base64_len(len) + 1);
+    if (!out)
+        return NULL;
+    base64_encode_to(out, s, len);
     return out;
 }
 
@@ -178,4 +184,22 @@ size_t json_plain_run(const uint8_t *s, size_t len)
     while (i < len && s[i] >= 0x20 && s[i] != '"' && s[i] != '\\')
         i++;
     return i;
+}
+
+size_t json_escaped_len(const uint8_t *s, size_t len, size_t limit)
+{
+    size_t out = 0;
+    for (size_t i = 0; i < len;) {
+        size_t run = json_plain_run(s + i, len - i);
+        out += run;
+        i += run;
+        if (i == len)
+            break;
+        uint8_t ch = s[i++];
+        /* \" \\ \n \t \r take two bytes, other controls \u00XX six. */
+        out += ch == '"' || ch == '\\' || ch == '\n' || ch == '\t' || ch == '\r' ? 2 : 6;
+        if (out > limit)
+            return limit + 1;
+    }
+    return out;
 }

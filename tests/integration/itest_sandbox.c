@@ -8,6 +8,7 @@
 #include <signal.h>
 
 #include "itest.h"
+#include "sbx/sbx.h"
 #include "sbx_proto.h"
 #include "testhelp.h"
 
@@ -345,6 +346,131 @@ static void test_tools(conn *c)
     destroy(c, "tools");
 }
 
+/* Gathers process.output of (pid, stdout): the bytes, and how many chunks
+ * came as data and as data_b64. Returns the byte count. */
+static size_t gather_output(conn *c, int pid, char *out, size_t max, int *n_text, int *n_b64)
+{
+    size_t n = 0, i;
+    json_t *m;
+    *n_text = *n_b64 = 0;
+    json_array_foreach(c->notes, i, m)
+    {
+        json_t *p = json_object_get(m, "params");
+        if (strcmp(json_string_value(json_object_get(m, "method")), "process.output") != 0 ||
+            json_integer_value(json_object_get(p, "pid")) != pid)
+            continue;
+        char *d = NULL;
+        size_t l = 0;
+        if (sbx_output_decode(p, NULL, &d, &l) != SBX_OK)
+            continue;
+        if (json_object_get(p, "data"))
+            (*n_text)++;
+        else
+            (*n_b64)++;
+        if (n + l <= max)
+            memcpy(out + n, d, l);
+        n += l;
+        free(d);
+    }
+    return n;
+}
+
+static int all_zero(const char *d, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (d[i])
+            return 0;
+    return 1;
+}
+
+/* output_encoding "auto": control-heavy chunks go as base64, text as text,
+ * per follower. */
+static void test_output_encoding(conn *c)
+{
+    static char buf[65536];
+    int nt, nb;
+    const char *nuls = "console.log(new Array(3001).join('\\u0000')); 0";
+    json_decref(create(c, "enc", NULL));
+
+    json_array_clear(c->notes);
+    json_t *r = cn_call(c, "process.exec", json_pack("{s:s, s:s, s:s}", "sandbox", "enc", "command",
+                                                     nuls, "output_encoding", "auto"));
+    int pid = (int)res_int(r, "pid");
+    size_t n = gather_output(c, pid, buf, sizeof(buf), &nt, &nb);
+    test_cond("auto: NUL-heavy output arrives as data_b64", nb > 0 && nt == 0);
+    test_cond("auto: the bytes are exact (3000 NULs and a newline)",
+              n == 3001 && all_zero(buf, 3000) && buf[3000] == '\n');
+    char *d = NULL;
+    size_t l = 0;
+    test_cond("auto: the exec result has stdout_b64 with the same bytes",
+              !json_object_get(res_of(r), "stdout") &&
+                  sbx_json_get_bytes(res_of(r), "stdout", &d, &l) == SBX_OK && l == 3001 &&
+                  all_zero(d, 3000));
+    free(d);
+    json_decref(r);
+
+    json_array_clear(c->notes);
+    r = cn_call(c, "process.exec", json_pack("{s:s, s:s}", "sandbox", "enc", "command", nuls));
+    pid = (int)res_int(r, "pid");
+    n = gather_output(c, pid, buf, sizeof(buf), &nt, &nb);
+    test_cond("default (utf8): the same output arrives as data", nt > 0 && nb == 0 && n == 3001);
+    test_cond("default: the result keeps stdout as text",
+              json_string_length(json_object_get(res_of(r), "stdout")) == 3001);
+    json_decref(r);
+
+    json_array_clear(c->notes);
+    r = cn_call(c, "process.exec", json_pack("{s:s, s:s, s:s}", "sandbox", "enc", "command",
+                                             "console.log('plain \"text\"\\tand\\nlines'); 0",
+                                             "output_encoding", "auto"));
+    pid = (int)res_int(r, "pid");
+    n = gather_output(c, pid, buf, sizeof(buf), &nt, &nb);
+    test_cond("auto: ordinary text still arrives as data",
+              nt > 0 && nb == 0 && n == 23 && memcmp(buf, "plain \"text\"\tand\nlines\n", 23) == 0);
+    json_decref(r);
+
+    r = cn_call(c, "process.exec", json_pack("{s:s, s:s, s:s}", "sandbox", "enc", "command", "1",
+                                             "output_encoding", "base64"));
+    test_cond("an unknown output_encoding is -32602 naming the param",
+              err_code(r) == SBX_E_PARAMS &&
+                  strcmp(json_string_value(json_object_get(
+                             json_object_get(json_object_get(r, "error"), "data"), "param")) ?: "",
+                         "output_encoding") == 0);
+    json_decref(r);
+
+    /* Two sessions follow one process: each gets its own spelling. */
+    conn *b = cn_open(sock);
+    r = cn_call(c, "process.spawn", json_pack("{s:s, s:s, s:s}", "sandbox", "enc", "command",
+                                              "read_stdin(); console.log(new Array(3001).join('\\u0000')); 0",
+                                              "output_encoding", "auto"));
+    pid = (int)res_int(r, "pid");
+    json_decref(r);
+    json_decref(cn_call(b, "process.attach", json_pack("{s:s, s:i}", "sandbox", "enc", "pid", pid)));
+    json_array_clear(c->notes);
+    json_array_clear(b->notes);
+    json_decref(cn_call(c, "process.close_stdin", json_pack("{s:s, s:i}", "sandbox", "enc", "pid", pid)));
+    json_decref(cn_call(c, "process.wait", json_pack("{s:s, s:i}", "sandbox", "enc", "pid", pid)));
+    for (int i = 0; i < 20; i++) {
+        json_t *m = cn_read(b, 100);
+        if (!m)
+            break;
+        json_array_append_new(b->notes, m);
+    }
+    n = gather_output(c, pid, buf, sizeof(buf), &nt, &nb);
+    test_cond("the auto follower gets base64", n == 3001 && nb > 0 && nt == 0);
+    n = gather_output(b, pid, buf, sizeof(buf), &nt, &nb);
+    test_cond("the utf8 follower of the same process gets text", n == 3001 && nt > 0 && nb == 0);
+
+    json_array_clear(b->notes);
+    r = cn_call(b, "process.attach", json_pack("{s:s, s:i, s:s}", "sandbox", "enc", "pid", pid,
+                                               "output_encoding", "auto"));
+    json_decref(r);
+    n = gather_output(b, pid, buf, sizeof(buf), &nt, &nb);
+    test_cond("attach with auto replays as base64", n == 3001 && nb > 0 && nt == 0 &&
+                                                        all_zero(buf, 3000));
+    cn_close(b);
+    destroy(c, "enc");
+}
+
 static void test_reattach(void)
 {
     conn *a = cn_open(sock);
@@ -533,6 +659,7 @@ int main(int argc, char **argv)
     test_hooks_instructions(c);
     test_snapshot(c);
     test_processes(c);
+    test_output_encoding(c);
     test_memory(c);
     test_tools(c);
     test_lifetimes(c);
