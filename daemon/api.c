@@ -15,6 +15,7 @@
 #include "sandbox.h"
 #include "sbx_proto.h"
 #include "session.h"
+#include "snapshot.h"
 #include "utf8.h"
 
 /* -- params ------------------------------------------------------------------- */
@@ -255,11 +256,19 @@ static void m_create(struct call *c, json_t *params)
     if (id) {
         struct sandbox *old = sandbox_find_any(id);
         if (old && old->owner == uid) {
-            /* Reconnect: the caller's own sandbox comes back, started if needed. */
-            if (old->status == SB_STOPPED || old->status == SB_PENDING) {
+            /* Reconnect: the caller's own sandbox comes back, started if
+             * needed (an errored one is restarted), with warnings for what
+             * the request asks that it does not have. */
+            if (old->status == SB_STOPPED || old->status == SB_PENDING ||
+                (old->status == SB_ERROR && old->op == OP_NONE)) {
                 sandbox_start(old, NULL);
             }
-            reply_sandbox(c, old, 1);
+            json_t *o = sandbox_to_json(old);
+            json_object_set_new(o, "reconnected", json_true());
+            json_t *w = sandbox_reconnect_warnings(old, params);
+            if (w)
+                json_object_set_new(o, "warnings", w);
+            call_reply(c, o);
             return;
         }
         if (old) {
@@ -311,11 +320,11 @@ static void m_create(struct call *c, json_t *params)
     json_object_set_new(conf, "provider", json_string(prov_name));
     if (snap)
         json_object_set_new(conf, "snapshot", json_string(snap));
-    int64_t timeout = D->cfg.default_timeout_ms, idle = D->cfg.default_idle_timeout_ms;
+    int64_t timeout = sandbox_default_timeout(pi), idle = D->cfg.default_idle_timeout_ms;
     int64_t mem = 0, ctimeout = 0;
     json_t *pconf = config_provider(&D->cfg, prov_name);
     json_t *pct = json_object_get(pconf, "command_timeout_ms");
-    ctimeout = json_is_integer(pct) ? json_integer_value(pct) : 300000;
+    ctimeout = json_is_integer(pct) ? json_integer_value(pct) : D->cfg.default_command_timeout_ms;
     int start = 1, fresh = 0;
     if (opt_int(c, params, "timeout_ms", 1, 86400000, &timeout) < 0 ||
         opt_int(c, params, "command_timeout_ms", 1, 86400000, &ctimeout) < 0 ||
@@ -458,6 +467,26 @@ static void m_destroy(struct call *c, json_t *params)
 static void m_snapshot(struct call *c, json_t *params)
 {
     lifecycle(c, params, sandbox_snapshot);
+}
+
+static void m_snapshot_list(struct call *c, json_t *params)
+{
+    const char *prov;
+    if (opt_str(c, params, "provider", &prov) < 0)
+        return;
+    if (prov && !daemon_provider(prov)) {
+        bad_param(c, "provider", "unknown provider");
+        return;
+    }
+    snapshot_list(c, prov);
+}
+
+static void m_snapshot_delete(struct call *c, json_t *params)
+{
+    const char *id;
+    if (req_str(c, params, "snapshot", &id) < 0)
+        return;
+    snapshot_delete(c, id);
 }
 
 static void m_clone(struct call *c, json_t *params)
@@ -762,6 +791,8 @@ static const struct {
     {SBX_M_STOP, m_stop},
     {SBX_M_DESTROY, m_destroy},
     {SBX_M_SNAPSHOT, m_snapshot},
+    {SBX_M_SNAPSHOT_LIST, m_snapshot_list},
+    {SBX_M_SNAPSHOT_DELETE, m_snapshot_delete},
     {SBX_M_CLONE, m_clone},
     {SBX_M_SET_ENV, m_set_env},
     {SBX_M_INSTRUCTIONS, m_instructions},

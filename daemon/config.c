@@ -76,6 +76,7 @@ static const struct core_key core_keys[] = {
     {"defaults", "provider", K_STR, F(default_provider), 1, 64, 0},
     {"defaults", "timeout_ms", K_INT, F(default_timeout_ms), 1, 86400000, 0},
     {"defaults", "idle_timeout_ms", K_INT, F(default_idle_timeout_ms), 0, 86400000, 0},
+    {"defaults", "command_timeout_ms", K_INT, F(default_command_timeout_ms), 1, 86400000, 0},
     {"instructions", "text", K_STR, F(instructions_text), 0, MIB, 1},
     {"instructions", "append", K_STR, F(instructions_append), 0, MIB, 1},
 };
@@ -102,6 +103,7 @@ int config_init_defaults(struct sbx_config *cfg)
     cfg->session_output_hard = 64 * MIB;
     cfg->default_timeout_ms = 300000;
     cfg->default_idle_timeout_ms = 0;
+    cfg->default_command_timeout_ms = 300000;
     cfg->socket_path = strdup(SBX_DEFAULT_SOCKET);
     cfg->default_provider = strdup("duktape");
     cfg->providers = json_object();

@@ -64,6 +64,7 @@ struct sbx_config {
     char *default_provider;      /* default "duktape" */
     int64_t default_timeout_ms;  /* default 300000 (5 min), max 86400000 */
     int64_t default_idle_timeout_ms; /* default 0 = off */
+    int64_t default_command_timeout_ms; /* default 300000; providers.<name>.command_timeout_ms wins */
 
     /* instructions: */
     char *instructions_text;   /* replaces the default text when set */

@@ -15,6 +15,7 @@
 #include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "config.h"
 #include "err.h"
@@ -30,6 +31,11 @@ struct sbx_provider {
     int shell_commands;
     const char *default_cwd; /* when neither cwd nor working_dir is given; may be NULL */
     int enabled_by_default;
+    /* 1: a sandbox created without timeout_ms has no lifetime (it lives until
+     * destroyed: Docker). 0: it gets the config's defaults.timeout_ms. A
+     * provider with a backend-side lifetime (Modal) clamps conf.timeout_ms
+     * itself in sb_start. */
+    int no_default_lifetime;
 
     /* conf: providers.<name>, borrowed. Fills *cookie. An error here means
      * the provider is unavailable (the daemon still runs). */
@@ -43,17 +49,46 @@ struct sbx_provider {
     /* Lifecycle ops. Each is started once at a time per sandbox and finishes
      * with sandbox_op_done(). Returning <0 means it failed at once (and
      * sandbox_op_done must NOT be called). sb_start may finish with the
-     * result {"reconnected": true} when it found the backend already there. */
+     * result {"reconnected": true} when it found the backend already there,
+     * plus "warnings": [strings] when that backend differs from what was
+     * asked for (the sandbox.create answer carries them). */
     int (*sb_start)(void *cookie, struct sandbox *sb, sbx_err_t *err);
     int (*sb_stop)(void *cookie, struct sandbox *sb, sbx_err_t *err);
     int (*sb_destroy)(void *cookie, struct sandbox *sb, sbx_err_t *err);
     /* Finishes with sandbox_op_done(sb, NULL, data): data is what a later
-     * sb_start of a sandbox created from this snapshot gets as sb->snapshot. */
+     * sb_start of a sandbox created from this snapshot gets as sb->snapshot.
+     * sb->snap_id is the id the snapshot will have (label it with that when
+     * the backend keeps it, so snapshot_list can register it again). */
     int (*sb_snapshot)(void *cookie, struct sandbox *sb, sbx_err_t *err);
     /* Provider metadata for sandbox.get, new reference or NULL. */
     json_t *(*sb_metadata)(void *cookie, struct sandbox *sb);
     /* The sandbox object is going away (after destroy, or at shutdown). */
     void (*sb_release)(void *cookie, struct sandbox *sb);
+    /* Optional. sandbox.create named an existing sandbox of the caller:
+     * append to warnings (an array of strings, borrowed) what the request
+     * (params, borrowed) asks for that the running sandbox does not have
+     * and will not get. The core already compares the generic params and
+     * each key of options against the sandbox's conf. */
+    void (*sb_reconnect_warnings)(void *cookie, struct sandbox *sb, json_t *params,
+                                  json_t *warnings);
+
+    /* Snapshots the backend keeps beyond sbxd's memory (Docker images by
+     * label, a state file). Both optional (NULL: the core's in-memory
+     * registry alone, as for Duktape).
+     * snapshot_list: brings the registry up to date by calling
+     * snapshot_register() for every snapshot the backend holds, then
+     * done(data, NULL) (or done(data, err) when the backend could not be
+     * asked), exactly once, possibly before it returns. Returning <0 means
+     * done will not be called. Registered entries of this provider that were
+     * not registered again by a successful list are dropped.
+     * snapshot_delete: removes snapshot id's backend object (rec = its
+     * registry record {provider, owner, created_at, sandbox, data},
+     * borrowed), then done(data, err); "already gone" counts as success. */
+    int (*snapshot_list)(void *cookie, void (*done)(void *data, sbx_err_t *err), void *data,
+                         sbx_err_t *err);
+    int (*snapshot_delete)(void *cookie, const char *id, json_t *rec,
+                           void (*done)(void *data, sbx_err_t *err), void *data,
+                           sbx_err_t *err);
 
     /* Starts p (p->spec holds argv/shell/code, env, cwd, timeout_ms). The
      * provider reports process_started / process_output / process_exited. */
@@ -77,6 +112,10 @@ struct sbx_provider {
 void sandbox_op_done(struct sandbox *sb, sbx_err_t *err, json_t *result);
 /* The backend is gone behind our back: status error, processes fail. */
 void sandbox_lost(struct sandbox *sb, const char *reason);
+/* Puts a snapshot the backend holds into the registry (or refreshes it);
+ * data stolen. See snapshot_list above. */
+void snapshot_register(const char *id, const char *provider, uid_t owner, double created_at,
+                       const char *sandbox, json_t *data);
 /* A progress notification to the sandbox's owner sessions; params stolen. */
 void sandbox_progress(struct sandbox *sb, json_t *params);
 

@@ -137,8 +137,9 @@ void sandbox_process_gone(struct sandbox *sb)
 
 static void arm_timers(struct sandbox *sb)
 {
-    if (!ev_is_active(&sb->life_timer) && sb->expires_at == 0) {
-        int64_t t = json_integer_value(json_object_get(sb->conf, "timeout_ms"));
+    int64_t t = json_integer_value(json_object_get(sb->conf, "timeout_ms"));
+    /* timeout_ms 0: no lifetime, the sandbox lives until destroyed. */
+    if (t > 0 && !ev_is_active(&sb->life_timer) && sb->expires_at == 0) {
         sb->expires_at = daemon_now() + t / 1000.0;
         ev_timer_set(&sb->life_timer, t / 1000.0, 0.);
         ev_timer_start(D->loop, &sb->life_timer);
@@ -176,7 +177,7 @@ int sandbox_new(struct sandbox **out, const char *id, struct provider_inst *prov
     const char *snap = json_string_value(json_object_get(conf, "snapshot"));
     if (snap) {
         json_t *rec = json_object_get(D->snapshots, snap);
-        sb->snapshot = json_object_get(rec, "data");
+        sb->snapshot = json_incref(json_object_get(rec, "data"));
     }
     sb->next = D->sandboxes;
     if (D->sandboxes)
@@ -195,11 +196,11 @@ int sandbox_adopt(struct sandbox **out, const char *id, struct provider_inst *pr
         return err_make(err, SBX_E_PERMISSION, "sandbox id %s is taken", id);
     }
     if (!json_is_integer(json_object_get(conf, "timeout_ms")))
-        json_object_set_new(conf, "timeout_ms", json_integer(D->cfg.default_timeout_ms));
+        json_object_set_new(conf, "timeout_ms", json_integer(sandbox_default_timeout(prov)));
     if (!json_is_integer(json_object_get(conf, "idle_timeout_ms")))
         json_object_set_new(conf, "idle_timeout_ms", json_integer(D->cfg.default_idle_timeout_ms));
     if (!json_is_integer(json_object_get(conf, "command_timeout_ms")))
-        json_object_set_new(conf, "command_timeout_ms", json_integer(300000));
+        json_object_set_new(conf, "command_timeout_ms", json_integer(D->cfg.default_command_timeout_ms));
     json_object_set_new(conf, "provider", json_string(prov->ops->name));
     struct sandbox *sb = NULL;
     if (sandbox_new(&sb, id, prov, owner, conf, err) < 0)
@@ -231,6 +232,8 @@ static void sandbox_destroy_now(struct sandbox *sb)
     json_decref(sb->conf);
     json_decref(sb->runtime_env);
     json_decref(sb->op_result);
+    json_decref(sb->snapshot);
+    json_decref(sb->start_warnings);
     free(sb->error);
     free(sb);
 }
@@ -392,8 +395,11 @@ static void answer_waiters(struct sandbox *sb, enum sb_op op, sbx_err_t *err, js
             call_fail(w->call, &copy);
         } else {
             json_t *r = result ? json_incref(result) : sandbox_to_json(sb);
-            if (w->call->is_create && !result)
+            if (w->call->is_create && !result) {
                 json_object_set_new(r, "reconnected", json_boolean(sb->backend_reconnected));
+                if (sb->start_warnings)
+                    json_object_set(r, "warnings", sb->start_warnings);
+            }
             call_reply(w->call, r);
         }
         free(w);
@@ -556,6 +562,7 @@ void sandbox_snapshot(struct sandbox *sb, struct call *c)
     }
     add_waiter(sb, c, OP_SNAPSHOT);
     sb->op = OP_SNAPSHOT;
+    daemon_random_id("snap-", sb->snap_id, sizeof(sb->snap_id));
     sbx_err_t err = {0};
     if (sb->prov->ops->sb_snapshot(sb->prov->cookie, sb, &err) < 0)
         finish_op(sb, &err);
@@ -702,6 +709,11 @@ void sandbox_op_done(struct sandbox *sb, sbx_err_t *err, json_t *result)
      * by label, Modal sandbox by name): the create answer says so. */
     if (sb->op == OP_START && json_is_true(json_object_get(result, "reconnected")))
         sb->backend_reconnected = 1;
+    if (sb->op == OP_START) {
+        json_t *w = json_object_get(result, "warnings");
+        json_decref(sb->start_warnings);
+        sb->start_warnings = json_array_size(w) > 0 ? json_incref(w) : NULL;
+    }
     if (sb->op == OP_START && !(err && err->msg) && json_object_get(sb->conf, "on_start") &&
         !json_is_null(json_object_get(sb->conf, "on_start"))) {
         json_decref(result);
@@ -712,11 +724,11 @@ void sandbox_op_done(struct sandbox *sb, sbx_err_t *err, json_t *result)
     }
     if (sb->op == OP_SNAPSHOT && !(err && err->msg)) {
         char id[64];
-        daemon_random_id("snap-", id, sizeof(id));
+        snprintf(id, sizeof(id), "%s", sb->snap_id);
         char ts[40];
-        json_t *rec = json_pack("{s:s, s:I, s:s, s:o}", "provider", sb->prov->ops->name, "owner",
-                                (json_int_t)sb->owner, "created_at",
-                                daemon_timestamp(daemon_now(), ts), "data",
+        json_t *rec = json_pack("{s:s, s:I, s:s, s:s, s:o}", "provider", sb->prov->ops->name,
+                                "owner", (json_int_t)sb->owner, "created_at",
+                                daemon_timestamp(daemon_now(), ts), "sandbox", sb->id, "data",
                                 result ? result : json_object());
         json_object_set_new(D->snapshots, id, rec);
         sb->op_result = json_pack("{s:s, s:s, s:s, s:s}", "snapshot", id, "provider",
@@ -735,6 +747,86 @@ void sandbox_lost(struct sandbox *sb, const char *reason)
             process_fail(p, reason);
     if (sb->status != SB_DESTROYING)
         set_status(sb, SB_ERROR, reason);
+}
+
+/* -- lifetime and reconnect honesty ------------------------------------------------ */
+
+int64_t sandbox_default_timeout(struct provider_inst *prov)
+{
+    return prov->ops->no_default_lifetime ? 0 : D->cfg.default_timeout_ms;
+}
+
+static void differs(json_t *w, const char *what, json_t *want, json_t *have)
+{
+    char *a = json_dumps(want, JSON_ENCODE_ANY | JSON_COMPACT);
+    char *b = have ? json_dumps(have, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
+    char *msg = NULL;
+    if (asprintf(&msg, "%s: requested %s, the existing sandbox has %s (not applied)", what,
+                 a ? a : "?", b ? b : "none") >= 0)
+        json_array_append_new(w, json_string(msg));
+    free(msg);
+    free(a);
+    free(b);
+}
+
+json_t *sandbox_reconnect_warnings(struct sandbox *sb, json_t *params)
+{
+    json_t *w = json_array();
+    static const char *const keys[] = {
+        "image",         "working_dir",  "timeout_ms",   "idle_timeout_ms",
+        "command_timeout_ms", "memory_limit_mb", "fresh_isolate", "tools",
+        "on_start",      "on_stop",      "on_destroy",   "instructions",
+        "instructions_append", "snapshot", NULL};
+    for (size_t i = 0; keys[i]; i++) {
+        json_t *want = json_object_get(params, keys[i]);
+        if (!want || json_is_null(want))
+            continue;
+        json_t *have = json_object_get(sb->conf, keys[i]);
+        if (!have || !json_equal(want, have))
+            differs(w, keys[i], want, have);
+    }
+    const char *pn = json_string_value(json_object_get(params, "provider"));
+    if (pn && strcmp(pn, sb->prov->ops->name) != 0)
+        differs(w, "provider", json_object_get(params, "provider"),
+                json_object_get(sb->conf, "provider"));
+    json_t *env = json_object_get(params, "env");
+    if (json_is_object(env)) {
+        json_t *cur = sandbox_env_for(sb, NULL);
+        const char *k;
+        json_t *v;
+        json_object_foreach(env, k, v)
+        {
+            json_t *have = json_object_get(cur, k);
+            if (json_is_null(v) ? have == NULL : (have && json_equal(v, have)))
+                continue;
+            char what[300];
+            snprintf(what, sizeof(what), "env.%s", k);
+            differs(w, what, v, have);
+        }
+        json_decref(cur);
+    }
+    json_t *opts = json_object_get(params, "options");
+    if (json_is_object(opts)) {
+        json_t *cur = json_object_get(sb->conf, "options");
+        const char *k;
+        json_t *v;
+        json_object_foreach(opts, k, v)
+        {
+            json_t *have = json_object_get(cur, k);
+            if (have && json_equal(v, have))
+                continue;
+            char what[300];
+            snprintf(what, sizeof(what), "options.%s", k);
+            differs(w, what, v, have);
+        }
+    }
+    if (sb->prov->loaded && sb->prov->ops->sb_reconnect_warnings)
+        sb->prov->ops->sb_reconnect_warnings(sb->prov->cookie, sb, params, w);
+    if (json_array_size(w) == 0) {
+        json_decref(w);
+        return NULL;
+    }
+    return w;
 }
 
 /* -- instructions ---------------------------------------------------------------------- */

@@ -52,7 +52,9 @@ struct sandbox {
      * Clones copy it. */
     json_t *conf;
     json_t *runtime_env;  /* sandbox.set_env layer, owned object */
-    json_t *snapshot;     /* snapshot data to start from (borrowed from D->snapshots) */
+    json_t *snapshot;     /* snapshot data to start from (a reference of its own) */
+    char snap_id[64];     /* OP_SNAPSHOT: the id the new snapshot gets */
+    json_t *start_warnings; /* the last start's provider warnings (array) or NULL */
 
     ev_timer life_timer;
     ev_timer idle_timer;
@@ -115,6 +117,11 @@ char *sandbox_instructions(struct sandbox *sb);
 void sandboxes_before_sleep(void);
 /* Frees every sandbox at shutdown (providers' sb_release called). */
 void sandbox_free_all(void);
+/* The sandbox lifetime for a create without timeout_ms (0 = none). */
+int64_t sandbox_default_timeout(struct provider_inst *prov);
+/* What a sandbox.create on the existing sandbox sb asks for that sb does not
+ * have (params borrowed): a new array of strings, or NULL when nothing differs. */
+json_t *sandbox_reconnect_warnings(struct sandbox *sb, json_t *params);
 /* Count of sandboxes owned by uid. */
 int sandbox_count_owned(uid_t uid);
 /* A process of sb finished: lets the idle timer and waiters move on. */

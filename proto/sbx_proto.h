@@ -48,6 +48,8 @@
 #define SBX_M_STOP "sandbox.stop"
 #define SBX_M_DESTROY "sandbox.destroy"
 #define SBX_M_SNAPSHOT "sandbox.snapshot"
+#define SBX_M_SNAPSHOT_LIST "snapshot.list"
+#define SBX_M_SNAPSHOT_DELETE "snapshot.delete"
 #define SBX_M_CLONE "sandbox.clone"
 #define SBX_M_SET_ENV "sandbox.set_env"
 #define SBX_M_INSTRUCTIONS "sandbox.instructions"

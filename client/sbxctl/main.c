@@ -28,11 +28,15 @@ static const struct verb verbs[] = {
     {"info", cmd_info, "info", "Shows the daemon's version, providers, counts and limits."},
     {"create", cmd_create,
      "create [--provider P] [--id ID] [--image I] [--env K=V]... [--workdir DIR]\n"
-     "              [--timeout MS] [--idle-timeout MS] [--opt KEY=VALUE]... [--tool NAME]...\n"
+     "              [--lifetime MS] [--command-timeout MS] [--idle-timeout MS]\n"
+     "              [--opt KEY=VALUE]... [--tool NAME]...\n"
      "              [--memory-mb N] [--snapshot SNAP] [--instructions TEXT] [--fresh-isolate]\n"
      "              [--no-start]",
      "Creates a sandbox and prints its id. --opt values are parsed as JSON when they\n"
-     "parse, else taken as strings; they go to the provider's options."},
+     "parse, else taken as strings; they go to the provider's options. --lifetime is\n"
+     "the sandbox's lifetime (--timeout is its old name; none: the provider's default,\n"
+     "for Docker no limit); --command-timeout the default timeout of its commands.\n"
+     "Reconnect warnings (options the existing sandbox does not have) go to stderr."},
     {"ls", cmd_ls, "ls [--provider P] [--status S]", "Lists your sandboxes."},
     {"get", cmd_get, "get ID", "Shows one sandbox."},
     {"exec", cmd_exec,
@@ -54,6 +58,10 @@ static const struct verb verbs[] = {
     {"start", cmd_start, "start ID", "Starts a stopped or pending sandbox."},
     {"rm", cmd_rm, "rm ID", "Destroys a sandbox."},
     {"snapshot", cmd_snapshot, "snapshot ID", "Snapshots a sandbox and prints the snapshot id."},
+    {"snapshots", cmd_snapshots, "snapshots [--provider P]",
+     "Lists your snapshots (all of them for an admin)."},
+    {"snapshot-rm", cmd_snapshot_rm, "snapshot-rm SNAP",
+     "Deletes a snapshot and the provider's copy of it (a Docker image)."},
     {"clone", cmd_clone, "clone ID [--id NEW] [--env K=V]... [--workdir DIR] [--start]",
      "Clones a sandbox (pending until started) and prints the new id."},
     {"set-env", cmd_set_env, "set-env ID K=V... [K=]...",

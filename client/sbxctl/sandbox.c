@@ -119,7 +119,7 @@ int cmd_info(int argc, char **argv)
 
 enum {
     C_PROVIDER = 1, C_ID, C_IMAGE, C_ENV, C_WORKDIR, C_TIMEOUT, C_IDLE, C_OPT, C_TOOL,
-    C_MEMORY, C_SNAPSHOT, C_NOSTART, C_INSTRUCTIONS, C_FRESH,
+    C_MEMORY, C_SNAPSHOT, C_NOSTART, C_INSTRUCTIONS, C_FRESH, C_CMD_TIMEOUT,
 };
 
 static const struct opt create_opts[] = {
@@ -128,7 +128,9 @@ static const struct opt create_opts[] = {
     {"image", 'i', 1, C_IMAGE},
     {"env", 'e', 1, C_ENV},
     {"workdir", 'w', 1, C_WORKDIR},
-    {"timeout", 0, 1, C_TIMEOUT},
+    {"lifetime", 0, 1, C_TIMEOUT},
+    {"timeout", 0, 1, C_TIMEOUT}, /* the old name of --lifetime */
+    {"command-timeout", 0, 1, C_CMD_TIMEOUT},
     {"idle-timeout", 0, 1, C_IDLE},
     {"opt", 'o', 1, C_OPT},
     {"tool", 0, 1, C_TOOL},
@@ -169,7 +171,11 @@ int cmd_create(int argc, char **argv)
             json_object_set_new(params, "working_dir", json_string(p.arg));
             break;
         case C_TIMEOUT:
-            json_object_set_new(params, "timeout_ms", json_integer(arg_int("--timeout", p.arg)));
+            json_object_set_new(params, "timeout_ms", json_integer(arg_int("--lifetime", p.arg)));
+            break;
+        case C_CMD_TIMEOUT:
+            json_object_set_new(params, "command_timeout_ms",
+                                json_integer(arg_int("--command-timeout", p.arg)));
             break;
         case C_IDLE:
             json_object_set_new(params, "idle_timeout_ms",
@@ -206,10 +212,15 @@ int cmd_create(int argc, char **argv)
     sbx_free(c);
     if (rc)
         return rc;
-    if (g.json)
+    if (g.json) {
         print_json(r);
-    else
+    } else {
         printf("%s\n", json_string_value(json_object_get(r, "id")));
+        size_t i;
+        json_t *w;
+        json_array_foreach(json_object_get(r, "warnings"), i, w)
+            warnx_("warning: %s", json_string_value(w) ? json_string_value(w) : "?");
+    }
     json_decref(r);
     return 0;
 }
@@ -328,6 +339,65 @@ int cmd_rm(int argc, char **argv)
 int cmd_snapshot(int argc, char **argv)
 {
     return id_verb(argc, argv, SBX_M_SNAPSHOT, "snapshot");
+}
+
+/* ---- snapshots ------------------------------------------------------------------------ */
+
+static const struct opt snapshots_opts[] = {
+    {"provider", 'p', 1, 1},
+    {NULL, 0, 0, 0},
+};
+
+int cmd_snapshots(int argc, char **argv)
+{
+    struct parser p;
+    json_t *params = json_object(), *r, *s;
+    int o;
+    size_t i;
+
+    parser_init(&p, argc, argv);
+    while ((o = opt_next(&p, snapshots_opts)) != OPT_END) {
+        if (o == OPT_HELP)
+            verb_help();
+        if (o == OPT_ARG)
+            usage_error("unexpected argument: %s", p.arg);
+        json_object_set_new(params, "provider", json_string(p.arg));
+    }
+    int rc = ctl_simple(SBX_M_SNAPSHOT_LIST, params, &r);
+    if (rc || g.json) {
+        json_decref(r);
+        return rc;
+    }
+    printf("%-22s  %-8s  %-6s  %-24s  %s\n", "SNAPSHOT", "PROVIDER", "OWNER", "CREATED",
+           "FROM");
+    json_array_foreach(json_object_get(r, "snapshots"), i, s)
+    {
+        printf("%-22s  %-8s  %-6lld  %-24s  %s\n",
+               json_string_value(json_object_get(s, "snapshot")),
+               json_string_value(json_object_get(s, "provider")),
+               (long long)json_integer_value(json_object_get(s, "owner_uid")),
+               json_string_value(json_object_get(s, "created_at")),
+               json_string_value(json_object_get(s, "sandbox")));
+    }
+    json_array_foreach(json_object_get(r, "errors"), i, s)
+        warnx_("%s: %s", json_string_value(json_object_get(s, "provider")),
+               json_string_value(json_object_get(s, "message")));
+    json_decref(r);
+    return 0;
+}
+
+int cmd_snapshot_rm(int argc, char **argv)
+{
+    const char *id;
+    json_t *r;
+    positionals(argc, argv, 1, &id);
+    int rc = ctl_simple(SBX_M_SNAPSHOT_DELETE, json_pack("{s:s}", "snapshot", id), &r);
+    if (rc)
+        return rc;
+    if (g.json)
+        print_json(r);
+    json_decref(r);
+    return 0;
 }
 
 int cmd_instructions(int argc, char **argv)

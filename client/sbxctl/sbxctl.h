@@ -99,6 +99,8 @@ int cmd_stop(int argc, char **argv);
 int cmd_start(int argc, char **argv);
 int cmd_rm(int argc, char **argv);
 int cmd_snapshot(int argc, char **argv);
+int cmd_snapshots(int argc, char **argv);
+int cmd_snapshot_rm(int argc, char **argv);
 int cmd_clone(int argc, char **argv);
 int cmd_set_env(int argc, char **argv);
 int cmd_instructions(int argc, char **argv);

@@ -40,6 +40,7 @@
 #include "provider.h"
 #include "sandbox.h"
 #include "sbx_proto.h"
+#include "snapshot.h"
 
 /* Never above the agent's replay ring (1 MiB): all bytes in flight when the
  * channel moves or sbxd restarts can then be replayed. */
@@ -123,6 +124,13 @@ static void progress(struct dk_sb *ds, const char *stage, const char *msg)
 json_t *dk_spawn_env(struct dk_sb *ds, struct process *p)
 {
     json_t *env = ds->base_env ? json_deep_copy(ds->base_env) : json_object();
+    /* The container's env holds the create-time env: the sandbox's layers
+     * (create env, set_env) come back from the spec, so a key they set and
+     * a null removed is absent from the spec and must go here too. */
+    const char *k;
+    json_t *v;
+    json_object_foreach(json_object_get(ds->sb->conf, "env"), k, v) json_object_del(env, k);
+    json_object_foreach(ds->sb->runtime_env, k, v) json_object_del(env, k);
     json_t *se = json_object_get(p->spec, "env");
     if (json_is_object(se))
         json_object_update(env, se);
@@ -833,6 +841,19 @@ static void image_done(struct dk_resp *r, void *data)
         step_error(ds, r, "inspect image");
         return;
     }
+    /* A snapshot image holds its owner's files and env: only they (or root)
+     * may start from it, whichever name it is reached by. */
+    json_t *il = json_object_get(json_object_get(r->json, "Config"), "Labels");
+    const char *iown = json_string_value(json_object_get(il, "sbxd.owner"));
+    if (json_object_get(il, "sbxd.snapshot") && ds->sb->owner != 0 &&
+        (!iown || strtoul(iown, NULL, 10) != (unsigned long)ds->sb->owner)) {
+        sbx_err_t err = {0};
+        err_make_data(&err, SBX_E_PERMISSION, json_pack("{s:s}", "param", "image"),
+                      "docker: image %s is another user's snapshot",
+                      json_string_value(json_object_get(ds->opts, "image")));
+        lc_fail(ds, &err);
+        return;
+    }
     json_decref(ds->image_env);
     ds->image_env =
         dk_env_to_obj(json_object_get(json_object_get(r->json, "Config"), "Env"));
@@ -1194,8 +1215,12 @@ static void lc_ok(struct dk_sb *ds)
     }
     if (why != WHY_START)
         return;
-    sandbox_op_done(ds->sb, NULL,
-                    ds->reconnected ? json_pack("{s:b}", "reconnected", 1) : NULL);
+    json_t *res = json_object();
+    if (ds->reconnected)
+        json_object_set_new(res, "reconnected", json_true());
+    if (ds->warnings)
+        json_object_set(res, "warnings", ds->warnings);
+    sandbox_op_done(ds->sb, NULL, res);
 }
 
 void dk_container_trouble(struct dk_sb *ds, const char *why)
@@ -1566,14 +1591,139 @@ static int d_sb_snapshot(void *cookie, struct sandbox *sb, sbx_err_t *err)
     char *path = dk_path(&dp->eng, "/commit?container=%s&repo=%s&tag=%s&pause=1", ds->cid,
                          SNAP_REPO, te);
     free(te);
-    /* Not part of the lifecycle machine: a recovery may run meanwhile. */
-    json_t *body = json_pack("{s:{s:s}}", "Labels", "sbxd.snapshot_of", sb->id);
+    /* Not part of the lifecycle machine: a recovery may run meanwhile. The
+     * labels make the image the registry's record: after an sbxd restart
+     * snapshot_list finds it by them (sbxd.owner guards its use). */
+    char own[32], created[64];
+    snprintf(own, sizeof(own), "%u", (unsigned)sb->owner);
+    snprintf(created, sizeof(created), "%.3f", daemon_now());
+    json_t *labels = json_object();
+    json_t *cl = json_object_get(ds->opts, "labels");
+    if (json_is_object(cl))
+        json_object_update(labels, cl);
+    json_t *ours = json_pack("{s:s, s:s, s:s, s:s, s:s}", "sbxd.snapshot", sb->snap_id,
+                             "sbxd.snapshot_of", sb->id, "sbxd.owner", own,
+                             "sbxd.snapshot_created", created, "sbxd.socket", sb_label_socket());
+    json_object_update(labels, ours);
+    json_decref(ours);
+    json_t *body = json_pack("{s:o}", "Labels", labels);
     struct dk_req *rq = dk_call(&dp->eng, &ds->snap_reqs, "POST", path, body,
                                 DK_COMMIT_TIMEOUT_MS, commit_done, ds);
     json_decref(body);
     free(path);
     if (!rq)
         return err_make(err, SBX_E_UNAVAILABLE, "docker: cannot start an engine request");
+    return 0;
+}
+
+/* ---- the snapshot registry: images labelled sbxd.snapshot ------------------------------ */
+
+struct snap_job {
+    struct dk_prov *dp;
+    void (*done)(void *data, sbx_err_t *err);
+    void *data;
+};
+
+/* Registers every snapshot image of this sbxd from an /images/json answer. */
+static void register_images(struct dk_prov *dp, json_t *list)
+{
+    size_t i;
+    json_t *im;
+    json_array_foreach(list, i, im)
+    {
+        json_t *l = json_object_get(im, "Labels");
+        const char *sid = json_string_value(json_object_get(l, "sbxd.snapshot"));
+        const char *own = json_string_value(json_object_get(l, "sbxd.owner"));
+        const char *sock = json_string_value(json_object_get(l, "sbxd.socket"));
+        const char *of = json_string_value(json_object_get(l, "sbxd.snapshot_of"));
+        const char *cr = json_string_value(json_object_get(l, "sbxd.snapshot_created"));
+        const char *id = json_string_value(json_object_get(im, "Id"));
+        if (!sid || !own || !id || strncmp(sid, "snap-", 5) != 0 || strlen(sid) > 63)
+            continue;
+        if (sock && strcmp(sock, sb_label_socket()) != 0)
+            continue; /* another sbxd's */
+        snapshot_register(sid, "docker", (uid_t)strtoul(own, NULL, 10),
+                          cr ? atof(cr) : (double)json_integer_value(json_object_get(im, "Created")),
+                          of, json_pack("{s:s, s:s}", "image", id, "engine", dp->eng.host));
+    }
+}
+
+static char *snap_images_path(struct dk_engine *e)
+{
+    char *fe = dk_escape("{\"label\":[\"sbxd.snapshot\"]}");
+    char *path = dk_path(e, "/images/json?filters=%s", fe);
+    free(fe);
+    return path;
+}
+
+static void snap_list_done(struct dk_resp *r, void *data)
+{
+    struct snap_job *j = data;
+    sbx_err_t err = {0};
+    if (r->status != 200 || !json_is_array(r->json))
+        dk_err(&err, r, "list snapshot images");
+    else
+        register_images(j->dp, r->json);
+    j->done(j->data, err.msg ? &err : NULL);
+    err_clear(&err);
+    free(j);
+}
+
+static int d_snapshot_list(void *cookie, void (*done)(void *data, sbx_err_t *err),
+                           void *data, sbx_err_t *err)
+{
+    struct dk_prov *dp = cookie;
+    struct snap_job *j = calloc(1, sizeof(*j));
+    if (!j)
+        return err_make(err, SBX_E_INTERNAL, "out of memory");
+    *j = (struct snap_job){dp, done, data};
+    char *path = snap_images_path(&dp->eng);
+    struct dk_req *rq =
+        dk_call(&dp->eng, &dp->misc, "GET", path, NULL, DK_CALL_TIMEOUT_MS, snap_list_done, j);
+    free(path);
+    if (!rq) {
+        free(j);
+        return err_make(err, SBX_E_UNAVAILABLE, "docker: cannot start an engine request");
+    }
+    return 0;
+}
+
+static void snap_delete_done(struct dk_resp *r, void *data)
+{
+    struct snap_job *j = data;
+    sbx_err_t err = {0};
+    if (r->status != 200 && r->status != 404)
+        dk_err(&err, r, "remove the snapshot image");
+    j->done(j->data, err.msg ? &err : NULL);
+    err_clear(&err);
+    free(j);
+}
+
+static int d_snapshot_delete(void *cookie, const char *id, json_t *rec,
+                             void (*done)(void *data, sbx_err_t *err), void *data,
+                             sbx_err_t *err)
+{
+    struct dk_prov *dp = cookie;
+    const char *img = json_string_value(json_object_get(json_object_get(rec, "data"), "image"));
+    if (!img) {
+        done(data, NULL);
+        return 0;
+    }
+    struct snap_job *j = calloc(1, sizeof(*j));
+    if (!j)
+        return err_make(err, SBX_E_INTERNAL, "out of memory");
+    *j = (struct snap_job){dp, done, data};
+    char *ie = dk_escape(img);
+    /* force: the image has its repo tag besides the id. */
+    char *path = dk_path(&dp->eng, "/images/%s?force=1", ie);
+    free(ie);
+    struct dk_req *rq = dk_call(&dp->eng, &dp->misc, "DELETE", path, NULL, DK_CALL_TIMEOUT_MS,
+                                snap_delete_done, j);
+    free(path);
+    if (!rq) {
+        free(j);
+        return err_make(err, SBX_E_UNAVAILABLE, "docker: cannot start an engine request");
+    }
     return 0;
 }
 
@@ -1693,8 +1843,8 @@ static void adopt_one(struct dk_prov *dp, json_t *c)
     /* The lifetime counts from the original creation. */
     json_int_t life = json_integer_value(json_object_get(conf, "timeout_ms"));
     if (life <= 0)
-        life = D->cfg.default_timeout_ms;
-    if (created > 0) {
+        json_object_set_new(conf, "timeout_ms", json_integer(0)); /* lives until destroyed */
+    else if (created > 0) {
         double left_ms = (created + life / 1000.0 - daemon_now()) * 1000.0;
         json_object_set_new(conf, "timeout_ms",
                             json_integer(left_ms > 1 ? (json_int_t)left_ms : 1));
@@ -1748,12 +1898,25 @@ static void adopt_list_done(struct dk_resp *r, void *data)
     json_array_foreach(r->json, i, c) adopt_one(dp, c);
 }
 
+static void snap_boot_done(struct dk_resp *r, void *data)
+{
+    struct dk_prov *dp = data;
+    if (r->status == 200 && json_is_array(r->json))
+        register_images(dp, r->json);
+    else
+        log_warn("docker: listing snapshot images failed: %s", r->errmsg ? r->errmsg : "?");
+}
+
 static void engine_up(struct dk_engine *e, void *data)
 {
     struct dk_prov *dp = data;
     if (dp->adopted_once)
         return;
     dp->adopted_once = 1;
+    /* The snapshots this sbxd made before a restart are usable again. */
+    char *sp = snap_images_path(e);
+    dk_call(e, &dp->misc, "GET", sp, NULL, DK_CALL_TIMEOUT_MS, snap_boot_done, dp);
+    free(sp);
     char *fe = dk_escape("{\"label\":[\"sbxd.id\"]}");
     char *path = dk_path(e, "/containers/json?all=1&filters=%s", fe);
     free(fe);
@@ -1940,6 +2103,7 @@ const struct sbx_provider sbx_provider_docker = {
     .shell_commands = 1,
     .default_cwd = "/workspace",
     .enabled_by_default = 1,
+    .no_default_lifetime = 1,
     .load = d_load,
     .unload = d_unload,
     .available = d_available,
@@ -1950,6 +2114,8 @@ const struct sbx_provider sbx_provider_docker = {
     .sb_snapshot = d_sb_snapshot,
     .sb_metadata = d_sb_metadata,
     .sb_release = d_sb_release,
+    .snapshot_list = d_snapshot_list,
+    .snapshot_delete = d_snapshot_delete,
     .proc_spawn = d_proc_spawn,
     .proc_write = d_proc_write,
     .proc_close_stdin = d_proc_close_stdin,

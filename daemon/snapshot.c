@@ -1,0 +1,230 @@
+/*
+ * snapshot.c - the snapshot registry. Records live in D->snapshots as
+ * "snap-…" -> {provider, owner, created_at, sandbox, data}. Duktape's live
+ * only here; Docker's are images whose labels carry the id and the owner, so
+ * after an sbxd restart a snapshot.list (and the provider's own listing when
+ * the engine comes up) registers them again.
+ */
+#include "snapshot.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon.h"
+#include "log.h"
+#include "provider.h"
+#include "rpc.h"
+#include "sandbox.h"
+#include "sbx_proto.h"
+#include "session.h"
+
+void snapshot_register(const char *id, const char *provider, uid_t owner, double created_at,
+                       const char *sandbox, json_t *data)
+{
+    char ts[40];
+    json_t *rec = json_object_get(D->snapshots, id);
+    if (rec && strcmp(json_string_value(json_object_get(rec, "provider")), provider) == 0) {
+        /* Known already: keep the record (sandboxes hold its data), mark it seen. */
+        json_object_del(rec, "_stale");
+        json_decref(data);
+        return;
+    }
+    if (rec) {
+        log_warn("snapshot %s of provider %s clashes with one of %s; ignored", id, provider,
+                 json_string_value(json_object_get(rec, "provider")));
+        json_decref(data);
+        return;
+    }
+    rec = json_pack("{s:s, s:I, s:s, s:s, s:o}", "provider", provider, "owner",
+                    (json_int_t)owner, "created_at", daemon_timestamp(created_at, ts),
+                    "sandbox", sandbox ? sandbox : "", "data", data ? data : json_object());
+    if (rec)
+        json_object_set_new(D->snapshots, id, rec);
+}
+
+static int may_use(struct session *s, json_t *rec)
+{
+    return !s || s->admin ||
+           json_integer_value(json_object_get(rec, "owner")) == (json_int_t)s->uid;
+}
+
+json_t *snapshot_get(struct session *s, const char *id)
+{
+    json_t *rec = id ? json_object_get(D->snapshots, id) : NULL;
+    return rec && may_use(s, rec) ? rec : NULL;
+}
+
+/* ---- snapshot.list ------------------------------------------------------------ */
+
+struct list_job {
+    struct call *c;
+    char provider[64]; /* "" = all */
+    int pending;
+    json_t *errors; /* [{provider, message}] */
+};
+
+static void list_answer(struct list_job *j)
+{
+    json_t *arr = json_array();
+    const char *id;
+    json_t *rec;
+    struct session *s = j->c->sess;
+    json_object_foreach(D->snapshots, id, rec)
+    {
+        const char *pn = json_string_value(json_object_get(rec, "provider"));
+        if (j->provider[0] && strcmp(j->provider, pn) != 0)
+            continue;
+        if (!may_use(s, rec))
+            continue;
+        int in_use = 0;
+        for (struct sandbox *sb = D->sandboxes; sb; sb = sb->next) {
+            const char *from = json_string_value(json_object_get(sb->conf, "snapshot"));
+            in_use += from && strcmp(from, id) == 0;
+        }
+        json_t *o = json_pack("{s:s, s:s, s:O, s:O, s:O, s:i}", "snapshot", id, "provider", pn,
+                              "owner_uid", json_object_get(rec, "owner"), "created_at",
+                              json_object_get(rec, "created_at"), "sandbox",
+                              json_object_get(rec, "sandbox"), "sandboxes", in_use);
+        json_t *img = json_object_get(json_object_get(rec, "data"), "image");
+        if (img)
+            json_object_set(o, "image", img);
+        json_array_append_new(arr, o);
+    }
+    json_t *res = json_pack("{s:o}", "snapshots", arr);
+    if (json_array_size(j->errors) > 0)
+        json_object_set(res, "errors", j->errors);
+    call_reply(j->c, res);
+    json_decref(j->errors);
+    free(j);
+}
+
+struct list_one {
+    struct list_job *job;
+    const char *provider; /* static: the provider table's name */
+};
+
+static void list_one_done(void *data, sbx_err_t *err)
+{
+    struct list_one *lo = data;
+    struct list_job *j = lo->job;
+    const char *id;
+    json_t *rec;
+    void *tmp;
+    if (err && err->msg) {
+        /* The backend could not be asked: keep what we know. */
+        json_array_append_new(j->errors, json_pack("{s:s, s:s}", "provider", lo->provider,
+                                                   "message", err->msg));
+        json_object_foreach(D->snapshots, id, rec) json_object_del(rec, "_stale");
+        err_clear(err);
+    } else {
+        json_object_foreach_safe(D->snapshots, tmp, id, rec)
+        {
+            if (!json_object_get(rec, "_stale"))
+                continue;
+            int used = 0;
+            for (struct sandbox *sb = D->sandboxes; sb; sb = sb->next) {
+                const char *from = json_string_value(json_object_get(sb->conf, "snapshot"));
+                used |= from && strcmp(from, id) == 0;
+            }
+            if (used) {
+                json_object_del(rec, "_stale");
+                continue;
+            }
+            log_info("snapshot %s is gone from provider %s", id, lo->provider);
+            json_object_del(D->snapshots, id);
+        }
+    }
+    free(lo);
+    if (--j->pending == 0)
+        list_answer(j);
+}
+
+void snapshot_list(struct call *c, const char *provider)
+{
+    struct list_job *j = calloc(1, sizeof(*j));
+    if (!j)
+        abort();
+    j->c = c;
+    snprintf(j->provider, sizeof(j->provider), "%s", provider ? provider : "");
+    j->errors = json_array();
+    j->pending = 1; /* our own, dropped below: answers wait for every provider */
+    for (int i = 0; i < D->nproviders; i++) {
+        struct provider_inst *pi = &D->providers[i];
+        const char *reason = NULL;
+        if (provider && strcmp(provider, pi->ops->name) != 0)
+            continue;
+        if (!pi->enabled || !pi->loaded || !pi->ops->snapshot_list ||
+            !pi->ops->available(pi->cookie, &reason))
+            continue;
+        const char *id;
+        json_t *rec;
+        json_object_foreach(D->snapshots, id, rec)
+        {
+            if (strcmp(json_string_value(json_object_get(rec, "provider")), pi->ops->name) == 0)
+                json_object_set_new(rec, "_stale", json_true());
+        }
+        struct list_one *lo = calloc(1, sizeof(*lo));
+        if (!lo)
+            abort();
+        lo->job = j;
+        lo->provider = pi->ops->name;
+        j->pending++;
+        sbx_err_t err = {0};
+        if (pi->ops->snapshot_list(pi->cookie, list_one_done, lo, &err) < 0)
+            list_one_done(lo, &err);
+    }
+    if (--j->pending == 0)
+        list_answer(j);
+}
+
+/* ---- snapshot.delete ------------------------------------------------------------- */
+
+struct del_job {
+    struct call *c;
+    char id[64];
+};
+
+static void del_done(void *data, sbx_err_t *err)
+{
+    struct del_job *j = data;
+    if (err && err->msg) {
+        call_fail(j->c, err);
+    } else {
+        json_object_del(D->snapshots, j->id);
+        log_info("snapshot %s deleted", j->id);
+        call_reply(j->c, json_pack("{s:s, s:b}", "snapshot", j->id, "deleted", 1));
+    }
+    free(j);
+}
+
+void snapshot_delete(struct call *c, const char *id)
+{
+    json_t *rec = snapshot_get(c->sess, id);
+    if (!rec) {
+        call_error(c, SBX_E_NOT_FOUND, json_pack("{s:s}", "snapshot", id),
+                   "snapshot not found: %s", id);
+        return;
+    }
+    for (struct sandbox *sb = D->sandboxes; sb; sb = sb->next) {
+        const char *from = json_string_value(json_object_get(sb->conf, "snapshot"));
+        if (from && strcmp(from, id) == 0) {
+            call_error(c, SBX_E_STATE, json_pack("{s:s, s:s}", "snapshot", id, "sandbox", sb->id),
+                       "snapshot %s is in use by sandbox %s", id, sb->id);
+            return;
+        }
+    }
+    struct del_job *j = calloc(1, sizeof(*j));
+    if (!j)
+        abort();
+    j->c = c;
+    snprintf(j->id, sizeof(j->id), "%s", id);
+    struct provider_inst *pi =
+        daemon_provider(json_string_value(json_object_get(rec, "provider")));
+    if (!pi || !pi->loaded || !pi->ops->snapshot_delete) {
+        del_done(j, NULL);
+        return;
+    }
+    sbx_err_t err = {0};
+    if (pi->ops->snapshot_delete(pi->cookie, id, rec, del_done, j, &err) < 0)
+        del_done(j, &err);
+}
