@@ -204,8 +204,34 @@ static void test_snapshot(conn *c)
     r = create(c, "snap3", json_pack("{s:s}", "snapshot", "snap-nope"));
     test_cond("an unknown snapshot is -32602", err_code(r) == SBX_E_PARAMS);
     json_decref(r);
+    r = cn_call(c, "snapshot.list", json_pack("{s:s}", "provider", "duktape"));
+    json_t *l = json_object_get(res_of(r), "snapshots");
+    int listed = 0;
+    size_t i;
+    json_t *e;
+    json_array_foreach(l, i, e) listed |=
+        strcmp(json_string_value(json_object_get(e, "snapshot")), snapid) == 0 &&
+        strcmp(json_string_value(json_object_get(e, "sandbox")), "snap") == 0 &&
+        json_integer_value(json_object_get(e, "sandboxes")) == 1;
+    test_cond("snapshot.list shows a Duktape snapshot, its source and its user", listed);
+    json_decref(r);
+    r = cn_call(c, "snapshot.delete", json_pack("{s:s}", "snapshot", snapid));
+    test_cond("snapshot.delete of a snapshot in use is -32001", err_code(r) == SBX_E_STATE);
+    json_decref(r);
     destroy(c, "snap");
     destroy(c, "snap2");
+    r = cn_call(c, "snapshot.delete", json_pack("{s:s}", "snapshot", snapid));
+    test_cond("snapshot.delete", json_is_true(json_object_get(res_of(r), "deleted")));
+    json_decref(r);
+    r = create(c, "snap4", json_pack("{s:s}", "snapshot", snapid));
+    test_cond("a deleted snapshot is gone (-32602 on create)", err_code(r) == SBX_E_PARAMS);
+    json_decref(r);
+    r = cn_call(c, "snapshot.delete", json_pack("{s:s}", "snapshot", "snap-nope"));
+    test_cond("snapshot.delete of an unknown id is -32000", err_code(r) == SBX_E_NOT_FOUND);
+    json_decref(r);
+    r = cn_call(c, "snapshot.delete", json_pack("{s:i}", "snapshot", 5));
+    test_cond("snapshot.delete with a bad param is -32602", err_code(r) == SBX_E_PARAMS);
+    json_decref(r);
 }
 
 static void test_processes(conn *c)

@@ -150,6 +150,15 @@ check "kill of an unknown pid: code -32004" grep -q '(code -32004)' "$T/err"
 ctl exec "$ID" -- 'var kept = 7' >/dev/null 2>&1
 out snapshot "$ID"
 check "snapshot prints snap-..." grep -q '^snap-' "$T/out"
+SNAP=$(cat "$T/out")
+out snapshots
+check "snapshots lists it" grep -q "^$SNAP .*duktape" "$T/out"
+out snapshot-rm "$SNAP"
+check "snapshot-rm" [ $st -eq 0 ]
+out snapshots
+check "snapshots no longer lists it" sh -c "! grep -q '^$SNAP ' '$T/out'"
+out snapshot-rm "$SNAP"
+check "snapshot-rm of a deleted snapshot: code -32000" grep -q '(code -32000)' "$T/err"
 out clone "$ID" --id "$ID-c" --env B=2
 check "clone prints the new id" [ "$(cat "$T/out")" = "$ID-c" ]
 out get "$ID-c"

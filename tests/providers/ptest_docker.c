@@ -772,6 +772,141 @@ static void test_misbehaving(conn *c)
     destroy(c, "mis2");
 }
 
+/* ---- issue 10: lifetime, env null, reconnect warnings, snapshots that last -------- */
+
+static int warnings_mention(json_t *resp, const char *what)
+{
+    size_t i;
+    json_t *w;
+    json_array_foreach(json_object_get(res_of(resp), "warnings"), i, w)
+        if (json_string_value(w) && strstr(json_string_value(w), what))
+            return 1;
+    return 0;
+}
+
+static void test_lifetime_env(conn *c)
+{
+    /* No timeout_ms: no lifetime, no expires_at. */
+    json_t *r = cn_call_t(c, 120000, "sandbox.create",
+                          json_pack("{s:s, s:s, s:{s:s, s:s}, s:i}", "id", "life1", "provider",
+                                    "docker", "env", "A", "create", "B", "keep",
+                                    "command_timeout_ms", 1500));
+    test_cond("lifetime: docker without timeout_ms has none (timeout_ms 0, no expires_at)",
+              res_of(r) && res_int(r, "timeout_ms") == 0 &&
+                  !json_object_get(res_of(r), "expires_at"));
+    json_decref(r);
+    r = exec_t(c, "life1", "sleep 5", 10000);
+    test_cond("lifetime: command_timeout_ms is the commands' default timeout (124)",
+              res_int(r, "exit_code") == 124 && json_is_true(json_object_get(res_of(r), "timed_out")));
+    json_decref(r);
+    r = cn_call_t(c, 30000, "process.exec",
+                  json_pack("{s:s, s:s, s:{s:n}}", "sandbox", "life1", "command",
+                            "echo ${A-unset} $B", "env", "A"));
+    test_cond("env null: exec env {A: null} removes a create-time A",
+              strcmp(res_str(r, "stdout"), "unset keep\n") == 0);
+    json_decref(r);
+    test_cond("env null: the next exec sees A again", exec_ok(c, "life1", "echo $A", "create\n"));
+    r = cn_call(c, "sandbox.set_env", json_pack("{s:s, s:{s:n}}", "id", "life1", "env", "A"));
+    test_cond("env null: set_env {A: null} answers the env without A",
+              res_of(r) && !json_object_get(json_object_get(res_of(r), "env"), "A"));
+    json_decref(r);
+    test_cond("env null: after set_env {A: null} A is unset in commands",
+              exec_ok(c, "life1", "echo ${A-unset} $B", "unset keep\n"));
+    r = cn_call(c, "sandbox.set_env", json_pack("{s:s, s:{s:s}}", "id", "life1", "env", "A", "again"));
+    json_decref(r);
+    test_cond("env null: set_env sets it again", exec_ok(c, "life1", "echo $A", "again\n"));
+
+    /* Reconnect honesty: the same id with other options. */
+    r = cn_call_t(c, 120000, "sandbox.create",
+                  json_pack("{s:s, s:s, s:{s:s}, s:{s:s}}", "id", "life1", "provider", "docker",
+                            "options", "memory", "1g", "env", "NEW", "1"));
+    test_cond("reconnect: reconnected with warnings for options.memory and env.NEW",
+              json_is_true(json_object_get(res_of(r), "reconnected")) &&
+                  warnings_mention(r, "options.memory") && warnings_mention(r, "env.NEW"));
+    json_decref(r);
+    r = cn_call_t(c, 120000, "sandbox.create",
+                  json_pack("{s:s, s:s}", "id", "life1", "provider", "docker"));
+    test_cond("reconnect: nothing asked, no warnings",
+              json_is_true(json_object_get(res_of(r), "reconnected")) &&
+                  !json_object_get(res_of(r), "warnings"));
+    json_decref(r);
+    destroy(c, "life1");
+}
+
+static int snapshot_listed(conn *c, const char *snap)
+{
+    json_t *r = cn_call_t(c, 60000, "snapshot.list", json_pack("{s:s}", "provider", "docker"));
+    size_t i;
+    json_t *s;
+    int found = 0;
+    json_array_foreach(json_object_get(res_of(r), "snapshots"), i, s)
+        found |= strcmp(json_string_value(json_object_get(s, "snapshot")), snap) == 0;
+    json_decref(r);
+    return found;
+}
+
+static void test_snapshots_last(void)
+{
+    pid_t pid = 0;
+    conn *c = start_other("snaps", docker_host, NULL, &pid);
+    if (!c) {
+        test_cond("snapshots: the second sbxd answers", 0);
+        stop_sbxd(pid, SIGKILL);
+        return;
+    }
+    for (int i = 0; i < 50; i++) {
+        json_t *r = cn_call(c, "daemon.info", NULL);
+        char *t = json_dumps(r, 0);
+        int up = t && strstr(t, "\"api_version\"");
+        free(t);
+        json_decref(r);
+        if (up)
+            break;
+        usleep(100000);
+    }
+    json_decref(create(c, "snapsrc", NULL));
+    exec_ok(c, "snapsrc", "echo kept > /workspace/kept.txt", NULL);
+    json_t *r = cn_call_t(c, 120000, "sandbox.snapshot", json_pack("{s:s}", "id", "snapsrc"));
+    char snap[64];
+    snprintf(snap, sizeof(snap), "%s", res_str(r, "snapshot"));
+    json_decref(r);
+    destroy(c, "snapsrc");
+    test_cond("snapshots: snapshot.list shows the new snapshot", snap[0] && snapshot_listed(c, snap));
+    /* sbxd restarts: the registry comes back from the image labels. */
+    cn_close(c);
+    stop_sbxd(pid, SIGTERM);
+    c = start_other("snaps", docker_host, NULL, &pid);
+    for (int i = 0; c && i < 50 && !snapshot_listed(c, snap); i++)
+        usleep(100000);
+    test_cond("snapshots: listed again after an sbxd restart", c && snapshot_listed(c, snap));
+    r = create(c, "snapuse", json_pack("{s:s}", "snapshot", snap));
+    test_cond("snapshots: create --snapshot works after the restart",
+              strcmp(res_str(r, "status"), "running") == 0);
+    json_t *img = json_object_get(json_object_get(res_of(r), "metadata"), "image_id");
+    char image[128];
+    snprintf(image, sizeof(image), "%s", json_string_value(img) ? json_string_value(img) : "");
+    json_decref(r);
+    test_cond("snapshots: its files are there",
+              exec_ok(c, "snapuse", "cat /workspace/kept.txt", "kept\n"));
+    r = cn_call_t(c, 60000, "snapshot.delete", json_pack("{s:s}", "snapshot", snap));
+    test_cond("snapshots: delete while a sandbox uses it is -32001", err_code(r) == -32001);
+    json_decref(r);
+    destroy(c, "snapuse");
+    r = cn_call_t(c, 60000, "snapshot.delete", json_pack("{s:s}", "snapshot", snap));
+    test_cond("snapshots: delete", json_is_true(json_object_get(res_of(r), "deleted")));
+    json_decref(r);
+    char path[256];
+    snprintf(path, sizeof(path), "/images/%s/json", image);
+    test_cond("snapshots: the image is removed from the engine",
+              image[0] && engine("GET", path, NULL, NULL) == 404);
+    test_cond("snapshots: no longer listed", !snapshot_listed(c, snap));
+    r = cn_call_t(c, 60000, "snapshot.delete", json_pack("{s:s}", "snapshot", snap));
+    test_cond("snapshots: deleting it again is -32000", err_code(r) == -32000);
+    json_decref(r);
+    cn_close(c);
+    stop_sbxd(pid, SIGTERM);
+}
+
 /* SIGKILL sbxd while a process runs; the new sbxd adopts the container and the process.
  */
 static void test_restart(conn **cp)
@@ -1619,6 +1754,8 @@ int main(int argc, char **argv)
     STEP(test_exec_mode(c));
     STEP(test_killed_outside(c));
     STEP(test_misbehaving(c));
+    STEP(test_lifetime_env(c));
+    STEP(test_snapshots_last());
     STEP(test_restart(&c));
     if (c && (!only || strstr("test_tls", only))) {
         /* a container of the main sbxd that the TLS sbxd reconnects to by label */
