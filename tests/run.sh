@@ -1,7 +1,8 @@
 #!/bin/sh
 # run.sh BUILD_DIR - the whole suite: unit binaries, then integration tests
 # against a real sbxd on a temporary socket. Every test binary prints its own
-# "N passed, N failed"; this script adds them up and prints the total last.
+# "N passed, N failed" (optionally ", N skipped"); this script adds them up and
+# prints the total last. A test that cannot run here is a skip, counted and shown.
 #
 # SBX_VALGRIND=1 runs sbxd and the C tests under valgrind.
 B=${1:-build}
@@ -12,7 +13,9 @@ TMP=$(mktemp -d /tmp/sbxd-test.XXXXXX)
 chmod 755 "$TMP"
 PASSED=0
 FAILED=0
+SKIPPED=0
 FAILED_NAMES=""
+SKIPPED_NAMES=""
 VG=""
 if [ -n "$SBX_VALGRIND" ]; then
     VG="valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite --track-origins=yes"
@@ -36,13 +39,22 @@ tally() { # name logfile status
     p=${out%% passed*}
     f=${out#*, }
     f=${f%% failed*}
+    s=0
+    case "$out" in
+    *skipped*)
+        s=${out##*failed, }
+        s=${s%% skipped*}
+        ;;
+    esac
     if [ "$3" -ne 0 ] && [ "$f" -eq 0 ]; then
         echo "!! $1 exited $3"
         f=1
     fi
     PASSED=$((PASSED + p))
     FAILED=$((FAILED + f))
+    SKIPPED=$((SKIPPED + s))
     [ "$f" -ne 0 ] && FAILED_NAMES="$FAILED_NAMES $1"
+    [ "$s" -ne 0 ] && SKIPPED_NAMES="$SKIPPED_NAMES $1($s)"
     echo "== $1: $out"
 }
 
@@ -53,7 +65,7 @@ run_test() { # name cmd...
     echo "-- $name"
     "$@" >"$log" 2>&1
     st=$?
-    grep -E 'FAILED|at .*:[0-9]+:|ERROR|error:' "$log" | grep -v ' PASSED$' | head -n 40
+    grep -E 'FAILED|SKIPPED|at .*:[0-9]+:|ERROR|error:' "$log" | grep -v ' PASSED$' | head -n 40
     tally "$name" "$log" $st
 }
 
@@ -133,7 +145,8 @@ for t in tests/providers/*.sh; do
     run_test "$n" sh "$t" "$B" "$TMP/$n"
 done
 
+[ -n "$SKIPPED_NAMES" ] && echo "skipped:$SKIPPED_NAMES"
 [ -n "$FAILED_NAMES" ] && echo "failed:$FAILED_NAMES"
 [ -z "$SBX_KEEP_TMP" ] && rm -rf "$TMP"
-echo "$PASSED passed, $FAILED failed"
+echo "$PASSED passed, $FAILED failed, $SKIPPED skipped"
 [ "$FAILED" -eq 0 ]

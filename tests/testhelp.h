@@ -2,8 +2,9 @@
  * testhelp.h - the smallest test harness that works (after redis/hiredis).
  *
  *   test_cond("name of the behaviour", expr);
+ *   test_skip("name of the behaviour", "why it cannot run here");
  *   ...
- *   test_report();   // prints "N passed, N failed", returns exit status
+ *   test_report();   // prints "N passed, N failed, N skipped", returns exit status
  *
  * Every binary prints its own tally; tests/run.sh adds them up.
  */
@@ -12,7 +13,7 @@
 
 #include <stdio.h>
 
-static int __test_num = 0, __test_failed = 0, __test_passed = 0;
+static int __test_num = 0, __test_failed = 0, __test_passed = 0, __test_skipped = 0;
 
 #define test_cond(descr, _c)                                                          \
     do {                                                                              \
@@ -28,8 +29,19 @@ static int __test_num = 0, __test_failed = 0, __test_passed = 0;
         fflush(stdout);                                                               \
     } while (0)
 
+/* A behaviour that cannot be checked on this machine: counted and shown, never
+ * hidden, so a suite that silently stopped testing something is visible. */
+#define test_skip(descr, why)                                                         \
+    do {                                                                              \
+        __test_num++;                                                                 \
+        __test_skipped++;                                                             \
+        printf("%3d - %-60s SKIPPED (%s)\n", __test_num, descr, why);                  \
+        fflush(stdout);                                                               \
+    } while (0)
+
 #define test_report()                                                                 \
-    (printf("%d passed, %d failed\n", __test_passed, __test_failed), fflush(stdout),  \
-     __test_failed ? 1 : 0)
+    (printf("%d passed, %d failed, %d skipped\n", __test_passed, __test_failed,        \
+            __test_skipped),                                                          \
+     fflush(stdout), __test_failed ? 1 : 0)
 
 #endif

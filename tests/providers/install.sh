@@ -8,6 +8,7 @@ T=$2
 mkdir -p "$T"
 P=0
 F=0
+S=0
 ok() { P=$((P + 1)); echo "ok - $1"; }
 no() { F=$((F + 1)); echo "FAILED - $1"; }
 check() { if eval "$2" >"$T/out" 2>&1; then ok "$1"; else no "$1"; cat "$T/out"; fi; }
@@ -60,7 +61,8 @@ if command -v systemd-analyze >/dev/null 2>&1; then
     check "systemd units pass systemd-analyze verify" \
         "cd $T/units && systemd-analyze verify ./sbxd.socket ./sbxd.service"
 else
-    echo "skip - systemd-analyze not installed"
+    echo "skip - systemd-analyze not installed: SKIPPED"
+    S=$((S + 1))
 fi
-echo "$P passed, $F failed"
+echo "$P passed, $F failed, $S skipped"
 [ "$F" -eq 0 ]

@@ -19,6 +19,7 @@ T=$(cd "$T" && pwd)
 chmod 755 "$T"
 PASSED=0
 FAILED=0
+SKIPPED=0
 PIDS=""
 FAKE_PIDS=""
 VG=""
@@ -44,7 +45,7 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 finish() {
-    echo "$PASSED passed, $FAILED failed"
+    echo "$PASSED passed, $FAILED failed, $SKIPPED skipped"
     [ "$FAILED" -eq 0 ]
     exit $?
 }
@@ -163,6 +164,12 @@ if [ -x "$B/tests/ptest_modal" ]; then
         f=${f%% failed*}
         PASSED=$((PASSED + p))
         FAILED=$((FAILED + f))
+        case "$out" in
+        *skipped*)
+            s=${out##*failed, }
+            SKIPPED=$((SKIPPED + ${s%% skipped*}))
+            ;;
+        esac
         [ "$st" -ne 0 ] && [ "$f" -eq 0 ] && fail "ptest_modal exited $st"
     else
         fail "ptest_modal printed no result (exit $st)"

@@ -9,7 +9,7 @@ B=${1:-build}
 T=${2:-}
 if [ -z "$MODAL_TOKEN_ID" ] || [ -z "$MODAL_TOKEN_SECRET" ]; then
     echo "modal live: skipped (MODAL_TOKEN_ID/MODAL_TOKEN_SECRET not set)"
-    echo "0 passed, 0 failed"
+    echo "0 passed, 0 failed, 1 skipped"
     exit 0
 fi
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
