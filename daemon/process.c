@@ -382,7 +382,9 @@ void process_unsubscribe(struct process *p, struct session *s)
 
 /* -- tool calls ------------------------------------------------------------ */
 
-static void tool_answer(struct process *p, int64_t call, json_t *result, int code, const char *msg)
+/* ename: the Error name the client's handler threw (error.data.name), or NULL. */
+static void tool_answer(struct process *p, int64_t call, json_t *result, int code, const char *msg,
+                        const char *ename)
 {
     if (!ops_of(p)->proc_tool_result || p->state != P_RUNNING) {
         json_decref(result);
@@ -391,6 +393,8 @@ static void tool_answer(struct process *p, int64_t call, json_t *result, int cod
     json_t *reply = result ? json_pack("{s:I, s:o}", "call", (json_int_t)call, "result", result)
                            : json_pack("{s:I, s:{s:i, s:s}}", "call", (json_int_t)call, "error",
                                        "code", code, "message", msg);
+    if (!result && ename && reply)
+        json_object_set_new(json_object_get(reply, "error"), "name", json_string(ename));
     ops_of(p)->proc_tool_result(cookie_of(p), p, reply);
     json_decref(reply);
 }
@@ -405,11 +409,11 @@ void process_tool_call(struct process *p, int64_t call, const char *name, json_t
     json_array_foreach(tools, i, t) if (json_is_string(t) && strcmp(json_string_value(t), name) == 0)
         known = 1;
     if (!known) {
-        tool_answer(p, call, NULL, SBX_E_TOOL, "unknown tool");
+        tool_answer(p, call, NULL, SBX_E_TOOL, "unknown tool", NULL);
         return;
     }
     if (!s) {
-        tool_answer(p, call, NULL, SBX_E_TOOL, "the session that started this process is gone");
+        tool_answer(p, call, NULL, SBX_E_TOOL, "the session that started this process is gone", NULL);
         return;
     }
     char id[32];
@@ -449,10 +453,16 @@ void rpc_handle_response(struct session *s, json_t *msg)
         if (err) {
             const char *m = json_string_value(json_object_get(err, "message"));
             json_t *jc = json_object_get(err, "code");
+            /* A valid JS identifier-ish name only: it becomes the Error's .name. */
+            const char *en = json_string_value(json_object_get(json_object_get(err, "data"), "name"));
+            if (en && (strlen(en) == 0 || strlen(en) > 64 || strspn(en, "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                                                       "abcdefghijklmnopqrstuvwxyz"
+                                                                       "0123456789_$") != strlen(en)))
+                en = NULL;
             tool_answer(p, call, NULL, json_is_integer(jc) ? (int)json_integer_value(jc) : SBX_E_TOOL,
-                        m ? m : "tool failed");
+                        m ? m : "tool failed", en);
         } else {
-            tool_answer(p, call, json_incref(json_object_get(msg, "result")), 0, NULL);
+            tool_answer(p, call, json_incref(json_object_get(msg, "result")), 0, NULL, NULL);
         }
     }
     json_object_del(s->tool_calls, key);
@@ -469,7 +479,7 @@ void process_session_gone(struct session *s)
         int64_t call = 0;
         struct process *p = tool_target(rec, &call);
         if (p)
-            tool_answer(p, call, NULL, SBX_E_TOOL, "the session that started this process is gone");
+            tool_answer(p, call, NULL, SBX_E_TOOL, "the session that started this process is gone", NULL);
     }
     json_object_clear(s->tool_calls);
 }

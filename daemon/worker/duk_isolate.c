@@ -281,7 +281,7 @@ struct tool_error {
     const char *tool; /* a Duktape string on the caller's stack */
 };
 
-/* [] -> [Error] built from a TOOL_RESULT's {"error": {code, message}}. */
+/* [] -> [Error] built from a TOOL_RESULT's {"error": {code, message, name?}}. */
 static duk_ret_t push_tool_error(duk_context *ctx, void *udata)
 {
     struct tool_error *te = udata;
@@ -294,6 +294,10 @@ static duk_ret_t push_tool_error(duk_context *ctx, void *udata)
     else
         duk_push_string(ctx, "tool call failed");
     duk_push_error_object(ctx, DUK_ERR_ERROR, "%s", duk_get_string(ctx, -1));
+    if (json_is_string(json_object_get(err, "name"))) {
+        duk_push_string(ctx, json_string_value(json_object_get(err, "name")));
+        duk_put_prop_string(ctx, -2, "name");
+    }
     if (json_is_integer(code)) {
         duk_push_number(ctx, (duk_double_t)json_integer_value(code));
         duk_put_prop_string(ctx, -2, "code");

@@ -1,19 +1,28 @@
 #!/bin/sh
 # images.sh - offline test images for the Docker provider (no registry needed).
 #
-#   images.sh DOCKER_HOST        e.g. images.sh unix:///tmp/sbxd-docker/docker.sock
+#   images.sh DOCKER_HOST [debian]   e.g. images.sh unix:///tmp/sbxd-docker/docker.sock
 #
 #   sbx-test/busybox:latest   /bin/busybox from Debian's busybox-static with its applet
 #                             links, /tmp, /workspace, a root entry in /etc/passwd
 #   sbx-test/noshell:latest   no shell and no libc: one static binary, /hello, that
 #                             prints its argv, cwd and environment (proves that argv
 #                             commands run through the agent without /bin/sh)
+#   sbx-test/debian:bookworm  only with the argument `debian`: what users run (`node -e`,
+#                             `python3 -c`, apt/dpkg layout). debootstrap --variant=minbase
+#                             bookworm plus nodejs and python3-minimal from Debian's mirror
+#                             ($SBX_DEBIAN_MIRROR), docs/locales/apt caches removed. The
+#                             root filesystem tarball is cached outside the build tree in
+#                             ${SBX_CACHE_DIR:-$XDG_CACHE_HOME/sbxd or ~/.cache/sbxd}, so
+#                             only the first run downloads (~45 s); later runs import it.
 #
 # Idempotent: an image that exists is left alone (SBX_IMAGES_REBUILD=1 rebuilds).
 # Uses the docker CLI when there is one, else POST /images/create?fromSrc=- with curl.
 set -eu
 
 host=${1:-${DOCKER_HOST:-}}
+want_debian=0
+[ "${2:-}" = debian ] && want_debian=1
 [ -n "$host" ] || { echo "usage: images.sh DOCKER_HOST" >&2; exit 2; }
 API=${SBX_DOCKER_API:-v1.41}
 
@@ -114,4 +123,47 @@ EOF
     log "built sbx-test/noshell:latest ($(du -sh "$r" | cut -f1))"
 else
     log "sbx-test/noshell:latest exists"
+fi
+
+# ---- sbx-test/debian (on request) ------------------------------------------------
+# import_tar TARBALL NAME TAG CMD-JSON: like import_dir, from a cached tarball.
+import_tar() {
+    if command -v docker >/dev/null 2>&1; then
+        docker -H "$host" import --change "CMD $4" "$1" "$2:$3" >&2
+    else
+        curl -sf --unix-socket "${host#unix://}" -X POST -H 'Content-Type: application/x-tar' \
+            --data-binary @"$1" "http://localhost/$API/images/create?fromSrc=-&repo=$2&tag=$3" >&2 ||
+            die "import of $2:$3 failed"
+    fi
+}
+
+if [ "$want_debian" = 1 ] && { [ "${SBX_IMAGES_REBUILD:-0}" = 1 ] || ! have_image sbx-test/debian:bookworm; }; then
+    cache=${SBX_CACHE_DIR:-${XDG_CACHE_HOME:-${HOME:-/root}/.cache}/sbxd}
+    tarball="$cache/debian-bookworm-node-python.tar"
+    if [ ! -s "$tarball" ]; then
+        [ "$(id -u)" = 0 ] || die "building the Debian image needs root (debootstrap)"
+        command -v debootstrap >/dev/null 2>&1 || {
+            log "installing debootstrap"
+            DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >&2 ||
+                die "apt-get install debootstrap failed"
+        }
+        mkdir -p "$cache"
+        r="$work/debian"
+        t0=$(date +%s)
+        debootstrap --variant=minbase --include=nodejs,python3-minimal bookworm "$r" \
+            "${SBX_DEBIAN_MIRROR:-http://deb.debian.org/debian}" >"$work/debootstrap.log" 2>&1 ||
+            { tail -n 20 "$work/debootstrap.log" >&2; die "debootstrap failed"; }
+        # Small: the test engine's vfs driver copies the whole rootfs per container.
+        rm -rf "$r"/var/cache/apt/* "$r"/var/lib/apt/lists/* "$r"/usr/share/doc/* \
+            "$r"/usr/share/man/* "$r"/usr/share/info/* "$r"/usr/share/locale/* \
+            "$r"/var/log/* "$r"/tmp/*
+        mkdir -p "$r/workspace"
+        tar -C "$r" --numeric-owner -cf "$tarball.tmp" . && mv "$tarball.tmp" "$tarball" ||
+            die "cannot write $tarball"
+        log "built $tarball ($(du -sh "$tarball" | cut -f1)) in $(($(date +%s) - t0)) s"
+    fi
+    import_tar "$tarball" sbx-test/debian bookworm '["/bin/bash"]'
+    log "imported sbx-test/debian:bookworm"
+elif [ "$want_debian" = 1 ]; then
+    log "sbx-test/debian:bookworm exists"
 fi

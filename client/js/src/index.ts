@@ -1,0 +1,15 @@
+/*
+ * sbxd: the TypeScript client for sbxd (proto/PROTOCOL.md). No runtime
+ * dependencies beyond Node's standard library; Node 20+.
+ *
+ *   import { SbxdClient } from 'sbxd';
+ *   const c = new SbxdClient();                 // $SBXD_SOCKET or /run/sbxd/sbxd.sock
+ *   const sb = await c.createSandbox({ provider: 'docker', image: 'debian:bookworm-slim' });
+ *   const p = await c.spawn({ sandbox: sb.id, command: 'ls -l' }, { onStdout: (d) => process.stdout.write(d) });
+ *   await p.wait();
+ */
+export * from './protocol.js';
+export { SbxdClient, CLIENT_METHODS, SbxdError, SbxdConnectionError, DEFAULT_SOCKET, defaultSocketPath } from './client.js';
+export type { ClientOptions, ToolHandler } from './client.js';
+export { SbxdProcess } from './process.js';
+export type { SpawnOptions, OutputChunk, StreamName } from './process.js';

@@ -1,0 +1,331 @@
+/*
+ * The sbxd protocol (proto/PROTOCOL.md) as TypeScript types.
+ *
+ * METHOD_PARAMS and NOTIFICATION_PARAMS list every method, notification and
+ * param name at run time; the compile-time checks at the bottom make those
+ * lists and the interfaces agree exactly, and test/protocol.test.mjs compares
+ * the lists with PROTOCOL.md itself, so the client cannot drift from the spec.
+ */
+
+/** JSON-RPC error codes (proto/sbx_proto.h). */
+export const ErrorCode = {
+    ParseError: -32700,
+    InvalidRequest: -32600,
+    MethodNotFound: -32601,
+    InvalidParams: -32602,
+    InternalError: -32603,
+    SandboxNotFound: -32000,
+    WrongState: -32001,
+    ProviderUnavailable: -32002,
+    PermissionDenied: -32003,
+    ProcessNotFound: -32004,
+    LimitExceeded: -32005,
+    ProviderError: -32006,
+    MessageTooLarge: -32007,
+    ShuttingDown: -32008,
+    ToolCallFailed: -32009,
+} as const;
+export type ErrorCodeName = keyof typeof ErrorCode;
+
+export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
+export type Command = string | string[];
+/** A `null` value removes the key (set_env, clone, per-command env). */
+export type EnvMap = Record<string, string | null>;
+
+export type SandboxStatus =
+    | 'pending'
+    | 'starting'
+    | 'running'
+    | 'stopping'
+    | 'stopped'
+    | 'destroying'
+    | 'destroyed'
+    | 'error';
+
+export interface Sandbox {
+    id: string;
+    provider: string;
+    status: SandboxStatus;
+    owner_uid: number;
+    created_at: string;
+    started_at?: string;
+    expires_at?: string;
+    timeout_ms: number;
+    idle_timeout_ms: number;
+    working_dir?: string;
+    env?: Record<string, string>;
+    error?: string;
+    processes: number;
+    tools?: string[];
+    metadata?: Record<string, unknown>;
+    /** sandbox.create only: the id named an existing sandbox of the caller. */
+    reconnected?: boolean;
+    /** sandbox.create only: how the existing sandbox differs from what was asked. */
+    warnings?: string[];
+}
+
+export interface ProviderInfo {
+    name: string;
+    available: boolean;
+    reason?: string;
+    default: boolean;
+    info?: Record<string, unknown>;
+}
+
+export interface DaemonInfo {
+    version: string;
+    protocol: number | string;
+    uptime_s: number;
+    pid: number;
+    uid: number;
+    admin: boolean;
+    providers: ProviderInfo[];
+    counts: { sessions: number; sandboxes: number; processes: number };
+    limits: Record<string, unknown>;
+}
+
+/** The exit record of a process (process.exec without output, process.wait). */
+export interface ExitRecord {
+    pid: number;
+    exit_code: number;
+    signal: number;
+    timed_out: boolean;
+    killed: boolean;
+    error: string | null;
+    duration_ms?: number;
+    result?: Json;
+    exception?: { name: string; message: string; stack?: string } | null;
+    isolate_reset?: boolean;
+    retried?: boolean;
+    sandbox_restarted?: boolean;
+}
+
+export interface ExecResult extends ExitRecord {
+    stdout?: string;
+    stderr?: string;
+    stdout_b64?: string;
+    stderr_b64?: string;
+    truncated: boolean;
+}
+
+export interface ProcessInfo {
+    pid: number;
+    command: string;
+    status: 'running' | 'exited';
+    started_at: string;
+    exit_code?: number;
+    stdout_bytes: number;
+    stderr_bytes: number;
+}
+
+export interface AttachResult {
+    running: boolean;
+    stdout_offset: number;
+    stderr_offset: number;
+    stdout_start: number;
+    stderr_start: number;
+}
+
+/* ---- params ---------------------------------------------------------------- */
+
+export interface CreateParams {
+    id?: string;
+    provider?: string;
+    image?: string;
+    snapshot?: string;
+    env?: Record<string, string>;
+    working_dir?: string;
+    timeout_ms?: number;
+    idle_timeout_ms?: number;
+    start?: boolean;
+    on_start?: Command;
+    on_stop?: Command;
+    on_destroy?: Command;
+    instructions?: string;
+    instructions_append?: string;
+    tools?: string[];
+    memory_limit_mb?: number;
+    fresh_isolate?: boolean;
+    options?: Record<string, unknown>;
+}
+
+export interface ExecParams {
+    sandbox: string;
+    command: Command;
+    env?: EnvMap;
+    cwd?: string;
+    timeout_ms?: number;
+    stdin?: string;
+    stdin_b64?: string;
+    stream?: boolean;
+}
+
+/** A method without params. */
+export type NoParams = Record<never, never>;
+
+export interface Methods {
+    'daemon.ping': { params: NoParams; result: { pong: boolean; time: string } };
+    'daemon.info': { params: NoParams; result: DaemonInfo };
+    'sandbox.create': { params: CreateParams; result: Sandbox };
+    'sandbox.get': { params: { id: string }; result: Sandbox };
+    'sandbox.list': {
+        params: { provider?: string; status?: SandboxStatus };
+        result: { sandboxes: Sandbox[] };
+    };
+    'sandbox.start': { params: { id: string }; result: Sandbox };
+    'sandbox.stop': { params: { id: string }; result: Sandbox };
+    'sandbox.destroy': { params: { id: string }; result: { id: string; status: 'destroyed' } };
+    'sandbox.snapshot': {
+        params: { id: string };
+        result: { snapshot: string; provider: string; created_at: string };
+    };
+    'sandbox.clone': {
+        params: {
+            id: string;
+            new_id?: string;
+            env?: EnvMap;
+            working_dir?: string;
+            idle_timeout_ms?: number;
+            start?: boolean;
+        };
+        result: Sandbox;
+    };
+    'sandbox.set_env': { params: { id: string; env: EnvMap }; result: { env: Record<string, string> } };
+    'sandbox.instructions': { params: { id: string }; result: { text: string } };
+    'process.exec': { params: ExecParams; result: ExecResult };
+    'process.spawn': { params: ExecParams; result: { pid: number } };
+    'process.write': {
+        params: { sandbox: string; pid: number; data?: string; data_b64?: string };
+        result: { written: number };
+    };
+    'process.close_stdin': { params: { sandbox: string; pid: number }; result: Record<string, never> };
+    'process.kill': {
+        params: { sandbox: string; pid: number; signal?: string | number };
+        result: { already_exited: boolean };
+    };
+    'process.wait': { params: { sandbox: string; pid: number; timeout_ms?: number }; result: ExitRecord };
+    'process.list': { params: { sandbox: string }; result: { processes: ProcessInfo[] } };
+    'process.attach': {
+        params: {
+            sandbox: string;
+            pid: number;
+            offset?: number;
+            stdout_offset?: number;
+            stderr_offset?: number;
+            follow?: boolean;
+        };
+        result: AttachResult;
+    };
+    'process.detach': { params: { sandbox: string; pid: number }; result: Record<string, never> };
+}
+export type Method = keyof Methods;
+export type Params<M extends Method> = Methods[M]['params'];
+export type Result<M extends Method> = Methods[M]['result'];
+
+/* ---- notifications and the daemon's request --------------------------------- */
+
+export interface OutputNotification {
+    sandbox: string;
+    pid: number;
+    stream: 'stdout' | 'stderr';
+    offset: number;
+    data?: string;
+    data_b64?: string;
+}
+export interface ExitNotification {
+    sandbox: string;
+    pid: number;
+    exit_code: number;
+    signal: number;
+    timed_out: boolean;
+    killed: boolean;
+    error: string | null;
+}
+export interface ProgressNotification {
+    sandbox: string;
+    stage: string;
+    message: string;
+    current?: number;
+    total?: number;
+}
+export interface StatusNotification {
+    sandbox: string;
+    status: SandboxStatus;
+    error?: string;
+}
+export interface Notifications {
+    'process.output': OutputNotification;
+    'process.exit': ExitNotification;
+    'sandbox.progress': ProgressNotification;
+    'sandbox.status': StatusNotification;
+}
+export type NotificationName = keyof Notifications;
+
+/** Params of the daemon's `tool.call` request. */
+export interface ToolCallParams {
+    sandbox: string;
+    pid: number;
+    name: string;
+    args: Json;
+}
+
+/* ---- the run-time lists, checked against the types ------------------------- */
+
+const EXEC_PARAMS = ['sandbox', 'command', 'env', 'cwd', 'timeout_ms', 'stdin', 'stdin_b64', 'stream'] as const;
+
+export const METHOD_PARAMS = {
+    'daemon.ping': [],
+    'daemon.info': [],
+    'sandbox.create': [
+        'id', 'provider', 'image', 'snapshot', 'env', 'working_dir', 'timeout_ms',
+        'idle_timeout_ms', 'start', 'on_start', 'on_stop', 'on_destroy', 'instructions',
+        'instructions_append', 'tools', 'memory_limit_mb', 'fresh_isolate', 'options',
+    ],
+    'sandbox.get': ['id'],
+    'sandbox.list': ['provider', 'status'],
+    'sandbox.start': ['id'],
+    'sandbox.stop': ['id'],
+    'sandbox.destroy': ['id'],
+    'sandbox.snapshot': ['id'],
+    'sandbox.clone': ['id', 'new_id', 'env', 'working_dir', 'idle_timeout_ms', 'start'],
+    'sandbox.set_env': ['id', 'env'],
+    'sandbox.instructions': ['id'],
+    'process.exec': EXEC_PARAMS,
+    'process.spawn': EXEC_PARAMS,
+    'process.write': ['sandbox', 'pid', 'data', 'data_b64'],
+    'process.close_stdin': ['sandbox', 'pid'],
+    'process.kill': ['sandbox', 'pid', 'signal'],
+    'process.wait': ['sandbox', 'pid', 'timeout_ms'],
+    'process.list': ['sandbox'],
+    'process.attach': ['sandbox', 'pid', 'offset', 'stdout_offset', 'stderr_offset', 'follow'],
+    'process.detach': ['sandbox', 'pid'],
+} as const;
+
+export const NOTIFICATION_PARAMS = {
+    'process.output': ['sandbox', 'pid', 'stream', 'offset', 'data', 'data_b64'],
+    'process.exit': ['sandbox', 'pid', 'exit_code', 'signal', 'timed_out', 'killed', 'error'],
+    'sandbox.progress': ['sandbox', 'stage', 'message', 'current', 'total'],
+    'sandbox.status': ['sandbox', 'status', 'error'],
+} as const;
+
+export const TOOL_CALL_PARAMS = ['sandbox', 'pid', 'name', 'args'] as const;
+
+// Compile-time: each list names exactly the keys of its interface.
+type Same<A extends PropertyKey, B extends PropertyKey> = [A] extends [B]
+    ? [B] extends [A]
+        ? true
+        : false
+    : false;
+type MethodCheck = {
+    [M in Method]: Same<keyof Params<M>, (typeof METHOD_PARAMS)[M][number]>;
+};
+type NotificationCheck = {
+    [N in NotificationName]: Same<keyof Notifications[N], (typeof NOTIFICATION_PARAMS)[N][number]>;
+};
+type AllTrue<T> = false extends T[keyof T] ? false : true;
+const methodListsMatch: AllTrue<MethodCheck> & Same<Method, keyof typeof METHOD_PARAMS> = true;
+const notificationListsMatch: AllTrue<NotificationCheck> &
+    Same<NotificationName, keyof typeof NOTIFICATION_PARAMS> &
+    Same<keyof ToolCallParams, (typeof TOOL_CALL_PARAMS)[number]> = true;
+void methodListsMatch;
+void notificationListsMatch;

@@ -1,0 +1,12 @@
+// The client's tests against real daemons. Environment (tests/providers/tsclient.sh sets it):
+//   SBXD_SOCKET          an sbxd with the duktape provider (and js when built)
+//   SBXD_DOCKER_SOCKET   an sbxd with the docker provider on a real engine (else Docker tests are skipped)
+//   SBXD_DOCKER_SKIP     why there is no Docker (shown on each skipped test)
+//   SBXD_PROTOCOL_MD     proto/PROTOCOL.md
+import { existsSync } from 'node:fs';
+import { run } from './harness.mjs';
+for (const f of ['protocol', 'client', 'mastra', 'codemode']) {
+    const u = new URL(`./${f}.test.mjs`, import.meta.url);
+    if (existsSync(u)) await import(u.href);
+}
+process.exitCode = (await run()) ? 1 : 0;

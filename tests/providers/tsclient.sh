@@ -1,0 +1,144 @@
+#!/bin/sh
+# tsclient.sh BUILD_DIR TMPDIR - the TypeScript client (client/js, npm package
+# `sbxd`) and its Mastra adapters against a real sbxd:
+#   - npm ci of client/js's pinned devDependencies (typescript, @mastra/core,
+#     @mastra/docker; package-lock.json), offline-friendly
+#   - tsc builds client/js/dist (ESM + .d.ts)
+#   - one sbxd with the duktape provider (and js when built) and, when a Docker
+#     engine answers or can be started (as tests/providers/docker.sh does), the
+#     docker provider with the test images including sbx-test/debian:bookworm
+#   - node client/js/test/run.mjs; tests that cannot run here are printed as
+#     "SKIPPED - NAME (why)" and counted. With CI=true a missing engine fails.
+# Prints "N passed, N failed, N skipped" last.
+B=${1:-build}
+T=${2:-}
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$ROOT" || exit 1
+case "$B" in /*) ;; *) B="$ROOT/$B" ;; esac
+[ -n "$T" ] || T=$(mktemp -d /tmp/sbxd-tsclient.XXXXXX)
+mkdir -p "$T" || exit 1
+T=$(cd "$T" && pwd)
+JS=client/js
+SBXD_PID=""
+DK=$(mktemp -d /tmp/sbxdt.XXXXXX)
+PRIVATE=0
+
+cleanup() {
+    if [ -n "$SBXD_PID" ]; then
+        kill -TERM "$SBXD_PID" 2>/dev/null
+        wait "$SBXD_PID" 2>/dev/null
+    fi
+    if [ "$PRIVATE" = 1 ]; then
+        sh tests/docker/dockerd.sh stop "$DK" >"$T/dockerd-stop.log" 2>&1
+    fi
+    rm -rf "$DK"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+fail_all() { # reason
+    echo "FAILED - tsclient: $1"
+    echo "0 passed, 1 failed"
+    exit 1
+}
+
+command -v node >/dev/null 2>&1 || fail_all "node is required (tests/deps.sh test installs it)"
+[ -x "$B/sbxd" ] || fail_all "$B/sbxd is not built"
+
+# -- npm packages: reinstalled when package-lock.json changes -------------------------
+stamp="$JS/node_modules/.sbxd-lock"
+if ! cmp -s "$JS/package-lock.json" "$stamp" 2>/dev/null; then
+    echo "tsclient: installing client/js's npm packages (npm ci)"
+    (cd "$JS" && npm ci --ignore-scripts --no-audit --no-fund --prefer-offline) >"$T/npm.log" 2>&1 ||
+        { tail -n 20 "$T/npm.log"; fail_all "npm ci in client/js"; }
+    cp "$JS/package-lock.json" "$stamp"
+fi
+(cd "$JS" && ./node_modules/.bin/tsc -p tsconfig.json) >"$T/tsc.log" 2>&1 ||
+    { cat "$T/tsc.log"; fail_all "tsc in client/js"; }
+
+# -- a Docker engine (as tests/providers/docker.sh finds or starts one) ----------------
+DOCKER_SKIP=""
+ping_unix() { curl -s --max-time 3 --unix-socket "$1" http://localhost/_ping 2>/dev/null | grep -q OK; }
+ENGINE=""
+case "${DOCKER_HOST:-}" in
+unix://*) ping_unix "${DOCKER_HOST#unix://}" && ENGINE=$DOCKER_HOST ;;
+esac
+if [ -z "$ENGINE" ] && ping_unix /var/run/docker.sock; then
+    ENGINE=unix:///var/run/docker.sock
+fi
+if [ -z "$ENGINE" ]; then
+    if [ "$(id -u)" != 0 ]; then
+        DOCKER_SKIP="no Docker engine answers and starting one needs root"
+    elif env -u DOCKER_HOST sh tests/docker/dockerd.sh start "$DK" >"$T/dockerd.env" 2>"$T/dockerd-start.log"; then
+        PRIVATE=1
+        ENGINE=$(sed -n 's/^DOCKER_HOST=//p' "$T/dockerd.env")
+    else
+        tail -n 20 "$T/dockerd-start.log"
+        DOCKER_SKIP="the private dockerd did not start"
+    fi
+fi
+if [ -n "$ENGINE" ]; then
+    t0=$(date +%s)
+    if sh tests/docker/images.sh "$ENGINE" debian >"$T/images.log" 2>&1; then
+        echo "tsclient: engine $ENGINE, test images ready in $(($(date +%s) - t0)) s"
+        grep 'built\|imported' "$T/images.log"
+    else
+        tail -n 20 "$T/images.log"
+        DOCKER_SKIP="the test images could not be built"
+        ENGINE=""
+    fi
+fi
+if [ -n "$DOCKER_SKIP" ] && [ "${CI:-}" = true ]; then
+    fail_all "docker tests cannot run: $DOCKER_SKIP"
+fi
+
+# -- sbxd ---------------------------------------------------------------------------------
+{
+    echo 'socket:'
+    echo '  mode: "0666"'
+    echo 'limits:'
+    echo '  max_sandboxes_per_uid: 64'
+    echo '  session_output_high: 8M'
+    echo '  session_output_hard: 64M'
+    echo 'providers:'
+    echo '  duktape:'
+    echo '    pool_size: 1'
+    if [ -n "$ENGINE" ]; then
+        echo '  docker:'
+        echo "    host: $ENGINE"
+        echo "    agent_path: $B/sbx-init"
+        echo '    image: sbx-test/debian:bookworm'
+        echo '    network: none'
+        echo '    memory: 512m'
+        echo '    pids_limit: 256'
+        echo '    cap_drop: [ALL]'
+        echo '    security_opt: [no-new-privileges]'
+    fi
+} >"$T/sbxd.yaml"
+SOCK="$T/sbxd.sock"
+SBXD_SOCKET="$SOCK" "$B/sbxd" -c "$T/sbxd.yaml" --log-level debug >"$T/sbxd.log" 2>&1 &
+SBXD_PID=$!
+i=0
+while [ ! -S "$SOCK" ] && [ $i -lt 200 ]; do
+    sleep 0.05
+    i=$((i + 1))
+done
+[ -S "$SOCK" ] || { tail -n 20 "$T/sbxd.log"; fail_all "sbxd did not start"; }
+
+# -- the tests ------------------------------------------------------------------------------
+export SBXD_SOCKET="$SOCK" SBXD_PROTOCOL_MD="$ROOT/proto/PROTOCOL.md" SBXD_BUILD_DIR="$B"
+if [ -n "$ENGINE" ]; then
+    export SBXD_DOCKER_SOCKET="$SOCK" SBXD_DOCKER_HOST="$ENGINE"
+else
+    export SBXD_DOCKER_SKIP="${DOCKER_SKIP:-no Docker engine}"
+fi
+(cd "$JS" && node test/run.mjs) >"$T/js.log" 2>&1
+st=$?
+cat "$T/js.log"
+tally=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$T/js.log" | tail -n 1)
+if [ -z "$tally" ] || [ "$st" -ne 0 ]; then
+    echo "--- sbxd log (tail)"
+    tail -n 40 "$T/sbxd.log"
+    [ -n "$tally" ] || fail_all "node test/run.mjs printed no result (exit $st)"
+fi
+exit $st
