@@ -22,6 +22,7 @@ import {
     type Notifications,
     type NotificationName,
     type OutputNotification,
+    type OutputEncoding,
     type Params,
     type ProcessInfo,
     type Result,
@@ -78,6 +79,12 @@ export interface ClientOptions {
     tools?: Record<string, ToolHandler>;
     /** Re-connect attempts when followed processes lose the connection (default 20, 50 ms apart, growing). */
     reconnectAttempts?: number;
+    /**
+     * How the daemon spells output for processes this client spawns or attaches:
+     * 'auto' (default: base64 when shorter than escaped JSON) or 'utf8'. Both
+     * decode to the same bytes.
+     */
+    outputEncoding?: OutputEncoding;
 }
 
 type Listener<N extends NotificationName> = (params: Notifications[N]) => void;
@@ -110,6 +117,7 @@ export class SbxdClient {
     private early = new Map<string, Array<[string, unknown]>>();
     private spawning = new Map<string, number>();
     private reconnectAttempts: number;
+    readonly outputEncoding: OutputEncoding;
     private reconnecting = false;
     /** Bumped on every new connection; handles compare it to see a reconnect. */
     generation = 0;
@@ -117,6 +125,7 @@ export class SbxdClient {
     constructor(options: ClientOptions = {}) {
         this.socketPath = options.socketPath ?? defaultSocketPath();
         this.reconnectAttempts = options.reconnectAttempts ?? 20;
+        this.outputEncoding = options.outputEncoding ?? 'auto';
         for (const [name, h] of Object.entries(options.tools ?? {})) this.tools.set(name, h);
     }
 
@@ -425,6 +434,12 @@ export class SbxdClient {
     snapshotSandbox(id: string): Promise<Result<'sandbox.snapshot'>> {
         return this.call('sandbox.snapshot', { id });
     }
+    listSnapshots(filter: { provider?: string } = {}): Promise<Result<'snapshot.list'>> {
+        return this.call('snapshot.list', filter);
+    }
+    deleteSnapshot(snapshot: string): Promise<Result<'snapshot.delete'>> {
+        return this.call('snapshot.delete', { snapshot });
+    }
     cloneSandbox(params: Params<'sandbox.clone'>): Promise<Sandbox> {
         return this.call('sandbox.clone', params);
     }
@@ -457,13 +472,19 @@ export class SbxdClient {
         this.spawning.set(sb, (this.spawning.get(sb) ?? 0) + 1);
         let pid: number;
         try {
-            pid = (await this.call('process.spawn', { ...params, stream: true })).pid;
+            pid = (
+                await this.call('process.spawn', {
+                    ...params,
+                    stream: true,
+                    output_encoding: params.output_encoding ?? this.outputEncoding,
+                })
+            ).pid;
         } finally {
             const n = (this.spawning.get(sb) ?? 1) - 1;
             if (n <= 0) this.spawning.delete(sb);
             else this.spawning.set(sb, n);
         }
-        const p = new SbxdProcess(this.sink(), sb, pid, options);
+        const p = new SbxdProcess(this.sink(), sb, pid, options, params.output_encoding ?? this.outputEncoding);
         this.follow(p);
         if (signal?.aborted) await p.kill().catch(() => false);
         return p;
@@ -472,9 +493,9 @@ export class SbxdClient {
     async attach(
         sandbox: string,
         pid: number,
-        options: SpawnOptions & { stdout_offset?: number; stderr_offset?: number } = {},
+        options: SpawnOptions & { stdout_offset?: number; stderr_offset?: number; output_encoding?: OutputEncoding } = {},
     ): Promise<SbxdProcess> {
-        const p = new SbxdProcess(this.sink(), sandbox, pid, options);
+        const p = new SbxdProcess(this.sink(), sandbox, pid, options, options.output_encoding ?? this.outputEncoding);
         p._setOffsets(options.stdout_offset ?? 0, options.stderr_offset ?? 0);
         this.follow(p);
         try {
@@ -547,6 +568,8 @@ export const CLIENT_METHODS = {
     'sandbox.stop': 'stopSandbox',
     'sandbox.destroy': 'destroySandbox',
     'sandbox.snapshot': 'snapshotSandbox',
+    'snapshot.list': 'listSnapshots',
+    'snapshot.delete': 'deleteSnapshot',
     'sandbox.clone': 'cloneSandbox',
     'sandbox.set_env': 'setEnv',
     'sandbox.instructions': 'instructions',

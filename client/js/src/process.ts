@@ -7,7 +7,7 @@
  * consumer never sees a byte twice, and a gap (output older than the daemon's
  * replay buffer) is counted in `stdoutLostBytes` / `stderrLostBytes`.
  */
-import type { ExitNotification, ExitRecord, OutputNotification } from './protocol.js';
+import type { ExitNotification, ExitRecord, OutputEncoding, OutputNotification } from './protocol.js';
 
 export type StreamName = 'stdout' | 'stderr';
 
@@ -91,6 +91,7 @@ export class SbxdProcess implements AsyncIterable<OutputChunk> {
     private readonly retained: Record<StreamName, Retained>;
     private readonly cbs: Record<StreamName, Set<(d: string) => void>> = { stdout: new Set(), stderr: new Set() };
     private readonly decoders = { stdout: new TextDecoder('utf-8'), stderr: new TextDecoder('utf-8') };
+    private readonly pendingDecode = { stdout: false, stderr: false };
     private readonly iters = new Set<IterState>();
     private readonly byteSinks: Record<StreamName, Set<ReadableStreamDefaultController<Uint8Array>>> = {
         stdout: new Set(),
@@ -103,8 +104,11 @@ export class SbxdProcess implements AsyncIterable<OutputChunk> {
     private onAbort: (() => void) | null = null;
     private readonly startedAt = Date.now();
 
-    constructor(sink: ProcessSink, sandbox: string, pid: number, options: SpawnOptions = {}) {
+    private readonly encoding: OutputEncoding;
+
+    constructor(sink: ProcessSink, sandbox: string, pid: number, options: SpawnOptions = {}, encoding: OutputEncoding = 'utf8') {
         this.sink = sink;
+        this.encoding = encoding;
         this.sandbox = sandbox;
         this.pid = pid;
         const max = options.maxRetainedBytes ?? DEFAULT_RETAIN;
@@ -266,6 +270,7 @@ export class SbxdProcess implements AsyncIterable<OutputChunk> {
             stdout_offset: this.next.stdout,
             stderr_offset: this.next.stderr,
             follow: true,
+            output_encoding: this.encoding,
         });
         for (const s of ['stdout', 'stderr'] as const) {
             const start = r[`${s}_start`] as number;
@@ -285,6 +290,11 @@ export class SbxdProcess implements AsyncIterable<OutputChunk> {
         if (typeof n.data === 'string') {
             text = n.data;
             len = Buffer.byteLength(text, 'utf8');
+            if (this.pendingDecode[s]) {
+                // Bytes held by the decoder from a data_b64 chunk come first.
+                text = this.decoders[s].decode() + text;
+                this.pendingDecode[s] = false;
+            }
         } else if (typeof n.data_b64 === 'string') {
             bytes = Buffer.from(n.data_b64, 'base64');
             len = bytes.length;
@@ -304,7 +314,10 @@ export class SbxdProcess implements AsyncIterable<OutputChunk> {
             if (off > have) this.lost[s] += off - have;
             this.next[s] = off + len;
         }
-        if (bytes) text = this.decoders[s].decode(bytes, { stream: true });
+        if (bytes) {
+            text = this.decoders[s].decode(bytes, { stream: true });
+            this.pendingDecode[s] = true;
+        }
         this.deliver(s, text, len, bytes);
     }
 

@@ -135,7 +135,10 @@ export interface CreateParams {
     snapshot?: string;
     env?: Record<string, string>;
     working_dir?: string;
+    /** Lifetime; absent: the provider's default (Docker: none). */
     timeout_ms?: number;
+    /** Default timeout of the sandbox's commands. */
+    command_timeout_ms?: number;
     idle_timeout_ms?: number;
     start?: boolean;
     on_start?: Command;
@@ -158,6 +161,20 @@ export interface ExecParams {
     stdin?: string;
     stdin_b64?: string;
     stream?: boolean;
+    /** How output bytes are spelled on the wire: 'utf8' (default) or 'auto' (base64 when shorter). */
+    output_encoding?: OutputEncoding;
+}
+
+export type OutputEncoding = 'utf8' | 'auto';
+
+export interface SnapshotInfo {
+    snapshot: string;
+    provider: string;
+    owner_uid: number;
+    created_at: string;
+    sandbox: string;
+    sandboxes: number;
+    image?: string;
 }
 
 /** A method without params. */
@@ -179,6 +196,11 @@ export interface Methods {
         params: { id: string };
         result: { snapshot: string; provider: string; created_at: string };
     };
+    'snapshot.list': {
+        params: { provider?: string };
+        result: { snapshots: SnapshotInfo[]; errors?: Array<{ provider: string; message: string }> };
+    };
+    'snapshot.delete': { params: { snapshot: string }; result: { snapshot: string; deleted: boolean } };
     'sandbox.clone': {
         params: {
             id: string;
@@ -213,6 +235,7 @@ export interface Methods {
             stdout_offset?: number;
             stderr_offset?: number;
             follow?: boolean;
+            output_encoding?: OutputEncoding;
         };
         result: AttachResult;
     };
@@ -271,13 +294,15 @@ export interface ToolCallParams {
 
 /* ---- the run-time lists, checked against the types ------------------------- */
 
-const EXEC_PARAMS = ['sandbox', 'command', 'env', 'cwd', 'timeout_ms', 'stdin', 'stdin_b64', 'stream'] as const;
+const EXEC_PARAMS = [
+    'sandbox', 'command', 'env', 'cwd', 'timeout_ms', 'stdin', 'stdin_b64', 'stream', 'output_encoding',
+] as const;
 
 export const METHOD_PARAMS = {
     'daemon.ping': [],
     'daemon.info': [],
     'sandbox.create': [
-        'id', 'provider', 'image', 'snapshot', 'env', 'working_dir', 'timeout_ms',
+        'id', 'provider', 'image', 'snapshot', 'env', 'working_dir', 'timeout_ms', 'command_timeout_ms',
         'idle_timeout_ms', 'start', 'on_start', 'on_stop', 'on_destroy', 'instructions',
         'instructions_append', 'tools', 'memory_limit_mb', 'fresh_isolate', 'options',
     ],
@@ -287,6 +312,8 @@ export const METHOD_PARAMS = {
     'sandbox.stop': ['id'],
     'sandbox.destroy': ['id'],
     'sandbox.snapshot': ['id'],
+    'snapshot.list': ['provider'],
+    'snapshot.delete': ['snapshot'],
     'sandbox.clone': ['id', 'new_id', 'env', 'working_dir', 'idle_timeout_ms', 'start'],
     'sandbox.set_env': ['id', 'env'],
     'sandbox.instructions': ['id'],
@@ -297,7 +324,7 @@ export const METHOD_PARAMS = {
     'process.kill': ['sandbox', 'pid', 'signal'],
     'process.wait': ['sandbox', 'pid', 'timeout_ms'],
     'process.list': ['sandbox'],
-    'process.attach': ['sandbox', 'pid', 'offset', 'stdout_offset', 'stderr_offset', 'follow'],
+    'process.attach': ['sandbox', 'pid', 'offset', 'stdout_offset', 'stderr_offset', 'follow', 'output_encoding'],
     'process.detach': ['sandbox', 'pid'],
 } as const;
 

@@ -300,3 +300,47 @@ group('client on docker', () => {
         c.close();
     });
 }, { skip: DOCKER_SKIP });
+
+group('client output encoding', () => {
+    for (const enc of ['auto', 'utf8']) {
+        test(`output_encoding ${enc}: control-heavy and binary output arrive byte-exact`, async () => {
+            const c = new SbxdClient({ socketPath: DSOCK, outputEncoding: enc });
+            const kinds = { data: 0, data_b64: 0 };
+            c.on('process.output', (n) => (n.data !== undefined ? kinds.data++ : kinds.data_b64++));
+            await withSandbox(c, { provider: 'docker', image: DIMAGE }, async (sb) => {
+                const p = await c.spawn({ sandbox: sb.id, command: "head -c 5000 /dev/zero; printf 'ok\\377'" });
+                const rd = p.readable('stdout').getReader();
+                let n = 0, tail = [];
+                for (;;) {
+                    const { value, done } = await rd.read();
+                    if (done) break;
+                    n += value.length;
+                    tail = [...tail, ...value].slice(-3);
+                }
+                await p.wait();
+                assert.equal(n, 5003);
+                assert.deepEqual(tail, [0x6f, 0x6b, 0xff]);
+                assert.equal(p.offsets.stdout, 5003);
+                assert.ok(p.stdout.startsWith('\0'.repeat(5000) + 'ok'));
+                if (enc === 'auto') assert.ok(kinds.data_b64 > 0, 'NULs went as base64');
+                else assert.ok(kinds.data > 0, 'NULs went as escaped JSON text');
+            });
+            c.close();
+        });
+    }
+}, { skip: DOCKER_SKIP });
+
+group('client snapshots', () => {
+    test('snapshot.list and snapshot.delete', async () => {
+        const c = new SbxdClient();
+        await withSandbox(c, duk(), async (sb) => {
+            await c.exec({ sandbox: sb.id, command: 'var v = 7' });
+            const { snapshot } = await c.snapshotSandbox(sb.id);
+            const l = await c.listSnapshots({ provider: 'duktape' });
+            assert.ok(l.snapshots.some((s) => s.snapshot === snapshot && s.sandbox === sb.id));
+            assert.deepEqual(await c.deleteSnapshot(snapshot), { snapshot, deleted: true });
+            await assert.rejects(c.deleteSnapshot(snapshot), (e) => e.code === ErrorCode.SandboxNotFound);
+        });
+        c.close();
+    });
+});
