@@ -40,6 +40,7 @@
 #include "provider.h"
 #include "sandbox.h"
 #include "sbx_proto.h"
+#include "policy.h"
 #include "snapshot.h"
 
 /* Never above the agent's replay ring (1 MiB): all bytes in flight when the
@@ -1442,14 +1443,10 @@ static int d_sb_start(void *cookie, struct sandbox *sb, sbx_err_t *err)
     json_t *opts = NULL;
     if (dk_options(&opts, dp->conf, sb->conf, err) < 0)
         return -1;
-    if (json_is_true(json_object_get(opts, "_loosened")) && sb->owner != 0) {
+    if (policy_check(dp->policy, sb->owner, dp->conf, opts, err) < 0) {
         json_decref(opts);
-        return err_make(
-            err, SBX_E_PERMISSION,
-            "docker: only root may loosen the container hardening (privileged, "
-            "volumes, cap_add, cap_drop, security_opt, network)");
+        return -1;
     }
-    json_object_del(opts, "_loosened");
     const char *mode = dk_opt_str(opts, "exec_mode");
     int exec_mode = mode ? strcmp(mode, "docker-exec") == 0 : dp->exec_mode;
     if (!exec_mode && !dp->agent_tar) {
@@ -1869,10 +1866,8 @@ static void adopt_one(struct dk_prov *dp, json_t *c)
     ds->reconnected = 1;
     sbx_err_t e2 = {0};
     json_t *opts = NULL;
-    if (dk_options(&opts, dp->conf, sb->conf, &e2) == 0) {
-        json_object_del(opts, "_loosened");
+    if (dk_options(&opts, dp->conf, sb->conf, &e2) == 0)
         ds->opts = opts;
-    }
     err_clear(&e2);
     if (running) {
         /* Reconnect in the background: attach, PING, adopt the agent's
@@ -2009,7 +2004,13 @@ static int d_load(json_t *conf, void **cookie, sbx_err_t *err)
     dp->exec_mode = mode && strcmp(mode, "docker-exec") == 0;
     json_t *dc = json_object_get(conf, "direct_channel");
     dp->direct = !json_is_false(dc);
+    if (policy_parse(&dp->policy, json_object_get(conf, "policy"), err) < 0) {
+        json_decref(dp->conf);
+        free(dp);
+        return -1;
+    }
     if (dk_engine_init(&dp->eng, dp->conf, err) < 0) {
+        policy_free(dp->policy);
         json_decref(dp->conf);
         free(dp);
         return -1;
@@ -2031,6 +2032,7 @@ static void d_unload(void *cookie)
     struct dk_prov *dp = cookie;
     dk_reqlist_cancel(&dp->misc);
     dk_engine_deinit(&dp->eng);
+    policy_free(dp->policy);
     json_decref(dp->conf);
     free(dp->agent_path);
     free(dp->agent_tar);
@@ -2094,6 +2096,8 @@ static const struct cfg_key docker_keys[] = {
     {"labels", CFG_MAP},
     {"volumes", CFG_ANY},
     {"command_timeout_ms", CFG_INT},
+    {"runtime", CFG_STR},
+    {"policy", CFG_ANY},
     {NULL, 0},
 };
 

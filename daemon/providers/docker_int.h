@@ -300,6 +300,7 @@ struct dk_prov {
     struct dk_reqlist misc;
     int adopted_once;
     int direct; /* direct_channel: try the direct socket on local engines */
+    struct policy *policy; /* providers.docker.policy */
 };
 
 #define DK_AGENT_DIR "/.sbx"

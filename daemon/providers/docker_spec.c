@@ -32,7 +32,8 @@ static const char *const option_keys[] = {
     "memory_swap",  "cpu_shares",      "cpu_quota",  "cpu_period",
     "pids_limit",   "readonly_rootfs", "cap_drop",   "cap_add",
     "security_opt", "ulimits",         "tmpfs",      "working_dir",
-    "user",         "labels",          "exec_mode",  NULL,
+    "user",         "labels",          "exec_mode",  "runtime",
+    NULL,
 };
 
 static int bad(sbx_err_t *err, const char *key, const char *fmt, const char *detail)
@@ -259,22 +260,6 @@ json_t *dk_env_to_arr(json_t *obj)
         free(s);
     }
     return a;
-}
-
-/* Every string of `need` is in `have` (case-insensitive). */
-static int contains_all(json_t *have, json_t *need)
-{
-    size_t i, j;
-    json_t *x, *y;
-    json_array_foreach(need, i, x)
-    {
-        int found = 0;
-        json_array_foreach(have, j, y) found |=
-            strcasecmp(json_string_value(x), json_string_value(y)) == 0;
-        if (!found)
-            return 0;
-    }
-    return 1;
 }
 
 /* ---- normalising ------------------------------------------------------------------ */
@@ -653,33 +638,9 @@ int dk_options(json_t **out, json_t *pconf, json_t *sbconf, sbx_err_t *err)
     if (mode)
         json_object_set_new(o, "exec_mode", json_string(mode));
 
-    /* Loosening the hardening from a request is for root only: privileged
-     * containers, host mounts, added capabilities, host networking and
-     * changed security options all hand the host to whoever runs code in the
-     * sandbox. The config may set them for everyone. */
-    json_object_set_new(o, "_loosened", json_boolean(0));
-    if (req) {
-        int loos = dk_opt_bool(req, "privileged", 0);
-        json_t *rv = json_object_get(req, "volumes");
-        loos |=
-            rv && !json_is_null(rv) && json_array_size(json_object_get(o, "volumes")) > 0;
-        loos |= json_object_get(req, "cap_add") &&
-                json_array_size(json_object_get(o, "cap_add")) > 0;
-        static const char *const keep[] = {"cap_drop", "security_opt", NULL};
-        for (size_t i = 0; keep[i]; i++) {
-            if (!json_object_get(req, keep[i]))
-                continue;
-            json_t *cl =
-                to_list(json_object_get(pconf, keep[i]) ? json_object_get(pconf, keep[i])
-                                                        : json_null());
-            loos |= !contains_all(json_object_get(o, keep[i]), cl);
-            json_decref(cl);
-        }
-        const char *rn = dk_opt_str(req, "network");
-        const char *cn = dk_opt_str(pconf, "network");
-        loos |= rn && strcmp(rn, "none") != 0 && strcmp(rn, cn ? cn : "none") != 0;
-        json_object_set_new(o, "_loosened", json_boolean(loos));
-    }
+    if (dk_opt_str(raw, "runtime"))
+        json_object_set_new(o, "runtime", json_string(dk_opt_str(raw, "runtime")));
+    /* Whether the owner may have all this is policy_check's (daemon/policy.c). */
     *out = o;
     o = NULL;
     ret = 0;
@@ -750,6 +711,8 @@ int dk_create_body(json_t **out, json_t *opts, const char *sandbox_id, uid_t own
     json_object_set(hc, "Ulimits", json_object_get(opts, "ulimits"));
     json_object_set(hc, "Tmpfs", json_object_get(opts, "tmpfs"));
     json_object_set(hc, "Binds", json_object_get(opts, "volumes"));
+    if (json_object_get(opts, "runtime"))
+        json_object_set(hc, "Runtime", json_object_get(opts, "runtime"));
     json_object_set_new(hc, "Init", json_false());
     /* PID 1's stdout is the agent channel: every output byte of every
      * process would also land in the engine's log files. */
