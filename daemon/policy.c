@@ -465,6 +465,10 @@ static int check_ceilings(json_t *g, json_t *pconf, json_t *eff, sbx_err_t *err)
         int64_t ceil = c > 0 ? c : 0;
         if (gv && json_integer_value(gv) > ceil)
             ceil = json_integer_value(gv);
+        /* memory + swap is at least memory: a higher memory grant lifts it too */
+        json_t *gm = json_object_get(g, "memory");
+        if (!strcmp(lim[i].key, "memory_swap") && json_integer_value(gm) > ceil)
+            ceil = json_integer_value(gm);
         if (ceil <= 0)
             continue; /* nothing configured: nothing to loosen */
         int64_t v = num_of(eff, lim[i].key, 0);

@@ -16,6 +16,7 @@
  */
 #include <curl/curl.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <stdint.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -907,6 +908,250 @@ static void test_snapshots_last(void)
     stop_sbxd(pid, SIGTERM);
 }
 
+/* ---- issue 10: the policy, proven by a second uid ------------------------------------ */
+
+/* One call as another uid (a forked child that drops to uid:gid). */
+static json_t *as_uid(uid_t uid, gid_t gid, const char *sock, const char *method,
+                      json_t *params, int timeout_ms)
+{
+    int fds[2];
+    if (pipe(fds) < 0) {
+        json_decref(params);
+        return NULL;
+    }
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fds[0]);
+        if (setgroups(0, NULL) < 0 || setgid(gid) < 0 || setuid(uid) < 0)
+            _exit(3);
+        conn *c = cn_open(sock);
+        json_t *r = c ? cn_call_t(c, timeout_ms, method, params)
+                      : json_pack("{s:{s:i, s:s}}", "error", "code", 2, "message", "connect");
+        char *t = json_dumps(r, JSON_COMPACT);
+        size_t n = strlen(t), off = 0;
+        while (off < n) {
+            ssize_t w = write(fds[1], t + off, n - off);
+            if (w <= 0)
+                break;
+            off += (size_t)w;
+        }
+        _exit(0);
+    }
+    json_decref(params);
+    close(fds[1]);
+    struct membuf b = {0};
+    char buf[4096];
+    ssize_t n;
+    while ((n = read(fds[0], buf, sizeof(buf))) > 0)
+        mb_write(buf, 1, (size_t)n, &b);
+    close(fds[0]);
+    waitpid(pid, NULL, 0);
+    json_t *r = b.d ? json_loads(b.d, 0, NULL) : NULL;
+    free(b.d);
+    return r;
+}
+
+/* A create as uid with options (JSON text) that must be refused by the policy. */
+static int refused(uid_t uid, const char *sock, const char *id, const char *opts_json,
+                   const char *want_reason)
+{
+    json_t *o = json_loads(opts_json, 0, NULL);
+    if (!o) {
+        printf("      bad test options: %s\n", opts_json);
+        return 0;
+    }
+    json_t *r = as_uid(uid, uid, sock, "sandbox.create",
+                       json_pack("{s:s, s:s, s:o}", "id", id, "provider", "docker", "options", o),
+                       60000);
+    json_t *data = json_object_get(json_object_get(r, "error"), "data");
+    const char *reason = json_string_value(json_object_get(data, "reason"));
+    int ok = err_code(r) == -32003 && (!want_reason || (reason && !strcmp(reason, want_reason)));
+    if (!ok) {
+        char *t = json_dumps(r, JSON_COMPACT);
+        printf("      %s -> %.400s\n", opts_json, t ? t : "(no answer)");
+        free(t);
+    }
+    if (res_of(r)) /* it must not exist: clean up what slipped through */
+        json_decref(as_uid(uid, uid, sock, "sandbox.destroy", json_pack("{s:s}", "id", id), 60000));
+    json_decref(r);
+    return ok;
+}
+
+static void test_policy_uid(void)
+{
+    const uid_t A = 65534, B = 65533; /* A: nobody, in group nogroup; B: no rule */
+    char proj[512], net[64], extra[1500], sock[200];
+    chmod(tmpdir, 0755);
+    snprintf(proj, sizeof(proj), "%s/proj", tmpdir);
+    mkdir(proj, 0777);
+    chmod(proj, 0777);
+    snprintf(net, sizeof(net), "sbxnet-%d", (int)getpid());
+    char body[200];
+    snprintf(body, sizeof(body), "{\"Name\":\"%s\",\"Driver\":\"bridge\"}", net);
+    int have_net = engine("POST", "/networks/create", body, NULL) == 201;
+    int have_bridge = engine("GET", "/networks/bridge", NULL, NULL) == 200;
+    snprintf(extra, sizeof(extra),
+             "    cpu_quota: 100000\n"
+             "    policy:\n"
+             "      rules:\n"
+             "        - groups: [nogroup]\n"
+             "          network: [bridge, %s]\n"
+             "          volumes: [\"%s:rw\"]\n"
+             "          memory: 1g\n"
+             "          pids_limit: 512\n",
+             net, proj);
+    pid_t pid = 0;
+    conn *c = start_other("policy", docker_host, extra, &pid);
+    snprintf(sock, sizeof(sock), "%.80s/policy.sock", tmpdir);
+    for (int i = 0; c && i < 50; i++) {
+        json_t *r = cn_call(c, "daemon.info", NULL);
+        char *t = json_dumps(r, 0);
+        int up = t && strstr(t, "\"api_version\"");
+        free(t);
+        json_decref(r);
+        if (up)
+            break;
+        usleep(100000);
+    }
+    json_t *r = as_uid(A, A, sock, "daemon.info", NULL, 10000);
+    test_cond("policy: the second uid is served as itself (uid 65534, not admin)",
+              res_int(r, "uid") == (json_int_t)A && !json_is_true(json_object_get(res_of(r), "admin")));
+    json_decref(r);
+
+    /* hole 1: additive options that loosen */
+    test_cond("policy: security_opt seccomp=unconfined refused",
+              refused(A, sock, "pd1", "{\"security_opt\": [\"no-new-privileges\", \"seccomp=unconfined\"]}", "denied"));
+    test_cond("policy: security_opt apparmor=unconfined refused",
+              refused(A, sock, "pd2", "{\"security_opt\": [\"no-new-privileges\", \"apparmor=unconfined\"]}", "denied"));
+    test_cond("policy: security_opt label=disable refused",
+              refused(A, sock, "pd3", "{\"security_opt\": [\"no-new-privileges\", \"label=disable\"]}", "denied"));
+    test_cond("policy: pids_limit -1 refused (ceiling)", refused(A, sock, "pd4", "{\"pids_limit\": -1}", "ceiling"));
+    test_cond("policy: memory 0 refused (ceiling)", refused(A, sock, "pd5", "{\"memory\": 0}", "ceiling"));
+    test_cond("policy: memory_swap -1 refused (ceiling)", refused(A, sock, "pd6", "{\"memory_swap\": -1}", "ceiling"));
+    test_cond("policy: cpu_quota -1 refused (ceiling)", refused(A, sock, "pd7", "{\"cpu_quota\": -1}", "ceiling"));
+    test_cond("policy: tmpfs rw,exec,suid,size=100g refused",
+              refused(A, sock, "pd8", "{\"tmpfs\": {\"/tmp\": \"rw,exec,suid,size=100g\"}}", "denied"));
+    test_cond("policy: tmpfs size=100g refused (ceiling)",
+              refused(A, sock, "pd9", "{\"tmpfs\": {\"/tmp\": \"rw,size=100g\"}}", "ceiling"));
+    test_cond("policy: memory 2g above the rule's 1g refused (ceiling)",
+              refused(A, sock, "pd10", "{\"memory\": \"2g\"}", "ceiling"));
+    test_cond("policy: memory 1g refused for a uid with no rule (ceiling 512m)",
+              refused(B, sock, "pd11", "{\"memory\": \"1g\"}", "ceiling"));
+    test_cond("policy: privileged refused", refused(A, sock, "pd12", "{\"privileged\": true}", "denied"));
+    test_cond("policy: network host refused", refused(A, sock, "pd13", "{\"network\": \"host\"}", "denied"));
+    test_cond("policy: cap_add SYS_ADMIN refused", refused(A, sock, "pd14", "{\"cap_add\": [\"SYS_ADMIN\"]}", "denied"));
+    char o[700];
+    snprintf(o, sizeof(o), "{\"volumes\": [\"%s:/h:ro\"]}", tmpdir);
+    test_cond("policy: a bind mount outside the granted prefix refused", refused(A, sock, "pd15", o, "denied"));
+    snprintf(o, sizeof(o), "{\"volumes\": [\"%s:/w\"]}", proj);
+    test_cond("policy: the granted bind mount refused to a uid with no rule", refused(B, sock, "pd16", o, "denied"));
+    snprintf(o, sizeof(o), "{\"network\": \"%s\"}", net);
+    test_cond("policy: the named network refused to a uid with no rule", refused(B, sock, "pd17", o, "denied"));
+
+    /* allowed by the rule: the project dir read-write, memory and pids up to the ceilings */
+    snprintf(o, sizeof(o), "{\"volumes\": [\"%s:/project\"], \"memory\": \"1g\", \"memory_swap\": \"1g\", \"pids_limit\": 512}", proj);
+    json_t *opts = json_loads(o, 0, NULL);
+    r = as_uid(A, A, sock, "sandbox.create",
+               json_pack("{s:s, s:s, s:o}", "id", "pa", "provider", "docker", "options", opts), 120000);
+    test_cond("policy: the granted bind mount, memory 1g and pids 512 are allowed",
+              strcmp(res_str(r, "status"), "running") == 0);
+    json_decref(r);
+    r = as_uid(A, A, sock, "process.exec",
+               json_pack("{s:s, s:s}", "sandbox", "pa", "command",
+                         "echo hi > /project/from-sandbox && echo secret > /workspace/secret && "
+                         "grep Seccomp: /proc/self/status | tr -d '\\t ' && cat "
+                         "/sys/fs/cgroup/pids/pids.max 2>/dev/null || cat /sys/fs/cgroup/pids.max; "
+                         "unshare -U -n true 2>/dev/null && echo unshared || echo no-unshare"),
+               30000);
+    char hostfile[600];
+    snprintf(hostfile, sizeof(hostfile), "%s/from-sandbox", proj);
+    struct stat st;
+    test_cond("policy: the sandbox wrote into the project dir on the host", stat(hostfile, &st) == 0);
+    test_cond("policy: inside, seccomp is on, pids.max is 512 and unshare(USER|NET) fails",
+              strcmp(res_str(r, "stdout"), "Seccomp:2\n512\nno-unshare\n") == 0);
+    if (strcmp(res_str(r, "stdout"), "Seccomp:2\n512\nno-unshare\n") != 0)
+        printf("      stdout: %s\n", res_str(r, "stdout"));
+    json_decref(r);
+
+    /* hole 2: another user's snapshot image by any name */
+    r = as_uid(A, A, sock, "sandbox.snapshot", json_pack("{s:s}", "id", "pa"), 120000);
+    char snap[64], image[128] = "", tag[256] = "";
+    snprintf(snap, sizeof(snap), "%s", res_str(r, "snapshot"));
+    json_decref(r);
+    json_t *list = NULL;
+    char path[300];
+    snprintf(path, sizeof(path), "/images/json?filters=%%7B%%22label%%22%%3A%%5B%%22sbxd.snapshot%%3D%s%%22%%5D%%7D", snap);
+    if (engine("GET", path, NULL, &list) == 200 && json_array_size(list) == 1) {
+        json_t *im = json_array_get(list, 0);
+        snprintf(image, sizeof(image), "%s", json_string_value(json_object_get(im, "Id")));
+        snprintf(tag, sizeof(tag), "%s", json_string_value(json_array_get(json_object_get(im, "RepoTags"), 0)));
+    }
+    json_decref(list);
+    test_cond("policy: the snapshot image carries its owner", image[0] && tag[0]);
+    r = as_uid(B, B, sock, "sandbox.create",
+               json_pack("{s:s, s:s, s:s}", "id", "pb1", "provider", "docker", "snapshot", snap), 60000);
+    test_cond("policy: another uid cannot create from the snapshot id (-32602 no such snapshot)",
+              err_code(r) == -32602);
+    json_decref(r);
+    r = as_uid(B, B, sock, "sandbox.create",
+               json_pack("{s:s, s:s, s:s}", "id", "pb2", "provider", "docker", "image", tag), 60000);
+    test_cond("policy: another uid cannot use the snapshot image by its tag (-32003)", err_code(r) == -32003);
+    if (res_of(r))
+        json_decref(as_uid(B, B, sock, "sandbox.destroy", json_pack("{s:s}", "id", "pb2"), 60000));
+    json_decref(r);
+    char ref[200];
+    snprintf(ref, sizeof(ref), "{\"image\": \"sha256:%.1s\"}", image[0] ? image + 7 : "e");
+    test_cond("policy: image sha256:<one hex digit> refused", refused(B, sock, "pb3", ref, "denied"));
+    snprintf(ref, sizeof(ref), "{\"image\": \"%.12s\"}", image[0] ? image + 7 : "e");
+    test_cond("policy: image by bare id prefix refused", refused(B, sock, "pb4", ref, "denied"));
+    snprintf(ref, sizeof(ref), "{\"image\": \"%s\"}", image);
+    test_cond("policy: image by full id refused", refused(B, sock, "pb5", ref, "denied"));
+    r = as_uid(A, A, sock, "snapshot.list", NULL, 60000);
+    test_cond("policy: the owner lists its snapshot", json_array_size(json_object_get(res_of(r), "snapshots")) == 1);
+    json_decref(r);
+    r = as_uid(B, B, sock, "snapshot.list", NULL, 60000);
+    test_cond("policy: another uid does not see it", res_of(r) && json_array_size(json_object_get(res_of(r), "snapshots")) == 0);
+    json_decref(r);
+    r = as_uid(B, B, sock, "snapshot.delete", json_pack("{s:s}", "snapshot", snap), 60000);
+    test_cond("policy: another uid cannot delete it (-32000)", err_code(r) == -32000);
+    json_decref(r);
+
+    /* networks the private engine can run */
+    if (have_net) {
+        snprintf(o, sizeof(o), "{\"network\": \"%s\"}", net);
+        opts = json_loads(o, 0, NULL);
+        r = as_uid(A, A, sock, "sandbox.create",
+                   json_pack("{s:s, s:s, s:o}", "id", "pn", "provider", "docker", "options", opts), 120000);
+        test_cond("policy: a named network granted by a group rule", strcmp(res_str(r, "status"), "running") == 0);
+        json_decref(r);
+        r = as_uid(A, A, sock, "process.exec",
+                   json_pack("{s:s, s:s}", "sandbox", "pn", "command", "ip -4 addr show eth0 | grep -c inet"), 30000);
+        test_cond("policy: the sandbox has an address on it (eth0)", strcmp(res_str(r, "stdout"), "1\n") == 0);
+        json_decref(r);
+        json_decref(as_uid(A, A, sock, "sandbox.destroy", json_pack("{s:s}", "id", "pn"), 60000));
+    } else {
+        test_skip("policy: a named network granted by a group rule", "the engine cannot create a network");
+    }
+    if (have_bridge) {
+        r = as_uid(A, A, sock, "sandbox.create",
+                   json_pack("{s:s, s:s, s:{s:s}}", "id", "pbr", "provider", "docker", "options", "network", "bridge"), 120000);
+        test_cond("policy: network bridge granted by a group rule", strcmp(res_str(r, "status"), "running") == 0);
+        json_decref(r);
+        json_decref(as_uid(A, A, sock, "sandbox.destroy", json_pack("{s:s}", "id", "pbr"), 60000));
+    } else {
+        test_skip("policy: network bridge granted by a group rule",
+                  "the private engine runs --bridge=none: no default bridge network");
+    }
+    json_decref(as_uid(A, A, sock, "sandbox.destroy", json_pack("{s:s}", "id", "pa"), 60000));
+    json_decref(as_uid(A, A, sock, "snapshot.delete", json_pack("{s:s}", "snapshot", snap), 60000));
+    if (have_net) {
+        snprintf(path, sizeof(path), "/networks/%s", net);
+        engine("DELETE", path, NULL, NULL);
+    }
+    cn_close(c);
+    stop_sbxd(pid, SIGTERM);
+}
+
 /* SIGKILL sbxd while a process runs; the new sbxd adopts the container and the process.
  */
 static void test_restart(conn **cp)
@@ -1756,6 +2001,7 @@ int main(int argc, char **argv)
     STEP(test_misbehaving(c));
     STEP(test_lifetime_env(c));
     STEP(test_snapshots_last());
+    STEP(test_policy_uid());
     STEP(test_restart(&c));
     if (c && (!only || strstr("test_tls", only))) {
         /* a container of the main sbxd that the TLS sbxd reconnects to by label */

@@ -9,7 +9,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "config.h"
 #include "policy.h"
+#include "provider.h"
 #include "providers/docker_int.h"
 #include "sbx_proto.h"
 #include "testhelp.h"
@@ -83,6 +85,56 @@ static int parse_fails(const char *yaml_json, const char *want)
     err_clear(&err);
     policy_free(p);
     return ok;
+}
+
+/* config/examples/agent-service.yaml loads, and its policy (with the service
+ * user "agents" replaced by nobody, who exists here) grants what it says. */
+static void test_example(void)
+{
+    struct cfg_schema sch[8];
+    size_t n = 0;
+    for (size_t i = 0; sbx_providers[i] && n < 8; i++, n++) {
+        sch[n].provider = sbx_providers[i]->name;
+        sch[n].keys = sbx_providers[i]->config_keys;
+    }
+    struct sbx_config cfg;
+    sbx_err_t err = {0};
+    config_init_defaults(&cfg);
+    int r = config_load_file(&cfg, "config/examples/agent-service.yaml", sch, n, &err);
+    test_cond("example: agent-service.yaml loads", r == 0);
+    if (r < 0) {
+        printf("      %s\n", err.msg);
+        err_clear(&err);
+        config_deinit(&cfg);
+        return;
+    }
+    json_t *dconf = config_provider(&cfg, "docker");
+    json_t *pj = json_deep_copy(json_object_get(dconf, "policy"));
+    json_t *rule = json_array_get(json_object_get(pj, "rules"), 0);
+    json_object_set_new(rule, "users", json_pack("[s]", "nobody"));
+    struct policy *ex = NULL;
+    r = policy_parse(&ex, pj, &err);
+    test_cond("example: its policy parses", r == 0);
+    json_decref(pj);
+    if (r == 0) {
+        struct policy *keep = pol;
+        json_t *keepc = pconf;
+        pol = ex;
+        pconf = dconf;
+        test_cond("example: the service user may use the bridge network",
+                  ALLOWED(65534, "{\"network\": \"bridge\"}"));
+        test_cond("example: memory 2g and pids 1024 for the service user",
+                  ALLOWED(65534, "{\"memory\": \"2g\", \"memory_swap\": \"2g\", \"pids_limit\": 1024}"));
+        test_cond("example: memory 4g is above its ceiling", CEILING(65534, "{\"memory\": \"4g\"}"));
+        test_cond("example: another uid keeps network none", DENIED(2000, "{\"network\": \"bridge\"}"));
+        test_cond("example: the service user still cannot go privileged",
+                  DENIED(65534, "{\"privileged\": true}"));
+        pol = keep;
+        pconf = keepc;
+        policy_free(ex);
+    }
+    err_clear(&err);
+    config_deinit(&cfg);
 }
 
 int main(void)
@@ -183,6 +235,8 @@ int main(void)
     test_cond("ceiling: memory 0 (unlimited)", CEILING(2000, "{\"memory\": 0}"));
     test_cond("allowed: memory 0 itself where a rule says -1", ALLOWED(1001, "{\"memory\": 0}"));
     test_cond("ceiling: memory_swap -1", CEILING(2000, "{\"memory_swap\": -1}"));
+    test_cond("allowed: memory_swap up to a rule's memory", ALLOWED(1000, "{\"memory\": \"1g\", \"memory_swap\": \"1g\"}"));
+    test_cond("ceiling: memory_swap above it", CEILING(1000, "{\"memory\": \"1g\", \"memory_swap\": \"2g\"}"));
     test_cond("ceiling: pids_limit -1", CEILING(2000, "{\"pids_limit\": -1}"));
     test_cond("ceiling: pids_limit 0", CEILING(2000, "{\"pids_limit\": 0}"));
     test_cond("allowed: pids_limit 512 by a rule", ALLOWED(1000, "{\"pids_limit\": 512}"));
@@ -264,6 +318,7 @@ int main(void)
     test_cond("parse: no policy is no rules", policy_parse(&empty, NULL, &err) == 0 && empty);
     policy_free(empty);
 
+    test_example();
     policy_free(pol);
     json_decref(pconf);
     char cmd[300];
