@@ -35,6 +35,10 @@ static int opt_str(struct call *c, json_t *params, const char *key, const char *
         return 0;
     if (!json_is_string(v))
         return bad_param(c, key, "must be a string");
+    /* Strings here name things (ids, providers, paths): "a\u0000zz" must not
+     * quietly become "a". */
+    if (strlen(json_string_value(v)) != json_string_length(v))
+        return bad_param(c, key, "must not contain a NUL byte");
     *out = json_string_value(v);
     return 0;
 }
@@ -127,8 +131,10 @@ static struct process *get_process(struct call *c, json_t *params, struct sandbo
     if (!sb)
         return NULL;
     json_t *pid = json_object_get(params, "pid");
-    if (!json_is_integer(pid)) {
-        bad_param(c, "pid", "must be an integer");
+    if (!json_is_integer(pid) || json_integer_value(pid) < 1 ||
+        json_integer_value(pid) > (json_int_t)UINT32_MAX) {
+        /* Out of range is not "not found": 2^32+1 must not alias pid 1. */
+        bad_param(c, "pid", "must be an integer in 1..4294967295");
         return NULL;
     }
     struct process *p = process_find(sb, (uint32_t)json_integer_value(pid));
@@ -373,7 +379,7 @@ static void m_create(struct call *c, json_t *params)
         json_array_foreach(tools, i, t)
         {
             const char *n = json_string_value(t);
-            int ok = n && n[0] && strlen(n) < 64 && !isdigit((unsigned char)n[0]);
+            int ok = n && n[0] && strlen(n) == json_string_length(t) && strlen(n) < 64 && !isdigit((unsigned char)n[0]);
             for (const char *q = n; ok && *q; q++)
                 ok = isalnum((unsigned char)*q) || *q == '_';
             if (!ok) {

@@ -31,6 +31,11 @@
 #define GIB (MIB * 1024)
 
 #define MAX_FILE_BYTES (4 * MIB) /* a config file is small; refuse anything silly */
+/* libyaml keeps a simple-key slot per flow level and rescans them for every
+ * token: 40k '[' took 16 s. An event pre-pass stops at this depth, before
+ * the quadratic part, so a load (and a SIGHUP reload on the loop) stays
+ * bounded by the file size cap. */
+#define YAML_MAX_DEPTH 64
 #define ANY_MAX_DEPTH 32         /* also stops recursive aliases (&a [*a]) */
 #define ANY_MAX_NODES 100000     /* stops alias bombs ("billion laughs") */
 #define PATH_BUF 256     /* dotted key paths in messages; truncation is harmless */
@@ -73,6 +78,20 @@ static const struct core_key core_keys[] = {
     {"limits", "replay_bytes", K_SIZE, F(replay_bytes), 1, GIB, 0},
     {"limits", "session_output_high", K_SIZE, F(session_output_high), 1, 64 * GIB, 0},
     {"limits", "session_output_hard", K_SIZE, F(session_output_hard), 1, 64 * GIB, 0},
+    {"limits", "max_sessions_per_uid", K_INT, F(max_sessions_per_uid), 1, 1000000, 0},
+    {"limits", "admin_reserved_sessions", K_INT, F(admin_reserved_sessions), 0, 1000000, 0},
+    {"limits", "session_idle_timeout_ms", K_INT, F(session_idle_timeout_ms), 0, 86400000, 0},
+    {"limits", "input_bytes_per_uid", K_SIZE, F(input_bytes_per_uid), 1024, 64 * GIB, 0},
+    {"limits", "output_bytes_total", K_SIZE, F(output_bytes_total), 1024, 1024 * GIB, 0},
+    {"limits", "retained_bytes_per_sandbox", K_SIZE, F(retained_bytes_per_sandbox), 0, 64 * GIB,
+     0},
+    {"limits", "retained_bytes_total", K_SIZE, F(retained_bytes_total), 0, 1024 * GIB, 0},
+    {"limits", "env_bytes", K_SIZE, F(env_bytes), 1024, GIB, 0},
+    {"limits", "max_snapshots_per_uid", K_INT, F(max_snapshots_per_uid), 0, 1000000, 0},
+    {"limits", "snapshot_bytes_per_uid", K_SIZE, F(snapshot_bytes_per_uid), 0, 1024 * GIB, 0},
+    {"limits", "max_memory_limit_mb", K_INT, F(max_memory_limit_mb), 1, 1048576, 0},
+    {"limits", "op_timeout_ms", K_INT, F(op_timeout_ms), 100, 86400000, 0},
+    {"limits", "agent_log_lines_per_s", K_INT, F(agent_log_lines_per_s), 1, 1000000, 0},
     {"defaults", "provider", K_STR, F(default_provider), 1, 64, 0},
     {"defaults", "timeout_ms", K_INT, F(default_timeout_ms), 1, 86400000, 0},
     {"defaults", "idle_timeout_ms", K_INT, F(default_idle_timeout_ms), 0, 86400000, 0},
@@ -101,6 +120,19 @@ int config_init_defaults(struct sbx_config *cfg)
     cfg->replay_bytes = MIB;
     cfg->session_output_high = 8 * MIB;
     cfg->session_output_hard = 64 * MIB;
+    cfg->max_sessions_per_uid = 64;
+    cfg->admin_reserved_sessions = 16;
+    cfg->session_idle_timeout_ms = 600000;
+    cfg->input_bytes_per_uid = 64 * MIB;
+    cfg->output_bytes_total = GIB;
+    cfg->retained_bytes_per_sandbox = 32 * MIB;
+    cfg->retained_bytes_total = 512 * MIB;
+    cfg->env_bytes = 256 * KIB;
+    cfg->max_snapshots_per_uid = 32;
+    cfg->snapshot_bytes_per_uid = 64 * MIB;
+    cfg->max_memory_limit_mb = 512;
+    cfg->op_timeout_ms = 300000;
+    cfg->agent_log_lines_per_s = 50;
     cfg->default_timeout_ms = 300000;
     cfg->default_idle_timeout_ms = 0;
     cfg->default_command_timeout_ms = 300000;
@@ -1235,6 +1267,38 @@ static int yaml_fail(const char *file, const yaml_parser_t *p, const char *buf,
     }
 }
 
+/* The nesting pre-pass: events only, stopping at the first node deeper than
+ * YAML_MAX_DEPTH. Syntax errors are left to the real load, which reports them. */
+static int check_depth(const char *file, const char *buf, size_t len, sbx_err_t *err)
+{
+    yaml_parser_t p;
+    if (!yaml_parser_initialize(&p))
+        return err_make(err, SBX_E_PARAMS, "%s: out of memory", file);
+    yaml_parser_set_input_string(&p, (const unsigned char *)buf, len);
+    int depth = 0, ret = 0;
+    for (;;) {
+        yaml_event_t ev;
+        if (!yaml_parser_parse(&p, &ev))
+            break;
+        yaml_event_type_t t = ev.type;
+        yaml_mark_t m = ev.start_mark;
+        yaml_event_delete(&ev);
+        if (t == YAML_STREAM_END_EVENT)
+            break;
+        if (t == YAML_SEQUENCE_START_EVENT || t == YAML_MAPPING_START_EVENT) {
+            if (++depth > YAML_MAX_DEPTH) {
+                ret = err_make(err, SBX_E_PARAMS, "%s:%zu:%zu: nested more than %d levels deep",
+                               file, m.line + 1, m.column + 1, YAML_MAX_DEPTH);
+                break;
+            }
+        } else if (t == YAML_SEQUENCE_END_EVENT || t == YAML_MAPPING_END_EVENT) {
+            depth--;
+        }
+    }
+    yaml_parser_delete(&p);
+    return ret;
+}
+
 int config_load_file(struct sbx_config *cfg, const char *path,
                      const struct cfg_schema *schemas, size_t nschemas, sbx_err_t *err)
 {
@@ -1250,6 +1314,8 @@ int config_load_file(struct sbx_config *cfg, const char *path,
     if (!cfg || !path || (nschemas && !schemas))
         return err_make(err, SBX_E_INTERNAL, "config_load_file: invalid arguments");
     if ((ret = read_all(path, &buf, &len, err)) < 0)
+        goto out;
+    if ((ret = check_depth(path, buf, len, err)) < 0)
         goto out;
     if (!yaml_parser_initialize(&parser)) {
         ret = err_make(err, SBX_E_PARAMS, "%s: out of memory", path);

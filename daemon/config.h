@@ -59,6 +59,19 @@ struct sbx_config {
     int64_t replay_bytes;              /* default 1 MiB per stream per process */
     int64_t session_output_high;       /* default 8 MiB */
     int64_t session_output_hard;       /* default 64 MiB */
+    int64_t max_sessions_per_uid;      /* default 64 */
+    int64_t admin_reserved_sessions;   /* default 16: of max_sessions, only admins get these */
+    int64_t session_idle_timeout_ms;   /* default 600000; 0 = off */
+    int64_t input_bytes_per_uid;       /* default 64 MiB: unparsed input of a uid's sessions */
+    int64_t output_bytes_total;        /* default 1 GiB: queued output of all sessions */
+    int64_t retained_bytes_per_sandbox; /* default 32 MiB: replay + results of exited processes */
+    int64_t retained_bytes_total;      /* default 512 MiB: the same, daemon-wide */
+    int64_t env_bytes;                 /* default 256 KiB: an env (keys + values) */
+    int64_t max_snapshots_per_uid;     /* default 32 */
+    int64_t snapshot_bytes_per_uid;    /* default 64 MiB */
+    int64_t max_memory_limit_mb;       /* default 512: ceiling of memory_limit_mb */
+    int64_t op_timeout_ms;             /* default 300000: start/stop/destroy/snapshot deadline */
+    int64_t agent_log_lines_per_s;     /* default 50: agent LOG/ERROR lines per sandbox */
 
     /* defaults: */
     char *default_provider;      /* default "duktape" */

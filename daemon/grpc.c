@@ -640,6 +640,8 @@ static size_t on_data(struct curlev_req *r, const char *d, size_t n, void *privd
         return 0;
     if (c->paused)
         return CURL_WRITEFUNC_PAUSE;
+    if (n == 0)
+        return 0; /* nothing to add; c->in may still be NULL (memcpy(NULL, d, 0) is UB) */
     /* Room: compact first, then grow to at most one message + prefix + this chunk. */
     if (c->in_off > 0 && c->in_off == c->in_len)
         c->in_off = c->in_len = 0;

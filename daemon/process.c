@@ -254,7 +254,8 @@ static void emit_stream(struct process *p, int stream, const uint8_t *d, size_t 
         return;
     if (buf != d) {
         memcpy(buf, st->tail, st->ntail);
-        memcpy(buf + st->ntail, d, n);
+        if (n > 0) /* the final flush passes d == NULL: memcpy(x, NULL, 0) is UB */
+            memcpy(buf + st->ntail, d, n);
     }
     size_t hold = final ? 0 : utf8_incomplete_tail(buf, tot);
     size_t send = tot - hold;
@@ -514,6 +515,12 @@ static void prune_exited(struct sandbox *sb, struct process *keep)
 
 static void timeout_cb(struct ev_loop *loop, ev_timer *w, int revents);
 
+/* A JSON string with a NUL inside (JSON_ALLOW_NUL lets "\u0000" through). */
+static int has_nul(json_t *v)
+{
+    return json_is_string(v) && strlen(json_string_value(v)) != json_string_length(v);
+}
+
 int signal_from_json(json_t *v, int *out)
 {
     static const struct {
@@ -533,7 +540,7 @@ int signal_from_json(json_t *v, int *out)
         *out = (int)n;
         return 0;
     }
-    if (!json_is_string(v))
+    if (!json_is_string(v) || has_nul(v))
         return -1;
     const char *s = json_string_value(v);
     if (strncasecmp(s, "SIG", 3) == 0)
@@ -596,21 +603,30 @@ int process_new(struct process **out, struct sandbox *sb, json_t *params, struct
     if (json_is_string(cmd)) {
         if (json_string_length(cmd) == 0)
             return params_error(err, "command", "command is empty");
+        if (has_nul(cmd))
+            return params_error(err, "command", "command contains a NUL byte");
     } else if (json_is_array(cmd) && json_array_size(cmd) > 0) {
         size_t i;
         json_t *a;
-        json_array_foreach(cmd, i, a) if (!json_is_string(a)) return params_error(
-            err, "command", "command array must hold strings");
+        json_array_foreach(cmd, i, a)
+        {
+            if (!json_is_string(a))
+                return params_error(err, "command", "command array must hold strings");
+            if (has_nul(a))
+                return params_error(err, "command", "command contains a NUL byte");
+        }
     } else {
         return params_error(err, "command", "command must be a string or a non-empty array");
     }
     json_t *env = json_object_get(params, "env");
     if (env && !json_is_object(env) && !json_is_null(env))
         return params_error(err, "env", "env must be an object");
+    if (env_check(env, err) < 0)
+        return -1;
     json_t *jcwd = json_object_get(params, "cwd");
     const char *cwd = NULL;
     if (jcwd && !json_is_null(jcwd)) {
-        if (!json_is_string(jcwd) || json_string_value(jcwd)[0] != '/')
+        if (!json_is_string(jcwd) || json_string_value(jcwd)[0] != '/' || has_nul(jcwd))
             return params_error(err, "cwd", "cwd must be an absolute path");
         cwd = json_string_value(jcwd);
     }

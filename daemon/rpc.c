@@ -192,6 +192,12 @@ static void handle_one(struct session *s, json_t *req, struct batch *b, int inde
         return;
     }
     c->method = json_string_value(m);
+    if (strlen(c->method) != json_string_length(m)) {
+        /* "daemon.ping\u0000x" must not run daemon.ping. */
+        call_error(c, SBX_E_PARAMS, json_pack("{s:s}", "param", "method"),
+                   "method name contains a NUL byte");
+        return;
+    }
     method_fn fn = api_lookup(c->method);
     if (!fn) {
         call_error(c, SBX_E_METHOD, json_pack("{s:s}", "method", c->method),

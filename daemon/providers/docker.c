@@ -1837,6 +1837,11 @@ static void adopt_one(struct dk_prov *dp, json_t *c)
     json_object_set_new(conf, "provider", json_string("docker"));
     json_object_del(conf, "snapshot");
     double created = cr ? atof(cr) : 0;
+    /* A label is the container's to say: "inf" or "1e300" must not reach the
+     * float-to-integer conversion below (UB). Anything not a plausible epoch
+     * second counts as unknown. */
+    if (!(created > 0 && created < 1e11))
+        created = 0;
     /* The lifetime counts from the original creation. */
     json_int_t life = json_integer_value(json_object_get(conf, "timeout_ms"));
     if (life <= 0)

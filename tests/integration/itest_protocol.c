@@ -241,6 +241,56 @@ static void test_errors(void)
     cn_close(c);
 }
 
+/* Strings that name things may not hide a NUL; integers may not wrap. */
+static void test_strictness(void)
+{
+    conn *c = cn_open(sock);
+    json_t *r;
+
+    r = raw_line(c, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"daemon.ping\\u0000x\"}");
+    test_cond("a method name with NUL gets -32602, not a ping", err_code(r) == SBX_E_PARAMS);
+    json_decref(r);
+
+    r = cn_call(c, "sandbox.create", json_pack("{s:s}", "id", "nul1"));
+    test_cond("create a sandbox for the strictness tests", strcmp(res_str(r, "status"), "running") == 0);
+    json_decref(r);
+
+    r = raw_line(c, "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"sandbox.get\","
+                    "\"params\":{\"id\":\"nul1\\u0000zz\"}}");
+    test_cond("a sandbox id with NUL gets -32602, it does not resolve to its prefix",
+              err_code(r) == SBX_E_PARAMS);
+    json_decref(r);
+
+    r = raw_line(c, "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"sandbox.set_env\","
+                    "\"params\":{\"id\":\"nul1\",\"env\":{\"A\":\"x\\u0000y\"}}}");
+    test_cond("an env value with NUL gets -32602", err_code(r) == SBX_E_PARAMS);
+    json_decref(r);
+
+    r = raw_line(c, "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"process.exec\","
+                    "\"params\":{\"sandbox\":\"nul1\",\"command\":\"1\",\"cwd\":\"/a\\u0000b\"}}");
+    test_cond("a cwd with NUL gets -32602", err_code(r) == SBX_E_PARAMS);
+    json_decref(r);
+
+    r = raw_line(c, "{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"sandbox.create\","
+                    "\"params\":{\"tools\":[\"a\\u0000b\"]}}");
+    test_cond("a tool name with NUL gets -32602", err_code(r) == SBX_E_PARAMS);
+    json_decref(r);
+
+    r = cn_call(c, "process.exec", json_pack("{s:s, s:s}", "sandbox", "nul1", "command", "1+1"));
+    test_cond("pid 1 exists", res_int(r, "pid") == 1);
+    json_decref(r);
+    r = cn_call(c, "process.wait", json_pack("{s:s, s:I}", "sandbox", "nul1", "pid",
+                                             (json_int_t)4294967297LL));
+    test_cond("pid 2^32+1 gets -32602 and does not alias pid 1", err_code(r) == SBX_E_PARAMS);
+    json_decref(r);
+    r = cn_call(c, "process.wait", json_pack("{s:s, s:i}", "sandbox", "nul1", "pid", -1));
+    test_cond("a negative pid gets -32602", err_code(r) == SBX_E_PARAMS);
+    json_decref(r);
+
+    json_decref(cn_call(c, "sandbox.destroy", json_pack("{s:s}", "id", "nul1")));
+    cn_close(c);
+}
+
 /* A second uid: sees nothing of root's, can't take its ids. */
 static void test_second_uid(void)
 {
@@ -334,6 +384,7 @@ int main(int argc, char **argv)
     test_framing();
     test_info();
     test_errors();
+    test_strictness();
     test_second_uid();
     test_limits();
     test_cond("the daemon still answers at the end", ping_ok());
