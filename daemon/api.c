@@ -16,6 +16,7 @@
 #include "sbx_proto.h"
 #include "session.h"
 #include "snapshot.h"
+#include "usage.h"
 #include "utf8.h"
 
 /* -- params ------------------------------------------------------------------- */
@@ -171,6 +172,60 @@ static void m_ping(struct call *c, json_t *params)
     call_reply(c, json_pack("{s:b, s:s}", "pong", 1, "time", daemon_timestamp(daemon_now(), ts)));
 }
 
+/* Every configured limit, by its config key (limits.*). */
+static json_t *limits_json(void)
+{
+    const struct sbx_config *g = &D->cfg;
+    json_t *o = json_object();
+#define L(k) json_object_set_new(o, #k, json_integer((json_int_t)g->k))
+    L(max_sessions);
+    L(max_sessions_per_uid);
+    L(admin_reserved_sessions);
+    L(session_idle_timeout_ms);
+    L(max_sandboxes_per_uid);
+    L(max_processes_per_sandbox);
+    L(max_message_bytes);
+    L(input_bytes_per_uid);
+    L(exec_output_bytes);
+    L(replay_bytes);
+    L(retained_bytes_per_sandbox);
+    L(retained_bytes_total);
+    L(session_output_high);
+    L(session_output_hard);
+    L(output_bytes_total);
+    L(env_bytes);
+    L(max_snapshots_per_uid);
+    L(snapshot_bytes_per_uid);
+    L(max_memory_limit_mb);
+    L(op_timeout_ms);
+    L(agent_log_lines_per_s);
+#undef L
+    return o;
+}
+
+static void put_usage(json_t *o, const char *limit, json_int_t used, json_int_t max)
+{
+    json_object_set_new(o, limit, json_pack("{s:I, s:I}", "used", used, "max", max));
+}
+
+/* The caller's usage against each cap that counts per uid, per session or
+ * daemon-wide (what the caller shares with everyone). */
+static json_t *usage_json(struct session *s, uid_t uid)
+{
+    const struct sbx_config *g = &D->cfg;
+    struct uid_usage *u = usage_find(uid);
+    json_t *o = json_object();
+    put_usage(o, "max_sessions", D->nsessions, g->max_sessions);
+    put_usage(o, "max_sessions_per_uid", u ? u->sessions : 0, g->max_sessions_per_uid);
+    put_usage(o, "input_bytes_per_uid", u ? (json_int_t)u->input_bytes : 0,
+              g->input_bytes_per_uid);
+    put_usage(o, "max_sandboxes_per_uid", sandbox_count_owned(uid), g->max_sandboxes_per_uid);
+    put_usage(o, "session_output_hard", s ? (json_int_t)s->obuf.bytes : 0,
+              g->session_output_hard);
+    put_usage(o, "output_bytes_total", (json_int_t)session_output_total(), g->output_bytes_total);
+    return o;
+}
+
 static void m_info(struct call *c, json_t *params)
 {
     json_t *provs = json_array();
@@ -194,18 +249,15 @@ static void m_info(struct call *c, json_t *params)
         json_array_append_new(provs, o);
     }
     uid_t uid = c->sess ? c->sess->uid : 0;
-    call_reply(c, json_pack("{s:s, s:s, s:f, s:i, s:i, s:b, s:o, s:{s:i, s:i, s:i}, s:{s:I, s:I, s:I, s:I, s:I, s:I}}",
-                            "version", SBX_VERSION, "protocol", SBX_PROTO_VERSION, "uptime_s",
+    json_t *res = json_pack("{s:s, s:s, s:f, s:i, s:i, s:b, s:o, s:{s:i, s:i, s:i}}", "version",
+                            SBX_VERSION, "protocol", SBX_PROTO_VERSION, "uptime_s",
                             ev_now(D->loop) - D->started_mono, "pid", (int)getpid(), "uid",
                             (int)uid, "admin", c->sess ? c->sess->admin : 0, "providers", provs,
                             "counts", "sessions", D->nsessions, "sandboxes", D->nsandboxes,
-                            "processes", D->nprocesses, "limits", "max_sessions",
-                            (json_int_t)D->cfg.max_sessions, "max_sandboxes_per_uid",
-                            (json_int_t)D->cfg.max_sandboxes_per_uid, "max_processes_per_sandbox",
-                            (json_int_t)D->cfg.max_processes_per_sandbox, "max_message_bytes",
-                            (json_int_t)D->cfg.max_message_bytes, "exec_output_bytes",
-                            (json_int_t)D->cfg.exec_output_bytes, "replay_bytes",
-                            (json_int_t)D->cfg.replay_bytes));
+                            "processes", D->nprocesses);
+    json_object_set_new(res, "limits", limits_json());
+    json_object_set_new(res, "usage", usage_json(c->sess, uid));
+    call_reply(c, res);
 }
 
 /* -- sandbox.* -------------------------------------------------------------------- */

@@ -23,6 +23,7 @@
 #include "sandbox.h"
 #include "sbx_proto.h"
 #include "session.h"
+#include "usage.h"
 
 static void usage(FILE *f)
 {
@@ -381,6 +382,7 @@ int main(int argc, char **argv)
 
     session_free_all();
     sandbox_free_all();
+    usage_free_all();
     for (int i = 0; i < D->nproviders; i++)
         if (D->providers[i].loaded)
             D->providers[i].ops->unload(D->providers[i].cookie);

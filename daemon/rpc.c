@@ -15,11 +15,24 @@
 #include "sbx_proto.h"
 #include "session.h"
 
+/*
+ * A batch is dispatched a slice at a time (session.c decides when the next
+ * slice runs), and each response is encoded when it arrives, so neither the
+ * dispatch nor one big json_dumps at the end holds the loop for long.
+ */
 struct batch {
     struct session *sess; /* NULL once gone */
-    json_t *responses;    /* array, slots filled by index */
+    json_t *reqs;         /* the request array, until every member is dispatched */
+    size_t next;          /* next member to dispatch */
+    size_t n;
+    char **texts;         /* encoded response per member (NULL: none, a notification) */
+    size_t *lens;
+    size_t bytes;         /* sum of lens */
     int outstanding;
 };
+
+#define BATCH_SLICE_S 0.001
+#define BATCH_CHECK_EVERY 16
 
 /* -- helpers -------------------------------------------------------------- */
 
@@ -46,20 +59,91 @@ static json_t *error_response(json_t *id, int code, const char *msg, json_t *dat
                      msg ? msg : "error", "data", data ? data : json_object());
 }
 
+/* The error that replaces a reply the session has no room for. */
+static json_t *too_large(json_t *id, size_t size, size_t room)
+{
+    json_t *data = json_pack("{s:s, s:I, s:I}", "limit", "session_output_hard", "max",
+                             (json_int_t)D->cfg.session_output_hard, "size", (json_int_t)size);
+    json_t *e = error_response(id, SBX_E_LIMIT, "reply too large for this session's output buffer",
+                               data);
+    (void)room;
+    return e;
+}
+
+/* Sends msg (borrowed) to s, or a -32005 in its place when the encoded reply
+ * would take the session past its hard limit (instead of a disconnect). */
+static void send_reply(struct session *s, json_t *msg)
+{
+    char *text = json_dumps(msg, JSON_COMPACT | JSON_ENCODE_ANY);
+    if (!text)
+        return;
+    size_t len = strlen(text);
+    size_t room = session_reply_room(s);
+    if (len + 1 > room) {
+        free(text);
+        json_t *e = too_large(json_object_get(msg, "id"), len, room);
+        session_send(s, e);
+        json_decref(e);
+        return;
+    }
+    session_send_line(s, text, len);
+    free(text);
+}
+
+static void batch_free(struct batch *b)
+{
+    for (size_t i = 0; i < b->n; i++)
+        free(b->texts[i]);
+    free(b->texts);
+    free(b->lens);
+    json_decref(b->reqs);
+    free(b);
+}
+
 static void batch_slot_done(struct batch *b)
 {
     if (--b->outstanding > 0)
         return;
-    /* Only responses, in request order; notifications left no slot value. */
-    json_t *out = json_array();
-    size_t i;
-    json_t *v;
-    json_array_foreach(b->responses, i, v) if (!json_is_null(v)) json_array_append(out, v);
-    if (b->sess && json_array_size(out) > 0)
-        session_send(b->sess, out);
-    json_decref(out);
-    json_decref(b->responses);
-    free(b);
+    /* Only responses, in request order; notifications left no text. */
+    struct session *s = b->sess;
+    size_t count = 0;
+    for (size_t i = 0; i < b->n; i++)
+        count += b->texts[i] != NULL;
+    if (!s || count == 0) {
+        batch_free(b);
+        return;
+    }
+    size_t len = b->bytes + count + 1; /* '[' + ',' between + ']' */
+    size_t room = session_reply_room(s);
+    char *out = len + 1 <= room ? malloc(len + 1) : NULL;
+    if (out) {
+        size_t o = 0;
+        out[o++] = '[';
+        for (size_t i = 0; i < b->n; i++) {
+            if (!b->texts[i])
+                continue;
+            if (o > 1)
+                out[o++] = ',';
+            memcpy(out + o, b->texts[i], b->lens[i]);
+            o += b->lens[i];
+        }
+        out[o++] = ']';
+        session_send_line(s, out, o);
+        free(out);
+    } else {
+        /* No room: every request still gets an answer, a -32005 of its own. */
+        json_t *arr = json_array();
+        for (size_t i = 0; i < b->n; i++) {
+            if (!b->texts[i])
+                continue;
+            json_t *r = json_loadb(b->texts[i], b->lens[i], JSON_ALLOW_NUL, NULL);
+            json_array_append_new(arr, too_large(json_object_get(r, "id"), len, room));
+            json_decref(r);
+        }
+        send_reply(s, arr);
+        json_decref(arr);
+    }
+    batch_free(b);
 }
 
 static void call_unlink(struct call *c)
@@ -79,11 +163,18 @@ static void call_unlink(struct call *c)
 static void call_finish(struct call *c, json_t *msg)
 {
     if (c->batch) {
-        if (msg && c->id)
-            json_array_set(c->batch->responses, (size_t)c->batch_index, msg);
-        batch_slot_done(c->batch);
+        struct batch *b = c->batch;
+        size_t i = (size_t)c->batch_index;
+        if (msg && c->id && b->sess && !b->texts[i]) {
+            b->texts[i] = json_dumps(msg, JSON_COMPACT);
+            if (b->texts[i]) {
+                b->lens[i] = strlen(b->texts[i]);
+                b->bytes += b->lens[i];
+            }
+        }
+        batch_slot_done(b);
     } else if (msg && c->id && c->sess) {
-        session_send(c->sess, msg);
+        send_reply(c->sess, msg);
     }
     json_decref(msg);
     call_unlink(c);
@@ -128,6 +219,17 @@ void call_error(struct call *c, int code, json_t *data, const char *fmt, ...)
 
 void rpc_session_gone(struct session *s)
 {
+    struct batch *b = s->cur_batch;
+    if (b) {
+        /* Members not dispatched yet never will be: drop their slots. */
+        s->cur_batch = NULL;
+        b->sess = NULL;
+        b->outstanding -= (int)(b->n - b->next);
+        b->next = b->n;
+        json_decref(b->reqs);
+        b->reqs = NULL;
+        batch_slot_done(b); /* the dispatch's own count */
+    }
     struct call *c = s->calls;
     while (c) {
         struct call *n = c->next;
@@ -141,6 +243,30 @@ void rpc_session_gone(struct session *s)
 }
 
 /* -- dispatch ------------------------------------------------------------- */
+
+static void handle_one(struct session *s, json_t *req, struct batch *b, int index);
+
+int rpc_batch_resume(struct session *s)
+{
+    struct batch *b = s->cur_batch;
+    if (!b)
+        return 0;
+    ev_tstamp t0 = ev_time();
+    while (b->next < b->n) {
+        if (b->next % BATCH_CHECK_EVERY == BATCH_CHECK_EVERY - 1 &&
+            ev_time() - t0 > BATCH_SLICE_S)
+            return 1;
+        size_t i = b->next++;
+        handle_one(s, json_array_get(b->reqs, i), b, (int)i);
+        if (s->cur_batch != b)
+            return 0; /* the session went away inside the call */
+    }
+    s->cur_batch = NULL;
+    json_decref(b->reqs);
+    b->reqs = NULL;
+    batch_slot_done(b);
+    return 0;
+}
 
 static struct call *call_new(struct session *s, json_t *id, struct batch *b, int index)
 {
@@ -250,15 +376,17 @@ void rpc_handle_line(struct session *s, const char *line, size_t len)
         if (!b)
             abort();
         b->sess = s;
-        b->responses = json_array();
-        for (size_t i = 0; i < n; i++)
-            json_array_append_new(b->responses, json_null());
+        b->n = n;
+        b->texts = calloc(n, sizeof(*b->texts));
+        b->lens = calloc(n, sizeof(*b->lens));
+        if (!b->texts || !b->lens)
+            abort();
         /* One extra count so the batch can't complete while we are still
          * dispatching its members. */
         b->outstanding = (int)n + 1;
-        for (size_t i = 0; i < n; i++)
-            handle_one(s, json_array_get(v, i), b, (int)i);
-        batch_slot_done(b);
+        b->reqs = json_incref(v);
+        s->cur_batch = b;
+        rpc_batch_resume(s);
     } else {
         handle_one(s, v, NULL, 0);
     }

@@ -30,7 +30,11 @@ struct call {
 /* 1 if v nests no deeper than SBX_MAX_JSON_DEPTH (counting from depth). */
 int rpc_json_depth_ok(json_t *v, int depth);
 
-/* One complete line from the session (without the '\n'). */
+/* Dispatches the next slice of the session's unfinished batch (s->cur_batch).
+ * Returns 1 if members are left for another slice, else 0. */
+int rpc_batch_resume(struct session *s);
+/* One complete line from the session (without the '\n'). A batch may be left
+ * unfinished in s->cur_batch. */
 void rpc_handle_line(struct session *s, const char *line, size_t len);
 
 /* result stolen (NULL = {}). Frees c. */

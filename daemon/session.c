@@ -18,9 +18,15 @@
 #include "process.h"
 #include "rpc.h"
 #include "sbx_proto.h"
+#include "usage.h"
 
 #define IBUF_INITIAL (16 * 1024)
 #define WRITE_PER_ITERATION (1024 * 1024)
+/* One session's request work per turn of the loop: past this, its remaining
+ * lines (or the rest of a batch) wait for the next turn, so another client's
+ * ping is answered within a few milliseconds (issue 11's fairness). */
+#define SLICE_S 0.001
+#define IDLE_CHECK_S 1.0
 
 /* Sessions that have output to flush or must be freed, linked by pending_next. */
 static struct session **pending;
@@ -28,6 +34,74 @@ static size_t npending, cappending;
 
 static void session_io_cb(struct ev_loop *loop, ev_io *w, int revents);
 static void session_update_watcher(struct session *s);
+static void session_update_watcher_ex(struct session *s, int flush_coming);
+
+static size_t out_total; /* obuf bytes of all sessions */
+
+/* Sessions with request work left over (SESS_BUSY), run by an ev_idle. */
+static struct session **busy;
+static size_t nbusy, capbusy;
+static ev_idle work_idle;
+static ev_timer idle_timer;
+static int watchers_ready;
+
+static void work_cb(struct ev_loop *loop, ev_idle *w, int revents);
+static void idle_check_cb(struct ev_loop *loop, ev_timer *w, int revents);
+
+static void init_watchers(void)
+{
+    if (watchers_ready)
+        return;
+    ev_idle_init(&work_idle, work_cb);
+    ev_timer_init(&idle_timer, idle_check_cb, IDLE_CHECK_S, IDLE_CHECK_S);
+    ev_timer_start(D->loop, &idle_timer);
+    ev_unref(D->loop); /* the sweep alone must not keep a loop alive */
+    watchers_ready = 1;
+}
+
+static void mark_busy(struct session *s)
+{
+    if (s->flags & SESS_BUSY)
+        return;
+    if (nbusy == capbusy) {
+        size_t ncap = capbusy ? capbusy * 2 : 16;
+        struct session **nb = realloc(busy, ncap * sizeof(*nb));
+        if (!nb)
+            abort(); /* small allocation: OOM here is fatal by policy */
+        busy = nb;
+        capbusy = ncap;
+    }
+    busy[nbusy++] = s;
+    s->flags |= SESS_BUSY;
+    if (!ev_is_active(&work_idle))
+        ev_idle_start(D->loop, &work_idle);
+}
+
+static void unmark_busy(struct session *s)
+{
+    if (!(s->flags & SESS_BUSY))
+        return;
+    for (size_t i = 0; i < nbusy; i++)
+        if (busy[i] == s) {
+            memmove(busy + i, busy + i + 1, (nbusy - i - 1) * sizeof(*busy));
+            nbusy--;
+            break;
+        }
+    s->flags &= ~SESS_BUSY;
+}
+
+/* Answers with a -32005 naming the limit (id null), then closes once sent. */
+static void fail_limit(struct session *s, const char *limit, long long max, const char *msg)
+{
+    json_t *m = json_pack("{s:s, s:n, s:{s:i, s:s, s:{s:s, s:I}}}", "jsonrpc", "2.0", "id",
+                          "error", "code", SBX_E_LIMIT, "message", msg, "data", "limit", limit,
+                          "max", (json_int_t)max);
+    session_send(s, m);
+    json_decref(m);
+    log_warn("session %llu (uid %d): %s (limits.%s = %lld), closing", (unsigned long long)s->id,
+             (int)s->uid, msg, limit, max);
+    session_close(s, 1);
+}
 
 static void mark_pending(struct session *s)
 {
@@ -76,20 +150,65 @@ static int peer_in_group(pid_t pid, gid_t primary, gid_t want)
     return found;
 }
 
+/* Refuses a connection with one error line; it never becomes a session. */
+static void refuse(int fd, int code, const char *msg, const char *limit, long long max)
+{
+    char line[320];
+    int n;
+    if (limit)
+        n = snprintf(line, sizeof(line),
+                     "{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":%d,\"message\":"
+                     "\"%s\",\"data\":{\"limit\":\"%s\",\"max\":%lld}}}\n",
+                     code, msg, limit, max);
+    else
+        n = snprintf(line, sizeof(line),
+                     "{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":%d,\"message\":"
+                     "\"%s\",\"data\":{}}}\n",
+                     code, msg);
+    if (send(fd, line, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
+        log_debug("refused session: %s", strerror(errno));
+    close(fd);
+}
+
+int session_count_uid(uid_t uid)
+{
+    struct uid_usage *u = usage_find(uid);
+    return u ? u->sessions : 0;
+}
+
 void session_accept(int fd)
 {
-    if (D->nsessions >= D->cfg.max_sessions || D->draining) {
-        /* Tell the client why, best effort, then close: it is not a session. */
-        char msg[256];
-        int n = snprintf(msg, sizeof(msg),
-                         "{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":%d,\"message\":"
-                         "\"%s\",\"data\":{\"limit\":\"max_sessions\",\"max\":%lld}}}\n",
-                         D->draining ? SBX_E_SHUTDOWN : SBX_E_LIMIT,
-                         D->draining ? "daemon is shutting down" : "too many sessions",
-                         (long long)D->cfg.max_sessions);
-        if (send(fd, msg, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
-            log_debug("refused session: %s", strerror(errno));
-        close(fd);
+    if (D->draining) {
+        refuse(fd, SBX_E_SHUTDOWN, "daemon is shutting down", NULL, 0);
+        return;
+    }
+    struct ucred cred;
+    socklen_t clen = sizeof(cred);
+    uid_t uid = (uid_t)-2;
+    gid_t gid = (gid_t)-2;
+    pid_t pid = 0;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) == 0) {
+        uid = cred.uid;
+        gid = cred.gid;
+        pid = cred.pid;
+    } /* else: no credentials, treat as the least privileged user */
+    int admin = uid == 0 || (D->have_admin_gid && peer_in_group(pid, gid, D->admin_gid));
+    long long max = (long long)D->cfg.max_sessions;
+    long long reserved = (long long)D->cfg.admin_reserved_sessions;
+    if (D->nsessions >= max) {
+        refuse(fd, SBX_E_LIMIT, "too many sessions", "max_sessions", max);
+        return;
+    }
+    /* The last admin_reserved_sessions places are for administrators: one
+     * user's idle connections cannot lock root out. */
+    if (!admin && D->nsessions >= max - reserved) {
+        refuse(fd, SBX_E_LIMIT, "too many sessions (the rest are reserved for administrators)",
+               "max_sessions", max);
+        return;
+    }
+    if (!admin && session_count_uid(uid) >= D->cfg.max_sessions_per_uid) {
+        refuse(fd, SBX_E_LIMIT, "too many sessions for this uid", "max_sessions_per_uid",
+               (long long)D->cfg.max_sessions_per_uid);
         return;
     }
     struct session *s = calloc(1, sizeof(*s));
@@ -97,21 +216,16 @@ void session_accept(int fd)
         close(fd);
         return;
     }
+    init_watchers();
     s->fd = fd;
     s->id = ++D->next_session_id;
-    struct ucred cred;
-    socklen_t clen = sizeof(cred);
-    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) == 0) {
-        s->uid = cred.uid;
-        s->gid = cred.gid;
-        s->pid = cred.pid;
-    } else {
-        /* No credentials: treat as the least privileged user. */
-        s->uid = (uid_t)-2;
-        s->gid = (gid_t)-2;
-    }
-    s->admin = s->uid == 0 ||
-               (D->have_admin_gid && peer_in_group(s->pid, s->gid, D->admin_gid));
+    s->uid = uid;
+    s->gid = gid;
+    s->pid = pid;
+    s->admin = admin;
+    s->usage = usage_of(uid);
+    s->usage->sessions++;
+    s->last_active = ev_now(D->loop);
     obuf_init(&s->obuf);
     s->tool_calls = json_object();
     s->next = D->sessions;
@@ -143,17 +257,58 @@ static void update_congestion(struct session *s)
     } else if ((s->flags & SESS_CONGESTED) && s->obuf.bytes < high / 2) {
         s->flags &= ~SESS_CONGESTED;
         process_session_writable(s);
+        if (s->ilen > 0 || s->cur_batch)
+            mark_busy(s); /* requests were left waiting for the client to read */
     }
+}
+
+/* Over limits.output_bytes_total: the session holding the most unsent output
+ * goes (it is the one not reading), not whoever happened to append last. */
+static void shed_output(void)
+{
+    struct session *big = NULL;
+    for (struct session *x = D->sessions; x; x = x->next)
+        if (!(x->flags & SESS_CLOSE_ASAP) && (!big || x->obuf.bytes > big->obuf.bytes))
+            big = x;
+    if (!big)
+        return;
+    log_warn("session %llu (uid %d): %zu bytes unsent while all sessions hold %zu "
+             "(limits.output_bytes_total = %lld), disconnecting it",
+             (unsigned long long)big->id, (int)big->uid, big->obuf.bytes, out_total,
+             (long long)D->cfg.output_bytes_total);
+    session_close(big, 0);
+}
+
+size_t session_reply_room(const struct session *s)
+{
+    size_t hard = (size_t)D->cfg.session_output_hard;
+    size_t room = s->obuf.bytes < hard ? hard - s->obuf.bytes : 0;
+    size_t total = (size_t)D->cfg.output_bytes_total;
+    size_t troom = out_total < total ? total - out_total : 0;
+    return room < troom ? room : troom;
+}
+
+size_t session_output_total(void)
+{
+    return out_total;
 }
 
 static void append_line(struct session *s, const char *data, size_t len)
 {
     if (s->flags & SESS_CLOSE_ASAP)
         return;
+    size_t before = s->obuf.bytes;
     if (obuf_append(&s->obuf, data, len) < 0 || obuf_append(&s->obuf, "\n", 1) < 0) {
+        out_total += s->obuf.bytes - before;
         log_error("session %llu: out of memory for output", (unsigned long long)s->id);
         session_close(s, 0);
         return;
+    }
+    out_total += s->obuf.bytes - before;
+    if (out_total > (size_t)D->cfg.output_bytes_total) {
+        shed_output();
+        if (s->flags & SESS_CLOSE_ASAP)
+            return;
     }
     if (s->obuf.bytes > (size_t)D->cfg.session_output_hard) {
         log_warn("session %llu: output buffer over %lld bytes, disconnecting",
@@ -206,6 +361,12 @@ void session_close(struct session *s, int graceful)
         return;
     s->flags |= SESS_CLOSE_ASAP;
     ev_io_stop(D->loop, &s->io);
+    /* Nothing more is written: give the output (and its share of
+     * output_bytes_total) back now, not at the prepare hook. */
+    out_total -= s->obuf.bytes;
+    obuf_deinit(&s->obuf);
+    obuf_init(&s->obuf);
+    unmark_busy(s);
     mark_pending(s);
 }
 
@@ -223,7 +384,12 @@ static void session_free(struct session *s)
     if (s->next)
         s->next->prev = s->prev;
     D->nsessions--;
+    unmark_busy(s);
+    out_total -= s->obuf.bytes;
     obuf_deinit(&s->obuf);
+    s->usage->input_bytes -= s->icap;
+    s->usage->sessions--;
+    usage_release(s->usage);
     free(s->ibuf);
     json_decref(s->tool_calls);
     free(s);
@@ -234,6 +400,16 @@ void session_free_all(void)
     while (D->sessions)
         session_free(D->sessions);
     npending = 0;
+    nbusy = 0;
+    free(busy);
+    busy = NULL;
+    capbusy = 0;
+    if (watchers_ready) {
+        ev_ref(D->loop);
+        ev_timer_stop(D->loop, &idle_timer);
+        ev_idle_stop(D->loop, &work_idle);
+        watchers_ready = 0;
+    }
 }
 
 /* READ iff we may take input (not closing, output below the high mark);
@@ -249,7 +425,7 @@ static void session_update_watcher_ex(struct session *s, int flush_coming)
     if (s->flags & SESS_CLOSE_ASAP)
         return;
     int ev = 0;
-    if (!(s->flags & (SESS_CLOSE_AFTER_WRITE | SESS_CONGESTED)))
+    if (!(s->flags & (SESS_CLOSE_AFTER_WRITE | SESS_CONGESTED | SESS_BUSY)))
         ev |= EV_READ;
     if (s->obuf.bytes > 0 && (!flush_coming || (s->io_events & EV_WRITE)))
         ev |= EV_WRITE;
@@ -283,6 +459,7 @@ static void session_write(struct session *s)
             return;
         }
         obuf_consume(&s->obuf, (size_t)w);
+        out_total -= (size_t)w;
         written += (size_t)w;
     }
     if (s->obuf.bytes == 0 && (s->flags & SESS_CLOSE_AFTER_WRITE)) {
@@ -293,20 +470,103 @@ static void session_write(struct session *s)
     session_update_watcher(s);
 }
 
+/* Frees the input buffer of a session with nothing buffered: a thousand idle
+ * clients cost a thousand structs, not a thousand 16 KiB buffers (Redis frees
+ * idle query buffers too). */
+static void drop_ibuf(struct session *s)
+{
+    s->usage->input_bytes -= s->icap;
+    free(s->ibuf);
+    s->ibuf = NULL;
+    s->icap = 0;
+    s->ilen = 0;
+    s->iscan = 0;
+}
+
+/*
+ * Handles complete lines (and the rest of a batch) for about SLICE_S.
+ * Returns 1 if work is left for the next turn, 0 if not (or the session is
+ * closing).
+ */
+static int process_lines(struct session *s)
+{
+    size_t max = (size_t)D->cfg.max_message_bytes;
+    ev_tstamp t0 = ev_time();
+    int more = 0;
+    if (s->cur_batch && rpc_batch_resume(s))
+        return 1;
+    size_t start = 0;
+    for (;;) {
+        if (s->flags & (SESS_CLOSE_ASAP | SESS_CLOSE_AFTER_WRITE))
+            return 0;
+        if (s->cur_batch) {
+            more = 1;
+            break;
+        }
+        if (s->flags & SESS_CONGESTED)
+            break; /* resumed once the client reads (update_congestion) */
+        char *nl = s->ilen > s->iscan ? memchr(s->ibuf + s->iscan, '\n', s->ilen - s->iscan)
+                                      : NULL;
+        if (!nl) {
+            s->iscan = s->ilen;
+            break;
+        }
+        if (start > 0 && ev_time() - t0 > SLICE_S) {
+            more = 1;
+            break;
+        }
+        size_t end = (size_t)(nl - s->ibuf);
+        size_t len = end - start;
+        if (len > max) {
+            /* Over the limit even though the newline arrived. */
+            s->iscan = start;
+            break;
+        }
+        rpc_handle_line(s, s->ibuf + start, len);
+        start = end + 1;
+        s->iscan = start;
+    }
+    if (start > 0) {
+        memmove(s->ibuf, s->ibuf + start, s->ilen - start);
+        s->ilen -= start;
+        s->iscan -= start;
+    }
+    if (s->ilen == 0 && s->icap > 0)
+        drop_ibuf(s);
+    if (s->ilen > max) {
+        json_t *msg = json_pack("{s:s, s:n, s:{s:i, s:s, s:{s:I}}}", "jsonrpc", "2.0", "id",
+                                "error", "code", SBX_E_TOO_LARGE, "message",
+                                "message too large", "data", "max", (json_int_t)max);
+        session_send(s, msg);
+        json_decref(msg);
+        log_warn("session %llu: message over %zu bytes, closing", (unsigned long long)s->id,
+                 max);
+        session_close(s, 1);
+        return 0;
+    }
+    return more;
+}
+
 static void session_read(struct session *s)
 {
     size_t max = (size_t)D->cfg.max_message_bytes;
     /* Read a bounded amount per event so one chatty client can't starve others. */
     for (int rounds = 0; rounds < 16; rounds++) {
-        if (s->flags & (SESS_CLOSE_ASAP | SESS_CLOSE_AFTER_WRITE))
+        if (s->flags & (SESS_CLOSE_ASAP | SESS_CLOSE_AFTER_WRITE | SESS_BUSY))
             return;
         if (s->icap - s->ilen < 4096) {
             size_t ncap = s->icap ? s->icap * 2 : IBUF_INITIAL;
             if (ncap > max + 4096)
                 ncap = max + 4096;
             if (ncap <= s->icap) {
-                /* A line already exceeds the limit: handled below. */
+                /* A line already exceeds the limit: handled in process_lines. */
             } else {
+                size_t grow = ncap - s->icap;
+                if (s->usage->input_bytes + grow > (size_t)D->cfg.input_bytes_per_uid) {
+                    fail_limit(s, "input_bytes_per_uid", (long long)D->cfg.input_bytes_per_uid,
+                               "too much unparsed input for this uid");
+                    return;
+                }
                 char *nb = realloc(s->ibuf, ncap);
                 if (!nb) {
                     session_close(s, 0);
@@ -314,6 +574,7 @@ static void session_read(struct session *s)
                 }
                 s->ibuf = nb;
                 s->icap = ncap;
+                s->usage->input_bytes += grow;
             }
         }
         ssize_t r = recv(s->fd, s->ibuf + s->ilen, s->icap - s->ilen, MSG_DONTWAIT);
@@ -328,56 +589,55 @@ static void session_read(struct session *s)
             return;
         }
         s->ilen += (size_t)r;
-        /* Hand out complete lines. */
-        size_t start = 0;
-        for (;;) {
-            char *nl = memchr(s->ibuf + s->iscan, '\n', s->ilen - s->iscan);
-            if (!nl) {
-                s->iscan = s->ilen;
-                break;
-            }
-            size_t end = (size_t)(nl - s->ibuf);
-            size_t len = end - start;
-            if (len > max) {
-                /* Over the limit even though the newline arrived. */
-                s->iscan = start;
-                break;
-            }
-            rpc_handle_line(s, s->ibuf + start, len);
-            start = end + 1;
-            s->iscan = start;
-            if (s->flags & (SESS_CLOSE_ASAP | SESS_CLOSE_AFTER_WRITE))
-                return;
-        }
-        if (start > 0) {
-            memmove(s->ibuf, s->ibuf + start, s->ilen - start);
-            s->ilen -= start;
-            s->iscan -= start;
-        }
-        if (s->ilen == 0 && s->icap > 0) {
-            /* Idle sessions hold no input buffer (Redis frees idle query
-             * buffers too): a thousand idle clients cost a thousand structs,
-             * not a thousand 16 KiB buffers. */
-            free(s->ibuf);
-            s->ibuf = NULL;
-            s->icap = 0;
-            s->iscan = 0;
-        }
-        if (s->ilen > max) {
-            json_t *msg = json_pack("{s:s, s:n, s:{s:i, s:s, s:{s:I}}}", "jsonrpc", "2.0", "id",
-                                    "error", "code", SBX_E_TOO_LARGE, "message",
-                                    "message too large", "data", "max", (json_int_t)max);
-            session_send(s, msg);
-            json_decref(msg);
-            log_warn("session %llu: message over %zu bytes, closing", (unsigned long long)s->id,
-                     max);
-            session_close(s, 1);
+        s->last_active = ev_now(D->loop);
+        if (process_lines(s)) {
+            mark_busy(s);
             return;
         }
-        if (s->flags & SESS_CONGESTED)
-            return; /* stop taking requests until the client reads */
+        if (s->flags & (SESS_CLOSE_ASAP | SESS_CLOSE_AFTER_WRITE | SESS_CONGESTED))
+            return; /* congested: stop taking requests until the client reads */
         if ((size_t)r < 4096)
             return;
+    }
+}
+
+/* The loop had nothing else to do: give each busy session its next slice,
+ * oldest first. */
+static void work_cb(struct ev_loop *loop, ev_idle *w, int revents)
+{
+    struct session *turn[64];
+    size_t n = nbusy < 64 ? nbusy : 64;
+    memcpy(turn, busy, n * sizeof(*turn));
+    for (size_t i = 0; i < n; i++)
+        unmark_busy(turn[i]);
+    for (size_t i = 0; i < n; i++) {
+        struct session *s = turn[i];
+        if (s->flags & SESS_CLOSE_ASAP)
+            continue;
+        if (process_lines(s))
+            mark_busy(s);
+        if (!(s->flags & SESS_CLOSE_ASAP))
+            session_update_watcher_ex(s, (s->flags & SESS_PENDING) != 0);
+    }
+    if (nbusy == 0)
+        ev_idle_stop(loop, w);
+}
+
+/* Closes sessions that did nothing for limits.session_idle_timeout_ms. A
+ * session waiting for an answer, following a process or owing a tool result
+ * is not idle. */
+static void idle_check_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    int64_t ms = D->cfg.session_idle_timeout_ms;
+    if (ms <= 0)
+        return;
+    ev_tstamp now = ev_now(loop);
+    for (struct session *s = D->sessions; s; s = s->next) {
+        if ((s->flags & (SESS_CLOSE_ASAP | SESS_CLOSE_AFTER_WRITE)) || s->calls || s->subs ||
+            s->cur_batch || s->obuf.bytes || json_object_size(s->tool_calls))
+            continue;
+        if ((now - s->last_active) * 1000.0 >= (double)ms)
+            fail_limit(s, "session_idle_timeout_ms", (long long)ms, "session idle for too long");
     }
 }
 

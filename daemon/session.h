@@ -21,10 +21,13 @@ enum {
     SESS_CLOSE_AFTER_WRITE = 1 << 1, /* stop reading; close once obuf is empty */
     SESS_CONGESTED = 1 << 2,         /* obuf over the high watermark */
     SESS_PENDING = 1 << 3,           /* in the prepare write list */
+    SESS_BUSY = 1 << 4,              /* has lines or a batch left for the next slice */
 };
 
 struct call;
 struct sub;
+struct batch;
+struct uid_usage;
 
 struct session {
     struct session *next, *prev;
@@ -46,6 +49,10 @@ struct session {
     struct sub *subs;    /* processes it follows */
     json_t *tool_calls;  /* "tN" -> {sandbox, pid, call} */
     uint64_t next_tool_id;
+
+    struct uid_usage *usage; /* its uid's counters (sessions, input bytes) */
+    struct batch *cur_batch; /* a batch still being dispatched, slice by slice */
+    ev_tstamp last_active;   /* last byte read, for session_idle_timeout_ms */
 };
 
 void session_accept(int fd);
@@ -60,6 +67,12 @@ void session_close(struct session *s, int graceful);
 /* Frees sessions marked CLOSE_ASAP and flushes pending output. ev_prepare. */
 void sessions_before_sleep(void);
 void session_free_all(void);
+/* Bytes a reply may still take before the session reaches its hard limit. */
+size_t session_reply_room(const struct session *s);
+/* Queued output of all sessions (limits.output_bytes_total). */
+size_t session_output_total(void);
+/* Count of the sessions of uid. */
+int session_count_uid(uid_t uid);
 struct session *session_by_id(uint64_t id);
 
 #endif

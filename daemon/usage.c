@@ -1,0 +1,52 @@
+/*
+ * usage.c - per-uid counters behind the per-uid limits. A list: the uids
+ * that talk to one sbxd are few.
+ */
+#include "usage.h"
+
+#include <stdlib.h>
+
+static struct uid_usage *all;
+
+struct uid_usage *usage_find(uid_t uid)
+{
+    for (struct uid_usage *u = all; u; u = u->next)
+        if (u->uid == uid)
+            return u;
+    return NULL;
+}
+
+struct uid_usage *usage_of(uid_t uid)
+{
+    struct uid_usage *u = usage_find(uid);
+    if (u)
+        return u;
+    u = calloc(1, sizeof(*u));
+    if (!u)
+        abort(); /* small allocation: OOM here is fatal by policy */
+    u->uid = uid;
+    u->next = all;
+    all = u;
+    return u;
+}
+
+void usage_release(struct uid_usage *u)
+{
+    if (!u || u->sessions || u->input_bytes || u->snapshots || u->snapshot_bytes)
+        return;
+    for (struct uid_usage **pp = &all; *pp; pp = &(*pp)->next)
+        if (*pp == u) {
+            *pp = u->next;
+            free(u);
+            return;
+        }
+}
+
+void usage_free_all(void)
+{
+    while (all) {
+        struct uid_usage *n = all->next;
+        free(all);
+        all = n;
+    }
+}

@@ -1,0 +1,455 @@
+/*
+ * itest_bounds.c - issue 11's reproductions, scaled down: a user with socket
+ * access (a second uid where it matters) tries to exhaust sbxd, and each cap
+ * answers with a -32005 naming its limit while everyone else is served.
+ *
+ *   itest_bounds SOCKET BUILD_DIR
+ *
+ * SOCKET (the suite's shared sbxd) is not used: every scenario starts its own
+ * sbxd with small limits, so the reproductions take megabytes, not gigabytes.
+ */
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include "itest.h"
+#include "sbx_proto.h"
+#include "testhelp.h"
+
+static const char *bdir;
+static char dir[64], sockp[100], cfgp[128], logp[128];
+static pid_t sbxd_pid;
+
+/* ---- an sbxd of our own ----------------------------------------------------------- */
+
+static const char base_yaml[] = "socket:\n"
+                                "  mode: \"0666\"\n"
+                                "providers:\n"
+                                "  duktape:\n"
+                                "    pool_size: 1\n"
+                                "  docker:\n"
+                                "    enabled: false\n"
+                                "  modal:\n"
+                                "    enabled: false\n"
+                                "limits:\n";
+
+/* Starts sbxd with base_yaml plus `limits` (indented key lines). */
+static int start(const char *limits)
+{
+    FILE *f = fopen(cfgp, "w");
+    if (!f)
+        return -1;
+    fprintf(f, "%s%s", base_yaml, limits);
+    fclose(f);
+    unlink(sockp);
+    sbxd_pid = fork();
+    if (sbxd_pid == 0) {
+        int fd = open(logp, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+        }
+        char bin[512];
+        snprintf(bin, sizeof(bin), "%s/sbxd", bdir);
+        setenv("SBXD_SOCKET", sockp, 1);
+        execl(bin, "sbxd", "-c", cfgp, "--log-level", "debug", (char *)NULL);
+        _exit(127);
+    }
+    struct stat st;
+    for (int i = 0; i < 200 && stat(sockp, &st) != 0; i++)
+        usleep(25000);
+    return stat(sockp, &st) == 0 ? 0 : -1;
+}
+
+static void stop(void)
+{
+    if (sbxd_pid <= 0)
+        return;
+    kill(sbxd_pid, SIGTERM);
+    int st = 0;
+    waitpid(sbxd_pid, &st, 0);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        printf("      sbxd exited with status %d\n", st);
+        test_cond("sbxd exits cleanly", 0);
+    }
+    sbxd_pid = 0;
+}
+
+static long rss_kb(void)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)sbxd_pid);
+    FILE *f = fopen(path, "r");
+    long kb = -1;
+    while (f && fgets(line, sizeof(line), f))
+        if (strncmp(line, "VmRSS:", 6) == 0)
+            kb = atol(line + 6);
+    if (f)
+        fclose(f);
+    return kb;
+}
+
+static int ping(conn *c)
+{
+    json_t *r = cn_call_t(c, 5000, "daemon.ping", NULL);
+    int ok = json_is_true(json_object_get(res_of(r), "pong"));
+    json_decref(r);
+    return ok;
+}
+
+static int root_can_ping(void)
+{
+    conn *c = cn_open(sockp);
+    int ok = c && ping(c);
+    cn_close(c);
+    return ok;
+}
+
+static const char *limit_of(json_t *resp)
+{
+    const char *s = json_string_value(
+        json_object_get(json_object_get(json_object_get(resp, "error"), "data"), "limit"));
+    return s ? s : "";
+}
+
+/* Runs fn as uid in a child; fn fills res (at most n bytes), which comes back. */
+static void as_uid(uid_t uid, void (*fn)(char *res, size_t n), char *res, size_t n)
+{
+    int fds[2];
+    memset(res, 0, n);
+    if (pipe(fds) < 0)
+        return;
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fds[0]);
+        if (setgid(uid) < 0 || setuid(uid) < 0)
+            _exit(3);
+        char buf[256] = {0};
+        fn(buf, n < sizeof(buf) ? n : sizeof(buf));
+        if (write(fds[1], buf, n) < 0)
+            _exit(4);
+        _exit(0);
+    }
+    close(fds[1]);
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = read(fds[0], res + got, n - got);
+        if (r <= 0)
+            break;
+        got += (size_t)r;
+    }
+    close(fds[0]);
+    waitpid(pid, NULL, 0);
+}
+
+/* ---- sessions (reproduction 5) ------------------------------------------------------ */
+
+/* Opens 20 sessions and holds them; reports how many were served, how many
+ * refused for max_sessions_per_uid, and keeps them open while the parent looks. */
+static int hold_fd = -1;
+static void open_many(char *res, size_t n)
+{
+    int served = 0, per_uid = 0;
+    conn *cs[20] = {0};
+    for (int i = 0; i < 20; i++) {
+        cs[i] = cn_open(sockp);
+        if (!cs[i])
+            continue;
+        /* A refused connection gets its error line at once, then EOF. */
+        json_t *r = cn_read(cs[i], 200);
+        if (!r) {
+            r = cn_call_t(cs[i], 3000, "daemon.ping", NULL);
+            served += json_is_true(json_object_get(res_of(r), "pong"));
+        } else if (err_code(r) == SBX_E_LIMIT &&
+                   strcmp(limit_of(r), "max_sessions_per_uid") == 0) {
+            per_uid++;
+        }
+        json_decref(r);
+    }
+    snprintf(res, n, "%d %d", served, per_uid);
+    /* Hold them until the parent has checked root (it closes the pipe end). */
+    if (hold_fd >= 0) {
+        char b;
+        if (write(hold_fd, "x", 1) < 0 || read(hold_fd, &b, 1) < 0)
+            served = -1;
+    }
+    for (int i = 0; i < 20; i++)
+        cn_close(cs[i]);
+}
+
+static json_int_t usage_used(json_t *info, const char *limit)
+{
+    return json_integer_value(json_object_get(
+        json_object_get(json_object_get(res_of(info), "usage"), limit), "used"));
+}
+
+static void info_with_two(char *res, size_t n)
+{
+    conn *a = cn_open(sockp), *b = cn_open(sockp);
+    json_t *r = b ? cn_call(b, "daemon.info", NULL) : NULL;
+    snprintf(res, n, "%lld %lld", (long long)usage_used(r, "max_sessions_per_uid"),
+             (long long)json_integer_value(json_object_get(
+                 json_object_get(res_of(r), "limits"), "max_sessions_per_uid")));
+    json_decref(r);
+    cn_close(a);
+    cn_close(b);
+}
+
+static void test_sessions_per_uid(void)
+{
+    if (start("  max_sessions: 40\n  admin_reserved_sessions: 8\n"
+              "  max_sessions_per_uid: 8\n") < 0) {
+        test_cond("sessions: sbxd starts", 0);
+        return;
+    }
+    char res[64];
+    as_uid(65534, open_many, res, sizeof(res));
+    int served = -1, per_uid = -1;
+    sscanf(res, "%d %d", &served, &per_uid);
+    test_cond("sessions: one uid gets max_sessions_per_uid sessions (8)", served == 8);
+    test_cond("sessions: the rest get -32005 naming max_sessions_per_uid", per_uid == 12);
+    as_uid(65534, info_with_two, res, sizeof(res));
+    long long used = -1, lim = -1;
+    sscanf(res, "%lld %lld", &used, &lim);
+    test_cond("sessions: daemon.info shows the caller's sessions against its cap",
+              used == 2 && lim == 8);
+
+    /* Four uids fill everything but the reserve; a fifth uid is refused, root
+     * is not. The children hold their sessions until told. */
+    int sp[4][2];
+    pid_t kids[4];
+    for (int k = 0; k < 4; k++) {
+        socketpair(AF_UNIX, SOCK_STREAM, 0, sp[k]);
+        kids[k] = fork();
+        if (kids[k] == 0) {
+            close(sp[k][0]);
+            hold_fd = sp[k][1];
+            uid_t uid = (uid_t)(65000 + k);
+            if (setgid(uid) < 0 || setuid(uid) < 0)
+                _exit(3);
+            char r2[64];
+            open_many(r2, sizeof(r2));
+            _exit(0);
+        }
+        close(sp[k][1]);
+        char b;
+        if (read(sp[k][0], &b, 1) != 1)
+            printf("      holder %d did not report\n", k);
+    }
+    json_t *info = NULL;
+    conn *root = cn_open(sockp);
+    info = root ? cn_call(root, "daemon.info", NULL) : NULL;
+    test_cond("sessions: 32 sessions of 4 uids are held",
+              json_integer_value(json_object_get(json_object_get(res_of(info), "counts"),
+                                                 "sessions")) == 33);
+    json_decref(info);
+    as_uid(64999, open_many, res, sizeof(res));
+    sscanf(res, "%d %d", &served, &per_uid);
+    test_cond("sessions: a fifth uid is refused: the rest is reserved for admins", served == 0);
+    test_cond("sessions: root still connects and is served", root && ping(root));
+    conn *root2 = cn_open(sockp);
+    test_cond("sessions: root gets a second session from the reserve", root2 && ping(root2));
+    cn_close(root2);
+    for (int k = 0; k < 4; k++) {
+        if (write(sp[k][0], "x", 1) < 0)
+            printf("      holder %d gone\n", k);
+        close(sp[k][0]);
+        waitpid(kids[k], NULL, 0);
+    }
+    cn_close(root);
+    stop();
+}
+
+static void test_idle_timeout(void)
+{
+    if (start("  session_idle_timeout_ms: 1200\n") < 0) {
+        test_cond("idle: sbxd starts", 0);
+        return;
+    }
+    conn *idle = cn_open(sockp), *busy;
+    test_cond("idle: a session answers at first", idle && ping(idle));
+    double t0 = now_ms();
+    json_t *m = cn_read(idle, 5000);
+    double took = now_ms() - t0;
+    test_cond("idle: an idle session gets -32005 naming session_idle_timeout_ms",
+              err_code(m) == SBX_E_LIMIT && strcmp(limit_of(m), "session_idle_timeout_ms") == 0);
+    test_cond("idle: after about the timeout", took > 700 && took < 4500);
+    json_decref(m);
+    m = cn_read(idle, 2000);
+    test_cond("idle: and is closed", m == NULL && idle->closed);
+    json_decref(m);
+    cn_close(idle);
+
+    /* A session waiting on a call is not idle. */
+    busy = cn_open(sockp);
+    json_t *r = cn_call(busy, "sandbox.create", json_pack("{s:s, s:s}", "id", "idl", "provider",
+                                                          "duktape"));
+    json_decref(r);
+    r = cn_call_t(busy, 8000, "process.exec",
+                  json_pack("{s:s, s:s}", "sandbox", "idl", "command",
+                            "var t = Date.now(); while (Date.now() - t < 2500) {} 1"));
+    test_cond("idle: a session waiting 2.5 s for an exec is not closed", res_int(r, "pid") == 1 &&
+                                                                               !busy->closed);
+    if (!res_of(r))
+        printf("      %s\n", json_dumps(r, 0));
+    json_decref(r);
+    cn_close(busy);
+    stop();
+}
+
+static void send_partial(char *res, size_t n)
+{
+    conn *cs[6] = {0};
+    char *chunk = malloc(300 * 1024);
+    memset(chunk, 'x', 300 * 1024);
+    memcpy(chunk, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"daemon.ping\",\"x\":\"", 51);
+    int limited = 0;
+    for (int i = 0; i < 6; i++) {
+        cs[i] = cn_open(sockp);
+        if (cs[i])
+            cn_send_raw(cs[i], chunk, 300 * 1024);
+        usleep(100000);
+    }
+    for (int i = 0; i < 6; i++) {
+        json_t *m = cs[i] ? cn_read(cs[i], 300) : NULL;
+        if (err_code(m) == SBX_E_LIMIT && strcmp(limit_of(m), "input_bytes_per_uid") == 0)
+            limited++;
+        json_decref(m);
+    }
+    snprintf(res, n, "%d", limited);
+    free(chunk);
+    for (int i = 0; i < 6; i++)
+        cn_close(cs[i]);
+}
+
+/* 100 sessions each holding an unfinished 16 MiB line took 1.6 GB: scaled to
+ * six 300 KiB lines against a 1 MiB input_bytes_per_uid. */
+static void test_pending_input(void)
+{
+    if (start("  max_message_bytes: 512k\n  input_bytes_per_uid: 1M\n") < 0) {
+        test_cond("input: sbxd starts", 0);
+        return;
+    }
+    char res[16];
+    as_uid(65534, send_partial, res, sizeof(res));
+    test_cond("input: unfinished lines past input_bytes_per_uid get -32005 naming it",
+              atoi(res) >= 3);
+    test_cond("input: root is served meanwhile", root_can_ping());
+    stop();
+}
+
+/* A batch whose reply exceeds the hard limit used to drop the session without
+ * a word; now each request gets its -32005. */
+static void test_big_replies(void)
+{
+    if (start("  session_output_high: 1M\n  session_output_hard: 2M\n  env_bytes: 64k\n") < 0) {
+        test_cond("replies: sbxd starts", 0);
+        return;
+    }
+    conn *c = cn_open(sockp);
+    size_t n = 5000;
+    size_t cap = n * 64 + 16;
+    char *line = malloc(cap), *o = line;
+    *o++ = '[';
+    for (size_t i = 0; i < n; i++)
+        o += snprintf(o, cap - (size_t)(o - line),
+                      "%s{\"jsonrpc\":\"2.0\",\"id\":%zu,\"method\":\"daemon.info\"}",
+                      i ? "," : "", i + 1);
+    *o++ = ']';
+    *o++ = '\n';
+    cn_send_raw(c, line, (size_t)(o - line));
+    free(line);
+    json_t *r = cn_read(c, 15000);
+    test_cond("replies: a batch too large for the session is answered, not dropped",
+              json_is_array(r) && json_array_size(r) == n);
+    test_cond("replies: each answer is -32005 naming session_output_hard",
+              err_code(json_array_get(r, 0)) == SBX_E_LIMIT &&
+                  strcmp(limit_of(json_array_get(r, n - 1)), "session_output_hard") == 0 &&
+                  json_integer_value(json_object_get(json_array_get(r, n - 1), "id")) == (json_int_t)n);
+    json_decref(r);
+    test_cond("replies: the session still serves", ping(c));
+
+    /* Reproduction 3: set_env past env_bytes is refused... */
+    char *big = malloc(70 * 1024);
+    memset(big, 'v', 70 * 1024 - 1);
+    big[70 * 1024 - 1] = '\0';
+    r = cn_call(c, "sandbox.create", json_pack("{s:s, s:s}", "id", "env0", "provider", "duktape"));
+    json_decref(r);
+    r = cn_call(c, "sandbox.set_env", json_pack("{s:s, s:{s:s}}", "id", "env0", "env", "BIG", big));
+    test_cond("env: set_env past env_bytes gets -32005 naming env_bytes",
+              err_code(r) == SBX_E_LIMIT && strcmp(limit_of(r), "env_bytes") == 0);
+    json_decref(r);
+    r = cn_call(c, "sandbox.create", json_pack("{s:s, s:s, s:{s:s}}", "id", "env1", "provider",
+                                               "duktape", "env", "BIG", big));
+    test_cond("env: create with an env past env_bytes gets -32005", err_code(r) == SBX_E_LIMIT);
+    json_decref(r);
+    r = cn_call(c, "process.exec", json_pack("{s:s, s:s, s:{s:s}}", "sandbox", "env0", "command",
+                                             "1", "env", "BIG", big));
+    test_cond("env: exec with an env past env_bytes gets -32005", err_code(r) == SBX_E_LIMIT);
+    json_decref(r);
+    /* ...and growing it key by key is refused at the same size. */
+    big[40 * 1024] = '\0';
+    r = cn_call(c, "sandbox.set_env", json_pack("{s:s, s:{s:s}}", "id", "env0", "env", "A", big));
+    json_t *r2 = cn_call(c, "sandbox.set_env", json_pack("{s:s, s:{s:s}}", "id", "env0", "env", "B", big));
+    test_cond("env: set_env under the limit works, the sum past it is refused",
+              res_of(r) && err_code(r2) == SBX_E_LIMIT);
+    json_decref(r);
+    json_decref(r2);
+    /* ...and a list too large for the session is an error, not a disconnect. */
+    memset(big, 'v', 60 * 1024);
+    big[60 * 1024] = '\0';
+    for (int i = 0; i < 40; i++) {
+        char id[16];
+        snprintf(id, sizeof(id), "envl%d", i);
+        json_decref(cn_call(c, "sandbox.create",
+                            json_pack("{s:s, s:s, s:b, s:{s:s}}", "id", id, "provider", "duktape",
+                                      "start", 0, "env", "BIG", big)));
+    }
+    r = cn_call(c, "sandbox.list", NULL);
+    test_cond("replies: sandbox.list past session_output_hard gets -32005, not a disconnect",
+              err_code(r) == SBX_E_LIMIT && strcmp(limit_of(r), "session_output_hard") == 0);
+    json_decref(r);
+    test_cond("replies: and the session still serves", ping(c));
+    free(big);
+    cn_close(c);
+    stop();
+}
+
+/* ---- main ---------------------------------------------------------------------------- */
+
+int main(int argc, char **argv)
+{
+    signal(SIGPIPE, SIG_IGN);
+    bdir = argc > 2 ? argv[2] : "build";
+    snprintf(dir, sizeof(dir), "/tmp/sbx-bounds.XXXXXX");
+    if (!mkdtemp(dir)) {
+        test_cond("a temporary directory", 0);
+        return test_report();
+    }
+    chmod(dir, 0755); /* the second uid must reach the socket */
+    snprintf(sockp, sizeof(sockp), "%s/sbxd.sock", dir);
+    snprintf(cfgp, sizeof(cfgp), "%s/sbxd.yaml", dir);
+    snprintf(logp, sizeof(logp), "%s/sbxd.log", dir);
+    if (getuid() != 0) {
+        printf("itest_bounds: needs root (it connects as other uids)\n");
+        test_cond("runs as root", 0);
+        return test_report();
+    }
+
+    test_sessions_per_uid();
+    test_idle_timeout();
+    test_pending_input();
+    test_big_replies();
+    (void)rss_kb;
+
+    if (getenv("SBX_KEEP_TMP") == NULL) {
+        unlink(sockp);
+        unlink(cfgp);
+        unlink(logp);
+        rmdir(dir);
+    } else {
+        printf("sbxd log: %s\n", logp);
+    }
+    return test_report();
+}
