@@ -73,6 +73,35 @@ static const struct verb verbs[] = {
      "Creates a throw-away sandbox, runs the command with streaming output, and\n"
      "destroys the sandbox (also on failure or Ctrl-C). Exits with the command's\n"
      "status."},
+    {"mcp", cmd_mcp,
+     "mcp [--provider P] [--image I] [--sandbox ID] [--code-provider P] [--env K=V]...\n"
+     "              [--opt KEY=VALUE]... [--timeout MS] [--lifetime MS] [--idle-timeout MS]\n"
+     "              [--max-output BYTES] [--max-message BYTES] [--max-calls N]\n"
+     "              [--progress-ms MS] [-v]",
+     "Serves sbxd as a Model Context Protocol server on stdin/stdout (JSON-RPC 2.0,\n"
+     "one message per line; revisions 2024-11-05 to 2025-11-25). Tools: exec_command,\n"
+     "spawn_process, process_output, kill_process, sandbox_info (in the command\n"
+     "sandbox) and run_code (JavaScript in the code sandbox). Diagnostics go to stderr.\n"
+     "\n"
+     "  --provider P, --image I  the command sandbox, created on first use and\n"
+     "                           destroyed when stdin closes (or on SIGTERM/SIGINT)\n"
+     "  --env K=V, --opt K=V     its environment and provider options (as create)\n"
+     "  --sandbox ID             use sandbox ID instead (created with the options above\n"
+     "                           if it does not exist); it is never destroyed\n"
+     "  --code-provider P        run_code's provider (default js when sbxd has it,\n"
+     "                           else duktape)\n"
+     "  --timeout MS             default command timeout (0: the sandbox's)\n"
+     "  --lifetime MS            lifetime of created sandboxes (default 86400000)\n"
+     "  --idle-timeout MS        sbxd destroys them after this long unused (default\n"
+     "                           3600000; 0 = never), should sbxctl mcp die first\n"
+     "  --max-output BYTES       output kept per stream per call (default 1 MiB)\n"
+     "  --max-message BYTES      longest request line (default 16 MiB)\n"
+     "  --max-calls N            tool calls running at once (default 64)\n"
+     "  --progress-ms MS         interval of progress notifications (default 1000)\n"
+     "  -v, --verbose            log requests and sandboxes to stderr\n"
+     "\n"
+     "A client config: {\"mcpServers\": {\"sbxd\": {\"command\": \"sbxctl\",\n"
+     "  \"args\": [\"mcp\", \"--provider\", \"docker\", \"--image\", \"debian:bookworm-slim\"]}}}"},
 };
 
 #define NVERBS (sizeof(verbs) / sizeof(verbs[0]))

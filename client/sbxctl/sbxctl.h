@@ -111,5 +111,6 @@ int cmd_ps(int argc, char **argv);
 int cmd_logs(int argc, char **argv);
 int cmd_kill(int argc, char **argv);
 int cmd_wait(int argc, char **argv);
+int cmd_mcp(int argc, char **argv);
 
 #endif

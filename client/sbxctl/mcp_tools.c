@@ -1,0 +1,911 @@
+/*
+ * mcp_tools.c - the tools of `sbxctl mcp` (see mcp.c for the server).
+ *
+ * Each tool's arguments are declared once, in a table: tools/list builds the
+ * JSON Schema from it and tools/call checks the arguments against it, so the
+ * two cannot drift. Bad arguments are a tool error (isError), as MCP asks,
+ * with a message that names the argument.
+ *
+ *   exec_command    process.spawn (streamed into this call) -> process.wait
+ *   run_code        the same, in the code sandbox; the answer is result + logs
+ *   spawn_process   process.spawn without streaming
+ *   process_output  [process.wait with a timeout] -> process.attach, follow false
+ *   kill_process    process.kill
+ *   sandbox_info    sandbox.get -> process.list
+ *
+ * exec_command and run_code follow their process: cancelling the call kills it.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mcp.h"
+#include "sbxctl.h"
+
+enum kind { K_STRING, K_INT, K_ENV, K_COMMAND, K_SIGNAL };
+
+struct param {
+    const char *name;
+    enum kind kind;
+    int required;
+    json_int_t lo, hi; /* K_INT */
+    const char *desc;
+};
+
+struct tool {
+    const char *name, *title, *desc;
+    const struct param *params;
+    const char *output_schema; /* JSON text */
+    const char *annotations;   /* JSON text */
+    int progress;
+    void (*start)(struct call *c);
+};
+
+#define MAX_MS 86400000
+
+static const char command_desc[] =
+    "The command: a string runs with sh -c, an array of strings is an argv. "
+    "On the duktape and js providers it is JavaScript source.";
+
+static const struct param exec_params[] = {
+    {"command", K_COMMAND, 1, 0, 0, command_desc},
+    {"cwd", K_STRING, 0, 0, 0, "Working directory (an absolute path)."},
+    {"env", K_ENV, 0, 0, 0, "Extra environment variables."},
+    {"timeout_ms", K_INT, 0, 1, MAX_MS,
+     "Kill the command after this many milliseconds (exit code 124)."},
+    {"stdin", K_STRING, 0, 0, 0, "Text written to the command's standard input, then EOF."},
+    {NULL, 0, 0, 0, 0, NULL},
+};
+
+static const struct param spawn_params[] = {
+    {"command", K_COMMAND, 1, 0, 0, command_desc},
+    {"cwd", K_STRING, 0, 0, 0, "Working directory (an absolute path)."},
+    {"env", K_ENV, 0, 0, 0, "Extra environment variables."},
+    {"timeout_ms", K_INT, 0, 1, MAX_MS, "Kill the process after this many milliseconds."},
+    {NULL, 0, 0, 0, 0, NULL},
+};
+
+static const struct param code_params[] = {
+    {"code", K_STRING, 1, 0, 0,
+     "A JavaScript program. Its result is the value it returns (js provider: top-level "
+     "await and return are allowed) or, on duktape, its completion value; console.log "
+     "output comes back as logs."},
+    {"timeout_ms", K_INT, 0, 1, MAX_MS, "Stop the program after this many milliseconds."},
+    {NULL, 0, 0, 0, 0, NULL},
+};
+
+static const struct param output_params[] = {
+    {"pid", K_INT, 1, 1, 0x7fffffff, "The pid spawn_process returned."},
+    {"wait_ms", K_INT, 0, 0, 600000,
+     "Wait up to this many milliseconds for the process to exit first (default 0)."},
+    {"stdout_offset", K_INT, 0, 0, 0x7fffffffffffLL,
+     "Byte offset in stdout to read from; default: where the last process_output stopped."},
+    {"stderr_offset", K_INT, 0, 0, 0x7fffffffffffLL,
+     "Byte offset in stderr to read from; default: where the last process_output stopped."},
+    {NULL, 0, 0, 0, 0, NULL},
+};
+
+static const struct param kill_params[] = {
+    {"pid", K_INT, 1, 1, 0x7fffffff, "The pid of the process."},
+    {"signal", K_SIGNAL, 0, 0, 0, "Signal name (TERM, KILL, INT...) or number; default KILL."},
+    {NULL, 0, 0, 0, 0, NULL},
+};
+
+static const struct param no_params[] = {{NULL, 0, 0, 0, 0, NULL}};
+
+static const char exec_schema[] =
+    "{\"type\":\"object\",\"properties\":{"
+    "\"pid\":{\"type\":\"integer\"},"
+    "\"exit_code\":{\"type\":\"integer\",\"description\":\"124 on timeout, 128+N when killed by signal N\"},"
+    "\"signal\":{\"type\":\"integer\"},"
+    "\"timed_out\":{\"type\":\"boolean\"},"
+    "\"killed\":{\"type\":\"boolean\"},"
+    "\"stdout\":{\"type\":\"string\"},"
+    "\"stderr\":{\"type\":\"string\"},"
+    "\"truncated\":{\"type\":\"boolean\",\"description\":\"output beyond the kept maximum was left out\"},"
+    "\"duration_ms\":{\"type\":\"number\"},"
+    "\"error\":{\"type\":[\"string\",\"null\"]},"
+    "\"result\":{\"description\":\"the completion value (duktape and js providers)\"},"
+    "\"exception\":{\"description\":\"an uncaught JavaScript error (duktape and js providers)\"}"
+    "},\"required\":[\"exit_code\",\"stdout\",\"stderr\",\"timed_out\",\"killed\",\"truncated\"]}";
+
+static const char code_schema[] =
+    "{\"type\":\"object\",\"properties\":{"
+    "\"result\":{\"description\":\"the program's result (JSON)\"},"
+    "\"logs\":{\"type\":\"array\",\"items\":{\"type\":\"string\"}},"
+    "\"error\":{\"anyOf\":[{\"type\":\"null\"},{\"type\":\"object\",\"properties\":{"
+    "\"name\":{\"type\":\"string\"},\"message\":{\"type\":\"string\"},\"stack\":{\"type\":\"string\"}},"
+    "\"required\":[\"name\",\"message\"]}]},"
+    "\"timed_out\":{\"type\":\"boolean\"},"
+    "\"truncated\":{\"type\":\"boolean\"},"
+    "\"duration_ms\":{\"type\":\"number\"}"
+    "},\"required\":[\"result\",\"logs\",\"error\"]}";
+
+static const char spawn_schema[] =
+    "{\"type\":\"object\",\"properties\":{"
+    "\"pid\":{\"type\":\"integer\"},\"sandbox\":{\"type\":\"string\"}},"
+    "\"required\":[\"pid\",\"sandbox\"]}";
+
+static const char output_schema[] =
+    "{\"type\":\"object\",\"properties\":{"
+    "\"pid\":{\"type\":\"integer\"},"
+    "\"running\":{\"type\":\"boolean\"},"
+    "\"stdout\":{\"type\":\"string\"},"
+    "\"stderr\":{\"type\":\"string\"},"
+    "\"stdout_offset\":{\"type\":\"integer\",\"description\":\"where the next read of stdout starts\"},"
+    "\"stderr_offset\":{\"type\":\"integer\",\"description\":\"where the next read of stderr starts\"},"
+    "\"truncated\":{\"type\":\"boolean\",\"description\":\"more output is waiting: call again\"},"
+    "\"dropped_bytes\":{\"type\":\"integer\",\"description\":\"output older than sbxd keeps\"},"
+    "\"exit_code\":{\"type\":\"integer\"},"
+    "\"signal\":{\"type\":\"integer\"},"
+    "\"timed_out\":{\"type\":\"boolean\"},"
+    "\"killed\":{\"type\":\"boolean\"}"
+    "},\"required\":[\"pid\",\"running\",\"stdout\",\"stderr\",\"stdout_offset\",\"stderr_offset\"]}";
+
+static const char kill_schema[] =
+    "{\"type\":\"object\",\"properties\":{"
+    "\"pid\":{\"type\":\"integer\"},\"already_exited\":{\"type\":\"boolean\"}},"
+    "\"required\":[\"pid\",\"already_exited\"]}";
+
+static const char info_schema[] =
+    "{\"type\":\"object\",\"properties\":{"
+    "\"sandbox\":{\"type\":\"object\"},"
+    "\"processes\":{\"type\":\"array\",\"items\":{\"type\":\"object\"}}},"
+    "\"required\":[\"sandbox\",\"processes\"]}";
+
+static void exec_start(struct call *c);
+static void code_start(struct call *c);
+static void spawn_start(struct call *c);
+static void output_start(struct call *c);
+static void kill_start(struct call *c);
+static void info_start(struct call *c);
+
+static const struct tool tools[] = {
+    {"exec_command", "Run a command",
+     "Runs a command in the sandbox and waits for it: returns its stdout, stderr and exit "
+     "code (isError when the exit code is not 0). The sandbox is created on first use and "
+     "keeps its files between calls. Reports progress while it runs; cancelling the call "
+     "kills the command.",
+     exec_params, exec_schema,
+     "{\"readOnlyHint\":false,\"destructiveHint\":true,\"openWorldHint\":false}", 1,
+     exec_start},
+    {"run_code", "Run JavaScript",
+     "Runs a JavaScript program in a fresh-state isolate (no filesystem, network or "
+     "processes) and returns its result and console output. Use it for computation.",
+     code_params, code_schema,
+     "{\"readOnlyHint\":true,\"destructiveHint\":false,\"openWorldHint\":false}", 1,
+     code_start},
+    {"spawn_process", "Start a background process",
+     "Starts a command in the sandbox in the background and returns its pid at once. "
+     "Read its output with process_output, stop it with kill_process.",
+     spawn_params, spawn_schema,
+     "{\"readOnlyHint\":false,\"destructiveHint\":true,\"openWorldHint\":false}", 0,
+     spawn_start},
+    {"process_output", "Read a background process's output",
+     "Returns the output of a process started with spawn_process since the last read "
+     "(or from the given offsets), whether it is still running and, once it exited, its "
+     "exit code. wait_ms waits for it to finish first.",
+     output_params, output_schema,
+     "{\"readOnlyHint\":true,\"openWorldHint\":false}", 1, output_start},
+    {"kill_process", "Stop a process",
+     "Sends a signal (default KILL) to a process of the sandbox and its process group.",
+     kill_params, kill_schema,
+     "{\"readOnlyHint\":false,\"destructiveHint\":true,\"idempotentHint\":true,"
+     "\"openWorldHint\":false}", 0, kill_start},
+    {"sandbox_info", "Describe the sandbox",
+     "Returns the sandbox (id, provider, status, image, working directory, limits) and "
+     "its processes.",
+     no_params, info_schema, "{\"readOnlyHint\":true,\"openWorldHint\":false}", 0,
+     info_start},
+};
+
+#define NTOOLS (sizeof(tools) / sizeof(tools[0]))
+
+/* ---- schemas and validation --------------------------------------------------------- */
+
+static json_t *param_schema(const struct param *p)
+{
+    json_t *s;
+    switch (p->kind) {
+    case K_STRING:
+        s = json_pack("{s:s}", "type", "string");
+        break;
+    case K_INT:
+        s = json_pack("{s:s, s:I, s:I}", "type", "integer", "minimum", p->lo, "maximum", p->hi);
+        break;
+    case K_ENV:
+        s = json_pack("{s:s, s:{s:s}}", "type", "object", "additionalProperties", "type",
+                      "string");
+        break;
+    case K_COMMAND:
+        s = json_pack("{s:[{s:s, s:i}, {s:s, s:{s:s}, s:i}]}", "anyOf", "type", "string",
+                      "minLength", 1, "type", "array", "items", "type", "string", "minItems", 1);
+        break;
+    default: /* K_SIGNAL */
+        s = json_pack("{s:[s,s]}", "type", "string", "integer");
+        break;
+    }
+    json_object_set_new(s, "description", json_string(p->desc));
+    return s;
+}
+
+json_t *mcp_tools_list(int with_structured)
+{
+    json_t *arr = json_array();
+    for (size_t i = 0; i < NTOOLS; i++) {
+        const struct tool *t = &tools[i];
+        json_t *props = json_object(), *req = json_array();
+        for (const struct param *p = t->params; p->name; p++) {
+            json_object_set_new(props, p->name, param_schema(p));
+            if (p->required)
+                json_array_append_new(req, json_string(p->name));
+        }
+        json_t *in = json_pack("{s:s, s:o, s:b}", "type", "object", "properties", props,
+                               "additionalProperties", 0);
+        if (json_array_size(req))
+            json_object_set_new(in, "required", req);
+        else
+            json_decref(req);
+        json_t *o = json_pack("{s:s, s:s, s:o}", "name", t->name, "description", t->desc,
+                              "inputSchema", in);
+        json_t *ann = json_loads(t->annotations, 0, NULL);
+        json_object_set_new(ann, "title", json_string(t->title));
+        json_object_set_new(o, "annotations", ann);
+        if (with_structured) {
+            json_object_set_new(o, "title", json_string(t->title));
+            json_object_set_new(o, "outputSchema", json_loads(t->output_schema, 0, NULL));
+        }
+        json_array_append_new(arr, o);
+    }
+    return arr;
+}
+
+const struct tool *mcp_tool_find(const char *name)
+{
+    for (size_t i = 0; name && i < NTOOLS; i++)
+        if (strcmp(tools[i].name, name) == 0)
+            return &tools[i];
+    return NULL;
+}
+
+const char *mcp_tool_name(const struct tool *t)
+{
+    return t ? t->name : "?";
+}
+
+int mcp_tool_has_progress(const struct tool *t)
+{
+    return t->progress;
+}
+
+/* NULL when args fit the table, else a message (static buffer). */
+static const char *check_args(const struct tool *t, json_t *args)
+{
+    static char msg[512];
+    const char *key;
+    json_t *v;
+
+    json_object_foreach(args, key, v)
+    {
+        const struct param *p;
+        for (p = t->params; p->name; p++)
+            if (strcmp(p->name, key) == 0)
+                break;
+        if (!p->name) {
+            size_t n = (size_t)snprintf(msg, sizeof(msg), "unknown argument \"%.64s\"; %s takes",
+                                        key, t->name);
+            for (p = t->params; p->name && n < sizeof(msg); p++)
+                n += (size_t)snprintf(msg + n, sizeof(msg) - n, " %s", p->name);
+            if (!t->params->name)
+                snprintf(msg + n, sizeof(msg) - n, " no arguments");
+            return msg;
+        }
+        const char *want = NULL;
+        switch (p->kind) {
+        case K_STRING:
+            if (!json_is_string(v))
+                want = "a string";
+            break;
+        case K_INT:
+            if (!json_is_integer(v) || json_integer_value(v) < p->lo ||
+                json_integer_value(v) > p->hi)
+                want = "an integer in range";
+            break;
+        case K_ENV: {
+            const char *k2;
+            json_t *v2;
+            if (!json_is_object(v))
+                want = "an object of strings";
+            else
+                json_object_foreach(v, k2, v2) if (!json_is_string(v2)) want =
+                    "an object of strings";
+            break;
+        }
+        case K_COMMAND: {
+            size_t i;
+            json_t *e;
+            if (json_is_string(v)) {
+                if (json_string_length(v) == 0)
+                    want = "a non-empty string or array of strings";
+            } else if (json_is_array(v) && json_array_size(v) > 0) {
+                json_array_foreach(v, i, e) if (!json_is_string(e)) want =
+                    "a non-empty string or array of strings";
+            } else {
+                want = "a non-empty string or array of strings";
+            }
+            break;
+        }
+        case K_SIGNAL:
+            if (!json_is_string(v) && !json_is_integer(v))
+                want = "a signal name or number";
+            break;
+        }
+        if (want) {
+            if (p->kind == K_INT)
+                snprintf(msg, sizeof(msg),
+                         "argument \"%s\" must be an integer from %" JSON_INTEGER_FORMAT
+                         " to %" JSON_INTEGER_FORMAT,
+                         p->name, p->lo, p->hi);
+            else
+                snprintf(msg, sizeof(msg), "argument \"%s\" must be %s", p->name, want);
+            return msg;
+        }
+    }
+    for (const struct param *p = t->params; p->name; p++) {
+        if (p->required && !json_object_get(args, p->name)) {
+            snprintf(msg, sizeof(msg), "missing argument \"%s\"", p->name);
+            return msg;
+        }
+    }
+    return NULL;
+}
+
+void mcp_tool_start(struct call *c)
+{
+    const char *bad = check_args(c->tool, c->args);
+    if (bad) {
+        mcp_answer_error(c, "invalid arguments for %s: %s", c->tool->name, bad);
+        return;
+    }
+    c->tool->start(c);
+}
+
+/* ---- shared pieces ------------------------------------------------------------------ */
+
+static int is_code(const struct call *c)
+{
+    return c->tool->start == code_start;
+}
+
+/* An error reply on a call's sandbox: a sandbox that is gone is made anew next time. */
+static void answer_failed(struct call *c, const sbx_rpc_error *err, const char *what)
+{
+    struct mcp *m = c->m;
+    if (err && err->code == SBX_E_NOT_FOUND && c->slot && c->slot->state == SLOT_READY &&
+        c->sandbox && strcmp(c->slot->id, c->sandbox) == 0) {
+        mcp_slot_lost(m, c->slot);
+        mcp_answer_error(c, "%s: %s; the sandbox is gone, the next call makes a new one", what,
+                         mcp_errtext(m, err));
+        return;
+    }
+    mcp_answer_error(c, "%s: %s", what, mcp_errtext(m, err));
+}
+
+static json_int_t arg_int_or(struct call *c, const char *key, json_int_t dflt)
+{
+    json_t *v = json_object_get(c->args, key);
+    return json_is_integer(v) ? json_integer_value(v) : dflt;
+}
+
+static void ignore_reply(struct call *c, json_t *result, const sbx_rpc_error *err)
+{
+    (void)c;
+    (void)result;
+    (void)err;
+}
+
+static void send_kill(struct call *c)
+{
+    if (c->kill_sent || c->pid < 0 || !c->sandbox)
+        return;
+    c->kill_sent = 1;
+    mcp_dcall(c, SBX_M_KILL, json_pack("{s:s, s:I}", "sandbox", c->sandbox, "pid", c->pid),
+              ignore_reply);
+}
+
+void mcp_tool_cancel(struct call *c)
+{
+    /* A spawn still in flight kills on its reply (spawn_done sees c->done). */
+    if (c->following)
+        send_kill(c);
+}
+
+static struct call *find_proc_call(struct mcp *m, const char *sandbox, json_int_t pid,
+                                   int attaching, const struct call *not)
+{
+    for (struct call *c = m->calls; c; c = c->next) {
+        if (c == not || c->pid != pid || !c->sandbox || strcmp(c->sandbox, sandbox) != 0)
+            continue;
+        if (attaching ? c->attaching : c->following)
+            return c;
+    }
+    return NULL;
+}
+
+/* Appends at most what fits in max, cut at a UTF-8 boundary. Returns the bytes taken. */
+static size_t take_output(struct mbuf *b, const char *data, size_t len, size_t max)
+{
+    size_t room = b->len < max ? max - b->len : 0;
+    size_t n = len;
+    if (n > room) {
+        n = room;
+        while (n > 0 && ((unsigned char)data[n] & 0xC0) == 0x80)
+            n--;
+    }
+    return mbuf_append(b, data, n, (size_t)-1);
+}
+
+int mcp_tool_route(struct mcp *m, const char *method, json_t *params)
+{
+    const char *sandbox = json_string_value(json_object_get(params, "sandbox"));
+    json_t *pidj = json_object_get(params, "pid");
+    if (!sandbox || !json_is_integer(pidj))
+        return 0;
+    json_int_t pid = json_integer_value(pidj);
+    int is_exit = strcmp(method, SBX_N_EXIT) == 0;
+    struct call *c = find_proc_call(m, sandbox, pid, 0, NULL);
+    int attach = 0;
+    if (!c) {
+        c = find_proc_call(m, sandbox, pid, 1, NULL);
+        attach = 1;
+    }
+    if (!c)
+        return 0;
+    if (is_exit) {
+        if (attach) {
+            json_decref(c->exit);
+            c->exit = json_incref(params);
+        }
+        return 1;
+    }
+    int stream;
+    char *data;
+    size_t len;
+    if (sbx_output_decode(params, &stream, &data, &len) != SBX_OK)
+        return 1;
+    int s = stream == SBX_STDERR;
+    if (!attach) {
+        if (take_output(&c->out[s], data, len, m->max_output) < len)
+            c->truncated = 1;
+        if (is_code(c))
+            mbuf_append(&c->logs, data, len, m->max_output);
+    } else if (c->at[s] >= 0) { /* < 0: cut at the size limit, the rest waits */
+        json_int_t off = json_integer_value(json_object_get(params, "offset"));
+        size_t skip = 0;
+        if (off > c->at[s]) {
+            c->dropped += off - c->at[s]; /* older bytes are gone from sbxd's buffer */
+            c->at[s] = off;
+        } else {
+            skip = (size_t)(c->at[s] - off); /* a piece we already have */
+        }
+        if (skip < len) {
+            size_t n = take_output(&c->out[s], data + skip, len - skip, m->max_output);
+            c->at[s] += (json_int_t)n;
+            if (n < len - skip) {
+                c->truncated = 1;
+                c->at[s] = -1 - c->at[s];
+            }
+        }
+    }
+    free(data);
+    return 1;
+}
+
+/* The last line of b, at most 120 bytes (malloc'd), or NULL. */
+static char *last_line(const struct mbuf *b)
+{
+    if (!b->len)
+        return NULL;
+    size_t end = b->len;
+    while (end > 0 && (b->p[end - 1] == '\n' || b->p[end - 1] == '\r'))
+        end--;
+    size_t start = end;
+    while (start > 0 && b->p[start - 1] != '\n' && end - start < 120)
+        start--;
+    while (start < end && ((unsigned char)b->p[start] & 0xC0) == 0x80)
+        start++;
+    return start < end ? strndup(b->p + start, end - start) : NULL;
+}
+
+char *mcp_tool_progress_text(struct call *c)
+{
+    char buf[512];
+    double secs = ev_now(c->m->loop) - c->t0;
+    if (c->tool->start == output_start) {
+        snprintf(buf, sizeof(buf), "waiting %.1f s for process %" JSON_INTEGER_FORMAT, secs,
+                 arg_int_or(c, "pid", 0));
+    } else if (c->pid < 0) {
+        snprintf(buf, sizeof(buf), "%.1f s: %s", secs,
+                 c->slot && c->slot->state != SLOT_READY ? "creating the sandbox"
+                                                         : "starting");
+    } else {
+        char *tail = last_line(c->out[0].len ? &c->out[0] : &c->out[1]);
+        snprintf(buf, sizeof(buf), "running %.1f s, %zu bytes of output%s%s", secs,
+                 c->out[0].len + c->out[1].len, tail ? ": " : "", tail ? tail : "");
+        free(tail);
+    }
+    return strdup(buf);
+}
+
+/* ---- exec_command and run_code ------------------------------------------------------ */
+
+static void exec_waited(struct call *c, json_t *result, const sbx_rpc_error *err);
+
+static void exec_spawned(struct call *c, json_t *result, const sbx_rpc_error *err)
+{
+    struct mcp *m = c->m;
+    json_t *pid = json_object_get(result, "pid");
+    c->spawning = 0;
+    m->spawns_pending--;
+    if (!json_is_integer(pid)) {
+        mcp_replay_backlog(m);
+        answer_failed(c, err, "cannot start the command");
+        return;
+    }
+    c->pid = json_integer_value(pid);
+    c->following = 1;
+    mcp_replay_backlog(m);
+    if (c->done) { /* cancelled while the spawn was on its way */
+        send_kill(c);
+        return;
+    }
+    /* Its reply comes after every process.output of the process. */
+    if (mcp_dcall(c, SBX_M_WAIT, json_pack("{s:s, s:I}", "sandbox", c->sandbox, "pid", c->pid),
+                  exec_waited) < 0)
+        mcp_answer_error(c, "lost the connection to sbxd");
+}
+
+static void exec_ready(struct call *c)
+{
+    struct mcp *m = c->m;
+    json_t *p = json_object();
+    const char *keys[] = {"command", "cwd", "env", "stdin"};
+
+    free(c->sandbox);
+    c->sandbox = strdup(c->slot->id);
+    if (is_code(c)) {
+        json_object_set(p, "command", json_object_get(c->args, "code"));
+    } else {
+        for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
+            if (json_object_get(c->args, keys[i]))
+                json_object_set(p, keys[i], json_object_get(c->args, keys[i]));
+    }
+    c->timeout_ms = arg_int_or(c, "timeout_ms", m->default_timeout_ms);
+    if (c->timeout_ms > 0)
+        json_object_set_new(p, "timeout_ms", json_integer(c->timeout_ms));
+    json_object_set_new(p, "sandbox", json_string(c->sandbox));
+    json_object_set_new(p, "stream", json_true());
+    c->spawning = 1;
+    m->spawns_pending++;
+    if (mcp_dcall(c, SBX_M_SPAWN, p, exec_spawned) < 0) {
+        c->spawning = 0;
+        m->spawns_pending--;
+        mcp_answer_error(c, "cannot reach sbxd");
+    }
+}
+
+static void exec_start(struct call *c)
+{
+    mcp_slot_use(c, &c->m->cmd, exec_ready);
+}
+
+static void code_start(struct call *c)
+{
+    mcp_slot_use(c, &c->m->code, exec_ready);
+}
+
+static json_t *split_lines(const struct mbuf *b)
+{
+    json_t *arr = json_array();
+    size_t start = 0;
+    for (size_t i = 0; i <= b->len; i++) {
+        if (i < b->len && b->p[i] != '\n')
+            continue;
+        if (i > start || i < b->len)
+            json_array_append_new(arr, mbuf_string(b->p + start, i - start));
+        start = i + 1;
+    }
+    return arr;
+}
+
+static void code_answer(struct call *c, json_t *rec)
+{
+    json_t *exc = json_object_get(rec, "exception");
+    json_t *error = json_null();
+    json_int_t code = json_integer_value(json_object_get(rec, "exit_code"));
+    const char *errs = json_string_value(json_object_get(rec, "error"));
+    int timed_out = json_is_true(json_object_get(rec, "timed_out"));
+
+    if (json_is_object(exc)) {
+        const char *name = json_string_value(json_object_get(exc, "name"));
+        const char *msg = json_string_value(json_object_get(exc, "message"));
+        error = json_pack("{s:s, s:s}", "name", name ? name : "Error", "message", msg ? msg : "");
+        if (json_is_string(json_object_get(exc, "stack")))
+            json_object_set(error, "stack", json_object_get(exc, "stack"));
+    } else if (json_is_string(exc)) {
+        error = json_pack("{s:s, s:O}", "name", "Error", "message", exc);
+    } else if (timed_out) {
+        error = json_pack("{s:s, s:s}", "name", "TimeoutError", "message",
+                          "the program ran out of time");
+    } else if (errs) {
+        error = json_pack("{s:s, s:s}", "name", "Error", "message", errs);
+    } else if (code != 0) {
+        char msg[64];
+        snprintf(msg, sizeof(msg), "exited with code %" JSON_INTEGER_FORMAT, code);
+        error = json_pack("{s:s, s:s}", "name", "Error", "message", msg);
+    }
+    json_t *result = json_object_get(rec, "result");
+    json_t *s = json_pack("{s:O, s:o, s:o, s:b, s:b}", "result", result ? result : json_null(),
+                          "logs", split_lines(&c->logs), "error", error, "timed_out", timed_out,
+                          "truncated", c->truncated);
+    if (json_object_get(rec, "duration_ms"))
+        json_object_set(s, "duration_ms", json_object_get(rec, "duration_ms"));
+    mcp_answer(c, s, !json_is_null(error), NULL);
+}
+
+static void exec_waited(struct call *c, json_t *rec, const sbx_rpc_error *err)
+{
+    c->following = 0;
+    if (c->done)
+        return;
+    if (!rec) {
+        answer_failed(c, err, "waiting for the command failed");
+        return;
+    }
+    if (is_code(c)) {
+        code_answer(c, rec);
+        return;
+    }
+    json_t *code = json_object_get(rec, "exit_code");
+    json_t *error = json_object_get(rec, "error");
+    json_t *s = json_pack("{s:I, s:I, s:I, s:b, s:b, s:o, s:o, s:b}", "pid", c->pid, "exit_code",
+                          json_integer_value(code), "signal",
+                          json_integer_value(json_object_get(rec, "signal")), "timed_out",
+                          json_is_true(json_object_get(rec, "timed_out")), "killed",
+                          json_is_true(json_object_get(rec, "killed")), "stdout",
+                          mbuf_string(c->out[0].p, c->out[0].len), "stderr",
+                          mbuf_string(c->out[1].p, c->out[1].len), "truncated", c->truncated);
+    json_object_set_new(s, "error", json_is_string(error) ? json_incref(error) : json_null());
+    const char *keep[] = {"duration_ms", "result", "exception"};
+    for (size_t i = 0; i < sizeof(keep) / sizeof(keep[0]); i++)
+        if (json_object_get(rec, keep[i]))
+            json_object_set(s, keep[i], json_object_get(rec, keep[i]));
+    mcp_answer(c, s, json_integer_value(code) != 0 || json_is_string(error), NULL);
+}
+
+/* ---- spawn_process -------------------------------------------------------------------- */
+
+static void spawn_done(struct call *c, json_t *result, const sbx_rpc_error *err)
+{
+    json_t *pid = json_object_get(result, "pid");
+    if (!json_is_integer(pid)) {
+        answer_failed(c, err, "cannot start the process");
+        return;
+    }
+    mcp_answer(c, json_pack("{s:O, s:s}", "pid", pid, "sandbox", c->sandbox), 0, NULL);
+}
+
+static void spawn_ready(struct call *c)
+{
+    struct mcp *m = c->m;
+    json_t *p = json_object();
+    const char *keys[] = {"command", "cwd", "env"};
+
+    c->sandbox = strdup(c->slot->id);
+    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
+        if (json_object_get(c->args, keys[i]))
+            json_object_set(p, keys[i], json_object_get(c->args, keys[i]));
+    json_int_t t = arg_int_or(c, "timeout_ms", m->default_timeout_ms);
+    if (t > 0)
+        json_object_set_new(p, "timeout_ms", json_integer(t));
+    json_object_set_new(p, "sandbox", json_string(c->sandbox));
+    /* Nobody follows it: process_output reads what sbxd keeps. */
+    json_object_set_new(p, "stream", json_false());
+    if (mcp_dcall(c, SBX_M_SPAWN, p, spawn_done) < 0)
+        mcp_answer_error(c, "cannot reach sbxd");
+}
+
+static void spawn_start(struct call *c)
+{
+    mcp_slot_use(c, &c->m->cmd, spawn_ready);
+}
+
+/* ---- process_output ------------------------------------------------------------------ */
+
+static void output_attach(struct call *c);
+
+static void output_attached(struct call *c, json_t *result, const sbx_rpc_error *err)
+{
+    struct mcp *m = c->m;
+    c->attaching = 0;
+    /* The next reader of this process may go now. */
+    for (struct call *o = m->calls; o; o = o->next) {
+        if (o->blocked && o->sandbox && o->pid == c->pid && strcmp(o->sandbox, c->sandbox) == 0) {
+            o->blocked = 0;
+            if (!o->done)
+                output_attach(o);
+            break;
+        }
+    }
+    if (c->done)
+        return;
+    if (!result) {
+        answer_failed(c, err, "cannot read the process's output");
+        return;
+    }
+    json_int_t next[2];
+    const char *offkey[2] = {"stdout_offset", "stderr_offset"};
+    const char *startkey[2] = {"stdout_start", "stderr_start"};
+    for (int s = 0; s < 2; s++) {
+        if (c->at[s] < 0) {
+            next[s] = -1 - c->at[s];
+        } else {
+            json_int_t end = json_integer_value(json_object_get(result, offkey[s]));
+            json_int_t start = json_integer_value(json_object_get(result, startkey[s]));
+            /* Nothing replayed: a request past the end, or all gone. */
+            next[s] = c->at[s] < end ? end : c->at[s];
+            if (c->out[s].len == 0 && start > c->at[s] && start <= end)
+                c->dropped += start - c->at[s];
+            if (next[s] > end)
+                next[s] = end;
+        }
+    }
+    mcp_offsets_put(m, c->sandbox, c->pid, next);
+    int running = json_is_true(json_object_get(result, "running"));
+    json_t *s = json_pack("{s:I, s:b, s:o, s:o, s:I, s:I, s:b, s:I}", "pid", c->pid, "running",
+                          running, "stdout", mbuf_string(c->out[0].p, c->out[0].len), "stderr",
+                          mbuf_string(c->out[1].p, c->out[1].len), "stdout_offset", next[0],
+                          "stderr_offset", next[1], "truncated", c->truncated, "dropped_bytes",
+                          c->dropped);
+    if (!running && c->exit) {
+        const char *ints[] = {"exit_code", "signal"}, *bools[] = {"timed_out", "killed"};
+        for (int i = 0; i < 2; i++) {
+            if (json_is_integer(json_object_get(c->exit, ints[i])))
+                json_object_set(s, ints[i], json_object_get(c->exit, ints[i]));
+            json_object_set_new(s, bools[i], json_boolean(json_is_true(
+                                                  json_object_get(c->exit, bools[i]))));
+        }
+    }
+    mcp_answer(c, s, 0, NULL);
+}
+
+static void output_attach(struct call *c)
+{
+    struct mcp *m = c->m;
+    if (find_proc_call(m, c->sandbox, c->pid, 1, c)) {
+        c->blocked = 1; /* one reader per process at a time: their pieces would mix */
+        return;
+    }
+    json_int_t off[2];
+    mcp_offsets_get(m, c->sandbox, c->pid, off);
+    off[0] = arg_int_or(c, "stdout_offset", off[0]);
+    off[1] = arg_int_or(c, "stderr_offset", off[1]);
+    c->at[0] = off[0];
+    c->at[1] = off[1];
+    c->attaching = 1;
+    if (mcp_dcall(c, SBX_M_ATTACH,
+                  json_pack("{s:s, s:I, s:I, s:I, s:b}", "sandbox", c->sandbox, "pid", c->pid,
+                            "stdout_offset", off[0], "stderr_offset", off[1], "follow", 0),
+                  output_attached) < 0) {
+        c->attaching = 0;
+        mcp_answer_error(c, "cannot reach sbxd");
+    }
+}
+
+static void output_waited(struct call *c, json_t *result, const sbx_rpc_error *err)
+{
+    if (c->done)
+        return;
+    /* Still running after wait_ms (-32001) is fine: read what there is. */
+    if (!result && (!err || err->code != SBX_E_STATE)) {
+        answer_failed(c, err, "cannot wait for the process");
+        return;
+    }
+    output_attach(c);
+}
+
+static void output_ready(struct call *c)
+{
+    c->sandbox = strdup(c->slot->id);
+    c->pid = arg_int_or(c, "pid", -1);
+    if (find_proc_call(c->m, c->sandbox, c->pid, 0, c)) {
+        mcp_answer_error(c, "process %" JSON_INTEGER_FORMAT " belongs to a running exec_command "
+                            "call: its output comes with that call's result", c->pid);
+        return;
+    }
+    json_int_t wait = arg_int_or(c, "wait_ms", 0);
+    c->timeout_ms = wait;
+    if (wait <= 0) {
+        output_attach(c);
+        return;
+    }
+    if (mcp_dcall(c, SBX_M_WAIT,
+                  json_pack("{s:s, s:I, s:I}", "sandbox", c->sandbox, "pid", c->pid,
+                            "timeout_ms", wait),
+                  output_waited) < 0)
+        mcp_answer_error(c, "cannot reach sbxd");
+}
+
+static void output_start(struct call *c)
+{
+    mcp_slot_use(c, &c->m->cmd, output_ready);
+}
+
+/* ---- kill_process --------------------------------------------------------------------- */
+
+static void kill_done(struct call *c, json_t *result, const sbx_rpc_error *err)
+{
+    if (!result) {
+        answer_failed(c, err, "cannot kill the process");
+        return;
+    }
+    mcp_answer(c,
+               json_pack("{s:I, s:b}", "pid", arg_int_or(c, "pid", 0), "already_exited",
+                         json_is_true(json_object_get(result, "already_exited"))),
+               0, NULL);
+}
+
+static void kill_ready(struct call *c)
+{
+    c->sandbox = strdup(c->slot->id);
+    json_t *p = json_pack("{s:s, s:I}", "sandbox", c->sandbox, "pid", arg_int_or(c, "pid", 0));
+    if (json_object_get(c->args, "signal"))
+        json_object_set(p, "signal", json_object_get(c->args, "signal"));
+    if (mcp_dcall(c, SBX_M_KILL, p, kill_done) < 0)
+        mcp_answer_error(c, "cannot reach sbxd");
+}
+
+static void kill_start(struct call *c)
+{
+    mcp_slot_use(c, &c->m->cmd, kill_ready);
+}
+
+/* ---- sandbox_info -------------------------------------------------------------------- */
+
+static void info_listed(struct call *c, json_t *result, const sbx_rpc_error *err)
+{
+    if (!result) {
+        answer_failed(c, err, "cannot list the processes");
+        return;
+    }
+    json_t *procs = json_object_get(result, "processes");
+    mcp_answer(c,
+               json_pack("{s:O, s:o}", "sandbox", c->exit, "processes",
+                         json_is_array(procs) ? json_incref(procs) : json_array()),
+               0, NULL);
+}
+
+static void info_got(struct call *c, json_t *result, const sbx_rpc_error *err)
+{
+    if (c->done)
+        return;
+    if (!json_is_object(result)) {
+        answer_failed(c, err, "cannot get the sandbox");
+        return;
+    }
+    c->exit = json_incref(result);
+    if (mcp_dcall(c, SBX_M_PLIST, json_pack("{s:s}", "sandbox", c->sandbox), info_listed) < 0)
+        mcp_answer_error(c, "cannot reach sbxd");
+}
+
+static void info_ready(struct call *c)
+{
+    c->sandbox = strdup(c->slot->id);
+    if (mcp_dcall(c, SBX_M_GET, json_pack("{s:s}", "id", c->sandbox), info_got) < 0)
+        mcp_answer_error(c, "cannot reach sbxd");
+}
+
+static void info_start(struct call *c)
+{
+    mcp_slot_use(c, &c->m->cmd, info_ready);
+}

@@ -1,0 +1,438 @@
+// mcp_test.mjs - `sbxctl mcp` driven by the official MCP TypeScript SDK
+// (@modelcontextprotocol/sdk, pinned in package-lock.json) against a real sbxd.
+//
+// Environment (set by tests/providers/mcp.sh):
+//   SBXD_SOCKET     the sbxd socket
+//   SBXCTL          the sbxctl binary
+//   MCP_DOCKER      "1" when sbxd has a Docker engine with the sbx-test/busybox image,
+//                   else the reason the Docker tests are skipped
+import { test, describe, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn, execFileSync } from 'node:child_process';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
+import { McpError, ErrorCode } from '@modelcontextprotocol/sdk/types.js';
+
+const SOCK = process.env.SBXD_SOCKET;
+const SBXCTL = process.env.SBXCTL;
+const DOCKER = process.env.MCP_DOCKER === '1';
+const DOCKER_SKIP = DOCKER ? false : `no Docker engine: ${process.env.MCP_DOCKER || 'not set up'}`;
+assert.ok(SOCK && SBXCTL, 'SBXD_SOCKET and SBXCTL must be set');
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+/** An SDK client connected to a fresh `sbxctl mcp ARGS...` child. */
+async function connect(args) {
+  const transport = new StdioClientTransport({
+    command: SBXCTL,
+    args: ['-s', SOCK, 'mcp', '--progress-ms', '200', ...args],
+    env: { PATH: process.env.PATH },
+    stderr: 'pipe',
+  });
+  let stderr = '';
+  transport.stderr.on('data', (d) => { stderr += d; });
+  const client = new Client({ name: 'sbxd-mcp-test', version: '1.0.0' });
+  await client.connect(transport);
+  return { client, transport, stderr: () => stderr };
+}
+
+/** The sandboxes sbxd has for us, by id. */
+function sandboxes() {
+  const out = execFileSync(SBXCTL, ['-s', SOCK, '--json', 'ls'], { encoding: 'utf8' });
+  return new Map(JSON.parse(out).sandboxes.map((s) => [s.id, s]));
+}
+
+/** Polls sandbox_info until a process whose command is `command` has exited. */
+async function waitExited(client, command, ms = 10000) {
+  const end = Date.now() + ms;
+  let last;
+  while (Date.now() < end) {
+    const r = await client.callTool({ name: 'sandbox_info', arguments: {} });
+    last = r.structuredContent.processes.find((p) => p.command === command);
+    if (last && last.status === 'exited') return last;
+    await sleep(100);
+  }
+  return last;
+}
+
+/** Calls a tool, aborts it once the first progress notification came, and
+ *  checks that the call rejects. */
+async function cancelAfterProgress(client, args) {
+  const ac = new AbortController();
+  let progressed = 0;
+  const call = client.callTool({ name: 'exec_command', arguments: args }, undefined, {
+    signal: ac.signal,
+    onprogress: () => { if (++progressed === 1) ac.abort('test cancels'); },
+    timeout: 60000,
+  });
+  await assert.rejects(call, 'the cancelled call rejects');
+  return progressed;
+}
+
+// ---- raw protocol: what no SDK would send -----------------------------------------------
+
+/** A raw `sbxctl mcp` child: send lines, read answers. */
+function raw(extra = []) {
+  const child = spawn(SBXCTL, ['-s', SOCK, 'mcp', '--provider', 'duktape', ...extra], {
+    stdio: ['pipe', 'pipe', 'pipe'],
+  });
+  let buf = '';
+  const waiters = [];
+  const msgs = [];
+  child.stdout.setEncoding('utf8');
+  child.stdout.on('data', (d) => {
+    buf += d;
+    let i;
+    while ((i = buf.indexOf('\n')) >= 0) {
+      const line = buf.slice(0, i);
+      buf = buf.slice(i + 1);
+      msgs.push(JSON.parse(line)); // stdout carries JSON-RPC lines only
+    }
+    for (const w of waiters.splice(0)) w();
+  });
+  const next = async () => {
+    while (msgs.length === 0) {
+      await new Promise((r) => { waiters.push(r); setTimeout(r, 10000); });
+      if (msgs.length === 0 && child.exitCode !== null) throw new Error('sbxctl mcp exited');
+    }
+    return msgs.shift();
+  };
+  const send = (line) => child.stdin.write(line + '\n');
+  const close = () => new Promise((r) => { child.on('close', (code) => r(code)); child.stdin.end(); });
+  return { child, send, next, close };
+}
+
+const init = (v) => JSON.stringify({
+  jsonrpc: '2.0', id: 1, method: 'initialize',
+  params: { protocolVersion: v, capabilities: {}, clientInfo: { name: 'raw', version: '0' } },
+});
+
+describe('raw protocol', () => {
+  test('initialize: the client\'s revision 2025-06-18 is accepted as asked', async () => {
+    const r = raw();
+    r.send(init('2025-06-18'));
+    const m = await r.next();
+    assert.equal(m.id, 1);
+    assert.equal(m.result.protocolVersion, '2025-06-18');
+    assert.deepEqual(m.result.capabilities, { tools: { listChanged: false } });
+    assert.equal(m.result.serverInfo.name, 'sbxd');
+    assert.equal(await r.close(), 0);
+  });
+
+  test('initialize: an unknown revision gets the newest one, 2025-11-25', async () => {
+    const r = raw();
+    r.send(init('1999-01-01'));
+    assert.equal((await r.next()).result.protocolVersion, '2025-11-25');
+    await r.close();
+  });
+
+  test('revision 2025-03-26: no outputSchema, no structuredContent', async () => {
+    const r = raw();
+    r.send(init('2025-03-26'));
+    assert.equal((await r.next()).result.protocolVersion, '2025-03-26');
+    r.send(JSON.stringify({ jsonrpc: '2.0', id: 2, method: 'tools/list' }));
+    const list = await r.next();
+    assert.ok(list.result.tools.length === 6 && list.result.tools.every((t) => !t.outputSchema));
+    r.send(JSON.stringify({ jsonrpc: '2.0', id: 3, method: 'tools/call',
+      params: { name: 'run_code', arguments: { code: '6*7' } } }));
+    const res = await r.next();
+    assert.equal(res.result.structuredContent, undefined);
+    assert.equal(JSON.parse(res.result.content[0].text).result, 42);
+    await r.close();
+  });
+
+  test('bad input gets JSON-RPC errors and the server keeps serving', async () => {
+    const r = raw(['--max-message', '4096']);
+    r.send(init('2025-06-18'));
+    await r.next();
+    r.send('this is not json');
+    let m = await r.next();
+    assert.equal(m.error.code, -32700);
+    assert.equal(m.id, null);
+    r.send(JSON.stringify({ jsonrpc: '2.0', id: 2, method: 'x'.repeat(8000) }));
+    m = await r.next();
+    assert.equal(m.error.code, -32600, 'a line over --max-message');
+    r.send(JSON.stringify({ jsonrpc: '2.0', id: 3, method: 'resources/list' }));
+    m = await r.next();
+    assert.equal(m.id, 3);
+    assert.equal(m.error.code, -32601);
+    r.send(JSON.stringify({ jsonrpc: '1.0', id: 4, method: 'ping' }));
+    assert.equal((await r.next()).error.code, -32600);
+    r.send(JSON.stringify([{ jsonrpc: '2.0', id: 5, method: 'ping' }]));
+    assert.equal((await r.next()).error.code, -32600);
+    r.send(JSON.stringify({ jsonrpc: '2.0', id: 6, method: 'tools/call', params: { arguments: {} } }));
+    assert.equal((await r.next()).error.code, -32602);
+    r.send(JSON.stringify({ jsonrpc: '2.0', id: 7, method: 'ping' }));
+    m = await r.next();
+    assert.deepEqual(m, { jsonrpc: '2.0', id: 7, result: {} });
+    assert.equal(await r.close(), 0);
+  });
+});
+
+// ---- the SDK against the duktape provider --------------------------------------------------
+
+describe('MCP SDK client, duktape provider', () => {
+  let s;
+  let sandboxId;
+  before(async () => { s = await connect(['--provider', 'duktape', '--code-provider', 'duktape']); });
+  after(async () => { await s?.client.close(); });
+
+  test('initialize: server info, tools capability, instructions', () => {
+    assert.equal(s.client.getServerVersion().name, 'sbxd');
+    assert.deepEqual(s.client.getServerCapabilities().tools, { listChanged: false });
+    assert.match(s.client.getInstructions(), /exec_command/);
+  });
+
+  test('ping', async () => {
+    assert.deepEqual(await s.client.ping(), {});
+  });
+
+  test('tools/list: six tools with input and output schemas', async () => {
+    const { tools } = await s.client.listTools();
+    assert.deepEqual(tools.map((t) => t.name).sort(),
+      ['exec_command', 'kill_process', 'process_output', 'run_code', 'sandbox_info', 'spawn_process']);
+    for (const t of tools) {
+      assert.equal(t.inputSchema.type, 'object', t.name);
+      assert.equal(t.outputSchema.type, 'object', t.name);
+      assert.ok(t.description.length > 20, t.name);
+    }
+    const exec = tools.find((t) => t.name === 'exec_command');
+    assert.deepEqual(exec.inputSchema.required, ['command']);
+  });
+
+  test('exec_command: output, completion value, exit code 0', async () => {
+    const r = await s.client.callTool({ name: 'exec_command',
+      arguments: { command: 'console.log("hi from duktape"); 6*7' } });
+    assert.equal(r.isError, undefined);
+    assert.equal(r.structuredContent.stdout, 'hi from duktape\n');
+    assert.equal(r.structuredContent.result, 42);
+    assert.equal(r.structuredContent.exit_code, 0);
+    assert.deepEqual(JSON.parse(r.content[0].text), r.structuredContent);
+  });
+
+  test('exec_command: an uncaught error is isError with the exception', async () => {
+    const r = await s.client.callTool({ name: 'exec_command',
+      arguments: { command: 'throw new RangeError("nope")' } });
+    assert.equal(r.isError, true);
+    assert.notEqual(r.structuredContent.exit_code, 0);
+    assert.equal(r.structuredContent.exception.name, 'RangeError');
+  });
+
+  test('run_code: result and logs; an exception is an error result', async () => {
+    let r = await s.client.callTool({ name: 'run_code',
+      arguments: { code: 'console.log("a"); console.log("b", 2); ({sum: 1 + 2})' } });
+    assert.equal(r.isError, undefined);
+    assert.deepEqual(r.structuredContent.result, { sum: 3 });
+    assert.deepEqual(r.structuredContent.logs, ['a', 'b 2']);
+    assert.equal(r.structuredContent.error, null);
+    r = await s.client.callTool({ name: 'run_code', arguments: { code: 'null.x' } });
+    assert.equal(r.isError, true);
+    assert.equal(r.structuredContent.error.name, 'TypeError');
+  });
+
+  test('run_code: a timeout is a TimeoutError', async () => {
+    const r = await s.client.callTool({ name: 'run_code',
+      arguments: { code: 'while (true) {}', timeout_ms: 300 } });
+    assert.equal(r.isError, true);
+    assert.equal(r.structuredContent.timed_out, true);
+    assert.equal(r.structuredContent.error.name, 'TimeoutError');
+  });
+
+  test('several tools/call at once', async () => {
+    const rs = await Promise.all([1, 2, 3, 4, 5].map((i) =>
+      s.client.callTool({ name: 'run_code', arguments: { code: `${i} * 10` } })));
+    assert.deepEqual(rs.map((r) => r.structuredContent.result), [10, 20, 30, 40, 50]);
+  });
+
+  test('spawn_process + process_output (wait_ms, offsets remembered)', async () => {
+    const sp = await s.client.callTool({ name: 'spawn_process',
+      arguments: { command: 'for (var i = 0; i < 3; i++) console.log("line" + i)' } });
+    assert.equal(sp.isError, undefined);
+    const pid = sp.structuredContent.pid;
+    assert.ok(pid > 0);
+    let r = await s.client.callTool({ name: 'process_output', arguments: { pid, wait_ms: 5000 } });
+    assert.equal(r.structuredContent.running, false);
+    assert.equal(r.structuredContent.exit_code, 0);
+    assert.equal(r.structuredContent.stdout, 'line0\nline1\nline2\n');
+    assert.equal(r.structuredContent.stdout_offset, 18);
+    r = await s.client.callTool({ name: 'process_output', arguments: { pid } });
+    assert.equal(r.structuredContent.stdout, '', 'the second read starts where the first stopped');
+    r = await s.client.callTool({ name: 'process_output', arguments: { pid, stdout_offset: 6 } });
+    assert.equal(r.structuredContent.stdout, 'line1\nline2\n');
+  });
+
+  test('kill_process: a running process is killed', async () => {
+    const sp = await s.client.callTool({ name: 'spawn_process', arguments: { command: 'while (true) {}' } });
+    const pid = sp.structuredContent.pid;
+    const k = await s.client.callTool({ name: 'kill_process', arguments: { pid } });
+    assert.deepEqual(k.structuredContent, { pid, already_exited: false });
+    const r = await s.client.callTool({ name: 'process_output', arguments: { pid, wait_ms: 5000 } });
+    assert.equal(r.structuredContent.running, false);
+    assert.equal(r.structuredContent.killed, true);
+  });
+
+  test('sandbox_info: the duktape sandbox and its processes', async () => {
+    const r = await s.client.callTool({ name: 'sandbox_info', arguments: {} });
+    assert.equal(r.structuredContent.sandbox.provider, 'duktape');
+    assert.equal(r.structuredContent.sandbox.status, 'running');
+    assert.ok(r.structuredContent.processes.length >= 3);
+    sandboxId = r.structuredContent.sandbox.id;
+  });
+
+  test('bad arguments are an isError result; an unknown tool is -32602', async () => {
+    let r = await s.client.callTool({ name: 'exec_command', arguments: { cmd: 'x' } });
+    assert.equal(r.isError, true);
+    assert.match(r.content[0].text, /unknown argument "cmd"/);
+    r = await s.client.callTool({ name: 'process_output', arguments: { pid: 'one' } });
+    assert.equal(r.isError, true);
+    r = await s.client.callTool({ name: 'process_output', arguments: { pid: 999999 } });
+    assert.equal(r.isError, true);
+    assert.match(r.content[0].text, /not found/);
+    await assert.rejects(s.client.callTool({ name: 'no_such_tool', arguments: {} }),
+      (e) => e instanceof McpError && e.code === ErrorCode.InvalidParams);
+  });
+
+  test('progress notifications with the client\'s progressToken', async () => {
+    const seen = [];
+    const r = await s.client.callTool({ name: 'exec_command',
+      arguments: { command: 'var t = Date.now(); while (Date.now() - t < 1200) {} "done"' } },
+      undefined, { onprogress: (p) => seen.push(p) });
+    assert.equal(r.structuredContent.result, 'done');
+    assert.ok(seen.length >= 2, `got ${seen.length} progress notifications`);
+    for (let i = 1; i < seen.length; i++) assert.ok(seen[i].progress > seen[i - 1].progress);
+    assert.match(seen[0].message, /running|starting/);
+  });
+
+  test('notifications/cancelled kills the running command', async () => {
+    const cmd = 'while (true) { /* cancel me */ }';
+    const n = await cancelAfterProgress(s.client, { command: cmd });
+    assert.ok(n >= 1);
+    const p = await waitExited(s.client, cmd);
+    assert.equal(p?.status, 'exited', 'the remote process is gone');
+    assert.equal(p.exit_code, 137);
+    // the server still answers afterwards
+    const r = await s.client.callTool({ name: 'run_code', arguments: { code: '1 + 1' } });
+    assert.equal(r.structuredContent.result, 2);
+  });
+
+  test('closing the client destroys the sandboxes it created', async () => {
+    assert.ok(sandboxId && sandboxes().has(sandboxId));
+    await s.client.close();
+    s = null;
+    assert.equal(sandboxes().has(sandboxId), false);
+  });
+});
+
+describe('MCP SDK client, named sandbox (--sandbox)', () => {
+  test('uses the named sandbox and leaves it in place', async () => {
+    const id = `mcp-named-${process.pid}`;
+    execFileSync(SBXCTL, ['-s', SOCK, 'create', '--provider', 'duktape', '--id', id]);
+    const s = await connect(['--sandbox', id]);
+    try {
+      const r = await s.client.callTool({ name: 'exec_command', arguments: { command: 'var kept = 5; kept' } });
+      assert.equal(r.structuredContent.result, 5);
+      const info = await s.client.callTool({ name: 'sandbox_info', arguments: {} });
+      assert.equal(info.structuredContent.sandbox.id, id);
+    } finally {
+      await s.client.close();
+    }
+    assert.ok(sandboxes().has(id), 'still there after the client left');
+    const out = execFileSync(SBXCTL, ['-s', SOCK, 'exec', id, '--', 'kept'], { encoding: 'utf8' });
+    assert.match(out, /5/);
+    execFileSync(SBXCTL, ['-s', SOCK, 'rm', id]);
+  });
+});
+
+// ---- the SDK against the docker provider ------------------------------------------------------
+
+// Each test is skipped on its own without an engine, so the skips are counted.
+const dtest = (name, fn) => test(name, { skip: DOCKER_SKIP }, fn);
+
+describe('MCP SDK client, docker provider', () => {
+  let s;
+  let sandboxId;
+  before(async () => {
+    if (DOCKER) s = await connect(['--provider', 'docker', '--image', 'sbx-test/busybox']);
+  });
+  after(async () => { await s?.client.close(); });
+
+  dtest('exec_command: stdout, stderr, exit code 3 is isError', async () => {
+    const r = await s.client.callTool({ name: 'exec_command',
+      arguments: { command: 'echo hi; echo oops >&2; exit 3' } }, undefined, { timeout: 120000 });
+    assert.equal(r.isError, true);
+    assert.equal(r.structuredContent.exit_code, 3);
+    assert.equal(r.structuredContent.stdout, 'hi\n');
+    assert.equal(r.structuredContent.stderr, 'oops\n');
+  });
+
+  dtest('exec_command: argv, cwd, env and stdin', async () => {
+    let r = await s.client.callTool({ name: 'exec_command',
+      arguments: { command: ['sh', '-c', 'echo "$GREETING from $(pwd)"'], cwd: '/tmp', env: { GREETING: 'hello' } } });
+    assert.equal(r.structuredContent.stdout, 'hello from /tmp\n');
+    r = await s.client.callTool({ name: 'exec_command', arguments: { command: 'tr a-z A-Z', stdin: 'abc' } });
+    assert.equal(r.structuredContent.stdout, 'ABC');
+  });
+
+  dtest('files persist between calls', async () => {
+    await s.client.callTool({ name: 'exec_command', arguments: { command: 'echo kept > /tmp/mcp-file' } });
+    const r = await s.client.callTool({ name: 'exec_command', arguments: { command: 'cat /tmp/mcp-file' } });
+    assert.equal(r.structuredContent.stdout, 'kept\n');
+  });
+
+  dtest('spawn_process + process_output', async () => {
+    const sp = await s.client.callTool({ name: 'spawn_process',
+      arguments: { command: 'for i in 1 2 3; do echo $i; sleep 0.2; done; echo err >&2; exit 4' } });
+    const pid = sp.structuredContent.pid;
+    const r = await s.client.callTool({ name: 'process_output', arguments: { pid, wait_ms: 10000 } });
+    assert.equal(r.structuredContent.running, false);
+    assert.equal(r.structuredContent.exit_code, 4);
+    assert.equal(r.structuredContent.stdout, '1\n2\n3\n');
+    assert.equal(r.structuredContent.stderr, 'err\n');
+  });
+
+  dtest('kill_process ends a background sleep', async () => {
+    const sp = await s.client.callTool({ name: 'spawn_process', arguments: { command: 'sleep 60' } });
+    const pid = sp.structuredContent.pid;
+    const k = await s.client.callTool({ name: 'kill_process', arguments: { pid, signal: 'TERM' } });
+    assert.equal(k.structuredContent.already_exited, false);
+    const r = await s.client.callTool({ name: 'process_output', arguments: { pid, wait_ms: 10000 } });
+    assert.equal(r.structuredContent.running, false);
+    assert.equal(r.structuredContent.killed, true);
+  });
+
+  dtest('progress notifications carry the output so far', async () => {
+    const seen = [];
+    const r = await s.client.callTool({ name: 'exec_command',
+      arguments: { command: 'for i in 1 2 3 4; do echo step$i; sleep 0.4; done' } },
+      undefined, { onprogress: (p) => seen.push(p) });
+    assert.equal(r.structuredContent.stdout, 'step1\nstep2\nstep3\nstep4\n');
+    assert.ok(seen.length >= 3, `got ${seen.length} progress notifications`);
+    for (let i = 1; i < seen.length; i++) assert.ok(seen[i].progress > seen[i - 1].progress);
+    assert.ok(seen.some((p) => /step\d/.test(p.message)), JSON.stringify(seen));
+  });
+
+  dtest('notifications/cancelled kills the remote process', async () => {
+    const cmd = 'sleep 31';
+    await cancelAfterProgress(s.client, { command: cmd });
+    const p = await waitExited(s.client, cmd);
+    assert.equal(p?.status, 'exited');
+    assert.equal(p.exit_code, 137);
+    // and nothing named like it runs in the container any more
+    const r = await s.client.callTool({ name: 'exec_command', arguments: { command: 'ps | grep "[s]leep 31"' } });
+    assert.equal(r.structuredContent.exit_code, 1, r.structuredContent.stdout);
+  });
+
+  dtest('sandbox_info: a running docker sandbox', async () => {
+    const r = await s.client.callTool({ name: 'sandbox_info', arguments: {} });
+    assert.equal(r.structuredContent.sandbox.provider, 'docker');
+    assert.equal(r.structuredContent.sandbox.status, 'running');
+    sandboxId = r.structuredContent.sandbox.id;
+  });
+
+  dtest('closing the client destroys the container sandbox', async () => {
+    assert.ok(sandboxId && sandboxes().has(sandboxId));
+    await s.client.close();
+    s = null;
+    assert.equal(sandboxes().has(sandboxId), false);
+  });
+});
