@@ -43,7 +43,7 @@ BENCH_SRC = $(wildcard tests/bench/*.c)
 BENCH_BIN = $(patsubst tests/bench/%.c,$(B)/bench/%,$(BENCH_SRC))
 AGENT_SRC = $(wildcard daemon/agent/*.c)
 
-.PHONY: all run test asan valgrind bench install clean deps test-deps check-style
+.PHONY: all run test asan valgrind bench install clean deps test-deps check-style fuzz fuzz-build fuzz-bins
 all: $(B)/sbxd $(B)/sbxd-worker $(B)/sbxctl $(B)/libsbx.so.$(SOVERSION) $(B)/libsbx.a \
 	$(if $(AGENT_SRC),$(B)/sbx-init) $(UNIT_BIN) $(ITEST_BIN) $(PTEST_BIN) $(BENCH_BIN)
 
@@ -94,6 +94,39 @@ $(B)/tests/%: tests/providers/%.c $(B)/libsbx.a tests/testhelp.h tests/itest.h
 $(B)/bench/%: tests/bench/%.c $(B)/libsbx.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) $(SAN) -Itests -Iclient -o $@ $< $(B)/libsbx.a $(PKG_LIBS) -lev -lm
+
+# -- libFuzzer harnesses (tests/fuzz) ------------------------------------------------
+# Built with clang into build-fuzz with ASan + UBSan (every UB aborts).
+# `make fuzz` runs each harness FUZZ_SECONDS; `make test` runs each briefly.
+FUZZ_B = build-fuzz
+FUZZ_CC ?= clang-14
+FUZZ_SAN = -fsanitize=address,undefined -fno-sanitize-recover=all
+FUZZ_SECONDS ?= 60
+FUZZ_SRC = $(wildcard tests/fuzz/fuzz_*.c)
+FUZZ_BIN = $(patsubst tests/fuzz/%.c,$(B)/fuzz/%,$(FUZZ_SRC))
+# A harness that #includes a daemon file (to reach its static parsers) links
+# without that file's object.
+FUZZ_OMIT_fuzz_agent_daemon = $(B)/obj/daemon/providers/docker.o
+FUZZ_OMIT_fuzz_grpc = $(B)/obj/daemon/grpc.o
+FUZZ_OMIT_fuzz_modal = $(B)/obj/daemon/providers/modal.o
+FUZZ_AGENT_SRC = $(filter-out daemon/agent/sbx_init.c,$(AGENT_SRC)) proto/sbx_chan.c
+
+fuzz-build:
+	$(MAKE) B=$(FUZZ_B) CC=$(FUZZ_CC) OPT="-O1 -g -fno-omit-frame-pointer" \
+		SAN="$(FUZZ_SAN) -fsanitize=fuzzer-no-link" fuzz-bins
+fuzz-bins: $(FUZZ_BIN)
+fuzz:
+	sh tests/fuzz/run.sh $(FUZZ_B) $(FUZZ_SECONDS) $(FUZZ_B)/corpus
+
+# sbx-init's side: its own sources (no jansson, no libev), sbx_init.c included.
+$(B)/fuzz/fuzz_agent_init: tests/fuzz/fuzz_agent_init.c $(AGENT_SRC) proto/sbx_chan.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=gnu11 $(OPT) $(WARN) $(SAN) -fsanitize=fuzzer -D_GNU_SOURCE -Iproto \
+		-Idaemon/agent -o $@ $< $(FUZZ_AGENT_SRC)
+$(B)/fuzz/%: tests/fuzz/%.c tests/fuzz/fuzz_daemon.h $(DAEMON_LIB_OBJ) $(B)/libsbx.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -fsanitize=fuzzer -Itests/fuzz -Idaemon/providers -o $@ $< \
+		$(filter-out $(FUZZ_OMIT_$*),$(DAEMON_LIB_OBJ)) $(B)/libsbx.a $(LDLIBS_D)
 
 -include $(shell find $(B) -name '*.d' 2>/dev/null)
 
@@ -146,4 +179,4 @@ install: all
 		install -m 644 config/sbxd.yaml $(DESTDIR)$(SYSCONFDIR)/sbxd/sbxd.yaml
 
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan build-fuzz

@@ -203,3 +203,40 @@ size_t json_escaped_len(const uint8_t *s, size_t len, size_t limit)
     }
     return out;
 }
+
+size_t json_escape_to(char *out, const uint8_t *d, size_t n)
+{
+    static const char hex[] = "0123456789abcdef";
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        /* Runs of bytes that need no escaping are copied 8 at a time. */
+        size_t run = json_plain_run(d + i, n - i);
+        if (run) {
+            memcpy(out + o, d + i, run);
+            o += run;
+            i += run;
+            if (i == n)
+                break;
+        }
+        uint8_t ch = d[i];
+        if (ch == '"' || ch == '\\') {
+            out[o++] = '\\';
+            out[o++] = (char)ch;
+        } else if (ch == '\n') {
+            out[o++] = '\\';
+            out[o++] = 'n';
+        } else if (ch == '\t') {
+            out[o++] = '\\';
+            out[o++] = 't';
+        } else if (ch == '\r') {
+            out[o++] = '\\';
+            out[o++] = 'r';
+        } else {
+            memcpy(out + o, "\\u00", 4);
+            out[o + 4] = hex[ch >> 4];
+            out[o + 5] = hex[ch & 15];
+            o += 6;
+        }
+    }
+    return o;
+}

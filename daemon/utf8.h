@@ -21,9 +21,13 @@ size_t utf8_incomplete_tail(const uint8_t *s, size_t len);
 size_t json_plain_run(const uint8_t *s, size_t len);
 
 /*
- * Length of s escaped as the inside of a JSON string, the way process.c
- * writes it; stops counting once it passes limit and returns limit + 1.
+ * Writes s as the inside of a JSON string (no quotes): '"' '\\' \n \t \r
+ * as two-byte escapes, other bytes below 0x20 as \u00XX, the rest as is.
+ * out needs 6 * len bytes. Returns the length written.
  */
+size_t json_escape_to(char *out, const uint8_t *s, size_t len);
+/* Length of s escaped as json_escape_to writes it; stops counting once it
+ * passes limit and returns limit + 1. */
 size_t json_escaped_len(const uint8_t *s, size_t len, size_t limit);
 
 /* Length of the padded base64 text for len bytes. */

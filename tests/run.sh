@@ -138,6 +138,9 @@ else
     FAILED_NAMES="$FAILED_NAMES sbxd-start"
 fi
 
+# -- libFuzzer harnesses, a few seconds each (make fuzz runs them longer) --------
+run_test fuzz sh tests/fuzz/run.sh build-fuzz "${SBX_FUZZ_SECONDS:-3}"
+
 # -- providers with their own fixtures ------------------------------------------
 for t in tests/providers/*.sh; do
     [ -f "$t" ] || continue

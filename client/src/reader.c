@@ -153,6 +153,8 @@ int sbx_reader_get_frame(sbx_reader *r, json_t **frame_out)
     *frame_out = NULL;
     if (r->err)
         return SBX_ERR;
+    if (!r->buf)
+        return SBX_OK; /* nothing fed yet (and no NULL + 0 below) */
 
     for (;;) {
         char *start = r->buf + r->pos;

@@ -1,0 +1,90 @@
+/*
+ * fuzz_agent_daemon.c - the daemon's end of the agent protocol: the input
+ * is what a (hostile) sbx-init writes to Docker's attach stream. It goes
+ * through docker.c's own attach handler (att_data: stdout = channel frames,
+ * with the PONG resync; stderr = agent diagnostics), chan.c's frame parser
+ * and dk_agent_frame: PONG/HELLO handshakes with process reconciliation and
+ * adoption, STDOUT/STDERR into the core's process output, STARTED, EXIT,
+ * REPLAY, LOG, ERROR (resync) and DIRECT. docker.c is included to reach its
+ * static state; there is no engine: the sandbox has no container id, so a
+ * channel failure ends in "sandbox lost" without an engine call.
+ *
+ * Input: byte 0 picks the starting state (bit 0: handshake after a
+ * reconnect, else running; bit 1: an attach resync in progress), byte 1
+ * the piece size; then the attach stream as Docker's demultiplexer hands
+ * it over: [stream byte: odd = stdout, even = stderr][u16 length][bytes]...
+ */
+#include "fuzz_daemon.h"
+
+#include "../../daemon/providers/docker.c"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static struct sbx_provider dk_fuzz_ops;
+static struct provider_inst dk_fuzz_inst;
+static struct dk_prov dk_fuzz_prov;
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    fz_daemon_setup();
+    if (!dk_fuzz_ops.name) {
+        /* The fake provider, with docker.c's process and sandbox release
+         * so that the core frees its records as it would Docker's. */
+        dk_fuzz_ops = fz_provider;
+        dk_fuzz_ops.name = "docker";
+        dk_fuzz_ops.proc_release = d_proc_release;
+        dk_fuzz_ops.sb_release = d_sb_release;
+        dk_fuzz_inst.ops = &dk_fuzz_ops;
+        dk_fuzz_inst.cookie = &dk_fuzz_prov;
+        dk_fuzz_inst.enabled = dk_fuzz_inst.loaded = 1;
+    }
+    if (size < 2)
+        return 0;
+    uint8_t mode = data[0];
+    size_t piece = (size_t)data[1] * 16 + 1;
+    data += 2;
+    size -= 2;
+
+    struct sandbox *sb = fz_sandbox("dk");
+    sb->prov = &dk_fuzz_inst;
+    struct dk_sb *ds = ds_new(&dk_fuzz_prov, sb);
+    open_channel(ds);
+    /* Two processes the daemon spawned (pids 1 and 2), one not yet. */
+    for (int i = 0; i < 3; i++) {
+        struct process *p = fz_process(sb);
+        struct dk_proc *dpp = dpp_new(ds, p);
+        dpp->spawned = i < 2;
+        dpp->started = i == 0;
+    }
+    if (mode & 1) {
+        ds->phase = PH_HANDSHAKE;
+        ds->why = WHY_RECOVER;
+        ds->recovering = 1;
+        ds->first_hello = 1;
+    } else {
+        ds->phase = PH_IDLE;
+        ds->ready = 1;
+    }
+    if (mode & 2) {
+        ds->att_sync = 1;
+        ds->sync_k = 0;
+    }
+
+    /* [stream][len hi][len lo][bytes], each cut into pieces. */
+    size_t off = 0;
+    while (off + 3 <= size && sb->pdata == ds) {
+        int stream = data[off] & 1 ? 1 : 2;
+        size_t len = (size_t)data[off + 1] << 8 | data[off + 2];
+        off += 3;
+        if (len > size - off)
+            len = size - off;
+        for (size_t k = 0; k < len && sb->pdata == ds;) {
+            size_t n = len - k < piece ? len - k : piece;
+            att_data(NULL, stream, data + off + k, n, ds);
+            k += n;
+        }
+        off += len;
+    }
+    fz_daemon_reset(); /* releases ds through d_sb_release */
+    return 0;
+}

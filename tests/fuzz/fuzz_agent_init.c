@@ -1,0 +1,115 @@
+/*
+ * fuzz_agent_init.c - sbx-init's end of the agent protocol: the input is
+ * the byte stream the daemon writes to the agent's stdin, handled by
+ * sbx_init.c's own frame loop (process_buf: header decode, resync on a
+ * malformed header, SPAWN validation through the agent's JSON parser,
+ * STDIN, KILL, CREDIT, REPLAY, FORGET, PING/HELLO, DIRECT, SNAPSHOT), then
+ * the output pump that frames ring bytes against credit. sbx_init.c is
+ * included to reach its static state; only proc_spawn is replaced, by one
+ * that forks nothing: the process "runs" with pid 0 (KILL does nothing) and
+ * has some output in its rings, or, for odd ids, has exited already.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <stdarg.h>
+#include <stdio.h>
+
+/* sbx_init.c's diagnostics are formatted (format bugs still show) but not
+ * printed: at fuzzing rates they would be most of the run. */
+static void fuzz_alog(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+#define main sbx_init_main
+#define proc_spawn fuzz_proc_spawn
+#define alog fuzz_alog
+#include "../../daemon/agent/sbx_init.c"
+#undef main
+#undef proc_spawn
+#undef alog
+
+static void fuzz_alog(const char *fmt, ...)
+{
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+struct proc *fuzz_proc_spawn(uint32_t id, const struct spawn_req *req)
+{
+    struct proc *p = xcalloc(1, sizeof(*p));
+    p->id = id;
+    p->command = xstrndup(req->argv[0], strlen(req->argv[0]));
+    p->window = req->window;
+    p->credit = req->window;
+    p->in_fd = -1;
+    for (int s = 0; s < 2; s++) {
+        p->out[s].fd = -1;
+        p->out[s].drain_limit = UINT64_MAX;
+    }
+    static const char out[] = "some output\n", err[] = "an error\n";
+    proc_ring_write(p, 0, (const uint8_t *)out, sizeof(out) - 1);
+    proc_ring_write(p, 1, (const uint8_t *)err, sizeof(err) - 1);
+    if (id % 2) {
+        p->state = PROC_EXITED;
+        p->exit_code = 3;
+    } else {
+        p->state = PROC_RUNNING;
+    }
+    return p;
+}
+
+static void reset(void)
+{
+    while (A.nprocs > 0)
+        remove_proc(A.procs[0]);
+    direct_stop();
+    if (A.dfd >= 0)
+        close(A.dfd);
+    A.dfd = -1;
+    buf_consume(&A.ibuf, buf_pending(&A.ibuf));
+    buf_deinit(&A.obuf);
+    buf_deinit(&A.dbuf);
+    A.in_resync = false;
+    A.out_dead = false;
+    A.rr = 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    static int once;
+    if (!once) {
+        once = 1;
+        /* DIRECT listens in a private directory of ours, not /.sbx/run. */
+        char dir[] = "/tmp/sbx-init-fuzz.XXXXXX";
+        if (!mkdtemp(dir))
+            abort();
+        setenv("SBX_INIT_RUNDIR", dir, 1);
+        A.dfd = -1;
+        A.in_open = true;
+        /* main() sizes the input buffer once for the largest frame. */
+        if (buf_reserve(&A.ibuf, IBUF_CAP) < 0)
+            abort();
+    }
+    if (size > IBUF_CAP - SBX_CHAN_HDR)
+        size = IBUF_CAP - SBX_CHAN_HDR; /* what one read could bring */
+    if (buf_append(&A.ibuf, data, size) < 0)
+        abort();
+    /* As run() does: frames in while the output has room, output pumped and
+     * "written" (dropped) so that the loop goes on. */
+    for (int rounds = 0; rounds < 1024; rounds++) {
+        size_t before = buf_pending(&A.ibuf);
+        process_buf(&A.ibuf, false);
+        pump_output();
+        size_t out = buf_pending(&A.obuf);
+        buf_consume(&A.obuf, out);
+        if (buf_pending(&A.ibuf) == before && out == 0)
+            break;
+    }
+    reset();
+    return 0;
+}

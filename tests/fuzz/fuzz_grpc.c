@@ -1,0 +1,152 @@
+/*
+ * fuzz_grpc.c - gRPC framing of responses, as grpc.c receives them from
+ * libcurl: response header lines (grpc-status, grpc-message with its
+ * percent-decoding, grpc-encoding), body chunks cut anywhere (the 5-byte
+ * message prefix, compression flag, size limit, one message for unary
+ * calls), the end of the transfer (status from trailers, HTTP or transport;
+ * "response ended inside a message"), pausing and resuming a stream from
+ * its message callback, and the AuthTokenGet answer (hand-read protobuf
+ * token, JWT exp). grpc.c is included to reach its static receive path;
+ * calls are linked into a real channel but never sent (no retry, no auth
+ * fetch), so no network is used.
+ *
+ * Input: byte 0 = kind (0 unary, 1 stream, 2 AuthTokenGet), byte 1 = HTTP
+ * status class and end code, then records [type][u16 len][bytes]: type
+ * even = a header line, odd = a body chunk; a chunk whose first byte is
+ * 0xff also pauses the stream at its next message and resumes after it.
+ */
+#include "fuzz_daemon.h"
+
+#include "../../daemon/grpc.c"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static struct grpc_chan chan;
+static int pause_next;
+static size_t msgs;
+
+static void on_msg(struct grpc_call *c, const uint8_t *msg, size_t len, void *privdata)
+{
+    msgs++;
+    if (len > chan.max_msg)
+        abort();
+    if (pause_next) {
+        pause_next = 0;
+        grpc_call_pause(c);
+    }
+}
+
+static void on_done(struct grpc_call *c, const struct grpc_status *st, const uint8_t *msg,
+                    size_t len, void *privdata)
+{
+    if (!st->message)
+        abort();
+    if (st->code == GRPC_OK && c->unary && !msg && len)
+        abort();
+}
+
+/* call_new without call_begin: linked into the channel, never sent. */
+static struct grpc_call *fz_call(int kind)
+{
+    struct grpc_call *c = calloc(1, sizeof(*c));
+    if (!c)
+        abort();
+    c->ch = &chan;
+    snprintf(c->method, sizeof(c->method), "%s", kind == 2 ? "AuthTokenGet" : "Fuzz");
+    if (asprintf(&c->url, "%s/%s/%s", chan.base_url, chan.service, c->method) < 0)
+        abort();
+    c->unary = kind != 1;
+    c->is_auth = kind == 2;
+    c->attempt = MAX_RETRIES; /* a retry would send */
+    c->on_msg = kind == 1 ? on_msg : NULL;
+    c->on_done = kind == 2 ? auth_done : on_done;
+    c->privdata = kind == 2 ? (void *)&chan : NULL;
+    c->grpc_status = -1;
+    c->state = CS_SENDING;
+    ev_init(&c->timer, retry_cb);
+    c->timer.data = c;
+    c->next = chan.calls;
+    if (chan.calls)
+        chan.calls->prev = c;
+    chan.calls = c;
+    if (kind == 2)
+        chan.auth_call = c;
+    return c;
+}
+
+/* Resuming outside libcurl may finish (and free) the call, as it would
+ * after cancelling its transfer: then there is no req_done either. */
+static int alive(const struct grpc_call *c)
+{
+    for (struct grpc_call *x = chan.calls; x; x = x->next)
+        if (x == c)
+            return 1;
+    return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    fz_daemon_setup();
+    if (!chan.base_url) {
+        sbx_err_t err = {0};
+        if (grpc_chan_init(&chan, D->loop, "http://127.0.0.1:9", "modal.client.ModalClient",
+                           "ak-fuzz", "as-fuzz", &err) < 0)
+            abort();
+        chan.max_msg = 64 * 1024; /* small, so that the limit is reachable */
+    }
+    if (size < 2)
+        return 0;
+    int kind = data[0] % 3;
+    static const long https[] = {200, 200, 200, 400, 401, 404, 429, 500, 502, 503, 0};
+    long http = https[(data[1] >> 4) % (sizeof(https) / sizeof(https[0]))];
+    CURLcode rc = data[1] & 8 ? CURLE_RECV_ERROR : CURLE_OK;
+    data += 2;
+    size -= 2;
+    msgs = 0;
+    pause_next = 0;
+
+    struct grpc_call *c = fz_call(kind);
+    int aborted = 0;
+    size_t off = 0;
+    while (off + 3 <= size && !aborted && alive(c)) {
+        uint8_t type = data[off];
+        size_t len = (size_t)data[off + 1] << 8 | data[off + 2];
+        off += 3;
+        if (len > size - off)
+            len = size - off;
+        const char *d = (const char *)data + off;
+        off += len;
+        if (type % 2 == 0) {
+            on_header(NULL, d, len, c);
+            continue;
+        }
+        int pausing = len > 0 && (uint8_t)d[0] == 0xff;
+        if (pausing)
+            pause_next = 1;
+        size_t r = on_data(NULL, d, len, c);
+        if (r == CURL_WRITEFUNC_PAUSE) {
+            grpc_call_resume(c); /* the owner drained its queue */
+            continue;
+        }
+        if (r != len)
+            aborted = 1; /* libcurl ends the transfer: req_done follows */
+        else if (c->paused)
+            grpc_call_resume(c);
+    }
+    /* The transfer ends; a held stream finishes when resumed. */
+    if (alive(c))
+        req_done(NULL, rc, http, "fuzz", c);
+    while (chan.calls) {
+        struct grpc_call *x = chan.calls;
+        if (x->state == CS_HELD && x->paused) {
+            grpc_call_resume(x);
+            if (chan.calls == x && x->paused)
+                grpc_call_cancel(x);
+        } else {
+            grpc_call_cancel(x);
+        }
+    }
+    free(chan.auth_token);
+    chan.auth_token = NULL;
+    return 0;
+}

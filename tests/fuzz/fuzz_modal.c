@@ -1,0 +1,105 @@
+/*
+ * fuzz_modal.c - Modal's replies as modal.c reads them: each record of the
+ * input is one protobuf message from Modal's server. Output batches go
+ * through modal.c's own out_msg (batch index bookkeeping, file descriptor
+ * routing, raw bytes or text into the core's process output, exit marks);
+ * an ExecWait reply that says completed goes through wait_done (exit code,
+ * finishing); every other reply type modal.c decodes is unpacked and freed
+ * as modal.c does (protobuf-c's parser on hostile bytes). modal.c is
+ * included to reach these static handlers; no call is ever sent.
+ *
+ * Input: records [kind][u16 len][message bytes].
+ */
+#include "fuzz_daemon.h"
+
+#include "../../daemon/providers/modal.c"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* Every response type modal.c unpacks, besides the two handled for real. */
+static void unpack_other(int kind, const uint8_t *m, size_t n)
+{
+    ProtobufCMessage *v = NULL;
+    switch (kind) {
+    case 0: v = (ProtobufCMessage *)modal__client__app_get_or_create_response__unpack(NULL, n, m); break;
+    case 1: v = (ProtobufCMessage *)modal__client__sandbox_get_from_name_response__unpack(NULL, n, m); break;
+    case 2: v = (ProtobufCMessage *)modal__client__image_get_or_create_response__unpack(NULL, n, m); break;
+    case 3: v = (ProtobufCMessage *)modal__client__secret_get_or_create_response__unpack(NULL, n, m); break;
+    case 4: v = (ProtobufCMessage *)modal__client__sandbox_create_response__unpack(NULL, n, m); break;
+    case 5: v = (ProtobufCMessage *)modal__client__sandbox_tags_get_response__unpack(NULL, n, m); break;
+    case 6: v = (ProtobufCMessage *)modal__client__sandbox_snapshot_fs_response__unpack(NULL, n, m); break;
+    case 7: v = (ProtobufCMessage *)modal__client__sandbox_get_task_id_response__unpack(NULL, n, m); break;
+    case 8: v = (ProtobufCMessage *)modal__client__container_exec_response__unpack(NULL, n, m); break;
+    default: v = (ProtobufCMessage *)modal__client__image_join_streaming_response__unpack(NULL, n, m); break;
+    }
+    if (v)
+        protobuf_c_message_free_unpacked(v, NULL);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    fz_daemon_setup();
+    static struct mprov mp;
+    struct msb ms;
+    struct mproc m;
+    memset(&ms, 0, sizeof(ms));
+    memset(&m, 0, sizeof(m));
+    mp.curl_pause = 1;
+    ms.mp = &mp;
+    struct sandbox *sb = fz_sandbox("modal");
+    ms.sb = sb;
+    m.p = fz_process(sb);
+    m.ms = &ms;
+    obuf_init(&m.stdin_q);
+    ev_init(&m.kill_timer, kill_timer_cb);
+    ev_init(&m.grace, grace_cb);
+    ev_init(&m.report_timer, report_cb);
+    ev_init(&m.retry_timer, wait_retry_cb);
+    m.kill_timer.data = m.grace.data = m.report_timer.data = m.retry_timer.data = &m;
+    /* Two stand-ins for the output calls: out_msg only compares them. */
+    static char call_tokens[2];
+    m.out[0] = (struct grpc_call *)&call_tokens[0];
+    m.out[1] = (struct grpc_call *)&call_tokens[1];
+
+    size_t off = 0;
+    while (off + 3 <= size && m.p->state == P_RUNNING) {
+        uint8_t kind = data[off];
+        size_t len = (size_t)data[off + 1] << 8 | data[off + 2];
+        off += 3;
+        if (len > size - off)
+            len = size - off;
+        const uint8_t *msg = data + off;
+        off += len;
+        switch (kind % 4) {
+        case 0:
+        case 1:
+            out_msg(m.out[kind % 2], msg, len, &m);
+            break;
+        case 2: {
+            Modal__Client__ContainerExecWaitResponse *r =
+                modal__client__container_exec_wait_response__unpack(NULL, len, msg);
+            int completed = r && r->completed;
+            if (r)
+                modal__client__container_exec_wait_response__free_unpacked(r, NULL);
+            /* Not completed would poll again (a real call): only the end. */
+            if (completed && !m.have_exit) {
+                struct grpc_status st = {.code = GRPC_OK, .message = "", .method = "w"};
+                wait_done(NULL, &st, msg, len, &m);
+            }
+            break;
+        }
+        default:
+            unpack_other(kind / 4 % 10, msg, len);
+            break;
+        }
+    }
+    ev_timer_stop(D->loop, &m.kill_timer);
+    ev_timer_stop(D->loop, &m.grace);
+    ev_timer_stop(D->loop, &m.report_timer);
+    ev_timer_stop(D->loop, &m.retry_timer);
+    obuf_deinit(&m.stdin_q);
+    free(m.exit_error);
+    m.p->pdata = NULL;
+    fz_daemon_reset();
+    return 0;
+}
