@@ -83,6 +83,9 @@ struct grpc_call {
     int paused;
     int cancelled;
     int in_cb;
+    int no_resend; /* repeat only attempts that surely never reached the server */
+    double budget_s; /* > 0: retry for this long (backoff up to 5 s), not 3 times */
+    int unsent;    /* the last attempt surely never reached the server */
 };
 
 static void call_send(struct grpc_call *c);
@@ -304,6 +307,7 @@ static void reset_response(struct grpc_call *c)
     c->in = NULL;
     c->in_off = c->in_len = c->in_cap = 0;
     c->grpc_status = -1;
+    c->unsent = 0;
     free(c->grpc_message);
     c->grpc_message = NULL;
     c->compressed_ok = 0;
@@ -386,7 +390,8 @@ static void call_finish(struct grpc_call *c, int code, const char *msg, int tran
                                  .message = msg ? msg : "",
                                  .transport = transport,
                                  .http_status = http,
-                                 .method = c->method};
+                                 .method = c->method,
+                                 .unsent = c->unsent};
         int ok = code == GRPC_OK;
         c->in_cb++;
         c->on_done(c, &st, ok ? c->resp : NULL, ok ? c->resp_len : 0, c->privdata);
@@ -546,10 +551,21 @@ static void auth_done(struct grpc_call *ac, const struct grpc_status *st,
             call_free(c);
             continue;
         }
+        if (c->budget_s > 0 && grpc_code_retryable(code) &&
+            wall_now() - c->t0 < c->budget_s) {
+            /* A call with a retry budget waits for a later token fetch. */
+            double delay = 0.1 * (double)(1u << (c->attempt < 10 ? c->attempt : 10));
+            c->attempt++;
+            c->state = CS_RETRY_WAIT;
+            ev_timer_set(&c->timer, delay > 5.0 ? 5.0 : delay, 0.);
+            ev_timer_start(ch->loop, &c->timer);
+            continue;
+        }
         struct grpc_status st2 = *st;
         st2.code = code;
         st2.message = m;
         st2.method = "AuthTokenGet";
+        st2.unsent = 1; /* it waited for the token: never sent */
         c->state = CS_DONE;
         if (c->on_done) {
             c->in_cb++;
@@ -729,6 +745,10 @@ static void req_done(struct curlev_req *r, CURLcode rc, long http, const char *e
     } else if (rc != CURLE_OK) {
         code = rc == CURLE_OPERATION_TIMEDOUT ? GRPC_DEADLINE_EXCEEDED : GRPC_UNAVAILABLE;
         transport = http == 0;
+        /* No connection was ever made: the server cannot have seen the call. */
+        c->unsent = http == 0 &&
+                    (rc == CURLE_COULDNT_CONNECT || rc == CURLE_COULDNT_RESOLVE_HOST ||
+                     rc == CURLE_COULDNT_RESOLVE_PROXY);
         snprintf(buf, sizeof(buf), "%s %s: %s",
                  transport ? "cannot reach" : "connection to", ch->base_url, errmsg);
         msg = buf;
@@ -741,12 +761,15 @@ static void req_done(struct curlev_req *r, CURLcode rc, long http, const char *e
         code = GRPC_UNIMPLEMENTED;
         msg = "No message received";
     }
-    /* Unary: retry what the SDK retries, with the same idempotency key. */
-    if (c->unary && code != GRPC_OK && grpc_code_retryable(code) &&
-        c->attempt < MAX_RETRIES) {
-        double delay = 0.1 * (double)(1 << c->attempt);
-        if (delay > 1.0)
-            delay = 1.0;
+    /* Unary: retry what the SDK retries, with the same idempotency key (a
+     * no_resend call only when the attempt never reached the server). */
+    int more = c->budget_s > 0 ? wall_now() - c->t0 < c->budget_s : c->attempt < MAX_RETRIES;
+    if (c->unary && code != GRPC_OK && (grpc_code_retryable(code) || transport) && more &&
+        (!c->no_resend || c->unsent)) {
+        double cap = c->budget_s > 0 ? 5.0 : 1.0;
+        double delay = 0.1 * (double)(1u << (c->attempt < 10 ? c->attempt : 10));
+        if (delay > cap)
+            delay = cap;
         log_debug("grpc: %s failed (%s: %s), retry %d in %.1f s", c->method,
                   grpc_code_name(code), msg, c->attempt + 1, delay);
         c->attempt++;
@@ -955,6 +978,18 @@ struct grpc_call *grpc_stream(struct grpc_chan *ch, const char *method,
 
 /* ---- owner controls -----------------------------------------------------------------
  */
+
+void grpc_call_retry_budget(struct grpc_call *c, double budget_s)
+{
+    if (c)
+        c->budget_s = budget_s;
+}
+
+void grpc_call_no_resend(struct grpc_call *c)
+{
+    if (c)
+        c->no_resend = 1;
+}
 
 void grpc_call_cancel(struct grpc_call *c)
 {

@@ -69,6 +69,8 @@ struct grpc_status {
     long http_status;    /* 0 if none */
     const char
         *method; /* the RPC, e.g. "SandboxCreate" (or "AuthTokenGet" when that failed) */
+    int unsent; /* 1: the request surely never reached the server (no connection
+                 * could be made, or the auth token it waited for failed) */
 };
 
 /** A message of a streaming call; msg is valid only during the call. */
@@ -131,6 +133,20 @@ struct grpc_call *grpc_unary(struct grpc_chan *ch, const char *method,
 struct grpc_call *grpc_stream(struct grpc_chan *ch, const char *method,
                               const ProtobufCMessage *req, double timeout_s,
                               grpc_msg_cb on_msg, grpc_done_cb on_done, void *privdata);
+
+/**
+ * For calls that must not run twice on the server (ContainerExec): the
+ * built-in retries then repeat only attempts that surely never reached it
+ * (st->unsent). Call it right after grpc_unary().
+ */
+void grpc_call_no_resend(struct grpc_call *c);
+
+/**
+ * Retries the call's retryable failures for up to budget_s seconds from the
+ * first attempt (backoff 0.1 s doubling, at most 5 s apart) instead of the
+ * SDK's 3 quick retries. Call it right after grpc_unary().
+ */
+void grpc_call_retry_budget(struct grpc_call *c, double budget_s);
 
 /** Ends the call; no callback runs afterwards. c must not be used again. NULL is a no-op.
  */

@@ -892,6 +892,11 @@ void process_exited(struct process *p, json_t *rec)
         json_object_set_new(e, "retried", json_true());
     if (json_is_true(json_object_get(rec, "sandbox_restarted")))
         json_object_set_new(e, "sandbox_restarted", json_true());
+    /* Output that could not be read to its end (a Modal outage): never a clean exit. */
+    if (json_is_true(json_object_get(rec, "output_incomplete")))
+        json_object_set_new(e, "output_incomplete", json_true());
+    if (json_is_integer(json_object_get(rec, "remote_exit_code")))
+        json_object_set(e, "remote_exit_code", json_object_get(rec, "remote_exit_code"));
     p->exit = e;
     p->state = P_EXITED;
     p->sb->nlive--;
@@ -902,6 +907,8 @@ void process_exited(struct process *p, json_t *rec)
         json_t *n = json_pack("{s:s, s:I, s:i, s:i, s:b, s:b, s:O}", "sandbox", p->sb->id, "pid",
                               (json_int_t)p->pid, "exit_code", code, "signal", sig, "timed_out",
                               timed_out, "killed", killed, "error", json_object_get(e, "error"));
+        if (json_object_get(e, "output_incomplete"))
+            json_object_set_new(n, "output_incomplete", json_true());
         notify_subs(p, SBX_N_EXIT, n);
     }
     if (p->exec_call) {

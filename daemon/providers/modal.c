@@ -25,11 +25,15 @@
  * batch, always from a fresh loop iteration (report_timer): the core may free
  * the process record inside process_exited.
  */
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "daemon.h"
 #include "grpc.h"
@@ -51,8 +55,10 @@
 #define POLL_SLACK_S 30.0 /* our transfer timeout on top of it */
 #define TASK_POLL_S 0.5
 #define TASK_MAX_POLLS 600
-#define MAX_STREAM_FAILS 10
-#define MAX_WAIT_FAILS 5
+#define MAX_STREAM_FAILS 10 /* image build log stream */
+#define RETRY_BUDGET_MS 120000 /* default providers.modal.retry_budget_ms */
+#define BACKOFF_FIRST_S 0.2
+#define BACKOFF_MAX_S 5.0
 #define TAIL_QUIET_S                                                                     \
     0.5               /* after the exit, a silent output stream is reopened after this */
 #define TAIL_TRIES 16 /* ... this many times, then the rest of the output is given up */
@@ -120,6 +126,7 @@ struct mprov {
     double cpu;
     int64_t memory_mb;
     int64_t max_timeout_ms;
+    double retry_budget_s; /* how long an exec's streams and wait retry through an outage */
     json_t *apps;   /* "env/name" -> app_id */
     json_t *images; /* tag -> image_id */
     char last_error[512];
@@ -130,6 +137,14 @@ struct mprov {
      * 10988, 16955). Either way a stuck stream ends at its transfer timeout
      * and is reopened from the last batch. */
     int curl_pause;
+
+    /* What survives an sbxd restart (see "state file" below). */
+    char *state_path;  /* NULL: nothing is kept */
+    json_t *saved;     /* read at load, adopted on the first loop iteration */
+    json_t *snaps;     /* snapshot id -> {owner, created_at, sandbox, data} */
+    ev_timer adopt_timer;
+    ev_timer save_timer; /* writes once per loop iteration at most */
+    int dirty;
 };
 
 enum mjob { J_NONE, J_START, J_RESTART, J_STOP, J_DESTROY, J_SNAPSHOT };
@@ -182,6 +197,8 @@ struct msb {
 
     struct mproc *procs;   /* live processes */
     struct mproc *waiters; /* processes waiting for the restart */
+    int destroyed;         /* terminated: no longer kept in the state file */
+    struct grpc_call *check_call; /* after adoption: is the Modal sandbox still there? */
 };
 
 struct mproc {
@@ -211,10 +228,19 @@ struct mproc {
     ev_timer report_timer;
     ev_timer retry_timer;
     int wait_fails;
+    double wait_fail_t0;   /* first failure of the current run of failures, 0 = none */
+    double out_fail_t0[2];
+    ev_timer out_timer[2]; /* reopen a broken output stream after a backoff */
+    int exec_fails;
+    double exec_fail_t0;
+    ev_timer exec_timer; /* ContainerExec again after a failure that never reached Modal */
+    int incomplete;      /* some output could not be read: never a clean exit */
+    char *incomplete_why;
     int reported;
     double t0;
     double last_output; /* when a batch last arrived */
     int tail_tries;
+    int adopted; /* found in the state file after an sbxd restart */
 };
 
 static void job_next(struct msb *ms);
@@ -224,6 +250,8 @@ static void start_restart(struct msb *ms);
 static void run_lifecycle(struct msb *ms, enum mjob op);
 static void schedule_report(struct mproc *m);
 static void check_finish(struct mproc *m);
+static void state_dirty(struct mprov *mp);
+static void state_write(struct mprov *mp);
 
 /* ---- small helpers -------------------------------------------------------- */
 
@@ -324,6 +352,9 @@ static void job_end(struct msb *ms, sbx_err_t *err, json_t *result)
     ms->call = NULL;
     ev_timer_stop(D->loop, &ms->timer);
     int failed = err && err->msg;
+    if (job == J_DESTROY && !failed)
+        ms->destroyed = 1;
+    state_dirty(ms->mp);
     if (job == J_RESTART) {
         json_decref(result);
         if (!failed) {
@@ -1153,9 +1184,38 @@ static const char *opt_string(json_t *opts, const char *key)
     return json_string_value(json_object_get(opts, key));
 }
 
+/* The options a Modal sandbox takes; anything else is -32602, as on Docker. */
+static const char *const option_keys[] = {"app_name", "environment", "image", "cpu",
+                                          "memory_mb", "memory", NULL};
+
+static int check_options(json_t *opts, sbx_err_t *err)
+{
+    if (opts && !json_is_object(opts) && !json_is_null(opts))
+        return err_make_data(err, SBX_E_PARAMS, json_pack("{s:s}", "param", "options"),
+                             "options must be an object");
+    const char *k;
+    json_t *v;
+    json_object_foreach (opts, k, v) {
+        int known = 0;
+        for (size_t i = 0; option_keys[i]; i++)
+            known |= strcmp(option_keys[i], k) == 0;
+        if (!known) {
+            char param[300];
+            snprintf(param, sizeof(param), "options.%s", k);
+            return err_make_data(err, SBX_E_PARAMS, json_pack("{s:s}", "param", param),
+                                 "%s: not a Modal option (known: app_name, environment, "
+                                 "image, cpu, memory_mb, memory)",
+                                 param);
+        }
+    }
+    return 0;
+}
+
 static struct msb *msb_new(struct mprov *mp, struct sandbox *sb, sbx_err_t *err)
 {
     json_t *opts = json_object_get(sb->conf, "options");
+    if (check_options(opts, err) < 0)
+        return NULL;
     double cpu = mp->cpu;
     json_t *v = json_object_get(opts, "cpu");
     if (v && !json_is_null(v) && (opt_number(v, &cpu) < 0 || cpu < 0 || cpu > 1024)) {
@@ -1311,8 +1371,14 @@ static void m_sb_release(void *cookie, struct sandbox *sb)
     struct msb *ms = sb->pdata;
     if (!ms)
         return;
-    /* The Modal sandbox stays: a restarted sbxd adopts it by name. */
+    /* The Modal sandbox stays: a restarted sbxd adopts it from the state file
+     * (or by name). A pending write goes out while every sandbox is still here. */
+    if (ms->mp->dirty)
+        state_write(ms->mp);
+    if (!ms->destroyed)
+        state_dirty(ms->mp);
     grpc_call_cancel(ms->call);
+    grpc_call_cancel(ms->check_call);
     ev_timer_stop(D->loop, &ms->timer);
     for (struct mproc *m = ms->procs; m; m = m->next)
         m->ms = NULL;
@@ -1364,6 +1430,50 @@ static void stop_calls(struct mproc *m)
     ev_timer_stop(D->loop, &m->kill_timer);
     ev_timer_stop(D->loop, &m->grace);
     ev_timer_stop(D->loop, &m->retry_timer);
+    ev_timer_stop(D->loop, &m->out_timer[0]);
+    ev_timer_stop(D->loop, &m->out_timer[1]);
+    ev_timer_stop(D->loop, &m->exec_timer);
+}
+
+/* ---- outages: backoff under a time budget ---------------------------------------- */
+
+/* The wait before attempt n (1-based) of a run of failures: 0.2 s doubling up to
+ * 5 s, with up to 20% jitter so that many processes do not retry in step. */
+static double backoff_s(int n)
+{
+    double d = BACKOFF_FIRST_S;
+    for (int i = 1; i < n && d < BACKOFF_MAX_S; i++)
+        d *= 2;
+    if (d > BACKOFF_MAX_S)
+        d = BACKOFF_MAX_S;
+    return d * (0.8 + 0.4 * ((double)(random() % 1000) / 1000.0));
+}
+
+/* Starts or continues a run of failures at *t0. Returns the wait before the next
+ * attempt, or -1 when the budget is spent. */
+static double retry_after(struct mprov *mp, double *t0, int *fails)
+{
+    double now = ev_now(D->loop);
+    if (*t0 == 0)
+        *t0 = now;
+    (*fails)++;
+    if (now - *t0 >= mp->retry_budget_s)
+        return -1;
+    double d = backoff_s(*fails);
+    double left = *t0 + mp->retry_budget_s - now;
+    return d < left ? d : left;
+}
+
+/* Output of stream fd could not be read to its end: the exit will say so. */
+static void out_incomplete(struct mproc *m, int fd, const char *why)
+{
+    log_warn("modal: pid %u: %s output is incomplete: %s", m->p->pid,
+             fd == 1 ? "stdout" : "stderr", why);
+    m->out_done[fd - 1] = 1;
+    if (!m->incomplete) {
+        m->incomplete = 1;
+        set_str(&m->incomplete_why, why);
+    }
 }
 
 static void report_cb(struct ev_loop *loop, ev_timer *w, int revents)
@@ -1375,9 +1485,24 @@ static void report_cb(struct ev_loop *loop, ev_timer *w, int revents)
     stop_calls(m);
     struct process *p = m->p;
     int code = m->have_exit ? m->exit_code : -1;
-    json_t *rec = json_pack("{s:i}", "exit_code", code);
-    if (m->exit_error)
+    json_t *rec = json_pack("{s:i}", "exit_code", m->incomplete ? -1 : code);
+    if (m->incomplete) {
+        /* Never a clean exit when output is missing. */
+        char *e = NULL;
+        if (m->exit_error)
+            e = xstrdup(m->exit_error);
+        else if (asprintf(&e, "the output could not be read completely (%s); %s",
+                          nz(m->incomplete_why),
+                          m->have_exit ? "the command itself ended" : "its exit is unknown") < 0)
+            e = NULL;
+        json_object_set_new(rec, "error", json_string(e ? e : "output incomplete"));
+        json_object_set_new(rec, "output_incomplete", json_true());
+        if (m->have_exit && !m->gone)
+            json_object_set_new(rec, "remote_exit_code", json_integer(code));
+        free(e);
+    } else if (m->exit_error) {
         json_object_set_new(rec, "error", json_string(m->exit_error));
+    }
     if (m->kill_sig)
         json_object_set_new(rec, "killed", json_true());
     /* Modal's own exec timeout (sbxd's deadline usually comes first). */
@@ -1390,6 +1515,8 @@ static void report_cb(struct ev_loop *loop, ev_timer *w, int revents)
         json_object_set_new(rec, "retried", json_boolean(m->retried));
         json_object_set_new(rec, "sandbox_restarted", json_boolean(m->restarted));
     }
+    if (m->ms && m->exec_id)
+        state_dirty(m->ms->mp);
     process_exited(p, rec);
     json_decref(rec);
 }
@@ -1443,7 +1570,9 @@ static void grace_cb(struct ev_loop *loop, ev_timer *w, int revents)
         log_warn(
             "modal: pid %u: output streams still open %.0f s after the exit; ending them",
             m->p->pid, TAIL_TRIES * TAIL_QUIET_S);
-        m->out_done[0] = m->out_done[1] = 1;
+        for (int fd = 1; fd <= 2; fd++)
+            if (!m->out_done[fd - 1])
+                out_incomplete(m, fd, "the stream stayed open after the exit");
         schedule_report(m);
         return;
     }
@@ -1504,6 +1633,7 @@ static void out_msg(struct grpc_call *c, const uint8_t *msg, size_t len, void *p
     }
     m->out_got[fd - 1] = 1;
     m->out_fails[fd - 1] = 0;
+    m->out_fail_t0[fd - 1] = 0;
     m->tail_tries = 0;
     m->last_output = ev_now(D->loop);
     if (b->_exit_code_case == MODAL__CLIENT__RUNTIME_OUTPUT_BATCH___EXIT_CODE_EXIT_CODE)
@@ -1544,34 +1674,64 @@ static void out_done_cb(struct grpc_call *c, const struct grpc_status *st,
     }
     if (st->code == GRPC_NOT_FOUND) {
         /* The exec (and with it the sandbox) is gone. */
-        m->out_done[fd - 1] = 1;
         if (!m->have_exit) {
+            m->out_done[fd - 1] = 1;
             mark_dead(m->ms, st->message);
             report_error(m, "the Modal sandbox is gone: %s", st->message);
+        } else {
+            out_incomplete(m, fd, st->message);
         }
         check_finish(m);
         return;
     }
+    char why[400];
+    snprintf(why, sizeof(why), "ContainerExecGetOutput: %s: %s", grpc_code_name(st->code),
+             st->message);
     int again = st->code == GRPC_OK || grpc_code_retryable(st->code) || st->transport;
-    double lived = ev_now(D->loop) - m->out_t0[fd - 1];
-    if (st->code != GRPC_OK || (!m->out_got[fd - 1] && lived < 1.0))
-        m->out_fails[fd - 1]++;
-    if (!again || m->out_fails[fd - 1] > MAX_STREAM_FAILS) {
-        log_warn("modal: pid %u: giving up on the %s stream: %s: %s", m->p->pid,
-                 fd == 1 ? "stdout" : "stderr", grpc_code_name(st->code), st->message);
-        m->out_done[fd - 1] = 1;
+    if (!again) {
+        out_incomplete(m, fd, why);
         check_finish(m);
         return;
     }
-    if (st->code != GRPC_OK)
-        log_debug("modal: pid %u: %s stream broke (%s: %s); resuming after batch %llu",
-                  m->p->pid, fd == 1 ? "stdout" : "stderr", grpc_code_name(st->code),
-                  st->message, (unsigned long long)m->last_batch[fd - 1]);
-    if (m->paused) {
-        m->reopen[fd - 1] = 1;
+    double lived = ev_now(D->loop) - m->out_t0[fd - 1];
+    if (st->code == GRPC_OK && (m->out_got[fd - 1] || lived >= 1.0)) {
+        /* A long poll that ended as it should: on at once. */
+        m->out_fails[fd - 1] = 0;
+        m->out_fail_t0[fd - 1] = 0;
+        if (m->paused)
+            m->reopen[fd - 1] = 1;
+        else
+            out_open(m, fd);
         return;
     }
-    out_open(m, fd);
+    /* Broken (or ending at once with nothing): again after a backoff, for as
+     * long as the budget lasts. */
+    double d = retry_after(m->ms->mp, &m->out_fail_t0[fd - 1], &m->out_fails[fd - 1]);
+    if (d < 0) {
+        char buf[480];
+        snprintf(buf, sizeof(buf), "%s (still failing after %.0f s)", why,
+                 m->ms->mp->retry_budget_s);
+        out_incomplete(m, fd, buf);
+        check_finish(m);
+        return;
+    }
+    log_debug("modal: pid %u: %s stream broke (%s); again in %.2f s after batch %llu",
+              m->p->pid, fd == 1 ? "stdout" : "stderr", why, d,
+              (unsigned long long)m->last_batch[fd - 1]);
+    ev_timer_set(&m->out_timer[fd - 1], d, 0.);
+    ev_timer_start(D->loop, &m->out_timer[fd - 1]);
+}
+
+static void out_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    struct mproc *m = w->data;
+    int fd = w == &m->out_timer[0] ? 1 : 2;
+    if (m->reported || m->out_done[fd - 1] || m->out[fd - 1] || !m->ms)
+        return;
+    if (m->paused)
+        m->reopen[fd - 1] = 1;
+    else
+        out_open(m, fd);
 }
 
 static void out_open(struct mproc *m, int fd)
@@ -1628,6 +1788,7 @@ static void wait_done(struct grpc_call *c, const struct grpc_status *st,
         if (r)
             modal__client__container_exec_wait_response__free_unpacked(r, NULL);
         m->wait_fails = 0;
+        m->wait_fail_t0 = 0;
         wait_open(m);
         return;
     }
@@ -1636,12 +1797,21 @@ static void wait_done(struct grpc_call *c, const struct grpc_status *st,
         report_error(m, "the Modal sandbox is gone: %s", st->message);
         return;
     }
-    if (++m->wait_fails > MAX_WAIT_FAILS) {
-        report_error(m, "ContainerExecWait failed: %s: %s", grpc_code_name(st->code),
+    int again = grpc_code_retryable(st->code) || st->transport;
+    double d = again ? retry_after(m->ms->mp, &m->wait_fail_t0, &m->wait_fails) : -1;
+    if (d < 0) {
+        /* The process may still run: its exit and the rest of its output are unknown. */
+        for (int fd = 1; fd <= 2; fd++)
+            if (!m->out_done[fd - 1])
+                out_incomplete(m, fd, "the exit could not be awaited");
+        report_error(m, "ContainerExecWait failed%s: %s: %s",
+                     again ? " for the whole retry budget" : "", grpc_code_name(st->code),
                      st->message);
         return;
     }
-    ev_timer_set(&m->retry_timer, 1.0, 0.);
+    log_debug("modal: pid %u: ContainerExecWait failed (%s: %s); again in %.2f s",
+              m->p->pid, grpc_code_name(st->code), st->message, d);
+    ev_timer_set(&m->retry_timer, d, 0.);
     ev_timer_start(D->loop, &m->retry_timer);
 }
 
@@ -1731,8 +1901,10 @@ static void send_killer(struct mprov *mp, const char *task_id, const char *tag, 
     req.command = argv;
     req.n_command = 5;
     req.timeout_secs = 30;
-    grpc_unary(&mp->ch, "ContainerExec", &req.base, UNARY_TIMEOUT_S, fire_and_forget_done,
-               NULL);
+    /* Killing twice does no harm: this one may retry through an outage. */
+    grpc_call_retry_budget(grpc_unary(&mp->ch, "ContainerExec", &req.base, UNARY_TIMEOUT_S,
+                                      fire_and_forget_done, NULL),
+                           mp->retry_budget_s);
 }
 
 static void kill_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
@@ -1871,6 +2043,9 @@ static void exec_start(struct mproc *m)
     }
     m->exec_call = grpc_unary(&ms->mp->ch, "ContainerExec", &req.base, UNARY_TIMEOUT_S,
                               exec_done, m);
+    /* Modal may or may not honour x-idempotency-key for ContainerExec: never risk
+     * running the command twice (exec_done repeats only calls that never left). */
+    grpc_call_no_resend(m->exec_call);
     for (size_t i = 0; i < nowned; i++)
         free(owned[i]);
     free(owned);
@@ -1893,6 +2068,7 @@ static void exec_done(struct grpc_call *c, const struct grpc_status *st,
         set_str(&m->exec_id, r->exec_id);
         modal__client__container_exec_response__free_unpacked(r, NULL);
         ms->last_retried = m->retried;
+        state_dirty(ms->mp);
         log_debug("modal: sandbox %s pid %u is exec %s%s", ms->sb->id, m->p->pid,
                   m->exec_id, m->retried ? " (retried)" : "");
         out_open(m, 1);
@@ -1929,8 +2105,31 @@ static void exec_done(struct grpc_call *c, const struct grpc_status *st,
                                    UNARY_TIMEOUT_S, check_done, m);
         return;
     }
+    if (st->code != GRPC_OK && st->unsent &&
+        (grpc_code_retryable(st->code) || st->transport)) {
+        /* It never reached Modal: starting it again cannot run it twice. */
+        double d = retry_after(ms->mp, &m->exec_fail_t0, &m->exec_fails);
+        if (d >= 0) {
+            log_debug("modal: pid %u: ContainerExec did not reach Modal (%s); again in "
+                      "%.2f s",
+                      m->p->pid, st->message, d);
+            ev_timer_set(&m->exec_timer, d, 0.);
+            ev_timer_start(D->loop, &m->exec_timer);
+            return;
+        }
+    }
     ms->last_retried = m->retried;
-    if (st->transport)
+    if (st->code != GRPC_OK && !st->unsent &&
+        (grpc_code_retryable(st->code) || st->transport)) {
+        /* It may have started remotely: end whatever it started, and say so. */
+        if (ms->task_id)
+            send_killer(ms->mp, ms->task_id, m->tag, SIGKILL);
+        report_error(m,
+                     "Modal ContainerExec failed after the call may have reached Modal "
+                     "(%s: %s); it was not repeated, so that the command cannot run "
+                     "twice, and anything it started was killed",
+                     grpc_code_name(st->code), st->message);
+    } else if (st->transport)
         report_error(m, "Modal is unreachable: %s", st->message);
     else
         report_error(m, "Modal ContainerExec failed: %s: %s%s", grpc_code_name(st->code),
@@ -1979,19 +2178,28 @@ static void check_done(struct grpc_call *c, const struct grpc_status *st,
     exec_start(m);
 }
 
-static int m_proc_spawn(void *cookie, struct process *p, sbx_err_t *err)
+static void exec_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
 {
-    struct msb *ms = p->sb->pdata;
-    if (!ms)
-        return err_make(err, SBX_E_STATE, "sandbox %s has no Modal sandbox", p->sb->id);
+    struct mproc *m = w->data;
+    if (!m->reported && !m->exec_id && !m->exec_call && m->ms)
+        exec_start(m);
+}
+
+/* A process record of ms for p (tag NULL: a new one). */
+static struct mproc *mproc_new(struct msb *ms, struct process *p, const char *tag)
+{
     struct mproc *m = calloc(1, sizeof(*m));
     if (!m)
         abort();
     m->p = p;
     m->ms = ms;
-    char rnd[24];
-    daemon_random_id("", rnd, sizeof(rnd));
-    snprintf(m->tag, sizeof(m->tag), "p%u-%s", p->pid, rnd);
+    if (tag) {
+        snprintf(m->tag, sizeof(m->tag), "%s", tag);
+    } else {
+        char rnd[24];
+        daemon_random_id("", rnd, sizeof(rnd));
+        snprintf(m->tag, sizeof(m->tag), "p%u-%s", p->pid, rnd);
+    }
     snprintf(m->argv0, sizeof(m->argv0), "sbxd-%s", m->tag);
     obuf_init(&m->stdin_q);
     m->t0 = ev_now(D->loop);
@@ -2003,12 +2211,26 @@ static int m_proc_spawn(void *cookie, struct process *p, sbx_err_t *err)
     m->report_timer.data = m;
     ev_init(&m->retry_timer, wait_retry_cb);
     m->retry_timer.data = m;
+    for (int i = 0; i < 2; i++) {
+        ev_init(&m->out_timer[i], out_timer_cb);
+        m->out_timer[i].data = m;
+    }
+    ev_init(&m->exec_timer, exec_timer_cb);
+    m->exec_timer.data = m;
     m->next = ms->procs;
     if (ms->procs)
         ms->procs->prev = m;
     ms->procs = m;
     p->pdata = m;
-    exec_start(m);
+    return m;
+}
+
+static int m_proc_spawn(void *cookie, struct process *p, sbx_err_t *err)
+{
+    struct msb *ms = p->sb->pdata;
+    if (!ms)
+        return err_make(err, SBX_E_STATE, "sandbox %s has no Modal sandbox", p->sb->id);
+    exec_start(mproc_new(ms, p, NULL));
     return 0;
 }
 
@@ -2019,7 +2241,9 @@ static int m_proc_write(void *cookie, struct process *p, const void *data, size_
     if (!m || m->stdin_eof || m->reported)
         return err_make(err, SBX_E_STATE, "stdin of process %u is closed", p->pid);
     if (m->stdin_broken)
-        return plain_err(err, "stdin of the Modal exec failed earlier");
+        return plain_err(err, m->adopted ? "stdin of a process re-adopted after an sbxd "
+                                           "restart cannot be written"
+                                         : "stdin of the Modal exec failed earlier");
     if (m->stdin_q.bytes + len > STDIN_LIMIT)
         return err_make_data(
             err, SBX_E_LIMIT,
@@ -2128,8 +2352,369 @@ static void m_proc_release(void *cookie, struct process *p)
     obuf_deinit(&m->stdin_q);
     free(m->exec_id);
     free(m->exit_error);
+    free(m->incomplete_why);
     free(m);
     p->pdata = NULL;
+}
+
+/* ---- state file: what survives an sbxd restart -------------------------------------
+ *
+ * Modal sandboxes outlive sbxd. So that a restarted sbxd lists them again with
+ * their env, working dir and lifetime, and re-adopts their running processes,
+ * each sandbox this daemon started is kept in a JSON file (mode 0600: env
+ * values may be secrets), rewritten whole (write + rename) at most once per
+ * loop iteration after a change. The file is authoritative for sbxd's view
+ * (conf, owner, lifetime, exec ids); Modal is authoritative for what still
+ * runs: after adoption each sandbox is checked (SandboxGetTaskId) and each
+ * process's output is read again from its first batch; what Modal no longer
+ * knows is reported as lost, never dropped silently.
+ *
+ * {"version": 1, "server_url": URL,
+ *  "sandboxes": {ID: {owner, conf, runtime_env, created_at, expires_at, stopped,
+ *                     modal: {...}, procs: [{pid, exec_id, tag, command,
+ *                     started_at, deadline}]}},
+ *  "snapshots": {SNAP: {owner, created_at, sandbox, data}}}
+ */
+
+#define STATE_VERSION 1
+#define MAX_ADOPT_PROCS 256
+
+extern const struct sbx_provider sbx_provider_modal;
+
+static void put_str(json_t *o, const char *k, const char *v)
+{
+    if (v)
+        json_object_set_new(o, k, json_string(v));
+}
+
+static const char *get_str(json_t *o, const char *k)
+{
+    return json_string_value(json_object_get(o, k));
+}
+
+static json_t *msb_state(struct msb *ms)
+{
+    struct sandbox *sb = ms->sb;
+    json_t *m = json_object();
+    put_str(m, "app_name", ms->app_name);
+    put_str(m, "env_name", ms->env_name);
+    put_str(m, "app_id", ms->app_id);
+    put_str(m, "image_tag", ms->image_tag);
+    put_str(m, "image_id", ms->image_id);
+    put_str(m, "resume_image", ms->resume_image);
+    put_str(m, "sandbox_id", ms->sandbox_id);
+    put_str(m, "task_id", ms->task_id);
+    put_str(m, "workdir", ms->workdir);
+    put_str(m, "secret_id", ms->secret_id);
+    json_object_set_new(m, "cpu", json_real(ms->cpu));
+    json_object_set_new(m, "memory_mb", json_integer(ms->memory_mb));
+    json_object_set_new(m, "timeout_secs", json_integer(ms->timeout_secs));
+    json_object_set_new(m, "idle_secs", json_integer(ms->idle_secs));
+    if (ms->baked_env)
+        json_object_set(m, "baked_env", ms->baked_env);
+    json_t *procs = json_array();
+    for (struct mproc *x = ms->procs; x; x = x->next) {
+        if (!x->exec_id || x->reported || x->have_exit || !x->p)
+            continue;
+        struct process *p = x->p;
+        double deadline = p->timeout_ms > 0 && p->started_at > 0
+                              ? p->started_at + p->timeout_ms / 1000.0
+                              : 0;
+        json_array_append_new(
+            procs, json_pack("{s:I, s:s, s:s, s:s, s:f, s:f}", "pid", (json_int_t)p->pid,
+                             "exec_id", x->exec_id, "tag", x->tag, "command",
+                             p->display ? p->display : "", "started_at", p->started_at,
+                             "deadline", deadline));
+    }
+    json_t *conf = json_deep_copy(sb->conf);
+    json_object_del(conf, "snapshot");
+    json_t *e = json_pack("{s:I, s:o, s:f, s:f, s:b, s:o, s:o}", "owner",
+                          (json_int_t)sb->owner, "conf", conf, "created_at",
+                          sb->created_at, "expires_at", sb->expires_at, "stopped",
+                          sb->status == SB_STOPPED || (!ms->sandbox_id && ms->resume_image),
+                          "modal", m, "procs", procs);
+    if (sb->runtime_env)
+        json_object_set(e, "runtime_env", sb->runtime_env);
+    return e;
+}
+
+static void state_write(struct mprov *mp)
+{
+    ev_timer_stop(D->loop, &mp->save_timer);
+    mp->dirty = 0;
+    if (!mp->state_path)
+        return;
+    json_t *sbs = json_object();
+    for (struct sandbox *sb = D->sandboxes; sb; sb = sb->next) {
+        struct msb *ms = sb->pdata;
+        if (!ms || sb->prov->ops != &sbx_provider_modal || ms->destroyed ||
+            sb->status == SB_DESTROYING || sb->status == SB_DESTROYED ||
+            (!ms->sandbox_id && !ms->resume_image))
+            continue;
+        json_object_set_new(sbs, sb->id, msb_state(ms));
+    }
+    json_t *root = json_pack("{s:i, s:s, s:o, s:O}", "version", STATE_VERSION, "server_url",
+                             nz(mp->url), "sandboxes", sbs, "snapshots", mp->snaps);
+    char tmp[4200];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", mp->state_path);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    int ok = fd >= 0 && json_dumpfd(root, fd, JSON_COMPACT) == 0;
+    if (fd >= 0 && close(fd) < 0)
+        ok = 0;
+    if (ok && rename(tmp, mp->state_path) < 0)
+        ok = 0;
+    if (!ok) {
+        log_warn("modal: cannot write the state file %s: %s; a restarted sbxd will not "
+                 "find these sandboxes",
+                 mp->state_path, strerror(errno));
+        unlink(tmp);
+    }
+    json_decref(root);
+}
+
+static void save_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    state_write(w->data);
+}
+
+static void state_dirty(struct mprov *mp)
+{
+    if (!mp->state_path || mp->dirty || D->draining)
+        return;
+    mp->dirty = 1;
+    ev_timer_set(&mp->save_timer, 0., 0.);
+    ev_timer_start(D->loop, &mp->save_timer);
+}
+
+/* Reads the state file; a missing file is an empty state. */
+static void state_read(struct mprov *mp)
+{
+    mp->snaps = json_object();
+    if (!mp->state_path)
+        return;
+    json_error_t je;
+    json_t *root = json_load_file(mp->state_path, 0, &je);
+    if (!root) {
+        if (access(mp->state_path, F_OK) == 0)
+            log_warn("modal: state file %s is unreadable (%s); starting without it",
+                     mp->state_path, je.text);
+        return;
+    }
+    const char *url = get_str(root, "server_url");
+    if (json_integer_value(json_object_get(root, "version")) != STATE_VERSION ||
+        !url || strcmp(url, nz(mp->url)) != 0) {
+        log_warn("modal: state file %s is for another server or version (%s); ignored",
+                 mp->state_path, url ? url : "?");
+        json_decref(root);
+        return;
+    }
+    json_t *snaps = json_object_get(root, "snapshots");
+    if (json_is_object(snaps))
+        json_object_update(mp->snaps, snaps);
+    json_t *sbs = json_object_get(root, "sandboxes");
+    if (json_is_object(sbs) && json_object_size(sbs) > 0)
+        mp->saved = json_incref(sbs);
+    json_decref(root);
+}
+
+static void adopt_check_done(struct grpc_call *c, const struct grpc_status *st,
+                             const uint8_t *msg, size_t len, void *privdata)
+{
+    struct msb *ms = privdata;
+    ms->check_call = NULL;
+    Modal__Client__SandboxGetTaskIdResponse *r =
+        st->code == GRPC_OK
+            ? modal__client__sandbox_get_task_id_response__unpack(NULL, len, msg)
+            : NULL;
+    int ended =
+        st->code == GRPC_NOT_FOUND ||
+        (r && r->_task_result_case ==
+                  MODAL__CLIENT__SANDBOX_GET_TASK_ID_RESPONSE___TASK_RESULT_TASK_RESULT);
+    if (ended) {
+        char why[512];
+        snprintf(why, sizeof(why), "ended while sbxd was down: %s",
+                 r ? result_text(r->task_result) : st->message);
+        mark_dead(ms, why); /* the next call restarts it */
+    } else if (r && r->_task_id_case ==
+                        MODAL__CLIENT__SANDBOX_GET_TASK_ID_RESPONSE___TASK_ID_TASK_ID &&
+               r->task_id && r->task_id[0]) {
+        set_str(&ms->task_id, r->task_id);
+        log_info("modal: sandbox %s: Modal sandbox %s is still running", ms->sb->id,
+                 ms->sandbox_id);
+    } else if (st->code != GRPC_OK) {
+        log_warn("modal: sandbox %s: cannot check Modal sandbox %s after the restart: %s: "
+                 "%s",
+                 ms->sb->id, nz(ms->sandbox_id), grpc_code_name(st->code), st->message);
+    }
+    if (r)
+        modal__client__sandbox_get_task_id_response__free_unpacked(r, NULL);
+}
+
+static void adopt_proc(struct msb *ms, json_t *pe)
+{
+    json_int_t pid = json_integer_value(json_object_get(pe, "pid"));
+    const char *exec_id = get_str(pe, "exec_id"), *tag = get_str(pe, "tag");
+    if (pid <= 0 || pid > UINT32_MAX || !exec_id || !tag || strlen(tag) >= 40)
+        return;
+    const char *cmd = get_str(pe, "command");
+    struct process *p = process_adopt(ms->sb, (uint32_t)pid, cmd ? cmd : "");
+    if (!p)
+        return;
+    double started = json_number_value(json_object_get(pe, "started_at"));
+    if (started > 0)
+        p->started_at = started;
+    double deadline = json_number_value(json_object_get(pe, "deadline"));
+    if (deadline > 0) {
+        /* sbxd's own deadline goes on where it was. */
+        double left = deadline - daemon_now();
+        p->timeout_ms = (int64_t)((deadline - p->started_at) * 1000.0);
+        ev_timer_set(&p->timer, left > 0.001 ? left : 0.001, 0.);
+        ev_timer_start(D->loop, &p->timer);
+    }
+    struct mproc *m = mproc_new(ms, p, tag);
+    m->adopted = 1;
+    set_str(&m->exec_id, exec_id);
+    m->stdin_broken = 1; /* the next stdin index is not known */
+    /* Output again from the first batch Modal still has: the replay. */
+    out_open(m, 1);
+    out_open(m, 2);
+    wait_open(m);
+}
+
+static void adopt_sandbox(struct mprov *mp, const char *id, json_t *e)
+{
+    json_t *mm = json_object_get(e, "modal");
+    json_t *conf = json_object_get(e, "conf");
+    json_int_t owner = json_integer_value(json_object_get(e, "owner"));
+    if (!json_is_object(mm) || !json_is_object(conf) || owner < 0 ||
+        !json_is_integer(json_object_get(e, "owner")) || strlen(id) > 63)
+        return;
+    double expires = json_number_value(json_object_get(e, "expires_at"));
+    double now = daemon_now();
+    if (expires > 0 && expires <= now) {
+        log_info("modal: sandbox %s reached its lifetime while sbxd was down; Modal has "
+                 "ended it",
+                 id);
+        return;
+    }
+    int stopped = json_is_true(json_object_get(e, "stopped"));
+    struct provider_inst *pi = daemon_provider("modal");
+    struct sandbox *sb = NULL;
+    sbx_err_t err = {0};
+    if (!pi || sandbox_adopt(&sb, id, pi, (uid_t)owner, json_deep_copy(conf),
+                             stopped ? SB_STOPPED : SB_RUNNING, &err) < 0) {
+        log_warn("modal: cannot adopt sandbox %s: %s", id, err.msg ? err.msg : "?");
+        err_clear(&err);
+        return;
+    }
+    double created = json_number_value(json_object_get(e, "created_at"));
+    if (created > 0)
+        sb->created_at = created;
+    json_t *renv = json_object_get(e, "runtime_env");
+    if (json_is_object(renv)) {
+        json_decref(sb->runtime_env);
+        sb->runtime_env = json_deep_copy(renv);
+    }
+    if (expires > 0 && !stopped) {
+        /* The lifetime runs on from the original creation. */
+        ev_timer_stop(D->loop, &sb->life_timer);
+        sb->expires_at = expires;
+        ev_timer_set(&sb->life_timer, expires - now, 0.);
+        ev_timer_start(D->loop, &sb->life_timer);
+    }
+    struct msb *ms = msb_new(mp, sb, &err);
+    if (!ms) {
+        log_warn("modal: sandbox %s: %s", id, err.msg ? err.msg : "?");
+        err_clear(&err);
+        return;
+    }
+    const char *v;
+    if ((v = get_str(mm, "app_id")))
+        set_str(&ms->app_id, v);
+    if ((v = get_str(mm, "image_id")))
+        set_str(&ms->image_id, v);
+    if ((v = get_str(mm, "resume_image")))
+        set_str(&ms->resume_image, v);
+    if ((v = get_str(mm, "sandbox_id")))
+        set_str(&ms->sandbox_id, v);
+    if ((v = get_str(mm, "task_id")))
+        set_str(&ms->task_id, v);
+    if ((v = get_str(mm, "secret_id")))
+        set_str(&ms->secret_id, v);
+    if ((v = get_str(mm, "workdir")))
+        set_str(&ms->workdir, v);
+    ms->timeout_secs = (uint32_t)json_integer_value(json_object_get(mm, "timeout_secs"));
+    ms->idle_secs = (uint32_t)json_integer_value(json_object_get(mm, "idle_secs"));
+    json_t *be = json_object_get(mm, "baked_env");
+    ms->baked_env = json_is_object(be) ? json_deep_copy(be) : sandbox_env_for(sb, NULL);
+    ms->reconnected = 1;
+    ms->lookup_done = 1;
+    int nprocs = 0;
+    if (!stopped && ms->sandbox_id) {
+        Modal__Client__SandboxGetTaskIdRequest req =
+            MODAL__CLIENT__SANDBOX_GET_TASK_ID_REQUEST__INIT;
+        req.sandbox_id = ms->sandbox_id;
+        ms->check_call = grpc_unary(&mp->ch, "SandboxGetTaskId", &req.base,
+                                    UNARY_TIMEOUT_S, adopt_check_done, ms);
+        grpc_call_retry_budget(ms->check_call, mp->retry_budget_s);
+        size_t i;
+        json_t *pe;
+        json_array_foreach (json_object_get(e, "procs"), i, pe) {
+            if (nprocs >= MAX_ADOPT_PROCS)
+                break;
+            adopt_proc(ms, pe);
+            nprocs++;
+        }
+    }
+    log_info("modal: sandbox %s (Modal sandbox %s, uid %u) adopted from the state file; "
+             "%d process(es) re-adopted",
+             id, nz(ms->sandbox_id), (unsigned)owner, nprocs);
+}
+
+static void adopt_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    struct mprov *mp = w->data;
+    json_t *saved = mp->saved;
+    mp->saved = NULL;
+    const char *id;
+    json_t *e;
+    json_object_foreach (saved, id, e) {
+        if (sandbox_find_any(id))
+            continue;
+        adopt_sandbox(mp, id, e);
+    }
+    json_decref(saved);
+    /* Registered snapshots of this provider come back too. */
+    json_object_foreach (mp->snaps, id, e) {
+        if (json_object_get(D->snapshots, id))
+            continue;
+        json_t *rec = json_deep_copy(e);
+        json_object_set_new(rec, "provider", json_string("modal"));
+        json_object_set_new(D->snapshots, id, rec);
+    }
+    state_dirty(mp);
+}
+
+/* Where the state file lives: providers.modal.state_file, else
+ * $STATE_DIRECTORY (systemd's StateDirectory=sbxd) or the socket's folder,
+ * named after the socket so that daemons sharing a folder keep apart. */
+static char *state_path_for(json_t *conf)
+{
+    const char *f = json_string_value(json_object_get(conf, "state_file"));
+    if (f)
+        return f[0] ? xstrdup(f) : NULL; /* "" turns it off */
+    const char *sock = D->cfg.socket_path ? D->cfg.socket_path : "sbxd.sock";
+    char *a = xstrdup(sock), *b = xstrdup(sock);
+    const char *dir = getenv("STATE_DIRECTORY");
+    if (dir && strchr(dir, ':'))
+        dir = NULL; /* several directories: use the socket's */
+    char *path = NULL;
+    if (asprintf(&path, "%s/%s.modal.json", dir && dir[0] ? dir : dirname(a), basename(b)) <
+        0)
+        abort();
+    free(a);
+    free(b);
+    return path;
 }
 
 /* ---- provider ------------------------------------------------------------------- */
@@ -2147,6 +2732,10 @@ static int m_load(json_t *conf, void **cookie, sbx_err_t *err)
         return err_make(err, SBX_E_INTERNAL, "out of memory");
     mp->apps = json_object();
     mp->images = json_object();
+    ev_init(&mp->adopt_timer, adopt_timer_cb);
+    mp->adopt_timer.data = mp;
+    ev_init(&mp->save_timer, save_timer_cb);
+    mp->save_timer.data = mp;
     const char *url = first_env("MODAL_SERVER_URL",
                                 json_string_value(json_object_get(conf, "server_url")));
     mp->url = xstrdup(url ? url : DEFAULT_URL);
@@ -2174,6 +2763,8 @@ static int m_load(json_t *conf, void **cookie, sbx_err_t *err)
     }
     mp->memory_mb = json_integer_value(json_object_get(conf, "memory_mb"));
     mp->max_timeout_ms = json_integer_value(json_object_get(conf, "timeout_ms"));
+    json_int_t rb = json_integer_value(json_object_get(conf, "retry_budget_ms"));
+    mp->retry_budget_s = (rb > 0 ? (double)rb : RETRY_BUDGET_MS) / 1000.0;
     *cookie = mp;
     if (!tid || !tid[0] || !tsec || !tsec[0]) {
         snprintf(mp->reason, sizeof(mp->reason),
@@ -2197,15 +2788,28 @@ static int m_load(json_t *conf, void **cookie, sbx_err_t *err)
     const char *cp = getenv("SBXD_MODAL_CURL_PAUSE");
     mp->curl_pause = cp ? atoi(cp) != 0 : 1;
     mp->ready = 1;
-    log_info("modal: server %s, app %s, image %s; output flow control by %s", mp->url,
-             mp->app_name, mp->image,
-             mp->curl_pause ? "pausing the stream" : "closing and resuming the stream");
+    mp->state_path = state_path_for(conf);
+    state_read(mp);
+    if (mp->saved || json_object_size(mp->snaps) > 0) {
+        /* The provider table is complete only once every provider loaded. */
+        ev_timer_set(&mp->adopt_timer, 0., 0.);
+        ev_timer_start(D->loop, &mp->adopt_timer);
+    }
+    log_info("modal: server %s, app %s, image %s; output flow control by %s; state in %s",
+             mp->url, mp->app_name, mp->image,
+             mp->curl_pause ? "pausing the stream" : "closing and resuming the stream",
+             mp->state_path ? mp->state_path : "(not kept)");
     return 0;
 }
 
 static void m_unload(void *cookie)
 {
     struct mprov *mp = cookie;
+    ev_timer_stop(D->loop, &mp->adopt_timer);
+    ev_timer_stop(D->loop, &mp->save_timer);
+    json_decref(mp->saved);
+    json_decref(mp->snaps);
+    free(mp->state_path);
     if (mp->ready)
         grpc_chan_deinit(&mp->ch);
     json_decref(mp->apps);
@@ -2253,6 +2857,8 @@ static const struct cfg_key modal_keys[] = {
     {"working_dir", CFG_STR},
     {"command_timeout_ms", CFG_INT},
     {"max_message_bytes", CFG_INT}, /* one received gRPC message; default 16 MiB */
+    {"retry_budget_ms", CFG_INT},   /* outages: how long streams and waits retry */
+    {"state_file", CFG_STR},        /* what survives a restart; "" = nothing */
     {NULL, 0},
 };
 

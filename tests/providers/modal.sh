@@ -115,6 +115,8 @@ write_cfg() { # file, then the providers.modal lines
 }
 write_cfg "$T/main.yaml" "server_url: http://127.0.0.1:$PORT" "token_id: ak-test" \
     "token_secret: as-test" "app_name: sbxd-test" "image: ubuntu:22.04"
+write_cfg "$T/short.yaml" "server_url: http://127.0.0.1:$PORT" "token_id: ak-test" \
+    "token_secret: as-test" "app_name: sbxd-test" "retry_budget_ms: 5000"
 write_cfg "$T/nocred.yaml" "server_url: http://127.0.0.1:$PORT"
 write_cfg "$T/badcred.yaml" "server_url: http://127.0.0.1:$APORT" "token_id: ak-wrong" \
     "token_secret: as-wrong"
@@ -136,7 +138,7 @@ start_sbxd() { # name
     done
     [ -S "$sock" ] || { tail -n 20 "$T/$1.log"; return 1; }
 }
-for d in main nocred badcred down; do
+for d in main nocred badcred down short; do
     start_sbxd $d || { fail "sbxd ($d) did not start"; finish; }
 done
 
@@ -153,7 +155,7 @@ if [ -x "$B/tests/ptest_modal" ]; then
     PTEST_SBXD_CMD="exec $VG $B/sbxd -c $T/main.yaml --log-level debug" \
         PTEST_TMP="$T" PTEST_FAKE_STATE="$T/fake-state" \
         PTEST_NOCRED_SOCK="$T/nocred.sock" PTEST_BADCRED_SOCK="$T/badcred.sock" \
-        PTEST_DOWN_SOCK="$T/down.sock" \
+        PTEST_DOWN_SOCK="$T/down.sock" PTEST_SHORT_SOCK="$T/short.sock" \
         "$B/tests/ptest_modal" "$T/main.sock" "$CPORT" >"$T/ptest.log" 2>&1
     st=$?
     cat "$T/ptest.log"

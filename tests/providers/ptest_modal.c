@@ -12,6 +12,7 @@
  *   PTEST_NOCRED_SOCK   sbxd whose modal section has no credentials
  *   PTEST_BADCRED_SOCK  sbxd with wrong credentials for a fake that checks them
  *   PTEST_DOWN_SOCK     sbxd whose server URL has nothing listening
+ *   PTEST_SHORT_SOCK    sbxd on the same fake with retry_budget_ms 5000 (outages)
  */
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -786,10 +787,234 @@ static void test_create_errors(conn *c)
                   json_pack("{s:s, s:{s:s}}", "provider", "modal", "options", "cpu", "lots"));
     test_cond("bad options.cpu: -32602", err_code(r) == -32602);
     json_decref(r);
+    r = cn_call_t(c, LONG_MS, "sandbox.create",
+                  json_pack("{s:s, s:{s:s}}", "provider", "modal", "options", "memroy", "1g"));
+    test_cond("unknown option: -32602 naming options.memroy (as Docker)",
+              err_code(r) == -32602 &&
+                  strcmp(json_string_value(json_object_get(
+                             json_object_get(json_object_get(r, "error"), "data"), "param")),
+                         "options.memroy") == 0);
+    json_decref(r);
     r = cn_call(c, "sandbox.list", json_pack("{s:s}", "provider", "modal"));
     test_cond("failed creates leave nothing behind",
               json_array_size(json_object_get(res_of(r), "sandboxes")) == 0);
     json_decref(r);
+}
+
+/* ---- outages of the control plane ------------------------------------------------- */
+
+static json_t *spawn_sh(conn *c, const char *sb, const char *cmd)
+{
+    return cn_call_t(c, LONG_MS, "process.spawn",
+                     json_pack("{s:s, s:s}", "sandbox", sb, "command", cmd));
+}
+
+/* Lines "line1\n".."lineN\n" printed over secs seconds. */
+static void lines_cmd(char *buf, size_t n, int lines, double secs)
+{
+    snprintf(buf, n,
+             "i=1; while [ $i -le %d ]; do echo line$i; i=$((i+1)); sleep %.2f; done",
+             lines, secs / lines);
+}
+
+static int lines_ok(const char *got, int lines)
+{
+    char want[4096] = "";
+    size_t o = 0;
+    for (int i = 1; i <= lines && o < sizeof(want); i++)
+        o += (size_t)snprintf(want + o, sizeof(want) - o, "line%d\n", i);
+    int ok = strcmp(got, want) == 0;
+    if (!ok)
+        printf("      got %zu bytes of output, want %zu: \"%.200s\"\n", strlen(got), o, got);
+    return ok;
+}
+
+/* The stdout of sb's pid from the notifications seen so far (NUL-terminated). */
+static size_t sb_output(conn *c, const char *sb, int pid, char *out, size_t max)
+{
+    size_t n = 0, i;
+    json_t *m;
+    if (out && max)
+        out[0] = '\0';
+    json_array_foreach (c->notes, i, m) {
+        json_t *p = json_object_get(m, "params");
+        if (strcmp(json_string_value(json_object_get(m, "method")), "process.output") != 0 ||
+            json_integer_value(json_object_get(p, "pid")) != pid ||
+            strcmp(json_string_value(json_object_get(p, "sandbox")), sb) != 0 ||
+            strcmp(json_string_value(json_object_get(p, "stream")), "stdout") != 0)
+            continue;
+        const char *d = json_string_value(json_object_get(p, "data"));
+        size_t l = json_string_length(json_object_get(p, "data"));
+        if (out && d && n + l < max) {
+            memcpy(out + n, d, l);
+            out[n + l] = '\0';
+        }
+        n += d ? l : 0;
+    }
+    return n;
+}
+
+/* Reads notifications until sb's pid has printed something (the exec really runs). */
+static int await_output(conn *c, const char *sb, int pid, int timeout_ms)
+{
+    double deadline = now_ms() + timeout_ms;
+    while (sb_output(c, sb, pid, NULL, 0) == 0 && now_ms() < deadline) {
+        json_t *m = cn_read(c, 200);
+        if (m && json_object_get(m, "method"))
+            json_array_append_new(c->notes, m);
+        else
+            json_decref(m);
+    }
+    return sb_output(c, sb, pid, NULL, 0) > 0;
+}
+
+static void outage_start(double secs, const char *mode)
+{
+    json_decref(ctl("POST", "/outage", json_pack("{s:f, s:s}", "seconds", secs, "mode", mode)));
+}
+
+static int outage_active(void)
+{
+    json_t *o = ctl("GET", "/outage", NULL);
+    int a = json_is_true(json_object_get(o, "active"));
+    json_decref(o);
+    return a;
+}
+
+/* An outage of secs seconds while a process prints 30 lines: with the default
+ * budget every line arrives and the exit is the real one. A command started
+ * during the outage (its calls are refused: they never reach Modal) runs once
+ * the outage is over. */
+static void test_outage(conn *c, double secs)
+{
+    char cmd[256], name[160];
+    lines_cmd(cmd, sizeof(cmd), 30, secs + 4.0);
+    json_t *r = spawn_sh(c, "mo", cmd);
+    int pid = (int)res_int(r, "pid");
+    json_decref(r);
+    await_output(c, "mo", pid, 30000);
+    double t0 = now_ms();
+    outage_start(secs, "refuse");
+    usleep(300000); /* sbxd has seen its connection reset */
+    r = sh(c, "mo", "echo during");
+    snprintf(name, sizeof(name),
+             "outage %.0f s: a command started during it runs once it is over", secs);
+    test_cond(name, res_int(r, "exit_code") == 0 && out_is(r, "during\n") &&
+                        now_ms() - t0 >= secs * 1000.0 - 300);
+    json_decref(r);
+    r = cn_call_t(c, LONG_MS, "process.wait",
+                  json_pack("{s:s, s:i}", "sandbox", "mo", "pid", pid));
+    errmsg(r);
+    snprintf(name, sizeof(name),
+             "outage %.0f s: the running process exits cleanly (exit 0, no error)", secs);
+    test_cond(name, res_int(r, "exit_code") == 0 &&
+                        json_is_null(json_object_get(res_of(r), "error")) &&
+                        !json_object_get(res_of(r), "output_incomplete"));
+    json_decref(r);
+    char got[4096] = "";
+    sb_output(c, "mo", pid, got, sizeof(got));
+    snprintf(name, sizeof(name), "outage %.0f s: all 30 lines arrived, in order, once", secs);
+    test_cond(name, lines_ok(got, 30));
+    json_t *o = ctl("GET", "/outage", NULL);
+    snprintf(name, sizeof(name), "outage %.0f s: the fake really cut the connections", secs);
+    test_cond(name, json_integer_value(json_object_get(o, "resets")) > 0);
+    json_decref(o);
+}
+
+/* The reply of a ContainerExec that Modal carried out is lost in an outage:
+ * sbxd must not run the command a second time; it ends what the first one
+ * started and says so. */
+static void test_outage_exec_unknown(conn *c)
+{
+    json_decref(ctl("POST", "/fault",
+                    json_pack("{s:s, s:f}", "outage_after", "ContainerExec", "seconds", 2.0)));
+    json_t *r = sh(c, "mo", "echo once-9f3 >> once.txt; sleep 60");
+    const char *e = json_string_value(json_object_get(res_of(r), "error"));
+    test_cond("lost ContainerExec reply: an error that says it was not repeated",
+              e && strstr(e, "not repeated") && res_int(r, "exit_code") != 0);
+    json_decref(r);
+    int n = 0;
+    json_t *all = ctl("GET", "/execs", NULL);
+    size_t i;
+    json_t *x;
+    json_array_foreach (all, i, x) {
+        char *line = json_dumps(json_object_get(x, "command"), JSON_COMPACT);
+        if (line && strstr(line, "once-9f3") && !strstr(line, "grep"))
+            n++;
+        free(line);
+    }
+    json_decref(all);
+    test_cond("lost ContainerExec reply: the command was started exactly once", n == 1);
+    double deadline = now_ms() + 30000;
+    int ended = 0;
+    while (!ended && now_ms() < deadline) {
+        json_t *fe = fake_exec("once-9f3");
+        ended = json_integer_value(json_object_get(fe, "exit_code")) != 0 &&
+                !json_is_null(json_object_get(fe, "exit_code"));
+        json_decref(fe);
+        if (!ended)
+            usleep(200000);
+    }
+    test_cond("lost ContainerExec reply: what it started is killed once Modal is back",
+              ended);
+    r = sh(c, "mo", "cat once.txt");
+    test_cond("lost ContainerExec reply: it ran once", out_is(r, "once-9f3\n"));
+    json_decref(r);
+}
+
+/* An outage longer than the retry budget (a daemon with a 5 s budget): the
+ * process ends with output_incomplete and an error, never as a clean exit;
+ * once the outage is over the sandbox works again. */
+static void test_outage_long(const char *sock)
+{
+    conn *c = cn_open(sock);
+    if (!c) {
+        test_cond("long outage: the small-budget sbxd answers", 0);
+        return;
+    }
+    json_t *r = cn_call_t(c, LONG_MS, "sandbox.create",
+                          json_pack("{s:s, s:s}", "id", "mshort", "provider", "modal"));
+    errmsg(r);
+    json_decref(r);
+    char cmd[256];
+    lines_cmd(cmd, sizeof(cmd), 30, 40.0);
+    r = spawn_sh(c, "mshort", cmd);
+    int pid = (int)res_int(r, "pid");
+    json_decref(r);
+    await_output(c, "mshort", pid, 30000);
+    double t0 = now_ms();
+    outage_start(30.0, "refuse");
+    r = cn_call_t(c, LONG_MS, "process.wait",
+                  json_pack("{s:s, s:i}", "sandbox", "mshort", "pid", pid));
+    double took = now_ms() - t0;
+    errmsg(r);
+    const char *e = json_string_value(json_object_get(res_of(r), "error"));
+    test_cond("outage 30 s, budget 5 s: the process ends with output_incomplete",
+              json_is_true(json_object_get(res_of(r), "output_incomplete")));
+    test_cond("outage 30 s, budget 5 s: ... an error and exit_code -1, not a clean exit",
+              e && e[0] && res_int(r, "exit_code") == -1);
+    test_cond("outage 30 s, budget 5 s: ... after the budget, during the outage",
+              took >= 4000 && took < 25000 && outage_active());
+    if (!(took >= 4000 && took < 25000))
+        printf("      took %.0f ms\n", took);
+    json_decref(r);
+    int exit_note_incomplete = 0;
+    size_t i;
+    json_t *m;
+    json_array_foreach (c->notes, i, m)
+        if (strcmp(json_string_value(json_object_get(m, "method")), "process.exit") == 0 &&
+            json_integer_value(json_object_get(json_object_get(m, "params"), "pid")) == pid)
+            exit_note_incomplete =
+                json_is_true(json_object_get(json_object_get(m, "params"), "output_incomplete"));
+    test_cond("outage 30 s: the process.exit notification says output_incomplete",
+              exit_note_incomplete);
+    while (outage_active() && now_ms() - t0 < 40000)
+        usleep(250000);
+    r = sh(c, "mshort", "echo back");
+    test_cond("outage 30 s: after it, the sandbox works again", out_is(r, "back\n"));
+    json_decref(r);
+    json_decref(cn_call_t(c, LONG_MS, "sandbox.destroy", json_pack("{s:s}", "id", "mshort")));
+    cn_close(c);
 }
 
 static void test_headers(void)
@@ -1061,6 +1286,123 @@ static void test_reconnect(const char *cmd, const char *tmp)
     free(first);
 }
 
+/* An sbxd restart: the Modal sandboxes of the daemon are listed again at once
+ * (env, working dir, lifetime from the state file), a process that ran
+ * through the restart is re-adopted with its whole output and its real exit,
+ * and the process of a sandbox that died meanwhile is reported lost. */
+static void test_restart_recovery(const char *cmd, const char *tmp)
+{
+    char sock[512], state[600];
+    snprintf(sock, sizeof(sock), "%s/recov.sock", tmp);
+    snprintf(state, sizeof(state), "%s/recov.sock.modal.json", tmp);
+    unlink(state);
+    pid_t pid = spawn_sbxd(cmd, sock);
+    conn *c = cn_open(sock);
+    if (!c) {
+        test_cond("recovery: sbxd started", 0);
+        stop_sbxd(pid);
+        return;
+    }
+    json_t *r = cn_call_t(c, LONG_MS, "sandbox.create",
+                          json_pack("{s:s, s:s, s:{s:s}, s:s, s:i}", "id", "rec-1", "provider",
+                                    "modal", "env", "R", "one", "working_dir", "/w2",
+                                    "timeout_ms", 600000));
+    errmsg(r);
+    const char *exp1 = res_str(r, "expires_at");
+    char expires[64];
+    snprintf(expires, sizeof(expires), "%s", exp1);
+    json_decref(r);
+    r = cn_call_t(c, LONG_MS, "sandbox.create",
+                  json_pack("{s:s, s:s}", "id", "rec-2", "provider", "modal"));
+    char *dead_id = strdup(meta_str(r, "sandbox_id"));
+    json_decref(r);
+    json_decref(cn_call(c, "sandbox.set_env",
+                        json_pack("{s:s, s:{s:s}}", "id", "rec-1", "env", "LATE", "two")));
+    r = spawn_sh(c, "rec-1", "echo a; sleep 4; echo b; echo $R$LATE; exit 3");
+    int p1 = (int)res_int(r, "pid");
+    json_decref(r);
+    r = spawn_sh(c, "rec-2", "echo x; sleep 60");
+    int p2 = (int)res_int(r, "pid");
+    json_decref(r);
+    await_output(c, "rec-1", p1, 30000);
+    await_output(c, "rec-2", p2, 30000);
+    cn_close(c);
+    int st = stop_sbxd(pid);
+    struct stat sst;
+    test_cond("recovery: sbxd stops cleanly and leaves its state file, mode 0600",
+              st == 0 && stat(state, &sst) == 0 && (sst.st_mode & 0777) == 0600);
+    json_decref(ctl("POST", "/fault", json_pack("{s:s}", "kill_sandbox", dead_id)));
+
+    pid = spawn_sbxd(cmd, sock);
+    c = cn_open(sock);
+    usleep(300000); /* adoption runs on the first loop iteration */
+    r = cn_call(c, "sandbox.list", json_pack("{s:s}", "provider", "modal"));
+    json_t *got1 = NULL, *got2 = NULL;
+    size_t i;
+    json_t *x;
+    json_array_foreach (json_object_get(res_of(r), "sandboxes"), i, x) {
+        if (strcmp(json_string_value(json_object_get(x, "id")), "rec-1") == 0)
+            got1 = x;
+        if (strcmp(json_string_value(json_object_get(x, "id")), "rec-2") == 0)
+            got2 = x;
+    }
+    test_cond("recovery: both sandboxes are listed again without a create", got1 && got2);
+    const char *renv = json_string_value(json_object_get(json_object_get(got1, "env"), "R"));
+    test_cond("recovery: ... with their env, working dir and lifetime",
+              got1 && renv && strcmp(renv, "one") == 0 &&
+                  strcmp(json_string_value(json_object_get(got1, "working_dir")), "/w2") ==
+                      0 &&
+                  json_integer_value(json_object_get(got1, "timeout_ms")) == 600000 &&
+                  strcmp(json_string_value(json_object_get(got1, "expires_at")), expires) ==
+                      0 &&
+                  strcmp(json_string_value(json_object_get(got1, "status")), "running") == 0);
+    json_decref(r);
+    r = cn_call_t(c, LONG_MS, "process.wait",
+                  json_pack("{s:s, s:i}", "sandbox", "rec-1", "pid", p1));
+    errmsg(r);
+    test_cond("recovery: the running process is re-adopted and ends with its real exit (3)",
+              res_int(r, "exit_code") == 3 &&
+                  json_is_null(json_object_get(res_of(r), "error")));
+    json_decref(r);
+    json_decref(cn_call(c, "process.attach",
+                        json_pack("{s:s, s:i, s:b}", "sandbox", "rec-1", "pid", p1, "follow", 0)));
+    char out[256];
+    for (int k = 0; k < 10 && sb_output(c, "rec-1", p1, out, sizeof(out)) < 11; k++) {
+        json_t *m = cn_read(c, 200);
+        if (m && json_object_get(m, "method"))
+            json_array_append_new(c->notes, m);
+        else
+            json_decref(m);
+    }
+    sb_output(c, "rec-1", p1, out, sizeof(out));
+    test_cond("recovery: its whole output is replayed, from before and after the restart",
+              strcmp(out, "a\nb\nonetwo\n") == 0);
+    if (strcmp(out, "a\nb\nonetwo\n") != 0)
+        printf("      output: \"%s\"\n", out);
+    r = cn_call_t(c, LONG_MS, "process.wait",
+                  json_pack("{s:s, s:i}", "sandbox", "rec-2", "pid", p2));
+    const char *e = json_string_value(json_object_get(res_of(r), "error"));
+    test_cond("recovery: the process of a sandbox that died meanwhile is reported lost",
+              e && strstr(e, "gone") && res_int(r, "exit_code") == -1);
+    json_decref(r);
+    r = sh(c, "rec-1", "echo $R; pwd");
+    test_cond("recovery: the adopted sandbox runs new commands (env, working dir kept)",
+              res_int(r, "exit_code") == 0 && ends_with(res_str(r, "stdout"), "/w2\n") &&
+                  strncmp(res_str(r, "stdout"), "one\n", 4) == 0);
+    json_decref(r);
+    json_decref(cn_call_t(c, LONG_MS, "sandbox.destroy", json_pack("{s:s}", "id", "rec-1")));
+    json_decref(cn_call_t(c, LONG_MS, "sandbox.destroy", json_pack("{s:s}", "id", "rec-2")));
+    usleep(100000);
+    json_t *sf = json_load_file(state, 0, NULL);
+    test_cond("recovery: destroyed sandboxes leave the state file",
+              sf && json_object_size(json_object_get(sf, "sandboxes")) == 0);
+    json_decref(sf);
+    cn_close(c);
+    st = stop_sbxd(pid);
+    test_cond("recovery: restarted sbxd stops cleanly", st == 0);
+    free(dead_id);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 3) {
@@ -1088,6 +1430,14 @@ int main(int argc, char **argv)
     test_snapshot(c);
     test_clone_destroy(c);
     test_create_errors(c);
+    json_t *mo = cn_call_t(c, LONG_MS, "sandbox.create",
+                           json_pack("{s:s, s:s}", "id", "mo", "provider", "modal"));
+    errmsg(mo);
+    json_decref(mo);
+    test_outage(c, 2.0);
+    test_outage(c, 7.0);
+    test_outage_exec_unknown(c);
+    json_decref(cn_call_t(c, LONG_MS, "sandbox.destroy", json_pack("{s:s}", "id", "mo")));
     test_headers();
     cn_close(c);
 
@@ -1098,8 +1448,12 @@ int main(int argc, char **argv)
         test_badcred(s);
     if ((s = getenv("PTEST_DOWN_SOCK")))
         test_down(s);
+    if ((s = getenv("PTEST_SHORT_SOCK")))
+        test_outage_long(s);
     const char *cmd = getenv("PTEST_SBXD_CMD"), *tmp = getenv("PTEST_TMP");
-    if (cmd && tmp)
+    if (cmd && tmp) {
         test_reconnect(cmd, tmp);
+        test_restart_recovery(cmd, tmp);
+    }
     return test_report();
 }

@@ -79,8 +79,21 @@
 //     "kill_sandbox": "<sandbox_id>"    sandbox dies behind the client's back
 //     "fail_next": {"method": "ContainerExec", "code": 5, "message": "...",
 //                   "times": 1}         next call(s) of that RPC fail with code
+//     "outage_after": "ContainerExec"   the next call of that RPC is carried
+//          out, and then an outage of "seconds" (default 2) starts before the
+//          reply leaves: the client sees its connection reset and cannot know
+//          whether the call was done (it was)
 //   GET    /faults                    armed faults
 //   DELETE /faults                    disarm all
+//   POST   /outage {"seconds": S, "mode": "refuse"|"reset"}
+//          a control-plane outage of S seconds: every open connection to the
+//          gRPC port is reset at once, and until it ends new connections are
+//          refused ("refuse", the default: the port is closed, so a client
+//          knows nothing was sent) or accepted and reset at once ("reset": a
+//          client cannot tell whether a request got through; none does).
+//          Processes keep running and their output is kept meanwhile.
+//   GET    /outage                    {active, mode, ends_in_ms, outages, resets}
+//   DELETE /outage                    end the outage now
 //   GET    /calls[?method=M&since=SEQ]  calls received: [{seq, method, time
 //          (ms since epoch), metadata:{...}, request:{...}, code, error,
 //          duration_ms}]; bytes fields appear as {"bytes_len", "base64"}
@@ -98,6 +111,7 @@ const fs = require('fs');
 const os = require('os');
 const path = require('path');
 const http = require('http');
+const net = require('net');
 const crypto = require('crypto');
 const { spawn } = require('child_process');
 const { EventEmitter } = require('events');
@@ -206,7 +220,7 @@ const tasks = new Map();         // task_id -> sandbox
 const execs = new Map();         // exec_id -> exec
 const calls = [];
 let callSeq = 0;
-const faults = { breakOutput: [], failNext: [] };
+const faults = { breakOutput: [], failNext: [], outageAfter: [] };
 
 function newId(prefix) {
   const alphabet = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789';
@@ -1189,6 +1203,7 @@ const handlers = {
       fail(STATUS.NOT_FOUND, `Task ${req.task_id} (sandbox ${sb.sandbox_id}) is not running: ${sb.status}`);
     }
     const ex = startExec(sb, req);
+    claimOutageAfter('ContainerExec');
     return { exec_id: ex.exec_id };
   }),
 
@@ -1250,6 +1265,17 @@ const handlers = {
   }),
 };
 
+// The reply of a call armed with outage_after is lost: the outage resets the
+// connection before grpc-js can send it (the reply goes out on a later turn).
+function claimOutageAfter(method) {
+  const i = faults.outageAfter.findIndex((f) => f.method === method);
+  if (i < 0) return;
+  const f = faults.outageAfter[i];
+  faults.outageAfter.splice(i, 1);
+  log(`fault: outage of ${f.seconds}s after ${method}`);
+  startOutage(f.seconds, 'refuse');
+}
+
 function claimBreakFault(execId, fd) {
   const i = faults.breakOutput.findIndex((f) =>
     (f.fd === undefined || f.fd === fd) && (f.exec_id === undefined || f.exec_id === execId));
@@ -1271,7 +1297,8 @@ class HttpError extends Error {
 }
 
 function applyFault(body) {
-  const known = new Set(['break_output_after_batches', 'fd', 'exec_id', 'streams', 'kill_sandbox', 'fail_next']);
+  const known = new Set(['break_output_after_batches', 'fd', 'exec_id', 'streams', 'kill_sandbox', 'fail_next',
+    'outage_after', 'seconds']);
   for (const k of Object.keys(body)) if (!known.has(k)) throw new HttpError(400, `unknown fault key '${k}'`);
   const out = {};
   if (body.break_output_after_batches !== undefined) {
@@ -1300,6 +1327,16 @@ function applyFault(body) {
     const ff = { method: f.method, code, message: f.message || `fake fault injected into ${f.method}`, times };
     faults.failNext.push(ff);
     out.fail_next = ff;
+  }
+  if (body.outage_after !== undefined) {
+    if (!handlers[body.outage_after]) throw new HttpError(400, `outage_after '${body.outage_after}' is not an RPC of the fake`);
+    const secs = body.seconds === undefined ? 2 : body.seconds;
+    if (!(typeof secs === 'number' && secs > 0 && secs <= 600)) throw new HttpError(400, 'seconds must be a number in (0, 600]');
+    const f = { method: body.outage_after, seconds: secs };
+    faults.outageAfter.push(f);
+    out.outage_after = f;
+  } else if (body.seconds !== undefined) {
+    throw new HttpError(400, 'seconds only goes with outage_after (or POST /outage)');
   }
   if (body.kill_sandbox !== undefined) {
     const sb = sandboxes.get(String(body.kill_sandbox));
@@ -1352,11 +1389,26 @@ async function control(req) {
     case 'POST /fault':
       return applyFault(await readBody(req));
     case 'GET /faults':
-      return { break_output: faults.breakOutput, fail_next: faults.failNext };
+      return { break_output: faults.breakOutput, fail_next: faults.failNext, outage_after: faults.outageAfter };
     case 'DELETE /faults':
       faults.breakOutput.length = 0;
       faults.failNext.length = 0;
+      faults.outageAfter.length = 0;
       return { ok: true };
+    case 'POST /outage': {
+      const b = await readBody(req);
+      const secs = b.seconds;
+      if (!(typeof secs === 'number' && secs > 0 && secs <= 600)) throw new HttpError(400, 'seconds must be a number in (0, 600]');
+      const mode = b.mode === undefined ? 'refuse' : b.mode;
+      if (mode !== 'refuse' && mode !== 'reset') throw new HttpError(400, "mode must be 'refuse' or 'reset'");
+      startOutage(secs, mode);
+      return outageInfo();
+    }
+    case 'GET /outage':
+      return outageInfo();
+    case 'DELETE /outage':
+      endOutage();
+      return outageInfo();
     case 'GET /calls': {
       const m = u.searchParams.get('method');
       const since = Number(u.searchParams.get('since') || 0);
@@ -1409,6 +1461,93 @@ const controlServer = http.createServer((req, res) => {
 });
 
 // ---------------------------------------------------------------------------
+// The gRPC port clients see: a TCP relay in front of grpc-js, so that an
+// outage can cut connections and refuse new ones like a real network fault
+// ---------------------------------------------------------------------------
+
+const relay = {
+  server: null, port: 0, backend: 0, pairs: new Set(),
+  outage: null, outages: 0, resets: 0,
+};
+
+function relayAccept(client) {
+  if (relay.outage) { // mode "reset": accepted, then reset before any byte is read
+    relay.resets++;
+    client.resetAndDestroy();
+    return;
+  }
+  const up = net.connect(relay.backend, '127.0.0.1');
+  const pair = { client, up };
+  relay.pairs.add(pair);
+  client.setNoDelay(true);
+  up.setNoDelay(true);
+  const drop = () => {
+    relay.pairs.delete(pair);
+    if (!client.destroyed) client.destroy();
+    if (!up.destroyed) up.destroy();
+  };
+  client.on('error', drop);
+  up.on('error', drop);
+  client.on('close', drop);
+  up.on('close', drop);
+  client.pipe(up);
+  up.pipe(client);
+}
+
+function relayListen(port, cb) {
+  const srv = net.createServer(relayAccept);
+  relay.server = srv;
+  srv.on('error', (e) => {
+    if (e.code === 'EADDRINUSE' && port) { // taken meanwhile: try again shortly
+      warn(`relay: port ${port} busy (${e.message}); retrying`);
+      setTimeout(() => { if (relay.server === srv) srv.listen(port, '127.0.0.1'); }, 100);
+      return;
+    }
+    warn(`relay error: ${e.message}`);
+    shutdown(1);
+  });
+  srv.listen(port, '127.0.0.1', () => {
+    relay.port = srv.address().port;
+    if (cb) cb(relay.port);
+  });
+}
+
+function startOutage(seconds, mode) {
+  if (relay.outage) clearTimeout(relay.outage.timer);
+  else relay.outages++;
+  relay.outage = { mode, until: Date.now() + seconds * 1000, timer: setTimeout(endOutage, seconds * 1000) };
+  log(`outage: ${seconds}s, mode ${mode}`);
+  for (const { client, up } of [...relay.pairs]) {
+    relay.resets++;
+    client.resetAndDestroy();
+    up.destroy();
+  }
+  relay.pairs.clear();
+  if (mode === 'refuse' && relay.server) {
+    relay.server.close();
+    relay.server = null;
+  } else if (mode === 'reset' && !relay.server) {
+    relayListen(relay.port);
+  }
+}
+
+function endOutage() {
+  if (!relay.outage) return;
+  clearTimeout(relay.outage.timer);
+  relay.outage = null;
+  log('outage over');
+  if (!relay.server) relayListen(relay.port);
+}
+
+function outageInfo() {
+  const o = relay.outage;
+  return {
+    active: !!o, mode: o ? o.mode : null, ends_in_ms: o ? Math.max(0, o.until - Date.now()) : 0,
+    outages: relay.outages, resets: relay.resets,
+  };
+}
+
+// ---------------------------------------------------------------------------
 // Startup and shutdown
 // ---------------------------------------------------------------------------
 
@@ -1443,6 +1582,9 @@ function shutdown(code) {
   killAllProcesses();
   for (const sb of sandboxes.values()) if (sb.timer) clearTimeout(sb.timer);
   server.forceShutdown();
+  if (relay.outage) clearTimeout(relay.outage.timer);
+  if (relay.server) relay.server.close();
+  for (const { client, up } of relay.pairs) { client.destroy(); up.destroy(); }
   controlServer.close();
   if (controlServer.closeAllConnections) controlServer.closeAllConnections();
   setImmediate(() => process.exit(code));
@@ -1457,16 +1599,17 @@ process.on('uncaughtException', (e) => {
   shutdown(1);
 });
 
-server.bindAsync(`127.0.0.1:${opts.port}`, grpc.ServerCredentials.createInsecure(), (err, port) => {
+server.bindAsync('127.0.0.1:0', grpc.ServerCredentials.createInsecure(), (err, backend) => {
   if (err) {
     warn(`cannot bind gRPC port: ${err.message}`);
     process.exit(1);
   }
+  relay.backend = backend;
   controlServer.on('error', (e) => {
     warn(`control server error: ${e.message}`);
     shutdown(1);
   });
-  controlServer.listen(opts.controlPort, '127.0.0.1', () => {
+  relayListen(opts.port, (port) => controlServer.listen(opts.controlPort, '127.0.0.1', () => {
     const cport = controlServer.address().port;
     process.stdout.write(`LISTENING ${port}\nCONTROL ${cport}\n`);
     log(`state dir ${stateDir}`);
@@ -1475,5 +1618,5 @@ server.bindAsync(`127.0.0.1:${opts.port}`, grpc.ServerCredentials.createInsecure
       process.stdin.on('error', () => shutdown(0));
       process.stdin.resume();
     }
-  });
+  }));
 });
