@@ -342,8 +342,11 @@ struct dreq {
 static void ac_gone(void *data)
 {
     struct mcp *m = data;
+    /* sbxd closes idle sessions (limits.session_idle_timeout_ms); sandboxes
+     * outlive the session, so the next call just connects again. */
     if (!m->quitting)
-        mlog(m, "connection to sbxd closed");
+        mlog(m, "connection to sbxd closed (%s); the next call reconnects",
+             m->ac->c.errstr[0] ? m->ac->c.errstr : "EOF");
     m->ac = NULL;
 }
 

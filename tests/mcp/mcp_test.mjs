@@ -22,10 +22,10 @@ assert.ok(SOCK && SBXCTL, 'SBXD_SOCKET and SBXCTL must be set');
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 /** An SDK client connected to a fresh `sbxctl mcp ARGS...` child. */
-async function connect(args) {
+async function connect(args, sock = SOCK) {
   const transport = new StdioClientTransport({
     command: SBXCTL,
-    args: ['-s', SOCK, 'mcp', '--progress-ms', '200', ...args],
+    args: ['-s', sock, 'mcp', '--progress-ms', '200', ...args],
     env: { PATH: process.env.PATH },
     stderr: 'pipe',
   });
@@ -340,6 +340,27 @@ describe('MCP SDK client, named sandbox (--sandbox)', () => {
     const out = execFileSync(SBXCTL, ['-s', SOCK, 'exec', id, '--', 'kept'], { encoding: 'utf8' });
     assert.match(out, /5/);
     execFileSync(SBXCTL, ['-s', SOCK, 'rm', id]);
+  });
+});
+
+describe('MCP SDK client, sbxd closes the idle session', () => {
+  test('the next call reconnects; the sandbox is still the same', { skip: !process.env.SBXD_IDLE_SOCKET }, async () => {
+    const s = await connect(['--provider', 'duktape'], process.env.SBXD_IDLE_SOCKET);
+    try {
+      let r = await s.client.callTool({ name: 'exec_command', arguments: { command: 'var x = 41; x' } });
+      assert.equal(r.structuredContent.result, 41);
+      const before = (await s.client.callTool({ name: 'sandbox_info', arguments: {} })).structuredContent.sandbox.id;
+      // limits.session_idle_timeout_ms is 1000 there; the check runs every second
+      const end = Date.now() + 8000;
+      while (!/connection to sbxd closed/.test(s.stderr()) && Date.now() < end) await sleep(100);
+      assert.match(s.stderr(), /connection to sbxd closed/);
+      r = await s.client.callTool({ name: 'exec_command', arguments: { command: 'x + 1' } });
+      assert.equal(r.structuredContent.result, 42, 'same sandbox, state kept');
+      const after = (await s.client.callTool({ name: 'sandbox_info', arguments: {} })).structuredContent.sandbox.id;
+      assert.equal(after, before);
+    } finally {
+      await s.client.close();
+    }
   });
 });
 

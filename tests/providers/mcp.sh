@@ -34,10 +34,10 @@ finish() {
     exit $?
 }
 cleanup() {
-    if [ -n "$SBXD_PID" ]; then
-        kill -TERM "$SBXD_PID" 2>/dev/null
-        wait "$SBXD_PID" 2>/dev/null
-    fi
+    for p in $SBXD_PID; do
+        kill -TERM "$p" 2>/dev/null
+        wait "$p" 2>/dev/null
+    done
     if [ "$PRIVATE" = 1 ]; then
         sh tests/docker/dockerd.sh stop "$DK" >"$T/dockerd-stop.log" 2>&1
     fi
@@ -119,19 +119,43 @@ providers:
     pool_size: 1
 $docker_yaml
 YAML
+# A second one that closes sessions idle for a second: sbxctl mcp reconnects.
+cat >"$T/idle.yaml" <<YAML
+socket:
+  mode: "0600"
+limits:
+  session_idle_timeout_ms: 1000
+providers:
+  duktape:
+    pool_size: 1
+YAML
+start_sbxd() { # name -> pid in $!
+    # shellcheck disable=SC2086
+    SBXD_SOCKET="$T/$1.sock" $VG "$B/sbxd" -c "$T/$1.yaml" --log-level debug >"$T/$1.log" 2>&1 &
+    pid=$!
+    i=0
+    while [ ! -S "$T/$1.sock" ] && [ $i -lt 400 ]; do
+        sleep 0.05
+        i=$((i + 1))
+    done
+    [ -S "$T/$1.sock" ] || { tail -n 20 "$T/$1.log"; echo "FAILED - sbxd ($1) did not start"; FAILED=$((FAILED + 1)); finish; }
+}
 SOCK="$T/sbxd.sock"
-# shellcheck disable=SC2086
-SBXD_SOCKET="$SOCK" $VG "$B/sbxd" -c "$T/sbxd.yaml" --log-level debug >"$T/sbxd.log" 2>&1 &
-SBXD_PID=$!
-i=0
-while [ ! -S "$SOCK" ] && [ $i -lt 400 ]; do
-    sleep 0.05
-    i=$((i + 1))
-done
-[ -S "$SOCK" ] || { tail -n 20 "$T/sbxd.log"; echo "FAILED - sbxd did not start"; FAILED=$((FAILED + 1)); finish; }
+start_sbxd sbxd
+SBXD_PID=$pid
+start_sbxd idle
+SBXD_PID="$SBXD_PID $pid"
 
 # -- the SDK tests --------------------------------------------------------------------------
-SBXD_SOCKET="$SOCK" SBXCTL="$B/sbxctl" MCP_DOCKER="$MCP_DOCKER" \
+SBXCTL="$B/sbxctl"
+if [ -n "$VG" ]; then
+    # sbxctl mcp itself under valgrind too: a wrapper with one log per process.
+    mkdir -p "$T/vg"
+    printf '#!/bin/sh\nexec %s --log-file=%s/vg/%%p.log %s "$@"\n' "$VG" "$T" "$B/sbxctl" >"$T/sbxctl-vg"
+    chmod +x "$T/sbxctl-vg"
+    SBXCTL="$T/sbxctl-vg"
+fi
+SBXD_SOCKET="$SOCK" SBXD_IDLE_SOCKET="$T/idle.sock" SBXCTL="$SBXCTL" MCP_DOCKER="$MCP_DOCKER" \
     node --test --test-reporter=tap tests/mcp/mcp_test.mjs >"$T/tap.out" 2>&1
 st=$?
 # One line per test: "ok - name", "FAILED - name" (with the error), "skipped - name".
@@ -164,17 +188,32 @@ else
     [ "$st" -ne 0 ] && [ "$((f + ${c:-0}))" -eq 0 ] && { echo "FAILED - node --test exited $st"; FAILED=$((FAILED + 1)); }
 fi
 
-# sbxd must still be healthy and exit cleanly.
-kill -TERM "$SBXD_PID" 2>/dev/null
-wait "$SBXD_PID"
-st=$?
-SBXD_PID=""
-if [ "$st" -eq 0 ]; then
-    PASSED=$((PASSED + 1))
-    echo "ok - sbxd exits 0 after the MCP sessions"
-else
-    FAILED=$((FAILED + 1))
-    echo "FAILED - sbxd exited $st"
-    tail -n 30 "$T/sbxd.log"
+# Under valgrind: every sbxctl mcp run left a log; any error in one fails.
+if [ -n "$VG" ]; then
+    bad=$(find "$T/vg" -type f -size +0 2>/dev/null | head -n 3)
+    if [ -z "$bad" ]; then
+        PASSED=$((PASSED + 1))
+        echo "ok - sbxctl mcp: no valgrind errors"
+    else
+        FAILED=$((FAILED + 1))
+        echo "FAILED - sbxctl mcp: valgrind errors"
+        head -n 40 $bad
+    fi
 fi
+
+# sbxd must still be healthy and exit cleanly.
+for p in $SBXD_PID; do
+    kill -TERM "$p" 2>/dev/null
+    wait "$p"
+    st=$?
+    if [ "$st" -eq 0 ]; then
+        PASSED=$((PASSED + 1))
+        echo "ok - sbxd ($p) exits 0 after the MCP sessions"
+    else
+        FAILED=$((FAILED + 1))
+        echo "FAILED - sbxd ($p) exited $st"
+        tail -n 30 "$T/sbxd.log" "$T/idle.log"
+    fi
+done
+SBXD_PID=""
 finish
