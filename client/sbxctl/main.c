@@ -95,7 +95,7 @@ static const struct verb verbs[] = {
      "  --idle-timeout MS        sbxd destroys them after this long unused (default\n"
      "                           3600000; 0 = never), should sbxctl mcp die first\n"
      "  --max-output BYTES       output kept per stream per call (default 1 MiB)\n"
-     "  --max-message BYTES      longest request line (default 16 MiB)\n"
+     "  --max-message BYTES      longest request line (default 4 MiB)\n"
      "  --max-calls N            tool calls running at once (default 64)\n"
      "  --progress-ms MS         interval of progress notifications (default 1000)\n"
      "  -v, --verbose            log requests and sandboxes to stderr\n"

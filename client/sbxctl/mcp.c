@@ -360,7 +360,9 @@ static sbx_async *daemon_conn(struct mcp *m)
     if (!ac)
         return NULL;
     if (ac->c.err) {
-        mlog(m, "cannot connect to sbxd at %s: %s", socket_path(), ac->c.errstr);
+        snprintf(m->conn_err, sizeof(m->conn_err), "cannot connect to sbxd at %.80s: %s",
+                 socket_path(), ac->c.errstr);
+        mlog(m, "%s", m->conn_err);
         sbx_async_free(ac);
         return NULL;
     }
@@ -461,6 +463,22 @@ static void route_notify(sbx_async *ac, const char *method, json_t *params, void
                                                         "params", params));
         return;
     }
+    if (strcmp(method, SBX_N_PROGRESS) == 0) {
+        /* Image pulls and the like while a sandbox of ours is being made:
+         * the calls waiting for it show this in their progress. */
+        const char *id = json_string_value(json_object_get(params, "sandbox"));
+        const char *msg = json_string_value(json_object_get(params, "message"));
+        const char *stage = json_string_value(json_object_get(params, "stage"));
+        struct slot *slots[2] = {&m->cmd, &m->code};
+        for (int i = 0; i < 2 && id && (msg || stage); i++) {
+            struct slot *s = slots[i];
+            if (s->state == SLOT_CREATING && s->id && strcmp(s->id, id) == 0) {
+                free(s->progress);
+                s->progress = strdup(msg ? msg : stage);
+            }
+        }
+        return;
+    }
     if (strcmp(method, SBX_N_STATUS) == 0) {
         const char *id = json_string_value(json_object_get(params, "sandbox"));
         const char *st = json_string_value(json_object_get(params, "status"));
@@ -527,11 +545,14 @@ static void create_reply(struct mcp *m, struct slot *s, json_t *result,
                          const sbx_rpc_error *err)
 {
     const char *id = json_string_value(json_object_get(result, "id"));
+    free(s->progress);
+    s->progress = NULL;
     if (!id) {
-        s->state = SLOT_NONE;
+        mcp_slot_lost(m, s);
         slot_fail_waiters(m, s, result ? "no id in the result" : mcp_errtext(m, err));
         return;
     }
+    free(s->id);
     s->id = strdup(id);
     s->state = SLOT_READY;
     s->owned = !(s == &m->cmd && m->sandbox_name);
@@ -569,13 +590,30 @@ static void slot_create(struct mcp *m, struct slot *s, const char *provider)
         json_object_set_new(p, "provider", json_string(provider));
     }
     if (!(s == &m->cmd && m->sandbox_name)) {
+        /* Our own id, so that sandbox.progress before the reply is ours. */
+        unsigned char r[8];
+        char id[40];
+        FILE *f = fopen("/dev/urandom", "rb");
+        if (!f || fread(r, 1, sizeof(r), f) != sizeof(r)) {
+            for (size_t i = 0; i < sizeof(r); i++)
+                r[i] = (unsigned char)(rand() ^ (int)getpid() >> (int)i);
+        }
+        if (f)
+            fclose(f);
+        snprintf(id, sizeof(id), "mcp-%02x%02x%02x%02x%02x%02x%02x%02x", r[0], r[1], r[2], r[3],
+                 r[4], r[5], r[6], r[7]);
+        free(s->id);
+        s->id = strdup(id);
+        json_object_set_new(p, "id", json_string(id));
+    }
+    if (!(s == &m->cmd && m->sandbox_name)) {
         json_object_set_new(p, "timeout_ms", json_integer(m->lifetime_ms));
         json_object_set_new(p, "idle_timeout_ms", json_integer(m->idle_ms));
     }
     s->state = SLOT_CREATING;
     if (slot_dcall(m, s, SBX_M_CREATE, p, create_reply) < 0) {
         s->state = SLOT_NONE;
-        slot_fail_waiters(m, s, "cannot reach sbxd");
+        slot_fail_waiters(m, s, m->conn_err[0] ? m->conn_err : "cannot reach sbxd");
     }
 }
 
@@ -621,7 +659,7 @@ void mcp_slot_use(struct call *c, struct slot *s, void (*ready)(struct call *c))
         s->state = SLOT_INFO;
         if (slot_dcall(m, s, SBX_M_INFO, NULL, info_reply) < 0) {
             s->state = SLOT_NONE;
-            slot_fail_waiters(m, s, "cannot reach sbxd");
+            slot_fail_waiters(m, s, m->conn_err[0] ? m->conn_err : "cannot reach sbxd");
         }
         return;
     }
@@ -633,6 +671,8 @@ void mcp_slot_lost(struct mcp *m, struct slot *s)
     (void)m;
     free(s->id);
     s->id = NULL;
+    free(s->progress);
+    s->progress = NULL;
     s->state = SLOT_NONE;
     s->owned = 0;
 }
@@ -1061,7 +1101,7 @@ int cmd_mcp(int argc, char **argv)
     m->lifetime_ms = 86400000;
     m->idle_ms = 3600000;
     m->max_output = 1 << 20;
-    m->max_message = 16 << 20;
+    m->max_message = 4 << 20; /* below sbxd's 16 MiB max_message_bytes, with room */
     m->max_calls = 64;
     m->progress_ms = 1000;
     parser_init(&p, argc, argv);
@@ -1172,8 +1212,8 @@ int cmd_mcp(int argc, char **argv)
     json_decref(m->tools_json);
     json_decref(m->sb_env);
     json_decref(m->sb_opts);
-    free(m->cmd.id);
-    free(m->code.id);
+    mcp_slot_lost(m, &m->cmd);
+    mcp_slot_lost(m, &m->code);
     while (m->offsets) {
         struct offsets *n = m->offsets->next;
         free(m->offsets->sandbox);

@@ -24,7 +24,8 @@ enum slot_state { SLOT_NONE, SLOT_INFO, SLOT_CREATING, SLOT_READY };
 struct slot {
     const char *what;      /* "command" or "code", for messages */
     enum slot_state state;
-    char *id;              /* the sandbox id once READY */
+    char *id;              /* the sandbox id (chosen before creating it) */
+    char *progress;        /* the last sandbox.progress message while creating */
     int owned;             /* created by us: destroyed on exit */
     struct call *waiters;  /* calls waiting for READY (linked by wnext) */
 };
@@ -89,6 +90,7 @@ struct mcp {
 
     /* sbxd */
     sbx_async *ac;
+    char conn_err[256];     /* why the last connect failed */
     int outstanding;        /* daemon calls in flight */
     int spawns_pending;
     json_t *backlog;        /* process.* notifications that came before their spawn reply */

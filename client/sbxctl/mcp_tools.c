@@ -525,9 +525,11 @@ char *mcp_tool_progress_text(struct call *c)
         snprintf(buf, sizeof(buf), "waiting %.1f s for process %" JSON_INTEGER_FORMAT, secs,
                  arg_int_or(c, "pid", 0));
     } else if (c->pid < 0) {
-        snprintf(buf, sizeof(buf), "%.1f s: %s", secs,
-                 c->slot && c->slot->state != SLOT_READY ? "creating the sandbox"
-                                                         : "starting");
+        int creating = c->slot && c->slot->state != SLOT_READY;
+        snprintf(buf, sizeof(buf), "%.1f s: %s%s%.200s", secs,
+                 creating ? "creating the sandbox" : "starting",
+                 creating && c->slot->progress ? ": " : "",
+                 creating && c->slot->progress ? c->slot->progress : "");
     } else {
         char *tail = last_line(c->out[0].len ? &c->out[0] : &c->out[1]);
         snprintf(buf, sizeof(buf), "running %.1f s, %zu bytes of output%s%s", secs,

@@ -36,6 +36,14 @@ async function connect(args, sock = SOCK) {
   return { client, transport, stderr: () => stderr };
 }
 
+/** Closes a session (stdin EOF: sbxctl mcp cleans up and exits) and checks
+ *  that it reported no sanitizer error (make asan) on the way out. */
+async function closeClean(s) {
+  await s.client.close();
+  await sleep(50);
+  assert.doesNotMatch(s.stderr(), /ERROR: (Address|Leak)Sanitizer|runtime error:/);
+}
+
 /** The sandboxes sbxd has for us, by id. */
 function sandboxes() {
   const out = execFileSync(SBXCTL, ['-s', SOCK, '--json', 'ls'], { encoding: 'utf8' });
@@ -175,7 +183,7 @@ describe('MCP SDK client, duktape provider', () => {
   let s;
   let sandboxId;
   before(async () => { s = await connect(['--provider', 'duktape', '--code-provider', 'duktape']); });
-  after(async () => { await s?.client.close(); });
+  after(async () => { if (s) await closeClean(s); });
 
   test('initialize: server info, tools capability, instructions', () => {
     assert.equal(s.client.getServerVersion().name, 'sbxd');
@@ -317,7 +325,7 @@ describe('MCP SDK client, duktape provider', () => {
 
   test('closing the client destroys the sandboxes it created', async () => {
     assert.ok(sandboxId && sandboxes().has(sandboxId));
-    await s.client.close();
+    await closeClean(s);
     s = null;
     assert.equal(sandboxes().has(sandboxId), false);
   });
@@ -334,7 +342,7 @@ describe('MCP SDK client, named sandbox (--sandbox)', () => {
       const info = await s.client.callTool({ name: 'sandbox_info', arguments: {} });
       assert.equal(info.structuredContent.sandbox.id, id);
     } finally {
-      await s.client.close();
+      await closeClean(s);
     }
     assert.ok(sandboxes().has(id), 'still there after the client left');
     const out = execFileSync(SBXCTL, ['-s', SOCK, 'exec', id, '--', 'kept'], { encoding: 'utf8' });
@@ -359,7 +367,7 @@ describe('MCP SDK client, sbxd closes the idle session', () => {
       const after = (await s.client.callTool({ name: 'sandbox_info', arguments: {} })).structuredContent.sandbox.id;
       assert.equal(after, before);
     } finally {
-      await s.client.close();
+      await closeClean(s);
     }
   });
 });
@@ -375,7 +383,7 @@ describe('MCP SDK client, docker provider', () => {
   before(async () => {
     if (DOCKER) s = await connect(['--provider', 'docker', '--image', 'sbx-test/busybox']);
   });
-  after(async () => { await s?.client.close(); });
+  after(async () => { if (s) await closeClean(s); });
 
   dtest('exec_command: stdout, stderr, exit code 3 is isError', async () => {
     const r = await s.client.callTool({ name: 'exec_command',
@@ -452,7 +460,7 @@ describe('MCP SDK client, docker provider', () => {
 
   dtest('closing the client destroys the container sandbox', async () => {
     assert.ok(sandboxId && sandboxes().has(sandboxId));
-    await s.client.close();
+    await closeClean(s);
     s = null;
     assert.equal(sandboxes().has(sandboxId), false);
   });
