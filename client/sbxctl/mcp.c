@@ -344,7 +344,7 @@ static void ac_gone(void *data)
     struct mcp *m = data;
     /* sbxd closes idle sessions (limits.session_idle_timeout_ms); sandboxes
      * outlive the session, so the next call just connects again. */
-    if (!m->quitting)
+    if (!m->quitting && m->ac) /* NULL: never attached (daemon_conn failed) */
         mlog(m, "connection to sbxd closed (%s); the next call reconnects",
              m->ac->c.errstr[0] ? m->ac->c.errstr : "EOF");
     m->ac = NULL;
@@ -605,8 +605,6 @@ static void slot_create(struct mcp *m, struct slot *s, const char *provider)
         free(s->id);
         s->id = strdup(id);
         json_object_set_new(p, "id", json_string(id));
-    }
-    if (!(s == &m->cmd && m->sandbox_name)) {
         json_object_set_new(p, "timeout_ms", json_integer(m->lifetime_ms));
         json_object_set_new(p, "idle_timeout_ms", json_integer(m->idle_ms));
     }

@@ -45,6 +45,7 @@ struct call {
     int refs;               /* daemon replies outstanding */
     int done;               /* answered, or cancelled: no (further) answer */
     int cancelled;
+    int retried;            /* ran again once in a new sandbox */
     double t0;
 
     /* a process of ours: exec_command, run_code, process_output */

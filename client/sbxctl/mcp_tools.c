@@ -377,13 +377,27 @@ static int is_code(const struct call *c)
     return c->tool->start == code_start;
 }
 
-/* An error reply on a call's sandbox: a sandbox that is gone is made anew next time. */
+/* An error reply on a call's sandbox. A sandbox that is gone (destroyed
+ * behind our back, expired while sbxd had closed our idle session) is made
+ * anew; a call whose failed step changed nothing (a spawn, a get) runs again
+ * once in the new one, others say what happened. */
 static void answer_failed(struct call *c, const sbx_rpc_error *err, const char *what)
 {
     struct mcp *m = c->m;
-    if (err && err->code == SBX_E_NOT_FOUND && c->slot && c->slot->state == SLOT_READY &&
-        c->sandbox && strcmp(c->slot->id, c->sandbox) == 0) {
-        mcp_slot_lost(m, c->slot);
+    if (err && err->code == SBX_E_NOT_FOUND && c->slot && c->sandbox) {
+        if (c->slot->state == SLOT_READY && strcmp(c->slot->id, c->sandbox) == 0)
+            mcp_slot_lost(m, c->slot);
+        int again = c->tool->start == exec_start || c->tool->start == code_start ||
+                    c->tool->start == spawn_start || c->tool->start == info_start;
+        if (again && !c->retried && !c->done) {
+            c->retried = 1;
+            free(c->sandbox);
+            c->sandbox = NULL;
+            c->pid = -1;
+            c->following = 0;
+            mcp_slot_use(c, c->slot, c->on_ready);
+            return;
+        }
         mcp_answer_error(c, "%s: %s; the sandbox is gone, the next call makes a new one", what,
                          mcp_errtext(m, err));
         return;

@@ -366,6 +366,16 @@ describe('MCP SDK client, sbxd closes the idle session', () => {
       assert.equal(r.structuredContent.result, 42, 'same sandbox, state kept');
       const after = (await s.client.callTool({ name: 'sandbox_info', arguments: {} })).structuredContent.sandbox.id;
       assert.equal(after, before);
+      // Destroyed behind its back while the session is closed (no sandbox.status
+      // reaches it): the next call gets "not found" and runs in a new sandbox.
+      const start = s.stderr().length;
+      while (!/connection to sbxd closed/.test(s.stderr().slice(start)) && Date.now() < end + 8000) await sleep(100);
+      execFileSync(SBXCTL, ['-s', process.env.SBXD_IDLE_SOCKET, 'rm', before]);
+      r = await s.client.callTool({ name: 'exec_command', arguments: { command: 'typeof x' } });
+      assert.equal(r.isError, undefined, r.content[0].text);
+      assert.equal(r.structuredContent.result, 'undefined', 'a fresh sandbox');
+      const third = (await s.client.callTool({ name: 'sandbox_info', arguments: {} })).structuredContent.sandbox.id;
+      assert.notEqual(third, before);
     } finally {
       await closeClean(s);
     }
