@@ -351,6 +351,53 @@ describe('MCP SDK client, named sandbox (--sandbox)', () => {
   });
 });
 
+describe('MCP SDK client, bounds', () => {
+  test('--max-output: output kept per stream is capped; process_output continues where it was cut', async () => {
+    const s = await connect(['--provider', 'duktape', '--max-output', '1024']);
+    try {
+      let r = await s.client.callTool({ name: 'exec_command',
+        arguments: { command: 'for (var i = 0; i < 100; i++) console.log("0123456789abcdefghi" + i)' } });
+      assert.equal(r.structuredContent.truncated, true);
+      assert.ok(r.structuredContent.stdout.length <= 1024 && r.structuredContent.stdout.length > 900);
+      assert.ok(r.structuredContent.stdout.startsWith('0123456789abcdefghi0\n'));
+      const sp = await s.client.callTool({ name: 'spawn_process',
+        arguments: { command: 'for (var i = 0; i < 100; i++) console.log("0123456789abcdefghi" + i)' } });
+      const pid = sp.structuredContent.pid;
+      let all = '';
+      for (let n = 0; n < 10; n++) {
+        r = await s.client.callTool({ name: 'process_output', arguments: { pid, wait_ms: 5000 } });
+        assert.ok(r.structuredContent.stdout.length <= 1024);
+        all += r.structuredContent.stdout;
+        if (!r.structuredContent.truncated) break;
+      }
+      const want = Array.from({ length: 100 }, (_, i) => `0123456789abcdefghi${i}\n`).join('');
+      assert.equal(all, want, 'the pieces join up to the whole output');
+    } finally {
+      await closeClean(s);
+    }
+  });
+
+  test('--max-calls: calls beyond it are refused with isError, the others run', async () => {
+    const s = await connect(['--provider', 'duktape', '--code-provider', 'duktape', '--max-calls', '2']);
+    try {
+      const slow = 'var t = Date.now(); while (Date.now() - t < 600) {} "slow"';
+      const rs = await Promise.all([
+        s.client.callTool({ name: 'run_code', arguments: { code: slow } }),
+        s.client.callTool({ name: 'exec_command', arguments: { command: slow } }),
+        s.client.callTool({ name: 'run_code', arguments: { code: '1' } }),
+      ]);
+      assert.equal(rs[0].structuredContent.result, 'slow');
+      assert.equal(rs[1].structuredContent.result, 'slow');
+      assert.equal(rs[2].isError, true);
+      assert.match(rs[2].content[0].text, /too many tool calls/);
+      const r = await s.client.callTool({ name: 'run_code', arguments: { code: '2' } });
+      assert.equal(r.structuredContent.result, 2, 'accepted again once the others finished');
+    } finally {
+      await closeClean(s);
+    }
+  });
+});
+
 describe('MCP SDK client, sbxd closes the idle session', () => {
   test('the next call reconnects; the sandbox is still the same', { skip: !process.env.SBXD_IDLE_SOCKET }, async () => {
     const s = await connect(['--provider', 'duktape'], process.env.SBXD_IDLE_SOCKET);
@@ -410,6 +457,11 @@ describe('MCP SDK client, docker provider', () => {
     assert.equal(r.structuredContent.stdout, 'hello from /tmp\n');
     r = await s.client.callTool({ name: 'exec_command', arguments: { command: 'tr a-z A-Z', stdin: 'abc' } });
     assert.equal(r.structuredContent.stdout, 'ABC');
+  });
+
+  dtest('output that is not UTF-8 arrives with U+FFFD in its place', async () => {
+    const r = await s.client.callTool({ name: 'exec_command', arguments: { command: "printf 'a\\377b\\303'" } });
+    assert.equal(r.structuredContent.stdout, 'a\uFFFDb\uFFFD');
   });
 
   dtest('files persist between calls', async () => {
