@@ -1,16 +1,20 @@
 /*
- * exec.c - sbxctl exec and run: stream a command's output live, forward
- * stdin, react to Ctrl-C. These use the async API on a libev loop, because
- * they wait on the daemon, on our stdin and on signals at once.
+ * exec.c - sbxctl exec, run and attach: stream a command's output live,
+ * forward stdin, react to Ctrl-C. These use the async API on a libev loop,
+ * because they wait on the daemon, on our stdin and on signals at once.
  *
- *   exec:          [connect] -> process.exec -> (output...) -> result
- *   exec --stdin:  [connect] -> process.spawn -> process.write... ->
- *                  process.close_stdin -> (process.exit) -> process.wait
+ *   exec:          [connect] -> process.spawn -> [process.write... ->
+ *                  process.close_stdin] -> (output..., process.exit) -> process.wait
  *   run:           [connect] -> sandbox.create -> as exec -> sandbox.destroy
+ *   attach:        [connect] -> process.attach (replay, then live) -> as exec
  *
- * Ctrl-C: run destroys its sandbox (exit 130); exec kills the process when
- * its pid is known (the result then says 137), else leaves with 130. A second
- * Ctrl-C leaves at once.
+ * exec starts with process.spawn, not process.exec, so that the pid is known
+ * at once: Ctrl-C kills the remote process (process.kill; the result then
+ * says 137) even before it printed anything, and a second Ctrl-C detaches
+ * (exit 130, the process may still be ending). run destroys its sandbox on
+ * Ctrl-C. With --detach, Ctrl-C detaches instead (exec: the process keeps
+ * running; run: the sandbox stays too) and says how to attach again.
+ * attach: Ctrl-C detaches (the process keeps running).
  */
 #include <errno.h>
 #include <signal.h>
@@ -29,6 +33,9 @@ struct job {
     struct ev_loop *loop;
     sbx_async *ac;      /* NULL once libsbx freed it */
     int is_run;
+    int is_attach;      /* attach: pid given, process.attach instead of spawn */
+    int detach;         /* --detach: Ctrl-C leaves the process running */
+    json_t *acc[2];     /* --json: stdout/stderr collected for the result */
     json_t *create_params; /* run */
     json_t *exec_params;   /* process.exec/spawn params, "sandbox" added later */
     char *sandbox;
@@ -51,6 +58,9 @@ struct job {
 
 static void start_command(struct job *j);
 static void command_finished(struct job *j);
+static void collect(struct job *j, int stream, const char *data, size_t len);
+static void detach_now(struct job *j);
+static void start_stdin(struct job *j);
 
 /* ---- leaving -------------------------------------------------------------------------- */
 
@@ -121,6 +131,23 @@ static void write_out(struct job *j, int stream, const char *data, size_t len)
     j->err_tail[have + len] = '\0';
 }
 
+/* --json: output goes into the printed result, as process.exec has it. */
+static void collect(struct job *j, int stream, const char *data, size_t len)
+{
+    int i = stream == SBX_STDERR ? 1 : 0;
+    json_t *prev = j->acc[i];
+    size_t pl = prev ? json_string_length(prev) : 0;
+    char *b = malloc(pl + len + 1);
+    if (!b)
+        abort();
+    if (pl)
+        memcpy(b, json_string_value(prev), pl);
+    memcpy(b + pl, data, len);
+    json_decref(prev);
+    j->acc[i] = json_stringn_nocheck(b, pl + len);
+    free(b);
+}
+
 /* Prints what an exec/wait result adds to the streamed output. */
 static void print_result(struct job *j, json_t *r)
 {
@@ -175,18 +202,19 @@ static void notify_cb(sbx_async *ac, const char *method, json_t *params, void *p
     json_int_t pid = json_integer_value(pidj);
 
     if (strcmp(method, SBX_N_OUTPUT) == 0) {
-        if (j->pid < 0 && !j->use_stdin)
-            j->pid = pid; /* so that Ctrl-C can kill it */
         if (j->pid >= 0 && pid != j->pid)
             return;
         int stream;
         char *data;
         size_t len;
         if (sbx_output_decode(params, &stream, &data, &len) == SBX_OK) {
-            write_out(j, stream, data, len);
+            if (g.json)
+                collect(j, stream, data, len);
+            else
+                write_out(j, stream, data, len);
             free(data);
         }
-    } else if (strcmp(method, SBX_N_EXIT) == 0 && j->use_stdin) {
+    } else if (strcmp(method, SBX_N_EXIT) == 0) {
         if (j->pid < 0) {
             if (!j->early_exit)
                 j->early_exit = json_incref(params);
@@ -210,10 +238,13 @@ static void result_reply(sbx_async *ac, json_t *result, const sbx_rpc_error *err
         if (!j->interrupts)
             j->status = EXIT_RPC;
     } else {
-        if (g.json)
+        if (g.json) {
+            json_object_set(result, "stdout", j->acc[0] ? j->acc[0] : json_string(""));
+            json_object_set(result, "stderr", j->acc[1] ? j->acc[1] : json_string(""));
             print_json(result);
-        else
+        } else {
             print_result(j, result);
+        }
         if (!(j->is_run && j->interrupts))
             j->status = exit_status(result);
     }
@@ -286,6 +317,46 @@ static void stdin_cb(struct ev_loop *loop, ev_io *w, int revents)
     }
 }
 
+static void start_stdin(struct job *j)
+{
+    if (!j->use_stdin)
+        return;
+    ev_io_init(&j->in_w, stdin_cb, 0, EV_READ);
+    j->in_w.data = j;
+    ev_io_start(j->loop, &j->in_w);
+}
+
+/* Leaves the process (and, for run, the sandbox) running: exit 130. */
+static void detach_now(struct job *j)
+{
+    if (j->pid >= 0)
+        fprintf(stderr, "sbxctl: detached; process %" JSON_INTEGER_FORMAT
+                        " keeps running (sbxctl attach %s %" JSON_INTEGER_FORMAT ")\n",
+                j->pid, j->sandbox, j->pid);
+    else
+        fprintf(stderr, "sbxctl: detached\n");
+    j->status = EXIT_INTERRUPTED;
+    quit(j);
+}
+
+static void attach_reply(sbx_async *ac, json_t *result, const sbx_rpc_error *err,
+                         void *privdata)
+{
+    struct job *j = privdata;
+    (void)ac;
+
+    if (lost(j, result, err) || j->done || j->finished)
+        return;
+    if (err) {
+        print_rpc_error(err);
+        j->status = EXIT_RPC;
+        command_finished(j);
+        return;
+    }
+    /* A finished process's replay ends with its process.exit (on_process_exit). */
+    start_stdin(j);
+}
+
 static void spawn_reply(sbx_async *ac, json_t *result, const sbx_rpc_error *err, void *privdata)
 {
     struct job *j = privdata;
@@ -311,24 +382,30 @@ static void spawn_reply(sbx_async *ac, json_t *result, const sbx_rpc_error *err,
         }
     }
     if (j->interrupts && !j->is_run) {
+        if (j->detach) {
+            detach_now(j);
+            return;
+        }
         j->kill_sent = 1;
         sbx_async_call_new(j->ac, SBX_M_KILL,
                            json_pack("{s:s, s:I}", "sandbox", j->sandbox, "pid", j->pid),
                            ignore_reply, NULL);
     }
-    ev_io_init(&j->in_w, stdin_cb, 0, EV_READ);
-    j->in_w.data = j;
-    ev_io_start(j->loop, &j->in_w);
+    start_stdin(j);
 }
 
 static void start_command(struct job *j)
 {
-    json_object_set_new(j->exec_params, "sandbox", json_string(j->sandbox));
-    if (g.json && !j->use_stdin)
-        json_object_set_new(j->exec_params, "stream", json_false());
-    int rc = j->use_stdin
-                 ? sbx_async_call(j->ac, SBX_M_SPAWN, j->exec_params, spawn_reply, j)
-                 : sbx_async_call(j->ac, SBX_M_EXEC, j->exec_params, result_reply, j);
+    int rc;
+    if (j->is_attach) {
+        rc = sbx_async_call_new(j->ac, SBX_M_ATTACH,
+                                json_pack("{s:s, s:I, s:b}", "sandbox", j->sandbox, "pid",
+                                          j->pid, "follow", 1),
+                                attach_reply, j);
+    } else {
+        json_object_set_new(j->exec_params, "sandbox", json_string(j->sandbox));
+        rc = sbx_async_call(j->ac, SBX_M_SPAWN, j->exec_params, spawn_reply, j);
+    }
     if (rc != SBX_OK) {
         warnx_("%s", j->ac->c.errstr);
         j->status = EXIT_RPC;
@@ -426,9 +503,19 @@ static void signal_cb(struct ev_loop *loop, ev_signal *w, int revents)
     (void)revents;
 
     if (++j->interrupts > 1 || !j->ac) {
-        j->status = EXIT_INTERRUPTED;
-        quit(j);
+        /* The second Ctrl-C detaches: whatever was asked goes on without us. */
+        if (j->ac && j->sandbox)
+            detach_now(j);
+        else {
+            j->status = EXIT_INTERRUPTED;
+            quit(j);
+        }
         return;
+    }
+    if (j->is_attach || (j->detach && (!j->is_run || j->sandbox))) {
+        if (j->pid >= 0 || j->is_run)
+            detach_now(j);
+        return; /* exec --detach: spawn_reply detaches once the pid is known */
     }
     if (j->is_run) {
         j->status = EXIT_INTERRUPTED;
@@ -439,21 +526,22 @@ static void signal_cb(struct ev_loop *loop, ev_signal *w, int revents)
     }
     if (j->pid >= 0 && !j->kill_sent) {
         j->kill_sent = 1;
+        fprintf(stderr, "sbxctl: killing process %" JSON_INTEGER_FORMAT
+                        " (Ctrl-C again to detach)\n",
+                j->pid);
         sbx_async_call_new(j->ac, SBX_M_KILL,
                            json_pack("{s:s, s:I}", "sandbox", j->sandbox, "pid", j->pid),
                            ignore_reply, NULL);
         return;
     }
-    if (j->use_stdin && j->pid < 0)
-        return; /* spawn_reply kills it */
-    j->status = EXIT_INTERRUPTED;
-    quit(j);
+    /* No pid yet: spawn_reply kills it. */
 }
 
 static int run_job(struct job *j)
 {
     j->loop = EV_DEFAULT;
-    j->pid = -1;
+    if (!j->is_attach)
+        j->pid = -1;
     j->stdout_nl = 1;
     j->status = EXIT_RPC;
     signal(SIGPIPE, SIG_IGN);
@@ -499,6 +587,8 @@ out:
     json_decref(j->create_params);
     json_decref(j->exec_params);
     json_decref(j->early_exit);
+    json_decref(j->acc[0]);
+    json_decref(j->acc[1]);
     free(j->sandbox);
     return j->status;
 }
@@ -507,6 +597,7 @@ out:
 
 enum {
     X_ENV = 1, X_CWD, X_TIMEOUT, X_STDIN, X_FILE, X_PROVIDER, X_IMAGE, X_OPT, X_TOOL,
+    X_DETACH,
 };
 
 static const struct opt exec_opts[] = {
@@ -515,6 +606,7 @@ static const struct opt exec_opts[] = {
     {"timeout", 't', 1, X_TIMEOUT},
     {"stdin", 'i', 0, X_STDIN},
     {"file", 'f', 1, X_FILE},
+    {"detach", 'd', 0, X_DETACH},
     {NULL, 0, 0, 0},
 };
 
@@ -528,6 +620,7 @@ static const struct opt run_opts[] = {
     {"image", 0, 1, X_IMAGE},
     {"opt", 'o', 1, X_OPT},
     {"tool", 0, 1, X_TOOL},
+    {"detach", 'd', 0, X_DETACH},
     {NULL, 0, 0, 0},
 };
 
@@ -587,6 +680,9 @@ static int exec_or_run(int argc, char **argv, int is_run)
         case X_TOOL:
             json_array_append_new(obj_array(j.create_params, "tools"), json_string(p.arg));
             break;
+        case X_DETACH:
+            j.detach = 1;
+            break;
         }
     }
     if (!is_run && !j.sandbox)
@@ -611,4 +707,46 @@ int cmd_exec(int argc, char **argv)
 int cmd_run(int argc, char **argv)
 {
     return exec_or_run(argc, argv, 1);
+}
+
+/* ---- attach ----------------------------------------------------------------------------- */
+
+static const struct opt attach_opts[] = {
+    {"stdin", 'i', 0, X_STDIN},
+    {NULL, 0, 0, 0},
+};
+
+int cmd_attach(int argc, char **argv)
+{
+    struct job j;
+    struct parser p;
+    const char *pid = NULL;
+    int o;
+
+    memset(&j, 0, sizeof(j));
+    j.is_attach = 1;
+    parser_init(&p, argc, argv);
+    while ((o = opt_next(&p, attach_opts)) != OPT_END) {
+        switch (o) {
+        case OPT_HELP:
+            verb_help();
+        case OPT_ARG:
+            if (!j.sandbox)
+                j.sandbox = strdup(p.arg);
+            else if (!pid)
+                pid = p.arg;
+            else
+                usage_error("unexpected argument: %s", p.arg);
+            break;
+        case X_STDIN:
+            j.use_stdin = 1;
+            break;
+        }
+    }
+    if (!j.sandbox || !pid) {
+        free(j.sandbox);
+        usage_error("missing %s", j.sandbox ? "PID" : "sandbox ID");
+    }
+    j.pid = arg_int("PID", pid);
+    return run_job(&j);
 }

@@ -31,26 +31,43 @@ static const struct verb verbs[] = {
      "              [--lifetime MS] [--command-timeout MS] [--idle-timeout MS]\n"
      "              [--opt KEY=VALUE]... [--tool NAME]...\n"
      "              [--memory-mb N] [--snapshot SNAP] [--instructions TEXT] [--fresh-isolate]\n"
-     "              [--no-start]",
+     "              [--instructions-append TEXT] [--on-start CMD] [--on-stop CMD]\n"
+     "              [--on-destroy CMD] [--no-start]",
      "Creates a sandbox and prints its id. --opt values are parsed as JSON when they\n"
      "parse, else taken as strings; they go to the provider's options. --lifetime is\n"
      "the sandbox's lifetime (--timeout is its old name; none: the provider's default,\n"
      "for Docker no limit); --command-timeout the default timeout of its commands.\n"
-     "Reconnect warnings (options the existing sandbox does not have) go to stderr."},
+     "Reconnect warnings (options the existing sandbox does not have) go to stderr.\n"
+     "--on-start/--on-stop/--on-destroy set lifecycle hooks (a shell command, or\n"
+     "JavaScript for Duktape); --instructions-append extends the tool description."},
     {"ls", cmd_ls, "ls [--provider P] [--status S]", "Lists your sandboxes."},
     {"get", cmd_get, "get ID", "Shows one sandbox."},
     {"exec", cmd_exec,
-     "exec ID [--env K=V]... [--cwd DIR] [--timeout MS] [--stdin] [--file SCRIPT] -- CMD...",
+     "exec ID [--env K=V]... [--cwd DIR] [--timeout MS] [--stdin] [--detach]\n"
+     "              [--file SCRIPT] -- CMD...",
      "Runs a command and streams its output; exits with its exit status (124 on\n"
      "timeout, 137 when killed). One CMD argument is sent as a string (sh -c, or\n"
      "JavaScript for Duktape), several as argv. --file sends a file's content as the\n"
      "command. --stdin streams sbxctl's standard input to the command. A Duktape\n"
-     "completion value is printed as JSON after the output."},
+     "completion value is printed as JSON after the output.\n"
+     "Ctrl-C kills the command in the sandbox (a second Ctrl-C detaches at once).\n"
+     "With --detach (-d), Ctrl-C detaches instead and the command keeps running;\n"
+     "'sbxctl attach ID PID' follows it again."},
+    {"attach", cmd_attach, "attach ID PID [--stdin]",
+     "Replays a process's buffered output, then follows it live; with --stdin also\n"
+     "forwards sbxctl's standard input. Exits with the process's exit status. Ctrl-C\n"
+     "detaches (the process keeps running)."},
+    {"write", cmd_write, "write ID PID [DATA | --file FILE] [--close]",
+     "Writes DATA (or a file, or sbxctl's standard input when neither is given) to\n"
+     "the process's stdin; --close then closes it."},
+    {"close-stdin", cmd_close_stdin, "close-stdin ID PID",
+     "Closes the process's stdin (it reads EOF)."},
     {"spawn", cmd_spawn, "spawn ID [--env K=V]... [--cwd DIR] [--timeout MS] -- CMD...",
      "Starts a command in the background and prints its pid."},
     {"ps", cmd_ps, "ps ID", "Lists the processes of a sandbox."},
     {"logs", cmd_logs, "logs [-f] ID PID",
-     "Prints the buffered output of a process; with -f, follows it until it exits."},
+     "Prints the buffered output of a process; with -f, follows it until it exits\n"
+     "and then exits with its exit status."},
     {"kill", cmd_kill, "kill ID PID [--signal S]", "Signals a process group (default KILL)."},
     {"wait", cmd_wait, "wait ID PID [--timeout MS]",
      "Waits for a process, prints its exit code and exits with it."},
@@ -69,10 +86,12 @@ static const struct verb verbs[] = {
     {"instructions", cmd_instructions, "instructions ID",
      "Prints the tool description of a sandbox."},
     {"run", cmd_run,
-     "run [--provider P] [--image I] [--opt KEY=VALUE]... [--env K=V]... [--timeout MS] -- CMD...",
+     "run [--provider P] [--image I] [--opt KEY=VALUE]... [--env K=V]... [--timeout MS]\n"
+     "              [--detach] -- CMD...",
      "Creates a throw-away sandbox, runs the command with streaming output, and\n"
      "destroys the sandbox (also on failure or Ctrl-C). Exits with the command's\n"
-     "status."},
+     "status. With --detach (-d), Ctrl-C leaves the sandbox and the command running\n"
+     "and prints how to attach."},
     {"mcp", cmd_mcp,
      "mcp [--provider P] [--image I] [--sandbox ID] [--code-provider P] [--env K=V]...\n"
      "              [--opt KEY=VALUE]... [--timeout MS] [--lifetime MS] [--idle-timeout MS]\n"

@@ -1,6 +1,7 @@
 /*
- * process.c - sbxctl verbs about processes: spawn, ps, logs, kill, wait.
- * (exec and run, which stream and handle Ctrl-C, live in exec.c.)
+ * process.c - sbxctl verbs about processes: spawn, ps, logs, kill, wait,
+ * write, close-stdin. (exec, run and attach, which stream and handle Ctrl-C,
+ * live in exec.c.)
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -202,6 +203,7 @@ struct logs_state {
     json_int_t pid;
     json_int_t end[3]; /* per stream: offset after the last byte received */
     int exited;
+    int status; /* the exit status from process.exit */
 };
 
 static void logs_note(struct logs_state *s, const char *method, json_t *params)
@@ -214,6 +216,7 @@ static void logs_note(struct logs_state *s, const char *method, json_t *params)
         return;
     if (strcmp(method, SBX_N_EXIT) == 0) {
         s->exited = 1;
+        s->status = exit_status(params);
         return;
     }
     if (strcmp(method, SBX_N_OUTPUT) != 0)
@@ -262,7 +265,7 @@ int cmd_logs(int argc, char **argv)
     if (!id || !pid)
         usage_error("missing %s", id ? "PID" : "sandbox ID");
 
-    struct logs_state s = {id, arg_int("PID", pid), {0, 0, 0}, 0};
+    struct logs_state s = {id, arg_int("PID", pid), {0, 0, 0}, 0, 0};
     sbx_ctx *c = ctl_connect();
     sbx_set_notify_cb(c, logs_cb, &s);
     int rc = ctl_call(c, SBX_M_ATTACH,
@@ -302,5 +305,110 @@ int cmd_logs(int argc, char **argv)
         json_decref(n);
     }
     sbx_free(c);
-    return 0;
+    /* -f follows to the end: exit with the process's status, as wait does. */
+    return follow && s.exited ? s.status : 0;
+}
+
+/* ---- write, close-stdin ------------------------------------------------------------------- */
+
+#define WRITE_CHUNK (256 * 1024)
+
+static const struct opt write_opts[] = {
+    {"file", 'f', 1, 1},
+    {"close", 0, 0, 2},
+    {NULL, 0, 0, 0},
+};
+
+/* Sends len bytes (base64) to the process's stdin. */
+static int write_chunk(sbx_ctx *c, const char *id, json_int_t pid, const char *buf, size_t len)
+{
+    char *b64 = malloc(sbx_base64_encoded_len(len) + 1);
+    if (!b64)
+        abort();
+    sbx_base64_encode(b64, buf, len);
+    json_t *params = json_pack("{s:s, s:I, s:s}", "sandbox", id, "pid", pid, "data_b64", b64);
+    free(b64);
+    return ctl_call(c, SBX_M_WRITE, params, NULL);
+}
+
+int cmd_write(int argc, char **argv)
+{
+    struct parser p;
+    const char *id = NULL, *pid = NULL, *data = NULL, *file = NULL;
+    int close_after = 0, o;
+
+    parser_init(&p, argc, argv);
+    while ((o = opt_next(&p, write_opts)) != OPT_END) {
+        switch (o) {
+        case OPT_HELP:
+            verb_help();
+        case OPT_ARG:
+            if (!id)
+                id = p.arg;
+            else if (!pid)
+                pid = p.arg;
+            else if (!data)
+                data = p.arg;
+            else
+                usage_error("unexpected argument: %s", p.arg);
+            break;
+        case 1:
+            file = p.arg;
+            break;
+        case 2:
+            close_after = 1;
+            break;
+        }
+    }
+    if (!id || !pid)
+        usage_error("missing %s", id ? "PID" : "sandbox ID");
+    if (data && file)
+        usage_error("give either DATA or --file, not both");
+    json_int_t n = arg_int("PID", pid);
+    sbx_ctx *c = ctl_connect();
+    int rc = 0;
+    if (data) {
+        rc = write_chunk(c, id, n, data, strlen(data));
+    } else {
+        /* --file, or standard input: streamed in chunks, so any size goes. */
+        FILE *f = !file || strcmp(file, "-") == 0 ? stdin : fopen(file, "rb");
+        if (!f) {
+            warnx_("%s: cannot open", file);
+            sbx_free(c);
+            return EXIT_RPC;
+        }
+        static char buf[WRITE_CHUNK];
+        size_t got;
+        while (!rc && (got = fread(buf, 1, sizeof(buf), f)) > 0)
+            rc = write_chunk(c, id, n, buf, got);
+        if (!rc && ferror(f)) {
+            warnx_("%s: read error", file ? file : "stdin");
+            rc = EXIT_RPC;
+        }
+        if (f != stdin)
+            fclose(f);
+    }
+    if (!rc && close_after)
+        rc = ctl_call(c, SBX_M_CLOSE_STDIN, json_pack("{s:s, s:I}", "sandbox", id, "pid", n),
+                      NULL);
+    sbx_free(c);
+    return rc;
+}
+
+int cmd_close_stdin(int argc, char **argv)
+{
+    struct parser p;
+    const char *id = NULL, *pid = NULL;
+    int o;
+
+    parser_init(&p, argc, argv);
+    while ((o = opt_next(&p, NULL)) != OPT_END) {
+        if (o == OPT_HELP)
+            verb_help();
+        two_args(p.arg, &id, &pid);
+    }
+    if (!id || !pid)
+        usage_error("missing %s", id ? "PID" : "sandbox ID");
+    return ctl_simple(SBX_M_CLOSE_STDIN,
+                      json_pack("{s:s, s:I}", "sandbox", id, "pid", arg_int("PID", pid)), NULL);
 }

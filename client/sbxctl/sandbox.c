@@ -120,6 +120,7 @@ int cmd_info(int argc, char **argv)
 enum {
     C_PROVIDER = 1, C_ID, C_IMAGE, C_ENV, C_WORKDIR, C_TIMEOUT, C_IDLE, C_OPT, C_TOOL,
     C_MEMORY, C_SNAPSHOT, C_NOSTART, C_INSTRUCTIONS, C_FRESH, C_CMD_TIMEOUT,
+    C_INSTR_APPEND, C_ON_START, C_ON_STOP, C_ON_DESTROY,
 };
 
 static const struct opt create_opts[] = {
@@ -139,6 +140,10 @@ static const struct opt create_opts[] = {
     {"no-start", 0, 0, C_NOSTART},
     {"instructions", 0, 1, C_INSTRUCTIONS},
     {"fresh-isolate", 0, 0, C_FRESH},
+    {"instructions-append", 0, 1, C_INSTR_APPEND},
+    {"on-start", 0, 1, C_ON_START},
+    {"on-stop", 0, 1, C_ON_STOP},
+    {"on-destroy", 0, 1, C_ON_DESTROY},
     {NULL, 0, 0, 0},
 };
 
@@ -202,6 +207,18 @@ int cmd_create(int argc, char **argv)
             break;
         case C_FRESH:
             json_object_set_new(params, "fresh_isolate", json_true());
+            break;
+        case C_INSTR_APPEND:
+            json_object_set_new(params, "instructions_append", json_string(p.arg));
+            break;
+        case C_ON_START:
+            json_object_set_new(params, "on_start", json_string(p.arg));
+            break;
+        case C_ON_STOP:
+            json_object_set_new(params, "on_stop", json_string(p.arg));
+            break;
+        case C_ON_DESTROY:
+            json_object_set_new(params, "on_destroy", json_string(p.arg));
             break;
         }
     }

@@ -111,6 +111,9 @@ int cmd_ps(int argc, char **argv);
 int cmd_logs(int argc, char **argv);
 int cmd_kill(int argc, char **argv);
 int cmd_wait(int argc, char **argv);
+int cmd_write(int argc, char **argv);
+int cmd_close_stdin(int argc, char **argv);
+int cmd_attach(int argc, char **argv);
 int cmd_mcp(int argc, char **argv);
 
 #endif

@@ -1,6 +1,7 @@
 #!/bin/sh
 # sbxctl.sh SOCKET [BUILD_DIR] - sbxctl against a running sbxd (Duktape):
-# every verb, exit statuses, streaming, --json, --stdin, Ctrl-C on run.
+# every verb, exit statuses, streaming, --json, --stdin, Ctrl-C on exec and run,
+# --detach, attach, write, close-stdin, hooks.
 # Prints "N passed, N failed" last, like the C tests.
 SOCK=${1:?usage: sbxctl.sh SOCKET [BUILD_DIR]}
 B=${2:-build}
@@ -200,6 +201,119 @@ out run --opt nonsense=1 -- 'throw new Error("x")'
 check "run: the command's status on failure" [ $st -eq 1 ]
 after=$(ctl ls | wc -l)
 check "run: sandbox destroyed after a failure" [ "$before" -eq "$after" ]
+
+# -- Ctrl-C on exec kills the remote process; --detach and attach ----------------
+# (provider named: the default provider changes)
+X="ctl-$$-x"
+ctl create --provider duktape --id "$X" >/dev/null 2>&1
+# proc_state PID: the STATUS column of ps for that pid
+proc_state() { ctl ps "$X" | awk -v p="$1" '$1 == p { print $2 }'; }
+# last_pid: the highest pid ps shows
+last_pid() { ctl ps "$X" | awk 'NR > 1 { p = $1 } END { print p }'; }
+# A command that prints nothing: its pid was unknown to the old exec path.
+"$CTL" -s "$SOCK" exec "$X" -- 'while (true) {}' >"$T/out" 2>"$T/err" &
+EP=$!
+i=0
+while [ -z "$(last_pid)" ] && [ $i -lt 100 ]; do
+    sleep 0.05
+    i=$((i + 1))
+done
+P=$(last_pid)
+check "exec: the silent command runs" [ "$(proc_state "$P")" = "running" ]
+kill -INT "$EP"
+wait "$EP"
+st=$?
+check "exec: Ctrl-C ends sbxctl with the kill's status (137)" [ $st -eq 137 ]
+check "exec: Ctrl-C says it kills the process" grep -q 'killing process' "$T/err"
+check "exec: after Ctrl-C the remote process is gone" [ "$(proc_state "$P")" = "exited" ]
+out wait "$X" "$P"
+check "exec: ... killed (wait says 137)" [ $st -eq 137 ]
+
+"$CTL" -s "$SOCK" exec --detach "$X" -- 'console.log("go"); while (true) {}' >"$T/out" 2>"$T/err" &
+EP=$!
+i=0
+while ! grep -q go "$T/out" && [ $i -lt 100 ]; do
+    sleep 0.05
+    i=$((i + 1))
+done
+P=$(last_pid)
+kill -INT "$EP"
+wait "$EP"
+st=$?
+check "exec --detach: Ctrl-C exits 130" [ $st -eq 130 ]
+check "exec --detach: says how to attach" grep -q "sbxctl attach $X $P" "$T/err"
+check "exec --detach: the process keeps running" [ "$(proc_state "$P")" = "running" ]
+"$CTL" -s "$SOCK" attach "$X" "$P" >"$T/att" 2>"$T/atterr" &
+AP=$!
+"$CTL" -s "$SOCK" logs -f "$X" "$P" >"$T/lf" 2>&1 &
+LP=$!
+i=0
+while ! grep -q go "$T/att" && [ $i -lt 100 ]; do
+    sleep 0.05
+    i=$((i + 1))
+done
+check "attach replays the output" grep -q '^go$' "$T/att"
+kill -INT "$AP"
+wait "$AP"
+st=$?
+check "attach: Ctrl-C detaches (130), the process keeps running" \
+    [ $st -eq 130 ] && [ "$(proc_state "$P")" = "running" ]
+"$CTL" -s "$SOCK" attach "$X" "$P" >"$T/att" 2>"$T/atterr" &
+AP=$!
+sleep 0.3
+ctl kill "$X" "$P" >/dev/null 2>&1
+wait "$AP"
+st=$?
+check "attach exits with the process's status (137 after a kill)" [ $st -eq 137 ]
+wait "$LP"
+st=$?
+check "logs -f exits with the process's status (137)" [ $st -eq 137 ]
+out spawn "$X" -- 'throw new Error("x")'
+P=$(cat "$T/out")
+out logs -f "$X" "$P"
+check "logs -f of a failed process exits 1" [ $st -eq 1 ]
+
+# -- write, close-stdin ----------------------------------------------------------------
+out spawn "$X" -- 'var s, all = ""; while ((s = read_stdin()) !== null) all += s; console.log(all.toUpperCase())'
+P=$(cat "$T/out")
+out write "$X" "$P" 'abc '
+check "write DATA" [ $st -eq 0 ]
+printf 'from a file ' >"$T/in"
+out write "$X" "$P" --file "$T/in"
+check "write --file" [ $st -eq 0 ]
+printf 'from stdin' | "$CTL" -s "$SOCK" write "$X" "$P" >/dev/null 2>&1
+check "write from standard input" [ $? -eq 0 ]
+out close-stdin "$X" "$P"
+check "close-stdin" [ $st -eq 0 ]
+out logs -f "$X" "$P"
+check "the process read everything, in order, then EOF" \
+    [ "$(cat "$T/out")" = "ABC FROM A FILE FROM STDIN" ] && [ $st -eq 0 ]
+out write "$X" "$P" 'late'
+check "write after the exit fails (exit 1)" [ $st -eq 1 ]
+out spawn "$X" -- 'var s, n = 0; while ((s = read_stdin()) !== null) n += s.length; console.log(n)'
+P=$(cat "$T/out")
+printf 'xyz' >"$T/in"
+out write "$X" "$P" --file "$T/in" --close
+out logs -f "$X" "$P"
+check "write --close closes stdin after writing" [ "$(cat "$T/out")" = "3" ]
+out --json exec "$X" -- 'console.log("seen"); 1 + 1'
+check "exec --json carries the streamed output and the result" \
+    grep -q '"stdout":"seen\\n"' "$T/out"
+ctl rm "$X" >/dev/null 2>&1
+
+# -- hooks and instructions_append ---------------------------------------------------
+H="ctl-$$-h"
+out create --provider duktape --id "$H" --on-start 'var hooked = 41' \
+    --instructions-append 'EXTRA-NOTE-7' --on-destroy 'console.log("bye")'
+check "create with --on-start, --on-destroy and --instructions-append" [ $st -eq 0 ]
+out exec "$H" -- 'hooked + 1'
+check "--on-start ran in the sandbox" [ "$(cat "$T/out")" = "42" ]
+out instructions "$H"
+check "--instructions-append extends the instructions" grep -q 'EXTRA-NOTE-7' "$T/out"
+out create --provider duktape --id "$H" --on-destroy 'other'
+check "--on-destroy is kept (a different one on reconnect is a warning naming it)" \
+    grep -q 'on_destroy.*console.log' "$T/err"
+ctl rm "$H" >/dev/null 2>&1
 
 rm -rf "$T"
 echo "$PASSED passed, $FAILED failed"
