@@ -198,6 +198,7 @@ struct msb {
     struct mproc *procs;   /* live processes */
     struct mproc *waiters; /* processes waiting for the restart */
     int destroyed;         /* terminated: no longer kept in the state file */
+    json_t *warnings;      /* a found-by-name sandbox differs from the request */
     struct grpc_call *check_call; /* after adoption: is the Modal sandbox still there? */
 };
 
@@ -354,6 +355,12 @@ static void job_end(struct msb *ms, sbx_err_t *err, json_t *result)
     int failed = err && err->msg;
     if (job == J_DESTROY && !failed)
         ms->destroyed = 1;
+    if (job == J_SNAPSHOT && !failed && result && ms->sb->snap_id[0])
+        /* Kept in the state file: the registry gets it back after a restart. */
+        json_object_set_new(ms->mp->snaps, ms->sb->snap_id,
+                            json_pack("{s:I, s:f, s:s, s:O}", "owner",
+                                      (json_int_t)ms->sb->owner, "created_at", daemon_now(),
+                                      "sandbox", ms->sb->id, "data", result));
     state_dirty(ms->mp);
     if (job == J_RESTART) {
         json_decref(result);
@@ -400,7 +407,11 @@ static void job_end(struct msb *ms, sbx_err_t *err, json_t *result)
         ms->dead = 0;
         if (ms->reconnected && !result)
             result = json_pack("{s:b}", "reconnected", 1);
+        if (result && json_array_size(ms->warnings) > 0)
+            json_object_set(result, "warnings", ms->warnings);
     }
+    json_decref(ms->warnings);
+    ms->warnings = NULL;
     /* Processes that wanted a restart while another op ran. */
     if (ms->waiters && ms->job == J_NONE && job == J_SNAPSHOT)
         start_restart(ms);
@@ -585,6 +596,112 @@ static void join_done(struct grpc_call *c, const struct grpc_status *st,
     job_next(ms); /* the long poll ended: join again from the last entry */
 }
 
+/* ---- tags: owner, and what the sandbox was made with ------------------------------ */
+
+#define TAG_IMAGE "sbxd_image"
+#define TAG_WORKDIR "sbxd_workdir"
+#define TAG_CPU "sbxd_cpu"
+#define TAG_MEMORY "sbxd_memory_mb"
+#define TAG_ENV "sbxd_env_hash"
+#define TAG_EXPIRES "sbxd_expires_at"
+
+/* FNV-1a of the env as compact sorted JSON: tags show no env values. */
+static void env_hash(json_t *env, char *out, size_t n)
+{
+    char *js = json_dumps(env ? env : json_object(), JSON_COMPACT | JSON_SORT_KEYS);
+    uint64_t h = 1469598103934665603ull;
+    for (const char *c = js ? js : ""; *c; c++)
+        h = (h ^ (uint8_t)*c) * 1099511628211ull;
+    free(js);
+    snprintf(out, n, "%016llx", (unsigned long long)h);
+}
+
+static json_t *sandbox_tags(struct msb *ms)
+{
+    struct sandbox *sb = ms->sb;
+    char buf[64];
+    json_t *t = json_object();
+    snprintf(buf, sizeof(buf), "%u", (unsigned)sb->owner);
+    json_object_set_new(t, TAG_OWNER, json_string(buf));
+    json_object_set_new(t, TAG_ID, json_string(sb->id));
+    json_object_set_new(t, TAG_IMAGE, json_string(nz(ms->image_tag)));
+    json_object_set_new(t, TAG_WORKDIR, json_string(nz(ms->workdir)));
+    snprintf(buf, sizeof(buf), "%g", ms->cpu);
+    json_object_set_new(t, TAG_CPU, json_string(buf));
+    snprintf(buf, sizeof(buf), "%lld", (long long)ms->memory_mb);
+    json_object_set_new(t, TAG_MEMORY, json_string(buf));
+    env_hash(ms->baked_env, buf, sizeof(buf));
+    json_object_set_new(t, TAG_ENV, json_string(buf));
+    /* During the first start the core has not set expires_at yet. */
+    double exp = sb->expires_at > 0 ? sb->expires_at : daemon_now() + lifetime_secs(ms);
+    snprintf(buf, sizeof(buf), "%.3f", exp);
+    json_object_set_new(t, TAG_EXPIRES, json_string(buf));
+    return t;
+}
+
+static void tag_warning(struct msb *ms, const char *what, const char *want, const char *have)
+{
+    char *msg = NULL;
+    if (asprintf(&msg, "%s: requested %s, the existing Modal sandbox has %s (not applied)",
+                 what, want, have) < 0)
+        return;
+    if (!ms->warnings)
+        ms->warnings = json_array();
+    json_array_append_new(ms->warnings, json_string(msg));
+    free(msg);
+}
+
+/* A running Modal sandbox found by name (tags: name -> value, borrowed):
+ * what the request asks that it does not have becomes a warning; its
+ * lifetime goes on from the tagged deadline. */
+static void compare_tags(struct msb *ms, json_t *have)
+{
+    json_t *want = sandbox_tags(ms);
+    static const struct {
+        const char *tag, *what;
+    } keys[] = {{TAG_IMAGE, "image"},
+                {TAG_WORKDIR, "working_dir"},
+                {TAG_CPU, "options.cpu"},
+                {TAG_MEMORY, "options.memory_mb"}};
+    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+        const char *h = json_string_value(json_object_get(have, keys[i].tag));
+        const char *w = json_string_value(json_object_get(want, keys[i].tag));
+        if (h && w && strcmp(h, w) != 0)
+            tag_warning(ms, keys[i].what, w[0] ? w : "(none)", h[0] ? h : "(none)");
+    }
+    const char *he = json_string_value(json_object_get(have, TAG_ENV));
+    const char *we = json_string_value(json_object_get(want, TAG_ENV));
+    if (he && we && strcmp(he, we) != 0) {
+        /* Its secret holds another env: every command gets the requested one
+         * explicitly (keys only the old env has stay set). */
+        json_decref(ms->baked_env);
+        ms->baked_env = json_object();
+        if (!ms->warnings)
+            ms->warnings = json_array();
+        json_array_append_new(
+            ms->warnings,
+            json_string("env: the existing Modal sandbox was created with another env; "
+                        "the requested env is applied to each command, but variables "
+                        "only the old env has stay set"));
+    }
+    double exp = atof(nz(json_string_value(json_object_get(have, TAG_EXPIRES))));
+    double wexp = atof(nz(json_string_value(json_object_get(want, TAG_EXPIRES))));
+    struct sandbox *sb = ms->sb;
+    if (exp > 0 && fabs(exp - wexp) > 2.0) {
+        char w[64], h[64];
+        snprintf(w, sizeof(w), "%.0f s from now", wexp - daemon_now());
+        snprintf(h, sizeof(h), "%.0f s left", exp - daemon_now());
+        tag_warning(ms, "timeout_ms", w, h);
+        /* Modal ends it at its own deadline: sbxd's follows it. */
+        ev_timer_stop(D->loop, &sb->life_timer);
+        sb->expires_at = exp;
+        double left = exp - daemon_now();
+        ev_timer_set(&sb->life_timer, left > 0.001 ? left : 0.001, 0.);
+        ev_timer_start(D->loop, &sb->life_timer);
+    }
+    json_decref(want);
+}
+
 static void job_next(struct msb *ms)
 {
     struct mprov *mp = ms->mp;
@@ -709,22 +826,34 @@ static void job_next(struct msb *ms)
             return;
         }
         case ST_TAGS_SET: {
-            char uid[32];
-            snprintf(uid, sizeof(uid), "%u", (unsigned)sb->owner);
-            Modal__Client__SandboxTag t1 = MODAL__CLIENT__SANDBOX_TAG__INIT;
-            Modal__Client__SandboxTag t2 = MODAL__CLIENT__SANDBOX_TAG__INIT;
-            t1.tag_name = (char *)TAG_OWNER;
-            t1.tag_value = uid;
-            t2.tag_name = (char *)TAG_ID;
-            t2.tag_value = sb->id;
-            Modal__Client__SandboxTag *tags[2] = {&t1, &t2};
+            /* Who owns it, and what it was made with: a restarted sbxd that
+             * finds it by name (without its state file) compares and warns. */
+            json_t *tv = sandbox_tags(ms);
+            size_t nt = json_object_size(tv), i = 0;
+            Modal__Client__SandboxTag *tv_s = calloc(nt, sizeof(*tv_s));
+            Modal__Client__SandboxTag **tags = calloc(nt, sizeof(*tags));
+            if (!tv_s || !tags)
+                abort();
+            const char *k;
+            json_t *v;
+            json_object_foreach (tv, k, v) {
+                Modal__Client__SandboxTag t = MODAL__CLIENT__SANDBOX_TAG__INIT;
+                tv_s[i] = t;
+                tv_s[i].tag_name = (char *)k;
+                tv_s[i].tag_value = (char *)json_string_value(v);
+                tags[i] = &tv_s[i];
+                i++;
+            }
             Modal__Client__SandboxTagsSetRequest req =
                 MODAL__CLIENT__SANDBOX_TAGS_SET_REQUEST__INIT;
             req.environment_name = (char *)nz(ms->env_name);
             req.sandbox_id = ms->sandbox_id;
             req.tags = tags;
-            req.n_tags = 2;
+            req.n_tags = nt;
             job_call(ms, "SandboxTagsSet", &req.base, UNARY_TIMEOUT_S);
+            free(tags);
+            free(tv_s);
+            json_decref(tv);
             return;
         }
         case ST_TAGS_CHECK: {
@@ -1000,9 +1129,13 @@ static void job_rpc_done(struct grpc_call *c, const struct grpc_status *st,
                 ? modal__client__sandbox_tags_get_response__unpack(NULL, len, msg)
                 : NULL;
         const char *owner = NULL;
-        for (size_t i = 0; r && i < r->n_tags; i++)
+        json_t *have = json_object();
+        for (size_t i = 0; r && i < r->n_tags; i++) {
             if (strcmp(r->tags[i]->tag_name, TAG_OWNER) == 0)
                 owner = r->tags[i]->tag_value;
+            json_object_set_new(have, r->tags[i]->tag_name,
+                                json_string(nz(r->tags[i]->tag_value)));
+        }
         char uid[32];
         snprintf(uid, sizeof(uid), "%u", (unsigned)ms->sb->owner);
         int other = owner && strcmp(owner, uid) != 0;
@@ -1012,6 +1145,9 @@ static void job_rpc_done(struct grpc_call *c, const struct grpc_status *st,
                 ms->sb->id, ms->sandbox_id, grpc_code_name(st->code), st->message);
         if (r)
             modal__client__sandbox_tags_get_response__free_unpacked(r, NULL);
+        if (!other)
+            compare_tags(ms, have);
+        json_decref(have);
         if (other) {
             sbx_err_t err = {0};
             err_make_data(
@@ -1396,6 +1532,7 @@ static void m_sb_release(void *cookie, struct sandbox *sb)
     free(ms->join_entry);
     free(ms->join_exception);
     json_decref(ms->baked_env);
+    json_decref(ms->warnings);
     free(ms);
     sb->pdata = NULL;
 }
@@ -2671,6 +2808,45 @@ static void adopt_sandbox(struct mprov *mp, const char *id, json_t *e)
              id, nz(ms->sandbox_id), (unsigned)owner, nprocs);
 }
 
+/* Puts the snapshots of the state file into the core's registry. */
+static void register_snaps(struct mprov *mp)
+{
+    const char *id;
+    json_t *e;
+    json_object_foreach (mp->snaps, id, e) {
+        json_int_t owner = json_integer_value(json_object_get(e, "owner"));
+        json_t *data = json_object_get(e, "data");
+        if (owner < 0 || !json_is_object(data))
+            continue;
+        snapshot_register(id, "modal", (uid_t)owner,
+                          json_number_value(json_object_get(e, "created_at")),
+                          json_string_value(json_object_get(e, "sandbox")),
+                          json_deep_copy(data));
+    }
+}
+
+static int m_snapshot_list(void *cookie, void (*done)(void *data, sbx_err_t *err),
+                           void *data, sbx_err_t *err)
+{
+    register_snaps(cookie);
+    done(data, NULL);
+    return 0;
+}
+
+/* Modal's API has no call that deletes an image (the SDK has none either):
+ * the snapshot is forgotten here and in the state file; Modal keeps or
+ * expires the image by its own rules. */
+static int m_snapshot_delete(void *cookie, const char *id, json_t *rec,
+                             void (*done)(void *data, sbx_err_t *err), void *data,
+                             sbx_err_t *err)
+{
+    struct mprov *mp = cookie;
+    json_object_del(mp->snaps, id);
+    state_dirty(mp);
+    done(data, NULL);
+    return 0;
+}
+
 static void adopt_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
 {
     struct mprov *mp = w->data;
@@ -2684,14 +2860,7 @@ static void adopt_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
         adopt_sandbox(mp, id, e);
     }
     json_decref(saved);
-    /* Registered snapshots of this provider come back too. */
-    json_object_foreach (mp->snaps, id, e) {
-        if (json_object_get(D->snapshots, id))
-            continue;
-        json_t *rec = json_deep_copy(e);
-        json_object_set_new(rec, "provider", json_string("modal"));
-        json_object_set_new(D->snapshots, id, rec);
-    }
+    register_snaps(mp);
     state_dirty(mp);
 }
 
@@ -2885,4 +3054,6 @@ const struct sbx_provider sbx_provider_modal = {
     .proc_resume = m_proc_resume,
     .proc_tool_result = NULL,
     .proc_release = m_proc_release,
+    .snapshot_list = m_snapshot_list,
+    .snapshot_delete = m_snapshot_delete,
 };

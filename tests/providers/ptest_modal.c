@@ -1218,6 +1218,10 @@ static void test_reconnect(const char *cmd, const char *tmp)
     cn_close(c);
     int st = stop_sbxd(pid);
     test_cond("reconnect: sbxd stops cleanly (the Modal sandbox keeps running)", st == 0);
+    /* Without its state file the restarted sbxd finds it by name (and tags). */
+    char statef[600];
+    snprintf(statef, sizeof(statef), "%s.modal.json", sock);
+    unlink(statef);
     json_t *fs = fake_sandbox(first);
     test_cond("reconnect: still running in Modal",
               strcmp(json_string_value(json_object_get(fs, "status")), "running") == 0);
@@ -1262,13 +1266,33 @@ static void test_reconnect(const char *cmd, const char *tmp)
     }
     c = cn_open(sock);
     r = cn_call_t(c, LONG_MS, "sandbox.create",
-                  json_pack("{s:s, s:s, s:s}", "id", "reco-1", "provider", "modal",
-                            "working_dir", "/w"));
+                  json_pack("{s:s, s:s, s:s, s:{s:s}, s:{s:i}}", "id", "reco-1", "provider",
+                            "modal", "working_dir", "/w", "env", "NEW", "1", "options",
+                            "memory_mb", 777));
     errmsg(r);
     test_cond("reconnect: the same id after a restart adopts the running Modal sandbox",
               strcmp(res_str(r, "status"), "running") == 0 &&
                   meta_true(r, "reconnected") &&
                   strcmp(meta_str(r, "sandbox_id"), first) == 0);
+    char *ws = json_dumps(json_object_get(res_of(r), "warnings"), JSON_COMPACT);
+    test_cond("reconnect: differing options come back as warnings (memory, env), the "
+              "same working dir does not",
+              ws && strstr(ws, "options.memory_mb") && strstr(ws, "env") &&
+                  !strstr(ws, "working_dir"));
+    if (ws)
+        printf("      warnings: %s\n", ws);
+    free(ws);
+    json_decref(r);
+    r = sh(c, "reco-1", "echo $NEW");
+    test_cond("reconnect: the requested env reaches commands anyway", out_is(r, "1\n"));
+    json_decref(r);
+    r = cn_call_t(c, LONG_MS, "sandbox.create",
+                  json_pack("{s:s, s:s, s:{s:i}}", "id", "reco-1", "provider", "modal",
+                            "options", "memory_mb", 778));
+    ws = json_dumps(json_object_get(res_of(r), "warnings"), JSON_COMPACT);
+    test_cond("reconnect: on a sandbox sbxd knows, changed options are warnings too",
+              ws && strstr(ws, "options.memory_mb"));
+    free(ws);
     json_decref(r);
     r = sh(c, "reco-1", "cat r.txt");
     test_cond("reconnect: files are still there", out_is(r, "there\n"));
@@ -1326,6 +1350,12 @@ static void test_restart_recovery(const char *cmd, const char *tmp)
     json_decref(r);
     await_output(c, "rec-1", p1, 30000);
     await_output(c, "rec-2", p2, 30000);
+    json_decref(sh(c, "rec-1", "echo kept > snapfile"));
+    r = cn_call_t(c, LONG_MS, "sandbox.snapshot", json_pack("{s:s}", "id", "rec-1"));
+    errmsg(r);
+    char snap[80];
+    snprintf(snap, sizeof(snap), "%s", res_str(r, "snapshot"));
+    json_decref(r);
     cn_close(c);
     int st = stop_sbxd(pid);
     struct stat sst;
@@ -1385,6 +1415,71 @@ static void test_restart_recovery(const char *cmd, const char *tmp)
     test_cond("recovery: the process of a sandbox that died meanwhile is reported lost",
               e && strstr(e, "gone") && res_int(r, "exit_code") == -1);
     json_decref(r);
+    r = cn_call(c, "snapshot.list", json_pack("{s:s}", "provider", "modal"));
+    int listed = 0;
+    json_array_foreach (json_object_get(res_of(r), "snapshots"), i, x)
+        if (strcmp(json_string_value(json_object_get(x, "snapshot")), snap) == 0 &&
+            json_integer_value(json_object_get(x, "owner_uid")) == (json_int_t)geteuid() &&
+            strcmp(json_string_value(json_object_get(x, "sandbox")), "rec-1") == 0)
+            listed = 1;
+    test_cond("recovery: a Modal snapshot survives the restart (snapshot.list, owner, "
+              "sandbox)",
+              snap[0] && listed);
+    json_decref(r);
+    r = cn_call_t(c, LONG_MS, "sandbox.create",
+                  json_pack("{s:s, s:s, s:s, s:s}", "id", "rec-3", "provider", "modal",
+                            "snapshot", snap, "working_dir", "/w2"));
+    errmsg(r);
+    json_decref(r);
+    r = sh(c, "rec-3", "cat snapfile");
+    test_cond("recovery: ... and a sandbox starts from it", out_is(r, "kept\n"));
+    json_decref(r);
+    if (geteuid() == 0) {
+        int fds[2];
+        char res[2] = "x";
+        if (pipe(fds) == 0) {
+            pid_t kid = fork();
+            if (kid == 0) {
+                close(fds[0]);
+                char ok = '0';
+                if (setgid(65534) == 0 && setuid(65534) == 0) {
+                    conn *o = cn_open(sock);
+                    json_t *l = o ? cn_call(o, "snapshot.list", NULL) : NULL;
+                    json_t *d = o ? cn_call(o, "snapshot.delete",
+                                            json_pack("{s:s}", "snapshot", snap))
+                                  : NULL;
+                    json_t *u = o ? cn_call_t(o, LONG_MS, "sandbox.create",
+                                              json_pack("{s:s, s:s}", "provider", "modal",
+                                                        "snapshot", snap))
+                                  : NULL;
+                    ok = l && json_array_size(json_object_get(res_of(l), "snapshots")) == 0 &&
+                                 err_code(d) == -32000 && err_code(u) != 0
+                             ? '1'
+                             : '0';
+                    json_decref(l);
+                    json_decref(d);
+                    json_decref(u);
+                    cn_close(o);
+                }
+                if (write(fds[1], &ok, 1) != 1)
+                    _exit(1);
+                _exit(0);
+            }
+            close(fds[1]);
+            if (read(fds[0], res, 1) != 1)
+                res[0] = 'x';
+            close(fds[0]);
+            waitpid(kid, NULL, 0);
+        }
+        test_cond("recovery: another uid neither sees, deletes nor uses the snapshot",
+                  res[0] == '1');
+    }
+    json_decref(cn_call_t(c, LONG_MS, "sandbox.destroy", json_pack("{s:s}", "id", "rec-3")));
+    r = cn_call(c, "snapshot.delete", json_pack("{s:s}", "snapshot", snap));
+    errmsg(r);
+    test_cond("recovery: snapshot.delete of a Modal snapshot",
+              json_is_true(json_object_get(res_of(r), "deleted")));
+    json_decref(r);
     r = sh(c, "rec-1", "echo $R; pwd");
     test_cond("recovery: the adopted sandbox runs new commands (env, working dir kept)",
               res_int(r, "exit_code") == 0 && ends_with(res_str(r, "stdout"), "/w2\n") &&
@@ -1394,8 +1489,9 @@ static void test_restart_recovery(const char *cmd, const char *tmp)
     json_decref(cn_call_t(c, LONG_MS, "sandbox.destroy", json_pack("{s:s}", "id", "rec-2")));
     usleep(100000);
     json_t *sf = json_load_file(state, 0, NULL);
-    test_cond("recovery: destroyed sandboxes leave the state file",
-              sf && json_object_size(json_object_get(sf, "sandboxes")) == 0);
+    test_cond("recovery: destroyed sandboxes and deleted snapshots leave the state file",
+              sf && json_object_size(json_object_get(sf, "sandboxes")) == 0 &&
+                  json_object_size(json_object_get(sf, "snapshots")) == 0);
     json_decref(sf);
     cn_close(c);
     st = stop_sbxd(pid);
