@@ -223,6 +223,8 @@ static json_t *usage_json(struct session *s, uid_t uid)
     put_usage(o, "session_output_hard", s ? (json_int_t)s->obuf.bytes : 0,
               g->session_output_hard);
     put_usage(o, "output_bytes_total", (json_int_t)session_output_total(), g->output_bytes_total);
+    put_usage(o, "retained_bytes_total", (json_int_t)process_retained_total(),
+              g->retained_bytes_total);
     return o;
 }
 

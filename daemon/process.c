@@ -19,6 +19,10 @@
 #include "utf8.h"
 
 #define MAX_EXITED_KEPT 128
+/* After its exec has been answered, an exit record keeps a completion value
+ * only up to this encoded size: a 500k-element array costs ~19 MiB as a
+ * jansson tree, for every wait that might come (issue 11, reproduction 2). */
+#define RESULT_KEEP_BYTES (64 * 1024)
 #define NOTIFY_PIECE (256 * 1024)
 /* After a kill, how long the provider gets to confirm before we give up on it. */
 #define KILL_GRACE_S 5.0
@@ -32,6 +36,78 @@ static const struct sbx_provider *ops_of(struct process *p)
 static void *cookie_of(struct process *p)
 {
     return p->sb->prov->cookie;
+}
+
+/* -- retained bytes ------------------------------------------------------------ */
+
+/*
+ * Replay rings and kept results are counted per process, per sandbox and
+ * daemon-wide. Past limits.retained_bytes_per_sandbox or _total, the oldest
+ * exited processes lose their replay and result first (the records stay, so
+ * wait/list still work; attach reports the bytes as gone). Running processes
+ * are never trimmed: they are bounded by replay_bytes and
+ * max_processes_per_sandbox.
+ */
+static size_t retained_total;
+static struct process *rhead, *rtail; /* exited records holding bytes, oldest first */
+
+size_t process_retained_total(void)
+{
+    return retained_total;
+}
+
+static size_t proc_bytes(const struct process *p)
+{
+    return p->out[0].ring.cap + p->out[1].ring.cap + p->result_bytes;
+}
+
+static void retained_unlink(struct process *p)
+{
+    if (!p->in_retained)
+        return;
+    if (p->rprev)
+        p->rprev->rnext = p->rnext;
+    else
+        rhead = p->rnext;
+    if (p->rnext)
+        p->rnext->rprev = p->rprev;
+    else
+        rtail = p->rprev;
+    p->rnext = p->rprev = NULL;
+    p->in_retained = 0;
+}
+
+/* Drops what an exited record holds beyond its exit status. */
+static void evict(struct process *p)
+{
+    retained_total -= proc_bytes(p);
+    for (int i = 0; i < 2; i++) {
+        free(p->out[i].ring.buf);
+        memset(&p->out[i].ring, 0, sizeof(p->out[i].ring));
+    }
+    if (p->result_bytes && p->exit) {
+        json_object_set_new(p->exit, "result", json_null());
+        json_object_set_new(p->exit, "result_dropped", json_true());
+    }
+    p->result_bytes = 0;
+    retained_unlink(p);
+    log_debug("sandbox %s: pid %u: replay and result dropped (limits.retained_bytes_*)",
+              p->sb->id, p->pid);
+}
+
+static void retained_enforce(struct sandbox *sb)
+{
+    size_t cap = (size_t)D->cfg.retained_bytes_per_sandbox, used = 0;
+    struct process *p;
+    for (p = sb->procs; p; p = p->next)
+        used += proc_bytes(p);
+    for (p = sb->procs; p && used > cap; p = p->next)
+        if (p->state == P_EXITED && proc_bytes(p) > 0) {
+            used -= proc_bytes(p);
+            evict(p);
+        }
+    while (retained_total > (size_t)D->cfg.retained_bytes_total && rhead)
+        evict(rhead);
 }
 
 /* -- ring ------------------------------------------------------------------ */
@@ -240,7 +316,12 @@ void process_output(struct process *p, int stream, const void *data, size_t len)
     if (p->state == P_EXITED || stream < 0 || stream > 1 || len == 0)
         return;
     struct pstream *st = &p->out[stream];
+    size_t cap0 = st->ring.cap;
     ring_append(&st->ring, data, len);
+    if (st->ring.cap != cap0) {
+        retained_total += st->ring.cap - cap0;
+        retained_enforce(p->sb);
+    }
     if (p->exec_call || p->internal) {
         size_t cap = (size_t)D->cfg.exec_output_bytes;
         size_t room = st->acc_len < cap ? cap - st->acc_len : 0;
@@ -931,6 +1012,28 @@ void process_exited(struct process *p, json_t *rec)
         free(p->out[i].acc);
         p->out[i].acc = NULL;
     }
+    /* What the record keeps from now on is counted, and may be evicted. */
+    json_t *res = json_object_get(p->exit, "result");
+    if (res && !json_is_null(res)) {
+        size_t n = json_dumpb(res, NULL, 0, JSON_COMPACT | JSON_ENCODE_ANY);
+        if (n > RESULT_KEEP_BYTES) {
+            json_object_set_new(p->exit, "result", json_null());
+            json_object_set_new(p->exit, "result_dropped", json_true());
+        } else {
+            p->result_bytes = n;
+            retained_total += n;
+        }
+    }
+    if (proc_bytes(p) > 0) {
+        p->rprev = rtail;
+        if (rtail)
+            rtail->rnext = p;
+        else
+            rhead = p;
+        rtail = p;
+        p->in_retained = 1;
+    }
+    retained_enforce(p->sb);
     sandbox_process_gone(p->sb);
 }
 
@@ -974,6 +1077,8 @@ void process_free(struct process *p)
         free(w);
     }
     ev_timer_stop(D->loop, &p->timer);
+    retained_total -= proc_bytes(p);
+    retained_unlink(p);
     for (int i = 0; i < 2; i++) {
         free(p->out[i].ring.buf);
         free(p->out[i].acc);

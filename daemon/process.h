@@ -86,6 +86,11 @@ struct process {
     process_done_fn done;
     void *done_data;
     void *pdata;        /* the provider's */
+    /* Exited records that still hold replay or result bytes, oldest first
+     * (daemon-wide): what limits.retained_bytes_* evict first. */
+    struct process *rnext, *rprev;
+    int in_retained;
+    size_t result_bytes; /* encoded size of exit.result, while kept */
 };
 
 /* Builds a process from process.exec/spawn params (borrowed). */
@@ -122,5 +127,7 @@ void process_fail(struct process *p, const char *why);
 void process_spawn_queued(struct sandbox *sb);
 void process_add_waiter(struct process *p, struct call *c, int64_t timeout_ms);
 int signal_from_json(json_t *v, int *out);
+/* Replay and result bytes held by every process record (daemon.info). */
+size_t process_retained_total(void);
 
 #endif

@@ -416,6 +416,92 @@ static void test_big_replies(void)
     stop();
 }
 
+/* ---- retained output and results (reproduction 2) ----------------------------------- */
+
+static const char mb_print[] =
+    "var s = '0123456789abcdef'; while (s.length < 1048576) s += s; console.log(s); 1";
+static const char big_result[] = "var a = []; for (var i = 0; i < 50000; i++) a.push(i); a";
+
+static void test_retained(void)
+{
+    if (start("  retained_bytes_per_sandbox: 2M\n  retained_bytes_total: 3M\n"
+              "  exec_output_bytes: 2M\n") < 0) {
+        test_cond("retained: sbxd starts", 0);
+        return;
+    }
+    conn *c = cn_open(sockp);
+    json_decref(cn_call(c, "sandbox.create", json_pack("{s:s, s:s}", "id", "ra", "provider",
+                                                       "duktape")));
+    json_decref(cn_call(c, "sandbox.create", json_pack("{s:s, s:s}", "id", "rb", "provider",
+                                                       "duktape")));
+    json_decref(cn_call(c, "process.exec", json_pack("{s:s, s:s, s:b}", "sandbox", "ra",
+                                                     "command", mb_print, "stream", 0)));
+    long before = rss_kb();
+    int ok = 1;
+    for (int i = 0; i < 60; i++) {
+        json_t *r = cn_call_t(c, 30000, "process.exec",
+                              json_pack("{s:s, s:s, s:b}", "sandbox", i % 2 ? "ra" : "rb",
+                                        "command", mb_print, "stream", 0));
+        ok &= json_string_length(json_object_get(res_of(r), "stdout")) == 1048577;
+        json_decref(r);
+    }
+    long after = rss_kb();
+    printf("      RSS %ld kB -> %ld kB after 60 execs of 1 MiB output\n", before, after);
+    test_cond("retained: 60 execs of 1 MiB each all return their output", ok);
+    test_cond("retained: the daemon does not keep 60 MiB of replay (RSS grows < 24 MB)",
+              after - before < 24 * 1024);
+    json_t *info = cn_call(c, "daemon.info", NULL);
+    test_cond("retained: daemon.info shows retained bytes within retained_bytes_total",
+              usage_used(info, "retained_bytes_total") > 0 &&
+                  usage_used(info, "retained_bytes_total") <= 3 * 1024 * 1024);
+    json_decref(info);
+    json_t *r = cn_call(c, "process.attach", json_pack("{s:s, s:i, s:b}", "sandbox", "ra", "pid",
+                                                       1, "follow", 0));
+    test_cond("retained: the oldest process's replay was evicted (stdout_start = its end)",
+              res_int(r, "stdout_start") == 1048577 && res_int(r, "stdout_offset") == 1048577);
+    json_decref(r);
+    r = cn_call(c, "process.attach", json_pack("{s:s, s:i, s:b}", "sandbox", "ra", "pid", 31,
+                                               "follow", 0));
+    /* 1 MiB + "\n" through a 1 MiB ring: only the first byte rolled out. */
+    test_cond("retained: the newest one still replays its last MiB",
+              res_of(r) && res_int(r, "stdout_start") == 1);
+    json_decref(r);
+    r = cn_call(c, "process.wait", json_pack("{s:s, s:i}", "sandbox", "ra", "pid", 1));
+    test_cond("retained: an evicted record still answers wait", res_int(r, "exit_code") == 0);
+    json_decref(r);
+
+    /* Completion values: 20 results of 50k elements were ~50 MB of jansson trees. */
+    before = rss_kb();
+    ok = 1;
+    int first = 0;
+    for (int i = 0; i < 20; i++) {
+        r = cn_call_t(c, 30000, "process.exec", json_pack("{s:s, s:s, s:b}", "sandbox", "rb",
+                                                          "command", big_result, "stream", 0));
+        ok &= json_array_size(json_object_get(res_of(r), "result")) == 50000;
+        if (!first)
+            first = (int)res_int(r, "pid");
+        json_decref(r);
+    }
+    after = rss_kb();
+    printf("      RSS %ld kB -> %ld kB after 20 results of 50k elements\n", before, after);
+    test_cond("retained: exec returns each large result in full", ok);
+    test_cond("retained: large results are not kept after the reply (RSS grows < 16 MB)",
+              after - before < 16 * 1024);
+    r = cn_call(c, "process.wait", json_pack("{s:s, s:i}", "sandbox", "rb", "pid", first));
+    test_cond("retained: a later wait says the result was dropped",
+              json_is_true(json_object_get(res_of(r), "result_dropped")));
+    json_decref(r);
+    r = cn_call(c, "process.exec", json_pack("{s:s, s:s}", "sandbox", "rb", "command", "6*7"));
+    int small = (int)res_int(r, "pid");
+    json_decref(r);
+    r = cn_call(c, "process.wait", json_pack("{s:s, s:i}", "sandbox", "rb", "pid", small));
+    test_cond("retained: a small result is still there for wait",
+              json_integer_value(json_object_get(res_of(r), "result")) == 42);
+    json_decref(r);
+    cn_close(c);
+    stop();
+}
+
 /* ---- main ---------------------------------------------------------------------------- */
 
 int main(int argc, char **argv)
@@ -441,7 +527,7 @@ int main(int argc, char **argv)
     test_idle_timeout();
     test_pending_input();
     test_big_replies();
-    (void)rss_kb;
+    test_retained();
 
     if (getenv("SBX_KEEP_TMP") == NULL) {
         unlink(sockp);
