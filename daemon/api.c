@@ -394,6 +394,15 @@ static void m_create(struct call *c, json_t *params)
     json_object_set_new(conf, "timeout_ms", json_integer(timeout));
     json_object_set_new(conf, "idle_timeout_ms", json_integer(idle));
     json_object_set_new(conf, "command_timeout_ms", json_integer(ctimeout));
+    if (mem > D->cfg.max_memory_limit_mb) {
+        /* The client's number is a wish; the config's ceiling is the limit,
+         * and the result says so (issue 11, reproduction 4). */
+        json_object_set_new(conf, "clamped",
+                            json_pack("{s:{s:I, s:I}}", "memory_limit_mb", "requested",
+                                      (json_int_t)mem, "max",
+                                      (json_int_t)D->cfg.max_memory_limit_mb));
+        mem = D->cfg.max_memory_limit_mb;
+    }
     if (mem)
         json_object_set_new(conf, "memory_limit_mb", json_integer(mem));
     if (fresh)

@@ -293,7 +293,7 @@ json_t *sandbox_to_json(struct sandbox *sb)
     if (sb->expires_at > 0)
         json_object_set_new(o, "expires_at", json_string(daemon_timestamp(sb->expires_at, ts)));
     const char *keys[] = {"timeout_ms", "idle_timeout_ms", "working_dir", "image", "tools",
-                          "snapshot", "memory_limit_mb", "fresh_isolate"};
+                          "snapshot", "memory_limit_mb", "fresh_isolate", "clamped"};
     for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
         json_t *v = json_object_get(sb->conf, keys[i]);
         if (v && !json_is_null(v))

@@ -502,6 +502,46 @@ static void test_retained(void)
     stop();
 }
 
+/* ---- worker memory (reproduction 4) ---------------------------------------------------- */
+
+static void ask_for_64g(char *res, size_t n)
+{
+    conn *c = cn_open(sockp);
+    json_t *r = cn_call(c, "sandbox.create", json_pack("{s:s, s:s, s:i}", "id", "mem1", "provider",
+                                                       "duktape", "memory_limit_mb", 65536));
+    json_t *cl = json_object_get(json_object_get(res_of(r), "clamped"), "memory_limit_mb");
+    int clamped = res_int(r, "memory_limit_mb") == 64 &&
+                  json_integer_value(json_object_get(cl, "requested")) == 65536 &&
+                  json_integer_value(json_object_get(cl, "max")) == 64;
+    json_decref(r);
+    /* Distinct strings: Duktape interns equal ones. */
+    r = cn_call_t(c, 30000, "process.exec",
+                  json_pack("{s:s, s:s, s:i}", "sandbox", "mem1", "command",
+                            "var a = []; for (var i = 0; i < 4e6; i++) a.push('x' + i + 'yyyyyyyyyyyy'); "
+                            "a.length",
+                            "timeout_ms", 20000));
+    int stopped = json_integer_value(json_object_get(res_of(r), "result")) != 4000000 &&
+                  res_of(r) != NULL;
+    json_decref(r);
+    snprintf(res, n, "%d%d", clamped, stopped);
+    cn_close(c);
+}
+
+static void test_memory_ceiling(void)
+{
+    if (start("  max_memory_limit_mb: 64\n") < 0) {
+        test_cond("memory: sbxd starts", 0);
+        return;
+    }
+    char res[8];
+    as_uid(65534, ask_for_64g, res, sizeof(res));
+    test_cond("memory: memory_limit_mb 65536 is clamped to the config's 64, and the result says so",
+              res[0] == '1');
+    test_cond("memory: the isolate cannot grow past the ceiling", res[1] == '1');
+    test_cond("memory: root is served meanwhile", root_can_ping());
+    stop();
+}
+
 /* ---- main ---------------------------------------------------------------------------- */
 
 int main(int argc, char **argv)
@@ -528,6 +568,7 @@ int main(int argc, char **argv)
     test_pending_input();
     test_big_replies();
     test_retained();
+    test_memory_ceiling();
 
     if (getenv("SBX_KEEP_TMP") == NULL) {
         unlink(sockp);
