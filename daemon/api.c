@@ -225,6 +225,11 @@ static json_t *usage_json(struct session *s, uid_t uid)
     put_usage(o, "output_bytes_total", (json_int_t)session_output_total(), g->output_bytes_total);
     put_usage(o, "retained_bytes_total", (json_int_t)process_retained_total(),
               g->retained_bytes_total);
+    int nsnap;
+    size_t snap_bytes;
+    snapshot_usage(uid, &nsnap, &snap_bytes);
+    put_usage(o, "max_snapshots_per_uid", nsnap, g->max_snapshots_per_uid);
+    put_usage(o, "snapshot_bytes_per_uid", (json_int_t)snap_bytes, g->snapshot_bytes_per_uid);
     return o;
 }
 

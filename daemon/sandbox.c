@@ -16,6 +16,7 @@
 #include "rpc.h"
 #include "sbx_proto.h"
 #include "session.h"
+#include "snapshot.h"
 
 #define HOOK_TIMEOUT_MS 60000
 
@@ -177,7 +178,7 @@ int sandbox_new(struct sandbox **out, const char *id, struct provider_inst *prov
     const char *snap = json_string_value(json_object_get(conf, "snapshot"));
     if (snap) {
         json_t *rec = json_object_get(D->snapshots, snap);
-        sb->snapshot = json_incref(json_object_get(rec, "data"));
+        sb->snapshot = snapshot_data(rec);
     }
     sb->next = D->sandboxes;
     if (D->sandboxes)
@@ -588,6 +589,44 @@ static void continue_destroy(struct sandbox *sb)
         destroy_after_hook(NULL, sb);
 }
 
+/* A snapshot's data above this is kept encoded: a Duktape global of 340k
+ * objects is ~1 MiB as text and ~75 MiB as a jansson tree. The tree exists
+ * only while a sandbox started from it lives (snapshot_data). */
+#define SNAPSHOT_TEXT_FROM 4096
+
+/* Checks the new data against limits.snapshot_bytes_per_uid; -32005 if over. */
+static int snapshot_fits(struct sandbox *sb, json_t *data, sbx_err_t *err)
+{
+    int count;
+    size_t bytes;
+    snapshot_usage(sb->owner, &count, &bytes);
+    size_t n = data ? json_dumpb(data, NULL, 0, JSON_COMPACT | JSON_ENCODE_ANY) : 0;
+    if (bytes + n > (size_t)D->cfg.snapshot_bytes_per_uid)
+        return err_make_data(err, SBX_E_LIMIT,
+                             json_pack("{s:s, s:I, s:I, s:I}", "limit", "snapshot_bytes_per_uid",
+                                       "max", (json_int_t)D->cfg.snapshot_bytes_per_uid, "used",
+                                       (json_int_t)bytes, "size", (json_int_t)n),
+                             "snapshot of %zu bytes does not fit: this uid's snapshots hold %zu "
+                             "of %lld bytes",
+                             n, bytes, (long long)D->cfg.snapshot_bytes_per_uid);
+    return 0;
+}
+
+/* Stores data (stolen) in rec with its size in "bytes". */
+static void keep_snapshot_data(json_t *rec, json_t *data)
+{
+    char *text = json_dumps(data, JSON_COMPACT | JSON_ENCODE_ANY);
+    size_t n = text ? strlen(text) : 0;
+    json_object_set_new(rec, "bytes", json_integer((json_int_t)n));
+    if (text && n > SNAPSHOT_TEXT_FROM) {
+        json_object_set_new(rec, "data_text", json_stringn_nocheck(text, n));
+        json_decref(data);
+    } else {
+        json_object_set_new(rec, "data", data);
+    }
+    free(text);
+}
+
 void sandbox_snapshot(struct sandbox *sb, struct call *c)
 {
     sandbox_touch(sb);
@@ -599,6 +638,17 @@ void sandbox_snapshot(struct sandbox *sb, struct call *c)
         call_error(c, SBX_E_PROVIDER, json_pack("{s:s, s:s}", "provider", sb->prov->ops->name,
                                                 "message", "snapshots are not supported"),
                    "provider %s does not support snapshots", sb->prov->ops->name);
+        return;
+    }
+    int count;
+    size_t bytes;
+    snapshot_usage(sb->owner, &count, &bytes);
+    if (count >= D->cfg.max_snapshots_per_uid) {
+        call_error(c, SBX_E_LIMIT,
+                   json_pack("{s:s, s:I}", "limit", "max_snapshots_per_uid", "max",
+                             (json_int_t)D->cfg.max_snapshots_per_uid),
+                   "too many snapshots (limit %lld): delete one first",
+                   (long long)D->cfg.max_snapshots_per_uid);
         return;
     }
     add_waiter(sb, c, OP_SNAPSHOT);
@@ -763,14 +813,21 @@ void sandbox_op_done(struct sandbox *sb, sbx_err_t *err, json_t *result)
         if (run_hook(sb, "on_start", start_hook_done) == 1)
             return;
     }
+    sbx_err_t lim = {0};
+    if (sb->op == OP_SNAPSHOT && !(err && err->msg) && snapshot_fits(sb, result, &lim) < 0) {
+        json_decref(result);
+        finish_op(sb, &lim);
+        err_clear(&lim);
+        return;
+    }
     if (sb->op == OP_SNAPSHOT && !(err && err->msg)) {
         char id[64];
         snprintf(id, sizeof(id), "%s", sb->snap_id);
         char ts[40];
-        json_t *rec = json_pack("{s:s, s:I, s:s, s:s, s:o}", "provider", sb->prov->ops->name,
-                                "owner", (json_int_t)sb->owner, "created_at",
-                                daemon_timestamp(daemon_now(), ts), "sandbox", sb->id, "data",
-                                result ? result : json_object());
+        json_t *rec = json_pack("{s:s, s:I, s:s, s:s}", "provider", sb->prov->ops->name, "owner",
+                                (json_int_t)sb->owner, "created_at",
+                                daemon_timestamp(daemon_now(), ts), "sandbox", sb->id);
+        keep_snapshot_data(rec, result ? result : json_object());
         json_object_set_new(D->snapshots, id, rec);
         sb->op_result = json_pack("{s:s, s:s, s:s, s:s}", "snapshot", id, "provider",
                                   sb->prov->ops->name, "sandbox", sb->id, "created_at", ts);

@@ -42,6 +42,33 @@ void snapshot_register(const char *id, const char *provider, uid_t owner, double
         json_object_set_new(D->snapshots, id, rec);
 }
 
+void snapshot_usage(uid_t uid, int *count_out, size_t *bytes_out)
+{
+    int n = 0;
+    size_t bytes = 0;
+    const char *id;
+    json_t *rec;
+    json_object_foreach(D->snapshots, id, rec)
+    {
+        if (json_integer_value(json_object_get(rec, "owner")) != (json_int_t)uid)
+            continue;
+        n++;
+        bytes += (size_t)json_integer_value(json_object_get(rec, "bytes"));
+    }
+    *count_out = n;
+    *bytes_out = bytes;
+}
+
+json_t *snapshot_data(json_t *rec)
+{
+    json_t *text = json_object_get(rec, "data_text");
+    if (json_is_string(text))
+        return json_loadb(json_string_value(text), json_string_length(text),
+                          JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
+    json_t *d = json_object_get(rec, "data");
+    return d ? json_incref(d) : NULL;
+}
+
 static int may_use(struct session *s, json_t *rec)
 {
     return !s || s->admin ||

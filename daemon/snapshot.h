@@ -7,6 +7,8 @@
 #define SBXD_SNAPSHOT_H
 
 #include <jansson.h>
+#include <stddef.h>
+#include <sys/types.h>
 
 struct call;
 struct session;
@@ -21,5 +23,11 @@ void snapshot_delete(struct call *c, const char *id);
 /* The record of id when the session may use it (its owner's or admin), else
  * NULL. Borrowed. */
 json_t *snapshot_get(struct session *s, const char *id);
+/* How many snapshots uid owns and the bytes their data takes ("bytes" of
+ * each record), for limits.max_snapshots_per_uid / snapshot_bytes_per_uid. */
+void snapshot_usage(uid_t uid, int *count_out, size_t *bytes_out);
+/* The data of a record as a new reference: large data is kept encoded
+ * ("data_text") and parsed here, for the one sandbox that starts from it. */
+json_t *snapshot_data(json_t *rec);
 
 #endif

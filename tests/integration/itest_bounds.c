@@ -542,6 +542,98 @@ static void test_memory_ceiling(void)
     stop();
 }
 
+/* ---- snapshots (reproduction 1) -------------------------------------------------------- */
+
+static void test_snapshots(void)
+{
+    if (start("  max_snapshots_per_uid: 12\n  snapshot_bytes_per_uid: 1536k\n") < 0) {
+        test_cond("snapshots: sbxd starts", 0);
+        return;
+    }
+    conn *c = cn_open(sockp);
+    json_decref(cn_call(c, "sandbox.create", json_pack("{s:s, s:s}", "id", "sn", "provider",
+                                                       "duktape")));
+    json_decref(cn_call_t(c, 30000, "process.exec",
+                          json_pack("{s:s, s:s}", "sandbox", "sn", "command",
+                                    "var objs = []; for (var i = 0; i < 30000; i++) objs.push({}); 1")));
+    long before = rss_kb();
+    char first[64] = "";
+    int made = 0;
+    for (int i = 0; i < 10; i++) {
+        json_t *r = cn_call_t(c, 30000, "sandbox.snapshot", json_pack("{s:s}", "id", "sn"));
+        if (res_of(r))
+            made++;
+        if (!first[0])
+            snprintf(first, sizeof(first), "%s", res_str(r, "snapshot"));
+        json_decref(r);
+    }
+    long after = rss_kb();
+    printf("      RSS %ld kB -> %ld kB after 10 snapshots of 30k objects\n", before, after);
+    test_cond("snapshots: 10 snapshots of a 30k-object global are taken", made == 10);
+    test_cond("snapshots: they are kept as text, not trees (RSS grows < 16 MB)",
+              after - before < 16 * 1024);
+    json_t *info = cn_call(c, "daemon.info", NULL);
+    test_cond("snapshots: daemon.info counts them against max_snapshots_per_uid",
+              usage_used(info, "max_snapshots_per_uid") == 10 &&
+                  usage_used(info, "snapshot_bytes_per_uid") > 10 * 90000);
+    json_decref(info);
+
+    json_t *r = cn_call(c, "sandbox.create", json_pack("{s:s, s:s, s:s}", "id", "sn2", "provider",
+                                                       "duktape", "snapshot", first));
+    json_decref(r);
+    r = cn_call(c, "process.exec", json_pack("{s:s, s:s}", "sandbox", "sn2", "command",
+                                             "objs.length"));
+    test_cond("snapshots: a sandbox starts from a kept snapshot",
+              json_integer_value(json_object_get(res_of(r), "result")) == 30000);
+    json_decref(r);
+    json_decref(cn_call(c, "sandbox.destroy", json_pack("{s:s}", "id", "sn2")));
+
+    /* The count cap: 12 in all. */
+    int refused = 0;
+    for (int i = 0; i < 3; i++) {
+        r = cn_call_t(c, 30000, "sandbox.snapshot", json_pack("{s:s}", "id", "sn"));
+        refused += err_code(r) == SBX_E_LIMIT && strcmp(limit_of(r), "max_snapshots_per_uid") == 0;
+        json_decref(r);
+    }
+    test_cond("snapshots: past max_snapshots_per_uid a snapshot gets -32005 naming it",
+              refused == 1);
+    r = cn_call(c, "snapshot.delete", json_pack("{s:s}", "snapshot", first));
+    test_cond("snapshots: snapshot.delete frees a place", res_of(r) != NULL);
+    json_decref(r);
+    r = cn_call_t(c, 30000, "sandbox.snapshot", json_pack("{s:s}", "id", "sn"));
+    test_cond("snapshots: and the next snapshot is taken", res_of(r) != NULL);
+    json_decref(r);
+
+    /* The bytes cap: a 900 kB global fits once, not twice. */
+    json_decref(cn_call(c, "sandbox.create", json_pack("{s:s, s:s}", "id", "sb3", "provider",
+                                                       "duktape")));
+    json_decref(cn_call_t(c, 30000, "process.exec",
+                          json_pack("{s:s, s:s}", "sandbox", "sb3", "command",
+                                    "var big = new Array(900001).join('x'); 1")));
+    json_t *list = cn_call(c, "snapshot.list", NULL);
+    json_t *snaps = json_object_get(res_of(list), "snapshots");
+    size_t i;
+    json_t *sv;
+    json_array_foreach(snaps, i, sv)
+        json_decref(cn_call(c, "snapshot.delete", json_pack("{s:O}", "snapshot",
+                                                            json_object_get(sv, "snapshot"))));
+    json_decref(list);
+    r = cn_call_t(c, 30000, "sandbox.snapshot", json_pack("{s:s}", "id", "sb3"));
+    json_t *r2 = cn_call_t(c, 30000, "sandbox.snapshot", json_pack("{s:s}", "id", "sb3"));
+    if (!res_of(r) || strcmp(limit_of(r2), "snapshot_bytes_per_uid"))
+        printf("      %.300s\n      %.300s\n", json_dumps(r, 0), json_dumps(r2, 0));
+    test_cond("snapshots: past snapshot_bytes_per_uid a snapshot gets -32005 naming it",
+              res_of(r) && err_code(r2) == SBX_E_LIMIT &&
+                  strcmp(limit_of(r2), "snapshot_bytes_per_uid") == 0);
+    json_decref(r);
+    json_decref(r2);
+    test_cond("snapshots: the sandbox is still usable after a refused snapshot",
+              cn_call(c, "sandbox.get", json_pack("{s:s}", "id", "sb3")) &&
+                  root_can_ping());
+    cn_close(c);
+    stop();
+}
+
 /* ---- main ---------------------------------------------------------------------------- */
 
 int main(int argc, char **argv)
@@ -569,6 +661,7 @@ int main(int argc, char **argv)
     test_big_replies();
     test_retained();
     test_memory_ceiling();
+    test_snapshots();
 
     if (getenv("SBX_KEEP_TMP") == NULL) {
         unlink(sockp);
