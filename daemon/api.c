@@ -664,6 +664,17 @@ static void start_process(struct call *c, json_t *params, int is_exec)
     enum out_enc enc;
     if (opt_encoding(c, params, &enc) < 0)
         return;
+    /* A backend that died behind our back: this call restarts it and runs
+     * once more (the provider's choice, restart_on_call). */
+    const char *why_not = NULL;
+    int restart = sb->status == SB_ERROR && sb->op == OP_NONE &&
+                  sb->prov->ops->restart_on_call && sb->prov->loaded &&
+                  sb->prov->ops->available(sb->prov->cookie, &why_not);
+    if (restart) {
+        log_info("sandbox %s is in error (%s): restarting it for a %s", sb->id,
+                 sb->error ? sb->error : "?", c->method);
+        sandbox_start(sb, NULL);
+    }
     if (sb->status != SB_RUNNING && sb->status != SB_PENDING && sb->status != SB_STARTING) {
         call_error(c, SBX_E_STATE,
                    json_pack("{s:s, s:s}", "sandbox", sb->id, "status",
@@ -678,6 +689,8 @@ static void start_process(struct call *c, json_t *params, int is_exec)
         return;
     }
     p->result_enc = enc;
+    if (restart)
+        json_object_set_new(p->spec, "sandbox_restarted", json_true());
     json_t *jst = json_object_get(params, "stream");
     if (!jst || json_is_true(jst))
         process_subscribe(p, c->sess, enc);

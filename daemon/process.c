@@ -978,6 +978,12 @@ void process_exited(struct process *p, json_t *rec)
         json_object_set_new(e, "output_incomplete", json_true());
     if (json_is_integer(json_object_get(rec, "remote_exit_code")))
         json_object_set(e, "remote_exit_code", json_object_get(rec, "remote_exit_code"));
+    if (json_is_true(json_object_get(p->spec, "sandbox_restarted"))) {
+        /* The call found the backend dead and was run again after a restart;
+         * a restart that failed ends it with the start's error. */
+        json_object_set_new(e, "retried", json_true());
+        json_object_set_new(e, "sandbox_restarted", json_boolean(p->t0 > 0));
+    }
     p->exit = e;
     p->state = P_EXITED;
     p->sb->nlive--;

@@ -36,6 +36,12 @@ struct sbx_provider {
      * provider with a backend-side lifetime (Modal) clamps conf.timeout_ms
      * itself in sb_start. */
     int no_default_lifetime;
+    /* 1: a process.exec/spawn on a sandbox in status error (its backend died
+     * or was removed behind sbxd's back) restarts it with sb_start (which
+     * restarts or recreates the backend from the sandbox's config) and runs
+     * the command then, once; the exit record says retried and
+     * sandbox_restarted. 0: such a call is -32001. */
+    int restart_on_call;
 
     /* conf: providers.<name>, borrowed. Fills *cookie. An error here means
      * the provider is unavailable (the daemon still runs). */

@@ -721,17 +721,29 @@ static void inspect_done(struct dk_resp *r, void *data)
     struct dk_sb *ds = data;
     if (r->status == 404) {
         ds->cid[0] = '\0';
-        if (ds->why == WHY_RECOVER || ds->sb->started_once) {
-            /* Its file system is gone: say so once; the next start makes a
-             * new container. */
+        if (ds->why == WHY_RECOVER) {
+            /* Its file system is gone: the sandbox is in error until the next
+             * call or start makes a new container from its config. */
             sbx_err_t err = {0};
             err_make_data(&err, SBX_E_PROVIDER,
                           json_pack("{s:s, s:s, s:i}", "provider", "docker", "message",
                                     "container removed", "status", 404),
-                          "the container was removed behind sbxd's back%s",
-                          ds->why == WHY_START ? "; start again for a new one" : "");
+                          "the container was removed behind sbxd's back");
             lc_fail(ds, &err);
             return;
+        }
+        if (ds->sb->started_once) {
+            log_warn("docker %s: the container was removed; creating a new one from the "
+                     "sandbox's config", ds->sb->id);
+            progress(ds, "recreate", "the container was removed; creating a new one");
+            if (!ds->warnings)
+                ds->warnings = json_array();
+            json_array_append_new(ds->warnings,
+                                  json_string("the container was removed behind sbxd's back; "
+                                              "a new one was made from the sandbox's config "
+                                              "(its files are gone)"));
+            ds->reconnected = 0;
+            ds->recreated++;
         }
         ds->phase = PH_IMAGE;
         lc_next(ds);
@@ -1748,6 +1760,8 @@ static json_t *d_sb_metadata(void *cookie, struct sandbox *sb)
     json_object_set_new(o, "reconnected", json_boolean(ds->reconnected));
     if (ds->restarts)
         json_object_set_new(o, "restarts", json_integer(ds->restarts));
+    if (ds->recreated)
+        json_object_set_new(o, "recreated", json_integer(ds->recreated));
     if (ds->warnings)
         json_object_set(o, "warnings", ds->warnings);
     return o;
@@ -2113,6 +2127,7 @@ const struct sbx_provider sbx_provider_docker = {
     .default_cwd = "/workspace",
     .enabled_by_default = 1,
     .no_default_lifetime = 1,
+    .restart_on_call = 1,
     .load = d_load,
     .unload = d_unload,
     .available = d_available,

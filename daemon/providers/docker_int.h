@@ -242,6 +242,7 @@ struct dk_sb {
     char *image_id;
     int reconnected; /* found an existing container by label */
     int restarts;    /* container restarts done for retries */
+    int recreated;   /* containers made again after one was removed */
 
     enum dk_phase phase;
     enum dk_why why;
