@@ -969,7 +969,10 @@ static void create_done(struct dk_resp *r, void *data)
     json_object_update(ds->base_env, json_object_get(ds->opts, "env"));
     ds->running = 0;
     ds->need_start = 1;
-    ds->phase = ds->dp->agent_tar ? PH_UPLOAD : PH_START;
+    if (ds->dp->agent_tar && (ds->dp->agent_bind || ds->dp->agent_holder[0]))
+        ds->phase = ds->exec_mode ? PH_START : PH_ATTACH; /* the agent is mounted */
+    else
+        ds->phase = ds->dp->agent_tar ? PH_UPLOAD : PH_START;
     lc_next(ds);
 }
 
@@ -1034,6 +1037,42 @@ static json_t *create_labels(struct dk_sb *ds)
                           "sbxd.exec_mode", ds->exec_mode ? "docker-exec" : "agent");
     free(cs);
     return l;
+}
+
+/* The agent reaches the container without an upload: on a local engine the
+ * installed sbx-init is bind-mounted read-only (container root cannot
+ * replace it: the mount is read-only and remounting needs CAP_SYS_ADMIN);
+ * on a remote one the volume of a never-started holder container that got
+ * the agent by one upload is shared read-only (VolumesFrom). No anonymous
+ * volume is made per create; the direct socket's directory is a small tmpfs.
+ * body's Binds/Tmpfs may be the options' own arrays: replaced, not changed. */
+static void agent_mount(struct dk_prov *dp, json_t *body)
+{
+    json_t *hc = json_object_get(body, "HostConfig");
+    json_object_del(body, "Volumes");
+    if (dp->agent_bind) {
+        json_t *binds = json_is_array(json_object_get(hc, "Binds"))
+                            ? json_copy(json_object_get(hc, "Binds"))
+                            : json_array();
+        char *b = NULL;
+        if (asprintf(&b, "%s:%s:ro", dp->agent_path, DK_AGENT_IN) < 0)
+            abort();
+        json_array_append_new(binds, json_string(b));
+        free(b);
+        json_object_set_new(hc, "Binds", binds);
+    } else {
+        char *v = NULL;
+        if (asprintf(&v, "%s:ro", dp->agent_holder) < 0)
+            abort();
+        json_object_set_new(hc, "VolumesFrom", json_pack("[s]", v));
+        free(v);
+    }
+    json_t *tmpfs = json_is_object(json_object_get(hc, "Tmpfs"))
+                        ? json_copy(json_object_get(hc, "Tmpfs"))
+                        : json_object();
+    json_object_set_new(tmpfs, DK_AGENT_DIR "/run",
+                        json_string("rw,nosuid,nodev,noexec,size=1m,mode=0700"));
+    json_object_set_new(hc, "Tmpfs", tmpfs);
 }
 
 /* Runs the current phase: one engine call, whose answer moves on. */
@@ -1106,6 +1145,8 @@ static void lc_next(struct dk_sb *ds)
             return;
         }
         json_decref(labels);
+        if (dp->agent_tar && (dp->agent_bind || dp->agent_holder[0]))
+            agent_mount(dp, body);
         char *ne = dk_escape(ds->name);
         path = dk_path(e, "/containers/create?name=%s", ne);
         free(ne);
@@ -1921,9 +1962,12 @@ static void snap_boot_done(struct dk_resp *r, void *data)
         log_warn("docker: listing snapshot images failed: %s", r->errmsg ? r->errmsg : "?");
 }
 
+static void ensure_holder(struct dk_prov *dp);
+
 static void engine_up(struct dk_engine *e, void *data)
 {
     struct dk_prov *dp = data;
+    ensure_holder(dp);
     if (dp->adopted_once)
         return;
     dp->adopted_once = 1;
@@ -1998,13 +2042,101 @@ static void load_agent(struct dk_prov *dp)
     }
     close(fd);
     if (!bin || got != (size_t)st.st_size ||
-        dk_tar_one(&dp->agent_tar, &dp->agent_tar_len, "sbx-init", 0755, bin, got) < 0) {
+        dk_tar_one(&dp->agent_tar, &dp->agent_tar_len, "sbx-init", 0755, bin, got) < 0 ||
+        dk_tar_agent_tree(&dp->agent_tree, &dp->agent_tree_len, bin, got) < 0) {
         snprintf(dp->agent_err, sizeof(dp->agent_err), "the agent %s cannot be read",
                  dp->agent_path);
+        free(dp->agent_tar);
         dp->agent_tar = NULL;
+    } else {
+        /* FNV-1a: names the holder of this agent version on remote engines. */
+        uint64_t h = 1469598103934665603ULL;
+        for (size_t i = 0; i < got; i++)
+            h = (h ^ bin[i]) * 1099511628211ULL;
+        snprintf(dp->agent_hash, sizeof(dp->agent_hash), "%016llx", (unsigned long long)h);
+        /* The bind mount names the real file, not a symlink to it. */
+        char real[PATH_MAX];
+        if (realpath(dp->agent_path, real)) {
+            free(dp->agent_path);
+            dp->agent_path = strdup(real);
+        }
     }
     free(bin);
 }
+
+/* ---- the agent on remote engines: one upload into a holder's volume -------------- */
+
+static void holder_created(struct dk_resp *r, void *data)
+{
+    struct dk_prov *dp = data;
+    dp->holder_busy = 0;
+    if (r->status != 201 && r->status != 409) {
+        log_warn("docker: creating the agent holder failed (%s); each create uploads the "
+                 "agent", r->errmsg ? r->errmsg : "?");
+        return;
+    }
+    snprintf(dp->agent_holder, sizeof(dp->agent_holder), "sbxd-agent-%s", dp->agent_hash);
+    log_info("docker: the agent is shared read-only from %s", dp->agent_holder);
+}
+
+static void holder_imported(struct dk_resp *r, void *data)
+{
+    struct dk_prov *dp = data;
+    if (r->status != 200 || (r->body && memmem(r->body, r->len, "\"error\"", 7))) {
+        dp->holder_busy = 0;
+        log_warn("docker: importing the agent image failed (%s); each create uploads the "
+                 "agent", r->errmsg ? r->errmsg : "?");
+        return;
+    }
+    char name[64], image[64];
+    snprintf(name, sizeof(name), "sbxd-agent-%s", dp->agent_hash);
+    snprintf(image, sizeof(image), "sbxd-agent:%s", dp->agent_hash);
+    /* Never started: its volume (filled from the image at create) is all it is. */
+    json_t *body = json_pack("{s:s, s:[s], s:{s:{}}, s:{s:s}, s:{s:s}}", "Image", image, "Cmd",
+                             DK_AGENT_IN, "Volumes", DK_AGENT_DIR, "Labels", "sbxd.agent",
+                             dp->agent_hash, "HostConfig", "NetworkMode", "none");
+    char *path = dk_path(&dp->eng, "/containers/create?name=%s", name);
+    if (!dk_call(&dp->eng, &dp->misc, "POST", path, body, DK_CALL_TIMEOUT_MS, holder_created,
+                 dp))
+        dp->holder_busy = 0;
+    free(path);
+    json_decref(body);
+}
+
+static void holder_inspected(struct dk_resp *r, void *data)
+{
+    struct dk_prov *dp = data;
+    if (r->status == 200) {
+        dp->holder_busy = 0;
+        snprintf(dp->agent_holder, sizeof(dp->agent_holder), "sbxd-agent-%s", dp->agent_hash);
+        return;
+    }
+    if (r->status != 404) {
+        dp->holder_busy = 0;
+        return;
+    }
+    char *path = dk_path(&dp->eng, "/images/create?fromSrc=-&repo=sbxd-agent&tag=%s",
+                         dp->agent_hash);
+    if (!dk_call_raw(&dp->eng, &dp->misc, "POST", path, "application/x-tar", dp->agent_tree,
+                     dp->agent_tree_len, DK_CALL_TIMEOUT_MS, holder_imported, dp))
+        dp->holder_busy = 0;
+    free(path);
+}
+
+static void ensure_holder(struct dk_prov *dp)
+{
+    if (dp->agent_bind || !dp->agent_tree || dp->agent_holder[0] || dp->holder_busy ||
+        !dp->agent_share)
+        return;
+    dp->holder_busy = 1;
+    char *path = dk_path(&dp->eng, "/containers/sbxd-agent-%s/json", dp->agent_hash);
+    if (!dk_call(&dp->eng, &dp->misc, "GET", path, NULL, DK_CALL_TIMEOUT_MS, holder_inspected,
+                 dp))
+        dp->holder_busy = 0;
+    free(path);
+}
+
+static void d_unload(void *cookie);
 
 static int d_load(json_t *conf, void **cookie, sbx_err_t *err)
 {
@@ -2038,6 +2170,18 @@ static int d_load(json_t *conf, void **cookie, sbx_err_t *err)
     dp->eng.on_up = engine_up;
     dp->eng.on_up_data = dp;
     load_agent(dp);
+    /* agent_mount: auto (a read-only bind on a local engine, one shared
+     * upload on a remote one) or upload (into every container, as before). */
+    const char *am = json_string_value(json_object_get(conf, "agent_mount"));
+    if (am && strcmp(am, "auto") != 0 && strcmp(am, "upload") != 0) {
+        err_make(err, SBX_E_UNAVAILABLE, "docker: agent_mount must be auto or upload, not %s",
+                 am);
+        d_unload(dp);
+        return -1;
+    }
+    dp->agent_share = !am || strcmp(am, "auto") == 0;
+    dp->agent_bind = dp->agent_share && dp->agent_tar && dp->eng.unix_path &&
+                     dp->agent_path[0] == '/';
     if (!dp->agent_tar)
         log_warn("docker: %s%s", dp->agent_err,
                  dp->exec_mode ? "" : "; sandboxes in agent mode cannot be created");
@@ -2055,6 +2199,7 @@ static void d_unload(void *cookie)
     json_decref(dp->conf);
     free(dp->agent_path);
     free(dp->agent_tar);
+    free(dp->agent_tree);
     free(dp);
 }
 
@@ -2079,6 +2224,10 @@ static json_t *d_info(void *cookie)
         json_object_set_new(o, "engine_version", json_string(dp->eng.engine_version));
     json_object_set_new(o, "agent",
                         dp->agent_tar ? json_string(dp->agent_path) : json_null());
+    json_object_set_new(o, "agent_mount",
+                        json_string(dp->agent_bind          ? "bind"
+                                    : dp->agent_holder[0] ? "shared"
+                                                          : "upload"));
     if (!dp->agent_tar)
         json_object_set_new(o, "agent_error", json_string(dp->agent_err));
     return o;
@@ -2117,6 +2266,7 @@ static const struct cfg_key docker_keys[] = {
     {"command_timeout_ms", CFG_INT},
     {"runtime", CFG_STR},
     {"policy", CFG_ANY},
+    {"agent_mount", CFG_STR},
     {NULL, 0},
 };
 

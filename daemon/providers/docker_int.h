@@ -173,6 +173,8 @@ char *dk_image_ref(const char *image);
 /* A one-file ustar archive in memory: name (no '/'), mode, data. malloc'd. */
 int dk_tar_one(uint8_t **out, size_t *out_len, const char *name, unsigned mode,
                const uint8_t *data, size_t len);
+/* The agent as an image tree: .sbx/, .sbx/run/, .sbx/sbx-init. malloc'd. */
+int dk_tar_agent_tree(uint8_t **out, size_t *out_len, const uint8_t *data, size_t len);
 /* ["K=V", ...] <-> {"K": "V"} */
 json_t *dk_env_to_obj(json_t *arr);
 json_t *dk_env_to_arr(json_t *obj);
@@ -302,6 +304,13 @@ struct dk_prov {
     int adopted_once;
     int direct; /* direct_channel: try the direct socket on local engines */
     struct policy *policy; /* providers.docker.policy */
+    int agent_bind;        /* local engine: bind-mount agent_path read-only */
+    char agent_holder[96]; /* remote engine: the holder container with the agent, "" = none yet */
+    char agent_hash[17];   /* of the agent binary: names the holder and its image */
+    int holder_busy;       /* making the holder */
+    int agent_share;       /* agent_mount auto */
+    uint8_t *agent_tree;   /* the agent as an image tree, for the holder's import */
+    size_t agent_tree_len;
 };
 
 #define DK_AGENT_DIR "/.sbx"

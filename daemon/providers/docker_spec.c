@@ -857,6 +857,28 @@ static void octal(char *dst, size_t width, unsigned long long v)
         dst[i] = (char)('0' + (v & 7));
 }
 
+/* One ustar header at h (512 bytes, zeroed): type '0' file or '5' directory. */
+static void tar_header(char *h, const char *name, unsigned mode, char type, size_t len)
+{
+    snprintf(h, 100, "%s", name);
+    octal(h + 100, 8, mode);
+    octal(h + 108, 8, 0);
+    octal(h + 116, 8, 0);
+    octal(h + 124, 12, len);
+    octal(h + 136, 12, 0);
+    memset(h + 148, ' ', 8);
+    h[156] = type;
+    memcpy(h + 257, "ustar", 6);
+    memcpy(h + 263, "00", 2);
+    snprintf(h + 265, 32, "root");
+    snprintf(h + 297, 32, "root");
+    unsigned sum = 0;
+    for (size_t i = 0; i < 512; i++)
+        sum += (unsigned char)h[i];
+    snprintf(h + 148, 7, "%06o", sum);
+    h[155] = ' ';
+}
+
 int dk_tar_one(uint8_t **out, size_t *out_len, const char *name, unsigned mode,
                const uint8_t *data, size_t len)
 {
@@ -865,25 +887,24 @@ int dk_tar_one(uint8_t **out, size_t *out_len, const char *name, unsigned mode,
     uint8_t *t = calloc(1, total);
     if (!t)
         return -1;
-    char *h = (char *)t;
-    snprintf(h, 100, "%s", name);
-    octal(h + 100, 8, mode);
-    octal(h + 108, 8, 0);
-    octal(h + 116, 8, 0);
-    octal(h + 124, 12, len);
-    octal(h + 136, 12, 0);
-    memset(h + 148, ' ', 8);
-    h[156] = '0';
-    memcpy(h + 257, "ustar", 6);
-    memcpy(h + 263, "00", 2);
-    snprintf(h + 265, 32, "root");
-    snprintf(h + 297, 32, "root");
-    unsigned sum = 0;
-    for (size_t i = 0; i < 512; i++)
-        sum += t[i];
-    snprintf(h + 148, 7, "%06o", sum);
-    h[155] = ' ';
+    tar_header((char *)t, name, mode, '0', len);
     memcpy(t + 512, data, len);
+    *out = t;
+    *out_len = total;
+    return 0;
+}
+
+int dk_tar_agent_tree(uint8_t **out, size_t *out_len, const uint8_t *data, size_t len)
+{
+    size_t padded = (len + 511) / 512 * 512;
+    size_t total = 3 * 512 + padded + 1024;
+    uint8_t *t = calloc(1, total);
+    if (!t)
+        return -1;
+    tar_header((char *)t, ".sbx/", 0755, '5', 0);
+    tar_header((char *)t + 512, ".sbx/run/", 0700, '5', 0);
+    tar_header((char *)t + 1024, ".sbx/sbx-init", 0755, '0', len);
+    memcpy(t + 1536, data, len);
     *out = t;
     *out_len = total;
     return 0;

@@ -1152,6 +1152,78 @@ static void test_policy_uid(void)
     stop_sbxd(pid, SIGTERM);
 }
 
+/* ---- issue 10: warm starts ------------------------------------------------------------ */
+
+static void test_agent_mount(conn *c)
+{
+    json_t *r = create(c, "am1", NULL);
+    char cid[100];
+    snprintf(cid, sizeof(cid), "%s", cid_of(r));
+    json_decref(r);
+    json_t *ins = inspect(cid);
+    json_t *mounts = json_object_get(ins, "Mounts");
+    int agent_ro = 0, volumes = 0;
+    size_t i;
+    json_t *m;
+    json_array_foreach(mounts, i, m)
+    {
+        const char *type = json_string_value(json_object_get(m, "Type"));
+        const char *dst = json_string_value(json_object_get(m, "Destination"));
+        if (type && !strcmp(type, "volume"))
+            volumes++;
+        if (type && !strcmp(type, "bind") && dst && !strcmp(dst, "/.sbx/sbx-init") &&
+            json_is_false(json_object_get(m, "RW")))
+            agent_ro = 1;
+    }
+    test_cond("agent mount: sbx-init is a read-only bind of the installed agent", agent_ro);
+    test_cond("agent mount: no anonymous volume per create", volumes == 0);
+    json_decref(ins);
+    r = exec(c, "am1",
+             "id -u; cp /bin/busybox /.sbx/sbx-init 2>/dev/null && echo replaced; "
+             "rm -f /.sbx/sbx-init 2>/dev/null && echo removed; "
+             "mount -o remount,rw /.sbx/sbx-init 2>/dev/null && echo remounted; "
+             "umount /.sbx/sbx-init 2>/dev/null && echo unmounted; "
+             "echo x >> /.sbx/sbx-init 2>/dev/null && echo appended; md5sum /.sbx/sbx-init");
+    char want[200] = "";
+    char cmd[600];
+    snprintf(cmd, sizeof(cmd), "md5sum '%s/sbx-init'", bdir);
+    FILE *f = popen(cmd, "r");
+    if (f) {
+        if (!fgets(want, 33, f))
+            want[0] = '\0';
+        pclose(f);
+    }
+    const char *out = res_str(r, "stdout");
+    test_cond("agent mount: container root cannot replace, remove, remount or append to it",
+              !strncmp(out, "0\n", 2) && !strstr(out, "replaced") && !strstr(out, "removed") &&
+                  !strstr(out, "remounted") && !strstr(out, "unmounted") &&
+                  !strstr(out, "appended") && want[0] && strstr(out, want));
+    if (!want[0] || !strstr(out, want))
+        printf("      stdout: %s (host md5 %s)\n", out, want);
+    json_decref(r);
+    test_cond("agent mount: the direct channel still works (its socket dir is a tmpfs)",
+              exec_ok(c, "am1", "echo ok", "ok\n"));
+    r = cn_call(c, "sandbox.get", json_pack("{s:s}", "id", "am1"));
+    test_cond("agent mount: channel direct", !strcmp(channel_of(r), "direct"));
+    json_decref(r);
+    /* a snapshot of it starts with the agent mounted again */
+    r = cn_call_t(c, 120000, "sandbox.snapshot", json_pack("{s:s}", "id", "am1"));
+    char snap[64];
+    snprintf(snap, sizeof(snap), "%s", res_str(r, "snapshot"));
+    json_decref(r);
+    r = create(c, "am2", json_pack("{s:s}", "snapshot", snap));
+    test_cond("agent mount: a sandbox from its snapshot runs", exec_ok(c, "am2", "echo ok", "ok\n"));
+    json_decref(r);
+    destroy(c, "am2");
+    destroy(c, "am1");
+    json_decref(cn_call_t(c, 60000, "snapshot.delete", json_pack("{s:s}", "snapshot", snap)));
+    r = cn_call(c, "daemon.info", NULL);
+    char *t = json_dumps(r, 0);
+    test_cond("agent mount: daemon.info says bind", t && strstr(t, "\"agent_mount\": \"bind\""));
+    free(t);
+    json_decref(r);
+}
+
 /* SIGKILL sbxd while a process runs; the new sbxd adopts the container and the process.
  */
 static void test_restart(conn **cp)
@@ -1669,7 +1741,43 @@ static void test_tls(void)
                                                "reconnected")));
         test_cond("reconnect by label: differing hardening gives warnings",
                   json_array_size(w) > 0);
+        test_cond("reconnect by label: the create answer carries the warnings too",
+                  json_array_size(json_object_get(res_of(r), "warnings")) > 0);
         json_decref(r);
+        /* A remote engine gets the agent by one upload into a holder's volume,
+         * shared read-only with every container. */
+        int shared = 0;
+        for (int i = 0; i < 50 && !shared; i++) {
+            json_t *info = cn_call(c, "daemon.info", NULL);
+            char *t = json_dumps(info, 0);
+            shared = t && strstr(t, "\"agent_mount\": \"shared\"");
+            free(t);
+            json_decref(info);
+            if (!shared)
+                usleep(100000);
+        }
+        test_cond("remote engine: the agent holder is made once (agent_mount shared)", shared);
+        r = create(c, "tls2", NULL);
+        json_t *ins = inspect(cid_of(r));
+        json_decref(r);
+        json_t *vf = json_object_get(json_object_get(ins, "HostConfig"), "VolumesFrom");
+        const char *v0 = json_string_value(json_array_get(vf, 0));
+        int ro_volume = 0;
+        size_t k;
+        json_t *m;
+        json_array_foreach(json_object_get(ins, "Mounts"), k, m) if (
+            !strcmp(json_string_value(json_object_get(m, "Destination")) ?: "", "/.sbx") &&
+            json_is_false(json_object_get(m, "RW"))) ro_volume = 1;
+        test_cond("remote engine: a new container mounts the holder's agent read-only, no "
+                  "upload",
+                  v0 && !strncmp(v0, "sbxd-agent-", 11) && strstr(v0, ":ro") && ro_volume);
+        json_decref(ins);
+        json_t *x = exec(c, "tls2", "cp /bin/busybox /.sbx/sbx-init 2>/dev/null && echo "
+                                    "replaced; echo ok");
+        test_cond("remote engine: the shared agent runs and cannot be replaced",
+                  !strcmp(res_str(x, "stdout"), "ok\n"));
+        json_decref(x);
+        destroy(c, "tls2");
         test_cond("reconnect by label: the files are there",
                   exec_ok(c, "shared1", "cat /workspace/shared.txt", "shared\n"));
         destroy(c, "tls1");
@@ -2109,6 +2217,7 @@ int main(int argc, char **argv)
     STEP(test_lifetime_env(c));
     STEP(test_snapshots_last());
     STEP(test_policy_uid());
+    STEP(test_agent_mount(c));
     STEP(test_restart(&c));
     if (c && (!only || strstr("test_tls", only))) {
         /* a container of the main sbxd that the TLS sbxd reconnects to by label */
