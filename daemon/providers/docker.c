@@ -1067,11 +1067,22 @@ static void agent_mount(struct dk_prov *dp, json_t *body)
         json_object_set_new(hc, "VolumesFrom", json_pack("[s]", v));
         free(v);
     }
+    /* The run directory is ours unless the options mount something there. */
+    size_t i;
+    json_t *b;
+    json_array_foreach(json_object_get(hc, "Binds"), i, b)
+    {
+        const char *s = json_string_value(b), *c = s ? strchr(s, ':') : NULL;
+        size_t n = strlen(DK_AGENT_DIR "/run");
+        if (c && !strncmp(c + 1, DK_AGENT_DIR "/run", n) && (c[1 + n] == '\0' || c[1 + n] == ':'))
+            return;
+    }
     json_t *tmpfs = json_is_object(json_object_get(hc, "Tmpfs"))
                         ? json_copy(json_object_get(hc, "Tmpfs"))
                         : json_object();
-    json_object_set_new(tmpfs, DK_AGENT_DIR "/run",
-                        json_string("rw,nosuid,nodev,noexec,size=1m,mode=0700"));
+    if (!json_object_get(tmpfs, DK_AGENT_DIR "/run"))
+        json_object_set_new(tmpfs, DK_AGENT_DIR "/run",
+                            json_string("rw,nosuid,nodev,noexec,size=1m,mode=0700"));
     json_object_set_new(hc, "Tmpfs", tmpfs);
 }
 
