@@ -676,6 +676,45 @@ static void step_error(struct dk_sb *ds, struct dk_resp *r, const char *what)
     lc_fail(ds, &err);
 }
 
+static void renamed(struct dk_resp *r, void *data)
+{
+    if (r->status >= 300)
+        log_warn("docker: renaming a pooled container failed: %s", r->errmsg ? r->errmsg : "?");
+}
+
+/* A started container of a warm pool with the same options: the start is
+ * answered now; the attach and handshake follow in the background (calls
+ * meanwhile wait for the agent, as after an adoption). */
+static int take_pooled(struct dk_sb *ds)
+{
+    json_t *env = NULL;
+    const char *pool = dkp_take(ds->dp, ds->opts, ds->cid, sizeof(ds->cid), &env);
+    if (!pool)
+        return 0;
+    free(ds->pool);
+    ds->pool = strdup(pool);
+    json_decref(ds->base_env);
+    ds->base_env = env ? env : json_object();
+    log_info("docker %s: container %.12s from pool %s", ds->sb->id, ds->cid, pool);
+    char *ne = dk_escape(ds->name);
+    char *path = dk_path(&ds->dp->eng, "/containers/%s/rename?name=%s", ds->cid, ne);
+    dk_call(&ds->dp->eng, &ds->dp->misc, "POST", path, NULL, DK_CALL_TIMEOUT_MS, renamed, NULL);
+    free(ne);
+    free(path);
+    ds->running = 1;
+    ds->need_start = 0;
+    ds->why = WHY_RECOVER;
+    ds->recovering = 1;
+    ds->phase = PH_ATTACH;
+    struct sandbox *sb = ds->sb;
+    sandbox_op_done(sb, NULL, NULL);
+    /* ds outlives this call chain (sandbox frees are deferred); a destroy
+     * asked for meanwhile has taken the machine over. */
+    if (sb->pdata == ds && ds->phase == PH_ATTACH && ds->why == WHY_RECOVER)
+        lc_next(ds);
+    return 1;
+}
+
 static void lookup_done(struct dk_resp *r, void *data)
 {
     struct dk_sb *ds = data;
@@ -701,6 +740,8 @@ static void lookup_done(struct dk_resp *r, void *data)
         ds->reconnected = 1;
         ds->first_hello = 1;
         ds->phase = PH_INSPECT;
+    } else if (!ds->sb->snapshot && !ds->exec_mode && take_pooled(ds)) {
+        return;
     } else {
         ds->phase = PH_IMAGE;
     }
@@ -1046,7 +1087,7 @@ static json_t *create_labels(struct dk_sb *ds)
  * the agent by one upload is shared read-only (VolumesFrom). No anonymous
  * volume is made per create; the direct socket's directory is a small tmpfs.
  * body's Binds/Tmpfs may be the options' own arrays: replaced, not changed. */
-static void agent_mount(struct dk_prov *dp, json_t *body)
+void dk_agent_mount(struct dk_prov *dp, json_t *body)
 {
     json_t *hc = json_object_get(body, "HostConfig");
     json_object_del(body, "Volumes");
@@ -1157,7 +1198,7 @@ static void lc_next(struct dk_sb *ds)
         }
         json_decref(labels);
         if (dp->agent_tar && (dp->agent_bind || dp->agent_holder[0]))
-            agent_mount(dp, body);
+            dk_agent_mount(dp, body);
         char *ne = dk_escape(ds->name);
         path = dk_path(e, "/containers/create?name=%s", ne);
         free(ne);
@@ -1814,6 +1855,8 @@ static json_t *d_sb_metadata(void *cookie, struct sandbox *sb)
         json_object_set_new(o, "restarts", json_integer(ds->restarts));
     if (ds->recreated)
         json_object_set_new(o, "recreated", json_integer(ds->recreated));
+    if (ds->pool)
+        json_object_set_new(o, "pool", json_string(ds->pool));
     if (ds->warnings)
         json_object_set(o, "warnings", ds->warnings);
     return o;
@@ -1833,6 +1876,7 @@ static void ds_free(struct dk_sb *ds)
     json_decref(ds->hello);
     free(ds->image_id);
     free(ds->name);
+    free(ds->pool);
     free(ds);
 }
 
@@ -1979,6 +2023,7 @@ static void engine_up(struct dk_engine *e, void *data)
 {
     struct dk_prov *dp = data;
     ensure_holder(dp);
+    dkp_engine_up(dp);
     if (dp->adopted_once)
         return;
     dp->adopted_once = 1;
@@ -2193,6 +2238,10 @@ static int d_load(json_t *conf, void **cookie, sbx_err_t *err)
     dp->agent_share = !am || strcmp(am, "auto") == 0;
     dp->agent_bind = dp->agent_share && dp->agent_tar && dp->eng.unix_path &&
                      dp->agent_path[0] == '/';
+    if (dkp_load(dp, dp->conf, err) < 0) {
+        d_unload(dp);
+        return -1;
+    }
     if (!dp->agent_tar)
         log_warn("docker: %s%s", dp->agent_err,
                  dp->exec_mode ? "" : "; sandboxes in agent mode cannot be created");
@@ -2206,6 +2255,7 @@ static void d_unload(void *cookie)
     struct dk_prov *dp = cookie;
     dk_reqlist_cancel(&dp->misc);
     dk_engine_deinit(&dp->eng);
+    dkp_unload(dp);
     policy_free(dp->policy);
     json_decref(dp->conf);
     free(dp->agent_path);
@@ -2241,6 +2291,9 @@ static json_t *d_info(void *cookie)
                                                           : "upload"));
     if (!dp->agent_tar)
         json_object_set_new(o, "agent_error", json_string(dp->agent_err));
+    json_t *pools = dkp_info(dp);
+    if (pools)
+        json_object_set_new(o, "pools", pools);
     return o;
 }
 
@@ -2278,6 +2331,7 @@ static const struct cfg_key docker_keys[] = {
     {"runtime", CFG_STR},
     {"policy", CFG_ANY},
     {"agent_mount", CFG_STR},
+    {"pools", CFG_ANY},
     {NULL, 0},
 };
 

@@ -245,6 +245,7 @@ struct dk_sb {
     int reconnected; /* found an existing container by label */
     int restarts;    /* container restarts done for retries */
     int recreated;   /* containers made again after one was removed */
+    char *pool;      /* the warm pool its container came from, or NULL */
 
     enum dk_phase phase;
     enum dk_why why;
@@ -311,10 +312,26 @@ struct dk_prov {
     int agent_share;       /* agent_mount auto */
     uint8_t *agent_tree;   /* the agent as an image tree, for the holder's import */
     size_t agent_tree_len;
+    struct dk_pool **pools; /* warm pools (docker_pool.c) */
+    int npools;
+    int pools_clean; /* an earlier sbxd's unused pool containers are gone */
+    ev_timer pool_timer;
 };
 
 #define DK_AGENT_DIR "/.sbx"
 #define DK_AGENT_IN "/.sbx/sbx-init"
+
+/* docker_pool.c */
+int dkp_load(struct dk_prov *dp, json_t *conf, sbx_err_t *err);
+void dkp_unload(struct dk_prov *dp);
+void dkp_engine_up(struct dk_prov *dp);
+void dkp_refill(struct dk_prov *dp);
+/* Takes a ready container of a pool whose options equal opts: its id into
+ * cid, its env (new reference) into *env; the pool's name, or NULL. */
+const char *dkp_take(struct dk_prov *dp, json_t *opts, char *cid, size_t n, json_t **env);
+json_t *dkp_info(struct dk_prov *dp);
+/* Mounts the agent into a create body without an upload (bind or holder). */
+void dk_agent_mount(struct dk_prov *dp, json_t *body);
 
 /* docker_exec.c */
 int dkx_spawn(struct dk_sb *ds, struct dk_proc *dpp, sbx_err_t *err);

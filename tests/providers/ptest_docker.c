@@ -1224,6 +1224,173 @@ static void test_agent_mount(conn *c)
     json_decref(r);
 }
 
+/* daemon.info's docker pools entry named name: ready count, or -1. */
+static int pool_ready(conn *c, const char *name)
+{
+    json_t *info = cn_call(c, "daemon.info", NULL);
+    int ready = -1;
+    size_t i, j;
+    json_t *pv, *pl;
+    json_array_foreach(json_object_get(res_of(info), "providers"), i, pv)
+    {
+        json_array_foreach(json_object_get(json_object_get(pv, "info"), "pools"), j, pl)
+            if (!strcmp(json_string_value(json_object_get(pl, "name")), name))
+                ready = (int)json_integer_value(json_object_get(pl, "ready"));
+    }
+    json_decref(info);
+    return ready;
+}
+
+static int wait_pool(conn *c, const char *name, int want, int ms)
+{
+    double until = now_ms() + ms;
+    while (now_ms() < until) {
+        if (pool_ready(c, name) == want)
+            return 1;
+        usleep(100000);
+    }
+    return 0;
+}
+
+/* Ids of the containers labelled sbxd.pool=name, into ids (a JSON array). */
+static json_t *pool_ids(const char *name)
+{
+    char path[300];
+    snprintf(path, sizeof(path),
+             "/containers/json?filters=%%7B%%22label%%22%%3A%%5B%%22sbxd.pool%%3D%s%%22%%5D%%7D", name);
+    json_t *l = NULL, *ids = json_array();
+    engine("GET", path, NULL, &l);
+    size_t i;
+    json_t *c;
+    json_array_foreach(l, i, c) json_array_append(ids, json_object_get(c, "Id"));
+    json_decref(l);
+    return ids;
+}
+
+static int in_ids(json_t *ids, const char *id)
+{
+    size_t i;
+    json_t *x;
+    json_array_foreach(ids, i, x) if (!strcmp(json_string_value(x), id)) return 1;
+    return 0;
+}
+
+static void test_pools(void)
+{
+    pid_t pid = 0;
+    char sock[200];
+    const char *extra = "    pools:\n"
+                        "      - {name: warm, size: 2}\n"
+                        "      - {name: big, size: 1, options: {pids_limit: 512}}\n";
+    conn *c = start_other("pool", docker_host, extra, &pid);
+    snprintf(sock, sizeof(sock), "%.80s/pool.sock", tmpdir);
+    chmod(tmpdir, 0755);
+    test_cond("pools: filled (2 + 1 started containers ready)",
+              c && wait_pool(c, "warm", 2, 60000) && wait_pool(c, "big", 1, 60000));
+    if (!c) {
+        stop_sbxd(pid, SIGKILL);
+        return;
+    }
+    json_t *before = pool_ids("warm");
+    double t = now_ms();
+    json_t *r = create(c, "pw1", NULL);
+    double took = now_ms() - t;
+    char cid[100];
+    snprintf(cid, sizeof(cid), "%s", cid_of(r));
+    test_cond("pools: a create with the pool's options takes a pooled container",
+              !strcmp(res_str(r, "status"), "running") &&
+                  !strcmp(json_string_value(json_object_get(
+                              json_object_get(res_of(r), "metadata"), "pool")) ?: "", "warm") &&
+                  in_ids(before, cid));
+    printf("      create from the pool answered in %.1f ms\n", took);
+    json_decref(r);
+    test_cond("pools: the first exec runs once the agent is reached",
+              exec_ok(c, "pw1", "echo warm", "warm\n"));
+    test_cond("pools: refilled in the background", wait_pool(c, "warm", 2, 60000));
+    r = create(c, "pw2", json_pack("{s:{s:s}}", "options", "memory", "128m"));
+    test_cond("pools: other options do not take from a pool",
+              !strcmp(res_str(r, "status"), "running") &&
+                  !json_object_get(json_object_get(res_of(r), "metadata"), "pool"));
+    json_decref(r);
+    destroy(c, "pw2");
+    destroy(c, "pw1");
+    char path[256];
+    snprintf(path, sizeof(path), "/containers/%s/json", cid);
+    json_t *after = pool_ids("warm");
+    test_cond("pools: a used container is removed with its sandbox, never pooled again",
+              engine("GET", path, NULL, NULL) == 404 && !in_ids(after, cid));
+    json_decref(after);
+
+    /* two owners: never the same container */
+    r = as_uid(65534, 65534, sock, "sandbox.create",
+               json_pack("{s:s, s:s}", "id", "pa1", "provider", "docker"), 60000);
+    char cida[100];
+    snprintf(cida, sizeof(cida), "%s", cid_of(r));
+    int froma = json_object_get(json_object_get(res_of(r), "metadata"), "pool") != NULL;
+    json_decref(r);
+    json_t *x = as_uid(65534, 65534, sock, "process.exec",
+                       json_pack("{s:s, s:s}", "sandbox", "pa1", "command",
+                                 "echo secret > /workspace/a"), 30000);
+    json_decref(x);
+    json_decref(as_uid(65534, 65534, sock, "sandbox.destroy", json_pack("{s:s}", "id", "pa1"), 60000));
+    wait_pool(c, "warm", 2, 60000);
+    r = as_uid(65533, 65533, sock, "sandbox.create",
+               json_pack("{s:s, s:s}", "id", "pb1", "provider", "docker"), 60000);
+    char cidb[100];
+    snprintf(cidb, sizeof(cidb), "%s", cid_of(r));
+    int fromb = json_object_get(json_object_get(res_of(r), "metadata"), "pool") != NULL;
+    json_decref(r);
+    x = as_uid(65533, 65533, sock, "process.exec",
+               json_pack("{s:s, s:s}", "sandbox", "pb1", "command",
+                         "cat /workspace/a 2>/dev/null || echo clean"), 30000);
+    test_cond("pools: two owners get different fresh containers, nothing of the first",
+              froma && fromb && cida[0] && cidb[0] && strcmp(cida, cidb) != 0 &&
+                  !strcmp(res_str(x, "stdout"), "clean\n"));
+    json_decref(x);
+    json_decref(as_uid(65533, 65533, sock, "sandbox.destroy", json_pack("{s:s}", "id", "pb1"), 60000));
+
+    /* the policy applies to what a pool holds */
+    test_cond("pools: a pool's options above the taker's ceiling are refused (-32003)",
+              refused(65533, sock, "pb2", "{\"pids_limit\": 512}", "ceiling"));
+    test_cond("pools: the pool still holds its container", pool_ready(c, "big") == 1);
+    r = create(c, "pbig", json_pack("{s:{s:i}}", "options", "pids_limit", 512));
+    test_cond("pools: root takes it",
+              !strcmp(json_string_value(json_object_get(json_object_get(res_of(r), "metadata"), "pool")) ?: "", "big"));
+    json_decref(r);
+    destroy(c, "pbig");
+
+    /* sbxd restarts: unused pool containers of the old one go, new ones come */
+    wait_pool(c, "warm", 2, 60000);
+    json_t *old = pool_ids("warm");
+    cn_close(c);
+    stop_sbxd(pid, SIGTERM);
+    c = start_other("pool", docker_host, extra, &pid);
+    int ok = c && wait_pool(c, "warm", 2, 60000);
+    json_t *fresh = pool_ids("warm");
+    int overlap = 0;
+    size_t i;
+    json_t *id;
+    json_array_foreach(old, i, id) overlap |= in_ids(fresh, json_string_value(id));
+    test_cond("pools: after an sbxd restart the old unused containers are removed and the "
+              "pool is filled again",
+              ok && json_array_size(fresh) == 2 && !overlap);
+    json_decref(old);
+    json_decref(fresh);
+    json_decref(before);
+    cn_close(c);
+    stop_sbxd(pid, SIGTERM);
+    /* what the last sbxd left in its pools */
+    json_t *rest = pool_ids("warm"), *rest2 = pool_ids("big");
+    json_array_extend(rest, rest2);
+    json_array_foreach(rest, i, id)
+    {
+        snprintf(path, sizeof(path), "/containers/%s?force=1&v=1", json_string_value(id));
+        engine("DELETE", path, NULL, NULL);
+    }
+    json_decref(rest);
+    json_decref(rest2);
+}
+
 /* SIGKILL sbxd while a process runs; the new sbxd adopts the container and the process.
  */
 static void test_restart(conn **cp)
@@ -2218,6 +2385,7 @@ int main(int argc, char **argv)
     STEP(test_snapshots_last());
     STEP(test_policy_uid());
     STEP(test_agent_mount(c));
+    STEP(test_pools());
     STEP(test_restart(&c));
     if (c && (!only || strstr("test_tls", only))) {
         /* a container of the main sbxd that the TLS sbxd reconnects to by label */

@@ -1,0 +1,385 @@
+/*
+ * docker_pool.c - warm pools: per configured profile (image + options), N
+ * containers created and started ahead of time, agent running, so that a
+ * sandbox.create whose effective options equal a profile's takes one and
+ * answers without waiting for the engine's create and start.
+ *
+ * A pooled container has never run anyone's code: it is taken once, by one
+ * sandbox, and removed with it; it never goes back to a pool. The policy is
+ * checked on the taker's effective options before the take (d_sb_start), so
+ * a pool never hands out more than its taker may have. Refill runs in the
+ * background after each take; a failed fill is retried after a pause.
+ * Containers of a pool are labelled sbxd.pool (and sbxd.socket); unused ones
+ * left by an earlier sbxd are removed when the engine comes up.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon.h"
+#include "docker_int.h"
+#include "log.h"
+#include "sbx_proto.h"
+
+#define POOL_MAX 32
+#define POOL_RETRY_S 5.0
+
+struct pool_item {
+    struct pool_item *next;
+    char cid[80];
+    json_t *env; /* the container's env (image + options), object */
+};
+
+struct dk_pool {
+    char name[48];
+    json_t *conf; /* the sandbox conf it stands for: {image?, options?} */
+    json_t *opts; /* its effective options (dk_options) */
+    int size, ready, filling;
+    struct pool_item *items;
+    int taken, failed;
+};
+
+struct fill {
+    struct dk_prov *dp;
+    struct dk_pool *pl;
+    char cid[80];
+    int step; /* 0 create, 1 upload, 2 start, 3 inspect */
+};
+
+static const char *our_socket(void)
+{
+    return D->cfg.socket_path ? D->cfg.socket_path : "";
+}
+
+static void pool_timer_cb(struct ev_loop *loop, ev_timer *w, int revents);
+
+int dkp_load(struct dk_prov *dp, json_t *conf, sbx_err_t *err)
+{
+    json_t *pools = json_object_get(conf, "pools");
+    if (!pools || json_is_null(pools))
+        return 0;
+    if (!json_is_array(pools) || json_array_size(pools) > 16)
+        return err_make(err, SBX_E_UNAVAILABLE,
+                        "docker: pools must be a list of at most 16 profiles");
+    dp->pools = calloc(json_array_size(pools), sizeof(*dp->pools));
+    ev_init(&dp->pool_timer, pool_timer_cb);
+    dp->pool_timer.data = dp;
+    size_t i;
+    json_t *p;
+    json_array_foreach(pools, i, p)
+    {
+        struct dk_pool *pl = calloc(1, sizeof(*pl));
+        dp->pools[dp->npools++] = pl;
+        const char *k;
+        json_t *v;
+        json_object_foreach(p, k, v) if (strcmp(k, "name") && strcmp(k, "image") &&
+                                         strcmp(k, "options") && strcmp(k, "size"))
+            return err_make(err, SBX_E_UNAVAILABLE, "docker: pools[%zu].%s: unknown key", i, k);
+        json_t *sz = json_object_get(p, "size");
+        if (!json_is_object(p) || !json_is_integer(sz) || json_integer_value(sz) < 1 ||
+            json_integer_value(sz) > POOL_MAX)
+            return err_make(err, SBX_E_UNAVAILABLE,
+                            "docker: pools[%zu]: needs size 1..%d", i, POOL_MAX);
+        pl->size = (int)json_integer_value(sz);
+        const char *nm = json_string_value(json_object_get(p, "name"));
+        snprintf(pl->name, sizeof(pl->name), "%s", nm ? nm : "");
+        if (!pl->name[0])
+            snprintf(pl->name, sizeof(pl->name), "p%zu", i);
+        for (char *c = pl->name; *c; c++)
+            if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
+                  (*c >= '0' && *c <= '9') || *c == '-' || *c == '_'))
+                *c = '_';
+        pl->conf = json_object();
+        if (json_is_string(json_object_get(p, "image")))
+            json_object_set(pl->conf, "image", json_object_get(p, "image"));
+        if (json_is_object(json_object_get(p, "options")))
+            json_object_set(pl->conf, "options", json_object_get(p, "options"));
+        if (dk_options(&pl->opts, conf, pl->conf, err) < 0) {
+            char msg[400];
+            snprintf(msg, sizeof(msg), "docker: pools[%zu]: %s", i, err->msg);
+            err_clear(err);
+            return err_make(err, SBX_E_UNAVAILABLE, "%s", msg);
+        }
+        const char *mode = dk_opt_str(pl->opts, "exec_mode");
+        if ((mode && !strcmp(mode, "docker-exec")) || (!mode && dp->exec_mode))
+            return err_make(err, SBX_E_UNAVAILABLE,
+                            "docker: pools[%zu]: pools need exec_mode agent", i);
+    }
+    return 0;
+}
+
+static void item_free(struct pool_item *it)
+{
+    json_decref(it->env);
+    free(it);
+}
+
+void dkp_unload(struct dk_prov *dp)
+{
+    ev_timer_stop(D->loop, &dp->pool_timer);
+    for (int i = 0; i < dp->npools; i++) {
+        struct dk_pool *pl = dp->pools[i];
+        if (!pl)
+            continue;
+        while (pl->items) {
+            struct pool_item *it = pl->items;
+            pl->items = it->next;
+            item_free(it);
+        }
+        json_decref(pl->conf);
+        json_decref(pl->opts);
+        free(pl);
+    }
+    free(dp->pools);
+}
+
+/* ---- filling ------------------------------------------------------------------------ */
+
+static void pool_timer_cb(struct ev_loop *loop, ev_timer *w, int revents);
+
+static void fill_next(struct fill *f);
+
+static void removed(struct dk_resp *r, void *data)
+{
+    (void)r;
+    (void)data;
+}
+
+static void remove_container(struct dk_prov *dp, const char *cid)
+{
+    char *path = dk_path(&dp->eng, "/containers/%s?force=1&v=1", cid);
+    dk_call(&dp->eng, &dp->misc, "DELETE", path, NULL, DK_CALL_TIMEOUT_MS, removed, NULL);
+    free(path);
+}
+
+static void fill_failed(struct fill *f, struct dk_resp *r, const char *what)
+{
+    log_warn("docker: pool %s: %s failed: %s (retrying in %.0f s)", f->pl->name, what,
+             r && r->errmsg ? r->errmsg : "?", POOL_RETRY_S);
+    if (f->cid[0])
+        remove_container(f->dp, f->cid);
+    f->pl->filling--;
+    f->pl->failed++;
+    struct dk_prov *dp = f->dp;
+    free(f);
+    if (!ev_is_active(&dp->pool_timer)) {
+        ev_timer_set(&dp->pool_timer, POOL_RETRY_S, 0.);
+        ev_timer_start(D->loop, &dp->pool_timer);
+    }
+}
+
+static void fill_done(struct dk_resp *r, void *data)
+{
+    struct fill *f = data;
+    switch (f->step) {
+    case 0:
+        if (r->status != 201 || !json_string_value(json_object_get(r->json, "Id"))) {
+            fill_failed(f, r, "create");
+            return;
+        }
+        snprintf(f->cid, sizeof(f->cid), "%s", json_string_value(json_object_get(r->json, "Id")));
+        f->step = f->dp->agent_bind || f->dp->agent_holder[0] ? 2 : 1;
+        break;
+    case 1:
+        if (r->status != 200) {
+            fill_failed(f, r, "agent upload");
+            return;
+        }
+        f->step = 2;
+        break;
+    case 2:
+        if (r->status != 204 && r->status != 304) {
+            fill_failed(f, r, "start");
+            return;
+        }
+        f->step = 3;
+        break;
+    case 3: {
+        if (r->status != 200 || !json_is_true(json_object_get(
+                                    json_object_get(r->json, "State"), "Running"))) {
+            fill_failed(f, r, "inspect");
+            return;
+        }
+        struct pool_item *it = calloc(1, sizeof(*it));
+        snprintf(it->cid, sizeof(it->cid), "%s", f->cid);
+        it->env = dk_env_to_obj(json_object_get(json_object_get(r->json, "Config"), "Env"));
+        /* FIFO: the oldest ready container goes first */
+        struct pool_item **pp = &f->pl->items;
+        while (*pp)
+            pp = &(*pp)->next;
+        *pp = it;
+        f->pl->ready++;
+        f->pl->filling--;
+        log_debug("docker: pool %s: %.12s ready (%d/%d)", f->pl->name, it->cid, f->pl->ready,
+                  f->pl->size);
+        free(f);
+        return;
+    }
+    }
+    fill_next(f);
+}
+
+static void fill_next(struct fill *f)
+{
+    struct dk_prov *dp = f->dp;
+    struct dk_engine *e = &dp->eng;
+    char *path = NULL;
+    struct dk_req *rq = NULL;
+    switch (f->step) {
+    case 0: {
+        json_t *body = NULL;
+        sbx_err_t err = {0};
+        json_t *labels = json_pack("{s:s, s:s}", "sbxd.pool", f->pl->name, "sbxd.socket",
+                                   our_socket());
+        if (dk_create_body(&body, f->pl->opts, "", 0, DK_AGENT_IN, labels, &err) < 0) {
+            json_decref(labels);
+            log_warn("docker: pool %s: %s", f->pl->name, err.msg);
+            err_clear(&err);
+            fill_failed(f, NULL, "create body");
+            return;
+        }
+        json_decref(labels);
+        json_t *l = json_object_get(body, "Labels");
+        json_object_del(l, "sbxd.id");
+        json_object_del(l, "sbxd.owner");
+        json_object_set_new(l, "sbxd.exec_mode", json_string("agent"));
+        if (dp->agent_bind || dp->agent_holder[0])
+            dk_agent_mount(dp, body);
+        char name[96], rnd[64];
+        daemon_random_id("", rnd, sizeof(rnd));
+        snprintf(name, sizeof(name), "sbxpool-%s-%.12s", f->pl->name, rnd);
+        path = dk_path(e, "/containers/create?name=%s", name);
+        rq = dk_call(e, &dp->misc, "POST", path, body, DK_CALL_TIMEOUT_MS, fill_done, f);
+        json_decref(body);
+        break;
+    }
+    case 1:
+        path = dk_path(e, "/containers/%s/archive?path=%s", f->cid, DK_AGENT_DIR);
+        rq = dk_call_raw(e, &dp->misc, "PUT", path, "application/x-tar", dp->agent_tar,
+                         dp->agent_tar_len, DK_CALL_TIMEOUT_MS, fill_done, f);
+        break;
+    case 2:
+        path = dk_path(e, "/containers/%s/start", f->cid);
+        rq = dk_call(e, &dp->misc, "POST", path, NULL, DK_CALL_TIMEOUT_MS, fill_done, f);
+        break;
+    case 3:
+        path = dk_path(e, "/containers/%s/json", f->cid);
+        rq = dk_call(e, &dp->misc, "GET", path, NULL, DK_CALL_TIMEOUT_MS, fill_done, f);
+        break;
+    }
+    free(path);
+    if (!rq)
+        fill_failed(f, NULL, "an engine request");
+}
+
+/* Starts fills until every pool has size containers ready or on the way. */
+void dkp_refill(struct dk_prov *dp)
+{
+    if (!dp->eng.up || !dp->pools_clean || !dp->agent_tar)
+        return;
+    for (int i = 0; i < dp->npools; i++) {
+        struct dk_pool *pl = dp->pools[i];
+        while (pl->ready + pl->filling < pl->size) {
+            struct fill *f = calloc(1, sizeof(*f));
+            f->dp = dp;
+            f->pl = pl;
+            pl->filling++;
+            fill_next(f);
+        }
+    }
+}
+
+static void pool_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    (void)loop;
+    (void)revents;
+    dkp_refill(w->data);
+}
+
+/* Unused pool containers of an earlier sbxd on this socket go; then fill. */
+static void old_listed(struct dk_resp *r, void *data)
+{
+    struct dk_prov *dp = data;
+    size_t i;
+    json_t *c;
+    if (r->status == 200)
+        json_array_foreach(r->json, i, c)
+        {
+            const char *sock =
+                json_string_value(json_object_get(json_object_get(c, "Labels"), "sbxd.socket"));
+            const char *nm = json_string_value(json_array_get(json_object_get(c, "Names"), 0));
+            if (sock && !strcmp(sock, our_socket()) && nm && !strncmp(nm, "/sbxpool-", 9))
+                remove_container(dp, json_string_value(json_object_get(c, "Id")));
+        }
+    dp->pools_clean = 1;
+    dkp_refill(dp);
+}
+
+void dkp_engine_up(struct dk_prov *dp)
+{
+    if (dp->npools == 0)
+        return;
+    if (dp->pools_clean) {
+        dkp_refill(dp);
+        return;
+    }
+    char *fe = dk_escape("{\"label\":[\"sbxd.pool\"]}");
+    char *path = dk_path(&dp->eng, "/containers/json?all=1&filters=%s", fe);
+    free(fe);
+    if (!dk_call(&dp->eng, &dp->misc, "GET", path, NULL, DK_CALL_TIMEOUT_MS, old_listed, dp))
+        dp->pools_clean = 1;
+    free(path);
+}
+
+/* ---- taking -------------------------------------------------------------------------- */
+
+/* The options that make two containers the same: all but the container's
+ * env and labels (processes get their env from the sandbox, per spawn). */
+static int same_container(json_t *a, json_t *b)
+{
+    json_t *x = json_deep_copy(a), *y = json_deep_copy(b);
+    const char *drop[] = {"env", "labels"};
+    for (size_t i = 0; i < 2; i++) {
+        json_object_del(x, drop[i]);
+        json_object_del(y, drop[i]);
+    }
+    int eq = json_equal(x, y);
+    json_decref(x);
+    json_decref(y);
+    return eq;
+}
+
+const char *dkp_take(struct dk_prov *dp, json_t *opts, char *cid, size_t n, json_t **env)
+{
+    for (int i = 0; i < dp->npools; i++) {
+        struct dk_pool *pl = dp->pools[i];
+        if (!pl->items || !same_container(pl->opts, opts))
+            continue;
+        struct pool_item *it = pl->items;
+        pl->items = it->next;
+        pl->ready--;
+        pl->taken++;
+        snprintf(cid, n, "%s", it->cid);
+        *env = it->env;
+        it->env = NULL;
+        item_free(it);
+        dkp_refill(dp);
+        return pl->name;
+    }
+    return NULL;
+}
+
+json_t *dkp_info(struct dk_prov *dp)
+{
+    if (dp->npools == 0)
+        return NULL;
+    json_t *a = json_array();
+    for (int i = 0; i < dp->npools; i++) {
+        struct dk_pool *pl = dp->pools[i];
+        json_array_append_new(a, json_pack("{s:s, s:i, s:i, s:i, s:i, s:i}", "name", pl->name,
+                                           "size", pl->size, "ready", pl->ready, "filling",
+                                           pl->filling, "taken", pl->taken, "failed",
+                                           pl->failed));
+    }
+    return a;
+}
