@@ -104,6 +104,8 @@ void sandbox_progress(struct sandbox *sb, json_t *params)
 
 /* -- timers ----------------------------------------------------------------- */
 
+static void op_deadline_cb(struct ev_loop *loop, ev_timer *w, int revents);
+
 static void life_cb(struct ev_loop *loop, ev_timer *w, int revents)
 {
     struct sandbox *sb = w->data;
@@ -174,6 +176,8 @@ int sandbox_new(struct sandbox **out, const char *id, struct provider_inst *prov
     sb->life_timer.data = sb;
     ev_timer_init(&sb->idle_timer, idle_cb, 1., 0.);
     sb->idle_timer.data = sb;
+    ev_timer_init(&sb->op_timer, op_deadline_cb, 1., 0.);
+    sb->op_timer.data = sb;
     sandbox_touch(sb);
     const char *snap = json_string_value(json_object_get(conf, "snapshot"));
     if (snap) {
@@ -245,6 +249,7 @@ static void sandbox_free(struct sandbox *sb)
 {
     ev_timer_stop(D->loop, &sb->life_timer);
     ev_timer_stop(D->loop, &sb->idle_timer);
+    ev_timer_stop(D->loop, &sb->op_timer);
     while (sb->waiters) {
         struct op_waiter *w = sb->waiters;
         sb->waiters = w->next;
@@ -473,6 +478,60 @@ static int provider_ready(struct sandbox *sb, sbx_err_t *err)
 
 static int run_hook(struct sandbox *sb, const char *key, process_done_fn done);
 static void finish_op(struct sandbox *sb, sbx_err_t *err);
+
+/* Every provider op runs against limits.op_timeout_ms (issue 11, reproduction
+ * 6: a getter that never returns held a snapshot, and the destroy behind it,
+ * forever). Hooks have their own command timeouts and are not counted. */
+static void op_deadline_start(struct sandbox *sb)
+{
+    ev_timer_stop(D->loop, &sb->op_timer);
+    ev_timer_set(&sb->op_timer, (double)D->cfg.op_timeout_ms / 1000.0, 0.);
+    ev_timer_start(D->loop, &sb->op_timer);
+}
+
+static const char *op_name(enum sb_op op)
+{
+    return op == OP_START ? "start" : op == OP_STOP ? "stop" : op == OP_DESTROY ? "destroy"
+                                                                                 : "snapshot";
+}
+
+/*
+ * The provider op did not finish in time. The provider is told to forget the
+ * sandbox (sb_release cancels its requests and ends a Duktape worker), so no
+ * late completion can follow. A destroy then counts as done: it always
+ * finishes. Any other op fails and leaves the sandbox in error, from where
+ * start begins afresh and destroy cleans up.
+ */
+static void op_deadline_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    struct sandbox *sb = w->data;
+    enum sb_op op = sb->op;
+    if (op == OP_NONE)
+        return;
+    char msg[200];
+    snprintf(msg, sizeof(msg), "%s did not finish within %lld ms (limits.op_timeout_ms)",
+             op_name(op), (long long)D->cfg.op_timeout_ms);
+    log_warn("sandbox %s: %s; releasing its backend", sb->id, msg);
+    for (struct process *p = sb->procs; p; p = p->next)
+        if (p->state != P_EXITED)
+            process_fail(p, msg);
+    if (sb->prov->ops->sb_release)
+        sb->prov->ops->sb_release(sb->prov->cookie, sb);
+    if (op == OP_DESTROY) {
+        finish_op(sb, NULL);
+        return;
+    }
+    sbx_err_t err = {0};
+    err_make_data(&err, SBX_E_PROVIDER,
+                  json_pack("{s:s, s:s, s:s, s:I}", "provider", sb->prov->ops->name, "message",
+                            msg, "limit", "op_timeout_ms", "max",
+                            (json_int_t)D->cfg.op_timeout_ms),
+                  "%s", msg);
+    if (op != OP_START) /* a failed start sets error itself, and may remove the sandbox */
+        set_status(sb, SB_ERROR, msg);
+    finish_op(sb, &err);
+    err_clear(&err);
+}
 static void continue_destroy(struct sandbox *sb);
 static void stop_continue(struct sandbox *sb);
 
@@ -511,6 +570,7 @@ void sandbox_start(struct sandbox *sb, struct call *c)
     add_waiter(sb, c, OP_START);
     sb->op = OP_START;
     set_status(sb, SB_STARTING, NULL);
+    op_deadline_start(sb);
     if (sb->prov->ops->sb_start(sb->prov->cookie, sb, &err) < 0)
         finish_op(sb, &err);
 }
@@ -548,6 +608,7 @@ static void stop_continue(struct sandbox *sb)
         if (p->state != P_EXITED)
             process_fail(p, "sandbox stopped");
     sbx_err_t err = {0};
+    op_deadline_start(sb);
     if (sb->prov->ops->sb_stop(sb->prov->cookie, sb, &err) < 0)
         finish_op(sb, &err);
 }
@@ -574,6 +635,7 @@ static void destroy_after_hook(struct process *p, void *data)
         if (x->state != P_EXITED && x != p)
             process_fail(x, "sandbox destroyed");
     sbx_err_t err = {0};
+    op_deadline_start(sb);
     if (sb->prov->ops->sb_destroy(sb->prov->cookie, sb, &err) < 0)
         finish_op(sb, &err);
 }
@@ -655,6 +717,7 @@ void sandbox_snapshot(struct sandbox *sb, struct call *c)
     sb->op = OP_SNAPSHOT;
     daemon_random_id("snap-", sb->snap_id, sizeof(sb->snap_id));
     sbx_err_t err = {0};
+    op_deadline_start(sb);
     if (sb->prov->ops->sb_snapshot(sb->prov->cookie, sb, &err) < 0)
         finish_op(sb, &err);
 }
@@ -723,6 +786,7 @@ static int run_hook(struct sandbox *sb, const char *key, process_done_fn done)
 static void finish_op(struct sandbox *sb, sbx_err_t *err)
 {
     enum sb_op op = sb->op;
+    ev_timer_stop(D->loop, &sb->op_timer);
     int failed = err && err->msg;
     switch (op) {
     case OP_START:

@@ -58,6 +58,7 @@ struct sandbox {
 
     ev_timer life_timer;
     ev_timer idle_timer;
+    ev_timer op_timer; /* limits.op_timeout_ms for the provider op in flight */
 
     struct process *procs;
     uint32_t next_pid;
