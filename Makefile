@@ -42,9 +42,16 @@ PTEST_BIN = $(patsubst tests/providers/%.c,$(B)/tests/%,$(PTEST_SRC))
 BENCH_SRC = $(wildcard tests/bench/*.c)
 BENCH_BIN = $(patsubst tests/bench/%.c,$(B)/bench/%,$(BENCH_SRC))
 AGENT_SRC = $(wildcard daemon/agent/*.c)
+# The js provider's worker: JavaScriptCore, plus the TypeScript stripper
+# (sucrase from npm, pinned in daemon/jsworker/strip/package-lock.json)
+# bundled by esbuild into one script that is embedded in the binary.
+JSC_PKG = javascriptcoregtk-4.1
+JSW_SRC = $(wildcard daemon/jsworker/*.c)
+JSW_OBJ = $(patsubst %.c,$(B)/obj/%.o,$(JSW_SRC)) $(B)/obj/daemon/jsworker/embed.o
+STRIP_JS = $(B)/gen/strip.js
 
 .PHONY: all run test asan valgrind bench install clean deps test-deps check-style fuzz fuzz-build fuzz-bins
-all: $(B)/sbxd $(B)/sbxd-worker $(B)/sbxctl $(B)/libsbx.so.$(SOVERSION) $(B)/libsbx.a \
+all: $(B)/sbxd $(B)/sbxd-worker $(B)/sbxd-jsworker $(B)/sbxctl $(B)/libsbx.so.$(SOVERSION) $(B)/libsbx.a \
 	$(if $(AGENT_SRC),$(B)/sbx-init) $(UNIT_BIN) $(ITEST_BIN) $(PTEST_BIN) $(BENCH_BIN)
 
 # -- build ------------------------------------------------------------------
@@ -67,6 +74,22 @@ $(B)/sbxd: $(DAEMON_OBJ)
 	$(CC) $(SAN) -o $@ $^ $(LDLIBS_D)
 $(B)/sbxd-worker: $(WORKER_OBJ) $(B)/obj/daemon/worker/main.o $(B)/obj/proto/sbx_chan.o
 	$(CC) $(SAN) -o $@ $^ $(shell pkg-config --libs duktape jansson) -lm
+$(B)/obj/daemon/jsworker/%.o: daemon/jsworker/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) $(shell pkg-config --cflags $(JSC_PKG)) -MMD -MP -c $< -o $@
+$(B)/obj/daemon/jsworker/embed.o: daemon/jsworker/embed.S daemon/jsworker/prelude.js $(STRIP_JS)
+	@mkdir -p $(dir $@)
+	$(CC) -c -DPRELUDE_JS='"daemon/jsworker/prelude.js"' -DSTRIP_JS='"$(STRIP_JS)"' $< -o $@
+$(STRIP_JS): daemon/jsworker/strip/package.json daemon/jsworker/strip/package-lock.json \
+		daemon/jsworker/strip/entry.js
+	@mkdir -p $(B)/strip $(B)/gen
+	cp daemon/jsworker/strip/package.json daemon/jsworker/strip/package-lock.json \
+		daemon/jsworker/strip/entry.js $(B)/strip/
+	cd $(B)/strip && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error
+	$(B)/strip/node_modules/.bin/esbuild $(B)/strip/entry.js --bundle --format=iife \
+		--minify --target=es2020 --log-level=warning --outfile=$@
+$(B)/sbxd-jsworker: $(JSW_OBJ) $(B)/obj/proto/sbx_chan.o
+	$(CC) $(SAN) -o $@ $^ $(shell pkg-config --libs $(JSC_PKG) jansson) -lm
 $(B)/libsbx.a: $(CLIENT_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
@@ -161,7 +184,7 @@ install: all
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCDIR)/sbx \
 		$(DESTDIR)$(SYSCONFDIR)/sbxd $(DESTDIR)$(UNITDIR) $(DESTDIR)$(PREFIX)/libexec/sbxd
 	install -m 755 $(B)/sbxd $(B)/sbxctl $(DESTDIR)$(BINDIR)/
-	install -m 755 $(B)/sbxd-worker $(DESTDIR)$(PREFIX)/libexec/sbxd/
+	install -m 755 $(B)/sbxd-worker $(B)/sbxd-jsworker $(DESTDIR)$(PREFIX)/libexec/sbxd/
 	if [ -f $(B)/sbx-init ]; then install -m 755 $(B)/sbx-init $(DESTDIR)$(PREFIX)/libexec/sbxd/; fi
 	install -m 755 $(B)/libsbx.so.$(SOVERSION) $(DESTDIR)$(LIBDIR)/
 	ln -sf libsbx.so.$(SOVERSION) $(DESTDIR)$(LIBDIR)/libsbx.so

@@ -390,11 +390,12 @@ static void m_create(struct call *c, json_t *params)
     json_t *pconf = config_provider(&D->cfg, prov_name);
     json_t *pct = json_object_get(pconf, "command_timeout_ms");
     ctimeout = json_is_integer(pct) ? json_integer_value(pct) : D->cfg.default_command_timeout_ms;
-    int start = 1, fresh = 0;
+    int start = 1, fresh = 0, persistent = -1;
     if (opt_int(c, params, "timeout_ms", 1, 86400000, &timeout) < 0 ||
         opt_int(c, params, "command_timeout_ms", 1, 86400000, &ctimeout) < 0 ||
         opt_int(c, params, "memory_limit_mb", 1, 65536, &mem) < 0 ||
-        opt_bool(c, params, "start", &start) < 0 || opt_bool(c, params, "fresh_isolate", &fresh) < 0)
+        opt_bool(c, params, "start", &start) < 0 || opt_bool(c, params, "fresh_isolate", &fresh) < 0 ||
+        opt_bool(c, params, "persistent", &persistent) < 0)
         goto fail;
     json_object_set_new(conf, "timeout_ms", json_integer(timeout));
     json_object_set_new(conf, "idle_timeout_ms", json_integer(idle));
@@ -412,6 +413,8 @@ static void m_create(struct call *c, json_t *params)
         json_object_set_new(conf, "memory_limit_mb", json_integer(mem));
     if (fresh)
         json_object_set_new(conf, "fresh_isolate", json_true());
+    if (persistent >= 0)
+        json_object_set_new(conf, "persistent", json_boolean(persistent));
     if (conf_common(c, params, conf) < 0)
         goto fail;
     if (opt_str(c, params, "image", &str) < 0)
@@ -447,11 +450,14 @@ static void m_create(struct call *c, json_t *params)
         json_array_foreach(tools, i, t)
         {
             const char *n = json_string_value(t);
-            int ok = n && n[0] && strlen(n) == json_string_length(t) && strlen(n) < 64 && !isdigit((unsigned char)n[0]);
+            /* The js provider exposes a name that is not an identifier
+             * sanitised (my-tool -> external_my_tool); tool.call names the
+             * original. */
+            int ok = n && n[0] && strlen(n) == json_string_length(t) && strlen(n) < 64;
             for (const char *q = n; ok && *q; q++)
-                ok = isalnum((unsigned char)*q) || *q == '_';
+                ok = isalnum((unsigned char)*q) || strchr("_$.:/@-", *q);
             if (!ok) {
-                bad_param(c, "tools", "names must be identifiers [A-Za-z_][A-Za-z0-9_]*");
+                bad_param(c, "tools", "names are 1-63 characters of [A-Za-z0-9_$.:/@-]");
                 goto fail;
             }
         }

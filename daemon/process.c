@@ -966,6 +966,11 @@ void process_exited(struct process *p, json_t *rec)
         json_object_set(e, "result", json_object_get(rec, "result"));
     if (json_object_get(rec, "exception"))
         json_object_set(e, "exception", json_object_get(rec, "exception"));
+    /* js: the program's console lines */
+    if (json_is_array(json_object_get(rec, "logs")))
+        json_object_set(e, "logs", json_object_get(rec, "logs"));
+    if (json_is_true(json_object_get(rec, "logs_truncated")))
+        json_object_set_new(e, "logs_truncated", json_true());
     if (json_is_true(json_object_get(rec, "reset")))
         json_object_set_new(e, "isolate_reset", json_true());
     /* A provider that restarted a dead backend and retried says so. */

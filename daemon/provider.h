@@ -68,6 +68,9 @@ struct sbx_provider {
     int (*sb_snapshot)(void *cookie, struct sandbox *sb, sbx_err_t *err);
     /* Provider metadata for sandbox.get, new reference or NULL. */
     json_t *(*sb_metadata)(void *cookie, struct sandbox *sb);
+    /* The default instructions text (malloc'd), given the sandbox's tools as
+     * "external_a(args), ..." (may be empty); NULL = the core's text. */
+    char *(*sb_instructions)(void *cookie, struct sandbox *sb, const char *tools);
     /* The sandbox object is going away (after destroy, or at shutdown). */
     void (*sb_release)(void *cookie, struct sandbox *sb);
     /* Optional. sandbox.create named an existing sandbox of the caller:

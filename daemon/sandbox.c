@@ -299,7 +299,8 @@ json_t *sandbox_to_json(struct sandbox *sb)
     if (sb->expires_at > 0)
         json_object_set_new(o, "expires_at", json_string(daemon_timestamp(sb->expires_at, ts)));
     const char *keys[] = {"timeout_ms", "idle_timeout_ms", "working_dir", "image", "tools",
-                          "snapshot", "memory_limit_mb", "fresh_isolate", "clamped"};
+                          "snapshot", "memory_limit_mb", "fresh_isolate", "clamped",
+                          "persistent"};
     for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
         json_t *v = json_object_get(sb->conf, keys[i]);
         if (v && !json_is_null(v))
@@ -1014,8 +1015,10 @@ char *sandbox_instructions(struct sandbox *sb)
             if (off >= sizeof(tools))
                 break;
         }
-        int r;
-        if (sb->prov->ops->shell_commands)
+        int r = 0;
+        if (sb->prov->ops->sb_instructions)
+            base = sb->prov->ops->sb_instructions(sb->prov->cookie, sb, tools);
+        else if (sb->prov->ops->shell_commands)
             r = asprintf(&base,
                          "Run shell commands in sandbox %s (%s provider). A string command runs "
                          "with sh -c, so pipes and redirects work; an array runs as argv. The "

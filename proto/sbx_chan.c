@@ -58,6 +58,7 @@ const char *sbx_chan_type_name(uint8_t type)
     case SBX_CHAN_KILL: return "KILL";
     case SBX_CHAN_CREDIT: return "CREDIT";
     case SBX_CHAN_TOOL_RESULT: return "TOOL_RESULT";
+    case SBX_CHAN_MORE: return "MORE";
     case SBX_CHAN_SNAPSHOT: return "SNAPSHOT";
     case SBX_CHAN_RESTORE: return "RESTORE";
     case SBX_CHAN_RESET: return "RESET";

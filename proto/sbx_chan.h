@@ -46,6 +46,10 @@ enum sbx_chan_type {
     SBX_CHAN_KILL = 0x05,     /* u32 signal number */
     SBX_CHAN_CREDIT = 0x06,   /* u32 bytes of further output allowed */
     SBX_CHAN_TOOL_RESULT = 0x21, /* JSON {call, result} or {call, error:{code,message}} */
+
+    /* both ways: raw bytes that prefix the payload of the next frame of the
+     * same proc (a message larger than SBX_CHAN_MAX_PAYLOAD) */
+    SBX_CHAN_MORE = 0x22,
     SBX_CHAN_SNAPSHOT = 0x30, /* proc 0, empty: answer SNAP_DATA */
     SBX_CHAN_RESTORE = 0x32,  /* proc 0, JSON state to load */
     SBX_CHAN_RESET = 0x33,    /* proc 0, empty: a fresh isolate, then HELLO again */

@@ -117,6 +117,8 @@ limits:
 providers:
   duktape:
     pool_size: 2
+  js:
+    pool_size: 2
 YAML
 
 D1="$TMP/d1"

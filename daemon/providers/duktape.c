@@ -1,13 +1,22 @@
 /*
- * duktape.c - the Duktape provider, daemon side. Each sandbox owns one
- * isolate worker process (sbxd --worker) reached over the worker channel.
+ * duktape.c - the isolate providers, daemon side: `duktape` (Duktape, ES5,
+ * worker sbxd-worker) and `js` (JavaScriptCore, the code-mode engine,
+ * worker sbxd-jsworker). Both have the same shape, so one implementation
+ * serves both; `js` differs where its engine does (dp->js): memory is
+ * enforced here by an RSS watchdog on the worker (JSC has no heap cap), the
+ * SPAWN carries `persistent`/`max_message` instead of `fresh`, and a
+ * timeout is reported as a TimeoutError.
+ *
+ * Each sandbox owns one isolate worker process reached over the worker channel.
  * A small pool of warm workers makes sandbox.create cost a pool pop instead
  * of a process start. Runaway programs are the worker's problem, never the
  * loop's: a timeout or kill ends the worker with SIGKILL and the sandbox
  * gets a fresh isolate.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <sys/wait.h>
 #include <signal.h>
 #include <spawn.h>
@@ -29,6 +38,8 @@ extern char **environ;
 
 #define DEFAULT_POOL 2
 #define DEFAULT_MEM_MB 128
+/* How often a running js worker's RSS is read. */
+#define RSS_INTERVAL_S 0.02
 #define CREDIT_BATCH (SBX_CHAN_WINDOW / 4)
 #define STDIN_LIMIT (16u * 1024 * 1024)
 
@@ -50,6 +61,14 @@ struct worker {
      * (uid_t)-1 for a worker that never ran anything. */
     uid_t bound_uid;
     int snapshot_wanted; /* 1 = snapshot op, 2 = stop op */
+    int jit;             /* js: started with the JIT on */
+    int statm_fd;        /* js: /proc/PID/statm, -1 if none */
+    ev_timer rss;        /* js: the memory watchdog while a program runs */
+    /* MORE frames (CHANNEL.md) waiting for the frame they prefix */
+    uint8_t *more;
+    size_t more_len, more_cap;
+    uint32_t more_proc;
+    int more_over; /* the message outgrew the limit: dropped */
 };
 
 struct duk_proc {
@@ -71,11 +90,16 @@ struct duk_sb {
 };
 
 struct duk_prov {
+    const char *name;
+    int js; /* the js provider (JavaScriptCore) */
+    int jit;
+    long page_size;
     char *worker_path;
     int pool_size;
     int64_t mem_mb;
     char *user;
     int fresh;
+    int persistent; /* js: the default of sandbox.create's `persistent` */
     struct worker *pool;
     int npool;
     /* Refills happen when the loop is idle: a process start (vfork+exec)
@@ -88,10 +112,21 @@ static void worker_frame(struct chan *ch, const struct sbx_chan_hdr *h, const ui
                          void *data);
 static void worker_closed(struct chan *ch, const char *why, void *data);
 static void pump(struct duk_sb *ds);
+static void rss_cb(struct ev_loop *loop, ev_timer *t, int revents);
 static void pool_fill(struct duk_prov *dp);
 static void attach_worker(struct duk_sb *ds, struct worker *w);
 
 /* -- workers ------------------------------------------------------------------ */
+
+static void worker_free(struct worker *w)
+{
+    ev_timer_stop(D->loop, &w->rss);
+    if (w->statm_fd >= 0)
+        close(w->statm_fd);
+    free(w->more);
+    chan_deinit(&w->ch);
+    free(w);
+}
 
 static void child_cb(struct ev_loop *loop, ev_child *c, int revents)
 {
@@ -105,19 +140,20 @@ static void child_cb(struct ev_loop *loop, ev_child *c, int revents)
             snprintf(why, sizeof(why), "isolate worker exited (%d)", WEXITSTATUS(c->rstatus));
         worker_closed(&w->ch, why, w);
     }
-    chan_deinit(&w->ch);
-    free(w);
+    worker_free(w);
 }
 
-static struct worker *worker_spawn(struct duk_prov *dp, int64_t mem_mb)
+static struct worker *worker_spawn(struct duk_prov *dp, int64_t mem_mb, int jit)
 {
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
         return NULL;
     char mem[32], a0[] = "sbxd-worker", a1[] = "--worker", a2[] = "--fd", a3[] = "3",
-                  a4[] = "--memory-limit-mb", a6[] = "--user";
+                  a4[] = "--memory-limit-mb", a6[] = "--user", j0[] = "sbxd-jsworker";
     snprintf(mem, sizeof(mem), "%lld", (long long)mem_mb);
     char *argv[] = {a0, a1, a2, a3, a4, mem, dp->user ? a6 : NULL, dp->user, NULL};
+    /* The js worker needs no memory option: its limit is watched from here. */
+    char *jargv[] = {j0, a2, a3, dp->user ? a6 : NULL, dp->user, NULL};
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     /* dup2 clears CLOEXEC on fd 3; everything else of ours is CLOEXEC. */
@@ -133,15 +169,20 @@ static struct worker *worker_spawn(struct duk_prov *dp, int64_t mem_mb)
     posix_spawnattr_setsigmask(&at, &none);
     posix_spawnattr_setsigdefault(&at, &all);
     posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-    char noseccomp[] = "SBX_NO_SECCOMP=1";
-    char *envp[] = {getenv("SBX_NO_SECCOMP") ? noseccomp : NULL, NULL};
+    char noseccomp[] = "SBX_NO_SECCOMP=1", nojit[] = "JSC_useJIT=false";
+    char *envp[3] = {NULL, NULL, NULL};
+    int ne = 0;
+    if (getenv("SBX_NO_SECCOMP"))
+        envp[ne++] = noseccomp;
+    if (dp->js && !jit)
+        envp[ne++] = nojit;
     pid_t pid;
-    int r = posix_spawn(&pid, dp->worker_path, &fa, &at, argv, envp);
+    int r = posix_spawn(&pid, dp->worker_path, &fa, &at, dp->js ? jargv : argv, envp);
     posix_spawn_file_actions_destroy(&fa);
     posix_spawnattr_destroy(&at);
     close(sv[1]);
     if (r != 0) {
-        log_error("duktape: cannot start a worker: %s", strerror(r));
+        log_error("%s: cannot start a worker: %s", dp->name, strerror(r));
         close(sv[0]);
         return NULL;
     }
@@ -151,7 +192,16 @@ static struct worker *worker_spawn(struct duk_prov *dp, int64_t mem_mb)
     w->dp = dp;
     w->pid = pid;
     w->mem_mb = mem_mb;
+    w->jit = jit;
     w->bound_uid = (uid_t)-1;
+    w->statm_fd = -1;
+    ev_timer_init(&w->rss, rss_cb, RSS_INTERVAL_S, RSS_INTERVAL_S);
+    w->rss.data = w;
+    if (dp->js) {
+        char path[64];
+        snprintf(path, sizeof(path), "/proc/%d/statm", (int)pid);
+        w->statm_fd = open(path, O_RDONLY | O_CLOEXEC);
+    }
     chan_init_fd(&w->ch, sv[0], worker_frame, worker_closed, w);
     ev_child_init(&w->child, child_cb, pid, 0);
     w->child.data = w;
@@ -166,6 +216,7 @@ static void worker_kill(struct worker *w)
         return;
     w->dead = 1;
     kill(w->pid, SIGKILL);
+    ev_timer_stop(D->loop, &w->rss);
     chan_close(&w->ch);
 }
 
@@ -197,7 +248,7 @@ static void pool_fill_now(struct duk_prov *dp)
     if (D->draining)
         return;
     while (dp->npool < dp->pool_size) {
-        struct worker *w = worker_spawn(dp, dp->mem_mb);
+        struct worker *w = worker_spawn(dp, dp->mem_mb, dp->jit);
         if (!w)
             return;
         w->next = dp->pool;
@@ -212,7 +263,7 @@ static void refill_cb(struct ev_loop *loop, ev_idle *w, int revents)
     ev_idle_stop(loop, w);
     /* one per idle turn, so a burst of creates is not held up by a burst of spawns */
     if (dp->npool < dp->pool_size && !D->draining) {
-        struct worker *nw = worker_spawn(dp, dp->mem_mb);
+        struct worker *nw = worker_spawn(dp, dp->mem_mb, dp->jit);
         if (nw) {
             nw->next = dp->pool;
             dp->pool = nw;
@@ -234,10 +285,18 @@ static int usable_by(const struct worker *w, uid_t uid)
     return !w->dead && (w->bound_uid == (uid_t)-1 || w->bound_uid == uid);
 }
 
-/* A ready pool worker of the default size that this uid may use, or NULL. */
-static struct worker *pool_take(struct duk_prov *dp, int64_t mem_mb, uid_t uid)
+/* Whether a pool worker can serve a sandbox with this limit and JIT setting:
+ * a Duktape worker is started for its heap limit; a js worker's limit is
+ * watched from here, so only the JIT setting (its environment) must match. */
+static int fits(struct duk_prov *dp, int64_t mem_mb, int jit)
 {
-    if (mem_mb != dp->mem_mb)
+    return dp->js ? jit == dp->jit : mem_mb == dp->mem_mb;
+}
+
+/* A ready pool worker of the default size that this uid may use, or NULL. */
+static struct worker *pool_take(struct duk_prov *dp, int64_t mem_mb, int jit, uid_t uid)
+{
+    if (!fits(dp, mem_mb, jit))
         return NULL;
     for (struct worker *w = dp->pool; w; w = w->next)
         if (w->ready && usable_by(w, uid)) {
@@ -253,7 +312,7 @@ static struct worker *pool_take(struct duk_prov *dp, int64_t mem_mb, uid_t uid)
  * uid that put it there. Returns 0 if the worker can't be recycled. */
 static int recycle(struct duk_prov *dp, struct worker *w, uid_t owner)
 {
-    if (w->dead || !w->ready || w->running || w->snapshot_wanted || w->mem_mb != dp->mem_mb ||
+    if (w->dead || !w->ready || w->running || w->snapshot_wanted || !fits(dp, w->mem_mb, w->jit) ||
         dp->npool >= 2 * dp->pool_size || D->draining)
         return 0;
     if (chan_send(&w->ch, SBX_CHAN_RESET, 0, NULL, 0) < 0)
@@ -267,10 +326,25 @@ static int recycle(struct duk_prov *dp, struct worker *w, uid_t owner)
     return 1;
 }
 
+/* The sandbox's memory limit (the core clamped it to the configured
+ * ceiling) or the provider's default. */
 static int64_t sb_mem(struct duk_prov *dp, struct sandbox *sb)
 {
     json_int_t m = json_integer_value(json_object_get(sb->conf, "memory_limit_mb"));
     return m > 0 ? m : dp->mem_mb;
+}
+
+static int sb_persistent(struct duk_prov *dp, struct sandbox *sb)
+{
+    json_t *v = json_object_get(sb->conf, "persistent");
+    return json_is_boolean(v) ? json_is_true(v) : dp->persistent;
+}
+
+/* js: options.jit, else the provider's setting. */
+static int sb_jit(struct duk_prov *dp, struct sandbox *sb)
+{
+    json_t *v = json_object_get(json_object_get(sb->conf, "options"), "jit");
+    return json_is_boolean(v) ? json_is_true(v) : dp->jit;
 }
 
 /* Gives the sandbox a worker: from the pool when one is warm, else a new one
@@ -279,9 +353,10 @@ static void get_worker(struct duk_sb *ds)
 {
     struct duk_prov *dp = ds->sb->prov->cookie;
     int64_t mem = sb_mem(dp, ds->sb);
-    struct worker *w = pool_take(dp, mem, ds->sb->owner);
+    int jit = sb_jit(dp, ds->sb);
+    struct worker *w = pool_take(dp, mem, jit, ds->sb->owner);
     if (!w) {
-        if (mem == dp->mem_mb) {
+        if (fits(dp, mem, jit)) {
             /* Take a starting pool worker rather than start one more. */
             for (struct worker *x = dp->pool; x; x = x->next)
                 if (usable_by(x, ds->sb->owner)) {
@@ -291,7 +366,7 @@ static void get_worker(struct duk_sb *ds)
                 }
         }
         if (!w)
-            w = worker_spawn(dp, mem);
+            w = worker_spawn(dp, mem, jit);
     }
     pool_fill(dp);
     if (w)
@@ -318,6 +393,7 @@ static void attach_worker(struct duk_sb *ds, struct worker *w)
 {
     ds->w = w;
     w->owner = ds;
+    w->mem_mb = sb_mem(ds->sb->prov->cookie, ds->sb);
     if (w->ready)
         finish_start(ds);
     /* else: worker_frame(HELLO) finishes it */
@@ -366,8 +442,13 @@ static void pump(struct duk_sb *ds)
     if (tools)
         json_object_set(msg, "tools", tools);
     struct duk_prov *dp = ds->sb->prov->cookie;
-    int fresh = dp->fresh || json_is_true(json_object_get(ds->sb->conf, "fresh_isolate"));
-    json_object_set_new(msg, "fresh", json_boolean(fresh));
+    if (dp->js) {
+        json_object_set_new(msg, "persistent", json_boolean(sb_persistent(dp, ds->sb)));
+        json_object_set_new(msg, "max_message", json_integer((json_int_t)D->cfg.max_message_bytes));
+    } else {
+        int fresh = dp->fresh || json_is_true(json_object_get(ds->sb->conf, "fresh_isolate"));
+        json_object_set_new(msg, "fresh", json_boolean(fresh));
+    }
     if (chan_send_json(&w->ch, SBX_CHAN_SPAWN, p->pid, msg) < 0) {
         json_decref(msg);
         json_t *rec = json_pack("{s:i, s:s}", "exit_code", -1, "error", "isolate channel failed");
@@ -378,6 +459,8 @@ static void pump(struct duk_sb *ds)
     json_decref(msg);
     w->running = p;
     dpp->spawned = 1;
+    if (dp->js && w->statm_fd >= 0)
+        ev_timer_start(D->loop, &w->rss);
     flush_stdin(w, dpp);
 }
 
@@ -474,9 +557,18 @@ static int d_proc_kill(void *cookie, struct process *p, int sig, sbx_err_t *err)
 {
     struct duk_proc *dpp = p->pdata;
     struct duk_sb *ds = p->sb->pdata;
+    struct duk_prov *dp = cookie;
     if (!dpp)
         return 0;
     json_t *rec = json_pack("{s:i, s:i, s:b}", "exit_code", 128 + sig, "signal", sig, "killed", 1);
+    if (dp->js && p->timed_out) {
+        /* The code-mode contract: a timeout is an exception of the program. */
+        char msg[64];
+        snprintf(msg, sizeof(msg), "timed out after %lld ms", (long long)p->timeout_ms);
+        json_object_set_new(rec, "error", json_string(msg));
+        json_object_set_new(rec, "exception", json_pack("{s:s, s:s, s:s}", "name", "TimeoutError",
+                                                        "message", msg, "stack", ""));
+    }
     if (ds->w && ds->w->running == p) {
         json_object_set_new(rec, "reset", json_true());
         replace_worker(ds);
@@ -489,6 +581,45 @@ static int d_proc_kill(void *cookie, struct process *p, int sig, sbx_err_t *err)
     return 0;
 }
 
+/* js: the worker's resident memory, read every RSS_INTERVAL_S while a
+ * program runs; past the limit the worker is ended and the sandbox goes on
+ * with a fresh one. JSC has no heap cap and cannot live under RLIMIT_AS or
+ * RLIMIT_DATA (it reserves large regions at start), and cgroups are not
+ * everywhere ours to use: this works on every Linux host. */
+static void rss_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    struct worker *w = t->data;
+    struct duk_prov *dp = w->dp;
+    char buf[128];
+    unsigned long size = 0, res = 0;
+    if (w->dead || !w->running || !w->owner) {
+        ev_timer_stop(loop, t);
+        return;
+    }
+    ssize_t n = pread(w->statm_fd, buf, sizeof(buf) - 1, 0);
+    if (n <= 0)
+        return;
+    buf[n] = '\0';
+    if (sscanf(buf, "%lu %lu", &size, &res) != 2)
+        return;
+    int64_t used_mb = (int64_t)res * dp->page_size / (1024 * 1024);
+    if (used_mb < w->mem_mb)
+        return;
+    struct duk_sb *ds = w->owner;
+    struct process *p = w->running;
+    char msg[128];
+    snprintf(msg, sizeof(msg), "memory limit exceeded (%lld MiB)", (long long)w->mem_mb);
+    log_info("sandbox %s: pid %u: %s, the worker used %lld MiB", ds->sb->id, p->pid, msg,
+             (long long)used_mb);
+    json_t *rec = json_pack("{s:i, s:s, s:b, s:{s:s, s:s, s:s}}", "exit_code", 1, "error", msg,
+                            "reset", 1, "exception", "name", "RangeError", "message", msg, "stack",
+                            "");
+    replace_worker(ds);
+    ds->reset_pending = 0; /* this record says it */
+    process_exited(p, rec);
+    json_decref(rec);
+}
+
 static void d_proc_resume(void *cookie, struct process *p)
 {
     struct duk_proc *dpp = p->pdata;
@@ -497,11 +628,46 @@ static void d_proc_resume(void *cookie, struct process *p)
         send_credit(ds->w, dpp, 1);
 }
 
+/* A message larger than one frame goes out as MORE frames and a last frame
+ * of `type` (CHANNEL.md); all or nothing. */
+static int send_big(struct chan *ch, uint8_t type, uint32_t proc, const char *data, size_t len)
+{
+    size_t frames = len / SBX_CHAN_MAX_PAYLOAD + 1;
+    if (chan_pending_output(ch) + len + frames * SBX_CHAN_HDR > ch->wlimit)
+        return -1;
+    while (len > SBX_CHAN_MAX_PAYLOAD) {
+        if (chan_send(ch, SBX_CHAN_MORE, proc, data, SBX_CHAN_MAX_PAYLOAD) < 0)
+            return -1;
+        data += SBX_CHAN_MAX_PAYLOAD;
+        len -= SBX_CHAN_MAX_PAYLOAD;
+    }
+    return chan_send(ch, type, proc, data, len);
+}
+
+/* Results up to limits.max_message_bytes reach the program (the client's
+ * line cannot be larger); one that cannot be carried fails the call at
+ * once with a clear error instead of leaving the program waiting. */
 static void d_proc_tool_result(void *cookie, struct process *p, json_t *reply)
 {
     struct duk_sb *ds = p->sb->pdata;
-    if (ds->w && ds->w->running == p)
-        chan_send_json(&ds->w->ch, SBX_CHAN_TOOL_RESULT, p->pid, reply);
+    if (!ds->w || ds->w->running != p)
+        return;
+    char *s = json_dumps(reply, JSON_COMPACT | JSON_ENCODE_ANY);
+    size_t len = s ? strlen(s) : 0;
+    size_t max = (size_t)D->cfg.max_message_bytes;
+    if (s && len <= max &&
+        send_big(&ds->w->ch, SBX_CHAN_TOOL_RESULT, p->pid, s, len) == 0) {
+        free(s);
+        return;
+    }
+    free(s);
+    char msg[160];
+    snprintf(msg, sizeof(msg), "tool result too large (%zu bytes; the limit is %lld)", len,
+             (long long)(max < ds->w->ch.wlimit ? max : ds->w->ch.wlimit));
+    json_t *e = json_pack("{s:O, s:{s:i, s:s}}", "call", json_object_get(reply, "call"), "error",
+                          "code", SBX_E_LIMIT, "message", msg);
+    chan_send_json(&ds->w->ch, SBX_CHAN_TOOL_RESULT, p->pid, e);
+    json_decref(e);
 }
 
 static void d_proc_release(void *cookie, struct process *p)
@@ -526,6 +692,7 @@ static void on_exit_frame(struct worker *w, const uint8_t *payload, size_t len)
     struct process *p = w->running;
     struct duk_sb *ds = w->owner;
     w->running = NULL;
+    ev_timer_stop(D->loop, &w->rss);
     json_t *rec = chan_json(payload, len);
     if (!json_is_object(rec)) {
         json_decref(rec);
@@ -544,12 +711,71 @@ static void on_exit_frame(struct worker *w, const uint8_t *payload, size_t len)
         pump(ds);
 }
 
+static void whole_frame(struct worker *w, const struct sbx_chan_hdr *h, const uint8_t *payload);
+
+/* Frames as they come: MORE frames are collected (up to the largest message
+ * plus the logs an exit record may carry) and prefixed to the next frame of
+ * the same proc. */
 static void worker_frame(struct chan *ch, const struct sbx_chan_hdr *h, const uint8_t *payload,
                          void *data)
 {
     struct worker *w = data;
     if (w->dead)
         return;
+    if (h->type != SBX_CHAN_MORE && !w->more_len && !w->more_over) {
+        whole_frame(w, h, payload);
+        return;
+    }
+    if (w->more_proc != h->proc && (w->more_len || w->more_over)) {
+        log_warn("%s worker %d: MORE frames for proc %u dropped", w->dp->name, (int)w->pid,
+                 w->more_proc);
+        w->more_len = 0;
+        w->more_over = 0;
+    }
+    w->more_proc = h->proc;
+    size_t need = w->more_len + h->len;
+    if (need > (size_t)D->cfg.max_message_bytes + 2 * SBX_CHAN_MAX_PAYLOAD)
+        w->more_over = 1;
+    if (!w->more_over) {
+        if (need > w->more_cap) {
+            size_t cap = w->more_cap ? w->more_cap : 65536;
+            while (cap < need)
+                cap *= 2;
+            w->more = realloc(w->more, cap);
+            if (!w->more)
+                abort();
+            w->more_cap = cap;
+        }
+        memcpy(w->more + w->more_len, payload, h->len);
+        w->more_len = need;
+    }
+    if (h->type == SBX_CHAN_MORE)
+        return;
+    struct sbx_chan_hdr whole = *h;
+    if (w->more_over) {
+        w->more_over = 0;
+        w->more_len = 0;
+        log_warn("%s worker %d: a %s message over the limit dropped", w->dp->name, (int)w->pid,
+                 sbx_chan_type_name(h->type));
+        if (h->type != SBX_CHAN_EXIT)
+            return;
+        static const char big[] = "{\"exit_code\":1,\"error\":\"the exit record is too large\"}";
+        whole.len = sizeof(big) - 1;
+        whole_frame(w, &whole, (const uint8_t *)big);
+        return;
+    }
+    uint8_t *buf = w->more;
+    whole.len = (uint32_t)need;
+    /* the buffer is ours again before anything re-enters */
+    w->more = NULL;
+    w->more_len = w->more_cap = 0;
+    whole_frame(w, &whole, buf);
+    free(buf);
+}
+
+static void whole_frame(struct worker *w, const struct sbx_chan_hdr *h, const uint8_t *payload)
+{
+    struct chan *ch = &w->ch;
     struct duk_sb *ds = w->owner;
     switch (h->type) {
     case SBX_CHAN_HELLO:
@@ -615,7 +841,7 @@ static void worker_frame(struct chan *ch, const struct sbx_chan_hdr *h, const ui
         if (e || !v) {
             sbx_err_t err = {0};
             err_make_data(&err, SBX_E_PROVIDER,
-                          json_pack("{s:s, s:s}", "provider", "duktape", "message",
+                          json_pack("{s:s, s:s}", "provider", w->dp->name, "message",
                                     e ? e : "invalid snapshot"),
                           "snapshot failed: %s", e ? e : "invalid snapshot");
             json_decref(v);
@@ -627,18 +853,18 @@ static void worker_frame(struct chan *ch, const struct sbx_chan_hdr *h, const ui
         return;
     }
     case SBX_CHAN_LOG:
-        log_info("duktape worker %d: %.*s", (int)w->pid, (int)(h->len > 500 ? 500 : h->len),
+        log_info("%s worker %d: %.*s", w->dp->name, (int)w->pid, (int)(h->len > 500 ? 500 : h->len),
                  (const char *)payload);
         return;
     case SBX_CHAN_ERROR:
-        log_warn("duktape worker %d gave up: %.*s", (int)w->pid,
+        log_warn("%s worker %d gave up: %.*s", w->dp->name, (int)w->pid,
                  (int)(h->len > 500 ? 500 : h->len), (const char *)payload);
         worker_closed(ch, "isolate worker reported an error", w);
         return;
     case SBX_CHAN_PONG:
         return;
     default:
-        log_debug("duktape worker %d: unexpected frame %s", (int)w->pid,
+        log_debug("%s worker %d: unexpected frame %s", w->dp->name, (int)w->pid,
                   sbx_chan_type_name(h->type));
     }
 }
@@ -779,6 +1005,10 @@ static json_t *d_sb_metadata(void *cookie, struct sandbox *sb)
     for (struct duk_proc *x = ds ? ds->queue : NULL; x; x = x->qnext)
         q++;
     json_object_set_new(o, "queued", json_integer(q));
+    if (dp->js) {
+        json_object_set_new(o, "persistent", json_boolean(sb_persistent(dp, sb)));
+        json_object_set_new(o, "jit", json_boolean(sb_jit(dp, sb)));
+    }
     return o;
 }
 
@@ -793,11 +1023,47 @@ static void d_sb_release(void *cookie, struct sandbox *sb)
     sb->pdata = NULL;
 }
 
+static char *js_instructions(void *cookie, struct sandbox *sb, const char *tools)
+{
+    struct duk_prov *dp = cookie;
+    char *t = NULL, list[1024] = "";
+    size_t i, off = 0;
+    json_t *v;
+    (void)tools; /* rebuilt: the js names are sanitised */
+    json_array_foreach(json_object_get(sb->conf, "tools"), i, v)
+    {
+        if (off >= sizeof(list) - 8)
+            break;
+        off += (size_t)snprintf(list + off, sizeof(list) - off, "%sexternal_", i ? ", " : "");
+        for (const char *q = json_string_value(v); *q && off < sizeof(list) - 8; q++)
+            list[off++] = isalnum((unsigned char)*q) || *q == '_' || *q == '$' ? *q : '_';
+        off += (size_t)snprintf(list + off, sizeof(list) - off, "(args)");
+    }
+    tools = list;
+    if (asprintf(&t,
+                 "Run JavaScript or TypeScript (ES2023, JavaScriptCore) in sandbox %s. The "
+                 "program is the body of an async function: use await at the top level and "
+                 "return a JSON-serialisable value, which is the result. TypeScript types are "
+                 "stripped before it runs. console.log/info/debug write to stdout and "
+                 "console.warn/error to stderr; the lines are also returned as logs. There is no "
+                 "filesystem, network, timers, module loader or process access.%s%s%s Memory "
+                 "limit %lld MiB; a timeout or the limit ends the program with an exception.",
+                 sb->id,
+                 sb_persistent(dp, sb)
+                     ? " Globals (globalThis.x = ...) persist between runs; top-level const/let "
+                       "are local to a run."
+                     : " Every run starts with a fresh global.",
+                 tools[0] ? " Host tools (each returns a Promise; pass and get JSON): " : "",
+                 tools, (long long)sb_mem(dp, sb)) < 0)
+        return NULL;
+    return t;
+}
+
 /* -- provider ---------------------------------------------------------------------- */
 
 /* The worker binary: configured, or beside sbxd (build tree), or in
  * ../libexec/sbxd/ (installed). */
-static char *find_worker(json_t *conf)
+static char *find_worker(json_t *conf, const char *bin)
 {
     const char *cfg = json_string_value(json_object_get(conf, "worker_path"));
     if (cfg)
@@ -805,11 +1071,11 @@ static char *find_worker(json_t *conf)
     char *dir = strdup(D->exe_path), *slash = strrchr(dir, '/');
     if (slash)
         *slash = '\0';
-    const char *cands[] = {"%s/sbxd-worker", "%s/../libexec/sbxd/sbxd-worker"};
+    const char *cands[] = {"%s/%s", "%s/../libexec/sbxd/%s"};
     char *found = NULL;
     for (size_t i = 0; i < 2 && !found; i++) {
         char *p = NULL;
-        if (asprintf(&p, cands[i], slash ? dir : ".") < 0)
+        if (asprintf(&p, cands[i], slash ? dir : ".", bin) < 0)
             break;
         if (access(p, X_OK) == 0)
             found = p;
@@ -820,12 +1086,13 @@ static char *find_worker(json_t *conf)
     return found;
 }
 
-static int d_load(json_t *conf, void **cookie, sbx_err_t *err)
+static int load(json_t *conf, void **cookie, sbx_err_t *err, int js)
 {
-    char *wp = find_worker(conf);
+    const char *bin = js ? "sbxd-jsworker" : "sbxd-worker";
+    char *wp = find_worker(conf, bin);
     if (!wp || access(wp, X_OK) != 0) {
         err_make(err, SBX_E_UNAVAILABLE, "isolate worker %s not found or not executable",
-                 wp ? wp : "sbxd-worker");
+                 wp ? wp : bin);
         free(wp);
         return -1;
     }
@@ -835,7 +1102,13 @@ static int d_load(json_t *conf, void **cookie, sbx_err_t *err)
         return err_make(err, SBX_E_INTERNAL, "out of memory");
     }
     dp->worker_path = wp;
+    dp->js = js;
+    dp->name = js ? "js" : "duktape";
+    dp->page_size = sysconf(_SC_PAGESIZE);
     json_t *v;
+    dp->jit = (v = json_object_get(conf, "jit")) ? json_is_true(v) : 1;
+    dp->persistent = json_is_true(json_object_get(conf, "persistent"));
+
     dp->pool_size = (v = json_object_get(conf, "pool_size")) ? (int)json_integer_value(v) : DEFAULT_POOL;
     if (dp->pool_size < 0 || dp->pool_size > 64)
         dp->pool_size = DEFAULT_POOL;
@@ -852,6 +1125,16 @@ static int d_load(json_t *conf, void **cookie, sbx_err_t *err)
     return 0;
 }
 
+static int d_load(json_t *conf, void **cookie, sbx_err_t *err)
+{
+    return load(conf, cookie, err, 0);
+}
+
+static int js_load(json_t *conf, void **cookie, sbx_err_t *err)
+{
+    return load(conf, cookie, err, 1);
+}
+
 static void d_unload(void *cookie)
 {
     struct duk_prov *dp = cookie;
@@ -863,8 +1146,7 @@ static void d_unload(void *cookie)
         /* reap now: the loop is about to go */
         ev_child_stop(D->loop, &w->child);
         waitpid(w->pid, NULL, 0);
-        chan_deinit(&w->ch);
-        free(w);
+        worker_free(w);
     }
     free(dp->user);
     free(dp->worker_path);
@@ -882,9 +1164,16 @@ static json_t *d_info(void *cookie)
     int ready = 0;
     for (struct worker *w = dp->pool; w; w = w->next)
         ready += w->ready && !w->dead && w->bound_uid == (uid_t)-1;
-    return json_pack("{s:s, s:i, s:i, s:I, s:s}", "engine", "duktape 2.7", "pool_size",
-                     dp->pool_size, "pool_ready", ready, "memory_limit_mb", (json_int_t)dp->mem_mb,
-                     "worker", dp->worker_path);
+    json_t *o = json_pack("{s:s, s:i, s:i, s:I, s:s}", "engine",
+                          dp->js ? "javascriptcore" : "duktape 2.7", "pool_size", dp->pool_size,
+                          "pool_ready", ready, "memory_limit_mb", (json_int_t)dp->mem_mb,
+                          "worker", dp->worker_path);
+    if (dp->js) {
+        json_object_set_new(o, "jit", json_boolean(dp->jit));
+        json_object_set_new(o, "persistent", json_boolean(dp->persistent));
+        json_object_set_new(o, "typescript", json_true());
+    }
+    return o;
 }
 
 static const struct cfg_key duk_keys[] = {
@@ -912,6 +1201,44 @@ const struct sbx_provider sbx_provider_duktape = {
     .sb_destroy = d_sb_destroy,
     .sb_snapshot = d_sb_snapshot,
     .sb_metadata = d_sb_metadata,
+    .sb_release = d_sb_release,
+    .proc_spawn = d_proc_spawn,
+    .proc_write = d_proc_write,
+    .proc_close_stdin = d_proc_close_stdin,
+    .proc_kill = d_proc_kill,
+    .proc_resume = d_proc_resume,
+    .proc_tool_result = d_proc_tool_result,
+    .proc_release = d_proc_release,
+};
+
+static const struct cfg_key js_keys[] = {
+    {"memory_limit_mb", CFG_INT},
+    {"pool_size", CFG_INT},
+    {"worker_user", CFG_STR},
+    {"worker_path", CFG_STR},
+    {"jit", CFG_BOOL},
+    {"persistent", CFG_BOOL},
+    {"command_timeout_ms", CFG_INT},
+    {NULL, 0},
+};
+
+/* js: JavaScriptCore, the code-mode engine (proto/PROTOCOL.md, "Code mode"). */
+const struct sbx_provider sbx_provider_js = {
+    .name = "js",
+    .config_keys = js_keys,
+    .shell_commands = 0,
+    .default_cwd = "/",
+    .enabled_by_default = 1,
+    .load = js_load,
+    .unload = d_unload,
+    .available = d_available,
+    .info = d_info,
+    .sb_start = d_sb_start,
+    .sb_stop = d_sb_stop,
+    .sb_destroy = d_sb_destroy,
+    .sb_snapshot = d_sb_snapshot,
+    .sb_metadata = d_sb_metadata,
+    .sb_instructions = js_instructions,
     .sb_release = d_sb_release,
     .proc_spawn = d_proc_spawn,
     .proc_write = d_proc_write,

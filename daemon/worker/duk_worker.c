@@ -560,7 +560,46 @@ static void dispatch(struct dukw *w, const struct sbx_chan_hdr *h, const uint8_t
         /* JS cannot be interrupted here: for a running process the daemon
          * kills the whole worker. For any other proc there is nothing to do. */
         break;
-    case SBX_CHAN_TOOL_RESULT: on_tool_result(w, h->proc, payload, h->len); break;
+    case SBX_CHAN_MORE: /* the start of a large TOOL_RESULT (CHANNEL.md) */
+        if (w->more_len + h->len > DUKW_MESSAGE_MAX) {
+            dukw_log(w, "a message over %u bytes dropped", DUKW_MESSAGE_MAX);
+            w->more_len = 0;
+            break;
+        }
+        if (w->more_len + h->len > w->more_cap) {
+            size_t cap = w->more_cap ? w->more_cap : 65536;
+            uint8_t *p;
+            while (cap < w->more_len + h->len)
+                cap *= 2;
+            p = realloc(w->more, cap);
+            if (!p) {
+                dukw_log(w, "out of memory: a message dropped");
+                w->more_len = 0;
+                break;
+            }
+            w->more = p;
+            w->more_cap = cap;
+        }
+        memcpy(w->more + w->more_len, payload, h->len);
+        w->more_len += h->len;
+        break;
+    case SBX_CHAN_TOOL_RESULT:
+        if (w->more_len) {
+            uint8_t *all = malloc(w->more_len + h->len);
+            size_t n = w->more_len;
+            w->more_len = 0;
+            if (!all) {
+                dukw_log(w, "out of memory: a tool result dropped");
+                break;
+            }
+            memcpy(all, w->more, n);
+            memcpy(all + n, payload, h->len);
+            on_tool_result(w, h->proc, all, (uint32_t)(n + h->len));
+            free(all);
+            break;
+        }
+        on_tool_result(w, h->proc, payload, h->len);
+        break;
     case SBX_CHAN_SNAPSHOT: on_snapshot(w); break;
     case SBX_CHAN_RESTORE: on_restore(w, payload, h->len); break;
     case SBX_CHAN_RESET: on_reset(w); break;
@@ -631,6 +670,7 @@ int duk_worker_main(int argc, char **argv)
     }
     dukw_isolate_destroy(&w);
     json_decref(w.tool_reply);
+    free(w.more);
     free(w.in.buf);
     return rc;
 }

@@ -24,6 +24,8 @@
 #define DUKW_EXC_MAX (64u * 1024)
 #define DUKW_MAX_TOOLS 256 /* tools per SPAWN */
 #define DUKW_TOOL_NAME_MAX 128
+/* Largest TOOL_RESULT joined from MORE frames. */
+#define DUKW_MESSAGE_MAX (64u * 1024 * 1024)
 
 struct dukw_stdin {
     uint8_t *buf; /* UTF-8 bytes not yet returned by read_stdin() */
@@ -48,6 +50,9 @@ struct dukw {
     uint32_t next_call; /* last TOOL_CALL id used */
     uint32_t wait_call; /* TOOL_CALL id awaited, 0 = none */
     json_t *tool_reply; /* its TOOL_RESULT, owned, set by the dispatcher */
+    /* MORE frames: the start of a TOOL_RESULT larger than one frame */
+    uint8_t *more;
+    size_t more_len, more_cap;
     struct dukw_stdin in;
 };
 

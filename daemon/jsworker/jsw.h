@@ -1,0 +1,120 @@
+/*
+ * jsw.h - internals of the js isolate worker (sbxd-jsworker): JavaScriptCore
+ * through its C API, one program at a time, driven over the worker channel
+ * (proto/CHANNEL.md). Shared by jsw_main.c (options, hardening, dispatch),
+ * jsw_chan.c (frame I/O, output credit) and jsw_engine.c (contexts, the
+ * code-mode contract, snapshot/restore). Not for use outside daemon/jsworker/.
+ *
+ * Prefix: jsw_ (JS* and kJS* are JavaScriptCore's).
+ */
+#ifndef SBXD_JSW_H
+#define SBXD_JSW_H
+
+#include <JavaScriptCore/JavaScript.h>
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sbx_chan.h"
+
+/* console lines kept for the exec result's `logs` (bytes of text). */
+#define JSW_LOGS_MAX (1u << 20)
+/* Largest message (tool call, tool result, exit record) the worker builds or
+ * accepts, split into MORE frames above SBX_CHAN_MAX_PAYLOAD. The SPAWN's
+ * `max_message` lowers it. */
+#define JSW_MESSAGE_MAX (64u << 20)
+#define JSW_MAX_TOOLS 256
+#define JSW_TOOL_NAME_MAX 128
+/* Tool calls in flight at once per program. */
+#define JSW_MAX_CALLS 1024
+
+struct jsw_call {
+    struct jsw_call *next;
+    uint32_t id;
+    char *tool;               /* the original tool id */
+    JSObjectRef resolve, reject; /* protected */
+};
+
+struct jsw {
+    int fd; /* the channel */
+    JSContextGroupRef group;
+
+    /* TypeScript stripping: a context of its own holding the bundled
+     * stripper; programs never see it. */
+    JSGlobalContextRef strip_ctx;
+    JSObjectRef strip_fn; /* protected */
+
+    /* The context of a persistent sandbox (kept between programs). */
+    JSGlobalContextRef pctx;
+    JSObjectRef papi;
+
+    /* A fresh global made while idle, for the next non-persistent program. */
+    JSGlobalContextRef spare;
+    JSObjectRef spare_api;
+
+    /* The running program: proc 0 = none. */
+    uint32_t proc;
+    uint64_t credit;
+    JSGlobalContextRef ctx; /* pctx, or a fresh one for this run */
+    JSObjectRef api;        /* the prelude's object in ctx (protected) */
+    int done;               /* the program settled: rec is ready */
+    json_t *rec;            /* exit record being built */
+    char *result;           /* JSON text of the return value, or NULL */
+    size_t result_len;
+    json_t *logs;       /* array of console lines */
+    size_t logs_bytes;
+    int logs_truncated;
+    uint32_t next_call;
+    struct jsw_call *calls;
+    unsigned ncalls;
+    size_t max_message;
+
+    /* MORE frames received for the next frame of `more_proc`. */
+    uint8_t *more;
+    size_t more_len, more_cap;
+    uint32_t more_proc;
+};
+
+/* ---- jsw_chan.c ------------------------------------------------------------ */
+
+/* One frame with a single writev; a dead channel ends the process. */
+void jsw_send(struct jsw *w, uint8_t type, uint32_t proc, const void *data, size_t len);
+/* A message of any size up to max_message: MORE frames, then `type`. */
+void jsw_send_big(struct jsw *w, uint8_t type, uint32_t proc, const void *data, size_t len);
+/* json (borrowed) as compact JSON, through jsw_send_big. */
+void jsw_send_json(struct jsw *w, uint8_t type, uint32_t proc, json_t *json);
+void jsw_log(struct jsw *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* One frame: 0 with *payload_out malloc'd and NUL-terminated, 1 on EOF
+ * between frames, -1 on a broken channel. */
+int jsw_recv(struct jsw *w, struct sbx_chan_hdr *hdr, uint8_t **payload_out);
+/* Program output under the credit; blocks serving frames while there is none. */
+void jsw_output(struct jsw *w, uint8_t type, const uint8_t *data, size_t len);
+
+/* ---- jsw_main.c ------------------------------------------------------------ */
+
+/* Reads and handles one frame; EOF or a broken channel end the process. */
+void jsw_pump(struct jsw *w);
+void jsw_dispatch(struct jsw *w, const struct sbx_chan_hdr *h, const uint8_t *payload);
+
+/* ---- jsw_engine.c ---------------------------------------------------------- */
+
+/* The context group and the stripper. Returns 0 or -1 with *why. */
+int jsw_engine_init(struct jsw *w, const char **why);
+void jsw_engine_deinit(struct jsw *w);
+/* Drops the persistent context (RESET). */
+void jsw_engine_reset(struct jsw *w);
+/* Starts the program of a SPAWN (req borrowed). Sends STARTED and, if it
+ * settles at once, EXIT; otherwise jsw_engine_finish does when it does. */
+void jsw_engine_spawn(struct jsw *w, uint32_t proc, json_t *req);
+/* Makes the spare context when there is none (call while idle). */
+void jsw_engine_prepare(struct jsw *w);
+/* Sends the EXIT of a program that settled (w->done) and cleans up. */
+void jsw_engine_finish(struct jsw *w);
+/* A TOOL_RESULT payload (NUL-terminated) for the running program. */
+void jsw_engine_tool_result(struct jsw *w, uint32_t proc, const char *payload, size_t len);
+/* SNAP_DATA payload {"globals":{...}} or {"error":S}; malloc'd. */
+char *jsw_engine_snapshot(struct jsw *w, size_t *len_out);
+/* RESTORE {"globals":{...}}. 0 or -1 with *why. */
+int jsw_engine_restore(struct jsw *w, const char *payload, size_t len, const char **why);
+
+#endif

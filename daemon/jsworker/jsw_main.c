@@ -1,0 +1,526 @@
+/*
+ * jsw_main.c - sbxd-jsworker: the js provider's isolate worker. Options,
+ * self-hardening, and the frame loop. The daemon starts it as
+ *
+ *     sbxd-jsworker --fd N [--user NAME] [--no-drop]
+ *
+ * with the channel (proto/CHANNEL.md) on fd N. JSC_* variables in its
+ * environment are JavaScriptCore options (the daemon passes JSC_useJIT=false
+ * for `jit: false`).
+ *
+ * Hardening, in order: a user lookup while files can still be read, every fd
+ * but the channel and 0-2 closed (0 and 1 on /dev/null), no-new-privs, core
+ * and file-size limits, the drop to an unprivileged user when started as
+ * root, the parent-death signal, then a seccomp filter (skipped with
+ * SBX_NO_SECCOMP=1, under valgrind and in sanitized builds) that allows what
+ * JavaScriptCore needs: memory mappings (executable ones for the JIT),
+ * threads (clone with CLONE_THREAD only: JSC's GC and JIT helpers), futexes,
+ * and reads/writes on descriptors it already has. No open, no socket, no
+ * fork or exec.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <pwd.h>
+#include <sched.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+
+#if defined(__has_include)
+#if __has_include(<valgrind/valgrind.h>)
+#include <valgrind/valgrind.h>
+#endif
+#endif
+#ifndef RUNNING_ON_VALGRIND
+#define RUNNING_ON_VALGRIND 0
+#endif
+
+#include "jsworker/jsw.h"
+
+#define NOBODY_ID 65534
+#define WORKER_NOFILE 64
+
+struct opts {
+    int fd;
+    const char *user;
+    int no_drop;
+};
+
+/* ---- options ------------------------------------------------------------------- */
+
+static int parse_args(int argc, char **argv, struct opts *o)
+{
+    o->fd = -1;
+    o->user = "nobody";
+    o->no_drop = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--no-drop") == 0) {
+            o->no_drop = 1;
+        } else if (strcmp(a, "--fd") == 0 && i + 1 < argc) {
+            char *end;
+            long v = strtol(argv[++i], &end, 10);
+            if (*end || v < 0 || v > (1 << 20)) {
+                fprintf(stderr, "sbxd-jsworker: bad --fd '%s'\n", argv[i]);
+                return -1;
+            }
+            o->fd = (int)v;
+        } else if (strcmp(a, "--user") == 0 && i + 1 < argc) {
+            o->user = argv[++i];
+        } else {
+            fprintf(stderr, "sbxd-jsworker: unknown option '%s'\n", a);
+            return -1;
+        }
+    }
+    if (o->fd < 0 || fcntl(o->fd, F_GETFD) < 0) {
+        fprintf(stderr, "sbxd-jsworker: --fd must name an open descriptor\n");
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- hardening ------------------------------------------------------------------ */
+
+static int no_sandbox_extras(void)
+{
+    const char *v = getenv("SBX_NO_SECCOMP");
+
+#if defined(__SANITIZE_ADDRESS__)
+    return 1;
+#endif
+    return (v && strcmp(v, "1") == 0) || getenv("SBX_VALGRIND") || getenv("SBX_SANITIZED") ||
+           RUNNING_ON_VALGRIND;
+}
+
+static int isolate_fds(int *fd, const char **why)
+{
+    int nul;
+
+    if (*fd <= 2) {
+        int nfd = fcntl(*fd, F_DUPFD, 3);
+        if (nfd < 0) {
+            *why = "cannot move the channel fd";
+            return -1;
+        }
+        close(*fd);
+        *fd = nfd;
+    }
+    if (*fd > 3)
+        close_range(3, (unsigned)*fd - 1, 0);
+    if (close_range((unsigned)*fd + 1, ~0u, 0) < 0) {
+        for (int f = *fd + 1; f < 65536; f++)
+            close(f);
+    }
+    nul = open("/dev/null", O_RDWR);
+    if (nul < 0 || (nul != 0 && dup2(nul, 0) < 0) || (nul != 1 && dup2(nul, 1) < 0)) {
+        *why = "cannot redirect stdin/stdout";
+        return -1;
+    }
+    if (nul > 2)
+        close(nul);
+    fcntl(*fd, F_SETFL, fcntl(*fd, F_GETFL) & ~O_NONBLOCK);
+    fcntl(*fd, F_SETFD, FD_CLOEXEC);
+    return 0;
+}
+
+static int set_limit(int res, rlim_t v)
+{
+    struct rlimit rl = {v, v};
+
+    return setrlimit(res, &rl);
+}
+
+static int drop_privileges(const char *user, const char **why)
+{
+    struct passwd *pw = getpwnam(user);
+    uid_t uid = NOBODY_ID;
+    gid_t gid = NOBODY_ID;
+    uid_t r, e, s;
+
+    if (pw) {
+        uid = pw->pw_uid;
+        gid = pw->pw_gid;
+    } else if (strcmp(user, "nobody") != 0) {
+        *why = "unknown --user";
+        return -1;
+    }
+    if (uid == 0) {
+        *why = "refusing to run the worker as uid 0";
+        return -1;
+    }
+    if (setgroups(0, NULL) < 0 || setresgid(gid, gid, gid) < 0 ||
+        setresuid(uid, uid, uid) < 0 || getresuid(&r, &e, &s) < 0 || r != uid || e != uid ||
+        s != uid || setuid(0) == 0) {
+        *why = "cannot drop privileges";
+        return -1;
+    }
+    return 0;
+}
+
+#if defined(__x86_64__)
+#define ARCH_NR AUDIT_ARCH_X86_64
+#elif defined(__aarch64__)
+#define ARCH_NR AUDIT_ARCH_AARCH64
+#endif
+
+#ifdef ARCH_NR
+#define ALLOW(nr)                                                                              \
+    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (nr), 0, 1), BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW)
+#define DENY(nr, err)                                                                          \
+    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (nr), 0, 1),                                           \
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ((err) & SECCOMP_RET_DATA))
+
+static int install_seccomp(const char **why)
+{
+    /* clone is allowed only for threads: CLONE_THREAD set in its flags. */
+    struct sock_filter f[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, ARCH_NR, 1, 0),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_clone, 0, 3),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[0])),
+        BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, CLONE_THREAD, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        /* glibc falls back to clone when clone3 is not there */
+        DENY(__NR_clone3, ENOSYS),
+        ALLOW(__NR_read),
+        ALLOW(__NR_write),
+        ALLOW(__NR_readv),
+        ALLOW(__NR_writev),
+        ALLOW(__NR_pread64),
+        ALLOW(__NR_close),
+        ALLOW(__NR_poll),
+        ALLOW(__NR_ppoll),
+        ALLOW(__NR_lseek),
+        ALLOW(__NR_mmap),
+        ALLOW(__NR_munmap),
+        ALLOW(__NR_mremap),
+        ALLOW(__NR_mprotect),
+        ALLOW(__NR_madvise),
+        ALLOW(__NR_brk),
+        ALLOW(__NR_futex),
+        ALLOW(__NR_set_robust_list),
+        ALLOW(__NR_rseq),
+        ALLOW(__NR_sched_yield),
+        ALLOW(__NR_sched_getaffinity),
+        ALLOW(__NR_sched_setaffinity),
+        ALLOW(__NR_sched_getparam),
+        ALLOW(__NR_sched_setscheduler),
+        ALLOW(__NR_sched_getscheduler),
+        ALLOW(__NR_setpriority),
+        ALLOW(__NR_getpriority),
+        ALLOW(__NR_prctl),
+        ALLOW(__NR_clock_gettime),
+        ALLOW(__NR_clock_getres),
+        ALLOW(__NR_clock_nanosleep),
+        ALLOW(__NR_nanosleep),
+        ALLOW(__NR_gettimeofday),
+        ALLOW(__NR_getpid),
+        ALLOW(__NR_gettid),
+        ALLOW(__NR_getuid),
+        ALLOW(__NR_geteuid),
+        ALLOW(__NR_getgid),
+        ALLOW(__NR_getegid),
+        ALLOW(__NR_getrandom),
+        ALLOW(__NR_getrusage),
+        ALLOW(__NR_sigaltstack),
+        ALLOW(__NR_rt_sigaction),
+        ALLOW(__NR_rt_sigreturn),
+        ALLOW(__NR_rt_sigsuspend),
+        ALLOW(__NR_rt_sigprocmask),
+        ALLOW(__NR_tgkill),
+        ALLOW(__NR_membarrier),
+        ALLOW(__NR_exit),
+        ALLOW(__NR_exit_group),
+        ALLOW(__NR_fstat),
+        ALLOW(__NR_newfstatat),
+        ALLOW(__NR_fcntl),
+        ALLOW(__NR_eventfd2),
+        ALLOW(__NR_epoll_create1),
+        ALLOW(__NR_epoll_ctl),
+        ALLOW(__NR_epoll_wait),
+        ALLOW(__NR_epoll_pwait),
+        ALLOW(__NR_pipe2),
+        DENY(__NR_openat, EACCES),
+#ifdef __NR_open
+        DENY(__NR_open, EACCES),
+#endif
+#ifdef __NR_readlink
+        DENY(__NR_readlink, EACCES),
+#endif
+        DENY(__NR_readlinkat, EACCES),
+        DENY(__NR_statx, EACCES),
+#ifdef __NR_access
+        DENY(__NR_access, EACCES),
+#endif
+        DENY(__NR_faccessat, EACCES),
+        DENY(__NR_faccessat2, EACCES),
+        DENY(__NR_sysinfo, EPERM),
+        DENY(__NR_uname, EPERM),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
+    };
+    struct sock_fprog prog = {(unsigned short)(sizeof(f) / sizeof(f[0])), f};
+
+    if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0) < 0) {
+        *why = "cannot install the seccomp filter";
+        return -1;
+    }
+    return 0;
+}
+#else
+static int install_seccomp(const char **why)
+{
+    (void)why;
+    return 0;
+}
+#endif
+
+static int harden(struct opts *o, int *fd, const char **why)
+{
+    int drop = geteuid() == 0 && !o->no_drop;
+    pid_t parent = getppid();
+
+    signal(SIGPIPE, SIG_IGN);
+    if (isolate_fds(fd, why) < 0)
+        return -1;
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) {
+        *why = "cannot set no_new_privs";
+        return -1;
+    }
+    if (set_limit(RLIMIT_CORE, 0) < 0 || set_limit(RLIMIT_FSIZE, 0) < 0 ||
+        set_limit(RLIMIT_NOFILE, WORKER_NOFILE) < 0) {
+        *why = "cannot set resource limits";
+        return -1;
+    }
+    if (drop && drop_privileges(o->user, why) < 0)
+        return -1;
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0 || getppid() != parent) {
+        *why = "the daemon is gone";
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- dispatch ---------------------------------------------------------------------- */
+
+
+static void send_error(struct jsw *w, const char *msg)
+{
+    json_t *j = json_pack("{s:s}", "message", msg);
+
+    jsw_send_json(w, SBX_CHAN_ERROR, 0, j);
+    json_decref(j);
+}
+
+static void send_hello(struct jsw *w)
+{
+    json_t *hello =
+        json_pack("{s:i,s:s,s:[]}", "version", SBX_CHAN_VERSION, "agent", "jsc", "procs");
+    jsw_send_json(w, SBX_CHAN_HELLO, 0, hello);
+    json_decref(hello);
+}
+
+static void on_spawn(struct jsw *w, uint32_t proc, const uint8_t *payload, uint32_t len)
+{
+    json_t *req = NULL;
+    const char *why = NULL;
+
+    if (proc == 0) {
+        jsw_log(w, "SPAWN for proc 0 ignored");
+        return;
+    }
+    if (w->proc != 0)
+        why = "the worker is busy with another process";
+    else if (!json_is_object(req = json_loadb((const char *)payload, len, 0, NULL)))
+        why = "SPAWN payload is not a JSON object";
+    if (why) {
+        json_t *rec = json_pack("{s:i,s:i,s:b,s:b,s:s}", "exit_code", 126, "signal", 0,
+                                "timed_out", 0, "killed", 0, "error", why);
+        jsw_send_json(w, SBX_CHAN_EXIT, proc, rec);
+        json_decref(rec);
+        json_decref(req);
+        return;
+    }
+    jsw_engine_spawn(w, proc, req);
+    json_decref(req);
+}
+
+static void on_snapshot(struct jsw *w)
+{
+    size_t len = 0;
+    char *s = jsw_engine_snapshot(w, &len);
+
+    jsw_send(w, SBX_CHAN_SNAP_DATA, 0, s, len);
+    free(s);
+}
+
+/* Whole messages: MORE frames are collected and prefixed to the next frame
+ * of the same proc. Returns the full payload (malloc'd) or NULL when it was
+ * a MORE frame, or too large (logged). */
+static uint8_t *collect(struct jsw *w, const struct sbx_chan_hdr *h, const uint8_t *payload,
+                        size_t *len_out)
+{
+    size_t need;
+    uint8_t *out;
+
+    if (w->more_len && w->more_proc != h->proc) {
+        jsw_log(w, "MORE frames for proc %u dropped", (unsigned)w->more_proc);
+        w->more_len = 0;
+    }
+    need = w->more_len + h->len;
+    if (need > w->max_message || need > JSW_MESSAGE_MAX) {
+        jsw_log(w, "a message over %zu bytes dropped", w->max_message);
+        w->more_len = 0;
+        w->more_proc = h->proc;
+        return NULL;
+    }
+    if (need + 1 > w->more_cap) {
+        size_t cap = w->more_cap ? w->more_cap : 65536;
+        while (cap < need + 1)
+            cap *= 2;
+        if (!(w->more = realloc(w->more, cap)))
+            abort();
+        w->more_cap = cap;
+    }
+    memcpy(w->more + w->more_len, payload, h->len);
+    w->more_len = need;
+    w->more_proc = h->proc;
+    if (h->type == SBX_CHAN_MORE)
+        return NULL;
+    out = malloc(need + 1);
+    if (!out)
+        abort();
+    memcpy(out, w->more, need);
+    out[need] = '\0';
+    *len_out = need;
+    w->more_len = 0;
+    return out;
+}
+
+void jsw_dispatch(struct jsw *w, const struct sbx_chan_hdr *h, const uint8_t *payload)
+{
+    switch (h->type) {
+    case SBX_CHAN_SPAWN: on_spawn(w, h->proc, payload, h->len); break;
+    case SBX_CHAN_MORE:
+    case SBX_CHAN_TOOL_RESULT: {
+        size_t len = 0;
+        uint8_t *msg = collect(w, h, payload, &len);
+        if (msg)
+            jsw_engine_tool_result(w, h->proc, (const char *)msg, len);
+        free(msg);
+        break;
+    }
+    case SBX_CHAN_CREDIT:
+        if (h->len == 4 && h->proc != 0 && h->proc == w->proc)
+            w->credit += sbx_chan_get_u32(payload);
+        break;
+    case SBX_CHAN_STDIN:
+    case SBX_CHAN_STDIN_EOF:
+    case SBX_CHAN_KILL:   /* the daemon ends the whole worker for a running program */
+    case SBX_CHAN_FORGET: /* no exited processes are kept */
+        break;
+    case SBX_CHAN_SNAPSHOT: on_snapshot(w); break;
+    case SBX_CHAN_RESTORE: {
+        const char *why = NULL;
+        if (jsw_engine_restore(w, (const char *)payload, h->len, &why) < 0)
+            jsw_log(w, "RESTORE failed: %s", why);
+        break;
+    }
+    case SBX_CHAN_RESET:
+        if (w->proc != 0) {
+            jsw_log(w, "RESET while a program runs ignored");
+            break;
+        }
+        jsw_engine_reset(w);
+        jsw_engine_prepare(w);
+        send_hello(w);
+        break;
+    case SBX_CHAN_PING: jsw_send(w, SBX_CHAN_PONG, 0, NULL, 0); break;
+    default:
+        jsw_log(w, "unexpected %s frame (0x%02x) for proc %u ignored",
+                sbx_chan_type_name(h->type), h->type, (unsigned)h->proc);
+    }
+}
+
+void jsw_pump(struct jsw *w)
+{
+    struct sbx_chan_hdr h;
+    uint8_t *payload;
+    int r = jsw_recv(w, &h, &payload);
+
+    if (r == 1)
+        _exit(0); /* the daemon closed the channel: nobody to report to */
+    if (r < 0) {
+        send_error(w, "invalid frame");
+        _exit(1);
+    }
+    jsw_dispatch(w, &h, payload);
+    free(payload);
+}
+
+int main(int argc, char **argv)
+{
+    struct opts o;
+    struct jsw w;
+    const char *why = NULL;
+    int fd;
+
+    if (parse_args(argc, argv, &o) < 0)
+        return 1;
+    memset(&w, 0, sizeof(w));
+    fd = o.fd;
+    if (harden(&o, &fd, &why) < 0) {
+        w.fd = fd;
+        send_error(&w, why);
+        return 1;
+    }
+    w.fd = fd;
+    /* Without a cap the JIT optimises the stripper bundle's one huge
+     * top-level function in the background just after start: ~140 MB of
+     * transient RSS for half a second, which the daemon's memory watchdog
+     * would count against the first program. Programs' own functions are
+     * far below this size. */
+    setenv("JSC_maximumOptimizationCandidateBytecodeCost", "20000", 0);
+    /* JSC starts its helper threads and reserves its regions here, before
+     * the filter. */
+    if (jsw_engine_init(&w, &why) < 0) {
+        send_error(&w, why);
+        return 1;
+    }
+    if (!no_sandbox_extras() && install_seccomp(&why) < 0) {
+        send_error(&w, why);
+        return 1;
+    }
+    jsw_engine_prepare(&w);
+    send_hello(&w);
+    for (;;) {
+        struct sbx_chan_hdr h;
+        uint8_t *payload;
+        int r = jsw_recv(&w, &h, &payload);
+
+        if (r == 1)
+            break;
+        if (r < 0) {
+            send_error(&w, "invalid frame");
+            jsw_engine_deinit(&w);
+            return 1;
+        }
+        jsw_dispatch(&w, &h, payload);
+        free(payload);
+    }
+    jsw_engine_deinit(&w);
+    return 0;
+}

@@ -1,0 +1,179 @@
+/*
+ * prelude.js - evaluated once in every global the js worker creates, before
+ * any program. It is a function expression: the worker calls it with its
+ * three native primitives, which stay in this closure and are reachable from
+ * no global. Returns {tools, start, describe, globals, restore}.
+ *
+ *   out(stream, line)      console line: 0 stdout, 1 stderr
+ *   call(name, argsJson)   a Promise settled by the tool's answer
+ *   done(ok, value)        the run ended: ok=true, value = JSON text or
+ *                          undefined; ok=false, value = {name, message, stack}
+ */
+(function (out, call, done) {
+    'use strict';
+    const G = globalThis;
+    const stringify = JSON.stringify;
+    const isArray = Array.isArray;
+    const keys = Object.keys;
+    const defineProperty = Object.defineProperty;
+    const StringC = String;
+    const TypeErrorC = TypeError;
+    const SetC = Set;
+    const setHas = Set.prototype.has, setAdd = Set.prototype.add, setDelete = Set.prototype.delete;
+    const apply = Reflect.apply;
+    const then = Promise.prototype.then;
+    const PromiseC = Promise;
+
+    /* Throws a TypeError naming the first part of v that JSON cannot carry. */
+    function check(v, what, path, seen) {
+        switch (typeof v) {
+        case 'function':
+        case 'symbol':
+        case 'bigint':
+            throw new TypeErrorC(`${what} is not JSON-serialisable: ${path} is a ${typeof v}`);
+        case 'object':
+            if (v === null)
+                return;
+            if (apply(setHas, seen, [v]))
+                throw new TypeErrorC(`${what} is not JSON-serialisable: ${path} is a cycle`);
+            apply(setAdd, seen, [v]);
+            if (typeof v.toJSON !== 'function') {
+                if (isArray(v)) {
+                    for (let i = 0; i < v.length; i++)
+                        check(v[i] === undefined ? null : v[i], what, `${path}[${i}]`, seen);
+                } else {
+                    for (const k of keys(v))
+                        if (v[k] !== undefined)
+                            check(v[k], what, `${path}.${k}`, seen);
+                }
+            }
+            apply(setDelete, seen, [v]);
+        }
+    }
+
+    function toJson(v, what) {
+        check(v, what, what === 'the return value' ? 'it' : 'args', new SetC());
+        return stringify(v);
+    }
+
+    function fmt(v) {
+        switch (typeof v) {
+        case 'string': return v;
+        case 'undefined': return 'undefined';
+        case 'bigint': return `${v}n`;
+        case 'symbol': return v.toString();
+        case 'function': return `[Function: ${v.name || '(anonymous)'}]`;
+        case 'object':
+            if (v === null)
+                return 'null';
+            if (v instanceof Error)
+                return v.stack ? `${v.name}: ${v.message}\n${v.stack}` : `${v.name}: ${v.message}`;
+            try {
+                const s = stringify(v);
+                if (s !== undefined)
+                    return s;
+            } catch (e) {
+                /* cycles, BigInt inside, a throwing toJSON */
+            }
+            try { return StringC(v); } catch (e) { return '[object]'; }
+        default:
+            return StringC(v);
+        }
+    }
+
+    function line(args) {
+        let s = '';
+        for (let i = 0; i < args.length; i++)
+            s += (i ? ' ' : '') + fmt(args[i]);
+        return s;
+    }
+
+    const console = {};
+    for (const [name, stream] of [['log', 0], ['info', 0], ['debug', 0], ['trace', 0],
+                                  ['warn', 1], ['error', 1]])
+        console[name] = function (...args) { out(stream, line(args)); };
+    defineProperty(G, 'console', {value: console, writable: true, configurable: true});
+
+    function describe(e) {
+        let name = 'Error', message = '', stack = '';
+        try {
+            if (e !== null && (typeof e === 'object' || typeof e === 'function')) {
+                name = StringC(e.name === undefined ? 'Error' : e.name);
+                message = StringC(e.message === undefined ? '' : e.message);
+                stack = e.stack === undefined ? '' : StringC(e.stack);
+                /* the prelude's own frames say nothing about the program */
+                stack = stack.split('\n').filter(l => l.indexOf('@prelude:') < 0).join('\n');
+            } else {
+                message = StringC(e);
+            }
+        } catch (x) {
+            message = '(the thrown value could not be described)';
+        }
+        return {name, message, stack};
+    }
+
+    const builtin = new SetC(Object.getOwnPropertyNames(G));
+
+    return {
+        /* tools: [[globalName, toolId], ...] */
+        tools(list) {
+            for (const [gname, id] of list) {
+                const f = function (args) {
+                    let text;
+                    try {
+                        text = args === undefined ? 'null' : toJson(args, `arguments of ${gname}`);
+                    } catch (e) {
+                        return PromiseC.reject(e);
+                    }
+                    return call(id, text);
+                };
+                defineProperty(f, 'name', {value: gname});
+                defineProperty(G, gname, {value: f, writable: true, configurable: true, enumerable: false});
+            }
+        },
+        start(main) {
+            let p;
+            try {
+                p = main.call(G);
+            } catch (e) {
+                done(false, describe(e));
+                return;
+            }
+            apply(then, p, [v => {
+                let text;
+                try {
+                    text = v === undefined ? undefined : toJson(v, 'the return value');
+                } catch (e) {
+                    done(false, describe(e));
+                    return;
+                }
+                done(true, text);
+            }, e => done(false, describe(e))]);
+        },
+        describe,
+        /* the JSON-serialisable own enumerable globals not in `builtin` */
+        globals() {
+            const o = {};
+            for (const k of keys(G)) {
+                if (apply(setHas, builtin, [k]))
+                    continue;
+                try {
+                    const v = G[k];
+                    if (v === undefined || typeof v === 'function')
+                        continue;
+                    check(v, 'global', k, new SetC());
+                    o[k] = v;
+                } catch (e) {
+                    /* not serialisable: left out */
+                }
+            }
+            return stringify(o);
+        },
+        restore(text) {
+            const o = JSON.parse(text);
+            for (const k of keys(o))
+                if (!apply(setHas, builtin, [k]) && k !== '__proto__')
+                    G[k] = o[k];
+        },
+    };
+})
