@@ -552,8 +552,7 @@ static void test_options(conn *c)
 static void test_pool_uids(conn *c)
 {
     if (geteuid() != 0) {
-        printf("      (skipped: the cross-uid pool test needs root)\n");
-        test_cond("pool workers never cross uids (skipped: not root)", 1);
+        test_skip("pool workers never cross uids", "needs root to connect as another uid");
         return;
     }
     json_decref(create_js(c, "js-uid-a", NULL));

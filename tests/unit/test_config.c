@@ -647,7 +647,7 @@ static void test_errors(void)
     test_cond(
         "unknown provider lists the known ones",
         fails_with("providers:\n  dockr: {}\n",
-                   ":2:3: unknown provider 'dockr' (known: duktape, docker, modal)"));
+                   ":2:3: unknown provider 'dockr' (known: js, duktape, docker, modal)"));
 
     /* A failed load leaves the config as it was. */
     test_cond("setup: load a valid file",
