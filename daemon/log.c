@@ -4,6 +4,8 @@
 #include <stdarg.h>
 #include <stdio.h>
 
+#include "daemon.h"
+
 static enum log_level cur_level = LOG_LVL_INFO;
 
 void log_set_level(enum log_level lvl)
@@ -28,4 +30,23 @@ void log_msg(enum log_level lvl, const char *fmt, ...)
     vsnprintf(line, sizeof(line), fmt, ap);
     va_end(ap);
     fprintf(stderr, "<%d>sbxd: %s\n", prio[lvl], line);
+}
+
+int log_limit_take(struct log_limit *l, const char *who)
+{
+    double now = ev_now(D->loop);
+    if (now - l->window >= 1.0) {
+        if (l->dropped > 0)
+            log_warn("%s: %ld log lines suppressed in %.0f s (limits.agent_log_lines_per_s = %lld)",
+                     who, l->dropped, now - l->window, (long long)D->cfg.agent_log_lines_per_s);
+        l->window = now;
+        l->lines = 0;
+        l->dropped = 0;
+    }
+    if (l->lines >= D->cfg.agent_log_lines_per_s) {
+        l->dropped++;
+        return 0;
+    }
+    l->lines++;
+    return 1;
 }

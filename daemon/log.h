@@ -12,6 +12,19 @@ void log_set_level(enum log_level lvl);
 int log_enabled(enum log_level lvl);
 void log_msg(enum log_level lvl, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/*
+ * A per-source budget of log lines per second (limits.agent_log_lines_per_s):
+ * a hostile agent or worker that floods LOG/ERROR frames gets that many lines
+ * a second, then one summary line per second saying how many were dropped.
+ * Embed one per source, zeroed.
+ */
+struct log_limit {
+    double window;         /* start of the current second (monotonic) */
+    long lines, dropped;
+};
+/* 1 if a line from src (named `who` in the summary) may be logged now. */
+int log_limit_take(struct log_limit *l, const char *who);
+
 #define log_error(...) log_msg(LOG_LVL_ERROR, __VA_ARGS__)
 #define log_warn(...) log_msg(LOG_LVL_WARN, __VA_ARGS__)
 #define log_info(...) log_msg(LOG_LVL_INFO, __VA_ARGS__)

@@ -11,6 +11,7 @@
 #include <sys/types.h>
 
 #include "err.h"
+#include "log.h"
 
 struct provider_inst;
 struct process;
@@ -59,6 +60,7 @@ struct sandbox {
     ev_timer life_timer;
     ev_timer idle_timer;
     ev_timer op_timer; /* limits.op_timeout_ms for the provider op in flight */
+    struct log_limit agent_log; /* its agent's LOG/ERROR lines */
 
     struct process *procs;
     uint32_t next_pid;

@@ -997,6 +997,14 @@ int main(int argc, char **argv)
      */
     if (getpid() != 1)
         prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+    /*
+     * Non-dumpable: code in the container (root, but without CAP_SYS_PTRACE)
+     * can no longer open the files of /proc/1/fd to forge frames on our stdout or take
+     * the direct socket, nor read our memory. sbxd reaches /proc/PID/root
+     * from the host with CAP_SYS_PTRACE, which this does not affect; the
+     * commands we start are dumpable again after their execve.
+     */
+    prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
     set_nonblock(0);
     set_nonblock(1);
     A.in_open = true;

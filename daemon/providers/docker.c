@@ -368,12 +368,16 @@ void dk_agent_frame(struct chan *ch, const struct sbx_chan_hdr *h, const uint8_t
         }
         return;
     case SBX_CHAN_LOG:
-        log_info("docker %s agent: %.*s", ds->sb->id, (int)(h->len > 300 ? 300 : h->len),
-                 (const char *)payload);
+        /* The agent is inside the container: rate-limited, so a replaced or
+         * forged one cannot flood the daemon's log (issue 11, reproduction 7). */
+        if (log_limit_take(&ds->sb->agent_log, ds->sb->id))
+            log_info("docker %s agent: %.*s", ds->sb->id, (int)(h->len > 300 ? 300 : h->len),
+                     (const char *)payload);
         return;
     case SBX_CHAN_ERROR:
-        log_warn("docker %s: agent error: %.*s; resynchronising", ds->sb->id,
-                 (int)(h->len > 300 ? 300 : h->len), (const char *)payload);
+        if (log_limit_take(&ds->sb->agent_log, ds->sb->id))
+            log_warn("docker %s: agent error: %.*s; resynchronising", ds->sb->id,
+                     (int)(h->len > 300 ? 300 : h->len), (const char *)payload);
         if (ds->phase == PH_IDLE && ds->att) {
             ds->ready = 0;
             ds->why = WHY_RECOVER;

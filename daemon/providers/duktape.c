@@ -852,10 +852,14 @@ static void whole_frame(struct worker *w, const struct sbx_chan_hdr *h, const ui
         sandbox_op_done(ds->sb, NULL, v);
         return;
     }
-    case SBX_CHAN_LOG:
-        log_info("%s worker %d: %.*s", w->dp->name, (int)w->pid, (int)(h->len > 500 ? 500 : h->len),
-                 (const char *)payload);
+    case SBX_CHAN_LOG: {
+        static struct log_limit pool_log; /* workers not (yet) bound to a sandbox */
+        struct log_limit *l = ds ? &ds->sb->agent_log : &pool_log;
+        if (log_limit_take(l, ds ? ds->sb->id : "isolate pool"))
+            log_info("%s worker %d: %.*s", w->dp->name, (int)w->pid, (int)(h->len > 500 ? 500 : h->len),
+                     (const char *)payload);
         return;
+    }
     case SBX_CHAN_ERROR:
         log_warn("%s worker %d gave up: %.*s", w->dp->name, (int)w->pid,
                  (int)(h->len > 500 ? 500 : h->len), (const char *)payload);

@@ -60,6 +60,12 @@ if command -v systemd-analyze >/dev/null 2>&1; then
     cp "$D/lib/systemd/system/sbxd.socket" "$T/units/"
     check "systemd units pass systemd-analyze verify" \
         "cd $T/units && systemd-analyze verify ./sbxd.socket ./sbxd.service"
+    # The hardening (issue 11): exposure 2.8 when written; fail if it creeps
+    # past 3.0 (the scale is 0-10; --threshold counts tenths).
+    check "sbxd.service's systemd-analyze security exposure is at most 3.0" \
+        "cd $T/units && systemd-analyze security --offline=true --threshold=30 ./sbxd.service"
+    check "sbxd.service caps memory and tasks and filters system calls" \
+        "grep -q '^MemoryMax=' $T/units/sbxd.service && grep -q '^TasksMax=' $T/units/sbxd.service && grep -q '^SystemCallFilter=@system-service' $T/units/sbxd.service && grep -q '^ProtectProc=invisible' $T/units/sbxd.service"
 else
     echo "skip - systemd-analyze not installed: SKIPPED"
     S=$((S + 1))

@@ -680,7 +680,10 @@ static void garbage_breaks_only_its_sandbox(conn *c, const char *sb, const char 
         fclose(f);
     snprintf(bind, sizeof(bind), "%s:%s:ro", host_file, rundir);
     destroy(c, sb);
-    json_t *r = create(c, sb, json_pack("{s:{s:s}}", "options", "volumes", bind));
+    /* SYS_PTRACE: the agent is non-dumpable, so only a sandbox given it can
+     * open PID 1's stdout to inject garbage. */
+    json_t *r = create(c, sb, json_pack("{s:{s:s, s:[s]}}", "options", "volumes", bind, "cap_add",
+                                        "SYS_PTRACE"));
     test_cond("no direct socket (the agent cannot listen): the attach stream is the channel",
               strcmp(res_str(r, "status"), "running") == 0 &&
                   strcmp(channel_of(r), "attach") == 0 &&
@@ -745,10 +748,55 @@ static void another_client_pings(conn *c, const char *sb)
               exec_ok(c, sb, "echo still here", "still here\n"));
 }
 
+/* Lines of the main sbxd's log that contain needle. */
+static int log_lines_with(const char *needle)
+{
+    FILE *f = fopen(main_log, "r");
+    char line[4096];
+    int n = 0;
+    while (f && fgets(line, sizeof(line), f))
+        n += strstr(line, needle) != NULL;
+    if (f)
+        fclose(f);
+    return n;
+}
+
+/* Issue 11, reproduction 7: an agent that floods LOG frames (forged here on
+ * PID 1's stdout, which takes SYS_PTRACE now that the agent is non-dumpable)
+ * gets agent_log_lines_per_s lines a second and a summary. */
+static void agent_log_flood(conn *c, const char *sb)
+{
+    int before = log_lines_with("docker mislog agent: flood");
+    json_t *r = exec_t(c, sb,
+                       "printf '\\176\\000\\000\\000\\000\\000\\000\\000\\000\\000"
+                       "\\000\\005flood' > /tmp/f && for i in 1 2 3 4 5 6 7 8 9 10 11 12; do "
+                       "cat /tmp/f /tmp/f > /tmp/g && mv /tmp/g /tmp/f; done && "
+                       "cat /tmp/f > /proc/1/fd/1 && sleep 1.2 && "
+                       "head -c 17 /tmp/f > /proc/1/fd/1 && echo sent",
+                       30000);
+    test_cond("agent flood: 4096 LOG frames reach the channel",
+              strcmp(res_str(r, "stdout"), "sent\n") == 0);
+    json_decref(r);
+    usleep(300000);
+    int logged = log_lines_with("docker mislog agent: flood") - before;
+    printf("      %d of 4097 agent lines logged\n", logged);
+    test_cond("agent flood: at most agent_log_lines_per_s lines a second reach the log",
+              logged > 0 && logged <= 2 * 50 + 1);
+    test_cond("agent flood: a summary says how many were suppressed",
+              log_lines_with("mislog: ") > 0 && log_lines_with("log lines suppressed") > 0);
+    test_cond("agent flood: the sandbox still runs commands", exec_ok(c, sb, "echo ok", "ok\n"));
+}
+
 static void test_misbehaving(conn *c)
 {
-    json_decref(create(c, "mis1", NULL));
+    /* SYS_PTRACE: the forged frames below go through PID 1's stdout. */
+    json_decref(create(c, "mis1", json_pack("{s:{s:[s]}}", "options", "cap_add", "SYS_PTRACE")));
     json_decref(create(c, "mis2", NULL));
+    json_t *nd = exec(c, "mis2", "printf x > /proc/1/fd/1 && echo wrote; "
+                                 "cat /proc/1/environ >/dev/null 2>&1 && echo read; echo end");
+    test_cond("non-dumpable agent: container code cannot open PID 1's fds or memory",
+              strcmp(res_str(nd, "stdout"), "end\n") == 0);
+    json_decref(nd);
     test_cond("forged frame for an unknown pid: ignored",
               exec_ok(c, "mis1",
                       "printf '\\020\\000\\000\\000\\000\\000\\003\\347\\000\\000"
@@ -768,6 +816,19 @@ static void test_misbehaving(conn *c)
                   strcmp(status_of(c, "mis1"), "running") == 0);
     json_decref(r);
     another_client_pings(c, "mis2");
+    {
+        /* An attach-only sandbox (a file where the agent wants its directory) for the flood. */
+        char host_file[600], bind[700];
+        snprintf(host_file, sizeof(host_file), "%s/not-a-dir", tmpdir);
+        FILE *f = fopen(host_file, "w");
+        if (f)
+            fclose(f);
+        snprintf(bind, sizeof(bind), "%s:/.sbx/run:ro", host_file);
+        json_decref(create(c, "mislog", json_pack("{s:{s:s, s:[s]}}", "options", "volumes", bind,
+                                                  "cap_add", "SYS_PTRACE")));
+        agent_log_flood(c, "mislog");
+        destroy(c, "mislog");
+    }
     garbage_breaks_only_its_sandbox(c, "mis1", "mis2", "/.sbx/run");
     destroy(c, "mis1");
     destroy(c, "mis2");
