@@ -33,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "daemon.h"
@@ -2015,6 +2016,8 @@ static void stdin_pump(struct mproc *m)
     in.message_index = ++m->stdin_index;
     m->stdin_call = grpc_unary(&m->ms->mp->ch, "ContainerExecPutInput", &req.base,
                                UNARY_TIMEOUT_S, stdin_done, m);
+    /* Keyed by message_index, a repeat is ignored: safe through an outage. */
+    grpc_call_retry_budget(m->stdin_call, m->ms->mp->retry_budget_s);
     free(buf);
 }
 
@@ -2594,7 +2597,9 @@ static void state_write(struct mprov *mp)
                              nz(mp->url), "sandboxes", sbs, "snapshots", mp->snaps);
     char tmp[4200];
     snprintf(tmp, sizeof(tmp), "%s.tmp", mp->state_path);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    /* Never through a link someone else planted, never into their file. */
+    unlink(tmp);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     int ok = fd >= 0 && json_dumpfd(root, fd, JSON_COMPACT) == 0;
     if (fd >= 0 && close(fd) < 0)
         ok = 0;
@@ -2629,12 +2634,29 @@ static void state_read(struct mprov *mp)
     mp->snaps = json_object();
     if (!mp->state_path)
         return;
-    json_error_t je;
-    json_t *root = json_load_file(mp->state_path, 0, &je);
+    json_error_t je = {0};
+    int fd = open(mp->state_path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno != ENOENT)
+            log_warn("modal: cannot open the state file %s: %s; starting without it",
+                     mp->state_path, strerror(errno));
+        return;
+    }
+    /* It names owners: only a file of ours that nobody else may write counts. */
+    struct stat st;
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
+        (st.st_mode & 022)) {
+        log_warn("modal: state file %s is not a regular file owned by this user and "
+                 "writable only by it; ignored",
+                 mp->state_path);
+        close(fd);
+        return;
+    }
+    json_t *root = json_loadfd(fd, 0, &je);
+    close(fd);
     if (!root) {
-        if (access(mp->state_path, F_OK) == 0)
-            log_warn("modal: state file %s is unreadable (%s); starting without it",
-                     mp->state_path, je.text);
+        log_warn("modal: state file %s is unreadable (%s); starting without it",
+                 mp->state_path, je.text);
         return;
     }
     const char *url = get_str(root, "server_url");

@@ -774,6 +774,30 @@ static void test_clone_destroy(conn *c)
     free(mid);
 }
 
+/* Modal's own lifetime: 5 min by default (basics), 24 h at most. */
+static void test_lifetime(conn *c)
+{
+    json_t *r = cn_call_t(c, LONG_MS, "sandbox.create",
+                          json_pack("{s:s, s:s}", "id", "mlife", "provider", "modal"));
+    errmsg(r);
+    test_cond("lifetime: without timeout_ms a Modal sandbox gets 5 min (sbxd and Modal)",
+              res_int(r, "timeout_ms") == 300000 && meta_int(r, "timeout_secs") == 300);
+    json_decref(r);
+    json_decref(cn_call_t(c, LONG_MS, "sandbox.destroy", json_pack("{s:s}", "id", "mlife")));
+    r = cn_call_t(c, LONG_MS, "sandbox.create",
+                  json_pack("{s:s, s:s, s:i}", "id", "mlife", "provider", "modal",
+                            "timeout_ms", 86400000));
+    errmsg(r);
+    test_cond("lifetime: 24 h, Modal's maximum, is accepted and reaches Modal",
+              meta_int(r, "timeout_secs") == 86400);
+    json_t *fs = fake_sandbox(meta_str(r, "sandbox_id"));
+    test_cond("lifetime: ... the fake got timeout_secs 86400",
+              json_integer_value(json_object_get(fs, "timeout_secs")) == 86400);
+    json_decref(fs);
+    json_decref(r);
+    json_decref(cn_call_t(c, LONG_MS, "sandbox.destroy", json_pack("{s:s}", "id", "mlife")));
+}
+
 static void test_create_errors(conn *c)
 {
     json_t *r = cn_call_t(c, LONG_MS, "sandbox.create",
@@ -1198,7 +1222,7 @@ static int stop_sbxd(pid_t pid)
 
 static void test_reconnect(const char *cmd, const char *tmp)
 {
-    char sock[512];
+    char sock[104];
     snprintf(sock, sizeof(sock), "%s/reco.sock", tmp);
     pid_t pid = spawn_sbxd(cmd, sock);
     conn *c = cn_open(sock);
@@ -1316,7 +1340,7 @@ static void test_reconnect(const char *cmd, const char *tmp)
  * and the process of a sandbox that died meanwhile is reported lost. */
 static void test_restart_recovery(const char *cmd, const char *tmp)
 {
-    char sock[512], state[600];
+    char sock[104], state[600];
     snprintf(sock, sizeof(sock), "%s/recov.sock", tmp);
     snprintf(state, sizeof(state), "%s/recov.sock.modal.json", tmp);
     unlink(state);
@@ -1499,6 +1523,51 @@ static void test_restart_recovery(const char *cmd, const char *tmp)
     free(dead_id);
 }
 
+/* The state file names owners: one that others could have written is ignored. */
+static void test_state_guard(const char *cmd, const char *tmp)
+{
+    char sock[104], state[600];
+    snprintf(sock, sizeof(sock), "%s/guard.sock", tmp);
+    snprintf(state, sizeof(state), "%s/guard.sock.modal.json", tmp);
+    conn *m = cn_open(SOCK);
+    json_t *info = cn_call(m, "daemon.info", NULL);
+    const char *url = "";
+    size_t i;
+    json_t *p;
+    json_array_foreach (json_object_get(res_of(info), "providers"), i, p)
+        if (strcmp(json_string_value(json_object_get(p, "name")), "modal") == 0 &&
+            json_string_value(json_object_get(json_object_get(p, "info"), "server_url")))
+            url = json_string_value(json_object_get(json_object_get(p, "info"), "server_url"));
+    json_t *planted = json_pack(
+        "{s:i, s:s, s:{s:{s:i, s:{s:s}, s:{s:s, s:s}}}, s:{}}", "version", 1, "server_url",
+        url, "sandboxes", "planted", "owner", (int)geteuid(), "conf", "provider", "modal", "modal",
+        "sandbox_id", "sb-planted-nope", "app_name", "sbxd-test", "snapshots");
+    json_dump_file(planted, state, 0);
+    json_decref(planted);
+    json_decref(info);
+    cn_close(m);
+    for (int round = 0; round < 2; round++) {
+        chmod(state, round == 0 ? 0666 : 0600);
+        pid_t pid = spawn_sbxd(cmd, sock);
+        conn *c = cn_open(sock);
+        usleep(300000);
+        json_t *r = cn_call(c, "sandbox.get", json_pack("{s:s}", "id", "planted"));
+        if (round == 0)
+            test_cond("state file writable by others: ignored (nothing adopted)",
+                      err_code(r) == -32000);
+        else
+            test_cond("... the same file, mode 0600: adopted (the check above means it)",
+                      err_code(r) == 0);
+        json_decref(r);
+        if (round == 1)
+            json_decref(
+                cn_call_t(c, LONG_MS, "sandbox.destroy", json_pack("{s:s}", "id", "planted")));
+        cn_close(c);
+        stop_sbxd(pid);
+    }
+    unlink(state);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 3) {
@@ -1526,6 +1595,7 @@ int main(int argc, char **argv)
     test_snapshot(c);
     test_clone_destroy(c);
     test_create_errors(c);
+    test_lifetime(c);
     json_t *mo = cn_call_t(c, LONG_MS, "sandbox.create",
                            json_pack("{s:s, s:s}", "id", "mo", "provider", "modal"));
     errmsg(mo);
@@ -1550,6 +1620,7 @@ int main(int argc, char **argv)
     if (cmd && tmp) {
         test_reconnect(cmd, tmp);
         test_restart_recovery(cmd, tmp);
+        test_state_guard(cmd, tmp);
     }
     return test_report();
 }
