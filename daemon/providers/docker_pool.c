@@ -23,6 +23,7 @@
 
 #define POOL_MAX 32
 #define POOL_RETRY_S 5.0
+#define POOL_REFILL_DELAY_S 0.5
 
 struct pool_item {
     struct pool_item *next;
@@ -363,7 +364,12 @@ const char *dkp_take(struct dk_prov *dp, json_t *opts, char *cid, size_t n, json
         *env = it->env;
         it->env = NULL;
         item_free(it);
-        dkp_refill(dp);
+        /* Refill a moment later: a create+start now would queue the taker's
+         * own attach and handshake behind it in the engine. */
+        if (!ev_is_active(&dp->pool_timer)) {
+            ev_timer_set(&dp->pool_timer, POOL_REFILL_DELAY_S, 0.);
+            ev_timer_start(D->loop, &dp->pool_timer);
+        }
         return pl->name;
     }
     return NULL;

@@ -243,6 +243,86 @@ static void bench_concurrent(const char *cid)
     line("16 concurrent execs, throughput", sbx, dk, "exec/s", 0);
 }
 
+/* ---- the engine's own API, no client library ------------------------------------------ */
+
+/* One HTTP/1.1 request on the engine's unix socket, read to EOF (Connection:
+ * close). Returns the status; the body (after the headers) into out. */
+static long raw_http(const char *method, const char *path, const char *body, char *out,
+                     size_t outlen)
+{
+    const char *sp = strncmp(host, "unix://", 7) == 0 ? host + 7 : host;
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", sp);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    char req[2048];
+    int n = snprintf(req, sizeof(req),
+                     "%s %s HTTP/1.1\r\nHost: docker\r\nContent-Type: application/json\r\n"
+                     "Content-Length: %zu\r\nConnection: close\r\n\r\n%s",
+                     method, path, body ? strlen(body) : 0, body ? body : "");
+    if (cn_send_raw(&(conn){.fd = fd}, req, (size_t)n) < 0) {
+        close(fd);
+        return -1;
+    }
+    char buf[65536];
+    size_t got = 0;
+    ssize_t k;
+    while (got < sizeof(buf) - 1 && (k = read(fd, buf + got, sizeof(buf) - 1 - got)) > 0)
+        got += (size_t)k;
+    close(fd);
+    buf[got] = '\0';
+    long status = 0;
+    if (sscanf(buf, "HTTP/1.%*d %ld", &status) != 1)
+        return -1;
+    const char *b = strstr(buf, "\r\n\r\n");
+    if (out && outlen) {
+        size_t bl = b ? got - (size_t)(b + 4 - buf) : 0;
+        if (bl >= outlen)
+            bl = outlen - 1;
+        if (b)
+            memcpy(out, b + 4, bl);
+        out[bl] = '\0';
+    }
+    return status;
+}
+
+/* Create + start through the engine API, and create + start + first exec output. */
+static void bench_engine(double *cs, double *cse, int n)
+{
+    for (int i = 0; i < n; i++) {
+        char body[512], out[4096], path[256], id[80] = "";
+        snprintf(body, sizeof(body),
+                 "{\"Image\":\"%s\",\"Entrypoint\":[\"sleep\"],\"Cmd\":[\"3600\"],"
+                 "\"HostConfig\":{\"NetworkMode\":\"none\"}}",
+                 image);
+        double t = now_ms();
+        if (raw_http("POST", "/v1.41/containers/create", body, out, sizeof(out)) != 201)
+            return;
+        const char *p = strstr(out, "\"Id\":\"");
+        if (p)
+            snprintf(id, sizeof(id), "%.64s", p + 6);
+        snprintf(path, sizeof(path), "/v1.41/containers/%s/start", id);
+        raw_http("POST", path, NULL, NULL, 0);
+        cs[i] = now_ms() - t;
+        snprintf(path, sizeof(path), "/v1.41/containers/%s/exec", id);
+        raw_http("POST", path, "{\"Cmd\":[\"echo\",\"hi\"],\"AttachStdout\":true}", out,
+                 sizeof(out));
+        char eid[80] = "";
+        p = strstr(out, "\"Id\":\"");
+        if (p)
+            snprintf(eid, sizeof(eid), "%.64s", p + 6);
+        snprintf(path, sizeof(path), "/v1.41/exec/%s/start", eid);
+        raw_http("POST", path, "{\"Detach\":false}", out, sizeof(out));
+        cse[i] = now_ms() - t;
+        snprintf(path, sizeof(path), "/v1.41/containers/%s?force=1", id);
+        raw_http("DELETE", path, NULL, NULL, 0);
+    }
+}
+
 /* ---- create and destroy
  * ------------------------------------------------------------------ */
 
@@ -277,6 +357,76 @@ static void bench_lifecycle(conn *c)
     }
     line("create to first exec p50", pct(cr, n, 0.5), pct(ccr, n, 0.5), "ms", 1);
     line("destroy p50", pct(de, n, 0.5), pct(cde, n, 0.5), "ms", 1);
+    double ecs[16], ecse[16];
+    memset(ecs, 0, sizeof(ecs));
+    memset(ecse, 0, sizeof(ecse));
+    bench_engine(ecs, ecse, n);
+    printf("  %-40s engine API create+start p50 %.1f ms, + exec output p50 %.1f ms; "
+           "sbxd create to first exec = %.2fx the engine's create+start\n",
+           "the engine's own (raw HTTP, no client):", pct(ecs, n, 0.5), pct(ecse, n, 0.5),
+           pct(ecs, n, 0.5) > 0 ? pct(cr, n, 0.5) / pct(ecs, n, 0.5) : 0);
+    printf("BENCHJSON {\"sbxd_create_exec_p50\": %.2f, \"sbxd_destroy_p50\": %.2f, "
+           "\"cli_run_exec_p50\": %.2f, \"cli_rm_p50\": %.2f, \"engine_create_start_p50\": %.2f, "
+           "\"engine_create_start_exec_p50\": %.2f}\n",
+           pct(cr, n, 0.5), pct(de, n, 0.5), pct(ccr, n, 0.5), pct(cde, n, 0.5), pct(ecs, n, 0.5),
+           pct(ecse, n, 0.5));
+}
+
+/* ---- a warm pool
+ * ------------------------------------------------------------------------ */
+
+static int pool_ready(conn *c)
+{
+    json_t *info = call(c, "daemon.info", NULL);
+    int ready = -1;
+    size_t i;
+    json_t *pv;
+    json_array_foreach(json_object_get(res_of(info), "providers"), i, pv)
+    {
+        json_t *pl = json_array_get(json_object_get(json_object_get(pv, "info"), "pools"), 0);
+        if (pl)
+            ready = (int)json_integer_value(json_object_get(pl, "ready"));
+    }
+    json_decref(info);
+    return ready;
+}
+
+/* sbxd started with one pool of the bench image: create (from the pool) and
+ * create to first exec output, each taken with the pool refilled first. */
+static void bench_pool(conn *c, int size)
+{
+    int n = quick ? 5 : 20;
+    double cr[64], ce[64], de[64];
+    for (int i = 0; i < n; i++) {
+        for (int w = 0; w < 600 && pool_ready(c) < size; w++)
+            usleep(100000);
+        char id[32];
+        snprintf(id, sizeof(id), "bp%d-%d", (int)getpid(), i);
+        double t = now_ms();
+        json_t *r = call(c, "sandbox.create", json_pack("{s:s, s:s}", "id", id, "provider", "docker"));
+        cr[i] = now_ms() - t;
+        if (!json_object_get(json_object_get(res_of(r), "metadata"), "pool")) {
+            char *s = json_dumps(r, 0);
+            printf("  (the create did not take from the pool: %.300s)\n", s);
+            free(s);
+            json_decref(r);
+            return;
+        }
+        json_decref(r);
+        r = call(c, "process.exec", json_pack("{s:s, s:o}", "sandbox", id, "command", echo_cmd(0)));
+        ce[i] = now_ms() - t;
+        json_decref(r);
+        t = now_ms();
+        json_decref(call(c, "sandbox.destroy", json_pack("{s:s}", "id", id)));
+        de[i] = now_ms() - t;
+    }
+    printf("  %-40s create p50 %.2f ms p99 %.2f ms; create to first exec output p50 %.2f ms "
+           "p99 %.2f ms; destroy p50 %.1f ms (n=%d)\n",
+           "warm pool (size 3, refilled between):", pct(cr, n, 0.5), pct(cr, n, 0.99),
+           pct(ce, n, 0.5), pct(ce, n, 0.99), pct(de, n, 0.5), n);
+    printf("BENCHJSON {\"pool_create_p50\": %.2f, \"pool_create_exec_p50\": %.2f, "
+           "\"pool_create_exec_p99\": %.2f}\n",
+           pct(cr, n, 0.5), pct(ce, n, 0.5), pct(ce, n, 0.99));
 }
 
 /* ---- streaming
@@ -431,6 +581,11 @@ int main(int argc, char **argv)
         if (up)
             break;
         usleep(100000);
+    }
+    if (getenv("BENCH_POOL")) {
+        bench_pool(c, 3);
+        cn_close(c);
+        return 0;
     }
     json_t *r = call(c, "sandbox.create",
                      json_pack("{s:s, s:s, s:i}", "id", "bench", "provider", "docker",

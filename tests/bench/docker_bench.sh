@@ -75,7 +75,41 @@ SPID=$!
 i=0
 while [ ! -S "$T/sbxd.sock" ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i + 1)); done
 echo "  engine $ENGINE, $(nproc) cores; docker CLI $CLI"
-DOCKER_CLI=$CLI "$B/bench/docker_bench" "$T/sbxd.sock" "$ENGINE" sbx-test/busybox $BENCH_QUICK
+DOCKER_CLI=$CLI "$B/bench/docker_bench" "$T/sbxd.sock" "$ENGINE" sbx-test/busybox $BENCH_QUICK >"$T/main.out"
+grep -v '^BENCHJSON' "$T/main.out"
+
+# A warm pool of 3 containers of the same options: create answers from it.
+case "${BENCH_ONLY:-lifecycle}" in *lifecycle* | *pool*)
+    kill "$SPID" 2>/dev/null && wait "$SPID" 2>/dev/null
+    rm -f "$T/sbxd.sock"
+    { cat "$T/bench.yaml"; printf '    pools:\n      - {name: bench, size: 3}\n'; } >"$T/pool.yaml"
+    SBXD_SOCKET="$T/sbxd.sock" "$B/sbxd" -c "$T/pool.yaml" 2>"$T/sbxd-pool.log" &
+    SPID=$!
+    i=0
+    while [ ! -S "$T/sbxd.sock" ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i + 1)); done
+    BENCH_POOL=1 "$B/bench/docker_bench" "$T/sbxd.sock" "$ENGINE" sbx-test/busybox $BENCH_QUICK >"$T/pool.out"
+    grep -v '^BENCHJSON' "$T/pool.out"
+    ;;
+esac
+
+# Mastra's DockerSandbox from npm (pinned lockfile) against the same engine.
+case "${BENCH_ONLY:-lifecycle}" in *lifecycle* | *mastra*)
+    SBXJSON=$(sed -n 's/^BENCHJSON //p' "$T/main.out" "$T/pool.out" 2>/dev/null |
+        node -e 'let a={};require("fs").readFileSync(0,"utf8").split("\n").filter(Boolean).forEach(l=>Object.assign(a,JSON.parse(l)));console.log(JSON.stringify(a))' 2>/dev/null)
+    M=tests/bench/mastra
+    if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+        echo "  (Mastra DockerSandbox not measured: node/npm are not installed)"
+    elif [ ! -d "$M/node_modules/@mastra/docker" ] &&
+        ! (cd "$M" && npm ci --no-audit --no-fund --ignore-scripts >"$T/npm.log" 2>&1); then
+        echo "  (Mastra DockerSandbox not measured: npm ci in $M failed: $(tail -n 1 "$T/npm.log"))"
+    else
+        N=8
+        [ -n "$BENCH_QUICK" ] && N=3
+        timeout 600 node "$M/bench.mjs" "${ENGINE#unix://}" sbx-test/busybox $N "$SBXJSON" 2>"$T/mastra.err" ||
+            echo "  (Mastra DockerSandbox failed here: $(tail -n 1 "$T/mastra.err"); sbxd figures above stand alone)"
+    fi
+    ;;
+esac
 
 # The same exec and stream with the channel on Docker's attach stream
 # (direct_channel: false), as on a remote engine: what the direct socket buys.
