@@ -483,6 +483,7 @@ static void m_create(struct call *c, json_t *params)
         call_fail(c, &err);
         return;
     }
+    sb->id_generated = id == gen;
     log_info("sandbox %s created (provider %s, uid %d)", sb->id, prov_name, (int)uid);
     if (!start) {
         reply_sandbox(c, sb, 0);

@@ -72,6 +72,7 @@ struct sandbox {
     struct op_waiter *waiters;
     int started_once;
     int discard_on_fail; /* a failed first start (not a hook) removes it */
+    int id_generated;    /* sbxd chose the id: no backend can have it yet */
     int backend_reconnected; /* the first start found an existing backend */
     int hook_phase; /* running on_start/on_stop/on_destroy */
 

@@ -1580,8 +1580,17 @@ static int d_sb_start(void *cookie, struct sandbox *sb, sbx_err_t *err)
     ds->pull_t = 0;
     ds->exec_mode = exec_mode;
     ds->dtries = 0;
-    /* A known container (stop/start, adoption) is inspected; else looked up by label. */
-    ds->phase = ds->cid[0] ? PH_INSPECT : PH_LOOKUP;
+    /* A known container (stop/start, adoption) is inspected; else looked up by
+     * label, unless sbxd just made the id up (nothing can carry it yet). */
+    if (ds->cid[0]) {
+        ds->phase = PH_INSPECT;
+    } else if (sb->id_generated && !sb->started_once) {
+        if (!sb->snapshot && !ds->exec_mode && take_pooled(ds))
+            return 0;
+        ds->phase = PH_IMAGE;
+    } else {
+        ds->phase = PH_LOOKUP;
+    }
     lc_next(ds);
     return 0;
 }
