@@ -17,6 +17,7 @@
  * attach: Ctrl-C detaches (the process keeps running).
  */
 #include <errno.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -104,13 +105,33 @@ static int lost(struct job *j, json_t *result, const sbx_rpc_error *err)
 
 /* ---- output ----------------------------------------------------------------------------- */
 
+/* All of data to fd: write(2) straight from libsbx's buffer, no stdio copy. */
+static void write_all(int fd, const char *data, size_t len)
+{
+    while (len > 0) {
+        ssize_t w = write(fd, data, len);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0 && errno == EAGAIN) {
+            /* A non-blocking stdout (shared with another program): wait. */
+            struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+            poll(&pfd, 1, -1);
+            continue;
+        }
+        if (w <= 0)
+            return; /* EPIPE and the like: the reader is gone */
+        data += w;
+        len -= (size_t)w;
+    }
+}
+
 static void write_out(struct job *j, int stream, const char *data, size_t len)
 {
     FILE *f = stream == SBX_STDERR ? stderr : stdout;
     if (len == 0)
         return;
-    fwrite(data, 1, len, f);
-    fflush(f);
+    fflush(f); /* anything printed through stdio first */
+    write_all(fileno(f), data, len);
     if (f == stdout) {
         j->stdout_nl = data[len - 1] == '\n';
         return;
@@ -201,20 +222,7 @@ static void notify_cb(sbx_async *ac, const char *method, json_t *params, void *p
         return;
     json_int_t pid = json_integer_value(pidj);
 
-    if (strcmp(method, SBX_N_OUTPUT) == 0) {
-        if (j->pid >= 0 && pid != j->pid)
-            return;
-        int stream;
-        char *data;
-        size_t len;
-        if (sbx_output_decode(params, &stream, &data, &len) == SBX_OK) {
-            if (g.json)
-                collect(j, stream, data, len);
-            else
-                write_out(j, stream, data, len);
-            free(data);
-        }
-    } else if (strcmp(method, SBX_N_EXIT) == 0) {
+    if (strcmp(method, SBX_N_EXIT) == 0) {
         if (j->pid < 0) {
             if (!j->early_exit)
                 j->early_exit = json_incref(params);
@@ -222,6 +230,23 @@ static void notify_cb(sbx_async *ac, const char *method, json_t *params, void *p
             on_process_exit(j);
         }
     }
+}
+
+/* process.output comes here as bytes (libsbx's fast path), not as JSON. */
+static void output_cb(sbx_async *ac, const char *sandbox, json_int_t pid, int stream,
+                      uint64_t offset, const char *data, size_t len, void *privdata)
+{
+    struct job *j = privdata;
+    (void)ac;
+    (void)offset;
+    if (j->done || !j->sandbox || strcmp(sandbox, j->sandbox) != 0)
+        return;
+    if (j->pid >= 0 && pid != j->pid)
+        return;
+    if (g.json)
+        collect(j, stream, data, len);
+    else
+        write_out(j, stream, data, len);
 }
 
 /* ---- the command ----------------------------------------------------------------------- */
@@ -399,11 +424,13 @@ static void start_command(struct job *j)
     int rc;
     if (j->is_attach) {
         rc = sbx_async_call_new(j->ac, SBX_M_ATTACH,
-                                json_pack("{s:s, s:I, s:b}", "sandbox", j->sandbox, "pid",
-                                          j->pid, "follow", 1),
+                                json_pack("{s:s, s:I, s:b, s:s}", "sandbox", j->sandbox, "pid",
+                                          j->pid, "follow", 1, "output_encoding", "auto"),
                                 attach_reply, j);
     } else {
         json_object_set_new(j->exec_params, "sandbox", json_string(j->sandbox));
+        /* Binary output as base64 rather than 6-byte \u00XX escapes (PROTOCOL.md). */
+        json_object_set_new(j->exec_params, "output_encoding", json_string("auto"));
         rc = sbx_async_call(j->ac, SBX_M_SPAWN, j->exec_params, spawn_reply, j);
     }
     if (rc != SBX_OK) {
@@ -561,6 +588,7 @@ static int run_job(struct job *j)
     ac->data_cleanup = data_cleanup;
     sbx_async_set_connect_cb(ac, connect_cb);
     sbx_async_set_notify_cb(ac, notify_cb, j);
+    sbx_async_set_output_cb(ac, output_cb, j);
     if (sbx_libev_attach(j->loop, ac) != SBX_OK) {
         warnx_("cannot attach to the event loop");
         j->done = 1;

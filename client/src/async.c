@@ -47,6 +47,10 @@ struct sbx_async_priv {
     sbx_disconnect_cb on_disconnect;
     sbx_async_notify_cb notify_cb;
     void *notify_priv;
+    sbx_async_output_cb output_cb;
+    void *output_priv;
+    char *scratch; /* decoded base64 output */
+    size_t scap;
     sbx_async_tool_cb tool_cb;
     void *tool_priv;
     int timeout_ms;
@@ -302,6 +306,15 @@ static void on_response(sbx_async *ac, json_t *m)
     free(pc);
 }
 
+static void deliver_output(sbx_async *ac, const char *sandbox, json_int_t pid, int stream,
+                           uint64_t offset, const char *data, size_t len)
+{
+    struct sbx_async_priv *p = ac->apriv;
+    int was = cb_enter(ac);
+    p->output_cb(ac, sandbox, pid, stream, offset, data, len, p->output_priv);
+    cb_leave(ac, was);
+}
+
 static void on_notify(sbx_async *ac, json_t *m)
 {
     struct sbx_async_priv *p = ac->apriv;
@@ -310,11 +323,55 @@ static void on_notify(sbx_async *ac, json_t *m)
     if (p->watches && (strcmp(method, SBX_N_OUTPUT) == 0 || strcmp(method, SBX_N_EXIT) == 0) &&
         watch_dispatch(ac, method, m))
         return;
+    if (p->output_cb && strcmp(method, SBX_N_OUTPUT) == 0) {
+        /* A line the fast path did not take (another shape): same delivery. */
+        json_t *params = json_object_get(m, "params");
+        const char *sandbox = json_string_value(json_object_get(params, "sandbox"));
+        json_t *pidj = json_object_get(params, "pid"), *offj = json_object_get(params, "offset");
+        int stream;
+        char *data;
+        size_t len;
+        if (!sandbox || !json_is_integer(pidj) ||
+            sbx_output_decode(params, &stream, &data, &len) != SBX_OK) {
+            ctx_fail(&ac->c, SBX_ERR_PROTOCOL, "malformed process.output from sbxd");
+            return;
+        }
+        json_int_t off = json_integer_value(offj);
+        deliver_output(ac, sandbox, json_integer_value(pidj), stream,
+                       off > 0 ? (uint64_t)off : 0, data, len);
+        free(data);
+        return;
+    }
     if (p->notify_cb) {
         int was = cb_enter(ac);
         p->notify_cb(ac, method, json_object_get(m, "params"), p->notify_priv);
         cb_leave(ac, was);
     }
+}
+
+/* A process.output taken by the reader's fast path. */
+static void on_output_view(sbx_async *ac, const struct sbx_output_view *v)
+{
+    struct sbx_async_priv *p = ac->apriv;
+    if (p->output_cb && !p->watches) {
+        const char *data;
+        size_t len;
+        if (output_view_bytes(v, &p->scratch, &p->scap, &data, &len) != SBX_OK) {
+            ctx_fail(&ac->c, SBX_ERR_PROTOCOL, "process.output with invalid base64 from sbxd");
+            return;
+        }
+        deliver_output(ac, v->sandbox, v->pid, v->stream, v->offset, data, len);
+        return;
+    }
+    if (!p->watches && !p->notify_cb)
+        return;
+    json_t *m = output_view_json(v);
+    if (!m) {
+        ctx_fail(&ac->c, SBX_ERR_OOM, "out of memory");
+        return;
+    }
+    on_notify(ac, m);
+    json_decref(m);
 }
 
 static void on_request(sbx_async *ac, json_t *m)
@@ -415,6 +472,12 @@ void sbx_async_set_notify_cb(sbx_async *ac, sbx_async_notify_cb cb, void *privda
     ac->apriv->notify_priv = privdata;
 }
 
+void sbx_async_set_output_cb(sbx_async *ac, sbx_async_output_cb cb, void *privdata)
+{
+    ac->apriv->output_cb = cb;
+    ac->apriv->output_priv = privdata;
+}
+
 void sbx_async_set_tool_cb(sbx_async *ac, sbx_async_tool_cb cb, void *privdata)
 {
     ac->apriv->tool_cb = cb;
@@ -463,6 +526,7 @@ static void teardown(sbx_async *ac)
     if (ac->data_cleanup)
         ac->data_cleanup(ac->data);
     free(p->buckets);
+    free(p->scratch);
     free(p);
     ctx_deinit(&ac->c);
     free(ac);
@@ -683,14 +747,19 @@ void sbx_async_handle_read(sbx_async *ac)
     /* Bounded by what one read brought in. */
     for (;;) {
         json_t *m;
-        if (sbx_reader_get_frame(ac->c.reader, &m) != SBX_OK) {
+        struct sbx_output_view v;
+        if (reader_next(ac->c.reader, &m, &v) != SBX_OK) {
             ctx_fail_reader(&ac->c);
             break;
         }
-        if (!m)
-            break;
-        dispatch(ac, m);
-        json_decref(m);
+        if (v.data) {
+            on_output_view(ac, &v);
+        } else {
+            if (!m)
+                break;
+            dispatch(ac, m);
+            json_decref(m);
+        }
         if (must_stop(ac))
             break;
     }

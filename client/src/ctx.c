@@ -186,13 +186,19 @@ int ctx_flush(sbx_ctx *c)
 
 int ctx_read(sbx_ctx *c)
 {
-    char buf[SBX_READ_CHUNK];
     ssize_t n;
 
     if (c->flags & SBX_BROKEN)
         return SBX_ERR;
+    /* Straight into the reader's buffer: no bounce through the stack. */
+    size_t avail;
+    char *dst = reader_space(c->reader, SBX_READ_CHUNK, &avail);
+    if (!dst) {
+        ctx_fail_reader(c);
+        return SBX_ERR;
+    }
     do {
-        n = recv(c->fd, buf, sizeof(buf), 0);
+        n = recv(c->fd, dst, avail, 0);
     } while (n < 0 && errno == EINTR);
     if (n < 0) {
         if (errno == EAGAIN || errno == EWOULDBLOCK)
@@ -204,11 +210,8 @@ int ctx_read(sbx_ctx *c)
         ctx_fail(c, SBX_ERR_EOF, "connection closed by sbxd");
         return SBX_ERR;
     }
-    if (sbx_reader_feed(c->reader, buf, (size_t)n) != SBX_OK) {
-        ctx_fail_reader(c);
-        return SBX_ERR;
-    }
-    return (int)n;
+    reader_commit(c->reader, (size_t)n);
+    return n > INT32_MAX ? INT32_MAX : (int)n;
 }
 
 /* ---- serialization ----------------------------------------------------------- */

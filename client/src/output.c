@@ -41,27 +41,33 @@ size_t sbx_base64_encode(char *out, const void *in, size_t n)
     return o;
 }
 
-static int b64_value(unsigned char ch)
-{
-    if (ch >= 'A' && ch <= 'Z')
-        return ch - 'A';
-    if (ch >= 'a' && ch <= 'z')
-        return ch - 'a' + 26;
-    if (ch >= '0' && ch <= '9')
-        return ch - '0' + 52;
-    if (ch == '+')
-        return 62;
-    if (ch == '/')
-        return 63;
-    return -1;
-}
+/* 0..63 for the alphabet, 0xff for anything else. */
+static const unsigned char b64_table[256] = {
+#define X 0xff
+    X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,
+    X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,
+    X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  62, X,  X,  X,  63,
+    52, 53, 54, 55, 56, 57, 58, 59, 60, 61, X,  X,  X,  X,  X,  X,
+    X,  0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14,
+    15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, X,  X,  X,  X,  X,
+    X,  26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40,
+    41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, X,  X,  X,  X,  X,
+    X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,
+    X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,
+    X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,
+    X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,
+    X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,
+    X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,
+    X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,
+    X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,  X,
+#undef X
+};
 
 int sbx_base64_decode(void *out, size_t *out_len, const char *in, size_t n)
 {
+    const unsigned char *s = (const unsigned char *)in;
     unsigned char *o = out;
     size_t len = 0;
-    unsigned acc = 0;
-    int bits = 0;
 
     *out_len = 0;
     /* Padding only at the end, at most two, and only where it completes a quad. */
@@ -74,20 +80,36 @@ int sbx_base64_decode(void *out, size_t *out_len, const char *in, size_t n)
     if (n % 4 == 1)
         return SBX_ERR;
 
-    for (size_t i = 0; i < n; i++) {
-        int v = b64_value((unsigned char)in[i]);
-        if (v < 0)
+    /* Whole quads, one table lookup per character; a bad one shows in the OR. */
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        unsigned a = b64_table[s[i]], b = b64_table[s[i + 1]], c = b64_table[s[i + 2]],
+                 d = b64_table[s[i + 3]];
+        if ((a | b | c | d) & 0x80)
             return SBX_ERR;
-        acc = (acc << 6 | (unsigned)v) & 0xffffff;
-        bits += 6;
-        if (bits >= 8) {
-            bits -= 8;
-            o[len++] = (unsigned char)(acc >> bits & 0xff);
+        unsigned v = a << 18 | b << 12 | c << 6 | d;
+        o[len] = (unsigned char)(v >> 16);
+        o[len + 1] = (unsigned char)(v >> 8);
+        o[len + 2] = (unsigned char)v;
+        len += 3;
+    }
+    /* 2 or 3 characters left: 1 or 2 bytes, the unused bits must be zero
+     * (canonical encoding). */
+    if (i < n) {
+        unsigned a = b64_table[s[i]], b = b64_table[s[i + 1]];
+        unsigned c = n - i == 3 ? b64_table[s[i + 2]] : 0;
+        if ((a | b | c) & 0x80)
+            return SBX_ERR;
+        unsigned v = a << 18 | b << 12 | c << 6;
+        o[len++] = (unsigned char)(v >> 16);
+        if (n - i == 3) {
+            o[len++] = (unsigned char)(v >> 8);
+            if (v & 0xff)
+                return SBX_ERR;
+        } else if (v & 0xffff) {
+            return SBX_ERR;
         }
     }
-    /* Leftover bits must be zero (canonical encoding). */
-    if (bits && (acc & ((1u << bits) - 1)))
-        return SBX_ERR;
     *out_len = len;
     return SBX_OK;
 }
@@ -137,6 +159,28 @@ int sbx_json_get_bytes(const json_t *obj, const char *key, char **data_out, size
     d[len] = '\0';
     *data_out = d;
     *len_out = len;
+    return SBX_OK;
+}
+
+int output_view_bytes(const struct sbx_output_view *v, char **scratch, size_t *scap,
+                      const char **data_out, size_t *len_out)
+{
+    if (!v->b64) {
+        *data_out = v->data;
+        *len_out = v->len;
+        return SBX_OK;
+    }
+    size_t need = v->len / 4 * 3 + 3;
+    if (need > *scap) {
+        char *ns = realloc(*scratch, need);
+        if (!ns)
+            return SBX_ERR;
+        *scratch = ns;
+        *scap = need;
+    }
+    if (sbx_base64_decode(*scratch, len_out, v->data, v->len) != SBX_OK)
+        return SBX_ERR;
+    *data_out = *scratch;
     return SBX_OK;
 }
 

@@ -11,8 +11,8 @@
 
 #define SBX_PRINTF(a, b) __attribute__((format(printf, a, b)))
 
-/* Bytes read from the socket per read(2). */
-#define SBX_READ_CHUNK (64 * 1024)
+/* Room made in the reader for each read(2) (it may take more when there is). */
+#define SBX_READ_CHUNK (256 * 1024)
 
 /* Output buffer: bytes [pos, len) still to be written. */
 struct sbx_obuf {
@@ -36,6 +36,35 @@ struct sbx_ctx_priv {
 };
 
 enum msg_kind { MSG_INVALID, MSG_RESPONSE, MSG_NOTIFY, MSG_REQUEST };
+
+/* ---- reader.c ---- */
+
+/* A process.output notification read by the fast path. Pointers into the
+ * reader (sandbox NUL-terminated); valid until the reader is used again. */
+struct sbx_output_view {
+    const char *sandbox;
+    size_t sandbox_len;
+    json_int_t pid;
+    int stream; /* SBX_STDOUT, SBX_STDERR */
+    uint64_t offset;
+    int b64;          /* data is base64 text (data_b64), else the bytes (data) */
+    const char *data; /* NULL: no view */
+    size_t len;
+};
+
+/* Room for n more bytes at the end of the buffer (*avail >= n), to read
+ * into directly; then reader_commit. NULL on failure (reader error set). */
+char *reader_space(sbx_reader *r, size_t n, size_t *avail);
+void reader_commit(sbx_reader *r, size_t n);
+/* sbx_reader_get_frame, but a process.output of the daemon's shape comes
+ * back in *view (view->data set, *frame_out NULL) when view is not NULL. */
+int reader_next(sbx_reader *r, json_t **frame_out, struct sbx_output_view *view);
+/* The notification a view stands for; new reference, NULL on OOM. */
+json_t *output_view_json(const struct sbx_output_view *v);
+/* The bytes of a view: the data itself, or base64 decoded into *scratch
+ * (grown as needed, the caller's). SBX_ERR on bad base64 or OOM. */
+int output_view_bytes(const struct sbx_output_view *v, char **scratch, size_t *scap,
+                      const char **data_out, size_t *len_out);
 
 /* ---- ctx.c ---- */
 int ctx_init(sbx_ctx *c);

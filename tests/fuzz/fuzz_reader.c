@@ -4,6 +4,9 @@
  * notification, decoded with sbx_output_decode as clients do. Frames must
  * come out the same however the bytes were cut: the input is read twice,
  * once whole and once in pieces, and the two frame sequences compared.
+ * And every frame must be what jansson reads from its line: the reader's
+ * hand-written process.output fast path may never disagree with it (a line
+ * jansson refuses must be refused too).
  */
 #include <jansson.h>
 #include <stdint.h>
@@ -82,6 +85,41 @@ static int read_all(const uint8_t *data, size_t size, size_t piece, char **out)
     return err;
 }
 
+/* jansson alone, line by line, as the reader worked before its fast path. */
+static void check_lines(const uint8_t *data, size_t size)
+{
+    sbx_reader *r = sbx_reader_new();
+    if (!r)
+        abort();
+    sbx_reader_set_max_frame(r, 64 * 1024);
+    if (sbx_reader_feed(r, (const char *)data, size) != SBX_OK)
+        abort();
+    const char *p = (const char *)data, *end = p + size;
+    for (;;) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        if (!nl)
+            break;
+        size_t n = (size_t)(nl - p);
+        const char *line = p;
+        p = nl + 1;
+        size_t k = 0;
+        while (k < n && (line[k] == ' ' || line[k] == '\t' || line[k] == '\r'))
+            k++;
+        if (k == n)
+            continue; /* blank: skipped by both */
+        json_t *f = NULL;
+        int rc = sbx_reader_get_frame(r, &f);
+        json_t *ref = n <= 64 * 1024 ? json_loadb(line, n, JSON_ALLOW_NUL, NULL) : NULL;
+        if (rc == SBX_OK && (!f || !ref || !json_equal(f, ref)))
+            abort(); /* a frame jansson reads differently, or not at all */
+        json_decref(f);
+        json_decref(ref);
+        if (rc != SBX_OK)
+            break; /* jansson refused it too, or too large/deep: reader errors stick */
+    }
+    sbx_reader_free(r);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size == 0)
@@ -96,6 +134,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
      * them, however the bytes were cut. */
     if (e1 != e2 || strcmp(whole, cut) != 0)
         abort();
+    check_lines(data, size);
     free(whole);
     free(cut);
     return 0;

@@ -117,6 +117,16 @@ out --json exec "$ID" -- '1 + 1'
 check "exec --json prints the result" grep -q '"result":2' "$T/out"
 out exec "$ID" -- 'var s = new Array(1024).join("y"); for (var i = 0; i < 1500; i++) console.log(s); 0'
 check "exec: 1.5 MB of output streamed in full" [ "$(wc -c <"$T/out")" -eq $((1500 * 1024 + 2)) ]
+# NUL-heavy output comes as base64 (output_encoding auto) and must arrive byte-exact.
+out exec "$ID" -- 'var z = new Array(65537).join("\u0000"); for (var i = 0; i < 16; i++) console.log(z); 0'
+head -c 65536 /dev/zero >"$T/z"
+printf '\n' >>"$T/z"
+for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16; do cat "$T/z"; done >"$T/want"
+printf '0\n' >>"$T/want"
+check "exec: 1 MB of NUL bytes arrives byte-exact" cmp -s "$T/out" "$T/want"
+out exec "$ID" -- 'console.log("q\" b\\ \t\r\u0001\u00e9\u20ac\ud83d\ude00"); 0'
+printf 'q" b\\ \t\r\001\303\251\342\202\254\360\237\230\200\n0\n' >"$T/want"
+check "exec: escapes and multi-byte characters arrive byte-exact" cmp -s "$T/out" "$T/want"
 
 # -- processes --------------------------------------------------------------------
 out spawn "$ID" -- 'for (var i = 0; i < 3; i++) console.log("n" + i); 5'

@@ -192,6 +192,58 @@ static int unb64_fails(const char *in)
     return sbx_base64_decode(out, &n, in, strlen(in)) == SBX_ERR;
 }
 
+/* A line in the daemon's process.output shape must give what jansson gives. */
+static int same_as_jansson(const char *line)
+{
+    sbx_reader *r = sbx_reader_new();
+    json_t *v = NULL;
+    feed_str(r, line);
+    feed_str(r, "\n");
+    int rc = sbx_reader_get_frame(r, &v);
+    json_t *ref = json_loads(line, JSON_ALLOW_NUL, NULL);
+    int ok = ref ? rc == SBX_OK && v && json_equal(v, ref) : rc == SBX_ERR && !v;
+    json_decref(v);
+    json_decref(ref);
+    sbx_reader_free(r);
+    return ok;
+}
+
+#define OUT_HEAD "{\"jsonrpc\":\"2.0\",\"method\":\"process.output\",\"params\":{\"sandbox\":\"sb-1\"," \
+                 "\"pid\":7,\"stream\":\"stdout\",\"offset\":12345678901,"
+
+static void test_reader_fast(void)
+{
+    test_cond("fast path: plain text is what jansson reads",
+              same_as_jansson(OUT_HEAD "\"data\":\"hello world, a plain line of text\"}}"));
+    test_cond("fast path: every escape, \\u0000 and a surrogate pair",
+              same_as_jansson(OUT_HEAD "\"data\":\"q\\\" b\\\\ s\\/ \\b\\f\\n\\r\\t "
+                                       "\\u0000\\u00e9\\u20ac\\ud83d\\ude00 \xc3\xa9\xf0\x9f\x98\x80\"}}"));
+    test_cond("fast path: data_b64 and stderr",
+              same_as_jansson("{\"jsonrpc\":\"2.0\",\"method\":\"process.output\",\"params\":{"
+                              "\"sandbox\":\"x\",\"pid\":1,\"stream\":\"stderr\",\"offset\":0,"
+                              "\"data_b64\":\"AP8QaGk=\"}}"));
+    test_cond("fast path: a key after data falls back to jansson",
+              same_as_jansson(OUT_HEAD "\"data\":\"a\\nb\",\"more\":\"x\\\"}\"}}"));
+    test_cond("fast path: a lone surrogate is an error as in jansson",
+              same_as_jansson(OUT_HEAD "\"data\":\"ab\\ud800\"}}") &&
+                  same_as_jansson(OUT_HEAD "\"data\":\"ab\\udc00x\"}}"));
+    test_cond("fast path: a raw control byte or bad UTF-8 is an error as in jansson",
+              same_as_jansson(OUT_HEAD "\"data\":\"a\tb\"}}") &&
+                  same_as_jansson(OUT_HEAD "\"data\":\"a\xc0\xaf" "b\"}}") &&
+                  same_as_jansson(OUT_HEAD "\"data\":\"a\xed\xa0\x80\"}}"));
+    test_cond("fast path: odd numbers fall back (leading zero, negative, huge)",
+              same_as_jansson("{\"jsonrpc\":\"2.0\",\"method\":\"process.output\",\"params\":{"
+                              "\"sandbox\":\"x\",\"pid\":01,\"stream\":\"stdout\",\"offset\":0,"
+                              "\"data\":\"y\"}}") &&
+                  same_as_jansson("{\"jsonrpc\":\"2.0\",\"method\":\"process.output\",\"params\":{"
+                                  "\"sandbox\":\"x\",\"pid\":-1,\"stream\":\"stdout\",\"offset\":0,"
+                                  "\"data\":\"y\"}}") &&
+                  same_as_jansson(OUT_HEAD "\"data\":\"y\"}}  \r") &&
+                  same_as_jansson("{\"jsonrpc\":\"2.0\",\"method\":\"process.output\",\"params\":{"
+                                  "\"sandbox\":\"x\",\"pid\":99999999999999999999,\"stream\":"
+                                  "\"stdout\",\"offset\":0,\"data\":\"y\"}}"));
+}
+
 static void test_base64(void)
 {
     test_cond("base64: RFC 4648 encode vectors",
@@ -342,6 +394,23 @@ static void serve(int fd)
             send_line(out, json_pack("{s:s, s:s, s:{s:s, s:i, s:i}}", "jsonrpc", "2.0", "method",
                                      "process.exit", "params", "sandbox", sb, "pid", 7,
                                      "exit_code", 3));
+        } else if (strcmp(method, "t.output") == 0) {
+            /* Output in the daemon's shape (text with escapes, base64) and in
+             * another key order, then the answer. */
+            fputs("{\"jsonrpc\":\"2.0\",\"method\":\"process.output\",\"params\":{"
+                  "\"sandbox\":\"sb\",\"pid\":7,\"stream\":\"stdout\",\"offset\":0,"
+                  "\"data\":\"a\\u0000\\\"b\\n\"}}\n",
+                  out);
+            fputs("{\"jsonrpc\":\"2.0\",\"method\":\"process.output\",\"params\":{"
+                  "\"sandbox\":\"sb\",\"pid\":7,\"stream\":\"stderr\",\"offset\":0,"
+                  "\"data_b64\":\"AP8K\"}}\n",
+                  out);
+            fputs("{\"method\":\"process.output\",\"jsonrpc\":\"2.0\",\"params\":{"
+                  "\"data\":\"end\",\"stream\":\"stdout\",\"pid\":7,\"offset\":5,"
+                  "\"sandbox\":\"sb\"}}\n",
+                  out);
+            fflush(out);
+            send_line(out, json_pack("{s:s, s:O, s:b}", "jsonrpc", "2.0", "id", id, "result", 1));
         } else if (strcmp(method, "t.error") == 0) {
             send_line(out, json_pack("{s:s, s:O, s:{s:i, s:s, s:{s:s}}}", "jsonrpc", "2.0", "id",
                                      id, "error", "code", -32000, "message", "sandbox not found",
@@ -674,6 +743,26 @@ static void a_tool(sbx_async *ac, const char *call_id, const char *tool, json_t 
     (void)ac;
 }
 
+static char raw_out[64];
+static size_t raw_len;
+static int raw_calls, raw_stderr;
+
+static void a_raw(sbx_async *ac, const char *sandbox, json_int_t pid, int stream,
+                  uint64_t offset, const char *data, size_t len, void *privdata)
+{
+    (void)ac;
+    (void)privdata;
+    (void)offset;
+    if (strcmp(sandbox, "sb") != 0 || pid != 7)
+        return;
+    raw_calls++;
+    raw_stderr += stream == SBX_STDERR;
+    if (raw_len + len <= sizeof(raw_out)) {
+        memcpy(raw_out + raw_len, data, len);
+        raw_len += len;
+    }
+}
+
 /* Reply tags (privdata must not be a string literal: -Wwrite-strings). */
 static char tags[] = "sfxTgn12";
 #define TAG(ch) strchr(tags, #ch[0])
@@ -758,6 +847,17 @@ static void test_async(void)
     RUN_UNTIL(ac, t.replies == 4);
     test_cond("async: tool round trip completed", strstr(t.order, "T") != NULL);
 
+    /* The output callback: decoded bytes, both shapes, not the notify callback. */
+    t.notes = 0;
+    sbx_async_set_output_cb(ac, a_raw, NULL);
+    sbx_async_call(ac, "t.output", NULL, a_reply, TAG(g));
+    RUN_UNTIL(ac, t.replies == 5);
+    test_cond("async: output callback gets the bytes of data and data_b64, in order",
+              raw_calls == 3 && raw_stderr == 1 && raw_len == 5 + 3 + 3 &&
+                  memcmp(raw_out, "a\0\"b\n\0\xff\nend", 11) == 0);
+    test_cond("async: with an output callback, output skips the notify callback", t.notes == 0);
+    sbx_async_set_output_cb(ac, NULL, NULL);
+
     /* Graceful disconnect waits for pending replies. */
     sbx_async_call(ac, "t.echo", NULL, a_reply, TAG(g));
     sbx_async_disconnect(ac);
@@ -810,6 +910,7 @@ int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
     test_reader();
+    test_reader_fast();
     test_base64();
 
     pid_t fake = start_fake();

@@ -20,6 +20,8 @@
 #ifndef SBX_ASYNC_H
 #define SBX_ASYNC_H
 
+#include <stdint.h>
+
 #include "sbx.h"
 
 #ifdef __cplusplus
@@ -81,6 +83,17 @@ typedef void (*sbx_async_notify_cb)(sbx_async *ac, const char *method, json_t *p
 typedef void (*sbx_async_tool_cb)(sbx_async *ac, const char *call_id, const char *tool,
                                   json_t *args, json_t *params, void *privdata);
 
+/**
+ * Process output, decoded, for sbx_async_set_output_cb.
+ * @param sandbox  borrowed
+ * @param offset   the stream offset of data[0]
+ * @param data     len bytes, borrowed, valid during the call only; NOT
+ *                 NUL-terminated (it points into libsbx's read buffer).
+ */
+typedef void (*sbx_async_output_cb)(sbx_async *ac, const char *sandbox, json_int_t pid,
+                                    int stream, uint64_t offset, const char *data, size_t len,
+                                    void *privdata);
+
 /** Output of a spawned process, in order. data is borrowed (len bytes, NUL after). */
 typedef void (*sbx_output_cb)(sbx_async *ac, int stream, const char *data, size_t len,
                               void *privdata);
@@ -110,6 +123,17 @@ SBX_API int sbx_async_attach(sbx_async *ac, const sbx_async_ev *ev);
 SBX_API void sbx_async_set_connect_cb(sbx_async *ac, sbx_connect_cb cb);
 SBX_API void sbx_async_set_disconnect_cb(sbx_async *ac, sbx_disconnect_cb cb);
 SBX_API void sbx_async_set_notify_cb(sbx_async *ac, sbx_async_notify_cb cb, void *privdata);
+
+/**
+ * The fast way to receive output: with cb set, every process.output that no
+ * sbx_async_spawn watch claims goes to cb as bytes (data or data_b64
+ * decoded) instead of to the notify callback as JSON. Output lines in the
+ * daemon's own shape are then never parsed into JSON at all. A data_b64
+ * that is not valid base64 breaks the connection (SBX_ERR_PROTOCOL).
+ * Ask for output_encoding "auto" in process.exec/spawn/attach so that
+ * binary output costs base64 rather than \u00XX escapes. NULL: off.
+ */
+SBX_API void sbx_async_set_output_cb(sbx_async *ac, sbx_async_output_cb cb, void *privdata);
 
 /** Sets the tool.call handler (NULL: tool calls fail with SBX_E_TOOL at once). */
 SBX_API void sbx_async_set_tool_cb(sbx_async *ac, sbx_async_tool_cb cb, void *privdata);

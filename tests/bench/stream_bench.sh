@@ -1,0 +1,139 @@
+#!/bin/sh
+# stream_bench.sh BUILD_DIR - client streaming at full speed: the wall time of
+# `sbxctl exec ID -- CMD > /dev/null` for 200 MB of text, of NUL bytes and of
+# random bytes from a Docker sandbox, beside dockerode (tests/bench/dockerode,
+# npm, pinned lockfile) and the docker CLI reading the same command's output
+# from the same engine in the same run. Median of 3. Prints; never fails.
+#
+# Engine: as tests/bench/docker_bench.sh ($DOCKER_HOST, /var/run/docker.sock,
+# or a private dockerd when root). SBXCTL=path measures another sbxctl (an
+# older build, for before/after figures).
+B=${1:-build}
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$ROOT" || exit 0
+SBXCTL=${SBXCTL:-$ROOT/$B/sbxctl}
+MB=${STREAM_MB:-200}
+echo "client streaming benchmark (sbxctl exec ... > /dev/null, $MB MB, median of 3)"
+if [ ! -x "$SBXCTL" ] || [ ! -x "$B/sbx-init" ]; then
+    echo "  (skipped: build $B first)"
+    exit 0
+fi
+CLI=""
+for c in /usr/local/bin/docker "$(command -v docker 2>/dev/null)"; do
+    [ -n "$c" ] && [ -x "$c" ] && { CLI=$c; break; }
+done
+
+T=$(mktemp -d /tmp/sbxd-sbench.XXXXXX)
+DK=$(mktemp -d /tmp/sbxds.XXXXXX)
+PRIVATE=0
+SPID=""
+cleanup() {
+    [ -n "$SPID" ] && kill "$SPID" 2>/dev/null && wait "$SPID" 2>/dev/null
+    [ "$PRIVATE" = 1 ] && sh tests/docker/dockerd.sh stop "$DK" >/dev/null 2>&1
+    rm -rf "$T" "$DK"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+ping_unix() { curl -s --max-time 3 --unix-socket "$1" http://localhost/_ping 2>/dev/null | grep -q OK; }
+ENGINE=""
+case "${DOCKER_HOST:-}" in unix://*) ping_unix "${DOCKER_HOST#unix://}" && ENGINE=$DOCKER_HOST ;; esac
+[ -z "$ENGINE" ] && ping_unix /var/run/docker.sock && ENGINE=unix:///var/run/docker.sock
+if [ -z "$ENGINE" ]; then
+    if [ "$(id -u)" != 0 ]; then
+        echo "  (skipped: no engine answers and starting one needs root)"
+        exit 0
+    fi
+    env -u DOCKER_HOST sh tests/docker/dockerd.sh start "$DK" >"$T/env" 2>"$T/dockerd.log" ||
+        { echo "  (skipped: the private dockerd did not start)"; exit 0; }
+    PRIVATE=1
+    ENGINE=$(sed -n 's/^DOCKER_HOST=//p' "$T/env")
+fi
+SOCK=${ENGINE#unix://}
+sh tests/docker/images.sh "$ENGINE" >"$T/images.log" 2>&1 || { echo "  (skipped: no test image)"; exit 0; }
+
+cat >"$T/bench.yaml" <<YAML
+log_level: warn
+socket:
+  mode: "0600"
+providers:
+  docker:
+    host: $ENGINE
+    agent_path: $ROOT/$B/sbx-init
+    image: sbx-test/busybox
+    network: none
+YAML
+SBXD_SOCKET="$T/sbxd.sock" "$B/sbxd" -c "$T/bench.yaml" 2>"$T/sbxd.log" &
+SPID=$!
+i=0
+while [ ! -S "$T/sbxd.sock" ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i + 1)); done
+export SBXD_SOCKET="$T/sbxd.sock"
+if ! "$B/sbxctl" create --provider docker --id sbench >/dev/null 2>"$T/create.log"; then
+    echo "  (skipped: sandbox create failed: $(tail -n 1 "$T/create.log"))"
+    tail -n 5 "$T/sbxd.log" | sed 's/^/  | /'
+    exit 0
+fi
+CID=$(curl -s --unix-socket "$SOCK" \
+    'http://localhost/v1.41/containers/json?filters=%7B%22label%22%3A%5B%22sbxd.id%3Dsbench%22%5D%7D' |
+    sed -n 's/^\[{"Id":"\([0-9a-f]*\)".*/\1/p')
+# The random bytes are made once, inside the container (64 MiB, read 3x).
+RMB=$(((MB + 63) / 64))
+"$B/sbxctl" exec sbench -- sh -c 'head -c 67108864 /dev/urandom > /tmp/rnd' >/dev/null 2>&1
+COUNT=$((MB * 16))
+TEXT="dd if=/dev/zero bs=64k count=$COUNT 2>/dev/null | tr '\\0' x"
+NUL="dd if=/dev/zero bs=64k count=$COUNT 2>/dev/null"
+RND="i=0; while [ \$i -lt $RMB ]; do cat /tmp/rnd; i=\$((i+1)); done"
+
+now() { date +%s.%N; }
+# median of three MB/s figures on stdin
+median() { sort -n | sed -n 2p; }
+mbs() { awk -v b="$1" -v s="$2" 'BEGIN { if (s > 0) printf "%.1f\n", b / s / 1e6; else print 0 }'; }
+
+sbx_rate() { # cmd
+    for k in 1 2 3; do
+        t0=$(now)
+        "$SBXCTL" exec sbench -- sh -c "$1" >"$T/out" 2>/dev/null
+        t1=$(now)
+        mbs "$(stat -c %s "$T/out")" "$(awk -v a="$t0" -v b="$t1" 'BEGIN{print b-a}')"
+        rm -f "$T/out"
+    done | median
+}
+cli_rate() { # cmd
+    [ -n "$CLI" ] && [ -n "$CID" ] || { echo "-"; return; }
+    for k in 1 2 3; do
+        t0=$(now)
+        "$CLI" -H "$ENGINE" exec "$CID" sh -c "$1" >"$T/out" 2>/dev/null
+        t1=$(now)
+        mbs "$(stat -c %s "$T/out")" "$(awk -v a="$t0" -v b="$t1" 'BEGIN{print b-a}')"
+        rm -f "$T/out"
+    done | median
+}
+DN=tests/bench/dockerode
+if [ -n "$CID" ] && command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 &&
+    { [ -d "$DN/node_modules/dockerode" ] ||
+        (cd "$DN" && npm ci --no-audit --no-fund >"$T/npm.log" 2>&1); }; then
+    HAVE_NODE=1
+else
+    HAVE_NODE=0
+fi
+node_rate() { # cmd
+    [ "$HAVE_NODE" = 1 ] || { echo "-"; return; }
+    for k in 1 2 3; do
+        node "$DN/stream.mjs" "$SOCK" "$CID" "$1" 2>/dev/null | { read -r b s; mbs "$b" "$s"; }
+    done | median
+}
+
+printf '  %-28s %12s %12s %12s\n' "output" "sbxctl" "dockerode" "docker CLI"
+for kind in text nul random; do
+    case $kind in
+    text) cmd=$TEXT; what="text (dd | tr, 'x')" ;;
+    nul) cmd=$NUL; what="binary: NUL bytes (dd)" ;;
+    random) cmd=$RND; what="binary: random bytes" ;;
+    esac
+    s=$(sbx_rate "$cmd")
+    d=$(node_rate "$cmd")
+    c=$(cli_rate "$cmd")
+    printf '  %-28s %8s MB/s %7s MB/s %7s MB/s\n' "$what" "$s" "$d" "$c"
+done
+"$B/sbxctl" rm sbench >/dev/null 2>&1
+exit 0
