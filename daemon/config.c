@@ -125,8 +125,8 @@ int config_init_defaults(struct sbx_config *cfg)
     cfg->session_idle_timeout_ms = 600000;
     cfg->input_bytes_per_uid = 64 * MIB;
     cfg->output_bytes_total = GIB;
-    cfg->retained_bytes_per_sandbox = 32 * MIB;
-    cfg->retained_bytes_total = 512 * MIB;
+    cfg->retained_bytes_per_sandbox = 8 * MIB;
+    cfg->retained_bytes_total = 64 * MIB;
     cfg->env_bytes = 256 * KIB;
     cfg->max_snapshots_per_uid = 32;
     cfg->snapshot_bytes_per_uid = 64 * MIB;

@@ -64,8 +64,8 @@ struct sbx_config {
     int64_t session_idle_timeout_ms;   /* default 600000; 0 = off */
     int64_t input_bytes_per_uid;       /* default 64 MiB: unparsed input of a uid's sessions */
     int64_t output_bytes_total;        /* default 1 GiB: queued output of all sessions */
-    int64_t retained_bytes_per_sandbox; /* default 32 MiB: replay + results of exited processes */
-    int64_t retained_bytes_total;      /* default 512 MiB: the same, daemon-wide */
+    int64_t retained_bytes_per_sandbox; /* default 8 MiB: replay + results of exited processes */
+    int64_t retained_bytes_total;      /* default 64 MiB: the same, daemon-wide */
     int64_t env_bytes;                 /* default 256 KiB: an env (keys + values) */
     int64_t max_snapshots_per_uid;     /* default 32 */
     int64_t snapshot_bytes_per_uid;    /* default 64 MiB */

@@ -22,6 +22,7 @@
 #include "process.h"
 #include "sandbox.h"
 #include "sbx_proto.h"
+#include "parse.h"
 #include "session.h"
 #include "usage.h"
 
@@ -380,6 +381,7 @@ int main(int argc, char **argv)
     notify_systemd("READY=1\nSTATUS=serving");
     ev_run(D->loop, 0);
 
+    parse_shutdown();
     session_free_all();
     sandbox_free_all();
     usage_free_all();

@@ -33,6 +33,9 @@ int rpc_json_depth_ok(json_t *v, int depth);
 /* Dispatches the next slice of the session's unfinished batch (s->cur_batch).
  * Returns 1 if members are left for another slice, else 0. */
 int rpc_batch_resume(struct session *s);
+/* A parsed line (v stolen; NULL with jerr on a parse error; depth_ok 0 when
+ * it nests too deep). A batch may be left unfinished in s->cur_batch. */
+void rpc_handle_value(struct session *s, json_t *v, int depth_ok, const json_error_t *jerr);
 /* One complete line from the session (without the '\n'). A batch may be left
  * unfinished in s->cur_batch. */
 void rpc_handle_line(struct session *s, const char *line, size_t len);

@@ -15,6 +15,7 @@
 
 #include "daemon.h"
 #include "log.h"
+#include "parse.h"
 #include "process.h"
 #include "rpc.h"
 #include "sbx_proto.h"
@@ -425,7 +426,7 @@ static void session_update_watcher_ex(struct session *s, int flush_coming)
     if (s->flags & SESS_CLOSE_ASAP)
         return;
     int ev = 0;
-    if (!(s->flags & (SESS_CLOSE_AFTER_WRITE | SESS_CONGESTED | SESS_BUSY)))
+    if (!(s->flags & (SESS_CLOSE_AFTER_WRITE | SESS_CONGESTED | SESS_BUSY)) && !s->parsing)
         ev |= EV_READ;
     if (s->obuf.bytes > 0 && (!flush_coming || (s->io_events & EV_WRITE)))
         ev |= EV_WRITE;
@@ -493,6 +494,8 @@ static int process_lines(struct session *s)
     size_t max = (size_t)D->cfg.max_message_bytes;
     ev_tstamp t0 = ev_time();
     int more = 0;
+    if (s->parsing)
+        return 0; /* resumed by session_parsed */
     if (s->cur_batch && rpc_batch_resume(s))
         return 1;
     size_t start = 0;
@@ -503,6 +506,8 @@ static int process_lines(struct session *s)
             more = 1;
             break;
         }
+        if (s->parsing)
+            break;
         if (s->flags & SESS_CONGESTED)
             break; /* resumed once the client reads (update_congestion) */
         char *nl = s->ilen > s->iscan ? memchr(s->ibuf + s->iscan, '\n', s->ilen - s->iscan)
@@ -522,7 +527,10 @@ static int process_lines(struct session *s)
             s->iscan = start;
             break;
         }
-        rpc_handle_line(s, s->ibuf + start, len);
+        if (len >= PARSE_OFFLOOP_MIN && parse_submit(s, s->ibuf + start, len) == 0)
+            s->parsing = 1; /* the rest waits for its value */
+        else
+            rpc_handle_line(s, s->ibuf + start, len);
         start = end + 1;
         s->iscan = start;
     }
@@ -552,7 +560,7 @@ static void session_read(struct session *s)
     size_t max = (size_t)D->cfg.max_message_bytes;
     /* Read a bounded amount per event so one chatty client can't starve others. */
     for (int rounds = 0; rounds < 16; rounds++) {
-        if (s->flags & (SESS_CLOSE_ASAP | SESS_CLOSE_AFTER_WRITE | SESS_BUSY))
+        if ((s->flags & (SESS_CLOSE_ASAP | SESS_CLOSE_AFTER_WRITE | SESS_BUSY)) || s->parsing)
             return;
         if (s->icap - s->ilen < 4096) {
             size_t ncap = s->icap ? s->icap * 2 : IBUF_INITIAL;
@@ -601,6 +609,20 @@ static void session_read(struct session *s)
     }
 }
 
+void session_parsed(struct session *s, json_t *v, int depth_ok, const json_error_t *jerr)
+{
+    s->parsing = 0;
+    if (s->flags & SESS_CLOSE_ASAP) {
+        json_decref(v);
+        return;
+    }
+    rpc_handle_value(s, v, depth_ok, jerr);
+    if (s->ilen > 0 || s->cur_batch)
+        mark_busy(s);
+    if (!(s->flags & SESS_CLOSE_ASAP))
+        session_update_watcher_ex(s, (s->flags & SESS_PENDING) != 0);
+}
+
 /* The loop had nothing else to do: give each busy session its next slice,
  * oldest first. */
 static void work_cb(struct ev_loop *loop, ev_idle *w, int revents)
@@ -634,7 +656,7 @@ static void idle_check_cb(struct ev_loop *loop, ev_timer *w, int revents)
     ev_tstamp now = ev_now(loop);
     for (struct session *s = D->sessions; s; s = s->next) {
         if ((s->flags & (SESS_CLOSE_ASAP | SESS_CLOSE_AFTER_WRITE)) || s->calls || s->subs ||
-            s->cur_batch || s->obuf.bytes || json_object_size(s->tool_calls))
+            s->cur_batch || s->parsing || s->obuf.bytes || json_object_size(s->tool_calls))
             continue;
         if ((now - s->last_active) * 1000.0 >= (double)ms)
             fail_limit(s, "session_idle_timeout_ms", (long long)ms, "session idle for too long");

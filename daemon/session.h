@@ -53,6 +53,7 @@ struct session {
     struct uid_usage *usage; /* its uid's counters (sessions, input bytes) */
     struct batch *cur_batch; /* a batch still being dispatched, slice by slice */
     ev_tstamp last_active;   /* last byte read, for session_idle_timeout_ms */
+    int parsing;             /* a large line is with the parser thread (parse.c) */
 };
 
 void session_accept(int fd);
@@ -71,6 +72,8 @@ void session_free_all(void);
 size_t session_reply_room(const struct session *s);
 /* Queued output of all sessions (limits.output_bytes_total). */
 size_t session_output_total(void);
+/* The parser thread's value for the line s handed it (see rpc_handle_value). */
+void session_parsed(struct session *s, json_t *v, int depth_ok, const json_error_t *jerr);
 /* Count of the sessions of uid. */
 int session_count_uid(uid_t uid);
 struct session *session_by_id(uint64_t id);
