@@ -4,6 +4,7 @@
  */
 #include <curl/curl.h>
 #include <errno.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <getopt.h>
 #include <grp.h>
@@ -191,46 +192,112 @@ static void stop_cb(struct ev_loop *loop, ev_signal *w, int revents)
     ev_break(loop, EVBREAK_ALL);
 }
 
+/*
+ * SIGHUP: the file is read and parsed on a thread, not on the loop (a 4 MiB
+ * file is a long parse on a busy host); the values are applied on the loop
+ * when it is done. A SIGHUP during a reload starts another one after it.
+ */
+static struct {
+    pthread_t thread;
+    int busy, again, ok;
+    ev_async done;
+    char *path;
+    struct cfg_schema schemas[MAX_PROVIDERS];
+    size_t nschemas;
+    struct sbx_config next;
+    sbx_err_t err;
+} reload;
+
+static void *reload_main(void *arg)
+{
+    reload.ok = config_init_defaults(&reload.next) == 0 &&
+                config_load_file(&reload.next, reload.path, reload.schemas, reload.nschemas,
+                                 &reload.err) == 0;
+    ev_async_send(D->loop, &reload.done);
+    return NULL;
+}
+
+static void apply_reload(struct sbx_config *next)
+{
+    /* Limits and log level apply at once; socket and providers need a restart. */
+    D->cfg.log_level = next->log_level;
+    D->cfg.max_sessions = next->max_sessions;
+    D->cfg.max_sandboxes_per_uid = next->max_sandboxes_per_uid;
+    D->cfg.max_processes_per_sandbox = next->max_processes_per_sandbox;
+    D->cfg.exec_output_bytes = next->exec_output_bytes;
+    D->cfg.replay_bytes = next->replay_bytes;
+    D->cfg.max_sessions_per_uid = next->max_sessions_per_uid;
+    D->cfg.admin_reserved_sessions = next->admin_reserved_sessions;
+    D->cfg.session_idle_timeout_ms = next->session_idle_timeout_ms;
+    D->cfg.input_bytes_per_uid = next->input_bytes_per_uid;
+    D->cfg.output_bytes_total = next->output_bytes_total;
+    D->cfg.retained_bytes_per_sandbox = next->retained_bytes_per_sandbox;
+    D->cfg.retained_bytes_total = next->retained_bytes_total;
+    D->cfg.env_bytes = next->env_bytes;
+    D->cfg.max_snapshots_per_uid = next->max_snapshots_per_uid;
+    D->cfg.snapshot_bytes_per_uid = next->snapshot_bytes_per_uid;
+    D->cfg.max_memory_limit_mb = next->max_memory_limit_mb;
+    D->cfg.op_timeout_ms = next->op_timeout_ms;
+    D->cfg.agent_log_lines_per_s = next->agent_log_lines_per_s;
+    log_set_level(next->log_level);
+}
+
+static void reload_finish(void)
+{
+    if (!reload.busy)
+        return;
+    pthread_join(reload.thread, NULL);
+    reload.busy = 0;
+    free(reload.path);
+    reload.path = NULL;
+}
+
+static void start_reload(void);
+
+static void reload_done_cb(struct ev_loop *loop, ev_async *w, int revents)
+{
+    reload_finish();
+    if (!reload.ok) {
+        log_error("SIGHUP: config not reloaded: %s",
+                  reload.err.msg ? reload.err.msg : "out of memory");
+    } else {
+        apply_reload(&reload.next);
+        log_info("SIGHUP: configuration reloaded (limits, log level)");
+    }
+    err_clear(&reload.err);
+    config_deinit(&reload.next);
+    if (reload.again) {
+        reload.again = 0;
+        start_reload();
+    }
+}
+
+static void start_reload(void)
+{
+    memset(&reload.next, 0, sizeof(reload.next));
+    memset(&reload.err, 0, sizeof(reload.err));
+    reload.nschemas = provider_schemas(reload.schemas, MAX_PROVIDERS);
+    reload.path = strdup(D->cfg.path);
+    if (!reload.path || pthread_create(&reload.thread, NULL, reload_main, NULL) != 0) {
+        log_error("SIGHUP: cannot start the reload: %s", strerror(errno));
+        free(reload.path);
+        reload.path = NULL;
+        return;
+    }
+    reload.busy = 1;
+}
+
 static void hup_cb(struct ev_loop *loop, ev_signal *w, int revents)
 {
     if (!D->cfg.path) {
         log_info("SIGHUP: no config file to reload");
         return;
     }
-    struct cfg_schema schemas[MAX_PROVIDERS];
-    size_t ns = provider_schemas(schemas, MAX_PROVIDERS);
-    struct sbx_config next;
-    sbx_err_t err = {0};
-    if (config_init_defaults(&next) < 0 ||
-        config_load_file(&next, D->cfg.path, schemas, ns, &err) < 0) {
-        log_error("SIGHUP: config not reloaded: %s", err.msg ? err.msg : "out of memory");
-        err_clear(&err);
-        config_deinit(&next);
+    if (reload.busy) {
+        reload.again = 1;
         return;
     }
-    /* Limits and log level apply at once; socket and providers need a restart. */
-    D->cfg.log_level = next.log_level;
-    D->cfg.max_sessions = next.max_sessions;
-    D->cfg.max_sandboxes_per_uid = next.max_sandboxes_per_uid;
-    D->cfg.max_processes_per_sandbox = next.max_processes_per_sandbox;
-    D->cfg.exec_output_bytes = next.exec_output_bytes;
-    D->cfg.replay_bytes = next.replay_bytes;
-    D->cfg.max_sessions_per_uid = next.max_sessions_per_uid;
-    D->cfg.admin_reserved_sessions = next.admin_reserved_sessions;
-    D->cfg.session_idle_timeout_ms = next.session_idle_timeout_ms;
-    D->cfg.input_bytes_per_uid = next.input_bytes_per_uid;
-    D->cfg.output_bytes_total = next.output_bytes_total;
-    D->cfg.retained_bytes_per_sandbox = next.retained_bytes_per_sandbox;
-    D->cfg.retained_bytes_total = next.retained_bytes_total;
-    D->cfg.env_bytes = next.env_bytes;
-    D->cfg.max_snapshots_per_uid = next.max_snapshots_per_uid;
-    D->cfg.snapshot_bytes_per_uid = next.snapshot_bytes_per_uid;
-    D->cfg.max_memory_limit_mb = next.max_memory_limit_mb;
-    D->cfg.op_timeout_ms = next.op_timeout_ms;
-    D->cfg.agent_log_lines_per_s = next.agent_log_lines_per_s;
-    log_set_level(next.log_level);
-    config_deinit(&next);
-    log_info("SIGHUP: configuration reloaded (limits, log level)");
+    start_reload();
 }
 
 static void load_providers(void)
@@ -375,6 +442,9 @@ int main(int argc, char **argv)
     ev_signal_start(D->loop, &D->sig_int);
     ev_signal_init(&D->sig_hup, hup_cb, SIGHUP);
     ev_signal_start(D->loop, &D->sig_hup);
+    ev_async_init(&reload.done, reload_done_cb);
+    ev_async_start(D->loop, &reload.done);
+    ev_unref(D->loop); /* the reload's wakeup alone keeps no loop alive */
 
     log_info("sbxd %s listening on %s (pid %d)", SBX_VERSION,
              D->listen_activated ? "the activated socket" : D->cfg.socket_path, (int)getpid());
@@ -382,6 +452,9 @@ int main(int argc, char **argv)
     ev_run(D->loop, 0);
 
     parse_shutdown();
+    reload_finish(); /* a reload still parsing: its result is dropped */
+    err_clear(&reload.err);
+    config_deinit(&reload.next);
     session_free_all();
     sandbox_free_all();
     usage_free_all();

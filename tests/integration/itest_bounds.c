@@ -732,6 +732,66 @@ static void test_op_deadlines(void)
     stop();
 }
 
+/* ---- SIGHUP reload (reproduction 8: deep nesting, reload on the loop) ------------------ */
+
+static json_int_t limit_now(conn *c, const char *key)
+{
+    json_t *r = cn_call(c, "daemon.info", NULL);
+    json_int_t v = json_integer_value(json_object_get(json_object_get(res_of(r), "limits"), key));
+    json_decref(r);
+    return v;
+}
+
+static int log_has(const char *needle)
+{
+    FILE *f = fopen(logp, "r");
+    char line[4096];
+    int found = 0;
+    while (f && fgets(line, sizeof(line), f))
+        found |= strstr(line, needle) != NULL;
+    if (f)
+        fclose(f);
+    return found;
+}
+
+static void test_reload(void)
+{
+    if (start("  max_sessions_per_uid: 8\n") < 0) {
+        test_cond("reload: sbxd starts", 0);
+        return;
+    }
+    conn *c = cn_open(sockp);
+    FILE *f = fopen(cfgp, "w");
+    fprintf(f, "%s  max_sessions_per_uid: 3\n", base_yaml);
+    fclose(f);
+    kill(sbxd_pid, SIGHUP);
+    json_int_t v = 0;
+    for (int i = 0; i < 100 && v != 3; i++) {
+        usleep(30000);
+        v = limit_now(c, "max_sessions_per_uid");
+    }
+    test_cond("reload: SIGHUP applies the new limits", v == 3);
+
+    /* 40k flow levels took libyaml 16 s; now refused at level 65. */
+    size_t n = 40000;
+    f = fopen(cfgp, "w");
+    fprintf(f, "%s  max_sessions_per_uid: 5\nx: ", base_yaml);
+    for (size_t i = 0; i < n; i++)
+        fputc('[', f);
+    fclose(f);
+    kill(sbxd_pid, SIGHUP);
+    int refused = 0;
+    for (int i = 0; i < 200 && !refused; i++) {
+        usleep(30000);
+        refused = log_has("nested more than 64 levels deep");
+    }
+    test_cond("reload: a 40k-deep config is refused for its nesting", refused);
+    test_cond("reload: the running limits stay", limit_now(c, "max_sessions_per_uid") == 3);
+    test_cond("reload: and the daemon serves on", ping(c));
+    cn_close(c);
+    stop();
+}
+
 /* ---- main ---------------------------------------------------------------------------- */
 
 int main(int argc, char **argv)
@@ -761,6 +821,7 @@ int main(int argc, char **argv)
     test_memory_ceiling();
     test_snapshots();
     test_op_deadlines();
+    test_reload();
 
     if (getenv("SBX_KEEP_TMP") == NULL) {
         unlink(sockp);
