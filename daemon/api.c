@@ -184,6 +184,7 @@ static json_t *limits_json(void)
     L(session_idle_timeout_ms);
     L(max_sandboxes_per_uid);
     L(max_processes_per_sandbox);
+    L(max_queued_per_sandbox);
     L(max_message_bytes);
     L(input_bytes_per_uid);
     L(exec_output_bytes);

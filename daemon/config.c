@@ -73,6 +73,7 @@ static const struct core_key core_keys[] = {
     {"limits", "max_sandboxes_per_uid", K_INT, F(max_sandboxes_per_uid), 1, 100000, 0},
     {"limits", "max_processes_per_sandbox", K_INT, F(max_processes_per_sandbox), 1,
      100000, 0},
+    {"limits", "max_queued_per_sandbox", K_INT, F(max_queued_per_sandbox), 0, 100000, 0},
     {"limits", "max_message_bytes", K_SIZE, F(max_message_bytes), 1024, GIB, 0},
     {"limits", "exec_output_bytes", K_SIZE, F(exec_output_bytes), 1, GIB, 0},
     {"limits", "replay_bytes", K_SIZE, F(replay_bytes), 1, GIB, 0},
@@ -115,6 +116,7 @@ int config_init_defaults(struct sbx_config *cfg)
     cfg->max_sessions = 1024;
     cfg->max_sandboxes_per_uid = 64;
     cfg->max_processes_per_sandbox = 64;
+    cfg->max_queued_per_sandbox = 1024;
     cfg->max_message_bytes = SBX_DEFAULT_MAX_MESSAGE;
     cfg->exec_output_bytes = MIB;
     cfg->replay_bytes = MIB;
@@ -137,7 +139,7 @@ int config_init_defaults(struct sbx_config *cfg)
     cfg->default_idle_timeout_ms = 0;
     cfg->default_command_timeout_ms = 300000;
     cfg->socket_path = strdup(SBX_DEFAULT_SOCKET);
-    cfg->default_provider = strdup("duktape");
+    cfg->default_provider = strdup("js");
     cfg->providers = json_object();
     if (!cfg->socket_path || !cfg->default_provider || !cfg->providers) {
         config_deinit(cfg);

@@ -54,6 +54,7 @@ struct sbx_config {
     int64_t max_sessions;              /* default 1024 */
     int64_t max_sandboxes_per_uid;     /* default 64 */
     int64_t max_processes_per_sandbox; /* default 64 */
+    int64_t max_queued_per_sandbox;    /* beyond the running ones; default 1024 */
     int64_t max_message_bytes;         /* default 16 MiB */
     int64_t exec_output_bytes;         /* default 1 MiB, cap of exec result per stream */
     int64_t replay_bytes;              /* default 1 MiB per stream per process */

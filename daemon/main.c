@@ -224,6 +224,7 @@ static void apply_reload(struct sbx_config *next)
     D->cfg.max_sessions = next->max_sessions;
     D->cfg.max_sandboxes_per_uid = next->max_sandboxes_per_uid;
     D->cfg.max_processes_per_sandbox = next->max_processes_per_sandbox;
+    D->cfg.max_queued_per_sandbox = next->max_queued_per_sandbox;
     D->cfg.exec_output_bytes = next->exec_output_bytes;
     D->cfg.replay_bytes = next->replay_bytes;
     D->cfg.max_sessions_per_uid = next->max_sessions_per_uid;

@@ -701,12 +701,17 @@ int process_new(struct process **out, struct sandbox *sb, json_t *params, struct
         json_decref(stdin_data);
         return params_error(err, "stream", "stream must be a boolean");
     }
-    if (sb->nlive >= D->cfg.max_processes_per_sandbox && !(origin == NULL)) {
+    /* Past max_processes_per_sandbox running, processes wait their turn
+     * (process_launch); past that many more, they are refused. */
+    if (sb->nlive >= D->cfg.max_processes_per_sandbox + D->cfg.max_queued_per_sandbox &&
+        !(origin == NULL)) {
         json_decref(stdin_data);
         return err_make_data(err, SBX_E_LIMIT,
-                             json_pack("{s:s, s:I}", "limit", "max_processes_per_sandbox", "max",
-                                       (json_int_t)D->cfg.max_processes_per_sandbox),
-                             "too many processes in sandbox %s", sb->id);
+                             json_pack("{s:s, s:I}", "limit", "max_queued_per_sandbox", "max",
+                                       (json_int_t)D->cfg.max_queued_per_sandbox),
+                             "too many processes in sandbox %s (%lld running, %lld queued)",
+                             sb->id, (long long)D->cfg.max_processes_per_sandbox,
+                             (long long)D->cfg.max_queued_per_sandbox);
     }
 
     /* Build everything that can fail before the record exists. */
@@ -852,9 +857,41 @@ static int launch_failed(struct process *p, const char *why)
     return -1;
 }
 
+/* Processes handed to the provider and not yet exited. */
+static int64_t nrunning(struct sandbox *sb)
+{
+    int64_t n = 0;
+    for (struct process *p = sb->procs; p; p = p->next)
+        n += p->state == P_RUNNING;
+    return n;
+}
+
+/* A process exited: queued ones may start, from the loop (not from inside
+ * the provider call that reported the exit). */
+static ev_idle queue_idle;
+
+static void queue_cb(struct ev_loop *loop, ev_idle *w, int revents)
+{
+    ev_idle_stop(loop, w);
+    for (struct sandbox *sb = D->sandboxes; sb; sb = sb->next)
+        if (sb->status == SB_RUNNING && sb->nlive > 0)
+            process_spawn_queued(sb);
+}
+
+static void queue_kick(void)
+{
+    if (!ev_is_active(&queue_idle)) {
+        ev_idle_init(&queue_idle, queue_cb);
+        ev_idle_start(D->loop, &queue_idle);
+    }
+}
+
 int process_launch(struct process *p, sbx_err_t *err)
 {
     struct sandbox *sb = p->sb;
+    if (sb->status == SB_RUNNING && !p->internal &&
+        nrunning(sb) >= D->cfg.max_processes_per_sandbox)
+        return 0; /* queued: started when one ends */
     if (sb->status == SB_RUNNING || (p->internal && sb->hook_phase)) {
         if (spawn_now(p, err) < 0)
             return launch_failed(p, err->msg ? err->msg : "spawn failed");
@@ -876,9 +913,13 @@ int process_launch(struct process *p, sbx_err_t *err)
 
 void process_spawn_queued(struct sandbox *sb)
 {
+    int64_t running = nrunning(sb);
     for (struct process *p = sb->procs; p; p = p->next) {
         if (p->state != P_QUEUED)
             continue;
+        if (!p->internal && running >= D->cfg.max_processes_per_sandbox)
+            break;
+        running++;
         sbx_err_t err = {0};
         if (spawn_now(p, &err) < 0)
             fail_with(p, &err);
@@ -990,10 +1031,13 @@ void process_exited(struct process *p, json_t *rec)
         json_object_set_new(e, "sandbox_restarted", json_boolean(p->t0 > 0));
     }
     p->exit = e;
+    int was_running = p->state == P_RUNNING;
     p->state = P_EXITED;
     p->sb->nlive--;
     p->sb->nexited++;
     D->nprocesses--;
+    if (was_running && p->sb->nlive >= D->cfg.max_processes_per_sandbox)
+        queue_kick();
 
     if (p->subs) {
         json_t *n = json_pack("{s:s, s:I, s:i, s:i, s:b, s:b, s:O}", "sandbox", p->sb->id, "pid",

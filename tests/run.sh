@@ -111,6 +111,7 @@ socket:
 limits:
   max_sandboxes_per_uid: 40
   max_processes_per_sandbox: 16
+  max_queued_per_sandbox: 24
   exec_output_bytes: 1M
   session_output_high: 4M
   session_output_hard: 64M

@@ -347,7 +347,7 @@ static JSValueRef eval(JSContextRef ctx, const char *src, size_t len, const char
 static JSGlobalContextRef new_context(struct jsw *w, JSObjectRef *api_out)
 {
     JSGlobalContextRef ctx = JSGlobalContextCreateInGroup(w->group, NULL);
-    JSValueRef exc = NULL, fnv, apiv, args[3];
+    JSValueRef exc = NULL, fnv, apiv, args[4];
     JSStringRef n;
 
     if (!ctx)
@@ -365,7 +365,8 @@ static JSGlobalContextRef new_context(struct jsw *w, JSObjectRef *api_out)
     n = str_c("done");
     args[2] = JSObjectMakeFunctionWithCallback(ctx, n, native_done);
     JSStringRelease(n);
-    apiv = JSObjectCallAsFunction(ctx, (JSObjectRef)fnv, NULL, 3, args, &exc);
+    args[3] = JSValueMakeNumber(ctx, (double)(sizeof(WRAP_HEAD) - 1));
+    apiv = JSObjectCallAsFunction(ctx, (JSObjectRef)fnv, NULL, 4, args, &exc);
     if (!apiv || !JSValueIsObject(ctx, apiv))
         goto fail;
     JSValueProtect(ctx, apiv);
@@ -703,14 +704,19 @@ void jsw_engine_finish(struct jsw *w)
     if (!proc || !w->done)
         return;
     if (exc) {
-        /* Like node: "Uncaught Name: message" on stderr. */
+        /* Like node: "Uncaught " and the stack (it starts "Name: message")
+         * on stderr. */
         const char *name = json_string_value(json_object_get(exc, "name"));
         const char *msg = json_string_value(json_object_get(exc, "message"));
-        size_t n = strlen(name) + strlen(msg) + 16;
+        const char *stack = json_string_value(json_object_get(exc, "stack"));
+        size_t n = strlen(name) + strlen(msg) + strlen(stack) + 16;
         char *line = malloc(n);
         if (!line)
             abort();
-        n = (size_t)snprintf(line, n, "Uncaught %s%s%s\n", name, *name ? ": " : "", msg);
+        if (*stack && strncmp(stack, name, strlen(name)) == 0)
+            n = (size_t)snprintf(line, n, "Uncaught %s\n", stack);
+        else
+            n = (size_t)snprintf(line, n, "Uncaught %s%s%s\n", name, *name ? ": " : "", msg);
         jsw_output(w, SBX_CHAN_STDERR, (const uint8_t *)line, n);
         free(line);
     }

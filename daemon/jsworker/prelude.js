@@ -8,8 +8,10 @@
  *   call(name, argsJson)   a Promise settled by the tool's answer
  *   done(ok, value)        the run ended: ok=true, value = JSON text or
  *                          undefined; ok=false, value = {name, message, stack}
+ *   head                   characters the worker's wrapper adds before the
+ *                          program's line 1 (taken off reported columns)
  */
-(function (out, call, done) {
+(function (out, call, done, head) {
     'use strict';
     const G = globalThis;
     const stringify = JSON.stringify;
@@ -101,8 +103,20 @@
                 name = StringC(e.name === undefined ? 'Error' : e.name);
                 message = StringC(e.message === undefined ? '' : e.message);
                 stack = e.stack === undefined ? '' : StringC(e.stack);
-                /* the prelude's own frames say nothing about the program */
-                stack = stack.split('\n').filter(l => l.indexOf('@prelude:') < 0).join('\n');
+                /* JSC's "fn@url:line:col" frames in the usual "Name: message /
+                 * at fn (url:line:col)" shape; the prelude's own frames say
+                 * nothing about the program. */
+                const frames = stack.split('\n').filter(l => l && l.indexOf('@prelude:') < 0);
+                stack = `${name}: ${message}`;
+                for (const l of frames) {
+                    const at = l.lastIndexOf('@');
+                    let loc = at < 0 ? l : l.slice(at + 1);
+                    const m = /^program:1:(\d+)$/.exec(loc);
+                    if (m)
+                        loc = `program:1:${Math.max(1, +m[1] - head)}`;
+                    stack += at < 0 ? `\n    at ${loc}`
+                                    : `\n    at ${l.slice(0, at) || '<anonymous>'} (${loc})`;
+                }
             } else {
                 message = StringC(e);
             }

@@ -334,9 +334,12 @@ static int64_t sb_mem(struct duk_prov *dp, struct sandbox *sb)
     return m > 0 ? m : dp->mem_mb;
 }
 
+/* js: create's `persistent`, else options.persistent, else the config's. */
 static int sb_persistent(struct duk_prov *dp, struct sandbox *sb)
 {
     json_t *v = json_object_get(sb->conf, "persistent");
+    if (!json_is_boolean(v))
+        v = json_object_get(json_object_get(sb->conf, "options"), "persistent");
     return json_is_boolean(v) ? json_is_true(v) : dp->persistent;
 }
 
@@ -705,8 +708,16 @@ static void on_exit_frame(struct worker *w, const uint8_t *payload, size_t len)
     struct duk_proc *dpp = p->pdata;
     if (dpp)
         dpp->owed = 0;
+    /* The worker ends right after this EXIT (CHANNEL.md): nothing more may
+     * be sent to it, so the sandbox moves on to a fresh one now. */
+    int exiting = json_is_true(json_object_get(rec, "exiting"));
     process_exited(p, rec);
     json_decref(rec);
+    if (ds && exiting && ds->w == w) {
+        replace_worker(ds);
+        ds->reset_pending = 0; /* this EXIT said so */
+        return;
+    }
     if (ds)
         pump(ds);
 }

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "worker/duk_worker_int.h"
@@ -41,13 +42,60 @@ static struct dukw *worker_of(duk_context *ctx)
  * for the run, and a run that saw it discards the heap (CHANNEL.md `reset`):
  * a heap that failed allocations half-way is not trusted with state.
  */
+static void mem_give_up(struct dukw *w);
+
+static double now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
 static int mem_charge(struct dukw *w, size_t old_total, size_t new_total)
 {
     if (new_total > old_total && new_total - old_total > w->mem_limit - w->mem_used) {
         w->mem_exceeded = 1;
+        if (w->proc && w->mem_refused_at == 0)
+            w->mem_refused_at = now_ms();
         return -1;
     }
     return 0;
+}
+
+/* Called on every allocation: a run that is still at the cap a while after
+ * its first refusal is ended; one that got well below it again is forgiven. */
+static void mem_watch(struct dukw *w)
+{
+    if (w->mem_refused_at == 0 || !w->proc)
+        return;
+    if (w->mem_used < w->mem_limit / 10 * 9)
+        w->mem_refused_at = 0;
+    else if (now_ms() - w->mem_refused_at >= DUKW_MEM_GIVE_UP_MS)
+        mem_give_up(w);
+}
+
+/*
+ * A program that holds the heap at the cap (a bomb of distinct strings) makes
+ * every small allocation fail, and each failure costs Duktape an emergency
+ * GC before it retries (each a pass over a full heap): the program crawls
+ * on at the cap until its timeout. When the heap is still near the cap
+ * DUKW_MEM_GIVE_UP_MS after the first refusal of a run, the worker ends it
+ * the
+ * way the limit promises: an EXIT saying so, then the worker exits (no
+ * longjmp out of an allocator is safe), and the daemon starts a fresh one.
+ */
+static void mem_give_up(struct dukw *w)
+{
+    char msg[96];
+    json_t *j;
+
+    snprintf(msg, sizeof(msg), "memory limit exceeded (%u MiB)", w->memory_mb);
+    j = json_pack("{s:i,s:i,s:b,s:b,s:s,s:b,s:b}", "exit_code", 1, "signal", 0, "timed_out", 0,
+                  "killed", 0, "error", msg, "reset", 1, "exiting", 1);
+    if (j)
+        dukw_send_json(w, SBX_CHAN_EXIT, w->proc, j);
+    _exit(0);
 }
 
 static void *mem_alloc(void *udata, duk_size_t size)
@@ -57,6 +105,7 @@ static void *mem_alloc(void *udata, duk_size_t size)
 
     if (size == 0)
         return NULL;
+    mem_watch(w);
     if (size > SIZE_MAX - BLK_HDR || mem_charge(w, 0, size + BLK_HDR) < 0) {
         w->mem_exceeded = 1;
         return NULL;
@@ -99,6 +148,7 @@ static void *mem_realloc(void *udata, void *ptr, duk_size_t size)
     }
     base = (uint8_t *)ptr - BLK_HDR;
     memcpy(&old, base, sizeof(old));
+    mem_watch(w);
     if (size > SIZE_MAX - BLK_HDR || mem_charge(w, old + BLK_HDR, size + BLK_HDR) < 0) {
         w->mem_exceeded = 1;
         return NULL;
@@ -132,8 +182,8 @@ static void on_fatal(void *udata, const char *msg)
                              strlen(raw), &pos);
     text[n] = '\0';
     if (w->proc) {
-        j = json_pack("{s:i,s:i,s:b,s:b,s:s,s:b}", "exit_code", 1, "signal", 0,
-                      "timed_out", 0, "killed", 0, "error", text, "reset", 1);
+        j = json_pack("{s:i,s:i,s:b,s:b,s:s,s:b,s:b}", "exit_code", 1, "signal", 0,
+                      "timed_out", 0, "killed", 0, "error", text, "reset", 1, "exiting", 1);
         if (j)
             dukw_send_json(w, SBX_CHAN_EXIT, w->proc, j);
     } else {
@@ -814,6 +864,7 @@ void dukw_isolate_run(struct dukw *w, uint32_t proc, json_t *req)
     }
     ctx = w->ctx;
     w->mem_exceeded = 0;
+    w->mem_refused_at = 0;
     w->proc = proc;
     w->credit = (uint64_t)window;
     stdin_clear(&w->in);

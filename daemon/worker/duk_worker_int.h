@@ -24,6 +24,9 @@
 #define DUKW_EXC_MAX (64u * 1024)
 #define DUKW_MAX_TOOLS 256 /* tools per SPAWN */
 #define DUKW_TOOL_NAME_MAX 128
+/* A run whose allocations are still refused this long after the first
+ * refusal is ended (duk_isolate.c). */
+#define DUKW_MEM_GIVE_UP_MS 1000
 /* Largest TOOL_RESULT joined from MORE frames. */
 #define DUKW_MESSAGE_MAX (64u * 1024 * 1024)
 
@@ -42,6 +45,7 @@ struct dukw {
     size_t mem_used;  /* bytes, headers included */
     unsigned memory_mb;
     int mem_exceeded;  /* an allocation was refused since the flag was cleared */
+    double mem_refused_at; /* ms (monotonic) of this run's first refusal, or 0 */
     int reset_pending; /* the heap failed outside a run: recreate it, say reset */
 
     /* The running process; proc 0 = none. */

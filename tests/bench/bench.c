@@ -80,7 +80,7 @@ static void bench_latency(double ref)
         char id[32];
         snprintf(id, sizeof(id), "b%d", i);
         double t = now_ms();
-        json_decref(cn_call(c, "sandbox.create", json_pack("{s:s}", "id", id)));
+        json_decref(cn_call(c, "sandbox.create", json_pack("{s:s, s:s}", "provider", "duktape", "id", id)));
         json_decref(cn_call(c, "process.exec", json_pack("{s:s, s:s, s:b}", "sandbox", id, "command", "1+1", "stream", 0)));
         json_decref(cn_call(c, "sandbox.destroy", json_pack("{s:s}", "id", id)));
         v[i] = now_ms() - t;
@@ -88,7 +88,7 @@ static void bench_latency(double ref)
     }
     report("duktape create + exec(1+1) + destroy", v, m, 0);
 
-    json_decref(cn_call(c, "sandbox.create", json_pack("{s:s}", "id", "hot")));
+    json_decref(cn_call(c, "sandbox.create", json_pack("{s:s, s:s}", "provider", "duktape", "id", "hot")));
     for (int i = 0; i < 200; i++)
         json_decref(cn_call(c, "process.exec", json_pack("{s:s, s:s, s:b}", "sandbox", "hot", "command", "1+1", "stream", 0)));
     for (int i = 0; i < n; i++) {
@@ -111,7 +111,7 @@ static void bench_concurrent(void)
     for (int i = 0; i < N; i++) {
         cs[i] = cn_open(sock);
         snprintf(id[i], sizeof(id[i]), "c%d", i);
-        json_decref(cn_call(cs[i], "sandbox.create", json_pack("{s:s}", "id", id[i])));
+        json_decref(cn_call(cs[i], "sandbox.create", json_pack("{s:s, s:s}", "provider", "duktape", "id", id[i])));
     }
     char req[N][256];
     for (int i = 0; i < N; i++)
@@ -156,7 +156,7 @@ static void bench_concurrent(void)
 static void bench_stream(void)
 {
     conn *c = cn_open(sock);
-    json_decref(cn_call(c, "sandbox.create", json_pack("{s:s}", "id", "stream")));
+    json_decref(cn_call(c, "sandbox.create", json_pack("{s:s, s:s}", "provider", "duktape", "id", "stream")));
     long mb = quick ? 64 : 256;
     char code[200];
     snprintf(code, sizeof(code),

@@ -162,7 +162,9 @@ static void test_basics(sbx_ctx *c)
     test_cond("info: duktape is available", duk);
     json_decref(r);
 
-    r = call_ok(c, SBX_M_CREATE, json_pack("{s:s, s:{s:s}}", "id", sb_a, "env", "GREETING", "hi"));
+    /* Duktape named: the default provider is js */
+    r = call_ok(c, SBX_M_CREATE, json_pack("{s:s, s:s, s:{s:s}}", "provider", "duktape", "id", sb_a,
+                                           "env", "GREETING", "hi"));
     test_cond("create: returns the sandbox", strcmp(jstr(r, "id"), sb_a) == 0 &&
                                                  strcmp(jstr(r, "provider"), "duktape") == 0 &&
                                                  strcmp(jstr(r, "status"), "running") == 0);
@@ -262,8 +264,8 @@ static int tool_cb(sbx_ctx *c, json_t **result_out, const char *tool, json_t *ar
 
 static void test_tools(sbx_ctx *c)
 {
-    json_t *r = call_ok(c, SBX_M_CREATE, json_pack("{s:s, s:[s,s]}", "id", sb_t, "tools", "add",
-                                                   "fail"));
+    json_t *r = call_ok(c, SBX_M_CREATE, json_pack("{s:s, s:s, s:[s,s]}", "provider", "duktape",
+                                                   "id", sb_t, "tools", "add", "fail"));
     test_cond("tools: sandbox with tools created", r != NULL);
     json_decref(r);
 

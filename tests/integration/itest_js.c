@@ -286,7 +286,7 @@ static void test_failures(conn *c)
     test_cond("an uncaught throw is exception {name, message, stack}",
               strcmp(exc_field(r, "name"), "TypeError") == 0 &&
                   strcmp(exc_field(r, "message"), "boom") == 0 &&
-                  strstr(exc_field(r, "stack"), "f@") != NULL && res_int(r, "exit_code") == 1);
+                  strstr(exc_field(r, "stack"), "TypeError: boom\n    at f (program:") != NULL && res_int(r, "exit_code") == 1);
     test_cond("and Uncaught TypeError: boom on stderr",
               strstr(res_str(r, "stderr"), "Uncaught TypeError: boom") != NULL);
     json_decref(r);
@@ -514,6 +514,166 @@ static void test_kill(conn *c)
     destroy(c, "js-kill");
 }
 
+/* ---- large tool results, both engines ---------------------------------------------------- */
+
+#define BIG_RESULT (3u << 20)
+
+static json_t *big_tool(const char *name, json_t *args, int *code, const char **msg)
+{
+    char *s = malloc(BIG_RESULT + 1);
+    memset(s, 'x', BIG_RESULT);
+    s[BIG_RESULT] = '\0';
+    json_t *v = json_string(s);
+    free(s);
+    return v;
+}
+
+static void test_big_results(conn *c)
+{
+    c->tool = big_tool;
+    json_decref(create_js(c, "js-big", json_pack("{s:[s]}", "tools", "big")));
+    json_t *r = run(c, "js-big", "const s = await external_big(); return s.length");
+    test_cond("js: a 3 MiB tool result arrives whole", result_is(r, "3145728"));
+    json_decref(r);
+    r = run(c, "js-big", "return (await external_big()).slice(0, 3)");
+    test_cond("js: and the next program gets its result too", result_is(r, "\"xxx\""));
+    json_decref(r);
+    r = run(c, "js-big", "const s = await external_big(); return s + s");
+    test_cond("js: a 6 MiB return value comes back whole",
+              json_string_length(result(r)) == 2 * BIG_RESULT);
+    json_decref(r);
+    destroy(c, "js-big");
+
+    json_decref(cn_call(c, "sandbox.create",
+                        json_pack("{s:s, s:s, s:[s]}", "id", "duk-big", "provider", "duktape",
+                                  "tools", "big")));
+    r = run(c, "duk-big", "external_big().length");
+    test_cond("duktape: a 3 MiB tool result arrives whole", result_is(r, "3145728"));
+    json_decref(r);
+    destroy(c, "duk-big");
+    c->tool = NULL;
+
+    /* Beyond max_message_bytes the client cannot even send it: its line is
+     * refused (-32007, the connection closes) and the waiting program fails
+     * at once instead of hanging. */
+    conn *a = cn_open(sock);
+    json_decref(create_js(a, "js-huge", json_pack("{s:[s]}", "tools", "huge")));
+    json_t *info = cn_call(a, "daemon.info", NULL);
+    size_t max = (size_t)json_integer_value(
+        json_object_get(json_object_get(res_of(info), "limits"), "max_message_bytes"));
+    json_decref(info);
+    r = cn_call(a, "process.spawn", json_pack("{s:s, s:s}", "sandbox", "js-huge", "command",
+                                              "try { await external_huge() } catch (e) "
+                                              "{ return e.name + ': ' + e.message }"));
+    int pid = (int)res_int(r, "pid");
+    json_decref(r);
+    json_t *call = NULL;
+    for (int i = 0; i < 100 && !call; i++) {
+        json_t *m = cn_read(a, 100);
+        if (m && strcmp(json_string_value(json_object_get(m, "method")) ?: "", "tool.call") == 0)
+            call = m;
+        else
+            json_decref(m);
+    }
+    if (call && max > 0 && max < (64u << 20)) {
+        char head[64];
+        int n = snprintf(head, sizeof(head), "{\"jsonrpc\":\"2.0\",\"id\":\"%s\",\"result\":\"",
+                         json_string_value(json_object_get(call, "id")));
+        size_t len = max + 1024;
+        char *line = malloc(len + 4);
+        memcpy(line, head, (size_t)n);
+        memset(line + n, 'y', len - (size_t)n);
+        memcpy(line + len, "\"}\n", 3);
+        cn_send_raw(a, line, len + 3);
+        free(line);
+    }
+    json_decref(call);
+    double t0 = now_ms();
+    r = cn_call(c, "process.wait", json_pack("{s:s, s:i, s:i}", "sandbox", "js-huge", "pid", pid,
+                                             "timeout_ms", 10000));
+    test_cond("a result over max_message_bytes fails the call at once with an error",
+              res_int(r, "exit_code") == 0 &&
+                  strstr(json_string_value(result(r)) ?: "", "ToolError") != NULL &&
+                  now_ms() - t0 < 5000);
+    json_decref(r);
+    cn_close(a);
+    destroy(c, "js-huge");
+}
+
+/* Duktape: a bomb of distinct 200 KB strings ends with "memory limit
+ * exceeded" (the worker gives up a second after the first refused
+ * allocation at the latest), not at its timeout. */
+static void test_duk_bomb(conn *c)
+{
+    json_decref(cn_call(c, "sandbox.create",
+                        json_pack("{s:s, s:s, s:i}", "id", "duk-bomb", "provider", "duktape",
+                                  "memory_limit_mb", 16)));
+    json_t *r = run_t(c, "duk-bomb",
+                      "var a=[],i=0; for(;;) a.push(new Array(100000).join(\"xy\")+(i++))", 60000);
+    test_cond("duktape: the distinct-string bomb ends with memory limit exceeded",
+              strstr(res_str(r, "error"), "memory limit exceeded (16 MiB)") != NULL &&
+                  !json_is_true(json_object_get(res_of(r), "timed_out")));
+    json_decref(r);
+    r = run(c, "duk-bomb", "6*7");
+    test_cond("duktape: and the sandbox runs the next program", result_is(r, "42"));
+    json_decref(r);
+    destroy(c, "duk-bomb");
+}
+
+/* ---- more execs than run at once --------------------------------------------------------- */
+
+/* The test daemon runs 16 processes per sandbox and queues 24 more. A js
+ * sandbox runs one program at a time: a blocker that awaits an unanswered
+ * tool call holds the rest in line. */
+static void test_queue(conn *c)
+{
+    json_t *info = cn_call(c, "daemon.info", NULL);
+    json_t *lim = json_object_get(res_of(info), "limits");
+    int running = (int)json_integer_value(json_object_get(lim, "max_processes_per_sandbox"));
+    int queued = (int)json_integer_value(json_object_get(lim, "max_queued_per_sandbox"));
+    json_decref(info);
+    if (running <= 0 || queued <= 0 || running + queued > 200) {
+        test_skip("execs beyond max_processes_per_sandbox queue", "limits not set for it");
+        return;
+    }
+    json_decref(create_js(c, "js-queue", json_pack("{s:[s]}", "tools", "hold")));
+    c->tool = NULL;
+    json_t *r = cn_call(c, "process.spawn", json_pack("{s:s, s:s}", "sandbox", "js-queue",
+                                                      "command", "return await external_hold()"));
+    int blocker = (int)res_int(r, "pid");
+    json_decref(r);
+    int ok = 1, last = 0;
+    for (int i = 1; i < running + queued; i++) {
+        char code[64];
+        snprintf(code, sizeof(code), "return %d", i);
+        r = cn_call(c, "process.spawn",
+                    json_pack("{s:s, s:s}", "sandbox", "js-queue", "command", code));
+        if (res_int(r, "pid") <= 0)
+            ok = 0;
+        last = (int)res_int(r, "pid");
+        json_decref(r);
+    }
+    test_cond("processes past max_processes_per_sandbox are queued, not refused", ok);
+    r = cn_call(c, "process.spawn",
+                json_pack("{s:s, s:s}", "sandbox", "js-queue", "command", "return 'one too many'"));
+    test_cond("past max_queued_per_sandbox more: -32005 naming max_queued_per_sandbox",
+              err_code(r) == SBX_E_LIMIT &&
+                  strcmp(json_string_value(json_object_get(
+                             json_object_get(json_object_get(r, "error"), "data"), "limit")) ?: "",
+                         "max_queued_per_sandbox") == 0);
+    json_decref(r);
+    json_decref(cn_call(c, "process.kill",
+                        json_pack("{s:s, s:i}", "sandbox", "js-queue", "pid", blocker)));
+    r = cn_call_t(c, 60000, "process.wait",
+                  json_pack("{s:s, s:i}", "sandbox", "js-queue", "pid", last));
+    char want[16];
+    snprintf(want, sizeof(want), "%d", running + queued - 1);
+    test_cond("and every queued one runs in turn once the blocker ends",
+              res_int(r, "exit_code") == 0 && result_is(r, want));
+    json_decref(r);
+    destroy(c, "js-queue");
+}
+
 /* ---- the jit option, instructions, the pool ------------------------------------------------- */
 
 static void test_options(conn *c)
@@ -613,6 +773,9 @@ int main(int argc, char **argv)
     test_no_host(c);
     test_state(c);
     test_kill(c);
+    test_queue(c);
+    test_big_results(c);
+    test_duk_bomb(c);
     test_options(c);
     test_pool_uids(c);
     cn_close(c);

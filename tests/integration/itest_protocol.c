@@ -170,7 +170,7 @@ static void test_errors(void)
     test_cond("unknown sandbox gets -32000", err_code(r) == SBX_E_NOT_FOUND);
     json_decref(r);
 
-    r = cn_call(c, "sandbox.create", json_pack("{s:s}", "id", "errs"));
+    r = cn_call(c, "sandbox.create", json_pack("{s:s, s:s}", "provider", "duktape", "id", "errs"));
     test_cond("create a sandbox for the error tests", strcmp(res_str(r, "status"), "running") == 0);
     json_decref(r);
 
@@ -182,7 +182,7 @@ static void test_errors(void)
     test_cond("unknown provider gets -32602", err_code(r) == SBX_E_PARAMS);
     json_decref(r);
 
-    r = cn_call(c, "sandbox.create", json_pack("{s:s}", "id", "../bad"));
+    r = cn_call(c, "sandbox.create", json_pack("{s:s, s:s}", "provider", "duktape", "id", "../bad"));
     test_cond("an invalid id gets -32602", err_code(r) == SBX_E_PARAMS);
     json_decref(r);
 
@@ -213,7 +213,7 @@ static void test_errors(void)
                      "stopped") == 0);
     json_decref(r);
 
-    r = cn_call(c, "sandbox.create", json_pack("{s:s, s:s}", "id", "hookfail", "on_start", "throw new Error('nope')"));
+    r = cn_call(c, "sandbox.create", json_pack("{s:s, s:s, s:s}", "provider", "duktape", "id", "hookfail", "on_start", "throw new Error('nope')"));
     test_cond("a failing on_start hook fails the create with -32006", err_code(r) == SBX_E_PROVIDER);
     json_decref(r);
     r = cn_call(c, "sandbox.get", json_pack("{s:s}", "id", "hookfail"));
@@ -221,17 +221,21 @@ static void test_errors(void)
     json_decref(r);
     json_decref(cn_call(c, "sandbox.destroy", json_pack("{s:s}", "id", "hookfail")));
 
-    /* limit: max_processes_per_sandbox is 16 in the test config */
+    /* limits: max_processes_per_sandbox is 16 and max_queued_per_sandbox 24
+     * in the test config: 40 are taken, the 41st is refused */
     json_decref(cn_call(c, "sandbox.start", json_pack("{s:s}", "id", "errs")));
-    int limited = 0;
-    for (int i = 0; i < 20 && !limited; i++) {
+    int limited = 0, taken = 0;
+    for (int i = 0; i < 45 && !limited; i++) {
         r = cn_call(c, "process.spawn", json_pack("{s:s, s:s}", "sandbox", "errs", "command",
                                                   "read_stdin()"));
         if (err_code(r) == SBX_E_LIMIT)
             limited = 1;
+        else if (res_int(r, "pid") > 0)
+            taken++;
         json_decref(r);
     }
-    test_cond("more processes than max_processes_per_sandbox get -32005", limited);
+    test_cond("more processes than max_processes_per_sandbox + max_queued_per_sandbox get -32005",
+              limited && taken == 40);
     r = cn_call(c, "sandbox.destroy", json_pack("{s:s}", "id", "errs"));
     test_cond("destroy answers status destroyed", strcmp(res_str(r, "status"), "destroyed") == 0);
     json_decref(r);
@@ -251,7 +255,7 @@ static void test_strictness(void)
     test_cond("a method name with NUL gets -32602, not a ping", err_code(r) == SBX_E_PARAMS);
     json_decref(r);
 
-    r = cn_call(c, "sandbox.create", json_pack("{s:s}", "id", "nul1"));
+    r = cn_call(c, "sandbox.create", json_pack("{s:s, s:s}", "provider", "duktape", "id", "nul1"));
     test_cond("create a sandbox for the strictness tests", strcmp(res_str(r, "status"), "running") == 0);
     json_decref(r);
 
@@ -295,7 +299,7 @@ static void test_strictness(void)
 static void test_second_uid(void)
 {
     conn *c = cn_open(sock);
-    json_decref(cn_call(c, "sandbox.create", json_pack("{s:s}", "id", "roots")));
+    json_decref(cn_call(c, "sandbox.create", json_pack("{s:s, s:s}", "provider", "duktape", "id", "roots")));
     int fds[2];
     if (pipe(fds) < 0)
         return;
@@ -316,10 +320,10 @@ static void test_second_uid(void)
             r = cn_call(o, "process.exec", json_pack("{s:s, s:s}", "sandbox", "roots", "command", "1"));
             res[2] = err_code(r) == SBX_E_NOT_FOUND ? '1' : '0';
             json_decref(r);
-            r = cn_call(o, "sandbox.create", json_pack("{s:s}", "id", "roots"));
+            r = cn_call(o, "sandbox.create", json_pack("{s:s, s:s}", "provider", "duktape", "id", "roots"));
             res[3] = err_code(r) == SBX_E_PERMISSION ? '1' : '0';
             json_decref(r);
-            r = cn_call(o, "sandbox.create", json_pack("{s:s}", "id", "nobodys"));
+            r = cn_call(o, "sandbox.create", json_pack("{s:s, s:s}", "provider", "duktape", "id", "nobodys"));
             res[4] = json_integer_value(json_object_get(res_of(r), "owner_uid")) == 65534 ? '1' : '0';
             json_decref(r);
             cn_close(o);
@@ -355,7 +359,7 @@ static void test_limits(void)
     char id[32];
     for (int i = 0; i < 45 && !limited; i++) {
         snprintf(id, sizeof(id), "lim%d", i);
-        json_t *r = cn_call(c, "sandbox.create", json_pack("{s:s, s:b}", "id", id, "start", 0));
+        json_t *r = cn_call(c, "sandbox.create", json_pack("{s:s, s:s, s:b}", "provider", "duktape", "id", id, "start", 0));
         if (err_code(r) == SBX_E_LIMIT)
             limited = 1;
         else if (res_of(r))

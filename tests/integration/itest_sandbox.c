@@ -14,10 +14,13 @@
 
 static const char *sock;
 
+/* Every sandbox here is Duktape's (the default provider is js). */
 static json_t *create(conn *c, const char *id, json_t *extra)
 {
     json_t *p = extra ? extra : json_object();
     json_object_set_new(p, "id", json_string(id));
+    if (!json_object_get(p, "provider"))
+        json_object_set_new(p, "provider", json_string("duktape"));
     return cn_call(c, "sandbox.create", p);
 }
 

@@ -68,13 +68,19 @@ out --json info
 check "--json info is JSON" grep -q '^{"version":' "$T/out"
 
 # -- the README acceptance check ------------------------------------------------
-out run -- 'console.log("hi"); 6*7'
+out run -- 'console.log("hi"); const n: number = 6 * 7; return n'
 printf 'hi\n42\n' >"$T/want"
 check "run: exit 0" [ $st -eq 0 ]
-check "run: prints hi then 42" cmp -s "$T/out" "$T/want"
+check "run: prints hi then 42 (code mode, the default js provider)" cmp -s "$T/out" "$T/want"
+out run -- 'const x = await external_lookup({id: 1}); return x'
+check "run: a code-mode program with await runs (no tool given: ReferenceError, exit 1)" \
+    [ $st -eq 1 ]
+check "... the error names external_lookup, not a syntax error" grep -q 'ReferenceError.*external_lookup' "$T/err"
+out run --provider duktape -- 'console.log("hi"); 6*7'
+check "run --provider duktape: prints hi then 42" cmp -s "$T/out" "$T/want"
 
 # -- sandbox lifecycle ----------------------------------------------------------
-out create --id "$ID" --env A=1 --tool add --opt answer=42 --timeout 120000
+out create --provider duktape --id "$ID" --env A=1 --tool add --opt answer=42 --timeout 120000
 check "create exits 0" [ $st -eq 0 ]
 check "create prints the id" [ "$(cat "$T/out")" = "$ID" ]
 out ls

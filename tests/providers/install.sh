@@ -27,8 +27,10 @@ SBXD_SOCKET="$SOCK" "$D/usr/local/bin/sbxd" -c "$T/min.yaml" 2>"$T/sbxd.log" &
 PID=$!
 i=0
 while [ ! -S "$SOCK" ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i + 1)); done
-check "the installed sbxd runs JavaScript through its installed worker" \
-    "SBXD_SOCKET=$SOCK $D/usr/local/bin/sbxctl run -- 'console.log(\"hi\"); 6*7' | tr '\n' ' ' | grep -q '^hi 42 $'"
+check "the installed sbxd runs code mode (js, the default) through its installed worker" \
+    "SBXD_SOCKET=$SOCK $D/usr/local/bin/sbxctl run -- 'console.log(\"hi\"); const n: number = 6*7; return n' | tr '\n' ' ' | grep -q '^hi 42 $'"
+check "and Duktape through its installed worker" \
+    "SBXD_SOCKET=$SOCK $D/usr/local/bin/sbxctl run --provider duktape -- 'console.log(\"hi\"); 6*7' | tr '\n' ' ' | grep -q '^hi 42 $'"
 kill $PID
 wait $PID 2>/dev/null
 

@@ -136,8 +136,8 @@ static void test_defaults(void)
     test_cond("default replay_bytes 1 MiB", cfg.replay_bytes == MIB);
     test_cond("default session_output_high 8 MiB", cfg.session_output_high == 8 * MIB);
     test_cond("default session_output_hard 64 MiB", cfg.session_output_hard == 64 * MIB);
-    test_cond("default provider duktape",
-              cfg.default_provider && !strcmp(cfg.default_provider, "duktape"));
+    test_cond("default provider js",
+              cfg.default_provider && !strcmp(cfg.default_provider, "js"));
     test_cond("default timeout 300000 ms", cfg.default_timeout_ms == 300000);
     test_cond("default idle timeout off", cfg.default_idle_timeout_ms == 0);
     test_cond("default instructions unset",
@@ -396,9 +396,18 @@ static void test_modes(void)
 
 /* ---- providers ------------------------------------------------------------- */
 
-/* Every key of every provider, duktape disabled. */
+/* Every key of every provider, js and duktape disabled. */
 #define ALL_PROVIDER_KEYS                                                                \
     "providers:\n"                                                                       \
+    "  js:\n"                                                                            \
+    "    enabled: false\n"                                                               \
+    "    memory_limit_mb: 64\n"                                                          \
+    "    pool_size: 1\n"                                                                 \
+    "    worker_user: nobody\n"                                                          \
+    "    worker_path: /j\n"                                                              \
+    "    jit: no\n"                                                                      \
+    "    persistent: yes\n"                                                              \
+    "    command_timeout_ms: 1000\n"                                                     \
     "  duktape:\n"                                                                       \
     "    enabled: false\n"                                                               \
     "    memory_limit_mb: 32\n"                                                          \
@@ -463,9 +472,9 @@ static void test_providers(void)
     struct sbx_config cfg;
     sbx_err_t err = {0};
     int ret = load_str(&cfg, ALL_PROVIDER_KEYS, &err);
-    /* duktape is disabled there but still the default provider: an error. */
+    /* js is disabled there but still the default provider: an error. */
     test_cond("a disabled default provider is an error",
-              ret == -1 && msg_has(&err, "'duktape' is disabled"));
+              ret == -1 && msg_has(&err, "'js' is disabled"));
     config_deinit(&cfg);
 
     ret = load_str(&cfg, "defaults:\n  provider: docker\n" ALL_PROVIDER_KEYS, &err);
@@ -733,7 +742,7 @@ static void test_sample(const char *sample)
                   cfg.session_output_hard == 64 * MIB &&
                   cfg.default_timeout_ms == 300000 && cfg.log_level == LOG_LVL_INFO &&
                   !strcmp(cfg.socket_path, SBX_DEFAULT_SOCKET) &&
-                  !strcmp(cfg.default_provider, "duktape"));
+                  !strcmp(cfg.default_provider, "js"));
     test_cond(
         "sample docker is hardened",
         json_eq_str(prov_key(&cfg, "docker", "cap_drop"), "[\"ALL\"]") &&
