@@ -637,8 +637,9 @@ static void test_queue(conn *c)
         return;
     }
     json_decref(create_js(c, "js-queue", json_pack("{s:[s]}", "tools", "hold")));
-    c->tool = NULL;
-    json_t *r = cn_call(c, "process.spawn", json_pack("{s:s, s:s}", "sandbox", "js-queue",
+    /* the blocker's tool.call goes to a connection that never answers it */
+    conn *b = cn_open(sock);
+    json_t *r = cn_call(b, "process.spawn", json_pack("{s:s, s:s}", "sandbox", "js-queue",
                                                       "command", "return await external_hold()"));
     int blocker = (int)res_int(r, "pid");
     json_decref(r);
@@ -671,6 +672,7 @@ static void test_queue(conn *c)
     test_cond("and every queued one runs in turn once the blocker ends",
               res_int(r, "exit_code") == 0 && result_is(r, want));
     json_decref(r);
+    cn_close(b);
     destroy(c, "js-queue");
 }
 
