@@ -1,7 +1,7 @@
 #!/bin/sh
 # stream_bench.sh BUILD_DIR - client streaming at full speed: the wall time of
-# `sbxctl exec ID -- CMD > /dev/null` for 200 MB of text, of NUL bytes and of
-# random bytes from a Docker sandbox, beside dockerode (tests/bench/dockerode,
+# `sbxctl exec ID -- CMD > /dev/null` for ~200 MB of text lines, of NUL bytes
+# and of random bytes from a Docker sandbox, beside dockerode (tests/bench/dockerode,
 # npm, pinned lockfile) and the docker CLI reading the same command's output
 # from the same engine in the same run. Median of 3. Prints; never fails.
 #
@@ -13,7 +13,7 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT" || exit 0
 SBXCTL=${SBXCTL:-$ROOT/$B/sbxctl}
 MB=${STREAM_MB:-200}
-echo "client streaming benchmark (sbxctl exec ... > /dev/null, $MB MB, median of 3)"
+echo "client streaming benchmark (sbxctl exec ... > /dev/null, ~$MB MB each, median of 3)"
 if [ ! -x "$SBXCTL" ] || [ ! -x "$B/sbx-init" ]; then
     echo "  (skipped: build $B first)"
     exit 0
@@ -76,36 +76,43 @@ fi
 CID=$(curl -s --unix-socket "$SOCK" \
     'http://localhost/v1.41/containers/json?filters=%7B%22label%22%3A%5B%22sbxd.id%3Dsbench%22%5D%7D' |
     sed -n 's/^\[{"Id":"\([0-9a-f]*\)".*/\1/p')
-# The random bytes are made once, inside the container (64 MiB, read 3x).
-RMB=$(((MB + 63) / 64))
-"$B/sbxctl" exec sbench -- sh -c 'head -c 67108864 /dev/urandom > /tmp/rnd' >/dev/null 2>&1
+# Text lines and random bytes are made once, inside the container (64 MiB
+# files, read MB/64 times), so that the figures are about moving bytes, not
+# about the program making them; NUL bytes come from dd.
+RMB=$(((MB + 32) / 64))
+"$B/sbxctl" exec sbench -- sh -c 'head -c 67108864 /dev/urandom > /tmp/rnd;
+    yes "the quick brown fox jumps over the lazy dog, 0123456789 times" |
+    head -c 67108864 > /tmp/txt' >/dev/null 2>&1
 COUNT=$((MB * 16))
-TEXT="dd if=/dev/zero bs=64k count=$COUNT 2>/dev/null | tr '\\0' x"
+loop() { echo "i=0; while [ \$i -lt $RMB ]; do cat $1; i=\$((i+1)); done"; }
+TEXT=$(loop /tmp/txt)
 NUL="dd if=/dev/zero bs=64k count=$COUNT 2>/dev/null"
-RND="i=0; while [ \$i -lt $RMB ]; do cat /tmp/rnd; i=\$((i+1)); done"
+RND=$(loop /tmp/rnd)
 
 now() { date +%s.%N; }
 # median of three MB/s figures on stdin
 median() { sort -n | sed -n 2p; }
 mbs() { awk -v b="$1" -v s="$2" 'BEGIN { if (s > 0) printf "%.1f\n", b / s / 1e6; else print 0 }'; }
 
-sbx_rate() { # cmd
+# Output goes to /dev/null; the byte count is the command's (checked once
+# through a pipe to wc, outside the timing).
+sbx_rate() { # cmd bytes
+    n=$("$SBXCTL" exec sbench -- sh -c "$1" 2>/dev/null | wc -c)
+    [ "$n" -eq "$2" ] || { echo "short($n)"; return; }
     for k in 1 2 3; do
         t0=$(now)
-        "$SBXCTL" exec sbench -- sh -c "$1" >"$T/out" 2>/dev/null
+        "$SBXCTL" exec sbench -- sh -c "$1" >/dev/null 2>&1
         t1=$(now)
-        mbs "$(stat -c %s "$T/out")" "$(awk -v a="$t0" -v b="$t1" 'BEGIN{print b-a}')"
-        rm -f "$T/out"
+        mbs "$2" "$(awk -v a="$t0" -v b="$t1" 'BEGIN{print b-a}')"
     done | median
 }
-cli_rate() { # cmd
+cli_rate() { # cmd bytes
     [ -n "$CLI" ] && [ -n "$CID" ] || { echo "-"; return; }
     for k in 1 2 3; do
         t0=$(now)
-        "$CLI" -H "$ENGINE" exec "$CID" sh -c "$1" >"$T/out" 2>/dev/null
+        "$CLI" -H "$ENGINE" exec "$CID" sh -c "$1" >/dev/null 2>&1
         t1=$(now)
-        mbs "$(stat -c %s "$T/out")" "$(awk -v a="$t0" -v b="$t1" 'BEGIN{print b-a}')"
-        rm -f "$T/out"
+        mbs "$2" "$(awk -v a="$t0" -v b="$t1" 'BEGIN{print b-a}')"
     done | median
 }
 DN=tests/bench/dockerode
@@ -126,13 +133,13 @@ node_rate() { # cmd
 printf '  %-28s %12s %12s %12s\n' "output" "sbxctl" "dockerode" "docker CLI"
 for kind in text nul random; do
     case $kind in
-    text) cmd=$TEXT; what="text (dd | tr, 'x')" ;;
-    nul) cmd=$NUL; what="binary: NUL bytes (dd)" ;;
-    random) cmd=$RND; what="binary: random bytes" ;;
+    text) cmd=$TEXT; what="text lines"; bytes=$((RMB * 67108864)) ;;
+    nul) cmd=$NUL; what="binary: NUL bytes (dd)"; bytes=$((COUNT * 65536)) ;;
+    random) cmd=$RND; what="binary: random bytes"; bytes=$((RMB * 67108864)) ;;
     esac
-    s=$(sbx_rate "$cmd")
+    s=$(sbx_rate "$cmd" "$bytes")
     d=$(node_rate "$cmd")
-    c=$(cli_rate "$cmd")
+    c=$(cli_rate "$cmd" "$bytes")
     printf '  %-28s %8s MB/s %7s MB/s %7s MB/s\n' "$what" "$s" "$d" "$c"
 done
 "$B/sbxctl" rm sbench >/dev/null 2>&1
