@@ -90,6 +90,20 @@ static long rss_kb(void)
     return kb;
 }
 
+/* RSS says nothing under ASan (its quarantine keeps freed memory) or valgrind. */
+static int rss_meaningful(void)
+{
+    return !getenv("SBX_SANITIZED") && !getenv("SBX_VALGRIND");
+}
+
+static void rss_cond(const char *name, int ok)
+{
+    if (rss_meaningful())
+        test_cond(name, ok);
+    else
+        test_skip(name, "RSS is not meaningful under ASan or valgrind");
+}
+
 static int ping(conn *c)
 {
     json_t *r = cn_call_t(c, 5000, "daemon.ping", NULL);
@@ -456,7 +470,7 @@ static void test_retained(void)
     long after = rss_kb();
     printf("      RSS %ld kB -> %ld kB after 60 execs of 1 MiB output\n", before, after);
     test_cond("retained: 60 execs of 1 MiB each all return their output", ok);
-    test_cond("retained: the daemon does not keep 60 MiB of replay (RSS grows < 24 MB)",
+    rss_cond("retained: the daemon does not keep 60 MiB of replay (RSS grows < 24 MB)",
               after - before < 24 * 1024);
     json_t *info = cn_call(c, "daemon.info", NULL);
     test_cond("retained: daemon.info shows retained bytes within retained_bytes_total",
@@ -493,7 +507,7 @@ static void test_retained(void)
     after = rss_kb();
     printf("      RSS %ld kB -> %ld kB after 20 results of 50k elements\n", before, after);
     test_cond("retained: exec returns each large result in full", ok);
-    test_cond("retained: large results are not kept after the reply (RSS grows < 16 MB)",
+    rss_cond("retained: large results are not kept after the reply (RSS grows < 16 MB)",
               after - before < 16 * 1024);
     r = cn_call(c, "process.wait", json_pack("{s:s, s:i}", "sandbox", "rb", "pid", first));
     test_cond("retained: a later wait says the result was dropped",
@@ -578,7 +592,7 @@ static void test_snapshots(void)
     long after = rss_kb();
     printf("      RSS %ld kB -> %ld kB after 10 snapshots of 30k objects\n", before, after);
     test_cond("snapshots: 10 snapshots of a 30k-object global are taken", made == 10);
-    test_cond("snapshots: they are kept as text, not trees (RSS grows < 16 MB)",
+    rss_cond("snapshots: they are kept as text, not trees (RSS grows < 16 MB)",
               after - before < 16 * 1024);
     json_t *info = cn_call(c, "daemon.info", NULL);
     test_cond("snapshots: daemon.info counts them against max_snapshots_per_uid",
@@ -628,16 +642,15 @@ static void test_snapshots(void)
     json_decref(list);
     r = cn_call_t(c, 30000, "sandbox.snapshot", json_pack("{s:s}", "id", "sb3"));
     json_t *r2 = cn_call_t(c, 30000, "sandbox.snapshot", json_pack("{s:s}", "id", "sb3"));
-    if (!res_of(r) || strcmp(limit_of(r2), "snapshot_bytes_per_uid"))
-        printf("      %.300s\n      %.300s\n", json_dumps(r, 0), json_dumps(r2, 0));
     test_cond("snapshots: past snapshot_bytes_per_uid a snapshot gets -32005 naming it",
               res_of(r) && err_code(r2) == SBX_E_LIMIT &&
                   strcmp(limit_of(r2), "snapshot_bytes_per_uid") == 0);
     json_decref(r);
     json_decref(r2);
+    r = cn_call(c, "process.exec", json_pack("{s:s, s:s}", "sandbox", "sb3", "command", "big.length"));
     test_cond("snapshots: the sandbox is still usable after a refused snapshot",
-              cn_call(c, "sandbox.get", json_pack("{s:s}", "id", "sb3")) &&
-                  root_can_ping());
+              json_integer_value(json_object_get(res_of(r), "result")) == 900000);
+    json_decref(r);
     cn_close(c);
     stop();
 }

@@ -787,6 +787,52 @@ static void agent_log_flood(conn *c, const char *sb)
     test_cond("agent flood: the sandbox still runs commands", exec_ok(c, sb, "echo ok", "ok\n"));
 }
 
+/* Issue 11: an adopted container's sbxd.created label is the container's to
+ * say; "inf" or "1e300" overflowed a float-to-integer conversion (UB; on
+ * x86 the lifetime became INT64_MIN). */
+static void test_created_label(void)
+{
+    static const char *vals[] = {"inf", "1e300", "nan", "-inf"};
+    char sock[108], body[1024], name[64];
+    snprintf(sock, sizeof(sock), "%.80s/%.10s.sock", tmpdir, "lbl");
+    int made = 1;
+    for (int i = 0; i < 4; i++) {
+        snprintf(body, sizeof(body),
+                 "{\"Image\":\"sbx-test/busybox\",\"Cmd\":[\"true\"],\"Labels\":{"
+                 "\"sbxd.id\":\"lbl%d\",\"sbxd.owner\":\"0\",\"sbxd.socket\":\"%s\","
+                 "\"sbxd.created\":\"%s\"}}",
+                 i, sock, vals[i]);
+        snprintf(name, sizeof(name), "/containers/create?name=sbx-lbl%d-%d", i, (int)getpid());
+        made &= engine("POST", name, body, NULL) == 201;
+    }
+    test_cond("created label: four containers labelled inf, 1e300, nan, -inf", made);
+    pid_t pid;
+    conn *c = start_other("lbl", docker_host, "", &pid);
+    int sane = c != NULL;
+    for (int i = 0; i < 4 && c; i++) {
+        char id[16];
+        snprintf(id, sizeof(id), "lbl%d", i);
+        json_t *r = NULL;
+        for (int k = 0; k < 100; k++) {
+            json_decref(r);
+            r = cn_call(c, "sandbox.get", json_pack("{s:s}", "id", id));
+            if (res_of(r))
+                break;
+            usleep(50000);
+        }
+        json_int_t t = res_int(r, "timeout_ms");
+        if (!res_of(r) || t < 0 || t > 86400000) {
+            printf("      %s (%s): timeout_ms %lld\n", id, vals[i], (long long)t);
+            sane = 0;
+        }
+        json_decref(r);
+        json_decref(cn_call_t(c, 60000, "sandbox.destroy", json_pack("{s:s}", "id", id)));
+    }
+    test_cond("created label: each is adopted with a lifetime in range", sane);
+    cn_close(c);
+    stop_sbxd(pid, SIGTERM);
+}
+
 static void test_misbehaving(conn *c)
 {
     /* SYS_PTRACE: the forged frames below go through PID 1's stdout. */
@@ -2448,6 +2494,7 @@ int main(int argc, char **argv)
     STEP(test_agent_mount(c));
     STEP(test_pools());
     STEP(test_restart(&c));
+    STEP(test_created_label());
     if (c && (!only || strstr("test_tls", only))) {
         /* a container of the main sbxd that the TLS sbxd reconnects to by label */
         json_decref(create(c, "shared1", NULL));
