@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "jsworker/jsw.h"
@@ -33,6 +34,14 @@ extern const char jsw_strip_js[], jsw_strip_js_end[];
 #define WRAP_TAIL "\n})"
 
 static struct jsw *W; /* native callbacks get no user data */
+
+static double now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
 
 /* ---- text ---------------------------------------------------------------- */
 
@@ -674,7 +683,10 @@ void jsw_engine_spawn(struct jsw *w, uint32_t proc, json_t *req)
         api_call(w->ctx, w->api, "tools", 1, &listv, NULL);
 
     code = json_object_get(req, "code");
+    double t0 = now_ms();
     src = strip(w, json_string_value(code), json_string_length(code), &exc);
+    /* for make bench (CHANNEL.md): what stripping TypeScript costs */
+    json_object_set_new(w->rec, "strip_ms", json_real(now_ms() - t0));
     if (!src) {
         fail_with(w, exc);
         jsw_engine_finish(w);
