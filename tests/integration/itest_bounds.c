@@ -529,8 +529,14 @@ static void test_retained(void)
 static void ask_for_64g(char *res, size_t n)
 {
     conn *c = cn_open(sockp);
-    json_t *r = cn_call(c, "sandbox.create", json_pack("{s:s, s:s, s:i}", "id", "mem1", "provider",
-                                                       "duktape", "memory_limit_mb", 65536));
+    json_t *r = cn_call_t(c, 60000, "sandbox.create",
+                          json_pack("{s:s, s:s, s:i}", "id", "mem1", "provider", "duktape",
+                                    "memory_limit_mb", 65536));
+    if (!res_of(r)) {
+        char *t = json_dumps(r, JSON_COMPACT);
+        fprintf(stderr, "      create: %.300s\n", t ? t : "?");
+        free(t);
+    }
     json_t *cl = json_object_get(json_object_get(res_of(r), "clamped"), "memory_limit_mb");
     int clamped = res_int(r, "memory_limit_mb") == 64 &&
                   json_integer_value(json_object_get(cl, "requested")) == 65536 &&
@@ -557,6 +563,8 @@ static void test_memory_ceiling(void)
     }
     char res[8];
     as_uid(65534, ask_for_64g, res, sizeof(res));
+    if (res[0] != '1' || res[1] != '1')
+        printf("      child said \"%.2s\"\n", res);
     test_cond("memory: memory_limit_mb 65536 is clamped to the config's 64, and the result says so",
               res[0] == '1');
     test_cond("memory: the isolate cannot grow past the ceiling", res[1] == '1');
@@ -774,6 +782,9 @@ static void test_reload(void)
         return;
     }
     conn *c = cn_open(sockp);
+    /* An answer means the loop runs, so its SIGHUP handler is in place (the
+     * socket exists a moment before: an early SIGHUP would end sbxd). */
+    test_cond("reload: sbxd answers before the SIGHUP", c && ping(c));
     FILE *f = fopen(cfgp, "w");
     fprintf(f, "%s  max_sessions_per_uid: 3\n", base_yaml);
     fclose(f);
