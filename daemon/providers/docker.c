@@ -1014,7 +1014,7 @@ static void create_done(struct dk_resp *r, void *data)
     json_object_update(ds->base_env, json_object_get(ds->opts, "env"));
     ds->running = 0;
     ds->need_start = 1;
-    if (ds->dp->agent_tar && (ds->dp->agent_bind || ds->dp->agent_holder[0]))
+    if (ds->agent_mounted)
         ds->phase = ds->exec_mode ? PH_START : PH_ATTACH; /* the agent is mounted */
     else
         ds->phase = ds->dp->agent_tar ? PH_UPLOAD : PH_START;
@@ -1201,7 +1201,9 @@ static void lc_next(struct dk_sb *ds)
             return;
         }
         json_decref(labels);
-        if (dp->agent_tar && (dp->agent_bind || dp->agent_holder[0]))
+        /* Decided here, once: the holder may become ready before create_done. */
+        ds->agent_mounted = dp->agent_tar && (dp->agent_bind || dp->agent_holder[0]);
+        if (ds->agent_mounted)
             dk_agent_mount(dp, body);
         char *ne = dk_escape(ds->name);
         path = dk_path(e, "/containers/create?name=%s", ne);

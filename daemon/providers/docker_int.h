@@ -246,6 +246,7 @@ struct dk_sb {
     int restarts;    /* container restarts done for retries */
     int recreated;   /* containers made again after one was removed */
     char *pool;      /* the warm pool its container came from, or NULL */
+    int agent_mounted; /* the last create mounted the agent (no upload) */
 
     enum dk_phase phase;
     enum dk_why why;

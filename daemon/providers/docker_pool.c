@@ -45,6 +45,7 @@ struct fill {
     struct dk_pool *pl;
     char cid[80];
     int step; /* 0 create, 1 upload, 2 start, 3 inspect */
+    int mounted; /* the create mounted the agent (no upload) */
 };
 
 static const char *our_socket(void)
@@ -179,7 +180,7 @@ static void fill_done(struct dk_resp *r, void *data)
             return;
         }
         snprintf(f->cid, sizeof(f->cid), "%s", json_string_value(json_object_get(r->json, "Id")));
-        f->step = f->dp->agent_bind || f->dp->agent_holder[0] ? 2 : 1;
+        f->step = f->mounted ? 2 : 1;
         break;
     case 1:
         if (r->status != 200) {
@@ -244,7 +245,8 @@ static void fill_next(struct fill *f)
         json_object_del(l, "sbxd.id");
         json_object_del(l, "sbxd.owner");
         json_object_set_new(l, "sbxd.exec_mode", json_string("agent"));
-        if (dp->agent_bind || dp->agent_holder[0])
+        f->mounted = dp->agent_bind || dp->agent_holder[0];
+        if (f->mounted)
             dk_agent_mount(dp, body);
         char name[96], rnd[64];
         daemon_random_id("", rnd, sizeof(rnd));

@@ -168,6 +168,13 @@ ctl exec "$ID" -- 'var kept = 7' >/dev/null 2>&1
 out snapshot "$ID"
 check "snapshot prints snap-..." grep -q '^snap-' "$T/out"
 SNAP=$(cat "$T/out")
+out create --provider duktape --id "$ID-l" --lifetime 600000 --command-timeout 700
+check "create --lifetime --command-timeout" [ $st -eq 0 ]
+out get "$ID-l"
+check "--lifetime is the sandbox's timeout_ms" grep -q '^timeout_ms: 600000$' "$T/out"
+out exec "$ID-l" -- 'while (true) {}'
+check "--command-timeout is its commands' default timeout (124)" [ $st -eq 124 ]
+ctl rm "$ID-l" >/dev/null 2>&1
 out snapshots
 check "snapshots lists it" grep -q "^$SNAP .*duktape" "$T/out"
 out snapshot-rm "$SNAP"

@@ -923,6 +923,12 @@ static void test_lifetime_env(conn *c)
     r = cn_call(c, "sandbox.set_env", json_pack("{s:s, s:{s:s}}", "id", "life1", "env", "A", "again"));
     json_decref(r);
     test_cond("env null: set_env sets it again", exec_ok(c, "life1", "echo $A", "again\n"));
+    r = cn_call_t(c, 30000, "process.exec",
+                  json_pack("{s:s, s:s, s:{s:n, s:n}}", "sandbox", "life1", "command",
+                            "echo ${A-unset} ${B-unset}", "env", "A", "B"));
+    test_cond("env null: exec env null removes a set_env value and a create value at once",
+              strcmp(res_str(r, "stdout"), "unset unset\n") == 0);
+    json_decref(r);
 
     /* Reconnect honesty: the same id with other options. */
     r = cn_call_t(c, 120000, "sandbox.create",
@@ -973,6 +979,8 @@ static void test_snapshots_last(void)
         usleep(100000);
     }
     json_decref(create(c, "snapsrc", NULL));
+    json_decref(cn_call_t(c, 120000, "sandbox.create",
+                          json_pack("{s:s, s:s}", "id", "keep1", "provider", "docker")));
     exec_ok(c, "snapsrc", "echo kept > /workspace/kept.txt", NULL);
     json_t *r = cn_call_t(c, 120000, "sandbox.snapshot", json_pack("{s:s}", "id", "snapsrc"));
     char snap[64];
@@ -987,6 +995,14 @@ static void test_snapshots_last(void)
     for (int i = 0; c && i < 50 && !snapshot_listed(c, snap); i++)
         usleep(100000);
     test_cond("snapshots: listed again after an sbxd restart", c && snapshot_listed(c, snap));
+    r = c ? cn_call(c, "sandbox.get", json_pack("{s:s}", "id", "keep1")) : NULL;
+    test_cond("lifetime: a docker sandbox without timeout_ms is adopted after an sbxd restart "
+              "still without one",
+              r && !strcmp(res_str(r, "status"), "running") && res_int(r, "timeout_ms") == 0 &&
+                  !json_object_get(res_of(r), "expires_at"));
+    json_decref(r);
+    if (c)
+        destroy(c, "keep1");
     r = create(c, "snapuse", json_pack("{s:s}", "snapshot", snap));
     test_cond("snapshots: create --snapshot works after the restart",
               strcmp(res_str(r, "status"), "running") == 0);

@@ -140,6 +140,7 @@ static void test_defaults(void)
               cfg.default_provider && !strcmp(cfg.default_provider, "js"));
     test_cond("default timeout 300000 ms", cfg.default_timeout_ms == 300000);
     test_cond("default idle timeout off", cfg.default_idle_timeout_ms == 0);
+    test_cond("default command timeout 5 min", cfg.default_command_timeout_ms == 300000);
     test_cond("default instructions unset",
               !cfg.instructions_text && !cfg.instructions_append);
     test_cond("default providers is an empty object",
@@ -190,6 +191,7 @@ static void test_core_keys(void)
                        "  provider: docker\n"
                        "  timeout_ms: 1000\n"
                        "  idle_timeout_ms: 86400000\n"
+                       "  command_timeout_ms: 4500\n"
                        "instructions:\n"
                        "  text: |\n"
                        "    line one\n"
@@ -217,6 +219,7 @@ static void test_core_keys(void)
               cfg.default_provider && !strcmp(cfg.default_provider, "docker"));
     test_cond("defaults.timeout_ms", cfg.default_timeout_ms == 1000);
     test_cond("defaults.idle_timeout_ms", cfg.default_idle_timeout_ms == 86400000);
+    test_cond("defaults.command_timeout_ms", cfg.default_command_timeout_ms == 4500);
     test_cond("instructions.text (block scalar)",
               cfg.instructions_text &&
                   !strcmp(cfg.instructions_text, "line one\nline two\n"));
