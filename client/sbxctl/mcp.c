@@ -39,10 +39,12 @@
 #define QUIT_GRACE 10.0
 
 /* Revisions we speak, newest first. Older than 2025-06-18 has no
- * structuredContent, outputSchema or title. */
+ * structuredContent, outputSchema or title; 2024-11-05 has no tool
+ * annotations and no progress message either. */
 static const char *const versions[] = {"2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"};
 #define NVERSIONS (sizeof(versions) / sizeof(versions[0]))
 #define FIRST_STRUCTURED 1 /* index of the oldest revision with structured content */
+#define FIRST_ANNOTATED 2  /* ... with tool annotations and progress messages */
 
 static void send_msg(struct mcp *m, json_t *msg);
 static void maybe_quit(struct mcp *m);
@@ -321,7 +323,7 @@ static void progress_cb(struct ev_loop *loop, ev_timer *w, int revents)
     json_t *p = json_pack("{s:O, s:I}", "progressToken", c->progress_token, "progress", elapsed);
     if (c->timeout_ms > 0)
         json_object_set_new(p, "total", json_integer(c->timeout_ms));
-    char *text = mcp_tool_progress_text(c);
+    char *text = m->annotated ? mcp_tool_progress_text(c) : NULL;
     if (text)
         json_object_set_new(p, "message", mbuf_string(text, strlen(text)));
     free(text);
@@ -769,8 +771,9 @@ static void on_initialize(struct mcp *m, json_t *id, json_t *params)
             pick = i;
     snprintf(m->version, sizeof(m->version), "%s", versions[pick]);
     m->structured = pick <= FIRST_STRUCTURED;
+    m->annotated = pick <= FIRST_ANNOTATED;
     json_decref(m->tools_json);
-    m->tools_json = mcp_tools_list(m->structured);
+    m->tools_json = mcp_tools_list(m->structured, m->annotated);
     if (m->verbose)
         mlog(m, "client asked for %s, speaking %s", want, m->version);
 
@@ -1163,8 +1166,8 @@ int cmd_mcp(int argc, char **argv)
     m->code.what = "code";
     m->backlog = json_array();
     snprintf(m->version, sizeof(m->version), "%s", versions[0]);
-    m->structured = 1;
-    m->tools_json = mcp_tools_list(1);
+    m->structured = m->annotated = 1;
+    m->tools_json = mcp_tools_list(1, 1);
     signal(SIGPIPE, SIG_IGN);
 
     set_nonblock(0, &m->in_flags0);

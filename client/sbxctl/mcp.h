@@ -87,6 +87,7 @@ struct mcp {
     /* MCP session */
     char version[16];
     int structured; /* the negotiated revision has structuredContent/outputSchema */
+    int annotated;  /* ... has tool annotations and progress messages */
     json_t *tools_json;
 
     /* sbxd */
@@ -137,8 +138,9 @@ void mbuf_free(struct mbuf *b);
 json_t *mbuf_string(const char *p, size_t len);
 
 /* ---- mcp_tools.c ---- */
-/* The tools/list array (new reference); with_structured adds outputSchema/title. */
-json_t *mcp_tools_list(int with_structured);
+/* The tools/list array (new reference); with_structured adds outputSchema
+ * and title, with_annotations the annotations. */
+json_t *mcp_tools_list(int with_structured, int with_annotations);
 const struct tool *mcp_tool_find(const char *name);
 const char *mcp_tool_name(const struct tool *t);
 /* Validates c->args and starts the tool. Answers c itself on bad arguments. */

@@ -229,7 +229,7 @@ static json_t *param_schema(const struct param *p)
     return s;
 }
 
-json_t *mcp_tools_list(int with_structured)
+json_t *mcp_tools_list(int with_structured, int with_annotations)
 {
     json_t *arr = json_array();
     for (size_t i = 0; i < NTOOLS; i++) {
@@ -248,9 +248,11 @@ json_t *mcp_tools_list(int with_structured)
             json_decref(req);
         json_t *o = json_pack("{s:s, s:s, s:o}", "name", t->name, "description", t->desc,
                               "inputSchema", in);
-        json_t *ann = json_loads(t->annotations, 0, NULL);
-        json_object_set_new(ann, "title", json_string(t->title));
-        json_object_set_new(o, "annotations", ann);
+        if (with_annotations) {
+            json_t *ann = json_loads(t->annotations, 0, NULL);
+            json_object_set_new(ann, "title", json_string(t->title));
+            json_object_set_new(o, "annotations", ann);
+        }
         if (with_structured) {
             json_object_set_new(o, "title", json_string(t->title));
             json_object_set_new(o, "outputSchema", json_loads(t->output_schema, 0, NULL));

@@ -149,6 +149,27 @@ describe('raw protocol', () => {
     await r.close();
   });
 
+  test('revision 2024-11-05: no annotations, progress without a message', async () => {
+    const r = raw(['--progress-ms', '100']);
+    r.send(init('2024-11-05'));
+    assert.equal((await r.next()).result.protocolVersion, '2024-11-05');
+    r.send(JSON.stringify({ jsonrpc: '2.0', id: 2, method: 'tools/list' }));
+    const list = await r.next();
+    assert.ok(list.result.tools.every((t) => !t.annotations && !t.title && !t.outputSchema));
+    r.send(JSON.stringify({ jsonrpc: '2.0', id: 3, method: 'tools/call', params: {
+      name: 'exec_command', arguments: { command: 'var t = Date.now(); while (Date.now() - t < 400) {} 1' },
+      _meta: { progressToken: 7 } } }));
+    const p = await r.next();
+    assert.equal(p.method, 'notifications/progress');
+    assert.equal(p.params.progressToken, 7);
+    assert.equal(p.params.message, undefined);
+    let m;
+    while ((m = await r.next()).method) ; // more progress, then the answer
+    assert.equal(m.id, 3);
+    assert.equal(JSON.parse(m.result.content[0].text).result, 1);
+    await r.close();
+  });
+
   test('bad input gets JSON-RPC errors and the server keeps serving', async () => {
     const r = raw(['--max-message', '4096']);
     r.send(init('2025-06-18'));
