@@ -663,8 +663,15 @@ static void code_answer(struct call *c, json_t *rec)
         error = json_pack("{s:s, s:s}", "name", "Error", "message", msg);
     }
     json_t *result = json_object_get(rec, "result");
+    /* A provider that returns the logs itself is believed; else the output lines. */
+    json_t *logs = json_object_get(rec, "logs");
+    size_t i;
+    json_t *l;
+    int all_strings = json_is_array(logs);
+    json_array_foreach(logs, i, l) if (!json_is_string(l)) all_strings = 0;
+    logs = all_strings ? json_incref(logs) : split_lines(&c->logs);
     json_t *s = json_pack("{s:O, s:o, s:o, s:b, s:b}", "result", result ? result : json_null(),
-                          "logs", split_lines(&c->logs), "error", error, "timed_out", timed_out,
+                          "logs", logs, "error", error, "timed_out", timed_out,
                           "truncated", c->truncated);
     if (json_object_get(rec, "duration_ms"))
         json_object_set(s, "duration_ms", json_object_get(rec, "duration_ms"));
