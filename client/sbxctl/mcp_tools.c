@@ -67,9 +67,9 @@ static const struct param spawn_params[] = {
 
 static const struct param code_params[] = {
     {"code", K_STRING, 1, 0, 0,
-     "A JavaScript program. Its result is the value it returns (js provider: top-level "
-     "await and return are allowed) or, on duktape, its completion value; console.log "
-     "output comes back as logs."},
+     "A JavaScript (or TypeScript) program: the body of an async function, so top-level "
+     "await and return work; its result is the value it returns (on the duktape fallback: "
+     "the completion value). console.log lines come back as logs."},
     {"timeout_ms", K_INT, 0, 1, MAX_MS, "Stop the program after this many milliseconds."},
     {NULL, 0, 0, 0, 0, NULL},
 };
@@ -170,8 +170,9 @@ static const struct tool tools[] = {
      "{\"readOnlyHint\":false,\"destructiveHint\":true,\"openWorldHint\":false}", 1,
      exec_start},
     {"run_code", "Run JavaScript",
-     "Runs a JavaScript program in a fresh-state isolate (no filesystem, network or "
-     "processes) and returns its result and console output. Use it for computation.",
+     "Runs a JavaScript or TypeScript program in an isolate with a fresh global object "
+     "(no filesystem, network, timers or processes) and returns its result (JSON), its "
+     "console lines and its uncaught error, if any. Use it for computation.",
      code_params, code_schema,
      "{\"readOnlyHint\":true,\"destructiveHint\":false,\"openWorldHint\":false}", 1,
      code_start},
@@ -672,7 +673,8 @@ static void code_answer(struct call *c, json_t *rec)
     logs = all_strings ? json_incref(logs) : split_lines(&c->logs);
     json_t *s = json_pack("{s:O, s:o, s:o, s:b, s:b}", "result", result ? result : json_null(),
                           "logs", logs, "error", error, "timed_out", timed_out,
-                          "truncated", c->truncated);
+                          "truncated",
+                          c->truncated || json_is_true(json_object_get(rec, "logs_truncated")));
     if (json_object_get(rec, "duration_ms"))
         json_object_set(s, "duration_ms", json_object_get(rec, "duration_ms"));
     mcp_answer(c, s, !json_is_null(error), NULL);

@@ -79,11 +79,14 @@ async function cancelAfterProgress(client, args) {
 
 // ---- raw protocol: what no SDK would send -----------------------------------------------
 
-/** A raw `sbxctl mcp` child: send lines, read answers. */
+/** A raw `sbxctl mcp` child: send lines, read answers. A child a failed test
+ *  left behind is killed after the suite, so that node can exit. */
+const rawChildren = new Set();
 function raw(extra = []) {
-  const child = spawn(SBXCTL, ['-s', SOCK, 'mcp', '--provider', 'duktape', ...extra], {
-    stdio: ['pipe', 'pipe', 'pipe'],
-  });
+  const child = spawn(SBXCTL, ['-s', SOCK, 'mcp', '--provider', 'duktape',
+    '--code-provider', 'duktape', ...extra], { stdio: ['pipe', 'pipe', 'pipe'] });
+  rawChildren.add(child);
+  child.on('close', () => rawChildren.delete(child));
   let buf = '';
   const waiters = [];
   const msgs = [];
@@ -116,6 +119,8 @@ const init = (v) => JSON.stringify({
 });
 
 describe('raw protocol', () => {
+  after(() => { for (const c of rawChildren) c.kill('SIGKILL'); });
+
   test('initialize: the client\'s revision 2025-06-18 is accepted as asked', async () => {
     const r = raw();
     r.send(init('2025-06-18'));
@@ -349,6 +354,73 @@ describe('MCP SDK client, duktape provider', () => {
     await closeClean(s);
     s = null;
     assert.equal(sandboxes().has(sandboxId), false);
+  });
+});
+
+// run_code on the js provider (JavaScriptCore, the code-mode contract of
+// proto/PROTOCOL.md): the default code provider when sbxd offers it.
+const JS = (() => {
+  try {
+    const info = JSON.parse(execFileSync(SBXCTL, ['-s', SOCK, '--json', 'info'], { encoding: 'utf8' }));
+    const js = info.providers.find((p) => p.name === 'js');
+    return js?.available ? false : `the js provider is not available: ${js ? js.reason : 'not built'}`;
+  } catch (e) {
+    return `sbxctl info failed: ${e.message}`;
+  }
+})();
+const jtest = (name, fn) => test(name, { skip: JS }, fn);
+
+describe('MCP SDK client, run_code on the js provider', () => {
+  let s;
+  before(async () => { if (!JS) s = await connect(['--provider', 'duktape']); });
+  after(async () => { if (s) await closeClean(s); });
+
+  jtest('a TypeScript program body: return value, logs', async () => {
+    const r = await s.client.callTool({ name: 'run_code', arguments: {
+      code: 'const a: number = 2;\nconsole.log("x", { a });\nreturn a * 21;' } });
+    assert.equal(r.isError, undefined, r.content[0].text);
+    assert.equal(r.structuredContent.result, 42);
+    assert.deepEqual(r.structuredContent.logs, ['x {"a":2}']);
+    assert.equal(r.structuredContent.error, null);
+  });
+
+  jtest('top-level await; a fresh global per run', async () => {
+    let r = await s.client.callTool({ name: 'run_code', arguments: {
+      code: 'globalThis.seen = 1; const v = await Promise.all([1, 2].map(async (x) => x * 5)); return v;' } });
+    assert.deepEqual(r.structuredContent.result, [5, 10]);
+    r = await s.client.callTool({ name: 'run_code', arguments: { code: 'return typeof globalThis.seen;' } });
+    assert.equal(r.structuredContent.result, 'undefined');
+  });
+
+  jtest('an uncaught error, a timeout', async () => {
+    let r = await s.client.callTool({ name: 'run_code', arguments: { code: 'console.log("before"); throw new RangeError("too far");' } });
+    assert.equal(r.isError, true);
+    assert.equal(r.structuredContent.error.name, 'RangeError');
+    assert.equal(r.structuredContent.error.message, 'too far');
+    assert.deepEqual(r.structuredContent.logs.slice(0, 1), ['before']);
+    r = await s.client.callTool({ name: 'run_code', arguments: { code: 'while (true) {}', timeout_ms: 300 } });
+    assert.equal(r.isError, true);
+    assert.equal(r.structuredContent.timed_out, true);
+    assert.equal(r.structuredContent.error.name, 'TimeoutError');
+  });
+
+  jtest('sandbox_info is the command sandbox; run_code ran elsewhere on js', async () => {
+    const r = await s.client.callTool({ name: 'sandbox_info', arguments: {} });
+    assert.equal(r.structuredContent.sandbox.provider, 'duktape');
+    const mine = [...sandboxes().values()].filter((x) => x.id.startsWith('mcp-') && x.provider === 'js');
+    assert.ok(mine.length >= 1, 'a js sandbox exists for run_code');
+  });
+
+  jtest('cancelling run_code ends the program: the next one runs at once', async () => {
+    const ac = new AbortController();
+    let progressed = 0;
+    const call = s.client.callTool({ name: 'run_code', arguments: { code: 'while (true) {}' } }, undefined, {
+      signal: ac.signal, onprogress: () => { if (++progressed === 1) ac.abort('test cancels'); } });
+    await assert.rejects(call);
+    // One program runs at a time per js sandbox: had the loop survived, this would wait out its timeout.
+    const r = await s.client.callTool({ name: 'run_code', arguments: { code: 'return "next"', timeout_ms: 5000 } });
+    assert.equal(r.isError, undefined, r.content[0].text);
+    assert.equal(r.structuredContent.result, 'next');
   });
 });
 
