@@ -319,22 +319,23 @@ static const char *check_args(const struct tool *t, json_t *args)
             json_t *v2;
             if (!json_is_object(v))
                 want = "an object of strings";
-            else
-                json_object_foreach(v, k2, v2) if (!json_is_string(v2)) want =
-                    "an object of strings";
+            json_object_foreach(v, k2, v2)
+            {
+                if (!json_is_string(v2))
+                    want = "an object of strings";
+            }
             break;
         }
         case K_COMMAND: {
             size_t i;
             json_t *e;
-            if (json_is_string(v)) {
-                if (json_string_length(v) == 0)
-                    want = "a non-empty string or array of strings";
-            } else if (json_is_array(v) && json_array_size(v) > 0) {
-                json_array_foreach(v, i, e) if (!json_is_string(e)) want =
-                    "a non-empty string or array of strings";
-            } else {
+            if (json_is_string(v) ? json_string_length(v) == 0
+                                  : !json_is_array(v) || json_array_size(v) == 0)
                 want = "a non-empty string or array of strings";
+            json_array_foreach(v, i, e)
+            {
+                if (!json_is_string(e))
+                    want = "a non-empty string or array of strings";
             }
             break;
         }
@@ -669,7 +670,11 @@ static void code_answer(struct call *c, json_t *rec)
     size_t i;
     json_t *l;
     int all_strings = json_is_array(logs);
-    json_array_foreach(logs, i, l) if (!json_is_string(l)) all_strings = 0;
+    json_array_foreach(logs, i, l)
+    {
+        if (!json_is_string(l))
+            all_strings = 0;
+    }
     logs = all_strings ? json_incref(logs) : split_lines(&c->logs);
     json_t *s = json_pack("{s:O, s:o, s:o, s:b, s:b}", "result", result ? result : json_null(),
                           "logs", logs, "error", error, "timed_out", timed_out,
