@@ -68,6 +68,9 @@ struct jsw {
     struct jsw_call *calls;
     unsigned ncalls;
     size_t max_message;
+    unsigned memory_mb; /* the SPAWN's memory_limit_mb (the daemon enforces it) */
+    int statm_fd;       /* /proc/self/statm, opened before the seccomp filter */
+    long page_size;
 
     /* MORE frames received for the next frame of `more_proc`. */
     uint8_t *more;

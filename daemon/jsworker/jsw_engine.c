@@ -35,6 +35,10 @@ extern const char jsw_strip_js[], jsw_strip_js_end[];
 
 static struct jsw *W; /* native callbacks get no user data */
 
+/* Exported by the library, not declared in its public headers: a full,
+ * synchronous collection (JSGarbageCollect is only a hint). */
+void JSSynchronousGarbageCollectForDebugging(JSContextRef ctx);
+
 static double now_ms(void)
 {
     struct timespec ts;
@@ -397,6 +401,7 @@ static void drop_context(JSGlobalContextRef ctx, JSObjectRef api)
 }
 
 static JSStringRef strip(struct jsw *w, const char *code, size_t len, JSValueRef *exc);
+static void collect_if_big(struct jsw *w);
 
 static JSValueRef api_call(JSContextRef ctx, JSObjectRef api, const char *name, size_t argc,
                            const JSValueRef *argv, JSValueRef *exc)
@@ -632,6 +637,10 @@ void jsw_engine_spawn(struct jsw *w, uint32_t proc, json_t *req)
     w->proc = proc;
     w->credit = (v = json_object_get(req, "window")) ? (uint64_t)json_integer_value(v)
                                                      : SBX_CHAN_WINDOW;
+    w->memory_mb = (v = json_object_get(req, "memory_limit_mb")) && json_is_integer(v) &&
+                           json_integer_value(v) > 0
+                       ? (unsigned)json_integer_value(v)
+                       : 0;
     w->max_message = (v = json_object_get(req, "max_message")) &&
                              (size_t)json_integer_value(v) < JSW_MESSAGE_MAX
                          ? (size_t)json_integer_value(v)
@@ -671,8 +680,7 @@ void jsw_engine_spawn(struct jsw *w, uint32_t proc, json_t *req)
         return;
     }
 
-    tl = tool_list(json_object_get(req, "tools") ? json_object_get(req, "tools")
-                                                 : json_array());
+    tl = tool_list(json_object_get(req, "tools"));
     {
         JSStringRef s = str_c(tl);
         listv = JSValueMakeFromJSONString(w->ctx, s);
@@ -770,7 +778,30 @@ void jsw_engine_finish(struct jsw *w)
     w->logs = NULL;
     free(w->result);
     w->result = NULL;
+    collect_if_big(w);
     jsw_engine_prepare(w);
+}
+
+/* The daemon counts the worker's resident memory against each program's
+ * limit, so what an earlier program left behind must not count against the
+ * next: past half the limit, a full collection after the run (the EXIT is
+ * out already). */
+static void collect_if_big(struct jsw *w)
+{
+    char buf[128];
+    unsigned long size = 0, res = 0;
+    ssize_t n;
+
+    if (w->statm_fd < 0 || w->memory_mb == 0)
+        return;
+    n = pread(w->statm_fd, buf, sizeof(buf) - 1, 0);
+    if (n <= 0)
+        return;
+    buf[n] = '\0';
+    if (sscanf(buf, "%lu %lu", &size, &res) != 2 ||
+        (double)res * (double)w->page_size < (double)w->memory_mb * 1024 * 1024 / 2)
+        return;
+    JSSynchronousGarbageCollectForDebugging(w->strip_ctx);
 }
 
 void jsw_engine_prepare(struct jsw *w)

@@ -342,10 +342,14 @@ static void on_spawn(struct jsw *w, uint32_t proc, const uint8_t *payload, uint3
         jsw_log(w, "SPAWN for proc 0 ignored");
         return;
     }
-    if (w->proc != 0)
+    if (w->proc != 0) {
         why = "the worker is busy with another process";
-    else if (!json_is_object(req = json_loadb((const char *)payload, len, 0, NULL)))
-        why = "SPAWN payload is not a JSON object";
+    } else {
+        /* not inside json_is_object(): that macro evaluates its argument twice */
+        req = json_loadb((const char *)payload, len, 0, NULL);
+        if (!json_is_object(req))
+            why = "SPAWN payload is not a JSON object";
+    }
     if (why) {
         json_t *rec = json_pack("{s:i,s:i,s:b,s:b,s:s}", "exit_code", 126, "signal", 0,
                                 "timed_out", 0, "killed", 0, "error", why);
@@ -488,6 +492,8 @@ int main(int argc, char **argv)
         return 1;
     }
     w.fd = fd;
+    w.statm_fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+    w.page_size = sysconf(_SC_PAGESIZE);
     /* Without a cap the JIT optimises the stripper bundle's one huge
      * top-level function in the background just after start: ~140 MB of
      * transient RSS for half a second, which the daemon's memory watchdog

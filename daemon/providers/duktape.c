@@ -170,14 +170,27 @@ static struct worker *worker_spawn(struct duk_prov *dp, int64_t mem_mb, int jit)
     posix_spawnattr_setsigdefault(&at, &all);
     posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
     char noseccomp[] = "SBX_NO_SECCOMP=1", nojit[] = "JSC_useJIT=false";
-    char *envp[3] = {NULL, NULL, NULL};
+    char *envp[5] = {NULL, NULL, NULL, NULL, NULL};
     int ne = 0;
     if (getenv("SBX_NO_SECCOMP"))
         envp[ne++] = noseccomp;
     if (dp->js && !jit)
         envp[ne++] = nojit;
+    /* A sanitized build's workers get the suite's sanitizer options; a js
+     * worker's RSS is watched against its limit, so ASan's quarantine of
+     * freed memory (256 MB by default) is kept small there. */
+    char *asan = NULL, *ubsan = NULL;
+    if (getenv("SBX_SANITIZED") && getenv("ASAN_OPTIONS") &&
+        asprintf(&asan, "ASAN_OPTIONS=%s%s", getenv("ASAN_OPTIONS"),
+                 dp->js ? ":quarantine_size_mb=8:thread_local_quarantine_size_kb=64" : "") > 0)
+        envp[ne++] = asan;
+    if (getenv("SBX_SANITIZED") && getenv("UBSAN_OPTIONS") &&
+        asprintf(&ubsan, "UBSAN_OPTIONS=%s", getenv("UBSAN_OPTIONS")) > 0)
+        envp[ne++] = ubsan;
     pid_t pid;
     int r = posix_spawn(&pid, dp->worker_path, &fa, &at, dp->js ? jargv : argv, envp);
+    free(asan);
+    free(ubsan);
     posix_spawn_file_actions_destroy(&fa);
     posix_spawnattr_destroy(&at);
     close(sv[1]);
@@ -448,6 +461,7 @@ static void pump(struct duk_sb *ds)
     if (dp->js) {
         json_object_set_new(msg, "persistent", json_boolean(sb_persistent(dp, ds->sb)));
         json_object_set_new(msg, "max_message", json_integer((json_int_t)D->cfg.max_message_bytes));
+        json_object_set_new(msg, "memory_limit_mb", json_integer((json_int_t)w->mem_mb));
     } else {
         int fresh = dp->fresh || json_is_true(json_object_get(ds->sb->conf, "fresh_isolate"));
         json_object_set_new(msg, "fresh", json_boolean(fresh));

@@ -395,6 +395,19 @@ static void test_memory(conn *c)
     test_cond("the sandbox serves the next program after the memory limit",
               result_is(r, "\"alive\""));
     json_decref(r);
+    /* ~24 MB each, well under 128 MiB, six in a row (150 MB in all): an
+     * earlier program's garbage must not count against the next one */
+    json_decref(create_js(c, "js-mem2", json_pack("{s:i}", "memory_limit_mb", 128)));
+    int all = 1;
+    for (int i = 0; i < 6; i++) {
+        r = run(c, "js-mem2",
+                "const a = []; for (let i = 0; i < 3; i++) a.push(new Array(1 << 20).fill(i)); "
+                "return a.length");
+        all &= res_int(r, "exit_code") == 0 && result_is(r, "3");
+        json_decref(r);
+    }
+    test_cond("programs under the limit, one after another, all run (garbage is collected)", all);
+    destroy(c, "js-mem2");
     r = cn_call(c, "sandbox.get", json_pack("{s:s}", "id", "js-mem"));
     test_cond("memory_limit_mb shows in the metadata",
               json_integer_value(json_object_get(json_object_get(res_of(r), "metadata"),

@@ -474,6 +474,11 @@ int main(int argc, char **argv)
         test_cond("the js worker binary exists", 0);
         return test_report();
     }
+    if (getenv("SBX_VALGRIND"))
+        /* this test runs under valgrind, the worker it execs does not */
+        test_skip("sbxd-jsworker itself under valgrind",
+                  "JavaScriptCore does not run under valgrind (JIT code, GC thread "
+                  "suspension by signals); its C code is checked by make asan");
     test_hello_and_hardening();
     test_bad_frames();
     test_credit();
