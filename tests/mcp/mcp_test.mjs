@@ -82,9 +82,11 @@ async function cancelAfterProgress(client, args) {
 /** A raw `sbxctl mcp` child: send lines, read answers. A child a failed test
  *  left behind is killed after the suite, so that node can exit. */
 const rawChildren = new Set();
-function raw(extra = []) {
-  const child = spawn(SBXCTL, ['-s', SOCK, 'mcp', '--provider', 'duktape',
+function raw(extra = [], sock = SOCK) {
+  const child = spawn(SBXCTL, ['-s', sock, 'mcp', '--provider', 'duktape',
     '--code-provider', 'duktape', ...extra], { stdio: ['pipe', 'pipe', 'pipe'] });
+  let stderr = '';
+  child.stderr.on('data', (d) => { stderr += d; });
   rawChildren.add(child);
   child.on('close', () => rawChildren.delete(child));
   let buf = '';
@@ -110,7 +112,11 @@ function raw(extra = []) {
   };
   const send = (line) => child.stdin.write(line + '\n');
   const close = () => new Promise((r) => { child.on('close', (code) => r(code)); child.stdin.end(); });
-  return { child, send, next, close };
+  const closed = () => new Promise((r) => {
+    if (child.exitCode !== null || child.signalCode !== null) r(child.exitCode);
+    else child.on('close', (code) => r(code));
+  });
+  return { child, send, next, close, closed, stderr: () => stderr };
 }
 
 const init = (v) => JSON.stringify({
@@ -173,6 +179,36 @@ describe('raw protocol', () => {
     assert.equal(m.id, 3);
     assert.equal(JSON.parse(m.result.content[0].text).result, 1);
     await r.close();
+  });
+
+  test('sbxd not there: a tool call is isError naming the socket, the server stays up', async () => {
+    const r = raw([], '/nonexistent/sbxd.sock');
+    r.send(init('2025-06-18'));
+    assert.equal((await r.next()).result.protocolVersion, '2025-06-18');
+    r.send(JSON.stringify({ jsonrpc: '2.0', id: 2, method: 'tools/call',
+      params: { name: 'exec_command', arguments: { command: '1' } } }));
+    const m = await r.next();
+    assert.equal(m.result.isError, true);
+    assert.match(m.result.content[0].text, /cannot connect to sbxd at \/nonexistent\/sbxd.sock/);
+    r.send(JSON.stringify({ jsonrpc: '2.0', id: 3, method: 'ping' }));
+    assert.deepEqual((await r.next()).result, {});
+    assert.equal(await r.close(), 0);
+  });
+
+  test('SIGTERM while a command runs: the sandbox is destroyed, exit 0', async () => {
+    const r = raw();
+    r.send(init('2025-06-18'));
+    await r.next();
+    r.send(JSON.stringify({ jsonrpc: '2.0', id: 2, method: 'tools/call',
+      params: { name: 'sandbox_info', arguments: {} } }));
+    const id = (await r.next()).result.structuredContent.sandbox.id;
+    assert.ok(sandboxes().has(id));
+    r.send(JSON.stringify({ jsonrpc: '2.0', id: 3, method: 'tools/call',
+      params: { name: 'exec_command', arguments: { command: 'while (true) {}' } } }));
+    await sleep(300);
+    r.child.kill('SIGTERM');
+    assert.equal(await r.closed(), 0, r.stderr());
+    assert.equal(sandboxes().has(id), false, 'destroyed on the way out');
   });
 
   test('bad input gets JSON-RPC errors and the server keeps serving', async () => {
