@@ -22,7 +22,7 @@ export async function run() {
     let passed = 0, failed = 0, skipped = 0;
     const only = process.env.SBXD_JS_TEST_ONLY;
     for (const t of tests) {
-        if (only && !t.name.includes(only)) continue;
+        if (only && !new RegExp(only).test(t.name)) continue;
         if (t.skip) {
             skipped++;
             console.log(`SKIPPED - ${t.name} (${t.skip})`);

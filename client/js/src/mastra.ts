@@ -1,0 +1,596 @@
+/*
+ * Mastra adapters (`sbxd/mastra`; @mastra/core is a peer dependency):
+ *
+ *   SbxdSandbox            a Mastra WorkspaceSandbox on any sbxd provider
+ *                          (docker, modal, ...): `new DockerSandbox({...})`
+ *                          becomes `new SbxdSandbox({provider: 'docker', ...})`.
+ *   SbxdCodeModeTransport  Mastra's CodeModeTransport on sbxd's JavaScript
+ *                          isolate provider: createCodeMode({tools}, new SbxdCodeModeTransport()).
+ */
+import { MastraSandbox, ProcessHandle, SandboxProcessManager } from '@mastra/core/workspace';
+import type {
+    CommandResult,
+    MastraSandboxOptions,
+    ProcessInfo,
+    ProviderStatus,
+    SandboxCloneOptions,
+    SandboxInfo,
+    SpawnProcessOptions,
+} from '@mastra/core/workspace';
+import type { RequestContext } from '@mastra/core/di';
+import { sanitizeToolId } from '@mastra/core/tools';
+import type { CodeModeToolResult, CodeModeTransport } from '@mastra/core/tools';
+import { SbxdClient, SbxdError } from './client.js';
+import { ErrorCode, type CreateParams, type ExitRecord, type Sandbox } from './protocol.js';
+import type { SbxdProcess } from './process.js';
+
+const LOG_PREFIX = '[SbxdSandbox]';
+
+type InstructionsOption =
+    | string
+    | ((opts: { defaultInstructions: string; requestContext?: RequestContext }) => string);
+
+/** Options: DockerSandbox's and ModalSandbox's, plus `provider`, `socketPath` and `client`. */
+export interface SbxdSandboxOptions extends Omit<MastraSandboxOptions, 'processes'> {
+    /** Stable id: a start() with an id sbxd knows reconnects to that sandbox. */
+    id?: string;
+    /** sbxd provider: 'docker' (default), 'modal', 'js', 'duktape'. */
+    provider?: string;
+    /** sbxd's socket (default $SBXD_SOCKET, else /run/sbxd/sbxd.sock). */
+    socketPath?: string;
+    /** Share one connection between sandboxes (clone() does). */
+    client?: SbxdClient;
+    /** Container name (Docker). */
+    name?: string;
+    /** Image (Docker/Modal); the provider's configured default when absent. */
+    image?: string;
+    /** ModalSandbox's name for `image`. */
+    baseImage?: string;
+    /** Main process (Docker): argv or a shell string. */
+    command?: string[] | string;
+    /** Create-time environment (also the initial runtime overlay, as in Mastra). */
+    env?: Record<string, string>;
+    /** Bind mounts: `{ '/host': '/container' }` or `['/host:/ctr:ro']`. */
+    volumes?: Record<string, string> | string[];
+    network?: string;
+    privileged?: boolean;
+    /** Bytes, or `512m`-style. */
+    memory?: number | string;
+    memorySwap?: number | string;
+    cpuShares?: number;
+    cpuQuota?: number;
+    cpuPeriod?: number;
+    pidsLimit?: number;
+    readonlyRootfs?: boolean;
+    capDrop?: string[];
+    capAdd?: string[];
+    securityOpt?: string[];
+    ulimits?: Array<{ name: string; soft: number; hard: number }>;
+    tmpfs?: Record<string, string>;
+    user?: string;
+    labels?: Record<string, string>;
+    /** Default command timeout in ms (DockerSandbox's `timeout`; default 300000). */
+    timeout?: number;
+    /** Sandbox lifetime in ms (ModalSandbox's `timeoutMs`; sbxd `timeout_ms`). */
+    timeoutMs?: number;
+    /** Destroy after this long idle (sbxd `idle_timeout_ms`). */
+    idleTimeoutMs?: number;
+    /** @deprecated Use `workingDirectory`. */
+    workingDir?: string;
+    /** @deprecated Use `workingDirectory`. */
+    workdir?: string;
+    /** Modal: app name, cores, memory. */
+    appName?: string;
+    cpu?: number;
+    memoryMb?: number;
+    /** Extra provider options passed through to sbxd as is. */
+    providerOptions?: Record<string, unknown>;
+    instructions?: InstructionsOption;
+}
+
+/* ---- process handles -------------------------------------------------------------- */
+
+let abortedSeq = 0;
+
+class SbxdProcessHandle extends ProcessHandle {
+    readonly pid: string;
+    private readonly proc: SbxdProcess | null;
+    private readonly started = Date.now();
+    private result: Promise<CommandResult> | null = null;
+    private abortedResult: CommandResult | null = null;
+
+    constructor(proc: SbxdProcess | null, options: SpawnProcessOptions) {
+        super(options);
+        this.proc = proc;
+        this.pid = proc ? String(proc.pid) : `aborted-${++abortedSeq}`;
+        if (!proc) {
+            // An already aborted signal: nothing ran.
+            this.abortedResult = {
+                success: false,
+                exitCode: 130,
+                stdout: '',
+                stderr: '',
+                executionTimeMs: 0,
+                killed: true,
+            };
+        }
+    }
+
+    get exitCode(): number | undefined {
+        if (this.abortedResult) return this.abortedResult.exitCode;
+        return this.proc!.exitCode;
+    }
+
+    override async wait(): Promise<CommandResult> {
+        if (this.abortedResult) return this.abortedResult;
+        if (!this.result) {
+            this.result = this.proc!.wait().then(
+                (r: ExitRecord) => ({
+                    success: r.exit_code === 0,
+                    exitCode: r.exit_code,
+                    stdout: this.stdout,
+                    stderr: this.stderr,
+                    executionTimeMs: Date.now() - this.started,
+                    ...(r.timed_out ? { timedOut: true } : {}),
+                    ...(r.killed ? { killed: true } : {}),
+                    ...(this.stdoutTruncated ? { stdoutTruncated: true, stdoutDroppedBytes: this.stdoutDroppedBytes } : {}),
+                    ...(this.stderrTruncated ? { stderrTruncated: true, stderrDroppedBytes: this.stderrDroppedBytes } : {}),
+                }),
+                (e: Error) => ({
+                    success: false,
+                    exitCode: 1,
+                    stdout: this.stdout,
+                    stderr: this.stderr + (this.stderr.endsWith('\n') || !this.stderr ? '' : '\n') + String(e.message),
+                    executionTimeMs: Date.now() - this.started,
+                }),
+            );
+        }
+        return this.result;
+    }
+
+    async kill(): Promise<boolean> {
+        if (!this.proc) return false;
+        try {
+            return await this.proc.kill();
+        } catch (e) {
+            if (e instanceof SbxdError && e.code === ErrorCode.ProcessNotFound) return false;
+            throw e;
+        }
+    }
+
+    async sendStdin(data: string): Promise<void> {
+        if (!this.proc || this.proc.exited) throw new Error(`Process ${this.pid} has already exited with code ${this.exitCode}`);
+        await this.proc.sendStdin(data);
+    }
+
+    override async closeStdin(): Promise<void> {
+        if (!this.proc || this.proc.exited) return;
+        await this.proc.closeStdin();
+    }
+}
+
+/** Mastra's process manager over sbxd processes (spawn, list, get, kill; pruning by the base class). */
+export class SbxdProcessManager extends SandboxProcessManager<SbxdSandbox> {
+    private readonly defaultTimeout: number;
+
+    constructor(options: { env?: Record<string, string | undefined>; defaultTimeout?: number } = {}) {
+        super({ env: options.env ?? {} });
+        this.defaultTimeout = options.defaultTimeout ?? 300_000;
+    }
+
+    override async spawn(command: string, options: SpawnProcessOptions = {}): Promise<ProcessHandle> {
+        if (options.abortSignal?.aborted) {
+            const h = new SbxdProcessHandle(null, options);
+            this._tracked.set(h.pid, h);
+            return h;
+        }
+        const sb = this.sandbox;
+        const env: Record<string, string> = {};
+        for (const [k, v] of Object.entries({ ...this.env, ...(options.env ?? {}) }))
+            if (typeof v === 'string') env[k] = v;
+        // Output that arrives before the handle exists is replayed into it.
+        let handle: SbxdProcessHandle | null = null;
+        const early: Array<[0 | 1, string]> = [];
+        const proc = await sb.client.spawn(
+            {
+                sandbox: sb.id,
+                command,
+                ...(Object.keys(env).length ? { env } : {}),
+                ...((options.cwd ?? sb.workingDirectory) ? { cwd: options.cwd ?? sb.workingDirectory } : {}),
+                timeout_ms: options.timeout ?? this.defaultTimeout,
+                ...(options.stdinMode === 'ignore' ? { stdin: '' } : {}),
+            },
+            {
+                maxRetainedBytes: 0, // the Mastra handle keeps the output
+                onStdout: (d) => (handle ? handle.emitStdout(d) : early.push([0, d])),
+                onStderr: (d) => (handle ? handle.emitStderr(d) : early.push([1, d])),
+            },
+        );
+        handle = new SbxdProcessHandle(proc, options);
+        for (const [s, d] of early) s === 0 ? handle.emitStdout(d) : handle.emitStderr(d);
+        this._tracked.set(handle.pid, handle);
+        return handle;
+    }
+
+    override async list(): Promise<ProcessInfo[]> {
+        const out: ProcessInfo[] = [];
+        for (const [pid, h] of this._tracked)
+            out.push({ pid, command: h.command, running: h.exitCode === undefined, exitCode: h.exitCode });
+        return out;
+    }
+
+    /** A pid this instance did not spawn (e.g. before a reconnect) is adopted with process.attach. */
+    override async get(pid: string): Promise<ProcessHandle | undefined> {
+        const tracked = this._tracked.get(pid);
+        if (tracked) return tracked;
+        if (!/^[0-9]+$/.test(String(pid)) || this._dismissed.has(String(pid))) return undefined;
+        const sb = this.sandbox;
+        try {
+            const infos = await sb.client.listProcesses(sb.id);
+            const info = infos.find((p) => String(p.pid) === String(pid));
+            if (!info) return undefined;
+            let handle: SbxdProcessHandle | null = null;
+            const early: Array<[0 | 1, string]> = [];
+            const proc = await sb.client.attach(sb.id, info.pid, {
+                maxRetainedBytes: 0,
+                onStdout: (d) => (handle ? handle.emitStdout(d) : early.push([0, d])),
+                onStderr: (d) => (handle ? handle.emitStderr(d) : early.push([1, d])),
+            });
+            handle = new SbxdProcessHandle(proc, {});
+            handle.command = info.command;
+            for (const [s, d] of early) s === 0 ? handle.emitStdout(d) : handle.emitStderr(d);
+            if (!proc.exited) this._tracked.set(handle.pid, handle);
+            return handle;
+        } catch (e) {
+            if (e instanceof SbxdError && (e.code === ErrorCode.ProcessNotFound || e.code === ErrorCode.SandboxNotFound)) return undefined;
+            throw e;
+        }
+    }
+
+    /** Forget every handle (the sandbox stopped or went away). */
+    reset(): void {
+        this._tracked.clear();
+    }
+}
+
+/* ---- the sandbox ------------------------------------------------------------------------ */
+
+function toBytesOption(v: number | string | undefined): number | string | undefined {
+    return v;
+}
+
+export class SbxdSandbox extends MastraSandbox {
+    readonly id: string;
+    readonly name = 'SbxdSandbox';
+    readonly provider = 'sbxd';
+    status: ProviderStatus = 'pending';
+    declare readonly processes: SbxdProcessManager;
+
+    /** The sbxd provider this sandbox runs on. */
+    readonly sbxdProvider: string;
+    readonly client: SbxdClient;
+    private readonly opts: SbxdSandboxOptions;
+    private readonly image: string | undefined;
+    private readonly instructionsOverride?: InstructionsOption;
+    private info: Sandbox | null = null;
+    /** Warnings sbxd gave when start() reconnected to an existing sandbox. */
+    reconnectWarnings: string[] = [];
+
+    constructor(options: SbxdSandboxOptions = {}) {
+        const pm = new SbxdProcessManager({ env: options.env ?? {}, defaultTimeout: options.timeout ?? 300_000 });
+        super({ ...options, name: 'SbxdSandbox', processes: pm });
+        this.opts = { ...options };
+        this.id = options.id ?? `sbxd-sandbox-${Date.now().toString(36)}-${Math.random().toString(36).slice(2, 8)}`;
+        this.sbxdProvider = options.provider ?? 'docker';
+        this.client = options.client ?? new SbxdClient(options.socketPath ? { socketPath: options.socketPath } : {});
+        this.image = options.image ?? options.baseImage;
+        this.instructionsOverride = options.instructions;
+        if (options.workingDirectory === undefined) {
+            const alias = options.workingDir ?? options.workdir;
+            if (alias !== undefined) this.setWorkingDirectory(alias);
+            else if (this.sbxdProvider === 'docker') this.setWorkingDirectory('/workspace');
+        }
+    }
+
+    /** The sbxd sandbox object from the last start() or getInfo(). */
+    get sandbox(): Sandbox | null {
+        return this.info;
+    }
+
+    /* ---- lifecycle ---------------------------------------------------------------------- */
+
+    override async start(): Promise<void> {
+        this.logger.debug(`${LOG_PREFIX} Starting sandbox ${this.id} on ${this.sbxdProvider}...`);
+        const sb = await this.client.createSandbox(this.createParams());
+        this.info = sb;
+        if (sb.reconnected) {
+            const ws = [...(sb.warnings ?? []), ...(((sb.metadata?.warnings as string[] | undefined) ?? []).filter((w) => !(sb.warnings ?? []).includes(w)))];
+            this.reconnectWarnings = ws;
+            for (const w of ws)
+                this.logger.warn(
+                    `${LOG_PREFIX} Reconnected to existing sandbox ${this.id}; ${w}. Destroy and recreate the sandbox to apply the requested configuration.`,
+                    { sandboxId: this.id, warning: w },
+                );
+            this.logger.debug(`${LOG_PREFIX} Reconnected to sandbox ${this.id}`);
+        }
+    }
+
+    override async stop(): Promise<void> {
+        try {
+            this.info = await this.client.stopSandbox(this.id);
+        } catch (e) {
+            if (!(e instanceof SbxdError && e.code === ErrorCode.SandboxNotFound)) throw e;
+        }
+        this.processes.reset();
+    }
+
+    override async destroy(): Promise<void> {
+        try {
+            await this.client.destroySandbox(this.id);
+        } catch (e) {
+            if (!(e instanceof SbxdError && e.code === ErrorCode.SandboxNotFound)) throw e;
+        }
+        this.info = null;
+        this.processes.reset();
+    }
+
+    override getInstructions(opts?: { requestContext?: RequestContext }): string {
+        const where =
+            this.sbxdProvider === 'docker'
+                ? `a Docker container (image: ${this.image ?? 'the configured default'})`
+                : `an sbxd ${this.sbxdProvider} sandbox${this.image ? ` (image: ${this.image})` : ''}`;
+        const defaultInstructions = [
+            `You are working inside ${where} managed by sbxd.`,
+            ...(this.workingDirectory ? [`The working directory is ${this.workingDirectory}.`] : []),
+            'You can execute shell commands using executeCommand().',
+            'You can spawn background processes using processes.spawn().',
+        ].join('\n');
+        const o = this.instructionsOverride;
+        if (o === undefined) return defaultInstructions;
+        if (typeof o === 'string') return o;
+        return o({ defaultInstructions, requestContext: opts?.requestContext });
+    }
+
+    override async getInfo(): Promise<SandboxInfo> {
+        try {
+            this.info = await this.client.getSandbox(this.id);
+        } catch (e) {
+            if (!(e instanceof SbxdError && e.code === ErrorCode.SandboxNotFound)) throw e;
+        }
+        const sb = this.info;
+        return {
+            id: this.id,
+            name: this.name,
+            provider: this.provider,
+            status: this.status,
+            createdAt: sb ? new Date(sb.created_at) : new Date(),
+            ...(sb?.expires_at ? { timeoutAt: new Date(sb.expires_at) } : {}),
+            metadata: {
+                sbxdProvider: this.sbxdProvider,
+                ...(this.image ? { image: this.image } : {}),
+                workingDirectory: this.workingDirectory,
+                ...(this.opts.labels ? { labels: this.opts.labels } : {}),
+                ...(sb ? { sbxdStatus: sb.status, processes: sb.processes, ...sb.metadata } : {}),
+            },
+        };
+    }
+
+    /** A sibling sandbox with this one's configuration (no I/O until its start()). */
+    clone(options: SandboxCloneOptions = {}): SbxdSandbox {
+        const { id: _id, ...base } = this.opts;
+        return new SbxdSandbox({
+            ...base,
+            client: this.client,
+            ...(options.sandboxId !== undefined ? { id: options.sandboxId } : options.id !== undefined ? { id: options.id } : {}),
+            ...(options.env !== undefined ? { env: { ...(base.env ?? {}), ...options.env } } : {}),
+            ...(options.workingDirectory !== undefined
+                ? { workingDirectory: options.workingDirectory }
+                : this.workingDirectory !== undefined
+                  ? { workingDirectory: this.workingDirectory }
+                  : {}),
+            ...(options.idleTimeoutMinutes !== undefined ? { idleTimeoutMs: options.idleTimeoutMinutes * 60_000 } : {}),
+        });
+    }
+
+    /* ---- the create request ---------------------------------------------------------------- */
+
+    private createParams(): CreateParams {
+        const o = this.opts;
+        const p: CreateParams = { id: this.id, provider: this.sbxdProvider };
+        if (this.image) p.image = this.image;
+        if (o.env && Object.keys(o.env).length) p.env = { ...o.env };
+        if (this.workingDirectory) p.working_dir = this.workingDirectory;
+        if (o.timeoutMs !== undefined) p.timeout_ms = o.timeoutMs;
+        if (o.idleTimeoutMs !== undefined) p.idle_timeout_ms = o.idleTimeoutMs;
+        const opt: Record<string, unknown> = {};
+        const set = (k: string, v: unknown) => {
+            if (v !== undefined) opt[k] = v;
+        };
+        if (this.sbxdProvider === 'docker') {
+            set('name', o.name);
+            set('command', o.command);
+            set('volumes', o.volumes && (Array.isArray(o.volumes) || Object.keys(o.volumes).length) ? o.volumes : undefined);
+            set('network', o.network);
+            set('privileged', o.privileged);
+            set('memory', toBytesOption(o.memory));
+            set('memory_swap', toBytesOption(o.memorySwap));
+            set('cpu_shares', o.cpuShares);
+            set('cpu_quota', o.cpuQuota);
+            set('cpu_period', o.cpuPeriod);
+            set('pids_limit', o.pidsLimit);
+            set('readonly_rootfs', o.readonlyRootfs);
+            set('cap_drop', o.capDrop);
+            set('cap_add', o.capAdd);
+            set('security_opt', o.securityOpt);
+            if (o.ulimits) opt.ulimits = Object.fromEntries(o.ulimits.map((u) => [u.name, { soft: u.soft, hard: u.hard }]));
+            set('tmpfs', o.tmpfs);
+            set('user', o.user);
+            set('labels', o.labels);
+        } else if (this.sbxdProvider === 'modal') {
+            set('app_name', o.appName);
+            set('cpu', o.cpu);
+            set('memory_mb', o.memoryMb);
+        }
+        Object.assign(opt, o.providerOptions ?? {});
+        if (Object.keys(opt).length) p.options = opt;
+        return p;
+    }
+}
+
+/* ---- code mode ------------------------------------------------------------------------ */
+
+export interface SbxdCodeModeTransportOptions {
+    socketPath?: string;
+    client?: SbxdClient;
+    /** The isolate provider (default 'js'). */
+    provider?: string;
+    /** Heap cap of the isolate in MiB. */
+    memoryLimitMb?: number;
+}
+
+type RunOpts = Parameters<CodeModeTransport['run']>[0];
+
+interface RunCtx {
+    toolIds: Map<string, string>; // external name -> tool id
+    dispatch: RunOpts['dispatch'];
+    onExternalCall?: RunOpts['onExternalCall'];
+    onExternalResult?: RunOpts['onExternalResult'];
+}
+
+/**
+ * Mastra's CodeModeTransport on sbxd's JavaScript isolate provider: each run
+ * gets a fresh isolate sandbox whose `external_<tool>` calls come back to this
+ * process as `tool.call` requests and go to `dispatch`.
+ */
+export class SbxdCodeModeTransport implements CodeModeTransport {
+    readonly requiresSandbox = false;
+    readonly client: SbxdClient;
+    readonly provider: string;
+    private readonly memoryLimitMb?: number;
+    private readonly runs = new Map<string, RunCtx>();
+    private readonly registered = new Set<string>();
+    private seq = 0;
+
+    constructor(options: SbxdCodeModeTransportOptions = {}) {
+        this.client = options.client ?? new SbxdClient(options.socketPath ? { socketPath: options.socketPath } : {});
+        this.provider = options.provider ?? 'js';
+        this.memoryLimitMb = options.memoryLimitMb;
+    }
+
+    private register(name: string): void {
+        if (this.registered.has(name)) return;
+        this.registered.add(name);
+        this.client.registerTool(name, async (args, call) => {
+            const run = this.runs.get(call.sandbox);
+            const toolId = run?.toolIds.get(call.name);
+            if (!run || toolId === undefined) {
+                const e = new Error(`Tool "${call.name}" is not available in Code Mode`);
+                e.name = 'NotAllowedError';
+                throw e;
+            }
+            const t0 = Date.now();
+            try {
+                run.onExternalCall?.(toolId, args);
+            } catch {
+                /* observers never break a run */
+            }
+            try {
+                const r = await run.dispatch(toolId, args);
+                // Checked here so the failure names the tool (the client would also refuse it).
+                if (r !== undefined) JSON.stringify(r);
+                try {
+                    run.onExternalResult?.(toolId, Date.now() - t0);
+                } catch {
+                    /* observers never break a run */
+                }
+                return r === undefined ? null : r;
+            } catch (e) {
+                try {
+                    run.onExternalResult?.(toolId, Date.now() - t0, e);
+                } catch {
+                    /* observers never break a run */
+                }
+                throw e;
+            }
+        });
+    }
+
+    async run(opts: RunOpts): Promise<CodeModeToolResult> {
+        const { program, toolIds, dispatch, timeout, abortSignal, onExternalCall, onExternalResult } = opts;
+        const logs: string[] = [];
+        const aborted = (): CodeModeToolResult => ({
+            success: false,
+            logs,
+            error: { name: 'AbortError', message: 'Code Mode execution was aborted' },
+        });
+        if (abortSignal?.aborted) return aborted();
+        const names = new Map<string, string>();
+        for (const id of toolIds) {
+            const ext = sanitizeToolId(id);
+            names.set(ext, id);
+            this.register(ext);
+        }
+        const sandboxId = `codemode-${process.pid}-${Date.now().toString(36)}-${++this.seq}`;
+        this.runs.set(sandboxId, { toolIds: names, dispatch, onExternalCall, onExternalResult });
+        let created = false;
+        try {
+            await this.client.createSandbox({
+                id: sandboxId,
+                provider: this.provider,
+                tools: [...names.keys()],
+                ...(this.memoryLimitMb ? { memory_limit_mb: this.memoryLimitMb } : {}),
+            });
+            created = true;
+            if (abortSignal?.aborted) return aborted();
+            const lines = { stdout: '', stderr: '' };
+            const take = (s: 'stdout' | 'stderr', d: string) => {
+                lines[s] += d;
+                let i: number;
+                while ((i = lines[s].indexOf('\n')) >= 0) {
+                    logs.push(lines[s].slice(0, i));
+                    lines[s] = lines[s].slice(i + 1);
+                }
+            };
+            const proc = await this.client.spawn(
+                { sandbox: sandboxId, command: program, timeout_ms: Math.max(1, Math.ceil(timeout)) },
+                { onStdout: (d) => take('stdout', d), onStderr: (d) => take('stderr', d), maxRetainedBytes: 0 },
+            );
+            let onAbort: (() => void) | null = null;
+            let wasAborted = false;
+            if (abortSignal) {
+                onAbort = () => {
+                    wasAborted = true;
+                    void proc.kill().catch(() => false);
+                };
+                abortSignal.addEventListener('abort', onAbort, { once: true });
+            }
+            let exit: ExitRecord;
+            try {
+                exit = await proc.wait();
+            } finally {
+                if (onAbort) abortSignal!.removeEventListener('abort', onAbort);
+            }
+            for (const s of ['stdout', 'stderr'] as const) if (lines[s]) logs.push(lines[s]);
+            if (exit.timed_out)
+                return { success: false, logs, error: { name: 'TimeoutError', message: `Code Mode execution timed out after ${timeout}ms` } };
+            if (wasAborted) return aborted();
+            const rec = await this.client.wait(sandboxId, proc.pid).catch(() => exit);
+            if (rec.exception) {
+                return {
+                    success: false,
+                    logs,
+                    error: { name: rec.exception.name ?? 'Error', message: rec.exception.message ?? String(rec.exception) },
+                };
+            }
+            if (exit.exit_code !== 0)
+                return { success: false, logs, error: { name: 'Error', message: exit.error ?? `program exited with code ${exit.exit_code}` } };
+            return { success: true, result: rec.result ?? undefined, logs };
+        } catch (e) {
+            const err = e as Error;
+            return { success: false, logs, error: { name: err.name ?? 'Error', message: err.message ?? String(e) } };
+        } finally {
+            this.runs.delete(sandboxId);
+            if (created) await this.client.destroySandbox(sandboxId).catch(() => {});
+        }
+    }
+}
