@@ -184,6 +184,7 @@ export class SbxdClient {
                     /* 'close' follows */
                 });
                 s.on('close', () => this.onClose(s));
+                this.touch();
                 resolve(s);
             });
         });
@@ -195,6 +196,16 @@ export class SbxdClient {
         this.sock = null;
         this.failPending(new SbxdConnectionError('connection to sbxd lost', this.socketPath));
         if (!this.closed && this.procs.size > 0) void this.reconnect();
+    }
+
+    /* An idle connection does not keep Node running: the socket is ref'd only
+     * while a call, a followed process or a tool call is outstanding. */
+    private busyTools = 0;
+    private touch(): void {
+        const s = this.sock;
+        if (!s) return;
+        if (this.pending.size > 0 || this.procs.size > 0 || this.busyTools > 0) s.ref();
+        else s.unref();
     }
 
     private failPending(err: Error): void {
@@ -296,6 +307,7 @@ export class SbxdClient {
         const c = this.pending.get(msg.id);
         if (!c) return;
         this.pending.delete(msg.id);
+        if (this.pending.size === 0) this.touch();
         if (msg.error) {
             const e = msg.error;
             c.reject(new SbxdError(c.method, e.code ?? ErrorCode.InternalError, e.message ?? 'error', e.data));
@@ -313,6 +325,7 @@ export class SbxdClient {
                 else {
                     p._exit(params as ExitNotification);
                     this.procs.delete(k);
+                    this.touch();
                 }
             } else if ((this.spawning.get(params.sandbox) ?? 0) > 0) {
                 let q = this.early.get(k);
@@ -327,6 +340,17 @@ export class SbxdClient {
     }
 
     private async onRequest(id: unknown, method: string, params: any): Promise<void> {
+        this.busyTools++;
+        this.touch();
+        try {
+            await this.answer(id, method, params);
+        } finally {
+            this.busyTools--;
+            this.touch();
+        }
+    }
+
+    private async answer(id: unknown, method: string, params: any): Promise<void> {
         let reply: object;
         if (method !== 'tool.call') {
             reply = { jsonrpc: '2.0', id, error: { code: ErrorCode.MethodNotFound, message: 'method not found', data: { method } } };
@@ -385,6 +409,7 @@ export class SbxdClient {
         const line = JSON.stringify({ jsonrpc: '2.0', id, method, params }) + '\n';
         return new Promise<Result<M>>((resolve, reject) => {
             this.pending.set(id, { method, resolve: resolve as (v: unknown) => void, reject });
+            s.ref();
             s.write(line);
         });
     }
@@ -538,6 +563,7 @@ export class SbxdClient {
     private follow(p: SbxdProcess): void {
         const k = key(p.sandbox, p.pid);
         this.procs.set(k, p);
+        this.touch();
         const q = this.early.get(k);
         if (q) {
             this.early.delete(k);
@@ -552,6 +578,7 @@ export class SbxdClient {
             unfollow: (p) => {
                 const k = key(p.sandbox, p.pid);
                 if (this.procs.get(k) === p) this.procs.delete(k);
+                this.touch();
             },
         };
     }

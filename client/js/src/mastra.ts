@@ -574,17 +574,23 @@ export class SbxdCodeModeTransport implements CodeModeTransport {
             if (exit.timed_out)
                 return { success: false, logs, error: { name: 'TimeoutError', message: `Code Mode execution timed out after ${timeout}ms` } };
             if (wasAborted) return aborted();
+            // The exit record of process.wait carries the program's result, exception and logs.
             const rec = await this.client.wait(sandboxId, proc.pid).catch(() => exit);
+            const finalLogs = Array.isArray(rec.logs) ? rec.logs : logs;
             if (rec.exception) {
                 return {
                     success: false,
-                    logs,
-                    error: { name: rec.exception.name ?? 'Error', message: rec.exception.message ?? String(rec.exception) },
+                    logs: finalLogs,
+                    error: { name: rec.exception.name || 'Error', message: rec.exception.message ?? String(rec.exception) },
                 };
             }
             if (exit.exit_code !== 0)
-                return { success: false, logs, error: { name: 'Error', message: exit.error ?? `program exited with code ${exit.exit_code}` } };
-            return { success: true, result: rec.result ?? undefined, logs };
+                return {
+                    success: false,
+                    logs: finalLogs,
+                    error: { name: 'Error', message: exit.error ?? `program exited with code ${exit.exit_code}` },
+                };
+            return { success: true, result: rec.result ?? undefined, logs: finalLogs };
         } catch (e) {
             const err = e as Error;
             return { success: false, logs, error: { name: err.name ?? 'Error', message: err.message ?? String(e) } };

@@ -97,6 +97,8 @@ export class SbxdProcess implements AsyncIterable<OutputChunk> {
         stdout: new Set(),
         stderr: new Set(),
     };
+    /** Raw bytes of the handle's first tick, for a readable() made right after spawn resolves. */
+    private firstTick: Record<StreamName, Uint8Array[]> | null = { stdout: [], stderr: [] };
     private waitPromise: Promise<ExitRecord>;
     private resolveWait!: (r: ExitRecord) => void;
     private rejectWait!: (e: Error) => void;
@@ -120,6 +122,7 @@ export class SbxdProcess implements AsyncIterable<OutputChunk> {
             this.rejectWait = rej;
         });
         this.waitPromise.catch(() => {}); // a lost process need not be awaited
+        setImmediate(() => (this.firstTick = null));
         this.signal = options.signal;
         if (this.signal) {
             this.onAbort = () => void this.kill().catch(() => false);
@@ -202,12 +205,17 @@ export class SbxdProcess implements AsyncIterable<OutputChunk> {
         };
     }
 
-    /** A web ReadableStream of one stream's later bytes; closes at exit. */
+    /**
+     * A web ReadableStream of one stream's bytes, exact (binary-safe); closes at
+     * exit. Made in the same tick as spawn() resolves it starts at byte 0;
+     * later, at the bytes that arrive from then on.
+     */
     readable(stream: StreamName = 'stdout'): ReadableStream<Uint8Array> {
         let ctl: ReadableStreamDefaultController<Uint8Array>;
         return new ReadableStream<Uint8Array>({
             start: (c) => {
                 ctl = c;
+                for (const b of this.firstTick?.[stream] ?? []) c.enqueue(b);
                 if (this.exited) c.close();
                 else this.byteSinks[stream].add(c);
             },
@@ -287,6 +295,7 @@ export class SbxdProcess implements AsyncIterable<OutputChunk> {
         let text: string;
         let len: number;
         let bytes: Buffer | null = null;
+        const rawText = typeof n.data === 'string' ? n.data : null;
         if (typeof n.data === 'string') {
             text = n.data;
             len = Buffer.byteLength(text, 'utf8');
@@ -318,13 +327,16 @@ export class SbxdProcess implements AsyncIterable<OutputChunk> {
             text = this.decoders[s].decode(bytes, { stream: true });
             this.pendingDecode[s] = true;
         }
-        this.deliver(s, text, len, bytes);
+        this.deliver(s, text, len, bytes, rawText);
     }
 
-    private deliver(s: StreamName, text: string, len: number, bytes: Buffer | null): void {
-        if (this.byteSinks[s].size > 0) {
-            const b = bytes ?? Buffer.from(text, 'utf8');
-            for (const c of this.byteSinks[s]) c.enqueue(new Uint8Array(b));
+    /* text: what string consumers get; bytes/rawText: the chunk's exact bytes
+     * (as bytes, or as the text they are when it was sent as data). */
+    private deliver(s: StreamName, text: string, len: number, bytes: Buffer | null, rawText: string | null): void {
+        if ((this.byteSinks[s].size > 0 || this.firstTick) && (bytes || rawText)) {
+            const b = new Uint8Array(bytes ?? Buffer.from(rawText!, 'utf8'));
+            this.firstTick?.[s].push(b);
+            for (const c of this.byteSinks[s]) c.enqueue(b);
         }
         if (text.length === 0) return;
         this.retained[s].add(text, len);
@@ -346,7 +358,7 @@ export class SbxdProcess implements AsyncIterable<OutputChunk> {
         if (this.exited) return;
         for (const s of ['stdout', 'stderr'] as const) {
             const tail = this.decoders[s].decode();
-            if (tail) this.deliver(s, tail, Buffer.byteLength(tail), null);
+            if (tail) this.deliver(s, tail, Buffer.byteLength(tail), null, null);
         }
         this.exit = {
             pid: this.pid,

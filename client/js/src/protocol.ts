@@ -98,6 +98,12 @@ export interface ExitRecord {
     isolate_reset?: boolean;
     retried?: boolean;
     sandbox_restarted?: boolean;
+    /** js: the program's console lines. */
+    logs?: string[];
+    logs_truncated?: boolean;
+    /** Modal: part of the output could not be read. */
+    output_incomplete?: boolean;
+    remote_exit_code?: number;
 }
 
 export interface ExecResult extends ExitRecord {
@@ -149,6 +155,8 @@ export interface CreateParams {
     tools?: string[];
     memory_limit_mb?: number;
     fresh_isolate?: boolean;
+    /** js: keep the global object between programs. */
+    persistent?: boolean;
     options?: Record<string, unknown>;
 }
 
@@ -304,7 +312,7 @@ export const METHOD_PARAMS = {
     'sandbox.create': [
         'id', 'provider', 'image', 'snapshot', 'env', 'working_dir', 'timeout_ms', 'command_timeout_ms',
         'idle_timeout_ms', 'start', 'on_start', 'on_stop', 'on_destroy', 'instructions',
-        'instructions_append', 'tools', 'memory_limit_mb', 'fresh_isolate', 'options',
+        'instructions_append', 'tools', 'memory_limit_mb', 'fresh_isolate', 'persistent', 'options',
     ],
     'sandbox.get': ['id'],
     'sandbox.list': ['provider', 'status'],

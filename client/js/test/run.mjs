@@ -9,4 +9,6 @@ for (const f of ['protocol', 'client', 'mastra', 'codemode']) {
     const u = new URL(`./${f}.test.mjs`, import.meta.url);
     if (existsSync(u)) await import(u.href);
 }
-process.exitCode = (await run()) ? 1 : 0;
+const failed = await run();
+// Sandboxes' clients may still hold sockets: end here rather than wait for them.
+process.exit(failed ? 1 : 0);
