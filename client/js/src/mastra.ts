@@ -98,9 +98,22 @@ class SbxdProcessHandle extends ProcessHandle {
     private readonly started = Date.now();
     private result: Promise<CommandResult> | null = null;
     private abortedResult: CommandResult | null = null;
+    /* Output is emitted from the next macrotask on, never before the caller
+     * has the handle: `(await spawn(...)).reader.on('data')` sees all of it. */
+    private queued: Array<[0 | 1, string]> | null = [];
+    private readonly armed: Promise<void>;
 
-    constructor(proc: SbxdProcess | null, options: SpawnProcessOptions) {
+    constructor(proc: SbxdProcess | null, options: SpawnProcessOptions, early: Array<[0 | 1, string]> = []) {
         super(options);
+        this.queued!.push(...early);
+        this.armed = new Promise((resolve) =>
+            setImmediate(() => {
+                const q = this.queued!;
+                this.queued = null;
+                for (const [s, d] of q) s === 0 ? this.emitStdout(d) : this.emitStderr(d);
+                resolve();
+            }),
+        );
         this.proc = proc;
         this.pid = proc ? String(proc.pid) : `aborted-${++abortedSeq}`;
         if (!proc) {
@@ -116,15 +129,22 @@ class SbxdProcessHandle extends ProcessHandle {
         }
     }
 
+    /** @internal Output from the transport. */
+    out(stream: 0 | 1, d: string): void {
+        if (this.queued) this.queued.push([stream, d]);
+        else if (stream === 0) this.emitStdout(d);
+        else this.emitStderr(d);
+    }
+
     get exitCode(): number | undefined {
         if (this.abortedResult) return this.abortedResult.exitCode;
-        return this.proc!.exitCode;
+        return this.queued ? undefined : this.proc!.exitCode;
     }
 
     override async wait(): Promise<CommandResult> {
         if (this.abortedResult) return this.abortedResult;
         if (!this.result) {
-            this.result = this.proc!.wait().then(
+            this.result = this.armed.then(() => this.proc!.wait()).then(
                 (r: ExitRecord) => ({
                     success: r.exit_code === 0,
                     exitCode: r.exit_code,
@@ -202,12 +222,11 @@ export class SbxdProcessManager extends SandboxProcessManager<SbxdSandbox> {
             },
             {
                 maxRetainedBytes: 0, // the Mastra handle keeps the output
-                onStdout: (d) => (handle ? handle.emitStdout(d) : early.push([0, d])),
-                onStderr: (d) => (handle ? handle.emitStderr(d) : early.push([1, d])),
+                onStdout: (d) => (handle ? handle.out(0, d) : early.push([0, d])),
+                onStderr: (d) => (handle ? handle.out(1, d) : early.push([1, d])),
             },
         );
-        handle = new SbxdProcessHandle(proc, options);
-        for (const [s, d] of early) s === 0 ? handle.emitStdout(d) : handle.emitStderr(d);
+        handle = new SbxdProcessHandle(proc, options, early);
         this._tracked.set(handle.pid, handle);
         return handle;
     }
@@ -233,12 +252,11 @@ export class SbxdProcessManager extends SandboxProcessManager<SbxdSandbox> {
             const early: Array<[0 | 1, string]> = [];
             const proc = await sb.client.attach(sb.id, info.pid, {
                 maxRetainedBytes: 0,
-                onStdout: (d) => (handle ? handle.emitStdout(d) : early.push([0, d])),
-                onStderr: (d) => (handle ? handle.emitStderr(d) : early.push([1, d])),
+                onStdout: (d) => (handle ? handle.out(0, d) : early.push([0, d])),
+                onStderr: (d) => (handle ? handle.out(1, d) : early.push([1, d])),
             });
-            handle = new SbxdProcessHandle(proc, {});
+            handle = new SbxdProcessHandle(proc, {}, early);
             handle.command = info.command;
-            for (const [s, d] of early) s === 0 ? handle.emitStdout(d) : handle.emitStderr(d);
             if (!proc.exited) this._tracked.set(handle.pid, handle);
             return handle;
         } catch (e) {

@@ -334,7 +334,10 @@ export class SbxdProcess implements AsyncIterable<OutputChunk> {
      * (as bytes, or as the text they are when it was sent as data). */
     private deliver(s: StreamName, text: string, len: number, bytes: Buffer | null, rawText: string | null): void {
         if ((this.byteSinks[s].size > 0 || this.firstTick) && (bytes || rawText)) {
-            const b = new Uint8Array(bytes ?? Buffer.from(rawText!, 'utf8'));
+            const buf = bytes ?? Buffer.from(rawText!, 'utf8');
+            // Large buffers own their memory: a view is enough. Small ones may sit
+            // in Node's shared pool, which a consumer must not be able to write.
+            const b = buf.length >= 4096 ? new Uint8Array(buf.buffer, buf.byteOffset, buf.length) : new Uint8Array(buf);
             this.firstTick?.[s].push(b);
             for (const c of this.byteSinks[s]) c.enqueue(b);
         }
