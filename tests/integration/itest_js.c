@@ -26,7 +26,7 @@ static json_t *create_js(conn *c, const char *id, json_t *extra)
 
 static json_t *run_t(conn *c, const char *sb, const char *code, int timeout_ms)
 {
-    return cn_call_t(c, 30000, "process.exec",
+    return cn_call_t(c, timeout_ms + 30000, "process.exec",
                      json_pack("{s:s, s:s, s:i}", "sandbox", sb, "command", code, "timeout_ms",
                                timeout_ms));
 }
@@ -545,13 +545,14 @@ static void test_big_results(conn *c)
 {
     c->tool = big_tool;
     json_decref(create_js(c, "js-big", json_pack("{s:[s]}", "tools", "big")));
-    json_t *r = run(c, "js-big", "const s = await external_big(); return s.length");
+    /* generous timeouts: 3 MiB of JSON crawls under valgrind */
+    json_t *r = run_t(c, "js-big", "const s = await external_big(); return s.length", 120000);
     test_cond("js: a 3 MiB tool result arrives whole", result_is(r, "3145728"));
     json_decref(r);
-    r = run(c, "js-big", "return (await external_big()).slice(0, 3)");
+    r = run_t(c, "js-big", "return (await external_big()).slice(0, 3)", 120000);
     test_cond("js: and the next program gets its result too", result_is(r, "\"xxx\""));
     json_decref(r);
-    r = run(c, "js-big", "const s = await external_big(); return s + s");
+    r = run_t(c, "js-big", "const s = await external_big(); return s + s", 120000);
     test_cond("js: a 6 MiB return value comes back whole",
               json_string_length(result(r)) == 2 * BIG_RESULT);
     json_decref(r);
@@ -560,7 +561,7 @@ static void test_big_results(conn *c)
     json_decref(cn_call(c, "sandbox.create",
                         json_pack("{s:s, s:s, s:[s]}", "id", "duk-big", "provider", "duktape",
                                   "tools", "big")));
-    r = run(c, "duk-big", "external_big().length");
+    r = run_t(c, "duk-big", "external_big().length", 120000);
     test_cond("duktape: a 3 MiB tool result arrives whole", result_is(r, "3145728"));
     json_decref(r);
     destroy(c, "duk-big");
