@@ -556,6 +556,9 @@ static void create_reply(struct mcp *m, struct slot *s, json_t *result,
     }
     free(s->id);
     s->id = strdup(id);
+    const char *prov = json_string_value(json_object_get(result, "provider"));
+    free(s->provider);
+    s->provider = prov ? strdup(prov) : NULL;
     s->state = SLOT_READY;
     s->owned = !(s == &m->cmd && m->sandbox_name);
     if (m->verbose)
@@ -673,6 +676,8 @@ void mcp_slot_lost(struct mcp *m, struct slot *s)
     s->id = NULL;
     free(s->progress);
     s->progress = NULL;
+    free(s->provider);
+    s->provider = NULL;
     s->state = SLOT_NONE;
     s->owned = 0;
 }

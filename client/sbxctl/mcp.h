@@ -26,6 +26,7 @@ struct slot {
     enum slot_state state;
     char *id;              /* the sandbox id (chosen before creating it) */
     char *progress;        /* the last sandbox.progress message while creating */
+    char *provider;        /* the provider it runs on, once READY */
     int owned;             /* created by us: destroyed on exit */
     struct call *waiters;  /* calls waiting for READY (linked by wnext) */
 };

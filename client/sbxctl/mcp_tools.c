@@ -150,7 +150,9 @@ static const char kill_schema[] =
 static const char info_schema[] =
     "{\"type\":\"object\",\"properties\":{"
     "\"sandbox\":{\"type\":\"object\"},"
-    "\"processes\":{\"type\":\"array\",\"items\":{\"type\":\"object\"}}},"
+    "\"processes\":{\"type\":\"array\",\"items\":{\"type\":\"object\"}},"
+    "\"code_sandbox\":{\"type\":[\"object\",\"null\"],"
+    "\"description\":\"run_code's sandbox {id, provider}, once it exists\"}},"
     "\"required\":[\"sandbox\",\"processes\"]}";
 
 static void exec_start(struct call *c);
@@ -194,8 +196,8 @@ static const struct tool tools[] = {
      "{\"readOnlyHint\":false,\"destructiveHint\":true,\"idempotentHint\":true,"
      "\"openWorldHint\":false}", 0, kill_start},
     {"sandbox_info", "Describe the sandbox",
-     "Returns the sandbox (id, provider, status, image, working directory, limits) and "
-     "its processes.",
+     "Returns the command sandbox (id, provider, status, image, working directory, "
+     "limits), its processes, and run_code's sandbox once it exists.",
      no_params, info_schema, "{\"readOnlyHint\":true,\"openWorldHint\":false}", 0,
      info_start},
 };
@@ -724,6 +726,11 @@ static void spawn_done(struct call *c, json_t *result, const sbx_rpc_error *err)
         answer_failed(c, err, "cannot start the process");
         return;
     }
+    if (c->done) { /* cancelled while the spawn was on its way: nobody has the pid */
+        c->pid = json_integer_value(pid);
+        send_kill(c);
+        return;
+    }
     mcp_answer(c, json_pack("{s:O, s:s}", "pid", pid, "sandbox", c->sandbox), 0, NULL);
 }
 
@@ -911,9 +918,15 @@ static void info_listed(struct call *c, json_t *result, const sbx_rpc_error *err
         return;
     }
     json_t *procs = json_object_get(result, "processes");
+    struct slot *code = &c->m->code;
+    json_t *cj = code->state == SLOT_READY
+                     ? json_pack("{s:s, s:s}", "id", code->id, "provider",
+                                 code->provider ? code->provider : "")
+                     : json_null();
     mcp_answer(c,
-               json_pack("{s:O, s:o}", "sandbox", c->exit, "processes",
-                         json_is_array(procs) ? json_incref(procs) : json_array()),
+               json_pack("{s:O, s:o, s:o}", "sandbox", c->exit, "processes",
+                         json_is_array(procs) ? json_incref(procs) : json_array(),
+                         "code_sandbox", cj),
                0, NULL);
 }
 

@@ -440,11 +440,12 @@ describe('MCP SDK client, run_code on the js provider', () => {
     assert.equal(r.structuredContent.error.name, 'TimeoutError');
   });
 
-  jtest('sandbox_info is the command sandbox; run_code ran elsewhere on js', async () => {
+  jtest('sandbox_info is the command sandbox; run_code runs in a js sandbox of its own', async () => {
     const r = await s.client.callTool({ name: 'sandbox_info', arguments: {} });
     assert.equal(r.structuredContent.sandbox.provider, 'duktape');
-    const mine = [...sandboxes().values()].filter((x) => x.id.startsWith('mcp-') && x.provider === 'js');
-    assert.ok(mine.length >= 1, 'a js sandbox exists for run_code');
+    const code = r.structuredContent.code_sandbox;
+    assert.equal(code.provider, 'js');
+    assert.equal(sandboxes().get(code.id)?.provider, 'js', 'sbxd has it');
   });
 
   jtest('cancelling run_code ends the program: the next one runs at once', async () => {
