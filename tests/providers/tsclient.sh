@@ -4,9 +4,11 @@
 #   - npm ci of client/js's pinned devDependencies (typescript, @mastra/core,
 #     @mastra/docker; package-lock.json), offline-friendly
 #   - tsc builds client/js/dist (ESM + .d.ts)
-#   - one sbxd with the duktape provider (and js when built) and, when a Docker
-#     engine answers or can be started (as tests/providers/docker.sh does), the
-#     docker provider with the test images including sbx-test/debian:bookworm
+#   - one sbxd with the duktape and js providers, the modal provider on the
+#     local fake Modal control plane (tests/modal/fake, as modal.sh runs it)
+#     and, when a Docker engine answers or can be started (as
+#     tests/providers/docker.sh does), the docker provider with the test
+#     images including sbx-test/debian:bookworm
 #   - node client/js/test/run.mjs; tests that cannot run here are printed as
 #     "SKIPPED - NAME (why)" and counted. With CI=true a missing engine fails.
 # Prints "N passed, N failed, N skipped" last.
@@ -19,11 +21,16 @@ case "$B" in /*) ;; *) B="$ROOT/$B" ;; esac
 mkdir -p "$T" || exit 1
 T=$(cd "$T" && pwd)
 JS=client/js
+# Live credentials in the caller's environment must not reach this sbxd.
+unset MODAL_TOKEN_ID MODAL_TOKEN_SECRET MODAL_SERVER_URL MODAL_ENVIRONMENT
 SBXD_PID=""
 DK=$(mktemp -d /tmp/sbxdt.XXXXXX)
 PRIVATE=0
 
+FAKE_PID=""
 cleanup() {
+    exec 8>&- 2>/dev/null # the fake exits at EOF on its stdin
+    [ -n "$FAKE_PID" ] && kill -TERM "$FAKE_PID" 2>/dev/null && wait "$FAKE_PID" 2>/dev/null
     if [ -n "$SBXD_PID" ]; then
         kill -TERM "$SBXD_PID" 2>/dev/null
         wait "$SBXD_PID" 2>/dev/null
@@ -92,6 +99,32 @@ if [ -n "$DOCKER_SKIP" ] && [ "${CI:-}" = true ]; then
     fail_all "docker tests cannot run: $DOCKER_SKIP"
 fi
 
+# -- the fake Modal control plane ------------------------------------------------------------
+MODAL_SKIP=""
+if [ ! -d tests/modal/fake/node_modules/@grpc/grpc-js ]; then
+    (cd tests/modal/fake && npm ci --ignore-scripts --no-audit --no-fund --prefer-offline) \
+        >"$T/npm-fake.log" 2>&1 || MODAL_SKIP="npm ci in tests/modal/fake failed"
+fi
+PORT=""
+if [ -z "$MODAL_SKIP" ]; then
+    rm -f "$T/fake.fifo"
+    mkfifo "$T/fake.fifo"
+    node tests/modal/fake/server.js --port 0 --state "$T/fake-state" --exit-on-stdin-eof \
+        <"$T/fake.fifo" >"$T/fake.out" 2>"$T/fake.err" &
+    FAKE_PID=$!
+    exec 8>"$T/fake.fifo"
+    i=0
+    while ! grep -q '^CONTROL ' "$T/fake.out" 2>/dev/null && [ $i -lt 200 ]; do
+        sleep 0.05
+        i=$((i + 1))
+    done
+    PORT=$(sed -n 's/^LISTENING //p' "$T/fake.out")
+    [ -n "$PORT" ] || { tail -n 5 "$T/fake.err"; MODAL_SKIP="the fake Modal server did not start"; }
+fi
+if [ -n "$MODAL_SKIP" ] && [ "${CI:-}" = true ]; then
+    fail_all "modal tests cannot run: $MODAL_SKIP"
+fi
+
 # -- sbxd ---------------------------------------------------------------------------------
 {
     echo 'socket:'
@@ -103,6 +136,14 @@ fi
     echo 'providers:'
     echo '  duktape:'
     echo '    pool_size: 1'
+    if [ -n "$PORT" ]; then
+        echo '  modal:'
+        echo "    server_url: http://127.0.0.1:$PORT"
+        echo '    token_id: ak-test'
+        echo '    token_secret: as-test'
+        echo '    app_name: sbxd-tsclient'
+        echo '    image: ubuntu:22.04'
+    fi
     if [ -n "$ENGINE" ]; then
         echo '  docker:'
         echo "    host: $ENGINE"
@@ -131,6 +172,11 @@ if [ -n "$ENGINE" ]; then
     export SBXD_DOCKER_SOCKET="$SOCK" SBXD_DOCKER_HOST="$ENGINE"
 else
     export SBXD_DOCKER_SKIP="${DOCKER_SKIP:-no Docker engine}"
+fi
+if [ -n "$PORT" ]; then
+    export SBXD_MODAL_SOCKET="$SOCK"
+else
+    export SBXD_MODAL_SKIP="$MODAL_SKIP"
 fi
 (cd "$JS" && node test/run.mjs) >"$T/js.log" 2>&1
 st=$?
