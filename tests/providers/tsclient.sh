@@ -31,9 +31,15 @@ FAKE_PID=""
 cleanup() {
     exec 8>&- 2>/dev/null # the fake exits at EOF on its stdin
     [ -n "$FAKE_PID" ] && kill -TERM "$FAKE_PID" 2>/dev/null && wait "$FAKE_PID" 2>/dev/null
+    # The restart test replaces the daemon: its pid is in the file.
+    [ -f "$T/sbxd.pid" ] && SBXD_PID=$(cat "$T/sbxd.pid")
     if [ -n "$SBXD_PID" ]; then
         kill -TERM "$SBXD_PID" 2>/dev/null
-        wait "$SBXD_PID" 2>/dev/null
+        i=0
+        while kill -0 "$SBXD_PID" 2>/dev/null && [ $i -lt 200 ]; do
+            sleep 0.05
+            i=$((i + 1))
+        done
     fi
     if [ "$PRIVATE" = 1 ]; then
         sh tests/docker/dockerd.sh stop "$DK" >"$T/dockerd-stop.log" 2>&1
@@ -157,17 +163,29 @@ fi
     fi
 } >"$T/sbxd.yaml"
 SOCK="$T/sbxd.sock"
-SBXD_SOCKET="$SOCK" "$B/sbxd" -c "$T/sbxd.yaml" --log-level debug >"$T/sbxd.log" 2>&1 &
-SBXD_PID=$!
+# $T/restart.sh stops this sbxd and starts another on the same socket and
+# config (the client's reconnect test across a daemon restart runs it).
+cat >"$T/restart.sh" <<EOF
+#!/bin/sh
+pid=\$(cat "$T/sbxd.pid" 2>/dev/null)
+if [ -n "\$pid" ]; then
+    kill -TERM "\$pid" 2>/dev/null
+    i=0
+    while kill -0 "\$pid" 2>/dev/null && [ \$i -lt 400 ]; do sleep 0.05; i=\$((i + 1)); done
+fi
+rm -f "$SOCK"
+SBXD_SOCKET="$SOCK" "$B/sbxd" -c "$T/sbxd.yaml" --log-level debug </dev/null >>"$T/sbxd.log" 2>&1 &
+echo \$! >"$T/sbxd.pid"
 i=0
-while [ ! -S "$SOCK" ] && [ $i -lt 200 ]; do
-    sleep 0.05
-    i=$((i + 1))
-done
-[ -S "$SOCK" ] || { tail -n 20 "$T/sbxd.log"; fail_all "sbxd did not start"; }
+while [ ! -S "$SOCK" ] && [ \$i -lt 200 ]; do sleep 0.05; i=\$((i + 1)); done
+[ -S "$SOCK" ]
+EOF
+sh "$T/restart.sh" || { tail -n 20 "$T/sbxd.log"; fail_all "sbxd did not start"; }
+SBXD_PID=$(cat "$T/sbxd.pid")
 
 # -- the tests ------------------------------------------------------------------------------
 export SBXD_SOCKET="$SOCK" SBXD_PROTOCOL_MD="$ROOT/proto/PROTOCOL.md" SBXD_BUILD_DIR="$B"
+export SBXD_RESTART_CMD="sh $T/restart.sh"
 if [ -n "$ENGINE" ]; then
     export SBXD_DOCKER_SOCKET="$SOCK" SBXD_DOCKER_HOST="$ENGINE"
 else
