@@ -354,7 +354,10 @@ static void start_stdin(struct job *j)
 /* Leaves the process (and, for run, the sandbox) running: exit 130. */
 static void detach_now(struct job *j)
 {
-    if (j->pid >= 0)
+    if (j->kill_sent || j->destroy_sent)
+        fprintf(stderr, "sbxctl: detached; the %s was already asked for\n",
+                j->destroy_sent ? "sandbox's destruction" : "kill");
+    else if (j->pid >= 0)
         fprintf(stderr, "sbxctl: detached; process %" JSON_INTEGER_FORMAT
                         " keeps running (sbxctl attach %s %" JSON_INTEGER_FORMAT ")\n",
                 j->pid, j->sandbox, j->pid);

@@ -2567,7 +2567,6 @@ static json_t *msb_state(struct msb *ms)
                              "deadline", deadline));
     }
     json_t *conf = json_deep_copy(sb->conf);
-    json_object_del(conf, "snapshot");
     json_t *e = json_pack("{s:I, s:o, s:f, s:f, s:b, s:o, s:o}", "owner",
                           (json_int_t)sb->owner, "conf", conf, "created_at",
                           sb->created_at, "expires_at", sb->expires_at, "stopped",
@@ -2872,6 +2871,9 @@ static int m_snapshot_delete(void *cookie, const char *id, json_t *rec,
 static void adopt_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
 {
     struct mprov *mp = w->data;
+    /* Snapshots first: a sandbox made from one finds it again (a restart
+     * of that sandbox starts from the snapshot, as before). */
+    register_snaps(mp);
     json_t *saved = mp->saved;
     mp->saved = NULL;
     const char *id;
@@ -2882,7 +2884,6 @@ static void adopt_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
         adopt_sandbox(mp, id, e);
     }
     json_decref(saved);
-    register_snaps(mp);
     state_dirty(mp);
 }
 
