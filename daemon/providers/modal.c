@@ -24,6 +24,14 @@
  * reported once the wait says completed and both streams delivered their last
  * batch, always from a fresh loop iteration (report_timer): the core may free
  * the process record inside process_exited.
+ *
+ * Outages: broken streams and waits are retried with backoff for
+ * retry_budget_ms, then the exit says output_incomplete; ContainerExec is
+ * repeated only when the attempt surely never reached Modal. Restarts: the
+ * sandboxes, their running execs and the snapshots live in a state file (see
+ * "state file" below) and are adopted on the first loop iteration; tags on
+ * each Modal sandbox (owner, image, workdir, resources, env hash, deadline)
+ * serve the by-name reconnect when the file is gone.
  */
 #include <errno.h>
 #include <fcntl.h>
