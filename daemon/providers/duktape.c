@@ -1075,7 +1075,7 @@ static char *js_instructions(void *cookie, struct sandbox *sb, const char *tools
                  "return a JSON-serialisable value, which is the result. TypeScript types are "
                  "stripped before it runs. console.log/info/debug write to stdout and "
                  "console.warn/error to stderr; the lines are also returned as logs. There is no "
-                 "filesystem, network, timers, module loader or process access.%s%s%s Memory "
+                 "filesystem, network, timers, module loader or process access.%s%s%s%s Memory "
                  "limit %lld MiB; a timeout or the limit ends the program with an exception.",
                  sb->id,
                  sb_persistent(dp, sb)
@@ -1083,7 +1083,7 @@ static char *js_instructions(void *cookie, struct sandbox *sb, const char *tools
                        "are local to a run."
                      : " Every run starts with a fresh global.",
                  tools[0] ? " Host tools (each returns a Promise; pass and get JSON): " : "",
-                 tools, (long long)sb_mem(dp, sb)) < 0)
+                 tools, tools[0] ? "." : "", (long long)sb_mem(dp, sb)) < 0)
         return NULL;
     return t;
 }
