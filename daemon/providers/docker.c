@@ -700,6 +700,27 @@ static int take_pooled(struct dk_sb *ds)
     json_decref(ds->base_env);
     ds->base_env = env ? env : json_object();
     log_info("docker %s: container %.12s from pool %s", ds->sb->id, ds->cid, pool);
+    /* Its labels were set before it had an owner: the name sbxd gives it now
+     * (sbxp.<owner>.<id>; code inside cannot rename its container) and a file
+     * with the sandbox's config let a restarted sbxd find it again. */
+    free(ds->name);
+    if (asprintf(&ds->name, "sbxp.%u.%s", (unsigned)ds->sb->owner, ds->sb->id) < 0)
+        abort();
+    json_t *conf = json_deep_copy(ds->sb->conf);
+    json_object_del(conf, "snapshot");
+    json_t *doc = json_pack("{s:o, s:f}", "conf", conf, "created", ds->sb->created_at);
+    char *txt = json_dumps(doc, JSON_COMPACT);
+    json_decref(doc);
+    uint8_t *tar = NULL;
+    size_t tlen = 0;
+    if (txt && dk_tar_one(&tar, &tlen, DK_POOL_CONF, 0600, (const uint8_t *)txt, strlen(txt)) == 0) {
+        char *ap = dk_path(&ds->dp->eng, "/containers/%s/archive?path=/", ds->cid);
+        dk_call_raw(&ds->dp->eng, &ds->dp->misc, "PUT", ap, "application/x-tar", tar, tlen,
+                    DK_CALL_TIMEOUT_MS, renamed, NULL);
+        free(ap);
+    }
+    free(tar);
+    free(txt);
     char *ne = dk_escape(ds->name);
     char *path = dk_path(&ds->dp->eng, "/containers/%s/rename?name=%s", ds->cid, ne);
     dk_call(&ds->dp->eng, &ds->dp->misc, "POST", path, NULL, DK_CALL_TIMEOUT_MS, renamed, NULL);
@@ -1938,6 +1959,8 @@ static void d_sb_release(void *cookie, struct sandbox *sb)
 /* ---- adoption after an sbxd restart
  * --------------------------------------------------------- */
 
+void dk_adopt_entry(struct dk_prov *dp, json_t *c);
+
 static void adopt_one(struct dk_prov *dp, json_t *c)
 {
     json_t *labels = json_object_get(c, "Labels");
@@ -2007,6 +2030,11 @@ static void adopt_one(struct dk_prov *dp, json_t *c)
         ds->phase = PH_INSPECT;
         lc_next(ds);
     }
+}
+
+void dk_adopt_entry(struct dk_prov *dp, json_t *c)
+{
+    adopt_one(dp, c);
 }
 
 static void adopt_list_done(struct dk_resp *r, void *data)

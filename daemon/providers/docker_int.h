@@ -319,6 +319,7 @@ struct dk_prov {
     ev_timer pool_timer;
 };
 
+#define DK_POOL_CONF ".sbxd-pool-conf.json" /* a pooled container's sandbox config */
 #define DK_AGENT_DIR "/.sbx"
 #define DK_AGENT_IN "/.sbx/sbx-init"
 
@@ -331,6 +332,8 @@ void dkp_refill(struct dk_prov *dp);
  * cid, its env (new reference) into *env; the pool's name, or NULL. */
 const char *dkp_take(struct dk_prov *dp, json_t *opts, char *cid, size_t n, json_t **env);
 json_t *dkp_info(struct dk_prov *dp);
+/* Adopts a container from a /containers/json entry (labels sbxd.id, owner, conf). */
+void dk_adopt_entry(struct dk_prov *dp, json_t *c);
 /* Mounts the agent into a create body without an upload (bind or holder). */
 void dk_agent_mount(struct dk_prov *dp, json_t *body);
 

@@ -299,7 +299,85 @@ static void pool_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
     dkp_refill(w->data);
 }
 
-/* Unused pool containers of an earlier sbxd on this socket go; then fill. */
+/* A container taken from a pool by an earlier sbxd: its name (set by sbxd)
+ * says the owner and the sandbox id, the file sbxd put in it the config
+ * (only its options, env and the like: what the policy checks again on any
+ * restart). Adopted like a labelled one. */
+struct readopt {
+    struct dk_prov *dp;
+    json_t *entry; /* the /containers/json entry, labels filled in */
+    char pool[48];
+};
+
+static void conf_read(struct dk_resp *r, void *data)
+{
+    struct readopt *ro = data;
+    json_t *labels = json_object_get(ro->entry, "Labels");
+    json_t *conf = NULL;
+    double created = 0;
+    /* one ustar member: size in octal at 124, data after the 512-byte header */
+    if (r->status == 200 && r->body && r->len > 512) {
+        size_t sz = strtoul(r->body + 124, NULL, 8);
+        if (sz > 0 && sz <= r->len - 512 && sz < (1u << 20)) {
+            json_t *doc = json_loadb(r->body + 512, sz, 0, NULL);
+            conf = json_incref(json_object_get(doc, "conf"));
+            created = json_number_value(json_object_get(doc, "created"));
+            json_decref(doc);
+        }
+    }
+    if (!json_is_object(conf)) {
+        json_decref(conf);
+        conf = NULL;
+        for (int i = 0; i < ro->dp->npools && !conf; i++)
+            if (!strcmp(ro->dp->pools[i]->name, ro->pool))
+                conf = json_deep_copy(ro->dp->pools[i]->conf);
+        if (!conf)
+            conf = json_object();
+    }
+    json_object_del(conf, "provider");
+    char *cs = json_dumps(conf, JSON_COMPACT);
+    json_decref(conf);
+    json_object_set_new(labels, "sbxd.conf", json_string(cs ? cs : "{}"));
+    free(cs);
+    if (created > 0) {
+        char cr[64];
+        snprintf(cr, sizeof(cr), "%.3f", created);
+        json_object_set_new(labels, "sbxd.created", json_string(cr));
+    }
+    dk_adopt_entry(ro->dp, ro->entry);
+    json_decref(ro->entry);
+    free(ro);
+}
+
+static void readopt(struct dk_prov *dp, json_t *c, const char *nm)
+{
+    /* "/sbxp.<owner>.<id>" */
+    char *end = NULL;
+    unsigned long owner = strtoul(nm + 6, &end, 10);
+    if (!end || end == nm + 6 || *end != '.' || !end[1] || strlen(end + 1) > 63)
+        return;
+    struct readopt *ro = calloc(1, sizeof(*ro));
+    ro->dp = dp;
+    ro->entry = json_deep_copy(c);
+    json_t *labels = json_object_get(ro->entry, "Labels");
+    snprintf(ro->pool, sizeof(ro->pool), "%s",
+             json_string_value(json_object_get(labels, "sbxd.pool")) ?: "");
+    char own[32];
+    snprintf(own, sizeof(own), "%lu", owner);
+    json_object_set_new(labels, "sbxd.id", json_string(end + 1));
+    json_object_set_new(labels, "sbxd.owner", json_string(own));
+    json_object_set_new(labels, "sbxd.exec_mode", json_string("agent"));
+    char *path = dk_path(&dp->eng, "/containers/%s/archive?path=/" DK_POOL_CONF,
+                         json_string_value(json_object_get(c, "Id")));
+    if (!dk_call(&dp->eng, &dp->misc, "GET", path, NULL, DK_CALL_TIMEOUT_MS, conf_read, ro)) {
+        json_decref(ro->entry);
+        free(ro);
+    }
+    free(path);
+}
+
+/* Unused pool containers of an earlier sbxd on this socket go, taken ones are
+ * adopted; then fill. */
 static void old_listed(struct dk_resp *r, void *data)
 {
     struct dk_prov *dp = data;
@@ -311,8 +389,12 @@ static void old_listed(struct dk_resp *r, void *data)
             const char *sock =
                 json_string_value(json_object_get(json_object_get(c, "Labels"), "sbxd.socket"));
             const char *nm = json_string_value(json_array_get(json_object_get(c, "Names"), 0));
-            if (sock && !strcmp(sock, our_socket()) && nm && !strncmp(nm, "/sbxpool-", 9))
+            if (!sock || strcmp(sock, our_socket()) != 0 || !nm)
+                continue;
+            if (!strncmp(nm, "/sbxpool-", 9))
                 remove_container(dp, json_string_value(json_object_get(c, "Id")));
+            else if (!strncmp(nm, "/sbxp.", 6))
+                readopt(dp, c, nm);
         }
     dp->pools_clean = 1;
     dkp_refill(dp);
@@ -320,8 +402,7 @@ static void old_listed(struct dk_resp *r, void *data)
 
 void dkp_engine_up(struct dk_prov *dp)
 {
-    if (dp->npools == 0)
-        return;
+    /* Listed even without pools now: sandboxes taken from one before. */
     if (dp->pools_clean) {
         dkp_refill(dp);
         return;

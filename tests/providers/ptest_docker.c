@@ -1385,7 +1385,13 @@ static json_t *pool_ids(const char *name)
     engine("GET", path, NULL, &l);
     size_t i;
     json_t *c;
-    json_array_foreach(l, i, c) json_array_append(ids, json_object_get(c, "Id"));
+    json_array_foreach(l, i, c)
+    {
+        /* taken ones are renamed sbxp.<owner>.<id>: no longer the pool's */
+        const char *nm = json_string_value(json_array_get(json_object_get(c, "Names"), 0));
+        if (!nm || strncmp(nm, "/sbxp.", 6) != 0)
+            json_array_append(ids, json_object_get(c, "Id"));
+    }
     json_decref(l);
     return ids;
 }
@@ -1482,7 +1488,14 @@ static void test_pools(void)
     json_decref(r);
     destroy(c, "pbig");
 
-    /* sbxd restarts: unused pool containers of the old one go, new ones come */
+    /* sbxd restarts: unused pool containers of the old one go, new ones come,
+     * a sandbox taken from the pool is found again with its config */
+    wait_pool(c, "warm", 2, 60000);
+    r = create(c, "pkeep", json_pack("{s:{s:s}}", "env", "K", "kept"));
+    test_cond("pools: pkeep from the pool",
+              json_object_get(json_object_get(res_of(r), "metadata"), "pool") != NULL &&
+                  exec_ok(c, "pkeep", "echo $K > /workspace/f; cat /workspace/f", "kept\n"));
+    json_decref(r);
     wait_pool(c, "warm", 2, 60000);
     json_t *old = pool_ids("warm");
     cn_close(c);
@@ -1497,6 +1510,27 @@ static void test_pools(void)
     test_cond("pools: after an sbxd restart the old unused containers are removed and the "
               "pool is filled again",
               ok && json_array_size(fresh) == 2 && !overlap);
+    int found = 0;
+    for (int k = 0; c && k < 100 && !found; k++) {
+        found = !strcmp(status_of(c, "pkeep"), "running");
+        if (!found)
+            usleep(100000);
+    }
+    r = c ? cn_call(c, "sandbox.get", json_pack("{s:s}", "id", "pkeep")) : NULL;
+    test_cond("pools: a sandbox taken from a pool is adopted after an sbxd restart, with its "
+              "env and its lifetime counted from its creation",
+              found && !strcmp(json_string_value(json_object_get(
+                                   json_object_get(res_of(r), "env"), "K")) ?: "", "kept") &&
+                  res_int(r, "timeout_ms") > 0 && res_int(r, "timeout_ms") < 1800000 &&
+                  exec_ok(c, "pkeep", "cat /workspace/f; echo $K", "kept\nkept\n"));
+    if (!found || strcmp(json_string_value(json_object_get(json_object_get(res_of(r), "env"), "K")) ?: "", "kept")) {
+        char *t = json_dumps(r, JSON_COMPACT);
+        printf("      %.600s\n", t ? t : "?");
+        free(t);
+    }
+    json_decref(r);
+    if (c)
+        destroy(c, "pkeep");
     json_decref(old);
     json_decref(fresh);
     json_decref(before);
