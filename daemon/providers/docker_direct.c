@@ -146,6 +146,10 @@ static void fall_back(struct dk_sb *ds, const char *why)
         log_warn("docker %s: another client took over the agent of container %.12s",
                  ds->sb->id, ds->cid);
         ds->dtries = DIRECT_TRIES;
+        /* The other client's PONG may have gone by on our attach stream
+         * before this notice: resync on a PONG of our own, or every frame
+         * after it would be skipped. */
+        dk_rehandshake(ds);
         return;
     }
     log_info("docker %s: %s %s; the attach stream is the agent channel", ds->sb->id,
