@@ -1524,9 +1524,9 @@ static void test_pools(void)
                   res_int(r, "timeout_ms") > 0 && res_int(r, "timeout_ms") < 1800000 &&
                   exec_ok(c, "pkeep", "cat /workspace/f; echo $K", "kept\nkept\n"));
     if (!found || strcmp(json_string_value(json_object_get(json_object_get(res_of(r), "env"), "K")) ?: "", "kept")) {
-        char *t = json_dumps(r, JSON_COMPACT);
-        printf("      %.600s\n", t ? t : "?");
-        free(t);
+        char *txt = json_dumps(r, JSON_COMPACT);
+        printf("      %.600s\n", txt ? txt : "?");
+        free(txt);
     }
     json_decref(r);
     if (c)
