@@ -680,7 +680,7 @@ static void start_process(struct call *c, json_t *params, int is_exec)
                   sb->prov->ops->available(sb->prov->cookie, &why_not);
     if (restart) {
         log_info("sandbox %s is in error (%s): restarting it for a %s", sb->id,
-                 sb->error ? sb->error : "?", c->method);
+                 sb->error ? sb->error : "?", c->method ? c->method : "call");
         sandbox_start(sb, NULL);
     }
     if (sb->status != SB_RUNNING && sb->status != SB_PENDING && sb->status != SB_STARTING) {

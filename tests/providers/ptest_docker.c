@@ -2006,7 +2006,9 @@ static void test_stream(conn *c)
     int mb = getenv("SBX_STREAM_MB") ? atoi(getenv("SBX_STREAM_MB"))
              : slow_build            ? 256
                                      : 1024;
-    json_decref(create(c, "big1", NULL));
+    /* The stream may take a minute on a loaded machine: it is about
+     * backpressure, not the default command timeout. */
+    json_decref(create(c, "big1", json_pack("{s:i}", "command_timeout_ms", 600000)));
     stream_slow_reader(c, main_pid, "big1", mb, "slow reader");
     destroy(c, "big1");
 }
