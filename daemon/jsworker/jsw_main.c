@@ -16,7 +16,8 @@
  * JavaScriptCore needs: memory mappings (executable ones for the JIT),
  * threads (clone with CLONE_THREAD only: JSC's GC and JIT helpers), futexes,
  * and reads/writes on descriptors it already has. No open, no socket, no
- * fork or exec.
+ * fork or exec. With JSC_useJIT=false (jit: false) a second filter refuses
+ * every executable mapping: no code is written at run time at all.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -28,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -280,7 +282,38 @@ static int install_seccomp(const char **why)
     }
     return 0;
 }
+
+/* jit: false. A second filter (filters stack; the stricter answer wins):
+ * no mapping may become executable, so no code is ever written at run time.
+ * JavaScriptCore's interpreter needs none once it started. */
+static int install_no_exec(const char **why)
+{
+    struct sock_filter f[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_mmap, 3, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_mprotect, 2, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_pkey_mprotect, 1, 0),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[2])),
+        BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, PROT_EXEC, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    struct sock_fprog prog = {(unsigned short)(sizeof(f) / sizeof(f[0])), f};
+
+    if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0) < 0) {
+        *why = "cannot install the no-exec seccomp filter";
+        return -1;
+    }
+    return 0;
+}
 #else
+static int install_no_exec(const char **why)
+{
+    (void)why;
+    return 0;
+}
+
 static int install_seccomp(const char **why)
 {
     (void)why;
@@ -507,6 +540,11 @@ int main(int argc, char **argv)
         return 1;
     }
     if (!no_sandbox_extras() && install_seccomp(&why) < 0) {
+        send_error(&w, why);
+        return 1;
+    }
+    if (!no_sandbox_extras() && getenv("JSC_useJIT") && strcmp(getenv("JSC_useJIT"), "false") == 0 &&
+        install_no_exec(&why) < 0) {
         send_error(&w, why);
         return 1;
     }

@@ -456,6 +456,16 @@ static void test_nojit(void)
     json_t *r = run(&k, 1, "let s = 0; for (let i = 0; i < 100000; i++) s += i; return s");
     test_cond("JSC_useJIT=false (jit: false) runs programs", result_is(r, "4999950000"));
     json_decref(r);
+    char v[64];
+    if (getenv("SBX_NO_SECCOMP") || getenv("SBX_SANITIZED") || getenv("SBX_VALGRIND"))
+        test_skip("jit: false stacks a second filter (nothing may become executable)",
+                  "SBX_NO_SECCOMP / sanitizer / valgrind run");
+    else if (status_field(k.pid, "Seccomp_filters:", v, sizeof(v)) < 0)
+        test_skip("jit: false stacks a second filter (nothing may become executable)",
+                  "this kernel does not show Seccomp_filters");
+    else
+        test_cond("jit: false stacks a second filter (nothing may become executable)",
+                  atoi(v) == 2);
     stop(&k);
 }
 
