@@ -198,11 +198,41 @@ else
 fi
 (cd "$JS" && node test/run.mjs) >"$T/js.log" 2>&1
 st=$?
-cat "$T/js.log"
+grep -vE '^[0-9]+ passed, [0-9]+ failed' "$T/js.log"
 tally=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$T/js.log" | tail -n 1)
 if [ -z "$tally" ] || [ "$st" -ne 0 ]; then
     echo "--- sbxd log (tail)"
     tail -n 40 "$T/sbxd.log"
     [ -n "$tally" ] || fail_all "node test/run.mjs printed no result (exit $st)"
 fi
+# The daemon ends now, so that a sanitizer's report (make asan) is in its log.
+SBXD_PID=$(cat "$T/sbxd.pid")
+kill -TERM "$SBXD_PID" 2>/dev/null
+i=0
+while kill -0 "$SBXD_PID" 2>/dev/null && [ $i -lt 400 ]; do
+    sleep 0.05
+    i=$((i + 1))
+done
+rm -f "$T/sbxd.pid"
+SBXD_PID=""
+p=${tally%% passed*}
+f=${tally#*, }
+f=${f%% failed*}
+sk=0
+case "$tally" in
+*skipped*)
+    sk=${tally##*failed, }
+    sk=${sk%% skipped*}
+    ;;
+esac
+if grep -qE 'ERROR: (Address|Leak)Sanitizer|runtime error:' "$T/sbxd.log"; then
+    echo "FAILED - tsclient: sbxd reported a sanitizer error"
+    grep -E -A12 'ERROR: (Address|Leak)Sanitizer|runtime error:' "$T/sbxd.log" | head -n 40
+    f=$((f + 1))
+    st=1
+elif [ -n "${SBX_SANITIZED:-}" ]; then
+    echo "ok - tsclient: the sanitized sbxd ended without a report"
+    p=$((p + 1))
+fi
+echo "$p passed, $f failed, $sk skipped"
 exit $st

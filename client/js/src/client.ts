@@ -80,6 +80,12 @@ export interface ClientOptions {
     /** Re-connect attempts when followed processes lose the connection (default 20, 50 ms apart, growing). */
     reconnectAttempts?: number;
     /**
+     * After a reconnect, how long a followed process that sbxd reports as not
+     * found is asked for again (a restarted daemon adopts Docker sandboxes
+     * shortly after it listens). Default 15000 ms.
+     */
+    reattachTimeoutMs?: number;
+    /**
      * How the daemon spells output for processes this client spawns or attaches:
      * 'auto' (default: base64 when shorter than escaped JSON) or 'utf8'. Both
      * decode to the same bytes.
@@ -117,6 +123,7 @@ export class SbxdClient {
     private early = new Map<string, Array<[string, unknown]>>();
     private spawning = new Map<string, number>();
     private reconnectAttempts: number;
+    private reattachTimeoutMs: number;
     readonly outputEncoding: OutputEncoding;
     private reconnecting = false;
     /** Bumped on every new connection; handles compare it to see a reconnect. */
@@ -125,6 +132,7 @@ export class SbxdClient {
     constructor(options: ClientOptions = {}) {
         this.socketPath = options.socketPath ?? defaultSocketPath();
         this.reconnectAttempts = options.reconnectAttempts ?? 20;
+        this.reattachTimeoutMs = options.reattachTimeoutMs ?? 15000;
         this.outputEncoding = options.outputEncoding ?? 'auto';
         for (const [name, h] of Object.entries(options.tools ?? {})) this.tools.set(name, h);
     }
@@ -242,15 +250,33 @@ export class SbxdClient {
         }
     }
 
+    /* A restarted daemon adopts its providers' sandboxes (Docker containers,
+     * their agents' processes) shortly after it starts listening: until then
+     * they are "not found", so those answers are retried for a while. */
     private async reattachAll(): Promise<void> {
+        const deadline = Date.now() + this.reattachTimeoutMs;
         for (const p of [...this.procs.values()]) {
-            if (p.exited) continue;
-            try {
-                await p._reattach();
-            } catch (e) {
-                if (e instanceof SbxdConnectionError) return; // onClose tries again
-                p._lost(e as Error);
-                this.procs.delete(key(p.sandbox, p.pid));
+            let delay = 50;
+            for (;;) {
+                if (p.exited || this.closed) break;
+                try {
+                    await p._reattach();
+                    break;
+                } catch (e) {
+                    if (e instanceof SbxdConnectionError) return; // onClose tries again
+                    const notYet =
+                        e instanceof SbxdError &&
+                        (e.code === ErrorCode.SandboxNotFound || e.code === ErrorCode.ProcessNotFound);
+                    if (notYet && Date.now() < deadline) {
+                        await new Promise((r) => setTimeout(r, delay));
+                        delay = Math.min(delay * 2, 500);
+                        continue;
+                    }
+                    p._lost(e as Error);
+                    this.procs.delete(key(p.sandbox, p.pid));
+                    this.touch();
+                    break;
+                }
             }
         }
     }
