@@ -77,6 +77,51 @@ static void retained_unlink(struct process *p)
     p->in_retained = 0;
 }
 
+/* The members of an exit record that are always small. Anything else (a
+ * completion value, the js provider's logs, an exception) is counted. */
+static int small_member(const char *k)
+{
+    static const char *const keys[] = {"exit_code", "signal",        "timed_out",
+                                       "killed",    "error",         "duration_ms",
+                                       "isolate_reset", "retried",   "sandbox_restarted",
+                                       NULL};
+    for (size_t i = 0; keys[i]; i++)
+        if (strcmp(k, keys[i]) == 0)
+            return 1;
+    return strlen(k) > 8 && strcmp(k + strlen(k) - 8, "_dropped") == 0;
+}
+
+/*
+ * Replaces the large members of the exit record with null and a
+ * "<member>_dropped": true. all = 1: every member that is not small
+ * (eviction); all = 0: those encoding to more than RESULT_KEEP_BYTES. Returns
+ * the encoded bytes of the members kept.
+ */
+static size_t drop_members(struct process *p, int all)
+{
+    const char *drop[16];
+    size_t ndrop = 0, kept = 0;
+    const char *k;
+    json_t *v;
+    json_object_foreach(p->exit, k, v)
+    {
+        if (small_member(k) || json_is_null(v))
+            continue;
+        size_t n = json_dumpb(v, NULL, 0, JSON_COMPACT | JSON_ENCODE_ANY);
+        if ((all || n > RESULT_KEEP_BYTES) && ndrop < 16)
+            drop[ndrop++] = k;
+        else
+            kept += n;
+    }
+    for (size_t i = 0; i < ndrop; i++) {
+        char flag[80];
+        snprintf(flag, sizeof(flag), "%s_dropped", drop[i]);
+        json_object_set_new(p->exit, flag, json_true()); /* before the key string goes */
+        json_object_set_new(p->exit, drop[i], json_null());
+    }
+    return kept;
+}
+
 /* Drops what an exited record holds beyond its exit status. */
 static void evict(struct process *p)
 {
@@ -85,10 +130,8 @@ static void evict(struct process *p)
         free(p->out[i].ring.buf);
         memset(&p->out[i].ring, 0, sizeof(p->out[i].ring));
     }
-    if (p->result_bytes && p->exit) {
-        json_object_set_new(p->exit, "result", json_null());
-        json_object_set_new(p->exit, "result_dropped", json_true());
-    }
+    if (p->result_bytes && p->exit)
+        drop_members(p, 1);
     p->result_bytes = 0;
     retained_unlink(p);
     log_debug("sandbox %s: pid %u: replay and result dropped (limits.retained_bytes_*)",
@@ -1067,17 +1110,12 @@ void process_exited(struct process *p, json_t *rec)
         free(p->out[i].acc);
         p->out[i].acc = NULL;
     }
-    /* What the record keeps from now on is counted, and may be evicted. */
-    json_t *res = json_object_get(p->exit, "result");
-    if (res && !json_is_null(res)) {
-        size_t n = json_dumpb(res, NULL, 0, JSON_COMPACT | JSON_ENCODE_ANY);
-        if (n > RESULT_KEEP_BYTES) {
-            json_object_set_new(p->exit, "result", json_null());
-            json_object_set_new(p->exit, "result_dropped", json_true());
-        } else {
-            p->result_bytes = n;
-            retained_total += n;
-        }
+    /* What the record keeps from now on is counted, and may be evicted: a
+     * member over RESULT_KEEP_BYTES (a completion value, the js provider's
+     * console logs) was in the exec's answer and is not kept for later waits. */
+    if (p->exit) {
+        p->result_bytes = drop_members(p, 0);
+        retained_total += p->result_bytes;
     }
     if (proc_bytes(p) > 0) {
         p->rprev = rtail;

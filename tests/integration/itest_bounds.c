@@ -520,6 +520,27 @@ static void test_retained(void)
     test_cond("retained: a small result is still there for wait",
               json_integer_value(json_object_get(res_of(r), "result")) == 42);
     json_decref(r);
+
+    /* The js provider's exit record carries the console logs: 1 MB each was
+     * kept for every exited process, outside the replay caps. */
+    r = cn_call_t(c, 30000, "sandbox.create", json_pack("{s:s, s:s}", "id", "rj", "provider", "js"));
+    int have_js = res_of(r) != NULL;
+    json_decref(r);
+    if (have_js) {
+        r = cn_call_t(c, 30000, "process.exec",
+                      json_pack("{s:s, s:s, s:b}", "sandbox", "rj", "command", mb_print, "stream", 0));
+        int pid = (int)res_int(r, "pid");
+        int answered = json_array_size(json_object_get(res_of(r), "logs")) > 0;
+        json_decref(r);
+        r = cn_call(c, "process.wait", json_pack("{s:s, s:i}", "sandbox", "rj", "pid", pid));
+        test_cond("retained: js console logs over 64 KiB are answered by the exec, then dropped",
+                  answered && json_is_true(json_object_get(res_of(r), "logs_dropped")) &&
+                      json_is_null(json_object_get(res_of(r), "logs")));
+        json_decref(r);
+    } else {
+        test_skip("retained: js console logs over 64 KiB are answered by the exec, then dropped",
+                  "the js provider is not available");
+    }
     cn_close(c);
     stop();
 }

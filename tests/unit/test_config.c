@@ -757,6 +757,23 @@ static void test_sample(const char *sample)
             json_is_false(prov_key(&cfg, "docker", "readonly_rootfs")) &&
             json_is_false(prov_key(&cfg, "docker", "privileged")) &&
             json_is_string(json_object_get(prov_key(&cfg, "docker", "tmpfs"), "/tmp")));
+    struct sbx_config def;
+    config_init_defaults(&def);
+    test_cond("sample limits (issue 11's caps) are the built-in defaults",
+              cfg.max_sessions_per_uid == def.max_sessions_per_uid &&
+                  cfg.admin_reserved_sessions == def.admin_reserved_sessions &&
+                  cfg.session_idle_timeout_ms == def.session_idle_timeout_ms &&
+                  cfg.input_bytes_per_uid == def.input_bytes_per_uid &&
+                  cfg.output_bytes_total == def.output_bytes_total &&
+                  cfg.retained_bytes_per_sandbox == def.retained_bytes_per_sandbox &&
+                  cfg.retained_bytes_total == def.retained_bytes_total &&
+                  cfg.env_bytes == def.env_bytes &&
+                  cfg.max_snapshots_per_uid == def.max_snapshots_per_uid &&
+                  cfg.snapshot_bytes_per_uid == def.snapshot_bytes_per_uid &&
+                  cfg.max_memory_limit_mb == def.max_memory_limit_mb &&
+                  cfg.op_timeout_ms == def.op_timeout_ms &&
+                  cfg.agent_log_lines_per_s == def.agent_log_lines_per_s);
+    config_deinit(&def);
     test_cond("sample modal has no credentials",
               !prov_key(&cfg, "modal", "token_id") &&
                   !prov_key(&cfg, "modal", "token_secret"));
