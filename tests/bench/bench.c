@@ -329,12 +329,11 @@ static void bench_exec_rss(void)
     json_decref(r);
     enum { S = 8 };
     char ids[S][16];
+    const char *prov = getenv("SBX_BENCH_PROVIDER") ? getenv("SBX_BENCH_PROVIDER") : "duktape";
     for (int i = 0; i < S; i++) {
         snprintf(ids[i], sizeof(ids[i]), "rss%d", i);
         json_decref(cn_call(c, "sandbox.create", json_pack("{s:s, s:s}", "id", ids[i], "provider",
-                                                           getenv("SBX_BENCH_PROVIDER")
-                                                               ? getenv("SBX_BENCH_PROVIDER")
-                                                               : "duktape")));
+                                                           prov)));
     }
     const char *cmd = "var s = '0123456789abcdef'; while (s.length < 1000000) s += s; "
                       "console.log(s.slice(0, 999999)); 1";
@@ -354,9 +353,10 @@ static void bench_exec_rss(void)
     }
     double secs = (now_ms() - t0) / 1000.0;
     long last = rss_kb(pid);
-    printf("%-44s %8ld kB after %d (%ld kB after %d, %ld kB after %d; %.0f s)\n",
-           "daemon RSS, duktape processes printing 1 MB each", last, n, first, n / 10, mid, n / 2,
-           secs);
+    char what[80];
+    snprintf(what, sizeof(what), "daemon RSS, %s processes printing 1 MB each", prov);
+    printf("%-44s %8ld kB after %d (%ld kB after %d, %ld kB after %d; %.0f s)\n", what, last, n,
+           first, n / 10, mid, n / 2, secs);
     for (int i = 0; i < S; i++)
         json_decref(cn_call(c, "sandbox.destroy", json_pack("{s:s}", "id", ids[i])));
     cn_close(c);
