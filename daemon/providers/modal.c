@@ -152,8 +152,12 @@ struct mprov {
     json_t *saved;     /* read at load, adopted on the first loop iteration */
     json_t *snaps;     /* snapshot id -> {owner, created_at, sandbox, data} */
     ev_timer adopt_timer;
-    ev_timer save_timer; /* writes once per loop iteration at most */
+    ev_timer save_timer; /* writes at most once per STATE_SAVE_DELAY_S */
     int dirty;
+    /* Every Modal sandbox object, until released: at shutdown the core has
+     * already taken them out of its registry when the first one is released
+     * (and the pending write goes out). */
+    struct msb *all;
 };
 
 enum mjob { J_NONE, J_START, J_RESTART, J_STOP, J_DESTROY, J_SNAPSHOT };
@@ -207,6 +211,7 @@ struct msb {
     struct mproc *procs;   /* live processes */
     struct mproc *waiters; /* processes waiting for the restart */
     int destroyed;         /* terminated: no longer kept in the state file */
+    struct msb *all_next, *all_prev; /* mp->all */
     json_t *warnings;      /* a found-by-name sandbox differs from the request */
     struct grpc_call *check_call; /* after adoption: is the Modal sandbox still there? */
 };
@@ -1414,6 +1419,10 @@ static struct msb *msb_new(struct mprov *mp, struct sandbox *sb, sbx_err_t *err)
     ms->memory_mb = (int64_t)mem;
     ev_init(&ms->timer, task_timer_cb);
     ms->timer.data = ms;
+    ms->all_next = mp->all;
+    if (mp->all)
+        mp->all->all_prev = ms;
+    mp->all = ms;
     sb->pdata = ms;
     return ms;
 }
@@ -1522,6 +1531,12 @@ static void m_sb_release(void *cookie, struct sandbox *sb)
         state_write(ms->mp);
     if (!ms->destroyed)
         state_dirty(ms->mp);
+    if (ms->all_prev)
+        ms->all_prev->all_next = ms->all_next;
+    else
+        ms->mp->all = ms->all_next;
+    if (ms->all_next)
+        ms->all_next->all_prev = ms->all_prev;
     grpc_call_cancel(ms->call);
     grpc_call_cancel(ms->check_call);
     ev_timer_stop(D->loop, &ms->timer);
@@ -2481,6 +2496,10 @@ static void m_proc_release(void *cookie, struct process *p)
     if (!m)
         return;
     struct msb *ms = m->ms;
+    /* At shutdown the core frees processes before their sandboxes: a pending
+     * state write goes out while every exec is still known. */
+    if (ms && D->draining && ms->mp->dirty)
+        state_write(ms->mp);
     /* A process dropped while it still runs remotely (the core gave up on it):
      * end it there too, unless the whole sandbox is going away anyway. */
     if (ms && m->exec_id && !m->have_exit && !m->reported && ms->task_id && !ms->dead &&
@@ -2510,8 +2529,8 @@ static void m_proc_release(void *cookie, struct process *p)
  * Modal sandboxes outlive sbxd. So that a restarted sbxd lists them again with
  * their env, working dir and lifetime, and re-adopts their running processes,
  * each sandbox this daemon started is kept in a JSON file (mode 0600: env
- * values may be secrets), rewritten whole (write + rename) at most once per
- * loop iteration after a change. The file is authoritative for sbxd's view
+ * values may be secrets), rewritten whole (write + rename) within a second
+ * of a change, at most once a second, and at shutdown. The file is authoritative for sbxd's view
  * (conf, owner, lifetime, exec ids); Modal is authoritative for what still
  * runs: after adoption each sandbox is checked (SandboxGetTaskId) and each
  * process's output is read again from its first batch; what Modal no longer
@@ -2525,9 +2544,11 @@ static void m_proc_release(void *cookie, struct process *p)
  */
 
 #define STATE_VERSION 1
+/* A write (about 2 ms on ext4: write + rename) blocks the loop: changes are
+ * gathered and written at most once per this many seconds (and at shutdown). */
+#define STATE_SAVE_DELAY_S 1.0
 #define MAX_ADOPT_PROCS 256
 
-extern const struct sbx_provider sbx_provider_modal;
 
 static void put_str(json_t *o, const char *k, const char *v)
 {
@@ -2562,17 +2583,20 @@ static json_t *msb_state(struct msb *ms)
         json_object_set(m, "baked_env", ms->baked_env);
     json_t *procs = json_array();
     for (struct mproc *x = ms->procs; x; x = x->next) {
-        if (!x->exec_id || x->reported || x->have_exit || !x->p)
+        if (x->reported || x->have_exit || !x->p)
             continue;
         struct process *p = x->p;
         double deadline = p->timeout_ms > 0 && p->started_at > 0
                               ? p->started_at + p->timeout_ms / 1000.0
                               : 0;
-        json_array_append_new(
-            procs, json_pack("{s:I, s:s, s:s, s:s, s:f, s:f}", "pid", (json_int_t)p->pid,
-                             "exec_id", x->exec_id, "tag", x->tag, "command",
-                             p->display ? p->display : "", "started_at", p->started_at,
-                             "deadline", deadline));
+        /* Without an exec id (ContainerExec not answered yet) it is kept too:
+         * after a restart it is reported lost and its tag killed. */
+        json_t *pe = json_pack("{s:I, s:s, s:s, s:f, s:f}", "pid", (json_int_t)p->pid, "tag",
+                               x->tag, "command", p->display ? p->display : "",
+                               "started_at", p->started_at, "deadline", deadline);
+        if (x->exec_id)
+            json_object_set_new(pe, "exec_id", json_string(x->exec_id));
+        json_array_append_new(procs, pe);
     }
     json_t *conf = json_deep_copy(sb->conf);
     json_t *e = json_pack("{s:I, s:o, s:f, s:f, s:b, s:o, s:o}", "owner",
@@ -2592,10 +2616,9 @@ static void state_write(struct mprov *mp)
     if (!mp->state_path)
         return;
     json_t *sbs = json_object();
-    for (struct sandbox *sb = D->sandboxes; sb; sb = sb->next) {
-        struct msb *ms = sb->pdata;
-        if (!ms || sb->prov->ops != &sbx_provider_modal || ms->destroyed ||
-            sb->status == SB_DESTROYING || sb->status == SB_DESTROYED ||
+    for (struct msb *ms = mp->all; ms; ms = ms->all_next) {
+        struct sandbox *sb = ms->sb;
+        if (ms->destroyed || sb->status == SB_DESTROYING || sb->status == SB_DESTROYED ||
             (!ms->sandbox_id && !ms->resume_image))
             continue;
         json_object_set_new(sbs, sb->id, msb_state(ms));
@@ -2631,7 +2654,7 @@ static void state_dirty(struct mprov *mp)
     if (!mp->state_path || mp->dirty || D->draining)
         return;
     mp->dirty = 1;
-    ev_timer_set(&mp->save_timer, 0., 0.);
+    ev_timer_set(&mp->save_timer, STATE_SAVE_DELAY_S, 0.);
     ev_timer_start(D->loop, &mp->save_timer);
 }
 
@@ -2720,7 +2743,7 @@ static void adopt_proc(struct msb *ms, json_t *pe)
 {
     json_int_t pid = json_integer_value(json_object_get(pe, "pid"));
     const char *exec_id = get_str(pe, "exec_id"), *tag = get_str(pe, "tag");
-    if (pid <= 0 || pid > UINT32_MAX || !exec_id || !tag || strlen(tag) >= 40)
+    if (pid <= 0 || pid > UINT32_MAX || !tag || strlen(tag) >= 40)
         return;
     const char *cmd = get_str(pe, "command");
     struct process *p = process_adopt(ms->sb, (uint32_t)pid, cmd ? cmd : "");
@@ -2739,6 +2762,15 @@ static void adopt_proc(struct msb *ms, json_t *pe)
     }
     struct mproc *m = mproc_new(ms, p, tag);
     m->adopted = 1;
+    if (!exec_id) {
+        /* sbxd stopped before Modal answered its ContainerExec: whatever it
+         * may have started cannot be followed; end it and say so. */
+        if (ms->task_id)
+            send_killer(ms->mp, ms->task_id, m->tag, SIGKILL);
+        report_error(m, "lost: sbxd stopped before Modal confirmed the start of this "
+                        "command; anything it started was killed");
+        return;
+    }
     set_str(&m->exec_id, exec_id);
     m->stdin_broken = 1; /* the next stdin index is not known */
     /* Output again from the first batch Modal still has: the replay. */

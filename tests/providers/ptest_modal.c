@@ -1380,6 +1380,10 @@ static void test_restart_recovery(const char *cmd, const char *tmp)
     char snap[80];
     snprintf(snap, sizeof(snap), "%s", res_str(r, "snapshot"));
     json_decref(r);
+    /* Started right before the stop: kept however far its start got. */
+    r = spawn_sh(c, "rec-1", "sleep 1; echo late");
+    int p3 = (int)res_int(r, "pid");
+    json_decref(r);
     cn_close(c);
     int st = stop_sbxd(pid);
     struct stat sst;
@@ -1433,6 +1437,15 @@ static void test_restart_recovery(const char *cmd, const char *tmp)
               strcmp(out, "a\nb\nonetwo\n") == 0);
     if (strcmp(out, "a\nb\nonetwo\n") != 0)
         printf("      output: \"%s\"\n", out);
+    r = cn_call_t(c, LONG_MS, "process.wait",
+                  json_pack("{s:s, s:i}", "sandbox", "rec-1", "pid", p3));
+    errmsg(r);
+    const char *e3 = json_string_value(json_object_get(res_of(r), "error"));
+    test_cond("recovery: a command started just before the stop is re-adopted or "
+              "reported lost, never forgotten",
+              p3 > 0 && err_code(r) == 0 &&
+                  (res_int(r, "exit_code") == 0 || (e3 && strstr(e3, "lost"))));
+    json_decref(r);
     r = cn_call_t(c, LONG_MS, "process.wait",
                   json_pack("{s:s, s:i}", "sandbox", "rec-2", "pid", p2));
     const char *e = json_string_value(json_object_get(res_of(r), "error"));
@@ -1511,8 +1524,15 @@ static void test_restart_recovery(const char *cmd, const char *tmp)
     json_decref(r);
     json_decref(cn_call_t(c, LONG_MS, "sandbox.destroy", json_pack("{s:s}", "id", "rec-1")));
     json_decref(cn_call_t(c, LONG_MS, "sandbox.destroy", json_pack("{s:s}", "id", "rec-2")));
-    usleep(100000);
-    json_t *sf = json_load_file(state, 0, NULL);
+    json_t *sf = NULL;
+    for (int k = 0; k < 30; k++) { /* written within a second of a change */
+        json_decref(sf);
+        sf = json_load_file(state, 0, NULL);
+        if (sf && json_object_size(json_object_get(sf, "sandboxes")) == 0 &&
+            json_object_size(json_object_get(sf, "snapshots")) == 0)
+            break;
+        usleep(100000);
+    }
     test_cond("recovery: destroyed sandboxes and deleted snapshots leave the state file",
               sf && json_object_size(json_object_get(sf, "sandboxes")) == 0 &&
                   json_object_size(json_object_get(sf, "snapshots")) == 0);
