@@ -686,23 +686,12 @@ static void renamed(struct dk_resp *r, void *data)
         log_warn("docker: renaming a pooled container failed: %s", r->errmsg ? r->errmsg : "?");
 }
 
-/* A started container of a warm pool with the same options: the start is
- * answered now; the attach and handshake follow in the background (calls
- * meanwhile wait for the agent, as after an adoption). */
-static int take_pooled(struct dk_sb *ds)
+/* A pooled container's labels were set before it had an owner: the name sbxd
+ * gives it now (sbxp.<owner>.<id>; code inside cannot rename its container)
+ * and a file with the sandbox's config let a restarted sbxd find it again. */
+static void pool_record(struct dk_sb *ds)
 {
-    json_t *env = NULL;
-    const char *pool = dkp_take(ds->dp, ds->opts, ds->cid, sizeof(ds->cid), &env);
-    if (!pool)
-        return 0;
-    free(ds->pool);
-    ds->pool = strdup(pool);
-    json_decref(ds->base_env);
-    ds->base_env = env ? env : json_object();
-    log_info("docker %s: container %.12s from pool %s", ds->sb->id, ds->cid, pool);
-    /* Its labels were set before it had an owner: the name sbxd gives it now
-     * (sbxp.<owner>.<id>; code inside cannot rename its container) and a file
-     * with the sandbox's config let a restarted sbxd find it again. */
+    ds->pool_record = 0;
     free(ds->name);
     if (asprintf(&ds->name, "sbxp.%u.%s", (unsigned)ds->sb->owner, ds->sb->id) < 0)
         abort();
@@ -726,6 +715,25 @@ static int take_pooled(struct dk_sb *ds)
     dk_call(&ds->dp->eng, &ds->dp->misc, "POST", path, NULL, DK_CALL_TIMEOUT_MS, renamed, NULL);
     free(ne);
     free(path);
+}
+
+/* A started container of a warm pool with the same options: the start is
+ * answered now; the attach and handshake follow in the background (calls
+ * meanwhile wait for the agent, as after an adoption). */
+static int take_pooled(struct dk_sb *ds)
+{
+    json_t *env = NULL;
+    const char *pool = dkp_take(ds->dp, ds->opts, ds->cid, sizeof(ds->cid), &env);
+    if (!pool)
+        return 0;
+    free(ds->pool);
+    ds->pool = strdup(pool);
+    json_decref(ds->base_env);
+    ds->base_env = env ? env : json_object();
+    log_info("docker %s: container %.12s from pool %s", ds->sb->id, ds->cid, pool);
+    /* recorded (renamed, config file) once the agent answers: the engine
+     * serves the attach first */
+    ds->pool_record = 1;
     ds->running = 1;
     ds->need_start = 0;
     ds->why = WHY_RECOVER;
@@ -1336,6 +1344,8 @@ static void lc_ok(struct dk_sb *ds)
     ds->why = WHY_NONE;
     ds->phase = PH_IDLE;
     ev_timer_stop(D->loop, &ds->hs_timer);
+    if (ds->pool_record && ds->cid[0])
+        pool_record(ds);
     if (why == WHY_RECOVER) {
         ds->recovering = 0;
         log_info("docker %s: reconnected to container %.12s", ds->sb->id, ds->cid);

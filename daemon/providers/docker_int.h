@@ -247,6 +247,7 @@ struct dk_sb {
     int recreated;   /* containers made again after one was removed */
     char *pool;      /* the warm pool its container came from, or NULL */
     int agent_mounted; /* the last create mounted the agent (no upload) */
+    int pool_record;   /* taken from a pool: rename it and leave its config once ready */
 
     enum dk_phase phase;
     enum dk_why why;
