@@ -460,7 +460,10 @@ static void test_retained(void)
                                                      "command", mb_print, "stream", 0)));
     long before = rss_kb();
     int ok = 1;
-    for (int i = 0; i < 60; i++) {
+    /* Under valgrind the client parses every MiB slowly and RSS says nothing:
+     * fewer rounds still show the eviction. */
+    int rounds = rss_meaningful() ? 60 : 8;
+    for (int i = 0; i < rounds; i++) {
         json_t *r = cn_call_t(c, 30000, "process.exec",
                               json_pack("{s:s, s:s, s:b}", "sandbox", i % 2 ? "ra" : "rb",
                                         "command", mb_print, "stream", 0));
@@ -468,8 +471,8 @@ static void test_retained(void)
         json_decref(r);
     }
     long after = rss_kb();
-    printf("      RSS %ld kB -> %ld kB after 60 execs of 1 MiB output\n", before, after);
-    test_cond("retained: 60 execs of 1 MiB each all return their output", ok);
+    printf("      RSS %ld kB -> %ld kB after %d execs of 1 MiB output\n", before, after, rounds);
+    test_cond("retained: execs of 1 MiB each all return their output", ok);
     rss_cond("retained: the daemon does not keep 60 MiB of replay (RSS grows < 24 MB)",
               after - before < 24 * 1024);
     json_t *info = cn_call(c, "daemon.info", NULL);
@@ -482,7 +485,7 @@ static void test_retained(void)
     test_cond("retained: the oldest process's replay was evicted (stdout_start = its end)",
               res_int(r, "stdout_start") == 1048577 && res_int(r, "stdout_offset") == 1048577);
     json_decref(r);
-    r = cn_call(c, "process.attach", json_pack("{s:s, s:i, s:b}", "sandbox", "ra", "pid", 31,
+    r = cn_call(c, "process.attach", json_pack("{s:s, s:i, s:b}", "sandbox", "ra", "pid", 1 + rounds / 2,
                                                "follow", 0));
     /* 1 MiB + "\n" through a 1 MiB ring: only the first byte rolled out. */
     test_cond("retained: the newest one still replays its last MiB",
@@ -496,7 +499,7 @@ static void test_retained(void)
     before = rss_kb();
     ok = 1;
     int first = 0;
-    for (int i = 0; i < 20; i++) {
+    for (int i = 0; i < (rss_meaningful() ? 20 : 3); i++) {
         r = cn_call_t(c, 30000, "process.exec", json_pack("{s:s, s:s, s:b}", "sandbox", "rb",
                                                           "command", big_result, "stream", 0));
         ok &= json_array_size(json_object_get(res_of(r), "result")) == 50000;
