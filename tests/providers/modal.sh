@@ -3,7 +3,7 @@
 # control plane (tests/modal/fake/server.js):
 #   1. the official JS SDK's faithfulness test of the fake (run_sdk_test.sh)
 #   2. the C provider tests (ptest_modal) through a real sbxd
-#   3. `sbxctl run --provider modal -- echo hi`
+#   3. `sbxctl run --provider modal -- echo hi`, and Ctrl-C on `sbxctl exec`
 # Everything started here is stopped on exit, even on failure. Prints
 # "N passed, N failed" last; exits non-zero on any failure.
 # SBX_VALGRIND=1 runs the sbxd daemons under valgrind (leaks are errors).
@@ -193,6 +193,33 @@ if [ -x "$B/sbxctl" ]; then
     out=$(timeout 60 "$B/sbxctl" -s "$T/main.sock" run --provider modal -- sh -c 'exit 7' 2>&1)
     st=$?
     if [ "$st" -eq 7 ]; then pass "sbxctl run passes the Modal exit code"; else fail "sbxctl run exit code ($st: $out)"; fi
+    # Ctrl-C kills the Modal command; a second Ctrl-C right after detaches.
+    C="$B/sbxctl -s $T/main.sock"
+    $C create --provider modal --id ctlm >/dev/null 2>&1
+    $C exec ctlm -- sh -c 'echo up; sleep 60' >"$T/ci.out" 2>"$T/ci.err" &
+    cp=$!
+    i=0
+    while ! grep -q up "$T/ci.out" && [ $i -lt 400 ]; do sleep 0.05; i=$((i + 1)); done
+    kill -INT "$cp"
+    sleep 0.02
+    kill -INT "$cp"
+    wait "$cp"
+    st=$?
+    if [ "$st" -eq 130 ] && grep -q 'detached; the kill was already asked for' "$T/ci.err"; then
+        pass "sbxctl exec on Modal: a second Ctrl-C detaches at once (130)"
+    else
+        cat "$T/ci.err"
+        fail "sbxctl exec on Modal: second Ctrl-C (exit $st)"
+    fi
+    pid=$($C ps ctlm | awk 'NR > 1 { p = $1 } END { print p }')
+    out=$(timeout 60 $C wait ctlm "$pid" 2>&1)
+    st=$?
+    if [ "$st" -eq 137 ]; then
+        pass "sbxctl exec on Modal: ... and the first Ctrl-C killed the remote command (137)"
+    else
+        fail "sbxctl exec on Modal: the command was not killed (wait: $st $out)"
+    fi
+    $C rm ctlm >/dev/null 2>&1
 fi
 
 # -- the daemons exit cleanly (and, under valgrind, without leaks) ----------------------------
