@@ -55,6 +55,7 @@ struct job {
     ev_io in_w;
     int in_eof;
     ev_signal sigint, sigterm;
+    struct ctl_tools *tools; /* --tool NAME=COMMAND handlers, or NULL */
 };
 
 static void start_command(struct job *j);
@@ -592,6 +593,8 @@ static int run_job(struct job *j)
     sbx_async_set_connect_cb(ac, connect_cb);
     sbx_async_set_notify_cb(ac, notify_cb, j);
     sbx_async_set_output_cb(ac, output_cb, j);
+    if (j->tools)
+        ctl_tools_attach(j->tools, j->loop, &j->ac);
     if (sbx_libev_attach(j->loop, ac) != SBX_OK) {
         warnx_("cannot attach to the event loop");
         j->done = 1;
@@ -621,6 +624,7 @@ out:
     json_decref(j->acc[0]);
     json_decref(j->acc[1]);
     free(j->sandbox);
+    ctl_tools_free(j->tools);
     return j->status;
 }
 
@@ -637,6 +641,7 @@ static const struct opt exec_opts[] = {
     {"timeout", 't', 1, X_TIMEOUT},
     {"stdin", 'i', 0, X_STDIN},
     {"file", 'f', 1, X_FILE},
+    {"tool", 0, 1, X_TOOL},
     {"detach", 'd', 0, X_DETACH},
     {NULL, 0, 0, 0},
 };
@@ -708,9 +713,15 @@ static int exec_or_run(int argc, char **argv, int is_run)
         case X_OPT:
             arg_opt(obj_object(j.create_params, "options"), p.arg);
             break;
-        case X_TOOL:
-            json_array_append_new(obj_array(j.create_params, "tools"), json_string(p.arg));
+        case X_TOOL: {
+            /* NAME registers the tool (run); NAME=COMMAND also answers it here */
+            if (!j.tools)
+                j.tools = ctl_tools_new();
+            const char *name = ctl_tools_add(j.tools, p.arg);
+            if (is_run)
+                json_array_append_new(obj_array(j.create_params, "tools"), json_string(name));
             break;
+        }
         case X_DETACH:
             j.detach = 1;
             break;

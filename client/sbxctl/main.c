@@ -44,13 +44,16 @@ static const struct verb verbs[] = {
     {"get", cmd_get, "get ID", "Shows one sandbox."},
     {"exec", cmd_exec,
      "exec ID [--env K=V]... [--cwd DIR] [--timeout MS] [--stdin] [--detach]\n"
-     "              [--file SCRIPT] -- CMD...",
+     "              [--tool NAME=COMMAND]... [--file SCRIPT] -- CMD...",
      "Runs a command and streams its output; exits with its exit status (124 on\n"
      "timeout, 137 when killed). One CMD argument is sent as a string (sh -c, or\n"
      "JavaScript for Duktape), several as argv. --file sends a file's content as the\n"
      "command. --stdin streams sbxctl's standard input to the command. A Duktape\n"
      "completion value is printed as JSON after the output.\n"
      "Ctrl-C kills the command in the sandbox (a second Ctrl-C detaches at once).\n"
+     "--tool NAME=COMMAND answers the program's external_NAME(args) calls: COMMAND\n"
+     "runs with /bin/sh, the args as JSON on its stdin; exit 0: its stdout (JSON, or\n"
+     "else text) is the result; otherwise its stderr is the error.\n"
      "With --detach (-d), Ctrl-C detaches instead and the command keeps running;\n"
      "'sbxctl attach ID PID' follows it again."},
     {"attach", cmd_attach, "attach ID PID [--stdin]",
@@ -87,11 +90,12 @@ static const struct verb verbs[] = {
      "Prints the tool description of a sandbox."},
     {"run", cmd_run,
      "run [--provider P] [--image I] [--opt KEY=VALUE]... [--env K=V]... [--timeout MS]\n"
-     "              [--detach] -- CMD...",
+     "              [--tool NAME[=COMMAND]]... [--detach] -- CMD...",
      "Creates a throw-away sandbox, runs the command with streaming output, and\n"
      "destroys the sandbox (also on failure or Ctrl-C). Exits with the command's\n"
      "status. With --detach (-d), Ctrl-C leaves the sandbox and the command running\n"
-     "and prints how to attach."},
+     "and prints how to attach. --tool registers a tool; with =COMMAND sbxctl\n"
+     "answers its calls as on exec, e.g. --tool lookup='jq .id'."},
     {"mcp", cmd_mcp,
      "mcp [--provider P] [--image I] [--sandbox ID] [--code-provider P] [--env K=V]...\n"
      "              [--opt KEY=VALUE]... [--timeout MS] [--lifetime MS] [--idle-timeout MS]\n"

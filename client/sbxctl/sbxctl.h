@@ -7,6 +7,7 @@
 #include <jansson.h>
 
 #include <sbx/sbx.h>
+#include <sbx/sbx_async.h>
 
 #define SBXCTL_PRINTF(a, b) __attribute__((format(printf, a, b)))
 
@@ -90,6 +91,19 @@ void print_json(json_t *v);
 void print_progress(const char *method, json_t *params);
 
 /* ---- verbs ---- */
+/* ---- tools.c: --tool NAME=COMMAND answers tool.call by running COMMAND ---- */
+struct ctl_tools;
+struct ev_loop;
+struct ctl_tools *ctl_tools_new(void);
+/* Adds NAME or NAME=COMMAND (usage_error when malformed); returns NAME,
+ * owned by t (or spec itself when it has no '='). */
+const char *ctl_tools_add(struct ctl_tools *t, const char *spec);
+/* Answers the tool calls arriving on *acp (read at each answer: NULL once the
+ * connection is gone) with children watched on loop. */
+void ctl_tools_attach(struct ctl_tools *t, struct ev_loop *loop, sbx_async **acp);
+/* Kills commands still running. NULL is a no-op. */
+void ctl_tools_free(struct ctl_tools *t);
+
 int cmd_ping(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_create(int argc, char **argv);

@@ -79,6 +79,33 @@ check "... the error names external_lookup, not a syntax error" grep -q 'Referen
 out run --provider duktape -- 'console.log("hi"); 6*7'
 check "run --provider duktape: prints hi then 42" cmp -s "$T/out" "$T/want"
 
+# -- --tool NAME=COMMAND: sbxctl answers the program's tool calls ---------------
+out run --tool lookup=cat -- 'const x = await external_lookup({id: 1}); return x'
+check "run --tool lookup=cat: exit 0" [ $st -eq 0 ]
+check "... the command got the args as JSON and its JSON stdout is the result" \
+    [ "$(cat "$T/out")" = '{"id":1}' ]
+out run --tool 'add=read a; echo $((${#a} + 1))' --tool 'twice=read a; echo "[$a,$a]"' -- \
+    'const r = await Promise.all([external_add("abc"), external_twice(7), external_add(1)]); return r'
+check "run --tool: several calls in flight, each answered by its own command" \
+    [ "$(cat "$T/out")" = '[6,[7,7],2]' ]
+out run --tool 'txt=printf "plain text\n"' -- 'return await external_txt({})'
+check "run --tool: stdout that is not JSON comes back as a string" \
+    [ "$(cat "$T/out")" = '"plain text"' ]
+out run --tool 'bad=echo nope >&2; exit 3' -- \
+    'try { await external_bad({}); return "no" } catch (e) { return e.message }'
+check "run --tool: a failing command is an error with its stderr inside the program" \
+    [ "$(cat "$T/out")" = '"nope"' ]
+out run --tool lookup -- 'try { await external_lookup({}) } catch (e) { return e.message }'
+check "run --tool NAME without a command: the program is told how to give one" \
+    grep -q 'lookup=COMMAND' "$T/out"
+out run --tool '=x' -- 'return 1'
+check "run --tool =x: a usage error (2)" [ $st -eq 2 ]
+ctl create --provider js --id "$ID-tool" --tool echo_it >/dev/null 2>&1
+out exec "$ID-tool" --tool echo_it=cat -- 'return await external_echo_it([1, "x"])'
+check "exec --tool NAME=COMMAND answers a tool registered at create" \
+    [ "$(cat "$T/out")" = '[1,"x"]' ]
+ctl rm "$ID-tool" >/dev/null 2>&1
+
 # -- sandbox lifecycle ----------------------------------------------------------
 out create --provider duktape --id "$ID" --env A=1 --tool add --opt answer=42 --timeout 120000
 check "create exits 0" [ $st -eq 0 ]
