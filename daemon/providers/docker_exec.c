@@ -17,6 +17,7 @@
  *   - Flow control is the connection's: a slow reader stops our reads, the
  *     engine's buffers fill, then the process blocks in write().
  *   - A working directory that does not exist is not created.
+ *   - Removing a container env key (env {K: null}) needs `env` in the image.
  */
 #include <signal.h>
 #include <stdio.h>
@@ -183,6 +184,34 @@ static void created(struct dk_resp *r, void *data)
         fail_proc(dpp, "docker: cannot connect to the engine");
 }
 
+/*
+ * An exec inherits the container's env (the image's and the create-time
+ * one) and the Engine API can only add to it: a key the sandbox's layers
+ * removed (env {K: null}, set_env {K: null}) is unset by running the command
+ * under `env -u K ...` (the image needs env, as busybox and coreutils have).
+ * Steals argv; returns the command to run.
+ */
+static json_t *unset_removed(struct dk_sb *ds, json_t *env, json_t *argv)
+{
+    json_t *wrap = NULL;
+    const char *k;
+    json_t *v;
+    json_object_foreach(ds->base_env, k, v)
+    {
+        if (json_object_get(env, k))
+            continue;
+        if (!wrap)
+            wrap = json_pack("[s]", "env");
+        json_array_append_new(wrap, json_string("-u"));
+        json_array_append_new(wrap, json_string(k));
+    }
+    if (!wrap)
+        return argv;
+    json_array_extend(wrap, argv);
+    json_decref(argv);
+    return wrap;
+}
+
 static void exec_create(struct dk_proc *dpp)
 {
     struct dk_sb *ds = dpp->ds;
@@ -191,6 +220,7 @@ static void exec_create(struct dk_proc *dpp)
     json_t *argv = cmd ? json_pack("[s, s, O]", "/bin/sh", "-c", cmd)
                        : json_incref(json_object_get(p->spec, "argv"));
     json_t *env = dk_spawn_env(ds, p);
+    argv = unset_removed(ds, env, argv);
     snprintf(dpp->marker, sizeof(dpp->marker), "%s.%u.%llx", ds->sb->id, p->pid,
              (unsigned long long)(daemon_now() * 1e6));
     json_object_set_new(env, "SBX_PROC", json_string(dpp->marker));

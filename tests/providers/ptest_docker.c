@@ -1819,7 +1819,8 @@ static void test_noshell(conn *c)
 static void test_exec_mode(conn *c)
 {
     json_t *r =
-        create(c, "xm1", json_pack("{s:{s:s}}", "options", "exec_mode", "docker-exec"));
+        create(c, "xm1", json_pack("{s:{s:s}, s:{s:s, s:s}}", "options", "exec_mode",
+                                   "docker-exec", "env", "XA", "create", "XB", "keep"));
     test_cond("docker-exec: created",
               strcmp(res_str(r, "status"), "running") == 0 &&
                   strcmp(json_string_value(json_object_get(
@@ -1843,6 +1844,20 @@ static void test_exec_mode(conn *c)
     test_cond("docker-exec: stdin through cat",
               strcmp(res_str(r, "stdout"), "via exec\n") == 0);
     json_decref(r);
+    /* env null removes a create-time key here too (issue 10, item 4): the
+     * container's env holds it, an exec can only add */
+    r = cn_call(c, "process.exec",
+                json_pack("{s:s, s:s, s:{s:n}}", "sandbox", "xm1", "command",
+                          "echo ${XA-unset} $XB", "env", "XA"));
+    test_cond("docker-exec: exec env {XA: null} removes a create-time XA, keeps the rest",
+              strcmp(res_str(r, "stdout"), "unset keep\n") == 0);
+    json_decref(r);
+    test_cond("docker-exec: the next exec sees XA again",
+              exec_ok(c, "xm1", "echo $XA", "create\n"));
+    json_decref(cn_call(c, "sandbox.set_env",
+                        json_pack("{s:s, s:{s:n}}", "id", "xm1", "env", "XA")));
+    test_cond("docker-exec: set_env {XA: null} removes it from later commands",
+              exec_ok(c, "xm1", "echo ${XA-unset} $XB", "unset keep\n"));
     r = cn_call(c, "process.spawn",
                 json_pack("{s:s, s:s}", "sandbox", "xm1", "command",
                           "sleep 1005 & sleep 1006; echo no"));
