@@ -25,7 +25,10 @@ LDLIBS_D = $(PKG_LIBS) -lev -lm
 
 PROTO_GEN = $(B)/gen/modal_api.pb-c.c
 DAEMON_SRC = $(wildcard daemon/*.c daemon/providers/*.c) proto/sbx_chan.c
-WORKER_SRC = $(filter-out daemon/worker/main.c,$(wildcard daemon/worker/*.c))
+# The runtime both isolate workers share (channel frames, hardening steps).
+WK_SRC = $(wildcard daemon/workercommon/*.c)
+WK_OBJ = $(patsubst %.c,$(B)/obj/%.o,$(WK_SRC))
+WORKER_SRC = $(filter-out daemon/worker/main.c,$(wildcard daemon/worker/*.c)) $(WK_SRC)
 WORKER_OBJ = $(patsubst %.c,$(B)/obj/%.o,$(WORKER_SRC))
 DAEMON_OBJ = $(patsubst %.c,$(B)/obj/%.o,$(DAEMON_SRC)) $(B)/gen/modal_api.pb-c.o
 DAEMON_LIB_OBJ = $(filter-out $(B)/obj/daemon/main.o,$(DAEMON_OBJ))
@@ -47,7 +50,7 @@ AGENT_SRC = $(wildcard daemon/agent/*.c)
 # bundled by esbuild into one script that is embedded in the binary.
 JSC_PKG = javascriptcoregtk-4.1
 JSW_SRC = $(wildcard daemon/jsworker/*.c)
-JSW_OBJ = $(patsubst %.c,$(B)/obj/%.o,$(JSW_SRC)) $(B)/obj/daemon/jsworker/embed.o
+JSW_OBJ = $(patsubst %.c,$(B)/obj/%.o,$(JSW_SRC)) $(B)/obj/daemon/jsworker/embed.o $(WK_OBJ)
 STRIP_JS = $(B)/gen/strip.js
 
 .PHONY: all run test asan valgrind bench install clean deps test-deps check-style fuzz fuzz-build fuzz-bins

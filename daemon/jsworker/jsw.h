@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "sbx_chan.h"
+#include "workercommon/wk.h"
 
 /* console lines kept for the exec result's `logs` (bytes of text). */
 #define JSW_LOGS_MAX (1u << 20)
@@ -23,8 +24,6 @@
  * accepts, split into MORE frames above SBX_CHAN_MAX_PAYLOAD. The SPAWN's
  * `max_message` lowers it. */
 #define JSW_MESSAGE_MAX (64u << 20)
-#define JSW_MAX_TOOLS 256
-#define JSW_TOOL_NAME_MAX 128
 /* Tool calls in flight at once per program. */
 #define JSW_MAX_CALLS 1024
 
@@ -78,18 +77,8 @@ struct jsw {
     uint32_t more_proc;
 };
 
-/* ---- jsw_chan.c ------------------------------------------------------------ */
+/* ---- jsw_chan.c (frames: workercommon/wk.h) ------------------------------- */
 
-/* One frame with a single writev; a dead channel ends the process. */
-void jsw_send(struct jsw *w, uint8_t type, uint32_t proc, const void *data, size_t len);
-/* A message of any size up to max_message: MORE frames, then `type`. */
-void jsw_send_big(struct jsw *w, uint8_t type, uint32_t proc, const void *data, size_t len);
-/* json (borrowed) as compact JSON, through jsw_send_big. */
-void jsw_send_json(struct jsw *w, uint8_t type, uint32_t proc, json_t *json);
-void jsw_log(struct jsw *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* One frame: 0 with *payload_out malloc'd and NUL-terminated, 1 on EOF
- * between frames, -1 on a broken channel. */
-int jsw_recv(struct jsw *w, struct sbx_chan_hdr *hdr, uint8_t **payload_out);
 /* Program output under the credit; blocks serving frames while there is none. */
 void jsw_output(struct jsw *w, uint8_t type, const uint8_t *data, size_t len);
 

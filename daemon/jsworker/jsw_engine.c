@@ -295,7 +295,7 @@ static JSValueRef native_call(JSContextRef ctx, JSObjectRef fn, JSObjectRef self
     w->ncalls++;
     plen = (size_t)snprintf(payload, plen, "{\"call\":%u,\"name\":%s,\"args\":%s}",
                             (unsigned)c->id, name_json, args);
-    jsw_send_big(w, SBX_CHAN_TOOL_CALL, w->proc, payload, plen);
+    wk_send_big(w->fd, SBX_CHAN_TOOL_CALL, w->proc, payload, plen);
     free(payload);
     free(args);
     free(name_json);
@@ -386,7 +386,7 @@ static JSGlobalContextRef new_context(struct jsw *w, JSObjectRef *api_out)
     *api_out = (JSObjectRef)apiv;
     return ctx;
 fail:
-    jsw_log(w, "the prelude failed");
+    wk_log(w->fd, "the prelude failed");
     JSGlobalContextRelease(ctx);
     return NULL;
 }
@@ -520,8 +520,7 @@ static char *global_name(const char *id)
 
 static const char *check_spawn(json_t *req)
 {
-    json_t *v, *t;
-    size_t i;
+    json_t *v;
 
     if (!json_is_string(json_object_get(req, "code")))
         return "the js worker runs only {\"code\": ...} requests";
@@ -535,19 +534,7 @@ static const char *check_spawn(json_t *req)
     v = json_object_get(req, "max_message");
     if (v && (!json_is_integer(v) || json_integer_value(v) < 65536 * 2))
         return "max_message must be an integer of at least 128 KiB";
-    v = json_object_get(req, "tools");
-    if (v) {
-        if (!json_is_array(v) || json_array_size(v) > JSW_MAX_TOOLS)
-            return "tools must be an array of at most 256 names";
-        json_array_foreach(v, i, t)
-        {
-            if (!json_is_string(t) || json_string_length(t) == 0 ||
-                json_string_length(t) > JSW_TOOL_NAME_MAX ||
-                memchr(json_string_value(t), '\0', json_string_length(t)))
-                return "tool names must be non-empty strings of at most 128 bytes";
-        }
-    }
-    return NULL;
+    return wk_check_tools(json_object_get(req, "tools"));
 }
 
 static json_t *exit_record(int code, const char *error)
@@ -629,7 +616,7 @@ void jsw_engine_spawn(struct jsw *w, uint32_t proc, json_t *req)
 
     if (why) {
         json_t *rec = exit_record(126, why);
-        jsw_send_json(w, SBX_CHAN_EXIT, proc, rec);
+        wk_send_json_big(w->fd, SBX_CHAN_EXIT, proc, rec);
         json_decref(rec);
         return;
     }
@@ -669,7 +656,7 @@ void jsw_engine_spawn(struct jsw *w, uint32_t proc, json_t *req)
     }
     {
         json_t *st = json_pack("{s:i}", "os_pid", (int)getpid());
-        jsw_send_json(w, SBX_CHAN_STARTED, proc, st);
+        wk_send_json_big(w->fd, SBX_CHAN_STARTED, proc, st);
         json_decref(st);
     }
     if (!w->ctx) {
@@ -762,7 +749,7 @@ void jsw_engine_finish(struct jsw *w)
         free(s);
         s = t;
     }
-    jsw_send_big(w, SBX_CHAN_EXIT, proc, s, len);
+    wk_send_big(w->fd, SBX_CHAN_EXIT, proc, s, len);
     free(s);
 
     drop_calls(w);
@@ -825,7 +812,7 @@ void jsw_engine_tool_result(struct jsw *w, uint32_t proc, const char *payload, s
     v = JSValueMakeFromJSONString(ctx, s);
     JSStringRelease(s);
     if (!v || !JSValueIsObject(ctx, v)) {
-        jsw_log(w, "malformed TOOL_RESULT for proc %u ignored", (unsigned)proc);
+        wk_log(w->fd, "malformed TOOL_RESULT for proc %u ignored", (unsigned)proc);
         return;
     }
     id = JSValueToNumber(ctx, get(ctx, (JSObjectRef)v, "call"), NULL);
@@ -833,7 +820,7 @@ void jsw_engine_tool_result(struct jsw *w, uint32_t proc, const char *payload, s
         if ((double)(*pp)->id == id)
             break;
     if (!*pp) {
-        jsw_log(w, "TOOL_RESULT for unknown call %g ignored", id);
+        wk_log(w->fd, "TOOL_RESULT for unknown call %g ignored", id);
         return;
     }
     c = *pp;

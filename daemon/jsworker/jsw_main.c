@@ -39,18 +39,8 @@
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 
-#if defined(__has_include)
-#if __has_include(<valgrind/valgrind.h>)
-#include <valgrind/valgrind.h>
-#endif
-#endif
-#ifndef RUNNING_ON_VALGRIND
-#define RUNNING_ON_VALGRIND 0
-#endif
-
 #include "jsworker/jsw.h"
 
-#define NOBODY_ID 65534
 #define WORKER_NOFILE 64
 
 struct opts {
@@ -94,193 +84,97 @@ static int parse_args(int argc, char **argv, struct opts *o)
 
 /* ---- hardening ------------------------------------------------------------------ */
 
-static int no_sandbox_extras(void)
-{
-    const char *v = getenv("SBX_NO_SECCOMP");
-
-#if defined(__SANITIZE_ADDRESS__)
-    return 1;
-#endif
-    return (v && strcmp(v, "1") == 0) || getenv("SBX_VALGRIND") || getenv("SBX_SANITIZED") ||
-           RUNNING_ON_VALGRIND;
-}
-
-static int isolate_fds(int *fd, const char **why)
-{
-    int nul;
-
-    if (*fd <= 2) {
-        int nfd = fcntl(*fd, F_DUPFD, 3);
-        if (nfd < 0) {
-            *why = "cannot move the channel fd";
-            return -1;
-        }
-        close(*fd);
-        *fd = nfd;
-    }
-    if (*fd > 3)
-        close_range(3, (unsigned)*fd - 1, 0);
-    if (close_range((unsigned)*fd + 1, ~0u, 0) < 0) {
-        for (int f = *fd + 1; f < 65536; f++)
-            close(f);
-    }
-    nul = open("/dev/null", O_RDWR);
-    if (nul < 0 || (nul != 0 && dup2(nul, 0) < 0) || (nul != 1 && dup2(nul, 1) < 0)) {
-        *why = "cannot redirect stdin/stdout";
-        return -1;
-    }
-    if (nul > 2)
-        close(nul);
-    fcntl(*fd, F_SETFL, fcntl(*fd, F_GETFL) & ~O_NONBLOCK);
-    fcntl(*fd, F_SETFD, FD_CLOEXEC);
-    return 0;
-}
-
-static int set_limit(int res, rlim_t v)
-{
-    struct rlimit rl = {v, v};
-
-    return setrlimit(res, &rl);
-}
-
-static int drop_privileges(const char *user, const char **why)
-{
-    struct passwd *pw = getpwnam(user);
-    uid_t uid = NOBODY_ID;
-    gid_t gid = NOBODY_ID;
-    uid_t r, e, s;
-
-    if (pw) {
-        uid = pw->pw_uid;
-        gid = pw->pw_gid;
-    } else if (strcmp(user, "nobody") != 0) {
-        *why = "unknown --user";
-        return -1;
-    }
-    if (uid == 0) {
-        *why = "refusing to run the worker as uid 0";
-        return -1;
-    }
-    if (setgroups(0, NULL) < 0 || setresgid(gid, gid, gid) < 0 ||
-        setresuid(uid, uid, uid) < 0 || getresuid(&r, &e, &s) < 0 || r != uid || e != uid ||
-        s != uid || setuid(0) == 0) {
-        *why = "cannot drop privileges";
-        return -1;
-    }
-    return 0;
-}
-
-#if defined(__x86_64__)
-#define ARCH_NR AUDIT_ARCH_X86_64
-#elif defined(__aarch64__)
-#define ARCH_NR AUDIT_ARCH_AARCH64
-#endif
-
-#ifdef ARCH_NR
-#define ALLOW(nr)                                                                              \
-    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (nr), 0, 1), BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW)
-#define DENY(nr, err)                                                                          \
-    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (nr), 0, 1),                                           \
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ((err) & SECCOMP_RET_DATA))
-
+#ifdef WK_SECCOMP_ARCH
 static int install_seccomp(const char **why)
 {
     /* clone is allowed only for threads: CLONE_THREAD set in its flags. */
     struct sock_filter f[] = {
-        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, ARCH_NR, 1, 0),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
-        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        WK_FILTER_HEAD(WK_SECCOMP_ARCH),
         BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_clone, 0, 3),
         BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[0])),
         BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, CLONE_THREAD, 0, 1),
         BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
         BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
         /* glibc falls back to clone when clone3 is not there */
-        DENY(__NR_clone3, ENOSYS),
-        ALLOW(__NR_read),
-        ALLOW(__NR_write),
-        ALLOW(__NR_readv),
-        ALLOW(__NR_writev),
-        ALLOW(__NR_pread64),
-        ALLOW(__NR_close),
-        ALLOW(__NR_poll),
-        ALLOW(__NR_ppoll),
-        ALLOW(__NR_lseek),
-        ALLOW(__NR_mmap),
-        ALLOW(__NR_munmap),
-        ALLOW(__NR_mremap),
-        ALLOW(__NR_mprotect),
-        ALLOW(__NR_madvise),
-        ALLOW(__NR_brk),
-        ALLOW(__NR_futex),
-        ALLOW(__NR_set_robust_list),
-        ALLOW(__NR_rseq),
-        ALLOW(__NR_sched_yield),
-        ALLOW(__NR_sched_getaffinity),
-        ALLOW(__NR_sched_setaffinity),
-        ALLOW(__NR_sched_getparam),
-        ALLOW(__NR_sched_setscheduler),
-        ALLOW(__NR_sched_getscheduler),
-        ALLOW(__NR_setpriority),
-        ALLOW(__NR_getpriority),
-        ALLOW(__NR_prctl),
-        ALLOW(__NR_clock_gettime),
-        ALLOW(__NR_clock_getres),
-        ALLOW(__NR_clock_nanosleep),
-        ALLOW(__NR_nanosleep),
-        ALLOW(__NR_gettimeofday),
-        ALLOW(__NR_getpid),
-        ALLOW(__NR_gettid),
-        ALLOW(__NR_getuid),
-        ALLOW(__NR_geteuid),
-        ALLOW(__NR_getgid),
-        ALLOW(__NR_getegid),
-        ALLOW(__NR_getrandom),
-        ALLOW(__NR_getrusage),
-        ALLOW(__NR_sigaltstack),
-        ALLOW(__NR_rt_sigaction),
-        ALLOW(__NR_rt_sigreturn),
-        ALLOW(__NR_rt_sigsuspend),
-        ALLOW(__NR_rt_sigprocmask),
-        ALLOW(__NR_tgkill),
-        ALLOW(__NR_membarrier),
-        ALLOW(__NR_exit),
-        ALLOW(__NR_exit_group),
-        ALLOW(__NR_fstat),
-        ALLOW(__NR_newfstatat),
-        ALLOW(__NR_fcntl),
-        ALLOW(__NR_eventfd2),
-        ALLOW(__NR_epoll_create1),
-        ALLOW(__NR_epoll_ctl),
-        ALLOW(__NR_epoll_wait),
-        ALLOW(__NR_epoll_pwait),
-        ALLOW(__NR_pipe2),
-        DENY(__NR_openat, EACCES),
+        WK_DENY(__NR_clone3, ENOSYS),
+        WK_ALLOW(__NR_read),
+        WK_ALLOW(__NR_write),
+        WK_ALLOW(__NR_readv),
+        WK_ALLOW(__NR_writev),
+        WK_ALLOW(__NR_pread64),
+        WK_ALLOW(__NR_close),
+        WK_ALLOW(__NR_poll),
+        WK_ALLOW(__NR_ppoll),
+        WK_ALLOW(__NR_lseek),
+        WK_ALLOW(__NR_mmap),
+        WK_ALLOW(__NR_munmap),
+        WK_ALLOW(__NR_mremap),
+        WK_ALLOW(__NR_mprotect),
+        WK_ALLOW(__NR_madvise),
+        WK_ALLOW(__NR_brk),
+        WK_ALLOW(__NR_futex),
+        WK_ALLOW(__NR_set_robust_list),
+        WK_ALLOW(__NR_rseq),
+        WK_ALLOW(__NR_sched_yield),
+        WK_ALLOW(__NR_sched_getaffinity),
+        WK_ALLOW(__NR_sched_setaffinity),
+        WK_ALLOW(__NR_sched_getparam),
+        WK_ALLOW(__NR_sched_setscheduler),
+        WK_ALLOW(__NR_sched_getscheduler),
+        WK_ALLOW(__NR_setpriority),
+        WK_ALLOW(__NR_getpriority),
+        WK_ALLOW(__NR_prctl),
+        WK_ALLOW(__NR_clock_gettime),
+        WK_ALLOW(__NR_clock_getres),
+        WK_ALLOW(__NR_clock_nanosleep),
+        WK_ALLOW(__NR_nanosleep),
+        WK_ALLOW(__NR_gettimeofday),
+        WK_ALLOW(__NR_getpid),
+        WK_ALLOW(__NR_gettid),
+        WK_ALLOW(__NR_getuid),
+        WK_ALLOW(__NR_geteuid),
+        WK_ALLOW(__NR_getgid),
+        WK_ALLOW(__NR_getegid),
+        WK_ALLOW(__NR_getrandom),
+        WK_ALLOW(__NR_getrusage),
+        WK_ALLOW(__NR_sigaltstack),
+        WK_ALLOW(__NR_rt_sigaction),
+        WK_ALLOW(__NR_rt_sigreturn),
+        WK_ALLOW(__NR_rt_sigsuspend),
+        WK_ALLOW(__NR_rt_sigprocmask),
+        WK_ALLOW(__NR_tgkill),
+        WK_ALLOW(__NR_membarrier),
+        WK_ALLOW(__NR_exit),
+        WK_ALLOW(__NR_exit_group),
+        WK_ALLOW(__NR_fstat),
+        WK_ALLOW(__NR_newfstatat),
+        WK_ALLOW(__NR_fcntl),
+        WK_ALLOW(__NR_eventfd2),
+        WK_ALLOW(__NR_epoll_create1),
+        WK_ALLOW(__NR_epoll_ctl),
+        WK_ALLOW(__NR_epoll_wait),
+        WK_ALLOW(__NR_epoll_pwait),
+        WK_ALLOW(__NR_pipe2),
+        WK_DENY(__NR_openat, EACCES),
 #ifdef __NR_open
-        DENY(__NR_open, EACCES),
+        WK_DENY(__NR_open, EACCES),
 #endif
 #ifdef __NR_readlink
-        DENY(__NR_readlink, EACCES),
+        WK_DENY(__NR_readlink, EACCES),
 #endif
-        DENY(__NR_readlinkat, EACCES),
-        DENY(__NR_statx, EACCES),
+        WK_DENY(__NR_readlinkat, EACCES),
+        WK_DENY(__NR_statx, EACCES),
 #ifdef __NR_access
-        DENY(__NR_access, EACCES),
+        WK_DENY(__NR_access, EACCES),
 #endif
-        DENY(__NR_faccessat, EACCES),
-        DENY(__NR_faccessat2, EACCES),
-        DENY(__NR_sysinfo, EPERM),
-        DENY(__NR_uname, EPERM),
+        WK_DENY(__NR_faccessat, EACCES),
+        WK_DENY(__NR_faccessat2, EACCES),
+        WK_DENY(__NR_sysinfo, EPERM),
+        WK_DENY(__NR_uname, EPERM),
         BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
     };
-    struct sock_fprog prog = {(unsigned short)(sizeof(f) / sizeof(f[0])), f};
-
-    if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0) < 0) {
-        *why = "cannot install the seccomp filter";
-        return -1;
-    }
-    return 0;
+    return wk_seccomp_install(f, sizeof(f) / sizeof(f[0]),
+                              "cannot install the seccomp filter", why);
 }
 
 /* jit: false. A second filter (filters stack; the stricter answer wins):
@@ -299,13 +193,8 @@ static int install_no_exec(const char **why)
         BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
         BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
     };
-    struct sock_fprog prog = {(unsigned short)(sizeof(f) / sizeof(f[0])), f};
-
-    if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0) < 0) {
-        *why = "cannot install the no-exec seccomp filter";
-        return -1;
-    }
-    return 0;
+    return wk_seccomp_install(f, sizeof(f) / sizeof(f[0]),
+                              "cannot install the no-exec seccomp filter", why);
 }
 #else
 static int install_no_exec(const char **why)
@@ -325,20 +214,23 @@ static int harden(struct opts *o, int *fd, const char **why)
 {
     int drop = geteuid() == 0 && !o->no_drop;
     pid_t parent = getppid();
+    uid_t uid = 0;
+    gid_t gid = 0;
 
     signal(SIGPIPE, SIG_IGN);
-    if (isolate_fds(fd, why) < 0)
+    if (wk_isolate_fds(fd, why) < 0)
         return -1;
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) {
         *why = "cannot set no_new_privs";
         return -1;
     }
-    if (set_limit(RLIMIT_CORE, 0) < 0 || set_limit(RLIMIT_FSIZE, 0) < 0 ||
-        set_limit(RLIMIT_NOFILE, WORKER_NOFILE) < 0) {
+    if (wk_set_limit(RLIMIT_CORE, 0) < 0 || wk_set_limit(RLIMIT_FSIZE, 0) < 0 ||
+        wk_set_limit(RLIMIT_NOFILE, WORKER_NOFILE) < 0) {
         *why = "cannot set resource limits";
         return -1;
     }
-    if (drop && drop_privileges(o->user, why) < 0)
+    if (drop && (wk_lookup_user(o->user, &uid, &gid, why) < 0 ||
+                 wk_drop_privileges(uid, gid, why) < 0))
         return -1;
     if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0 || getppid() != parent) {
         *why = "the daemon is gone";
@@ -354,7 +246,7 @@ static void send_error(struct jsw *w, const char *msg)
 {
     json_t *j = json_pack("{s:s}", "message", msg);
 
-    jsw_send_json(w, SBX_CHAN_ERROR, 0, j);
+    wk_send_json_big(w->fd, SBX_CHAN_ERROR, 0, j);
     json_decref(j);
 }
 
@@ -362,7 +254,7 @@ static void send_hello(struct jsw *w)
 {
     json_t *hello =
         json_pack("{s:i,s:s,s:[]}", "version", SBX_CHAN_VERSION, "agent", "jsc", "procs");
-    jsw_send_json(w, SBX_CHAN_HELLO, 0, hello);
+    wk_send_json_big(w->fd, SBX_CHAN_HELLO, 0, hello);
     json_decref(hello);
 }
 
@@ -372,7 +264,7 @@ static void on_spawn(struct jsw *w, uint32_t proc, const uint8_t *payload, uint3
     const char *why = NULL;
 
     if (proc == 0) {
-        jsw_log(w, "SPAWN for proc 0 ignored");
+        wk_log(w->fd, "SPAWN for proc 0 ignored");
         return;
     }
     if (w->proc != 0) {
@@ -386,7 +278,7 @@ static void on_spawn(struct jsw *w, uint32_t proc, const uint8_t *payload, uint3
     if (why) {
         json_t *rec = json_pack("{s:i,s:i,s:b,s:b,s:s}", "exit_code", 126, "signal", 0,
                                 "timed_out", 0, "killed", 0, "error", why);
-        jsw_send_json(w, SBX_CHAN_EXIT, proc, rec);
+        wk_send_json_big(w->fd, SBX_CHAN_EXIT, proc, rec);
         json_decref(rec);
         json_decref(req);
         return;
@@ -400,7 +292,7 @@ static void on_snapshot(struct jsw *w)
     size_t len = 0;
     char *s = jsw_engine_snapshot(w, &len);
 
-    jsw_send(w, SBX_CHAN_SNAP_DATA, 0, s, len);
+    wk_send(w->fd, SBX_CHAN_SNAP_DATA, 0, s, len);
     free(s);
 }
 
@@ -414,12 +306,12 @@ static uint8_t *collect(struct jsw *w, const struct sbx_chan_hdr *h, const uint8
     uint8_t *out;
 
     if (w->more_len && w->more_proc != h->proc) {
-        jsw_log(w, "MORE frames for proc %u dropped", (unsigned)w->more_proc);
+        wk_log(w->fd, "MORE frames for proc %u dropped", (unsigned)w->more_proc);
         w->more_len = 0;
     }
     need = w->more_len + h->len;
     if (need > w->max_message || need > JSW_MESSAGE_MAX) {
-        jsw_log(w, "a message over %zu bytes dropped", w->max_message);
+        wk_log(w->fd, "a message over %zu bytes dropped", w->max_message);
         w->more_len = 0;
         w->more_proc = h->proc;
         return NULL;
@@ -473,21 +365,21 @@ void jsw_dispatch(struct jsw *w, const struct sbx_chan_hdr *h, const uint8_t *pa
     case SBX_CHAN_RESTORE: {
         const char *why = NULL;
         if (jsw_engine_restore(w, (const char *)payload, h->len, &why) < 0)
-            jsw_log(w, "RESTORE failed: %s", why);
+            wk_log(w->fd, "RESTORE failed: %s", why);
         break;
     }
     case SBX_CHAN_RESET:
         if (w->proc != 0) {
-            jsw_log(w, "RESET while a program runs ignored");
+            wk_log(w->fd, "RESET while a program runs ignored");
             break;
         }
         jsw_engine_reset(w);
         jsw_engine_prepare(w);
         send_hello(w);
         break;
-    case SBX_CHAN_PING: jsw_send(w, SBX_CHAN_PONG, 0, NULL, 0); break;
+    case SBX_CHAN_PING: wk_send(w->fd, SBX_CHAN_PONG, 0, NULL, 0); break;
     default:
-        jsw_log(w, "unexpected %s frame (0x%02x) for proc %u ignored",
+        wk_log(w->fd, "unexpected %s frame (0x%02x) for proc %u ignored",
                 sbx_chan_type_name(h->type), h->type, (unsigned)h->proc);
     }
 }
@@ -496,7 +388,7 @@ void jsw_pump(struct jsw *w)
 {
     struct sbx_chan_hdr h;
     uint8_t *payload;
-    int r = jsw_recv(w, &h, &payload);
+    int r = wk_recv(w->fd, &h, &payload);
 
     if (r == 1)
         _exit(0); /* the daemon closed the channel: nobody to report to */
@@ -539,11 +431,11 @@ int main(int argc, char **argv)
         send_error(&w, why);
         return 1;
     }
-    if (!no_sandbox_extras() && install_seccomp(&why) < 0) {
+    if (!wk_no_sandbox_extras() && install_seccomp(&why) < 0) {
         send_error(&w, why);
         return 1;
     }
-    if (!no_sandbox_extras() && getenv("JSC_useJIT") && strcmp(getenv("JSC_useJIT"), "false") == 0 &&
+    if (!wk_no_sandbox_extras() && getenv("JSC_useJIT") && strcmp(getenv("JSC_useJIT"), "false") == 0 &&
         install_no_exec(&why) < 0) {
         send_error(&w, why);
         return 1;
@@ -553,7 +445,7 @@ int main(int argc, char **argv)
     for (;;) {
         struct sbx_chan_hdr h;
         uint8_t *payload;
-        int r = jsw_recv(&w, &h, &payload);
+        int r = wk_recv(w.fd, &h, &payload);
 
         if (r == 1)
             break;

@@ -94,7 +94,7 @@ static void mem_give_up(struct dukw *w)
     j = json_pack("{s:i,s:i,s:b,s:b,s:s,s:b,s:b}", "exit_code", 1, "signal", 0, "timed_out", 0,
                   "killed", 0, "error", msg, "reset", 1, "exiting", 1);
     if (j)
-        dukw_send_json(w, SBX_CHAN_EXIT, w->proc, j);
+        wk_send_json(w->fd, SBX_CHAN_EXIT, w->proc, j);
     _exit(0);
 }
 
@@ -185,11 +185,11 @@ static void on_fatal(void *udata, const char *msg)
         j = json_pack("{s:i,s:i,s:b,s:b,s:s,s:b,s:b}", "exit_code", 1, "signal", 0,
                       "timed_out", 0, "killed", 0, "error", text, "reset", 1, "exiting", 1);
         if (j)
-            dukw_send_json(w, SBX_CHAN_EXIT, w->proc, j);
+            wk_send_json(w->fd, SBX_CHAN_EXIT, w->proc, j);
     } else {
         j = json_pack("{s:s}", "message", text);
         if (j)
-            dukw_send_json(w, SBX_CHAN_ERROR, 0, j);
+            wk_send_json(w->fd, SBX_CHAN_ERROR, 0, j);
     }
     _exit(70);
 }
@@ -407,7 +407,7 @@ static duk_ret_t tool_fn(duk_context *ctx)
             call = ++w->next_call;
         plen = (size_t)snprintf(payload, plen, "{\"call\":%u,\"name\":%s,\"args\":%s}",
                                 (unsigned)call, name_json, args_u8);
-        dukw_send(w, SBX_CHAN_TOOL_CALL, w->proc, payload, plen);
+        wk_send(w->fd, SBX_CHAN_TOOL_CALL, w->proc, payload, plen);
     }
     free(payload);
     free(name_json);
@@ -713,7 +713,7 @@ static void send_exit(struct dukw *w, uint32_t proc, json_t *rec, const char *re
     slen = strlen(s);
     if (!result || slen + rlen + 16 > SBX_CHAN_MAX_PAYLOAD ||
         !(payload = malloc(slen + rlen + 16))) {
-        dukw_send(w, SBX_CHAN_EXIT, proc, s, slen);
+        wk_send(w->fd, SBX_CHAN_EXIT, proc, s, slen);
         free(s);
         return;
     }
@@ -725,7 +725,7 @@ static void send_exit(struct dukw *w, uint32_t proc, json_t *rec, const char *re
     memcpy(payload + slen, result, rlen);
     slen += rlen;
     payload[slen++] = '}';
-    dukw_send(w, SBX_CHAN_EXIT, proc, payload, slen);
+    wk_send(w->fd, SBX_CHAN_EXIT, proc, payload, slen);
     free(payload);
     free(s);
 }
@@ -788,8 +788,7 @@ static json_t *uncaught(struct dukw *w)
 /* Parses and checks a SPAWN request. Returns NULL, or a static message. */
 static const char *check_spawn(json_t *req, json_int_t *window)
 {
-    json_t *v, *t;
-    size_t i;
+    json_t *v;
 
     if (!json_is_string(json_object_get(req, "code")))
         return "the Duktape worker runs only {\"code\": ...} requests";
@@ -813,19 +812,7 @@ static const char *check_spawn(json_t *req, json_int_t *window)
             return "window must be an integer in 0..2^32-1";
         *window = json_integer_value(v);
     }
-    v = json_object_get(req, "tools");
-    if (v) {
-        if (!json_is_array(v) || json_array_size(v) > DUKW_MAX_TOOLS)
-            return "tools must be an array of at most 256 names";
-        json_array_foreach(v, i, t)
-        {
-            if (!json_is_string(t) || json_string_length(t) == 0 ||
-                json_string_length(t) > DUKW_TOOL_NAME_MAX ||
-                memchr(json_string_value(t), '\0', json_string_length(t)))
-                return "tool names must be non-empty strings of at most 128 bytes";
-        }
-    }
-    return NULL;
+    return wk_check_tools(json_object_get(req, "tools"));
 }
 
 static void stdin_clear(struct dukw_stdin *in)
@@ -910,7 +897,7 @@ void dukw_isolate_run(struct dukw *w, uint32_t proc, json_t *req)
         json_t *st =
             json_pack("{s:i,s:i}", "os_pid", (int)getpid(), "uid", (int)getuid());
         if (st)
-            dukw_send_json(w, SBX_CHAN_STARTED, proc, st);
+            wk_send_json(w->fd, SBX_CHAN_STARTED, proc, st);
         json_decref(st);
     }
 
@@ -924,7 +911,7 @@ void dukw_isolate_run(struct dukw *w, uint32_t proc, json_t *req)
             if (duk_is_string(ctx, -1) && !(result = utf8_out(ctx, -1, SIZE_MAX, &rlen)))
                 rec = exit_record(1, "out of memory returning the completion value", 0);
         } else if (!w->mem_exceeded) {
-            dukw_log(w, "proc %u: completion value is not JSON-serializable",
+            wk_log(w->fd, "proc %u: completion value is not JSON-serializable",
                      (unsigned)proc);
         }
         duk_pop(ctx);

@@ -28,19 +28,9 @@
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 
-#if defined(__has_include)
-#if __has_include(<valgrind/valgrind.h>)
-#include <valgrind/valgrind.h>
-#endif
-#endif
-#ifndef RUNNING_ON_VALGRIND
-#define RUNNING_ON_VALGRIND 0
-#endif
-
 #include "worker/duk_worker.h"
 #include "worker/duk_worker_int.h"
 
-#define NOBODY_ID 65534
 #define WORKER_NOFILE 16
 #define AS_MARGIN (256ull * 1024 * 1024)
 
@@ -134,134 +124,9 @@ static int parse_args(int argc, char **argv, struct opts *o)
     return 0;
 }
 
-/* ---- hardening ------------------------------------------------------------------ */
+/* ---- hardening (steps in workercommon/wk_harden.c) --------------------------------- */
 
-/*
- * The seccomp filter and RLIMIT_AS are skipped with SBX_NO_SECCOMP=1, under
- * valgrind (it runs its own syscalls inside our filter and needs address
- * space; SBX_VALGRIND is what `make valgrind` sets) and in sanitized builds
- * (ASan reserves terabytes of shadow memory; `make asan` sets SBX_SANITIZED).
- */
-static int no_sandbox_extras(void)
-{
-    const char *v = getenv("SBX_NO_SECCOMP");
-
-#if defined(__SANITIZE_ADDRESS__)
-    return 1;
-#endif
-    return (v && strcmp(v, "1") == 0) || getenv("SBX_VALGRIND") ||
-           getenv("SBX_SANITIZED") || RUNNING_ON_VALGRIND;
-}
-
-/* Keeps only the channel (moved above 2) and 0-2; 0 and 1 become /dev/null.
- * stderr stays: it is the daemon's, useful when debugging a worker. */
-static int isolate_fds(int *fd, const char **why)
-{
-    int nul;
-
-    if (*fd <= 2) {
-        int nfd = fcntl(*fd, F_DUPFD, 3);
-        if (nfd < 0) {
-            *why = "cannot move the channel fd";
-            return -1;
-        }
-        close(*fd);
-        *fd = nfd;
-    }
-    if (*fd > 3)
-        close_range(3, (unsigned)*fd - 1, 0);
-    if (close_range((unsigned)*fd + 1, ~0u, 0) < 0) {
-        long max = sysconf(_SC_OPEN_MAX);
-        for (long f = *fd + 1; f < max && f < 65536; f++)
-            close((int)f);
-    }
-    nul = open("/dev/null", O_RDWR);
-    if (nul < 0) {
-        *why = "cannot open /dev/null";
-        return -1;
-    }
-    if ((nul != 0 && dup2(nul, 0) < 0) || (nul != 1 && dup2(nul, 1) < 0)) {
-        *why = "cannot redirect stdin/stdout";
-        return -1;
-    }
-    if (nul > 2)
-        close(nul);
-    /* The daemon may have made its socketpair non-blocking. */
-    fcntl(*fd, F_SETFL, fcntl(*fd, F_GETFL) & ~O_NONBLOCK);
-    fcntl(*fd, F_SETFD, FD_CLOEXEC);
-    return 0;
-}
-
-static int set_limit(int res, rlim_t v)
-{
-    struct rlimit rl = {v, v};
-
-    return setrlimit(res, &rl);
-}
-
-/* Valgrind only lets its client lower the soft fd limit. */
-static int soft_limit(int res, rlim_t v)
-{
-    struct rlimit rl;
-
-    if (getrlimit(res, &rl) < 0)
-        return -1;
-    rl.rlim_cur = v;
-    return setrlimit(res, &rl);
-}
-
-static int lookup_user(const char *name, uid_t *uid, gid_t *gid, const char **why)
-{
-    struct passwd *pw = getpwnam(name);
-
-    if (pw) {
-        *uid = pw->pw_uid;
-        *gid = pw->pw_gid;
-    } else if (strcmp(name, "nobody") == 0) {
-        *uid = NOBODY_ID;
-        *gid = NOBODY_ID;
-    } else {
-        *why = "unknown --user";
-        return -1;
-    }
-    if (*uid == 0) {
-        *why = "refusing to run the worker as uid 0";
-        return -1;
-    }
-    return 0;
-}
-
-static int drop_privileges(uid_t uid, gid_t gid, const char **why)
-{
-    uid_t r, e, s;
-    gid_t rg, eg, sg;
-
-    if (setgroups(0, NULL) < 0 || setresgid(gid, gid, gid) < 0 ||
-        setresuid(uid, uid, uid) < 0) {
-        *why = "cannot drop privileges";
-        return -1;
-    }
-    if (getresuid(&r, &e, &s) < 0 || r != uid || e != uid || s != uid ||
-        getresgid(&rg, &eg, &sg) < 0 || rg != gid || eg != gid || sg != gid ||
-        getgroups(0, NULL) != 0 || setuid(0) == 0) {
-        *why = "privilege drop did not stick";
-        return -1;
-    }
-    return 0;
-}
-
-/* ---- seccomp ---------------------------------------------------------------------- */
-
-#if defined(__x86_64__)
-#define SECCOMP_ARCH AUDIT_ARCH_X86_64
-#elif defined(__aarch64__)
-#define SECCOMP_ARCH AUDIT_ARCH_AARCH64
-#endif
-
-#ifdef SECCOMP_ARCH
-#define ALLOW(nr)                                                                        \
-    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (nr), 0, 1),                                     \
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW)
+#ifdef WK_SECCOMP_ARCH
 /* Low 32 bits of argument i (both supported arches are little-endian). */
 #define ARG_LO(i) (offsetof(struct seccomp_data, args) + (i) * sizeof(__u64))
 /* Allowed unless argument 2 (prot) asks for executable memory: no JIT here. */
@@ -271,9 +136,6 @@ static int drop_privileges(uid_t uid, gid_t gid, const char **why)
         BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, PROT_EXEC, 0, 1),                           \
         BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),                             \
         BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW)
-#define DENY(nr, err)                                                                    \
-    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (nr), 0, 1),                                     \
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (err))
 
 /*
  * What the worker does after setup: channel I/O, memory (never executable),
@@ -284,61 +146,53 @@ static int drop_privileges(uid_t uid, gid_t gid, const char **why)
 static int install_seccomp(const char **why)
 {
     struct sock_filter f[] = {
-        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SECCOMP_ARCH, 1, 0),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
-        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        WK_FILTER_HEAD(WK_SECCOMP_ARCH),
 #if defined(__x86_64__)
         /* x32 syscalls share the arch value; they have bit 30 set. */
         BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, 0x40000000, 0, 1),
         BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
 #endif
-        ALLOW(__NR_read),
-        ALLOW(__NR_write),
-        ALLOW(__NR_writev),
-        ALLOW(__NR_close),
-        ALLOW(__NR_ppoll),
+        WK_ALLOW(__NR_read),
+        WK_ALLOW(__NR_write),
+        WK_ALLOW(__NR_writev),
+        WK_ALLOW(__NR_close),
+        WK_ALLOW(__NR_ppoll),
 #ifdef __NR_poll
-        ALLOW(__NR_poll),
+        WK_ALLOW(__NR_poll),
 #endif
         ALLOW_NOEXEC(__NR_mmap),
-        ALLOW(__NR_munmap),
-        ALLOW(__NR_mremap),
+        WK_ALLOW(__NR_munmap),
+        WK_ALLOW(__NR_mremap),
         ALLOW_NOEXEC(__NR_mprotect),
-        ALLOW(__NR_madvise),
-        ALLOW(__NR_brk),
-        ALLOW(__NR_futex),
-        ALLOW(__NR_clock_gettime),
-        ALLOW(__NR_clock_getres),
-        ALLOW(__NR_gettimeofday),
+        WK_ALLOW(__NR_madvise),
+        WK_ALLOW(__NR_brk),
+        WK_ALLOW(__NR_futex),
+        WK_ALLOW(__NR_clock_gettime),
+        WK_ALLOW(__NR_clock_getres),
+        WK_ALLOW(__NR_gettimeofday),
 #ifdef __NR_time
-        ALLOW(__NR_time),
+        WK_ALLOW(__NR_time),
 #endif
-        ALLOW(__NR_getpid),
-        ALLOW(__NR_getuid),
-        ALLOW(__NR_getrandom),
-        ALLOW(__NR_rt_sigreturn),
-        ALLOW(__NR_rt_sigprocmask),
-        ALLOW(__NR_exit),
-        ALLOW(__NR_exit_group),
-        DENY(__NR_openat, EACCES),
+        WK_ALLOW(__NR_getpid),
+        WK_ALLOW(__NR_getuid),
+        WK_ALLOW(__NR_getrandom),
+        WK_ALLOW(__NR_rt_sigreturn),
+        WK_ALLOW(__NR_rt_sigprocmask),
+        WK_ALLOW(__NR_exit),
+        WK_ALLOW(__NR_exit_group),
+        WK_DENY(__NR_openat, EACCES),
 #ifdef __NR_open
-        DENY(__NR_open, EACCES),
+        WK_DENY(__NR_open, EACCES),
 #endif
 #ifdef __NR_stat
-        DENY(__NR_stat, EACCES),
+        WK_DENY(__NR_stat, EACCES),
 #endif
-        DENY(__NR_newfstatat, EACCES),
-        DENY(__NR_fstat, EACCES),
+        WK_DENY(__NR_newfstatat, EACCES),
+        WK_DENY(__NR_fstat, EACCES),
         BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
     };
-    struct sock_fprog prog = {(unsigned short)(sizeof(f) / sizeof(f[0])), f};
-
-    if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0) < 0) {
-        *why = "cannot install the seccomp filter";
-        return -1;
-    }
-    return 0;
+    return wk_seccomp_install(f, sizeof(f) / sizeof(f[0]),
+                              "cannot install the seccomp filter", why);
 }
 #else
 static int install_seccomp(const char **why)
@@ -355,35 +209,35 @@ static int install_seccomp(const char **why)
  */
 static int harden(struct opts *o, const char **why)
 {
-    int extras = !no_sandbox_extras();
+    int extras = !wk_no_sandbox_extras();
     int drop = geteuid() == 0 && !o->no_drop;
     pid_t parent = getppid();
     uid_t uid = 0;
     gid_t gid = 0;
 
     signal(SIGPIPE, SIG_IGN);
-    if (drop && lookup_user(o->user, &uid, &gid, why) < 0)
+    if (drop && wk_lookup_user(o->user, &uid, &gid, why) < 0)
         return -1;
-    if (isolate_fds(&o->fd, why) < 0)
+    if (wk_isolate_fds(&o->fd, why) < 0)
         return -1;
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) {
         *why = "cannot set no_new_privs";
         return -1;
     }
-    if (set_limit(RLIMIT_CORE, 0) < 0 || set_limit(RLIMIT_FSIZE, 0) < 0 ||
-        (set_limit(RLIMIT_NOFILE, WORKER_NOFILE) < 0 &&
-         (extras || soft_limit(RLIMIT_NOFILE, WORKER_NOFILE) < 0))) {
+    if (wk_set_limit(RLIMIT_CORE, 0) < 0 || wk_set_limit(RLIMIT_FSIZE, 0) < 0 ||
+        (wk_set_limit(RLIMIT_NOFILE, WORKER_NOFILE) < 0 &&
+         (extras || wk_soft_limit(RLIMIT_NOFILE, WORKER_NOFILE) < 0))) {
         *why = "cannot set resource limits";
         return -1;
     }
     if (extras &&
-        set_limit(RLIMIT_AS, (rlim_t)o->memory_mb * 1024 * 1024 + AS_MARGIN) < 0) {
+        wk_set_limit(RLIMIT_AS, (rlim_t)o->memory_mb * 1024 * 1024 + AS_MARGIN) < 0) {
         *why = "cannot set the address-space limit";
         return -1;
     }
-    if (drop && drop_privileges(uid, gid, why) < 0)
+    if (drop && wk_drop_privileges(uid, gid, why) < 0)
         return -1;
-    if (set_limit(RLIMIT_NPROC, 0) < 0) {
+    if (wk_set_limit(RLIMIT_NPROC, 0) < 0) {
         *why = "cannot set RLIMIT_NPROC";
         return -1;
     }
@@ -407,7 +261,7 @@ static void send_error(struct dukw *w, const char *msg)
     json_t *j = json_pack("{s:s}", "message", msg);
 
     if (j)
-        dukw_send_json(w, SBX_CHAN_ERROR, 0, j);
+        wk_send_json(w->fd, SBX_CHAN_ERROR, 0, j);
     json_decref(j);
 }
 
@@ -422,7 +276,7 @@ static void on_spawn(struct dukw *w, uint32_t proc, const uint8_t *payload, uint
     const char *why = NULL;
 
     if (proc == 0) {
-        dukw_log(w, "SPAWN for proc 0 ignored");
+        wk_log(w->fd, "SPAWN for proc 0 ignored");
         return;
     }
     if (w->proc != 0) /* the daemon waits for EXIT; be graceful if it did not */
@@ -434,7 +288,7 @@ static void on_spawn(struct dukw *w, uint32_t proc, const uint8_t *payload, uint
         json_t *rec = json_pack("{s:i,s:i,s:b,s:b,s:s,s:b}", "exit_code", 126, "signal",
                                 0, "timed_out", 0, "killed", 0, "error", why, "reset", 0);
         if (rec)
-            dukw_send_json(w, SBX_CHAN_EXIT, proc, rec);
+            wk_send_json(w->fd, SBX_CHAN_EXIT, proc, rec);
         json_decref(rec);
         json_decref(req);
         return;
@@ -450,7 +304,7 @@ static void on_stdin(struct dukw *w, uint32_t proc, const uint8_t *data, uint32_
     if (proc == 0 || proc != w->proc || in->eof)
         return; /* not running (any more): nobody will read it */
     if (len > DUKW_STDIN_MAX - in->len) {
-        dukw_log(w, "proc %u: stdin buffer full, %u bytes dropped", (unsigned)proc,
+        wk_log(w->fd, "proc %u: stdin buffer full, %u bytes dropped", (unsigned)proc,
                  (unsigned)len);
         return;
     }
@@ -461,7 +315,7 @@ static void on_stdin(struct dukw *w, uint32_t proc, const uint8_t *data, uint32_
             cap *= 2;
         p = realloc(in->buf, cap);
         if (!p) {
-            dukw_log(w, "proc %u: out of memory, %u stdin bytes dropped", (unsigned)proc,
+            wk_log(w->fd, "proc %u: out of memory, %u stdin bytes dropped", (unsigned)proc,
                      (unsigned)len);
             return;
         }
@@ -480,7 +334,7 @@ static void on_tool_result(struct dukw *w, uint32_t proc, const uint8_t *payload
 
     if (w->wait_call == 0 || proc != w->proc || w->tool_reply || !json_is_integer(call) ||
         json_integer_value(call) != (json_int_t)w->wait_call) {
-        dukw_log(w, "unexpected TOOL_RESULT for proc %u ignored", (unsigned)proc);
+        wk_log(w->fd, "unexpected TOOL_RESULT for proc %u ignored", (unsigned)proc);
         json_decref(j);
         return;
     }
@@ -494,10 +348,10 @@ static void on_snapshot(struct dukw *w)
 
     if (!s) {
         static const char oom[] = "{\"error\":\"out of memory\"}";
-        dukw_send(w, SBX_CHAN_SNAP_DATA, 0, oom, sizeof(oom) - 1);
+        wk_send(w->fd, SBX_CHAN_SNAP_DATA, 0, oom, sizeof(oom) - 1);
         return;
     }
-    dukw_send(w, SBX_CHAN_SNAP_DATA, 0, s, len);
+    wk_send(w->fd, SBX_CHAN_SNAP_DATA, 0, s, len);
     free(s);
 }
 
@@ -507,7 +361,7 @@ static void on_restore(struct dukw *w, const uint8_t *payload, uint32_t len)
     const char *why = "RESTORE payload is not JSON";
 
     if (!j || dukw_isolate_restore(w, j, &why) < 0)
-        dukw_log(w, "RESTORE failed: %s", why);
+        wk_log(w->fd, "RESTORE failed: %s", why);
     json_decref(j);
 }
 
@@ -516,7 +370,7 @@ static void send_hello(struct dukw *w)
     json_t *hello = json_pack("{s:i,s:s,s:[]}", "version", SBX_CHAN_VERSION, "agent", "duk",
                               "procs");
     if (hello)
-        dukw_send_json(w, SBX_CHAN_HELLO, 0, hello);
+        wk_send_json(w->fd, SBX_CHAN_HELLO, 0, hello);
     json_decref(hello);
 }
 
@@ -526,7 +380,7 @@ static void send_hello(struct dukw *w)
 static void on_reset(struct dukw *w)
 {
     if (w->proc != 0) {
-        dukw_log(w, "RESET while a process runs ignored");
+        wk_log(w->fd, "RESET while a process runs ignored");
         return;
     }
     dukw_isolate_destroy(w);
@@ -551,7 +405,7 @@ static void dispatch(struct dukw *w, const struct sbx_chan_hdr *h, const uint8_t
         break;
     case SBX_CHAN_CREDIT:
         if (h->len != 4) {
-            dukw_log(w, "CREDIT with a %u-byte payload ignored", (unsigned)h->len);
+            wk_log(w->fd, "CREDIT with a %u-byte payload ignored", (unsigned)h->len);
         } else if (h->proc != 0 && h->proc == w->proc) {
             w->credit += sbx_chan_get_u32(payload);
         }
@@ -562,7 +416,7 @@ static void dispatch(struct dukw *w, const struct sbx_chan_hdr *h, const uint8_t
         break;
     case SBX_CHAN_MORE: /* the start of a large TOOL_RESULT (CHANNEL.md) */
         if (w->more_len + h->len > DUKW_MESSAGE_MAX) {
-            dukw_log(w, "a message over %u bytes dropped", DUKW_MESSAGE_MAX);
+            wk_log(w->fd, "a message over %u bytes dropped", DUKW_MESSAGE_MAX);
             w->more_len = 0;
             break;
         }
@@ -573,7 +427,7 @@ static void dispatch(struct dukw *w, const struct sbx_chan_hdr *h, const uint8_t
                 cap *= 2;
             p = realloc(w->more, cap);
             if (!p) {
-                dukw_log(w, "out of memory: a message dropped");
+                wk_log(w->fd, "out of memory: a message dropped");
                 w->more_len = 0;
                 break;
             }
@@ -589,7 +443,7 @@ static void dispatch(struct dukw *w, const struct sbx_chan_hdr *h, const uint8_t
             size_t n = w->more_len;
             w->more_len = 0;
             if (!all) {
-                dukw_log(w, "out of memory: a tool result dropped");
+                wk_log(w->fd, "out of memory: a tool result dropped");
                 break;
             }
             memcpy(all, w->more, n);
@@ -603,10 +457,10 @@ static void dispatch(struct dukw *w, const struct sbx_chan_hdr *h, const uint8_t
     case SBX_CHAN_SNAPSHOT: on_snapshot(w); break;
     case SBX_CHAN_RESTORE: on_restore(w, payload, h->len); break;
     case SBX_CHAN_RESET: on_reset(w); break;
-    case SBX_CHAN_PING: dukw_send(w, SBX_CHAN_PONG, 0, NULL, 0); break;
+    case SBX_CHAN_PING: wk_send(w->fd, SBX_CHAN_PONG, 0, NULL, 0); break;
     case SBX_CHAN_FORGET: break; /* the worker keeps no exited processes */
     default:
-        dukw_log(w, "unexpected %s frame (0x%02x) for proc %u ignored",
+        wk_log(w->fd, "unexpected %s frame (0x%02x) for proc %u ignored",
                  sbx_chan_type_name(h->type), h->type, (unsigned)h->proc);
         break;
     }
@@ -616,7 +470,7 @@ void dukw_pump_nested(struct dukw *w)
 {
     struct sbx_chan_hdr h;
     uint8_t *payload;
-    int r = dukw_recv(w, &h, &payload);
+    int r = wk_recv(w->fd, &h, &payload);
 
     if (r == 1)
         _exit(0); /* the daemon closed the channel mid-run: nobody to report to */
@@ -656,7 +510,7 @@ int duk_worker_main(int argc, char **argv)
     for (;;) {
         struct sbx_chan_hdr h;
         uint8_t *payload;
-        int r = dukw_recv(&w, &h, &payload);
+        int r = wk_recv(w.fd, &h, &payload);
 
         if (r == 1)
             break;

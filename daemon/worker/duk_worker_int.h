@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "sbx_chan.h"
+#include "workercommon/wk.h"
 
 #define DUKW_DEFAULT_MEMORY_MB 128
 #define DUKW_MAX_MEMORY_MB 65536
@@ -22,8 +23,6 @@
 #define DUKW_STDIN_MAX (8u * 1024 * 1024)
 /* Exception strings (message, stack) are cut to this many bytes. */
 #define DUKW_EXC_MAX (64u * 1024)
-#define DUKW_MAX_TOOLS 256 /* tools per SPAWN */
-#define DUKW_TOOL_NAME_MAX 128
 /* A run whose allocations are still refused this long after the first
  * refusal is ended (duk_isolate.c). */
 #define DUKW_MEM_GIVE_UP_MS 1000
@@ -60,24 +59,7 @@ struct dukw {
     struct dukw_stdin in;
 };
 
-/* ---- duk_chan.c: frames ------------------------------------------------ */
-
-/*
- * Sends one frame with a single writev. A dead channel ends the process
- * (_exit(0)): the daemon is gone and nobody is left to tell.
- */
-void dukw_send(struct dukw *w, uint8_t type, uint32_t proc, const void *data, size_t len);
-/* Sends `json` (borrowed) as compact JSON. */
-void dukw_send_json(struct dukw *w, uint8_t type, uint32_t proc, json_t *json);
-/* LOG frame with printf-style text. */
-void dukw_log(struct dukw *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-/*
- * Reads one frame. On 0, *payload_out is a malloc'd, NUL-terminated copy of
- * the payload (caller frees). Returns 1 on a clean EOF between frames and -1
- * on a broken channel (invalid header, EOF inside a frame, read error).
- */
-int dukw_recv(struct dukw *w, struct sbx_chan_hdr *hdr, uint8_t **payload_out);
+/* ---- duk_chan.c: output (frames: workercommon/wk.h) --------------------- */
 
 /*
  * Sends program output for the running process (type STDOUT or STDERR),
