@@ -242,14 +242,6 @@ static int harden(struct opts *o, int *fd, const char **why)
 /* ---- dispatch ---------------------------------------------------------------------- */
 
 
-static void send_error(struct jsw *w, const char *msg)
-{
-    json_t *j = json_pack("{s:s}", "message", msg);
-
-    wk_send_json_big(w->fd, SBX_CHAN_ERROR, 0, j);
-    json_decref(j);
-}
-
 static void send_hello(struct jsw *w)
 {
     json_t *hello =
@@ -387,15 +379,8 @@ void jsw_dispatch(struct jsw *w, const struct sbx_chan_hdr *h, const uint8_t *pa
 void jsw_pump(struct jsw *w)
 {
     struct sbx_chan_hdr h;
-    uint8_t *payload;
-    int r = wk_recv(w->fd, &h, &payload);
+    uint8_t *payload = wk_recv_nested(w->fd, &h);
 
-    if (r == 1)
-        _exit(0); /* the daemon closed the channel: nobody to report to */
-    if (r < 0) {
-        send_error(w, "invalid frame");
-        _exit(1);
-    }
     jsw_dispatch(w, &h, payload);
     free(payload);
 }
@@ -413,7 +398,7 @@ int main(int argc, char **argv)
     fd = o.fd;
     if (harden(&o, &fd, &why) < 0) {
         w.fd = fd;
-        send_error(&w, why);
+        wk_send_error(w.fd, why);
         return 1;
     }
     w.fd = fd;
@@ -428,16 +413,16 @@ int main(int argc, char **argv)
     /* JSC starts its helper threads and reserves its regions here, before
      * the filter. */
     if (jsw_engine_init(&w, &why) < 0) {
-        send_error(&w, why);
+        wk_send_error(w.fd, why);
         return 1;
     }
     if (!wk_no_sandbox_extras() && install_seccomp(&why) < 0) {
-        send_error(&w, why);
+        wk_send_error(w.fd, why);
         return 1;
     }
     if (!wk_no_sandbox_extras() && getenv("JSC_useJIT") && strcmp(getenv("JSC_useJIT"), "false") == 0 &&
         install_no_exec(&why) < 0) {
-        send_error(&w, why);
+        wk_send_error(w.fd, why);
         return 1;
     }
     jsw_engine_prepare(&w);
@@ -450,7 +435,7 @@ int main(int argc, char **argv)
         if (r == 1)
             break;
         if (r < 0) {
-            send_error(&w, "invalid frame");
+            wk_send_error(w.fd, "invalid frame");
             jsw_engine_deinit(&w);
             return 1;
         }

@@ -256,15 +256,6 @@ static int harden(struct opts *o, const char **why)
 
 /* ---- dispatch ---------------------------------------------------------------------- */
 
-static void send_error(struct dukw *w, const char *msg)
-{
-    json_t *j = json_pack("{s:s}", "message", msg);
-
-    if (j)
-        wk_send_json(w->fd, SBX_CHAN_ERROR, 0, j);
-    json_decref(j);
-}
-
 static json_t *parse_json(const uint8_t *payload, uint32_t len)
 {
     return json_loadb((const char *)payload, len, JSON_DECODE_ANY, NULL);
@@ -388,7 +379,7 @@ static void on_reset(struct dukw *w)
     w->in.eof = 0;
     w->reset_pending = 0;
     if (dukw_isolate_create(w) < 0) {
-        send_error(w, "cannot create the Duktape heap");
+        wk_send_error(w->fd, "cannot create the Duktape heap");
         return;
     }
     send_hello(w);
@@ -469,15 +460,8 @@ static void dispatch(struct dukw *w, const struct sbx_chan_hdr *h, const uint8_t
 void dukw_pump_nested(struct dukw *w)
 {
     struct sbx_chan_hdr h;
-    uint8_t *payload;
-    int r = wk_recv(w->fd, &h, &payload);
+    uint8_t *payload = wk_recv_nested(w->fd, &h);
 
-    if (r == 1)
-        _exit(0); /* the daemon closed the channel mid-run: nobody to report to */
-    if (r < 0) {
-        send_error(w, "invalid frame");
-        _exit(1);
-    }
     dispatch(w, &h, payload);
     free(payload);
 }
@@ -496,14 +480,14 @@ int duk_worker_main(int argc, char **argv)
     memset(&w, 0, sizeof(w));
     if (harden(&o, &why) < 0) {
         w.fd = o.fd;
-        send_error(&w, why);
+        wk_send_error(w.fd, why);
         return 1;
     }
     w.fd = o.fd;
     w.memory_mb = o.memory_mb;
     w.mem_limit = (size_t)o.memory_mb * 1024 * 1024;
     if (dukw_isolate_create(&w) < 0) {
-        send_error(&w, "cannot create the Duktape heap");
+        wk_send_error(w.fd, "cannot create the Duktape heap");
         return 1;
     }
     send_hello(&w);
@@ -515,7 +499,7 @@ int duk_worker_main(int argc, char **argv)
         if (r == 1)
             break;
         if (r < 0) {
-            send_error(&w, "invalid frame");
+            wk_send_error(w.fd, "invalid frame");
             rc = 1;
             break;
         }

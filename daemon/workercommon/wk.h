@@ -38,6 +38,9 @@ void wk_send_json(int fd, uint8_t type, uint32_t proc, json_t *json);
 /** As wk_send_json, but a message of any size (through wk_send_big). */
 void wk_send_json_big(int fd, uint8_t type, uint32_t proc, json_t *json);
 
+/** An ERROR frame (proc 0) {"message": msg}. */
+void wk_send_error(int fd, const char *msg);
+
 /** A LOG frame (proc 0) from a printf format, cut at 1023 bytes. */
 void wk_log(int fd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
@@ -46,6 +49,13 @@ void wk_log(int fd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
  * caller frees), 1 on a clean EOF, -1 on a read error or a bad header.
  */
 int wk_recv(int fd, struct sbx_chan_hdr *hdr, uint8_t **payload_out);
+
+/**
+ * wk_recv for a frame read while JS waits (credit, a tool result, stdin):
+ * EOF ends the process with status 0, a broken channel sends ERROR
+ * "invalid frame" and ends it with 1. Returns the payload (caller frees).
+ */
+uint8_t *wk_recv_nested(int fd, struct sbx_chan_hdr *hdr);
 
 /* ---- hardening (wk_harden.c) ------------------------------------------------------ */
 

@@ -87,6 +87,15 @@ void wk_send_json_big(int fd, uint8_t type, uint32_t proc, json_t *json)
     send_json(fd, type, proc, json, 1);
 }
 
+void wk_send_error(int fd, const char *msg)
+{
+    json_t *j = json_pack("{s:s}", "message", msg);
+
+    if (j)
+        wk_send_json(fd, SBX_CHAN_ERROR, 0, j);
+    json_decref(j);
+}
+
 void wk_log(int fd, const char *fmt, ...)
 {
     char buf[1024];
@@ -146,4 +155,18 @@ int wk_recv(int fd, struct sbx_chan_hdr *hdr, uint8_t **payload_out)
     payload[hdr->len] = '\0';
     *payload_out = payload;
     return 0;
+}
+
+uint8_t *wk_recv_nested(int fd, struct sbx_chan_hdr *hdr)
+{
+    uint8_t *payload;
+    int r = wk_recv(fd, hdr, &payload);
+
+    if (r == 1)
+        _exit(0); /* the daemon closed the channel mid-run: nobody to report to */
+    if (r < 0) {
+        wk_send_error(fd, "invalid frame");
+        _exit(1);
+    }
+    return payload;
 }
