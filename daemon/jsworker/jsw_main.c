@@ -420,8 +420,8 @@ int main(int argc, char **argv)
         wk_send_error(w.fd, why);
         return 1;
     }
-    if (!wk_no_sandbox_extras() && getenv("JSC_useJIT") && strcmp(getenv("JSC_useJIT"), "false") == 0 &&
-        install_no_exec(&why) < 0) {
+    if (!wk_no_sandbox_extras() && getenv("JSC_useJIT") &&
+        strcmp(getenv("JSC_useJIT"), "false") == 0 && install_no_exec(&why) < 0) {
         wk_send_error(w.fd, why);
         return 1;
     }

@@ -306,8 +306,8 @@ static void on_stdin(struct dukw *w, uint32_t proc, const uint8_t *data, uint32_
             cap *= 2;
         p = realloc(in->buf, cap);
         if (!p) {
-            wk_log(w->fd, "proc %u: out of memory, %u stdin bytes dropped", (unsigned)proc,
-                     (unsigned)len);
+            wk_log(w->fd, "proc %u: out of memory, %u stdin bytes dropped",
+                   (unsigned)proc, (unsigned)len);
             return;
         }
         in->buf = p;
