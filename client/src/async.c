@@ -284,8 +284,9 @@ static void on_response(sbx_async *ac, json_t *m)
     if (!json_is_integer(id)) {
         if (error && (!id || json_is_null(id))) {
             /* Not tied to a call (-32700, -32007): the daemon gave up on us. */
-            rpc_error_view(&e, error);
-            ctx_fail(&ac->c, SBX_ERR_PROTOCOL, "sbxd: %s (code %d)", e.message, e.code);
+            sbx__rpc_error_view(&e, error);
+            sbx__ctx_fail(&ac->c, SBX_ERR_PROTOCOL, "sbxd: %s (code %d)", e.message,
+                          e.code);
         }
         return;
     }
@@ -293,7 +294,7 @@ static void on_response(sbx_async *ac, json_t *m)
     if (!pc)
         return; /* not ours (any more) */
     if (error)
-        rpc_error_view(&e, error);
+        sbx__rpc_error_view(&e, error);
     json_t *result = error ? NULL : json_object_get(m, "result");
 
     if (pc->spawn) {
@@ -333,7 +334,7 @@ static void on_notify(sbx_async *ac, json_t *m)
         size_t len;
         if (!sandbox || !json_is_integer(pidj) ||
             sbx_output_decode(params, &stream, &data, &len) != SBX_OK) {
-            ctx_fail(&ac->c, SBX_ERR_PROTOCOL, "malformed process.output from sbxd");
+            sbx__ctx_fail(&ac->c, SBX_ERR_PROTOCOL, "malformed process.output from sbxd");
             return;
         }
         json_int_t off = json_integer_value(offj);
@@ -356,8 +357,9 @@ static void on_output_view(sbx_async *ac, const struct sbx_output_view *v)
     if (p->output_cb && !p->watches) {
         const char *data;
         size_t len;
-        if (output_view_bytes(v, &p->scratch, &p->scap, &data, &len) != SBX_OK) {
-            ctx_fail(&ac->c, SBX_ERR_PROTOCOL, "process.output with invalid base64 from sbxd");
+        if (sbx__output_view_bytes(v, &p->scratch, &p->scap, &data, &len) != SBX_OK) {
+            sbx__ctx_fail(&ac->c, SBX_ERR_PROTOCOL,
+                          "process.output with invalid base64 from sbxd");
             return;
         }
         deliver_output(ac, v->sandbox, v->pid, v->stream, v->offset, data, len);
@@ -365,9 +367,9 @@ static void on_output_view(sbx_async *ac, const struct sbx_output_view *v)
     }
     if (!p->watches && !p->notify_cb)
         return;
-    json_t *m = output_view_json(v);
+    json_t *m = sbx__output_view_json(v);
     if (!m) {
-        ctx_fail(&ac->c, SBX_ERR_OOM, "out of memory");
+        sbx__ctx_fail(&ac->c, SBX_ERR_OOM, "out of memory");
         return;
     }
     on_notify(ac, m);
@@ -385,8 +387,8 @@ static void on_request(sbx_async *ac, json_t *m)
     if (p->tool_cb && strcmp(method, SBX_R_TOOL_CALL) == 0) {
         const char *tool = json_string_value(json_object_get(params, "name"));
         if (!json_is_string(id) || !tool) {
-            rc = ctx_append_error(&ac->c, id, SBX_E_INVALID_REQUEST,
-                                  "tool.call needs a string id and a name", NULL);
+            rc = sbx__ctx_append_error(&ac->c, id, SBX_E_INVALID_REQUEST,
+                                       "tool.call needs a string id and a name", NULL);
         } else {
             int was = cb_enter(ac);
             p->tool_cb(ac, json_string_value(id), tool, json_object_get(params, "args"), params,
@@ -395,16 +397,16 @@ static void on_request(sbx_async *ac, json_t *m)
             return;
         }
     } else {
-        rc = ctx_reply_unknown(&ac->c, m);
+        rc = sbx__ctx_reply_unknown(&ac->c, m);
     }
     if (rc != SBX_OK)
-        ctx_fail(&ac->c, SBX_ERR_OOM, "cannot answer %s", method);
+        sbx__ctx_fail(&ac->c, SBX_ERR_OOM, "cannot answer %s", method);
     EV_CALL(ac, add_write);
 }
 
 static void dispatch(sbx_async *ac, json_t *m)
 {
-    switch (msg_classify(m)) {
+    switch (sbx__msg_classify(m)) {
     case MSG_RESPONSE:
         on_response(ac, m);
         break;
@@ -415,7 +417,7 @@ static void dispatch(sbx_async *ac, json_t *m)
         on_request(ac, m);
         break;
     default:
-        ctx_fail(&ac->c, SBX_ERR_PROTOCOL, "unexpected message from sbxd");
+        sbx__ctx_fail(&ac->c, SBX_ERR_PROTOCOL, "unexpected message from sbxd");
         break;
     }
 }
@@ -427,18 +429,18 @@ sbx_async *sbx_async_connect_unix(const char *path)
     sbx_async *ac = calloc(1, sizeof(*ac));
     if (!ac)
         return NULL;
-    if (ctx_init(&ac->c) != SBX_OK) {
+    if (sbx__ctx_init(&ac->c) != SBX_OK) {
         free(ac);
         return NULL;
     }
     ac->apriv = calloc(1, sizeof(*ac->apriv));
     if (!ac->apriv) {
-        ctx_deinit(&ac->c);
+        sbx__ctx_deinit(&ac->c);
         free(ac);
         return NULL;
     }
-    ac->apriv->last_activity = now_ms();
-    ctx_connect_unix(&ac->c, path, 0, 1);
+    ac->apriv->last_activity = sbx__now_ms();
+    sbx__ctx_connect_unix(&ac->c, path, 0, 1);
     return ac;
 }
 
@@ -528,7 +530,7 @@ static void teardown(sbx_async *ac)
     free(p->buckets);
     free(p->scratch);
     free(p);
-    ctx_deinit(&ac->c);
+    sbx__ctx_deinit(&ac->c);
     free(ac);
 }
 
@@ -536,7 +538,7 @@ static void teardown(sbx_async *ac)
 static int maybe_finish_disconnect(sbx_async *ac)
 {
     if ((ac->c.flags & SBX_DISCONNECTING) && ac->apriv->npending == 0 &&
-        !ctx_obuf_pending(&ac->c)) {
+        !sbx__ctx_obuf_pending(&ac->c)) {
         teardown(ac);
         return 1;
     }
@@ -578,7 +580,7 @@ void sbx_async_free(sbx_async *ac)
 
 static void touch(sbx_async *ac)
 {
-    ac->apriv->last_activity = now_ms();
+    ac->apriv->last_activity = sbx__now_ms();
 }
 
 static int can_send(sbx_async *ac)
@@ -586,7 +588,7 @@ static int can_send(sbx_async *ac)
     if (ac->c.flags & SBX_BROKEN)
         return SBX_ERR;
     if (ac->c.flags & (SBX_DISCONNECTING | SBX_FREEING | SBX_FREE_PENDING)) {
-        ctx_seterr(&ac->c, SBX_ERR_USAGE, "context is disconnecting");
+        sbx__ctx_seterr(&ac->c, SBX_ERR_USAGE, "context is disconnecting");
         return SBX_ERR;
     }
     return SBX_OK;
@@ -601,7 +603,7 @@ static int send_call(sbx_async *ac, const char *method, json_t *params, sbx_repl
         return SBX_ERR;
     struct pending *pc = calloc(1, sizeof(*pc));
     if (!pc) {
-        ctx_seterr(&ac->c, SBX_ERR_OOM, "out of memory");
+        sbx__ctx_seterr(&ac->c, SBX_ERR_OOM, "out of memory");
         return SBX_ERR;
     }
     pc->id = ac->c.priv->next_id++;
@@ -610,10 +612,10 @@ static int send_call(sbx_async *ac, const char *method, json_t *params, sbx_repl
     pc->spawn = spawn;
     if (pending_add(p, pc) < 0) {
         free(pc);
-        ctx_seterr(&ac->c, SBX_ERR_OOM, "out of memory");
+        sbx__ctx_seterr(&ac->c, SBX_ERR_OOM, "out of memory");
         return SBX_ERR;
     }
-    if (ctx_append_request(&ac->c, pc->id, method, params) != SBX_OK) {
+    if (sbx__ctx_append_request(&ac->c, pc->id, method, params) != SBX_OK) {
         pending_unlink(p, pc);
         free(pc);
         return SBX_ERR;
@@ -647,13 +649,14 @@ int sbx_async_spawn(sbx_async *ac, json_t *params, sbx_output_cb on_output, sbx_
     const char *sandbox = json_string_value(json_object_get(params, "sandbox"));
 
     if (!sandbox || !on_output || !on_exit) {
-        ctx_seterr(&ac->c, SBX_ERR_USAGE, "sbx_async_spawn needs params.sandbox and callbacks");
+        sbx__ctx_seterr(&ac->c, SBX_ERR_USAGE,
+                        "sbx_async_spawn needs params.sandbox and callbacks");
         return SBX_ERR;
     }
     struct watch *w = calloc(1, sizeof(*w));
     if (!w || !(w->sandbox = strdup(sandbox))) {
         free(w);
-        ctx_seterr(&ac->c, SBX_ERR_OOM, "out of memory");
+        sbx__ctx_seterr(&ac->c, SBX_ERR_OOM, "out of memory");
         return SBX_ERR;
     }
     w->pid = -1;
@@ -679,14 +682,14 @@ int sbx_async_tool_reply(sbx_async *ac, const char *call_id, json_t *result, int
     json_t *id = json_string(call_id);
     int rc;
     if (!id) {
-        ctx_seterr(&ac->c, SBX_ERR_USAGE, "invalid call id");
+        sbx__ctx_seterr(&ac->c, SBX_ERR_USAGE, "invalid call id");
         return SBX_ERR;
     }
     if (error_code)
-        rc = ctx_append_error(&ac->c, id, error_code, error_msg ? error_msg : "tool failed",
-                              NULL);
+        rc = sbx__ctx_append_error(&ac->c, id, error_code,
+                                   error_msg ? error_msg : "tool failed", NULL);
     else
-        rc = ctx_append_result(&ac->c, id, json_incref(result));
+        rc = sbx__ctx_append_result(&ac->c, id, json_incref(result));
     json_decref(id);
     if (rc == SBX_OK)
         EV_CALL(ac, add_write);
@@ -705,7 +708,7 @@ static int handle_connect(sbx_async *ac)
     if (getsockopt(ac->c.fd, SOL_SOCKET, SO_ERROR, &soerr, &len) < 0)
         soerr = errno;
     if (soerr) {
-        ctx_fail(&ac->c, SBX_ERR_IO, "connect: %s", strerror(soerr));
+        sbx__ctx_fail(&ac->c, SBX_ERR_IO, "connect: %s", strerror(soerr));
         if (p->on_connect) {
             int was = cb_enter(ac);
             p->on_connect(ac, SBX_ERR);
@@ -736,7 +739,7 @@ void sbx_async_handle_read(sbx_async *ac)
     if (!(ac->c.flags & SBX_CONNECTED) && handle_connect(ac) != SBX_OK)
         return;
 
-    int n = ctx_read(&ac->c);
+    int n = sbx__ctx_read(&ac->c);
     if (n < 0) {
         teardown(ac);
         return;
@@ -748,8 +751,8 @@ void sbx_async_handle_read(sbx_async *ac)
     for (;;) {
         json_t *m;
         struct sbx_output_view v;
-        if (reader_next(ac->c.reader, &m, &v) != SBX_OK) {
-            ctx_fail_reader(&ac->c);
+        if (sbx__reader_next(ac->c.reader, &m, &v) != SBX_OK) {
+            sbx__ctx_fail_reader(&ac->c);
             break;
         }
         if (v.data) {
@@ -774,7 +777,7 @@ void sbx_async_handle_write(sbx_async *ac)
     if (!(ac->c.flags & SBX_CONNECTED) && handle_connect(ac) != SBX_OK)
         return;
 
-    int rc = ctx_flush(&ac->c);
+    int rc = sbx__ctx_flush(&ac->c);
     if (rc < 0) {
         teardown(ac);
         return;
@@ -795,21 +798,21 @@ void sbx_async_handle_timeout(sbx_async *ac)
     if ((ac->c.flags & SBX_CONNECTED) && p->npending == 0)
         return; /* idle is fine; the next call re-arms the timer */
 
-    uint64_t idle = now_ms() - p->last_activity;
+    uint64_t idle = sbx__now_ms() - p->last_activity;
     if (idle < (uint64_t)p->timeout_ms) {
         if (ac->ev.schedule_timer)
             ac->ev.schedule_timer(ac->ev.data, p->timeout_ms - (int)idle);
         return;
     }
     if (!(ac->c.flags & SBX_CONNECTED)) {
-        ctx_fail(&ac->c, SBX_ERR_TIMEOUT, "connect: timed out");
+        sbx__ctx_fail(&ac->c, SBX_ERR_TIMEOUT, "connect: timed out");
         if (p->on_connect) {
             int was = cb_enter(ac);
             p->on_connect(ac, SBX_ERR);
             cb_leave(ac, was);
         }
     } else {
-        ctx_fail(&ac->c, SBX_ERR_TIMEOUT, "timed out waiting for sbxd");
+        sbx__ctx_fail(&ac->c, SBX_ERR_TIMEOUT, "timed out waiting for sbxd");
     }
     teardown(ac);
 }

@@ -20,7 +20,7 @@
 /* The obuf shrinks back after a flush when it grew beyond this. */
 #define OBUF_KEEP (256 * 1024)
 
-uint64_t now_ms(void)
+uint64_t sbx__now_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -35,7 +35,7 @@ static void vseterr(sbx_ctx *c, int code, const char *fmt, va_list ap)
     vsnprintf(c->errstr, sizeof(c->errstr), fmt, ap);
 }
 
-void ctx_seterr(sbx_ctx *c, int code, const char *fmt, ...)
+void sbx__ctx_seterr(sbx_ctx *c, int code, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -43,7 +43,7 @@ void ctx_seterr(sbx_ctx *c, int code, const char *fmt, ...)
     va_end(ap);
 }
 
-void ctx_fail(sbx_ctx *c, int code, const char *fmt, ...)
+void sbx__ctx_fail(sbx_ctx *c, int code, const char *fmt, ...)
 {
     va_list ap;
     /* Keep the first fatal error: it is the cause, later ones are echoes. */
@@ -55,20 +55,20 @@ void ctx_fail(sbx_ctx *c, int code, const char *fmt, ...)
     c->flags |= SBX_BROKEN;
 }
 
-void ctx_clear_err(sbx_ctx *c)
+void sbx__ctx_clear_err(sbx_ctx *c)
 {
     c->err = 0;
     c->errstr[0] = '\0';
 }
 
-void ctx_fail_reader(sbx_ctx *c)
+void sbx__ctx_fail_reader(sbx_ctx *c)
 {
-    ctx_fail(c, sbx_reader_err(c->reader), "%s", sbx_reader_errstr(c->reader));
+    sbx__ctx_fail(c, sbx_reader_err(c->reader), "%s", sbx_reader_errstr(c->reader));
 }
 
 /* ---- lifecycle --------------------------------------------------------------- */
 
-int ctx_init(sbx_ctx *c)
+int sbx__ctx_init(sbx_ctx *c)
 {
     memset(c, 0, sizeof(*c));
     c->fd = -1;
@@ -83,7 +83,7 @@ int ctx_init(sbx_ctx *c)
     return SBX_OK;
 }
 
-void ctx_deinit(sbx_ctx *c)
+void sbx__ctx_deinit(sbx_ctx *c)
 {
     if (c->fd >= 0)
         close(c->fd);
@@ -100,7 +100,7 @@ void ctx_deinit(sbx_ctx *c)
 
 /* ---- socket ------------------------------------------------------------------ */
 
-int ctx_connect_unix(sbx_ctx *c, const char *path, int timeout_ms, int nonblock)
+int sbx__ctx_connect_unix(sbx_ctx *c, const char *path, int timeout_ms, int nonblock)
 {
     struct sockaddr_un sa;
     size_t n = strlen(path);
@@ -108,14 +108,15 @@ int ctx_connect_unix(sbx_ctx *c, const char *path, int timeout_ms, int nonblock)
     memset(&sa, 0, sizeof(sa));
     sa.sun_family = AF_UNIX;
     if (n == 0 || n >= sizeof(sa.sun_path)) {
-        ctx_fail(c, SBX_ERR_IO, "socket path %s: %s", n ? "too long" : "empty", path);
+        sbx__ctx_fail(c, SBX_ERR_IO, "socket path %s: %s", n ? "too long" : "empty",
+                      path);
         return SBX_ERR;
     }
     memcpy(sa.sun_path, path, n + 1);
 
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | (nonblock ? SOCK_NONBLOCK : 0), 0);
     if (fd < 0) {
-        ctx_fail(c, SBX_ERR_IO, "socket: %s", strerror(errno));
+        sbx__ctx_fail(c, SBX_ERR_IO, "socket: %s", strerror(errno));
         return SBX_ERR;
     }
     c->fd = fd;
@@ -131,10 +132,10 @@ int ctx_connect_unix(sbx_ctx *c, const char *path, int timeout_ms, int nonblock)
         if (nonblock && e == EINPROGRESS) {
             /* Finished by the first writable event (handle_write). */
         } else if (!nonblock && (e == EAGAIN || e == EINPROGRESS)) {
-            ctx_fail(c, SBX_ERR_TIMEOUT, "connect %s: timed out", path);
+            sbx__ctx_fail(c, SBX_ERR_TIMEOUT, "connect %s: timed out", path);
             return SBX_ERR;
         } else {
-            ctx_fail(c, SBX_ERR_IO, "connect %s: %s", path, strerror(e));
+            sbx__ctx_fail(c, SBX_ERR_IO, "connect %s: %s", path, strerror(e));
             return SBX_ERR;
         }
     }
@@ -144,7 +145,7 @@ int ctx_connect_unix(sbx_ctx *c, const char *path, int timeout_ms, int nonblock)
             setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &zero, sizeof(zero));
         int fl = fcntl(fd, F_GETFL);
         if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) {
-            ctx_fail(c, SBX_ERR_IO, "fcntl: %s", strerror(errno));
+            sbx__ctx_fail(c, SBX_ERR_IO, "fcntl: %s", strerror(errno));
             return SBX_ERR;
         }
         c->flags |= SBX_CONNECTED;
@@ -152,12 +153,12 @@ int ctx_connect_unix(sbx_ctx *c, const char *path, int timeout_ms, int nonblock)
     return SBX_OK;
 }
 
-int ctx_obuf_pending(const sbx_ctx *c)
+int sbx__ctx_obuf_pending(const sbx_ctx *c)
 {
     return c->priv->obuf.pos < c->priv->obuf.len;
 }
 
-int ctx_flush(sbx_ctx *c)
+int sbx__ctx_flush(sbx_ctx *c)
 {
     struct sbx_obuf *ob = &c->priv->obuf;
 
@@ -170,7 +171,7 @@ int ctx_flush(sbx_ctx *c)
                 continue;
             if (errno == EAGAIN || errno == EWOULDBLOCK)
                 return 0;
-            ctx_fail(c, SBX_ERR_IO, "write: %s", strerror(errno));
+            sbx__ctx_fail(c, SBX_ERR_IO, "write: %s", strerror(errno));
             return SBX_ERR;
         }
         ob->pos += (size_t)n;
@@ -184,7 +185,7 @@ int ctx_flush(sbx_ctx *c)
     return 1;
 }
 
-int ctx_read(sbx_ctx *c)
+int sbx__ctx_read(sbx_ctx *c)
 {
     ssize_t n;
 
@@ -192,9 +193,9 @@ int ctx_read(sbx_ctx *c)
         return SBX_ERR;
     /* Straight into the reader's buffer: no bounce through the stack. */
     size_t avail;
-    char *dst = reader_space(c->reader, SBX_READ_CHUNK, &avail);
+    char *dst = sbx__reader_space(c->reader, SBX_READ_CHUNK, &avail);
     if (!dst) {
-        ctx_fail_reader(c);
+        sbx__ctx_fail_reader(c);
         return SBX_ERR;
     }
     do {
@@ -203,14 +204,14 @@ int ctx_read(sbx_ctx *c)
     if (n < 0) {
         if (errno == EAGAIN || errno == EWOULDBLOCK)
             return 0;
-        ctx_fail(c, SBX_ERR_IO, "read: %s", strerror(errno));
+        sbx__ctx_fail(c, SBX_ERR_IO, "read: %s", strerror(errno));
         return SBX_ERR;
     }
     if (n == 0) {
-        ctx_fail(c, SBX_ERR_EOF, "connection closed by sbxd");
+        sbx__ctx_fail(c, SBX_ERR_EOF, "connection closed by sbxd");
         return SBX_ERR;
     }
-    reader_commit(c->reader, (size_t)n);
+    sbx__reader_commit(c->reader, (size_t)n);
     return n > INT32_MAX ? INT32_MAX : (int)n;
 }
 
@@ -252,7 +253,7 @@ static int dump_cb(const char *buf, size_t n, void *data)
     return 0;
 }
 
-int ctx_append_msg(sbx_ctx *c, json_t *msg)
+int sbx__ctx_append_msg(sbx_ctx *c, json_t *msg)
 {
     struct sbx_obuf *ob = &c->priv->obuf;
     size_t start = ob->len - ob->pos; /* survives a compaction in dump_cb */
@@ -260,55 +261,56 @@ int ctx_append_msg(sbx_ctx *c, json_t *msg)
     /* JSON_COMPACT output holds no raw newline: strings escape it. */
     if (json_dump_callback(msg, dump_cb, ob, JSON_COMPACT) < 0 || dump_cb("\n", 1, ob) < 0) {
         ob->len = ob->pos + start; /* all or nothing */
-        ctx_seterr(c, SBX_ERR_OOM, "cannot serialize message (out of memory?)");
+        sbx__ctx_seterr(c, SBX_ERR_OOM, "cannot serialize message (out of memory?)");
         return SBX_ERR;
     }
     return SBX_OK;
 }
 
-int ctx_append_request(sbx_ctx *c, json_int_t id, const char *method, json_t *params)
+int sbx__ctx_append_request(sbx_ctx *c, json_int_t id, const char *method, json_t *params)
 {
     json_t *msg = json_pack("{s:s, s:I, s:s}", "jsonrpc", "2.0", "id", id, "method", method);
     if (!msg || (params && json_object_set(msg, "params", params) < 0)) {
         json_decref(msg);
-        ctx_seterr(c, SBX_ERR_OOM, "out of memory");
+        sbx__ctx_seterr(c, SBX_ERR_OOM, "out of memory");
         return SBX_ERR;
     }
-    int rc = ctx_append_msg(c, msg);
+    int rc = sbx__ctx_append_msg(c, msg);
     json_decref(msg);
     return rc;
 }
 
-int ctx_append_result(sbx_ctx *c, json_t *id, json_t *result)
+int sbx__ctx_append_result(sbx_ctx *c, json_t *id, json_t *result)
 {
     json_t *msg = json_pack("{s:s, s:O, s:o}", "jsonrpc", "2.0", "id", id, "result",
                             result ? result : json_null());
     if (!msg) {
-        ctx_seterr(c, SBX_ERR_OOM, "out of memory");
+        sbx__ctx_seterr(c, SBX_ERR_OOM, "out of memory");
         return SBX_ERR;
     }
-    int rc = ctx_append_msg(c, msg);
+    int rc = sbx__ctx_append_msg(c, msg);
     json_decref(msg);
     return rc;
 }
 
-int ctx_append_error(sbx_ctx *c, json_t *id, int code, const char *message, json_t *data)
+int sbx__ctx_append_error(sbx_ctx *c, json_t *id, int code, const char *message,
+                          json_t *data)
 {
     json_t *msg = json_pack("{s:s, s:O, s:{s:i, s:s, s:o}}", "jsonrpc", "2.0", "id",
                             id ? id : json_null(), "error", "code", code, "message", message,
                             "data", data ? data : json_object());
     if (!msg) {
-        ctx_seterr(c, SBX_ERR_OOM, "out of memory");
+        sbx__ctx_seterr(c, SBX_ERR_OOM, "out of memory");
         return SBX_ERR;
     }
-    int rc = ctx_append_msg(c, msg);
+    int rc = sbx__ctx_append_msg(c, msg);
     json_decref(msg);
     return rc;
 }
 
 /* ---- messages ---------------------------------------------------------------- */
 
-enum msg_kind msg_classify(json_t *m)
+enum msg_kind sbx__msg_classify(json_t *m)
 {
     if (!json_is_object(m))
         return MSG_INVALID;
@@ -324,7 +326,7 @@ enum msg_kind msg_classify(json_t *m)
     return MSG_INVALID;
 }
 
-void rpc_error_view(sbx_rpc_error *e, json_t *error)
+void sbx__rpc_error_view(sbx_rpc_error *e, json_t *error)
 {
     json_t *code = json_object_get(error, "code");
     const char *msg = json_string_value(json_object_get(error, "message"));
@@ -335,10 +337,10 @@ void rpc_error_view(sbx_rpc_error *e, json_t *error)
     e->data = data;
 }
 
-sbx_rpc_error *rpc_error_new(json_t *error)
+sbx_rpc_error *sbx__rpc_error_new(json_t *error)
 {
     sbx_rpc_error view;
-    rpc_error_view(&view, error);
+    sbx__rpc_error_view(&view, error);
 
     size_t n = strlen(view.message);
     sbx_rpc_error *e = malloc(sizeof(*e) + n + 1);
@@ -360,7 +362,7 @@ void sbx_rpc_error_free(sbx_rpc_error *e)
     free(e);
 }
 
-int ctx_reply_unknown(sbx_ctx *c, json_t *m)
+int sbx__ctx_reply_unknown(sbx_ctx *c, json_t *m)
 {
     const char *method = json_string_value(json_object_get(m, "method"));
     json_t *id = json_object_get(m, "id");
@@ -368,9 +370,9 @@ int ctx_reply_unknown(sbx_ctx *c, json_t *m)
     if (method && strcmp(method, SBX_R_TOOL_CALL) == 0) {
         json_t *params = json_object_get(m, "params");
         const char *tool = json_string_value(json_object_get(params, "name"));
-        return ctx_append_error(c, id, SBX_E_TOOL, "no tool handler in this client",
-                                json_pack("{s:s}", "tool", tool ? tool : ""));
+        return sbx__ctx_append_error(c, id, SBX_E_TOOL, "no tool handler in this client",
+                                     json_pack("{s:s}", "tool", tool ? tool : ""));
     }
-    return ctx_append_error(c, id, SBX_E_METHOD, "method not found",
-                            json_pack("{s:s}", "method", method ? method : ""));
+    return sbx__ctx_append_error(c, id, SBX_E_METHOD, "method not found",
+                                 json_pack("{s:s}", "method", method ? method : ""));
 }

@@ -162,8 +162,8 @@ int sbx_json_get_bytes(const json_t *obj, const char *key, char **data_out, size
     return SBX_OK;
 }
 
-int output_view_bytes(const struct sbx_output_view *v, char **scratch, size_t *scap,
-                      const char **data_out, size_t *len_out)
+int sbx__output_view_bytes(const struct sbx_output_view *v, char **scratch, size_t *scap,
+                           const char **data_out, size_t *len_out)
 {
     if (!v->b64) {
         *data_out = v->data;

@@ -93,7 +93,7 @@ static int reader_fail(sbx_reader *r, int code, const char *fmt, ...)
     return SBX_ERR;
 }
 
-char *reader_space(sbx_reader *r, size_t n, size_t *avail)
+char *sbx__reader_space(sbx_reader *r, size_t n, size_t *avail)
 {
     if (r->err)
         return NULL;
@@ -126,7 +126,7 @@ char *reader_space(sbx_reader *r, size_t n, size_t *avail)
     return r->buf + r->len;
 }
 
-void reader_commit(sbx_reader *r, size_t n)
+void sbx__reader_commit(sbx_reader *r, size_t n)
 {
     r->len += n;
 }
@@ -138,11 +138,11 @@ int sbx_reader_feed(sbx_reader *r, const char *data, size_t n)
     if (n == 0)
         return SBX_OK;
     size_t avail;
-    char *dst = reader_space(r, n, &avail);
+    char *dst = sbx__reader_space(r, n, &avail);
     if (!dst)
         return SBX_ERR;
     memcpy(dst, data, n);
-    reader_commit(r, n);
+    sbx__reader_commit(r, n);
     return SBX_OK;
 }
 
@@ -420,7 +420,7 @@ static int output_fast(sbx_reader *r, unsigned char *s, size_t n, struct sbx_out
     return 1;
 }
 
-json_t *output_view_json(const struct sbx_output_view *v)
+json_t *sbx__output_view_json(const struct sbx_output_view *v)
 {
     json_t *params = json_pack("{s:s%, s:I, s:s, s:I}", "sandbox", v->sandbox, v->sandbox_len,
                                "pid", v->pid, "stream",
@@ -437,7 +437,7 @@ json_t *output_view_json(const struct sbx_output_view *v)
     return m;
 }
 
-int reader_next(sbx_reader *r, json_t **frame_out, struct sbx_output_view *view)
+int sbx__reader_next(sbx_reader *r, json_t **frame_out, struct sbx_output_view *view)
 {
     *frame_out = NULL;
     if (view)
@@ -470,7 +470,7 @@ int reader_next(sbx_reader *r, json_t **frame_out, struct sbx_output_view *view)
                 *view = v;
                 return SBX_OK;
             }
-            json_t *m = output_view_json(&v);
+            json_t *m = sbx__output_view_json(&v);
             if (!m)
                 return reader_fail(r, SBX_ERR_OOM, "out of memory");
             *frame_out = m;
@@ -491,5 +491,5 @@ int reader_next(sbx_reader *r, json_t **frame_out, struct sbx_output_view *view)
 
 int sbx_reader_get_frame(sbx_reader *r, json_t **frame_out)
 {
-    return reader_next(r, frame_out, NULL);
+    return sbx__reader_next(r, frame_out, NULL);
 }

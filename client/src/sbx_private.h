@@ -1,5 +1,11 @@
 /*
  * sbx_private.h - libsbx internals shared by the sync and async halves.
+ *
+ * Naming: every function with external linkage that is not public API is
+ * prefixed `sbx__` (two underscores), so that libsbx.a and libsbx.so define
+ * only `sbx_*` symbols and users' own names (ctx_init, now_ms, ...) never
+ * collide with ours. Public API is `sbx_` + a lower-case letter;
+ * tests/providers/symbols.sh checks both archives with nm.
  */
 #ifndef SBX_PRIVATE_H
 #define SBX_PRIVATE_H
@@ -10,6 +16,12 @@
 #include "sbx/sbx_async.h"
 
 #define SBX_PRINTF(a, b) __attribute__((format(printf, a, b)))
+
+/* ctx->flags bits private to libsbx (the public ones are in sbx.h). */
+#define SBX_IN_CALLBACK 0x04   /* a user callback is running */
+#define SBX_DISCONNECTING 0x08 /* async: graceful disconnect requested */
+#define SBX_FREEING 0x10       /* async: being torn down */
+#define SBX_FREE_PENDING 0x20  /* async: free requested from a callback */
 
 /* Room made in the reader for each read(2) (it may take more when there is). */
 #define SBX_READ_CHUNK (256 * 1024)
@@ -53,59 +65,61 @@ struct sbx_output_view {
 };
 
 /* Room for n more bytes at the end of the buffer (*avail >= n), to read
- * into directly; then reader_commit. NULL on failure (reader error set). */
-char *reader_space(sbx_reader *r, size_t n, size_t *avail);
-void reader_commit(sbx_reader *r, size_t n);
+ * into directly; then sbx__reader_commit. NULL on failure (reader error set). */
+char *sbx__reader_space(sbx_reader *r, size_t n, size_t *avail);
+void sbx__reader_commit(sbx_reader *r, size_t n);
 /* sbx_reader_get_frame, but a process.output of the daemon's shape comes
  * back in *view (view->data set, *frame_out NULL) when view is not NULL. */
-int reader_next(sbx_reader *r, json_t **frame_out, struct sbx_output_view *view);
+int sbx__reader_next(sbx_reader *r, json_t **frame_out, struct sbx_output_view *view);
 /* The notification a view stands for; new reference, NULL on OOM. */
-json_t *output_view_json(const struct sbx_output_view *v);
+json_t *sbx__output_view_json(const struct sbx_output_view *v);
 /* The bytes of a view: the data itself, or base64 decoded into *scratch
  * (grown as needed, the caller's). SBX_ERR on bad base64 or OOM. */
-int output_view_bytes(const struct sbx_output_view *v, char **scratch, size_t *scap,
-                      const char **data_out, size_t *len_out);
+int sbx__output_view_bytes(const struct sbx_output_view *v, char **scratch, size_t *scap,
+                           const char **data_out, size_t *len_out);
 
 /* ---- ctx.c ---- */
-int ctx_init(sbx_ctx *c);
-void ctx_deinit(sbx_ctx *c);
+int sbx__ctx_init(sbx_ctx *c);
+void sbx__ctx_deinit(sbx_ctx *c);
 
 /* Sets err/errstr without breaking the connection (TIMEOUT, RPC, USAGE). */
-void ctx_seterr(sbx_ctx *c, int code, const char *fmt, ...) SBX_PRINTF(3, 4);
+void sbx__ctx_seterr(sbx_ctx *c, int code, const char *fmt, ...) SBX_PRINTF(3, 4);
 /* Sets err/errstr and marks the connection SBX_BROKEN. */
-void ctx_fail(sbx_ctx *c, int code, const char *fmt, ...) SBX_PRINTF(3, 4);
-void ctx_clear_err(sbx_ctx *c);
+void sbx__ctx_fail(sbx_ctx *c, int code, const char *fmt, ...) SBX_PRINTF(3, 4);
+void sbx__ctx_clear_err(sbx_ctx *c);
 /* Copies the reader's error into c (and breaks c). */
-void ctx_fail_reader(sbx_ctx *c);
+void sbx__ctx_fail_reader(sbx_ctx *c);
 
 /* Creates the socket and connects. Sync: blocks up to timeout_ms, then sets
  * SBX_CONNECTED; async (nonblock): leaves SBX_CONNECTED to the first
  * writable event. Either way the fd ends up non-blocking. */
-int ctx_connect_unix(sbx_ctx *c, const char *path, int timeout_ms, int nonblock);
+int sbx__ctx_connect_unix(sbx_ctx *c, const char *path, int timeout_ms, int nonblock);
 
 /* Writes what the socket takes: 1 all flushed, 0 more pending, SBX_ERR. */
-int ctx_flush(sbx_ctx *c);
+int sbx__ctx_flush(sbx_ctx *c);
 /* One read into the reader: >0 bytes read, 0 would block, SBX_ERR (EOF too). */
-int ctx_read(sbx_ctx *c);
-int ctx_obuf_pending(const sbx_ctx *c);
+int sbx__ctx_read(sbx_ctx *c);
+int sbx__ctx_obuf_pending(const sbx_ctx *c);
 
 /* Serializes msg (borrowed) + '\n' into the obuf; all or nothing. */
-int ctx_append_msg(sbx_ctx *c, json_t *msg);
-int ctx_append_request(sbx_ctx *c, json_int_t id, const char *method, json_t *params);
+int sbx__ctx_append_msg(sbx_ctx *c, json_t *msg);
+int sbx__ctx_append_request(sbx_ctx *c, json_int_t id, const char *method,
+                            json_t *params);
 /* id borrowed, result stolen. */
-int ctx_append_result(sbx_ctx *c, json_t *id, json_t *result);
+int sbx__ctx_append_result(sbx_ctx *c, json_t *id, json_t *result);
 /* id borrowed, data stolen (NULL: {}). */
-int ctx_append_error(sbx_ctx *c, json_t *id, int code, const char *message, json_t *data);
+int sbx__ctx_append_error(sbx_ctx *c, json_t *id, int code, const char *message,
+                          json_t *data);
 
-enum msg_kind msg_classify(json_t *m);
+enum msg_kind sbx__msg_classify(json_t *m);
 /* Fills e with borrowed pointers into the error object. */
-void rpc_error_view(sbx_rpc_error *e, json_t *error);
+void sbx__rpc_error_view(sbx_rpc_error *e, json_t *error);
 /* A heap copy of an error object, for err_out. NULL on OOM. */
-sbx_rpc_error *rpc_error_new(json_t *error);
+sbx_rpc_error *sbx__rpc_error_new(json_t *error);
 
 /* Answers a daemon->client request other than an async tool.call. */
-int ctx_reply_unknown(sbx_ctx *c, json_t *m);
+int sbx__ctx_reply_unknown(sbx_ctx *c, json_t *m);
 
-uint64_t now_ms(void);
+uint64_t sbx__now_ms(void);
 
 #endif

@@ -18,11 +18,11 @@ sbx_ctx *sbx_connect_unix(const char *path, int timeout_ms)
     sbx_ctx *c = malloc(sizeof(*c));
     if (!c)
         return NULL;
-    if (ctx_init(c) != SBX_OK) {
+    if (sbx__ctx_init(c) != SBX_OK) {
         free(c);
         return NULL;
     }
-    ctx_connect_unix(c, path, timeout_ms, 0);
+    sbx__ctx_connect_unix(c, path, timeout_ms, 0);
     return c;
 }
 
@@ -30,7 +30,7 @@ void sbx_free(sbx_ctx *c)
 {
     if (!c)
         return;
-    ctx_deinit(c);
+    sbx__ctx_deinit(c);
     free(c);
 }
 
@@ -73,8 +73,8 @@ static int answer_tool_call(sbx_ctx *c, json_t *m)
     char errmsg[SBX_TOOL_ERRMSG_LEN] = "";
 
     if (!tool)
-        return ctx_append_error(c, id, SBX_E_PARAMS, "tool.call without a name",
-                                json_pack("{s:s}", "param", "name"));
+        return sbx__ctx_append_error(c, id, SBX_E_PARAMS, "tool.call without a name",
+                                     json_pack("{s:s}", "param", "name"));
 
     c->flags |= SBX_IN_CALLBACK;
     int rc = c->priv->tool_cb(c, &result, tool, args, params, errmsg, sizeof(errmsg),
@@ -82,11 +82,11 @@ static int answer_tool_call(sbx_ctx *c, json_t *m)
     c->flags &= ~SBX_IN_CALLBACK;
 
     if (rc == SBX_OK)
-        return ctx_append_result(c, id, result);
+        return sbx__ctx_append_result(c, id, result);
     json_decref(result);
     errmsg[sizeof(errmsg) - 1] = '\0';
-    return ctx_append_error(c, id, SBX_E_TOOL, errmsg[0] ? errmsg : "tool failed",
-                            json_pack("{s:s}", "tool", tool));
+    return sbx__ctx_append_error(c, id, SBX_E_TOOL, errmsg[0] ? errmsg : "tool failed",
+                                 json_pack("{s:s}", "tool", tool));
 }
 
 static void deliver_notification(sbx_ctx *c, json_t *m)
@@ -117,7 +117,7 @@ static int dispatch(sbx_ctx *c, json_t *m, json_int_t want, json_t **resp_out,
     json_t *id;
     int rc = 0;
 
-    switch (msg_classify(m)) {
+    switch (sbx__msg_classify(m)) {
     case MSG_RESPONSE:
         id = json_object_get(m, "id");
         if (want > 0 && json_is_integer(id) && json_integer_value(id) == want) {
@@ -143,13 +143,13 @@ static int dispatch(sbx_ctx *c, json_t *m, json_int_t want, json_t **resp_out,
         if (c->priv->tool_cb && strcmp(method, SBX_R_TOOL_CALL) == 0)
             rc = answer_tool_call(c, m);
         else
-            rc = ctx_reply_unknown(c, m);
+            rc = sbx__ctx_reply_unknown(c, m);
         if (rc != SBX_OK)
-            ctx_fail(c, c->err ? c->err : SBX_ERR_OOM, "cannot answer %s", method);
+            sbx__ctx_fail(c, c->err ? c->err : SBX_ERR_OOM, "cannot answer %s", method);
         break;
     }
     default:
-        ctx_fail(c, SBX_ERR_PROTOCOL, "unexpected message from sbxd");
+        sbx__ctx_fail(c, SBX_ERR_PROTOCOL, "unexpected message from sbxd");
         rc = SBX_ERR;
         break;
     }
@@ -161,13 +161,13 @@ static int dispatch(sbx_ctx *c, json_t *m, json_int_t want, json_t **resp_out,
 static int pump(sbx_ctx *c, json_int_t want, json_t **resp_out, json_t **notif_out,
                 int timeout_ms)
 {
-    uint64_t deadline = timeout_ms >= 0 ? now_ms() + (uint64_t)timeout_ms : 0;
+    uint64_t deadline = timeout_ms >= 0 ? sbx__now_ms() + (uint64_t)timeout_ms : 0;
 
     for (;;) {
         json_t *m;
         for (;;) {
             if (sbx_reader_get_frame(c->reader, &m) != SBX_OK) {
-                ctx_fail_reader(c);
+                sbx__ctx_fail_reader(c);
                 return SBX_ERR;
             }
             if (!m)
@@ -183,24 +183,24 @@ static int pump(sbx_ctx *c, json_int_t want, json_t **resp_out, json_t **notif_o
 
         int wait = -1;
         if (timeout_ms >= 0) {
-            uint64_t now = now_ms();
+            uint64_t now = sbx__now_ms();
             wait = now >= deadline ? 0 : (int)(deadline - now);
         }
-        struct pollfd pfd = {c->fd, POLLIN | (ctx_obuf_pending(c) ? POLLOUT : 0), 0};
+        struct pollfd pfd = {c->fd, POLLIN | (sbx__ctx_obuf_pending(c) ? POLLOUT : 0), 0};
         int n = poll(&pfd, 1, wait);
         if (n < 0) {
             if (errno == EINTR)
                 continue;
-            ctx_fail(c, SBX_ERR_IO, "poll: %s", strerror(errno));
+            sbx__ctx_fail(c, SBX_ERR_IO, "poll: %s", strerror(errno));
             return SBX_ERR;
         }
         if (n == 0) {
-            ctx_seterr(c, SBX_ERR_TIMEOUT, "timed out");
+            sbx__ctx_seterr(c, SBX_ERR_TIMEOUT, "timed out");
             return SBX_ERR;
         }
-        if ((pfd.revents & POLLOUT) && ctx_flush(c) < 0)
+        if ((pfd.revents & POLLOUT) && sbx__ctx_flush(c) < 0)
             return SBX_ERR;
-        if ((pfd.revents & (POLLIN | POLLHUP | POLLERR)) && ctx_read(c) < 0)
+        if ((pfd.revents & (POLLIN | POLLHUP | POLLERR)) && sbx__ctx_read(c) < 0)
             return SBX_ERR;
     }
 }
@@ -210,14 +210,14 @@ static int check_usable(sbx_ctx *c)
     if (c->flags & SBX_BROKEN)
         return SBX_ERR; /* keep the error that broke it */
     if (c->flags & SBX_IN_CALLBACK) {
-        ctx_seterr(c, SBX_ERR_USAGE, "sync call from inside a callback");
+        sbx__ctx_seterr(c, SBX_ERR_USAGE, "sync call from inside a callback");
         return SBX_ERR;
     }
     if (!(c->flags & SBX_CONNECTED)) {
-        ctx_seterr(c, SBX_ERR_USAGE, "not connected");
+        sbx__ctx_seterr(c, SBX_ERR_USAGE, "not connected");
         return SBX_ERR;
     }
-    ctx_clear_err(c);
+    sbx__ctx_clear_err(c);
     return SBX_OK;
 }
 
@@ -234,7 +234,7 @@ int sbx_call(sbx_ctx *c, json_t **result_out, sbx_rpc_error **err_out, const cha
         return SBX_ERR;
 
     json_int_t id = c->priv->next_id++;
-    if (ctx_append_request(c, id, method, params) != SBX_OK)
+    if (sbx__ctx_append_request(c, id, method, params) != SBX_OK)
         return SBX_ERR;
     if (pump(c, id, &resp, NULL, c->priv->timeout_ms > 0 ? c->priv->timeout_ms : -1) != SBX_OK)
         return SBX_ERR;
@@ -242,17 +242,17 @@ int sbx_call(sbx_ctx *c, json_t **result_out, sbx_rpc_error **err_out, const cha
     json_t *error = json_object_get(resp, "error");
     if (error) {
         sbx_rpc_error view;
-        rpc_error_view(&view, error);
-        ctx_seterr(c, SBX_ERR_RPC, "%s", view.message);
+        sbx__rpc_error_view(&view, error);
+        sbx__ctx_seterr(c, SBX_ERR_RPC, "%s", view.message);
         if (err_out)
-            *err_out = rpc_error_new(error);
+            *err_out = sbx__rpc_error_new(error);
         json_decref(resp);
         return SBX_ERR;
     }
     if (result_out)
         *result_out = json_incref(json_object_get(resp, "result"));
     json_decref(resp);
-    ctx_clear_err(c); /* e.g. a refused nested call from a callback */
+    sbx__ctx_clear_err(c); /* e.g. a refused nested call from a callback */
     return SBX_OK;
 }
 

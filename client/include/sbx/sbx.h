@@ -65,17 +65,13 @@ extern "C" {
 
 #define SBX_ERRSTR_LEN 128
 
-/* ctx->flags (read-only for the user). */
-#define SBX_CONNECTED 0x01     /* connection established (async: on_connect ran) */
-#define SBX_BROKEN 0x02        /* a fatal error happened; only free is left */
-#define SBX_IN_CALLBACK 0x04   /* a user callback is running */
-#define SBX_DISCONNECTING 0x08 /* async: graceful disconnect requested */
-#define SBX_FREEING 0x10       /* async: being torn down */
-#define SBX_FREE_PENDING 0x20  /* async: free requested from a callback */
+/* ctx->flags (read-only for the user; other bits are libsbx's own). */
+#define SBX_CONNECTED 0x01 /* connection established (async: on_connect ran) */
+#define SBX_BROKEN 0x02    /* a fatal error happened; only free is left */
 
 /* Output streams (process.output "stream"). */
-#define SBX_STDOUT 1
-#define SBX_STDERR 2
+#define SBX_STDOUT SBX_STREAM_STDOUT /* 1 */
+#define SBX_STDERR SBX_STREAM_STDERR /* 2 */
 
 /* Notifications queued by the sync API when no notify callback is set. */
 #define SBX_NOTIFY_QUEUE_MAX 4096
