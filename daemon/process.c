@@ -356,8 +356,11 @@ static void emit_stream(struct process *p, int stream, const uint8_t *d, size_t 
 
 void process_output(struct process *p, int stream, const void *data, size_t len)
 {
-    if (p->state == P_EXITED || stream < 0 || stream > 1 || len == 0)
+    if (p->state == P_EXITED || len == 0)
         return;
+    if (stream != SBX_STREAM_STDOUT && stream != SBX_STREAM_STDERR)
+        return;
+    stream -= SBX_STREAM_STDOUT; /* p->out[] and the helpers below index 0, 1 */
     struct pstream *st = &p->out[stream];
     size_t cap0 = st->ring.cap;
     ring_append(&st->ring, data, len);

@@ -19,6 +19,7 @@
 
 #include "config.h"
 #include "err.h"
+#include "sbx_proto.h"
 
 struct sandbox;
 struct process;
@@ -129,7 +130,7 @@ void snapshot_register(const char *id, const char *provider, uid_t owner, double
 void sandbox_progress(struct sandbox *sb, json_t *params);
 
 void process_started(struct process *p, long os_pid);
-/* stream 0 stdout, 1 stderr. */
+/* stream SBX_STREAM_STDOUT (1) or SBX_STREAM_STDERR (2), as in libsbx. */
 void process_output(struct process *p, int stream, const void *data, size_t len);
 /* 1 while a follower cannot take more: stop reading / withhold credit. */
 int process_output_blocked(struct process *p);

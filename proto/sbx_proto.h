@@ -34,6 +34,12 @@
 #define SBX_E_SHUTDOWN -32008           /* daemon is shutting down */
 #define SBX_E_TOOL -32009               /* tool.call failed on the client side */
 
+/* Output streams, one numbering for libsbx (SBX_STDOUT/SBX_STDERR) and the
+ * daemon's provider interface (process_output). The wire names them
+ * "stdout"/"stderr"; these are the file descriptors they stand for. */
+#define SBX_STREAM_STDOUT 1
+#define SBX_STREAM_STDERR 2
+
 /* Exit codes the daemon reports for processes it ended itself. */
 #define SBX_EXIT_TIMEOUT 124
 #define SBX_EXIT_KILLED 137 /* 128 + SIGKILL */

@@ -401,7 +401,10 @@ void dk_agent_frame(struct chan *ch, const struct sbx_chan_hdr *h, const uint8_t
         /* Sent before the agent saw our REPLAY: it sends them again. */
         if (dpp->await_replay)
             return;
-        process_output(p, h->type == SBX_CHAN_STDERR, payload, h->len);
+        process_output(p,
+                       h->type == SBX_CHAN_STDERR ? SBX_STREAM_STDERR
+                                                  : SBX_STREAM_STDOUT,
+                       payload, h->len);
         dpp->owed += h->len;
         send_credit(ds, dpp, 0);
         return;

@@ -87,7 +87,7 @@ static void stream_data(struct hj *h, int stream, const uint8_t *d, size_t n, vo
     struct dk_proc *dpp = data;
     if (dpp->exited || stream < 1 || stream > 2)
         return;
-    process_output(dpp->p, stream - 1, d, n);
+    process_output(dpp->p, stream, d, n); /* Docker frames use 1, 2 too */
     if (process_output_blocked(dpp->p) && !dpp->out_paused) {
         dpp->out_paused = 1;
         hj_pause(h, 1);

@@ -816,7 +816,8 @@ static void whole_frame(struct worker *w, const struct sbx_chan_hdr *h, const ui
         if (!p || p->pid != h->proc)
             return;
         struct duk_proc *dpp = p->pdata;
-        process_output(p, h->type == SBX_CHAN_STDERR, payload, h->len);
+        int stream = h->type == SBX_CHAN_STDERR ? SBX_STREAM_STDERR : SBX_STREAM_STDOUT;
+        process_output(p, stream, payload, h->len);
         if (w->running == p && dpp) {
             dpp->owed += h->len;
             send_credit(w, dpp, 0);

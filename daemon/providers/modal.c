@@ -1780,9 +1780,9 @@ static void out_msg(struct grpc_call *c, const uint8_t *msg, size_t len, void *p
     if (b->batch_index > m->last_batch[fd - 1] || b->batch_index == 0) {
         for (size_t i = 0; i < b->n_items; i++) {
             Modal__Client__RuntimeOutputMessage *it = b->items[i];
-            int stream = it->file_descriptor == 2   ? 1
-                         : it->file_descriptor == 1 ? 0
-                                                    : fd - 1;
+            int stream = it->file_descriptor == 2   ? SBX_STREAM_STDERR
+                         : it->file_descriptor == 1 ? SBX_STREAM_STDOUT
+                                                    : fd;
             if (it->message_bytes.len)
                 process_output(m->p, stream, it->message_bytes.data,
                                it->message_bytes.len);

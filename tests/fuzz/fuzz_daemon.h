@@ -24,7 +24,7 @@ static int fz_spawn(void *cookie, struct process *p, sbx_err_t *err)
 {
     const char *code = json_string_value(json_object_get(p->spec, "code"));
     if (code && strncmp(code, "out ", 4) == 0) {
-        process_output(p, 0, code + 4, strlen(code + 4));
+        process_output(p, SBX_STREAM_STDOUT, code + 4, strlen(code + 4));
         json_t *rec = json_pack("{s:i}", "exit_code", 0);
         process_exited(p, rec);
         json_decref(rec);

@@ -60,12 +60,13 @@ static int f_spawn(void *cookie, struct process *p, sbx_err_t *err)
 {
     const char *code = json_string_value(json_object_get(p->spec, "code"));
     if (strncmp(code, "out ", 4) == 0) {
-        process_output(p, 0, code + 4, strlen(code + 4));
+        process_output(p, SBX_STREAM_STDOUT, code + 4, strlen(code + 4));
         json_t *rec = json_pack("{s:i}", "exit_code", 0);
         process_exited(p, rec);
         json_decref(rec);
     } else if (strcmp(code, "split") == 0) {
-        process_output(p, 0, "\342\202", 2); /* the first two bytes of U+20AC */
+        /* the first two bytes of U+20AC */
+        process_output(p, SBX_STREAM_STDOUT, "\342\202", 2);
         json_t *rec = json_pack("{s:i}", "exit_code", 0);
         process_exited(p, rec);
         json_decref(rec);
