@@ -491,7 +491,7 @@ int mcp_tool_route(struct mcp *m, const char *method, json_t *params)
     int stream;
     char *data;
     size_t len;
-    if (sbx_output_decode(params, &stream, &data, &len) != SBX_OK)
+    if (sbx_output_decode(&stream, &data, &len, params) != SBX_OK)
         return 1;
     int s = stream == SBX_STDERR;
     if (!attach) {

@@ -224,7 +224,7 @@ static void logs_note(struct logs_state *s, const char *method, json_t *params)
     int stream;
     char *data;
     size_t len;
-    if (sbx_output_decode(params, &stream, &data, &len) != SBX_OK)
+    if (sbx_output_decode(&stream, &data, &len, params) != SBX_OK)
         return;
     FILE *f = stream == SBX_STDERR ? stderr : stdout;
     fwrite(data, 1, len, f);

@@ -230,7 +230,7 @@ static int watch_dispatch(sbx_async *ac, const char *method, json_t *m)
     int stream;
     char *data;
     size_t len;
-    if (sbx_output_decode(params, &stream, &data, &len) != SBX_OK)
+    if (sbx_output_decode(&stream, &data, &len, params) != SBX_OK)
         return 1; /* malformed output; nothing to deliver */
     int was = cb_enter(ac);
     w->on_output(ac, stream, data, len, w->privdata);
@@ -333,7 +333,7 @@ static void on_notify(sbx_async *ac, json_t *m)
         char *data;
         size_t len;
         if (!sandbox || !json_is_integer(pidj) ||
-            sbx_output_decode(params, &stream, &data, &len) != SBX_OK) {
+            sbx_output_decode(&stream, &data, &len, params) != SBX_OK) {
             sbx__ctx_fail(&ac->c, SBX_ERR_PROTOCOL, "malformed process.output from sbxd");
             return;
         }

@@ -116,7 +116,7 @@ int sbx_base64_decode(void *out, size_t *out_len, const char *in, size_t n)
 
 /* ---- output -------------------------------------------------------------- */
 
-int sbx_json_get_bytes(const json_t *obj, const char *key, char **data_out, size_t *len_out)
+int sbx_json_get_bytes(char **data_out, size_t *len_out, const json_t *obj, const char *key)
 {
     *data_out = NULL;
     *len_out = 0;
@@ -184,7 +184,7 @@ int sbx__output_view_bytes(const struct sbx_output_view *v, char **scratch, size
     return SBX_OK;
 }
 
-int sbx_output_decode(const json_t *params, int *stream_out, char **data_out, size_t *len_out)
+int sbx_output_decode(int *stream_out, char **data_out, size_t *len_out, const json_t *params)
 {
     *data_out = NULL;
     *len_out = 0;
@@ -198,7 +198,7 @@ int sbx_output_decode(const json_t *params, int *stream_out, char **data_out, si
         return SBX_ERR;
     if (stream_out)
         *stream_out = s;
-    return sbx_json_get_bytes(params, "data", data_out, len_out);
+    return sbx_json_get_bytes(data_out, len_out, params, "data");
 }
 
 const char *sbx_version(void)

@@ -59,7 +59,7 @@ static int read_all(const uint8_t *data, size_t size, size_t piece, char **out)
                 char *d;
                 size_t dl;
                 int stream;
-                if (sbx_output_decode(params, &stream, &d, &dl) == SBX_OK) {
+                if (sbx_output_decode(&stream, &d, &dl, params) == SBX_OK) {
                     if (d[dl] != '\0')
                         abort(); /* documented NUL terminator */
                     free(d);

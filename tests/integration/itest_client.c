@@ -101,7 +101,7 @@ static void notes_add(struct notes *n, const char *method, json_t *params)
         size_t len;
         if (n->exits)
             n->exit_after_output = 0;
-        if (sbx_output_decode(params, &stream, &data, &len) != SBX_OK)
+        if (sbx_output_decode(&stream, &data, &len, params) != SBX_OK)
             return;
         n->outputs++;
         if (n->first_offset < 0 && stream == SBX_STDOUT)

@@ -390,7 +390,7 @@ static size_t gather_output(conn *c, int pid, char *out, size_t max, int *n_text
             continue;
         char *d = NULL;
         size_t l = 0;
-        if (sbx_output_decode(p, NULL, &d, &l) != SBX_OK)
+        if (sbx_output_decode(NULL, &d, &l, p) != SBX_OK)
             continue;
         if (json_object_get(p, "data"))
             (*n_text)++;
@@ -433,7 +433,7 @@ static void test_output_encoding(conn *c)
     size_t l = 0;
     test_cond("auto: the exec result has stdout_b64 with the same bytes",
               !json_object_get(res_of(r), "stdout") &&
-                  sbx_json_get_bytes(res_of(r), "stdout", &d, &l) == SBX_OK && l == 3001 &&
+                  sbx_json_get_bytes(&d, &l, res_of(r), "stdout") == SBX_OK && l == 3001 &&
                   all_zero(d, 3000));
     free(d);
     json_decref(r);

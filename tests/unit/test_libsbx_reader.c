@@ -277,7 +277,7 @@ static void test_base64(void)
     json_t *p = json_pack("{s:s, s:s, s:i, s:i, s:s}", "sandbox", "sb", "stream", "stderr", "pid",
                           1, "offset", 0, "data_b64", "AP8K");
     test_cond("output: data_b64 decodes binary",
-              sbx_output_decode(p, &stream, &data, &len) == SBX_OK && stream == SBX_STDERR &&
+              sbx_output_decode(&stream, &data, &len, p) == SBX_OK && stream == SBX_STDERR &&
                   len == 3 && (unsigned char)data[0] == 0 && (unsigned char)data[1] == 0xff &&
                   data[2] == '\n');
     free(data);
@@ -285,26 +285,26 @@ static void test_base64(void)
 
     p = json_pack("{s:s, s:s}", "stream", "stdout", "data", "héllo\n");
     test_cond("output: data is taken as is",
-              sbx_output_decode(p, &stream, &data, &len) == SBX_OK && stream == SBX_STDOUT &&
+              sbx_output_decode(&stream, &data, &len, p) == SBX_OK && stream == SBX_STDOUT &&
                   len == strlen("héllo\n") && strcmp(data, "héllo\n") == 0);
     free(data);
     json_decref(p);
 
     p = json_pack("{s:s, s:s}", "stream", "stdin", "data", "x");
     test_cond("output: unknown stream rejected",
-              sbx_output_decode(p, &stream, &data, &len) == SBX_ERR && data == NULL);
+              sbx_output_decode(&stream, &data, &len, p) == SBX_ERR && data == NULL);
     json_decref(p);
 
     p = json_pack("{s:s, s:s}", "stdout", "out", "stderr_b64", "ZXJy");
     char *d2 = NULL;
     size_t l2;
     test_cond("output: exec result stdout / stderr_b64",
-              sbx_json_get_bytes(p, "stdout", &data, &len) == SBX_OK && len == 3 &&
-                  sbx_json_get_bytes(p, "stderr", &d2, &l2) == SBX_OK && l2 == 3 &&
+              sbx_json_get_bytes(&data, &len, p, "stdout") == SBX_OK && len == 3 &&
+                  sbx_json_get_bytes(&d2, &l2, p, "stderr") == SBX_OK && l2 == 3 &&
                   memcmp(d2, "err", 3) == 0);
     free(data);
     free(d2);
-    test_cond("output: missing key", sbx_json_get_bytes(p, "nope", &data, &len) == SBX_ERR);
+    test_cond("output: missing key", sbx_json_get_bytes(&data, &len, p, "nope") == SBX_ERR);
     json_decref(p);
 }
 
@@ -496,7 +496,7 @@ static void note_cb(sbx_ctx *c, const char *method, json_t *params, void *privda
     (void)privdata;
     notes_seen++;
     if (strcmp(method, "process.output") == 0 &&
-        sbx_output_decode(params, NULL, &data, &len) == SBX_OK) {
+        sbx_output_decode(NULL, &data, &len, params) == SBX_OK) {
         strncat(notes_out, data, sizeof(notes_out) - strlen(notes_out) - 1);
         free(data);
     }

@@ -15,6 +15,9 @@
  * - Every json_t parameter says whether it is *borrowed* (the caller keeps its
  *   reference) or *stolen* (libsbx takes it, even on failure). Stealing variants
  *   end in _new. Out-pointers (`x_out`) hand the caller a *new* reference.
+ * - Out-parameters come first: after the context or reader a function acts
+ *   on, if any (sbx_call(c, &result, &err, ...)), else at the very start
+ *   (sbx_output_decode(&stream, &data, &len, params), sbx_base64_encode).
  *   Values passed to callbacks are borrowed and valid only during the call.
  * - Callbacks: a function may be called from inside a libsbx callback unless
  *   its comment says otherwise. The sync calls (sbx_call, sbx_read_notification)
@@ -247,8 +250,8 @@ SBX_API size_t sbx_notifications_dropped(const sbx_ctx *c);
  * @return SBX_OK, or SBX_ERR if params is not a valid process.output.
  * Callable from callbacks.
  */
-SBX_API int sbx_output_decode(const json_t *params, int *stream_out, char **data_out,
-                              size_t *len_out);
+SBX_API int sbx_output_decode(int *stream_out, char **data_out, size_t *len_out,
+                              const json_t *params);
 
 /**
  * Reads the bytes of obj[key] (a string) or obj[key + "_b64"] (base64), as
@@ -256,8 +259,8 @@ SBX_API int sbx_output_decode(const json_t *params, int *stream_out, char **data
  * @param data_out  malloc'd, NUL-terminated (free() it).
  * @return SBX_OK, or SBX_ERR when neither key holds a (valid) string.
  */
-SBX_API int sbx_json_get_bytes(const json_t *obj, const char *key, char **data_out,
-                               size_t *len_out);
+SBX_API int sbx_json_get_bytes(char **data_out, size_t *len_out, const json_t *obj,
+                               const char *key);
 
 /** Length of the base64 text for n bytes, without the NUL. */
 SBX_API size_t sbx_base64_encoded_len(size_t n);
