@@ -13,7 +13,8 @@ B ?= build
 
 CC ?= cc
 PKGS = jansson libcurl yaml-0.1 duktape libprotobuf-c
-WARN = -Wall -Wextra -Wstrict-prototypes -Wwrite-strings -Wshadow -Wno-unused-parameter
+WARN = -Wall -Wextra -Wformat=2 -Wmissing-prototypes -Wstrict-prototypes -Wwrite-strings -Wshadow \
+	-Wno-unused-parameter
 OPT ?= -O2 -g
 SAN ?=
 CFLAGS_BASE = -std=gnu11 $(OPT) $(WARN) $(SAN) -D_GNU_SOURCE -DSBX_VERSION=\"$(VERSION)\" \
@@ -105,7 +106,7 @@ $(B)/sbxctl: $(CTL_OBJ) $(B)/libsbx.a
 # The Docker agent is static: it must run in images with no libc at all.
 $(B)/sbx-init: $(AGENT_SRC) proto/sbx_chan.c proto/sbx_chan.h
 	@mkdir -p $(B)
-	$(CC) -std=gnu11 -Os -Wall -Wextra -Wno-unused-parameter -D_GNU_SOURCE -Iproto -static -s \
+	$(CC) -std=gnu11 -Os $(WARN) -D_GNU_SOURCE -Iproto -static -s \
 		-o $@ $(AGENT_SRC) proto/sbx_chan.c
 
 $(B)/tests/%: tests/unit/%.c $(DAEMON_LIB_OBJ) $(WORKER_OBJ) $(B)/libsbx.a tests/testhelp.h

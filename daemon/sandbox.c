@@ -318,10 +318,9 @@ json_t *sandbox_to_json(struct sandbox *sb)
 
 /* -- env and cwd ------------------------------------------------------------- */
 
-static int env_param(sbx_err_t *err, const char *fmt, const char *k)
-{
-    return err_make_data(err, SBX_E_PARAMS, json_pack("{s:s}", "param", "env"), fmt, k);
-}
+/* A params error naming env. A macro so that each literal format is checked. */
+#define env_param(err, fmt, k)                                                              \
+    err_make_data((err), SBX_E_PARAMS, json_pack("{s:s}", "param", "env"), fmt, (k))
 
 /* Bytes an env takes: every "K=V\0". */
 static size_t env_size(json_t *env)

@@ -2107,11 +2107,11 @@ static char *find_agent(json_t *conf)
     char *dir = strdup(D->exe_path ? D->exe_path : "."), *slash = strrchr(dir, '/');
     if (slash)
         *slash = '\0';
-    const char *cands[] = {"%s/sbx-init", "%s/../libexec/sbxd/sbx-init"};
+    const char *cands[] = {"sbx-init", "../libexec/sbxd/sbx-init"};
     char *found = NULL;
     for (size_t i = 0; i < 2 && !found; i++) {
         char *p = NULL;
-        if (asprintf(&p, cands[i], slash ? dir : ".") < 0)
+        if (asprintf(&p, "%s/%s", slash ? dir : ".", cands[i]) < 0)
             break;
         if (access(p, R_OK) == 0)
             found = p;

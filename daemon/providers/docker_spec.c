@@ -36,13 +36,22 @@ static const char *const option_keys[] = {
     NULL,
 };
 
-static int bad(sbx_err_t *err, const char *key, const char *fmt, const char *detail)
+static json_t *option_param(const char *key)
 {
     char param[96];
     snprintf(param, sizeof(param), "options.%s", key);
-    return err_make_data(err, SBX_E_PARAMS, json_pack("{s:s}", "param", param), fmt, key,
-                         detail ? detail : "");
+    return json_pack("{s:s}", "param", param);
 }
+
+static const char *or_empty(const char *s)
+{
+    return s ? s : "";
+}
+
+/* A params error naming options.<key>; fmt takes the key, then detail (or "").
+ * A macro so that the compiler checks each literal format against them. */
+#define bad(err, key, fmt, detail)                                                          \
+    err_make_data((err), SBX_E_PARAMS, option_param(key), fmt, (key), or_empty(detail))
 
 /* ---- lenient scalars ------------------------------------------------------------- */
 

@@ -1101,11 +1101,11 @@ static char *find_worker(json_t *conf, const char *bin)
     char *dir = strdup(D->exe_path), *slash = strrchr(dir, '/');
     if (slash)
         *slash = '\0';
-    const char *cands[] = {"%s/%s", "%s/../libexec/sbxd/%s"};
+    const char *cands[] = {"", "../libexec/sbxd/"};
     char *found = NULL;
     for (size_t i = 0; i < 2 && !found; i++) {
         char *p = NULL;
-        if (asprintf(&p, cands[i], slash ? dir : ".", bin) < 0)
+        if (asprintf(&p, "%s/%s%s", slash ? dir : ".", cands[i], bin) < 0)
             break;
         if (access(p, X_OK) == 0)
             found = p;
