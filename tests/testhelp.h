@@ -2,6 +2,8 @@
  * testhelp.h - the smallest test harness that works (after redis/hiredis).
  *
  *   test_cond("name of the behaviour", expr);
+ *   test_eq_int("name", actual, expected);   // on failure also prints both values
+ *   test_eq_str("name", actual, expected);   // NULL-safe
  *   test_skip("name of the behaviour", "why it cannot run here");
  *   ...
  *   test_report();   // prints "N passed, N failed, N skipped", returns exit status
@@ -12,6 +14,7 @@
 #define SBX_TESTHELP_H
 
 #include <stdio.h>
+#include <string.h>
 
 static int __test_num = 0, __test_failed = 0, __test_passed = 0, __test_skipped = 0;
 
@@ -27,6 +30,25 @@ static int __test_num = 0, __test_failed = 0, __test_passed = 0, __test_skipped 
             printf("      at %s:%d: %s\n", __FILE__, __LINE__, #_c);                    \
         }                                                                             \
         fflush(stdout);                                                               \
+    } while (0)
+
+/* test_cond for a value: a failure prints what came and what was expected. */
+#define test_eq_int(descr, _a, _e)                                                    \
+    do {                                                                              \
+        long long __a = (long long)(_a), __e = (long long)(_e);                       \
+        test_cond(descr, __a == __e);                                                 \
+        if (__a != __e)                                                               \
+            printf("      got %lld, expected %lld\n", __a, __e);                       \
+    } while (0)
+
+#define test_eq_str(descr, _a, _e)                                                    \
+    do {                                                                              \
+        const char *__a = (_a), *__e = (_e);                                          \
+        int __same = __a && __e ? strcmp(__a, __e) == 0 : __a == __e;                  \
+        test_cond(descr, __same);                                                     \
+        if (!__same)                                                                  \
+            printf("      got \"%s\", expected \"%s\"\n", __a ? __a : "(null)",        \
+                   __e ? __e : "(null)");                                             \
     } while (0)
 
 /* A behaviour that cannot be checked on this machine: counted and shown, never

@@ -200,7 +200,7 @@ static void test_exec(sbx_ctx *c)
     notes_reset(&n, -1);
     sbx_set_notify_cb(c, notes_cb, &n);
     r = exec_js(c, sb_a, "console.log('hi'); console.error('oops'); 6*7");
-    test_cond("exec: result 42", json_integer_value(json_object_get(r, "result")) == 42);
+    test_eq_int("exec: result 42", json_integer_value(json_object_get(r, "result")), 42);
     test_cond("exec: stdout in the result", strcmp(jstr(r, "stdout"), "hi\n") == 0);
     test_cond("exec: output notifications arrived during the call",
               n.out && strcmp(n.out, "hi\n") == 0 && strcmp(n.err, "oops\n") == 0 &&

@@ -37,21 +37,21 @@ static void test_framing(void)
     json_t *r;
 
     r = raw_line(c, "this is not json");
-    test_cond("garbage line gets -32700 parse error", err_code(r) == SBX_E_PARSE);
+    test_eq_int("garbage line gets -32700 parse error", err_code(r), SBX_E_PARSE);
     test_cond("parse error has id null", json_is_null(json_object_get(r, "id")));
     json_decref(r);
 
     r = raw_line(c, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"daemon.pi");
-    test_cond("truncated JSON gets -32700", err_code(r) == SBX_E_PARSE);
+    test_eq_int("truncated JSON gets -32700", err_code(r), SBX_E_PARSE);
     json_decref(r);
 
     r = raw_line(c, "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":5}");
-    test_cond("method of the wrong type gets -32600", err_code(r) == SBX_E_INVALID_REQUEST);
-    test_cond("invalid request keeps its id", json_integer_value(json_object_get(r, "id")) == 7);
+    test_eq_int("method of the wrong type gets -32600", err_code(r), SBX_E_INVALID_REQUEST);
+    test_eq_int("invalid request keeps its id", json_integer_value(json_object_get(r, "id")), 7);
     json_decref(r);
 
     r = raw_line(c, "{\"jsonrpc\":\"1.0\",\"id\":8,\"method\":\"daemon.ping\"}");
-    test_cond("wrong jsonrpc version gets -32600", err_code(r) == SBX_E_INVALID_REQUEST);
+    test_eq_int("wrong jsonrpc version gets -32600", err_code(r), SBX_E_INVALID_REQUEST);
     json_decref(r);
 
     r = raw_line(c, "[1,2]");
@@ -61,11 +61,11 @@ static void test_framing(void)
     json_decref(r);
 
     r = raw_line(c, "[]");
-    test_cond("empty batch gets -32600", err_code(r) == SBX_E_INVALID_REQUEST);
+    test_eq_int("empty batch gets -32600", err_code(r), SBX_E_INVALID_REQUEST);
     json_decref(r);
 
     r = raw_line(c, "{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"no.such\"}");
-    test_cond("unknown method gets -32601", err_code(r) == SBX_E_METHOD);
+    test_eq_int("unknown method gets -32601", err_code(r), SBX_E_METHOD);
     test_cond("-32601 names the method in data",
               strcmp(json_string_value(json_object_get(
                          json_object_get(json_object_get(r, "error"), "data"), "method")) ?: "",
@@ -73,11 +73,11 @@ static void test_framing(void)
     json_decref(r);
 
     r = raw_line(c, "{\"jsonrpc\":\"2.0\",\"id\":10,\"method\":\"sandbox.get\",\"params\":[1]}");
-    test_cond("positional params get -32602", err_code(r) == SBX_E_PARAMS);
+    test_eq_int("positional params get -32602", err_code(r), SBX_E_PARAMS);
     json_decref(r);
 
     r = raw_line(c, "{\"jsonrpc\":\"2.0\",\"id\":11,\"method\":\"sandbox.get\",\"params\":{\"id\":5}}");
-    test_cond("id of the wrong type gets -32602", err_code(r) == SBX_E_PARAMS);
+    test_eq_int("id of the wrong type gets -32602", err_code(r), SBX_E_PARAMS);
     test_cond("-32602 names the param",
               strcmp(json_string_value(json_object_get(
                          json_object_get(json_object_get(r, "error"), "data"), "param")) ?: "",
@@ -109,7 +109,7 @@ static void test_framing(void)
         deep[k++] = ']';
     deep[k] = 0;
     r = raw_line(c, deep);
-    test_cond("nesting over 64 levels is a parse error", err_code(r) == SBX_E_PARSE);
+    test_eq_int("nesting over 64 levels is a parse error", err_code(r), SBX_E_PARSE);
     json_decref(r);
 
     cn_send_raw(c, "\r\n\n", 3);
@@ -129,7 +129,7 @@ static void test_framing(void)
     cn_send_raw(c, line, strlen(line));
     free(line);
     r = cn_read(c, 10000);
-    test_cond("a message over 16 MiB gets -32007", err_code(r) == SBX_E_TOO_LARGE);
+    test_eq_int("a message over 16 MiB gets -32007", err_code(r), SBX_E_TOO_LARGE);
     json_decref(r);
     r = cn_read(c, 5000);
     test_cond("then the connection is closed", r == NULL && c->closed);
@@ -167,46 +167,46 @@ static void test_errors(void)
 {
     conn *c = cn_open(sock);
     json_t *r = cn_call(c, "sandbox.get", json_pack("{s:s}", "id", "does-not-exist"));
-    test_cond("unknown sandbox gets -32000", err_code(r) == SBX_E_NOT_FOUND);
+    test_eq_int("unknown sandbox gets -32000", err_code(r), SBX_E_NOT_FOUND);
     json_decref(r);
 
     r = cn_call(c, "sandbox.create", json_pack("{s:s, s:s}", "provider", "duktape", "id", "errs"));
-    test_cond("create a sandbox for the error tests", strcmp(res_str(r, "status"), "running") == 0);
+    test_eq_str("create a sandbox for the error tests", res_str(r, "status"), "running");
     json_decref(r);
 
     r = cn_call(c, "process.wait", json_pack("{s:s, s:i}", "sandbox", "errs", "pid", 999));
-    test_cond("unknown pid gets -32004", err_code(r) == SBX_E_NO_PROCESS);
+    test_eq_int("unknown pid gets -32004", err_code(r), SBX_E_NO_PROCESS);
     json_decref(r);
 
     r = cn_call(c, "sandbox.create", json_pack("{s:s}", "provider", "nosuch"));
-    test_cond("unknown provider gets -32602", err_code(r) == SBX_E_PARAMS);
+    test_eq_int("unknown provider gets -32602", err_code(r), SBX_E_PARAMS);
     json_decref(r);
 
     r = cn_call(c, "sandbox.create", json_pack("{s:s, s:s}", "provider", "duktape", "id", "../bad"));
-    test_cond("an invalid id gets -32602", err_code(r) == SBX_E_PARAMS);
+    test_eq_int("an invalid id gets -32602", err_code(r), SBX_E_PARAMS);
     json_decref(r);
 
     r = cn_call(c, "sandbox.create", json_pack("{s:s}", "working_dir", "relative/dir"));
-    test_cond("a relative working_dir gets -32602", err_code(r) == SBX_E_PARAMS);
+    test_eq_int("a relative working_dir gets -32602", err_code(r), SBX_E_PARAMS);
     json_decref(r);
 
     r = cn_call(c, "process.exec", json_pack("{s:s, s:s, s:s}", "sandbox", "errs", "command", "1", "cwd", "~/x"));
-    test_cond("a cwd with ~ gets -32602 (no expansion)", err_code(r) == SBX_E_PARAMS);
+    test_eq_int("a cwd with ~ gets -32602 (no expansion)", err_code(r), SBX_E_PARAMS);
     json_decref(r);
 
     r = cn_call(c, "process.exec", json_pack("{s:s, s:i}", "sandbox", "errs", "command", 5));
-    test_cond("a command of the wrong type gets -32602", err_code(r) == SBX_E_PARAMS);
+    test_eq_int("a command of the wrong type gets -32602", err_code(r), SBX_E_PARAMS);
     json_decref(r);
 
     r = cn_call(c, "process.kill", json_pack("{s:s, s:i, s:s}", "sandbox", "errs", "pid", 1, "signal", "NOPE"));
-    test_cond("kill with an unknown pid gets -32004 before the signal is looked at",
-              err_code(r) == SBX_E_NO_PROCESS);
+    test_eq_int("kill with an unknown pid gets -32004 before the signal is looked at",
+              err_code(r), SBX_E_NO_PROCESS);
     json_decref(r);
 
     r = cn_call(c, "sandbox.stop", json_pack("{s:s}", "id", "errs"));
     json_decref(r);
     r = cn_call(c, "process.exec", json_pack("{s:s, s:s}", "sandbox", "errs", "command", "1"));
-    test_cond("exec in a stopped sandbox gets -32001", err_code(r) == SBX_E_STATE);
+    test_eq_int("exec in a stopped sandbox gets -32001", err_code(r), SBX_E_STATE);
     test_cond("-32001 data says the status",
               strcmp(json_string_value(json_object_get(
                          json_object_get(json_object_get(r, "error"), "data"), "status")) ?: "",
@@ -214,10 +214,10 @@ static void test_errors(void)
     json_decref(r);
 
     r = cn_call(c, "sandbox.create", json_pack("{s:s, s:s, s:s}", "provider", "duktape", "id", "hookfail", "on_start", "throw new Error('nope')"));
-    test_cond("a failing on_start hook fails the create with -32006", err_code(r) == SBX_E_PROVIDER);
+    test_eq_int("a failing on_start hook fails the create with -32006", err_code(r), SBX_E_PROVIDER);
     json_decref(r);
     r = cn_call(c, "sandbox.get", json_pack("{s:s}", "id", "hookfail"));
-    test_cond("and leaves the sandbox in error", strcmp(res_str(r, "status"), "error") == 0);
+    test_eq_str("and leaves the sandbox in error", res_str(r, "status"), "error");
     json_decref(r);
     json_decref(cn_call(c, "sandbox.destroy", json_pack("{s:s}", "id", "hookfail")));
 
@@ -237,10 +237,10 @@ static void test_errors(void)
     test_cond("more processes than max_processes_per_sandbox + max_queued_per_sandbox get -32005",
               limited && taken == 40);
     r = cn_call(c, "sandbox.destroy", json_pack("{s:s}", "id", "errs"));
-    test_cond("destroy answers status destroyed", strcmp(res_str(r, "status"), "destroyed") == 0);
+    test_eq_str("destroy answers status destroyed", res_str(r, "status"), "destroyed");
     json_decref(r);
     r = cn_call(c, "sandbox.get", json_pack("{s:s}", "id", "errs"));
-    test_cond("a destroyed sandbox is gone", err_code(r) == SBX_E_NOT_FOUND);
+    test_eq_int("a destroyed sandbox is gone", err_code(r), SBX_E_NOT_FOUND);
     json_decref(r);
     cn_close(c);
 }
@@ -252,43 +252,43 @@ static void test_strictness(void)
     json_t *r;
 
     r = raw_line(c, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"daemon.ping\\u0000x\"}");
-    test_cond("a method name with NUL gets -32602, not a ping", err_code(r) == SBX_E_PARAMS);
+    test_eq_int("a method name with NUL gets -32602, not a ping", err_code(r), SBX_E_PARAMS);
     json_decref(r);
 
     r = cn_call(c, "sandbox.create", json_pack("{s:s, s:s}", "provider", "duktape", "id", "nul1"));
-    test_cond("create a sandbox for the strictness tests", strcmp(res_str(r, "status"), "running") == 0);
+    test_eq_str("create a sandbox for the strictness tests", res_str(r, "status"), "running");
     json_decref(r);
 
     r = raw_line(c, "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"sandbox.get\","
                     "\"params\":{\"id\":\"nul1\\u0000zz\"}}");
-    test_cond("a sandbox id with NUL gets -32602, it does not resolve to its prefix",
-              err_code(r) == SBX_E_PARAMS);
+    test_eq_int("a sandbox id with NUL gets -32602, it does not resolve to its prefix",
+              err_code(r), SBX_E_PARAMS);
     json_decref(r);
 
     r = raw_line(c, "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"sandbox.set_env\","
                     "\"params\":{\"id\":\"nul1\",\"env\":{\"A\":\"x\\u0000y\"}}}");
-    test_cond("an env value with NUL gets -32602", err_code(r) == SBX_E_PARAMS);
+    test_eq_int("an env value with NUL gets -32602", err_code(r), SBX_E_PARAMS);
     json_decref(r);
 
     r = raw_line(c, "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"process.exec\","
                     "\"params\":{\"sandbox\":\"nul1\",\"command\":\"1\",\"cwd\":\"/a\\u0000b\"}}");
-    test_cond("a cwd with NUL gets -32602", err_code(r) == SBX_E_PARAMS);
+    test_eq_int("a cwd with NUL gets -32602", err_code(r), SBX_E_PARAMS);
     json_decref(r);
 
     r = raw_line(c, "{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"sandbox.create\","
                     "\"params\":{\"tools\":[\"a\\u0000b\"]}}");
-    test_cond("a tool name with NUL gets -32602", err_code(r) == SBX_E_PARAMS);
+    test_eq_int("a tool name with NUL gets -32602", err_code(r), SBX_E_PARAMS);
     json_decref(r);
 
     r = cn_call(c, "process.exec", json_pack("{s:s, s:s}", "sandbox", "nul1", "command", "1+1"));
-    test_cond("pid 1 exists", res_int(r, "pid") == 1);
+    test_eq_int("pid 1 exists", res_int(r, "pid"), 1);
     json_decref(r);
     r = cn_call(c, "process.wait", json_pack("{s:s, s:I}", "sandbox", "nul1", "pid",
                                              (json_int_t)4294967297LL));
-    test_cond("pid 2^32+1 gets -32602 and does not alias pid 1", err_code(r) == SBX_E_PARAMS);
+    test_eq_int("pid 2^32+1 gets -32602 and does not alias pid 1", err_code(r), SBX_E_PARAMS);
     json_decref(r);
     r = cn_call(c, "process.wait", json_pack("{s:s, s:i}", "sandbox", "nul1", "pid", -1));
-    test_cond("a negative pid gets -32602", err_code(r) == SBX_E_PARAMS);
+    test_eq_int("a negative pid gets -32602", err_code(r), SBX_E_PARAMS);
     json_decref(r);
 
     json_decref(cn_call(c, "sandbox.destroy", json_pack("{s:s}", "id", "nul1")));
@@ -344,7 +344,7 @@ static void test_second_uid(void)
     test_cond("another uid cannot take root's id (-32003)", res[3] == '1');
     test_cond("another uid owns what it creates", res[4] == '1');
     json_t *r = cn_call(c, "sandbox.get", json_pack("{s:s}", "id", "nobodys"));
-    test_cond("root (admin) sees the other uid's sandbox", json_integer_value(json_object_get(res_of(r), "owner_uid")) == 65534);
+    test_eq_int("root (admin) sees the other uid's sandbox", json_integer_value(json_object_get(res_of(r), "owner_uid")), 65534);
     json_decref(r);
     json_decref(cn_call(c, "sandbox.destroy", json_pack("{s:s}", "id", "nobodys")));
     json_decref(cn_call(c, "sandbox.destroy", json_pack("{s:s}", "id", "roots")));
@@ -372,7 +372,7 @@ static void test_limits(void)
         json_decref(cn_call(c, "sandbox.destroy", json_pack("{s:s}", "id", id)));
     }
     json_t *r = cn_call(c, "sandbox.list", NULL);
-    test_cond("and they can all be destroyed again", json_array_size(json_object_get(res_of(r), "sandboxes")) == 0);
+    test_eq_int("and they can all be destroyed again", json_array_size(json_object_get(res_of(r), "sandboxes")), 0);
     json_decref(r);
     cn_close(c);
 }

@@ -42,7 +42,7 @@ static void destroy(conn *c, const char *id)
 static void test_lifecycle(conn *c)
 {
     json_t *r = create(c, "life", json_pack("{s:{s:s}}", "env", "A", "1"));
-    test_cond("create returns status running", strcmp(res_str(r, "status"), "running") == 0);
+    test_eq_str("create returns status running", res_str(r, "status"), "running");
     test_cond("create says reconnected false", json_is_false(json_object_get(res_of(r), "reconnected")));
     test_cond("sandbox has created_at and provider",
               json_is_string(json_object_get(res_of(r), "created_at")) &&
@@ -50,38 +50,38 @@ static void test_lifecycle(conn *c)
     json_decref(r);
 
     r = exec_js(c, "life", "console.log('hi'); 6*7");
-    test_cond("exec returns the completion value 42", json_integer_value(result_of_exec(r)) == 42);
-    test_cond("exec returns stdout", strcmp(res_str(r, "stdout"), "hi\n") == 0);
-    test_cond("exec exit code 0", res_int(r, "exit_code") == 0);
+    test_eq_int("exec returns the completion value 42", json_integer_value(result_of_exec(r)), 42);
+    test_eq_str("exec returns stdout", res_str(r, "stdout"), "hi\n");
+    test_eq_int("exec exit code 0", res_int(r, "exit_code"), 0);
     json_decref(r);
 
     r = exec_js(c, "life", "var counter = 10; counter");
     json_decref(r);
     r = exec_js(c, "life", "counter += 1; counter");
-    test_cond("state persists across execs", json_integer_value(result_of_exec(r)) == 11);
+    test_eq_int("state persists across execs", json_integer_value(result_of_exec(r)), 11);
     json_decref(r);
 
     r = create(c, "life", NULL);
     test_cond("create with an existing id of mine reconnects", json_is_true(json_object_get(res_of(r), "reconnected")));
     json_decref(r);
     r = exec_js(c, "life", "counter");
-    test_cond("and it is the same sandbox", json_integer_value(result_of_exec(r)) == 11);
+    test_eq_int("and it is the same sandbox", json_integer_value(result_of_exec(r)), 11);
     json_decref(r);
 
     r = cn_call(c, "sandbox.stop", json_pack("{s:s}", "id", "life"));
-    test_cond("stop gives status stopped", strcmp(res_str(r, "status"), "stopped") == 0);
+    test_eq_str("stop gives status stopped", res_str(r, "status"), "stopped");
     json_decref(r);
     r = cn_call(c, "sandbox.stop", json_pack("{s:s}", "id", "life"));
-    test_cond("stop is idempotent", strcmp(res_str(r, "status"), "stopped") == 0);
+    test_eq_str("stop is idempotent", res_str(r, "status"), "stopped");
     json_decref(r);
     r = cn_call(c, "sandbox.start", json_pack("{s:s}", "id", "life"));
-    test_cond("start gives status running", strcmp(res_str(r, "status"), "running") == 0);
+    test_eq_str("start gives status running", res_str(r, "status"), "running");
     json_decref(r);
     r = cn_call(c, "sandbox.start", json_pack("{s:s}", "id", "life"));
-    test_cond("start is idempotent", strcmp(res_str(r, "status"), "running") == 0);
+    test_eq_str("start is idempotent", res_str(r, "status"), "running");
     json_decref(r);
     r = exec_js(c, "life", "counter");
-    test_cond("global state survives stop/start", json_integer_value(result_of_exec(r)) == 11);
+    test_eq_int("global state survives stop/start", json_integer_value(result_of_exec(r)), 11);
     json_decref(r);
 
     r = cn_call(c, "sandbox.list", NULL);
@@ -93,7 +93,7 @@ static void test_lifecycle(conn *c)
     json_decref(r);
 
     r = cn_call(c, "sandbox.list", json_pack("{s:s}", "status", "stopped"));
-    test_cond("list filters by status", json_array_size(json_object_get(res_of(r), "sandboxes")) == 0);
+    test_eq_int("list filters by status", json_array_size(json_object_get(res_of(r), "sandboxes")), 0);
     json_decref(r);
 
     /* status notifications reached us */
@@ -136,13 +136,13 @@ static void test_env_cwd(conn *c)
     test_cond("a command's cwd beats working_dir", strcmp(json_string_value(result_of_exec(r)) ?: "", "/elsewhere") == 0);
     json_decref(r);
     r = cn_call(c, "process.exec", json_pack("{s:s, s:s, s:s}", "sandbox", "envs", "command", "1", "cwd", "rel"));
-    test_cond("a relative cwd is -32602", err_code(r) == SBX_E_PARAMS);
+    test_eq_int("a relative cwd is -32602", err_code(r), SBX_E_PARAMS);
     json_decref(r);
 
     /* clone: pending, inherits config including runtime env, overrides apply */
     r = cn_call(c, "sandbox.clone", json_pack("{s:s, s:s, s:{s:s}, s:s}", "id", "envs", "new_id",
                                               "envs2", "env", "A", "clone", "working_dir", "/cl"));
-    test_cond("clone is pending (no provider I/O until started)", strcmp(res_str(r, "status"), "pending") == 0);
+    test_eq_str("clone is pending (no provider I/O until started)", res_str(r, "status"), "pending");
     json_decref(r);
     r = cn_call(c, "process.exec", json_pack("{s:s, s:s}", "sandbox", "envs2", "command",
                                              "JSON.stringify([process.env.A, process.env.B, process.cwd])"));
@@ -151,7 +151,7 @@ static void test_env_cwd(conn *c)
               v && strcmp(v, "[\"clone\",\"runtime\",\"/cl\"]") == 0);
     json_decref(r);
     r = cn_call(c, "sandbox.get", json_pack("{s:s}", "id", "envs2"));
-    test_cond("the clone is running after its first exec", strcmp(res_str(r, "status"), "running") == 0);
+    test_eq_str("the clone is running after its first exec", res_str(r, "status"), "running");
     json_decref(r);
     destroy(c, "envs");
     destroy(c, "envs2");
@@ -161,7 +161,7 @@ static void test_hooks_instructions(conn *c)
 {
     json_t *r = create(c, "hooks", json_pack("{s:s, s:[s], s:s}", "on_start", "var booted = 'yes'", "tools",
                                              "search", "instructions_append", "EXTRA-TEXT"));
-    test_cond("create with an on_start hook runs", strcmp(res_str(r, "status"), "running") == 0);
+    test_eq_str("create with an on_start hook runs", res_str(r, "status"), "running");
     json_decref(r);
     r = exec_js(c, "hooks", "booted");
     test_cond("on_start ran before the first exec", strcmp(json_string_value(result_of_exec(r)) ?: "", "yes") == 0);
@@ -176,7 +176,7 @@ static void test_hooks_instructions(conn *c)
     r = create(c, "hooks2", json_pack("{s:s}", "instructions", "ONLY THIS"));
     json_decref(r);
     r = cn_call(c, "sandbox.instructions", json_pack("{s:s}", "id", "hooks2"));
-    test_cond("instructions replace the default", strcmp(res_str(r, "text"), "ONLY THIS") == 0);
+    test_eq_str("instructions replace the default", res_str(r, "text"), "ONLY THIS");
     json_decref(r);
     destroy(c, "hooks2");
 }
@@ -192,7 +192,7 @@ static void test_snapshot(conn *c)
     test_cond("snapshot returns an id", strncmp(snapid, "snap-", 5) == 0);
     json_decref(r);
     r = create(c, "snap2", json_pack("{s:s}", "snapshot", snapid));
-    test_cond("create from a snapshot", strcmp(res_str(r, "status"), "running") == 0);
+    test_eq_str("create from a snapshot", res_str(r, "status"), "running");
     json_decref(r);
     r = exec_js(c, "snap2", "JSON.stringify(s) + typeof f");
     test_cond("the snapshot restored the JSON-serialisable globals",
@@ -205,7 +205,7 @@ static void test_snapshot(conn *c)
               strcmp(json_string_value(result_of_exec(r)) ?: "", "undefined") == 0);
     json_decref(r);
     r = create(c, "snap3", json_pack("{s:s}", "snapshot", "snap-nope"));
-    test_cond("an unknown snapshot is -32602", err_code(r) == SBX_E_PARAMS);
+    test_eq_int("an unknown snapshot is -32602", err_code(r), SBX_E_PARAMS);
     json_decref(r);
     r = cn_call(c, "snapshot.list", json_pack("{s:s}", "provider", "duktape"));
     json_t *l = json_object_get(res_of(r), "snapshots");
@@ -219,7 +219,7 @@ static void test_snapshot(conn *c)
     test_cond("snapshot.list shows a Duktape snapshot, its source and its user", listed);
     json_decref(r);
     r = cn_call(c, "snapshot.delete", json_pack("{s:s}", "snapshot", snapid));
-    test_cond("snapshot.delete of a snapshot in use is -32001", err_code(r) == SBX_E_STATE);
+    test_eq_int("snapshot.delete of a snapshot in use is -32001", err_code(r), SBX_E_STATE);
     json_decref(r);
     destroy(c, "snap");
     destroy(c, "snap2");
@@ -227,13 +227,13 @@ static void test_snapshot(conn *c)
     test_cond("snapshot.delete", json_is_true(json_object_get(res_of(r), "deleted")));
     json_decref(r);
     r = create(c, "snap4", json_pack("{s:s}", "snapshot", snapid));
-    test_cond("a deleted snapshot is gone (-32602 on create)", err_code(r) == SBX_E_PARAMS);
+    test_eq_int("a deleted snapshot is gone (-32602 on create)", err_code(r), SBX_E_PARAMS);
     json_decref(r);
     r = cn_call(c, "snapshot.delete", json_pack("{s:s}", "snapshot", "snap-nope"));
-    test_cond("snapshot.delete of an unknown id is -32000", err_code(r) == SBX_E_NOT_FOUND);
+    test_eq_int("snapshot.delete of an unknown id is -32000", err_code(r), SBX_E_NOT_FOUND);
     json_decref(r);
     r = cn_call(c, "snapshot.delete", json_pack("{s:i}", "snapshot", 5));
-    test_cond("snapshot.delete with a bad param is -32602", err_code(r) == SBX_E_PARAMS);
+    test_eq_int("snapshot.delete with a bad param is -32602", err_code(r), SBX_E_PARAMS);
     json_decref(r);
 }
 
@@ -242,14 +242,14 @@ static void test_processes(conn *c)
     json_decref(create(c, "procs", NULL));
     json_t *r = cn_call(c, "process.exec", json_pack("{s:s, s:s, s:i}", "sandbox", "procs", "command",
                                                      "console.log('before'); while (true) {}", "timeout_ms", 300));
-    test_cond("an infinite loop times out with exit code 124", res_int(r, "exit_code") == 124);
+    test_eq_int("an infinite loop times out with exit code 124", res_int(r, "exit_code"), 124);
     test_cond("timed_out and killed are true",
               json_is_true(json_object_get(res_of(r), "timed_out")) && json_is_true(json_object_get(res_of(r), "killed")));
-    test_cond("output printed before the loop is kept", strcmp(res_str(r, "stdout"), "before\n") == 0);
+    test_eq_str("output printed before the loop is kept", res_str(r, "stdout"), "before\n");
     test_cond("the result says the isolate was reset", json_is_true(json_object_get(res_of(r), "isolate_reset")));
     json_decref(r);
     r = exec_js(c, "procs", "1+1");
-    test_cond("the sandbox keeps serving after a timeout", json_integer_value(result_of_exec(r)) == 2);
+    test_eq_int("the sandbox keeps serving after a timeout", json_integer_value(result_of_exec(r)), 2);
     json_decref(r);
 
     r = cn_call(c, "process.spawn", json_pack("{s:s, s:s}", "sandbox", "procs", "command", "while(true){}"));
@@ -271,7 +271,7 @@ static void test_processes(conn *c)
                                                                      json_is_true(json_object_get(res_of(r), "killed")));
     json_decref(r);
     r = cn_call(c, "process.wait", json_pack("{s:s, s:i}", "sandbox", "procs", "pid", pid));
-    test_cond("a second wait returns the same result", res_int(r, "exit_code") == 137);
+    test_eq_int("a second wait returns the same result", res_int(r, "exit_code"), 137);
     json_decref(r);
     r = cn_call(c, "process.kill", json_pack("{s:s, s:i}", "sandbox", "procs", "pid", pid));
     test_cond("killing a finished process is not an error and says so",
@@ -283,7 +283,7 @@ static void test_processes(conn *c)
     pid = (int)res_int(r, "pid");
     json_decref(r);
     r = cn_call(c, "process.wait", json_pack("{s:s, s:i, s:i}", "sandbox", "procs", "pid", pid, "timeout_ms", 200));
-    test_cond("wait with a timeout on a running process gives -32001", err_code(r) == SBX_E_STATE);
+    test_eq_int("wait with a timeout on a running process gives -32001", err_code(r), SBX_E_STATE);
     json_decref(r);
     json_decref(cn_call(c, "process.write", json_pack("{s:s, s:i, s:s}", "sandbox", "procs", "pid", pid, "data", "hello ")));
     json_decref(cn_call(c, "process.write", json_pack("{s:s, s:i, s:s}", "sandbox", "procs", "pid", pid, "data_b64", "d29ybGQ=")));
@@ -306,7 +306,7 @@ static void test_processes(conn *c)
     json_decref(r);
 
     r = exec_js(c, "procs", "console.error('to stderr'); console.warn('w')");
-    test_cond("console.error and warn go to stderr", strcmp(res_str(r, "stderr"), "to stderr\nw\n") == 0);
+    test_eq_str("console.error and warn go to stderr", res_str(r, "stderr"), "to stderr\nw\n");
     json_decref(r);
 
     /* exec output cap: exec_output_bytes is 1 MiB in the test config */
@@ -319,7 +319,7 @@ static void test_processes(conn *c)
     test_cond("while notifications carry every byte", notes_output(c, xpid, "stdout", NULL, 0) == 2048u * 1025u);
 
     r = exec_js(c, "procs", "console.log('\\u00e9\\ud83d\\ude00'); 0");
-    test_cond("non-ASCII output arrives as valid UTF-8", strcmp(res_str(r, "stdout"), "\xc3\xa9\xf0\x9f\x98\x80\n") == 0);
+    test_eq_str("non-ASCII output arrives as valid UTF-8", res_str(r, "stdout"), "\xc3\xa9\xf0\x9f\x98\x80\n");
     json_decref(r);
 
     r = cn_call(c, "process.exec", json_pack("{s:s, s:s, s:b}", "sandbox", "procs", "command", "console.log('quiet')", "stream", 0));
@@ -363,7 +363,7 @@ static void test_tools(conn *c)
     c->tool = tool_impl;
     json_decref(create(c, "tools", json_pack("{s:[s, s]}", "tools", "add", "boom")));
     json_t *r = exec_js(c, "tools", "external_add({a: 20, b: 22})");
-    test_cond("a tool call round-trips through the session", json_integer_value(result_of_exec(r)) == 42);
+    test_eq_int("a tool call round-trips through the session", json_integer_value(result_of_exec(r)), 42);
     json_decref(r);
     r = exec_js(c, "tools", "try { external_boom({}); 'no' } catch (e) { e.message }");
     test_cond("a tool error is thrown inside the isolate", strstr(json_string_value(result_of_exec(r)) ?: "", "tool exploded") != NULL);
@@ -540,7 +540,7 @@ static void test_reattach(void)
     json_decref(cn_call(b, "process.write", json_pack("{s:s, s:i, s:s}", "sandbox", "bg", "pid", pid, "data", "x")));
     json_decref(cn_call(b, "process.close_stdin", json_pack("{s:s, s:i}", "sandbox", "bg", "pid", pid)));
     r = cn_call(b, "process.wait", json_pack("{s:s, s:i}", "sandbox", "bg", "pid", pid));
-    test_cond("another session can drive and wait for it", res_int(r, "exit_code") == 0);
+    test_eq_int("another session can drive and wait for it", res_int(r, "exit_code"), 0);
     json_decref(r);
     /* the live output and exit reached the attached session */
     for (int i = 0; i < 20; i++) {
@@ -662,13 +662,13 @@ static void test_lifetimes(conn *c)
     json_decref(r);
     usleep(900 * 1000);
     r = cn_call(c, "sandbox.get", json_pack("{s:s}", "id", "short"));
-    test_cond("a sandbox past its timeout_ms is destroyed", err_code(r) == SBX_E_NOT_FOUND);
+    test_eq_int("a sandbox past its timeout_ms is destroyed", err_code(r), SBX_E_NOT_FOUND);
     json_decref(r);
     r = cn_call(c, "sandbox.get", json_pack("{s:s}", "id", "idle"));
-    test_cond("an idle sandbox past idle_timeout_ms is destroyed", err_code(r) == SBX_E_NOT_FOUND);
+    test_eq_int("an idle sandbox past idle_timeout_ms is destroyed", err_code(r), SBX_E_NOT_FOUND);
     json_decref(r);
     r = cn_call(c, "sandbox.get", json_pack("{s:s}", "id", "busy"));
-    test_cond("a sandbox with a running process is not idle", strcmp(res_str(r, "status"), "running") == 0);
+    test_eq_str("a sandbox with a running process is not idle", res_str(r, "status"), "running");
     json_decref(r);
     json_decref(cn_call(c, "process.kill", json_pack("{s:s, s:i}", "sandbox", "busy", "pid", pid)));
     destroy(c, "busy");

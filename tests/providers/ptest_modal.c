@@ -311,7 +311,7 @@ static void test_basics(conn *c)
                             "provider", "modal", "env", "A", "1", "B", "b", "working_dir",
                             "/work", "options", "cpu", 0.5, "memory_mb", 256));
     errmsg(r);
-    test_cond("create: running", strcmp(res_str(r, "status"), "running") == 0);
+    test_eq_str("create: running", res_str(r, "status"), "running");
     test_cond("create: metadata has Modal's sandbox id",
               strncmp(meta_str(r, "sandbox_id"), "sb-", 3) == 0);
     test_cond("create: metadata app, image, timeout",
@@ -492,8 +492,8 @@ static void test_kill_timeout(conn *c)
         usleep(50000);
     test_cond("kill: the remote process group is really gone (child too)", gone);
     json_t *e = fake_exec("kid.pid");
-    test_cond("kill: the fake saw the exec end with 137",
-              json_integer_value(json_object_get(e, "exit_code")) == 137);
+    test_eq_int("kill: the fake saw the exec end with 137",
+              json_integer_value(json_object_get(e, "exit_code")), 137);
     json_decref(e);
     json_t *k = fake_exec("sbx[d]-$0");
     test_cond("kill: done by a second exec (the killer)", k != NULL);
@@ -581,8 +581,8 @@ static void test_kill_timeout(conn *c)
     }
     test_cond("timeout: the remote process ended too",
               ended && !pid_alive(json_integer_value(json_object_get(e, "pid"))));
-    test_cond("timeout: Modal got the per-command timeout",
-              json_integer_value(json_object_get(e, "timeout_secs")) == 2);
+    test_eq_int("timeout: Modal got the per-command timeout",
+              json_integer_value(json_object_get(e, "timeout_secs")), 2);
     json_decref(e);
     free(mid);
 }
@@ -690,7 +690,7 @@ static void test_stop_start(conn *c)
     char *old = modal_id_of(c, "m1");
     r = cn_call_t(c, LONG_MS, "sandbox.stop", json_pack("{s:s}", "id", "m1"));
     errmsg(r);
-    test_cond("stop: stopped", strcmp(res_str(r, "status"), "stopped") == 0);
+    test_eq_str("stop: stopped", res_str(r, "status"), "stopped");
     test_cond("stop: the filesystem was saved",
               strncmp(meta_str(r, "saved_image_id"), "im-", 3) == 0);
     json_decref(r);
@@ -764,7 +764,7 @@ static void test_clone_destroy(conn *c)
 
     char *mid = modal_id_of(c, "m1");
     r = cn_call_t(c, LONG_MS, "sandbox.destroy", json_pack("{s:s}", "id", "m1"));
-    test_cond("destroy: destroyed", strcmp(res_str(r, "status"), "destroyed") == 0);
+    test_eq_str("destroy: destroyed", res_str(r, "status"), "destroyed");
     json_decref(r);
     fs = fake_sandbox(mid);
     test_cond("destroy: the Modal sandbox was terminated",
@@ -791,8 +791,8 @@ static void test_lifetime(conn *c)
     test_cond("lifetime: 24 h, Modal's maximum, is accepted and reaches Modal",
               meta_int(r, "timeout_secs") == 86400);
     json_t *fs = fake_sandbox(meta_str(r, "sandbox_id"));
-    test_cond("lifetime: ... the fake got timeout_secs 86400",
-              json_integer_value(json_object_get(fs, "timeout_secs")) == 86400);
+    test_eq_int("lifetime: ... the fake got timeout_secs 86400",
+              json_integer_value(json_object_get(fs, "timeout_secs")), 86400);
     json_decref(fs);
     json_decref(r);
     json_decref(cn_call_t(c, LONG_MS, "sandbox.destroy", json_pack("{s:s}", "id", "mlife")));
@@ -809,7 +809,7 @@ static void test_create_errors(conn *c)
     json_decref(r);
     r = cn_call_t(c, LONG_MS, "sandbox.create",
                   json_pack("{s:s, s:{s:s}}", "provider", "modal", "options", "cpu", "lots"));
-    test_cond("bad options.cpu: -32602", err_code(r) == -32602);
+    test_eq_int("bad options.cpu: -32602", err_code(r), -32602);
     json_decref(r);
     r = cn_call_t(c, LONG_MS, "sandbox.create",
                   json_pack("{s:s, s:{s:s}}", "provider", "modal", "options", "memroy", "1g"));
@@ -820,8 +820,8 @@ static void test_create_errors(conn *c)
                          "options.memroy") == 0);
     json_decref(r);
     r = cn_call(c, "sandbox.list", json_pack("{s:s}", "provider", "modal"));
-    test_cond("failed creates leave nothing behind",
-              json_array_size(json_object_get(res_of(r), "sandboxes")) == 0);
+    test_eq_int("failed creates leave nothing behind",
+              json_array_size(json_object_get(res_of(r), "sandboxes")), 0);
     json_decref(r);
 }
 
@@ -1119,7 +1119,7 @@ static void test_nocred(const char *sock)
                   strstr(reason, "MODAL_TOKEN_ID"));
     json_decref(p);
     json_t *r = cn_call(c, "sandbox.create", json_pack("{s:s}", "provider", "modal"));
-    test_cond("no credentials: create -> -32002", err_code(r) == -32002);
+    test_eq_int("no credentials: create -> -32002", err_code(r), -32002);
     json_decref(r);
     cn_close(c);
 }
@@ -1146,8 +1146,8 @@ static void test_badcred(const char *sock)
         errmsg(r);
     json_decref(r);
     r = cn_call(c, "sandbox.list", NULL);
-    test_cond("bad credentials: nothing left behind",
-              json_array_size(json_object_get(res_of(r), "sandboxes")) == 0);
+    test_eq_int("bad credentials: nothing left behind",
+              json_array_size(json_object_get(res_of(r), "sandboxes")), 0);
     json_decref(r);
     cn_close(c);
 }
@@ -1573,11 +1573,11 @@ static void test_state_guard(const char *cmd, const char *tmp)
         usleep(300000);
         json_t *r = cn_call(c, "sandbox.get", json_pack("{s:s}", "id", "planted"));
         if (round == 0)
-            test_cond("state file writable by others: ignored (nothing adopted)",
-                      err_code(r) == -32000);
+            test_eq_int("state file writable by others: ignored (nothing adopted)",
+                      err_code(r), -32000);
         else
-            test_cond("... the same file, mode 0600: adopted (the check above means it)",
-                      err_code(r) == 0);
+            test_eq_int("... the same file, mode 0600: adopted (the check above means it)",
+                      err_code(r), 0);
         json_decref(r);
         if (round == 1)
             json_decref(

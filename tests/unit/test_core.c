@@ -10,6 +10,7 @@
 #include <dirent.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "daemon.h"
@@ -141,9 +142,9 @@ static void test_utf8(void)
     test_cond("a surrogate is not", !utf8_valid((const uint8_t *)"\xed\xa0\x80", 3));
     test_cond("a lone continuation byte is not", !utf8_valid((const uint8_t *)"a\x80", 2));
     test_cond("a truncated sequence is not valid", !utf8_valid((const uint8_t *)"\xe2\x82", 2));
-    test_cond("incomplete tail of 2 bytes is held", utf8_incomplete_tail((const uint8_t *)"ab\xe2\x82", 4) == 2);
-    test_cond("incomplete tail of 1 lead byte is held", utf8_incomplete_tail((const uint8_t *)"ab\xf0", 3) == 1);
-    test_cond("a complete character holds nothing", utf8_incomplete_tail((const uint8_t *)"\xe2\x82\xac", 3) == 0);
+    test_eq_int("incomplete tail of 2 bytes is held", utf8_incomplete_tail((const uint8_t *)"ab\xe2\x82", 4), 2);
+    test_eq_int("incomplete tail of 1 lead byte is held", utf8_incomplete_tail((const uint8_t *)"ab\xf0", 3), 1);
+    test_eq_int("a complete character holds nothing", utf8_incomplete_tail((const uint8_t *)"\xe2\x82\xac", 3), 0);
     test_cond("garbage at the end holds nothing", utf8_incomplete_tail((const uint8_t *)"a\xff", 2) == 0);
     char *b = base64_encode((const uint8_t *)"\x00\xff\x10hi", 5);
     test_cond("base64 encodes with padding", b && strcmp(b, "AP8QaGk=") == 0);
@@ -193,7 +194,7 @@ static void test_obuf(void)
     for (size_t i = 0; i < sizeof(big); i++)
         big[i] = (char)('a' + i % 26);
     obuf_append(&b, big, sizeof(big));
-    test_cond("obuf counts appended bytes", b.bytes == sizeof(big));
+    test_eq_int("obuf counts appended bytes", b.bytes, sizeof(big));
     struct iovec iov[8];
     int n = obuf_iov(&b, iov, 8);
     test_cond("obuf spans 16 KiB chunks", n == 3 && iov[0].iov_len == OBUF_CHUNK);
@@ -222,19 +223,19 @@ static struct sandbox *mk(const char *id, json_t *conf)
 static void test_states(void)
 {
     struct sandbox *sb = mk("s1", NULL);
-    test_cond("a new sandbox is pending", sb->status == SB_PENDING);
+    test_eq_int("a new sandbox is pending", sb->status, SB_PENDING);
     sandbox_start(sb, NULL);
     test_cond("start: pending -> running", sb->status == SB_RUNNING && fake_starts == 1);
     sandbox_start(sb, NULL);
-    test_cond("start is idempotent (no second provider start)", fake_starts == 1);
+    test_eq_int("start is idempotent (no second provider start)", fake_starts, 1);
     sandbox_stop(sb, NULL);
     test_cond("stop: running -> stopped", sb->status == SB_STOPPED && fake_stops == 1);
     sandbox_stop(sb, NULL);
-    test_cond("stop is idempotent", fake_stops == 1);
+    test_eq_int("stop is idempotent", fake_stops, 1);
     sandbox_start(sb, NULL);
     test_cond("start again: stopped -> running", sb->status == SB_RUNNING && fake_starts == 2);
     sandbox_snapshot(sb, NULL);
-    test_cond("a snapshot is recorded", json_object_size(d.snapshots) == 1);
+    test_eq_int("a snapshot is recorded", json_object_size(d.snapshots), 1);
     sandbox_destroy(sb, NULL);
     test_cond("destroy removes it", sandbox_find_any("s1") == NULL && fake_destroys == 1);
 
@@ -245,17 +246,17 @@ static void test_states(void)
                                                      strstr(sb->error, "backend refused"));
     fake_fail_start = 0;
     sandbox_start(sb, NULL);
-    test_cond("start from error retries", sb->status == SB_RUNNING);
+    test_eq_int("start from error retries", sb->status, SB_RUNNING);
     sandbox_destroy(sb, NULL);
 
     sb = mk("s3", json_pack("{s:s}", "on_start", "exit 3"));
     sandbox_start(sb, NULL);
-    test_cond("a failing on_start hook puts it in error", sb->status == SB_ERROR);
+    test_eq_int("a failing on_start hook puts it in error", sb->status, SB_ERROR);
     sandbox_destroy(sb, NULL);
 
     sb = mk("s4", json_pack("{s:s}", "on_start", "exit 0"));
     sandbox_start(sb, NULL);
-    test_cond("a succeeding on_start hook lets it run", sb->status == SB_RUNNING);
+    test_eq_int("a succeeding on_start hook lets it run", sb->status, SB_RUNNING);
     sandbox_destroy(sb, NULL);
 }
 
@@ -288,10 +289,10 @@ static void test_env_cwd(void)
     json_decref(patch);
     json_t *cmd = json_pack("{s:s}", "C", "x");
     json_t *env = sandbox_env_for(sb, cmd);
-    test_cond("env: create-time value kept when not overridden",
-              strcmp(json_string_value(json_object_get(env, "A")), "c") == 0);
-    test_cond("env: runtime beats create-time", strcmp(json_string_value(json_object_get(env, "B")), "r") == 0);
-    test_cond("env: command beats runtime", strcmp(json_string_value(json_object_get(env, "C")), "x") == 0);
+    test_eq_str("env: create-time value kept when not overridden",
+                json_string_value(json_object_get(env, "A")), "c");
+    test_eq_str("env: runtime beats create-time", json_string_value(json_object_get(env, "B")), "r");
+    test_eq_str("env: command beats runtime", json_string_value(json_object_get(env, "C")), "x");
     test_cond("env: a runtime null removes a create-time key", json_object_get(env, "D") == NULL);
     json_decref(env);
     json_decref(cmd);
@@ -300,10 +301,10 @@ static void test_env_cwd(void)
                                                              err.code == SBX_E_PARAMS);
     err_clear(&err);
     json_decref(bad);
-    test_cond("cwd: the command's wins", strcmp(sandbox_cwd_for(sb, "/cmd"), "/cmd") == 0);
-    test_cond("cwd: then working_dir", strcmp(sandbox_cwd_for(sb, NULL), "/wd") == 0);
+    test_eq_str("cwd: the command's wins", sandbox_cwd_for(sb, "/cmd"), "/cmd");
+    test_eq_str("cwd: then working_dir", sandbox_cwd_for(sb, NULL), "/wd");
     json_object_del(sb->conf, "working_dir");
-    test_cond("cwd: then the provider default", strcmp(sandbox_cwd_for(sb, NULL), "/default") == 0);
+    test_eq_str("cwd: then the provider default", sandbox_cwd_for(sb, NULL), "/default");
     sandbox_destroy(sb, NULL);
 }
 
@@ -350,6 +351,75 @@ static json_t *collect(int fd)
     return out;
 }
 
+/* Reads <dir>/<name>/{input,output}. Returns NULL, or the name of the file
+ * that is missing (then nothing is returned): a case folder that lacks one
+ * is a failed case, never a silently skipped one. */
+static const char *rpc_case_load(const char *dir, const char *name, char **input, char **expect)
+{
+    char p[1400];
+    snprintf(p, sizeof(p), "%s/%s/input", dir, name);
+    *input = slurp(p);
+    snprintf(p, sizeof(p), "%s/%s/output", dir, name);
+    *expect = slurp(p);
+    if (*input && *expect)
+        return NULL;
+    const char *missing = *input ? "output" : "input";
+    free(*input);
+    free(*expect);
+    *input = *expect = NULL;
+    return missing;
+}
+
+static void put_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    if (f) {
+        fputs(text, f);
+        fclose(f);
+    }
+}
+
+/* The loader the data runner uses, on a throw-away folder of incomplete cases. */
+static void test_rpc_case_incomplete(void)
+{
+    char dir[] = "/tmp/sbx-rpc-cases.XXXXXX", p[200];
+    if (!mkdtemp(dir)) {
+        test_cond("a temporary rpc data folder can be made", 0);
+        return;
+    }
+    const char *names[] = {"no_output", "no_input", "complete"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(p, sizeof(p), "%s/%s", dir, names[i]);
+        mkdir(p, 0700);
+    }
+    snprintf(p, sizeof(p), "%s/no_output/input", dir);
+    put_file(p, "{}\n");
+    snprintf(p, sizeof(p), "%s/no_input/output", dir);
+    put_file(p, "{}\n");
+    snprintf(p, sizeof(p), "%s/complete/input", dir);
+    put_file(p, "{}\n");
+    snprintf(p, sizeof(p), "%s/complete/output", dir);
+    put_file(p, "{}\n");
+    char *input, *expect;
+    test_eq_str("an rpc case folder without output is reported, not skipped",
+                rpc_case_load(dir, "no_output", &input, &expect), "output");
+    test_eq_str("an rpc case folder without input is reported, not skipped",
+                rpc_case_load(dir, "no_input", &input, &expect), "input");
+    const char *missing = rpc_case_load(dir, "complete", &input, &expect);
+    test_cond("a complete rpc case folder loads", !missing && input && expect);
+    free(input);
+    free(expect);
+    for (int i = 0; i < 3; i++) {
+        snprintf(p, sizeof(p), "%s/%s/input", dir, names[i]);
+        unlink(p);
+        snprintf(p, sizeof(p), "%s/%s/output", dir, names[i]);
+        unlink(p);
+        snprintf(p, sizeof(p), "%s/%s", dir, names[i]);
+        rmdir(p);
+    }
+    rmdir(dir);
+}
+
 static void test_rpc_cases(const char *dir)
 {
     DIR *dh = opendir(dir);
@@ -362,14 +432,12 @@ static void test_rpc_cases(const char *dir)
     while ((e = readdir(dh))) {
         if (e->d_name[0] == '.')
             continue;
-        char p[1400];
-        snprintf(p, sizeof(p), "%s/%s/input", dir, e->d_name);
-        char *input = slurp(p);
-        snprintf(p, sizeof(p), "%s/%s/output", dir, e->d_name);
-        char *expect = slurp(p);
-        if (!input || !expect) {
-            free(input);
-            free(expect);
+        char *input, *expect;
+        const char *missing = rpc_case_load(dir, e->d_name, &input, &expect);
+        if (missing) {
+            char what[400];
+            snprintf(what, sizeof(what), "rpc case %s has its %s file", e->d_name, missing);
+            test_cond(what, 0);
             continue;
         }
         int sv[2];
@@ -480,6 +548,7 @@ int main(int argc, char **argv)
     test_split_utf8_exit();
     char dir[1024];
     snprintf(dir, sizeof(dir), "%s/rpc", data);
+    test_rpc_case_incomplete();
     test_rpc_cases(dir);
     test_chaos();
     session_free_all();
