@@ -391,8 +391,8 @@ static void test_options(conn *c)
               json_integer_value(json_object_get(hc, "CpuShares")) == 512 &&
                   json_integer_value(json_object_get(hc, "CpuQuota")) == 50000 &&
                   json_integer_value(json_object_get(hc, "CpuPeriod")) == 100000);
-    test_cond("options: pids_limit",
-              json_integer_value(json_object_get(hc, "PidsLimit")) == 64);
+    test_eq_int("options: pids_limit",
+              json_integer_value(json_object_get(hc, "PidsLimit")), 64);
     test_cond("options: readonly_rootfs",
               json_is_true(json_object_get(hc, "ReadonlyRootfs")));
     test_cond("options: cap_drop / cap_add",
@@ -411,8 +411,8 @@ static void test_options(conn *c)
                   json_integer_value(json_object_get(ul, "Hard")) == 200);
     test_cond("options: tmpfs",
               json_object_get(json_object_get(hc, "Tmpfs"), "/scratch") != NULL);
-    test_cond("options: volumes -> Binds (beside the agent's read-only bind)",
-              json_array_size(json_object_get(hc, "Binds")) == 2);
+    test_eq_int("options: volumes -> Binds (beside the agent's read-only bind)",
+              json_array_size(json_object_get(hc, "Binds")), 2);
     test_cond(
         "options: network none",
         strcmp(json_string_value(json_object_get(hc, "NetworkMode")) ?: "", "none") == 0);
@@ -506,7 +506,7 @@ static void test_options(conn *c)
                                               "/nonexistent/sbx"));
     json_decref(r);
     r = create(c, "bad2", json_pack("{s:{s:s}}", "options", "memroy", "1g"));
-    test_cond("options: an unknown option is -32602", err_code(r) == -32602);
+    test_eq_int("options: an unknown option is -32602", err_code(r), -32602);
     json_decref(r);
     r = create(c, "bad3", json_pack("{s:s}", "image", "sbx-test/missing:nope"));
     test_cond("image: a missing image is pulled (progress) and the failure is -32006",
@@ -537,8 +537,8 @@ static void test_processes(conn *c)
     r = cn_call(c, "process.exec",
                 json_pack("{s:s, s:s, s:s}", "sandbox", "proc1", "command", "cat",
                           "stdin", "round trip\n"));
-    test_cond("stdin round trip through cat",
-              strcmp(res_str(r, "stdout"), "round trip\n") == 0);
+    test_eq_str("stdin round trip through cat",
+              res_str(r, "stdout"), "round trip\n");
     json_decref(r);
 
     r = cn_call(c, "process.spawn",
@@ -598,7 +598,7 @@ static void test_processes(conn *c)
     test_cond("timeout: the process and its children left the container",
               top_has(cid, "sleep 1003") == 0 && top_has(cid, "sleep 1004") == 0);
     r = exec(c, "proc1", "ps -o pid,args | grep -c 'sleep 100[1-4]' || true");
-    test_cond("ps inside agrees", strcmp(res_str(r, "stdout"), "0\n") == 0);
+    test_eq_str("ps inside agrees", res_str(r, "stdout"), "0\n");
     json_decref(r);
 
     r = cn_call(c, "process.exec",
@@ -610,7 +610,7 @@ static void test_processes(conn *c)
                   strcmp(res_str(r, "stdout"), "argv-env\n/tmp/new/dir\n") == 0);
     json_decref(r);
     r = exec(c, "proc1", "/does/not/exist");
-    test_cond("a command that does not exist: 127", res_int(r, "exit_code") == 127);
+    test_eq_int("a command that does not exist: 127", res_int(r, "exit_code"), 127);
     json_decref(r);
     destroy(c, "proc1");
 }
@@ -632,10 +632,10 @@ static void test_lifecycle(conn *c)
     json_decref(in);
     json_decref(r);
     r = exec(c, "life1", "true");
-    test_cond("stop: exec in a stopped sandbox is -32001", err_code(r) == -32001);
+    test_eq_int("stop: exec in a stopped sandbox is -32001", err_code(r), -32001);
     json_decref(r);
     r = cn_call_t(c, 60000, "sandbox.start", json_pack("{s:s}", "id", "life1"));
-    test_cond("start: running again", strcmp(res_str(r, "status"), "running") == 0);
+    test_eq_str("start: running again", res_str(r, "status"), "running");
     json_decref(r);
     test_cond("start: the file system was kept",
               exec_ok(c, "life1", "cat /workspace/f.txt", "kept\n"));
@@ -647,13 +647,13 @@ static void test_lifecycle(conn *c)
     test_cond("snapshot: committed", snapid[0] != '\0');
     json_decref(r);
     r = create(c, "life2", json_pack("{s:s}", "snapshot", snapid));
-    test_cond("snapshot: create from it", strcmp(res_str(r, "status"), "running") == 0);
+    test_eq_str("snapshot: create from it", res_str(r, "status"), "running");
     json_decref(r);
     test_cond("snapshot: the file is there",
               exec_ok(c, "life2", "cat /workspace/f.txt", "kept\n"));
 
     r = cn_call(c, "sandbox.destroy", json_pack("{s:s}", "id", "life1"));
-    test_cond("destroy: destroyed", strcmp(res_str(r, "status"), "destroyed") == 0);
+    test_eq_str("destroy: destroyed", res_str(r, "status"), "destroyed");
     json_decref(r);
     char p[256];
     snprintf(p, sizeof(p), "/containers/%s/json", cid);
@@ -774,8 +774,8 @@ static void agent_log_flood(conn *c, const char *sb)
                        "cat /tmp/f > /proc/1/fd/1 && sleep 1.2 && "
                        "head -c 17 /tmp/f > /proc/1/fd/1 && echo sent",
                        30000);
-    test_cond("agent flood: 4096 LOG frames reach the channel",
-              strcmp(res_str(r, "stdout"), "sent\n") == 0);
+    test_eq_str("agent flood: 4096 LOG frames reach the channel",
+              res_str(r, "stdout"), "sent\n");
     json_decref(r);
     usleep(300000);
     int logged = log_lines_with("docker mislog agent: flood") - before;
@@ -840,8 +840,8 @@ static void test_misbehaving(conn *c)
     json_decref(create(c, "mis2", NULL));
     json_t *nd = exec(c, "mis2", "printf x > /proc/1/fd/1 && echo wrote; "
                                  "cat /proc/1/environ >/dev/null 2>&1 && echo read; echo end");
-    test_cond("non-dumpable agent: container code cannot open PID 1's fds or memory",
-              strcmp(res_str(nd, "stdout"), "end\n") == 0);
+    test_eq_str("non-dumpable agent: container code cannot open PID 1's fds or memory",
+              res_str(nd, "stdout"), "end\n");
     json_decref(nd);
     test_cond("forged frame for an unknown pid: ignored",
               exec_ok(c, "mis1",
@@ -910,8 +910,8 @@ static void test_lifetime_env(conn *c)
     r = cn_call_t(c, 30000, "process.exec",
                   json_pack("{s:s, s:s, s:{s:n}}", "sandbox", "life1", "command",
                             "echo ${A-unset} $B", "env", "A"));
-    test_cond("env null: exec env {A: null} removes a create-time A",
-              strcmp(res_str(r, "stdout"), "unset keep\n") == 0);
+    test_eq_str("env null: exec env {A: null} removes a create-time A",
+              res_str(r, "stdout"), "unset keep\n");
     json_decref(r);
     test_cond("env null: the next exec sees A again", exec_ok(c, "life1", "echo $A", "create\n"));
     r = cn_call(c, "sandbox.set_env", json_pack("{s:s, s:{s:n}}", "id", "life1", "env", "A"));
@@ -926,8 +926,8 @@ static void test_lifetime_env(conn *c)
     r = cn_call_t(c, 30000, "process.exec",
                   json_pack("{s:s, s:s, s:{s:n, s:n}}", "sandbox", "life1", "command",
                             "echo ${A-unset} ${B-unset}", "env", "A", "B"));
-    test_cond("env null: exec env null removes a set_env value and a create value at once",
-              strcmp(res_str(r, "stdout"), "unset unset\n") == 0);
+    test_eq_str("env null: exec env null removes a set_env value and a create value at once",
+              res_str(r, "stdout"), "unset unset\n");
     json_decref(r);
 
     /* Reconnect honesty: the same id with other options. */
@@ -1004,8 +1004,8 @@ static void test_snapshots_last(void)
     if (c)
         destroy(c, "keep1");
     r = create(c, "snapuse", json_pack("{s:s}", "snapshot", snap));
-    test_cond("snapshots: create --snapshot works after the restart",
-              strcmp(res_str(r, "status"), "running") == 0);
+    test_eq_str("snapshots: create --snapshot works after the restart",
+              res_str(r, "status"), "running");
     json_t *img = json_object_get(json_object_get(res_of(r), "metadata"), "image_id");
     char image[128];
     snprintf(image, sizeof(image), "%s", json_string_value(img) ? json_string_value(img) : "");
@@ -1013,7 +1013,7 @@ static void test_snapshots_last(void)
     test_cond("snapshots: its files are there",
               exec_ok(c, "snapuse", "cat /workspace/kept.txt", "kept\n"));
     r = cn_call_t(c, 60000, "snapshot.delete", json_pack("{s:s}", "snapshot", snap));
-    test_cond("snapshots: delete while a sandbox uses it is -32001", err_code(r) == -32001);
+    test_eq_int("snapshots: delete while a sandbox uses it is -32001", err_code(r), -32001);
     json_decref(r);
     destroy(c, "snapuse");
     r = cn_call_t(c, 60000, "snapshot.delete", json_pack("{s:s}", "snapshot", snap));
@@ -1025,7 +1025,7 @@ static void test_snapshots_last(void)
               image[0] && engine("GET", path, NULL, NULL) == 404);
     test_cond("snapshots: no longer listed", !snapshot_listed(c, snap));
     r = cn_call_t(c, 60000, "snapshot.delete", json_pack("{s:s}", "snapshot", snap));
-    test_cond("snapshots: deleting it again is -32000", err_code(r) == -32000);
+    test_eq_int("snapshots: deleting it again is -32000", err_code(r), -32000);
     json_decref(r);
     cn_close(c);
     stop_sbxd(pid, SIGTERM);
@@ -1176,8 +1176,8 @@ static void test_policy_uid(void)
     json_t *opts = json_loads(o, 0, NULL);
     r = as_uid(A, A, sock, "sandbox.create",
                json_pack("{s:s, s:s, s:o}", "id", "pa", "provider", "docker", "options", opts), 120000);
-    test_cond("policy: the granted bind mount, memory 1g and pids 512 are allowed",
-              strcmp(res_str(r, "status"), "running") == 0);
+    test_eq_str("policy: the granted bind mount, memory 1g and pids 512 are allowed",
+              res_str(r, "status"), "running");
     json_decref(r);
     r = as_uid(A, A, sock, "process.exec",
                json_pack("{s:s, s:s}", "sandbox", "pa", "command",
@@ -1190,8 +1190,8 @@ static void test_policy_uid(void)
     snprintf(hostfile, sizeof(hostfile), "%s/from-sandbox", proj);
     struct stat st;
     test_cond("policy: the sandbox wrote into the project dir on the host", stat(hostfile, &st) == 0);
-    test_cond("policy: inside, seccomp is on, pids.max is 512 and unshare(USER|NET) fails",
-              strcmp(res_str(r, "stdout"), "Seccomp:2\n512\nno-unshare\n") == 0);
+    test_eq_str("policy: inside, seccomp is on, pids.max is 512 and unshare(USER|NET) fails",
+              res_str(r, "stdout"), "Seccomp:2\n512\nno-unshare\n");
     if (strcmp(res_str(r, "stdout"), "Seccomp:2\n512\nno-unshare\n") != 0)
         printf("      stdout: %s\n", res_str(r, "stdout"));
     json_decref(r);
@@ -1213,12 +1213,12 @@ static void test_policy_uid(void)
     test_cond("policy: the snapshot image carries its owner", image[0] && tag[0]);
     r = as_uid(B, B, sock, "sandbox.create",
                json_pack("{s:s, s:s, s:s}", "id", "pb1", "provider", "docker", "snapshot", snap), 60000);
-    test_cond("policy: another uid cannot create from the snapshot id (-32602 no such snapshot)",
-              err_code(r) == -32602);
+    test_eq_int("policy: another uid cannot create from the snapshot id (-32602 no such snapshot)",
+              err_code(r), -32602);
     json_decref(r);
     r = as_uid(B, B, sock, "sandbox.create",
                json_pack("{s:s, s:s, s:s}", "id", "pb2", "provider", "docker", "image", tag), 60000);
-    test_cond("policy: another uid cannot use the snapshot image by its tag (-32003)", err_code(r) == -32003);
+    test_eq_int("policy: another uid cannot use the snapshot image by its tag (-32003)", err_code(r), -32003);
     if (res_of(r))
         json_decref(as_uid(B, B, sock, "sandbox.destroy", json_pack("{s:s}", "id", "pb2"), 60000));
     json_decref(r);
@@ -1230,13 +1230,13 @@ static void test_policy_uid(void)
     snprintf(ref, sizeof(ref), "{\"image\": \"%s\"}", image);
     test_cond("policy: image by full id refused", refused(B, sock, "pb5", ref, "denied"));
     r = as_uid(A, A, sock, "snapshot.list", NULL, 60000);
-    test_cond("policy: the owner lists its snapshot", json_array_size(json_object_get(res_of(r), "snapshots")) == 1);
+    test_eq_int("policy: the owner lists its snapshot", json_array_size(json_object_get(res_of(r), "snapshots")), 1);
     json_decref(r);
     r = as_uid(B, B, sock, "snapshot.list", NULL, 60000);
     test_cond("policy: another uid does not see it", res_of(r) && json_array_size(json_object_get(res_of(r), "snapshots")) == 0);
     json_decref(r);
     r = as_uid(B, B, sock, "snapshot.delete", json_pack("{s:s}", "snapshot", snap), 60000);
-    test_cond("policy: another uid cannot delete it (-32000)", err_code(r) == -32000);
+    test_eq_int("policy: another uid cannot delete it (-32000)", err_code(r), -32000);
     json_decref(r);
 
     /* networks the private engine can run */
@@ -1245,11 +1245,11 @@ static void test_policy_uid(void)
         opts = json_loads(o, 0, NULL);
         r = as_uid(A, A, sock, "sandbox.create",
                    json_pack("{s:s, s:s, s:o}", "id", "pn", "provider", "docker", "options", opts), 120000);
-        test_cond("policy: a named network granted by a group rule", strcmp(res_str(r, "status"), "running") == 0);
+        test_eq_str("policy: a named network granted by a group rule", res_str(r, "status"), "running");
         json_decref(r);
         r = as_uid(A, A, sock, "process.exec",
                    json_pack("{s:s, s:s}", "sandbox", "pn", "command", "ip -4 addr show eth0 | grep -c inet"), 30000);
-        test_cond("policy: the sandbox has an address on it (eth0)", strcmp(res_str(r, "stdout"), "1\n") == 0);
+        test_eq_str("policy: the sandbox has an address on it (eth0)", res_str(r, "stdout"), "1\n");
         json_decref(r);
         json_decref(as_uid(A, A, sock, "sandbox.destroy", json_pack("{s:s}", "id", "pn"), 60000));
     } else {
@@ -1258,7 +1258,7 @@ static void test_policy_uid(void)
     if (have_bridge) {
         r = as_uid(A, A, sock, "sandbox.create",
                    json_pack("{s:s, s:s, s:{s:s}}", "id", "pbr", "provider", "docker", "options", "network", "bridge"), 120000);
-        test_cond("policy: network bridge granted by a group rule", strcmp(res_str(r, "status"), "running") == 0);
+        test_eq_str("policy: network bridge granted by a group rule", res_str(r, "status"), "running");
         json_decref(r);
         json_decref(as_uid(A, A, sock, "sandbox.destroy", json_pack("{s:s}", "id", "pbr"), 60000));
     } else {
@@ -1798,7 +1798,7 @@ static void test_killed_outside(conn *c)
 static void test_noshell(conn *c)
 {
     json_t *r = create(c, "nosh1", json_pack("{s:s}", "image", "sbx-test/noshell"));
-    test_cond("no-shell image: created", strcmp(res_str(r, "status"), "running") == 0);
+    test_eq_str("no-shell image: created", res_str(r, "status"), "running");
     json_decref(r);
     r = cn_call(c, "process.exec",
                 json_pack("{s:s, s:[s,s,s], s:{s:s}}", "sandbox", "nosh1", "command",
@@ -1810,8 +1810,8 @@ static void test_noshell(conn *c)
                   strstr(o, "env X=y\n"));
     json_decref(r);
     r = exec(c, "nosh1", "echo needs a shell");
-    test_cond("no-shell image: a shell command fails with 127",
-              res_int(r, "exit_code") == 127);
+    test_eq_int("no-shell image: a shell command fails with 127",
+              res_int(r, "exit_code"), 127);
     json_decref(r);
     destroy(c, "nosh1");
 }
@@ -1841,8 +1841,8 @@ static void test_exec_mode(conn *c)
     r = cn_call(c, "process.exec",
                 json_pack("{s:s, s:s, s:s}", "sandbox", "xm1", "command", "cat", "stdin",
                           "via exec\n"));
-    test_cond("docker-exec: stdin through cat",
-              strcmp(res_str(r, "stdout"), "via exec\n") == 0);
+    test_eq_str("docker-exec: stdin through cat",
+              res_str(r, "stdout"), "via exec\n");
     json_decref(r);
     /* env null removes a create-time key here too (issue 10, item 4): the
      * container's env holds it, an exec can only add */
@@ -1868,15 +1868,15 @@ static void test_exec_mode(conn *c)
                         json_pack("{s:s, s:I}", "sandbox", "xm1", "pid", pid)));
     r = cn_call_t(c, 20000, "process.wait",
                   json_pack("{s:s, s:I}", "sandbox", "xm1", "pid", pid));
-    test_cond("docker-exec: kill (an exec'd kill inside) ends it",
-              res_int(r, "exit_code") == 137);
+    test_eq_int("docker-exec: kill (an exec'd kill inside) ends it",
+              res_int(r, "exit_code"), 137);
     json_decref(r);
     usleep(300000);
     test_cond("docker-exec: children gone too", top_has(cid, "sleep 1005") == 0);
     r = cn_call_t(c, 30000, "process.exec",
                   json_pack("{s:s, s:s, s:i}", "sandbox", "xm1", "command", "sleep 1007",
                             "timeout_ms", 800));
-    test_cond("docker-exec: timeout 124", res_int(r, "exit_code") == 124);
+    test_eq_int("docker-exec: timeout 124", res_int(r, "exit_code"), 124);
     json_decref(r);
     /* the container dies; the next exec restarts it and says so */
     char p[256];
@@ -2052,7 +2052,7 @@ static int docker_up(conn *c)
 static void test_tls(void)
 {
     if (!tls_host || !tls_host[0]) {
-        printf("      (no TLS endpoint: the engine is not private; TLS test skipped)\n");
+        test_skip("TLS: the engine over tcp:// with TLS", "no TLS endpoint: the engine is not private");
         return;
     }
     char extra[2048];
@@ -2072,7 +2072,7 @@ static void test_tls(void)
         r = cn_call(c, "process.exec",
                     json_pack("{s:s, s:s, s:s}", "sandbox", "tls1", "command",
                               "cat | wc -c", "stdin", "12345"));
-        test_cond("TLS: stdin", strcmp(res_str(r, "stdout"), "5\n") == 0);
+        test_eq_str("TLS: stdin", res_str(r, "stdout"), "5\n");
         json_decref(r);
         /* reconnect by label from another sbxd, with different hardening: warnings */
         r = create(c, "shared1", json_pack("{s:{s:s}}", "options", "memory", "128m"));
@@ -2142,7 +2142,7 @@ static void test_attach_only(void)
         test_cond("attach only: exec", exec_ok(c, "att1", "echo hi; echo e >&2", "hi\n"));
         r = cn_call(c, "process.exec", json_pack("{s:s, s:s, s:s}", "sandbox", "att1",
                                                  "command", "cat | wc -c", "stdin", "12345"));
-        test_cond("attach only: stdin", strcmp(res_str(r, "stdout"), "5\n") == 0);
+        test_eq_str("attach only: stdin", res_str(r, "stdout"), "5\n");
         json_decref(r);
         stream_slow_reader(c, pid, "att1", 64, "attach only");
         destroy(c, "att1");
@@ -2188,8 +2188,8 @@ static void test_no_engine(void)
     r = c ? cn_call(c, "process.exec",
                     json_pack("{s:s, s:s}", "sandbox", "duk1", "command", "6*7"))
           : NULL;
-    test_cond("no engine: the duktape provider still serves",
-              json_integer_value(json_object_get(res_of(r), "result")) == 42);
+    test_eq_int("no engine: the duktape provider still serves",
+              json_integer_value(json_object_get(res_of(r), "result")), 42);
     json_decref(r);
     cn_close(c);
     stop_sbxd(pid, SIGTERM);
@@ -2395,8 +2395,8 @@ static void test_fake_engine(void)
 static void test_engine_stops(conn *c)
 {
     if (!private_engine) {
-        printf("      (shared engine: the engine-stop test needs the private dockerd; "
-               "skipped)\n");
+        test_skip("engine stopped: mid-exec error, duktape serves, create fails",
+                  "shared engine: needs the private dockerd");
         return;
     }
     const char *dir = getenv("SBX_DOCKERD_DIR");
@@ -2445,8 +2445,8 @@ static void test_engine_stops(conn *c)
     json_decref(ans);
     r = cn_call(c, "process.exec",
                 json_pack("{s:s, s:s}", "sandbox", "duk2", "command", "1+1"));
-    test_cond("engine stopped: the duktape provider still serves",
-              json_integer_value(json_object_get(res_of(r), "result")) == 2);
+    test_eq_int("engine stopped: the duktape provider still serves",
+              json_integer_value(json_object_get(res_of(r), "result")), 2);
     json_decref(r);
     /* wait until the engine is really gone */
     for (int i = 0; i < 150 && kill(dpid, 0) == 0; i++)
@@ -2457,12 +2457,12 @@ static void test_engine_stops(conn *c)
               err_code(r) == -32002 && now_ms() - t < 8000);
     json_decref(r);
     r = cn_call(c, "sandbox.get", json_pack("{s:s}", "id", "es1"));
-    test_cond("engine stopped: the sandbox is in error",
-              strcmp(res_str(r, "status"), "error") == 0);
+    test_eq_str("engine stopped: the sandbox is in error",
+              res_str(r, "status"), "error");
     json_decref(r);
     r = exec_t(c, "es1", "echo x", 5000);
-    test_cond("engine stopped: an exec on it fails promptly with -32001 (engine away)",
-              err_code(r) == -32001);
+    test_eq_int("engine stopped: an exec on it fails promptly with -32001 (engine away)",
+              err_code(r), -32001);
     json_decref(r);
 
     /* The engine comes back (same data root): the next call restarts the

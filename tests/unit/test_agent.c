@@ -995,8 +995,9 @@ static void test_too_many(struct agent *a)
 {
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < 1024) {
-        printf("      skipped the 256-process test: RLIMIT_NOFILE %llu < 1024\n",
-               (unsigned long long)rl.rlim_cur);
+        char why[80];
+        snprintf(why, sizeof(why), "RLIMIT_NOFILE %llu < 1024", (unsigned long long)rl.rlim_cur);
+        test_skip("256 processes tracked, the 257th SPAWN refused", why);
         return;
     }
     struct frame f;
@@ -1112,8 +1113,7 @@ static void test_pid1(void)
                           : access("/bin/unshare", X_OK) == 0   ? "/bin/unshare"
                                                                 : NULL;
     if (geteuid() != 0 || !unshare) {
-        printf("      skipped PID-1 tests: %s\n",
-               geteuid() != 0 ? "not root" : "no unshare(1)");
+        test_skip("PID 1 in a fresh PID namespace", geteuid() != 0 ? "not root" : "no unshare(1)");
         return;
     }
     const char *argv[] = {unshare, "--pid", "--fork", "--mount-proc", agent_path, NULL};
@@ -1121,7 +1121,7 @@ static void test_pid1(void)
     struct frame f;
     agent_start(&a, argv);
     if (expect(&a, SBX_CHAN_HELLO, 0, &f, 3000) != 1) {
-        printf("      skipped PID-1 tests: unshare --pid --fork --mount-proc failed\n");
+        test_skip("PID 1 in a fresh PID namespace", "unshare --pid --fork --mount-proc failed");
         agent_close(&a);
         return;
     }
