@@ -30,6 +30,9 @@ uint64_t sbx__now_ms(void)
 /* ---- errors ---------------------------------------------------------------- */
 
 static void vseterr(sbx_ctx *c, int code, const char *fmt, va_list ap)
+    __attribute__((format(printf, 3, 0)));
+
+static void vseterr(sbx_ctx *c, int code, const char *fmt, va_list ap)
 {
     c->err = code;
     vsnprintf(c->errstr, sizeof(c->errstr), fmt, ap);

@@ -20,6 +20,8 @@
  * printed: at fuzzing rates they would be most of the run. */
 static void fuzz_alog(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+int sbx_init_main(int argc, char **argv); /* sbx_init.c's main, renamed */
+
 #define main sbx_init_main
 #define proc_spawn fuzz_proc_spawn
 #define alog fuzz_alog
