@@ -18,16 +18,18 @@
 
 static int __test_num = 0, __test_failed = 0, __test_passed = 0, __test_skipped = 0;
 
-#define test_cond(descr, _c)                                                          \
+#define test_cond(descr, _c) __test_check(descr, (_c) ? 1 : 0, #_c)
+
+#define __test_check(descr, _ok, text)                                                \
     do {                                                                              \
         __test_num++;                                                                 \
-        int __ok = (_c) ? 1 : 0;                                                      \
+        int __ok = (_ok);                                                             \
         printf("%3d - %-60s %s\n", __test_num, descr, __ok ? "PASSED" : "FAILED");  \
         if (__ok)                                                                     \
             __test_passed++;                                                          \
         else {                                                                        \
             __test_failed++;                                                          \
-            printf("      at %s:%d: %s\n", __FILE__, __LINE__, #_c);                    \
+            printf("      at %s:%d: %s\n", __FILE__, __LINE__, text);                  \
         }                                                                             \
         fflush(stdout);                                                               \
     } while (0)
@@ -36,7 +38,7 @@ static int __test_num = 0, __test_failed = 0, __test_passed = 0, __test_skipped 
 #define test_eq_int(descr, _a, _e)                                                    \
     do {                                                                              \
         long long __a = (long long)(_a), __e = (long long)(_e);                       \
-        test_cond(descr, __a == __e);                                                 \
+        __test_check(descr, __a == __e, #_a " == " #_e);                              \
         if (__a != __e)                                                               \
             printf("      got %lld, expected %lld\n", __a, __e);                       \
     } while (0)
@@ -45,7 +47,7 @@ static int __test_num = 0, __test_failed = 0, __test_passed = 0, __test_skipped 
     do {                                                                              \
         const char *__a = (_a), *__e = (_e);                                          \
         int __same = __a && __e ? strcmp(__a, __e) == 0 : __a == __e;                  \
-        test_cond(descr, __same);                                                     \
+        __test_check(descr, __same, #_a " equals " #_e);                              \
         if (!__same)                                                                  \
             printf("      got \"%s\", expected \"%s\"\n", __a ? __a : "(null)",        \
                    __e ? __e : "(null)");                                             \
