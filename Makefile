@@ -18,18 +18,19 @@ WARN = -Wall -Wextra -Wformat=2 -Wmissing-prototypes -Wstrict-prototypes -Wwrite
 OPT ?= -O2 -g
 SAN ?=
 CFLAGS_BASE = -std=gnu11 $(OPT) $(WARN) $(SAN) -D_GNU_SOURCE -DSBX_VERSION=\"$(VERSION)\" \
-	-Iproto -Idaemon -Iclient/include -I$(B)/gen
+	-Iproto -Idaemon -Idaemon/core -Idaemon/rpc -Idaemon/io -Iclient/include -I$(B)/gen
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 CFLAGS_ALL = $(CFLAGS_BASE) $(PKG_CFLAGS) $(CFLAGS)
 LDLIBS_D = $(PKG_LIBS) -lev -lm
 
 PROTO_GEN = $(B)/gen/modal_api.pb-c.c
-DAEMON_SRC = $(wildcard daemon/*.c daemon/providers/*.c) proto/sbx_chan.c
+DAEMON_SRC = $(wildcard daemon/*.c daemon/core/*.c daemon/rpc/*.c daemon/io/*.c daemon/providers/*/*.c) \
+	proto/sbx_chan.c
 # The runtime both isolate workers share (channel frames, hardening steps).
-WK_SRC = $(wildcard daemon/workercommon/*.c)
+WK_SRC = $(wildcard daemon/workers/common/*.c)
 WK_OBJ = $(patsubst %.c,$(B)/obj/%.o,$(WK_SRC))
-WORKER_SRC = $(filter-out daemon/worker/main.c,$(wildcard daemon/worker/*.c)) $(WK_SRC)
+WORKER_SRC = $(filter-out daemon/workers/duktape/main.c,$(wildcard daemon/workers/duktape/*.c)) $(WK_SRC)
 WORKER_OBJ = $(patsubst %.c,$(B)/obj/%.o,$(WORKER_SRC))
 DAEMON_OBJ = $(patsubst %.c,$(B)/obj/%.o,$(DAEMON_SRC)) $(B)/gen/modal_api.pb-c.o
 DAEMON_LIB_OBJ = $(filter-out $(B)/obj/daemon/main.o,$(DAEMON_OBJ))
@@ -45,13 +46,13 @@ PTEST_SRC = $(wildcard tests/providers/ptest_*.c)
 PTEST_BIN = $(patsubst tests/providers/%.c,$(B)/tests/%,$(PTEST_SRC))
 BENCH_SRC = $(wildcard tests/bench/*.c)
 BENCH_BIN = $(patsubst tests/bench/%.c,$(B)/bench/%,$(BENCH_SRC))
-AGENT_SRC = $(wildcard daemon/agent/*.c)
+AGENT_SRC = $(wildcard agent/*.c)
 # The js provider's worker: JavaScriptCore, plus the TypeScript stripper
-# (sucrase from npm, pinned in daemon/jsworker/strip/package-lock.json)
+# (sucrase from npm, pinned in daemon/workers/jsc/strip/package-lock.json)
 # bundled by esbuild into one script that is embedded in the binary.
 JSC_PKG = javascriptcoregtk-4.1
-JSW_SRC = $(wildcard daemon/jsworker/*.c)
-JSW_OBJ = $(patsubst %.c,$(B)/obj/%.o,$(JSW_SRC)) $(B)/obj/daemon/jsworker/embed.o $(WK_OBJ)
+JSW_SRC = $(wildcard daemon/workers/jsc/*.c)
+JSW_OBJ = $(patsubst %.c,$(B)/obj/%.o,$(JSW_SRC)) $(B)/obj/daemon/workers/jsc/embed.o $(WK_OBJ)
 STRIP_JS = $(B)/gen/strip.js
 
 .PHONY: all run test asan valgrind bench install clean deps test-deps check-style fuzz fuzz-build fuzz-bins
@@ -76,19 +77,19 @@ $(DAEMON_OBJ): | $(B)/gen/modal_api.pb-c.h
 
 $(B)/sbxd: $(DAEMON_OBJ)
 	$(CC) $(SAN) -o $@ $^ $(LDLIBS_D)
-$(B)/sbxd-worker: $(WORKER_OBJ) $(B)/obj/daemon/worker/main.o $(B)/obj/proto/sbx_chan.o
+$(B)/sbxd-worker: $(WORKER_OBJ) $(B)/obj/daemon/workers/duktape/main.o $(B)/obj/proto/sbx_chan.o
 	$(CC) $(SAN) -o $@ $^ $(shell pkg-config --libs duktape jansson) -lm
-$(B)/obj/daemon/jsworker/%.o: daemon/jsworker/%.c
+$(B)/obj/daemon/workers/jsc/%.o: daemon/workers/jsc/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) $(shell pkg-config --cflags $(JSC_PKG)) -MMD -MP -c $< -o $@
-$(B)/obj/daemon/jsworker/embed.o: daemon/jsworker/embed.S daemon/jsworker/prelude.js $(STRIP_JS)
+$(B)/obj/daemon/workers/jsc/embed.o: daemon/workers/jsc/embed.S daemon/workers/jsc/prelude.js $(STRIP_JS)
 	@mkdir -p $(dir $@)
-	$(CC) -c -DPRELUDE_JS='"daemon/jsworker/prelude.js"' -DSTRIP_JS='"$(STRIP_JS)"' $< -o $@
-$(STRIP_JS): daemon/jsworker/strip/package.json daemon/jsworker/strip/package-lock.json \
-		daemon/jsworker/strip/entry.js
+	$(CC) -c -DPRELUDE_JS='"daemon/workers/jsc/prelude.js"' -DSTRIP_JS='"$(STRIP_JS)"' $< -o $@
+$(STRIP_JS): daemon/workers/jsc/strip/package.json daemon/workers/jsc/strip/package-lock.json \
+		daemon/workers/jsc/strip/entry.js
 	@mkdir -p $(B)/strip $(B)/gen
-	cp daemon/jsworker/strip/package.json daemon/jsworker/strip/package-lock.json \
-		daemon/jsworker/strip/entry.js $(B)/strip/
+	cp daemon/workers/jsc/strip/package.json daemon/workers/jsc/strip/package-lock.json \
+		daemon/workers/jsc/strip/entry.js $(B)/strip/
 	cd $(B)/strip && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error
 	$(B)/strip/node_modules/.bin/esbuild $(B)/strip/entry.js --bundle --format=iife \
 		--minify --target=es2020 --log-level=warning --outfile=$@
@@ -104,7 +105,7 @@ $(B)/sbxctl: $(CTL_OBJ) $(B)/libsbx.a
 	$(CC) $(SAN) -o $@ $(CTL_OBJ) $(B)/libsbx.a $(PKG_LIBS) -lev -lm
 
 # The Docker agent is static: it must run in images with no libc at all.
-$(B)/sbx-init: $(AGENT_SRC) proto/sbx_chan.c proto/sbx_chan.h
+$(B)/sbx-init: $(AGENT_SRC) $(wildcard agent/*.h) proto/sbx_chan.c proto/sbx_chan.h
 	@mkdir -p $(B)
 	$(CC) -std=gnu11 -Os $(WARN) -D_GNU_SOURCE -Iproto -static -s \
 		-o $@ $(AGENT_SRC) proto/sbx_chan.c
@@ -133,10 +134,10 @@ FUZZ_SRC = $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_BIN = $(patsubst tests/fuzz/%.c,$(B)/fuzz/%,$(FUZZ_SRC))
 # A harness that #includes a daemon file (to reach its static parsers) links
 # without that file's object.
-FUZZ_OMIT_fuzz_agent_daemon = $(B)/obj/daemon/providers/docker.o
-FUZZ_OMIT_fuzz_grpc = $(B)/obj/daemon/grpc.o
-FUZZ_OMIT_fuzz_modal = $(B)/obj/daemon/providers/modal.o
-FUZZ_AGENT_SRC = $(filter-out daemon/agent/sbx_init.c,$(AGENT_SRC)) proto/sbx_chan.c
+FUZZ_OMIT_fuzz_agent_daemon = $(B)/obj/daemon/providers/docker/docker.o
+FUZZ_OMIT_fuzz_grpc = $(B)/obj/daemon/providers/modal/grpc.o
+FUZZ_OMIT_fuzz_modal = $(B)/obj/daemon/providers/modal/modal.o
+FUZZ_AGENT_SRC = $(filter-out agent/sbx_init.c,$(AGENT_SRC)) proto/sbx_chan.c
 
 fuzz-build:
 	$(MAKE) B=$(FUZZ_B) CC=$(FUZZ_CC) OPT="-O1 -g -fno-omit-frame-pointer" \
@@ -146,13 +147,13 @@ fuzz:
 	sh tests/fuzz/run.sh $(FUZZ_B) $(FUZZ_SECONDS) $(FUZZ_B)/corpus
 
 # sbx-init's side: its own sources (no jansson, no libev), sbx_init.c included.
-$(B)/fuzz/fuzz_agent_init: tests/fuzz/fuzz_agent_init.c $(AGENT_SRC) proto/sbx_chan.c
+$(B)/fuzz/fuzz_agent_init: tests/fuzz/fuzz_agent_init.c $(AGENT_SRC) $(wildcard agent/*.h) proto/sbx_chan.c
 	@mkdir -p $(dir $@)
 	$(CC) -std=gnu11 $(OPT) $(WARN) $(SAN) -fsanitize=fuzzer -D_GNU_SOURCE -Iproto \
-		-Idaemon/agent -o $@ $< $(FUZZ_AGENT_SRC)
+		-Iagent -o $@ $< $(FUZZ_AGENT_SRC)
 $(B)/fuzz/%: tests/fuzz/%.c tests/fuzz/fuzz_daemon.h $(DAEMON_LIB_OBJ) $(B)/libsbx.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -fsanitize=fuzzer -Itests/fuzz -Idaemon/providers -o $@ $< \
+	$(CC) $(CFLAGS_ALL) -fsanitize=fuzzer -Itests/fuzz -Idaemon/providers/docker -Idaemon/providers/modal -o $@ $< \
 		$(filter-out $(FUZZ_OMIT_$*),$(DAEMON_LIB_OBJ)) $(B)/libsbx.a $(LDLIBS_D)
 
 -include $(shell find $(B) -name '*.d' 2>/dev/null)

@@ -16,7 +16,7 @@
  */
 #include "fuzz_daemon.h"
 
-#include "../../daemon/providers/docker.c"
+#include "../../daemon/providers/docker/docker.c"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -25,7 +25,7 @@ int sbx_init_main(int argc, char **argv); /* sbx_init.c's main, renamed */
 #define main sbx_init_main
 #define proc_spawn fuzz_proc_spawn
 #define alog fuzz_alog
-#include "../../daemon/agent/sbx_init.c"
+#include "../../agent/sbx_init.c"
 #undef main
 #undef proc_spawn
 #undef alog

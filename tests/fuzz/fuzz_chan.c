@@ -1,6 +1,6 @@
 /*
  * fuzz_chan.c - the channel codec: proto/sbx_chan.c's header codec and
- * daemon/chan.c's frame parser in fed mode, with the input cut into pieces
+ * daemon/io/chan.c's frame parser in fed mode, with the input cut into pieces
  * at places the input chooses (first byte), and every payload given to
  * chan_json as the daemon's frame handlers do. Checks that a decoded header
  * re-encodes to the same bytes.

@@ -17,7 +17,7 @@
  */
 #include "fuzz_daemon.h"
 
-#include "../../daemon/grpc.c"
+#include "../../daemon/providers/modal/grpc.c"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

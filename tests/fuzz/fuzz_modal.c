@@ -12,7 +12,7 @@
  */
 #include "fuzz_daemon.h"
 
-#include "../../daemon/providers/modal.c"
+#include "../../daemon/providers/modal/modal.c"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

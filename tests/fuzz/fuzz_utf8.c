@@ -1,5 +1,5 @@
 /*
- * fuzz_utf8.c - the UTF-8 and base64 helpers of daemon/utf8.c and libsbx,
+ * fuzz_utf8.c - the UTF-8 and base64 helpers of daemon/core/utf8.c and libsbx,
  * checked against each other and against plain reference code:
  *   utf8_valid            = a byte-at-a-time RFC 3629 decoder
  *   utf8_incomplete_tail  : cutting valid text anywhere and holding the tail

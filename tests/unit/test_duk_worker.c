@@ -28,8 +28,8 @@
 
 #include "sbx_chan.h"
 #include "testhelp.h"
-#include "worker/duk_worker.h"
-#include "worker/duk_worker_int.h"
+#include "workers/duktape/duk_worker.h"
+#include "workers/duktape/duk_worker_int.h"
 
 #define TIMEOUT_MS (RUNNING_ON_VALGRIND ? 60000 : 10000)
 

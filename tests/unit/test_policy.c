@@ -1,5 +1,5 @@
 /*
- * test_policy.c - daemon/policy.c case by case: what a uid may ask for (allowed),
+ * test_policy.c - daemon/providers/docker/policy.c case by case: what a uid may ask for (allowed),
  * what needs a rule it does not have (denied), and what is above a ceiling.
  * The effective options come from the Docker provider's own normalisation
  * (dk_options), so the cases see what a real create would check.
@@ -10,9 +10,9 @@
 #include <unistd.h>
 
 #include "config.h"
-#include "policy.h"
+#include "providers/docker/policy.h"
 #include "provider.h"
-#include "providers/docker_int.h"
+#include "providers/docker/docker_int.h"
 #include "sbx_proto.h"
 #include "testhelp.h"
 

@@ -649,7 +649,7 @@ int dk_options(json_t **out, json_t *pconf, json_t *sbconf, sbx_err_t *err)
 
     if (dk_opt_str(raw, "runtime"))
         json_object_set_new(o, "runtime", json_string(dk_opt_str(raw, "runtime")));
-    /* Whether the owner may have all this is policy_check's (daemon/policy.c). */
+    /* Whether the owner may have all this is policy_check's (policy.c). */
     *out = o;
     o = NULL;
     ret = 0;

@@ -4,7 +4,7 @@
  */
 #include <string.h>
 
-#include "workercommon/wk.h"
+#include "workers/common/wk.h"
 
 const char *wk_check_tools(const json_t *tools)
 {

@@ -11,7 +11,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "workercommon/wk.h"
+#include "workers/common/wk.h"
 
 /* ---- sending --------------------------------------------------------------- */
 

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "worker/duk_worker_int.h"
+#include "workers/duktape/duk_worker_int.h"
 
 /* ---- decoding ------------------------------------------------------------ */
 

@@ -1,12 +1,12 @@
 /*
  * jsw_chan.c - the js worker's output credit (proto/CHANNEL.md). Frame I/O
- * is workercommon/wk_chan.c. The worker has one channel and runs one
+ * is workers/common/wk_chan.c. The worker has one channel and runs one
  * program, so blocking is the simplest correct thing: while a console call
  * waits for credit the worker serves frames from inside it.
  */
 #include <poll.h>
 
-#include "jsworker/jsw.h"
+#include "workers/jsc/jsw.h"
 
 /* ---- program output ------------------------------------------------------- */
 

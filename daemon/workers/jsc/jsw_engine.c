@@ -22,7 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "jsworker/jsw.h"
+#include "workers/jsc/jsw.h"
 
 extern const char jsw_prelude_js[], jsw_prelude_js_end[];
 extern const char jsw_strip_js[], jsw_strip_js_end[];

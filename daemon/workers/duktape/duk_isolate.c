@@ -15,7 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "worker/duk_worker_int.h"
+#include "workers/duktape/duk_worker_int.h"
 
 /* Size header in front of every block: 16 bytes keep malloc's alignment. */
 #define BLK_HDR 16

@@ -1,6 +1,6 @@
 /*
  * duk_chan.c - the worker's per-process output credit (proto/CHANNEL.md).
- * Frame I/O is workercommon/wk_chan.c.
+ * Frame I/O is workers/common/wk_chan.c.
  *
  * The worker is its own process with a single channel, so plain blocking
  * reads and writes are the simplest correct thing: while JS waits for credit,
@@ -9,7 +9,7 @@
  */
 #include <poll.h>
 
-#include "worker/duk_worker_int.h"
+#include "workers/duktape/duk_worker_int.h"
 
 /* ---- program output ------------------------------------------------------- */
 

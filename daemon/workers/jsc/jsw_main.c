@@ -39,7 +39,7 @@
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 
-#include "jsworker/jsw.h"
+#include "workers/jsc/jsw.h"
 
 #define WORKER_NOFILE 64
 

@@ -28,8 +28,8 @@
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 
-#include "worker/duk_worker.h"
-#include "worker/duk_worker_int.h"
+#include "workers/duktape/duk_worker.h"
+#include "workers/duktape/duk_worker_int.h"
 
 #define WORKER_NOFILE 16
 #define AS_MARGIN (256ull * 1024 * 1024)
@@ -124,7 +124,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
     return 0;
 }
 
-/* ---- hardening (steps in workercommon/wk_harden.c) --------------------------------- */
+/* ---- hardening (steps in workers/common/wk_harden.c) --------------------------------- */
 
 #ifdef WK_SECCOMP_ARCH
 /* Low 32 bits of argument i (both supported arches are little-endian). */

@@ -3,7 +3,7 @@
  * through its C API, one program at a time, driven over the worker channel
  * (proto/CHANNEL.md). Shared by jsw_main.c (options, hardening, dispatch),
  * jsw_chan.c (frame I/O, output credit) and jsw_engine.c (contexts, the
- * code-mode contract, snapshot/restore). Not for use outside daemon/jsworker/.
+ * code-mode contract, snapshot/restore). Not for use outside daemon/workers/jsc/.
  *
  * Prefix: jsw_ (JS* and kJS* are JavaScriptCore's).
  */
@@ -16,7 +16,7 @@
 #include <stdint.h>
 
 #include "sbx_chan.h"
-#include "workercommon/wk.h"
+#include "workers/common/wk.h"
 
 /* console lines kept for the exec result's `logs` (bytes of text). */
 #define JSW_LOGS_MAX (1u << 20)
@@ -77,7 +77,7 @@ struct jsw {
     uint32_t more_proc;
 };
 
-/* ---- jsw_chan.c (frames: workercommon/wk.h) ------------------------------- */
+/* ---- jsw_chan.c (frames: workers/common/wk.h) ------------------------------- */
 
 /* Program output under the credit; blocks serving frames while there is none. */
 void jsw_output(struct jsw *w, uint8_t type, const uint8_t *data, size_t len);

@@ -32,7 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "providers/docker_int.h"
+#include "docker_int.h"
 #include "sbx_proto.h"
 
 struct rule {

@@ -2,7 +2,7 @@
  * duk_worker_int.h - internals of the Duktape worker, shared by
  * duk_worker.c (process setup, frame dispatch), duk_chan.c (frame I/O and
  * flow control), duk_isolate.c (the heap and its bindings) and duk_text.c
- * (UTF-8 <-> CESU-8). Not for use outside daemon/worker/.
+ * (UTF-8 <-> CESU-8). Not for use outside daemon/workers/duktape/.
  *
  * Prefix: dukw_ (never duk_, which is Duktape's own namespace).
  */
@@ -15,7 +15,7 @@
 #include <stdint.h>
 
 #include "sbx_chan.h"
-#include "workercommon/wk.h"
+#include "workers/common/wk.h"
 
 #define DUKW_DEFAULT_MEMORY_MB 128
 #define DUKW_MAX_MEMORY_MB 65536
@@ -59,7 +59,7 @@ struct dukw {
     struct dukw_stdin in;
 };
 
-/* ---- duk_chan.c: output (frames: workercommon/wk.h) --------------------- */
+/* ---- duk_chan.c: output (frames: workers/common/wk.h) --------------------- */
 
 /*
  * Sends program output for the running process (type STDOUT or STDERR),

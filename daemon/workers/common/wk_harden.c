@@ -23,7 +23,7 @@
 #define RUNNING_ON_VALGRIND 0
 #endif
 
-#include "workercommon/wk.h"
+#include "workers/common/wk.h"
 
 /*
  * Valgrind runs its own syscalls inside our filter and needs address space
