@@ -1,7 +1,7 @@
 /*
  * process.c - processes, provider-independent: output fan-out to followers
  * with UTF-8-safe framing, the replay ring, exec result accumulation,
- * timeouts, kill, wait, tool calls, and flow control towards providers.
+ * timeouts, kill, wait, tool answers, and flow control towards providers.
  */
 #include "process.h"
 
@@ -472,9 +472,8 @@ void process_unsubscribe(struct process *p, struct session *s)
 
 /* -- tool calls ------------------------------------------------------------ */
 
-/* ename: the Error name the client's handler threw (error.data.name), or NULL. */
-static void tool_answer(struct process *p, int64_t call, json_t *result, int code, const char *msg,
-                        const char *ename)
+void process_tool_result(struct process *p, int64_t call, json_t *result, int code, const char *msg,
+                         const char *ename)
 {
     if (!ops_of(p)->proc_tool_result || p->state != P_RUNNING) {
         json_decref(result);
@@ -489,89 +488,10 @@ static void tool_answer(struct process *p, int64_t call, json_t *result, int cod
     json_decref(reply);
 }
 
-void process_tool_call(struct process *p, int64_t call, const char *name, json_t *args)
-{
-    struct session *s = session_by_id(p->origin);
-    json_t *tools = json_object_get(p->sb->conf, "tools");
-    int known = 0;
-    size_t i;
-    json_t *t;
-    json_array_foreach(tools, i, t) if (json_is_string(t) && strcmp(json_string_value(t), name) == 0)
-        known = 1;
-    if (!known) {
-        tool_answer(p, call, NULL, SBX_E_TOOL, "unknown tool", NULL);
-        return;
-    }
-    if (!s) {
-        tool_answer(p, call, NULL, SBX_E_TOOL, "the session that started this process is gone", NULL);
-        return;
-    }
-    char id[32];
-    snprintf(id, sizeof(id), "t%llu", (unsigned long long)++s->next_tool_id);
-    json_t *req = json_pack("{s:s, s:s, s:s, s:{s:s, s:I, s:s, s:O}}", "jsonrpc", "2.0", "id", id,
-                            "method", SBX_R_TOOL_CALL, "params", "sandbox", p->sb->id, "pid",
-                            (json_int_t)p->pid, "name", name, "args", args ? args : json_null());
-    json_object_set_new(s->tool_calls, id,
-                        json_pack("{s:s, s:I, s:I}", "sandbox", p->sb->id, "pid",
-                                  (json_int_t)p->pid, "call", (json_int_t)call));
-    session_send(s, req);
-    json_decref(req);
-}
-
-static struct process *tool_target(json_t *rec, int64_t *call)
-{
-    struct sandbox *sb = sandbox_find_any(json_string_value(json_object_get(rec, "sandbox")));
-    if (!sb)
-        return NULL;
-    *call = json_integer_value(json_object_get(rec, "call"));
-    return process_find(sb, (uint32_t)json_integer_value(json_object_get(rec, "pid")));
-}
-
-void rpc_handle_response(struct session *s, json_t *msg)
-{
-    json_t *id = json_object_get(msg, "id");
-    const char *key = json_string_value(id);
-    json_t *rec = key ? json_object_get(s->tool_calls, key) : NULL;
-    if (!rec) {
-        log_debug("session %llu: response to unknown request", (unsigned long long)s->id);
-        return;
-    }
-    int64_t call = 0;
-    struct process *p = tool_target(rec, &call);
-    if (p) {
-        json_t *err = json_object_get(msg, "error");
-        if (err) {
-            const char *m = json_string_value(json_object_get(err, "message"));
-            json_t *jc = json_object_get(err, "code");
-            /* A valid JS identifier-ish name only: it becomes the Error's .name. */
-            const char *en = json_string_value(json_object_get(json_object_get(err, "data"), "name"));
-            if (en && (strlen(en) == 0 || strlen(en) > 64 || strspn(en, "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                                                                       "abcdefghijklmnopqrstuvwxyz"
-                                                                       "0123456789_$") != strlen(en)))
-                en = NULL;
-            tool_answer(p, call, NULL, json_is_integer(jc) ? (int)json_integer_value(jc) : SBX_E_TOOL,
-                        m ? m : "tool failed", en);
-        } else {
-            tool_answer(p, call, json_incref(json_object_get(msg, "result")), 0, NULL, NULL);
-        }
-    }
-    json_object_del(s->tool_calls, key);
-}
-
 void process_session_gone(struct session *s)
 {
     while (s->subs)
         sub_free(s->subs);
-    const char *k;
-    json_t *rec;
-    json_object_foreach(s->tool_calls, k, rec)
-    {
-        int64_t call = 0;
-        struct process *p = tool_target(rec, &call);
-        if (p)
-            tool_answer(p, call, NULL, SBX_E_TOOL, "the session that started this process is gone", NULL);
-    }
-    json_object_clear(s->tool_calls);
 }
 
 /* -- creation -------------------------------------------------------------- */

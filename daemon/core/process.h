@@ -127,6 +127,14 @@ void process_fail(struct process *p, const char *why);
 void process_spawn_queued(struct sandbox *sb);
 void process_add_waiter(struct process *p, struct call *c, int64_t timeout_ms);
 int signal_from_json(json_t *v, int *out);
+/*
+ * Hands the answer to a tool call (provider.h: process_tool_call) to the
+ * process's provider: result (stolen) on success, else code, msg and ename
+ * (the Error name the client's handler threw, may be NULL). Dropped when
+ * the process no longer runs.
+ */
+void process_tool_result(struct process *p, int64_t call, json_t *result, int code, const char *msg,
+                         const char *ename);
 /* Replay and result bytes held by every process record (daemon.info). */
 size_t process_retained_total(void);
 

@@ -15,6 +15,7 @@
 #include "parse.h"
 #include "sbx_proto.h"
 #include "session.h"
+#include "toolcall.h"
 
 /*
  * A batch is dispatched a slice at a time (session.c decides when the next
@@ -321,7 +322,7 @@ static void handle_one(struct session *s, json_t *req, struct batch *b, int inde
         /* A response to one of our requests (tool.call)? */
         if (!json_object_get(req, "method") &&
             (json_object_get(req, "result") || json_object_get(req, "error"))) {
-            rpc_handle_response(s, req);
+            toolcall_response(s, req);
             if (b)
                 batch_slot_done(b);
             return;

@@ -49,8 +49,6 @@ void call_error(struct call *c, int code, json_t *data, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 /* The session is going away: detach its calls. */
 void rpc_session_gone(struct session *s);
-/* A response from the client to a daemon->client request (tool.call). */
-void rpc_handle_response(struct session *s, json_t *msg);
 
 /* Method handlers (api.c). params: a borrowed object. */
 typedef void (*method_fn)(struct call *c, json_t *params);

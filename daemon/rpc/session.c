@@ -19,6 +19,7 @@
 #include "process.h"
 #include "rpc.h"
 #include "sbx_proto.h"
+#include "toolcall.h"
 #include "usage.h"
 
 #define IBUF_INITIAL (16 * 1024)
@@ -376,6 +377,7 @@ static void session_free(struct session *s)
     log_debug("session %llu closed", (unsigned long long)s->id);
     rpc_session_gone(s);
     process_session_gone(s);
+    toolcall_session_gone(s);
     ev_io_stop(D->loop, &s->io);
     close(s->fd);
     if (s->prev)
@@ -656,7 +658,7 @@ static void idle_check_cb(struct ev_loop *loop, ev_timer *w, int revents)
     ev_tstamp now = ev_now(loop);
     for (struct session *s = D->sessions; s; s = s->next) {
         if ((s->flags & (SESS_CLOSE_ASAP | SESS_CLOSE_AFTER_WRITE)) || s->calls || s->subs ||
-            s->cur_batch || s->parsing || s->obuf.bytes || json_object_size(s->tool_calls))
+            s->cur_batch || s->parsing || s->obuf.bytes || toolcall_pending(s))
             continue;
         if ((now - s->last_active) * 1000.0 >= (double)ms)
             fail_limit(s, "session_idle_timeout_ms", (long long)ms, "session idle for too long");

@@ -1,0 +1,22 @@
+/*
+ * toolcall.h - tool.call, the daemon's own request to a client: a process
+ * inside a sandbox calls a host tool, the session that started the process
+ * answers it. The process side is process_tool_call() (provider.h) and
+ * process_tool_result() (process.h); this is the protocol side between.
+ */
+#ifndef SBXD_TOOLCALL_H
+#define SBXD_TOOLCALL_H
+
+#include <jansson.h>
+
+struct session;
+
+/* A response from the client (msg borrowed) to one of our tool.call
+ * requests: the answer goes to the process that asked. */
+void toolcall_response(struct session *s, json_t *msg);
+/* The session is going away: its unanswered tool calls fail. */
+void toolcall_session_gone(struct session *s);
+/* Tool calls of s still waiting for an answer. */
+size_t toolcall_pending(const struct session *s);
+
+#endif
