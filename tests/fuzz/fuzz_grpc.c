@@ -5,12 +5,13 @@
  * message prefix, compression flag, size limit, one message for unary
  * calls), the end of the transfer (status from trailers, HTTP or transport;
  * "response ended inside a message"), pausing and resuming a stream from
- * its message callback, and the AuthTokenGet answer (hand-read protobuf
- * token, JWT exp). grpc.c is included to reach its static receive path;
- * calls are linked into a real channel but never sent (no retry, no auth
+ * its message callback, and the channel's token fetch (its reply handed to
+ * the owner's parse hook; Modal's own token parsing is fuzzed in
+ * fuzz_modal.c). grpc.c is included to reach its static receive path;
+ * calls are linked into a real channel but never sent (no retry, no token
  * fetch), so no network is used.
  *
- * Input: byte 0 = kind (0 unary, 1 stream, 2 AuthTokenGet), byte 1 = HTTP
+ * Input: byte 0 = kind (0 unary, 1 stream, 2 token fetch), byte 1 = HTTP
  * status class and end code, then records [type][u16 len][bytes]: type
  * even = a header line, odd = a body chunk; a chunk whose first byte is
  * 0xff also pauses the stream at its next message and resumes after it.
@@ -45,6 +46,14 @@ static void on_done(struct grpc_call *c, const struct grpc_status *st, const uin
         abort();
 }
 
+/* The owner's token hook: the whole reply is the token. */
+static char *token_parse(const uint8_t *msg, size_t len, double *refresh_in_s,
+                         void *privdata)
+{
+    *refresh_in_s = 60;
+    return len ? strndup((const char *)msg, len) : NULL;
+}
+
 /* call_new without call_begin: linked into the channel, never sent. */
 static struct grpc_call *fz_call(int kind)
 {
@@ -52,14 +61,14 @@ static struct grpc_call *fz_call(int kind)
     if (!c)
         abort();
     c->ch = &chan;
-    snprintf(c->method, sizeof(c->method), "%s", kind == 2 ? "AuthTokenGet" : "Fuzz");
+    snprintf(c->method, sizeof(c->method), "%s", kind == 2 ? "TokenGet" : "Fuzz");
     if (asprintf(&c->url, "%s/%s/%s", chan.base_url, chan.service, c->method) < 0)
         abort();
     c->unary = kind != 1;
-    c->is_auth = kind == 2;
+    c->is_token = kind == 2;
     c->attempt = MAX_RETRIES; /* a retry would send */
     c->on_msg = kind == 1 ? on_msg : NULL;
-    c->on_done = kind == 2 ? auth_done : on_done;
+    c->on_done = kind == 2 ? token_done : on_done;
     c->privdata = kind == 2 ? (void *)&chan : NULL;
     c->grpc_status = -1;
     c->state = CS_SENDING;
@@ -70,7 +79,7 @@ static struct grpc_call *fz_call(int kind)
         chan.calls->prev = c;
     chan.calls = c;
     if (kind == 2)
-        chan.auth_call = c;
+        chan.token_call = c;
     return c;
 }
 
@@ -89,9 +98,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     fz_daemon_setup();
     if (!chan.base_url) {
         sbx_err_t err = {0};
-        if (grpc_chan_init(&chan, D->loop, "http://127.0.0.1:9", "modal.client.ModalClient",
-                           "ak-fuzz", "as-fuzz", &err) < 0)
+        if (grpc_chan_init(&chan, D->loop, "http://127.0.0.1:9", "fuzz.Service", &err) < 0)
             abort();
+        grpc_chan_set_token(&chan, "TokenGet", token_parse, NULL);
         chan.max_msg = 64 * 1024; /* small, so that the limit is reachable */
     }
     if (size < 2)
@@ -146,7 +155,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             grpc_call_cancel(x);
         }
     }
-    free(chan.auth_token);
-    chan.auth_token = NULL;
+    free(chan.token);
+    chan.token = NULL;
     return 0;
 }

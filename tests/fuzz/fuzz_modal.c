@@ -4,8 +4,9 @@
  * through modal.c's own out_msg (batch index bookkeeping, file descriptor
  * routing, raw bytes or text into the core's process output, exit marks);
  * an ExecWait reply that says completed goes through wait_done (exit code,
- * finishing); every other reply type modal.c decodes is unpacked and freed
- * as modal.c does (protobuf-c's parser on hostile bytes). modal.c is
+ * finishing); AuthTokenGet's reply goes through the token hook (JWT exp);
+ * every other reply type modal.c decodes is unpacked and freed as modal.c
+ * does (protobuf-c's parser on hostile bytes). modal.c is
  * included to reach these static handlers; no call is ever sent.
  *
  * Input: records [kind][u16 len][message bytes].
@@ -30,7 +31,13 @@ static void unpack_other(int kind, const uint8_t *m, size_t n)
     case 6: v = (ProtobufCMessage *)modal__client__sandbox_snapshot_fs_response__unpack(NULL, n, m); break;
     case 7: v = (ProtobufCMessage *)modal__client__sandbox_get_task_id_response__unpack(NULL, n, m); break;
     case 8: v = (ProtobufCMessage *)modal__client__container_exec_response__unpack(NULL, n, m); break;
-    default: v = (ProtobufCMessage *)modal__client__image_join_streaming_response__unpack(NULL, n, m); break;
+    case 9: v = (ProtobufCMessage *)modal__client__image_join_streaming_response__unpack(NULL, n, m); break;
+    default: {
+        /* AuthTokenGet's reply: the token and its JWT exp. */
+        double refresh = 0;
+        free(auth_token_parse(m, n, &refresh, NULL));
+        break;
+    }
     }
     if (v)
         protobuf_c_message_free_unpacked(v, NULL);
@@ -89,7 +96,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             break;
         }
         default:
-            unpack_other(kind / 4 % 10, msg, len);
+            unpack_other(kind / 4 % 11, msg, len);
             break;
         }
     }

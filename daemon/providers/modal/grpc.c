@@ -1,7 +1,7 @@
 /*
  * grpc.c - gRPC over HTTP/2 on curlev; see grpc.h for the contract.
  *
- * A call goes through: QUEUED (waiting for the auth token) -> SENDING (a
+ * A call goes through: QUEUED (waiting for the channel's token) -> SENDING (a
  * curlev transfer runs) -> [RETRY_WAIT -> SENDING ...] -> maybe HELD (the
  * transfer ended while the owner had paused it and parsed messages are still
  * held back) -> finished (on_done, then freed). Owner callbacks run with
@@ -12,7 +12,6 @@
 
 #include <ctype.h>
 #include <stdarg.h>
-#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,13 +21,12 @@
 
 #include "log.h"
 #include "sbx_proto.h"
+#include "xalloc.h"
 
 #define MAX_RETRIES 3
 #define MAX_GRPC_MESSAGE_TEXT 4096
 #define DEFAULT_CONNECT_MS 10000
-/* No exp claim in the token: treat it as valid this long (the SDK's rule). */
-#define TOKEN_DEFAULT_LIFE 1200.0
-#define TOKEN_REFRESH_EARLY 300.0
+#define TOKEN_CALL_TIMEOUT_S 30.0
 
 enum call_state {
     CS_NEW,
@@ -43,13 +41,13 @@ enum call_state {
 struct grpc_call {
     struct grpc_chan *ch;
     struct grpc_call *next, *prev; /* ch->calls */
-    struct grpc_call *qnext;       /* ch->auth_wait, or a failing list */
+    struct grpc_call *qnext;       /* ch->token_wait, or a failing list */
     enum call_state state;
     char method[64];
     char *url;
     uint8_t *frame; /* the request: 5-byte prefix + message */
     size_t frame_len;
-    int unary, is_auth;
+    int unary, is_token; /* is_token: the channel's token fetch */
     double timeout_s;
     grpc_msg_cb on_msg;
     grpc_done_cb on_done;
@@ -59,8 +57,8 @@ struct grpc_call {
     int attempt;
     double t0; /* wall clock of the first attempt */
     char idem[40];
-    int auth_retried;
-    char *used_token; /* the auth token this attempt carried */
+    int token_retried;
+    char *used_token; /* the channel token this attempt carried */
 
     /* response of the current attempt */
     uint8_t *in;
@@ -163,9 +161,7 @@ static char *percent_decode(const char *s, size_t n)
 {
     if (n > MAX_GRPC_MESSAGE_TEXT)
         n = MAX_GRPC_MESSAGE_TEXT;
-    char *out = malloc(n + 1), *o = out;
-    if (!out)
-        return NULL;
+    char *out = xmalloc(n + 1), *o = out;
     for (size_t i = 0; i < n; i++) {
         int h, l;
         if (s[i] == '%' && i + 2 < n && (h = hexval((unsigned char)s[i + 1])) >= 0 &&
@@ -207,8 +203,7 @@ static int header_value_ok(const char *s)
 /* ---- channel --------------------------------------------------------------- */
 
 int grpc_chan_init(struct grpc_chan *ch, struct ev_loop *loop, const char *url,
-                   const char *service, const char *token_id, const char *token_secret,
-                   sbx_err_t *err)
+                   const char *service, sbx_err_t *err)
 {
     memset(ch, 0, sizeof(*ch));
     const char *rest = url;
@@ -234,19 +229,11 @@ int grpc_chan_init(struct grpc_chan *ch, struct ev_loop *loop, const char *url,
     /* A port is there unless the last ':' belongs to an IPv6 literal. */
     const char *colon = strrchr(host, ':');
     int has_port = colon && !strchr(colon, ']');
-    if (!token_id || !token_secret || !header_value_ok(token_id) ||
-        !header_value_ok(token_secret))
-        return err_make(err, SBX_E_PARAMS, "token id/secret missing or not printable");
-    if (asprintf(&ch->base_url, "%s://%s%s", tls ? "https" : "http", host,
-                 has_port ? ""
-                 : tls    ? ":443"
-                          : ":80") < 0)
-        abort();
-    ch->service = strdup(service);
-    ch->token_id = strdup(token_id);
-    ch->token_secret = strdup(token_secret);
-    if (!ch->service || !ch->token_id || !ch->token_secret)
-        abort();
+    ch->base_url = xasprintf("%s://%s%s", tls ? "https" : "http", host,
+                             has_port ? ""
+                             : tls    ? ":443"
+                                      : ":80");
+    ch->service = xstrdup(service);
     ch->tls = tls;
     ch->loop = loop;
     ch->max_msg = GRPC_DEFAULT_MAX_MSG;
@@ -270,13 +257,35 @@ int grpc_chan_init(struct grpc_chan *ch, struct ev_loop *loop, const char *url,
     return 0;
 }
 
+int grpc_header_add(struct curl_slist **list, const char *line)
+{
+    if (!header_value_ok(line) || !strchr(line, ':'))
+        return -1;
+    struct curl_slist *n = curl_slist_append(*list, line);
+    if (!n)
+        x_oom("curl_slist_append");
+    *list = n;
+    return 0;
+}
+
 int grpc_chan_header(struct grpc_chan *ch, const char *line)
 {
-    struct curl_slist *n = curl_slist_append(ch->extra, line);
-    if (!n)
-        return -1;
-    ch->extra = n;
-    return 0;
+    return grpc_header_add(&ch->extra, line);
+}
+
+void grpc_chan_set_headers(struct grpc_chan *ch, grpc_headers_cb cb, void *privdata)
+{
+    ch->headers_cb = cb;
+    ch->headers_data = privdata;
+}
+
+void grpc_chan_set_token(struct grpc_chan *ch, const char *method, grpc_token_cb parse,
+                         void *privdata)
+{
+    free(ch->token_method);
+    ch->token_method = method ? xstrdup(method) : NULL;
+    ch->token_parse = parse;
+    ch->token_data = privdata;
 }
 
 void grpc_chan_deinit(struct grpc_chan *ch)
@@ -287,15 +296,14 @@ void grpc_chan_deinit(struct grpc_chan *ch)
         c->cancelled = 1;
         call_free(c);
     }
-    ch->auth_call = NULL;
-    ch->auth_wait = ch->auth_wait_tail = NULL;
+    ch->token_call = NULL;
+    ch->token_wait = ch->token_wait_tail = NULL;
     curlev_deinit(&ch->ce);
     curl_slist_free_all(ch->extra);
     free(ch->base_url);
     free(ch->service);
-    free(ch->token_id);
-    free(ch->token_secret);
-    free(ch->auth_token);
+    free(ch->token_method);
+    free(ch->token);
     memset(ch, 0, sizeof(*ch));
 }
 
@@ -324,14 +332,14 @@ static void unqueue(struct grpc_call *c)
 {
     struct grpc_chan *ch = c->ch;
     struct grpc_call *prev = NULL;
-    for (struct grpc_call *x = ch->auth_wait; x; prev = x, x = x->qnext)
+    for (struct grpc_call *x = ch->token_wait; x; prev = x, x = x->qnext)
         if (x == c) {
             if (prev)
                 prev->qnext = x->qnext;
             else
-                ch->auth_wait = x->qnext;
-            if (ch->auth_wait_tail == x)
-                ch->auth_wait_tail = prev;
+                ch->token_wait = x->qnext;
+            if (ch->token_wait_tail == x)
+                ch->token_wait_tail = prev;
             break;
         }
     c->qnext = NULL;
@@ -348,8 +356,8 @@ static void call_free(struct grpc_call *c)
         c->req = NULL;
     }
     ev_timer_stop(ch->loop, &c->timer);
-    if (ch->auth_call == c)
-        ch->auth_call = NULL;
+    if (ch->token_call == c)
+        ch->token_call = NULL;
     if (c->prev)
         c->prev->next = c->next;
     else
@@ -400,128 +408,28 @@ static void call_finish(struct grpc_call *c, int code, const char *msg, int tran
     call_free(c);
 }
 
-/* ---- auth token ---------------------------------------------------------------- */
+/* ---- the channel's token ---------------------------------------------------------- */
 
-/* AuthTokenGetResponse.token is field 1 (length-delimited); read it by hand so
- * this file needs no generated code. */
-static char *token_from_msg(const uint8_t *m, size_t n)
-{
-    size_t i = 0;
-    char *tok = NULL;
-    while (i < n) {
-        uint64_t key = 0;
-        int shift = 0;
-        while (i < n && shift < 64) {
-            key |= (uint64_t)(m[i] & 0x7f) << shift;
-            shift += 7;
-            if (!(m[i++] & 0x80))
-                break;
-        }
-        unsigned wt = key & 7;
-        uint64_t field = key >> 3;
-        if (wt == 2) {
-            uint64_t len = 0;
-            shift = 0;
-            while (i < n && shift < 64) {
-                len |= (uint64_t)(m[i] & 0x7f) << shift;
-                shift += 7;
-                if (!(m[i++] & 0x80))
-                    break;
-            }
-            if (len > n - i)
-                break;
-            if (field == 1) {
-                free(tok);
-                tok = strndup((const char *)m + i, (size_t)len);
-            }
-            i += (size_t)len;
-        } else if (wt == 0) {
-            while (i < n && (m[i++] & 0x80))
-                ;
-        } else if (wt == 1) {
-            i += 8;
-        } else if (wt == 5) {
-            i += 4;
-        } else {
-            break;
-        }
-    }
-    return tok;
-}
-
-static int b64url_val(int ch)
-{
-    if (ch >= 'A' && ch <= 'Z')
-        return ch - 'A';
-    if (ch >= 'a' && ch <= 'z')
-        return ch - 'a' + 26;
-    if (ch >= '0' && ch <= '9')
-        return ch - '0' + 52;
-    if (ch == '-' || ch == '+')
-        return 62;
-    if (ch == '_' || ch == '/')
-        return 63;
-    return -1;
-}
-
-/* exp from the JWT payload, or 0. */
-static double jwt_exp(const char *tok)
-{
-    const char *a = strchr(tok, '.');
-    const char *b = a ? strchr(a + 1, '.') : NULL;
-    if (!b || b - a - 1 > 8192)
-        return 0;
-    size_t n = (size_t)(b - a - 1);
-    char *out = malloc(n + 1);
-    if (!out)
-        return 0;
-    size_t o = 0;
-    unsigned acc = 0;
-    int bits = 0;
-    for (size_t i = 0; i < n; i++) {
-        int v = b64url_val((unsigned char)a[1 + i]);
-        if (v < 0)
-            break;
-        acc = (acc << 6) | (unsigned)v;
-        bits += 6;
-        if (bits >= 8) {
-            bits -= 8;
-            out[o++] = (char)((acc >> bits) & 0xff);
-        }
-    }
-    json_t *j = json_loadb(out, o, 0, NULL);
-    free(out);
-    json_t *e = json_object_get(j, "exp");
-    double exp = json_is_number(e) ? json_number_value(e) : 0;
-    json_decref(j);
-    return exp;
-}
-
-static void auth_done(struct grpc_call *ac, const struct grpc_status *st,
-                      const uint8_t *msg, size_t len, void *privdata)
+static void token_done(struct grpc_call *tc, const struct grpc_status *st,
+                       const uint8_t *msg, size_t len, void *privdata)
 {
     struct grpc_chan *ch = privdata;
-    ch->auth_call = NULL;
-    char *tok = st->code == GRPC_OK ? token_from_msg(msg, len) : NULL;
+    ch->token_call = NULL;
+    double valid_s = 0;
+    char *tok = st->code == GRPC_OK && ch->token_parse
+                    ? ch->token_parse(msg, len, &valid_s, ch->token_data)
+                    : NULL;
     if (tok && tok[0] && header_value_ok(tok)) {
-        double now = wall_now();
-        double exp = jwt_exp(tok);
-        double life = exp > now ? exp - now : TOKEN_DEFAULT_LIFE;
-        if (exp <= 0)
-            log_warn(
-                "grpc: the auth token has no exp claim; treating it as valid for %.0f s",
-                TOKEN_DEFAULT_LIFE);
-        double early = life / 2 < TOKEN_REFRESH_EARLY ? life / 2 : TOKEN_REFRESH_EARLY;
-        free(ch->auth_token);
-        ch->auth_token = tok;
-        ch->auth_refresh_at = now + life - early;
-        log_debug("grpc: auth token valid for %.0f s", life);
+        free(ch->token);
+        ch->token = tok;
+        ch->token_refresh_at = wall_now() + (valid_s > 0 ? valid_s : 0);
+        log_debug("grpc: %s: token good for %.0f s", ch->token_method, valid_s);
         /* Send everything that waited. Callbacks can't run from here: sends are async. */
-        while (ch->auth_wait) {
-            struct grpc_call *c = ch->auth_wait;
-            ch->auth_wait = c->qnext;
-            if (!ch->auth_wait)
-                ch->auth_wait_tail = NULL;
+        while (ch->token_wait) {
+            struct grpc_call *c = ch->token_wait;
+            ch->token_wait = c->qnext;
+            if (!ch->token_wait)
+                ch->token_wait_tail = NULL;
             c->qnext = NULL;
             call_send(c);
         }
@@ -533,13 +441,13 @@ static void auth_done(struct grpc_call *ac, const struct grpc_status *st,
     char buf[160];
     if (code == GRPC_OK) {
         code = GRPC_UNAUTHENTICATED;
-        snprintf(buf, sizeof(buf), "AuthTokenGet returned no usable token");
+        snprintf(buf, sizeof(buf), "%s returned no usable token", ch->token_method);
         m = buf;
     }
-    log_warn("grpc: AuthTokenGet failed: %s: %s", grpc_code_name(code), m);
+    log_warn("grpc: %s failed: %s: %s", ch->token_method, grpc_code_name(code), m);
     /* Fail the calls that waited; ones queued by their callbacks wait for a new fetch. */
-    struct grpc_call *list = ch->auth_wait;
-    ch->auth_wait = ch->auth_wait_tail = NULL;
+    struct grpc_call *list = ch->token_wait;
+    ch->token_wait = ch->token_wait_tail = NULL;
     for (struct grpc_call *c = list; c; c = c->qnext)
         c->state = CS_FAILING;
     while (list) {
@@ -564,7 +472,7 @@ static void auth_done(struct grpc_call *ac, const struct grpc_status *st,
         struct grpc_status st2 = *st;
         st2.code = code;
         st2.message = m;
-        st2.method = "AuthTokenGet";
+        st2.method = ch->token_method;
         st2.unsent = 1; /* it waited for the token: never sent */
         c->state = CS_DONE;
         if (c->on_done) {
@@ -627,9 +535,7 @@ static int parse(struct grpc_call *c)
                 set_local(c, GRPC_INTERNAL, "more than one message in a unary response");
                 break;
             }
-            c->resp = malloc(len ? len : 1);
-            if (!c->resp)
-                abort();
+            c->resp = xmalloc(len);
             memcpy(c->resp, p + 5, len);
             c->resp_len = len;
             c->got_msg = 1;
@@ -778,14 +684,13 @@ static void req_done(struct curlev_req *r, CURLcode rc, long http, const char *e
         ev_timer_start(ch->loop, &c->timer);
         return;
     }
-    /* A rejected auth token (expired, rotated): fetch a new one once. */
-    if (code == GRPC_UNAUTHENTICATED && !c->is_auth && !c->auth_retried &&
-        c->used_token && ch->auth_token && strcmp(c->used_token, ch->auth_token) == 0) {
-        log_debug("grpc: %s: auth token rejected (%s); fetching a new one", c->method,
-                  msg);
-        c->auth_retried = 1;
-        free(ch->auth_token);
-        ch->auth_token = NULL;
+    /* A rejected token (expired, rotated): fetch a new one once. */
+    if (code == GRPC_UNAUTHENTICATED && !c->is_token && !c->token_retried &&
+        c->used_token && ch->token && strcmp(c->used_token, ch->token) == 0) {
+        log_debug("grpc: %s: token rejected (%s); fetching a new one", c->method, msg);
+        c->token_retried = 1;
+        free(ch->token);
+        ch->token = NULL;
         call_begin(c);
         return;
     }
@@ -794,7 +699,7 @@ static void req_done(struct curlev_req *r, CURLcode rc, long http, const char *e
         c->state = CS_HELD;
         c->held_code = code;
         free(c->held_msg);
-        c->held_msg = strdup(msg);
+        c->held_msg = xstrdup(msg);
         c->held_http = http;
         c->held_transport = transport;
         return;
@@ -811,7 +716,6 @@ static void call_send(struct grpc_call *c)
     reset_response(c);
     c->state = CS_SENDING;
     struct curlev_req *r = curlev_req_new(&ch->ce, "POST", c->url);
-    char line[8400];
     curlev_req_header(r, "Content-Type: application/grpc");
     curlev_req_header(r, "TE: trailers");
     curlev_req_header(r, "Expect:");
@@ -819,26 +723,24 @@ static void call_send(struct grpc_call *c)
     curlev_req_header(r, "grpc-accept-encoding: identity");
     for (struct curl_slist *h = ch->extra; h; h = h->next)
         curlev_req_header(r, h->data);
-    snprintf(line, sizeof(line), "x-modal-token-id: %s", ch->token_id);
-    curlev_req_header(r, line);
-    snprintf(line, sizeof(line), "x-modal-token-secret: %s", ch->token_secret);
-    curlev_req_header(r, line);
     free(c->used_token);
     c->used_token = NULL;
-    if (!c->is_auth && ch->auth_token) {
-        snprintf(line, sizeof(line), "x-modal-auth-token: %s", ch->auth_token);
-        curlev_req_header(r, line);
-        c->used_token = strdup(ch->auth_token);
-    }
-    if (c->unary) {
-        snprintf(line, sizeof(line), "x-idempotency-key: %s", c->idem);
-        curlev_req_header(r, line);
-        snprintf(line, sizeof(line), "x-retry-attempt: %d", c->attempt);
-        curlev_req_header(r, line);
-        if (c->attempt > 0) {
-            snprintf(line, sizeof(line), "x-retry-delay: %.3f", wall_now() - c->t0);
-            curlev_req_header(r, line);
-        }
+    if (!c->is_token && ch->token)
+        c->used_token = xstrdup(ch->token);
+    if (ch->headers_cb) {
+        /* The owner's metadata for this attempt (credentials, retry marks). */
+        struct grpc_attempt at = {.method = c->method,
+                                  .unary = c->unary,
+                                  .is_token = c->is_token,
+                                  .attempt = c->attempt,
+                                  .since_first_s = wall_now() - c->t0,
+                                  .call_id = c->idem,
+                                  .token = c->used_token};
+        struct curl_slist *hs = NULL;
+        ch->headers_cb(&hs, &at, ch->headers_data);
+        for (struct curl_slist *h = hs; h; h = h->next)
+            curlev_req_header(r, h->data);
+        curl_slist_free_all(hs);
     }
     curlev_req_body(r, c->frame, c->frame_len);
     CURL *e = curlev_req_easy(r);
@@ -868,27 +770,20 @@ static void call_send(struct grpc_call *c)
     }
 }
 
-static void start_auth(struct grpc_chan *ch)
+static void start_token(struct grpc_chan *ch)
 {
-    if (ch->auth_call)
+    if (ch->token_call)
         return;
-    static const uint8_t empty[5] = {0, 0, 0, 0, 0};
-    struct grpc_call *c = calloc(1, sizeof(*c));
-    if (!c)
-        abort();
+    struct grpc_call *c = xcalloc(1, sizeof(*c));
     c->ch = ch;
-    snprintf(c->method, sizeof(c->method), "AuthTokenGet");
-    if (asprintf(&c->url, "%s/%s/AuthTokenGet", ch->base_url, ch->service) < 0)
-        abort();
-    c->frame = malloc(5);
-    if (!c->frame)
-        abort();
-    memcpy(c->frame, empty, 5);
+    snprintf(c->method, sizeof(c->method), "%s", ch->token_method);
+    c->url = xasprintf("%s/%s/%s", ch->base_url, ch->service, ch->token_method);
+    c->frame = xcalloc(1, 5); /* an empty message */
     c->frame_len = 5;
     c->unary = 1;
-    c->is_auth = 1;
-    c->timeout_s = 30;
-    c->on_done = auth_done;
+    c->is_token = 1;
+    c->timeout_s = TOKEN_CALL_TIMEOUT_S;
+    c->on_done = token_done;
     c->privdata = ch;
     c->t0 = wall_now();
     uuid4(c->idem);
@@ -898,7 +793,7 @@ static void start_auth(struct grpc_chan *ch)
     if (ch->calls)
         ch->calls->prev = c;
     ch->calls = c;
-    ch->auth_call = c;
+    ch->token_call = c;
     call_send(c);
 }
 
@@ -906,18 +801,19 @@ static void start_auth(struct grpc_chan *ch)
 static void call_begin(struct grpc_call *c)
 {
     struct grpc_chan *ch = c->ch;
-    if (c->is_auth || (ch->auth_token && wall_now() < ch->auth_refresh_at)) {
+    if (c->is_token || !ch->token_method ||
+        (ch->token && wall_now() < ch->token_refresh_at)) {
         call_send(c);
         return;
     }
     c->state = CS_QUEUED;
     c->qnext = NULL;
-    if (ch->auth_wait_tail)
-        ch->auth_wait_tail->qnext = c;
+    if (ch->token_wait_tail)
+        ch->token_wait_tail->qnext = c;
     else
-        ch->auth_wait = c;
-    ch->auth_wait_tail = c;
-    start_auth(ch);
+        ch->token_wait = c;
+    ch->token_wait_tail = c;
+    start_token(ch);
 }
 
 static struct grpc_call *call_new(struct grpc_chan *ch, const char *method,
@@ -925,17 +821,12 @@ static struct grpc_call *call_new(struct grpc_chan *ch, const char *method,
                                   double timeout_s, grpc_msg_cb on_msg,
                                   grpc_done_cb on_done, void *privdata)
 {
-    struct grpc_call *c = calloc(1, sizeof(*c));
-    if (!c)
-        abort();
+    struct grpc_call *c = xcalloc(1, sizeof(*c));
     c->ch = ch;
     snprintf(c->method, sizeof(c->method), "%s", method);
-    if (asprintf(&c->url, "%s/%s/%s", ch->base_url, ch->service, method) < 0)
-        abort();
+    c->url = xasprintf("%s/%s/%s", ch->base_url, ch->service, method);
     size_t n = req ? protobuf_c_message_get_packed_size(req) : 0;
-    c->frame = malloc(5 + n);
-    if (!c->frame)
-        abort();
+    c->frame = xmalloc(5 + n);
     c->frame[0] = 0;
     c->frame[1] = (uint8_t)(n >> 24);
     c->frame[2] = (uint8_t)(n >> 16);

@@ -1,11 +1,13 @@
 /*
- * grpc.h - a small gRPC client over HTTP/2 on curlev (libcurl multi on the
- * libev loop): unary calls and server-streaming calls, with Modal's
- * authentication built in (x-modal-token-id/-secret on every call, and an
- * x-modal-auth-token fetched with AuthTokenGet before the first call and
- * refreshed before it expires).
+ * grpc.h - a small, generic gRPC client over HTTP/2 on curlev (libcurl multi
+ * on the libev loop): unary calls and server-streaming calls. It knows no
+ * service: the owner supplies the metadata (headers) every attempt carries
+ * through a callback (grpc_chan_set_headers), static header lines
+ * (grpc_chan_header), and optionally a token that one unary RPC fetches,
+ * that every other call waits for, and that is fetched again when it is due
+ * or rejected (grpc_chan_set_token).
  *
- * Wire rules (see shared/modal-protocol.md section 1): POST to
+ * Wire rules (the gRPC-over-HTTP/2 spec, as grpc-js applies it): POST to
  * /<service>/<Method>, content-type application/grpc, te: trailers, no
  * Expect:, identity encoding only. Messages are 5-byte-prefixed frames that
  * may be split across or packed into write callbacks; responses are parsed
@@ -16,10 +18,10 @@
  * https:// HTTP/2 over TLS (ALPN). All calls share one connection
  * (CURLPIPE_MULTIPLEX + PIPEWAIT).
  *
- * Unary calls carry x-idempotency-key (the same across retries) and
- * x-retry-attempt/x-retry-delay, and are retried on CANCELLED, UNKNOWN,
- * DEADLINE_EXCEEDED, INTERNAL and UNAVAILABLE (3 retries, 100/200/400 ms).
- * Streaming calls are never retried here: their owner reconnects.
+ * Unary calls are retried on CANCELLED, UNKNOWN, DEADLINE_EXCEEDED, INTERNAL
+ * and UNAVAILABLE (3 retries, 100/200/400 ms), with the same call_id (see
+ * struct grpc_attempt). Streaming calls are never retried here: their owner
+ * reconnects.
  *
  * Callbacks: on_msg and on_done run from the libev loop (or from
  * grpc_call_resume), never inside the function that started the call. From
@@ -56,7 +58,7 @@ enum grpc_code {
     GRPC_UNAUTHENTICATED = 16,
 };
 
-/* Default cap of one received message (Modal allows 100 MiB). */
+/* Default cap of one received message (grpc_chan.max_msg; the owner may raise it). */
 #define GRPC_DEFAULT_MAX_MSG (16u * 1024 * 1024)
 
 struct grpc_call;
@@ -67,11 +69,39 @@ struct grpc_status {
     const char *message; /* grpc-message, percent-decoded, or our own text; never NULL */
     int transport;       /* 1: no HTTP response at all (connect, DNS, TLS, reset) */
     long http_status;    /* 0 if none */
-    const char
-        *method; /* the RPC, e.g. "SandboxCreate" (or "AuthTokenGet" when that failed) */
+    const char *method; /* the RPC, e.g. "SandboxCreate" (or the token method when
+                         * the token it waited for could not be fetched) */
     int unsent; /* 1: the request surely never reached the server (no connection
-                 * could be made, or the auth token it waited for failed) */
+                 * could be made, or the token it waited for failed) */
 };
+
+/** One attempt of a call, as the headers callback sees it (valid during the call). */
+struct grpc_attempt {
+    const char *method;   /* "SandboxCreate" */
+    int unary;            /* 0: server-streaming */
+    int is_token;         /* 1: the channel's own token fetch */
+    int attempt;          /* 0, then 1, 2, ... for the retries of a unary call */
+    double since_first_s; /* wall time since the call's first attempt */
+    const char *call_id;  /* a UUIDv4, the same for every attempt of one call */
+    const char *token;    /* the channel's token this attempt carries, or NULL */
+};
+
+/**
+ * Adds the owner's headers for one attempt to *list (with grpc_header_add).
+ * Runs on the loop right before each attempt is sent; it must not start or
+ * cancel calls.
+ */
+typedef void (*grpc_headers_cb)(struct curl_slist **list, const struct grpc_attempt *a,
+                                void *privdata);
+
+/**
+ * Reads the channel's token out of the token method's reply (msg/len, valid
+ * during the call). Returns the token (malloc'd, the caller frees it; NULL if
+ * the reply holds none) and sets *refresh_in_s: seconds until a new one is
+ * fetched before the next call.
+ */
+typedef char *(*grpc_token_cb)(const uint8_t *msg, size_t len, double *refresh_in_s,
+                               void *privdata);
 
 /** A message of a streaming call; msg is valid only during the call. */
 typedef void (*grpc_msg_cb)(struct grpc_call *c, const uint8_t *msg, size_t len,
@@ -89,15 +119,19 @@ struct grpc_chan {
     struct curlev ce;
     struct ev_loop *loop;
     char *base_url; /* scheme://host:port */
-    char *service;  /* "modal.client.ModalClient" */
+    char *service;  /* "package.Service" */
     int tls;
-    char *token_id, *token_secret;
-    char *auth_token;       /* NULL until fetched */
-    double auth_refresh_at; /* wall clock */
-    struct grpc_call *auth_call;
-    struct grpc_call *auth_wait, *auth_wait_tail; /* calls waiting for a token */
-    struct grpc_call *calls;                      /* every live call */
-    struct curl_slist *extra;                     /* static headers for every call */
+    grpc_headers_cb headers_cb; /* the owner's per-attempt metadata, or NULL */
+    void *headers_data;
+    char *token_method; /* NULL: no token */
+    grpc_token_cb token_parse;
+    void *token_data;
+    char *token;             /* NULL until fetched */
+    double token_refresh_at; /* wall clock */
+    struct grpc_call *token_call;
+    struct grpc_call *token_wait, *token_wait_tail; /* calls waiting for a token */
+    struct grpc_call *calls;                        /* every live call */
+    struct curl_slist *extra;                       /* static headers for every call */
     size_t max_msg;
     long connect_timeout_ms;
     int verbose;  /* SBXD_CURL_VERBOSE set: libcurl traces to stderr */
@@ -105,20 +139,38 @@ struct grpc_chan {
 };
 
 /**
- * Sets ch up for url ("https://api.modal.com:443", "http://127.0.0.1:9000";
- * no scheme means http) and service. token_id/token_secret are copied and
- * sent on every call. Returns 0, or -1 with err (SBX_E_PARAMS) for a bad URL
- * or token.
+ * Sets ch up for url ("https://host:443", "http://127.0.0.1:9000"; no scheme
+ * means http) and service ("package.Service"). Returns 0, or -1 with err
+ * (SBX_E_PARAMS) for a bad URL.
  */
 int grpc_chan_init(struct grpc_chan *ch, struct ev_loop *loop, const char *url,
-                   const char *service, const char *token_id, const char *token_secret,
-                   sbx_err_t *err);
+                   const char *service, sbx_err_t *err);
 
 /** Cancels every call (no callbacks) and frees everything ch holds. */
 void grpc_chan_deinit(struct grpc_chan *ch);
 
-/** Adds a static header line "name: value" sent on every call. */
+/**
+ * Appends the header line "name: value" (copied) to *list. Returns 0, or -1
+ * (nothing added) when the line has no colon or holds control characters.
+ */
+int grpc_header_add(struct curl_slist **list, const char *line);
+
+/** Adds a static header line "name: value" sent on every call; 0 or -1 as above. */
 int grpc_chan_header(struct grpc_chan *ch, const char *line);
+
+/** Sets the callback that adds each attempt's headers (NULL: none). */
+void grpc_chan_set_headers(struct grpc_chan *ch, grpc_headers_cb cb, void *privdata);
+
+/**
+ * Every call then waits for a token: a unary call of method (copied) with an
+ * empty request, made before the first call, again once the token is due for
+ * a refresh, and once more when a call that carried it is rejected with
+ * UNAUTHENTICATED. parse reads the reply; the headers callback puts the token
+ * on the wire (grpc_attempt.token). Calls waiting for a token that cannot be
+ * fetched fail with that fetch's status (st->unsent set).
+ */
+void grpc_chan_set_token(struct grpc_chan *ch, const char *method, grpc_token_cb parse,
+                         void *privdata);
 
 /**
  * Starts a unary call of method with req (packed now; borrowed). timeout_s is

@@ -53,6 +53,7 @@
 #include "provider.h"
 #include "sandbox.h"
 #include "sbx_proto.h"
+#include "xalloc.h"
 
 #define DEFAULT_URL "https://api.modal.com:443"
 #define DEFAULT_APP "sbxd"
@@ -132,6 +133,7 @@ struct mprov {
     int ready;        /* credentials and a channel */
     char reason[256]; /* why not ready */
     char *url, *app_name, *environment, *image, *working_dir;
+    char *token_id, *token_secret; /* sent on every call */
     double cpu;
     int64_t memory_mb;
     int64_t max_timeout_ms;
@@ -270,19 +272,9 @@ static void state_write(struct mprov *mp);
 
 /* ---- small helpers -------------------------------------------------------- */
 
-static char *xstrdup(const char *s)
-{
-    if (!s)
-        return NULL;
-    char *d = strdup(s);
-    if (!d)
-        abort();
-    return d;
-}
-
 static void set_str(char **dst, const char *src)
 {
-    char *n = xstrdup(src);
+    char *n = src ? xstrdup(src) : NULL;
     free(*dst);
     *dst = n;
 }
@@ -533,11 +525,9 @@ static void send_secret(struct msb *ms, json_t *env)
 {
     size_t n = json_object_size(env), i = 0;
     Modal__Client__SecretGetOrCreateRequest__EnvDictEntry *ents =
-        calloc(n, sizeof(*ents));
+        xcalloc(n, sizeof(*ents));
     Modal__Client__SecretGetOrCreateRequest__EnvDictEntry **ptrs =
-        calloc(n, sizeof(*ptrs));
-    if (!ents || !ptrs)
-        abort();
+        xcalloc(n, sizeof(*ptrs));
     const char *k;
     json_t *v;
     json_object_foreach (env, k, v) {
@@ -655,10 +645,8 @@ static json_t *sandbox_tags(struct msb *ms)
 
 static void tag_warning(struct msb *ms, const char *what, const char *want, const char *have)
 {
-    char *msg = NULL;
-    if (asprintf(&msg, "%s: requested %s, the existing Modal sandbox has %s (not applied)",
-                 what, want, have) < 0)
-        return;
+    char *msg = xasprintf("%s: requested %s, the existing Modal sandbox has %s (not applied)",
+                          what, want, have);
     if (!ms->warnings)
         ms->warnings = json_array();
     json_array_append_new(ms->warnings, json_string(msg));
@@ -844,10 +832,8 @@ static void job_next(struct msb *ms)
              * finds it by name (without its state file) compares and warns. */
             json_t *tv = sandbox_tags(ms);
             size_t nt = json_object_size(tv), i = 0;
-            Modal__Client__SandboxTag *tv_s = calloc(nt, sizeof(*tv_s));
-            Modal__Client__SandboxTag **tags = calloc(nt, sizeof(*tags));
-            if (!tv_s || !tags)
-                abort();
+            Modal__Client__SandboxTag *tv_s = xcalloc(nt, sizeof(*tv_s));
+            Modal__Client__SandboxTag **tags = xcalloc(nt, sizeof(*tags));
             const char *k;
             json_t *v;
             json_object_foreach (tv, k, v) {
@@ -1399,9 +1385,7 @@ static struct msb *msb_new(struct mprov *mp, struct sandbox *sb, sbx_err_t *err)
             return NULL;
         }
     }
-    struct msb *ms = calloc(1, sizeof(*ms));
-    if (!ms)
-        abort();
+    struct msb *ms = xcalloc(1, sizeof(*ms));
     ms->sb = sb;
     ms->mp = mp;
     ms->app_name = xstrdup(opt_string(opts, "app_name") ? opt_string(opts, "app_name")
@@ -1414,7 +1398,7 @@ static struct msb *msb_new(struct mprov *mp, struct sandbox *sb, sbx_err_t *err)
         img = opt_string(opts, "image");
     ms->image_tag = xstrdup(img ? img : mp->image);
     const char *wd = json_string_value(json_object_get(sb->conf, "working_dir"));
-    ms->workdir = xstrdup(wd ? wd : mp->working_dir);
+    set_str(&ms->workdir, wd ? wd : mp->working_dir);
     ms->cpu = cpu;
     ms->memory_mb = (int64_t)mem;
     ev_init(&ms->timer, task_timer_cb);
@@ -1652,10 +1636,10 @@ static void report_cb(struct ev_loop *loop, ev_timer *w, int revents)
         char *e = NULL;
         if (m->exit_error)
             e = xstrdup(m->exit_error);
-        else if (asprintf(&e, "the output could not be read completely (%s); %s",
+        else
+            e = xasprintf("the output could not be read completely (%s); %s",
                           nz(m->incomplete_why),
-                          m->have_exit ? "the command itself ended" : "its exit is unknown") < 0)
-            e = NULL;
+                          m->have_exit ? "the command itself ended" : "its exit is unknown");
         json_object_set_new(rec, "error", json_string(e ? e : "output incomplete"));
         json_object_set_new(rec, "output_incomplete", json_true());
         if (m->have_exit && !m->gone)
@@ -2014,9 +1998,7 @@ static void stdin_pump(struct mproc *m)
     uint8_t *buf = NULL;
     if (m->stdin_q.bytes > 0) {
         size_t n = m->stdin_q.bytes < STDIN_CHUNK ? m->stdin_q.bytes : STDIN_CHUNK;
-        buf = malloc(n);
-        if (!buf)
-            abort();
+        buf = xmalloc(n);
         size_t got = 0;
         while (got < n) {
             struct iovec iov[8];
@@ -2120,9 +2102,7 @@ static size_t env_prefix(struct msb *ms, json_t *want, char **argv, char ***owne
     }
     if (!need)
         return 0;
-    *owned = calloc(json_object_size(want) + 1, sizeof(char *));
-    if (!*owned)
-        abort();
+    *owned = xcalloc(json_object_size(want) + 1, sizeof(char *));
     argv[n++] = (char *)"env";
     json_object_foreach (baked, k, v) {
         if (json_object_get(want, k) || k[0] == '-')
@@ -2134,9 +2114,7 @@ static size_t env_prefix(struct msb *ms, json_t *want, char **argv, char ***owne
         json_t *b = json_object_get(baked, k);
         if (b && json_equal(b, v))
             continue;
-        char *kv = NULL;
-        if (asprintf(&kv, "%s=%s", k, json_string_value(v)) < 0)
-            abort();
+        char *kv = xasprintf("%s=%s", k, json_string_value(v));
         (*owned)[(*nowned)++] = kv;
         argv[n++] = kv;
     }
@@ -2172,9 +2150,7 @@ static void exec_start(struct mproc *m)
     size_t nargs = shell ? 3 : json_array_size(argv_j);
     json_t *env = json_object_get(spec, "env");
     size_t max = 8 + nargs + 2 * json_object_size(ms->baked_env) + json_object_size(env);
-    char **argv = calloc(max, sizeof(char *));
-    if (!argv)
-        abort();
+    char **argv = xcalloc(max, sizeof(char *));
     char **owned = NULL;
     size_t nowned = 0;
     size_t n = env_prefix(ms, env, argv, &owned, &nowned);
@@ -2351,9 +2327,7 @@ static void exec_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
 /* A process record of ms for p (tag NULL: a new one). */
 static struct mproc *mproc_new(struct msb *ms, struct process *p, const char *tag)
 {
-    struct mproc *m = calloc(1, sizeof(*m));
-    if (!m)
-        abort();
+    struct mproc *m = xcalloc(1, sizeof(*m));
     m->p = p;
     m->ms = ms;
     if (tag) {
@@ -2940,13 +2914,127 @@ static char *state_path_for(json_t *conf)
     const char *dir = getenv("STATE_DIRECTORY");
     if (dir && strchr(dir, ':'))
         dir = NULL; /* several directories: use the socket's */
-    char *path = NULL;
-    if (asprintf(&path, "%s/%s.modal.json", dir && dir[0] ? dir : dirname(a), basename(b)) <
-        0)
-        abort();
+    char *path =
+        xasprintf("%s/%s.modal.json", dir && dir[0] ? dir : dirname(a), basename(b));
     free(a);
     free(b);
     return path;
+}
+
+/* ---- authentication: Modal's headers and auth token ----------------------------------
+ *
+ * grpc.c knows no Modal: every call carries the token id and secret, every
+ * call but AuthTokenGet the auth token it fetched (a JWT), and unary calls
+ * the SDK's idempotency key and retry marks (shared/modal-protocol.md 1.1-1.2).
+ */
+
+/* No exp claim in the token: treat it as valid this long (the SDK's rule). */
+#define TOKEN_DEFAULT_LIFE 1200.0
+#define TOKEN_REFRESH_EARLY 300.0
+
+static void add_header(struct curl_slist **list, const char *name, const char *value)
+{
+    char line[8400];
+    snprintf(line, sizeof(line), "%s: %s", name, value);
+    grpc_header_add(list, line);
+}
+
+static void auth_headers(struct curl_slist **list, const struct grpc_attempt *a,
+                         void *privdata)
+{
+    struct mprov *mp = privdata;
+    add_header(list, "x-modal-token-id", mp->token_id);
+    add_header(list, "x-modal-token-secret", mp->token_secret);
+    if (a->token && !a->is_token)
+        add_header(list, "x-modal-auth-token", a->token);
+    if (!a->unary)
+        return;
+    char v[32];
+    add_header(list, "x-idempotency-key", a->call_id);
+    snprintf(v, sizeof(v), "%d", a->attempt);
+    add_header(list, "x-retry-attempt", v);
+    if (a->attempt > 0) {
+        snprintf(v, sizeof(v), "%.3f", a->since_first_s);
+        add_header(list, "x-retry-delay", v);
+    }
+}
+
+static int b64url_val(int ch)
+{
+    if (ch >= 'A' && ch <= 'Z')
+        return ch - 'A';
+    if (ch >= 'a' && ch <= 'z')
+        return ch - 'a' + 26;
+    if (ch >= '0' && ch <= '9')
+        return ch - '0' + 52;
+    if (ch == '-' || ch == '+')
+        return 62;
+    if (ch == '_' || ch == '/')
+        return 63;
+    return -1;
+}
+
+/* exp from the JWT payload, or 0. */
+static double jwt_exp(const char *tok)
+{
+    const char *a = strchr(tok, '.');
+    const char *b = a ? strchr(a + 1, '.') : NULL;
+    if (!b || b - a - 1 > 8192)
+        return 0;
+    size_t n = (size_t)(b - a - 1);
+    char *out = xmalloc(n + 1);
+    size_t o = 0;
+    unsigned acc = 0;
+    int bits = 0;
+    for (size_t i = 0; i < n; i++) {
+        int v = b64url_val((unsigned char)a[1 + i]);
+        if (v < 0)
+            break;
+        acc = (acc << 6) | (unsigned)v;
+        bits += 6;
+        if (bits >= 8) {
+            bits -= 8;
+            out[o++] = (char)((acc >> bits) & 0xff);
+        }
+    }
+    json_t *j = json_loadb(out, o, 0, NULL);
+    free(out);
+    json_t *e = json_object_get(j, "exp");
+    double exp = json_is_number(e) ? json_number_value(e) : 0;
+    json_decref(j);
+    return exp;
+}
+
+/* AuthTokenGet's reply: the token, refreshed 5 min before its exp (or half
+ * way through a shorter life). */
+static char *auth_token_parse(const uint8_t *msg, size_t len, double *refresh_in_s,
+                              void *privdata)
+{
+    Modal__Client__AuthTokenGetResponse *r =
+        modal__client__auth_token_get_response__unpack(NULL, len, msg);
+    if (!r)
+        return NULL;
+    char *tok = r->token && r->token[0] ? xstrdup(r->token) : NULL;
+    modal__client__auth_token_get_response__free_unpacked(r, NULL);
+    if (!tok)
+        return NULL;
+    double now = daemon_now();
+    double exp = jwt_exp(tok);
+    double life = exp > now ? exp - now : TOKEN_DEFAULT_LIFE;
+    if (exp <= 0)
+        log_warn("modal: the auth token has no exp claim; treating it as valid for %.0f s",
+                 TOKEN_DEFAULT_LIFE);
+    double early = life / 2 < TOKEN_REFRESH_EARLY ? life / 2 : TOKEN_REFRESH_EARLY;
+    *refresh_in_s = life - early;
+    return tok;
+}
+
+static int printable(const char *s)
+{
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x20 || *s == 0x7f)
+            return 0;
+    return 1;
 }
 
 /* ---- provider ------------------------------------------------------------------- */
@@ -2959,9 +3047,7 @@ static const char *first_env(const char *name, const char *fallback)
 
 static int m_load(json_t *conf, void **cookie, sbx_err_t *err)
 {
-    struct mprov *mp = calloc(1, sizeof(*mp));
-    if (!mp)
-        return err_make(err, SBX_E_INTERNAL, "out of memory");
+    struct mprov *mp = xcalloc(1, sizeof(*mp));
     mp->apps = json_object();
     mp->images = json_object();
     ev_init(&mp->adopt_timer, adopt_timer_cb);
@@ -3004,7 +3090,11 @@ static int m_load(json_t *conf, void **cookie, sbx_err_t *err)
                  "providers.modal.token_id and token_secret");
         return 0;
     }
-    if (grpc_chan_init(&mp->ch, D->loop, mp->url, SERVICE, tid, tsec, err) < 0) {
+    if (!printable(tid) || !printable(tsec)) {
+        snprintf(mp->reason, sizeof(mp->reason), "token id/secret not printable");
+        return 0;
+    }
+    if (grpc_chan_init(&mp->ch, D->loop, mp->url, SERVICE, err) < 0) {
         snprintf(mp->reason, sizeof(mp->reason), "%s",
                  err->msg ? err->msg : "bad configuration");
         err_clear(err);
@@ -3017,6 +3107,10 @@ static int m_load(json_t *conf, void **cookie, sbx_err_t *err)
     grpc_chan_header(&mp->ch, "x-modal-client-type: 8");
     grpc_chan_header(&mp->ch, "x-modal-client-version: 1.0.0");
     grpc_chan_header(&mp->ch, "x-modal-libmodal-version: sbxd/" SBX_VERSION);
+    mp->token_id = xstrdup(tid);
+    mp->token_secret = xstrdup(tsec);
+    grpc_chan_set_headers(&mp->ch, auth_headers, mp);
+    grpc_chan_set_token(&mp->ch, "AuthTokenGet", auth_token_parse, mp);
     const char *cp = getenv("SBXD_MODAL_CURL_PAUSE");
     mp->curl_pause = cp ? atoi(cp) != 0 : 1;
     mp->ready = 1;
@@ -3051,6 +3145,8 @@ static void m_unload(void *cookie)
     free(mp->environment);
     free(mp->image);
     free(mp->working_dir);
+    free(mp->token_id);
+    free(mp->token_secret);
     free(mp);
 }
 
@@ -3070,7 +3166,7 @@ static json_t *m_info(void *cookie)
                           nz(mp->app_name), "image", nz(mp->image));
     if (mp->environment)
         json_object_set_new(o, "environment", json_string(mp->environment));
-    json_object_set_new(o, "authenticated", json_boolean(mp->ready && mp->ch.auth_token));
+    json_object_set_new(o, "authenticated", json_boolean(mp->ready && mp->ch.token));
     if (mp->last_error[0])
         json_object_set_new(o, "last_error", json_string(mp->last_error));
     return o;
