@@ -8,7 +8,6 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include "daemon.h"
 #include "log.h"
@@ -524,49 +523,6 @@ static void prune_exited(struct sandbox *sb, struct process *keep)
 
 static void timeout_cb(struct ev_loop *loop, ev_timer *w, int revents);
 
-/* A JSON string with a NUL inside (JSON_ALLOW_NUL lets "\u0000" through). */
-static int has_nul(json_t *v)
-{
-    return json_is_string(v) && strlen(json_string_value(v)) != json_string_length(v);
-}
-
-int signal_from_json(json_t *v, int *out)
-{
-    static const struct {
-        const char *name;
-        int sig;
-    } names[] = {{"KILL", SIGKILL}, {"TERM", SIGTERM}, {"INT", SIGINT},   {"HUP", SIGHUP},
-                 {"QUIT", SIGQUIT}, {"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"STOP", SIGSTOP},
-                 {"CONT", SIGCONT}, {"ALRM", SIGALRM}, {"PIPE", SIGPIPE}};
-    if (!v || json_is_null(v)) {
-        *out = SIGKILL;
-        return 0;
-    }
-    if (json_is_integer(v)) {
-        json_int_t n = json_integer_value(v);
-        if (n < 1 || n > 64)
-            return -1;
-        *out = (int)n;
-        return 0;
-    }
-    if (!json_is_string(v) || has_nul(v))
-        return -1;
-    const char *s = json_string_value(v);
-    if (strncasecmp(s, "SIG", 3) == 0)
-        s += 3;
-    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
-        if (strcasecmp(s, names[i].name) == 0) {
-            *out = names[i].sig;
-            return 0;
-        }
-    return -1;
-}
-
-static int params_error(sbx_err_t *err, const char *param, const char *msg)
-{
-    return err_make_data(err, SBX_E_PARAMS, json_pack("{s:s}", "param", param), "%s", msg);
-}
-
 static char *display_of(json_t *cmd)
 {
     if (json_is_string(cmd))
@@ -605,73 +561,17 @@ static void link_process(struct sandbox *sb, struct process *p)
     D->nprocesses++;
 }
 
-int process_new(struct process **out, struct sandbox *sb, json_t *params, struct session *origin,
+int process_new(struct process **out, struct sandbox *sb, const struct proc_opts *o,
                 sbx_err_t *err)
 {
-    json_t *cmd = json_object_get(params, "command");
-    if (json_is_string(cmd)) {
-        if (json_string_length(cmd) == 0)
-            return params_error(err, "command", "command is empty");
-        if (has_nul(cmd))
-            return params_error(err, "command", "command contains a NUL byte");
-    } else if (json_is_array(cmd) && json_array_size(cmd) > 0) {
-        size_t i;
-        json_t *a;
-        json_array_foreach(cmd, i, a)
-        {
-            if (!json_is_string(a))
-                return params_error(err, "command", "command array must hold strings");
-            if (has_nul(a))
-                return params_error(err, "command", "command contains a NUL byte");
-        }
-    } else {
-        return params_error(err, "command", "command must be a string or a non-empty array");
-    }
-    json_t *env = json_object_get(params, "env");
-    if (env && !json_is_object(env) && !json_is_null(env))
-        return params_error(err, "env", "env must be an object");
-    if (env_check(env, err) < 0)
-        return -1;
-    json_t *jcwd = json_object_get(params, "cwd");
-    const char *cwd = NULL;
-    if (jcwd && !json_is_null(jcwd)) {
-        if (!json_is_string(jcwd) || json_string_value(jcwd)[0] != '/' || has_nul(jcwd))
-            return params_error(err, "cwd", "cwd must be an absolute path");
-        cwd = json_string_value(jcwd);
-    }
-    json_t *jt = json_object_get(params, "timeout_ms");
-    int64_t timeout = json_integer_value(json_object_get(sb->conf, "command_timeout_ms"));
-    if (jt && !json_is_null(jt)) {
-        if (!json_is_integer(jt) || json_integer_value(jt) < 0 ||
-            json_integer_value(jt) > 86400000)
-            return params_error(err, "timeout_ms", "timeout_ms must be an integer 0..86400000");
-        if (json_integer_value(jt) > 0)
-            timeout = json_integer_value(jt);
-    }
-    json_t *stdin_data = NULL;
-    json_t *js = json_object_get(params, "stdin"), *jb = json_object_get(params, "stdin_b64");
-    if (js && !json_is_null(js)) {
-        if (!json_is_string(js))
-            return params_error(err, "stdin", "stdin must be a string");
-        stdin_data = json_incref(js);
-    } else if (jb && !json_is_null(jb)) {
-        size_t n = 0;
-        uint8_t *b = json_is_string(jb) ? base64_decode(json_string_value(jb), json_string_length(jb), &n) : NULL;
-        if (!b)
-            return params_error(err, "stdin_b64", "stdin_b64 must be base64");
-        stdin_data = json_stringn_nocheck((const char *)b, n);
-        free(b);
-    }
-    json_t *jst = json_object_get(params, "stream");
-    if (jst && !json_is_boolean(jst)) {
-        json_decref(stdin_data);
-        return params_error(err, "stream", "stream must be a boolean");
-    }
+    json_t *cmd = o->command;
+    int64_t timeout = o->timeout_ms > 0
+                          ? o->timeout_ms
+                          : json_integer_value(json_object_get(sb->conf, "command_timeout_ms"));
     /* Past max_processes_per_sandbox running, processes wait their turn
      * (process_launch); past that many more, they are refused. */
     if (sb->nlive >= D->cfg.max_processes_per_sandbox + D->cfg.max_queued_per_sandbox &&
-        !(origin == NULL)) {
-        json_decref(stdin_data);
+        !o->internal) {
         return err_make_data(err, SBX_E_LIMIT,
                              json_pack("{s:s, s:I}", "limit", "max_queued_per_sandbox", "max",
                                        (json_int_t)D->cfg.max_queued_per_sandbox),
@@ -689,13 +589,15 @@ int process_new(struct process **out, struct sandbox *sb, json_t *params, struct
             bad |= json_object_set(spec, json_is_string(cmd) ? "shell" : "argv", cmd);
         else
             bad |= json_object_set_new(spec, "code", json_string(display));
-        json_t *fenv = sandbox_env_for(sb, env);
+        json_t *fenv = sandbox_env_for(sb, o->env);
         bad |= !fenv;
         bad |= json_object_set_new(spec, "env", fenv);
-        const char *wd = sandbox_cwd_for(sb, cwd);
+        const char *wd = sandbox_cwd_for(sb, o->cwd);
         if (wd)
             bad |= json_object_set_new(spec, "cwd", json_string(wd));
         bad |= json_object_set_new(spec, "timeout_ms", json_integer(timeout));
+        if (o->sandbox_restarted)
+            bad |= json_object_set_new(spec, "sandbox_restarted", json_true());
         if (bad) {
             json_decref(spec);
             spec = NULL;
@@ -704,7 +606,6 @@ int process_new(struct process **out, struct sandbox *sb, json_t *params, struct
     if (!spec || !display) {
         json_decref(spec);
         free(display);
-        json_decref(stdin_data);
         return err_make(err, SBX_E_INTERNAL, "out of memory");
     }
 
@@ -716,8 +617,10 @@ int process_new(struct process **out, struct sandbox *sb, json_t *params, struct
     p->pid = ++sb->next_pid;
     p->state = P_QUEUED;
     p->timeout_ms = timeout;
-    p->origin = origin ? origin->id : 0;
-    p->stdin_pending = stdin_data;
+    p->origin = o->origin;
+    p->internal = o->internal;
+    p->result_enc = o->result_enc;
+    p->stdin_pending = o->stdin_data ? json_incref(o->stdin_data) : NULL;
     p->display = display;
     p->spec = spec;
     link_process(sb, p);
@@ -863,12 +766,9 @@ int process_launch(struct process *p, sbx_err_t *err)
             return launch_failed(p, err->msg ? err->msg : "spawn failed");
         return 0;
     }
-    if (sb->status == SB_PENDING) {
-        /* Spawned (or failed) by the start's completion, maybe right here. */
-        sandbox_start(sb, NULL);
-        return 0;
-    }
-    if (sb->status == SB_STARTING)
+    /* Pending: queued until the caller starts the sandbox; its completion
+     * spawns the process (or fails it). */
+    if (sb->status == SB_PENDING || sb->status == SB_STARTING)
         return 0;
     err_make_data(err, SBX_E_STATE,
                   json_pack("{s:s, s:s}", "sandbox", sb->id, "status",

@@ -93,8 +93,22 @@ struct process {
     size_t result_bytes; /* encoded size of exit.result, while kept */
 };
 
-/* Builds a process from process.exec/spawn params (borrowed). */
-int process_new(struct process **out, struct sandbox *sb, json_t *params, struct session *origin,
+/* What to run, checked by the caller (api.c parses process.exec/spawn
+ * params into it; sandbox.c fills it for a hook). Everything borrowed. */
+struct proc_opts {
+    json_t *command;        /* a non-empty string, or a non-empty array of strings; no NUL */
+    json_t *env;            /* a checked {K: V|null} patch (env_check), or NULL */
+    const char *cwd;        /* absolute, or NULL */
+    int64_t timeout_ms;     /* 0: the sandbox's command_timeout_ms */
+    json_t *stdin_data;     /* a string of bytes sent after the spawn, or NULL */
+    uint64_t origin;        /* the session asking (tool calls go there); 0 for none */
+    int internal;           /* a hook: not listed, not counted against the limits */
+    int sandbox_restarted;  /* the call restarted the sandbox (restart_on_call) */
+    enum out_enc result_enc; /* stdout/stderr of an exec result */
+};
+
+/* A queued process record from o; -32005 past max_queued_per_sandbox. */
+int process_new(struct process **out, struct sandbox *sb, const struct proc_opts *o,
                 sbx_err_t *err);
 /*
  * A process the provider found already running (its agent survived an sbxd
@@ -104,7 +118,8 @@ int process_new(struct process **out, struct sandbox *sb, json_t *params, struct
  * usual. Returns NULL if the pid is taken.
  */
 struct process *process_adopt(struct sandbox *sb, uint32_t pid, const char *display);
-/* Starts (or queues until the sandbox runs). */
+/* Starts p, or queues it until the sandbox runs (a pending sandbox is the
+ * caller's to start). On failure p has failed and err says why. */
 int process_launch(struct process *p, sbx_err_t *err);
 struct process *process_find(struct sandbox *sb, uint32_t pid);
 /* Adds s as a follower, or changes its encoding if it follows already. */
@@ -126,7 +141,6 @@ void process_fail(struct process *p, const char *why);
 /* The sandbox started: spawn queued processes. */
 void process_spawn_queued(struct sandbox *sb);
 void process_add_waiter(struct process *p, struct call *c, int64_t timeout_ms);
-int signal_from_json(json_t *v, int *out);
 /*
  * Hands the answer to a tool call (provider.h: process_tool_call) to the
  * process's provider: result (stolen) on success, else code, msg and ename

@@ -760,17 +760,14 @@ static int run_hook(struct sandbox *sb, const char *key, process_done_fn done)
     json_t *cmd = json_object_get(sb->conf, key);
     if (!cmd || json_is_null(cmd))
         return 0;
-    json_t *params = json_pack("{s:O, s:I}", "command", cmd, "timeout_ms", (json_int_t)HOOK_TIMEOUT_MS);
+    struct proc_opts o = {.command = cmd, .timeout_ms = HOOK_TIMEOUT_MS, .internal = 1};
     struct process *p = NULL;
     sbx_err_t err = {0};
-    int r = process_new(&p, sb, params, NULL, &err);
-    json_decref(params);
-    if (r < 0) {
+    if (process_new(&p, sb, &o, &err) < 0) {
         log_warn("sandbox %s: %s hook: %s", sb->id, key, err.msg);
         err_clear(&err);
         return 0;
     }
-    p->internal = 1;
     p->done = done ? done : (strcmp(key, "on_stop") == 0 ? stop_hook_done : start_hook_done);
     p->done_data = sb;
     sb->hook_phase = 1;

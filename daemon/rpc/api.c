@@ -4,8 +4,10 @@
  * exactly once, now or later.
  */
 #include <ctype.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "daemon.h"
@@ -152,15 +154,26 @@ static struct process *get_process(struct call *c, json_t *params, struct sandbo
     return p;
 }
 
+/* A JSON string with a NUL inside (JSON_ALLOW_NUL lets "\u0000" through). */
+static int has_nul(json_t *v)
+{
+    return json_is_string(v) && strlen(json_string_value(v)) != json_string_length(v);
+}
+
+/* A hook command: what process.exec would take as command. */
 static int valid_command(json_t *v)
 {
     if (json_is_string(v))
-        return json_string_length(v) > 0;
+        return json_string_length(v) > 0 && !has_nul(v);
     if (!json_is_array(v) || json_array_size(v) == 0)
         return 0;
     size_t i;
     json_t *a;
-    json_array_foreach(v, i, a) if (!json_is_string(a)) return 0;
+    json_array_foreach(v, i, a)
+    {
+        if (!json_is_string(a) || has_nul(a))
+            return 0;
+    }
     return 1;
 }
 
@@ -663,6 +676,117 @@ static void m_instructions(struct call *c, json_t *params)
 
 /* -- process.* -------------------------------------------------------------------- */
 
+static int proc_param(struct call *c, const char *param, const char *msg)
+{
+    call_error(c, SBX_E_PARAMS, json_pack("{s:s}", "param", param), "%s", msg);
+    return -1;
+}
+
+/* process.exec/spawn params into o (borrowing from params; o->stdin_data is
+ * a new reference) and *stream. 0 ok, -1 answered. */
+static int proc_opts_parse(struct call *c, json_t *params, struct sandbox *sb,
+                           struct proc_opts *o, int *stream)
+{
+    json_t *cmd = json_object_get(params, "command");
+    if (json_is_string(cmd)) {
+        if (json_string_length(cmd) == 0)
+            return proc_param(c, "command", "command is empty");
+        if (has_nul(cmd))
+            return proc_param(c, "command", "command contains a NUL byte");
+    } else if (json_is_array(cmd) && json_array_size(cmd) > 0) {
+        size_t i;
+        json_t *a;
+        json_array_foreach(cmd, i, a)
+        {
+            if (!json_is_string(a))
+                return proc_param(c, "command", "command array must hold strings");
+            if (has_nul(a))
+                return proc_param(c, "command", "command contains a NUL byte");
+        }
+    } else {
+        return proc_param(c, "command", "command must be a string or a non-empty array");
+    }
+    o->command = cmd;
+    json_t *env = json_object_get(params, "env");
+    if (env && !json_is_object(env) && !json_is_null(env))
+        return proc_param(c, "env", "env must be an object");
+    sbx_err_t err = {0};
+    if (env_check(env, &err) < 0) {
+        call_fail(c, &err);
+        return -1;
+    }
+    o->env = env;
+    json_t *jcwd = json_object_get(params, "cwd");
+    if (jcwd && !json_is_null(jcwd)) {
+        if (!json_is_string(jcwd) || json_string_value(jcwd)[0] != '/' || has_nul(jcwd))
+            return proc_param(c, "cwd", "cwd must be an absolute path");
+        o->cwd = json_string_value(jcwd);
+    }
+    json_t *jt = json_object_get(params, "timeout_ms");
+    if (jt && !json_is_null(jt)) {
+        if (!json_is_integer(jt) || json_integer_value(jt) < 0 ||
+            json_integer_value(jt) > 86400000)
+            return proc_param(c, "timeout_ms", "timeout_ms must be an integer 0..86400000");
+        o->timeout_ms = json_integer_value(jt);
+    }
+    json_t *js = json_object_get(params, "stdin"), *jb = json_object_get(params, "stdin_b64");
+    if (js && !json_is_null(js)) {
+        if (!json_is_string(js))
+            return proc_param(c, "stdin", "stdin must be a string");
+        o->stdin_data = json_incref(js);
+    } else if (jb && !json_is_null(jb)) {
+        size_t n = 0;
+        uint8_t *b = json_is_string(jb)
+                         ? base64_decode(json_string_value(jb), json_string_length(jb), &n)
+                         : NULL;
+        if (!b)
+            return proc_param(c, "stdin_b64", "stdin_b64 must be base64");
+        o->stdin_data = json_stringn_nocheck((const char *)b, n);
+        free(b);
+    }
+    json_t *jst = json_object_get(params, "stream");
+    if (jst && !json_is_boolean(jst)) {
+        json_decref(o->stdin_data);
+        o->stdin_data = NULL;
+        return proc_param(c, "stream", "stream must be a boolean");
+    }
+    *stream = !jst || json_is_true(jst);
+    return 0;
+}
+
+/* process.kill's signal: a name (KILL, SIGTERM, ...) or a number 1..64. */
+static int signal_from_json(json_t *v, int *out)
+{
+    static const struct {
+        const char *name;
+        int sig;
+    } names[] = {{"KILL", SIGKILL}, {"TERM", SIGTERM}, {"INT", SIGINT},   {"HUP", SIGHUP},
+                 {"QUIT", SIGQUIT}, {"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"STOP", SIGSTOP},
+                 {"CONT", SIGCONT}, {"ALRM", SIGALRM}, {"PIPE", SIGPIPE}};
+    if (!v || json_is_null(v)) {
+        *out = SIGKILL;
+        return 0;
+    }
+    if (json_is_integer(v)) {
+        json_int_t n = json_integer_value(v);
+        if (n < 1 || n > 64)
+            return -1;
+        *out = (int)n;
+        return 0;
+    }
+    if (!json_is_string(v) || has_nul(v))
+        return -1;
+    const char *s = json_string_value(v);
+    if (strncasecmp(s, "SIG", 3) == 0)
+        s += 3;
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (strcasecmp(s, names[i].name) == 0) {
+            *out = names[i].sig;
+            return 0;
+        }
+    return -1;
+}
+
 static void start_process(struct call *c, json_t *params, int is_exec)
 {
     struct sandbox *sb = get_sandbox(c, params, "sandbox");
@@ -690,17 +814,20 @@ static void start_process(struct call *c, json_t *params, int is_exec)
                    "sandbox %s is %s", sb->id, sandbox_status_name(sb->status));
         return;
     }
+    struct proc_opts o = {.origin = c->sess ? c->sess->id : 0, .sandbox_restarted = restart,
+                          .result_enc = enc};
+    int stream = 1;
+    if (proc_opts_parse(c, params, sb, &o, &stream) < 0)
+        return;
     struct process *p = NULL;
     sbx_err_t err = {0};
-    if (process_new(&p, sb, params, c->sess, &err) < 0) {
+    int r = process_new(&p, sb, &o, &err);
+    json_decref(o.stdin_data);
+    if (r < 0) {
         call_fail(c, &err);
         return;
     }
-    p->result_enc = enc;
-    if (restart)
-        json_object_set_new(p->spec, "sandbox_restarted", json_true());
-    json_t *jst = json_object_get(params, "stream");
-    if (!jst || json_is_true(jst))
+    if (stream)
         process_subscribe(p, c->sess, enc);
     uint32_t pid = p->pid;
     if (is_exec)
@@ -709,6 +836,9 @@ static void start_process(struct call *c, json_t *params, int is_exec)
         call_fail(c, &err);
         return;
     }
+    /* Its start's completion spawns the process, maybe right here. */
+    if (sb->status == SB_PENDING)
+        sandbox_start(sb, NULL);
     if (!is_exec)
         call_reply(c, json_pack("{s:I}", "pid", (json_int_t)pid));
 }

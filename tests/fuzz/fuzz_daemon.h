@@ -122,10 +122,11 @@ static inline struct process *fz_process(struct sandbox *sb)
 {
     struct process *p = NULL;
     sbx_err_t err = {0};
-    json_t *params = json_pack("{s:s}", "command", "run");
-    if (process_new(&p, sb, params, NULL, &err) < 0 || process_launch(p, &err) < 0)
+    json_t *cmd = json_string("run");
+    struct proc_opts o = {.command = cmd};
+    if (process_new(&p, sb, &o, &err) < 0 || process_launch(p, &err) < 0)
         abort();
-    json_decref(params);
+    json_decref(cmd);
     return p;
 }
 

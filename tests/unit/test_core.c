@@ -268,9 +268,10 @@ static void test_split_utf8_exit(void)
     sandbox_start(sb, NULL);
     struct process *p = NULL;
     sbx_err_t err = {0};
-    json_t *params = json_pack("{s:s}", "command", "split");
-    int ok = process_new(&p, sb, params, NULL, &err) == 0 && process_launch(p, &err) == 0;
-    json_decref(params);
+    json_t *cmd = json_string("split");
+    struct proc_opts o = {.command = cmd};
+    int ok = process_new(&p, sb, &o, &err) == 0 && process_launch(p, &err) == 0;
+    json_decref(cmd);
     test_cond("output ending inside a UTF-8 sequence, then exit: every byte is emitted",
               ok && p->state == P_EXITED && p->out[0].total == 2 && p->out[0].emitted == 2 &&
                   p->out[0].ntail == 0);
