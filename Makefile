@@ -147,7 +147,8 @@ fuzz:
 	sh tests/fuzz/run.sh $(FUZZ_B) $(FUZZ_SECONDS) $(FUZZ_B)/corpus
 
 # sbx-init's side: its own sources (no jansson, no libev), sbx_init.c included.
-$(B)/fuzz/fuzz_agent_init: tests/fuzz/fuzz_agent_init.c $(AGENT_SRC) $(wildcard agent/*.h) proto/sbx_chan.c
+$(B)/fuzz/fuzz_agent_init: tests/fuzz/fuzz_agent_init.c $(AGENT_SRC) $(wildcard agent/*.h) proto/sbx_chan.c \
+		proto/sbx_chan.h
 	@mkdir -p $(dir $@)
 	$(CC) -std=gnu11 $(OPT) $(WARN) $(SAN) -fsanitize=fuzzer -D_GNU_SOURCE -Iproto \
 		-Iagent -o $@ $< $(FUZZ_AGENT_SRC)
@@ -183,6 +184,11 @@ valgrind: all
 
 bench: all
 	sh tests/bench/run.sh $(B)
+
+# The house style (tests/style/check.sh): banned functions, and the layout of
+# .clang-format once .clang-format-enforced exists. `make test` runs it too.
+check-style:
+	@sh tests/style/check.sh
 
 # -- install --------------------------------------------------------------------
 install: all

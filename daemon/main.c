@@ -122,7 +122,7 @@ static int open_listener(const char *path, unsigned mode, const char *group)
         log_error("socket path too long: %s", path);
         return -1;
     }
-    strcpy(sa.sun_path, path); /* length checked above */
+    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path); /* fits: checked above */
     mkdir_parent(path);
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0)

@@ -69,6 +69,9 @@ run_test() { # name cmd...
     tally "$name" "$log" $st
 }
 
+# -- the house style (make check-style) ---------------------------------------
+run_test check-style sh tests/style/check.sh
+
 # -- unit tests ---------------------------------------------------------------
 for t in "$B"/tests/test_*; do
     [ -x "$t" ] || continue

@@ -123,9 +123,9 @@ static void test_framing(void)
     c = cn_open(sock);
     size_t big = 17u * 1024 * 1024;
     char *line = malloc(big + 256);
-    int n = sprintf(line, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"daemon.ping\",\"params\":{\"x\":\"");
+    int n = snprintf(line, 256, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"daemon.ping\",\"params\":{\"x\":\"");
     memset(line + n, 'a', big);
-    strcpy(line + n + big, "\"}}\n");
+    snprintf(line + n + big, 256 - (size_t)n, "\"}}\n");
     cn_send_raw(c, line, strlen(line));
     free(line);
     r = cn_read(c, 10000);

@@ -33,12 +33,13 @@ static const char *verdict(uid_t uid, const char *options_json)
         for (const char *p = options_json; (p = strstr(p, "@D")); p += 2)
             n += strlen(dir);
         txt = calloc(1, n);
+        size_t len = 0;
         for (const char *p = options_json; *p;) {
             if (p[0] == '@' && p[1] == 'D') {
-                strcat(txt, dir);
+                len += (size_t)snprintf(txt + len, n - len, "%s", dir);
                 p += 2;
             } else {
-                strncat(txt, p++, 1);
+                txt[len++] = *p++;
             }
         }
         json_t *o = json_loads(txt, 0, NULL);
