@@ -159,9 +159,7 @@ static void collect(struct job *j, int stream, const char *data, size_t len)
     int i = stream == SBX_STDERR ? 1 : 0;
     json_t *prev = j->acc[i];
     size_t pl = prev ? json_string_length(prev) : 0;
-    char *b = malloc(pl + len + 1);
-    if (!b)
-        abort();
+    char *b = ctl_nonnull(malloc(pl + len + 1));
     if (pl)
         memcpy(b, json_string_value(prev), pl);
     memcpy(b + pl, data, len);
@@ -328,9 +326,7 @@ static void stdin_cb(struct ev_loop *loop, ev_io *w, int revents)
         return;
     json_t *params = json_pack("{s:s, s:I}", "sandbox", j->sandbox, "pid", j->pid);
     if (n > 0) {
-        char *b64 = malloc(sbx_base64_encoded_len((size_t)n) + 1);
-        if (!b64)
-            abort();
+        char *b64 = ctl_nonnull(malloc(sbx_base64_encoded_len((size_t)n) + 1));
         sbx_base64_encode(b64, buf, (size_t)n);
         json_object_set_new(params, "data_b64", json_string(b64));
         free(b64);
@@ -664,7 +660,7 @@ static int exec_or_run(int argc, char **argv, int is_run)
 {
     struct job j;
     struct parser p;
-    char **cmd = calloc((size_t)argc + 1, sizeof(*cmd));
+    char **cmd = ctl_nonnull(calloc((size_t)argc + 1, sizeof(*cmd)));
     const char *file = NULL;
     int ncmd = 0, o;
 
@@ -672,8 +668,6 @@ static int exec_or_run(int argc, char **argv, int is_run)
     j.is_run = is_run;
     j.exec_params = json_object();
     j.create_params = json_object();
-    if (!cmd)
-        abort();
 
     parser_init(&p, argc, argv);
     while ((o = opt_next(&p, is_run ? run_opts : exec_opts)) != OPT_END) {

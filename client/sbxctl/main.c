@@ -302,9 +302,7 @@ void arg_env(json_t *obj, const char *kv, int null_if_empty)
     const char *eq = strchr(kv, '=');
     if (!eq || eq == kv)
         usage_error("expected KEY=VALUE, got: %s", kv);
-    char *key = strndup(kv, (size_t)(eq - kv));
-    if (!key)
-        abort();
+    char *key = ctl_nonnull(strndup(kv, (size_t)(eq - kv)));
     json_object_set_new(obj, key,
                         null_if_empty && eq[1] == '\0' ? json_null() : json_string(eq + 1));
     free(key);
@@ -315,9 +313,7 @@ void arg_opt(json_t *obj, const char *kv)
     const char *eq = strchr(kv, '=');
     if (!eq || eq == kv)
         usage_error("expected KEY=VALUE, got: %s", kv);
-    char *key = strndup(kv, (size_t)(eq - kv));
-    if (!key)
-        abort();
+    char *key = ctl_nonnull(strndup(kv, (size_t)(eq - kv)));
     json_t *v = json_loads(eq + 1, JSON_DECODE_ANY, NULL);
     if (!v)
         v = json_string(eq + 1);

@@ -322,9 +322,7 @@ static const struct opt write_opts[] = {
 /* Sends len bytes (base64) to the process's stdin. */
 static int write_chunk(sbx_ctx *c, const char *id, json_int_t pid, const char *buf, size_t len)
 {
-    char *b64 = malloc(sbx_base64_encoded_len(len) + 1);
-    if (!b64)
-        abort();
+    char *b64 = ctl_nonnull(malloc(sbx_base64_encoded_len(len) + 1));
     sbx_base64_encode(b64, buf, len);
     json_t *params = json_pack("{s:s, s:I, s:s}", "sandbox", id, "pid", pid, "data_b64", b64);
     free(b64);

@@ -5,11 +5,25 @@
 #define SBXCTL_H
 
 #include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 #include <sbx/sbx.h>
 #include <sbx/sbx_async.h>
 
 #define SBXCTL_PRINTF(a, b) __attribute__((format(printf, a, b)))
+
+/* An allocation's result (malloc, strdup, json_dumps...), checked: out of
+ * memory, a command-line tool has nothing to save, so it says so and aborts.
+ * (libsbx never does this: it returns SBX_ERR_OOM.) */
+static inline void *ctl_nonnull(void *p)
+{
+    if (!p) {
+        fputs("sbxctl: out of memory\n", stderr);
+        abort();
+    }
+    return p;
+}
 
 /* Exit statuses of sbxctl itself (exec/run/wait exit with the command's). */
 #define EXIT_RPC 1

@@ -60,10 +60,7 @@ struct ctl_tools {
 
 struct ctl_tools *ctl_tools_new(void)
 {
-    struct ctl_tools *t = calloc(1, sizeof(*t));
-    if (!t)
-        abort();
-    return t;
+    return ctl_nonnull(calloc(1, sizeof(struct ctl_tools)));
 }
 
 const char *ctl_tools_add(struct ctl_tools *t, const char *spec)
@@ -73,14 +70,10 @@ const char *ctl_tools_add(struct ctl_tools *t, const char *spec)
         return spec; /* a name only: registered, answered by nobody here */
     if (eq == spec || !eq[1])
         usage_error("--tool wants NAME or NAME=COMMAND, not '%s'", spec);
-    struct tool *v = realloc(t->v, (t->n + 1) * sizeof(*v));
-    if (!v)
-        abort();
+    struct tool *v = ctl_nonnull(realloc(t->v, (t->n + 1) * sizeof(*v)));
     t->v = v;
-    v[t->n].name = strndup(spec, (size_t)(eq - spec));
-    v[t->n].command = strdup(eq + 1);
-    if (!v[t->n].name || !v[t->n].command)
-        abort();
+    v[t->n].name = ctl_nonnull(strndup(spec, (size_t)(eq - spec)));
+    v[t->n].command = ctl_nonnull(strdup(eq + 1));
     return v[t->n++].name;
 }
 
@@ -201,10 +194,7 @@ static void out_cb(struct ev_loop *loop, ev_io *w, int revents)
         size_t cap = c->out_cap ? c->out_cap * 2 : 65536;
         while (cap < c->out_len + (size_t)n)
             cap *= 2;
-        char *p = realloc(c->out, cap);
-        if (!p)
-            abort();
-        c->out = p;
+        c->out = ctl_nonnull(realloc(c->out, cap));
         c->out_cap = cap;
     }
     memcpy(c->out + c->out_len, buf, (size_t)n);
@@ -295,16 +285,12 @@ static void tool_cb(sbx_async *ac, const char *call_id, const char *tool, json_t
         sbx_async_tool_reply(ac, call_id, NULL, SBX_E_TOOL, msg);
         return;
     }
-    struct tcall *c = calloc(1, sizeof(*c));
-    if (!c)
-        abort();
+    struct tcall *c = ctl_nonnull(calloc(1, sizeof(*c)));
     c->t = t;
     c->status = -1;
     c->in_w.fd = c->out_w.fd = c->err_w.fd = -1;
-    c->call_id = strdup(call_id);
-    c->in = json_dumps(args ? args : json_null(), JSON_COMPACT | JSON_ENCODE_ANY);
-    if (!c->call_id || !c->in)
-        abort();
+    c->call_id = ctl_nonnull(strdup(call_id));
+    c->in = ctl_nonnull(json_dumps(args ? args : json_null(), JSON_COMPACT | JSON_ENCODE_ANY));
     c->in_len = strlen(c->in);
     if (start(c, command) < 0) {
         sbx_async_tool_reply(ac, call_id, NULL, SBX_E_TOOL, "cannot start /bin/sh for the tool");

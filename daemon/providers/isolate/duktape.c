@@ -33,6 +33,7 @@
 #include "provider.h"
 #include "sandbox.h"
 #include "sbx_proto.h"
+#include "xalloc.h"
 
 extern char **environ;
 
@@ -199,9 +200,7 @@ static struct worker *worker_spawn(struct duk_prov *dp, int64_t mem_mb, int jit)
         close(sv[0]);
         return NULL;
     }
-    struct worker *w = calloc(1, sizeof(*w));
-    if (!w)
-        abort();
+    struct worker *w = xcalloc(1, sizeof(*w));
     w->dp = dp;
     w->pid = pid;
     w->mem_mb = mem_mb;
@@ -484,9 +483,7 @@ static void pump(struct duk_sb *ds)
 static int d_proc_spawn(void *cookie, struct process *p, sbx_err_t *err)
 {
     struct duk_sb *ds = p->sb->pdata;
-    struct duk_proc *dpp = calloc(1, sizeof(*dpp));
-    if (!dpp)
-        abort();
+    struct duk_proc *dpp = xcalloc(1, sizeof(*dpp));
     dpp->p = p;
     obuf_init(&dpp->stdin_buf);
     p->pdata = dpp;
@@ -766,9 +763,7 @@ static void worker_frame(struct chan *ch, const struct sbx_chan_hdr *h, const ui
             size_t cap = w->more_cap ? w->more_cap : 65536;
             while (cap < need)
                 cap *= 2;
-            w->more = realloc(w->more, cap);
-            if (!w->more)
-                abort();
+            w->more = xrealloc(w->more, cap);
             w->more_cap = cap;
         }
         memcpy(w->more + w->more_len, payload, h->len);
@@ -1097,8 +1092,8 @@ static char *find_worker(json_t *conf, const char *bin)
 {
     const char *cfg = json_string_value(json_object_get(conf, "worker_path"));
     if (cfg)
-        return strdup(cfg);
-    char *dir = strdup(D->exe_path), *slash = strrchr(dir, '/');
+        return xstrdup(cfg);
+    char *dir = xstrdup(D->exe_path), *slash = strrchr(dir, '/');
     if (slash)
         *slash = '\0';
     const char *cands[] = {"", "../libexec/sbxd/"};
@@ -1146,7 +1141,7 @@ static int load(json_t *conf, void **cookie, sbx_err_t *err, int js)
     if (dp->mem_mb <= 0)
         dp->mem_mb = DEFAULT_MEM_MB;
     const char *u = json_string_value(json_object_get(conf, "worker_user"));
-    dp->user = u ? strdup(u) : NULL;
+    dp->user = u ? xstrdup(u) : NULL;
     dp->fresh = json_is_true(json_object_get(conf, "fresh_isolate"));
     *cookie = dp;
     ev_idle_init(&dp->refill, refill_cb);

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "workers/jsc/jsw.h"
+#include "xalloc.h"
 
 extern const char jsw_prelude_js[], jsw_prelude_js_end[];
 extern const char jsw_strip_js[], jsw_strip_js_end[];
@@ -52,12 +53,10 @@ static double now_ms(void)
 /* UTF-8 (invalid sequences become U+FFFD, NUL bytes stay) to a JS string. */
 static JSStringRef str_from_utf8(const char *s, size_t len)
 {
-    uint16_t *u = malloc((len + 1) * sizeof(*u));
+    uint16_t *u = xmalloc((len + 1) * sizeof(*u));
     size_t n = 0, i = 0;
     JSStringRef r;
 
-    if (!u)
-        abort();
     while (i < len) {
         unsigned char c = (unsigned char)s[i];
         uint32_t cp = 0xfffd;
@@ -111,10 +110,8 @@ static char *utf8_from_str(JSStringRef s, size_t *len_out)
 {
     const JSChar *u = JSStringGetCharactersPtr(s);
     size_t n = JSStringGetLength(s), o = 0;
-    char *out = malloc(n * 3 + 1);
+    char *out = xmalloc(n * 3 + 1);
 
-    if (!out)
-        abort();
     for (size_t i = 0; i < n; i++) {
         uint32_t cp = u[i];
         if (cp >= 0xd800 && cp <= 0xdbff && i + 1 < n && u[i + 1] >= 0xdc00 && u[i + 1] <= 0xdfff) {
@@ -221,9 +218,7 @@ static JSValueRef native_out(JSContextRef ctx, JSObjectRef fn, JSObjectRef self,
     if (!s)
         return JSValueMakeUndefined(ctx);
     add_log(w, s, len);
-    s = realloc(s, len + 2);
-    if (!s)
-        abort();
+    s = xrealloc(s, len + 2);
     s[len] = '\n';
     jsw_output(w, JSValueToNumber(ctx, argv[0], NULL) == 1 ? SBX_CHAN_STDERR : SBX_CHAN_STDOUT,
                (const uint8_t *)s, len + 1);
@@ -280,10 +275,8 @@ static JSValueRef native_call(JSContextRef ctx, JSObjectRef fn, JSObjectRef self
         free(name_json);
         return NULL;
     }
-    c = calloc(1, sizeof(*c));
-    payload = malloc(plen);
-    if (!c || !payload)
-        abort();
+    c = xcalloc(1, sizeof(*c));
+    payload = xmalloc(plen);
     c->id = ++w->next_call;
     c->tool = name;
     c->resolve = resolve;
@@ -501,10 +494,8 @@ void jsw_engine_deinit(struct jsw *w)
 static char *global_name(const char *id)
 {
     size_t n = strlen(id);
-    char *g = malloc(sizeof(TOOL_PREFIX) + n);
+    char *g = xmalloc(sizeof(TOOL_PREFIX) + n);
 
-    if (!g)
-        abort();
     memcpy(g, TOOL_PREFIX, sizeof(TOOL_PREFIX) - 1);
     for (size_t i = 0; i < n; i++) {
         char c = id[i];
@@ -572,12 +563,10 @@ static char *tool_list(json_t *tools)
 static JSStringRef strip(struct jsw *w, const char *code, size_t len, JSValueRef *exc)
 {
     size_t hl = sizeof(WRAP_HEAD) - 1, tl = sizeof(WRAP_TAIL) - 1;
-    char *src = malloc(hl + len + tl);
+    char *src = xmalloc(hl + len + tl);
     JSStringRef s, out;
     JSValueRef args[2], r;
 
-    if (!src)
-        abort();
     memcpy(src, WRAP_HEAD, hl);
     memcpy(src + hl, code, len);
     memcpy(src + hl + len, WRAP_TAIL, tl);
@@ -717,9 +706,7 @@ void jsw_engine_finish(struct jsw *w)
         const char *msg = json_string_value(json_object_get(exc, "message"));
         const char *stack = json_string_value(json_object_get(exc, "stack"));
         size_t n = strlen(name) + strlen(msg) + strlen(stack) + 16;
-        char *line = malloc(n);
-        if (!line)
-            abort();
+        char *line = xmalloc(n);
         if (*stack && strncmp(stack, name, strlen(name)) == 0)
             n = (size_t)snprintf(line, n, "Uncaught %s\n", stack);
         else
@@ -732,13 +719,11 @@ void jsw_engine_finish(struct jsw *w)
         json_object_set_new(w->rec, "logs_truncated", json_true());
     s = json_dumps(w->rec, JSON_COMPACT);
     if (!s)
-        abort();
+        x_oom("json_dumps");
     len = strlen(s);
     if (w->result) {
         /* The result is already JSON text: spliced in, not parsed again. */
-        char *t = malloc(len + w->result_len + 16);
-        if (!t)
-            abort();
+        char *t = xmalloc(len + w->result_len + 16);
         memcpy(t, s, len - 1);
         len--;
         memcpy(t + len, ",\"result\":", 10);
@@ -879,7 +864,7 @@ char *jsw_engine_snapshot(struct jsw *w, size_t *len_out)
     size_t glen;
 
     if (!w->pctx) {
-        s = strdup("{\"globals\":{}}");
+        s = xstrdup("{\"globals\":{}}");
         *len_out = strlen(s);
         return s;
     }
@@ -893,9 +878,7 @@ char *jsw_engine_snapshot(struct jsw *w, size_t *len_out)
         free(g);
         return snap_error("snapshot too large", len_out);
     }
-    s = malloc(glen + 16);
-    if (!s)
-        abort();
+    s = xmalloc(glen + 16);
     *len_out = (size_t)snprintf(s, glen + 16, "{\"globals\":%s}", g);
     free(g);
     return s;

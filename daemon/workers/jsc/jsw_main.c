@@ -40,6 +40,7 @@
 #include <linux/seccomp.h>
 
 #include "workers/jsc/jsw.h"
+#include "xalloc.h"
 
 #define WORKER_NOFILE 64
 
@@ -312,8 +313,7 @@ static uint8_t *collect(struct jsw *w, const struct sbx_chan_hdr *h, const uint8
         size_t cap = w->more_cap ? w->more_cap : 65536;
         while (cap < need + 1)
             cap *= 2;
-        if (!(w->more = realloc(w->more, cap)))
-            abort();
+        w->more = xrealloc(w->more, cap);
         w->more_cap = cap;
     }
     memcpy(w->more + w->more_len, payload, h->len);
@@ -321,9 +321,7 @@ static uint8_t *collect(struct jsw *w, const struct sbx_chan_hdr *h, const uint8
     w->more_proc = h->proc;
     if (h->type == SBX_CHAN_MORE)
         return NULL;
-    out = malloc(need + 1);
-    if (!out)
-        abort();
+    out = xmalloc(need + 1);
     memcpy(out, w->more, need);
     out[need] = '\0';
     *len_out = need;
