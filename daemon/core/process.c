@@ -11,11 +11,11 @@
 
 #include "daemon.h"
 #include "log.h"
-#include "rpc.h"
 #include "sandbox.h"
 #include "sbx_proto.h"
 #include "session.h"
 #include "utf8.h"
+#include "xalloc.h"
 
 #define MAX_EXITED_KEPT 128
 /* After its exec has been answered, an exit record keeps a completion value
@@ -367,7 +367,7 @@ void process_output(struct process *p, int stream, const void *data, size_t len)
         retained_total += st->ring.cap - cap0;
         retained_enforce(p->sb);
     }
-    if (p->exec_call || p->internal) {
+    if (p->exec_cb || p->internal) {
         size_t cap = (size_t)D->cfg.exec_output_bytes;
         size_t room = st->acc_len < cap ? cap - st->acc_len : 0;
         size_t take = len < room ? len : room;
@@ -620,6 +620,8 @@ int process_new(struct process **out, struct sandbox *sb, const struct proc_opts
     p->origin = o->origin;
     p->internal = o->internal;
     p->result_enc = o->result_enc;
+    p->exec_cb = o->exec_cb;
+    p->exec_data = o->exec_data;
     p->stdin_pending = o->stdin_data ? json_incref(o->stdin_data) : NULL;
     p->display = display;
     p->spec = spec;
@@ -721,7 +723,7 @@ static void fail_with(struct process *p, sbx_err_t *err)
 /* On failure the caller answers its call with err: the process forgets it. */
 static int launch_failed(struct process *p, const char *why)
 {
-    p->exec_call = NULL;
+    p->exec_cb = NULL;
     process_fail(p, why);
     return -1;
 }
@@ -913,16 +915,20 @@ void process_exited(struct process *p, json_t *rec)
             json_object_set_new(n, "output_incomplete", json_true());
         notify_subs(p, SBX_N_EXIT, n);
     }
-    if (p->exec_call) {
-        struct call *c = p->exec_call;
-        p->exec_call = NULL;
-        call_reply(c, process_exit_json(p, 1));
+    if (p->exec_cb) {
+        sbx_result_cb cb = p->exec_cb;
+        p->exec_cb = NULL;
+        json_t *r = process_exit_json(p, 1);
+        cb(NULL, r, p->exec_data);
+        json_decref(r);
     }
     while (p->waiters) {
         struct waiter *w = p->waiters;
         p->waiters = w->next;
         ev_timer_stop(D->loop, &w->timer);
-        call_reply(w->call, process_exit_json(p, 0));
+        json_t *r = process_exit_json(p, 0);
+        w->cb(NULL, r, w->privdata);
+        json_decref(r);
         free(w);
     }
     while (p->subs)
@@ -989,7 +995,10 @@ void process_free(struct process *p)
         struct waiter *w = p->waiters;
         p->waiters = w->next;
         ev_timer_stop(D->loop, &w->timer);
-        call_error(w->call, SBX_E_NO_PROCESS, NULL, "process record was dropped");
+        sbx_err_t err = {0};
+        err_make(&err, SBX_E_NO_PROCESS, "process record was dropped");
+        w->cb(&err, NULL, w->privdata);
+        err_clear(&err);
         free(w);
     }
     ev_timer_stop(D->loop, &p->timer);
@@ -1017,19 +1026,21 @@ static void wait_timeout_cb(struct ev_loop *loop, ev_timer *t, int revents)
             *pp = w->next;
             break;
         }
-    call_error(w->call, SBX_E_STATE,
-               json_pack("{s:s, s:I, s:s}", "sandbox", p->sb->id, "pid", (json_int_t)p->pid,
-                         "status", "running"),
-               "process %u is still running", p->pid);
+    sbx_err_t err = {0};
+    err_make_data(&err, SBX_E_STATE,
+                  json_pack("{s:s, s:I, s:s}", "sandbox", p->sb->id, "pid", (json_int_t)p->pid,
+                            "status", "running"),
+                  "process %u is still running", p->pid);
+    w->cb(&err, NULL, w->privdata);
+    err_clear(&err);
     free(w);
 }
 
-void process_add_waiter(struct process *p, struct call *c, int64_t timeout_ms)
+void process_add_waiter(struct process *p, int64_t timeout_ms, sbx_result_cb cb, void *privdata)
 {
-    struct waiter *w = calloc(1, sizeof(*w));
-    if (!w)
-        abort();
-    w->call = c;
+    struct waiter *w = xcalloc(1, sizeof(*w));
+    w->cb = cb;
+    w->privdata = privdata;
     w->p = p;
     w->next = p->waiters;
     p->waiters = w;

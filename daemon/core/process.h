@@ -11,10 +11,10 @@
 #include <stdint.h>
 
 #include "err.h"
+#include "sandbox.h"
 
 struct sandbox;
 struct session;
-struct call;
 
 enum proc_state { P_QUEUED, P_RUNNING, P_EXITED };
 
@@ -53,7 +53,8 @@ struct sub {
 
 struct waiter {
     struct waiter *next;
-    struct call *call;
+    sbx_result_cb cb;
+    void *privdata;
     ev_timer timer; /* process.wait timeout_ms */
     struct process *p;
 };
@@ -75,7 +76,8 @@ struct process {
     uint64_t origin;    /* session id that started it (tool calls go there) */
     struct pstream out[2];
     struct sub *subs;
-    struct call *exec_call;
+    sbx_result_cb exec_cb; /* process.exec: answered with the exit and the output */
+    void *exec_data;
     struct waiter *waiters;
     json_t *exit;       /* the exit record, once exited */
     json_t *stdin_pending; /* bytes given with exec's stdin param (sent after spawn) */
@@ -105,6 +107,8 @@ struct proc_opts {
     int internal;           /* a hook: not listed, not counted against the limits */
     int sandbox_restarted;  /* the call restarted the sandbox (restart_on_call) */
     enum out_enc result_enc; /* stdout/stderr of an exec result */
+    sbx_result_cb exec_cb;   /* process.exec: cb gets the exit record with the output */
+    void *exec_data;
 };
 
 /* A queued process record from o; -32005 past max_queued_per_sandbox. */
@@ -140,7 +144,9 @@ json_t *process_replay(struct process *p, struct session *s, uint64_t off_out, u
 void process_fail(struct process *p, const char *why);
 /* The sandbox started: spawn queued processes. */
 void process_spawn_queued(struct sandbox *sb);
-void process_add_waiter(struct process *p, struct call *c, int64_t timeout_ms);
+/* cb gets the exit record when p exits, or an error after timeout_ms (0 =
+ * none) or when the record is dropped. */
+void process_add_waiter(struct process *p, int64_t timeout_ms, sbx_result_cb cb, void *privdata);
 /*
  * Hands the answer to a tool call (provider.h: process_tool_call) to the
  * process's provider: result (stolen) on success, else code, msg and ename

@@ -13,10 +13,10 @@
 #include "daemon.h"
 #include "log.h"
 #include "process.h"
-#include "rpc.h"
 #include "sbx_proto.h"
 #include "session.h"
 #include "snapshot.h"
+#include "xalloc.h"
 
 #define HOOK_TIMEOUT_MS 60000
 
@@ -111,7 +111,7 @@ static void life_cb(struct ev_loop *loop, ev_timer *w, int revents)
     struct sandbox *sb = w->data;
     log_info("sandbox %s: lifetime of %lld ms is over, destroying", sb->id,
              (long long)json_integer_value(json_object_get(sb->conf, "timeout_ms")));
-    sandbox_destroy(sb, NULL);
+    sandbox_destroy(sb, NULL, NULL);
 }
 
 static void idle_cb(struct ev_loop *loop, ev_timer *w, int revents)
@@ -125,7 +125,7 @@ static void idle_cb(struct ev_loop *loop, ev_timer *w, int revents)
         return;
     }
     log_info("sandbox %s: idle for %.0f s, destroying", sb->id, idle);
-    sandbox_destroy(sb, NULL);
+    sandbox_destroy(sb, NULL, NULL);
 }
 
 void sandbox_touch(struct sandbox *sb)
@@ -253,8 +253,11 @@ static void sandbox_free(struct sandbox *sb)
     while (sb->waiters) {
         struct op_waiter *w = sb->waiters;
         sb->waiters = w->next;
-        call_error(w->call, SBX_E_NOT_FOUND, json_pack("{s:s}", "sandbox", sb->id),
-                   "sandbox %s is gone", sb->id);
+        sbx_err_t err = {0};
+        err_make_data(&err, SBX_E_NOT_FOUND, json_pack("{s:s}", "sandbox", sb->id),
+                      "sandbox %s is gone", sb->id);
+        w->cb(&err, NULL, w->privdata);
+        err_clear(&err);
         free(w);
     }
     if (sb->prev)
@@ -408,14 +411,29 @@ const char *sandbox_cwd_for(struct sandbox *sb, const char *cmd_cwd)
 
 /* -- ops ---------------------------------------------------------------------- */
 
-static void add_waiter(struct sandbox *sb, struct call *c, enum sb_op op)
+/* The answer to a request that is complete now: result stolen (NULL = {}). */
+static void answer(sbx_result_cb cb, void *privdata, json_t *result)
 {
-    if (!c)
+    if (cb)
+        cb(NULL, result, privdata);
+    json_decref(result);
+}
+
+/* A failed request: err is used and cleared. */
+static void answer_err(sbx_result_cb cb, void *privdata, sbx_err_t *err)
+{
+    if (cb)
+        cb(err, NULL, privdata);
+    err_clear(err);
+}
+
+static void add_waiter(struct sandbox *sb, sbx_result_cb cb, void *privdata, enum sb_op op)
+{
+    if (!cb)
         return;
-    struct op_waiter *w = calloc(1, sizeof(*w));
-    if (!w)
-        abort();
-    w->call = c;
+    struct op_waiter *w = xcalloc(1, sizeof(*w));
+    w->cb = cb;
+    w->privdata = privdata;
     w->op = op;
     /* append: answers go out in request order */
     struct op_waiter **pp = &sb->waiters;
@@ -436,30 +454,24 @@ static void answer_waiters(struct sandbox *sb, enum sb_op op, sbx_err_t *err, js
         }
         *pp = w->next;
         if (err && err->msg) {
-            sbx_err_t copy = {0};
-            err_make_data(&copy, err->code, err->data ? json_deep_copy(err->data) : NULL, "%s",
-                          err->msg);
-            call_fail(w->call, &copy);
+            w->cb(err, NULL, w->privdata);
         } else {
             json_t *r = result ? json_incref(result) : sandbox_to_json(sb);
-            if (w->call->is_create && !result) {
-                json_object_set_new(r, "reconnected", json_boolean(sb->backend_reconnected));
-                if (sb->start_warnings)
-                    json_object_set(r, "warnings", sb->start_warnings);
-            }
-            call_reply(w->call, r);
+            w->cb(NULL, r, w->privdata);
+            json_decref(r);
         }
         free(w);
     }
 }
 
-static int wrong_state(struct call *c, struct sandbox *sb, const char *what)
+static int wrong_state(sbx_result_cb cb, void *privdata, struct sandbox *sb, const char *what)
 {
-    if (c)
-        call_error(c, SBX_E_STATE,
-                   json_pack("{s:s, s:s}", "sandbox", sb->id, "status",
-                             sandbox_status_name(sb->status)),
-                   "cannot %s sandbox %s: it is %s", what, sb->id, sandbox_status_name(sb->status));
+    sbx_err_t err = {0};
+    err_make_data(&err, SBX_E_STATE,
+                  json_pack("{s:s, s:s}", "sandbox", sb->id, "status",
+                            sandbox_status_name(sb->status)),
+                  "cannot %s sandbox %s: it is %s", what, sb->id, sandbox_status_name(sb->status));
+    answer_err(cb, privdata, &err);
     return -1;
 }
 
@@ -535,29 +547,26 @@ static void op_deadline_cb(struct ev_loop *loop, ev_timer *w, int revents)
 static void continue_destroy(struct sandbox *sb);
 static void stop_continue(struct sandbox *sb);
 
-void sandbox_start(struct sandbox *sb, struct call *c)
+void sandbox_start(struct sandbox *sb, sbx_result_cb cb, void *privdata)
 {
     sandbox_touch(sb);
     if (sb->status == SB_RUNNING && sb->op != OP_START) {
-        if (c)
-            call_reply(c, sandbox_to_json(sb));
+        if (cb)
+            answer(cb, privdata, sandbox_to_json(sb));
         return;
     }
     if (sb->op == OP_START) {
-        add_waiter(sb, c, OP_START);
+        add_waiter(sb, cb, privdata, OP_START);
         return;
     }
     if (sb->op != OP_NONE || (sb->status != SB_PENDING && sb->status != SB_STOPPED &&
                               sb->status != SB_ERROR)) {
-        wrong_state(c, sb, "start");
+        wrong_state(cb, privdata, sb, "start");
         return;
     }
     sbx_err_t err = {0};
     if (provider_ready(sb, &err) < 0) {
-        if (c)
-            call_fail(c, &err);
-        else
-            err_clear(&err);
+        answer_err(cb, privdata, &err);
         /* queued processes can't run */
         for (struct process *p = sb->procs; p; p = p->next)
             if (p->state == P_QUEUED)
@@ -567,7 +576,7 @@ void sandbox_start(struct sandbox *sb, struct call *c)
             sandbox_free(sb);
         return;
     }
-    add_waiter(sb, c, OP_START);
+    add_waiter(sb, cb, privdata, OP_START);
     sb->op = OP_START;
     set_status(sb, SB_STARTING, NULL);
     op_deadline_start(sb);
@@ -575,23 +584,23 @@ void sandbox_start(struct sandbox *sb, struct call *c)
         finish_op(sb, &err);
 }
 
-void sandbox_stop(struct sandbox *sb, struct call *c)
+void sandbox_stop(struct sandbox *sb, sbx_result_cb cb, void *privdata)
 {
     sandbox_touch(sb);
     if ((sb->status == SB_STOPPED || sb->status == SB_PENDING) && sb->op == OP_NONE) {
-        if (c)
-            call_reply(c, sandbox_to_json(sb));
+        if (cb)
+            answer(cb, privdata, sandbox_to_json(sb));
         return;
     }
     if (sb->op == OP_STOP) {
-        add_waiter(sb, c, OP_STOP);
+        add_waiter(sb, cb, privdata, OP_STOP);
         return;
     }
     if (sb->op != OP_NONE || (sb->status != SB_RUNNING && sb->status != SB_ERROR)) {
-        wrong_state(c, sb, "stop");
+        wrong_state(cb, privdata, sb, "stop");
         return;
     }
-    add_waiter(sb, c, OP_STOP);
+    add_waiter(sb, cb, privdata, OP_STOP);
     sb->op = OP_STOP;
     int had_error = sb->status == SB_ERROR;
     set_status(sb, SB_STOPPING, NULL);
@@ -613,13 +622,13 @@ static void stop_continue(struct sandbox *sb)
         finish_op(sb, &err);
 }
 
-void sandbox_destroy(struct sandbox *sb, struct call *c)
+void sandbox_destroy(struct sandbox *sb, sbx_result_cb cb, void *privdata)
 {
     if (sb->status == SB_DESTROYING || sb->op == OP_DESTROY) {
-        add_waiter(sb, c, OP_DESTROY);
+        add_waiter(sb, cb, privdata, OP_DESTROY);
         return;
     }
-    add_waiter(sb, c, OP_DESTROY);
+    add_waiter(sb, cb, privdata, OP_DESTROY);
     if (sb->op != OP_NONE) {
         /* Another op is in flight: destroy as soon as it finishes. */
         return;
@@ -689,34 +698,37 @@ static void keep_snapshot_data(json_t *rec, json_t *data)
     free(text);
 }
 
-void sandbox_snapshot(struct sandbox *sb, struct call *c)
+void sandbox_snapshot(struct sandbox *sb, sbx_result_cb cb, void *privdata)
 {
     sandbox_touch(sb);
     if (sb->op != OP_NONE || (sb->status != SB_RUNNING && sb->status != SB_STOPPED)) {
-        wrong_state(c, sb, "snapshot");
+        wrong_state(cb, privdata, sb, "snapshot");
         return;
     }
+    sbx_err_t err = {0};
     if (!sb->prov->ops->sb_snapshot) {
-        call_error(c, SBX_E_PROVIDER, json_pack("{s:s, s:s}", "provider", sb->prov->ops->name,
-                                                "message", "snapshots are not supported"),
-                   "provider %s does not support snapshots", sb->prov->ops->name);
+        err_make_data(&err, SBX_E_PROVIDER,
+                      json_pack("{s:s, s:s}", "provider", sb->prov->ops->name, "message",
+                                "snapshots are not supported"),
+                      "provider %s does not support snapshots", sb->prov->ops->name);
+        answer_err(cb, privdata, &err);
         return;
     }
     int count;
     size_t bytes;
     snapshot_usage(sb->owner, &count, &bytes);
     if (count >= D->cfg.max_snapshots_per_uid) {
-        call_error(c, SBX_E_LIMIT,
-                   json_pack("{s:s, s:I}", "limit", "max_snapshots_per_uid", "max",
-                             (json_int_t)D->cfg.max_snapshots_per_uid),
-                   "too many snapshots (limit %lld): delete one first",
-                   (long long)D->cfg.max_snapshots_per_uid);
+        err_make_data(&err, SBX_E_LIMIT,
+                      json_pack("{s:s, s:I}", "limit", "max_snapshots_per_uid", "max",
+                                (json_int_t)D->cfg.max_snapshots_per_uid),
+                      "too many snapshots (limit %lld): delete one first",
+                      (long long)D->cfg.max_snapshots_per_uid);
+        answer_err(cb, privdata, &err);
         return;
     }
-    add_waiter(sb, c, OP_SNAPSHOT);
+    add_waiter(sb, cb, privdata, OP_SNAPSHOT);
     sb->op = OP_SNAPSHOT;
     daemon_random_id("snap-", sb->snap_id, sizeof(sb->snap_id));
-    sbx_err_t err = {0};
     op_deadline_start(sb);
     if (sb->prov->ops->sb_snapshot(sb->prov->cookie, sb, &err) < 0)
         finish_op(sb, &err);

@@ -15,7 +15,6 @@
 
 struct provider_inst;
 struct process;
-struct call;
 struct session;
 
 enum sb_status {
@@ -31,9 +30,18 @@ enum sb_status {
 
 enum sb_op { OP_NONE, OP_START, OP_STOP, OP_DESTROY, OP_SNAPSHOT };
 
+/*
+ * How the core answers a request that may finish later (a lifecycle op, an
+ * exec, a wait): exactly once, perhaps before the function that took it
+ * returns. Success: err NULL, result the answer (may be NULL, meaning {}).
+ * Failure: err set, result NULL. Both are borrowed: valid during the call.
+ */
+typedef void (*sbx_result_cb)(sbx_err_t *err, json_t *result, void *privdata);
+
 struct op_waiter {
     struct op_waiter *next;
-    struct call *call;
+    sbx_result_cb cb;
+    void *privdata;
     enum sb_op op;
 };
 
@@ -102,11 +110,13 @@ int sandbox_adopt(struct sandbox **out, const char *id, struct provider_inst *pr
 /* The sandbox object for replies; new reference. */
 json_t *sandbox_to_json(struct sandbox *sb);
 
-/* Lifecycle. Each answers c (may be NULL) when done. */
-void sandbox_start(struct sandbox *sb, struct call *c);
-void sandbox_stop(struct sandbox *sb, struct call *c);
-void sandbox_destroy(struct sandbox *sb, struct call *c);
-void sandbox_snapshot(struct sandbox *sb, struct call *c);
+/* Lifecycle. Each calls cb (may be NULL: nobody waits) once when done;
+ * the answer is the sandbox object, or for a snapshot {snapshot, provider,
+ * sandbox, created_at}, or for a destroy {id, status}. */
+void sandbox_start(struct sandbox *sb, sbx_result_cb cb, void *privdata);
+void sandbox_stop(struct sandbox *sb, sbx_result_cb cb, void *privdata);
+void sandbox_destroy(struct sandbox *sb, sbx_result_cb cb, void *privdata);
+void sandbox_snapshot(struct sandbox *sb, sbx_result_cb cb, void *privdata);
 /* Records activity for the idle timer. */
 void sandbox_touch(struct sandbox *sb);
 /* Final env of a process: provider defaults < conf.env < runtime_env < cmd_env (borrowed, may be NULL). New ref. */

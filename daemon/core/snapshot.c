@@ -13,10 +13,9 @@
 #include "daemon.h"
 #include "log.h"
 #include "provider.h"
-#include "rpc.h"
 #include "sandbox.h"
 #include "sbx_proto.h"
-#include "session.h"
+#include "xalloc.h"
 
 void snapshot_register(const char *id, const char *provider, uid_t owner, double created_at,
                        const char *sandbox, json_t *data)
@@ -69,22 +68,24 @@ json_t *snapshot_data(json_t *rec)
     return d ? json_incref(d) : NULL;
 }
 
-static int may_use(struct session *s, json_t *rec)
+static int may_use(uid_t uid, int admin, json_t *rec)
 {
-    return !s || s->admin ||
-           json_integer_value(json_object_get(rec, "owner")) == (json_int_t)s->uid;
+    return admin || json_integer_value(json_object_get(rec, "owner")) == (json_int_t)uid;
 }
 
-json_t *snapshot_get(struct session *s, const char *id)
+json_t *snapshot_get(uid_t uid, int admin, const char *id)
 {
     json_t *rec = id ? json_object_get(D->snapshots, id) : NULL;
-    return rec && may_use(s, rec) ? rec : NULL;
+    return rec && may_use(uid, admin, rec) ? rec : NULL;
 }
 
 /* ---- snapshot.list ------------------------------------------------------------ */
 
 struct list_job {
-    struct call *c;
+    sbx_result_cb cb;
+    void *privdata;
+    uid_t uid;
+    int admin;
     char provider[64]; /* "" = all */
     int pending;
     json_t *errors; /* [{provider, message}] */
@@ -95,13 +96,12 @@ static void list_answer(struct list_job *j)
     json_t *arr = json_array();
     const char *id;
     json_t *rec;
-    struct session *s = j->c->sess;
     json_object_foreach(D->snapshots, id, rec)
     {
         const char *pn = json_string_value(json_object_get(rec, "provider"));
         if (j->provider[0] && strcmp(j->provider, pn) != 0)
             continue;
-        if (!may_use(s, rec))
+        if (!may_use(j->uid, j->admin, rec))
             continue;
         int in_use = 0;
         for (struct sandbox *sb = D->sandboxes; sb; sb = sb->next) {
@@ -120,7 +120,8 @@ static void list_answer(struct list_job *j)
     json_t *res = json_pack("{s:o}", "snapshots", arr);
     if (json_array_size(j->errors) > 0)
         json_object_set(res, "errors", j->errors);
-    call_reply(j->c, res);
+    j->cb(NULL, res, j->privdata);
+    json_decref(res);
     json_decref(j->errors);
     free(j);
 }
@@ -166,12 +167,13 @@ static void list_one_done(void *data, sbx_err_t *err)
         list_answer(j);
 }
 
-void snapshot_list(struct call *c, const char *provider)
+void snapshot_list(const char *provider, uid_t uid, int admin, sbx_result_cb cb, void *privdata)
 {
-    struct list_job *j = calloc(1, sizeof(*j));
-    if (!j)
-        abort();
-    j->c = c;
+    struct list_job *j = xcalloc(1, sizeof(*j));
+    j->cb = cb;
+    j->privdata = privdata;
+    j->uid = uid;
+    j->admin = admin;
     snprintf(j->provider, sizeof(j->provider), "%s", provider ? provider : "");
     j->errors = json_array();
     j->pending = 1; /* our own, dropped below: answers wait for every provider */
@@ -190,9 +192,7 @@ void snapshot_list(struct call *c, const char *provider)
             if (strcmp(json_string_value(json_object_get(rec, "provider")), pi->ops->name) == 0)
                 json_object_set_new(rec, "_stale", json_true());
         }
-        struct list_one *lo = calloc(1, sizeof(*lo));
-        if (!lo)
-            abort();
+        struct list_one *lo = xcalloc(1, sizeof(*lo));
         lo->job = j;
         lo->provider = pi->ops->name;
         j->pending++;
@@ -207,7 +207,8 @@ void snapshot_list(struct call *c, const char *provider)
 /* ---- snapshot.delete ------------------------------------------------------------- */
 
 struct del_job {
-    struct call *c;
+    sbx_result_cb cb;
+    void *privdata;
     char id[64];
 };
 
@@ -215,35 +216,43 @@ static void del_done(void *data, sbx_err_t *err)
 {
     struct del_job *j = data;
     if (err && err->msg) {
-        call_fail(j->c, err);
+        j->cb(err, NULL, j->privdata);
+        err_clear(err);
     } else {
         json_object_del(D->snapshots, j->id);
         log_info("snapshot %s deleted", j->id);
-        call_reply(j->c, json_pack("{s:s, s:b}", "snapshot", j->id, "deleted", 1));
+        json_t *res = json_pack("{s:s, s:b}", "snapshot", j->id, "deleted", 1);
+        j->cb(NULL, res, j->privdata);
+        json_decref(res);
     }
     free(j);
 }
 
-void snapshot_delete(struct call *c, const char *id)
+void snapshot_delete(const char *id, uid_t uid, int admin, sbx_result_cb cb, void *privdata)
 {
-    json_t *rec = snapshot_get(c->sess, id);
+    sbx_err_t err = {0};
+    json_t *rec = snapshot_get(uid, admin, id);
     if (!rec) {
-        call_error(c, SBX_E_NOT_FOUND, json_pack("{s:s}", "snapshot", id),
-                   "snapshot not found: %s", id);
+        err_make_data(&err, SBX_E_NOT_FOUND, json_pack("{s:s}", "snapshot", id),
+                      "snapshot not found: %s", id);
+        cb(&err, NULL, privdata);
+        err_clear(&err);
         return;
     }
     for (struct sandbox *sb = D->sandboxes; sb; sb = sb->next) {
         const char *from = json_string_value(json_object_get(sb->conf, "snapshot"));
         if (from && strcmp(from, id) == 0) {
-            call_error(c, SBX_E_STATE, json_pack("{s:s, s:s}", "snapshot", id, "sandbox", sb->id),
-                       "snapshot %s is in use by sandbox %s", id, sb->id);
+            err_make_data(&err, SBX_E_STATE,
+                          json_pack("{s:s, s:s}", "snapshot", id, "sandbox", sb->id),
+                          "snapshot %s is in use by sandbox %s", id, sb->id);
+            cb(&err, NULL, privdata);
+            err_clear(&err);
             return;
         }
     }
-    struct del_job *j = calloc(1, sizeof(*j));
-    if (!j)
-        abort();
-    j->c = c;
+    struct del_job *j = xcalloc(1, sizeof(*j));
+    j->cb = cb;
+    j->privdata = privdata;
     snprintf(j->id, sizeof(j->id), "%s", id);
     struct provider_inst *pi =
         daemon_provider(json_string_value(json_object_get(rec, "provider")));
@@ -251,7 +260,6 @@ void snapshot_delete(struct call *c, const char *id)
         del_done(j, NULL);
         return;
     }
-    sbx_err_t err = {0};
     if (pi->ops->snapshot_delete(pi->cookie, id, rec, del_done, j, &err) < 0)
         del_done(j, &err);
 }

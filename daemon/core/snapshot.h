@@ -10,19 +10,18 @@
 #include <stddef.h>
 #include <sys/types.h>
 
-struct call;
-struct session;
+#include "sandbox.h"
 
 /* snapshot.list: refreshes the registry from every provider (or the one
- * named, may be NULL) that lists its own, then answers c with the
- * snapshots visible to c's session. */
-void snapshot_list(struct call *c, const char *provider);
-/* snapshot.delete of id (owner checked): the provider removes its backend
- * object, then the registry entry goes; answers c. */
-void snapshot_delete(struct call *c, const char *id);
-/* The record of id when the session may use it (its owner's or admin), else
- * NULL. Borrowed. */
-json_t *snapshot_get(struct session *s, const char *id);
+ * named, may be NULL) that lists its own, then calls cb with {snapshots,
+ * errors?}: those uid may see (admin: all). */
+void snapshot_list(const char *provider, uid_t uid, int admin, sbx_result_cb cb, void *privdata);
+/* snapshot.delete of id (uid's own, or any for admin): the provider removes
+ * its backend object, then the registry entry goes; then cb. */
+void snapshot_delete(const char *id, uid_t uid, int admin, sbx_result_cb cb, void *privdata);
+/* The record of id when uid may use it (its owner's, or admin), else NULL.
+ * Borrowed. */
+json_t *snapshot_get(uid_t uid, int admin, const char *id);
 /* How many snapshots uid owns and the bytes their data takes ("bytes" of
  * each record), for limits.max_snapshots_per_uid / snapshot_bytes_per_uid. */
 void snapshot_usage(uid_t uid, int *count_out, size_t *bytes_out);

@@ -177,6 +177,50 @@ static int valid_command(json_t *v)
     return 1;
 }
 
+/* -- answers from the core ----------------------------------------------------- */
+
+/* A core completion (sandbox.h, sbx_result_cb) answering the call c. */
+static void call_done(sbx_err_t *err, json_t *result, void *c)
+{
+    if (err) {
+        sbx_err_t copy = {0};
+        err_make_data(&copy, err->code, err->data ? json_incref(err->data) : NULL, "%s",
+                      err->msg ? err->msg : "internal error");
+        call_fail(c, &copy);
+        return;
+    }
+    call_reply(c, result ? json_incref(result) : NULL);
+}
+
+/* sandbox.create's start: the answer also says whether the backend was
+ * there already, and how it differs from what was asked for. */
+static void create_done(sbx_err_t *err, json_t *result, void *c)
+{
+    const char *id = json_string_value(json_object_get(result, "id"));
+    struct sandbox *sb = err ? NULL : sandbox_find_any(id);
+    if (!sb) {
+        call_done(err, result, c);
+        return;
+    }
+    json_t *r = json_copy(result);
+    json_object_set_new(r, "reconnected", json_boolean(sb->backend_reconnected));
+    if (sb->start_warnings)
+        json_object_set(r, "warnings", sb->start_warnings);
+    call_reply(c, r);
+}
+
+/* The caller's identity for the core's ownership checks: no session (a
+ * call whose client left) sees everything, as an administrator does. */
+static uid_t caller_uid(struct call *c)
+{
+    return c->sess ? c->sess->uid : 0;
+}
+
+static int caller_admin(struct call *c)
+{
+    return !c->sess || c->sess->admin;
+}
+
 /* -- daemon.* ------------------------------------------------------------------- */
 
 static void m_ping(struct call *c, json_t *params)
@@ -340,7 +384,7 @@ static void m_create(struct call *c, json_t *params)
              * the request asks that it does not have. */
             if (old->status == SB_STOPPED || old->status == SB_PENDING ||
                 (old->status == SB_ERROR && old->op == OP_NONE)) {
-                sandbox_start(old, NULL);
+                sandbox_start(old, NULL, NULL);
             }
             json_t *o = sandbox_to_json(old);
             json_object_set_new(o, "reconnected", json_true());
@@ -503,9 +547,8 @@ static void m_create(struct call *c, json_t *params)
         reply_sandbox(c, sb, 0);
         return;
     }
-    c->is_create = 1;
     sb->discard_on_fail = 1;
-    sandbox_start(sb, c);
+    sandbox_start(sb, create_done, c);
     return;
 fail:
     json_decref(conf);
@@ -537,11 +580,12 @@ static void m_list(struct call *c, json_t *params)
 }
 
 /* start/stop/destroy/snapshot: find the caller's sandbox, hand the call over. */
-static void lifecycle(struct call *c, json_t *params, void (*op)(struct sandbox *, struct call *))
+static void lifecycle(struct call *c, json_t *params,
+                      void (*op)(struct sandbox *, sbx_result_cb, void *))
 {
     struct sandbox *sb = get_sandbox(c, params, "id");
     if (sb)
-        op(sb, c);
+        op(sb, call_done, c);
 }
 
 static void m_start(struct call *c, json_t *params)
@@ -573,7 +617,7 @@ static void m_snapshot_list(struct call *c, json_t *params)
         bad_param(c, "provider", "unknown provider");
         return;
     }
-    snapshot_list(c, prov);
+    snapshot_list(prov, caller_uid(c), caller_admin(c), call_done, c);
 }
 
 static void m_snapshot_delete(struct call *c, json_t *params)
@@ -581,7 +625,7 @@ static void m_snapshot_delete(struct call *c, json_t *params)
     const char *id;
     if (req_str(c, params, "snapshot", &id) < 0)
         return;
-    snapshot_delete(c, id);
+    snapshot_delete(id, caller_uid(c), caller_admin(c), call_done, c);
 }
 
 static void m_clone(struct call *c, json_t *params)
@@ -632,7 +676,7 @@ static void m_clone(struct call *c, json_t *params)
         return;
     }
     if (start)
-        sandbox_start(sb, c);
+        sandbox_start(sb, call_done, c);
     else
         call_reply(c, sandbox_to_json(sb));
 }
@@ -805,7 +849,7 @@ static void start_process(struct call *c, json_t *params, int is_exec)
     if (restart) {
         log_info("sandbox %s is in error (%s): restarting it for a %s", sb->id,
                  sb->error ? sb->error : "?", c->method ? c->method : "call");
-        sandbox_start(sb, NULL);
+        sandbox_start(sb, NULL, NULL);
     }
     if (sb->status != SB_RUNNING && sb->status != SB_PENDING && sb->status != SB_STARTING) {
         call_error(c, SBX_E_STATE,
@@ -816,6 +860,10 @@ static void start_process(struct call *c, json_t *params, int is_exec)
     }
     struct proc_opts o = {.origin = c->sess ? c->sess->id : 0, .sandbox_restarted = restart,
                           .result_enc = enc};
+    if (is_exec) {
+        o.exec_cb = call_done;
+        o.exec_data = c;
+    }
     int stream = 1;
     if (proc_opts_parse(c, params, sb, &o, &stream) < 0)
         return;
@@ -830,15 +878,13 @@ static void start_process(struct call *c, json_t *params, int is_exec)
     if (stream)
         process_subscribe(p, c->sess, enc);
     uint32_t pid = p->pid;
-    if (is_exec)
-        p->exec_call = c;
     if (process_launch(p, &err) < 0) {
         call_fail(c, &err);
         return;
     }
     /* Its start's completion spawns the process, maybe right here. */
     if (sb->status == SB_PENDING)
-        sandbox_start(sb, NULL);
+        sandbox_start(sb, NULL, NULL);
     if (!is_exec)
         call_reply(c, json_pack("{s:I}", "pid", (json_int_t)pid));
 }
@@ -942,7 +988,7 @@ static void m_wait(struct call *c, json_t *params)
         call_reply(c, process_exit_json(p, 0));
         return;
     }
-    process_add_waiter(p, c, t);
+    process_add_waiter(p, t, call_done, c);
 }
 
 static void m_plist(struct call *c, json_t *params)

@@ -24,7 +24,6 @@ struct call {
     struct batch *batch;  /* NULL unless part of a batch */
     int batch_index;
     const char *method;
-    int is_create; /* sandbox.create: the answer says "reconnected": false */
 };
 
 /* 1 if v nests no deeper than SBX_MAX_JSON_DEPTH (counting from depth). */

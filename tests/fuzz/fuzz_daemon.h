@@ -113,7 +113,7 @@ static inline struct sandbox *fz_sandbox(const char *id)
                              "command_timeout_ms", 60000);
     if (sandbox_new(&sb, id, &fz_daemon.providers[0], 0, conf, &err) < 0)
         abort();
-    sandbox_start(sb, NULL);
+    sandbox_start(sb, NULL, NULL);
     return sb;
 }
 

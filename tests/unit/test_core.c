@@ -224,40 +224,40 @@ static void test_states(void)
 {
     struct sandbox *sb = mk("s1", NULL);
     test_eq_int("a new sandbox is pending", sb->status, SB_PENDING);
-    sandbox_start(sb, NULL);
+    sandbox_start(sb, NULL, NULL);
     test_cond("start: pending -> running", sb->status == SB_RUNNING && fake_starts == 1);
-    sandbox_start(sb, NULL);
+    sandbox_start(sb, NULL, NULL);
     test_eq_int("start is idempotent (no second provider start)", fake_starts, 1);
-    sandbox_stop(sb, NULL);
+    sandbox_stop(sb, NULL, NULL);
     test_cond("stop: running -> stopped", sb->status == SB_STOPPED && fake_stops == 1);
-    sandbox_stop(sb, NULL);
+    sandbox_stop(sb, NULL, NULL);
     test_eq_int("stop is idempotent", fake_stops, 1);
-    sandbox_start(sb, NULL);
+    sandbox_start(sb, NULL, NULL);
     test_cond("start again: stopped -> running", sb->status == SB_RUNNING && fake_starts == 2);
-    sandbox_snapshot(sb, NULL);
+    sandbox_snapshot(sb, NULL, NULL);
     test_eq_int("a snapshot is recorded", json_object_size(d.snapshots), 1);
-    sandbox_destroy(sb, NULL);
+    sandbox_destroy(sb, NULL, NULL);
     test_cond("destroy removes it", sandbox_find_any("s1") == NULL && fake_destroys == 1);
 
     fake_fail_start = 1;
     sb = mk("s2", NULL);
-    sandbox_start(sb, NULL);
+    sandbox_start(sb, NULL, NULL);
     test_cond("a failed start puts it in error", sb->status == SB_ERROR && sb->error &&
                                                      strstr(sb->error, "backend refused"));
     fake_fail_start = 0;
-    sandbox_start(sb, NULL);
+    sandbox_start(sb, NULL, NULL);
     test_eq_int("start from error retries", sb->status, SB_RUNNING);
-    sandbox_destroy(sb, NULL);
+    sandbox_destroy(sb, NULL, NULL);
 
     sb = mk("s3", json_pack("{s:s}", "on_start", "exit 3"));
-    sandbox_start(sb, NULL);
+    sandbox_start(sb, NULL, NULL);
     test_eq_int("a failing on_start hook puts it in error", sb->status, SB_ERROR);
-    sandbox_destroy(sb, NULL);
+    sandbox_destroy(sb, NULL, NULL);
 
     sb = mk("s4", json_pack("{s:s}", "on_start", "exit 0"));
-    sandbox_start(sb, NULL);
+    sandbox_start(sb, NULL, NULL);
     test_eq_int("a succeeding on_start hook lets it run", sb->status, SB_RUNNING);
-    sandbox_destroy(sb, NULL);
+    sandbox_destroy(sb, NULL, NULL);
 }
 
 /* Output that ends inside a UTF-8 sequence, then the exit: the final flush
@@ -265,7 +265,7 @@ static void test_states(void)
 static void test_split_utf8_exit(void)
 {
     struct sandbox *sb = mk("u1", NULL);
-    sandbox_start(sb, NULL);
+    sandbox_start(sb, NULL, NULL);
     struct process *p = NULL;
     sbx_err_t err = {0};
     json_t *cmd = json_string("split");
@@ -276,7 +276,7 @@ static void test_split_utf8_exit(void)
               ok && p->state == P_EXITED && p->out[0].total == 2 && p->out[0].emitted == 2 &&
                   p->out[0].ntail == 0);
     err_clear(&err);
-    sandbox_destroy(sb, NULL);
+    sandbox_destroy(sb, NULL, NULL);
 }
 
 static void test_env_cwd(void)
@@ -306,7 +306,7 @@ static void test_env_cwd(void)
     test_eq_str("cwd: then working_dir", sandbox_cwd_for(sb, NULL), "/wd");
     json_object_del(sb->conf, "working_dir");
     test_eq_str("cwd: then the provider default", sandbox_cwd_for(sb, NULL), "/default");
-    sandbox_destroy(sb, NULL);
+    sandbox_destroy(sb, NULL, NULL);
 }
 
 /* -- JSON-RPC codec, data driven --------------------------------------------- */
@@ -522,7 +522,7 @@ static void test_chaos(void)
             ev_run(d.loop, EVRUN_NOWAIT);
         struct sandbox *sb = sandbox_find_any("ch");
         if (sb)
-            sandbox_destroy(sb, NULL);
+            sandbox_destroy(sb, NULL, NULL);
     }
     json_set_alloc_funcs(malloc, free);
     test_cond("rpc and session survive failing JSON allocations", survived && alloc_failures > 0);
