@@ -16,6 +16,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "daemon.h"
@@ -176,10 +177,32 @@ static void accept_cb(struct ev_loop *loop, ev_io *w, int revents)
     }
 }
 
+static double thread_cpu_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* A turn starts when the loop wakes (check) and ends before it sleeps
+ * (prepare, after the session and sandbox hooks). */
+static void check_cb(struct ev_loop *loop, ev_check *w, int revents)
+{
+    D->turn.cpu0 = thread_cpu_ms();
+}
+
 static void prepare_cb(struct ev_loop *loop, ev_prepare *w, int revents)
 {
     sessions_before_sleep();
     sandboxes_before_sleep();
+    if (D->turn.cpu0 > 0) {
+        double ms = thread_cpu_ms() - D->turn.cpu0;
+        D->turn.turns++;
+        for (int i = 0; i < 5 && ms > (double)(1 << i); i++)
+            D->turn.over[i]++;
+        if (ms > D->turn.longest_ms)
+            D->turn.longest_ms = ms;
+    }
 }
 
 static void stop_cb(struct ev_loop *loop, ev_signal *w, int revents)
@@ -437,6 +460,8 @@ int main(int argc, char **argv)
     ev_io_start(D->loop, &D->listen_io);
     ev_prepare_init(&D->prepare, prepare_cb);
     ev_prepare_start(D->loop, &D->prepare);
+    ev_check_init(&D->check, check_cb);
+    ev_check_start(D->loop, &D->check);
     ev_signal_init(&D->sig_term, stop_cb, SIGTERM);
     ev_signal_start(D->loop, &D->sig_term);
     ev_signal_init(&D->sig_int, stop_cb, SIGINT);

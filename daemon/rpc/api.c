@@ -322,6 +322,14 @@ static void m_info(struct call *c, json_t *params)
                             "processes", D->nprocesses);
     json_object_set_new(res, "limits", limits_json());
     json_object_set_new(res, "usage", usage_json(c->sess, uid));
+    json_object_set_new(res, "loop",
+                        json_pack("{s:I, s:f, s:{s:I, s:I, s:I, s:I, s:I}}", "turns",
+                                  (json_int_t)D->turn.turns, "longest_turn_ms",
+                                  D->turn.longest_ms, "turns_over_ms", "1",
+                                  (json_int_t)D->turn.over[0], "2", (json_int_t)D->turn.over[1],
+                                  "4", (json_int_t)D->turn.over[2], "8",
+                                  (json_int_t)D->turn.over[3], "16",
+                                  (json_int_t)D->turn.over[4]));
     call_reply(c, res);
 }
 

@@ -4,6 +4,22 @@
 #include <stdlib.h>
 #include <string.h>
 
+static void chunk_free(struct obuf_chunk *c)
+{
+    free(c->ext);
+    free(c);
+}
+
+static void link_tail(struct obuf *b, struct obuf_chunk *t)
+{
+    t->next = NULL;
+    if (b->tail)
+        b->tail->next = t;
+    else
+        b->head = t;
+    b->tail = t;
+}
+
 void obuf_init(struct obuf *b)
 {
     memset(b, 0, sizeof(*b));
@@ -14,7 +30,7 @@ void obuf_deinit(struct obuf *b)
     struct obuf_chunk *c = b->head;
     while (c) {
         struct obuf_chunk *n = c->next;
-        free(c);
+        chunk_free(c);
         c = n;
     }
     memset(b, 0, sizeof(*b));
@@ -25,17 +41,13 @@ int obuf_append(struct obuf *b, const void *data, size_t len)
     const char *p = data;
     while (len > 0) {
         struct obuf_chunk *t = b->tail;
-        if (!t || t->end == OBUF_CHUNK) {
-            t = malloc(sizeof(*t));
+        if (!t || t->ext || t->end == OBUF_CHUNK) {
+            t = malloc(sizeof(*t) + OBUF_CHUNK);
             if (!t)
                 return -1;
-            t->next = NULL;
             t->start = t->end = 0;
-            if (b->tail)
-                b->tail->next = t;
-            else
-                b->head = t;
-            b->tail = t;
+            t->ext = NULL;
+            link_tail(b, t);
         }
         size_t n = OBUF_CHUNK - t->end;
         if (n > len)
@@ -49,13 +61,33 @@ int obuf_append(struct obuf *b, const void *data, size_t len)
     return 0;
 }
 
+int obuf_adopt(struct obuf *b, char *buf, size_t len)
+{
+    if (len == 0) {
+        free(buf);
+        return 0;
+    }
+    /* Only the header: the bytes are buf's. */
+    struct obuf_chunk *t = malloc(sizeof(*t));
+    if (!t) {
+        free(buf);
+        return -1;
+    }
+    t->start = 0;
+    t->end = len;
+    t->ext = buf;
+    link_tail(b, t);
+    b->bytes += len;
+    return 0;
+}
+
 int obuf_iov(const struct obuf *b, struct iovec *iov, int max)
 {
     int n = 0;
     for (struct obuf_chunk *c = b->head; c && n < max; c = c->next) {
         if (c->end == c->start)
             continue;
-        iov[n].iov_base = (char *)c->data + c->start;
+        iov[n].iov_base = (c->ext ? c->ext : (char *)c->data) + c->start;
         iov[n].iov_len = c->end - c->start;
         n++;
     }
@@ -75,7 +107,7 @@ void obuf_consume(struct obuf *b, size_t n)
             b->head = c->next;
             if (!b->head)
                 b->tail = NULL;
-            free(c);
+            chunk_free(c);
         }
     }
 }

@@ -13,8 +13,9 @@
 
 struct obuf_chunk {
     struct obuf_chunk *next;
-    size_t start, end; /* live bytes are data[start, end) */
-    char data[OBUF_CHUNK];
+    size_t start, end; /* live bytes are bytes[start, end) */
+    char *ext;         /* an adopted buffer (obuf_adopt), owned; NULL: data */
+    char data[];       /* OBUF_CHUNK bytes, unless ext */
 };
 
 struct obuf {
@@ -26,6 +27,10 @@ void obuf_init(struct obuf *b);
 void obuf_deinit(struct obuf *b);
 /* Appends len bytes (copies). Returns 0, or -1 on OOM. */
 int obuf_append(struct obuf *b, const void *data, size_t len);
+/* Appends buf[0, len) without copying: the buffer becomes the obuf's (it is
+ * freed once written, or by obuf_deinit), also when -1 (OOM) is returned.
+ * For a large reply built elsewhere, so that queueing it costs no copy. */
+int obuf_adopt(struct obuf *b, char *buf, size_t len);
 /* Fills up to max iovecs with the pending bytes; returns how many. */
 int obuf_iov(const struct obuf *b, struct iovec *iov, int max);
 /* Drops the first n bytes (they were written). */

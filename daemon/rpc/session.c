@@ -295,12 +295,17 @@ size_t session_output_total(void)
     return out_total;
 }
 
-static void append_line(struct session *s, const char *data, size_t len)
+/* Queues data and a newline. owned: data is a malloc'd buffer the obuf
+ * takes over (no copy) and frees; otherwise it is copied. */
+static void append_line(struct session *s, const char *data, size_t len, char *owned)
 {
-    if (s->flags & SESS_CLOSE_ASAP)
+    if (s->flags & SESS_CLOSE_ASAP) {
+        free(owned);
         return;
+    }
     size_t before = s->obuf.bytes;
-    if (obuf_append(&s->obuf, data, len) < 0 || obuf_append(&s->obuf, "\n", 1) < 0) {
+    int rc = owned ? obuf_adopt(&s->obuf, owned, len) : obuf_append(&s->obuf, data, len);
+    if (rc < 0 || obuf_append(&s->obuf, "\n", 1) < 0) {
         out_total += s->obuf.bytes - before;
         log_error("session %llu: out of memory for output", (unsigned long long)s->id);
         session_close(s, 0);
@@ -331,14 +336,22 @@ void session_send(struct session *s, json_t *msg)
         log_error("session %llu: cannot encode a message", (unsigned long long)s->id);
         return;
     }
-    append_line(s, text, strlen(text));
+    append_line(s, text, strlen(text), NULL);
     free(text);
 }
 
 void session_send_line(struct session *s, const char *text, size_t len)
 {
     if (s && !(s->flags & SESS_CLOSE_ASAP))
-        append_line(s, text, len);
+        append_line(s, text, len, NULL);
+}
+
+void session_send_line_owned(struct session *s, char *text, size_t len)
+{
+    if (s)
+        append_line(s, text, len, text);
+    else
+        free(text);
 }
 
 void session_notify(struct session *s, const char *method, json_t *params)

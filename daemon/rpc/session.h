@@ -61,6 +61,9 @@ void session_accept(int fd);
 void session_send(struct session *s, json_t *msg);
 /* Queues an already encoded JSON text (no newline) as one line. */
 void session_send_line(struct session *s, const char *text, size_t len);
+/* The same for a malloc'd line the session takes over without copying
+ * (a large batch reply); freed in every case. */
+void session_send_line_owned(struct session *s, char *text, size_t len);
 /* Sends a notification; params stolen. */
 void session_notify(struct session *s, const char *method, json_t *params);
 /* Marks the session for closing (after its obuf is written if graceful). */

@@ -295,6 +295,52 @@ static void test_strictness(void)
     cn_close(c);
 }
 
+/* A batch whose first member finishes last (an exec that runs ~100 ms while
+ * the pings behind it answer at once): the reply still lists the answers in
+ * request order, skips notifications, and an answer arriving early waits for
+ * the members before it. */
+static void test_batch_order(void)
+{
+    conn *c = cn_open(sock);
+    json_t *r = cn_call(c, "sandbox.create",
+                        json_pack("{s:s, s:s}", "provider", "duktape", "id", "border"));
+    test_eq_str("create a sandbox for the batch order test", res_str(r, "status"), "running");
+    json_decref(r);
+    const char *batch = "[{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"process.exec\",\"params\":"
+                    "{\"sandbox\":\"border\",\"command\":\"var t=Date.now();"
+                    "while(Date.now()-t<100){}; 'slow'\"}},"
+                    "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"daemon.ping\"},"
+                    "{\"jsonrpc\":\"2.0\",\"method\":\"daemon.ping\"},"
+                    "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"process.exec\",\"params\":"
+                    "{\"sandbox\":\"border\",\"command\":\"'queued'\"}},"
+                    "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"daemon.ping\"},"
+                    "{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"nope\"}]\n";
+    cn_send_raw(c, batch, strlen(batch));
+    /* process.exit notifications may come first: the batch's reply is the array */
+    r = cn_read(c, 5000);
+    for (int k = 0; k < 8 && r && !json_is_array(r); k++) {
+        json_decref(r);
+        r = cn_read(c, 5000);
+    }
+    test_eq_int("batch with a slow first member: one answer per request",
+                (long long)json_array_size(r), 5);
+    int in_order = json_is_array(r);
+    for (size_t i = 0; in_order && i < json_array_size(r); i++)
+        in_order = json_integer_value(json_object_get(json_array_get(r, i), "id")) ==
+                   (json_int_t)i + 1;
+    test_cond("batch answers in request order although member 1 finished last", in_order);
+    test_eq_str("the slow exec's own answer is in slot 1",
+                json_string_value(json_object_get(
+                    json_object_get(json_array_get(r, 0), "result"), "result")),
+                "slow");
+    test_eq_int("the unknown method's -32601 is in the last slot",
+                err_code(json_array_get(r, 4)), SBX_E_METHOD);
+    json_decref(r);
+    test_cond("the session serves a plain call after the batch", ping_ok());
+    json_decref(cn_call(c, "sandbox.destroy", json_pack("{s:s}", "id", "border")));
+    cn_close(c);
+}
+
 /* A second uid: sees nothing of root's, can't take its ids. */
 static void test_second_uid(void)
 {
@@ -389,6 +435,7 @@ int main(int argc, char **argv)
     test_info();
     test_errors();
     test_strictness();
+    test_batch_order();
     test_second_uid();
     test_limits();
     test_cond("the daemon still answers at the end", ping_ok());

@@ -202,7 +202,21 @@ static void test_obuf(void)
     n = obuf_iov(&b, iov, 8);
     test_cond("consume frees written chunks and keeps order",
               b.bytes == 20000 && ((char *)iov[0].iov_base)[0] == big[20000]);
-    obuf_deinit(&b);
+    /* An adopted buffer is queued in place, between copied bytes, and
+     * appends after it start a chunk of their own. */
+    char *own = malloc(50000);
+    memset(own, 'z', 50000);
+    obuf_adopt(&b, own, 50000);
+    obuf_append(&b, "\n", 1);
+    n = obuf_iov(&b, iov, 8);
+    test_cond("an adopted buffer is queued without a copy, in order",
+              b.bytes == 70001 && n == 4 && iov[2].iov_base == own && iov[2].iov_len == 50000 &&
+                  iov[3].iov_len == 1 && ((char *)iov[3].iov_base)[0] == '\n');
+    obuf_consume(&b, 20000 + 49999);
+    n = obuf_iov(&b, iov, 8);
+    test_cond("consume walks through an adopted buffer",
+              b.bytes == 2 && n == 2 && ((char *)iov[0].iov_base)[0] == 'z');
+    obuf_deinit(&b); /* frees the adopted buffer (ASan/valgrind would say) */
 }
 
 /* -- sandbox status machine -------------------------------------------------- */
