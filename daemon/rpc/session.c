@@ -573,9 +573,15 @@ static int process_lines(struct session *s)
 static void session_read(struct session *s)
 {
     size_t max = (size_t)D->cfg.max_message_bytes;
-    /* Read a bounded amount per event so one chatty client can't starve others. */
+    /* Read a bounded amount per event so one chatty client can't starve
+     * others: at most 16 reads and about SLICE_S of work (each read's lines
+     * take up to a slice of their own); what is left in the socket wakes us
+     * on the next turn. */
+    ev_tstamp t0 = ev_time();
     for (int rounds = 0; rounds < 16; rounds++) {
         if ((s->flags & (SESS_CLOSE_ASAP | SESS_CLOSE_AFTER_WRITE | SESS_BUSY)) || s->parsing)
+            return;
+        if (rounds > 0 && ev_time() - t0 > SLICE_S)
             return;
         if (s->icap - s->ilen < 4096) {
             size_t ncap = s->icap ? s->icap * 2 : IBUF_INITIAL;
