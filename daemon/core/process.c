@@ -1,7 +1,8 @@
 /*
- * process.c - processes, provider-independent: output fan-out to followers
- * with UTF-8-safe framing, the replay ring, exec result accumulation,
- * timeouts, kill, wait, tool answers, and flow control towards providers.
+ * process.c - processes, provider-independent: creation and the run queue,
+ * timeouts, kill, wait, the exit record, tool answers, and the budget of
+ * replay and result bytes that exited records keep. What a process prints
+ * and who follows it is output.c's.
  */
 #include "process.h"
 
@@ -13,7 +14,6 @@
 #include "log.h"
 #include "sandbox.h"
 #include "sbx_proto.h"
-#include "session.h"
 #include "utf8.h"
 #include "xalloc.h"
 
@@ -22,11 +22,8 @@
  * only up to this encoded size: a 500k-element array costs ~19 MiB as a
  * jansson tree, for every wait that might come (issue 11, reproduction 2). */
 #define RESULT_KEEP_BYTES (64 * 1024)
-#define NOTIFY_PIECE (256 * 1024)
 /* After a kill, how long the provider gets to confirm before we give up on it. */
 #define KILL_GRACE_S 5.0
-
-static const char *stream_name[2] = {"stdout", "stderr"};
 
 static const struct sbx_provider *ops_of(struct process *p)
 {
@@ -137,6 +134,14 @@ static void evict(struct process *p)
               p->sb->id, p->pid);
 }
 
+static void retained_enforce(struct sandbox *sb);
+
+void process_retained_grew(struct process *p, size_t n)
+{
+    retained_total += n;
+    retained_enforce(p->sb);
+}
+
 static void retained_enforce(struct sandbox *sb)
 {
     size_t cap = (size_t)D->cfg.retained_bytes_per_sandbox, used = 0;
@@ -150,323 +155,6 @@ static void retained_enforce(struct sandbox *sb)
         }
     while (retained_total > (size_t)D->cfg.retained_bytes_total && rhead)
         evict(rhead);
-}
-
-/* -- ring ------------------------------------------------------------------ */
-
-static void ring_append(struct ring *r, const uint8_t *d, size_t n)
-{
-    if (r->max == 0)
-        return;
-    if (n >= r->max) {
-        d += n - r->max;
-        n = r->max;
-    }
-    if (r->len + n > r->cap && r->cap < r->max) {
-        /* Grow lazily: most processes print little. */
-        size_t ncap = r->cap ? r->cap : 4096;
-        while (ncap < r->len + n && ncap < r->max)
-            ncap *= 2;
-        if (ncap > r->max)
-            ncap = r->max;
-        uint8_t *nb = malloc(ncap);
-        if (nb) {
-            for (size_t i = 0; i < r->len; i++)
-                nb[i] = r->buf[(r->head + i) % r->cap];
-            free(r->buf);
-            r->buf = nb;
-            r->cap = ncap;
-            r->head = 0;
-        }
-    }
-    if (r->cap == 0)
-        return;
-    for (size_t i = 0; i < n;) {
-        size_t tail = (r->head + r->len) % r->cap;
-        if (r->len == r->cap) {
-            /* full: overwrite the oldest byte(s) */
-            size_t k = r->cap - r->head;
-            if (k > n - i)
-                k = n - i;
-            memcpy(r->buf + r->head, d + i, k);
-            r->head = (r->head + k) % r->cap;
-            i += k;
-            continue;
-        }
-        size_t room = r->cap - r->len;
-        size_t k = r->cap - tail;
-        if (k > room)
-            k = room;
-        if (k > n - i)
-            k = n - i;
-        memcpy(r->buf + tail, d + i, k);
-        r->len += k;
-        i += k;
-    }
-}
-
-/* Copies ring bytes for stream offsets [from, to); total is the stream's offset
- * at the ring's end. */
-static void ring_copy(const struct ring *r, uint64_t total, uint64_t from, uint64_t to, uint8_t *out)
-{
-    uint64_t first = total - r->len;
-    for (uint64_t o = from; o < to; o++)
-        out[o - from] = r->buf[(r->head + (size_t)(o - first)) % r->cap];
-}
-
-/* -- notifications --------------------------------------------------------- */
-
-/* 1 when bytes that are valid UTF-8 still go as base64 for enc: escaping
- * them (control characters become \u00XX) would be longer. */
-static int b64_cheaper(enum out_enc enc, const uint8_t *d, size_t n)
-{
-    return enc == ENC_AUTO && json_escaped_len(d, n, base64_len(n)) > base64_len(n);
-}
-
-/* params for one process.output; data is sent as a string when valid UTF-8. */
-static json_t *output_params(struct process *p, int stream, uint64_t offset, const uint8_t *d,
-                             size_t n, enum out_enc enc)
-{
-    json_t *params = json_pack("{s:s, s:I, s:s, s:I}", "sandbox", p->sb->id, "pid",
-                               (json_int_t)p->pid, "stream", stream_name[stream], "offset",
-                               (json_int_t)offset);
-    if (utf8_valid(d, n) && !b64_cheaper(enc, d, n)) {
-        json_object_set_new(params, "data", json_stringn((const char *)d, n));
-    } else {
-        char *b = base64_encode(d, n);
-        json_object_set_new(params, "data_b64", json_string(b ? b : ""));
-        free(b);
-    }
-    return params;
-}
-
-static void notify_subs(struct process *p, const char *method, json_t *params)
-{
-    /* Build the line once, send to every follower. */
-    json_t *msg = json_pack("{s:s, s:s, s:o}", "jsonrpc", "2.0", "method", method, "params", params);
-    char *text = json_dumps(msg, JSON_COMPACT);
-    json_decref(msg);
-    if (!text)
-        return;
-    size_t len = strlen(text);
-    for (struct sub *sb = p->subs; sb; sb = sb->pnext)
-        session_send_line(sb->s, text, len);
-    free(text);
-}
-
-/*
- * One line buffer for the daemon, kept between calls: at streaming rates
- * a fresh malloc of up to 6 x NOTIFY_PIECE per piece was an mmap, a
- * page-fault storm and an munmap every time. Bounded by that size.
- */
-static char *line_buffer(size_t cap)
-{
-    static char *line;
-    static size_t line_cap;
-    if (cap > line_cap) {
-        char *nl = realloc(line, cap);
-        if (!nl)
-            return NULL;
-        line = nl;
-        line_cap = cap;
-    }
-    return line;
-}
-
-/* Writes one process.output line with d as "data" (escaped) or "data_b64"
- * (as_b64) and sends it to the followers whose encoding gives that choice:
- * utf8_b64 for "utf8" followers, auto_b64 for "auto" ones. */
-static void send_output_line(struct process *p, int stream, uint64_t offset, const uint8_t *d,
-                             size_t n, int as_b64, int utf8_b64, int auto_b64)
-{
-    char head[200];
-    int hl = snprintf(head, sizeof(head),
-                      "{\"jsonrpc\":\"2.0\",\"method\":\"process.output\",\"params\":{\"sandbox\":\"%s\","
-                      "\"pid\":%u,\"stream\":\"%s\",\"offset\":%llu,\"%s\":\"",
-                      p->sb->id, p->pid, stream_name[stream], (unsigned long long)offset,
-                      as_b64 ? "data_b64" : "data");
-    char *line = line_buffer((size_t)hl + (as_b64 ? base64_len(n) + 1 : n * 6) + 8);
-    if (!line)
-        return;
-    memcpy(line, head, (size_t)hl);
-    size_t o = (size_t)hl;
-    o += as_b64 ? base64_encode_to(line + o, d, n) : json_escape_to(line + o, d, n);
-    memcpy(line + o, "\"}}", 3);
-    o += 3;
-    for (struct sub *sb = p->subs; sb; sb = sb->pnext)
-        if ((sb->enc == ENC_AUTO ? auto_b64 : utf8_b64) == as_b64)
-            session_send_line(sb->s, line, o);
-}
-
-/* The hot path of streaming: the process.output line is written by hand.
- * jansson would copy the bytes into a string, check their UTF-8 again and
- * escape them into a third buffer; here they are checked once (the caller
- * did) and escaped once. Ids are [A-Za-z0-9_.-], safe to embed. At most two
- * lines are built: text for the followers that get text, base64 for the
- * others (invalid UTF-8, or "auto" followers when base64 is shorter). */
-static void notify_output(struct process *p, int stream, uint64_t offset, const uint8_t *d, size_t n,
-                          int valid_utf8)
-{
-    int have_utf8 = 0, have_auto = 0;
-    for (struct sub *sb = p->subs; sb; sb = sb->pnext) {
-        if (sb->enc == ENC_AUTO)
-            have_auto = 1;
-        else
-            have_utf8 = 1;
-    }
-    int utf8_b64 = !valid_utf8;
-    int auto_b64 = !valid_utf8 || (have_auto && b64_cheaper(ENC_AUTO, d, n));
-    if ((have_utf8 && !utf8_b64) || (have_auto && !auto_b64))
-        send_output_line(p, stream, offset, d, n, 0, utf8_b64, auto_b64);
-    if ((have_utf8 && utf8_b64) || (have_auto && auto_b64))
-        send_output_line(p, stream, offset, d, n, 1, utf8_b64, auto_b64);
-}
-
-/* Emits bytes [emitted, total) minus an incomplete UTF-8 tail (unless final). */
-static void emit_stream(struct process *p, int stream, const uint8_t *d, size_t n, int final)
-{
-    struct pstream *st = &p->out[stream];
-    /* Join the held-back tail with the new bytes (no copy when there is none). */
-    size_t tot = st->ntail + n;
-    uint8_t small[4096];
-    uint8_t *buf = st->ntail == 0 ? (uint8_t *)d : tot <= sizeof(small) ? small : malloc(tot);
-    if (!buf)
-        return;
-    if (buf != d) {
-        memcpy(buf, st->tail, st->ntail);
-        if (n > 0) /* the final flush passes d == NULL: memcpy(x, NULL, 0) is UB */
-            memcpy(buf + st->ntail, d, n);
-    }
-    size_t hold = final ? 0 : utf8_incomplete_tail(buf, tot);
-    size_t send = tot - hold;
-    int valid = utf8_valid(buf, send);
-    if (hold && !valid)
-        hold = 0, send = tot; /* binary anyway: no point holding */
-    if (send > 0) {
-        if (p->subs)
-            notify_output(p, stream, st->emitted, buf, send, valid);
-        st->emitted += send;
-    }
-    memcpy(st->tail, buf + send, hold);
-    st->ntail = hold;
-    if (buf != small && buf != d)
-        free(buf);
-}
-
-void process_output(struct process *p, int stream, const void *data, size_t len)
-{
-    if (p->state == P_EXITED || len == 0)
-        return;
-    if (stream != SBX_STREAM_STDOUT && stream != SBX_STREAM_STDERR)
-        return;
-    stream -= SBX_STREAM_STDOUT; /* p->out[] and the helpers below index 0, 1 */
-    struct pstream *st = &p->out[stream];
-    size_t cap0 = st->ring.cap;
-    ring_append(&st->ring, data, len);
-    if (st->ring.cap != cap0) {
-        retained_total += st->ring.cap - cap0;
-        retained_enforce(p->sb);
-    }
-    if (p->exec_cb || p->internal) {
-        size_t cap = (size_t)D->cfg.exec_output_bytes;
-        size_t room = st->acc_len < cap ? cap - st->acc_len : 0;
-        size_t take = len < room ? len : room;
-        if (take > 0) {
-            char *na = realloc(st->acc, st->acc_len + take);
-            if (na) {
-                memcpy(na + st->acc_len, data, take);
-                st->acc = na;
-                st->acc_len += take;
-            }
-        }
-        if (take < len)
-            st->truncated = 1;
-    }
-    st->total += len;
-    /* Notifications in pieces so one huge frame doesn't become one huge line. */
-    const uint8_t *d = data;
-    while (len > 0) {
-        size_t k = len < NOTIFY_PIECE ? len : NOTIFY_PIECE;
-        emit_stream(p, stream, d, k, 0);
-        d += k;
-        len -= k;
-    }
-    sandbox_touch(p->sb);
-}
-
-int process_output_blocked(struct process *p)
-{
-    for (struct sub *s = p->subs; s; s = s->pnext)
-        if (s->s->flags & SESS_CONGESTED)
-            return 1;
-    return 0;
-}
-
-void process_session_writable(struct session *s)
-{
-    for (struct sub *sb = s->subs; sb; sb = sb->snext) {
-        struct process *p = sb->p;
-        if (p->state == P_RUNNING && !process_output_blocked(p) && ops_of(p)->proc_resume)
-            ops_of(p)->proc_resume(cookie_of(p), p);
-    }
-}
-
-/* -- followers ------------------------------------------------------------- */
-
-void process_subscribe(struct process *p, struct session *s, enum out_enc enc)
-{
-    if (!s)
-        return;
-    for (struct sub *x = p->subs; x; x = x->pnext)
-        if (x->s == s) {
-            x->enc = enc;
-            return;
-        }
-    struct sub *n = calloc(1, sizeof(*n));
-    if (!n)
-        abort();
-    n->p = p;
-    n->s = s;
-    n->enc = enc;
-    n->pnext = p->subs;
-    if (p->subs)
-        p->subs->pprev = n;
-    p->subs = n;
-    n->snext = s->subs;
-    if (s->subs)
-        s->subs->sprev = n;
-    s->subs = n;
-}
-
-static void sub_free(struct sub *x)
-{
-    struct process *p = x->p;
-    struct session *s = x->s;
-    if (x->pprev)
-        x->pprev->pnext = x->pnext;
-    else
-        p->subs = x->pnext;
-    if (x->pnext)
-        x->pnext->pprev = x->pprev;
-    if (x->sprev)
-        x->sprev->snext = x->snext;
-    else
-        s->subs = x->snext;
-    if (x->snext)
-        x->snext->sprev = x->sprev;
-    free(x);
-}
-
-void process_unsubscribe(struct process *p, struct session *s)
-{
-    for (struct sub *x = p->subs; x; x = x->pnext)
-        if (x->s == s) {
-            sub_free(x);
-            break;
-        }
-    /* The process may have been held back only by this session. */
-    if (p->state == P_RUNNING && !process_output_blocked(p) && ops_of(p)->proc_resume)
-        ops_of(p)->proc_resume(cookie_of(p), p);
 }
 
 /* -- tool calls ------------------------------------------------------------ */
@@ -485,12 +173,6 @@ void process_tool_result(struct process *p, int64_t call, json_t *result, int co
         json_object_set_new(json_object_get(reply, "error"), "name", json_string(ename));
     ops_of(p)->proc_tool_result(cookie_of(p), p, reply);
     json_decref(reply);
-}
-
-void process_session_gone(struct session *s)
-{
-    while (s->subs)
-        sub_free(s->subs);
 }
 
 /* -- creation -------------------------------------------------------------- */
@@ -810,23 +492,6 @@ int process_kill(struct process *p, int sig, sbx_err_t *err)
 
 /* -- exit ------------------------------------------------------------------ */
 
-static void put_output(json_t *o, const char *key, struct pstream *st, enum out_enc enc)
-{
-    const uint8_t *d = (const uint8_t *)(st->acc ? st->acc : "");
-    size_t n = st->acc_len;
-    if (st->truncated && !utf8_valid(d, n))
-        n -= utf8_incomplete_tail(d, n); /* a cut inside a character */
-    if (utf8_valid(d, n) && !b64_cheaper(enc, d, n)) {
-        json_object_set_new(o, key, json_stringn((const char *)d, n));
-    } else {
-        char k2[32];
-        snprintf(k2, sizeof(k2), "%s_b64", key);
-        char *b = base64_encode(d, n);
-        json_object_set_new(o, k2, json_string(b ? b : ""));
-        free(b);
-    }
-}
-
 json_t *process_exit_json(struct process *p, int with_output)
 {
     json_t *o = json_object();
@@ -837,8 +502,8 @@ json_t *process_exit_json(struct process *p, int with_output)
         json_object_set_new(o, "running", json_true());
     }
     if (with_output) {
-        put_output(o, "stdout", &p->out[0], p->result_enc);
-        put_output(o, "stderr", &p->out[1], p->result_enc);
+        output_put_result(o, "stdout", &p->out[0], p->result_enc);
+        output_put_result(o, "stderr", &p->out[1], p->result_enc);
         json_object_set_new(o, "truncated", json_boolean(p->out[0].truncated || p->out[1].truncated));
     }
     return o;
@@ -848,9 +513,7 @@ void process_exited(struct process *p, json_t *rec)
 {
     if (p->state == P_EXITED)
         return;
-    for (int i = 0; i < 2; i++)
-        if (p->out[i].ntail)
-            emit_stream(p, i, NULL, 0, 1);
+    output_flush(p);
     ev_timer_stop(D->loop, &p->timer);
 
     json_t *jc = json_object_get(rec, "exit_code");
@@ -913,7 +576,7 @@ void process_exited(struct process *p, json_t *rec)
                               timed_out, "killed", killed, "error", json_object_get(e, "error"));
         if (json_object_get(e, "output_incomplete"))
             json_object_set_new(n, "output_incomplete", json_true());
-        notify_subs(p, SBX_N_EXIT, n);
+        output_notify_exit(p, n);
     }
     if (p->exec_cb) {
         sbx_result_cb cb = p->exec_cb;
@@ -931,8 +594,7 @@ void process_exited(struct process *p, json_t *rec)
         json_decref(r);
         free(w);
     }
-    while (p->subs)
-        sub_free(p->subs);
+    output_unfollow_all(p);
     if (p->done)
         p->done(p, p->done_data);
     for (int i = 0; i < 2; i++) {
@@ -989,8 +651,7 @@ void process_free(struct process *p)
     sb->nexited--;
     if (ops_of(p)->proc_release && p->pdata)
         ops_of(p)->proc_release(cookie_of(p), p);
-    while (p->subs)
-        sub_free(p->subs);
+    output_unfollow_all(p);
     while (p->waiters) {
         struct waiter *w = p->waiters;
         p->waiters = w->next;
@@ -1065,39 +726,3 @@ json_t *process_list_json(struct process *p)
     return o;
 }
 
-static uint64_t replay_stream(struct process *p, struct session *s, int stream, uint64_t from,
-                              enum out_enc enc)
-{
-    struct pstream *st = &p->out[stream];
-    uint64_t oldest = st->total - st->ring.len;
-    uint64_t end = st->emitted; /* the live stream continues from here */
-    if (from < oldest)
-        from = oldest;
-    if (from > end)
-        from = end;
-    uint64_t start = from;
-    while (from < end) {
-        size_t n = (size_t)(end - from < NOTIFY_PIECE ? end - from : NOTIFY_PIECE);
-        uint8_t *buf = malloc(n);
-        if (!buf)
-            break;
-        ring_copy(&st->ring, st->total, from, from + n, buf);
-        size_t hold = from + n < end ? utf8_incomplete_tail(buf, n) : 0;
-        if (hold == n)
-            hold = 0;
-        session_notify(s, SBX_N_OUTPUT, output_params(p, stream, from, buf, n - hold, enc));
-        from += n - hold;
-        free(buf);
-    }
-    return start;
-}
-
-json_t *process_replay(struct process *p, struct session *s, uint64_t off_out, uint64_t off_err,
-                       enum out_enc enc)
-{
-    uint64_t s0 = replay_stream(p, s, 0, off_out, enc);
-    uint64_t s1 = replay_stream(p, s, 1, off_err, enc);
-    return json_pack("{s:b, s:I, s:I, s:I, s:I}", "running", p->state != P_EXITED, "stdout_start",
-                     (json_int_t)s0, "stderr_start", (json_int_t)s1, "stdout_offset",
-                     (json_int_t)p->out[0].emitted, "stderr_offset", (json_int_t)p->out[1].emitted);
-}

@@ -1,7 +1,7 @@
 /*
- * process.h - a process inside a sandbox, provider-independent: its output
- * (replay ring, exec accumulation, UTF-8-safe notifications), followers,
- * timeout, kill, wait and exit record.
+ * process.h - a process inside a sandbox, provider-independent: creation,
+ * the run queue, timeout, kill, wait, the exit record and the retained-bytes
+ * budget. Its output and followers are output.h's.
  */
 #ifndef SBXD_PROCESS_H
 #define SBXD_PROCESS_H
@@ -11,45 +11,12 @@
 #include <stdint.h>
 
 #include "err.h"
+#include "output.h"
 #include "sandbox.h"
 
 struct sandbox;
-struct session;
 
 enum proc_state { P_QUEUED, P_RUNNING, P_EXITED };
-
-struct ring {
-    uint8_t *buf;
-    size_t cap, max;  /* cap grows to max */
-    size_t len;       /* bytes held (<= cap) */
-    size_t head;      /* index of the oldest byte */
-};
-
-struct pstream {
-    uint64_t total;     /* bytes received */
-    uint64_t emitted;   /* bytes sent in notifications (total - held tail) */
-    uint8_t tail[4];    /* incomplete UTF-8 sequence held back */
-    size_t ntail;
-    struct ring ring;   /* last replay_bytes */
-    char *acc;          /* exec result accumulation */
-    size_t acc_len;
-    int truncated;
-};
-
-/* How output bytes go on the wire (PROTOCOL.md, output_encoding). */
-enum out_enc {
-    ENC_UTF8 = 0, /* "data" when valid UTF-8, else "data_b64" */
-    ENC_AUTO = 1, /* the shorter of the two for each chunk */
-};
-
-/* A session following a process's output. */
-struct sub {
-    struct sub *pnext, *pprev; /* in process */
-    struct sub *snext, *sprev; /* in session */
-    struct process *p;
-    struct session *s;
-    enum out_enc enc;
-};
 
 struct waiter {
     struct waiter *next;
@@ -126,20 +93,11 @@ struct process *process_adopt(struct sandbox *sb, uint32_t pid, const char *disp
  * caller's to start). On failure p has failed and err says why. */
 int process_launch(struct process *p, sbx_err_t *err);
 struct process *process_find(struct sandbox *sb, uint32_t pid);
-/* Adds s as a follower, or changes its encoding if it follows already. */
-void process_subscribe(struct process *p, struct session *s, enum out_enc enc);
-void process_unsubscribe(struct process *p, struct session *s);
-void process_session_gone(struct session *s);
-/* A session drained below its low watermark. */
-void process_session_writable(struct session *s);
 int process_kill(struct process *p, int sig, sbx_err_t *err);
 /* Ends the process record (after exit), or kills and forgets. */
 void process_free(struct process *p);
 json_t *process_exit_json(struct process *p, int with_output);
 json_t *process_list_json(struct process *p);
-/* Replays buffered output from the offsets to s. */
-json_t *process_replay(struct process *p, struct session *s, uint64_t off_out, uint64_t off_err,
-                       enum out_enc enc);
 /* Fails a queued/running process without the provider (sandbox lost/stopped). */
 void process_fail(struct process *p, const char *why);
 /* The sandbox started: spawn queued processes. */
@@ -155,6 +113,8 @@ void process_add_waiter(struct process *p, int64_t timeout_ms, sbx_result_cb cb,
  */
 void process_tool_result(struct process *p, int64_t call, json_t *result, int code, const char *msg,
                          const char *ename);
+/* output.c: the ring of p grew by n bytes (limits.retained_bytes_*). */
+void process_retained_grew(struct process *p, size_t n);
 /* Replay and result bytes held by every process record (daemon.info). */
 size_t process_retained_total(void);
 

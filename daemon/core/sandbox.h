@@ -15,7 +15,6 @@
 
 struct provider_inst;
 struct process;
-struct session;
 
 enum sb_status {
     SB_PENDING,
@@ -89,10 +88,18 @@ struct sandbox {
 
 const char *sandbox_status_name(enum sb_status s);
 
-/* Lookup honouring ownership: another uid's sandbox is "not found". */
-struct sandbox *sandbox_find(struct session *s, const char *id);
+/* Lookup honouring ownership: another uid's sandbox is "not found" (admin
+ * sees every uid's). */
+struct sandbox *sandbox_find(uid_t uid, int admin, const char *id);
 struct sandbox *sandbox_find_any(const char *id);
-int sandbox_visible(struct session *s, struct sandbox *sb);
+int sandbox_visible(uid_t uid, int admin, struct sandbox *sb);
+
+/* How the core reaches a sandbox owner's clients: sends a notification
+ * (method, params stolen) to every live client of uid. */
+typedef void (*sandbox_notify_fn)(uid_t uid, const char *method, json_t *params);
+/* Installed by the protocol layer (session.c) before its first client; while
+ * none is, status and progress notifications are dropped. */
+void sandbox_set_notifier(sandbox_notify_fn fn);
 
 /* Creates from normalised conf (stolen). Status pending. */
 int sandbox_new(struct sandbox **out, const char *id, struct provider_inst *prov, uid_t owner,

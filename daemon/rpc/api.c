@@ -21,6 +21,20 @@
 #include "usage.h"
 #include "utf8.h"
 
+/* -- callers ----------------------------------------------------------------- */
+
+/* The caller's identity for the core's ownership checks: no session (a
+ * call whose client left) sees everything, as an administrator does. */
+static uid_t caller_uid(struct call *c)
+{
+    return c->sess ? c->sess->uid : 0;
+}
+
+static int caller_admin(struct call *c)
+{
+    return !c->sess || c->sess->admin;
+}
+
 /* -- params ------------------------------------------------------------------- */
 
 static int bad_param(struct call *c, const char *param, const char *msg)
@@ -120,7 +134,7 @@ static struct sandbox *get_sandbox(struct call *c, json_t *params, const char *k
     const char *id;
     if (req_str(c, params, key, &id) < 0)
         return NULL;
-    struct sandbox *sb = sandbox_find(c->sess, id);
+    struct sandbox *sb = sandbox_find(caller_uid(c), caller_admin(c), id);
     if (!sb) {
         not_found(c, id);
         return NULL;
@@ -207,18 +221,6 @@ static void create_done(sbx_err_t *err, json_t *result, void *c)
     if (sb->start_warnings)
         json_object_set(r, "warnings", sb->start_warnings);
     call_reply(c, r);
-}
-
-/* The caller's identity for the core's ownership checks: no session (a
- * call whose client left) sees everything, as an administrator does. */
-static uid_t caller_uid(struct call *c)
-{
-    return c->sess ? c->sess->uid : 0;
-}
-
-static int caller_admin(struct call *c)
-{
-    return !c->sess || c->sess->admin;
 }
 
 /* -- daemon.* ------------------------------------------------------------------- */
@@ -576,7 +578,7 @@ static void m_list(struct call *c, json_t *params)
         return;
     json_t *arr = json_array();
     for (struct sandbox *sb = D->sandboxes; sb; sb = sb->next) {
-        if (!sandbox_visible(c->sess, sb))
+        if (!sandbox_visible(caller_uid(c), caller_admin(c), sb))
             continue;
         if (prov && strcmp(prov, sb->prov->ops->name) != 0)
             continue;
@@ -884,7 +886,7 @@ static void start_process(struct call *c, json_t *params, int is_exec)
         return;
     }
     if (stream)
-        process_subscribe(p, c->sess, enc);
+        process_subscribe(p, c->sess ? &c->sess->fol : NULL, enc);
     uint32_t pid = p->pid;
     if (process_launch(p, &err) < 0) {
         call_fail(c, &err);
@@ -1029,7 +1031,7 @@ static void m_attach(struct call *c, json_t *params)
         call_reply(c, NULL);
         return;
     }
-    json_t *res = process_replay(p, c->sess, (uint64_t)(o1 >= 0 ? o1 : off),
+    json_t *res = process_replay(p, &c->sess->fol, (uint64_t)(o1 >= 0 ? o1 : off),
                                  (uint64_t)(o2 >= 0 ? o2 : off), enc);
     if (p->state == P_EXITED) {
         json_t *e = p->exit;
@@ -1040,7 +1042,7 @@ static void m_attach(struct call *c, json_t *params)
                                  json_object_get(e, "timed_out"), "killed",
                                  json_object_get(e, "killed"), "error", json_object_get(e, "error")));
     } else if (follow) {
-        process_subscribe(p, c->sess, enc);
+        process_subscribe(p, c->sess ? &c->sess->fol : NULL, enc);
     }
     call_reply(c, res);
 }
@@ -1051,7 +1053,7 @@ static void m_detach(struct call *c, json_t *params)
     if (!p)
         return;
     if (c->sess)
-        process_unsubscribe(p, c->sess);
+        process_unsubscribe(p, &c->sess->fol);
     call_reply(c, NULL);
 }
 

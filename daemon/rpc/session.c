@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,8 +17,8 @@
 #include "daemon.h"
 #include "log.h"
 #include "parse.h"
-#include "process.h"
 #include "rpc.h"
+#include "sandbox.h"
 #include "sbx_proto.h"
 #include "toolcall.h"
 #include "usage.h"
@@ -48,7 +49,9 @@ static ev_timer idle_timer;
 static int watchers_ready;
 
 static void work_cb(struct ev_loop *loop, ev_idle *w, int revents);
+static void follower_send_line(struct follower *f, const char *text, size_t len);
 static void idle_check_cb(struct ev_loop *loop, ev_timer *w, int revents);
+static void notify_uid(uid_t uid, const char *method, json_t *params);
 
 static void init_watchers(void)
 {
@@ -58,6 +61,7 @@ static void init_watchers(void)
     ev_timer_init(&idle_timer, idle_check_cb, IDLE_CHECK_S, IDLE_CHECK_S);
     ev_timer_start(D->loop, &idle_timer);
     ev_unref(D->loop); /* the sweep alone must not keep a loop alive */
+    sandbox_set_notifier(notify_uid);
     watchers_ready = 1;
 }
 
@@ -230,6 +234,7 @@ void session_accept(int fd)
     s->last_active = ev_now(D->loop);
     obuf_init(&s->obuf);
     s->tool_calls = json_object();
+    s->fol.send_line = follower_send_line;
     s->next = D->sessions;
     if (D->sessions)
         D->sessions->prev = s;
@@ -241,6 +246,25 @@ void session_accept(int fd)
     ev_io_start(D->loop, &s->io);
     log_debug("session %llu: uid %d pid %d%s", (unsigned long long)s->id, (int)s->uid,
               (int)s->pid, s->admin ? " (admin)" : "");
+}
+
+/* The core's status and progress notifications (sandbox.h): the line is
+ * built once for all of the owner's sessions. params stolen. */
+static void notify_uid(uid_t uid, const char *method, json_t *params)
+{
+    json_t *msg = json_pack("{s:s, s:s, s:o}", "jsonrpc", "2.0", "method", method, "params",
+                            params);
+    for (struct session *s = D->sessions; s; s = s->next)
+        if (s->uid == uid && !(s->flags & SESS_CLOSE_ASAP))
+            session_send(s, msg);
+    json_decref(msg);
+}
+
+/* Process output for a session that follows it (output.h). */
+static void follower_send_line(struct follower *f, const char *text, size_t len)
+{
+    struct session *s = (struct session *)((char *)f - offsetof(struct session, fol));
+    session_send_line(s, text, len);
 }
 
 struct session *session_by_id(uint64_t id)
@@ -256,9 +280,11 @@ static void update_congestion(struct session *s)
     size_t high = (size_t)D->cfg.session_output_high;
     if (!(s->flags & SESS_CONGESTED) && s->obuf.bytes >= high) {
         s->flags |= SESS_CONGESTED;
+        s->fol.congested = 1;
     } else if ((s->flags & SESS_CONGESTED) && s->obuf.bytes < high / 2) {
         s->flags &= ~SESS_CONGESTED;
-        process_session_writable(s);
+        s->fol.congested = 0;
+        output_follower_writable(&s->fol);
         if (s->ilen > 0 || s->cur_batch)
             mark_busy(s); /* requests were left waiting for the client to read */
     }
@@ -389,7 +415,7 @@ static void session_free(struct session *s)
 {
     log_debug("session %llu closed", (unsigned long long)s->id);
     rpc_session_gone(s);
-    process_session_gone(s);
+    output_follower_gone(&s->fol);
     toolcall_session_gone(s);
     ev_io_stop(D->loop, &s->io);
     close(s->fd);
@@ -676,7 +702,7 @@ static void idle_check_cb(struct ev_loop *loop, ev_timer *w, int revents)
         return;
     ev_tstamp now = ev_now(loop);
     for (struct session *s = D->sessions; s; s = s->next) {
-        if ((s->flags & (SESS_CLOSE_ASAP | SESS_CLOSE_AFTER_WRITE)) || s->calls || s->subs ||
+        if ((s->flags & (SESS_CLOSE_ASAP | SESS_CLOSE_AFTER_WRITE)) || s->calls || s->fol.subs ||
             s->cur_batch || s->parsing || s->obuf.bytes || toolcall_pending(s))
             continue;
         if ((now - s->last_active) * 1000.0 >= (double)ms)

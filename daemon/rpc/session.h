@@ -15,6 +15,7 @@
 #include <sys/types.h>
 
 #include "obuf.h"
+#include "output.h"
 
 enum {
     SESS_CLOSE_ASAP = 1 << 0,        /* free at the next prepare */
@@ -25,7 +26,6 @@ enum {
 };
 
 struct call;
-struct sub;
 struct batch;
 struct uid_usage;
 
@@ -46,7 +46,7 @@ struct session {
     struct obuf obuf;
 
     struct call *calls;  /* pending calls of this session */
-    struct sub *subs;    /* processes it follows */
+    struct follower fol; /* the processes it follows (output.h) */
     json_t *tool_calls;  /* "tN" -> {sandbox, pid, call} */
     uint64_t next_tool_id;
 

@@ -1,0 +1,87 @@
+/*
+ * output.h - a process's output streams and who follows them (output.c):
+ * the replay ring, exec result accumulation, process.output lines to
+ * followers, replay, and the flow control that holds a process back while
+ * a follower cannot take more. The provider-facing entry points
+ * (process_output, process_output_blocked) are declared in provider.h.
+ */
+#ifndef SBXD_OUTPUT_H
+#define SBXD_OUTPUT_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct process;
+
+struct ring {
+    uint8_t *buf;
+    size_t cap, max;  /* cap grows to max */
+    size_t len;       /* bytes held (<= cap) */
+    size_t head;      /* index of the oldest byte */
+};
+
+struct pstream {
+    uint64_t total;     /* bytes received */
+    uint64_t emitted;   /* bytes sent in notifications (total - held tail) */
+    uint8_t tail[4];    /* incomplete UTF-8 sequence held back */
+    size_t ntail;
+    struct ring ring;   /* last replay_bytes */
+    char *acc;          /* exec result accumulation */
+    size_t acc_len;
+    int truncated;
+};
+
+/* How output bytes go on the wire (PROTOCOL.md, output_encoding). */
+enum out_enc {
+    ENC_UTF8 = 0, /* "data" when valid UTF-8, else "data_b64" */
+    ENC_AUTO = 1, /* the shorter of the two for each chunk */
+};
+
+/*
+ * A reader of process output: the protocol layer embeds one in each client
+ * connection and keeps congested up to date (set over its high mark,
+ * cleared below the low one, then output_follower_writable()). send_line
+ * queues one complete message (text without the newline); it must not call
+ * back into the core.
+ */
+struct follower {
+    struct sub *subs; /* the processes it follows */
+    int congested;
+    void (*send_line)(struct follower *f, const char *text, size_t len);
+};
+
+/* A follower following one process. */
+struct sub {
+    struct sub *pnext, *pprev; /* in process */
+    struct sub *snext, *sprev; /* in follower */
+    struct process *p;
+    struct follower *f;
+    enum out_enc enc;
+};
+
+/* Adds f as a follower of p (f NULL: nothing), or changes its encoding if
+ * it follows already. */
+void process_subscribe(struct process *p, struct follower *f, enum out_enc enc);
+void process_unsubscribe(struct process *p, struct follower *f);
+/* Replays p's buffered output from the offsets to f; the answer for
+ * process.attach {running, stdout_start, ...}, a new reference. */
+json_t *process_replay(struct process *p, struct follower *f, uint64_t off_out, uint64_t off_err,
+                       enum out_enc enc);
+/* f drained below its low mark: the processes it held back may go on. */
+void output_follower_writable(struct follower *f);
+/* f goes away: it follows nothing any more. */
+void output_follower_gone(struct follower *f);
+
+/* -- for process.c ----------------------------------------------------------- */
+
+/* Emits the UTF-8 tails held back, at the exit. */
+void output_flush(struct process *p);
+/* Sends process.exit (params stolen) to p's followers. */
+void output_notify_exit(struct process *p, json_t *params);
+/* Drops every follower of p. */
+void output_unfollow_all(struct process *p);
+/* Puts a stream's accumulated exec output into o as key or key_b64. */
+void output_put_result(json_t *o, const char *key, struct pstream *st, enum out_enc enc);
+
+#endif
