@@ -57,6 +57,41 @@ int wk_recv(int fd, struct sbx_chan_hdr *hdr, uint8_t **payload_out);
  */
 uint8_t *wk_recv_nested(int fd, struct sbx_chan_hdr *hdr);
 
+/** A worker's frame handler: payload borrowed, NUL-terminated. */
+typedef void wk_dispatch_fn(void *worker, const struct sbx_chan_hdr *h,
+                            const uint8_t *payload);
+
+/**
+ * Reads one frame while JS waits (wk_recv_nested: EOF or a broken channel
+ * end the process) and hands it to dispatch.
+ */
+void wk_pump(int fd, wk_dispatch_fn *dispatch, void *worker);
+
+/**
+ * The worker's main loop: frames to dispatch until EOF (returns 0) or a
+ * bad frame (sends ERROR "invalid frame", returns 1).
+ */
+int wk_serve(int fd, wk_dispatch_fn *dispatch, void *worker);
+
+/* What program output needs of a worker: its channel, its dispatcher, and
+ * where it keeps the running proc (0 = none) and that proc's credit. */
+struct wk_out {
+    int fd;
+    wk_dispatch_fn *dispatch;
+    void *worker;
+    const uint32_t *proc;
+    uint64_t *credit;
+};
+
+/**
+ * Sends program output of the running proc (type STDOUT or STDERR) in frames
+ * of at most the credit and SBX_CHAN_MAX_PAYLOAD. While there is no credit it
+ * serves frames (wk_pump), and it stops if the running proc changes; after
+ * each frame it serves, at most 64, the frames already waiting. Output with
+ * no running proc is dropped.
+ */
+void wk_output(const struct wk_out *o, uint8_t type, const uint8_t *data, size_t len);
+
 /* ---- hardening (wk_harden.c) ------------------------------------------------------ */
 
 /*
@@ -104,7 +139,7 @@ int wk_seccomp_install(const struct sock_filter *f, size_t n, const char *fail_m
         BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW)
 #define WK_DENY(nr, err)                                                                 \
     BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (nr), 0, 1),                                     \
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ((err) & SECCOMP_RET_DATA))
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (SECCOMP_RET_DATA & (err)))
 /* Loads the arch, kills a foreign one, then loads the syscall number. */
 #define WK_FILTER_HEAD(audit)                                                           \
     BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),             \

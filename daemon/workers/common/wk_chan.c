@@ -4,6 +4,7 @@
  * blocking reads and writes are the simplest correct thing.
  */
 #include <errno.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -169,4 +170,76 @@ uint8_t *wk_recv_nested(int fd, struct sbx_chan_hdr *hdr)
         _exit(1);
     }
     return payload;
+}
+
+/* ---- serving frames --------------------------------------------------------- */
+
+void wk_pump(int fd, wk_dispatch_fn *dispatch, void *worker)
+{
+    struct sbx_chan_hdr h;
+    uint8_t *payload = wk_recv_nested(fd, &h);
+
+    dispatch(worker, &h, payload);
+    free(payload);
+}
+
+int wk_serve(int fd, wk_dispatch_fn *dispatch, void *worker)
+{
+    for (;;) {
+        struct sbx_chan_hdr h;
+        uint8_t *payload;
+        int r = wk_recv(fd, &h, &payload);
+
+        if (r == 1)
+            return 0;
+        if (r < 0) {
+            wk_send_error(fd, "invalid frame");
+            return 1;
+        }
+        dispatch(worker, &h, payload);
+        free(payload);
+    }
+}
+
+/* ---- program output ----------------------------------------------------------- */
+
+/*
+ * Serves whatever frames are already waiting. A program that prints a lot
+ * with credit to spare never blocks, so without this the daemon's CREDITs
+ * and PINGs would pile up unread in the socket (and a daemon with blocking
+ * writes would deadlock against us). The daemon writes whole frames, so a
+ * readable channel means a frame that arrives promptly.
+ */
+static void drain_input(int fd, wk_dispatch_fn *dispatch, void *worker)
+{
+    struct pollfd p = {fd, POLLIN, 0};
+    int budget = 64; /* bounded: output must make progress too */
+
+    while (budget-- > 0 && poll(&p, 1, 0) > 0 && (p.revents & (POLLIN | POLLHUP)))
+        wk_pump(fd, dispatch, worker);
+}
+
+void wk_output(const struct wk_out *o, uint8_t type, const uint8_t *data, size_t len)
+{
+    uint32_t proc = *o->proc;
+
+    if (proc == 0)
+        return; /* e.g. a getter run by SNAPSHOT between processes */
+    while (len > 0) {
+        size_t n = len;
+
+        while (*o->credit == 0 && *o->proc == proc)
+            wk_pump(o->fd, o->dispatch, o->worker);
+        if (*o->proc != proc)
+            return;
+        if (n > *o->credit)
+            n = (size_t)*o->credit;
+        if (n > SBX_CHAN_MAX_PAYLOAD)
+            n = SBX_CHAN_MAX_PAYLOAD;
+        wk_send(o->fd, type, proc, data, n);
+        *o->credit -= n;
+        data += n;
+        len -= n;
+        drain_input(o->fd, o->dispatch, o->worker);
+    }
 }

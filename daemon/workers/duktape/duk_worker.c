@@ -385,8 +385,10 @@ static void on_reset(struct dukw *w)
     send_hello(w);
 }
 
-static void dispatch(struct dukw *w, const struct sbx_chan_hdr *h, const uint8_t *payload)
+void dukw_dispatch(void *worker, const struct sbx_chan_hdr *h, const uint8_t *payload)
 {
+    struct dukw *w = worker;
+
     switch (h->type) {
     case SBX_CHAN_SPAWN: on_spawn(w, h->proc, payload, h->len); break;
     case SBX_CHAN_STDIN: on_stdin(w, h->proc, payload, h->len); break;
@@ -459,11 +461,7 @@ static void dispatch(struct dukw *w, const struct sbx_chan_hdr *h, const uint8_t
 
 void dukw_pump_nested(struct dukw *w)
 {
-    struct sbx_chan_hdr h;
-    uint8_t *payload = wk_recv_nested(w->fd, &h);
-
-    dispatch(w, &h, payload);
-    free(payload);
+    wk_pump(w->fd, dukw_dispatch, w);
 }
 
 /* ---- entry point ---------------------------------------------------------------- */
@@ -491,21 +489,7 @@ int duk_worker_main(int argc, char **argv)
         return 1;
     }
     send_hello(&w);
-    for (;;) {
-        struct sbx_chan_hdr h;
-        uint8_t *payload;
-        int r = wk_recv(w.fd, &h, &payload);
-
-        if (r == 1)
-            break;
-        if (r < 0) {
-            wk_send_error(w.fd, "invalid frame");
-            rc = 1;
-            break;
-        }
-        dispatch(&w, &h, payload);
-        free(payload);
-    }
+    rc = wk_serve(w.fd, dukw_dispatch, &w);
     dukw_isolate_destroy(&w);
     json_decref(w.tool_reply);
     free(w.more);

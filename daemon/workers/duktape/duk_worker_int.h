@@ -84,6 +84,9 @@ void dukw_output_cesu8(struct dukw *w, uint8_t type, const uint8_t *s, size_t le
  */
 void dukw_pump_nested(struct dukw *w);
 
+/* Handles one frame (w is the struct dukw; payload borrowed). */
+void dukw_dispatch(void *w, const struct sbx_chan_hdr *h, const uint8_t *payload);
+
 /* ---- duk_isolate.c: the heap ------------------------------------------- */
 
 /* Creates the heap and its globals. Returns 0, or -1 (heap left NULL). */

@@ -86,7 +86,8 @@ void jsw_output(struct jsw *w, uint8_t type, const uint8_t *data, size_t len);
 
 /* Reads and handles one frame; EOF or a broken channel end the process. */
 void jsw_pump(struct jsw *w);
-void jsw_dispatch(struct jsw *w, const struct sbx_chan_hdr *h, const uint8_t *payload);
+/* Handles one frame (w is the struct jsw; payload borrowed). */
+void jsw_dispatch(void *w, const struct sbx_chan_hdr *h, const uint8_t *payload);
 
 /* ---- jsw_engine.c ---------------------------------------------------------- */
 

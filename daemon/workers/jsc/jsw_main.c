@@ -329,8 +329,10 @@ static uint8_t *collect(struct jsw *w, const struct sbx_chan_hdr *h, const uint8
     return out;
 }
 
-void jsw_dispatch(struct jsw *w, const struct sbx_chan_hdr *h, const uint8_t *payload)
+void jsw_dispatch(void *worker, const struct sbx_chan_hdr *h, const uint8_t *payload)
 {
+    struct jsw *w = worker;
+
     switch (h->type) {
     case SBX_CHAN_SPAWN: on_spawn(w, h->proc, payload, h->len); break;
     case SBX_CHAN_MORE:
@@ -376,11 +378,7 @@ void jsw_dispatch(struct jsw *w, const struct sbx_chan_hdr *h, const uint8_t *pa
 
 void jsw_pump(struct jsw *w)
 {
-    struct sbx_chan_hdr h;
-    uint8_t *payload = wk_recv_nested(w->fd, &h);
-
-    jsw_dispatch(w, &h, payload);
-    free(payload);
+    wk_pump(w->fd, jsw_dispatch, w);
 }
 
 int main(int argc, char **argv)
@@ -388,7 +386,7 @@ int main(int argc, char **argv)
     struct opts o;
     struct jsw w;
     const char *why = NULL;
-    int fd;
+    int fd, rc;
 
     if (parse_args(argc, argv, &o) < 0)
         return 1;
@@ -425,21 +423,7 @@ int main(int argc, char **argv)
     }
     jsw_engine_prepare(&w);
     send_hello(&w);
-    for (;;) {
-        struct sbx_chan_hdr h;
-        uint8_t *payload;
-        int r = wk_recv(w.fd, &h, &payload);
-
-        if (r == 1)
-            break;
-        if (r < 0) {
-            wk_send_error(w.fd, "invalid frame");
-            jsw_engine_deinit(&w);
-            return 1;
-        }
-        jsw_dispatch(&w, &h, payload);
-        free(payload);
-    }
+    rc = wk_serve(w.fd, jsw_dispatch, &w);
     jsw_engine_deinit(&w);
-    return 0;
+    return rc;
 }
