@@ -1201,75 +1201,42 @@ static json_t *d_info(void *cookie)
     return o;
 }
 
-static const struct cfg_key duk_keys[] = {
-    {"memory_limit_mb", CFG_INT},
-    {"pool_size", CFG_INT},
-    {"worker_user", CFG_STR},
-    {"worker_path", CFG_STR},
-    {"fresh_isolate", CFG_BOOL},
-    {"command_timeout_ms", CFG_INT},
-    {NULL, 0},
-};
+/* ---- the two provider tables ---------------------------------------------------- */
+
+/* The keys both isolate providers take under providers.<name>, after their
+ * own; the list's end. */
+#define ISOLATE_KEYS                                                                     \
+    {"memory_limit_mb", CFG_INT}, {"pool_size", CFG_INT}, {"worker_user", CFG_STR},      \
+        {"worker_path", CFG_STR}, {"command_timeout_ms", CFG_INT}, {NULL, 0},
+
+static const struct cfg_key duk_keys[] = {{"fresh_isolate", CFG_BOOL}, ISOLATE_KEYS};
+static const struct cfg_key js_keys[] = {
+    {"jit", CFG_BOOL}, {"persistent", CFG_BOOL}, ISOLATE_KEYS};
+
+/* Both providers are this file, one engine binary or the other (dp->js):
+ * they differ only in name, keys, load and the js instructions text. */
+#define ISOLATE_OPS                                                                      \
+    .shell_commands = 0, .default_cwd = "/", .enabled_by_default = 1,                    \
+    .unload = d_unload, .available = d_available, .info = d_info,                        \
+    .sb_start = d_sb_start, .sb_stop = d_sb_stop, .sb_destroy = d_sb_destroy,            \
+    .sb_snapshot = d_sb_snapshot, .sb_metadata = d_sb_metadata,                          \
+    .sb_release = d_sb_release, .proc_spawn = d_proc_spawn, .proc_write = d_proc_write,  \
+    .proc_close_stdin = d_proc_close_stdin, .proc_kill = d_proc_kill,                    \
+    .proc_resume = d_proc_resume, .proc_tool_result = d_proc_tool_result,                \
+    .proc_release = d_proc_release
 
 const struct sbx_provider sbx_provider_duktape = {
     .name = "duktape",
     .config_keys = duk_keys,
-    .shell_commands = 0,
-    .default_cwd = "/",
-    .enabled_by_default = 1,
     .load = d_load,
-    .unload = d_unload,
-    .available = d_available,
-    .info = d_info,
-    .sb_start = d_sb_start,
-    .sb_stop = d_sb_stop,
-    .sb_destroy = d_sb_destroy,
-    .sb_snapshot = d_sb_snapshot,
-    .sb_metadata = d_sb_metadata,
-    .sb_release = d_sb_release,
-    .proc_spawn = d_proc_spawn,
-    .proc_write = d_proc_write,
-    .proc_close_stdin = d_proc_close_stdin,
-    .proc_kill = d_proc_kill,
-    .proc_resume = d_proc_resume,
-    .proc_tool_result = d_proc_tool_result,
-    .proc_release = d_proc_release,
-};
-
-static const struct cfg_key js_keys[] = {
-    {"memory_limit_mb", CFG_INT},
-    {"pool_size", CFG_INT},
-    {"worker_user", CFG_STR},
-    {"worker_path", CFG_STR},
-    {"jit", CFG_BOOL},
-    {"persistent", CFG_BOOL},
-    {"command_timeout_ms", CFG_INT},
-    {NULL, 0},
+    ISOLATE_OPS,
 };
 
 /* js: JavaScriptCore, the code-mode engine (proto/PROTOCOL.md, "Code mode"). */
 const struct sbx_provider sbx_provider_js = {
     .name = "js",
     .config_keys = js_keys,
-    .shell_commands = 0,
-    .default_cwd = "/",
-    .enabled_by_default = 1,
     .load = js_load,
-    .unload = d_unload,
-    .available = d_available,
-    .info = d_info,
-    .sb_start = d_sb_start,
-    .sb_stop = d_sb_stop,
-    .sb_destroy = d_sb_destroy,
-    .sb_snapshot = d_sb_snapshot,
-    .sb_metadata = d_sb_metadata,
     .sb_instructions = js_instructions,
-    .sb_release = d_sb_release,
-    .proc_spawn = d_proc_spawn,
-    .proc_write = d_proc_write,
-    .proc_close_stdin = d_proc_close_stdin,
-    .proc_kill = d_proc_kill,
-    .proc_resume = d_proc_resume,
-    .proc_tool_result = d_proc_tool_result,
-    .proc_release = d_proc_release,
+    ISOLATE_OPS,
 };
