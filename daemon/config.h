@@ -18,7 +18,7 @@
 
 enum cfg_type {
     CFG_STR,  /* scalar -> JSON string */
-    CFG_INT,  /* integer scalar (accepts 1024, 0x10, and size suffixes k/m/g for *_bytes keys) -> JSON integer */
+    CFG_INT,  /* integer scalar -> JSON integer (1024, 0x10; k/m/g for *_bytes keys) */
     CFG_BOOL, /* true/false/yes/no/on/off -> JSON boolean */
     CFG_MAP,  /* mapping of string -> scalar string -> JSON object of strings */
     CFG_LIST, /* sequence of scalars -> JSON array of strings */
@@ -61,24 +61,25 @@ struct sbx_config {
     int64_t session_output_high;       /* default 8 MiB */
     int64_t session_output_hard;       /* default 64 MiB */
     int64_t max_sessions_per_uid;      /* default 64 */
-    int64_t admin_reserved_sessions;   /* default 16: of max_sessions, only admins get these */
+    int64_t admin_reserved_sessions;   /* default 16 of max_sessions, for admins only */
     int64_t session_idle_timeout_ms;   /* default 600000; 0 = off */
-    int64_t input_bytes_per_uid;       /* default 64 MiB: unparsed input of a uid's sessions */
+    int64_t input_bytes_per_uid;       /* default 64 MiB: a uid's unparsed input */
     int64_t output_bytes_total;        /* default 1 GiB: queued output of all sessions */
-    int64_t retained_bytes_per_sandbox; /* default 8 MiB: replay + results of exited processes */
+    int64_t retained_bytes_per_sandbox; /* default 8 MiB: what exited processes keep */
     int64_t retained_bytes_total;      /* default 64 MiB: the same, daemon-wide */
     int64_t env_bytes;                 /* default 256 KiB: an env (keys + values) */
     int64_t max_snapshots_per_uid;     /* default 32 */
     int64_t snapshot_bytes_per_uid;    /* default 64 MiB */
     int64_t max_memory_limit_mb;       /* default 512: ceiling of memory_limit_mb */
-    int64_t op_timeout_ms;             /* default 300000: start/stop/destroy/snapshot deadline */
-    int64_t agent_log_lines_per_s;     /* default 50: agent LOG/ERROR lines per sandbox */
+    int64_t op_timeout_ms;             /* default 300000: start/stop/destroy/snapshot */
+    int64_t agent_log_lines_per_s;     /* default 50: agent log lines per sandbox */
 
     /* defaults: */
     char *default_provider;      /* default "duktape" */
     int64_t default_timeout_ms;  /* default 300000 (5 min), max 86400000 */
     int64_t default_idle_timeout_ms; /* default 0 = off */
-    int64_t default_command_timeout_ms; /* default 300000; providers.<name>.command_timeout_ms wins */
+    /* default 300000; providers.<name>.command_timeout_ms wins */
+    int64_t default_command_timeout_ms;
 
     /* instructions: */
     char *instructions_text;   /* replaces the default text when set */

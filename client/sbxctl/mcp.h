@@ -96,7 +96,7 @@ struct mcp {
     char conn_err[256];     /* why the last connect failed */
     int outstanding;        /* daemon calls in flight */
     int spawns_pending;
-    json_t *backlog;        /* process.* notifications that came before their spawn reply */
+    json_t *backlog;        /* process.* notifications that beat their spawn reply */
     struct slot cmd, code;
     struct call *calls;
     size_t ncalls;

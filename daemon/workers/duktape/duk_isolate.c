@@ -960,8 +960,8 @@ static duk_ret_t snapshot_keys(duk_context *ctx, void *udata)
     duk_get_prop_string(ctx, b, STASH_BUILTINS); /* b+1 */
     duk_push_array(ctx);                         /* b+2 */
     duk_push_global_object(ctx);                 /* b+3 */
-    duk_enum(ctx, b + 3,
-             DUK_ENUM_OWN_PROPERTIES_ONLY); /* b+4: no symbols, no hidden keys */
+    /* b+4: own properties, no symbols, no hidden keys */
+    duk_enum(ctx, b + 3, DUK_ENUM_OWN_PROPERTIES_ONLY);
     while (duk_next(ctx, b + 4, 0)) {
         duk_dup(ctx, -1);
         if (duk_has_prop(ctx, b + 1)) {
