@@ -1,13 +1,14 @@
 /*
  * fuzz_agent_daemon.c - the daemon's end of the agent protocol: the input
  * is what a (hostile) sbx-init writes to Docker's attach stream. It goes
- * through docker.c's own attach handler (att_data: stdout = channel frames,
- * with the PONG resync; stderr = agent diagnostics), chan.c's frame parser
- * and dk_agent_frame: PONG/HELLO handshakes with process reconciliation and
- * adoption, STDOUT/STDERR into the core's process output, STARTED, EXIT,
- * REPLAY, LOG, ERROR (resync) and DIRECT. docker.c is included to reach its
- * static state; there is no engine: the sandbox has no container id, so a
- * channel failure ends in "sandbox lost" without an engine call.
+ * through docker_agent.c's own attach handler (att_data: stdout = channel
+ * frames, with the PONG resync; stderr = agent diagnostics), chan.c's frame
+ * parser and dk_agent_frame: PONG/HELLO handshakes with process
+ * reconciliation and adoption, STDOUT/STDERR into the core's process output,
+ * STARTED, EXIT, REPLAY, LOG, ERROR (resync) and DIRECT. docker.c and
+ * docker_agent.c are included to reach their static state; there is no
+ * engine: the sandbox has no container id, so a channel failure ends in
+ * "sandbox lost" without an engine call.
  *
  * Input: byte 0 picks the starting state (bit 0: handshake after a
  * reconnect, else running; bit 1: an attach resync in progress), byte 1
@@ -17,6 +18,7 @@
 #include "fuzz_daemon.h"
 
 #include "../../daemon/providers/docker/docker.c"
+#include "../../daemon/providers/docker/docker_agent.c"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -48,11 +50,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct sandbox *sb = fz_sandbox("dk");
     sb->prov = &dk_fuzz_inst;
     struct dk_sb *ds = ds_new(&dk_fuzz_prov, sb);
-    open_channel(ds);
+    dka_open_channel(ds);
     /* Two processes the daemon spawned (pids 1 and 2), one not yet. */
     for (int i = 0; i < 3; i++) {
         struct process *p = fz_process(sb);
-        struct dk_proc *dpp = dpp_new(ds, p);
+        struct dk_proc *dpp = dk_proc_new(ds, p);
         dpp->spawned = i < 2;
         dpp->started = i == 0;
     }

@@ -10,7 +10,8 @@
  * agent's HELLO (answering a PING) lists the processes it still runs; they
  * are adopted under their old pids and their output is replayed. On a local
  * engine the channel then moves to a Unix socket inside the container
- * (docker_direct.c); ds->cur is whichever carries it.
+ * (docker_direct.c); ds->cur is whichever carries it. The channel itself
+ * (attach stream, frames, handshake, reconciliation) is docker_agent.c.
  *
  * The lifecycle runs as a small machine (enum dk_phase) whose steps are
  * engine calls; each answer moves it on. It serves the core's start op and
@@ -42,24 +43,11 @@
 #include "sbx_proto.h"
 #include "policy.h"
 #include "snapshot.h"
+#include "xalloc.h"
 
-/* Never above the agent's replay ring (1 MiB): all bytes in flight when the
- * channel moves or sbxd restarts can then be replayed. */
-#define DK_WINDOW (1024u * 1024)
-#define CREDIT_BATCH (DK_WINDOW / 4)
 #define STDIN_LIMIT (16u * 1024 * 1024)
-#define HS_PING_S 1.0
-#define HS_PINGS 10
-#define MAX_ADOPT 256
-#define AGENT_LOG_LINES 200
 #define STOP_WAIT_S 3
 #define SNAP_REPO "sbxd-snapshot"
-
-static void lc_next(struct dk_sb *ds);
-static void lc_fail(struct dk_sb *ds, sbx_err_t *err);
-static void lc_ok(struct dk_sb *ds);
-static void send_spawn(struct dk_sb *ds, struct dk_proc *dpp);
-static void agent_chan_closed(struct chan *ch, const char *why, void *data);
 
 static const char *sb_label_socket(void)
 {
@@ -68,54 +56,6 @@ static const char *sb_label_socket(void)
 
 /* ---- small helpers --------------------------------------------------------------------
  */
-
-static struct dk_proc *find_dpp(struct dk_sb *ds, uint32_t pid)
-{
-    for (struct dk_proc *x = ds->procs; x; x = x->next)
-        if (x->pid == pid)
-            return x;
-    return NULL;
-}
-
-/* The direct socket's chan writes by itself; the attach stream's needs a push. */
-static void flush(struct dk_sb *ds)
-{
-    if (ds->att && ds->cur == &ds->ch)
-        hj_flush(ds->att);
-}
-
-static int send_frame(struct dk_sb *ds, uint8_t type, uint32_t pid, const void *d,
-                      size_t n)
-{
-    if (!ds->ch_live)
-        return -1;
-    int r = chan_send(ds->cur, type, pid, d, n);
-    flush(ds);
-    return r;
-}
-
-static int send_json(struct dk_sb *ds, uint8_t type, uint32_t pid, json_t *v)
-{
-    if (!ds->ch_live)
-        return -1;
-    int r = chan_send_json(ds->cur, type, pid, v);
-    flush(ds);
-    return r;
-}
-
-int dk_send_json(struct dk_sb *ds, uint8_t type, uint32_t pid, json_t *v)
-{
-    return send_json(ds, type, pid, v);
-}
-
-static int send_u32(struct dk_sb *ds, uint8_t type, uint32_t pid, uint32_t v)
-{
-    if (!ds->ch_live)
-        return -1;
-    int r = chan_send_u32(ds->cur, type, pid, v);
-    flush(ds);
-    return r;
-}
 
 static void progress(struct dk_sb *ds, const char *stage, const char *msg)
 {
@@ -147,532 +87,6 @@ const char *dk_spawn_cwd(struct dk_sb *ds, struct process *p)
     return c ? c : "/workspace";
 }
 
-/* ---- the attach stream and the agent channel
- * --------------------------------------------- */
-
-static void agent_stderr(struct dk_sb *ds, const uint8_t *d, size_t n)
-{
-    /* Diagnostics of the agent: logged line by line, bounded per attach. */
-    for (size_t i = 0; i < n; i++) {
-        if (d[i] != '\n') {
-            if (ds->errlen < sizeof(ds->errline) - 1)
-                ds->errline[ds->errlen++] =
-                    (char)(d[i] >= 0x20 || d[i] == '\t' ? d[i] : '?');
-            continue;
-        }
-        ds->errline[ds->errlen] = '\0';
-        if (ds->errlen > 0 && ds->errlines < AGENT_LOG_LINES)
-            log_info("docker %s agent: %s", ds->sb->id, ds->errline);
-        else if (ds->errlines == AGENT_LOG_LINES)
-            log_info("docker %s agent: further diagnostics are not logged", ds->sb->id);
-        ds->errlines++;
-        ds->errlen = 0;
-    }
-}
-
-static void ds_free(struct dk_sb *ds);
-
-/*
- * CHANNEL.md Resync: after the agent left the attach stream mid-frame, skip
- * to the exact PONG header that answers our PING. Returns how many bytes of
- * d precede the frame that PONG starts, or n when it has not been seen.
- */
-static size_t skip_to_pong(struct dk_sb *ds, const uint8_t *d, size_t n)
-{
-    static const uint8_t pong[SBX_CHAN_HDR] = {SBX_CHAN_PONG};
-    for (size_t i = 0; i < n; i++) {
-        if (d[i] == pong[ds->sync_k])
-            ds->sync_k++;
-        else
-            ds->sync_k = d[i] == pong[0];
-        if (ds->sync_k == SBX_CHAN_HDR) {
-            ds->att_sync = 0;
-            return i + 1;
-        }
-    }
-    return n;
-}
-
-static void att_data(struct hj *h, int stream, const uint8_t *d, size_t n, void *data)
-{
-    struct dk_sb *ds = data;
-    if (ds->dead)
-        return;
-    if (stream == 1 && ds->cur != &ds->ch)
-        return; /* the direct socket is the channel: these are stale */
-    if (stream == 1 && ds->att_sync && ds->ch_live) {
-        if (ds->sync_k == 0)
-            chan_reset_input(&ds->ch);
-        size_t k = skip_to_pong(ds, d, n);
-        if (ds->att_sync)
-            return;
-        static const uint8_t pong[SBX_CHAN_HDR] = {SBX_CHAN_PONG};
-        ds->in_feed++;
-        chan_feed(&ds->ch, pong, sizeof(pong));
-        ds->in_feed--;
-        if (ds->dead) {
-            if (!ds->in_feed)
-                ds_free(ds);
-            return;
-        }
-        d += k;
-        n -= k;
-    }
-    if (stream == 1) {
-        if (ds->ch_live) {
-            /* Frames may end the sandbox (a failing on_start hook frees a
-             * first-time sandbox): keep ds alive until chan_feed returns. */
-            ds->in_feed++;
-            chan_feed(&ds->ch, d, n);
-            ds->in_feed--;
-            if (ds->dead && !ds->in_feed)
-                ds_free(ds);
-        }
-        return;
-    }
-    agent_stderr(ds, d, n);
-}
-
-static void att_closed(struct hj *h, const char *why, void *data)
-{
-    struct dk_sb *ds = data;
-    ds->att = NULL;
-    if (ds->phase == PH_START)
-        return; /* a failed start ends the attach too; start_done says why */
-    char msg[300];
-    snprintf(msg, sizeof(msg), "attach stream ended: %s", why);
-    if (ds->phase != PH_IDLE) {
-        sbx_err_t err = {0};
-        err_make_data(&err, SBX_E_PROVIDER,
-                      json_pack("{s:s, s:s}", "provider", "docker", "message", msg),
-                      "docker: %s", msg);
-        lc_fail(ds, &err);
-        return;
-    }
-    dk_container_trouble(ds, msg);
-}
-
-static void handshake_done(struct dk_sb *ds);
-
-static void att_open(struct hj *h, long status, const char *msg, void *data)
-{
-    struct dk_sb *ds = data;
-    if (status != 101 && status != 200) {
-        ds->att = NULL;
-        struct dk_resp r = {.status = status, .errmsg = msg, .transport = status == 0};
-        sbx_err_t err = {0};
-        dk_err(&err, &r, "attach");
-        if (status == 404)
-            ds->cid[0] = '\0';
-        lc_fail(ds, &err);
-        return;
-    }
-    ds->phase = ds->need_start ? PH_START : PH_HANDSHAKE;
-    lc_next(ds);
-}
-
-static void open_channel(struct dk_sb *ds)
-{
-    if (ds->ch_live)
-        chan_deinit(&ds->ch);
-    chan_init_fed(&ds->ch, dk_agent_frame, agent_chan_closed, ds);
-    ds->ch_live = 1;
-}
-
-static void close_attach(struct dk_sb *ds)
-{
-    ds->ready = 0;
-    dkd_close(ds);
-    ds->att_sync = 0;
-    if (ds->att) {
-        hj_close(ds->att);
-        ds->att = NULL;
-    }
-    ev_timer_stop(D->loop, &ds->hs_timer);
-}
-
-static void send_credit(struct dk_sb *ds, struct dk_proc *dpp, int force)
-{
-    if (dpp->owed == 0 || (!force && dpp->owed < CREDIT_BATCH) || !dpp->p)
-        return;
-    if (process_output_blocked(dpp->p))
-        return;
-    if (send_u32(ds, SBX_CHAN_CREDIT, dpp->pid, dpp->owed) == 0)
-        dpp->owed = 0;
-}
-
-/* An EXIT record from the agent, reduced to fields of known types. */
-static json_t *clean_exit(json_t *v)
-{
-    json_t *o = json_object();
-    json_t *x;
-    if (json_is_integer(x = json_object_get(v, "exit_code")))
-        json_object_set(o, "exit_code", x);
-    else
-        json_object_set_new(o, "exit_code", json_integer(-1));
-    if (json_is_integer(x = json_object_get(v, "signal")))
-        json_object_set(o, "signal", x);
-    if (json_is_boolean(x = json_object_get(v, "timed_out")))
-        json_object_set(o, "timed_out", x);
-    if (json_is_boolean(x = json_object_get(v, "killed")))
-        json_object_set(o, "killed", x);
-    const char *e = json_string_value(json_object_get(v, "error"));
-    if (e)
-        json_object_set_new(o, "error",
-                            json_stringn(e, strlen(e) > 1000 ? 1000 : strlen(e)));
-    if (!json_is_object(v))
-        json_object_set_new(o, "error",
-                            json_string("invalid exit record from the agent"));
-    return o;
-}
-
-static void proc_gone(struct dk_sb *ds, struct dk_proc *dpp, json_t *rec)
-{
-    struct process *p = dpp->p;
-    dpp->exited = 1;
-    if (dpp->retried)
-        json_object_set_new(rec, "retried", json_true());
-    /* process_exited may free an internal (hook) process, and dpp with it. */
-    process_exited(p, rec);
-}
-
-void dk_agent_frame(struct chan *ch, const struct sbx_chan_hdr *h, const uint8_t *payload,
-                    void *data)
-{
-    struct dk_sb *ds = data;
-    if (ds->dead)
-        return;
-    if (h->type == SBX_CHAN_DIRECT) {
-        dkd_frame(ds, ch, payload, h->len);
-        return;
-    }
-    if (ch != ds->cur)
-        return; /* the direct socket before it proved itself */
-    switch (h->type) {
-    case SBX_CHAN_PONG:
-        if (ds->phase == PH_HANDSHAKE)
-            ds->pong = 1;
-        return;
-    case SBX_CHAN_HELLO:
-        if (ds->phase == PH_HANDSHAKE && ds->pong) {
-            json_t *v = chan_json(payload, h->len);
-            json_t *procs = json_object_get(v, "procs");
-            if (!json_is_object(v) || !json_is_array(procs)) {
-                json_decref(v);
-                log_warn("docker %s: invalid HELLO from the agent", ds->sb->id);
-                return;
-            }
-            json_decref(ds->hello);
-            ds->hello = v;
-            handshake_done(ds);
-        }
-        return;
-    case SBX_CHAN_LOG:
-        /* The agent is inside the container: rate-limited, so a replaced or
-         * forged one cannot flood the daemon's log (issue 11, reproduction 7). */
-        if (log_limit_take(&ds->sb->agent_log, ds->sb->id))
-            log_info("docker %s agent: %.*s", ds->sb->id, (int)(h->len > 300 ? 300 : h->len),
-                     (const char *)payload);
-        return;
-    case SBX_CHAN_ERROR:
-        if (log_limit_take(&ds->sb->agent_log, ds->sb->id))
-            log_warn("docker %s: agent error: %.*s; resynchronising", ds->sb->id,
-                     (int)(h->len > 300 ? 300 : h->len), (const char *)payload);
-        if (ds->phase == PH_IDLE && ds->att) {
-            ds->ready = 0;
-            ds->why = WHY_RECOVER;
-            ds->phase = PH_HANDSHAKE;
-            lc_next(ds);
-        }
-        return;
-    case SBX_CHAN_SNAP_DATA: return;
-    default: break;
-    }
-    struct dk_proc *dpp = find_dpp(ds, h->proc);
-    if (!dpp || !dpp->p || dpp->exited) {
-        log_debug("docker %s: %s frame for unknown pid %u ignored", ds->sb->id,
-                  sbx_chan_type_name(h->type), h->proc);
-        return;
-    }
-    struct process *p = dpp->p;
-    switch (h->type) {
-    case SBX_CHAN_STDOUT:
-    case SBX_CHAN_STDERR:
-        /* Sent before the agent saw our REPLAY: it sends them again. */
-        if (dpp->await_replay)
-            return;
-        process_output(p,
-                       h->type == SBX_CHAN_STDERR ? SBX_STREAM_STDERR
-                                                  : SBX_STREAM_STDOUT,
-                       payload, h->len);
-        dpp->owed += h->len;
-        send_credit(ds, dpp, 0);
-        return;
-    case SBX_CHAN_STARTED: {
-        json_t *v = chan_json(payload, h->len);
-        json_t *op = json_object_get(v, "os_pid");
-        dpp->started = 1;
-        if (json_is_integer(op))
-            process_started(p, (long)json_integer_value(op));
-        json_decref(v);
-        return;
-    }
-    case SBX_CHAN_EXIT: {
-        if (dpp->await_replay)
-            return; /* repeated after the replayed bytes */
-        json_t *v = chan_json(payload, h->len);
-        json_t *rec = clean_exit(v);
-        json_decref(v);
-        uint32_t pid = dpp->pid;
-        /* The caller's answer first: FORGET wakes the agent, which on a
-         * small machine competes with the caller for a CPU. */
-        proc_gone(ds, dpp, rec);
-        json_decref(rec);
-        if (!ds->dead)
-            send_frame(ds, SBX_CHAN_FORGET, pid, NULL, 0);
-        return;
-    }
-    case SBX_CHAN_REPLAY: {
-        dpp->await_replay = 0;
-        json_t *v = chan_json(payload, h->len);
-        static const char *const names[2] = {"stdout", "stderr"};
-        for (int s = 0; s < 2; s++) {
-            json_t *o = json_object_get(v, names[s]);
-            /* An adopted process starts where the agent's ring starts. */
-            if (json_is_integer(o) && json_integer_value(o) > 0 && p->out[s].total == 0) {
-                p->out[s].total = (uint64_t)json_integer_value(o);
-                p->out[s].emitted = p->out[s].total;
-            }
-        }
-        json_decref(v);
-        return;
-    }
-    default:
-        log_debug("docker %s: unexpected frame %s", ds->sb->id,
-                  sbx_chan_type_name(h->type));
-    }
-}
-
-static void agent_chan_closed(struct chan *ch, const char *why, void *data)
-{
-    struct dk_sb *ds = data;
-    /* A broken frame from the agent: it is not trusted any further. */
-    char msg[200];
-    snprintf(msg, sizeof(msg), "agent protocol error: %s", why);
-    log_warn("docker %s: %s", ds->sb->id, msg);
-    close_attach(ds);
-    if (ds->phase != PH_IDLE) {
-        sbx_err_t err = {0};
-        err_make_data(&err, SBX_E_PROVIDER,
-                      json_pack("{s:s, s:s}", "provider", "docker", "message", msg),
-                      "docker: %s", msg);
-        lc_fail(ds, &err);
-        return;
-    }
-    sandbox_lost(ds->sb, msg);
-}
-
-/* ---- handshake and reconciliation
- * ------------------------------------------------------- */
-
-static void hs_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
-{
-    struct dk_sb *ds = w->data;
-    if (ds->phase != PH_HANDSHAKE)
-        return;
-    if (++ds->pings >= HS_PINGS) {
-        sbx_err_t err = {0};
-        err_make_data(&err, SBX_E_PROVIDER,
-                      json_pack("{s:s, s:s}", "provider", "docker", "message",
-                                "the agent in the container does not answer"),
-                      "docker: the agent (sbx-init) in container %.12s does not answer",
-                      ds->cid);
-        lc_fail(ds, &err);
-        return;
-    }
-    send_frame(ds, SBX_CHAN_PING, 0, NULL, 0);
-    ev_timer_set(w, HS_PING_S, 0.);
-    ev_timer_start(loop, w);
-}
-
-void dk_direct_frame(struct chan *ch, const struct sbx_chan_hdr *h, const uint8_t *payload,
-                     void *data)
-{
-    struct dk_sb *ds = data;
-    ds->in_direct++;
-    dk_agent_frame(ch, h, payload, data);
-    ds->in_direct--;
-}
-
-static void dtimer_cb(struct ev_loop *loop, ev_timer *w, int revents)
-{
-    struct dk_sb *ds = w->data;
-    if (ds->dead) {
-        ds_free(ds);
-        return;
-    }
-    dkd_timer(ds);
-}
-
-void dk_rehandshake(struct dk_sb *ds)
-{
-    if (ds->cur == &ds->ch) {
-        /* The agent may have left the attach stream in the middle of a frame. */
-        ds->att_sync = 1;
-        ds->sync_k = 0;
-    }
-    switch (ds->phase) {
-    case PH_DIRECT:
-    case PH_HANDSHAKE:
-        ds->phase = PH_HANDSHAKE;
-        lc_next(ds);
-        return;
-    case PH_IDLE:
-        /* The socket was lost but the container lives: the attach stream again. */
-        ds->ready = 0;
-        ds->why = WHY_RECOVER;
-        ds->phase = PH_HANDSHAKE;
-        lc_next(ds);
-        return;
-    default: return; /* stopping, destroying or recovering: they see to it */
-    }
-}
-
-static void replay(struct dk_sb *ds, struct dk_proc *dpp)
-{
-    json_t *r = json_pack("{s:I, s:I}", "stdout", (json_int_t)dpp->p->out[0].total,
-                          "stderr", (json_int_t)dpp->p->out[1].total);
-    dpp->owed = 0;
-    if (send_json(ds, SBX_CHAN_REPLAY, dpp->pid, r) == 0)
-        dpp->await_replay = 1;
-    json_decref(r);
-}
-
-static struct dk_proc *dpp_new(struct dk_sb *ds, struct process *p)
-{
-    struct dk_proc *dpp = calloc(1, sizeof(*dpp));
-    if (!dpp)
-        abort();
-    dpp->p = p;
-    dpp->ds = ds;
-    dpp->pid = p->pid;
-    obuf_init(&dpp->stdin_buf);
-    p->pdata = dpp;
-    dpp->next = ds->procs;
-    if (ds->procs)
-        ds->procs->prev = dpp;
-    ds->procs = dpp;
-    return dpp;
-}
-
-/* Matches the agent's process list with ours after a (re)attach. */
-static void reconcile(struct dk_sb *ds, json_t *hello)
-{
-    json_t *procs = json_object_get(hello, "procs");
-    size_t n = json_array_size(procs);
-    if (n > 4096)
-        n = 4096;
-    /* Ours first. Collect before acting: exits may unlink entries. */
-    struct dk_proc *todo[1024];
-    size_t nt = 0;
-    for (struct dk_proc *x = ds->procs; x && nt < 1024; x = x->next)
-        if (!x->exited && x->p && x->p->state == P_RUNNING)
-            todo[nt++] = x;
-    for (size_t k = 0; k < nt; k++) {
-        struct dk_proc *dpp = todo[k];
-        json_t *found = NULL;
-        for (size_t i = 0; i < n && !found; i++) {
-            json_t *e = json_array_get(procs, i);
-            if (json_integer_value(json_object_get(e, "proc")) == (json_int_t)dpp->pid)
-                found = e;
-        }
-        if (found) {
-            dpp->spawned = 1;
-            /* Its STARTED may have been left on a channel we no longer read. */
-            json_t *op = json_object_get(found, "os_pid");
-            if (!dpp->started && json_is_integer(op) && json_integer_value(op) > 0) {
-                dpp->started = 1;
-                process_started(dpp->p, (long)json_integer_value(op));
-            }
-            replay(ds, dpp);
-        } else if (!dpp->spawned) {
-            send_spawn(ds, dpp);
-        } else if (!dpp->started && !dpp->retried) {
-            dpp->retried = 1;
-            log_info("docker %s: pid %u never started; spawning it again", ds->sb->id,
-                     dpp->pid);
-            dpp->spawned = 0;
-            send_spawn(ds, dpp);
-        } else {
-            json_t *rec =
-                json_pack("{s:i, s:s, s:b}", "exit_code", -1, "error",
-                          "process lost: the container was restarted", "reset", 1);
-            proc_gone(ds, dpp, rec);
-            json_decref(rec);
-        }
-    }
-    /* Theirs: adopted on the first handshake after sbxd started, otherwise
-     * a process the daemon never spawned is ignored. */
-    int adopt = ds->first_hello;
-    ds->first_hello = 0;
-    int adopted = 0;
-    for (size_t i = 0; i < n; i++) {
-        json_t *e = json_array_get(procs, i);
-        json_t *jp = json_object_get(e, "proc");
-        if (!json_is_integer(jp) || json_integer_value(jp) <= 0 ||
-            json_integer_value(jp) > UINT32_MAX)
-            continue;
-        uint32_t pid = (uint32_t)json_integer_value(jp);
-        if (find_dpp(ds, pid))
-            continue;
-        struct process *known = NULL;
-        for (struct process *q = ds->sb->procs; q; q = q->next)
-            if (q->pid == pid)
-                known = q;
-        if (known) {
-            /* We have its exit already: the agent may forget it. */
-            if (known->state == P_EXITED)
-                send_frame(ds, SBX_CHAN_FORGET, pid, NULL, 0);
-            continue;
-        }
-        if (!adopt || adopted >= MAX_ADOPT)
-            continue;
-        /* The agent's word for what runs: shown only, as any other output. */
-        const char *cmd = json_string_value(json_object_get(e, "command"));
-        if (!cmd || strlen(cmd) > 4096)
-            cmd = "(adopted after an sbxd restart)";
-        struct process *p = process_adopt(ds->sb, pid, cmd);
-        if (!p)
-            continue;
-        json_t *op = json_object_get(e, "os_pid");
-        if (json_is_integer(op))
-            process_started(p, (long)json_integer_value(op));
-        struct dk_proc *dpp = dpp_new(ds, p);
-        dpp->spawned = dpp->started = dpp->adopted = 1;
-        adopted++;
-        replay(ds, dpp);
-    }
-    if (adopted)
-        log_info("docker %s: adopted %d process(es) from the agent", ds->sb->id, adopted);
-}
-
-static void handshake_done(struct dk_sb *ds)
-{
-    ev_timer_stop(D->loop, &ds->hs_timer);
-    json_t *hello = ds->hello;
-    ds->hello = NULL;
-    if (dkd_begin(ds) == 0) {
-        /* The handshake is repeated on the direct socket (or here again). */
-        json_decref(hello);
-        return;
-    }
-    ds->ready = 1;
-    ds->phase = PH_IDLE;
-    reconcile(ds, hello);
-    json_decref(hello);
-    lc_ok(ds);
-}
-
 /* ---- lifecycle steps
  * -------------------------------------------------------------------- */
 
@@ -680,7 +94,7 @@ static void step_error(struct dk_sb *ds, struct dk_resp *r, const char *what)
 {
     sbx_err_t err = {0};
     dk_err(&err, r, what);
-    lc_fail(ds, &err);
+    dk_lc_fail(ds, &err);
 }
 
 static void renamed(struct dk_resp *r, void *data)
@@ -696,8 +110,7 @@ static void pool_record(struct dk_sb *ds)
 {
     ds->pool_record = 0;
     free(ds->name);
-    if (asprintf(&ds->name, "sbxp.%u.%s", (unsigned)ds->sb->owner, ds->sb->id) < 0)
-        abort();
+    ds->name = xasprintf("sbxp.%u.%s", (unsigned)ds->sb->owner, ds->sb->id);
     json_t *conf = json_deep_copy(ds->sb->conf);
     json_object_del(conf, "snapshot");
     json_t *doc = json_pack("{s:o, s:f}", "conf", conf, "created", ds->sb->created_at);
@@ -747,7 +160,7 @@ static int take_pooled(struct dk_sb *ds)
     /* ds outlives this call chain (sandbox frees are deferred); a destroy
      * asked for meanwhile has taken the machine over. */
     if (sb->pdata == ds && ds->phase == PH_ATTACH && ds->why == WHY_RECOVER)
-        lc_next(ds);
+        dk_lc_next(ds);
     return 1;
 }
 
@@ -768,7 +181,7 @@ static void lookup_done(struct dk_resp *r, void *data)
             &err, SBX_E_PERMISSION, json_pack("{s:s}", "sandbox", ds->sb->id),
             "docker: container %.12s labelled sbxd.id=%s belongs to another user", id,
             ds->sb->id);
-        lc_fail(ds, &err);
+        dk_lc_fail(ds, &err);
         return;
     }
     if (id) {
@@ -781,7 +194,7 @@ static void lookup_done(struct dk_resp *r, void *data)
     } else {
         ds->phase = PH_IMAGE;
     }
-    lc_next(ds);
+    dk_lc_next(ds);
 }
 
 static int has_unstarted(struct dk_sb *ds)
@@ -806,7 +219,7 @@ static void inspect_done(struct dk_resp *r, void *data)
                           json_pack("{s:s, s:s, s:i}", "provider", "docker", "message",
                                     "container removed", "status", 404),
                           "the container was removed behind sbxd's back");
-            lc_fail(ds, &err);
+            dk_lc_fail(ds, &err);
             return;
         }
         if (ds->sb->started_once) {
@@ -823,7 +236,7 @@ static void inspect_done(struct dk_resp *r, void *data)
             ds->recreated++;
         }
         ds->phase = PH_IMAGE;
-        lc_next(ds);
+        dk_lc_next(ds);
         return;
     }
     if (r->status != 200 || !json_is_object(r->json)) {
@@ -860,7 +273,7 @@ static void inspect_done(struct dk_resp *r, void *data)
         sbx_err_t err = {0};
         err_make(&err, SBX_E_PROVIDER,
                  "the container was removed behind sbxd's back (%s)", sstat);
-        lc_fail(ds, &err);
+        dk_lc_fail(ds, &err);
         return;
     }
     if (ds->why == WHY_RECOVER && !ds->running) {
@@ -885,7 +298,7 @@ static void inspect_done(struct dk_resp *r, void *data)
         } else {
             sbx_err_t err = {0};
             err_make(&err, SBX_E_PROVIDER, "%s", why);
-            lc_fail(ds, &err);
+            dk_lc_fail(ds, &err);
             return;
         }
     }
@@ -895,14 +308,14 @@ static void inspect_done(struct dk_resp *r, void *data)
         ds->need_start = !ds->running;
         ds->phase = ds->running ? PH_IDLE : PH_START;
         if (ds->running) {
-            lc_ok(ds);
+            dk_lc_ok(ds);
             return;
         }
     } else {
         ds->need_start = !ds->running;
         ds->phase = PH_ATTACH;
     }
-    lc_next(ds);
+    dk_lc_next(ds);
 }
 
 static void image_done(struct dk_resp *r, void *data)
@@ -916,7 +329,7 @@ static void image_done(struct dk_resp *r, void *data)
                                     "snapshot image not found", "status", 404),
                           "docker: the snapshot's image %s is gone",
                           ds->image_id ? ds->image_id : "?");
-            lc_fail(ds, &err);
+            dk_lc_fail(ds, &err);
             return;
         }
         if (ds->pull_t < 0) { /* pulled already and still missing */
@@ -924,7 +337,7 @@ static void image_done(struct dk_resp *r, void *data)
             return;
         }
         ds->phase = PH_PULL;
-        lc_next(ds);
+        dk_lc_next(ds);
         return;
     }
     if (r->status != 200 || !json_is_object(r->json)) {
@@ -941,7 +354,7 @@ static void image_done(struct dk_resp *r, void *data)
         err_make_data(&err, SBX_E_PERMISSION, json_pack("{s:s}", "param", "image"),
                       "docker: image %s is another user's snapshot",
                       json_string_value(json_object_get(ds->opts, "image")));
-        lc_fail(ds, &err);
+        dk_lc_fail(ds, &err);
         return;
     }
     json_decref(ds->image_env);
@@ -951,7 +364,7 @@ static void image_done(struct dk_resp *r, void *data)
     if (id && !ds->image_id)
         ds->image_id = strdup(id);
     ds->phase = PH_CREATE;
-    lc_next(ds);
+    dk_lc_next(ds);
 }
 
 static int pull_line(const char *line, size_t len, void *data)
@@ -1017,7 +430,7 @@ static void pull_done(struct dk_resp *r, void *data)
     ds->pull_t = -1; /* pulled: a second 404 is an error */
     progress(ds, "pull", "image pulled");
     ds->phase = PH_IMAGE;
-    lc_next(ds);
+    dk_lc_next(ds);
 }
 
 static void create_done(struct dk_resp *r, void *data)
@@ -1050,7 +463,7 @@ static void create_done(struct dk_resp *r, void *data)
         ds->phase = ds->exec_mode ? PH_START : PH_ATTACH; /* the agent is mounted */
     else
         ds->phase = ds->dp->agent_tar ? PH_UPLOAD : PH_START;
-    lc_next(ds);
+    dk_lc_next(ds);
 }
 
 static void upload_done(struct dk_resp *r, void *data)
@@ -1061,7 +474,7 @@ static void upload_done(struct dk_resp *r, void *data)
         return;
     }
     ds->phase = ds->exec_mode ? PH_START : PH_ATTACH;
-    lc_next(ds);
+    dk_lc_next(ds);
 }
 
 static void unpause_done(struct dk_resp *r, void *data)
@@ -1075,10 +488,10 @@ static void unpause_done(struct dk_resp *r, void *data)
     ds->need_start = !ds->running;
     ds->phase = ds->exec_mode ? (ds->running ? PH_IDLE : PH_START) : PH_ATTACH;
     if (ds->phase == PH_IDLE) {
-        lc_ok(ds);
+        dk_lc_ok(ds);
         return;
     }
-    lc_next(ds);
+    dk_lc_next(ds);
 }
 
 static void start_done(struct dk_resp *r, void *data)
@@ -1093,12 +506,12 @@ static void start_done(struct dk_resp *r, void *data)
     if (ds->exec_mode) {
         ds->phase = PH_IDLE;
         ds->ready = 1;
-        lc_ok(ds);
+        dk_lc_ok(ds);
         return;
     }
     /* The attach made before the start may have ended meanwhile: again. */
     ds->phase = ds->att ? PH_HANDSHAKE : PH_ATTACH;
-    lc_next(ds);
+    dk_lc_next(ds);
 }
 
 static json_t *create_labels(struct dk_sb *ds)
@@ -1131,16 +544,12 @@ void dk_agent_mount(struct dk_prov *dp, json_t *body)
         json_t *binds = json_is_array(json_object_get(hc, "Binds"))
                             ? json_copy(json_object_get(hc, "Binds"))
                             : json_array();
-        char *b = NULL;
-        if (asprintf(&b, "%s:%s:ro", dp->agent_path, DK_AGENT_IN) < 0)
-            abort();
+        char *b = xasprintf("%s:%s:ro", dp->agent_path, DK_AGENT_IN);
         json_array_append_new(binds, json_string(b));
         free(b);
         json_object_set_new(hc, "Binds", binds);
     } else {
-        char *v = NULL;
-        if (asprintf(&v, "%s:ro", dp->agent_holder) < 0)
-            abort();
+        char *v = xasprintf("%s:ro", dp->agent_holder);
         json_object_set_new(hc, "VolumesFrom", json_pack("[s]", v));
         free(v);
     }
@@ -1164,7 +573,7 @@ void dk_agent_mount(struct dk_prov *dp, json_t *body)
 }
 
 /* Runs the current phase: one engine call, whose answer moves on. */
-static void lc_next(struct dk_sb *ds)
+void dk_lc_next(struct dk_sb *ds)
 {
     struct dk_prov *dp = ds->dp;
     struct dk_engine *e = &dp->eng;
@@ -1173,9 +582,7 @@ static void lc_next(struct dk_sb *ds)
     switch (ds->phase) {
     case PH_IDLE: return;
     case PH_LOOKUP: {
-        char *f = NULL;
-        if (asprintf(&f, "{\"label\":[\"sbxd.id=%s\"]}", ds->sb->id) < 0)
-            abort();
+        char *f = xasprintf("{\"label\":[\"sbxd.id=%s\"]}", ds->sb->id);
         char *fe = dk_escape(f);
         free(f);
         path = dk_path(e, "/containers/json?all=1&filters=%s", fe);
@@ -1229,7 +636,7 @@ static void lc_next(struct dk_sb *ds)
         if (dk_create_body(&body, ds->opts, ds->sb->id, ds->sb->owner,
                            dp->agent_tar ? DK_AGENT_IN : NULL, labels, &err) < 0) {
             json_decref(labels);
-            lc_fail(ds, &err);
+            dk_lc_fail(ds, &err);
             return;
         }
         json_decref(labels);
@@ -1258,13 +665,7 @@ static void lc_next(struct dk_sb *ds)
                              unpause_done, ds);
         break;
     case PH_ATTACH:
-        close_attach(ds);
-        open_channel(ds);
-        path = dk_path(e, "/containers/%s/attach?stream=1&stdin=1&stdout=1&stderr=1",
-                       ds->cid);
-        ds->att = hj_open(e, "POST", path, NULL, &ds->ch.wbuf, att_open, att_data,
-                          att_closed, ds);
-        ok = ds->att != NULL;
+        ok = dka_attach(ds) == 0;
         break;
     case PH_START:
         path = dk_path(e, "/containers/%s/start", ds->cid);
@@ -1273,20 +674,7 @@ static void lc_next(struct dk_sb *ds)
                              start_done, ds);
         break;
     case PH_HANDSHAKE:
-        ds->pong = 0;
-        ds->pings = 0;
-        ds->ready = 0;
-        if (send_frame(ds, SBX_CHAN_PING, 0, NULL, 0) < 0) {
-            if (ds->dlost)
-                return; /* the direct socket failed: dtimer falls back */
-            sbx_err_t err = {0};
-            err_make(&err, SBX_E_PROVIDER, "docker: the agent channel is closed");
-            lc_fail(ds, &err);
-            return;
-        }
-        ev_timer_stop(D->loop, &ds->hs_timer);
-        ev_timer_set(&ds->hs_timer, HS_PING_S, 0.);
-        ev_timer_start(D->loop, &ds->hs_timer);
+        dka_handshake(ds);
         return;
     default: return;
     }
@@ -1297,7 +685,7 @@ static void lc_next(struct dk_sb *ds)
                       json_pack("{s:s, s:s}", "provider", "docker", "reason",
                                 "cannot start a request"),
                       "docker: cannot start an engine request");
-        lc_fail(ds, &err);
+        dk_lc_fail(ds, &err);
     }
 }
 
@@ -1308,14 +696,14 @@ static void cleanup_done(struct dk_resp *r, void *data)
                  r->errmsg ? r->errmsg : "?");
 }
 
-static void lc_fail(struct dk_sb *ds, sbx_err_t *err)
+void dk_lc_fail(struct dk_sb *ds, sbx_err_t *err)
 {
     enum dk_why why = ds->why;
     ds->why = WHY_NONE;
     ds->phase = PH_IDLE;
     dk_reqlist_cancel(&ds->reqs);
     ev_timer_stop(D->loop, &ds->hs_timer);
-    close_attach(ds);
+    dka_close_attach(ds);
     struct sandbox *sb = ds->sb;
     if (why == WHY_RECOVER) {
         char msg[400];
@@ -1341,7 +729,7 @@ static void lc_fail(struct dk_sb *ds, sbx_err_t *err)
     err_clear(err);
 }
 
-static void lc_ok(struct dk_sb *ds)
+void dk_lc_ok(struct dk_sb *ds)
 {
     enum dk_why why = ds->why;
     ds->why = WHY_NONE;
@@ -1356,7 +744,7 @@ static void lc_ok(struct dk_sb *ds)
         for (struct dk_proc *x = ds->procs; x; x = x->next)
             if (!x->spawned && !x->exited && x->p && x->p->state == P_RUNNING &&
                 !ds->exec_mode)
-                send_spawn(ds, x);
+                dka_send_spawn(ds, x);
         return;
     }
     if (why != WHY_START)
@@ -1375,62 +763,39 @@ void dk_container_trouble(struct dk_sb *ds, const char *why)
         return;
     struct sandbox *sb = ds->sb;
     if (sb->status != SB_RUNNING) {
-        close_attach(ds);
+        dka_close_attach(ds);
         return;
     }
     log_warn("docker %s: %s; checking the container", sb->id, why);
-    close_attach(ds);
+    dka_close_attach(ds);
     ds->recovering = 1;
     ds->why = WHY_RECOVER;
     ds->phase = ds->cid[0] ? PH_INSPECT : PH_IDLE;
     if (ds->phase == PH_IDLE) {
         sbx_err_t err = {0};
         err_make(&err, SBX_E_PROVIDER, "container unknown");
-        lc_fail(ds, &err);
+        dk_lc_fail(ds, &err);
         return;
     }
-    lc_next(ds);
+    dk_lc_next(ds);
 }
 
 /* ---- processes
  * ------------------------------------------------------------------------------ */
 
-static void send_spawn(struct dk_sb *ds, struct dk_proc *dpp)
+struct dk_proc *dk_proc_new(struct dk_sb *ds, struct process *p)
 {
-    struct process *p = dpp->p;
-    if (!ds->ready || dpp->spawned || !p)
-        return;
-    json_t *msg = json_object();
-    json_t *v;
-    if ((v = json_object_get(p->spec, "shell")))
-        json_object_set(msg, "shell", v);
-    else
-        json_object_set(msg, "argv", json_object_get(p->spec, "argv"));
-    json_object_set_new(msg, "env", dk_spawn_env(ds, p));
-    json_object_set_new(msg, "cwd", json_string(dk_spawn_cwd(ds, p)));
-    json_object_set(msg, "timeout_ms", json_object_get(p->spec, "timeout_ms"));
-    json_object_set_new(msg, "window", json_integer(DK_WINDOW));
-    int r = send_json(ds, SBX_CHAN_SPAWN, dpp->pid, msg);
-    json_decref(msg);
-    if (r < 0) {
-        json_t *rec = json_pack("{s:i, s:s}", "exit_code", -1, "error",
-                                "docker: the agent channel is full or closed");
-        proc_gone(ds, dpp, rec);
-        json_decref(rec);
-        return;
-    }
-    dpp->spawned = 1;
-    /* stdin given before the SPAWN went out */
-    struct obuf *b = &dpp->stdin_buf;
-    while (b->bytes > 0) {
-        struct iovec iov[1];
-        obuf_iov(b, iov, 1);
-        if (send_frame(ds, SBX_CHAN_STDIN, dpp->pid, iov[0].iov_base, iov[0].iov_len) < 0)
-            break;
-        obuf_consume(b, iov[0].iov_len);
-    }
-    if (dpp->stdin_eof)
-        send_frame(ds, SBX_CHAN_STDIN_EOF, dpp->pid, NULL, 0);
+    struct dk_proc *dpp = xcalloc(1, sizeof(*dpp));
+    dpp->p = p;
+    dpp->ds = ds;
+    dpp->pid = p->pid;
+    obuf_init(&dpp->stdin_buf);
+    p->pdata = dpp;
+    dpp->next = ds->procs;
+    if (ds->procs)
+        ds->procs->prev = dpp;
+    ds->procs = dpp;
+    return dpp;
 }
 
 static int d_proc_spawn(void *cookie, struct process *p, sbx_err_t *err)
@@ -1438,11 +803,11 @@ static int d_proc_spawn(void *cookie, struct process *p, sbx_err_t *err)
     struct dk_sb *ds = p->sb->pdata;
     if (!ds)
         return err_make(err, SBX_E_STATE, "sandbox %s has no container", p->sb->id);
-    struct dk_proc *dpp = dpp_new(ds, p);
+    struct dk_proc *dpp = dk_proc_new(ds, p);
     if (ds->exec_mode)
         return dkx_spawn(ds, dpp, err);
     if (ds->ready)
-        send_spawn(ds, dpp);
+        dka_send_spawn(ds, dpp);
     /* else: sent when the agent is back (recovery) */
     return 0;
 }
@@ -1467,7 +832,7 @@ static int d_proc_write(void *cookie, struct process *p, const void *data, size_
     while (len > 0) {
         size_t k = len < SBX_CHAN_MAX_PAYLOAD ? len : SBX_CHAN_MAX_PAYLOAD;
         if (dpp->spawned && ds->ready) {
-            if (send_frame(ds, SBX_CHAN_STDIN, p->pid, d, k) < 0)
+            if (dka_send_frame(ds, SBX_CHAN_STDIN, p->pid, d, k) < 0)
                 return err_make(err, SBX_E_PROVIDER, "docker: the agent channel failed");
         } else {
             obuf_append(&dpp->stdin_buf, d, k);
@@ -1488,7 +853,7 @@ static int d_proc_close_stdin(void *cookie, struct process *p, sbx_err_t *err)
         return dkx_close_stdin(dpp, err);
     dpp->stdin_eof = 1;
     if (dpp->spawned && ds->ready)
-        send_frame(ds, SBX_CHAN_STDIN_EOF, p->pid, NULL, 0);
+        dka_send_frame(ds, SBX_CHAN_STDIN_EOF, p->pid, NULL, 0);
     return 0;
 }
 
@@ -1503,11 +868,11 @@ static int d_proc_kill(void *cookie, struct process *p, int sig, sbx_err_t *err)
     if (!dpp->spawned) {
         json_t *rec = json_pack("{s:i, s:i, s:b}", "exit_code", 128 + sig, "signal", sig,
                                 "killed", 1);
-        proc_gone(ds, dpp, rec);
+        dka_proc_gone(ds, dpp, rec);
         json_decref(rec);
         return 0;
     }
-    if (send_u32(ds, SBX_CHAN_KILL, p->pid, (uint32_t)sig) < 0 && !ds->recovering)
+    if (dka_send_u32(ds, SBX_CHAN_KILL, p->pid, (uint32_t)sig) < 0 && !ds->recovering)
         return err_make(err, SBX_E_PROVIDER, "docker: the agent channel is closed");
     /* During recovery the kill goes out after the re-attach: REPLAY then
      * KILL would need ordering we don't have; the core's grace timer ends it. */
@@ -1525,7 +890,7 @@ static void d_proc_resume(void *cookie, struct process *p)
         return;
     }
     if (ds->ready)
-        send_credit(ds, dpp, 1);
+        dka_send_credit(ds, dpp, 1);
 }
 
 static void d_proc_release(void *cookie, struct process *p)
@@ -1540,7 +905,7 @@ static void d_proc_release(void *cookie, struct process *p)
         else if (!dpp->exited && dpp->spawned && ds->ready &&
                  p->sb->status == SB_RUNNING && !D->draining)
             /* The core gave up on it (it never confirmed a kill): end it anyway. */
-            send_u32(ds, SBX_CHAN_KILL, dpp->pid, SIGKILL);
+            dka_send_u32(ds, SBX_CHAN_KILL, dpp->pid, SIGKILL);
         if (dpp->prev)
             dpp->prev->next = dpp->next;
         else
@@ -1556,18 +921,24 @@ static void d_proc_release(void *cookie, struct process *p)
 /* ---- sandbox ops
  * ------------------------------------------------------------------------------ */
 
+static void dtimer_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    struct dk_sb *ds = w->data;
+    if (ds->dead) {
+        dk_ds_free(ds);
+        return;
+    }
+    dkd_timer(ds);
+}
+
 static struct dk_sb *ds_new(struct dk_prov *dp, struct sandbox *sb)
 {
-    struct dk_sb *ds = calloc(1, sizeof(*ds));
-    if (!ds)
-        abort();
+    struct dk_sb *ds = xcalloc(1, sizeof(*ds));
     ds->sb = sb;
     ds->dp = dp;
-    ev_timer_init(&ds->hs_timer, hs_timer_cb, HS_PING_S, 0.);
-    ds->hs_timer.data = ds;
+    dka_init(ds);
     ev_timer_init(&ds->dtimer, dtimer_cb, 0., 0.);
     ds->dtimer.data = ds;
-    ds->cur = &ds->ch;
     sb->pdata = ds;
     return ds;
 }
@@ -1581,7 +952,7 @@ static int d_sb_start(void *cookie, struct sandbox *sb, sbx_err_t *err)
     if (ds->phase != PH_IDLE) {
         /* recovery in progress: take it over as the start */
         dk_reqlist_cancel(&ds->reqs);
-        close_attach(ds);
+        dka_close_attach(ds);
         ds->phase = PH_IDLE;
         ds->recovering = 0;
     }
@@ -1627,7 +998,7 @@ static int d_sb_start(void *cookie, struct sandbox *sb, sbx_err_t *err)
     } else {
         ds->phase = PH_LOOKUP;
     }
-    lc_next(ds);
+    dk_lc_next(ds);
     return 0;
 }
 
@@ -1657,7 +1028,7 @@ static void stop_done(struct dk_resp *r, void *data)
 static void quiesce(struct dk_sb *ds)
 {
     dk_reqlist_cancel(&ds->reqs);
-    close_attach(ds);
+    dka_close_attach(ds);
     ds->phase = PH_IDLE;
     ds->why = WHY_NONE;
     ds->recovering = 0;
@@ -1911,7 +1282,7 @@ static json_t *d_sb_metadata(void *cookie, struct sandbox *sb)
     return o;
 }
 
-static void ds_free(struct dk_sb *ds)
+void dk_ds_free(struct dk_sb *ds)
 {
     dkd_close(ds);
     ev_timer_stop(D->loop, &ds->dtimer);
@@ -1936,7 +1307,7 @@ static void d_sb_release(void *cookie, struct sandbox *sb)
         return;
     dk_reqlist_cancel(&ds->reqs);
     dk_reqlist_cancel(&ds->snap_reqs);
-    close_attach(ds);
+    dka_close_attach(ds);
     ev_timer_stop(D->loop, &ds->hs_timer);
     /* process records were released before us; drop anything left */
     while (ds->procs) {
@@ -1966,7 +1337,7 @@ static void d_sb_release(void *cookie, struct sandbox *sb)
         ev_timer_start(D->loop, &ds->dtimer);
         return;
     }
-    ds_free(ds);
+    dk_ds_free(ds);
 }
 
 /* ---- adoption after an sbxd restart
@@ -2041,7 +1412,7 @@ static void adopt_one(struct dk_prov *dp, json_t *c)
         ds->why = WHY_RECOVER;
         ds->recovering = 1;
         ds->phase = PH_INSPECT;
-        lc_next(ds);
+        dk_lc_next(ds);
     }
 }
 

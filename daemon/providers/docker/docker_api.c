@@ -20,6 +20,7 @@
 #include "docker_int.h"
 #include "log.h"
 #include "sbx_proto.h"
+#include "xalloc.h"
 
 #define DK_PING_DOWN_S 2.0
 #define DK_PING_UP_S 30.0
@@ -46,9 +47,7 @@ char *dk_escape(const char *s)
 {
     static const char hex[] = "0123456789ABCDEF";
     size_t n = strlen(s);
-    char *o = malloc(n * 3 + 1), *q = o;
-    if (!o)
-        abort();
+    char *o = xmalloc(n * 3 + 1), *q = o;
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
         if (isalnum(*p) || *p == '-' || *p == '_' || *p == '.' || *p == '~') {
             *q++ = (char)*p;
@@ -68,10 +67,9 @@ char *dk_path(struct dk_engine *e, const char *fmt, ...)
     va_list ap;
     va_start(ap, fmt);
     if (vasprintf(&tail, fmt, ap) < 0)
-        abort();
+        x_oom("vasprintf");
     va_end(ap);
-    if (asprintf(&out, "/v%s%s", e->version[0] ? e->version : "1.41", tail) < 0)
-        abort();
+    out = xasprintf("/v%s%s", e->version[0] ? e->version : "1.41", tail);
     free(tail);
     return out;
 }
@@ -237,12 +235,8 @@ static struct dk_req *req_make(struct dk_engine *e, struct dk_reqlist *list,
                                const char *method, const char *path, long timeout_ms,
                                dk_cb cb, void *data)
 {
-    struct dk_req *r = calloc(1, sizeof(*r));
-    if (!r)
-        abort();
-    char *url = NULL;
-    if (asprintf(&url, "%s%s", e->base, path) < 0)
-        abort();
+    struct dk_req *r = xcalloc(1, sizeof(*r));
+    char *url = xasprintf("%s%s", e->base, path);
     r->e = e;
     r->cb = cb;
     r->data = data;
@@ -283,7 +277,7 @@ struct dk_req *dk_call(struct dk_engine *e, struct dk_reqlist *list, const char 
     if (body) {
         char *s = json_dumps(body, JSON_COMPACT);
         if (!s)
-            abort();
+            x_oom("json_dumps");
         curlev_req_header(r->cr, "Content-Type: application/json");
         curlev_req_body(r->cr, s, strlen(s));
         free(s);
@@ -542,8 +536,7 @@ int dk_engine_init(struct dk_engine *e, json_t *conf, sbx_err_t *err)
         const char *hp = strstr(host, "://") + 3;
         size_t hl = strcspn(hp, "/");
         e->tls = ca || cert || key || strncmp(host, "https://", 8) == 0;
-        if (asprintf(&e->base, "%s://%.*s", e->tls ? "https" : "http", (int)hl, hp) < 0)
-            abort();
+        e->base = xasprintf("%s://%.*s", e->tls ? "https" : "http", (int)hl, hp);
         e->tls_ca = dup_or_null(ca);
         e->tls_cert = dup_or_null(cert);
         e->tls_key = dup_or_null(key);

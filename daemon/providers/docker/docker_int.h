@@ -1,7 +1,8 @@
 /*
  * docker_int.h - the Docker provider's private interface, shared by its files:
  *
- *   docker.c         the provider table, sandbox lifecycle, the agent channel
+ *   docker.c         the provider table, sandbox lifecycle, process ops, adoption
+ *   docker_agent.c   the agent channel: attach stream, frames, handshake, reconcile
  *   docker_api.c     the Engine API over libcurl's multi interface (curlev):
  *                    requests, JSON answers, API version negotiation, liveness
  *   docker_hijack.c  upgraded ("hijacked") connections: attach and exec streams,
@@ -360,9 +361,37 @@ void dkd_timer(struct dk_sb *ds);
 int dkd_connect(long pid, const char *path, char *err, size_t errlen);
 void dk_direct_closed(struct chan *ch, const char *why, void *data);
 
-/* docker.c, for docker_exec.c and docker_direct.c */
+/* docker.c: the lifecycle machine, for docker_agent.c, docker_exec.c, docker_direct.c */
 void dk_container_trouble(struct dk_sb *ds, const char *why);
+/* Runs the current phase; ends the machine's run with success or err. */
+void dk_lc_next(struct dk_sb *ds);
+void dk_lc_ok(struct dk_sb *ds);
+void dk_lc_fail(struct dk_sb *ds, sbx_err_t *err);
+/* Frees the provider state of a released sandbox (deferred while in_feed/in_direct). */
+void dk_ds_free(struct dk_sb *ds);
+/* A process record of the sandbox, linked to p (p->pdata). */
+struct dk_proc *dk_proc_new(struct dk_sb *ds, struct process *p);
+json_t *dk_spawn_env(struct dk_sb *ds, struct process *p);
+const char *dk_spawn_cwd(struct dk_sb *ds, struct process *p);
+
+/* docker_agent.c: the agent channel */
+void dka_init(struct dk_sb *ds); /* timers of a new dk_sb */
+/* PH_ATTACH: a new chan and the attach stream; -1 when libcurl refuses. */
+int dka_attach(struct dk_sb *ds);
+/* PH_HANDSHAKE: PING until PONG and HELLO; then reconcile and dk_lc_ok(). */
+void dka_handshake(struct dk_sb *ds);
+void dka_open_channel(struct dk_sb *ds);
+void dka_close_attach(struct dk_sb *ds);
+/* Frames on ds->cur; -1 when the channel is closed or full. */
+int dka_send_frame(struct dk_sb *ds, uint8_t type, uint32_t pid, const void *d, size_t n);
+int dka_send_u32(struct dk_sb *ds, uint8_t type, uint32_t pid, uint32_t v);
 int dk_send_json(struct dk_sb *ds, uint8_t type, uint32_t pid, json_t *v);
+/* SPAWN (then buffered stdin) once the agent is ready. */
+void dka_send_spawn(struct dk_sb *ds, struct dk_proc *dpp);
+/* Returns output credit (at CREDIT_BATCH, or any when force). */
+void dka_send_credit(struct dk_sb *ds, struct dk_proc *dpp, int force);
+/* The process ended with rec (borrowed); may free dpp. */
+void dka_proc_gone(struct dk_sb *ds, struct dk_proc *dpp, json_t *rec);
 void dk_agent_frame(struct chan *ch, const struct sbx_chan_hdr *h, const uint8_t *payload,
                     void *data);
 /* The same for the direct socket's chan (frees are deferred around it). */
@@ -370,7 +399,5 @@ void dk_direct_frame(struct chan *ch, const struct sbx_chan_hdr *h, const uint8_
                      void *data);
 /* The channel moved (or failed to): handshake again on ds->cur. */
 void dk_rehandshake(struct dk_sb *ds);
-json_t *dk_spawn_env(struct dk_sb *ds, struct process *p);
-const char *dk_spawn_cwd(struct dk_sb *ds, struct process *p);
 
 #endif

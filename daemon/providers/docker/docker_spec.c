@@ -20,6 +20,7 @@
 
 #include "docker_int.h"
 #include "sbx_proto.h"
+#include "xalloc.h"
 
 #define DEFAULT_IMAGE "debian:bookworm-slim"
 #define DEFAULT_WORKDIR "/workspace"
@@ -262,9 +263,7 @@ json_t *dk_env_to_arr(json_t *obj)
     {
         if (!json_is_string(v))
             continue;
-        char *s = NULL;
-        if (asprintf(&s, "%s=%s", k, json_string_value(v)) < 0)
-            abort();
+        char *s = xasprintf("%s=%s", k, json_string_value(v));
         json_array_append_new(a, json_string(s));
         free(s);
     }
@@ -421,9 +420,7 @@ static json_t *to_binds(json_t *v, int local, sbx_err_t *err)
                     NULL);
                 return NULL;
             }
-            char *s = NULL;
-            if (asprintf(&s, "%s:%s", k, json_string_value(x)) < 0)
-                abort();
+            char *s = xasprintf("%s:%s", k, json_string_value(x));
             json_array_append_new(l, json_string(s));
             free(s);
         }
@@ -853,8 +850,7 @@ char *dk_image_ref(const char *image)
     char *out = NULL;
     if (strchr(last, ':') || strchr(image, '@') || strncmp(image, "sha256:", 7) == 0)
         return strdup(image);
-    if (asprintf(&out, "%s:latest", image) < 0)
-        abort();
+    out = xasprintf("%s:latest", image);
     return out;
 }
 
