@@ -11,6 +11,10 @@
  * Nothing here calls into libcurl from a libcurl callback: cancel and resume
  * asked for while we are inside libcurl (depth > 0) go to a deferred list
  * that runs as soon as the outermost libcurl call has returned.
+ *
+ * A connect-only transfer is done once connected, but curl_multi_remove_handle
+ * would close its connection: drain() leaves it in the multi handle (RQ_HELD)
+ * for its owner to read and write, and only a cancel removes it.
  */
 #include "curlev.h"
 
@@ -20,6 +24,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "xalloc.h"
 
 /* Deferred entries handled per pass before the rest waits for the next loop iteration. */
 #define DEFERRED_BATCH 1024
@@ -30,7 +35,7 @@ struct curlev_sock {
     struct curlev_sock *next, *prev; /* every socket we watch, to free leftovers */
 };
 
-enum req_state { RQ_NEW, RQ_RUNNING, RQ_DONE };
+enum req_state { RQ_NEW, RQ_RUNNING, RQ_HELD, RQ_DONE };
 
 struct curlev_req {
     struct curlev *ce;
@@ -52,6 +57,7 @@ struct curlev_req {
     int cancelled;
     int on_deferred;
     int in_done; /* its done callback is running: cancel is a no-op */
+    int connect_only;
     char errbuf[CURL_ERROR_SIZE];
 };
 
@@ -101,6 +107,15 @@ static int sock_cb(CURL *easy, curl_socket_t s, int what, void *userp, void *soc
 {
     struct curlev *ce = userp;
     struct curlev_sock *cs = socketp;
+    struct curlev_req *r = NULL;
+    if (easy && what != CURL_POLL_REMOVE &&
+        curl_easy_getinfo(easy, CURLINFO_PRIVATE, (char **)&r) == CURLE_OK && r &&
+        r->state == RQ_HELD) {
+        /* A held connection's owner watches its socket. */
+        if (cs)
+            ev_io_stop(ce->loop, &cs->io);
+        return 0;
+    }
     if (what == CURL_POLL_REMOVE) {
         if (cs) {
             ev_io_stop(ce->loop, &cs->io);
@@ -231,14 +246,12 @@ static size_t header_cb(char *ptr, size_t size, size_t nmemb, void *userdata)
 
 struct curlev_req *curlev_req_new(struct curlev *ce, const char *method, const char *url)
 {
-    struct curlev_req *r = calloc(1, sizeof(*r));
-    if (!r)
-        abort();
+    struct curlev_req *r = xcalloc(1, sizeof(*r));
     r->ce = ce;
     r->easy = curl_easy_init();
-    r->method = strdup(method ? method : "GET");
-    if (!r->easy || !r->method)
-        abort();
+    r->method = xstrdup(method ? method : "GET");
+    if (!r->easy)
+        x_oom("curl_easy_init");
     curl_easy_setopt(r->easy, CURLOPT_URL, url);
     curl_easy_setopt(r->easy, CURLOPT_PRIVATE, r);
     curl_easy_setopt(r->easy, CURLOPT_ERRORBUFFER, r->errbuf);
@@ -363,7 +376,9 @@ int curlev_req_start(struct curlev_req *r)
     assert(r->state == RQ_NEW);
     CURL *e = r->easy;
     const char *m = r->method;
-    if (strcmp(m, "GET") == 0 && !r->has_body) {
+    if (r->connect_only) {
+        /* no request: the owner speaks on the connection */
+    } else if (strcmp(m, "GET") == 0 && !r->has_body) {
         curl_easy_setopt(e, CURLOPT_HTTPGET, 1L);
     } else if (strcmp(m, "HEAD") == 0) {
         curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
@@ -427,7 +442,7 @@ static void remove_and_free(struct curlev_req *r)
 {
     struct curlev *ce = r->ce;
     undefer(r);
-    if (r->state == RQ_RUNNING) {
+    if (r->state == RQ_RUNNING || r->state == RQ_HELD) {
         ce->depth++;
         curl_multi_remove_handle(ce->multi, r->easy);
         ce->depth--;
@@ -446,7 +461,7 @@ void curlev_req_cancel(struct curlev_req *r)
     r->on_done = NULL;
     r->privdata = NULL;
     r->cancelled = 1;
-    if (r->state != RQ_RUNNING) {
+    if (r->state != RQ_RUNNING && r->state != RQ_HELD) {
         undefer(r);
         req_free(r);
         return;
@@ -495,6 +510,14 @@ static void drain(struct curlev *ce)
         long code = 0;
         curl_easy_getinfo(e, CURLINFO_PRIVATE, (char **)&r);
         curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &code);
+        if (r && r->connect_only && rc == CURLE_OK && !r->cancelled) {
+            /* Connected: the handle stays, or the connection would close. The
+             * owner may cancel r from the callback (in_done stays 0). */
+            r->state = RQ_HELD;
+            if (r->on_done)
+                r->on_done(r, rc, code, "", r->privdata);
+            continue;
+        }
         ce->depth++;
         curl_multi_remove_handle(ce->multi, e); /* m is dead from here on */
         ce->depth--;
@@ -534,7 +557,7 @@ static void multi_failed(struct curlev *ce, CURLMcode mc)
     ce->depth--;
     ev_timer_stop(ce->loop, &ce->timer);
     if (multi_setup(ce) < 0)
-        abort();
+        x_oom("curl_multi_init");
     char msg[128];
     snprintf(msg, sizeof(msg), "curl multi handle failed: %s", curl_multi_strerror(mc));
     while (list) {
@@ -577,4 +600,38 @@ void curlev_deinit(struct curlev *ce)
         sock_unlink(cs);
         free(cs);
     }
+}
+
+/* ---- connect-only requests ---------------------------------------------- */
+
+void curlev_req_connect_only(struct curlev_req *r)
+{
+    assert(r->state == RQ_NEW);
+    r->connect_only = 1;
+    curl_easy_setopt(r->easy, CURLOPT_CONNECT_ONLY, 1L);
+}
+
+curl_socket_t curlev_req_socket(struct curlev_req *r)
+{
+    curl_socket_t fd = CURL_SOCKET_BAD;
+    if (r->state != RQ_HELD ||
+        curl_easy_getinfo(r->easy, CURLINFO_ACTIVESOCKET, &fd) != CURLE_OK)
+        return CURL_SOCKET_BAD;
+    return fd;
+}
+
+CURLcode curlev_req_send(struct curlev_req *r, const void *data, size_t len, size_t *sent)
+{
+    *sent = 0;
+    if (r->state != RQ_HELD)
+        return CURLE_SEND_ERROR;
+    return curl_easy_send(r->easy, data, len, sent);
+}
+
+CURLcode curlev_req_recv(struct curlev_req *r, void *buf, size_t len, size_t *got)
+{
+    *got = 0;
+    if (r->state != RQ_HELD)
+        return CURLE_RECV_ERROR;
+    return curl_easy_recv(r->easy, buf, len, got);
 }

@@ -13,7 +13,11 @@
  * callbacks run from inside libcurl. From a data or header callback you may
  * call curlev_req_cancel() and curlev_req_resume() on any request (both are
  * deferred until libcurl has returned) and curlev_req_start(). From the done
- * callback (libcurl has returned by then) anything goes.
+ * callback (libcurl has returned by then) anything goes, except
+ * curlev_deinit() of the curlev that calls it.
+ *
+ * A connect-only request (curlev_req_connect_only) hands its connection to
+ * the caller once made: Docker's upgraded attach and exec streams.
  */
 #ifndef SBXD_CURLEV_H
 #define SBXD_CURLEV_H
@@ -127,7 +131,38 @@ int curlev_req_paused(const struct curlev_req *r);
  */
 void curlev_req_cancel(struct curlev_req *r);
 
-/** Number of requests started and not finished. */
+/** Number of requests started and not finished (held connections count). */
 int curlev_active(const struct curlev *ce);
+
+/* ---- connect-only requests: a connection for the caller's own protocol ---- */
+
+/**
+ * Makes r (not yet started) connect-only (CURLOPT_CONNECT_ONLY): libcurl
+ * connects as for r's URL (Unix socket, TCP, TLS for https) and sends
+ * nothing. The done callback runs once the connection is made (rc CURLE_OK)
+ * or has failed. On success r is *held*, not freed: it stays in the multi
+ * handle, since removing it would close the connection, and is the caller's
+ * to use with curlev_req_socket(), curlev_req_send() and curlev_req_recv()
+ * until curlev_req_cancel() closes it (also from inside that done callback).
+ * curlev never watches a held connection's socket: its owner does. Should the
+ * multi handle fail later, done runs once more, with an error, and r is freed
+ * after it.
+ *
+ * libcurl's connection cache takes an idle connection with unread input for
+ * a dead one and may close it when another transfer of the same multi
+ * handle connects: give each held connection a curlev of its own.
+ */
+void curlev_req_connect_only(struct curlev_req *r);
+
+/** The socket of a held connect-only request, or CURL_SOCKET_BAD. */
+curl_socket_t curlev_req_socket(struct curlev_req *r);
+
+/**
+ * curl_easy_send() / curl_easy_recv() on a held connect-only request. They
+ * never block: CURLE_AGAIN means "wait until the socket is ready" (with TLS,
+ * retry a send of the same length). recv returns CURLE_OK with *got 0 at EOF.
+ */
+CURLcode curlev_req_send(struct curlev_req *r, const void *data, size_t len, size_t *sent);
+CURLcode curlev_req_recv(struct curlev_req *r, void *buf, size_t len, size_t *got);
 
 #endif

@@ -5,13 +5,12 @@
  *
  * libcurl has no generic HTTP Upgrade, so the connection is made by libcurl
  * with CURLOPT_CONNECT_ONLY (over the Unix socket, or TCP + TLS with libcurl
- * doing the TLS) and the request is written by hand. The connect runs on a
- * multi handle of its own, driven by libev like curlev: libcurl removes a
- * connect-only connection when its easy handle leaves the multi handle
- * (curl_multi_remove_handle closes it), and curlev removes every finished
- * transfer, so the handle stays in this private multi until the connection
- * ends. After that, the socket from CURLINFO_ACTIVESOCKET is watched with
- * an ev_io and read and written with curl_easy_recv/curl_easy_send, which
+ * doing the TLS) and the request is written by hand. The connect is a
+ * connect-only curlev request (daemon/io/curlev.c), on a curlev of its own:
+ * in the engine's shared one, libcurl's connection cache could take the
+ * idle-looking connection with unread input for a dead one and close it.
+ * Once connected, the request is held and its socket is watched with an
+ * ev_io here, read and written with curlev_req_recv/curlev_req_send, which
  * never block: CURLE_AGAIN means "wait for the socket".
  *
  * Received bytes are Docker stream frames (Tty false): a header of 8 bytes
@@ -27,9 +26,11 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "curlev.h"
 #include "daemon.h"
 #include "docker_int.h"
 #include "log.h"
+#include "xalloc.h"
 
 #define HJ_RBUF (64u * 1024)
 #define HJ_READ_ROUNDS 16
@@ -40,26 +41,17 @@
 
 enum hj_state { HJ_CONNECTING, HJ_REQUEST, HJ_HEAD, HJ_ERRBODY, HJ_STREAM, HJ_DEAD };
 
-struct hj_sock {
-    ev_io io;
-    struct hj *h;
-    struct hj_sock *next;
-    curl_socket_t fd;
-};
-
 struct hj {
     struct dk_engine *e;
-    CURLM *multi;
-    CURL *easy;
-    ev_timer ctimer; /* libcurl's timer while connecting */
-    struct hj_sock *socks;
+    struct curlev ce;       /* the connect; then it holds the connection */
+    struct curlev_req *req; /* connect-only, held once connected */
     enum hj_state st;
     curl_socket_t fd;
     ev_io io;
     int io_events;
     ev_timer kick;
     ev_timer answer; /* until the response head is in */
-    char *req;
+    char *req_text; /* the HTTP request, sent once connected */
     size_t req_len, req_off;
     size_t again_len; /* a send that got CURLE_AGAIN is retried with the same length */
     char head[HJ_HEAD_MAX + 1];
@@ -89,96 +81,10 @@ struct hj {
 static void hj_free(struct hj *h);
 static void update_io(struct hj *h);
 static void do_read(struct hj *h);
+static void flush_inner(struct hj *h);
+static void fail_stream(struct hj *h, const char *why);
 
-/* ---- connect phase: libcurl's multi on libev ---------------------------------- */
-
-static void connect_done(struct hj *h);
-
-static void drive(struct hj *h, curl_socket_t fd, int flags)
-{
-    int running = 0;
-    h->in_cb++;
-    CURLMcode mc = curl_multi_socket_action(h->multi, fd, flags, &running);
-    if (mc != CURLM_OK) {
-        snprintf(h->errbuf, sizeof(h->errbuf), "curl multi: %s", curl_multi_strerror(mc));
-        h->st = HJ_DEAD;
-    }
-    connect_done(h);
-    h->in_cb--;
-    if (h->closing && !h->in_cb)
-        hj_free(h);
-}
-
-static void csock_cb(struct ev_loop *loop, ev_io *w, int revents)
-{
-    struct hj_sock *s = w->data;
-    struct hj *h = s->h;
-    int flags = 0;
-    if (revents & EV_READ)
-        flags |= CURL_CSELECT_IN;
-    if (revents & EV_WRITE)
-        flags |= CURL_CSELECT_OUT;
-    if (revents & EV_ERROR)
-        flags |= CURL_CSELECT_ERR;
-    drive(h, s->fd, flags);
-}
-
-static void ctimer_cb(struct ev_loop *loop, ev_timer *w, int revents)
-{
-    drive(w->data, CURL_SOCKET_TIMEOUT, 0);
-}
-
-static int sock_fn(CURL *easy, curl_socket_t fd, int what, void *userp, void *socketp)
-{
-    struct hj *h = userp;
-    struct hj_sock *s = socketp;
-    if (what == CURL_POLL_REMOVE) {
-        if (s) {
-            ev_io_stop(D->loop, &s->io);
-            for (struct hj_sock **pp = &h->socks; *pp; pp = &(*pp)->next)
-                if (*pp == s) {
-                    *pp = s->next;
-                    break;
-                }
-            free(s);
-            curl_multi_assign(h->multi, fd, NULL);
-        }
-        return 0;
-    }
-    if (!s) {
-        s = calloc(1, sizeof(*s));
-        if (!s)
-            return -1;
-        s->h = h;
-        s->fd = fd;
-        ev_init(&s->io, csock_cb);
-        s->io.data = s;
-        s->next = h->socks;
-        h->socks = s;
-        curl_multi_assign(h->multi, fd, s);
-    }
-    ev_io_stop(D->loop, &s->io);
-    if (h->st != HJ_CONNECTING)
-        return 0; /* the raw phase watches the socket itself */
-    int ev =
-        ((what & CURL_POLL_IN) ? EV_READ : 0) | ((what & CURL_POLL_OUT) ? EV_WRITE : 0);
-    if (ev) {
-        ev_io_set(&s->io, fd, ev);
-        ev_io_start(D->loop, &s->io);
-    }
-    return 0;
-}
-
-static int timer_fn(CURLM *multi, long timeout_ms, void *userp)
-{
-    struct hj *h = userp;
-    ev_timer_stop(D->loop, &h->ctimer);
-    if (timeout_ms >= 0 && h->st == HJ_CONNECTING) {
-        ev_timer_set(&h->ctimer, (double)timeout_ms / 1000.0, 0.);
-        ev_timer_start(D->loop, &h->ctimer);
-    }
-    return 0;
-}
+/* ---- connect phase ------------------------------------------------------------------ */
 
 /* Calls the open callback. A failure marks h closing; it is freed when the
  * outermost of our own callbacks returns (callers always hold in_cb). */
@@ -196,49 +102,51 @@ static void open_result(struct hj *h, long status, const char *msg)
     }
 }
 
-static void connect_done(struct hj *h)
+/* Our own callbacks may close h; it is freed on the next iteration (kick),
+ * never inside curlev's done callback: curlev still uses h->ce after it. */
+static void reap_later(struct hj *h)
 {
-    if (h->st == HJ_DEAD) {
-        if (h->e)
-            dk_engine_failed(h->e, h->errbuf);
-        open_result(h, 0, h->errbuf);
-        return;
-    }
-    CURLMsg *m;
-    int left;
-    while ((m = curl_multi_info_read(h->multi, &left))) {
-        if (m->msg != CURLMSG_DONE)
-            continue;
-        CURLcode rc = m->data.result;
-        /* The easy handle stays in the multi: removing it would close the
-         * connect-only connection. */
-        ev_timer_stop(D->loop, &h->ctimer);
-        for (struct hj_sock *s = h->socks; s; s = s->next)
-            ev_io_stop(D->loop, &s->io);
-        if (rc != CURLE_OK) {
-            char msg[CURL_ERROR_SIZE + 64];
+    if (h->io_events)
+        ev_io_stop(D->loop, &h->io);
+    h->io_events = 0;
+    ev_timer_stop(D->loop, &h->kick);
+    ev_timer_set(&h->kick, 0., 0.);
+    ev_timer_start(D->loop, &h->kick);
+}
+
+static void connected(struct curlev_req *r, CURLcode rc, long status, const char *errmsg,
+                      void *data)
+{
+    struct hj *h = data;
+    h->in_cb++;
+    if (rc != CURLE_OK) {
+        h->req = NULL; /* curlev frees it when we return */
+        if (h->st == HJ_CONNECTING) {
+            char msg[CURL_ERROR_SIZE + 300];
             snprintf(msg, sizeof(msg), "cannot reach the Docker engine at %.200s: %s",
-                     h->e ? h->e->host : "?", curl_easy_strerror(rc));
+                     h->e->host, curl_easy_strerror(rc));
             h->st = HJ_DEAD;
-            if (h->e)
-                dk_engine_failed(h->e, msg);
+            dk_engine_failed(h->e, msg);
             open_result(h, 0, msg);
-            return;
+        } else {
+            fail_stream(h, errmsg); /* the multi handle failed under a held connection */
         }
-        curl_socket_t fd = CURL_SOCKET_BAD;
-        curl_easy_getinfo(h->easy, CURLINFO_ACTIVESOCKET, &fd);
+    } else {
+        curl_socket_t fd = curlev_req_socket(r);
         if (fd == CURL_SOCKET_BAD) {
             h->st = HJ_DEAD;
             open_result(h, 0, "no socket after connect");
-            return;
+        } else {
+            h->fd = fd;
+            h->st = HJ_REQUEST;
+            ev_io_init(&h->io, NULL, fd, 0);
+            h->io_events = 0;
+            flush_inner(h);
         }
-        h->fd = fd;
-        h->st = HJ_REQUEST;
-        ev_io_init(&h->io, NULL, fd, 0);
-        h->io_events = 0;
-        hj_flush(h);
-        return;
     }
+    h->in_cb--;
+    if (h->closing)
+        reap_later(h);
 }
 
 /* ---- raw phase ------------------------------------------------------------------------
@@ -248,7 +156,7 @@ static int send_some(struct hj *h, const char *p, size_t n, size_t *sent)
 {
     if (h->again_len && h->again_len <= n)
         n = h->again_len;
-    CURLcode rc = curl_easy_send(h->easy, p, n, sent);
+    CURLcode rc = curlev_req_send(h->req, p, n, sent);
     if (rc == CURLE_AGAIN) {
         h->again_len = n;
         *sent = 0;
@@ -279,8 +187,6 @@ static void fail_stream(struct hj *h, const char *why)
     h->closing = 1;
 }
 
-static void flush_inner(struct hj *h);
-
 void hj_flush(struct hj *h)
 {
     if (!h || h->closing)
@@ -300,7 +206,7 @@ static void flush_inner(struct hj *h)
     if (h->st == HJ_REQUEST) {
         while (h->req_off < h->req_len && rounds++ < HJ_WRITE_ROUNDS) {
             size_t n = 0;
-            if (send_some(h, h->req + h->req_off, h->req_len - h->req_off, &n) < 0) {
+            if (send_some(h, h->req_text + h->req_off, h->req_len - h->req_off, &n) < 0) {
                 fail_stream(h, h->errbuf);
                 return;
             }
@@ -515,8 +421,8 @@ static void do_read(struct hj *h)
             dst = h->head + h->head_len;
             room = HJ_HEAD_MAX - h->head_len;
         } else if (h->st == HJ_ERRBODY) {
-            if (!h->ebody && !(h->ebody = malloc(HJ_EBODY_MAX)))
-                abort();
+            if (!h->ebody)
+                h->ebody = xmalloc(HJ_EBODY_MAX);
             dst = h->ebody + h->elen;
             room = HJ_EBODY_MAX - h->elen;
             if (room == 0) {
@@ -528,7 +434,7 @@ static void do_read(struct hj *h)
             room = HJ_RBUF;
         }
         size_t n = 0;
-        CURLcode rc = curl_easy_recv(h->easy, dst, room, &n);
+        CURLcode rc = curlev_req_recv(h->req, dst, room, &n);
         if (rc == CURLE_AGAIN)
             return;
         if (rc != CURLE_OK || n == 0) {
@@ -561,8 +467,8 @@ static void do_read(struct hj *h)
                 continue;
             }
             h->st = HJ_ERRBODY;
-            if (!h->ebody && !(h->ebody = malloc(HJ_EBODY_MAX)))
-                abort();
+            if (!h->ebody)
+                h->ebody = xmalloc(HJ_EBODY_MAX);
             size_t k = h->rlen < HJ_EBODY_MAX ? h->rlen : HJ_EBODY_MAX;
             memcpy(h->ebody, h->rbuf, k);
             h->elen = k;
@@ -599,9 +505,7 @@ struct hj *hj_open(struct dk_engine *e, const char *method, const char *path,
                    json_t *body, struct obuf *out, hj_open_cb on_open, hj_data_cb on_data,
                    hj_close_cb on_close, void *data)
 {
-    struct hj *h = calloc(1, sizeof(*h));
-    if (!h)
-        abort();
+    struct hj *h = xcalloc(1, sizeof(*h));
     h->e = e;
     h->out = out;
     h->on_open = on_open;
@@ -609,11 +513,7 @@ struct hj *hj_open(struct dk_engine *e, const char *method, const char *path,
     h->on_close = on_close;
     h->data = data;
     h->fd = CURL_SOCKET_BAD;
-    h->rbuf = malloc(HJ_RBUF);
-    if (!h->rbuf)
-        abort();
-    ev_timer_init(&h->ctimer, ctimer_cb, 1., 0.);
-    h->ctimer.data = h;
+    h->rbuf = xmalloc(HJ_RBUF);
     ev_timer_init(&h->kick, kick_cb, 0., 0.);
     h->kick.data = h;
     ev_timer_init(&h->answer, answer_cb, HJ_ANSWER_TIMEOUT_S, 0.);
@@ -621,40 +521,30 @@ struct hj *hj_open(struct dk_engine *e, const char *method, const char *path,
     ev_timer_start(D->loop, &h->answer);
     char *b = body ? json_dumps(body, JSON_COMPACT) : NULL;
     size_t bl = b ? strlen(b) : 0;
-    int n = asprintf(
-        &h->req,
+    h->req_text = xasprintf(
         "%s %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: sbxd/" SBX_VERSION
         "\r\nUpgrade: tcp\r\nConnection: Upgrade\r\n%sContent-Length: %zu\r\n\r\n%s",
         method, path, e->unix_path ? "localhost" : strstr(e->base, "://") + 3,
         b ? "Content-Type: application/json\r\n" : "", bl, b ? b : "");
     free(b);
-    if (n < 0)
-        abort();
-    h->req_len = (size_t)n;
+    h->req_len = strlen(h->req_text);
 
-    h->multi = curl_multi_init();
-    h->easy = curl_easy_init();
-    if (!h->multi || !h->easy)
-        abort();
-    curl_multi_setopt(h->multi, CURLMOPT_SOCKETFUNCTION, sock_fn);
-    curl_multi_setopt(h->multi, CURLMOPT_SOCKETDATA, h);
-    curl_multi_setopt(h->multi, CURLMOPT_TIMERFUNCTION, timer_fn);
-    curl_multi_setopt(h->multi, CURLMOPT_TIMERDATA, h);
-    char *url = NULL;
-    if (asprintf(&url, "%s/", e->base) < 0)
-        abort();
-    curl_easy_setopt(h->easy, CURLOPT_URL, url);
+    if (curlev_init(&h->ce, D->loop) < 0)
+        x_oom("curl_multi_init");
+    char *url = xasprintf("%s/", e->base);
+    h->req = curlev_req_new(&h->ce, "GET", url);
     free(url);
+    CURL *easy = curlev_req_easy(h->req);
     if (e->unix_path)
-        curl_easy_setopt(h->easy, CURLOPT_UNIX_SOCKET_PATH, e->unix_path);
-    dk_engine_tls(e, h->easy);
-    curl_easy_setopt(h->easy, CURLOPT_CONNECT_ONLY, 1L);
-    curl_easy_setopt(h->easy, CURLOPT_CONNECTTIMEOUT_MS, (long)DK_CONNECT_TIMEOUT_MS);
-    curl_easy_setopt(h->easy, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(h->easy, CURLOPT_ERRORBUFFER, h->errbuf);
-    curl_easy_setopt(h->easy, CURLOPT_TCP_NODELAY, 1L);
+        curlev_req_unix_socket(h->req, e->unix_path);
+    dk_engine_tls(e, easy);
+    curlev_req_connect_only(h->req);
+    curlev_req_timeouts(h->req, 0, DK_CONNECT_TIMEOUT_MS);
+    curl_easy_setopt(easy, CURLOPT_TCP_NODELAY, 1L);
+    curlev_req_callbacks(h->req, NULL, NULL, connected, h);
     h->st = HJ_CONNECTING;
-    if (curl_multi_add_handle(h->multi, h->easy) != CURLM_OK) {
+    if (curlev_req_start(h->req) < 0) {
+        h->req = NULL; /* freed by curlev */
         h->st = HJ_DEAD;
         hj_free(h);
         return NULL;
@@ -709,25 +599,16 @@ void hj_close(struct hj *h)
 static void hj_free(struct hj *h)
 {
     ev_timer_stop(D->loop, &h->answer);
-    ev_timer_stop(D->loop, &h->ctimer);
     ev_timer_stop(D->loop, &h->kick);
     if (h->io_events)
         ev_io_stop(D->loop, &h->io);
     h->io_events = 0;
     h->st = HJ_DEAD;
-    if (h->multi && h->easy)
-        curl_multi_remove_handle(h->multi, h->easy); /* may call sock_fn(REMOVE) */
-    while (h->socks) {
-        struct hj_sock *s = h->socks;
-        h->socks = s->next;
-        ev_io_stop(D->loop, &s->io);
-        free(s);
-    }
-    if (h->easy)
-        curl_easy_cleanup(h->easy);
-    if (h->multi)
-        curl_multi_cleanup(h->multi);
-    free(h->req);
+    if (h->req)
+        curlev_req_cancel(h->req); /* removes the handle: closes the connection */
+    h->req = NULL;
+    curlev_deinit(&h->ce);
+    free(h->req_text);
     free(h->ebody);
     free(h->rbuf);
     free(h);
