@@ -295,6 +295,54 @@ static int wait_status(conn *c, const char *id, const char *want, int ms)
     return 0;
 }
 
+/* Sends a call without waiting; its answer comes from await_id(). */
+static int send_call(conn *c, const char *method, json_t *params)
+{
+    int id = ++c->next_id;
+    json_t *m = json_pack("{s:s, s:i, s:s, s:o}", "jsonrpc", "2.0", "id", id, "method", method,
+                          "params", params);
+    char *t = json_dumps(m, JSON_COMPACT);
+    cn_send_raw(c, t, strlen(t));
+    cn_send_raw(c, "\n", 1);
+    free(t);
+    json_decref(m);
+    return id;
+}
+
+/* The answer to call id within ms, or NULL; other messages go to c->notes. */
+static json_t *await_id(conn *c, int id, int ms)
+{
+    double until = now_ms() + ms;
+    while (now_ms() < until) {
+        json_t *m = cn_read(c, 500);
+        if (m && json_integer_value(json_object_get(m, "id")) == id)
+            return m;
+        if (m)
+            json_array_append_new(c->notes, m);
+    }
+    return NULL;
+}
+
+/* An op's answer: done, or failed with a provider error (-32002 engine not
+ * reached, -32006 the engine's refusal) naming Docker. */
+static int op_answer_clear(json_t *ans)
+{
+    if (!ans)
+        return 0;
+    if (!json_object_get(ans, "error"))
+        return res_of(ans) != NULL;
+    int code = err_code(ans);
+    const char *m = json_string_value(json_object_get(json_object_get(ans, "error"), "message"));
+    return (code == -32002 || code == -32006) && m && m[0];
+}
+
+static void print_answer(const char *what, json_t *ans, double ms)
+{
+    char *t = ans ? json_dumps(ans, JSON_COMPACT) : NULL;
+    printf("      %s after %.0f ms: %.300s\n", what, ms, t ? t : "(no answer)");
+    free(t);
+}
+
 static int has_note(conn *c, const char *method, const char *key, const char *val)
 {
     size_t i;
@@ -2391,6 +2439,99 @@ static void test_fake_engine(void)
     }
 }
 
+/* ---- issue 11: losing the backend ends the pending op at once -------------------------- */
+
+/* A snapshot or stop in flight while the container is removed behind sbxd's
+ * back answers at once (done, or a provider error), not at
+ * limits.op_timeout_ms (300 s by default here); destroy then finishes. */
+static void test_lost_mid_op(conn *c)
+{
+    json_t *r = create(c, "lm1", NULL);
+    char cid[100], p[256];
+    snprintf(cid, sizeof(cid), "%s", cid_of(r));
+    json_decref(r);
+    /* A big layer: the commit takes a while (vfs copies it). */
+    exec_ok(c, "lm1", "dd if=/dev/zero of=/big bs=1M count=200 2>/dev/null && echo ok", "ok\n");
+    int id = send_call(c, "sandbox.snapshot", json_pack("{s:s}", "id", "lm1"));
+    usleep(300000);
+    double t = now_ms();
+    snprintf(p, sizeof(p), "/containers/%s?force=1", cid);
+    engine("DELETE", p, NULL, NULL);
+    json_t *ans = await_id(c, id, 120000);
+    double took = now_ms() - t;
+    print_answer("snapshot, container removed meanwhile", ans, took);
+    test_cond("removed mid-snapshot: the snapshot answers at once (done or a provider "
+              "error), not at op_timeout_ms",
+              op_answer_clear(ans) && took < 20000);
+    const char *snap = json_string_value(json_object_get(res_of(ans), "snapshot"));
+    if (snap)
+        json_decref(cn_call_t(c, 60000, "snapshot.delete", json_pack("{s:s}", "snapshot", snap)));
+    json_decref(ans);
+    test_cond("removed mid-snapshot: the sandbox is in error", wait_status(c, "lm1", "error", 10000));
+    t = now_ms();
+    r = cn_call_t(c, 60000, "sandbox.destroy", json_pack("{s:s}", "id", "lm1"));
+    test_cond("removed mid-snapshot: destroy finishes", res_of(r) && now_ms() - t < 20000);
+    json_decref(r);
+
+    r = create(c, "lm2", NULL);
+    snprintf(cid, sizeof(cid), "%s", cid_of(r));
+    json_decref(r);
+    json_decref(cn_call(c, "process.spawn",
+                        json_pack("{s:s, s:s}", "sandbox", "lm2", "command", "sleep 100")));
+    id = send_call(c, "sandbox.stop", json_pack("{s:s}", "id", "lm2"));
+    usleep(100000);
+    t = now_ms();
+    snprintf(p, sizeof(p), "/containers/%s?force=1", cid);
+    engine("DELETE", p, NULL, NULL);
+    ans = await_id(c, id, 120000);
+    took = now_ms() - t;
+    print_answer("stop, container removed meanwhile", ans, took);
+    test_cond("removed mid-stop: the stop answers at once (done or a provider error)",
+              op_answer_clear(ans) && took < 20000);
+    json_decref(ans);
+    t = now_ms();
+    r = cn_call_t(c, 60000, "sandbox.destroy", json_pack("{s:s}", "id", "lm2"));
+    test_cond("removed mid-stop: destroy finishes", res_of(r) && now_ms() - t < 20000);
+    json_decref(r);
+}
+
+/* The pid of the private dockerd of dir (tests/docker/dockerd.sh), or 0. */
+static int dockerd_pid(const char *dir)
+{
+    char pidf[600];
+    snprintf(pidf, sizeof(pidf), "%s/dockerd.pid", dir ? dir : "");
+    FILE *f = fopen(pidf, "r");
+    int dpid = 0;
+    if (f) {
+        if (fscanf(f, "%d", &dpid) != 1)
+            dpid = 0;
+        fclose(f);
+    }
+    return dpid;
+}
+
+/* Starts the private engine of dir again; 1 once sbxd sees it available. */
+static int engine_restart(conn *c, const char *dir)
+{
+    char cmd[800];
+    snprintf(cmd, sizeof(cmd), "sh tests/docker/dockerd.sh start '%s' --tls >/dev/null 2>&1",
+             dir ? dir : "");
+    int st = system(cmd);
+    int up = 0;
+    for (int i = 0; st == 0 && i < 100 && !up; i++) {
+        json_t *info = cn_call(c, "daemon.info", NULL);
+        size_t k;
+        json_t *pv;
+        json_array_foreach(json_object_get(res_of(info), "providers"), k, pv)
+            if (!strcmp(json_string_value(json_object_get(pv, "name")), "docker"))
+                up = json_is_true(json_object_get(pv, "available"));
+        json_decref(info);
+        if (!up)
+            usleep(200000);
+    }
+    return up;
+}
+
 /* Last: the private engine goes away while a command runs. */
 static void test_engine_stops(conn *c)
 {
@@ -2402,6 +2543,8 @@ static void test_engine_stops(conn *c)
     const char *dir = getenv("SBX_DOCKERD_DIR");
     json_t *r = create(c, "es1", NULL);
     json_decref(r);
+    json_decref(create(c, "es3", NULL));
+    exec_ok(c, "es3", "dd if=/dev/zero of=/big bs=1M count=200 2>/dev/null && echo ok", "ok\n");
     json_decref(cn_call(c, "sandbox.create",
                         json_pack("{s:s, s:s}", "id", "duk2", "provider", "duktape")));
     int id = ++c->next_id;
@@ -2412,29 +2555,37 @@ static void test_engine_stops(conn *c)
              "\"es1\",\"command\":\"echo before; sleep 60\"}}\n",
              id);
     cn_send_raw(c, req, strlen(req));
+    /* and a commit of a big layer (issue 11: losing the engine fails it at once) */
+    int snap_id = send_call(c, "sandbox.snapshot", json_pack("{s:s}", "id", "es3"));
     usleep(500000);
-    char pidf[600];
-    snprintf(pidf, sizeof(pidf), "%s/dockerd.pid", dir ? dir : "");
-    FILE *f = fopen(pidf, "r");
-    int dpid = 0;
-    if (f) {
-        if (fscanf(f, "%d", &dpid) != 1)
-            dpid = 0;
-        fclose(f);
-    }
+    int dpid = dockerd_pid(dir);
     double t = now_ms();
     /* SIGTERM: the engine stops its containers and goes (SIGKILL would leave
      * containerd shims and containers behind). */
     if (dpid > 0)
         kill(dpid, SIGTERM);
-    json_t *ans = NULL;
-    while (!ans && now_ms() - t < 30000) {
+    json_t *ans = NULL, *snap_ans = NULL;
+    double snap_ms = 0;
+    while ((!ans || !snap_ans) && now_ms() - t < 30000) {
         json_t *m = cn_read(c, 1000);
-        if (m && json_integer_value(json_object_get(m, "id")) == id)
+        if (m && json_integer_value(json_object_get(m, "id")) == id) {
             ans = m;
-        else if (m)
+        } else if (m && json_integer_value(json_object_get(m, "id")) == snap_id) {
+            snap_ans = m;
+            snap_ms = now_ms() - t;
+        } else if (m) {
             json_array_append_new(c->notes, m);
+        }
     }
+    print_answer("snapshot, engine stopped meanwhile", snap_ans, snap_ms);
+    test_cond("engine stopped mid-snapshot: the snapshot answers at once (a provider error, "
+              "or done if it finished first), not at op_timeout_ms",
+              op_answer_clear(snap_ans) && snap_ms < 15000);
+    const char *snap = json_string_value(json_object_get(res_of(snap_ans), "snapshot"));
+    char snap_name[80] = "";
+    if (snap)
+        snprintf(snap_name, sizeof(snap_name), "%s", snap);
+    json_decref(snap_ans);
     test_cond("engine stopped mid-exec: the exec ends with a clear error, no hang",
               ans && !json_is_null(json_object_get(res_of(ans), "error")) &&
                   now_ms() - t < 15000);
@@ -2467,29 +2618,52 @@ static void test_engine_stops(conn *c)
 
     /* The engine comes back (same data root): the next call restarts the
      * stopped container and runs. */
-    char cmd[800];
-    snprintf(cmd, sizeof(cmd), "sh tests/docker/dockerd.sh start '%s' --tls >/dev/null 2>&1",
-             dir ? dir : "");
-    int st = system(cmd);
-    int up = 0;
-    for (int i = 0; st == 0 && i < 100 && !up; i++) {
-        json_t *info = cn_call(c, "daemon.info", NULL);
-        size_t k;
-        json_t *pv;
-        json_array_foreach(json_object_get(res_of(info), "providers"), k, pv)
-            if (!strcmp(json_string_value(json_object_get(pv, "name")), "docker"))
-                up = json_is_true(json_object_get(pv, "available"));
-        json_decref(info);
-        if (!up)
-            usleep(200000);
-    }
-    test_cond("engine restarted: sbxd sees it again", up);
+    test_cond("engine restarted: sbxd sees it again", engine_restart(c, dir));
     r = exec_t(c, "es1", "echo back", 60000);
     test_cond("engine restart: the next exec restarts the container and runs "
               "(retried, sandbox_restarted)",
               restarted_ok(r, "back\n"));
     json_decref(r);
+
+    /* SIGKILL in the middle of a commit: the engine's connection dies under
+     * the op, which fails at once with a provider error (issue 11). A big
+     * layer keeps the commit busy for a second or more (vfs copies it). */
+    json_decref(create(c, "es4", NULL));
+    exec_ok(c, "es4", "dd if=/dev/zero of=/big bs=1M count=400 2>/dev/null && echo ok", "ok\n");
+    int sid = send_call(c, "sandbox.snapshot", json_pack("{s:s}", "id", "es4"));
+    usleep(300000);
+    dpid = dockerd_pid(dir);
+    t = now_ms();
+    if (dpid > 0)
+        kill(dpid, SIGKILL);
+    json_t *kans = await_id(c, sid, 60000);
+    double kms = now_ms() - t;
+    print_answer("snapshot, engine killed meanwhile", kans, kms);
+    test_cond("engine killed mid-snapshot: the snapshot fails at once with a provider error, "
+              "not at op_timeout_ms",
+              op_answer_clear(kans) && json_object_get(kans, "error") && kms < 10000);
+    json_decref(kans);
+    t = now_ms();
+    r = cn_call_t(c, 30000, "sandbox.stop", json_pack("{s:s}", "id", "es4"));
+    test_cond("engine killed: a stop fails at once with -32002", err_code(r) == -32002 &&
+                                                                    now_ms() - t < 10000);
+    json_decref(r);
+    for (int i = 0; i < 50 && kill(dpid, 0) == 0; i++)
+        usleep(100000);
+    test_cond("engine killed, started again: sbxd sees it", engine_restart(c, dir));
+    t = now_ms();
+    r = cn_call_t(c, 60000, "sandbox.destroy", json_pack("{s:s}", "id", "es4"));
+    test_cond("engine killed, started again: destroy finishes", res_of(r) && now_ms() - t < 30000);
+    json_decref(r);
+
     destroy(c, "es1");
+    t = now_ms();
+    r = cn_call_t(c, 60000, "sandbox.destroy", json_pack("{s:s}", "id", "es3"));
+    test_cond("engine restarted: the sandbox whose snapshot failed is destroyed",
+              res_of(r) && now_ms() - t < 30000);
+    json_decref(r);
+    if (snap_name[0])
+        json_decref(cn_call_t(c, 60000, "snapshot.delete", json_pack("{s:s}", "snapshot", snap_name)));
     json_decref(cn_call(c, "sandbox.destroy", json_pack("{s:s}", "id", "duk2")));
 }
 
@@ -2554,6 +2728,7 @@ int main(int argc, char **argv)
     STEP(test_noshell(c));
     STEP(test_exec_mode(c));
     STEP(test_killed_outside(c));
+    STEP(test_lost_mid_op(c));
     STEP(test_misbehaving(c));
     STEP(test_lifetime_env(c));
     STEP(test_snapshots_last());
