@@ -27,8 +27,10 @@ struct process;
 struct sbx_provider {
     const char *name;
     const struct cfg_key *config_keys; /* allowed keys of providers.<name> */
-    /* Commands given as a string run through the shell (Docker, Modal); 0 means
-     * the command is source code for the provider (Duktape). */
+    /* How a process's command reaches the provider (p->spec): 1, a string
+     * runs through the shell ("shell") and an array as "argv"; 0, the
+     * command is source code ("code"; an array is joined with spaces).
+     * Nothing else depends on it. */
     int shell_commands;
     const char *default_cwd; /* when neither cwd nor working_dir is given; may be NULL */
     int enabled_by_default;
@@ -69,9 +71,11 @@ struct sbx_provider {
     int (*sb_snapshot)(void *cookie, struct sandbox *sb, sbx_err_t *err);
     /* Provider metadata for sandbox.get, new reference or NULL. */
     json_t *(*sb_metadata)(void *cookie, struct sandbox *sb);
-    /* The default instructions text (malloc'd), given the sandbox's tools as
-     * "external_a(args), ..." (may be empty); NULL = the core's text. */
-    char *(*sb_instructions)(void *cookie, struct sandbox *sb, const char *tools);
+    /* The sandbox's default text for sandbox.instructions (malloc'd): how an
+     * agent uses it, its tools and limits. Every provider has one; a
+     * provider whose string commands run through the shell may use
+     * sandbox_shell_instructions. NULL (or no op): no default text. */
+    char *(*sb_instructions)(void *cookie, struct sandbox *sb);
     /* The sandbox object is going away (after destroy, or at shutdown). */
     void (*sb_release)(void *cookie, struct sandbox *sb);
     /* Optional. sandbox.create named an existing sandbox of the caller:
@@ -136,6 +140,9 @@ void process_output(struct process *p, int stream, const void *data, size_t len)
 int process_output_blocked(struct process *p);
 /* rec: {exit_code, signal, timed_out, killed, error, result, exception, reset}, borrowed. */
 void process_exited(struct process *p, json_t *rec);
+/* An sb_instructions for providers whose commands run through the shell:
+ * sh -c, argv, working directory, timeouts, persistence. */
+char *sandbox_shell_instructions(void *cookie, struct sandbox *sb);
 /* A tool call from inside the sandbox; args borrowed. */
 void process_tool_call(struct process *p, int64_t call, const char *name, json_t *args);
 

@@ -83,7 +83,7 @@ static void set_status(struct sandbox *sb, enum sb_status st, const char *error)
 {
     if (error) {
         free(sb->error);
-        sb->error = strdup(error);
+        sb->error = xstrdup(error);
     } else if (st != SB_ERROR) {
         free(sb->error);
         sb->error = NULL;
@@ -935,10 +935,9 @@ static void differs(json_t *w, const char *what, json_t *want, json_t *have)
 {
     char *a = json_dumps(want, JSON_ENCODE_ANY | JSON_COMPACT);
     char *b = have ? json_dumps(have, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
-    char *msg = NULL;
-    if (asprintf(&msg, "%s: requested %s, the existing sandbox has %s (not applied)", what,
-                 a ? a : "?", b ? b : "none") >= 0)
-        json_array_append_new(w, json_string(msg));
+    char *msg = xasprintf("%s: requested %s, the existing sandbox has %s (not applied)", what,
+                          a ? a : "?", b ? b : "none");
+    json_array_append_new(w, json_string(msg));
     free(msg);
     free(a);
     free(b);
@@ -1006,6 +1005,17 @@ json_t *sandbox_reconnect_warnings(struct sandbox *sb, json_t *params)
 
 /* -- instructions ---------------------------------------------------------------------- */
 
+char *sandbox_shell_instructions(void *cookie, struct sandbox *sb)
+{
+    const char *wd = sandbox_cwd_for(sb, NULL);
+    return xasprintf("Run shell commands in sandbox %s (%s provider). A string command runs "
+                     "with sh -c, so pipes and redirects work; an array runs as argv. The "
+                     "working directory is %s unless you pass an absolute cwd. Each command "
+                     "has a timeout (exit code 124 when it is hit); a killed command exits "
+                     "137. Files persist between commands for the sandbox's lifetime.",
+                     sb->id, sb->prov->ops->name, wd ? wd : "the provider's default");
+}
+
 char *sandbox_instructions(struct sandbox *sb)
 {
     const char *replace = json_string_value(json_object_get(sb->conf, "instructions"));
@@ -1013,54 +1023,16 @@ char *sandbox_instructions(struct sandbox *sb)
     if (!replace)
         replace = D->cfg.instructions_text;
     char *base = NULL;
-    if (replace) {
-        base = strdup(replace);
-    } else {
-        const char *wd = sandbox_cwd_for(sb, NULL);
-        char tools[1024] = "";
-        size_t i, off = 0;
-        json_t *t;
-        json_array_foreach(json_object_get(sb->conf, "tools"), i, t)
-        {
-            off += (size_t)snprintf(tools + off, off < sizeof(tools) ? sizeof(tools) - off : 0,
-                                    "%sexternal_%s(args)", i ? ", " : "", json_string_value(t));
-            if (off >= sizeof(tools))
-                break;
-        }
-        int r = 0;
-        if (sb->prov->ops->sb_instructions)
-            base = sb->prov->ops->sb_instructions(sb->prov->cookie, sb, tools);
-        else if (sb->prov->ops->shell_commands)
-            r = asprintf(&base,
-                         "Run shell commands in sandbox %s (%s provider). A string command runs "
-                         "with sh -c, so pipes and redirects work; an array runs as argv. The "
-                         "working directory is %s unless you pass an absolute cwd. Each command "
-                         "has a timeout (exit code 124 when it is hit); a killed command exits "
-                         "137. Files persist between commands for the sandbox's lifetime.",
-                         sb->id, sb->prov->ops->name, wd ? wd : "the provider's default");
-        else
-            r = asprintf(&base,
-                         "Run JavaScript (ES5 with some ES2015+, Duktape) in sandbox %s. There is "
-                         "no filesystem, network, module loader or process access. The value of "
-                         "the last expression is returned as JSON; console.log/info write to "
-                         "stdout and console.warn/error to stderr. Global variables persist "
-                         "between runs unless the isolate is reset (after a timeout or the memory "
-                         "limit of %lld MiB). Process environment: process.env.%s%s",
-                         sb->id,
-                         (long long)(json_integer_value(json_object_get(sb->conf, "memory_limit_mb"))
-                                         ?: 128),
-                         tools[0] ? " Host tools (synchronous, take and return JSON): " : "",
-                         tools);
-        if (r < 0)
-            base = NULL;
-    }
+    if (replace)
+        base = xstrdup(replace);
+    else if (sb->prov->ops->sb_instructions)
+        base = sb->prov->ops->sb_instructions(sb->prov->cookie, sb);
     if (!base)
         return NULL;
     const char *cfg_append = D->cfg.instructions_append;
-    char *out = NULL;
-    if (asprintf(&out, "%s%s%s%s%s", base, cfg_append ? "\n\n" : "", cfg_append ? cfg_append : "",
-                 append ? "\n\n" : "", append ? append : "") < 0)
-        out = NULL;
+    char *out = xasprintf("%s%s%s%s%s", base, cfg_append ? "\n\n" : "",
+                          cfg_append ? cfg_append : "", append ? "\n\n" : "",
+                          append ? append : "");
     free(base);
     return out;
 }

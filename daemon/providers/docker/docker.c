@@ -1779,6 +1779,7 @@ const struct sbx_provider sbx_provider_docker = {
     .sb_destroy = d_sb_destroy,
     .sb_snapshot = d_sb_snapshot,
     .sb_metadata = d_sb_metadata,
+    .sb_instructions = sandbox_shell_instructions,
     .sb_release = d_sb_release,
     .snapshot_list = d_snapshot_list,
     .snapshot_delete = d_snapshot_delete,

@@ -1048,13 +1048,38 @@ static void d_sb_release(void *cookie, struct sandbox *sb)
     sb->pdata = NULL;
 }
 
-static char *js_instructions(void *cookie, struct sandbox *sb, const char *tools)
+/* duktape: the tools as the isolate names them, external_<name>(args). */
+static char *duk_instructions(void *cookie, struct sandbox *sb)
+{
+    struct duk_prov *dp = cookie;
+    char tools[1024] = "";
+    size_t i, off = 0;
+    json_t *t;
+    json_array_foreach(json_object_get(sb->conf, "tools"), i, t)
+    {
+        off += (size_t)snprintf(tools + off, off < sizeof(tools) ? sizeof(tools) - off : 0,
+                                "%sexternal_%s(args)", i ? ", " : "", json_string_value(t));
+        if (off >= sizeof(tools))
+            break;
+    }
+    return xasprintf("Run JavaScript (ES5 with some ES2015+, Duktape) in sandbox %s. There is "
+                     "no filesystem, network, module loader or process access. The value of "
+                     "the last expression is returned as JSON; console.log/info write to "
+                     "stdout and console.warn/error to stderr. Global variables persist "
+                     "between runs unless the isolate is reset (after a timeout or the memory "
+                     "limit of %lld MiB). Process environment: process.env.%s%s",
+                     sb->id, (long long)sb_mem(dp, sb),
+                     tools[0] ? " Host tools (synchronous, take and return JSON): " : "", tools);
+}
+
+/* js: the names sanitised as the engine exposes them. */
+static char *js_instructions(void *cookie, struct sandbox *sb)
 {
     struct duk_prov *dp = cookie;
     char *t = NULL, list[1024] = "";
+    const char *tools;
     size_t i, off = 0;
     json_t *v;
-    (void)tools; /* rebuilt: the js names are sanitised */
     json_array_foreach(json_object_get(sb->conf, "tools"), i, v)
     {
         if (off >= sizeof(list) - 8)
@@ -1214,7 +1239,7 @@ static const struct cfg_key js_keys[] = {
     {"jit", CFG_BOOL}, {"persistent", CFG_BOOL}, ISOLATE_KEYS};
 
 /* Both providers are this file, one engine binary or the other (dp->js):
- * they differ only in name, keys, load and the js instructions text. */
+ * they differ only in name, keys, load and the instructions text. */
 #define ISOLATE_OPS                                                                      \
     .shell_commands = 0, .default_cwd = "/", .enabled_by_default = 1,                    \
     .unload = d_unload, .available = d_available, .info = d_info,                        \
@@ -1229,6 +1254,7 @@ const struct sbx_provider sbx_provider_duktape = {
     .name = "duktape",
     .config_keys = duk_keys,
     .load = d_load,
+    .sb_instructions = duk_instructions,
     ISOLATE_OPS,
 };
 

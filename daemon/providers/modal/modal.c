@@ -3205,6 +3205,7 @@ const struct sbx_provider sbx_provider_modal = {
     .sb_destroy = m_sb_destroy,
     .sb_snapshot = m_sb_snapshot,
     .sb_metadata = m_sb_metadata,
+    .sb_instructions = sandbox_shell_instructions,
     .sb_release = m_sb_release,
     .proc_spawn = m_proc_spawn,
     .proc_write = m_proc_write,
