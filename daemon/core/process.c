@@ -292,9 +292,7 @@ int process_new(struct process **out, struct sandbox *sb, const struct proc_opts
     }
 
     prune_exited(sb, NULL);
-    struct process *p = calloc(1, sizeof(*p));
-    if (!p)
-        abort();
+    struct process *p = xcalloc(1, sizeof(*p));
     p->sb = sb;
     p->pid = ++sb->next_pid;
     p->state = P_QUEUED;
@@ -316,9 +314,7 @@ struct process *process_adopt(struct sandbox *sb, uint32_t pid, const char *disp
 {
     if (pid == 0 || process_find(sb, pid))
         return NULL;
-    struct process *p = calloc(1, sizeof(*p));
-    if (!p)
-        abort();
+    struct process *p = xcalloc(1, sizeof(*p));
     p->sb = sb;
     p->pid = pid;
     if (sb->next_pid < pid)
@@ -326,7 +322,7 @@ struct process *process_adopt(struct sandbox *sb, uint32_t pid, const char *disp
     p->state = P_RUNNING;
     p->started_at = daemon_now();
     p->t0 = ev_now(D->loop);
-    p->display = strdup(display ? display : "");
+    p->display = xstrdup(display ? display : "");
     p->spec = json_object();
     ev_timer_init(&p->timer, timeout_cb, 0., 0.);
     p->timer.data = p;

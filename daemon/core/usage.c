@@ -6,6 +6,8 @@
 
 #include <stdlib.h>
 
+#include "xalloc.h"
+
 static struct uid_usage *all;
 
 struct uid_usage *usage_find(uid_t uid)
@@ -21,9 +23,7 @@ struct uid_usage *usage_of(uid_t uid)
     struct uid_usage *u = usage_find(uid);
     if (u)
         return u;
-    u = calloc(1, sizeof(*u));
-    if (!u)
-        abort(); /* small allocation: OOM here is fatal by policy */
+    u = xcalloc(1, sizeof(*u));
     u->uid = uid;
     u->next = all;
     all = u;

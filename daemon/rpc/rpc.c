@@ -16,6 +16,7 @@
 #include "sbx_proto.h"
 #include "session.h"
 #include "toolcall.h"
+#include "xalloc.h"
 
 /*
  * A batch is dispatched a slice at a time (session.c decides when the next
@@ -335,9 +336,7 @@ int rpc_batch_resume(struct session *s)
 
 static struct call *call_new(struct session *s, json_t *id, struct batch *b, int index)
 {
-    struct call *c = calloc(1, sizeof(*c));
-    if (!c)
-        abort();
+    struct call *c = xcalloc(1, sizeof(*c));
     c->sess = s;
     c->id = id ? json_incref(id) : NULL;
     c->batch = b;
@@ -445,17 +444,14 @@ void rpc_handle_value(struct session *s, json_t *v, int depth_ok, const json_err
             json_decref(v);
             return;
         }
-        struct batch *b = calloc(1, sizeof(*b));
-        if (!b)
-            abort();
+        struct batch *b = xcalloc(1, sizeof(*b));
         b->sess = s;
         b->n = n;
-        b->off = malloc(n * sizeof(*b->off));
-        b->lens = calloc(n, sizeof(*b->lens));
-        b->in_out = calloc(n, 1);
-        if (!b->off || !b->lens || !b->in_out ||
-            buf_put(&b->out, &b->out_len, &b->out_cap, "[", 1) < 0)
-            abort();
+        b->off = xmalloc(n * sizeof(*b->off));
+        b->lens = xcalloc(n, sizeof(*b->lens));
+        b->in_out = xcalloc(n, 1);
+        if (buf_put(&b->out, &b->out_len, &b->out_cap, "[", 1) < 0)
+            x_oom("batch");
         for (size_t i = 0; i < n; i++)
             b->off[i] = NO_TEXT;
         /* One extra count so the batch can't complete while we are still

@@ -22,6 +22,7 @@
 #include "sbx_proto.h"
 #include "toolcall.h"
 #include "usage.h"
+#include "xalloc.h"
 
 #define IBUF_INITIAL (16 * 1024)
 #define WRITE_PER_ITERATION (1024 * 1024)
@@ -71,9 +72,7 @@ static void mark_busy(struct session *s)
         return;
     if (nbusy == capbusy) {
         size_t ncap = capbusy ? capbusy * 2 : 16;
-        struct session **nb = realloc(busy, ncap * sizeof(*nb));
-        if (!nb)
-            abort(); /* small allocation: OOM here is fatal by policy */
+        struct session **nb = xrealloc(busy, ncap * sizeof(*nb));
         busy = nb;
         capbusy = ncap;
     }
@@ -115,9 +114,7 @@ static void mark_pending(struct session *s)
         return;
     if (npending == cappending) {
         size_t ncap = cappending ? cappending * 2 : 64;
-        struct session **np = realloc(pending, ncap * sizeof(*np));
-        if (!np)
-            abort(); /* small allocation: OOM here is fatal by policy */
+        struct session **np = xrealloc(pending, ncap * sizeof(*np));
         pending = np;
         cappending = ncap;
     }
