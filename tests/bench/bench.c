@@ -392,7 +392,7 @@ int main(int argc, char **argv)
     sock = argv[1];
     quick = argc > 2;
     signal(SIGPIPE, SIG_IGN);
-    /* SBX_BENCH_ONLY=fairness|exec_rss: one figure, for working on it. */
+    /* SBX_BENCH_ONLY=fairness|exec_rss|stream: one figure, for working on it. */
     if (getenv("SBX_BENCH_ONLY"))
         return run_only(getenv("SBX_BENCH_ONLY"));
     double *v = calloc(5000, sizeof(double));
@@ -413,6 +413,8 @@ static int run_only(const char *only)
 {
     if (strcmp(only, "fairness") == 0)
         bench_fairness();
+    else if (strcmp(only, "stream") == 0)
+        bench_stream();
     else if (strcmp(only, "exec_rss") == 0)
         bench_exec_rss();
     else
