@@ -1,12 +1,13 @@
 /*
- * fuzz_modal.c - Modal's replies as modal.c reads them: each record of the
- * input is one protobuf message from Modal's server. Output batches go
- * through modal.c's own out_msg (batch index bookkeeping, file descriptor
- * routing, raw bytes or text into the core's process output, exit marks);
- * an ExecWait reply that says completed goes through wait_done (exit code,
- * finishing); AuthTokenGet's reply goes through the token hook (JWT exp);
- * every other reply type modal.c decodes is unpacked and freed as modal.c
- * does (protobuf-c's parser on hostile bytes). modal.c is
+ * fuzz_modal.c - Modal's replies as the Modal provider reads them: each
+ * record of the input is one protobuf message from Modal's server. Output
+ * batches go through modal_proc.c's own out_msg (batch index bookkeeping,
+ * file descriptor routing, raw bytes or text into the core's process
+ * output, exit marks); an ExecWait reply that says completed goes through
+ * wait_done (exit code, finishing); AuthTokenGet's reply goes through
+ * modal.c's token hook (JWT exp); every other reply type the provider
+ * decodes is unpacked and freed as it does (protobuf-c's parser on hostile
+ * bytes). modal.c and modal_proc.c are
  * included to reach these static handlers; no call is ever sent.
  *
  * Input: records [kind][u16 len][message bytes].
@@ -14,6 +15,7 @@
 #include "fuzz_daemon.h"
 
 #include "../../daemon/providers/modal/modal.c"
+#include "../../daemon/providers/modal/modal_proc.c"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -106,6 +106,7 @@ write_cfg() { # file, then the providers.modal lines
         echo '  session_output_high: 2M'
         echo '  session_output_hard: 256M'
         echo '  exec_output_bytes: 2M'
+        echo '  op_timeout_ms: 60000'
         echo 'providers:'
         echo '  duktape:'
         echo '    pool_size: 1'

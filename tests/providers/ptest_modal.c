@@ -747,6 +747,76 @@ static void test_snapshot(conn *c)
     json_decref(r);
 }
 
+/* Kills Modal sandbox modal_id from a child after delay_ms, while the parent
+ * waits in a call. Returns the child's pid. */
+static pid_t kill_later(const char *modal_id, int delay_ms)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        usleep((useconds_t)delay_ms * 1000);
+        json_decref(ctl("POST", "/fault", json_pack("{s:s}", "kill_sandbox", modal_id)));
+        _exit(0);
+    }
+    return pid;
+}
+
+/* Losing the backend fails the pending op at once (issue 11): a SnapshotFs
+ * that the server holds for 30 s while the sandbox dies ends within seconds,
+ * although limits.op_timeout_ms is 60 s; stop of a lost sandbox is done;
+ * destroy finishes. */
+static void test_lost_backend(conn *c)
+{
+    json_t *r = cn_call_t(c, LONG_MS, "sandbox.create",
+                          json_pack("{s:s, s:s}", "id", "mlost", "provider", "modal"));
+    errmsg(r);
+    json_decref(r);
+    char *mid = modal_id_of(c, "mlost");
+    json_decref(ctl("POST", "/fault",
+                    json_pack("{s:{s:s, s:i}}", "hold_next", "method", "SandboxSnapshotFs",
+                              "ms", 30000)));
+    double t0 = now_ms();
+    pid_t k = kill_later(mid, 1000);
+    r = cn_call_t(c, LONG_MS, "sandbox.snapshot", json_pack("{s:s}", "id", "mlost"));
+    double took = now_ms() - t0;
+    waitpid(k, NULL, 0);
+    const char *msg =
+        json_string_value(json_object_get(json_object_get(r, "error"), "message"));
+    test_cond("lost backend: the held snapshot fails with a provider error (-32006)",
+              err_code(r) == -32006 && msg && strstr(msg, "lost"));
+    printf("    (snapshot failed after %.0f ms: %s)\n", took, msg ? msg : "?");
+    test_cond("lost backend: the snapshot fails within seconds, not at op_timeout_ms",
+              took < 10000);
+    json_decref(r);
+    free(mid);
+
+    /* stop: a held SnapshotFs, then the sandbox dies: nothing left to save. */
+    json_decref(cn_call_t(c, LONG_MS, "sandbox.destroy", json_pack("{s:s}", "id", "mlost")));
+    r = cn_call_t(c, LONG_MS, "sandbox.create",
+                  json_pack("{s:s, s:s}", "id", "mlost2", "provider", "modal"));
+    errmsg(r);
+    json_decref(r);
+    mid = modal_id_of(c, "mlost2");
+    json_decref(ctl("POST", "/fault",
+                    json_pack("{s:{s:s, s:i}}", "hold_next", "method", "SandboxSnapshotFs",
+                              "ms", 30000)));
+    t0 = now_ms();
+    k = kill_later(mid, 1000);
+    r = cn_call_t(c, LONG_MS, "sandbox.stop", json_pack("{s:s}", "id", "mlost2"));
+    took = now_ms() - t0;
+    waitpid(k, NULL, 0);
+    errmsg(r);
+    test_cond("lost backend: stop of a sandbox lost mid-snapshot is done within seconds",
+              strcmp(res_str(r, "status"), "stopped") == 0 && took < 10000);
+    json_decref(r);
+    t0 = now_ms();
+    r = cn_call_t(c, LONG_MS, "sandbox.destroy", json_pack("{s:s}", "id", "mlost2"));
+    test_cond("lost backend: destroy finishes",
+              !json_object_get(r, "error") && now_ms() - t0 < 10000);
+    json_decref(r);
+    json_decref(ctl("DELETE", "/faults", NULL));
+    free(mid);
+}
+
 static void test_clone_destroy(conn *c)
 {
     json_t *r = cn_call_t(c, LONG_MS, "sandbox.clone",
@@ -1613,6 +1683,7 @@ int main(int argc, char **argv)
     test_dead_sandbox(c);
     test_stop_start(c);
     test_snapshot(c);
+    test_lost_backend(c);
     test_clone_destroy(c);
     test_create_errors(c);
     test_lifetime(c);

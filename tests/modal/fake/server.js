@@ -79,6 +79,9 @@
 //     "kill_sandbox": "<sandbox_id>"    sandbox dies behind the client's back
 //     "fail_next": {"method": "ContainerExec", "code": 5, "message": "...",
 //                   "times": 1}         next call(s) of that RPC fail with code
+//     "hold_next": {"method": "SandboxSnapshotFs", "ms": 30000}  the next
+//          unary call of that RPC waits ms before it is handled, even if its
+//          sandbox dies meanwhile (a server slow to notice)
 //     "outage_after": "ContainerExec"   the next call of that RPC is carried
 //          out, and then an outage of "seconds" (default 2) starts before the
 //          reply leaves: the client sees its connection reset and cannot know
@@ -220,7 +223,7 @@ const tasks = new Map();         // task_id -> sandbox
 const execs = new Map();         // exec_id -> exec
 const calls = [];
 let callSeq = 0;
-const faults = { breakOutput: [], failNext: [], outageAfter: [] };
+const faults = { breakOutput: [], failNext: [], outageAfter: [], holdNext: [] };
 
 function newId(prefix) {
   const alphabet = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789';
@@ -401,6 +404,17 @@ function takeFailFault(method) {
   return new RpcError(f.code, f.message);
 }
 
+// A call armed with hold_next waits this long before it is handled (a slow
+// server that does not notice the sandbox dying meanwhile).
+function takeHoldFault(method) {
+  const i = faults.holdNext.findIndex((f) => f.method === method);
+  if (i < 0) return 0;
+  const f = faults.holdNext[i];
+  faults.holdNext.splice(i, 1);
+  log(`fault: holding ${method} for ${f.ms} ms`);
+  return f.ms;
+}
+
 // Per-call context: knows whether the client went away.
 function makeCtx(call) {
   const ctx = newEmitter();
@@ -426,8 +440,13 @@ function unary(method, fn) {
     };
     const pre = checkAuth(method, call.metadata) || takeFailFault(method);
     if (pre) return reply(toGrpcError(pre));
+    const hold = takeHoldFault(method);
     Promise.resolve()
-      .then(() => fn(call.request, ctx, call))
+      .then(() => hold && new Promise((resolve) => setTimeout(resolve, hold)))
+      .then(() => {
+        if (ctx.cancelled) throw new RpcError(STATUS.CANCELLED, 'the client cancelled the call');
+        return fn(call.request, ctx, call);
+      })
       .then((r) => reply(null, r), (e) => reply(toGrpcError(e)));
   };
 }
@@ -1298,7 +1317,7 @@ class HttpError extends Error {
 
 function applyFault(body) {
   const known = new Set(['break_output_after_batches', 'fd', 'exec_id', 'streams', 'kill_sandbox', 'fail_next',
-    'outage_after', 'seconds']);
+    'outage_after', 'seconds', 'hold_next']);
   for (const k of Object.keys(body)) if (!known.has(k)) throw new HttpError(400, `unknown fault key '${k}'`);
   const out = {};
   if (body.break_output_after_batches !== undefined) {
@@ -1337,6 +1356,15 @@ function applyFault(body) {
     out.outage_after = f;
   } else if (body.seconds !== undefined) {
     throw new HttpError(400, 'seconds only goes with outage_after (or POST /outage)');
+  }
+  if (body.hold_next !== undefined) {
+    const f = body.hold_next;
+    if (!f || typeof f.method !== 'string') throw new HttpError(400, 'hold_next.method is required');
+    if (!handlers[f.method]) throw new HttpError(400, `hold_next.method '${f.method}' is not an RPC of the fake`);
+    if (!(Number.isInteger(f.ms) && f.ms > 0 && f.ms <= 600000)) throw new HttpError(400, 'hold_next.ms must be an integer in (0, 600000]');
+    const h = { method: f.method, ms: f.ms };
+    faults.holdNext.push(h);
+    out.hold_next = h;
   }
   if (body.kill_sandbox !== undefined) {
     const sb = sandboxes.get(String(body.kill_sandbox));
@@ -1389,10 +1417,12 @@ async function control(req) {
     case 'POST /fault':
       return applyFault(await readBody(req));
     case 'GET /faults':
-      return { break_output: faults.breakOutput, fail_next: faults.failNext, outage_after: faults.outageAfter };
+      return { break_output: faults.breakOutput, fail_next: faults.failNext, outage_after: faults.outageAfter,
+        hold_next: faults.holdNext };
     case 'DELETE /faults':
       faults.breakOutput.length = 0;
       faults.failNext.length = 0;
+      faults.holdNext.length = 0;
       faults.outageAfter.length = 0;
       return { ok: true };
     case 'POST /outage': {

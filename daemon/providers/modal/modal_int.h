@@ -1,0 +1,267 @@
+/*
+ * modal_int.h - what the three rooms of the Modal provider share:
+ *   modal.c       the provider table, credentials and auth headers, the
+ *                 state file (what survives an sbxd restart), and the helpers
+ *   modal_life.c  sandbox lifecycle jobs (start/restart/stop/snapshot/destroy)
+ *                 as a table of steps {RPC, build the request, on the reply}
+ *   modal_proc.c  processes: ContainerExec, output streams, stdin, wait, kill
+ * Not a public header: only these files include it.
+ */
+#ifndef SBXD_MODAL_INT_H
+#define SBXD_MODAL_INT_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "daemon.h"
+#include "grpc.h"
+#include "modal_api.pb-c.h"
+#include "obuf.h"
+#include "process.h"
+#include "provider.h"
+#include "sandbox.h"
+
+#define UNARY_TIMEOUT_S 60.0
+#define POLL_S 55.0       /* server-side long poll, as the SDK */
+#define POLL_SLACK_S 30.0 /* our transfer timeout on top of it */
+#define RETRY_BUDGET_MS 120000 /* default providers.modal.retry_budget_ms */
+#define TAG_OWNER "sbxd_owner_uid"
+#define TAG_ID "sbxd_id"
+
+/* Writes the state file off the loop (see modal.c, "state file"). */
+struct state_writer {
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    char *next;  /* the newest serialized state not taken yet (under mu) */
+    int quit;    /* under mu */
+    int error;   /* errno of a failed write, for the loop (under mu) */
+    int started; /* loop only */
+    ev_async done;
+};
+
+struct mprov {
+    struct grpc_chan ch;
+    int ready;        /* credentials and a channel */
+    char reason[256]; /* why not ready */
+    char *url, *app_name, *environment, *image, *working_dir;
+    char *token_id, *token_secret; /* sent on every call */
+    double cpu;
+    int64_t memory_mb;
+    int64_t max_timeout_ms;
+    double retry_budget_s; /* how long an exec's streams and wait retry through an outage */
+    json_t *apps;   /* "env/name" -> app_id */
+    json_t *images; /* tag -> image_id */
+    char last_error[512];
+    /* Output flow control: 1 = pause the HTTP/2 stream (CURL_WRITEFUNC_PAUSE,
+     * resumed with curl_easy_pause), the default. 0 (SBXD_MODAL_CURL_PAUSE=0) =
+     * close a blocked output stream and reopen it from its last batch index on
+     * resume: the way out if a libcurl stalls paused h2 streams (curl issues
+     * 10988, 16955). Either way a stuck stream ends at its transfer timeout
+     * and is reopened from the last batch. */
+    int curl_pause;
+
+    /* What survives an sbxd restart (see "state file" below). */
+    char *state_path;  /* NULL: nothing is kept */
+    json_t *saved;     /* read at load, adopted on the first loop iteration */
+    json_t *snaps;     /* snapshot id -> {owner, created_at, sandbox, data} */
+    ev_timer adopt_timer;
+    ev_timer save_timer; /* writes at most once per STATE_SAVE_DELAY_S */
+    struct state_writer writer;
+    int dirty;
+    /* Every Modal sandbox object, until released: at shutdown the core has
+     * already taken them out of its registry when the first one is released
+     * (and the pending write goes out). */
+    struct msb *all;
+};
+
+enum mjob { J_NONE, J_START, J_RESTART, J_STOP, J_DESTROY, J_SNAPSHOT };
+
+enum mstep {
+    ST_APP,
+    ST_LOOKUP,
+    ST_IMAGE,
+    ST_IMAGE_BUILD,
+    ST_IMAGE_JOIN,
+    ST_SNAP_IMAGE,
+    ST_SECRET,
+    ST_CREATE,
+    ST_TASK,
+    ST_TAGS_SET,
+    ST_TAGS_CHECK,
+    ST_STOP_SNAP,
+    ST_STOP_CHECK,
+    ST_TERMINATE,
+    ST_SNAPSHOT,
+    ST_COUNT
+};
+
+struct msb {
+    struct sandbox *sb;
+    struct mprov *mp;
+    char *app_name, *env_name, *app_id;
+    char *image_tag;
+    char *image_id;     /* image of the current Modal sandbox */
+    char *resume_image; /* saved by stop: the next start uses it */
+    char *sandbox_id, *task_id;
+    char *workdir;
+    double cpu;
+    int64_t memory_mb;
+    uint32_t timeout_secs, idle_secs;
+    json_t *baked_env; /* what the sandbox's secret holds */
+    char *secret_id;
+    int reconnected, restarts, last_retried, adopting, lookup_done;
+    int dead;
+    char *dead_reason;
+
+    enum mjob job;
+    enum mstep step;
+    struct grpc_call *call;
+    ev_timer timer; /* task id polling */
+    int polls;
+    char *join_entry;
+    int join_fails, join_result; /* join_result: GenericStatus seen, 0 = none */
+    char *join_exception;
+    enum mjob pending_op; /* a lifecycle op that waits for a restart */
+
+    struct mproc *procs;   /* live processes */
+    struct mproc *waiters; /* processes waiting for the restart */
+    int destroyed;         /* terminated: no longer kept in the state file */
+    struct msb *all_next, *all_prev; /* mp->all */
+    json_t *warnings;      /* a found-by-name sandbox differs from the request */
+    struct grpc_call *check_call; /* after adoption: is the Modal sandbox still there? */
+    struct grpc_call *watch_call; /* during a lifecycle job: does the sandbox end? */
+    ev_timer watch_timer;         /* SandboxWait again after a failure */
+    ev_timer lost_timer;          /* ends a job that depends on a lost sandbox */
+};
+
+struct mproc {
+    struct process *p;
+    struct msb *ms;
+    struct mproc *next, *prev; /* ms->procs */
+    struct mproc *wnext;       /* ms->waiters */
+    int waiting;
+    char tag[40];
+    char argv0[48]; /* "sbxd-<tag>": $0 of the wrapper shell */
+    char *exec_id;
+    struct grpc_call *exec_call, *out[2], *wait_call, *stdin_call, *check_call;
+    uint64_t last_batch[2];
+    double out_t0[2];
+    int out_got[2], out_done[2], out_fails[2], reopen[2];
+    int have_exit, exit_code;
+    char *exit_error;
+    int gone;
+    int retried, restarted;
+    int paused;
+    struct obuf stdin_q;
+    int stdin_eof, stdin_eof_sent, stdin_broken;
+    uint64_t stdin_index;
+    int kill_sig, kill_escalated;
+    ev_timer kill_timer;
+    ev_timer grace;
+    ev_timer report_timer;
+    ev_timer retry_timer;
+    int wait_fails;
+    double wait_fail_t0;   /* first failure of the current run of failures, 0 = none */
+    double out_fail_t0[2];
+    ev_timer out_timer[2]; /* reopen a broken output stream after a backoff */
+    int exec_fails;
+    double exec_fail_t0;
+    ev_timer exec_timer; /* ContainerExec again after a failure that never reached Modal */
+    int incomplete;      /* some output could not be read: never a clean exit */
+    char *incomplete_why;
+    int reported;
+    double t0;
+    double last_output; /* when a batch last arrived */
+    int tail_tries;
+    int adopted; /* found in the state file after an sbxd restart */
+};
+
+/* ---- modal.c: helpers ----------------------------------------------------------- */
+
+static inline const char *nz(const char *s)
+{
+    return s ? s : "";
+}
+
+/** Replaces *dst with a copy of src (NULL allowed). */
+void modal_set_str(char **dst, const char *src);
+
+/** A Modal failure as a daemon error: unreachable -> -32002, else -32006. */
+int modal_grpc_err(struct mprov *mp, sbx_err_t *err, const struct grpc_status *st,
+                   const char *what);
+
+/** A number or a numeric string (an option's value) into *out: 0, or -1. */
+int modal_opt_number(json_t *v, double *out);
+
+/** A provider error (-32006) with msg as its text. */
+int modal_plain_err(sbx_err_t *err, const char *msg);
+
+/** What a GenericResult says, as text (r may be NULL). */
+const char *modal_result_text(const Modal__Client__GenericResult *r);
+
+/**
+ * The reply of a call that ended OK, decoded as desc: NULL if the call failed
+ * or the bytes do not decode (or desc is NULL). The caller owns it: free it
+ * with modal_reply_free().
+ */
+void *modal_reply(const ProtobufCMessageDescriptor *desc, const struct grpc_status *st,
+                  const uint8_t *msg, size_t len);
+
+/** Frees a modal_reply() result; NULL is a no-op. */
+void modal_reply_free(void *r);
+
+/** Whether a sandbox's GetTaskId reply (or its NOT_FOUND) says it has ended. */
+int modal_task_ended(const struct grpc_status *st,
+                     const Modal__Client__SandboxGetTaskIdResponse *r);
+
+/** Something the state file holds changed: written within a second, off the loop. */
+void modal_state_dirty(struct mprov *mp);
+
+/** Writes the state file now if a write is pending (shutdown, release). */
+void modal_state_flush(struct mprov *mp);
+
+/* ---- modal_life.c: lifecycle ------------------------------------------------------- */
+
+/** The Modal record of sb (sb->pdata), from sb->conf; NULL with err for bad options. */
+struct msb *modal_msb_new(struct mprov *mp, struct sandbox *sb, sbx_err_t *err);
+
+/** Recreates a dead Modal sandbox; its waiting processes go on once it runs. */
+void modal_start_restart(struct msb *ms);
+
+/**
+ * The Modal sandbox is gone (why: a short text): recorded, and a lifecycle
+ * job that depends on it ends at once instead of waiting for its calls.
+ */
+void modal_mark_dead(struct msb *ms, const char *why);
+
+int modal_sb_start(void *cookie, struct sandbox *sb, sbx_err_t *err);
+int modal_sb_stop(void *cookie, struct sandbox *sb, sbx_err_t *err);
+int modal_sb_destroy(void *cookie, struct sandbox *sb, sbx_err_t *err);
+int modal_sb_snapshot(void *cookie, struct sandbox *sb, sbx_err_t *err);
+json_t *modal_sb_metadata(void *cookie, struct sandbox *sb);
+void modal_sb_release(void *cookie, struct sandbox *sb);
+
+/* ---- modal_proc.c: processes -------------------------------------------------------- */
+
+/** Starts (or starts again) m's ContainerExec, waiting for a restart if needed. */
+void modal_exec_start(struct mproc *m);
+
+/**
+ * A restart of ms ended: its waiting processes go on, or, with failure set,
+ * end with that error.
+ */
+void modal_waiters_resume(struct msb *ms, const char *failure);
+
+/** Re-adopts one process of the state file (pe borrowed) after an sbxd restart. */
+void modal_proc_adopt(struct msb *ms, json_t *pe);
+
+int modal_proc_spawn(void *cookie, struct process *p, sbx_err_t *err);
+int modal_proc_write(void *cookie, struct process *p, const void *data, size_t len,
+                     sbx_err_t *err);
+int modal_proc_close_stdin(void *cookie, struct process *p, sbx_err_t *err);
+int modal_proc_kill(void *cookie, struct process *p, int sig, sbx_err_t *err);
+void modal_proc_resume(void *cookie, struct process *p);
+void modal_proc_release(void *cookie, struct process *p);
+
+#endif

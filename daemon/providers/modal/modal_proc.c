@@ -1,0 +1,1090 @@
+/*
+ * modal_proc.c - processes of the Modal provider.
+ *
+ * A process is one ContainerExec of a small sh wrapper whose argv carries a
+ * per-process tag (so process.kill can really end the remote process group
+ * with a second exec that finds it), two ContainerExecGetOutput streams
+ * (resumed from the last batch index when they break, paused while the
+ * followers can't keep up) and a ContainerExecWait long poll. The exit is
+ * reported once the wait says completed and both streams delivered their last
+ * batch, always from a fresh loop iteration (report_timer): the core may free
+ * the process record inside process_exited.
+ *
+ * Outages: broken streams and waits are retried with backoff for
+ * retry_budget_ms, then the exit says output_incomplete; ContainerExec is
+ * repeated only when the attempt surely never reached Modal. A call that
+ * finds the sandbox dead (NOT_FOUND) marks it dead (modal_mark_dead) and, for
+ * an exec that never ran, waits for a restart (modal_start_restart).
+ */
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "modal_int.h"
+#include "sbx_proto.h"
+#include "xalloc.h"
+
+#define BACKOFF_FIRST_S 0.2
+#define BACKOFF_MAX_S 5.0
+#define TAIL_QUIET_S 0.5 /* after the exit, a silent output stream is reopened after this */
+#define TAIL_TRIES 16    /* ... this many times, then the rest of the output is given up */
+#define KILL_CONFIRM_S 4.0 /* the core gives up on a timed-out process after 5 s */
+#define STDIN_LIMIT (16u * 1024 * 1024)
+#define STDIN_CHUNK (1u * 1024 * 1024)
+
+/* Runs the command as a child of a shell whose argv carries the process's tag
+ * ($0 = "sbxd-<tag>"), so that a second exec can find that shell and end its
+ * process group or tree. Two commands, so no shell execs the last one away. */
+static const char WRAPPER[] = "\"$@\"; exit $?";
+
+/* Signals what runs below the wrapper tagged $0 with signal $1. SIGKILL ends
+ * the wrapper's process group (when it leads one) and its whole process tree,
+ * found through /proc and stopped first so nothing forks away in between.
+ * Other signals go to the tree below the wrapper only: the wrapper then exits
+ * with its child's status, as if the command had been signalled directly.
+ * The pattern "sbx[d]-TAG" matches the wrapper's argv but neither grep's nor
+ * this shell's. */
+static const char KILLER[] =
+    "s=$1; p=; i=0\n"
+    "while [ -z \"$p\" ] && [ $i -lt 20 ]; do\n"
+    "  for f in $(grep -lsa \"sbx[d]-$0\" /proc/[0-9]*/cmdline 2>/dev/null); do\n"
+    "    x=${f#/proc/}; x=${x%/cmdline}\n"
+    "    [ \"$x\" != \"$$\" ] && p=$x && break\n"
+    "  done\n"
+    "  [ -n \"$p\" ] || { sleep 0.1; i=$((i+1)); }\n"
+    "done\n"
+    "case \"$p\" in ''|*[!0-9]*) exit 0;; esac\n"
+    "t=\" $p \"\n"
+    "scan() {\n"
+    "  c=1; n=0\n"
+    "  while [ $c = 1 ] && [ $n -lt 8 ]; do\n"
+    "    c=0; n=$((n+1))\n"
+    "    for x in /proc/[0-9]*; do\n"
+    "      y=${x#/proc/}\n"
+    "      case \"$t\" in *\" $y \"*) continue;; esac\n"
+    "      { read -r l <\"$x/stat\"; } 2>/dev/null || continue\n"
+    "      set -- ${l##*) }\n"
+    "      case \"$t\" in *\" $2 \"*) t=\"$t$y \"; c=1;; esac\n"
+    "    done\n"
+    "  done\n"
+    "}\n"
+    "scan\n"
+    "g=\n"
+    "if { read -r l <\"/proc/$p/stat\"; } 2>/dev/null; then set -- ${l##*) }; "
+    "[ \"$3\" = \"$p\" ] && g=$p; fi\n"
+    "if [ \"$s\" = 9 ]; then [ -n \"$g\" ] && kill -STOP -- -$g 2>/dev/null; "
+    "kill -STOP $t 2>/dev/null; scan; fi\n"
+    "if [ \"$s\" = 9 ]; then [ -n \"$g\" ] && kill -9 -- -$g 2>/dev/null; kill -9 $t "
+    "2>/dev/null\n"
+    "else t=${t# $p }; [ -n \"$t\" ] && kill -$s $t 2>/dev/null; fi\n";
+
+static void exec_start(struct mproc *m);
+static void schedule_report(struct mproc *m);
+static void check_finish(struct mproc *m);
+
+static int dead_code(int code)
+{
+    return code == GRPC_NOT_FOUND || code == GRPC_FAILED_PRECONDITION;
+}
+
+static void stop_calls(struct mproc *m)
+{
+    grpc_call_cancel(m->exec_call);
+    m->exec_call = NULL;
+    for (int i = 0; i < 2; i++) {
+        grpc_call_cancel(m->out[i]);
+        m->out[i] = NULL;
+    }
+    grpc_call_cancel(m->wait_call);
+    m->wait_call = NULL;
+    grpc_call_cancel(m->stdin_call);
+    m->stdin_call = NULL;
+    grpc_call_cancel(m->check_call);
+    m->check_call = NULL;
+    ev_timer_stop(D->loop, &m->kill_timer);
+    ev_timer_stop(D->loop, &m->grace);
+    ev_timer_stop(D->loop, &m->retry_timer);
+    ev_timer_stop(D->loop, &m->out_timer[0]);
+    ev_timer_stop(D->loop, &m->out_timer[1]);
+    ev_timer_stop(D->loop, &m->exec_timer);
+}
+
+/* ---- outages: backoff under a time budget ---------------------------------------- */
+
+/* The wait before attempt n (1-based) of a run of failures: 0.2 s doubling up to
+ * 5 s, with up to 20% jitter so that many processes do not retry in step. */
+static double backoff_s(int n)
+{
+    double d = BACKOFF_FIRST_S;
+    for (int i = 1; i < n && d < BACKOFF_MAX_S; i++)
+        d *= 2;
+    if (d > BACKOFF_MAX_S)
+        d = BACKOFF_MAX_S;
+    return d * (0.8 + 0.4 * ((double)(random() % 1000) / 1000.0));
+}
+
+/* Starts or continues a run of failures at *t0. Returns the wait before the next
+ * attempt, or -1 when the budget is spent. */
+static double retry_after(struct mprov *mp, double *t0, int *fails)
+{
+    double now = ev_now(D->loop);
+    if (*t0 == 0)
+        *t0 = now;
+    (*fails)++;
+    if (now - *t0 >= mp->retry_budget_s)
+        return -1;
+    double d = backoff_s(*fails);
+    double left = *t0 + mp->retry_budget_s - now;
+    return d < left ? d : left;
+}
+
+/* Output of stream fd could not be read to its end: the exit will say so. */
+static void out_incomplete(struct mproc *m, int fd, const char *why)
+{
+    log_warn("modal: pid %u: %s output is incomplete: %s", m->p->pid,
+             fd == 1 ? "stdout" : "stderr", why);
+    m->out_done[fd - 1] = 1;
+    if (!m->incomplete) {
+        m->incomplete = 1;
+        modal_set_str(&m->incomplete_why, why);
+    }
+}
+
+static void report_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    struct mproc *m = w->data;
+    if (m->reported)
+        return;
+    m->reported = 1;
+    stop_calls(m);
+    struct process *p = m->p;
+    int code = m->have_exit ? m->exit_code : -1;
+    json_t *rec = json_pack("{s:i}", "exit_code", m->incomplete ? -1 : code);
+    if (m->incomplete) {
+        /* Never a clean exit when output is missing. */
+        char *e = NULL;
+        if (m->exit_error)
+            e = xstrdup(m->exit_error);
+        else
+            e = xasprintf("the output could not be read completely (%s); %s",
+                          nz(m->incomplete_why),
+                          m->have_exit ? "the command itself ended" : "its exit is unknown");
+        json_object_set_new(rec, "error", json_string(e ? e : "output incomplete"));
+        json_object_set_new(rec, "output_incomplete", json_true());
+        if (m->have_exit && !m->gone)
+            json_object_set_new(rec, "remote_exit_code", json_integer(code));
+        free(e);
+    } else if (m->exit_error) {
+        json_object_set_new(rec, "error", json_string(m->exit_error));
+    }
+    if (m->kill_sig)
+        json_object_set_new(rec, "killed", json_true());
+    /* Modal's own exec timeout (sbxd's deadline usually comes first). */
+    if (code == SBX_EXIT_TIMEOUT && p->timeout_ms > 0 &&
+        (ev_now(loop) - m->t0) * 1000.0 >= (double)p->timeout_ms * 0.9) {
+        json_object_set_new(rec, "timed_out", json_true());
+        json_object_set_new(rec, "killed", json_true());
+    }
+    if (m->retried || m->restarted) {
+        json_object_set_new(rec, "retried", json_boolean(m->retried));
+        json_object_set_new(rec, "sandbox_restarted", json_boolean(m->restarted));
+    }
+    if (m->ms && m->exec_id)
+        modal_state_dirty(m->ms->mp);
+    process_exited(p, rec);
+    json_decref(rec);
+}
+
+/* Reports from a fresh loop iteration: callers may be deep inside grpc. */
+static void schedule_report(struct mproc *m)
+{
+    if (m->reported)
+        return;
+    ev_timer_set(&m->report_timer, 0., 0.);
+    ev_timer_start(D->loop, &m->report_timer);
+}
+
+static void report_error(struct mproc *m, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void report_error(struct mproc *m, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    char *s = NULL;
+    if (vasprintf(&s, fmt, ap) < 0)
+        s = NULL;
+    va_end(ap);
+    free(m->exit_error);
+    m->exit_error = s;
+    m->have_exit = 1;
+    m->exit_code = -1;
+    m->gone = 1;
+    schedule_report(m);
+}
+
+static void out_open(struct mproc *m, int fd);
+
+/* After the exit, the output streams should deliver their last batch at once.
+ * One that stays silent (not paused by a slow follower) is reopened from its
+ * last batch index: a server may sit on a long poll although the final batch
+ * is there (the test fake does when output arrives while it is sending).
+ * After TAIL_TRIES silent reopens the rest is given up. */
+static void grace_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    struct mproc *m = w->data;
+    if (m->reported)
+        return;
+    double quiet = ev_now(loop) - m->last_output;
+    if (m->paused || quiet < TAIL_QUIET_S) {
+        ev_timer_set(w, m->paused ? TAIL_QUIET_S : TAIL_QUIET_S - quiet, 0.);
+        ev_timer_start(loop, w);
+        return;
+    }
+    if (++m->tail_tries > TAIL_TRIES || !m->ms) {
+        log_warn(
+            "modal: pid %u: output streams still open %.0f s after the exit; ending them",
+            m->p->pid, TAIL_TRIES * TAIL_QUIET_S);
+        for (int fd = 1; fd <= 2; fd++)
+            if (!m->out_done[fd - 1])
+                out_incomplete(m, fd, "the stream stayed open after the exit");
+        schedule_report(m);
+        return;
+    }
+    for (int fd = 1; fd <= 2; fd++) {
+        if (m->out_done[fd - 1])
+            continue;
+        log_debug("modal: pid %u: %s stream silent after the exit; reopening", m->p->pid,
+                  fd == 1 ? "stdout" : "stderr");
+        grpc_call_cancel(m->out[fd - 1]);
+        m->out[fd - 1] = NULL;
+        out_open(m, fd);
+    }
+    m->last_output = ev_now(loop);
+    ev_timer_set(w, TAIL_QUIET_S, 0.);
+    ev_timer_start(loop, w);
+}
+
+static void check_finish(struct mproc *m)
+{
+    if (!m->have_exit || m->reported)
+        return;
+    if ((m->out_done[0] && m->out_done[1]) || m->gone) {
+        ev_timer_stop(D->loop, &m->grace);
+        schedule_report(m);
+        return;
+    }
+    if (!ev_is_active(&m->grace)) {
+        m->last_output = ev_now(D->loop);
+        ev_timer_set(&m->grace, TAIL_QUIET_S, 0.);
+        ev_timer_start(D->loop, &m->grace);
+    }
+}
+
+static void out_msg(struct grpc_call *c, const uint8_t *msg, size_t len, void *privdata)
+{
+    struct mproc *m = privdata;
+    int fd = m->out[0] == c ? 1 : 2;
+    Modal__Client__RuntimeOutputBatch *b =
+        modal__client__runtime_output_batch__unpack(NULL, len, msg);
+    if (!b) {
+        log_warn("modal: pid %u: undecodable output batch", m->p->pid);
+        return;
+    }
+    if (b->batch_index > m->last_batch[fd - 1] || b->batch_index == 0) {
+        for (size_t i = 0; i < b->n_items; i++) {
+            Modal__Client__RuntimeOutputMessage *it = b->items[i];
+            int stream = it->file_descriptor == 2   ? SBX_STREAM_STDERR
+                         : it->file_descriptor == 1 ? SBX_STREAM_STDOUT
+                                                    : fd;
+            if (it->message_bytes.len)
+                process_output(m->p, stream, it->message_bytes.data,
+                               it->message_bytes.len);
+            else if (it->message && it->message[0])
+                process_output(m->p, stream, it->message, strlen(it->message));
+        }
+        if (b->batch_index > m->last_batch[fd - 1])
+            m->last_batch[fd - 1] = b->batch_index;
+    }
+    m->out_got[fd - 1] = 1;
+    m->out_fails[fd - 1] = 0;
+    m->out_fail_t0[fd - 1] = 0;
+    m->tail_tries = 0;
+    m->last_output = ev_now(D->loop);
+    if (b->_exit_code_case == MODAL__CLIENT__RUNTIME_OUTPUT_BATCH___EXIT_CODE_EXIT_CODE)
+        m->out_done[fd - 1] = 1;
+    modal__client__runtime_output_batch__free_unpacked(b, NULL);
+    if (process_output_blocked(m->p)) {
+        m->paused = 1;
+        if (m->ms->mp->curl_pause) {
+            grpc_call_pause(c);
+        } else {
+            /* Drop the stream; proc_resume reopens it after the last batch we
+             * delivered, so nothing is lost and nothing piles up meanwhile. */
+            log_debug(
+                "modal: pid %u: follower blocked after batch %llu; closing the %s stream",
+                m->p->pid, (unsigned long long)m->last_batch[fd - 1],
+                fd == 1 ? "stdout" : "stderr");
+            grpc_call_cancel(c);
+            m->out[fd - 1] = NULL;
+            m->reopen[fd - 1] = 1;
+        }
+    }
+}
+
+static void out_done_cb(struct grpc_call *c, const struct grpc_status *st,
+                        const uint8_t *msg, size_t len, void *privdata)
+{
+    struct mproc *m = privdata;
+    int fd = m->out[0] == c ? 1 : 2;
+    m->out[fd - 1] = NULL;
+    log_debug("modal: pid %u: %s stream ended: %s%s%s (done %d)", m->p->pid,
+              fd == 1 ? "stdout" : "stderr", grpc_code_name(st->code),
+              st->message[0] ? ": " : "", st->message, m->out_done[fd - 1]);
+    if (m->reported)
+        return;
+    if (m->out_done[fd - 1]) {
+        check_finish(m);
+        return;
+    }
+    if (st->code == GRPC_NOT_FOUND) {
+        /* The exec (and with it the sandbox) is gone. */
+        if (!m->have_exit) {
+            m->out_done[fd - 1] = 1;
+            modal_mark_dead(m->ms, st->message);
+            report_error(m, "the Modal sandbox is gone: %s", st->message);
+        } else {
+            out_incomplete(m, fd, st->message);
+        }
+        check_finish(m);
+        return;
+    }
+    char why[400];
+    snprintf(why, sizeof(why), "ContainerExecGetOutput: %s: %s", grpc_code_name(st->code),
+             st->message);
+    int again = st->code == GRPC_OK || grpc_code_retryable(st->code) || st->transport;
+    if (!again) {
+        out_incomplete(m, fd, why);
+        check_finish(m);
+        return;
+    }
+    double lived = ev_now(D->loop) - m->out_t0[fd - 1];
+    if (st->code == GRPC_OK && (m->out_got[fd - 1] || lived >= 1.0)) {
+        /* A long poll that ended as it should: on at once. */
+        m->out_fails[fd - 1] = 0;
+        m->out_fail_t0[fd - 1] = 0;
+        if (m->paused)
+            m->reopen[fd - 1] = 1;
+        else
+            out_open(m, fd);
+        return;
+    }
+    /* Broken (or ending at once with nothing): again after a backoff, for as
+     * long as the budget lasts. */
+    double d = retry_after(m->ms->mp, &m->out_fail_t0[fd - 1], &m->out_fails[fd - 1]);
+    if (d < 0) {
+        char buf[480];
+        snprintf(buf, sizeof(buf), "%s (still failing after %.0f s)", why,
+                 m->ms->mp->retry_budget_s);
+        out_incomplete(m, fd, buf);
+        check_finish(m);
+        return;
+    }
+    log_debug("modal: pid %u: %s stream broke (%s); again in %.2f s after batch %llu",
+              m->p->pid, fd == 1 ? "stdout" : "stderr", why, d,
+              (unsigned long long)m->last_batch[fd - 1]);
+    ev_timer_set(&m->out_timer[fd - 1], d, 0.);
+    ev_timer_start(D->loop, &m->out_timer[fd - 1]);
+}
+
+static void out_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    struct mproc *m = w->data;
+    int fd = w == &m->out_timer[0] ? 1 : 2;
+    if (m->reported || m->out_done[fd - 1] || m->out[fd - 1] || !m->ms)
+        return;
+    if (m->paused)
+        m->reopen[fd - 1] = 1;
+    else
+        out_open(m, fd);
+}
+
+static void out_open(struct mproc *m, int fd)
+{
+    Modal__Client__ContainerExecGetOutputRequest req =
+        MODAL__CLIENT__CONTAINER_EXEC_GET_OUTPUT_REQUEST__INIT;
+    req.exec_id = m->exec_id;
+    req.timeout = (float)POLL_S;
+    req.last_batch_index = m->last_batch[fd - 1];
+    req.file_descriptor = fd == 1
+                              ? MODAL__CLIENT__FILE_DESCRIPTOR__FILE_DESCRIPTOR_STDOUT
+                              : MODAL__CLIENT__FILE_DESCRIPTOR__FILE_DESCRIPTOR_STDERR;
+    req.get_raw_bytes = 1;
+    log_debug("modal: pid %u: %s stream from batch %llu", m->p->pid,
+              fd == 1 ? "stdout" : "stderr", (unsigned long long)m->last_batch[fd - 1]);
+    m->reopen[fd - 1] = 0;
+    m->out_got[fd - 1] = 0;
+    m->out_t0[fd - 1] = ev_now(D->loop);
+    m->out[fd - 1] = grpc_stream(&m->ms->mp->ch, "ContainerExecGetOutput", &req.base,
+                                 POLL_S + POLL_SLACK_S, out_msg, out_done_cb, m);
+}
+
+static void wait_open(struct mproc *m);
+
+static void wait_retry_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    struct mproc *m = w->data;
+    if (!m->reported && m->exec_id && !m->have_exit && m->ms)
+        wait_open(m);
+}
+
+static void wait_done(struct grpc_call *c, const struct grpc_status *st,
+                      const uint8_t *msg, size_t len, void *privdata)
+{
+    struct mproc *m = privdata;
+    m->wait_call = NULL;
+    if (m->reported || m->have_exit)
+        return;
+    if (st->code == GRPC_OK) {
+        Modal__Client__ContainerExecWaitResponse *r =
+            modal_reply(&modal__client__container_exec_wait_response__descriptor, st, msg, len);
+        int completed = r && r->completed;
+        if (completed) {
+            m->have_exit = 1;
+            m->exit_code =
+                r->_exit_code_case ==
+                        MODAL__CLIENT__CONTAINER_EXEC_WAIT_RESPONSE___EXIT_CODE_EXIT_CODE
+                    ? r->exit_code
+                    : 0;
+        }
+        modal_reply_free(r);
+        if (completed) {
+            ev_timer_stop(D->loop, &m->kill_timer);
+            check_finish(m);
+            return;
+        }
+        m->wait_fails = 0;
+        m->wait_fail_t0 = 0;
+        wait_open(m);
+        return;
+    }
+    if (st->code == GRPC_NOT_FOUND) {
+        modal_mark_dead(m->ms, st->message);
+        report_error(m, "the Modal sandbox is gone: %s", st->message);
+        return;
+    }
+    int again = grpc_code_retryable(st->code) || st->transport;
+    double d = again ? retry_after(m->ms->mp, &m->wait_fail_t0, &m->wait_fails) : -1;
+    if (d < 0) {
+        /* The process may still run: its exit and the rest of its output are unknown. */
+        for (int fd = 1; fd <= 2; fd++)
+            if (!m->out_done[fd - 1])
+                out_incomplete(m, fd, "the exit could not be awaited");
+        report_error(m, "ContainerExecWait failed%s: %s: %s",
+                     again ? " for the whole retry budget" : "", grpc_code_name(st->code),
+                     st->message);
+        return;
+    }
+    log_debug("modal: pid %u: ContainerExecWait failed (%s: %s); again in %.2f s",
+              m->p->pid, grpc_code_name(st->code), st->message, d);
+    ev_timer_set(&m->retry_timer, d, 0.);
+    ev_timer_start(D->loop, &m->retry_timer);
+}
+
+static void wait_open(struct mproc *m)
+{
+    Modal__Client__ContainerExecWaitRequest req =
+        MODAL__CLIENT__CONTAINER_EXEC_WAIT_REQUEST__INIT;
+    req.exec_id = m->exec_id;
+    req.timeout = (float)POLL_S;
+    m->wait_call = grpc_unary(&m->ms->mp->ch, "ContainerExecWait", &req.base,
+                              POLL_S + POLL_SLACK_S, wait_done, m);
+}
+
+static void stdin_pump(struct mproc *m);
+
+static void stdin_done(struct grpc_call *c, const struct grpc_status *st,
+                       const uint8_t *msg, size_t len, void *privdata)
+{
+    struct mproc *m = privdata;
+    m->stdin_call = NULL;
+    if (st->code != GRPC_OK) {
+        log_warn("modal: pid %u: stdin write failed: %s: %s", m->p->pid,
+                 grpc_code_name(st->code), st->message);
+        m->stdin_broken = 1;
+        return;
+    }
+    stdin_pump(m);
+}
+
+static void stdin_pump(struct mproc *m)
+{
+    if (!m->exec_id || m->stdin_call || m->stdin_broken || m->reported || !m->ms)
+        return;
+    Modal__Client__RuntimeInputMessage in = MODAL__CLIENT__RUNTIME_INPUT_MESSAGE__INIT;
+    Modal__Client__ContainerExecPutInputRequest req =
+        MODAL__CLIENT__CONTAINER_EXEC_PUT_INPUT_REQUEST__INIT;
+    req.exec_id = m->exec_id;
+    req.input = &in;
+    uint8_t *buf = NULL;
+    if (m->stdin_q.bytes > 0) {
+        size_t n = m->stdin_q.bytes < STDIN_CHUNK ? m->stdin_q.bytes : STDIN_CHUNK;
+        buf = xmalloc(n);
+        size_t got = 0;
+        while (got < n) {
+            struct iovec iov[8];
+            int k = obuf_iov(&m->stdin_q, iov, 8);
+            if (k == 0)
+                break;
+            size_t take = iov[0].iov_len < n - got ? iov[0].iov_len : n - got;
+            memcpy(buf + got, iov[0].iov_base, take);
+            obuf_consume(&m->stdin_q, take);
+            got += take;
+        }
+        in.message.data = buf;
+        in.message.len = got;
+    } else if (m->stdin_eof && !m->stdin_eof_sent) {
+        in.eof = 1;
+        m->stdin_eof_sent = 1;
+    } else {
+        return;
+    }
+    in.message_index = ++m->stdin_index;
+    m->stdin_call = grpc_unary(&m->ms->mp->ch, "ContainerExecPutInput", &req.base,
+                               UNARY_TIMEOUT_S, stdin_done, m);
+    /* Keyed by message_index, a repeat is ignored: safe through an outage. */
+    grpc_call_retry_budget(m->stdin_call, m->ms->mp->retry_budget_s);
+    free(buf);
+}
+
+static void fire_and_forget_done(struct grpc_call *c, const struct grpc_status *st,
+                                 const uint8_t *msg, size_t len, void *privdata)
+{
+    if (st->code != GRPC_OK)
+        log_warn("modal: kill exec failed: %s: %s", grpc_code_name(st->code),
+                 st->message);
+}
+
+/* Runs the killer for tag with sig in the sandbox; nobody waits for it. */
+static void send_killer(struct mprov *mp, const char *task_id, const char *tag, int sig)
+{
+    char signum[16];
+    snprintf(signum, sizeof(signum), "%d", sig);
+    char a0[] = "sh", a1[] = "-c";
+    char *argv[] = {a0, a1, (char *)KILLER, (char *)tag, signum};
+    Modal__Client__ContainerExecRequest req = MODAL__CLIENT__CONTAINER_EXEC_REQUEST__INIT;
+    req.task_id = (char *)task_id;
+    req.command = argv;
+    req.n_command = 5;
+    req.timeout_secs = 30;
+    /* Killing twice does no harm: this one may retry through an outage. */
+    grpc_call_retry_budget(grpc_unary(&mp->ch, "ContainerExec", &req.base, UNARY_TIMEOUT_S,
+                                      fire_and_forget_done, NULL),
+                           mp->retry_budget_s);
+}
+
+static void kill_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    struct mproc *m = w->data;
+    if (m->reported || m->have_exit || !m->ms)
+        return;
+    if (m->kill_sig != SIGKILL && !m->kill_escalated && m->exec_id && m->ms->task_id) {
+        /* It ignored the signal: the process must end. */
+        m->kill_escalated = 1;
+        send_killer(m->ms->mp, m->ms->task_id, m->tag, SIGKILL);
+        ev_timer_set(w, KILL_CONFIRM_S, 0.);
+        ev_timer_start(loop, w);
+        return;
+    }
+    log_warn("modal: pid %u: Modal did not confirm the end of the process", m->p->pid);
+    m->have_exit = 1;
+    m->exit_code = 128 + m->kill_sig;
+    modal_set_str(&m->exit_error, "killed, but Modal did not confirm that the process ended");
+    m->gone = 1;
+    schedule_report(m);
+}
+
+static void send_kill(struct mproc *m)
+{
+    if (!m->ms || !m->ms->task_id)
+        return;
+    send_killer(m->ms->mp, m->ms->task_id, m->tag, m->kill_sig);
+    ev_timer_set(&m->kill_timer, KILL_CONFIRM_S, 0.);
+    ev_timer_start(D->loop, &m->kill_timer);
+}
+
+/* Final env of the process against what the sandbox's secret already holds:
+ * `env -u K... K=V... ` in front of the command when they differ. */
+static size_t env_prefix(struct msb *ms, json_t *want, char **argv, char ***owned,
+                         size_t *nowned)
+{
+    json_t *baked = ms->baked_env;
+    size_t n = 0;
+    const char *k;
+    json_t *v;
+    int need = 0;
+    json_object_foreach (baked, k, v)
+        if (!json_object_get(want, k) && k[0] != '-')
+            need = 1;
+    json_object_foreach (want, k, v) {
+        json_t *b = json_object_get(baked, k);
+        if (!b || !json_equal(b, v))
+            need = 1;
+    }
+    if (!need)
+        return 0;
+    *owned = xcalloc(json_object_size(want) + 1, sizeof(char *));
+    argv[n++] = (char *)"env";
+    json_object_foreach (baked, k, v) {
+        if (json_object_get(want, k) || k[0] == '-')
+            continue;
+        argv[n++] = (char *)"-u";
+        argv[n++] = (char *)k;
+    }
+    json_object_foreach (want, k, v) {
+        json_t *b = json_object_get(baked, k);
+        if (b && json_equal(b, v))
+            continue;
+        char *kv = xasprintf("%s=%s", k, json_string_value(v));
+        (*owned)[(*nowned)++] = kv;
+        argv[n++] = kv;
+    }
+    return n;
+}
+
+static void exec_done(struct grpc_call *c, const struct grpc_status *st,
+                      const uint8_t *msg, size_t len, void *privdata);
+static void check_done(struct grpc_call *c, const struct grpc_status *st,
+                       const uint8_t *msg, size_t len, void *privdata);
+
+static void wait_for_restart(struct mproc *m)
+{
+    struct msb *ms = m->ms;
+    m->waiting = 1;
+    m->wnext = ms->waiters;
+    ms->waiters = m;
+    if (ms->job == J_NONE)
+        modal_start_restart(ms);
+}
+
+void modal_waiters_resume(struct msb *ms, const char *failure)
+{
+    /* The waiting processes go on (or fail) from their own timers. */
+    struct mproc *w = ms->waiters;
+    ms->waiters = NULL;
+    while (w) {
+        struct mproc *m = w;
+        w = m->wnext;
+        m->wnext = NULL;
+        m->waiting = 0;
+        if (failure) {
+            modal_set_str(&m->exit_error, failure);
+            m->have_exit = 1;
+            m->exit_code = -1;
+            m->gone = 1;
+            schedule_report(m);
+        } else {
+            m->restarted = 1;
+            exec_start(m);
+        }
+    }
+}
+
+static void exec_start(struct mproc *m)
+{
+    struct msb *ms = m->ms;
+    struct process *p = m->p;
+    if (!ms->task_id || ms->dead) {
+        wait_for_restart(m);
+        return;
+    }
+    json_t *spec = p->spec;
+    json_t *argv_j = json_object_get(spec, "argv");
+    const char *shell = json_string_value(json_object_get(spec, "shell"));
+    size_t nargs = shell ? 3 : json_array_size(argv_j);
+    json_t *env = json_object_get(spec, "env");
+    size_t max = 8 + nargs + 2 * json_object_size(ms->baked_env) + json_object_size(env);
+    char **argv = xcalloc(max, sizeof(char *));
+    char **owned = NULL;
+    size_t nowned = 0;
+    size_t n = env_prefix(ms, env, argv, &owned, &nowned);
+    argv[n++] = (char *)"sh";
+    argv[n++] = (char *)"-c";
+    argv[n++] = (char *)WRAPPER;
+    argv[n++] = m->argv0;
+    if (shell) {
+        argv[n++] = (char *)"sh";
+        argv[n++] = (char *)"-c";
+        argv[n++] = (char *)shell;
+    } else {
+        size_t i;
+        json_t *a;
+        json_array_foreach (argv_j, i, a)
+            argv[n++] = (char *)json_string_value(a);
+    }
+    Modal__Client__ContainerExecRequest req = MODAL__CLIENT__CONTAINER_EXEC_REQUEST__INIT;
+    req.task_id = ms->task_id;
+    req.command = argv;
+    req.n_command = n;
+    json_int_t tmo = json_integer_value(json_object_get(spec, "timeout_ms"));
+    if (tmo > 0)
+        req.timeout_secs = (uint32_t)((tmo + 999) / 1000);
+    const char *cwd = json_string_value(json_object_get(spec, "cwd"));
+    if (cwd) {
+        req._workdir_case = MODAL__CLIENT__CONTAINER_EXEC_REQUEST___WORKDIR_WORKDIR;
+        req.workdir = (char *)cwd;
+    }
+    m->exec_call = grpc_unary(&ms->mp->ch, "ContainerExec", &req.base, UNARY_TIMEOUT_S,
+                              exec_done, m);
+    /* Modal may or may not honour x-idempotency-key for ContainerExec: never risk
+     * running the command twice (exec_done repeats only calls that never left). */
+    grpc_call_no_resend(m->exec_call);
+    for (size_t i = 0; i < nowned; i++)
+        free(owned[i]);
+    free(owned);
+    free(argv);
+}
+
+static void exec_done(struct grpc_call *c, const struct grpc_status *st,
+                      const uint8_t *msg, size_t len, void *privdata)
+{
+    struct mproc *m = privdata;
+    m->exec_call = NULL;
+    if (m->reported)
+        return;
+    struct msb *ms = m->ms;
+    Modal__Client__ContainerExecResponse *r =
+        modal_reply(&modal__client__container_exec_response__descriptor, st, msg, len);
+    if (r && r->exec_id[0])
+        modal_set_str(&m->exec_id, r->exec_id);
+    int started = r && r->exec_id[0];
+    modal_reply_free(r);
+    if (started) {
+        ms->last_retried = m->retried;
+        modal_state_dirty(ms->mp);
+        log_debug("modal: sandbox %s pid %u is exec %s%s", ms->sb->id, m->p->pid,
+                  m->exec_id, m->retried ? " (retried)" : "");
+        out_open(m, 1);
+        out_open(m, 2);
+        wait_open(m);
+        stdin_pump(m);
+        if (m->kill_sig)
+            send_kill(m);
+        return;
+    }
+    if (m->kill_sig) {
+        m->have_exit = 1;
+        m->exit_code = 128 + m->kill_sig;
+        schedule_report(m);
+        return;
+    }
+    if (st->code != GRPC_OK && dead_code(st->code) && !m->retried) {
+        /* Maybe the sandbox died: look, restart it if so, and try once more. */
+        m->retried = 1;
+        ms->last_retried = 1;
+        log_info("modal: sandbox %s pid %u: ContainerExec failed (%s: %s); checking the "
+                 "sandbox",
+                 ms->sb->id, m->p->pid, grpc_code_name(st->code), st->message);
+        if (!ms->sandbox_id || ms->dead) {
+            wait_for_restart(m);
+            return;
+        }
+        Modal__Client__SandboxGetTaskIdRequest req =
+            MODAL__CLIENT__SANDBOX_GET_TASK_ID_REQUEST__INIT;
+        req.sandbox_id = ms->sandbox_id;
+        m->check_call = grpc_unary(&ms->mp->ch, "SandboxGetTaskId", &req.base,
+                                   UNARY_TIMEOUT_S, check_done, m);
+        return;
+    }
+    if (st->code != GRPC_OK && st->unsent &&
+        (grpc_code_retryable(st->code) || st->transport)) {
+        /* It never reached Modal: starting it again cannot run it twice. */
+        double d = retry_after(ms->mp, &m->exec_fail_t0, &m->exec_fails);
+        if (d >= 0) {
+            log_debug("modal: pid %u: ContainerExec did not reach Modal (%s); again in "
+                      "%.2f s",
+                      m->p->pid, st->message, d);
+            ev_timer_set(&m->exec_timer, d, 0.);
+            ev_timer_start(D->loop, &m->exec_timer);
+            return;
+        }
+    }
+    ms->last_retried = m->retried;
+    if (st->code != GRPC_OK && !st->unsent &&
+        (grpc_code_retryable(st->code) || st->transport)) {
+        /* It may have started remotely: end whatever it started, and say so. */
+        if (ms->task_id)
+            send_killer(ms->mp, ms->task_id, m->tag, SIGKILL);
+        report_error(m,
+                     "Modal ContainerExec failed after the call may have reached Modal "
+                     "(%s: %s); it was not repeated, so that the command cannot run "
+                     "twice, and anything it started was killed",
+                     grpc_code_name(st->code), st->message);
+    } else if (st->transport)
+        report_error(m, "Modal is unreachable: %s", st->message);
+    else
+        report_error(m, "Modal ContainerExec failed: %s: %s%s", grpc_code_name(st->code),
+                     st->code == GRPC_OK ? "no exec id" : st->message,
+                     m->retried ? " (the call was already retried once)" : "");
+}
+
+static void check_done(struct grpc_call *c, const struct grpc_status *st,
+                       const uint8_t *msg, size_t len, void *privdata)
+{
+    struct mproc *m = privdata;
+    m->check_call = NULL;
+    if (m->reported)
+        return;
+    struct msb *ms = m->ms;
+    Modal__Client__SandboxGetTaskIdResponse *r =
+        modal_reply(&modal__client__sandbox_get_task_id_response__descriptor, st, msg, len);
+    int ended = modal_task_ended(st, r);
+    if (!ended &&
+        (!r || r->_task_id_case !=
+                   MODAL__CLIENT__SANDBOX_GET_TASK_ID_RESPONSE___TASK_ID_TASK_ID)) {
+        modal_reply_free(r);
+        report_error(
+            m, "Modal ContainerExec failed and the sandbox could not be checked: %s: %s",
+            grpc_code_name(st->code), st->message);
+        return;
+    }
+    if (ended) {
+        char why[512];
+        snprintf(why, sizeof(why), "%s", r ? modal_result_text(r->task_result) : st->message);
+        modal_reply_free(r);
+        modal_mark_dead(ms, why);
+        wait_for_restart(m);
+        return;
+    }
+    /* Alive: the task may have moved; retry the exec once. */
+    modal_set_str(&ms->task_id, r->task_id);
+    modal_reply_free(r);
+    exec_start(m);
+}
+
+static void exec_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    struct mproc *m = w->data;
+    if (!m->reported && !m->exec_id && !m->exec_call && m->ms)
+        exec_start(m);
+}
+
+/* A process record of ms for p (tag NULL: a new one). */
+static struct mproc *mproc_new(struct msb *ms, struct process *p, const char *tag)
+{
+    struct mproc *m = xcalloc(1, sizeof(*m));
+    m->p = p;
+    m->ms = ms;
+    if (tag) {
+        snprintf(m->tag, sizeof(m->tag), "%s", tag);
+    } else {
+        char rnd[24];
+        daemon_random_id("", rnd, sizeof(rnd));
+        snprintf(m->tag, sizeof(m->tag), "p%u-%s", p->pid, rnd);
+    }
+    snprintf(m->argv0, sizeof(m->argv0), "sbxd-%s", m->tag);
+    obuf_init(&m->stdin_q);
+    m->t0 = ev_now(D->loop);
+    ev_init(&m->kill_timer, kill_timer_cb);
+    m->kill_timer.data = m;
+    ev_init(&m->grace, grace_cb);
+    m->grace.data = m;
+    ev_init(&m->report_timer, report_cb);
+    m->report_timer.data = m;
+    ev_init(&m->retry_timer, wait_retry_cb);
+    m->retry_timer.data = m;
+    for (int i = 0; i < 2; i++) {
+        ev_init(&m->out_timer[i], out_timer_cb);
+        m->out_timer[i].data = m;
+    }
+    ev_init(&m->exec_timer, exec_timer_cb);
+    m->exec_timer.data = m;
+    m->next = ms->procs;
+    if (ms->procs)
+        ms->procs->prev = m;
+    ms->procs = m;
+    p->pdata = m;
+    return m;
+}
+
+int modal_proc_spawn(void *cookie, struct process *p, sbx_err_t *err)
+{
+    struct msb *ms = p->sb->pdata;
+    if (!ms)
+        return err_make(err, SBX_E_STATE, "sandbox %s has no Modal sandbox", p->sb->id);
+    exec_start(mproc_new(ms, p, NULL));
+    return 0;
+}
+
+int modal_proc_write(void *cookie, struct process *p, const void *data, size_t len,
+                        sbx_err_t *err)
+{
+    struct mproc *m = p->pdata;
+    if (!m || m->stdin_eof || m->reported)
+        return err_make(err, SBX_E_STATE, "stdin of process %u is closed", p->pid);
+    if (m->stdin_broken)
+        return modal_plain_err(err, m->adopted ? "stdin of a process re-adopted after an sbxd "
+                                           "restart cannot be written"
+                                         : "stdin of the Modal exec failed earlier");
+    if (m->stdin_q.bytes + len > STDIN_LIMIT)
+        return err_make_data(
+            err, SBX_E_LIMIT,
+            json_pack("{s:s, s:i}", "limit", "stdin_buffer", "max", (int)STDIN_LIMIT),
+            "stdin buffer of process %u is full", p->pid);
+    if (obuf_append(&m->stdin_q, data, len) < 0)
+        return err_make(err, SBX_E_INTERNAL, "out of memory");
+    stdin_pump(m);
+    return 0;
+}
+
+int modal_proc_close_stdin(void *cookie, struct process *p, sbx_err_t *err)
+{
+    struct mproc *m = p->pdata;
+    if (!m || m->stdin_eof)
+        return 0;
+    m->stdin_eof = 1;
+    stdin_pump(m);
+    return 0;
+}
+
+static void unwait(struct mproc *m)
+{
+    if (!m->waiting || !m->ms)
+        return;
+    for (struct mproc **pp = &m->ms->waiters; *pp; pp = &(*pp)->wnext)
+        if (*pp == m) {
+            *pp = m->wnext;
+            break;
+        }
+    m->waiting = 0;
+    m->wnext = NULL;
+}
+
+int modal_proc_kill(void *cookie, struct process *p, int sig, sbx_err_t *err)
+{
+    struct mproc *m = p->pdata;
+    if (!m || m->reported)
+        return 0;
+    if (m->kill_sig && m->kill_sig == sig && (m->exec_id || m->exec_call))
+        return 0; /* already on it */
+    m->kill_sig = sig;
+    if (m->exec_id) {
+        send_kill(m);
+        return 0;
+    }
+    if (m->exec_call) {
+        /* exec_done sends the kill as soon as the exec id is known. */
+        ev_timer_set(&m->kill_timer, KILL_CONFIRM_S + UNARY_TIMEOUT_S, 0.);
+        ev_timer_start(D->loop, &m->kill_timer);
+        return 0;
+    }
+    /* Nothing runs remotely yet (waiting for a restart or a check). */
+    unwait(m);
+    stop_calls(m);
+    m->have_exit = 1;
+    m->exit_code = 128 + sig;
+    m->reported = 1;
+    json_t *rec =
+        json_pack("{s:i, s:i, s:b}", "exit_code", 128 + sig, "signal", sig, "killed", 1);
+    process_exited(p, rec);
+    json_decref(rec);
+    return 0;
+}
+
+void modal_proc_resume(void *cookie, struct process *p)
+{
+    struct mproc *m = p->pdata;
+    if (!m || !m->paused || m->reported)
+        return;
+    m->paused = 0;
+    m->last_output = ev_now(D->loop);
+    log_debug("modal: pid %u: follower drained; resuming output (reopen %d/%d)", p->pid,
+              m->reopen[0], m->reopen[1]);
+    for (int i = 0; i < 2 && !m->paused; i++) {
+        if (m->out[i])
+            grpc_call_resume(m->out[i]); /* may deliver held batches and pause again */
+    }
+    for (int i = 0; i < 2 && !m->paused; i++)
+        if (m->reopen[i] && !m->out[i] && !m->reported)
+            out_open(m, i + 1);
+}
+
+void modal_proc_release(void *cookie, struct process *p)
+{
+    struct mproc *m = p->pdata;
+    if (!m)
+        return;
+    struct msb *ms = m->ms;
+    /* At shutdown the core frees processes before their sandboxes: a pending
+     * state write goes out while every exec is still known. */
+    if (ms && D->draining)
+        modal_state_flush(ms->mp);
+    /* A process dropped while it still runs remotely (the core gave up on it):
+     * end it there too, unless the whole sandbox is going away anyway. */
+    if (ms && m->exec_id && !m->have_exit && !m->reported && ms->task_id && !ms->dead &&
+        p->sb->status == SB_RUNNING && !D->draining)
+        send_killer(ms->mp, ms->task_id, m->tag, SIGKILL);
+    unwait(m);
+    stop_calls(m);
+    ev_timer_stop(D->loop, &m->report_timer);
+    if (ms) {
+        if (m->prev)
+            m->prev->next = m->next;
+        else
+            ms->procs = m->next;
+        if (m->next)
+            m->next->prev = m->prev;
+    }
+    obuf_deinit(&m->stdin_q);
+    free(m->exec_id);
+    free(m->exit_error);
+    free(m->incomplete_why);
+    free(m);
+    p->pdata = NULL;
+}
+
+/* ---- adoption after an sbxd restart ---------------------------------------------- */
+
+void modal_proc_adopt(struct msb *ms, json_t *pe)
+{
+    json_int_t pid = json_integer_value(json_object_get(pe, "pid"));
+    const char *exec_id = json_string_value(json_object_get(pe, "exec_id")),
+               *tag = json_string_value(json_object_get(pe, "tag"));
+    if (pid <= 0 || pid > UINT32_MAX || !tag || strlen(tag) >= 40)
+        return;
+    const char *cmd = json_string_value(json_object_get(pe, "command"));
+    struct process *p = process_adopt(ms->sb, (uint32_t)pid, cmd ? cmd : "");
+    if (!p)
+        return;
+    double started = json_number_value(json_object_get(pe, "started_at"));
+    if (started > 0)
+        p->started_at = started;
+    double deadline = json_number_value(json_object_get(pe, "deadline"));
+    if (deadline > 0) {
+        /* sbxd's own deadline goes on where it was. */
+        double left = deadline - daemon_now();
+        p->timeout_ms = (int64_t)((deadline - p->started_at) * 1000.0);
+        ev_timer_set(&p->timer, left > 0.001 ? left : 0.001, 0.);
+        ev_timer_start(D->loop, &p->timer);
+    }
+    struct mproc *m = mproc_new(ms, p, tag);
+    m->adopted = 1;
+    if (!exec_id) {
+        /* sbxd stopped before Modal answered its ContainerExec: whatever it
+         * may have started cannot be followed; end it and say so. */
+        if (ms->task_id)
+            send_killer(ms->mp, ms->task_id, m->tag, SIGKILL);
+        report_error(m, "lost: sbxd stopped before Modal confirmed the start of this "
+                        "command; anything it started was killed");
+        return;
+    }
+    modal_set_str(&m->exec_id, exec_id);
+    m->stdin_broken = 1; /* the next stdin index is not known */
+    /* Output again from the first batch Modal still has: the replay. */
+    out_open(m, 1);
+    out_open(m, 2);
+    wait_open(m);
+}
+
