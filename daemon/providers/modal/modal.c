@@ -438,7 +438,8 @@ static void adopt_check_done(struct grpc_call *c, const struct grpc_status *st,
     struct msb *ms = privdata;
     ms->check_call = NULL;
     Modal__Client__SandboxGetTaskIdResponse *r =
-        modal_reply(&modal__client__sandbox_get_task_id_response__descriptor, st, msg, len);
+        modal_reply(&modal__client__sandbox_get_task_id_response__descriptor, st, msg,
+                    len);
     if (modal_task_ended(st, r)) {
         char why[512];
         snprintf(why, sizeof(why), "ended while sbxd was down: %s",
@@ -727,7 +728,8 @@ static char *auth_token_parse(const uint8_t *msg, size_t len, double *refresh_in
     double exp = jwt_exp(tok);
     double life = exp > now ? exp - now : TOKEN_DEFAULT_LIFE;
     if (exp <= 0)
-        log_warn("modal: the auth token has no exp claim; treating it as valid for %.0f s",
+        log_warn("modal: the auth token has no exp claim; treating it as valid for "
+                 "%.0f s",
                  TOKEN_DEFAULT_LIFE);
     double early = life / 2 < TOKEN_REFRESH_EARLY ? life / 2 : TOKEN_REFRESH_EARLY;
     *refresh_in_s = life - early;

@@ -242,7 +242,7 @@ int modal_sb_snapshot(void *cookie, struct sandbox *sb, sbx_err_t *err);
 json_t *modal_sb_metadata(void *cookie, struct sandbox *sb);
 void modal_sb_release(void *cookie, struct sandbox *sb);
 
-/* ---- modal_proc.c: processes -------------------------------------------------------- */
+/* ---- modal_proc.c: processes ------------------------------------------------------- */
 
 /** Starts (or starts again) m's ContainerExec, waiting for a restart if needed. */
 void modal_exec_start(struct mproc *m);

@@ -358,7 +358,8 @@ static int send_app(struct msb *ms)
         modal_set_str(&ms->app_id, id);
         return go(ms, ST_LOOKUP);
     }
-    Modal__Client__AppGetOrCreateRequest req = MODAL__CLIENT__APP_GET_OR_CREATE_REQUEST__INIT;
+    Modal__Client__AppGetOrCreateRequest req =
+        MODAL__CLIENT__APP_GET_OR_CREATE_REQUEST__INIT;
     req.app_name = ms->app_name;
     req.environment_name = (char *)nz(ms->env_name);
     req.object_creation_type =
@@ -585,7 +586,7 @@ static int send_image_join(struct msb *ms)
     return STEP_WAIT;
 }
 
-/* ---- SECRET: the env as an ephemeral secret ------------------------------------------ */
+/* ---- SECRET: the env as an ephemeral secret ---------------------------------------- */
 
 static int send_secret(struct msb *ms)
 {
@@ -684,11 +685,12 @@ static int send_create(struct msb *ms)
     return job_call(ms, &req.base, UNARY_TIMEOUT_S);
 }
 
-/* ---- TASK: wait for the sandbox's task (polled), or find it ended ------------------- */
+/* ---- TASK: wait for the sandbox's task (polled), or find it ended ------------------ */
 
 static int send_task(struct msb *ms)
 {
-    Modal__Client__SandboxGetTaskIdRequest req = MODAL__CLIENT__SANDBOX_GET_TASK_ID_REQUEST__INIT;
+    Modal__Client__SandboxGetTaskIdRequest req =
+        MODAL__CLIENT__SANDBOX_GET_TASK_ID_REQUEST__INIT;
     req.sandbox_id = ms->sandbox_id;
     return job_call(ms, &req.base, UNARY_TIMEOUT_S);
 }
@@ -717,7 +719,8 @@ static void on_task(struct msb *ms, const struct grpc_status *st, void *reply)
     }
     if (ended) {
         char why[512];
-        snprintf(why, sizeof(why), "%s", r ? modal_result_text(r->task_result) : st->message);
+        snprintf(why, sizeof(why), "%s",
+                 r ? modal_result_text(r->task_result) : st->message);
         if (ms->adopting) {
             /* The sandbox of that name (or ours from before) is gone: make a new one. */
             log_info(
@@ -741,7 +744,8 @@ static void on_task(struct msb *ms, const struct grpc_status *st, void *reply)
         job_fail_msg(ms, "SandboxGetTaskId: undecodable response");
         return;
     }
-    if (r->_task_id_case != MODAL__CLIENT__SANDBOX_GET_TASK_ID_RESPONSE___TASK_ID_TASK_ID ||
+    if (r->_task_id_case !=
+            MODAL__CLIENT__SANDBOX_GET_TASK_ID_RESPONSE___TASK_ID_TASK_ID ||
         !r->task_id || !r->task_id[0]) {
         if (++ms->polls > TASK_MAX_POLLS) {
             job_fail_msg(ms, "the Modal sandbox did not get a task in time");
@@ -774,7 +778,7 @@ static void job_ready(struct msb *ms)
     job_end(ms, NULL, NULL);
 }
 
-/* ---- TAGS_SET / TAGS_CHECK: who owns it, and what it was made with ---------------------- */
+/* ---- TAGS_SET / TAGS_CHECK: who owns it, and what it was made with ----------------- */
 
 static int send_tags_set(struct msb *ms)
 {
@@ -794,7 +798,8 @@ static int send_tags_set(struct msb *ms)
         tags[i] = &tv_s[i];
         i++;
     }
-    Modal__Client__SandboxTagsSetRequest req = MODAL__CLIENT__SANDBOX_TAGS_SET_REQUEST__INIT;
+    Modal__Client__SandboxTagsSetRequest req =
+        MODAL__CLIENT__SANDBOX_TAGS_SET_REQUEST__INIT;
     req.environment_name = (char *)nz(ms->env_name);
     req.sandbox_id = ms->sandbox_id;
     req.tags = tags;
@@ -817,7 +822,8 @@ static void on_tags_set(struct msb *ms, const struct grpc_status *st, void *repl
 
 static int send_tags_check(struct msb *ms)
 {
-    Modal__Client__SandboxTagsGetRequest req = MODAL__CLIENT__SANDBOX_TAGS_GET_REQUEST__INIT;
+    Modal__Client__SandboxTagsGetRequest req =
+        MODAL__CLIENT__SANDBOX_TAGS_GET_REQUEST__INIT;
     req.sandbox_id = ms->sandbox_id;
     return job_call(ms, &req.base, UNARY_TIMEOUT_S);
 }
@@ -856,7 +862,7 @@ static void on_tags_check(struct msb *ms, const struct grpc_status *st, void *re
     job_ready(ms);
 }
 
-/* ---- STOP_SNAP / SNAPSHOT / STOP_CHECK / TERMINATE ------------------------------------- */
+/* ---- STOP_SNAP / SNAPSHOT / STOP_CHECK / TERMINATE --------------------------------- */
 
 static int send_snapshot_fs(struct msb *ms)
 {
@@ -877,7 +883,8 @@ static void on_stop_snap(struct msb *ms, const struct grpc_status *st, void *rep
     Modal__Client__SandboxSnapshotFsResponse *r = reply;
     if (snapshot_ok(r)) {
         modal_set_str(&ms->resume_image, r->image_id);
-        log_info("modal: sandbox %s: filesystem saved as %s", ms->sb->id, ms->resume_image);
+        log_info("modal: sandbox %s: filesystem saved as %s", ms->sb->id,
+                 ms->resume_image);
         ms->step = ST_TERMINATE;
         job_next(ms);
         return;
@@ -920,7 +927,8 @@ static int send_terminate(struct msb *ms)
 
 static void terminated(struct msb *ms)
 {
-    log_info("modal: sandbox %s: Modal sandbox %s terminated", ms->sb->id, ms->sandbox_id);
+    log_info("modal: sandbox %s: Modal sandbox %s terminated", ms->sb->id,
+             ms->sandbox_id);
     forget_sandbox(ms);
     job_end(ms, NULL, NULL);
 }
@@ -929,7 +937,8 @@ static void on_terminate(struct msb *ms, const struct grpc_status *st, void *rep
 {
     if (st->code != GRPC_OK && st->code != GRPC_NOT_FOUND) {
         job_fail_st(ms, st,
-                    ms->job == J_STOP ? "stopping the sandbox" : "terminating the sandbox");
+                    ms->job == J_STOP ? "stopping the sandbox"
+                                      : "terminating the sandbox");
         return;
     }
     terminated(ms);
@@ -959,8 +968,8 @@ static const struct job_step job_steps[] = {
     [ST_APP] = {"AppGetOrCreate", &modal__client__app_get_or_create_response__descriptor,
                 send_app, on_app},
     [ST_LOOKUP] = {"SandboxGetFromName",
-                   &modal__client__sandbox_get_from_name_response__descriptor, send_lookup,
-                   on_lookup},
+                   &modal__client__sandbox_get_from_name_response__descriptor,
+                   send_lookup, on_lookup},
     [ST_IMAGE] = {NULL, NULL, decide_image, NULL},
     [ST_IMAGE_BUILD] = {"ImageGetOrCreate",
                         &modal__client__image_get_or_create_response__descriptor,
@@ -972,17 +981,19 @@ static const struct job_step job_steps[] = {
                    on_secret},
     [ST_CREATE] = {"SandboxCreate", &modal__client__sandbox_create_response__descriptor,
                    send_create, on_create},
-    [ST_TASK] = {"SandboxGetTaskId", &modal__client__sandbox_get_task_id_response__descriptor,
-                 send_task, on_task},
+    [ST_TASK] = {"SandboxGetTaskId",
+                 &modal__client__sandbox_get_task_id_response__descriptor, send_task,
+                 on_task},
     [ST_TAGS_SET] = {"SandboxTagsSet", NULL, send_tags_set, on_tags_set},
-    [ST_TAGS_CHECK] = {"SandboxTagsGet", &modal__client__sandbox_tags_get_response__descriptor,
+    [ST_TAGS_CHECK] = {"SandboxTagsGet",
+                       &modal__client__sandbox_tags_get_response__descriptor,
                        send_tags_check, on_tags_check},
     [ST_STOP_SNAP] = {"SandboxSnapshotFs",
                       &modal__client__sandbox_snapshot_fs_response__descriptor,
                       send_snapshot_fs, on_stop_snap},
     [ST_STOP_CHECK] = {"SandboxGetTaskId",
-                       &modal__client__sandbox_get_task_id_response__descriptor, send_task,
-                       on_stop_check},
+                       &modal__client__sandbox_get_task_id_response__descriptor,
+                       send_task, on_stop_check},
     [ST_TERMINATE] = {"SandboxTerminate", NULL, send_terminate, on_terminate},
     [ST_SNAPSHOT] = {"SandboxSnapshotFs",
                      &modal__client__sandbox_snapshot_fs_response__descriptor,
@@ -1011,7 +1022,8 @@ static void watch_stop(struct msb *ms)
 
 static int watching(struct msb *ms)
 {
-    return ms->step == ST_SNAPSHOT || ms->step == ST_STOP_SNAP || ms->step == ST_STOP_CHECK;
+    return ms->step == ST_SNAPSHOT || ms->step == ST_STOP_SNAP ||
+           ms->step == ST_STOP_CHECK;
 }
 
 static void watch_done(struct grpc_call *c, const struct grpc_status *st,
@@ -1089,7 +1101,7 @@ void modal_mark_dead(struct msb *ms, const char *why)
     }
 }
 
-/* ---- starting jobs ------------------------------------------------------------------- */
+/* ---- starting jobs ----------------------------------------------------------------- */
 
 void modal_start_restart(struct msb *ms)
 {

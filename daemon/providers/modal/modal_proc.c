@@ -29,8 +29,10 @@
 
 #define BACKOFF_FIRST_S 0.2
 #define BACKOFF_MAX_S 5.0
-#define TAIL_QUIET_S 0.5 /* after the exit, a silent output stream is reopened after this */
-#define TAIL_TRIES 16    /* ... this many times, then the rest of the output is given up */
+/* After the exit, a silent output stream is reopened after TAIL_QUIET_S, TAIL_TRIES
+ * times; then the rest of the output is given up. */
+#define TAIL_QUIET_S 0.5
+#define TAIL_TRIES 16
 #define KILL_CONFIRM_S 4.0 /* the core gives up on a timed-out process after 5 s */
 #define STDIN_LIMIT (16u * 1024 * 1024)
 #define STDIN_CHUNK (1u * 1024 * 1024)
@@ -449,7 +451,8 @@ static void wait_done(struct grpc_call *c, const struct grpc_status *st,
         return;
     if (st->code == GRPC_OK) {
         Modal__Client__ContainerExecWaitResponse *r =
-            modal_reply(&modal__client__container_exec_wait_response__descriptor, st, msg, len);
+            modal_reply(&modal__client__container_exec_wait_response__descriptor, st, msg,
+                        len);
         int completed = r && r->completed;
         if (completed) {
             m->have_exit = 1;
@@ -839,7 +842,8 @@ static void check_done(struct grpc_call *c, const struct grpc_status *st,
         return;
     struct msb *ms = m->ms;
     Modal__Client__SandboxGetTaskIdResponse *r =
-        modal_reply(&modal__client__sandbox_get_task_id_response__descriptor, st, msg, len);
+        modal_reply(&modal__client__sandbox_get_task_id_response__descriptor, st, msg,
+                    len);
     int ended = modal_task_ended(st, r);
     if (!ended &&
         (!r || r->_task_id_case !=
@@ -852,7 +856,8 @@ static void check_done(struct grpc_call *c, const struct grpc_status *st,
     }
     if (ended) {
         char why[512];
-        snprintf(why, sizeof(why), "%s", r ? modal_result_text(r->task_result) : st->message);
+        snprintf(why, sizeof(why), "%s",
+                 r ? modal_result_text(r->task_result) : st->message);
         modal_reply_free(r);
         modal_mark_dead(ms, why);
         wait_for_restart(m);
