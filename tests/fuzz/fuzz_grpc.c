@@ -57,13 +57,10 @@ static char *token_parse(const uint8_t *msg, size_t len, double *refresh_in_s,
 /* call_new without call_begin: linked into the channel, never sent. */
 static struct grpc_call *fz_call(int kind)
 {
-    struct grpc_call *c = calloc(1, sizeof(*c));
-    if (!c)
-        abort();
+    struct grpc_call *c = xcalloc(1, sizeof(*c));
     c->ch = &chan;
     snprintf(c->method, sizeof(c->method), "%s", kind == 2 ? "TokenGet" : "Fuzz");
-    if (asprintf(&c->url, "%s/%s/%s", chan.base_url, chan.service, c->method) < 0)
-        abort();
+    c->url = xasprintf("%s/%s/%s", chan.base_url, chan.service, c->method);
     c->unary = kind != 1;
     c->is_token = kind == 2;
     c->attempt = MAX_RETRIES; /* a retry would send */
