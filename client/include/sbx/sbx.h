@@ -60,7 +60,7 @@ extern "C" {
 /* ctx->err codes. [breaks]: the connection is broken for good. */
 #define SBX_ERR_IO 1       /* socket error; errstr has strerror() [breaks] */
 #define SBX_ERR_EOF 3      /* the daemon closed the connection [breaks] */
-#define SBX_ERR_PROTOCOL 4 /* malformed, oversized or too deeply nested frame [breaks] */
+#define SBX_ERR_PROTOCOL 4 /* malformed, oversized or too deep frame [breaks] */
 #define SBX_ERR_OOM 5      /* out of memory [breaks] */
 #define SBX_ERR_TIMEOUT 6  /* sbx_set_timeout / connect timeout expired */
 #define SBX_ERR_RPC 7      /* the daemon answered with a JSON-RPC error */
