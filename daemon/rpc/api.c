@@ -3,6 +3,8 @@
  * then hands over to sandbox.c and process.c. Every handler answers its call
  * exactly once, now or later.
  */
+#include "api.h"
+
 #include <ctype.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -16,7 +18,6 @@
 #include "rpc.h"
 #include "sandbox.h"
 #include "sbx_proto.h"
-#include "session.h"
 #include "snapshot.h"
 #include "usage.h"
 #include "utf8.h"
@@ -27,12 +28,12 @@
  * call whose client left) sees everything, as an administrator does. */
 static uid_t caller_uid(struct call *c)
 {
-    return c->sess ? c->sess->uid : 0;
+    return c->conn ? c->conn->uid : 0;
 }
 
 static int caller_admin(struct call *c)
 {
-    return !c->sess || c->sess->admin;
+    return !c->conn || c->conn->admin;
 }
 
 /* -- params ------------------------------------------------------------------- */
@@ -270,7 +271,7 @@ static void put_usage(json_t *o, const char *limit, json_int_t used, json_int_t 
 
 /* The caller's usage against each cap that counts per uid, per session or
  * daemon-wide (what the caller shares with everyone). */
-static json_t *usage_json(struct session *s, uid_t uid)
+static json_t *usage_json(struct rpc_conn *k, uid_t uid)
 {
     const struct sbx_config *g = &D->cfg;
     struct uid_usage *u = usage_find(uid);
@@ -280,9 +281,10 @@ static json_t *usage_json(struct session *s, uid_t uid)
     put_usage(o, "input_bytes_per_uid", u ? (json_int_t)u->input_bytes : 0,
               g->input_bytes_per_uid);
     put_usage(o, "max_sandboxes_per_uid", sandbox_count_owned(uid), g->max_sandboxes_per_uid);
-    put_usage(o, "session_output_hard", s ? (json_int_t)s->obuf.bytes : 0,
+    put_usage(o, "session_output_hard", k ? (json_int_t)k->ops->queued(k) : 0,
               g->session_output_hard);
-    put_usage(o, "output_bytes_total", (json_int_t)session_output_total(), g->output_bytes_total);
+    put_usage(o, "output_bytes_total", k ? (json_int_t)k->ops->queued_all(k) : 0,
+              g->output_bytes_total);
     put_usage(o, "retained_bytes_total", (json_int_t)process_retained_total(),
               g->retained_bytes_total);
     int nsnap;
@@ -315,15 +317,15 @@ static void m_info(struct call *c, json_t *params)
         }
         json_array_append_new(provs, o);
     }
-    uid_t uid = c->sess ? c->sess->uid : 0;
+    uid_t uid = c->conn ? c->conn->uid : 0;
     json_t *res = json_pack("{s:s, s:s, s:f, s:i, s:i, s:b, s:o, s:{s:i, s:i, s:i}}", "version",
                             SBX_VERSION, "protocol", SBX_PROTO_VERSION, "uptime_s",
                             ev_now(D->loop) - D->started_mono, "pid", (int)getpid(), "uid",
-                            (int)uid, "admin", c->sess ? c->sess->admin : 0, "providers", provs,
+                            (int)uid, "admin", c->conn ? c->conn->admin : 0, "providers", provs,
                             "counts", "sessions", D->nsessions, "sandboxes", D->nsandboxes,
                             "processes", D->nprocesses);
     json_object_set_new(res, "limits", limits_json());
-    json_object_set_new(res, "usage", usage_json(c->sess, uid));
+    json_object_set_new(res, "usage", usage_json(c->conn, uid));
     json_object_set_new(res, "loop",
                         json_pack("{s:I, s:f, s:{s:I, s:I, s:I, s:I, s:I}}", "turns",
                                   (json_int_t)D->turn.turns, "longest_turn_ms",
@@ -377,7 +379,7 @@ static void reply_sandbox(struct call *c, struct sandbox *sb, int reconnected)
 
 static void m_create(struct call *c, json_t *params)
 {
-    uid_t uid = c->sess ? c->sess->uid : 0;
+    uid_t uid = c->conn ? c->conn->uid : 0;
     const char *id, *prov_name, *snap, *str;
     if (opt_str(c, params, "id", &id) < 0 || opt_str(c, params, "provider", &prov_name) < 0 ||
         opt_str(c, params, "snapshot", &snap) < 0)
@@ -413,7 +415,7 @@ static void m_create(struct call *c, json_t *params)
     json_t *snaprec = NULL;
     if (snap) {
         snaprec = json_object_get(D->snapshots, snap);
-        if (!snaprec || (!(c->sess && c->sess->admin) &&
+        if (!snaprec || (!(c->conn && c->conn->admin) &&
                          json_integer_value(json_object_get(snaprec, "owner")) != (json_int_t)uid)) {
             bad_param(c, "snapshot", "no such snapshot");
             return;
@@ -643,7 +645,7 @@ static void m_clone(struct call *c, json_t *params)
     struct sandbox *src = get_sandbox(c, params, "id");
     if (!src)
         return;
-    uid_t uid = c->sess ? c->sess->uid : 0;
+    uid_t uid = c->conn ? c->conn->uid : 0;
     const char *nid;
     if (opt_str(c, params, "new_id", &nid) < 0)
         return;
@@ -868,7 +870,7 @@ static void start_process(struct call *c, json_t *params, int is_exec)
                    "sandbox %s is %s", sb->id, sandbox_status_name(sb->status));
         return;
     }
-    struct proc_opts o = {.origin = c->sess ? c->sess->id : 0, .sandbox_restarted = restart,
+    struct proc_opts o = {.origin = c->conn ? c->conn->id : 0, .sandbox_restarted = restart,
                           .result_enc = enc};
     if (is_exec) {
         o.exec_cb = call_done;
@@ -886,7 +888,7 @@ static void start_process(struct call *c, json_t *params, int is_exec)
         return;
     }
     if (stream)
-        process_subscribe(p, c->sess ? &c->sess->fol : NULL, enc);
+        process_subscribe(p, c->conn ? &c->conn->fol : NULL, enc);
     uint32_t pid = p->pid;
     if (process_launch(p, &err) < 0) {
         call_fail(c, &err);
@@ -1027,22 +1029,22 @@ static void m_attach(struct call *c, json_t *params)
         opt_int(c, params, "stderr_offset", 0, INT64_MAX, &o2) < 0 ||
         opt_bool(c, params, "follow", &follow) < 0)
         return;
-    if (!c->sess) {
+    if (!c->conn) {
         call_reply(c, NULL);
         return;
     }
-    json_t *res = process_replay(p, &c->sess->fol, (uint64_t)(o1 >= 0 ? o1 : off),
+    json_t *res = process_replay(p, &c->conn->fol, (uint64_t)(o1 >= 0 ? o1 : off),
                                  (uint64_t)(o2 >= 0 ? o2 : off), enc);
     if (p->state == P_EXITED) {
         json_t *e = p->exit;
-        session_notify(c->sess, SBX_N_EXIT,
+        conn_notify(c->conn, SBX_N_EXIT,
                        json_pack("{s:s, s:I, s:O, s:O, s:O, s:O, s:O}", "sandbox", p->sb->id, "pid",
                                  (json_int_t)p->pid, "exit_code", json_object_get(e, "exit_code"),
                                  "signal", json_object_get(e, "signal"), "timed_out",
                                  json_object_get(e, "timed_out"), "killed",
                                  json_object_get(e, "killed"), "error", json_object_get(e, "error")));
     } else if (follow) {
-        process_subscribe(p, c->sess ? &c->sess->fol : NULL, enc);
+        process_subscribe(p, c->conn ? &c->conn->fol : NULL, enc);
     }
     call_reply(c, res);
 }
@@ -1052,8 +1054,8 @@ static void m_detach(struct call *c, json_t *params)
     struct process *p = get_process(c, params, NULL);
     if (!p)
         return;
-    if (c->sess)
-        process_unsubscribe(p, &c->sess->fol);
+    if (c->conn)
+        process_unsubscribe(p, &c->conn->fol);
     call_reply(c, NULL);
 }
 

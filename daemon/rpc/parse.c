@@ -18,13 +18,13 @@
 
 #include "daemon.h"
 #include "log.h"
-#include "rpc.h"
-#include "session.h"
+#include "sbx_proto.h"
 
 struct job {
     struct job *next;
     int dispose;      /* a value to free, not a line to parse */
-    uint64_t sess_id;
+    uint64_t owner;
+    parse_done_fn done;
     char *line;
     size_t len;
     json_t *v;
@@ -75,7 +75,7 @@ static void *parser_main(void *arg)
             continue;
         }
         j->v = json_loadb(j->line, j->len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &j->err);
-        j->depth_ok = j->v && rpc_json_depth_ok(j->v, 0);
+        j->depth_ok = j->v && parse_depth_ok(j->v, 0);
         free(j->line);
         j->line = NULL;
         pthread_mutex_lock(&mu);
@@ -86,7 +86,23 @@ static void *parser_main(void *arg)
     return NULL;
 }
 
-/* On the loop: hand parsed values to their sessions, in submission order. */
+int parse_depth_ok(json_t *v, int depth)
+{
+    if (depth > SBX_MAX_JSON_DEPTH)
+        return 0;
+    if (json_is_object(v)) {
+        const char *k;
+        json_t *x;
+        json_object_foreach(v, k, x) if (!parse_depth_ok(x, depth + 1)) return 0;
+    } else if (json_is_array(v)) {
+        size_t i;
+        json_t *x;
+        json_array_foreach(v, i, x) if (!parse_depth_ok(x, depth + 1)) return 0;
+    }
+    return 1;
+}
+
+/* On the loop: hand parsed values to their owners, in submission order. */
 static void wake_cb(struct ev_loop *loop, ev_async *w, int revents)
 {
     pthread_mutex_lock(&mu);
@@ -96,16 +112,12 @@ static void wake_cb(struct ev_loop *loop, ev_async *w, int revents)
     while (list) {
         struct job *j = list;
         list = j->next;
-        struct session *s = session_by_id(j->sess_id);
-        if (s)
-            session_parsed(s, j->v, j->depth_ok, &j->err);
-        else
-            json_decref(j->v);
+        j->done(j->owner, j->v, j->depth_ok, &j->err);
         free(j);
     }
 }
 
-int parse_submit(struct session *s, const char *line, size_t len)
+int parse_submit(uint64_t owner, const char *line, size_t len, parse_done_fn cb)
 {
     if (!running) {
         ev_async_init(&wake, wake_cb);
@@ -128,7 +140,8 @@ int parse_submit(struct session *s, const char *line, size_t len)
         return -1;
     }
     memcpy(copy, line, len);
-    j->sess_id = s->id;
+    j->owner = owner;
+    j->done = cb;
     j->line = copy;
     j->len = len;
     pthread_mutex_lock(&mu);

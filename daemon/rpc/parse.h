@@ -11,15 +11,21 @@
 
 #include <jansson.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #define PARSE_OFFLOOP_MIN (64 * 1024)
 
-struct session;
+/* A parsed line, on the loop: v (stolen; NULL with jerr on a parse error),
+ * depth_ok 0 when it nests deeper than SBX_MAX_JSON_DEPTH. owner: what
+ * parse_submit was given (a session id: the session may be gone). */
+typedef void (*parse_done_fn)(uint64_t owner, json_t *v, int depth_ok, const json_error_t *jerr);
 
-/* Hands a copy of line to the parser thread (started on first use); the
- * value reaches rpc_handle_value() on the loop. Returns 0, or -1 when the
- * thread cannot be used (the caller parses in place). */
-int parse_submit(struct session *s, const char *line, size_t len);
+/* Hands a copy of line to the parser thread (started on first use); done
+ * gets the value on the loop. Returns 0, or -1 when the thread cannot be
+ * used (the caller parses in place). */
+int parse_submit(uint64_t owner, const char *line, size_t len, parse_done_fn done);
+/* 1 if v nests no deeper than SBX_MAX_JSON_DEPTH (counting from depth). */
+int parse_depth_ok(json_t *v, int depth);
 /* Frees v (stolen) on the parser thread when it runs, else here: a large
  * parsed request is freed where it was allocated, off the loop. Refcounts
  * are atomic in jansson, so parts the loop still holds stay alive. */

@@ -1,5 +1,5 @@
 /*
- * rpc.c - JSON-RPC 2.0 framing on top of sessions: requests, batches,
+ * rpc.c - JSON-RPC 2.0 framing on top of connections: requests, batches,
  * notifications from the client, responses to our own requests, and the
  * life of a call until it is answered.
  */
@@ -10,11 +10,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api.h"
 #include "daemon.h"
 #include "log.h"
 #include "parse.h"
 #include "sbx_proto.h"
-#include "session.h"
 #include "toolcall.h"
 #include "xalloc.h"
 
@@ -31,7 +31,7 @@
  * moves to `out` once the members before it are done.
  */
 struct batch {
-    struct session *sess; /* NULL once gone */
+    struct rpc_conn *conn; /* NULL once gone */
     json_t *reqs;         /* the request array, until every member is dispatched */
     size_t next;          /* next member to dispatch */
     size_t n;
@@ -60,18 +60,7 @@ struct batch {
 
 int rpc_json_depth_ok(json_t *v, int depth)
 {
-    if (depth > SBX_MAX_JSON_DEPTH)
-        return 0;
-    if (json_is_object(v)) {
-        const char *k;
-        json_t *x;
-        json_object_foreach(v, k, x) if (!rpc_json_depth_ok(x, depth + 1)) return 0;
-    } else if (json_is_array(v)) {
-        size_t i;
-        json_t *x;
-        json_array_foreach(v, i, x) if (!rpc_json_depth_ok(x, depth + 1)) return 0;
-    }
-    return 1;
+    return parse_depth_ok(v, depth);
 }
 
 static json_t *error_response(json_t *id, int code, const char *msg, json_t *data)
@@ -92,23 +81,23 @@ static json_t *too_large(json_t *id, size_t size, size_t room)
     return e;
 }
 
-/* Sends msg (borrowed) to s, or a -32005 in its place when the encoded reply
+/* Sends msg (borrowed) to k, or a -32005 in its place when the encoded reply
  * would take the session past its hard limit (instead of a disconnect). */
-static void send_reply(struct session *s, json_t *msg)
+static void send_reply(struct rpc_conn *k, json_t *msg)
 {
     char *text = json_dumps(msg, JSON_COMPACT | JSON_ENCODE_ANY);
     if (!text)
         return;
     size_t len = strlen(text);
-    size_t room = session_reply_room(s);
+    size_t room = k->ops->reply_room(k);
     if (len + 1 > room) {
         free(text);
         json_t *e = too_large(json_object_get(msg, "id"), len, room);
-        session_send(s, e);
+        conn_send(k, e);
         json_decref(e);
         return;
     }
-    session_send_line(s, text, len);
+    k->ops->send_line(k, text, len);
     free(text);
 }
 
@@ -164,7 +153,7 @@ static void batch_member_done(struct batch *b, size_t i, json_t *msg)
 {
     if (b->off[i] != NO_TEXT)
         return; /* answered already */
-    char *text = msg && b->sess ? json_dumps(msg, JSON_COMPACT) : NULL;
+    char *text = msg && b->conn ? json_dumps(msg, JSON_COMPACT) : NULL;
     size_t n = text ? strlen(text) : 0;
     if (!text) {
         b->off[i] = NO_ANSWER;
@@ -190,17 +179,17 @@ static void batch_slot_done(struct batch *b)
     if (--b->outstanding > 0)
         return;
     /* Only responses, in request order; notifications left no text. */
-    struct session *s = b->sess;
-    if (!s || b->count == 0) {
+    struct rpc_conn *k = b->conn;
+    if (!k || b->count == 0) {
         batch_free(b);
         return;
     }
     size_t len = b->out_len + 1; /* + ']' */
-    size_t room = session_reply_room(s);
+    size_t room = k->ops->reply_room(k);
     if (len + 1 <= room && buf_put(&b->out, &b->out_len, &b->out_cap, "]", 1) == 0) {
         char *out = b->out;
         b->out = NULL;
-        session_send_line_owned(s, out, b->out_len);
+        k->ops->send_line_owned(k, out, b->out_len);
     } else {
         /* No room: every request still gets an answer, a -32005 of its own. */
         json_t *arr = json_array();
@@ -212,7 +201,7 @@ static void batch_slot_done(struct batch *b)
             json_array_append_new(arr, too_large(json_object_get(r, "id"), len, room));
             json_decref(r);
         }
-        send_reply(s, arr);
+        send_reply(k, arr);
         json_decref(arr);
     }
     batch_free(b);
@@ -220,12 +209,12 @@ static void batch_slot_done(struct batch *b)
 
 static void call_unlink(struct call *c)
 {
-    if (!c->sess)
+    if (!c->conn)
         return;
     if (c->prev)
         c->prev->next = c->next;
     else
-        c->sess->calls = c->next;
+        c->conn->calls = c->next;
     if (c->next)
         c->next->prev = c->prev;
     c->next = c->prev = NULL;
@@ -239,8 +228,8 @@ static void call_finish(struct call *c, json_t *msg)
         size_t i = (size_t)c->batch_index;
         batch_member_done(b, i, c->id ? msg : NULL);
         batch_slot_done(b);
-    } else if (msg && c->id && c->sess) {
-        send_reply(c->sess, msg);
+    } else if (msg && c->id && c->conn) {
+        send_reply(c->conn, msg);
     }
     json_decref(msg);
     call_unlink(c);
@@ -283,38 +272,38 @@ void call_error(struct call *c, int code, json_t *data, const char *fmt, ...)
     call_finish(c, msg);
 }
 
-void rpc_session_gone(struct session *s)
+void rpc_conn_gone(struct rpc_conn *k)
 {
-    struct batch *b = s->cur_batch;
+    struct batch *b = k->cur_batch;
     if (b) {
         /* Members not dispatched yet never will be: drop their slots. */
-        s->cur_batch = NULL;
-        b->sess = NULL;
+        k->cur_batch = NULL;
+        b->conn = NULL;
         b->outstanding -= (int)(b->n - b->next);
         b->next = b->n;
         parse_dispose(b->reqs);
         b->reqs = NULL;
         batch_slot_done(b); /* the dispatch's own count */
     }
-    struct call *c = s->calls;
+    struct call *c = k->calls;
     while (c) {
         struct call *n = c->next;
         if (c->batch)
-            c->batch->sess = NULL;
-        c->sess = NULL;
+            c->batch->conn = NULL;
+        c->conn = NULL;
         c->next = c->prev = NULL;
         c = n;
     }
-    s->calls = NULL;
+    k->calls = NULL;
 }
 
 /* -- dispatch ------------------------------------------------------------- */
 
-static void handle_one(struct session *s, json_t *req, struct batch *b, int index);
+static void handle_one(struct rpc_conn *k, json_t *req, struct batch *b, int index);
 
-int rpc_batch_resume(struct session *s)
+int rpc_batch_resume(struct rpc_conn *k)
 {
-    struct batch *b = s->cur_batch;
+    struct batch *b = k->cur_batch;
     if (!b)
         return 0;
     ev_tstamp t0 = ev_time();
@@ -323,33 +312,33 @@ int rpc_batch_resume(struct session *s)
             ev_time() - t0 > BATCH_SLICE_S)
             return 1;
         size_t i = b->next++;
-        handle_one(s, json_array_get(b->reqs, i), b, (int)i);
-        if (s->cur_batch != b)
+        handle_one(k, json_array_get(b->reqs, i), b, (int)i);
+        if (k->cur_batch != b)
             return 0; /* the session went away inside the call */
     }
-    s->cur_batch = NULL;
+    k->cur_batch = NULL;
     parse_dispose(b->reqs); /* a 50k-member tree takes tens of ms to free */
     b->reqs = NULL;
     batch_slot_done(b);
     return 0;
 }
 
-static struct call *call_new(struct session *s, json_t *id, struct batch *b, int index)
+static struct call *call_new(struct rpc_conn *k, json_t *id, struct batch *b, int index)
 {
     struct call *c = xcalloc(1, sizeof(*c));
-    c->sess = s;
+    c->conn = k;
     c->id = id ? json_incref(id) : NULL;
     c->batch = b;
     c->batch_index = index;
-    c->next = s->calls;
-    if (s->calls)
-        s->calls->prev = c;
-    s->calls = c;
+    c->next = k->calls;
+    if (k->calls)
+        k->calls->prev = c;
+    k->calls = c;
     return c;
 }
 
 /* Handles one request object (or a stray value). b/index: batch slot or NULL. */
-static void handle_one(struct session *s, json_t *req, struct batch *b, int index)
+static void handle_one(struct rpc_conn *k, json_t *req, struct batch *b, int index)
 {
     json_t *id = NULL;
     if (json_is_object(req)) {
@@ -360,7 +349,7 @@ static void handle_one(struct session *s, json_t *req, struct batch *b, int inde
         /* A response to one of our requests (tool.call)? */
         if (!json_object_get(req, "method") &&
             (json_object_get(req, "result") || json_object_get(req, "error"))) {
-            toolcall_response(s, req);
+            toolcall_response(k, req);
             if (b) {
                 batch_member_done(b, (size_t)index, NULL);
                 batch_slot_done(b);
@@ -373,7 +362,7 @@ static void handle_one(struct session *s, json_t *req, struct batch *b, int inde
     json_t *params = json_is_object(req) ? json_object_get(req, "params") : NULL;
     int has_id = json_is_object(req) && json_object_get(req, "id") != NULL;
 
-    struct call *c = call_new(s, has_id ? (id ? id : json_null()) : NULL, b, index);
+    struct call *c = call_new(k, has_id ? (id ? id : json_null()) : NULL, b, index);
     if (!json_is_object(req) || !json_is_string(jv) || strcmp(json_string_value(jv), "2.0") != 0 ||
         !json_is_string(m) || (params && !json_is_object(params) && !json_is_array(params)) ||
         (has_id && !id)) {
@@ -411,7 +400,7 @@ static void handle_one(struct session *s, json_t *req, struct batch *b, int inde
     json_decref(p);
 }
 
-void rpc_handle_line(struct session *s, const char *line, size_t len)
+void rpc_handle_line(struct rpc_conn *k, const char *line, size_t len)
 {
     /* Tolerate CRLF and blank keep-alive lines. */
     while (len > 0 && (line[len - 1] == '\r' || line[len - 1] == ' ' || line[len - 1] == '\t'))
@@ -420,17 +409,17 @@ void rpc_handle_line(struct session *s, const char *line, size_t len)
         return;
     json_error_t jerr;
     json_t *v = json_loadb(line, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &jerr);
-    rpc_handle_value(s, v, v && rpc_json_depth_ok(v, 0), &jerr);
+    rpc_handle_value(k, v, v && parse_depth_ok(v, 0), &jerr);
 }
 
-void rpc_handle_value(struct session *s, json_t *v, int depth_ok, const json_error_t *jerr_in)
+void rpc_handle_value(struct rpc_conn *k, json_t *v, int depth_ok, const json_error_t *jerr_in)
 {
     json_error_t jerr = *jerr_in;
     if (!v || !depth_ok) {
         json_t *msg = error_response(NULL, SBX_E_PARSE, v ? "nesting too deep" : "parse error",
                                      v ? NULL : json_pack("{s:s, s:i}", "detail", jerr.text,
                                                           "position", jerr.position));
-        session_send(s, msg);
+        conn_send(k, msg);
         json_decref(msg);
         json_decref(v);
         return;
@@ -439,13 +428,13 @@ void rpc_handle_value(struct session *s, json_t *v, int depth_ok, const json_err
         size_t n = json_array_size(v);
         if (n == 0) {
             json_t *msg = error_response(NULL, SBX_E_INVALID_REQUEST, "empty batch", NULL);
-            session_send(s, msg);
+            conn_send(k, msg);
             json_decref(msg);
             json_decref(v);
             return;
         }
         struct batch *b = xcalloc(1, sizeof(*b));
-        b->sess = s;
+        b->conn = k;
         b->n = n;
         b->off = xmalloc(n * sizeof(*b->off));
         b->lens = xcalloc(n, sizeof(*b->lens));
@@ -458,10 +447,10 @@ void rpc_handle_value(struct session *s, json_t *v, int depth_ok, const json_err
          * dispatching its members. */
         b->outstanding = (int)n + 1;
         b->reqs = json_incref(v);
-        s->cur_batch = b;
-        rpc_batch_resume(s);
+        k->cur_batch = b;
+        rpc_batch_resume(k);
     } else {
-        handle_one(s, v, NULL, 0);
+        handle_one(k, v, NULL, 0);
     }
     json_decref(v);
 }

@@ -53,6 +53,8 @@ static void work_cb(struct ev_loop *loop, ev_idle *w, int revents);
 static void follower_send_line(struct follower *f, const char *text, size_t len);
 static void idle_check_cb(struct ev_loop *loop, ev_timer *w, int revents);
 static void notify_uid(uid_t uid, const char *method, json_t *params);
+static const struct rpc_conn_ops conn_ops;
+static void line_parsed(uint64_t id, json_t *v, int depth_ok, const json_error_t *jerr);
 
 static void init_watchers(void)
 {
@@ -230,8 +232,8 @@ void session_accept(int fd)
     s->usage->sessions++;
     s->last_active = ev_now(D->loop);
     obuf_init(&s->obuf);
-    s->tool_calls = json_object();
-    s->fol.send_line = follower_send_line;
+    conn_init(&s->conn, s->id, uid, admin, &conn_ops);
+    s->conn.fol.send_line = follower_send_line;
     s->next = D->sessions;
     if (D->sessions)
         D->sessions->prev = s;
@@ -244,6 +246,46 @@ void session_accept(int fd)
     log_debug("session %llu: uid %d pid %d%s", (unsigned long long)s->id, (int)s->uid,
               (int)s->pid, s->admin ? " (admin)" : "");
 }
+
+/* -- the JSON-RPC side's view (rpc.h) ------------------------------------------ */
+
+static struct session *of_conn(const struct rpc_conn *k)
+{
+    return (struct session *)((char *)k - offsetof(struct session, conn));
+}
+
+static void conn_send_line(struct rpc_conn *k, const char *text, size_t len)
+{
+    session_send_line(of_conn(k), text, len);
+}
+
+static void conn_send_line_owned(struct rpc_conn *k, char *text, size_t len)
+{
+    session_send_line_owned(of_conn(k), text, len);
+}
+
+static size_t conn_reply_room(const struct rpc_conn *k)
+{
+    return session_reply_room(of_conn(k));
+}
+
+static size_t conn_queued(const struct rpc_conn *k)
+{
+    return of_conn(k)->obuf.bytes;
+}
+
+static size_t conn_queued_all(const struct rpc_conn *k)
+{
+    return out_total;
+}
+
+static const struct rpc_conn_ops conn_ops = {
+    .send_line = conn_send_line,
+    .send_line_owned = conn_send_line_owned,
+    .reply_room = conn_reply_room,
+    .queued = conn_queued,
+    .queued_all = conn_queued_all,
+};
 
 /* The core's status and progress notifications (sandbox.h): the line is
  * built once for all of the owner's sessions. params stolen. */
@@ -260,7 +302,7 @@ static void notify_uid(uid_t uid, const char *method, json_t *params)
 /* Process output for a session that follows it (output.h). */
 static void follower_send_line(struct follower *f, const char *text, size_t len)
 {
-    struct session *s = (struct session *)((char *)f - offsetof(struct session, fol));
+    struct session *s = (struct session *)((char *)f - offsetof(struct session, conn.fol));
     session_send_line(s, text, len);
 }
 
@@ -277,12 +319,12 @@ static void update_congestion(struct session *s)
     size_t high = (size_t)D->cfg.session_output_high;
     if (!(s->flags & SESS_CONGESTED) && s->obuf.bytes >= high) {
         s->flags |= SESS_CONGESTED;
-        s->fol.congested = 1;
+        s->conn.fol.congested = 1;
     } else if ((s->flags & SESS_CONGESTED) && s->obuf.bytes < high / 2) {
         s->flags &= ~SESS_CONGESTED;
-        s->fol.congested = 0;
-        output_follower_writable(&s->fol);
-        if (s->ilen > 0 || s->cur_batch)
+        s->conn.fol.congested = 0;
+        output_follower_writable(&s->conn.fol);
+        if (s->ilen > 0 || s->conn.cur_batch)
             mark_busy(s); /* requests were left waiting for the client to read */
     }
 }
@@ -398,6 +440,7 @@ void session_close(struct session *s, int graceful)
     if (s->flags & SESS_CLOSE_ASAP)
         return;
     s->flags |= SESS_CLOSE_ASAP;
+    s->conn.closing = 1;
     ev_io_stop(D->loop, &s->io);
     /* Nothing more is written: give the output (and its share of
      * output_bytes_total) back now, not at the prepare hook. */
@@ -411,9 +454,10 @@ void session_close(struct session *s, int graceful)
 static void session_free(struct session *s)
 {
     log_debug("session %llu closed", (unsigned long long)s->id);
-    rpc_session_gone(s);
-    output_follower_gone(&s->fol);
-    toolcall_session_gone(s);
+    rpc_conn_gone(&s->conn);
+    output_follower_gone(&s->conn.fol);
+    toolcall_conn_gone(&s->conn);
+    conn_deinit(&s->conn);
     ev_io_stop(D->loop, &s->io);
     close(s->fd);
     if (s->prev)
@@ -430,7 +474,6 @@ static void session_free(struct session *s)
     s->usage->sessions--;
     usage_release(s->usage);
     free(s->ibuf);
-    json_decref(s->tool_calls);
     free(s);
 }
 
@@ -534,13 +577,13 @@ static int process_lines(struct session *s)
     int more = 0;
     if (s->parsing)
         return 0; /* resumed by session_parsed */
-    if (s->cur_batch && rpc_batch_resume(s))
+    if (s->conn.cur_batch && rpc_batch_resume(&s->conn))
         return 1;
     size_t start = 0;
     for (;;) {
         if (s->flags & (SESS_CLOSE_ASAP | SESS_CLOSE_AFTER_WRITE))
             return 0;
-        if (s->cur_batch) {
+        if (s->conn.cur_batch) {
             more = 1;
             break;
         }
@@ -565,10 +608,10 @@ static int process_lines(struct session *s)
             s->iscan = start;
             break;
         }
-        if (len >= PARSE_OFFLOOP_MIN && parse_submit(s, s->ibuf + start, len) == 0)
+        if (len >= PARSE_OFFLOOP_MIN && parse_submit(s->id, s->ibuf + start, len, line_parsed) == 0)
             s->parsing = 1; /* the rest waits for its value */
         else
-            rpc_handle_line(s, s->ibuf + start, len);
+            rpc_handle_line(&s->conn, s->ibuf + start, len);
         start = end + 1;
         s->iscan = start;
     }
@@ -653,6 +696,16 @@ static void session_read(struct session *s)
     }
 }
 
+/* The parser thread's value for a line of session id (parse.h). */
+static void line_parsed(uint64_t id, json_t *v, int depth_ok, const json_error_t *jerr)
+{
+    struct session *s = session_by_id(id);
+    if (s)
+        session_parsed(s, v, depth_ok, jerr);
+    else
+        json_decref(v);
+}
+
 void session_parsed(struct session *s, json_t *v, int depth_ok, const json_error_t *jerr)
 {
     s->parsing = 0;
@@ -660,8 +713,8 @@ void session_parsed(struct session *s, json_t *v, int depth_ok, const json_error
         json_decref(v);
         return;
     }
-    rpc_handle_value(s, v, depth_ok, jerr);
-    if (s->ilen > 0 || s->cur_batch)
+    rpc_handle_value(&s->conn, v, depth_ok, jerr);
+    if (s->ilen > 0 || s->conn.cur_batch)
         mark_busy(s);
     if (!(s->flags & SESS_CLOSE_ASAP))
         session_update_watcher_ex(s, (s->flags & SESS_PENDING) != 0);
@@ -699,8 +752,8 @@ static void idle_check_cb(struct ev_loop *loop, ev_timer *w, int revents)
         return;
     ev_tstamp now = ev_now(loop);
     for (struct session *s = D->sessions; s; s = s->next) {
-        if ((s->flags & (SESS_CLOSE_ASAP | SESS_CLOSE_AFTER_WRITE)) || s->calls || s->fol.subs ||
-            s->cur_batch || s->parsing || s->obuf.bytes || toolcall_pending(s))
+        if ((s->flags & (SESS_CLOSE_ASAP | SESS_CLOSE_AFTER_WRITE)) || s->conn.calls || s->conn.fol.subs ||
+            s->conn.cur_batch || s->parsing || s->obuf.bytes || toolcall_pending(&s->conn))
             continue;
         if ((now - s->last_active) * 1000.0 >= (double)ms)
             fail_limit(s, "session_idle_timeout_ms", (long long)ms, "session idle for too long");

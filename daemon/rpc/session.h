@@ -15,7 +15,7 @@
 #include <sys/types.h>
 
 #include "obuf.h"
-#include "output.h"
+#include "rpc.h"
 
 enum {
     SESS_CLOSE_ASAP = 1 << 0,        /* free at the next prepare */
@@ -25,7 +25,6 @@ enum {
     SESS_BUSY = 1 << 4,              /* has lines or a batch left for the next slice */
 };
 
-struct call;
 struct batch;
 struct uid_usage;
 
@@ -45,13 +44,10 @@ struct session {
     size_t ilen, icap, iscan;
     struct obuf obuf;
 
-    struct call *calls;  /* pending calls of this session */
-    struct follower fol; /* the processes it follows (output.h) */
-    json_t *tool_calls;  /* "tN" -> {sandbox, pid, call} */
-    uint64_t next_tool_id;
+    /* Its JSON-RPC side: calls, batch, tool calls, followed processes. */
+    struct rpc_conn conn;
 
     struct uid_usage *usage; /* its uid's counters (sessions, input bytes) */
-    struct batch *cur_batch; /* a batch still being dispatched, slice by slice */
     ev_tstamp last_active;   /* last byte read, for session_idle_timeout_ms */
     int parsing;             /* a large line is with the parser thread (parse.c) */
 };

@@ -8,20 +8,21 @@
 #include "toolcall.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "log.h"
 #include "process.h"
 #include "provider.h"
+#include "conn.h"
 #include "sandbox.h"
 #include "sbx_proto.h"
-#include "session.h"
 
 #define GONE "the session that started this process is gone"
 
 void process_tool_call(struct process *p, int64_t call, const char *name, json_t *args)
 {
-    struct session *s = session_by_id(p->origin);
+    struct rpc_conn *conn = conn_by_id(p->origin);
     json_t *tools = json_object_get(p->sb->conf, "tools");
     int known = 0;
     size_t i;
@@ -35,20 +36,24 @@ void process_tool_call(struct process *p, int64_t call, const char *name, json_t
         process_tool_result(p, call, NULL, SBX_E_TOOL, "unknown tool", NULL);
         return;
     }
-    if (!s) {
+    if (!conn) {
         process_tool_result(p, call, NULL, SBX_E_TOOL, GONE, NULL);
         return;
     }
     char id[32];
-    snprintf(id, sizeof(id), "t%llu", (unsigned long long)++s->next_tool_id);
+    snprintf(id, sizeof(id), "t%llu", (unsigned long long)++conn->next_tool_id);
     json_t *req = json_pack("{s:s, s:s, s:s, s:{s:s, s:I, s:s, s:O}}", "jsonrpc", "2.0", "id", id,
                             "method", SBX_R_TOOL_CALL, "params", "sandbox", p->sb->id, "pid",
                             (json_int_t)p->pid, "name", name, "args", args ? args : json_null());
-    json_object_set_new(s->tool_calls, id,
+    json_object_set_new(conn->tool_calls, id,
                         json_pack("{s:s, s:I, s:I}", "sandbox", p->sb->id, "pid",
                                   (json_int_t)p->pid, "call", (json_int_t)call));
-    session_send(s, req);
+    char *text = json_dumps(req, JSON_COMPACT);
     json_decref(req);
+    if (text) {
+        conn->ops->send_line(conn, text, strlen(text));
+        free(text);
+    }
 }
 
 static struct process *tool_target(json_t *rec, int64_t *call)
@@ -71,13 +76,13 @@ static const char *error_name(json_t *err)
     return en;
 }
 
-void toolcall_response(struct session *s, json_t *msg)
+void toolcall_response(struct rpc_conn *conn, json_t *msg)
 {
     json_t *id = json_object_get(msg, "id");
     const char *key = json_string_value(id);
-    json_t *rec = key ? json_object_get(s->tool_calls, key) : NULL;
+    json_t *rec = key ? json_object_get(conn->tool_calls, key) : NULL;
     if (!rec) {
-        log_debug("session %llu: response to unknown request", (unsigned long long)s->id);
+        log_debug("session %llu: response to unknown request", (unsigned long long)conn->id);
         return;
     }
     int64_t call = 0;
@@ -95,24 +100,24 @@ void toolcall_response(struct session *s, json_t *msg)
                                 NULL);
         }
     }
-    json_object_del(s->tool_calls, key);
+    json_object_del(conn->tool_calls, key);
 }
 
-void toolcall_session_gone(struct session *s)
+void toolcall_conn_gone(struct rpc_conn *conn)
 {
     const char *k;
     json_t *rec;
-    json_object_foreach(s->tool_calls, k, rec)
+    json_object_foreach(conn->tool_calls, k, rec)
     {
         int64_t call = 0;
         struct process *p = tool_target(rec, &call);
         if (p)
             process_tool_result(p, call, NULL, SBX_E_TOOL, GONE, NULL);
     }
-    json_object_clear(s->tool_calls);
+    json_object_clear(conn->tool_calls);
 }
 
-size_t toolcall_pending(const struct session *s)
+size_t toolcall_pending(const struct rpc_conn *conn)
 {
-    return json_object_size(s->tool_calls);
+    return json_object_size(conn->tool_calls);
 }

@@ -8,15 +8,16 @@
 #define SBXD_TOOLCALL_H
 
 #include <jansson.h>
+#include <stddef.h>
 
-struct session;
+struct rpc_conn;
 
 /* A response from the client (msg borrowed) to one of our tool.call
  * requests: the answer goes to the process that asked. */
-void toolcall_response(struct session *s, json_t *msg);
-/* The session is going away: its unanswered tool calls fail. */
-void toolcall_session_gone(struct session *s);
-/* Tool calls of s still waiting for an answer. */
-size_t toolcall_pending(const struct session *s);
+void toolcall_response(struct rpc_conn *k, json_t *msg);
+/* The connection is going away: its unanswered tool calls fail. */
+void toolcall_conn_gone(struct rpc_conn *k);
+/* Tool calls of k still waiting for an answer. */
+size_t toolcall_pending(const struct rpc_conn *k);
 
 #endif
