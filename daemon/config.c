@@ -63,6 +63,8 @@ struct core_key {
 };
 
 #define F(field) offsetof(struct sbx_config, field)
+/* One row a key: kept as written, not wrapped to the column limit. */
+/* clang-format off */
 static const struct core_key core_keys[] = {
     {"socket", "path", K_STR, F(socket_path), 1, SUN_PATH_MAX, 0},
     {"socket", "mode", K_MODE, F(socket_mode), 0, 0777, 0},
@@ -71,8 +73,7 @@ static const struct core_key core_keys[] = {
     {NULL, "log_level", K_LEVEL, F(log_level), 0, 0, 0},
     {"limits", "max_sessions", K_INT, F(max_sessions), 1, 1000000, 0},
     {"limits", "max_sandboxes_per_uid", K_INT, F(max_sandboxes_per_uid), 1, 100000, 0},
-    {"limits", "max_processes_per_sandbox", K_INT, F(max_processes_per_sandbox), 1,
-     100000, 0},
+    {"limits", "max_processes_per_sandbox", K_INT, F(max_processes_per_sandbox), 1, 100000, 0},
     {"limits", "max_queued_per_sandbox", K_INT, F(max_queued_per_sandbox), 0, 100000, 0},
     {"limits", "max_message_bytes", K_SIZE, F(max_message_bytes), 1024, GIB, 0},
     {"limits", "exec_output_bytes", K_SIZE, F(exec_output_bytes), 1, GIB, 0},
@@ -84,8 +85,7 @@ static const struct core_key core_keys[] = {
     {"limits", "session_idle_timeout_ms", K_INT, F(session_idle_timeout_ms), 0, 86400000, 0},
     {"limits", "input_bytes_per_uid", K_SIZE, F(input_bytes_per_uid), 1024, 64 * GIB, 0},
     {"limits", "output_bytes_total", K_SIZE, F(output_bytes_total), 1024, 1024 * GIB, 0},
-    {"limits", "retained_bytes_per_sandbox", K_SIZE, F(retained_bytes_per_sandbox), 0, 64 * GIB,
-     0},
+    {"limits", "retained_bytes_per_sandbox", K_SIZE, F(retained_bytes_per_sandbox), 0, 64 * GIB, 0},
     {"limits", "retained_bytes_total", K_SIZE, F(retained_bytes_total), 0, 1024 * GIB, 0},
     {"limits", "env_bytes", K_SIZE, F(env_bytes), 1024, GIB, 0},
     {"limits", "max_snapshots_per_uid", K_INT, F(max_snapshots_per_uid), 0, 1000000, 0},
@@ -100,6 +100,7 @@ static const struct core_key core_keys[] = {
     {"instructions", "text", K_STR, F(instructions_text), 0, MIB, 1},
     {"instructions", "append", K_STR, F(instructions_append), 0, MIB, 1},
 };
+/* clang-format on */
 #undef F
 #define N_CORE ARRAY_SIZE(core_keys)
 
@@ -775,6 +776,40 @@ static int ends_with(const char *s, const char *suffix)
 static int to_json(struct ld *ld, const char *path, yaml_node_t *n, int depth,
                    json_t **out);
 
+/* Converts one item of a sequence (to_json, or a string for CFG_LIST). */
+typedef int (*item_fn)(struct ld *ld, const char *path, yaml_node_t *n, int depth,
+                       json_t **out);
+
+/* The items of sequence node n as a JSON array in *out (caller owns), each
+ * converted by fn at `depth`, with paths "path[i]". Nothing in *out on failure. */
+static int seq_to_array(struct ld *ld, const char *path, const yaml_node_t *n, item_fn fn,
+                        int depth, json_t **out)
+{
+    int ret = 0;
+    json_t *arr = json_array();
+    if (!arr)
+        return oom(ld);
+    yaml_node_item_t *start = n->data.sequence.items.start;
+    for (yaml_node_item_t *it = start; it < n->data.sequence.items.top; it++) {
+        char ipath[PATH_BUF];
+        json_t *val = NULL;
+        path_fmt(ipath, "%s[%td]", path, it - start);
+        ret = fn(ld, ipath, yaml_document_get_node(ld->doc, *it), depth, &val);
+        if (ret < 0)
+            break;
+        if (json_array_append_new(arr, val) < 0) {
+            ret = oom(ld);
+            break;
+        }
+    }
+    if (ret < 0) {
+        json_decref(arr);
+        return ret;
+    }
+    *out = arr;
+    return 0;
+}
+
 struct any_ctx {
     json_t *obj;
     int depth;
@@ -840,31 +875,8 @@ static int to_json(struct ld *ld, const char *path, yaml_node_t *n, int depth,
             return ret;
         *out = scalar_to_json(n);
         return *out ? 0 : oom(ld);
-    case YAML_SEQUENCE_NODE: {
-        json_t *arr = json_array();
-        if (!arr)
-            return oom(ld);
-        yaml_node_item_t *start = n->data.sequence.items.start;
-        for (yaml_node_item_t *it = start; it < n->data.sequence.items.top; it++) {
-            char ipath[PATH_BUF];
-            json_t *val = NULL;
-            path_fmt(ipath, "%s[%td]", path, it - start);
-            ret =
-                to_json(ld, ipath, yaml_document_get_node(ld->doc, *it), depth + 1, &val);
-            if (ret < 0)
-                break;
-            if (json_array_append_new(arr, val) < 0) {
-                ret = oom(ld);
-                break;
-            }
-        }
-        if (ret < 0) {
-            json_decref(arr);
-            return ret;
-        }
-        *out = arr;
-        return 0;
-    }
+    case YAML_SEQUENCE_NODE:
+        return seq_to_array(ld, path, n, to_json, depth + 1, out);
     case YAML_MAPPING_NODE: {
         struct any_ctx ac = {json_object(), depth};
         if (!ac.obj)
@@ -893,6 +905,12 @@ static int string_value(struct ld *ld, const char *path, const yaml_node_t *n,
         return ret;
     *out = json_stringn(sval(n), n->data.scalar.length);
     return *out ? 0 : oom(ld);
+}
+
+static int string_item(struct ld *ld, const char *path, yaml_node_t *n, int depth,
+                       json_t **out)
+{
+    return string_value(ld, path, n, out);
 }
 
 static int on_map_pair(struct ld *ld, const char *path, const char *key, yaml_node_t *k,
@@ -951,28 +969,7 @@ static int convert(struct ld *ld, const char *path, const char *key, enum cfg_ty
     case CFG_LIST: {
         if (v->type != YAML_SEQUENCE_NODE)
             return expected(ld, path, v, "a sequence of strings");
-        json_t *arr = json_array();
-        if (!arr)
-            return oom(ld);
-        yaml_node_item_t *start = v->data.sequence.items.start;
-        for (yaml_node_item_t *it = start; it < v->data.sequence.items.top; it++) {
-            char ipath[PATH_BUF];
-            json_t *val = NULL;
-            path_fmt(ipath, "%s[%td]", path, it - start);
-            ret = string_value(ld, ipath, yaml_document_get_node(ld->doc, *it), &val);
-            if (ret < 0)
-                break;
-            if (json_array_append_new(arr, val) < 0) {
-                ret = oom(ld);
-                break;
-            }
-        }
-        if (ret < 0) {
-            json_decref(arr);
-            return ret;
-        }
-        *out = arr;
-        return 0;
+        return seq_to_array(ld, path, v, string_item, 0, out);
     }
     case CFG_ANY:
         return to_json(ld, path, v, 0, out);
