@@ -101,11 +101,11 @@ static void job_end(struct msb *ms, sbx_err_t *err, json_t *result)
             ms->restarts++;
             ms->dead = 0;
         }
-        char why[600];
+        char why[600] = "";
         if (failed)
             snprintf(why, sizeof(why),
                      "the Modal sandbox died and could not be restarted: %s", err->msg);
-        modal_waiters_resume(ms, failed ? why : NULL);
+        modal_waiters_resume(ms, failed ? err->msg : NULL);
         enum mjob op = ms->pending_op;
         ms->pending_op = J_NONE;
         err_clear(err);
