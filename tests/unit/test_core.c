@@ -274,6 +274,95 @@ static void test_states(void)
     sandbox_destroy(sb, NULL, NULL);
 }
 
+/* -- the core on its own: callbacks and followers, no JSON-RPC --------------- */
+
+struct answers {
+    int n;      /* completions seen */
+    int code;   /* the last error's code, 0 after a success */
+    char *text; /* the last result, encoded */
+};
+
+static void record(sbx_err_t *err, json_t *result, void *privdata)
+{
+    struct answers *a = privdata;
+    a->n++;
+    a->code = err ? err->code : 0;
+    free(a->text);
+    a->text = result ? json_dumps(result, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+}
+
+struct lines {
+    struct follower f;
+    int n;
+    char last[512];
+};
+
+static void collect_line(struct follower *f, const char *text, size_t len)
+{
+    struct lines *l = (struct lines *)f;
+    l->n++;
+    snprintf(l->last, sizeof(l->last), "%.*s", (int)len, text);
+}
+
+static void test_core_callbacks(void)
+{
+    struct answers a = {0};
+    struct sandbox *sb = mk("cb1", NULL);
+    sandbox_snapshot(sb, record, &a);
+    test_cond("a snapshot of a pending sandbox fails through its callback, once",
+              a.n == 1 && a.code == SBX_E_STATE && !a.text);
+    sandbox_start(sb, record, &a);
+    test_cond("start answers once with the sandbox object",
+              a.n == 2 && a.code == 0 && a.text && strstr(a.text, "\"id\":\"cb1\"") &&
+                  strstr(a.text, "\"status\":\"running\""));
+    sandbox_start(sb, record, &a);
+    test_cond("start of a running sandbox answers at once", a.n == 3 && a.code == 0);
+
+    json_t *cmd = json_string("out hi");
+    struct answers ex = {0};
+    struct proc_opts o = {.command = cmd, .exec_cb = record, .exec_data = &ex};
+    struct process *p = NULL;
+    sbx_err_t err = {0};
+    int ok = process_new(&p, sb, &o, &err) == 0 && process_launch(p, &err) == 0;
+    test_cond("an exec answers its callback with the exit record and the output",
+              ok && ex.n == 1 && ex.code == 0 && ex.text && strstr(ex.text, "\"exit_code\":0") &&
+                  strstr(ex.text, "\"stdout\":\"hi\""));
+    json_decref(cmd);
+
+    /* A follower is whatever takes lines: here a buffer, not a session. */
+    struct lines l = {.f.send_line = collect_line};
+    cmd = json_string("run");
+    struct proc_opts o2 = {.command = cmd};
+    p = NULL;
+    ok = process_new(&p, sb, &o2, &err) == 0 && process_launch(p, &err) == 0;
+    json_decref(cmd);
+    struct answers w = {0};
+    if (ok) {
+        process_subscribe(p, &l.f, ENC_UTF8);
+        process_output(p, SBX_STREAM_STDOUT, "abc", 3);
+        test_cond("a follower gets process.output as one line",
+                  l.n == 1 && strstr(l.last, "\"method\":\"process.output\"") &&
+                      strstr(l.last, "\"data\":\"abc\""));
+        l.f.congested = 1;
+        test_cond("a congested follower holds the process back", process_output_blocked(p));
+        l.f.congested = 0;
+        process_add_waiter(p, 0, record, &w);
+        process_kill(p, SIGTERM, &err);
+        test_cond("the exit goes to the follower and the waiter",
+                  l.n == 2 && strstr(l.last, "process.exit") && w.n == 1 && w.code == 0 &&
+                      l.f.subs == NULL);
+    } else {
+        test_cond("a follower gets process.output as one line", 0);
+    }
+    err_clear(&err);
+    sandbox_destroy(sb, record, &a);
+    test_cond("destroy answers once with its status",
+              a.n == 4 && a.code == 0 && a.text && strstr(a.text, "\"status\":\"destroyed\""));
+    free(a.text);
+    free(ex.text);
+    free(w.text);
+}
+
 /* Output that ends inside a UTF-8 sequence, then the exit: the final flush
  * of the held-back bytes used to memcpy from NULL (aborts under make asan). */
 static void test_split_utf8_exit(void)
@@ -561,6 +650,7 @@ int main(int argc, char **argv)
     test_states();
     test_env_cwd();
     test_split_utf8_exit();
+    test_core_callbacks();
     char dir[1024];
     snprintf(dir, sizeof(dir), "%s/rpc", data);
     test_rpc_case_incomplete();
