@@ -472,6 +472,16 @@ void process_spawn_queued(struct sandbox *sb)
     }
 }
 
+int process_write(struct process *p, const void *data, size_t len, sbx_err_t *err)
+{
+    return ops_of(p)->proc_write(cookie_of(p), p, data, len, err);
+}
+
+int process_close_stdin(struct process *p, sbx_err_t *err)
+{
+    return ops_of(p)->proc_close_stdin(cookie_of(p), p, err);
+}
+
 int process_kill(struct process *p, int sig, sbx_err_t *err)
 {
     if (p->state == P_EXITED)

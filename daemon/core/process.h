@@ -93,6 +93,10 @@ struct process *process_adopt(struct sandbox *sb, uint32_t pid, const char *disp
  * caller's to start). On failure p has failed and err says why. */
 int process_launch(struct process *p, sbx_err_t *err);
 struct process *process_find(struct sandbox *sb, uint32_t pid);
+/* Bytes for a running process's stdin (the provider's proc_write). */
+int process_write(struct process *p, const void *data, size_t len, sbx_err_t *err);
+/* Ends a running process's stdin. */
+int process_close_stdin(struct process *p, sbx_err_t *err);
 int process_kill(struct process *p, int sig, sbx_err_t *err);
 /* Ends the process record (after exit), or kills and forgets. */
 void process_free(struct process *p);

@@ -926,6 +926,13 @@ void sandbox_lost(struct sandbox *sb, const char *reason)
 
 /* -- lifetime and reconnect honesty ------------------------------------------------ */
 
+int sandbox_restarts_on_call(struct sandbox *sb)
+{
+    const char *why_not = NULL;
+    return sb->status == SB_ERROR && sb->op == OP_NONE && sb->prov->ops->restart_on_call &&
+           sb->prov->loaded && sb->prov->ops->available(sb->prov->cookie, &why_not);
+}
+
 int64_t sandbox_default_timeout(struct provider_inst *prov)
 {
     return prov->ops->no_default_lifetime ? 0 : D->cfg.default_timeout_ms;

@@ -143,6 +143,10 @@ char *sandbox_instructions(struct sandbox *sb);
 void sandboxes_before_sleep(void);
 /* Frees every sandbox at shutdown (providers' sb_release called). */
 void sandbox_free_all(void);
+/* 1 when a process.exec/spawn on sb should first restart it: it is in error
+ * with no op running, and its provider restarts on a call (restart_on_call)
+ * and is available. */
+int sandbox_restarts_on_call(struct sandbox *sb);
 /* The sandbox lifetime for a create without timeout_ms (0 = none). */
 int64_t sandbox_default_timeout(struct provider_inst *prov);
 /* What a sandbox.create on the existing sandbox sb asks for that sb does not

@@ -854,10 +854,7 @@ static void start_process(struct call *c, json_t *params, int is_exec)
         return;
     /* A backend that died behind our back: this call restarts it and runs
      * once more (the provider's choice, restart_on_call). */
-    const char *why_not = NULL;
-    int restart = sb->status == SB_ERROR && sb->op == OP_NONE &&
-                  sb->prov->ops->restart_on_call && sb->prov->loaded &&
-                  sb->prov->ops->available(sb->prov->cookie, &why_not);
+    int restart = sandbox_restarts_on_call(sb);
     if (restart) {
         log_info("sandbox %s is in error (%s): restarting it for a %s", sb->id,
                  sb->error ? sb->error : "?", c->method ? c->method : "call");
@@ -944,7 +941,7 @@ static void m_write(struct call *c, json_t *params)
         return;
     }
     sbx_err_t err = {0};
-    int r = sb->prov->ops->proc_write(sb->prov->cookie, p, src, n, &err);
+    int r = process_write(p, src, n, &err);
     free(bytes);
     if (r < 0)
         call_fail(c, &err);
@@ -963,7 +960,7 @@ static void m_close_stdin(struct call *c, json_t *params)
         return;
     }
     sbx_err_t err = {0};
-    if (sb->prov->ops->proc_close_stdin(sb->prov->cookie, p, &err) < 0)
+    if (process_close_stdin(p, &err) < 0)
         call_fail(c, &err);
     else
         call_reply(c, NULL);
