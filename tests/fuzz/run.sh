@@ -6,6 +6,7 @@
 # directory. A harness passes when it ran its time without a crash, leak,
 # sanitizer report or timeout; the crashing input is saved as
 # BUILD_DIR/artifacts/<harness>-crash-… and its report printed.
+# FUZZ_ONLY (space-separated harness names) runs only those.
 # Ends with "N passed, N failed" like every test of the suite.
 B=${1:-build-fuzz}
 SECS=${2:-3}
@@ -37,6 +38,8 @@ export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 n=0
 for src in tests/fuzz/fuzz_*.c; do
     name=$(basename "$src" .c)
+    # FUZZ_ONLY="fuzz_a fuzz_b": only those harnesses (after a change to their code)
+    case " ${FUZZ_ONLY:-$name} " in *" $name "*) ;; *) continue ;; esac
     bin="$B/fuzz/$name"
     n=$((n + 1))
     if [ -n "$KEEP" ]; then
