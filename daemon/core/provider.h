@@ -138,7 +138,8 @@ void process_started(struct process *p, long os_pid);
 void process_output(struct process *p, int stream, const void *data, size_t len);
 /* 1 while a follower cannot take more: stop reading / withhold credit. */
 int process_output_blocked(struct process *p);
-/* rec: {exit_code, signal, timed_out, killed, error, result, exception, reset}, borrowed. */
+/* rec (borrowed): {exit_code, signal, timed_out, killed, error, result, exception,
+ * reset}. */
 void process_exited(struct process *p, json_t *rec);
 /* An sb_instructions for providers whose commands run through the shell:
  * sh -c, argv, working directory, timeouts, persistence. */

@@ -1219,7 +1219,8 @@ static void test_policy_uid(void)
     snprintf(o, sizeof(o), "{\"network\": \"%s\"}", net);
     test_cond("policy: the named network refused to a uid with no rule", refused(B, sock, "pd17", o, "denied"));
 
-    /* allowed by the rule: the project dir read-write, memory and pids up to the ceilings */
+    /* allowed by the rule: the project dir read-write, memory and pids up to the
+     * ceilings */
     snprintf(o, sizeof(o), "{\"volumes\": [\"%s:/project\"], \"memory\": \"1g\", \"memory_swap\": \"1g\", \"pids_limit\": 512}", proj);
     json_t *opts = json_loads(o, 0, NULL);
     r = as_uid(A, A, sock, "sandbox.create",

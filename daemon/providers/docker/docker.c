@@ -1377,7 +1377,8 @@ static void adopt_one(struct dk_prov *dp, json_t *c)
     /* The lifetime counts from the original creation. */
     json_int_t life = json_integer_value(json_object_get(conf, "timeout_ms"));
     if (life <= 0)
-        json_object_set_new(conf, "timeout_ms", json_integer(0)); /* lives until destroyed */
+        /* it lives until destroyed */
+        json_object_set_new(conf, "timeout_ms", json_integer(0));
     else if (created > 0) {
         double left_ms = (created + life / 1000.0 - daemon_now()) * 1000.0;
         json_object_set_new(conf, "timeout_ms",

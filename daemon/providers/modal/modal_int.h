@@ -49,7 +49,7 @@ struct mprov {
     double cpu;
     int64_t memory_mb;
     int64_t max_timeout_ms;
-    double retry_budget_s; /* how long an exec's streams and wait retry through an outage */
+    double retry_budget_s; /* how long exec streams and waits retry in an outage */
     json_t *apps;   /* "env/name" -> app_id */
     json_t *images; /* tag -> image_id */
     char last_error[512];
@@ -167,7 +167,7 @@ struct mproc {
     ev_timer out_timer[2]; /* reopen a broken output stream after a backoff */
     int exec_fails;
     double exec_fail_t0;
-    ev_timer exec_timer; /* ContainerExec again after a failure that never reached Modal */
+    ev_timer exec_timer; /* ContainerExec again after a failure short of Modal */
     int incomplete;      /* some output could not be read: never a clean exit */
     char *incomplete_why;
     int reported;
