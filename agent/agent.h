@@ -33,8 +33,8 @@
 #define AGENT_OBUF_HARD (16u << 20)  /* never queue more than this */
 #define AGENT_EXIT_GRACE_MS 50       /* pipes held by background children */
 #define AGENT_CREDIT_MAX ((int64_t)1 << 40)
-#define AGENT_COMMAND_MAX 1024 /* bytes of a command kept for HELLO */
-#define AGENT_RUN_DIR "/.sbx/run"   /* the direct socket's private directory */
+#define AGENT_COMMAND_MAX 1024    /* bytes of a command kept for HELLO */
+#define AGENT_RUN_DIR "/.sbx/run" /* the direct socket's private directory */
 #define AGENT_DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 /* ---- util.c -------------------------------------------------------------- */

@@ -213,7 +213,8 @@ static int read_pending(size_t i)
             if (S.pend[i].len == want)
                 break;
         }
-        ssize_t r = read(S.pend[i].fd, S.pend[i].buf + S.pend[i].len, want - S.pend[i].len);
+        ssize_t r =
+            read(S.pend[i].fd, S.pend[i].buf + S.pend[i].len, want - S.pend[i].len);
         if (r > 0) {
             S.pend[i].len += (size_t)r;
             continue;

@@ -183,14 +183,30 @@ static char *parse_string(struct parser *p, size_t *len_out)
         char e = p->s[p->i + 1];
         p->i += 2;
         switch (e) {
-        case '"': out[o++] = '"'; break;
-        case '\\': out[o++] = '\\'; break;
-        case '/': out[o++] = '/'; break;
-        case 'b': out[o++] = '\b'; break;
-        case 'f': out[o++] = '\f'; break;
-        case 'n': out[o++] = '\n'; break;
-        case 'r': out[o++] = '\r'; break;
-        case 't': out[o++] = '\t'; break;
+        case '"':
+            out[o++] = '"';
+            break;
+        case '\\':
+            out[o++] = '\\';
+            break;
+        case '/':
+            out[o++] = '/';
+            break;
+        case 'b':
+            out[o++] = '\b';
+            break;
+        case 'f':
+            out[o++] = '\f';
+            break;
+        case 'n':
+            out[o++] = '\n';
+            break;
+        case 'r':
+            out[o++] = '\r';
+            break;
+        case 't':
+            out[o++] = '\t';
+            break;
         case 'u': {
             unsigned cp, lo;
             if (end - p->i < 4 || hex4(p->s + p->i, &cp) < 0) {
@@ -429,8 +445,10 @@ static struct jval *parse_value(struct parser *p)
     char c = p->s[p->i];
     struct jval *v;
     switch (c) {
-    case '{': return parse_container(p, true);
-    case '[': return parse_container(p, false);
+    case '{':
+        return parse_container(p, true);
+    case '[':
+        return parse_container(p, false);
     case '"': {
         size_t len;
         char *s = parse_string(p, &len);
@@ -512,11 +530,21 @@ int json_put_str(struct buf *b, const char *s, size_t n)
         char esc[6] = {'\\', 0, '0', '0', 0, 0};
         size_t elen = 2;
         switch (c) {
-        case '"': esc[1] = '"'; break;
-        case '\\': esc[1] = '\\'; break;
-        case '\n': esc[1] = 'n'; break;
-        case '\r': esc[1] = 'r'; break;
-        case '\t': esc[1] = 't'; break;
+        case '"':
+            esc[1] = '"';
+            break;
+        case '\\':
+            esc[1] = '\\';
+            break;
+        case '\n':
+            esc[1] = 'n';
+            break;
+        case '\r':
+            esc[1] = 'r';
+            break;
+        case '\t':
+            esc[1] = 't';
+            break;
         default:
             if (c < 0x20 || c == 0x7f) {
                 esc[1] = 'u';

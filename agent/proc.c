@@ -260,13 +260,17 @@ void exec_search(char *const argv[], char *const envp[], char **sh, int errfd)
             memcpy(full + o, file, flen + 1);
             try_exec(full, argv, envp, sh);
             switch (errno) {
-            case EACCES: eacces = true; break;
+            case EACCES:
+                eacces = true;
+                break;
             case ENOENT:
             case ENOTDIR:
             case ESTALE:
             case ENODEV:
-            case ETIMEDOUT: break;
-            default: report(errfd, 0, errno);
+            case ETIMEDOUT:
+                break;
+            default:
+                report(errfd, 0, errno);
             }
         }
         if (!end)

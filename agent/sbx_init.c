@@ -62,10 +62,10 @@ static struct {
     size_t nprocs;
     size_t rr; /* round-robin start for output fairness */
     struct buf ibuf, obuf;
-    bool in_open;   /* stdin still read */
-    bool in_resync; /* discarding input until a PING frame */
-    bool out_dead;  /* stdout failed for good (EPIPE): frames are dropped */
-    int dfd;        /* the direct socket while it is the channel, else -1 */
+    bool in_open;    /* stdin still read */
+    bool in_resync;  /* discarding input until a PING frame */
+    bool out_dead;   /* stdout failed for good (EPIPE): frames are dropped */
+    int dfd;         /* the direct socket while it is the channel, else -1 */
     struct buf dbuf; /* input from dfd */
     int sigpipe[2];
     pid_t main_pid;
@@ -332,12 +332,15 @@ static void on_replay(struct proc *p, const uint8_t *payload, size_t n)
     p->exit_sent = false;
 }
 
-static void handle_frame(const struct sbx_chan_hdr *h, const uint8_t *payload, bool direct)
+static void handle_frame(const struct sbx_chan_hdr *h, const uint8_t *payload,
+                         bool direct)
 {
     struct proc *p = NULL;
     uint32_t v = 0;
     switch (h->type) {
-    case SBX_CHAN_SPAWN: on_spawn(h->proc, payload, h->len); return;
+    case SBX_CHAN_SPAWN:
+        on_spawn(h->proc, payload, h->len);
+        return;
     case SBX_CHAN_PING:
         if (!direct && A.dfd >= 0) {
             /* A daemon attached: the socket is not its. Tell the one on the
@@ -433,7 +436,9 @@ static void handle_frame(const struct sbx_chan_hdr *h, const uint8_t *payload, b
         if (p->credit > AGENT_CREDIT_MAX)
             p->credit = AGENT_CREDIT_MAX;
         return;
-    case SBX_CHAN_REPLAY: on_replay(p, payload, h->len); return;
+    case SBX_CHAN_REPLAY:
+        on_replay(p, payload, h->len);
+        return;
     case SBX_CHAN_FORGET:
         if (p->state != PROC_EXITED) {
             chan_log("FORGET for proc %u, which still runs, ignored", p->id);
@@ -862,13 +867,26 @@ static void __attribute__((noreturn)) run(void)
             if (!pfd[k].revents)
                 continue;
             switch (slot[k].kind) {
-            case SLOT_STDIN: read_channel(); break;
-            case SLOT_STDOUT: flush_out(); break;
-            case SLOT_SIG: break; /* handled at the top of the loop */
-            case SLOT_OUT: read_pipe(slot[k].p, 0); break;
-            case SLOT_ERR: read_pipe(slot[k].p, 1); break;
-            case SLOT_IN: flush_stdin(slot[k].p); break;
-            case SLOT_DIRECT_IN: read_direct(); break;
+            case SLOT_STDIN:
+                read_channel();
+                break;
+            case SLOT_STDOUT:
+                flush_out();
+                break;
+            case SLOT_SIG:
+                break; /* handled at the top of the loop */
+            case SLOT_OUT:
+                read_pipe(slot[k].p, 0);
+                break;
+            case SLOT_ERR:
+                read_pipe(slot[k].p, 1);
+                break;
+            case SLOT_IN:
+                flush_stdin(slot[k].p);
+                break;
+            case SLOT_DIRECT_IN:
+                read_direct();
+                break;
             case SLOT_LISTEN: {
                 struct buf answer = {0};
                 int fd = direct_ready(pfd[k].fd, &answer);

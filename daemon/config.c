@@ -36,10 +36,10 @@
  * the quadratic part, so a load (and a SIGHUP reload on the loop) stays
  * bounded by the file size cap. */
 #define YAML_MAX_DEPTH 64
-#define ANY_MAX_DEPTH 32         /* also stops recursive aliases (&a [*a]) */
-#define ANY_MAX_NODES 100000     /* stops alias bombs ("billion laughs") */
-#define PATH_BUF 256     /* dotted key paths in messages; truncation is harmless */
-#define SUN_PATH_MAX 107 /* sizeof(sockaddr_un.sun_path) - 1 */
+#define ANY_MAX_DEPTH 32     /* also stops recursive aliases (&a [*a]) */
+#define ANY_MAX_NODES 100000 /* stops alias bombs ("billion laughs") */
+#define PATH_BUF 256         /* dotted key paths in messages; truncation is harmless */
+#define SUN_PATH_MAX 107     /* sizeof(sockaddr_un.sun_path) - 1 */
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -1286,8 +1286,9 @@ static int check_depth(const char *file, const char *buf, size_t len, sbx_err_t 
             break;
         if (t == YAML_SEQUENCE_START_EVENT || t == YAML_MAPPING_START_EVENT) {
             if (++depth > YAML_MAX_DEPTH) {
-                ret = err_make(err, SBX_E_PARAMS, "%s:%zu:%zu: nested more than %d levels deep",
-                               file, m.line + 1, m.column + 1, YAML_MAX_DEPTH);
+                ret = err_make(err, SBX_E_PARAMS,
+                               "%s:%zu:%zu: nested more than %d levels deep", file,
+                               m.line + 1, m.column + 1, YAML_MAX_DEPTH);
                 break;
             }
         } else if (t == YAML_SEQUENCE_END_EVENT || t == YAML_MAPPING_END_EVENT) {

@@ -47,36 +47,36 @@ struct sbx_config {
     unsigned socket_mode; /* default 0660 (YAML: octal string "0660" or int) */
     char *socket_group;   /* NULL = leave as is */
 
-    char *admin_group;     /* NULL = only root is admin */
+    char *admin_group;        /* NULL = only root is admin */
     enum log_level log_level; /* "error"|"warn"|"info"|"debug", default info */
 
     /* limits: */
-    int64_t max_sessions;              /* default 1024 */
-    int64_t max_sandboxes_per_uid;     /* default 64 */
-    int64_t max_processes_per_sandbox; /* default 64 */
-    int64_t max_queued_per_sandbox;    /* beyond the running ones; default 1024 */
-    int64_t max_message_bytes;         /* default 16 MiB */
-    int64_t exec_output_bytes;         /* default 1 MiB, cap of exec result per stream */
-    int64_t replay_bytes;              /* default 1 MiB per stream per process */
-    int64_t session_output_high;       /* default 8 MiB */
-    int64_t session_output_hard;       /* default 64 MiB */
-    int64_t max_sessions_per_uid;      /* default 64 */
-    int64_t admin_reserved_sessions;   /* default 16 of max_sessions, for admins only */
-    int64_t session_idle_timeout_ms;   /* default 600000; 0 = off */
-    int64_t input_bytes_per_uid;       /* default 64 MiB: a uid's unparsed input */
-    int64_t output_bytes_total;        /* default 1 GiB: queued output of all sessions */
+    int64_t max_sessions;               /* default 1024 */
+    int64_t max_sandboxes_per_uid;      /* default 64 */
+    int64_t max_processes_per_sandbox;  /* default 64 */
+    int64_t max_queued_per_sandbox;     /* beyond the running ones; default 1024 */
+    int64_t max_message_bytes;          /* default 16 MiB */
+    int64_t exec_output_bytes;          /* default 1 MiB, cap of exec result per stream */
+    int64_t replay_bytes;               /* default 1 MiB per stream per process */
+    int64_t session_output_high;        /* default 8 MiB */
+    int64_t session_output_hard;        /* default 64 MiB */
+    int64_t max_sessions_per_uid;       /* default 64 */
+    int64_t admin_reserved_sessions;    /* default 16 of max_sessions, for admins only */
+    int64_t session_idle_timeout_ms;    /* default 600000; 0 = off */
+    int64_t input_bytes_per_uid;        /* default 64 MiB: a uid's unparsed input */
+    int64_t output_bytes_total;         /* default 1 GiB: queued output of all sessions */
     int64_t retained_bytes_per_sandbox; /* default 8 MiB: what exited processes keep */
-    int64_t retained_bytes_total;      /* default 64 MiB: the same, daemon-wide */
-    int64_t env_bytes;                 /* default 256 KiB: an env (keys + values) */
-    int64_t max_snapshots_per_uid;     /* default 32 */
-    int64_t snapshot_bytes_per_uid;    /* default 64 MiB */
-    int64_t max_memory_limit_mb;       /* default 512: ceiling of memory_limit_mb */
-    int64_t op_timeout_ms;             /* default 300000: start/stop/destroy/snapshot */
-    int64_t agent_log_lines_per_s;     /* default 50: agent log lines per sandbox */
+    int64_t retained_bytes_total;       /* default 64 MiB: the same, daemon-wide */
+    int64_t env_bytes;                  /* default 256 KiB: an env (keys + values) */
+    int64_t max_snapshots_per_uid;      /* default 32 */
+    int64_t snapshot_bytes_per_uid;     /* default 64 MiB */
+    int64_t max_memory_limit_mb;        /* default 512: ceiling of memory_limit_mb */
+    int64_t op_timeout_ms;              /* default 300000: start/stop/destroy/snapshot */
+    int64_t agent_log_lines_per_s;      /* default 50: agent log lines per sandbox */
 
     /* defaults: */
-    char *default_provider;      /* default "duktape" */
-    int64_t default_timeout_ms;  /* default 300000 (5 min), max 86400000 */
+    char *default_provider;          /* default "duktape" */
+    int64_t default_timeout_ms;      /* default 300000 (5 min), max 86400000 */
     int64_t default_idle_timeout_ms; /* default 0 = off */
     /* default 300000; providers.<name>.command_timeout_ms wins */
     int64_t default_command_timeout_ms;

@@ -43,9 +43,10 @@ void daemon_random_id(const char *prefix, char *buf, size_t n)
     if (getrandom(r, sizeof(r), GRND_NONBLOCK) != (ssize_t)sizeof(r)) {
         /* Early boot without entropy: uniqueness is what matters here. */
         static unsigned long long ctr;
-        unsigned long long v = (unsigned long long)time(NULL) ^ ((unsigned long long)getpid() << 32) ^ ++ctr;
+        unsigned long long v =
+            (unsigned long long)time(NULL) ^ ((unsigned long long)getpid() << 32) ^ ++ctr;
         memcpy(r, &v, sizeof(r));
     }
-    snprintf(buf, n, "%s%02x%02x%02x%02x%02x%02x%02x%02x", prefix, r[0], r[1], r[2], r[3], r[4],
-             r[5], r[6], r[7]);
+    snprintf(buf, n, "%s%02x%02x%02x%02x%02x%02x%02x%02x", prefix, r[0], r[1], r[2], r[3],
+             r[4], r[5], r[6], r[7]);
 }

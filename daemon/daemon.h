@@ -41,9 +41,9 @@ struct daemon {
      * must not hold the others' up (issue 11). Cumulative, so that a
      * caller can diff two daemon.info readings. */
     struct {
-        double cpu0;                /* at the start of the current turn */
+        double cpu0; /* at the start of the current turn */
         uint64_t turns;
-        uint64_t over[5];           /* turns over 1, 2, 4, 8, 16 ms */
+        uint64_t over[5]; /* turns over 1, 2, 4, 8, 16 ms */
         double longest_ms;
     } turn;
     ev_signal sig_term, sig_int, sig_hup;

@@ -37,8 +37,10 @@ int log_limit_take(struct log_limit *l, const char *who)
     double now = ev_now(D->loop);
     if (now - l->window >= 1.0) {
         if (l->dropped > 0)
-            log_warn("%s: %ld log lines suppressed in %.0f s (limits.agent_log_lines_per_s = %lld)",
-                     who, l->dropped, now - l->window, (long long)D->cfg.agent_log_lines_per_s);
+            log_warn(
+                "%s: %ld log lines suppressed in %.0f s (limits.agent_log_lines_per_s = %lld)",
+                who, l->dropped, now - l->window,
+                (long long)D->cfg.agent_log_lines_per_s);
         l->window = now;
         l->lines = 0;
         l->dropped = 0;

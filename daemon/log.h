@@ -10,7 +10,8 @@
 
 void log_set_level(enum log_level lvl);
 int log_enabled(enum log_level lvl);
-void log_msg(enum log_level lvl, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void log_msg(enum log_level lvl, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 
 /*
  * A per-source budget of log lines per second (limits.agent_log_lines_per_s):
@@ -19,7 +20,7 @@ void log_msg(enum log_level lvl, const char *fmt, ...) __attribute__((format(pri
  * Embed one per source, zeroed.
  */
 struct log_limit {
-    double window;         /* start of the current second (monotonic) */
+    double window; /* start of the current second (monotonic) */
     long lines, dropped;
 };
 /* 1 if a line from src (named `who` in the summary) may be logged now. */
@@ -28,10 +29,10 @@ int log_limit_take(struct log_limit *l, const char *who);
 #define log_error(...) log_msg(LOG_LVL_ERROR, __VA_ARGS__)
 #define log_warn(...) log_msg(LOG_LVL_WARN, __VA_ARGS__)
 #define log_info(...) log_msg(LOG_LVL_INFO, __VA_ARGS__)
-#define log_debug(...)                                                                \
-    do {                                                                              \
-        if (log_enabled(LOG_LVL_DEBUG))                                               \
-            log_msg(LOG_LVL_DEBUG, __VA_ARGS__);                                      \
+#define log_debug(...)                                                                   \
+    do {                                                                                 \
+        if (log_enabled(LOG_LVL_DEBUG))                                                  \
+            log_msg(LOG_LVL_DEBUG, __VA_ARGS__);                                         \
     } while (0)
 
 #endif

@@ -30,17 +30,18 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: sbxd [-c FILE] [--foreground] [--log-level LEVEL]\n"
-               "       sbxd --check-config FILE\n"
-               "       sbxd --version\n"
-               "\n"
-               "  -c, --config FILE      read the YAML configuration FILE\n"
-               "      --check-config FILE validate FILE and exit (0 valid, 1 not)\n"
-               "  -f, --foreground       run in the foreground (the default; for clarity)\n"
-               "      --log-level LEVEL  error, warn, info or debug\n"
-               "\n"
-               "Environment: SBXD_SOCKET overrides the socket path; LISTEN_FDS/LISTEN_PID\n"
-               "(systemd socket activation) and NOTIFY_SOCKET are honoured.\n");
+    fprintf(f,
+            "usage: sbxd [-c FILE] [--foreground] [--log-level LEVEL]\n"
+            "       sbxd --check-config FILE\n"
+            "       sbxd --version\n"
+            "\n"
+            "  -c, --config FILE      read the YAML configuration FILE\n"
+            "      --check-config FILE validate FILE and exit (0 valid, 1 not)\n"
+            "  -f, --foreground       run in the foreground (the default; for clarity)\n"
+            "      --log-level LEVEL  error, warn, info or debug\n"
+            "\n"
+            "Environment: SBXD_SOCKET overrides the socket path; LISTEN_FDS/LISTEN_PID\n"
+            "(systemd socket activation) and NOTIFY_SOCKET are honoured.\n");
 }
 
 static size_t provider_schemas(struct cfg_schema *out, size_t max)
@@ -234,8 +235,8 @@ static struct {
 static void *reload_main(void *arg)
 {
     reload.ok = config_init_defaults(&reload.next) == 0 &&
-                config_load_file(&reload.next, reload.path, reload.schemas, reload.nschemas,
-                                 &reload.err) == 0;
+                config_load_file(&reload.next, reload.path, reload.schemas,
+                                 reload.nschemas, &reload.err) == 0;
     ev_async_send(D->loop, &reload.done);
     return NULL;
 }
@@ -347,7 +348,8 @@ static void load_providers(void)
         if (ops->available(pi->cookie, &reason))
             log_info("provider %s ready", ops->name);
         else
-            log_info("provider %s not available yet: %s", ops->name, reason ? reason : "?");
+            log_info("provider %s not available yet: %s", ops->name,
+                     reason ? reason : "?");
     }
 }
 
@@ -366,13 +368,26 @@ int main(int argc, char **argv)
     int o;
     while ((o = getopt_long(argc, argv, "c:fhV", opts, NULL)) != -1) {
         switch (o) {
-        case 'c': cfg_path = optarg; break;
-        case 'C': check = optarg; break;
-        case 'f': break;
-        case 'l': level = optarg; break;
-        case 'V': printf("sbxd %s (protocol %s)\n", SBX_VERSION, SBX_PROTO_VERSION); return 0;
-        case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
+        case 'c':
+            cfg_path = optarg;
+            break;
+        case 'C':
+            check = optarg;
+            break;
+        case 'f':
+            break;
+        case 'l':
+            level = optarg;
+            break;
+        case 'V':
+            printf("sbxd %s (protocol %s)\n", SBX_VERSION, SBX_PROTO_VERSION);
+            return 0;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return 2;
         }
     }
     if (optind < argc) {
@@ -473,7 +488,8 @@ int main(int argc, char **argv)
     ev_unref(D->loop); /* the reload's wakeup alone keeps no loop alive */
 
     log_info("sbxd %s listening on %s (pid %d)", SBX_VERSION,
-             D->listen_activated ? "the activated socket" : D->cfg.socket_path, (int)getpid());
+             D->listen_activated ? "the activated socket" : D->cfg.socket_path,
+             (int)getpid());
     notify_systemd("READY=1\nSTATUS=serving");
     ev_run(D->loop, 0);
 

@@ -42,30 +42,54 @@ int sbx_chan_hdr_decode(struct sbx_chan_hdr *out, const uint8_t *buf)
 const char *sbx_chan_type_name(uint8_t type)
 {
     switch (type) {
-    case SBX_CHAN_HELLO: return "HELLO";
-    case SBX_CHAN_STDOUT: return "STDOUT";
-    case SBX_CHAN_STDERR: return "STDERR";
-    case SBX_CHAN_EXIT: return "EXIT";
-    case SBX_CHAN_STARTED: return "STARTED";
-    case SBX_CHAN_TOOL_CALL: return "TOOL_CALL";
-    case SBX_CHAN_SNAP_DATA: return "SNAP_DATA";
-    case SBX_CHAN_PONG: return "PONG";
-    case SBX_CHAN_LOG: return "LOG";
-    case SBX_CHAN_ERROR: return "ERROR";
-    case SBX_CHAN_SPAWN: return "SPAWN";
-    case SBX_CHAN_STDIN: return "STDIN";
-    case SBX_CHAN_STDIN_EOF: return "STDIN_EOF";
-    case SBX_CHAN_KILL: return "KILL";
-    case SBX_CHAN_CREDIT: return "CREDIT";
-    case SBX_CHAN_TOOL_RESULT: return "TOOL_RESULT";
-    case SBX_CHAN_MORE: return "MORE";
-    case SBX_CHAN_SNAPSHOT: return "SNAPSHOT";
-    case SBX_CHAN_RESTORE: return "RESTORE";
-    case SBX_CHAN_RESET: return "RESET";
-    case SBX_CHAN_REPLAY: return "REPLAY";
-    case SBX_CHAN_FORGET: return "FORGET";
-    case SBX_CHAN_PING: return "PING";
-    case SBX_CHAN_DIRECT: return "DIRECT";
+    case SBX_CHAN_HELLO:
+        return "HELLO";
+    case SBX_CHAN_STDOUT:
+        return "STDOUT";
+    case SBX_CHAN_STDERR:
+        return "STDERR";
+    case SBX_CHAN_EXIT:
+        return "EXIT";
+    case SBX_CHAN_STARTED:
+        return "STARTED";
+    case SBX_CHAN_TOOL_CALL:
+        return "TOOL_CALL";
+    case SBX_CHAN_SNAP_DATA:
+        return "SNAP_DATA";
+    case SBX_CHAN_PONG:
+        return "PONG";
+    case SBX_CHAN_LOG:
+        return "LOG";
+    case SBX_CHAN_ERROR:
+        return "ERROR";
+    case SBX_CHAN_SPAWN:
+        return "SPAWN";
+    case SBX_CHAN_STDIN:
+        return "STDIN";
+    case SBX_CHAN_STDIN_EOF:
+        return "STDIN_EOF";
+    case SBX_CHAN_KILL:
+        return "KILL";
+    case SBX_CHAN_CREDIT:
+        return "CREDIT";
+    case SBX_CHAN_TOOL_RESULT:
+        return "TOOL_RESULT";
+    case SBX_CHAN_MORE:
+        return "MORE";
+    case SBX_CHAN_SNAPSHOT:
+        return "SNAPSHOT";
+    case SBX_CHAN_RESTORE:
+        return "RESTORE";
+    case SBX_CHAN_RESET:
+        return "RESET";
+    case SBX_CHAN_REPLAY:
+        return "REPLAY";
+    case SBX_CHAN_FORGET:
+        return "FORGET";
+    case SBX_CHAN_PING:
+        return "PING";
+    case SBX_CHAN_DIRECT:
+        return "DIRECT";
     }
     return "?";
 }

@@ -28,23 +28,23 @@
 
 enum sbx_chan_type {
     /* worker -> daemon */
-    SBX_CHAN_HELLO = 0x01,    /* JSON {version, agent, procs:[...]} */
-    SBX_CHAN_STDOUT = 0x10,   /* raw bytes */
-    SBX_CHAN_STDERR = 0x11,   /* raw bytes */
-    SBX_CHAN_EXIT = 0x12,     /* JSON exit record */
-    SBX_CHAN_STARTED = 0x13,  /* JSON {os_pid} */
+    SBX_CHAN_HELLO = 0x01,     /* JSON {version, agent, procs:[...]} */
+    SBX_CHAN_STDOUT = 0x10,    /* raw bytes */
+    SBX_CHAN_STDERR = 0x11,    /* raw bytes */
+    SBX_CHAN_EXIT = 0x12,      /* JSON exit record */
+    SBX_CHAN_STARTED = 0x13,   /* JSON {os_pid} */
     SBX_CHAN_TOOL_CALL = 0x20, /* JSON {call, name, args} */
     SBX_CHAN_SNAP_DATA = 0x31, /* JSON state (proc 0) */
     SBX_CHAN_PONG = 0x51,
-    SBX_CHAN_LOG = 0x7e,      /* UTF-8 text: worker diagnostics */
-    SBX_CHAN_ERROR = 0x7f,    /* JSON {message}: channel-level failure */
+    SBX_CHAN_LOG = 0x7e,   /* UTF-8 text: worker diagnostics */
+    SBX_CHAN_ERROR = 0x7f, /* JSON {message}: channel-level failure */
 
     /* daemon -> worker */
-    SBX_CHAN_SPAWN = 0x02,    /* JSON spawn request */
-    SBX_CHAN_STDIN = 0x03,    /* raw bytes */
+    SBX_CHAN_SPAWN = 0x02, /* JSON spawn request */
+    SBX_CHAN_STDIN = 0x03, /* raw bytes */
     SBX_CHAN_STDIN_EOF = 0x04,
-    SBX_CHAN_KILL = 0x05,     /* u32 signal number */
-    SBX_CHAN_CREDIT = 0x06,   /* u32 bytes of further output allowed */
+    SBX_CHAN_KILL = 0x05,        /* u32 signal number */
+    SBX_CHAN_CREDIT = 0x06,      /* u32 bytes of further output allowed */
     SBX_CHAN_TOOL_RESULT = 0x21, /* JSON {call, result} or {call, error:{code,message}} */
 
     /* both ways: raw bytes that prefix the payload of the next frame of the
@@ -53,7 +53,8 @@ enum sbx_chan_type {
     SBX_CHAN_SNAPSHOT = 0x30, /* proc 0, empty: answer SNAP_DATA */
     SBX_CHAN_RESTORE = 0x32,  /* proc 0, JSON state to load */
     SBX_CHAN_RESET = 0x33,    /* proc 0, empty: a fresh isolate, then HELLO again */
-    SBX_CHAN_REPLAY = 0x40,   /* JSON {stdout, stderr}: resend buffered output from these offsets */
+    SBX_CHAN_REPLAY = 0x40,   /* JSON {stdout, stderr}: resend buffered output from these
+                                 offsets */
     SBX_CHAN_FORGET = 0x41,   /* proc: the daemon has the exit; drop its record */
     SBX_CHAN_PING = 0x50,
 

@@ -23,16 +23,16 @@
 #define SBX_E_INTERNAL -32603
 
 /* Application errors: stable, documented in PROTOCOL.md. */
-#define SBX_E_NOT_FOUND -32000          /* sandbox not found (or not yours) */
-#define SBX_E_STATE -32001              /* sandbox in the wrong state */
-#define SBX_E_UNAVAILABLE -32002        /* provider unavailable */
-#define SBX_E_PERMISSION -32003         /* permission denied */
-#define SBX_E_NO_PROCESS -32004         /* process not found */
-#define SBX_E_LIMIT -32005              /* a configured limit was hit */
-#define SBX_E_PROVIDER -32006           /* provider error, data.message is the provider's */
-#define SBX_E_TOO_LARGE -32007          /* message over max_message_bytes; connection closes */
-#define SBX_E_SHUTDOWN -32008           /* daemon is shutting down */
-#define SBX_E_TOOL -32009               /* tool.call failed on the client side */
+#define SBX_E_NOT_FOUND -32000   /* sandbox not found (or not yours) */
+#define SBX_E_STATE -32001       /* sandbox in the wrong state */
+#define SBX_E_UNAVAILABLE -32002 /* provider unavailable */
+#define SBX_E_PERMISSION -32003  /* permission denied */
+#define SBX_E_NO_PROCESS -32004  /* process not found */
+#define SBX_E_LIMIT -32005       /* a configured limit was hit */
+#define SBX_E_PROVIDER -32006    /* provider error, data.message is the provider's */
+#define SBX_E_TOO_LARGE -32007   /* message over max_message_bytes; connection closes */
+#define SBX_E_SHUTDOWN -32008    /* daemon is shutting down */
+#define SBX_E_TOOL -32009        /* tool.call failed on the client side */
 
 /* Output streams, one numbering for libsbx (SBX_STDOUT/SBX_STDERR) and the
  * daemon's provider interface (process_output). The wire names them

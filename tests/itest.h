@@ -18,13 +18,14 @@
 #include <time.h>
 #include <unistd.h>
 
-typedef json_t *(*tool_fn)(const char *name, json_t *args, int *err_code, const char **err_msg);
+typedef json_t *(*tool_fn)(const char *name, json_t *args, int *err_code,
+                           const char **err_msg);
 
 typedef struct conn {
     int fd;
     char *buf;
     size_t off, len, cap; /* unread bytes are buf[off, len) */
-    json_t *notes; /* notifications seen, in order */
+    json_t *notes;        /* notifications seen, in order */
     int next_id;
     tool_fn tool;
     int closed;
@@ -83,10 +84,12 @@ static inline json_t *cn_read(conn *c, int timeout_ms)
 {
     double deadline = now_ms() + timeout_ms;
     for (;;) {
-        char *nl = c->len > c->off ? memchr(c->buf + c->off, '\n', c->len - c->off) : NULL;
+        char *nl =
+            c->len > c->off ? memchr(c->buf + c->off, '\n', c->len - c->off) : NULL;
         if (nl) {
             size_t l = (size_t)(nl - (c->buf + c->off));
-            json_t *v = json_loadb(c->buf + c->off, l, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
+            json_t *v =
+                json_loadb(c->buf + c->off, l, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
             c->off += l + 1;
             return v ? v : json_string("<unparseable>");
         }
@@ -123,11 +126,12 @@ static inline void cn_answer_tool(conn *c, json_t *req)
     json_t *res = c->tool ? c->tool(json_string_value(json_object_get(params, "name")),
                                     json_object_get(params, "args"), &code, &msg)
                           : NULL;
-    json_t *ans = res ? json_pack("{s:s, s:O, s:o}", "jsonrpc", "2.0", "id", json_object_get(req, "id"),
-                                  "result", res)
-                      : json_pack("{s:s, s:O, s:{s:i, s:s}}", "jsonrpc", "2.0", "id",
-                                  json_object_get(req, "id"), "error", "code", code ? code : -1,
-                                  "message", msg ? msg : "no tool handler");
+    json_t *ans =
+        res ? json_pack("{s:s, s:O, s:o}", "jsonrpc", "2.0", "id",
+                        json_object_get(req, "id"), "result", res)
+            : json_pack("{s:s, s:O, s:{s:i, s:s}}", "jsonrpc", "2.0", "id",
+                        json_object_get(req, "id"), "error", "code", code ? code : -1,
+                        "message", msg ? msg : "no tool handler");
     char *s = json_dumps(ans, JSON_COMPACT);
     cn_send_raw(c, s, strlen(s));
     cn_send_raw(c, "\n", 1);
@@ -137,11 +141,12 @@ static inline void cn_answer_tool(conn *c, json_t *req)
 
 /* Sends a request with params (stolen) and waits for its response (new ref).
  * Notifications are kept in c->notes; tool.call requests are answered. */
-static inline json_t *cn_call_t(conn *c, int timeout_ms, const char *method, json_t *params)
+static inline json_t *cn_call_t(conn *c, int timeout_ms, const char *method,
+                                json_t *params)
 {
     int id = ++c->next_id;
-    json_t *req = json_pack("{s:s, s:i, s:s, s:o}", "jsonrpc", "2.0", "id", id, "method", method,
-                            "params", params ? params : json_object());
+    json_t *req = json_pack("{s:s, s:i, s:s, s:o}", "jsonrpc", "2.0", "id", id, "method",
+                            method, "params", params ? params : json_object());
     char *s = json_dumps(req, JSON_COMPACT);
     json_decref(req);
     cn_send_raw(c, s, strlen(s));
@@ -152,7 +157,8 @@ static inline json_t *cn_call_t(conn *c, int timeout_ms, const char *method, jso
         int left = (int)(deadline - now_ms());
         json_t *m = cn_read(c, left > 0 ? left : 0);
         if (!m)
-            return json_pack("{s:{s:i, s:s}}", "error", "code", 1, "message", "timeout or EOF");
+            return json_pack("{s:{s:i, s:s}}", "error", "code", 1, "message",
+                             "timeout or EOF");
         json_t *mid = json_object_get(m, "id");
         const char *meth = json_string_value(json_object_get(m, "method"));
         if (meth && mid && strcmp(meth, "tool.call") == 0) {
@@ -177,7 +183,8 @@ static inline json_t *cn_call(conn *c, const char *method, json_t *params)
 
 static inline int err_code(json_t *resp)
 {
-    return (int)json_integer_value(json_object_get(json_object_get(resp, "error"), "code"));
+    return (int)json_integer_value(
+        json_object_get(json_object_get(resp, "error"), "code"));
 }
 static inline json_t *res_of(json_t *resp)
 {
@@ -194,14 +201,15 @@ static inline const char *res_str(json_t *resp, const char *k)
 }
 
 /* Count and concatenate process.output notes for (pid, stream). */
-static inline size_t notes_output(conn *c, int pid, const char *stream, char *out, size_t max)
+static inline size_t notes_output(conn *c, int pid, const char *stream, char *out,
+                                  size_t max)
 {
     size_t n = 0, i;
     json_t *m;
-    json_array_foreach(c->notes, i, m)
-    {
+    json_array_foreach(c->notes, i, m) {
         json_t *p = json_object_get(m, "params");
-        if (strcmp(json_string_value(json_object_get(m, "method")), "process.output") != 0)
+        if (strcmp(json_string_value(json_object_get(m, "method")), "process.output") !=
+            0)
             continue;
         if (json_integer_value(json_object_get(p, "pid")) != pid ||
             strcmp(json_string_value(json_object_get(p, "stream")), stream) != 0)

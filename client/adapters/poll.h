@@ -21,7 +21,8 @@
 #include <sbx/sbx_async.h>
 
 #ifndef CLOCK_MONOTONIC
-#error "adapters/poll.h needs POSIX clocks: compile with -D_POSIX_C_SOURCE=200809L (or _GNU_SOURCE)"
+#error                                                                                   \
+    "adapters/poll.h needs POSIX clocks: compile with -D_POSIX_C_SOURCE=200809L (or _GNU_SOURCE)"
 #endif
 
 typedef struct sbx_poll_events {

@@ -32,22 +32,22 @@
 
 struct job {
     struct ev_loop *loop;
-    sbx_async *ac;      /* NULL once libsbx freed it */
+    sbx_async *ac; /* NULL once libsbx freed it */
     int is_run;
-    int is_attach;      /* attach: pid given, process.attach instead of spawn */
-    int detach;         /* --detach: Ctrl-C leaves the process running */
-    json_t *acc[2];     /* --json: stdout/stderr collected for the result */
+    int is_attach;         /* attach: pid given, process.attach instead of spawn */
+    int detach;            /* --detach: Ctrl-C leaves the process running */
+    json_t *acc[2];        /* --json: stdout/stderr collected for the result */
     json_t *create_params; /* run */
     json_t *exec_params;   /* process.exec/spawn params, "sandbox" added later */
     char *sandbox;
     int use_stdin;
-    json_int_t pid;        /* -1 until known */
-    json_t *early_exit;    /* --stdin: process.exit seen before the spawn reply */
+    json_int_t pid;     /* -1 until known */
+    json_t *early_exit; /* --stdin: process.exit seen before the spawn reply */
     int wait_sent;
-    int stdout_nl;         /* nothing written yet, or the last byte was '\n' */
-    char err_tail[4096];   /* the end of the streamed stderr, NUL-terminated */
+    int stdout_nl;       /* nothing written yet, or the last byte was '\n' */
+    char err_tail[4096]; /* the end of the streamed stderr, NUL-terminated */
     int status;
-    int finished;          /* the command's result is in */
+    int finished; /* the command's result is in */
     int destroy_sent;
     int done;
     int interrupts;
@@ -64,7 +64,7 @@ static void collect(struct job *j, int stream, const char *data, size_t len);
 static void detach_now(struct job *j);
 static void start_stdin(struct job *j);
 
-/* ---- leaving -------------------------------------------------------------------------- */
+/* ---- leaving ----------------------------------------------------------------------- */
 
 static void quit(struct job *j)
 {
@@ -82,7 +82,8 @@ static void data_cleanup(void *data)
     struct job *j = data;
     if (!j->done) {
         /* The connection went away under us (ac is still readable here). */
-        warnx_("connection to sbxd lost: %s", j->ac->c.errstr[0] ? j->ac->c.errstr : "closed");
+        warnx_("connection to sbxd lost: %s",
+               j->ac->c.errstr[0] ? j->ac->c.errstr : "closed");
         j->status = EXIT_RPC;
         j->ac = NULL;
         quit(j);
@@ -104,7 +105,7 @@ static int lost(struct job *j, json_t *result, const sbx_rpc_error *err)
     return 1;
 }
 
-/* ---- output ----------------------------------------------------------------------------- */
+/* ---- output ------------------------------------------------------------------------ */
 
 /* All of data to fd: write(2) straight from libsbx's buffer, no stdio copy. */
 static void write_all(int fd, const char *data, size_t len)
@@ -193,14 +194,15 @@ static void print_result(struct job *j, json_t *r)
         else if (stack)
             fprintf(stderr, "%s\n", stack);
         else if (name || msg)
-            fprintf(stderr, "%s%s%s\n", name ? name : "Error", msg ? ": " : "", msg ? msg : "");
+            fprintf(stderr, "%s%s%s\n", name ? name : "Error", msg ? ": " : "",
+                    msg ? msg : "");
         else
             print_json(exc);
         fflush(stderr);
     }
 }
 
-/* ---- notifications ------------------------------------------------------------------------ */
+/* ---- notifications ----------------------------------------------------------------- */
 
 static void on_process_exit(struct job *j);
 
@@ -248,9 +250,10 @@ static void output_cb(sbx_async *ac, const char *sandbox, json_int_t pid, int st
         write_out(j, stream, data, len);
 }
 
-/* ---- the command ----------------------------------------------------------------------- */
+/* ---- the command ------------------------------------------------------------------- */
 
-static void result_reply(sbx_async *ac, json_t *result, const sbx_rpc_error *err, void *privdata)
+static void result_reply(sbx_async *ac, json_t *result, const sbx_rpc_error *err,
+                         void *privdata)
 {
     struct job *j = privdata;
     (void)ac;
@@ -275,7 +278,8 @@ static void result_reply(sbx_async *ac, json_t *result, const sbx_rpc_error *err
     command_finished(j);
 }
 
-static void ignore_reply(sbx_async *ac, json_t *result, const sbx_rpc_error *err, void *privdata)
+static void ignore_reply(sbx_async *ac, json_t *result, const sbx_rpc_error *err,
+                         void *privdata)
 {
     (void)ac;
     (void)result;
@@ -299,7 +303,8 @@ static void on_process_exit(struct job *j)
     }
 }
 
-static void write_reply(sbx_async *ac, json_t *result, const sbx_rpc_error *err, void *privdata)
+static void write_reply(sbx_async *ac, json_t *result, const sbx_rpc_error *err,
+                        void *privdata)
 {
     struct job *j = privdata;
     (void)ac;
@@ -355,8 +360,9 @@ static void detach_now(struct job *j)
         fprintf(stderr, "sbxctl: detached; the %s was already asked for\n",
                 j->destroy_sent ? "sandbox's destruction" : "kill");
     else if (j->pid >= 0)
-        fprintf(stderr, "sbxctl: detached; process %" JSON_INTEGER_FORMAT
-                        " keeps running (sbxctl attach %s %" JSON_INTEGER_FORMAT ")\n",
+        fprintf(stderr,
+                "sbxctl: detached; process %" JSON_INTEGER_FORMAT
+                " keeps running (sbxctl attach %s %" JSON_INTEGER_FORMAT ")\n",
                 j->pid, j->sandbox, j->pid);
     else
         fprintf(stderr, "sbxctl: detached\n");
@@ -382,7 +388,8 @@ static void attach_reply(sbx_async *ac, json_t *result, const sbx_rpc_error *err
     start_stdin(j);
 }
 
-static void spawn_reply(sbx_async *ac, json_t *result, const sbx_rpc_error *err, void *privdata)
+static void spawn_reply(sbx_async *ac, json_t *result, const sbx_rpc_error *err,
+                        void *privdata)
 {
     struct job *j = privdata;
     (void)ac;
@@ -424,8 +431,9 @@ static void start_command(struct job *j)
     int rc;
     if (j->is_attach) {
         rc = sbx_async_call_new(j->ac, SBX_M_ATTACH,
-                                json_pack("{s:s, s:I, s:b, s:s}", "sandbox", j->sandbox, "pid",
-                                          j->pid, "follow", 1, "output_encoding", "auto"),
+                                json_pack("{s:s, s:I, s:b, s:s}", "sandbox", j->sandbox,
+                                          "pid", j->pid, "follow", 1, "output_encoding",
+                                          "auto"),
                                 attach_reply, j);
     } else {
         json_object_set_new(j->exec_params, "sandbox", json_string(j->sandbox));
@@ -440,7 +448,7 @@ static void start_command(struct job *j)
     }
 }
 
-/* ---- run: create and destroy ------------------------------------------------------------- */
+/* ---- run: create and destroy ------------------------------------------------------- */
 
 static void destroy_reply(sbx_async *ac, json_t *result, const sbx_rpc_error *err,
                           void *privdata)
@@ -478,7 +486,8 @@ static void command_finished(struct job *j)
         quit(j);
 }
 
-static void create_reply(sbx_async *ac, json_t *result, const sbx_rpc_error *err, void *privdata)
+static void create_reply(sbx_async *ac, json_t *result, const sbx_rpc_error *err,
+                         void *privdata)
 {
     struct job *j = privdata;
     const char *id = json_string_value(json_object_get(result, "id"));
@@ -502,7 +511,7 @@ static void create_reply(sbx_async *ac, json_t *result, const sbx_rpc_error *err
         start_command(j);
 }
 
-/* ---- connection and signals ----------------------------------------------------------- */
+/* ---- connection and signals -------------------------------------------------------- */
 
 static void connect_cb(sbx_async *ac, int status)
 {
@@ -516,7 +525,8 @@ static void connect_cb(sbx_async *ac, int status)
     }
     if (!j->is_run) {
         start_command(j);
-    } else if (sbx_async_call(ac, SBX_M_CREATE, j->create_params, create_reply, j) != SBX_OK) {
+    } else if (sbx_async_call(ac, SBX_M_CREATE, j->create_params, create_reply, j) !=
+               SBX_OK) {
         warnx_("%s", ac->c.errstr);
         j->status = EXIT_RPC;
         quit(j);
@@ -553,8 +563,9 @@ static void signal_cb(struct ev_loop *loop, ev_signal *w, int revents)
     }
     if (j->pid >= 0 && !j->kill_sent) {
         j->kill_sent = 1;
-        fprintf(stderr, "sbxctl: killing process %" JSON_INTEGER_FORMAT
-                        " (Ctrl-C again to detach)\n",
+        fprintf(stderr,
+                "sbxctl: killing process %" JSON_INTEGER_FORMAT
+                " (Ctrl-C again to detach)\n",
                 j->pid);
         sbx_async_call_new(j->ac, SBX_M_KILL,
                            json_pack("{s:s, s:I}", "sandbox", j->sandbox, "pid", j->pid),
@@ -624,22 +635,26 @@ out:
     return j->status;
 }
 
-/* ---- argument parsing ------------------------------------------------------------------ */
+/* ---- argument parsing -------------------------------------------------------------- */
 
 enum {
-    X_ENV = 1, X_CWD, X_TIMEOUT, X_STDIN, X_FILE, X_PROVIDER, X_IMAGE, X_OPT, X_TOOL,
+    X_ENV = 1,
+    X_CWD,
+    X_TIMEOUT,
+    X_STDIN,
+    X_FILE,
+    X_PROVIDER,
+    X_IMAGE,
+    X_OPT,
+    X_TOOL,
     X_DETACH,
 };
 
 static const struct opt exec_opts[] = {
-    {"env", 'e', 1, X_ENV},
-    {"cwd", 'C', 1, X_CWD},
-    {"timeout", 't', 1, X_TIMEOUT},
-    {"stdin", 'i', 0, X_STDIN},
-    {"file", 'f', 1, X_FILE},
-    {"tool", 0, 1, X_TOOL},
-    {"detach", 'd', 0, X_DETACH},
-    {NULL, 0, 0, 0},
+    {"env", 'e', 1, X_ENV},         {"cwd", 'C', 1, X_CWD},
+    {"timeout", 't', 1, X_TIMEOUT}, {"stdin", 'i', 0, X_STDIN},
+    {"file", 'f', 1, X_FILE},       {"tool", 0, 1, X_TOOL},
+    {"detach", 'd', 0, X_DETACH},   {NULL, 0, 0, 0},
 };
 
 static const struct opt run_opts[] = {
@@ -713,7 +728,8 @@ static int exec_or_run(int argc, char **argv, int is_run)
                 j.tools = ctl_tools_new();
             const char *name = ctl_tools_add(j.tools, p.arg);
             if (is_run)
-                json_array_append_new(obj_array(j.create_params, "tools"), json_string(name));
+                json_array_append_new(obj_array(j.create_params, "tools"),
+                                      json_string(name));
             break;
         }
         case X_DETACH:
@@ -745,7 +761,7 @@ int cmd_run(int argc, char **argv)
     return exec_or_run(argc, argv, 1);
 }
 
-/* ---- attach ----------------------------------------------------------------------------- */
+/* ---- attach ------------------------------------------------------------------------ */
 
 static const struct opt attach_opts[] = {
     {"stdin", 'i', 0, X_STDIN},

@@ -25,7 +25,8 @@ struct verb {
 
 static const struct verb verbs[] = {
     {"ping", cmd_ping, "ping", "Checks that sbxd answers."},
-    {"info", cmd_info, "info", "Shows the daemon's version, providers, counts and limits."},
+    {"info", cmd_info, "info",
+     "Shows the daemon's version, providers, counts and limits."},
     {"create", cmd_create,
      "create [--provider P] [--id ID] [--image I] [--env K=V]... [--workdir DIR]\n"
      "              [--lifetime MS] [--command-timeout MS] [--idle-timeout MS]\n"
@@ -71,13 +72,15 @@ static const struct verb verbs[] = {
     {"logs", cmd_logs, "logs [-f] ID PID",
      "Prints the buffered output of a process; with -f, follows it until it exits\n"
      "and then exits with its exit status."},
-    {"kill", cmd_kill, "kill ID PID [--signal S]", "Signals a process group (default KILL)."},
+    {"kill", cmd_kill, "kill ID PID [--signal S]",
+     "Signals a process group (default KILL)."},
     {"wait", cmd_wait, "wait ID PID [--timeout MS]",
      "Waits for a process, prints its exit code and exits with it."},
     {"stop", cmd_stop, "stop ID", "Stops a sandbox (its processes are killed)."},
     {"start", cmd_start, "start ID", "Starts a stopped or pending sandbox."},
     {"rm", cmd_rm, "rm ID", "Destroys a sandbox."},
-    {"snapshot", cmd_snapshot, "snapshot ID", "Snapshots a sandbox and prints the snapshot id."},
+    {"snapshot", cmd_snapshot, "snapshot ID",
+     "Snapshots a sandbox and prints the snapshot id."},
     {"snapshots", cmd_snapshots, "snapshots [--provider P]",
      "Lists your snapshots (all of them for an admin)."},
     {"snapshot-rm", cmd_snapshot_rm, "snapshot-rm SNAP",
@@ -212,8 +215,9 @@ static const struct opt *find_opt(const struct opt *opts, const char *name, size
                                   int shortc)
 {
     for (const struct opt *o = opts; o && (o->name || o->shortc); o++) {
-        if (shortc ? o->shortc == shortc
-                   : (o->name && strlen(o->name) == len && strncmp(o->name, name, len) == 0))
+        if (shortc
+                ? o->shortc == shortc
+                : (o->name && strlen(o->name) == len && strncmp(o->name, name, len) == 0))
             return o;
     }
     return NULL;
@@ -303,8 +307,8 @@ void arg_env(json_t *obj, const char *kv, int null_if_empty)
     if (!eq || eq == kv)
         usage_error("expected KEY=VALUE, got: %s", kv);
     char *key = ctl_nonnull(strndup(kv, (size_t)(eq - kv)));
-    json_object_set_new(obj, key,
-                        null_if_empty && eq[1] == '\0' ? json_null() : json_string(eq + 1));
+    json_object_set_new(
+        obj, key, null_if_empty && eq[1] == '\0' ? json_null() : json_string(eq + 1));
     free(key);
 }
 
@@ -400,7 +404,8 @@ int exit_status(json_t *rec)
 {
     json_t *code = json_object_get(rec, "exit_code");
     json_int_t sig = json_integer_value(json_object_get(rec, "signal"));
-    if (json_is_integer(code) && json_integer_value(code) >= 0 && json_integer_value(code) <= 255)
+    if (json_is_integer(code) && json_integer_value(code) >= 0 &&
+        json_integer_value(code) <= 255)
         return (int)json_integer_value(code);
     if (sig > 0 && sig < 128)
         return 128 + (int)sig;
@@ -493,7 +498,8 @@ void print_progress(const char *method, json_t *params)
         return;
     const char *stage = json_string_value(json_object_get(params, "stage"));
     const char *msg = json_string_value(json_object_get(params, "message"));
-    json_t *cur = json_object_get(params, "current"), *tot = json_object_get(params, "total");
+    json_t *cur = json_object_get(params, "current"),
+           *tot = json_object_get(params, "total");
     fprintf(stderr, "sbxctl: %s%s%s", stage ? stage : "", stage && msg ? ": " : "",
             msg ? msg : "");
     if (json_is_integer(cur) && json_is_integer(tot))

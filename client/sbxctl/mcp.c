@@ -41,7 +41,8 @@
 /* Revisions we speak, newest first. Older than 2025-06-18 has no
  * structuredContent, outputSchema or title; 2024-11-05 has no tool
  * annotations and no progress message either. */
-static const char *const versions[] = {"2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"};
+static const char *const versions[] = {"2025-11-25", "2025-06-18", "2025-03-26",
+                                       "2024-11-05"};
 #define NVERSIONS (sizeof(versions) / sizeof(versions[0]))
 #define FIRST_STRUCTURED 1 /* index of the oldest revision with structured content */
 #define FIRST_ANNOTATED 2  /* ... with tool annotations and progress messages */
@@ -50,7 +51,8 @@ static void send_msg(struct mcp *m, json_t *msg);
 static void maybe_quit(struct mcp *m);
 static void begin_quit(struct mcp *m);
 
-static void mlog(struct mcp *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void mlog(struct mcp *m, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 static void mlog(struct mcp *m, const char *fmt, ...)
 {
     va_list ap;
@@ -62,7 +64,7 @@ static void mlog(struct mcp *m, const char *fmt, ...)
     fputc('\n', stderr);
 }
 
-/* ---- buffers -------------------------------------------------------------------------- */
+/* ---- buffers ----------------------------------------------------------------------- */
 
 size_t mbuf_append(struct mbuf *b, const char *data, size_t len, size_t max)
 {
@@ -203,7 +205,8 @@ static void send_msg(struct mcp *m, json_t *msg)
         return;
     }
     size_t n = strlen(s);
-    if (mbuf_append(&m->out, s, n, (size_t)-1) != n || mbuf_append(&m->out, "\n", 1, (size_t)-1) != 1)
+    if (mbuf_append(&m->out, s, n, (size_t)-1) != n ||
+        mbuf_append(&m->out, "\n", 1, (size_t)-1) != 1)
         mlog(m, "out of memory queueing a message");
     free(s);
     if (m->out.len > OUT_HIGH && !m->in_paused) {
@@ -215,7 +218,8 @@ static void send_msg(struct mcp *m, json_t *msg)
 
 static void send_result(struct mcp *m, json_t *id, json_t *result)
 {
-    send_msg(m, json_pack("{s:s, s:O, s:o}", "jsonrpc", "2.0", "id", id, "result", result));
+    send_msg(m,
+             json_pack("{s:s, s:O, s:o}", "jsonrpc", "2.0", "id", id, "result", result));
 }
 
 static void send_error(struct mcp *m, json_t *id, int code, const char *fmt, ...)
@@ -230,8 +234,8 @@ static void send_error(struct mcp *m, json_t *id, int code, const char *fmt, ...
     json_t *e = json_pack("{s:i, s:s%}", "code", code, "message", msg, strlen(msg));
     if (!e) /* not UTF-8: a name from the request, say */
         e = json_pack("{s:i, s:s}", "code", code, "message", "invalid request");
-    send_msg(m, json_pack("{s:s, s:O, s:o}", "jsonrpc", "2.0", "id", id ? id : json_null(),
-                          "error", e));
+    send_msg(m, json_pack("{s:s, s:O, s:o}", "jsonrpc", "2.0", "id",
+                          id ? id : json_null(), "error", e));
 }
 
 /* ---- calls ------------------------------------------------------------------------ */
@@ -282,9 +286,11 @@ void mcp_answer(struct call *c, json_t *structured, int is_error, const char *te
         char *dump = NULL;
         if (!text && structured)
             text = dump = json_dumps(structured, JSON_COMPACT | JSON_ENCODE_ANY);
-        json_t *content = json_pack("{s:s, s:s}", "type", "text", "text", text ? text : "");
+        json_t *content =
+            json_pack("{s:s, s:s}", "type", "text", "text", text ? text : "");
         if (!content) /* text from a daemon message that is not UTF-8 */
-            content = json_pack("{s:s, s:s}", "type", "text", "text", "(unprintable message)");
+            content =
+                json_pack("{s:s, s:s}", "type", "text", "text", "(unprintable message)");
         json_object_set_new(r, "content", json_pack("[o]", content));
         if (structured && m->structured)
             json_object_set(r, "structuredContent", structured);
@@ -320,7 +326,8 @@ static void progress_cb(struct ev_loop *loop, ev_timer *w, int revents)
     if (elapsed <= c->progress_last)
         elapsed = c->progress_last + 1;
     c->progress_last = elapsed;
-    json_t *p = json_pack("{s:O, s:I}", "progressToken", c->progress_token, "progress", elapsed);
+    json_t *p =
+        json_pack("{s:O, s:I}", "progressToken", c->progress_token, "progress", elapsed);
     if (c->timeout_ms > 0)
         json_object_set_new(p, "total", json_integer(c->timeout_ms));
     char *text = m->annotated ? mcp_tool_progress_text(c) : NULL;
@@ -352,7 +359,8 @@ static void ac_gone(void *data)
     m->ac = NULL;
 }
 
-static void route_notify(sbx_async *ac, const char *method, json_t *params, void *privdata);
+static void route_notify(sbx_async *ac, const char *method, json_t *params,
+                         void *privdata);
 
 static sbx_async *daemon_conn(struct mcp *m)
 {
@@ -380,7 +388,8 @@ static sbx_async *daemon_conn(struct mcp *m)
     return ac;
 }
 
-static void dreply(sbx_async *ac, json_t *result, const sbx_rpc_error *err, void *privdata)
+static void dreply(sbx_async *ac, json_t *result, const sbx_rpc_error *err,
+                   void *privdata)
 {
     struct dreq *r = privdata;
     struct mcp *m = r->m;
@@ -427,7 +436,8 @@ int mcp_dcall(struct call *c, const char *method, json_t *params, dreply_fn fn)
 }
 
 static int slot_dcall(struct mcp *m, struct slot *s, const char *method, json_t *params,
-                      void (*fn)(struct mcp *, struct slot *, json_t *, const sbx_rpc_error *))
+                      void (*fn)(struct mcp *, struct slot *, json_t *,
+                                 const sbx_rpc_error *))
 {
     struct dreq *r = calloc(1, sizeof(*r));
     if (!r) {
@@ -453,7 +463,8 @@ const char *mcp_errtext(struct mcp *m, const sbx_rpc_error *err)
 
 /* process.* notifications go to the call that follows the process. One that
  * comes before the spawn reply that names its pid is held until then. */
-static void route_notify(sbx_async *ac, const char *method, json_t *params, void *privdata)
+static void route_notify(sbx_async *ac, const char *method, json_t *params,
+                         void *privdata)
 {
     struct mcp *m = privdata;
     (void)ac;
@@ -461,8 +472,8 @@ static void route_notify(sbx_async *ac, const char *method, json_t *params, void
         if (mcp_tool_route(m, method, params))
             return;
         if (m->spawns_pending > 0 && json_array_size(m->backlog) < BACKLOG_MAX)
-            json_array_append_new(m->backlog, json_pack("{s:s, s:O}", "method", method,
-                                                        "params", params));
+            json_array_append_new(
+                m->backlog, json_pack("{s:s, s:O}", "method", method, "params", params));
         return;
     }
     if (strcmp(method, SBX_N_PROGRESS) == 0) {
@@ -605,8 +616,8 @@ static void slot_create(struct mcp *m, struct slot *s, const char *provider)
         }
         if (f)
             fclose(f);
-        snprintf(id, sizeof(id), "mcp-%02x%02x%02x%02x%02x%02x%02x%02x", r[0], r[1], r[2], r[3],
-                 r[4], r[5], r[6], r[7]);
+        snprintf(id, sizeof(id), "mcp-%02x%02x%02x%02x%02x%02x%02x%02x", r[0], r[1], r[2],
+                 r[3], r[4], r[5], r[6], r[7]);
         free(s->id);
         s->id = strdup(id);
         json_object_set_new(p, "id", json_string(id));
@@ -621,7 +632,8 @@ static void slot_create(struct mcp *m, struct slot *s, const char *provider)
 }
 
 /* run_code's provider: --code-provider, else js when sbxd has it, else duktape. */
-static void info_reply(struct mcp *m, struct slot *s, json_t *result, const sbx_rpc_error *err)
+static void info_reply(struct mcp *m, struct slot *s, json_t *result,
+                       const sbx_rpc_error *err)
 {
     const char *pick = "duktape";
     size_t i;
@@ -631,10 +643,10 @@ static void info_reply(struct mcp *m, struct slot *s, json_t *result, const sbx_
         slot_fail_waiters(m, s, mcp_errtext(m, err));
         return;
     }
-    json_array_foreach(json_object_get(result, "providers"), i, pv)
-    {
+    json_array_foreach(json_object_get(result, "providers"), i, pv) {
         const char *name = json_string_value(json_object_get(pv, "name"));
-        if (name && strcmp(name, "js") == 0 && json_is_true(json_object_get(pv, "available")))
+        if (name && strcmp(name, "js") == 0 &&
+            json_is_true(json_object_get(pv, "available")))
             pick = "js";
     }
     if (m->quitting) {
@@ -701,7 +713,8 @@ struct offsets {
     struct offsets *next;
 };
 
-void mcp_offsets_get(struct mcp *m, const char *sandbox, json_int_t pid, json_int_t off[2])
+void mcp_offsets_get(struct mcp *m, const char *sandbox, json_int_t pid,
+                     json_int_t off[2])
 {
     off[0] = off[1] = 0;
     for (struct offsets *o = m->offsets; o; o = o->next) {
@@ -713,7 +726,8 @@ void mcp_offsets_get(struct mcp *m, const char *sandbox, json_int_t pid, json_in
     }
 }
 
-void mcp_offsets_put(struct mcp *m, const char *sandbox, json_int_t pid, const json_int_t off[2])
+void mcp_offsets_put(struct mcp *m, const char *sandbox, json_int_t pid,
+                     const json_int_t off[2])
 {
     struct offsets **pp, *o;
     for (pp = &m->offsets; (o = *pp); pp = &o->next) {
@@ -750,15 +764,16 @@ void mcp_offsets_put(struct mcp *m, const char *sandbox, json_int_t pid, const j
 static json_t *server_instructions(struct mcp *m)
 {
     char buf[1024];
-    snprintf(buf, sizeof(buf),
-             "Tools of an sbxd sandbox. exec_command runs a command in %s%s%s%s%s and "
-             "returns its output and exit code; spawn_process starts one in the background "
-             "(then process_output and kill_process take its pid). run_code runs a "
-             "JavaScript program in an isolate and returns its result and logs. "
-             "sandbox_info describes the sandbox.",
-             m->sandbox_name ? "the sandbox " : "a sandbox",
-             m->sandbox_name ? m->sandbox_name : "", m->provider ? " (provider " : "",
-             m->provider ? m->provider : "", m->provider ? ")" : "");
+    snprintf(
+        buf, sizeof(buf),
+        "Tools of an sbxd sandbox. exec_command runs a command in %s%s%s%s%s and "
+        "returns its output and exit code; spawn_process starts one in the background "
+        "(then process_output and kill_process take its pid). run_code runs a "
+        "JavaScript program in an isolate and returns its result and logs. "
+        "sandbox_info describes the sandbox.",
+        m->sandbox_name ? "the sandbox " : "a sandbox",
+        m->sandbox_name ? m->sandbox_name : "", m->provider ? " (provider " : "",
+        m->provider ? m->provider : "", m->provider ? ")" : "");
     return json_string(buf);
 }
 
@@ -766,7 +781,8 @@ static void on_initialize(struct mcp *m, json_t *id, json_t *params)
 {
     const char *want = json_string_value(json_object_get(params, "protocolVersion"));
     if (!want) {
-        send_error(m, id, SBX_E_PARAMS, "initialize needs params.protocolVersion (a string)");
+        send_error(m, id, SBX_E_PARAMS,
+                   "initialize needs params.protocolVersion (a string)");
         return;
     }
     /* The client's revision when we speak it, else our newest. */
@@ -820,11 +836,13 @@ static void on_tools_call(struct mcp *m, json_t *id, json_t *params)
         return;
     }
     if (token && !json_is_string(token) && !json_is_integer(token)) {
-        send_error(m, id, SBX_E_PARAMS, "_meta.progressToken must be a string or an integer");
+        send_error(m, id, SBX_E_PARAMS,
+                   "_meta.progressToken must be a string or an integer");
         return;
     }
     if (find_call(m, id)) {
-        send_error(m, id, SBX_E_INVALID_REQUEST, "a request with this id is still running");
+        send_error(m, id, SBX_E_INVALID_REQUEST,
+                   "a request with this id is still running");
         return;
     }
     struct call *c = calloc(1, sizeof(*c));
@@ -843,11 +861,14 @@ static void on_tools_call(struct mcp *m, json_t *id, json_t *params)
         m->calls->prev = c;
     m->calls = c;
     m->ncalls++;
-    ev_timer_init(&c->progress, progress_cb, m->progress_ms / 1000.0, m->progress_ms / 1000.0);
+    ev_timer_init(&c->progress, progress_cb, m->progress_ms / 1000.0,
+                  m->progress_ms / 1000.0);
     c->progress.data = c;
     if (m->ncalls > m->max_calls) {
-        mcp_answer_error(c, "too many tool calls at once (at most %zu); try again when one "
-                            "has finished", m->max_calls);
+        mcp_answer_error(c,
+                         "too many tool calls at once (at most %zu); try again when one "
+                         "has finished",
+                         m->max_calls);
         return;
     }
     if (token && mcp_tool_has_progress(t)) {
@@ -934,14 +955,15 @@ static void on_message(struct mcp *m, json_t *msg)
         send_error(m, id, SBX_E_METHOD, "Method not found: %s", method);
 }
 
-/* ---- stdin ---------------------------------------------------------------------------- */
+/* ---- stdin ------------------------------------------------------------------------- */
 
 static void on_line(struct mcp *m, char *line, size_t len)
 {
     json_error_t jerr;
     if (m->quitting)
         return;
-    while (len > 0 && (line[len - 1] == '\r' || line[len - 1] == ' ' || line[len - 1] == '\t'))
+    while (len > 0 &&
+           (line[len - 1] == '\r' || line[len - 1] == ' ' || line[len - 1] == '\t'))
         len--;
     if (len == 0)
         return;
@@ -957,7 +979,8 @@ static void on_line(struct mcp *m, char *line, size_t len)
 static void too_long(struct mcp *m)
 {
     send_error(m, NULL, SBX_E_INVALID_REQUEST,
-               "message longer than %zu bytes (sbxctl mcp --max-message)", m->max_message);
+               "message longer than %zu bytes (sbxctl mcp --max-message)",
+               m->max_message);
 }
 
 static void in_cb(struct ev_loop *loop, ev_io *w, int revents)
@@ -1019,7 +1042,7 @@ static void in_cb(struct ev_loop *loop, ev_io *w, int revents)
     }
 }
 
-/* ---- leaving ------------------------------------------------------------------------ */
+/* ---- leaving ----------------------------------------------------------------------- */
 
 static void maybe_quit(struct mcp *m)
 {
@@ -1074,18 +1097,19 @@ static void signal_cb(struct ev_loop *loop, ev_signal *w, int revents)
 /* ---- options and main ------------------------------------------------------------ */
 
 static const struct opt mcp_opts[] = {
-    {"provider", 'p', 1, 1},      {"image", 'i', 1, 2},       {"sandbox", 0, 1, 3},
-    {"code-provider", 0, 1, 4},   {"env", 'e', 1, 5},         {"opt", 'o', 1, 6},
-    {"timeout", 't', 1, 7},       {"lifetime", 0, 1, 8},      {"idle-timeout", 0, 1, 9},
-    {"max-output", 0, 1, 10},     {"max-message", 0, 1, 11},  {"max-calls", 0, 1, 12},
-    {"progress-ms", 0, 1, 13},    {"verbose", 'v', 0, 14},    {NULL, 0, 0, 0},
+    {"provider", 'p', 1, 1},    {"image", 'i', 1, 2},      {"sandbox", 0, 1, 3},
+    {"code-provider", 0, 1, 4}, {"env", 'e', 1, 5},        {"opt", 'o', 1, 6},
+    {"timeout", 't', 1, 7},     {"lifetime", 0, 1, 8},     {"idle-timeout", 0, 1, 9},
+    {"max-output", 0, 1, 10},   {"max-message", 0, 1, 11}, {"max-calls", 0, 1, 12},
+    {"progress-ms", 0, 1, 13},  {"verbose", 'v', 0, 14},   {NULL, 0, 0, 0},
 };
 
 static json_int_t arg_range(const char *what, const char *s, json_int_t lo, json_int_t hi)
 {
     json_int_t v = arg_int(what, s);
     if (v < lo || v > hi)
-        usage_error("%s must be between %" JSON_INTEGER_FORMAT " and %" JSON_INTEGER_FORMAT,
+        usage_error("%s must be between %" JSON_INTEGER_FORMAT
+                    " and %" JSON_INTEGER_FORMAT,
                     what, lo, hi);
     return v;
 }

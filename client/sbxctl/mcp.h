@@ -22,13 +22,13 @@ struct mbuf {
 enum slot_state { SLOT_NONE, SLOT_INFO, SLOT_CREATING, SLOT_READY };
 
 struct slot {
-    const char *what;      /* "command" or "code", for messages */
+    const char *what; /* "command" or "code", for messages */
     enum slot_state state;
-    char *id;              /* the sandbox id (chosen before creating it) */
-    char *progress;        /* the last sandbox.progress message while creating */
-    char *provider;        /* the provider it runs on, once READY */
-    int owned;             /* created by us: destroyed on exit */
-    struct call *waiters;  /* calls waiting for READY (linked by wnext) */
+    char *id;             /* the sandbox id (chosen before creating it) */
+    char *progress;       /* the last sandbox.progress message while creating */
+    char *provider;       /* the provider it runs on, once READY */
+    int owned;            /* created by us: destroyed on exit */
+    struct call *waiters; /* calls waiting for READY (linked by wnext) */
 };
 
 struct tool;
@@ -40,30 +40,30 @@ struct call {
     json_t *id;             /* the request id */
     json_t *progress_token; /* NULL when the client asked for no progress */
     const struct tool *tool;
-    json_t *args;           /* the arguments object */
+    json_t *args; /* the arguments object */
     struct slot *slot;
     void (*on_ready)(struct call *c);
-    int refs;               /* daemon replies outstanding */
-    int done;               /* answered, or cancelled: no (further) answer */
+    int refs; /* daemon replies outstanding */
+    int done; /* answered, or cancelled: no (further) answer */
     int cancelled;
-    int retried;            /* ran again once in a new sandbox */
+    int retried; /* ran again once in a new sandbox */
     double t0;
 
     /* a process of ours: exec_command, run_code, process_output */
     char *sandbox;
-    json_int_t pid;         /* -1 until known */
-    int spawning;           /* process.spawn sent, no reply yet */
-    int following;          /* routed process.output goes here */
-    int attaching;          /* process_output: process.attach in flight */
-    int blocked;            /* process_output: another call attaches to this pid */
+    json_int_t pid; /* -1 until known */
+    int spawning;   /* process.spawn sent, no reply yet */
+    int following;  /* routed process.output goes here */
+    int attaching;  /* process_output: process.attach in flight */
+    int blocked;    /* process_output: another call attaches to this pid */
     int kill_sent;
     json_int_t timeout_ms;
-    struct mbuf out[2];     /* stdout, stderr */
-    struct mbuf logs;       /* run_code: both streams in arrival order */
+    struct mbuf out[2]; /* stdout, stderr */
+    struct mbuf logs;   /* run_code: both streams in arrival order */
     int truncated;
-    json_int_t at[2];       /* process_output: next offset per stream */
-    json_int_t dropped;     /* process_output: bytes no longer buffered by sbxd */
-    json_t *exit;           /* process_output: the process.exit seen */
+    json_int_t at[2];   /* process_output: next offset per stream */
+    json_int_t dropped; /* process_output: bytes no longer buffered by sbxd */
+    json_t *exit;       /* process_output: the process.exit seen */
 
     ev_timer progress;
     json_int_t progress_last;
@@ -93,10 +93,10 @@ struct mcp {
 
     /* sbxd */
     sbx_async *ac;
-    char conn_err[256];     /* why the last connect failed */
-    int outstanding;        /* daemon calls in flight */
+    char conn_err[256]; /* why the last connect failed */
+    int outstanding;    /* daemon calls in flight */
     int spawns_pending;
-    json_t *backlog;        /* process.* notifications that beat their spawn reply */
+    json_t *backlog; /* process.* notifications that beat their spawn reply */
     struct slot cmd, code;
     struct call *calls;
     size_t ncalls;
@@ -123,14 +123,17 @@ void mcp_slot_use(struct call *c, struct slot *s, void (*ready)(struct call *c))
 void mcp_slot_lost(struct mcp *m, struct slot *s);
 /* Answers c: structured (stolen, may be NULL) with is_error. text NULL = the JSON. */
 void mcp_answer(struct call *c, json_t *structured, int is_error, const char *text);
-void mcp_answer_error(struct call *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void mcp_answer_error(struct call *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 /* Replays held process.* notifications (after a spawn reply). */
 void mcp_replay_backlog(struct mcp *m);
 /* Frees c when it is done and nothing is outstanding. */
 void mcp_call_maybe_free(struct call *c);
 /* Remembered process_output offsets per (sandbox, pid). */
-void mcp_offsets_get(struct mcp *m, const char *sandbox, json_int_t pid, json_int_t off[2]);
-void mcp_offsets_put(struct mcp *m, const char *sandbox, json_int_t pid, const json_int_t off[2]);
+void mcp_offsets_get(struct mcp *m, const char *sandbox, json_int_t pid,
+                     json_int_t off[2]);
+void mcp_offsets_put(struct mcp *m, const char *sandbox, json_int_t pid,
+                     const json_int_t off[2]);
 
 /* mbuf: appends up to max bytes in all; returns how many were taken. */
 size_t mbuf_append(struct mbuf *b, const char *data, size_t len, size_t max);

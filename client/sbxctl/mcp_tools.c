@@ -53,7 +53,8 @@ static const struct param exec_params[] = {
     {"env", K_ENV, 0, 0, 0, "Extra environment variables."},
     {"timeout_ms", K_INT, 0, 1, MAX_MS,
      "Kill the command after this many milliseconds (exit code 124)."},
-    {"stdin", K_STRING, 0, 0, 0, "Text written to the command's standard input, then EOF."},
+    {"stdin", K_STRING, 0, 0, 0,
+     "Text written to the command's standard input, then EOF."},
     {NULL, 0, 0, 0, 0, NULL},
 };
 
@@ -87,7 +88,8 @@ static const struct param output_params[] = {
 
 static const struct param kill_params[] = {
     {"pid", K_INT, 1, 1, 0x7fffffff, "The pid of the process."},
-    {"signal", K_SIGNAL, 0, 0, 0, "Signal name (TERM, KILL, INT...) or number; default KILL."},
+    {"signal", K_SIGNAL, 0, 0, 0,
+     "Signal name (TERM, KILL, INT...) or number; default KILL."},
     {NULL, 0, 0, 0, 0, NULL},
 };
 
@@ -188,13 +190,14 @@ static const struct tool tools[] = {
      "Returns the output of a process started with spawn_process since the last read "
      "(or from the given offsets), whether it is still running and, once it exited, its "
      "exit code. wait_ms waits for it to finish first.",
-     output_params, output_schema,
-     "{\"readOnlyHint\":true,\"openWorldHint\":false}", 1, output_start},
+     output_params, output_schema, "{\"readOnlyHint\":true,\"openWorldHint\":false}", 1,
+     output_start},
     {"kill_process", "Stop a process",
      "Sends a signal (default KILL) to a process of the sandbox and its process group.",
      kill_params, kill_schema,
      "{\"readOnlyHint\":false,\"destructiveHint\":true,\"idempotentHint\":true,"
-     "\"openWorldHint\":false}", 0, kill_start},
+     "\"openWorldHint\":false}",
+     0, kill_start},
     {"sandbox_info", "Describe the sandbox",
      "Returns the command sandbox (id, provider, status, image, working directory, "
      "limits), its processes, and run_code's sandbox once it exists.",
@@ -204,7 +207,7 @@ static const struct tool tools[] = {
 
 #define NTOOLS (sizeof(tools) / sizeof(tools[0]))
 
-/* ---- schemas and validation --------------------------------------------------------- */
+/* ---- schemas and validation -------------------------------------------------------- */
 
 static json_t *param_schema(const struct param *p)
 {
@@ -214,7 +217,8 @@ static json_t *param_schema(const struct param *p)
         s = json_pack("{s:s}", "type", "string");
         break;
     case K_INT:
-        s = json_pack("{s:s, s:I, s:I}", "type", "integer", "minimum", p->lo, "maximum", p->hi);
+        s = json_pack("{s:s, s:I, s:I}", "type", "integer", "minimum", p->lo, "maximum",
+                      p->hi);
         break;
     case K_ENV:
         s = json_pack("{s:s, s:{s:s}}", "type", "object", "additionalProperties", "type",
@@ -222,7 +226,8 @@ static json_t *param_schema(const struct param *p)
         break;
     case K_COMMAND:
         s = json_pack("{s:[{s:s, s:i}, {s:s, s:{s:s}, s:i}]}", "anyOf", "type", "string",
-                      "minLength", 1, "type", "array", "items", "type", "string", "minItems", 1);
+                      "minLength", 1, "type", "array", "items", "type", "string",
+                      "minItems", 1);
         break;
     default: /* K_SIGNAL */
         s = json_pack("{s:[s,s]}", "type", "string", "integer");
@@ -290,15 +295,14 @@ static const char *check_args(const struct tool *t, json_t *args)
     const char *key;
     json_t *v;
 
-    json_object_foreach(args, key, v)
-    {
+    json_object_foreach(args, key, v) {
         const struct param *p;
         for (p = t->params; p->name; p++)
             if (strcmp(p->name, key) == 0)
                 break;
         if (!p->name) {
-            size_t n = (size_t)snprintf(msg, sizeof(msg), "unknown argument \"%.64s\"; %s takes",
-                                        key, t->name);
+            size_t n = (size_t)snprintf(
+                msg, sizeof(msg), "unknown argument \"%.64s\"; %s takes", key, t->name);
             for (p = t->params; p->name && n < sizeof(msg); p++)
                 n += (size_t)snprintf(msg + n, sizeof(msg) - n, " %s", p->name);
             if (!t->params->name)
@@ -321,8 +325,7 @@ static const char *check_args(const struct tool *t, json_t *args)
             json_t *v2;
             if (!json_is_object(v))
                 want = "an object of strings";
-            json_object_foreach(v, k2, v2)
-            {
+            json_object_foreach(v, k2, v2) {
                 if (!json_is_string(v2))
                     want = "an object of strings";
             }
@@ -334,8 +337,7 @@ static const char *check_args(const struct tool *t, json_t *args)
             if (json_is_string(v) ? json_string_length(v) == 0
                                   : !json_is_array(v) || json_array_size(v) == 0)
                 want = "a non-empty string or array of strings";
-            json_array_foreach(v, i, e)
-            {
+            json_array_foreach(v, i, e) {
                 if (!json_is_string(e))
                     want = "a non-empty string or array of strings";
             }
@@ -376,7 +378,7 @@ void mcp_tool_start(struct call *c)
     c->tool->start(c);
 }
 
-/* ---- shared pieces ------------------------------------------------------------------ */
+/* ---- shared pieces ----------------------------------------------------------------- */
 
 static int is_code(const struct call *c)
 {
@@ -404,8 +406,8 @@ static void answer_failed(struct call *c, const sbx_rpc_error *err, const char *
             mcp_slot_use(c, c->slot, c->on_ready);
             return;
         }
-        mcp_answer_error(c, "%s: %s; the sandbox is gone, the next call makes a new one", what,
-                         mcp_errtext(m, err));
+        mcp_answer_error(c, "%s: %s; the sandbox is gone, the next call makes a new one",
+                         what, mcp_errtext(m, err));
         return;
     }
     mcp_answer_error(c, "%s: %s", what, mcp_errtext(m, err));
@@ -429,7 +431,8 @@ static void send_kill(struct call *c)
     if (c->kill_sent || c->pid < 0 || !c->sandbox)
         return;
     c->kill_sent = 1;
-    mcp_dcall(c, SBX_M_KILL, json_pack("{s:s, s:I}", "sandbox", c->sandbox, "pid", c->pid),
+    mcp_dcall(c, SBX_M_KILL,
+              json_pack("{s:s, s:I}", "sandbox", c->sandbox, "pid", c->pid),
               ignore_reply);
 }
 
@@ -441,7 +444,7 @@ void mcp_tool_cancel(struct call *c)
 }
 
 static struct call *find_proc_call(struct mcp *m, const char *sandbox, json_int_t pid,
-                                   int attaching, const struct call *not)
+                                   int attaching, const struct call * not )
 {
     for (struct call *c = m->calls; c; c = c->next) {
         if (c == not || c->pid != pid || !c->sandbox || strcmp(c->sandbox, sandbox) != 0)
@@ -542,8 +545,8 @@ char *mcp_tool_progress_text(struct call *c)
     char buf[512];
     double secs = ev_now(c->m->loop) - c->t0;
     if (c->tool->start == output_start) {
-        snprintf(buf, sizeof(buf), "waiting %.1f s for process %" JSON_INTEGER_FORMAT, secs,
-                 arg_int_or(c, "pid", 0));
+        snprintf(buf, sizeof(buf), "waiting %.1f s for process %" JSON_INTEGER_FORMAT,
+                 secs, arg_int_or(c, "pid", 0));
     } else if (c->pid < 0) {
         int creating = c->slot && c->slot->state != SLOT_READY;
         snprintf(buf, sizeof(buf), "%.1f s: %s%s%.200s", secs,
@@ -559,7 +562,7 @@ char *mcp_tool_progress_text(struct call *c)
     return strdup(buf);
 }
 
-/* ---- exec_command and run_code ------------------------------------------------------ */
+/* ---- exec_command and run_code ----------------------------------------------------- */
 
 static void exec_waited(struct call *c, json_t *result, const sbx_rpc_error *err);
 
@@ -582,7 +585,8 @@ static void exec_spawned(struct call *c, json_t *result, const sbx_rpc_error *er
         return;
     }
     /* Its reply comes after every process.output of the process. */
-    if (mcp_dcall(c, SBX_M_WAIT, json_pack("{s:s, s:I}", "sandbox", c->sandbox, "pid", c->pid),
+    if (mcp_dcall(c, SBX_M_WAIT,
+                  json_pack("{s:s, s:I}", "sandbox", c->sandbox, "pid", c->pid),
                   exec_waited) < 0)
         mcp_answer_error(c, "lost the connection to sbxd");
 }
@@ -651,7 +655,8 @@ static void code_answer(struct call *c, json_t *rec)
     if (json_is_object(exc)) {
         const char *name = json_string_value(json_object_get(exc, "name"));
         const char *msg = json_string_value(json_object_get(exc, "message"));
-        error = json_pack("{s:s, s:s}", "name", name ? name : "Error", "message", msg ? msg : "");
+        error = json_pack("{s:s, s:s}", "name", name ? name : "Error", "message",
+                          msg ? msg : "");
         if (json_is_string(json_object_get(exc, "stack")))
             json_object_set(error, "stack", json_object_get(exc, "stack"));
     } else if (json_is_string(exc)) {
@@ -672,16 +677,15 @@ static void code_answer(struct call *c, json_t *rec)
     size_t i;
     json_t *l;
     int all_strings = json_is_array(logs);
-    json_array_foreach(logs, i, l)
-    {
+    json_array_foreach(logs, i, l) {
         if (!json_is_string(l))
             all_strings = 0;
     }
     logs = all_strings ? json_incref(logs) : split_lines(&c->logs);
-    json_t *s = json_pack("{s:O, s:o, s:o, s:b, s:b}", "result", result ? result : json_null(),
-                          "logs", logs, "error", error, "timed_out", timed_out,
-                          "truncated",
-                          c->truncated || json_is_true(json_object_get(rec, "logs_truncated")));
+    json_t *s =
+        json_pack("{s:O, s:o, s:o, s:b, s:b}", "result", result ? result : json_null(),
+                  "logs", logs, "error", error, "timed_out", timed_out, "truncated",
+                  c->truncated || json_is_true(json_object_get(rec, "logs_truncated")));
     if (json_object_get(rec, "duration_ms"))
         json_object_set(s, "duration_ms", json_object_get(rec, "duration_ms"));
     mcp_answer(c, s, !json_is_null(error), NULL);
@@ -702,14 +706,16 @@ static void exec_waited(struct call *c, json_t *rec, const sbx_rpc_error *err)
     }
     json_t *code = json_object_get(rec, "exit_code");
     json_t *error = json_object_get(rec, "error");
-    json_t *s = json_pack("{s:I, s:I, s:I, s:b, s:b, s:o, s:o, s:b}", "pid", c->pid, "exit_code",
-                          json_integer_value(code), "signal",
-                          json_integer_value(json_object_get(rec, "signal")), "timed_out",
-                          json_is_true(json_object_get(rec, "timed_out")), "killed",
-                          json_is_true(json_object_get(rec, "killed")), "stdout",
-                          mbuf_string(c->out[0].p, c->out[0].len), "stderr",
-                          mbuf_string(c->out[1].p, c->out[1].len), "truncated", c->truncated);
-    json_object_set_new(s, "error", json_is_string(error) ? json_incref(error) : json_null());
+    json_t *s =
+        json_pack("{s:I, s:I, s:I, s:b, s:b, s:o, s:o, s:b}", "pid", c->pid, "exit_code",
+                  json_integer_value(code), "signal",
+                  json_integer_value(json_object_get(rec, "signal")), "timed_out",
+                  json_is_true(json_object_get(rec, "timed_out")), "killed",
+                  json_is_true(json_object_get(rec, "killed")), "stdout",
+                  mbuf_string(c->out[0].p, c->out[0].len), "stderr",
+                  mbuf_string(c->out[1].p, c->out[1].len), "truncated", c->truncated);
+    json_object_set_new(s, "error",
+                        json_is_string(error) ? json_incref(error) : json_null());
     const char *keep[] = {"duration_ms", "result", "exception"};
     for (size_t i = 0; i < sizeof(keep) / sizeof(keep[0]); i++)
         if (json_object_get(rec, keep[i]))
@@ -717,7 +723,7 @@ static void exec_waited(struct call *c, json_t *rec, const sbx_rpc_error *err)
     mcp_answer(c, s, json_integer_value(code) != 0 || json_is_string(error), NULL);
 }
 
-/* ---- spawn_process -------------------------------------------------------------------- */
+/* ---- spawn_process ----------------------------------------------------------------- */
 
 static void spawn_done(struct call *c, json_t *result, const sbx_rpc_error *err)
 {
@@ -759,7 +765,7 @@ static void spawn_start(struct call *c)
     mcp_slot_use(c, &c->m->cmd, spawn_ready);
 }
 
-/* ---- process_output ------------------------------------------------------------------ */
+/* ---- process_output ---------------------------------------------------------------- */
 
 static void output_attach(struct call *c);
 
@@ -769,7 +775,8 @@ static void output_attached(struct call *c, json_t *result, const sbx_rpc_error 
     c->attaching = 0;
     /* The next reader of this process may go now. */
     for (struct call *o = m->calls; o; o = o->next) {
-        if (o->blocked && o->sandbox && o->pid == c->pid && strcmp(o->sandbox, c->sandbox) == 0) {
+        if (o->blocked && o->sandbox && o->pid == c->pid &&
+            strcmp(o->sandbox, c->sandbox) == 0) {
             o->blocked = 0;
             if (!o->done)
                 output_attach(o);
@@ -801,18 +808,19 @@ static void output_attached(struct call *c, json_t *result, const sbx_rpc_error 
     }
     mcp_offsets_put(m, c->sandbox, c->pid, next);
     int running = json_is_true(json_object_get(result, "running"));
-    json_t *s = json_pack("{s:I, s:b, s:o, s:o, s:I, s:I, s:b, s:I}", "pid", c->pid, "running",
-                          running, "stdout", mbuf_string(c->out[0].p, c->out[0].len), "stderr",
-                          mbuf_string(c->out[1].p, c->out[1].len), "stdout_offset", next[0],
-                          "stderr_offset", next[1], "truncated", c->truncated, "dropped_bytes",
-                          c->dropped);
+    json_t *s = json_pack(
+        "{s:I, s:b, s:o, s:o, s:I, s:I, s:b, s:I}", "pid", c->pid, "running", running,
+        "stdout", mbuf_string(c->out[0].p, c->out[0].len), "stderr",
+        mbuf_string(c->out[1].p, c->out[1].len), "stdout_offset", next[0],
+        "stderr_offset", next[1], "truncated", c->truncated, "dropped_bytes", c->dropped);
     if (!running && c->exit) {
         const char *ints[] = {"exit_code", "signal"}, *bools[] = {"timed_out", "killed"};
         for (int i = 0; i < 2; i++) {
             if (json_is_integer(json_object_get(c->exit, ints[i])))
                 json_object_set(s, ints[i], json_object_get(c->exit, ints[i]));
-            json_object_set_new(s, bools[i], json_boolean(json_is_true(
-                                                  json_object_get(c->exit, bools[i]))));
+            json_object_set_new(
+                s, bools[i],
+                json_boolean(json_is_true(json_object_get(c->exit, bools[i]))));
         }
     }
     mcp_answer(c, s, 0, NULL);
@@ -833,8 +841,9 @@ static void output_attach(struct call *c)
     c->at[1] = off[1];
     c->attaching = 1;
     if (mcp_dcall(c, SBX_M_ATTACH,
-                  json_pack("{s:s, s:I, s:I, s:I, s:b}", "sandbox", c->sandbox, "pid", c->pid,
-                            "stdout_offset", off[0], "stderr_offset", off[1], "follow", 0),
+                  json_pack("{s:s, s:I, s:I, s:I, s:b}", "sandbox", c->sandbox, "pid",
+                            c->pid, "stdout_offset", off[0], "stderr_offset", off[1],
+                            "follow", 0),
                   output_attached) < 0) {
         c->attaching = 0;
         mcp_answer_error(c, "cannot reach sbxd");
@@ -858,8 +867,11 @@ static void output_ready(struct call *c)
     c->sandbox = strdup(c->slot->id);
     c->pid = arg_int_or(c, "pid", -1);
     if (find_proc_call(c->m, c->sandbox, c->pid, 0, c)) {
-        mcp_answer_error(c, "process %" JSON_INTEGER_FORMAT " belongs to a running exec_command "
-                            "call: its output comes with that call's result", c->pid);
+        mcp_answer_error(c,
+                         "process %" JSON_INTEGER_FORMAT
+                         " belongs to a running exec_command "
+                         "call: its output comes with that call's result",
+                         c->pid);
         return;
     }
     json_int_t wait = arg_int_or(c, "wait_ms", 0);
@@ -880,7 +892,7 @@ static void output_start(struct call *c)
     mcp_slot_use(c, &c->m->cmd, output_ready);
 }
 
-/* ---- kill_process --------------------------------------------------------------------- */
+/* ---- kill_process ------------------------------------------------------------------ */
 
 static void kill_done(struct call *c, json_t *result, const sbx_rpc_error *err)
 {
@@ -897,7 +909,8 @@ static void kill_done(struct call *c, json_t *result, const sbx_rpc_error *err)
 static void kill_ready(struct call *c)
 {
     c->sandbox = strdup(c->slot->id);
-    json_t *p = json_pack("{s:s, s:I}", "sandbox", c->sandbox, "pid", arg_int_or(c, "pid", 0));
+    json_t *p =
+        json_pack("{s:s, s:I}", "sandbox", c->sandbox, "pid", arg_int_or(c, "pid", 0));
     if (json_object_get(c->args, "signal"))
         json_object_set(p, "signal", json_object_get(c->args, "signal"));
     if (mcp_dcall(c, SBX_M_KILL, p, kill_done) < 0)
@@ -909,7 +922,7 @@ static void kill_start(struct call *c)
     mcp_slot_use(c, &c->m->cmd, kill_ready);
 }
 
-/* ---- sandbox_info -------------------------------------------------------------------- */
+/* ---- sandbox_info ------------------------------------------------------------------ */
 
 static void info_listed(struct call *c, json_t *result, const sbx_rpc_error *err)
 {
@@ -939,7 +952,8 @@ static void info_got(struct call *c, json_t *result, const sbx_rpc_error *err)
         return;
     }
     c->exit = json_incref(result);
-    if (mcp_dcall(c, SBX_M_PLIST, json_pack("{s:s}", "sandbox", c->sandbox), info_listed) < 0)
+    if (mcp_dcall(c, SBX_M_PLIST, json_pack("{s:s}", "sandbox", c->sandbox),
+                  info_listed) < 0)
         mcp_answer_error(c, "cannot reach sbxd");
 }
 

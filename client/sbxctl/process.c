@@ -9,7 +9,7 @@
 
 #include "sbxctl.h"
 
-/* ---- spawn --------------------------------------------------------------------------- */
+/* ---- spawn ------------------------------------------------------------------------- */
 
 static const struct opt spawn_opts[] = {
     {"env", 'e', 1, 1},
@@ -47,7 +47,8 @@ int cmd_spawn(int argc, char **argv)
             json_object_set_new(params, "cwd", json_string(p.arg));
             break;
         case 3:
-            json_object_set_new(params, "timeout_ms", json_integer(arg_int("--timeout", p.arg)));
+            json_object_set_new(params, "timeout_ms",
+                                json_integer(arg_int("--timeout", p.arg)));
             break;
         }
     }
@@ -65,12 +66,13 @@ int cmd_spawn(int argc, char **argv)
     if (rc)
         return rc;
     if (!g.json)
-        printf("%" JSON_INTEGER_FORMAT "\n", json_integer_value(json_object_get(r, "pid")));
+        printf("%" JSON_INTEGER_FORMAT "\n",
+               json_integer_value(json_object_get(r, "pid")));
     json_decref(r);
     return 0;
 }
 
-/* ---- ps ---------------------------------------------------------------------------------- */
+/* ---- ps ---------------------------------------------------------------------------- */
 
 int cmd_ps(int argc, char **argv)
 {
@@ -94,16 +96,16 @@ int cmd_ps(int argc, char **argv)
     if (rc)
         return rc;
     if (!g.json) {
-        printf("%-6s  %-8s  %-4s  %-24s  %s\n", "PID", "STATUS", "EXIT", "STARTED", "COMMAND");
-        json_array_foreach(json_object_get(r, "processes"), i, pr)
-        {
+        printf("%-6s  %-8s  %-4s  %-24s  %s\n", "PID", "STATUS", "EXIT", "STARTED",
+               "COMMAND");
+        json_array_foreach(json_object_get(r, "processes"), i, pr) {
             char *cmd = field_text(pr, "command");
             char *ex = field_text(pr, "exit_code");
             const char *st = json_string_value(json_object_get(pr, "status"));
             const char *at = json_string_value(json_object_get(pr, "started_at"));
             printf("%-6" JSON_INTEGER_FORMAT "  %-8s  %-4s  %-24s  %s\n",
-                   json_integer_value(json_object_get(pr, "pid")), st ? st : "?", ex ? ex : "",
-                   at ? at : "", cmd ? cmd : "");
+                   json_integer_value(json_object_get(pr, "pid")), st ? st : "?",
+                   ex ? ex : "", at ? at : "", cmd ? cmd : "");
             free(cmd);
             free(ex);
         }
@@ -112,7 +114,7 @@ int cmd_ps(int argc, char **argv)
     return 0;
 }
 
-/* ---- kill, wait -------------------------------------------------------------------------- */
+/* ---- kill, wait -------------------------------------------------------------------- */
 
 static const struct opt kill_opts[] = {
     {"signal", 0, 1, 1},
@@ -196,7 +198,7 @@ int cmd_wait(int argc, char **argv)
     return status;
 }
 
-/* ---- logs ------------------------------------------------------------------------------------ */
+/* ---- logs -------------------------------------------------------------------------- */
 
 struct logs_state {
     const char *sandbox;
@@ -230,7 +232,8 @@ static void logs_note(struct logs_state *s, const char *method, json_t *params)
     fwrite(data, 1, len, f);
     fflush(f);
     free(data);
-    json_int_t end = json_integer_value(json_object_get(params, "offset")) + (json_int_t)len;
+    json_int_t end =
+        json_integer_value(json_object_get(params, "offset")) + (json_int_t)len;
     if (end > s->end[stream])
         s->end[stream] = end;
 }
@@ -268,9 +271,9 @@ int cmd_logs(int argc, char **argv)
     struct logs_state s = {id, arg_int("PID", pid), {0, 0, 0}, 0, 0};
     sbx_ctx *c = ctl_connect();
     sbx_set_notify_cb(c, logs_cb, &s);
-    int rc = ctl_call(c, SBX_M_ATTACH,
-                      json_pack("{s:s, s:I, s:b}", "sandbox", id, "pid", s.pid, "follow", follow),
-                      &r);
+    int rc = ctl_call(
+        c, SBX_M_ATTACH,
+        json_pack("{s:s, s:I, s:b}", "sandbox", id, "pid", s.pid, "follow", follow), &r);
     if (rc) {
         sbx_free(c);
         return rc;
@@ -309,7 +312,7 @@ int cmd_logs(int argc, char **argv)
     return follow && s.exited ? s.status : 0;
 }
 
-/* ---- write, close-stdin ------------------------------------------------------------------- */
+/* ---- write, close-stdin ------------------------------------------------------------ */
 
 #define WRITE_CHUNK (256 * 1024)
 
@@ -320,11 +323,13 @@ static const struct opt write_opts[] = {
 };
 
 /* Sends len bytes (base64) to the process's stdin. */
-static int write_chunk(sbx_ctx *c, const char *id, json_int_t pid, const char *buf, size_t len)
+static int write_chunk(sbx_ctx *c, const char *id, json_int_t pid, const char *buf,
+                       size_t len)
 {
     char *b64 = ctl_nonnull(malloc(sbx_base64_encoded_len(len) + 1));
     sbx_base64_encode(b64, buf, len);
-    json_t *params = json_pack("{s:s, s:I, s:s}", "sandbox", id, "pid", pid, "data_b64", b64);
+    json_t *params =
+        json_pack("{s:s, s:I, s:s}", "sandbox", id, "pid", pid, "data_b64", b64);
     free(b64);
     return ctl_call(c, SBX_M_WRITE, params, NULL);
 }
@@ -387,8 +392,8 @@ int cmd_write(int argc, char **argv)
             fclose(f);
     }
     if (!rc && close_after)
-        rc = ctl_call(c, SBX_M_CLOSE_STDIN, json_pack("{s:s, s:I}", "sandbox", id, "pid", n),
-                      NULL);
+        rc = ctl_call(c, SBX_M_CLOSE_STDIN,
+                      json_pack("{s:s, s:I}", "sandbox", id, "pid", n), NULL);
     sbx_free(c);
     return rc;
 }
@@ -408,5 +413,6 @@ int cmd_close_stdin(int argc, char **argv)
     if (!id || !pid)
         usage_error("missing %s", id ? "PID" : "sandbox ID");
     return ctl_simple(SBX_M_CLOSE_STDIN,
-                      json_pack("{s:s, s:I}", "sandbox", id, "pid", arg_int("PID", pid)), NULL);
+                      json_pack("{s:s, s:I}", "sandbox", id, "pid", arg_int("PID", pid)),
+                      NULL);
 }

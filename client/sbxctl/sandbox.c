@@ -32,8 +32,7 @@ static void print_fields(json_t *obj)
     const char *key;
     json_t *v;
 
-    json_object_foreach(obj, key, v)
-    {
+    json_object_foreach(obj, key, v) {
         char *t = field_text(obj, key);
         printf("%s: %s\n", key, t ? t : "");
         free(t);
@@ -78,13 +77,11 @@ int cmd_info(int argc, char **argv)
         json_decref(r);
         return 0;
     }
-    json_object_foreach(r, key, v)
-    {
+    json_object_foreach(r, key, v) {
         if (strcmp(key, "providers") == 0) {
             json_t *pv;
             printf("providers:\n");
-            json_array_foreach(v, i, pv)
-            {
+            json_array_foreach(v, i, pv) {
                 const char *reason = json_string_value(json_object_get(pv, "reason"));
                 printf("  %-10s %s%s%s%s\n",
                        json_string_value(json_object_get(pv, "name"))
@@ -99,8 +96,7 @@ int cmd_info(int argc, char **argv)
             const char *k2;
             json_t *v2;
             printf("%s:\n", key);
-            json_object_foreach(v, k2, v2)
-            {
+            json_object_foreach(v, k2, v2) {
                 char *t = field_text(v, k2);
                 printf("  %s: %s\n", k2, t ? t : "");
                 free(t);
@@ -118,9 +114,25 @@ int cmd_info(int argc, char **argv)
 /* ---- create ----------------------------------------------------------------------- */
 
 enum {
-    C_PROVIDER = 1, C_ID, C_IMAGE, C_ENV, C_WORKDIR, C_TIMEOUT, C_IDLE, C_OPT, C_TOOL,
-    C_MEMORY, C_SNAPSHOT, C_NOSTART, C_INSTRUCTIONS, C_FRESH, C_CMD_TIMEOUT,
-    C_INSTR_APPEND, C_ON_START, C_ON_STOP, C_ON_DESTROY,
+    C_PROVIDER = 1,
+    C_ID,
+    C_IMAGE,
+    C_ENV,
+    C_WORKDIR,
+    C_TIMEOUT,
+    C_IDLE,
+    C_OPT,
+    C_TOOL,
+    C_MEMORY,
+    C_SNAPSHOT,
+    C_NOSTART,
+    C_INSTRUCTIONS,
+    C_FRESH,
+    C_CMD_TIMEOUT,
+    C_INSTR_APPEND,
+    C_ON_START,
+    C_ON_STOP,
+    C_ON_DESTROY,
 };
 
 static const struct opt create_opts[] = {
@@ -176,7 +188,8 @@ int cmd_create(int argc, char **argv)
             json_object_set_new(params, "working_dir", json_string(p.arg));
             break;
         case C_TIMEOUT:
-            json_object_set_new(params, "timeout_ms", json_integer(arg_int("--lifetime", p.arg)));
+            json_object_set_new(params, "timeout_ms",
+                                json_integer(arg_int("--lifetime", p.arg)));
             break;
         case C_CMD_TIMEOUT:
             json_object_set_new(params, "command_timeout_ms",
@@ -273,8 +286,7 @@ int cmd_ls(int argc, char **argv)
 
     json_t *list = json_object_get(r, "sandboxes");
     int wid = 2, wprov = 8, wstat = 6;
-    json_array_foreach(list, i, sb)
-    {
+    json_array_foreach(list, i, sb) {
         const char *id = json_string_value(json_object_get(sb, "id"));
         const char *pr = json_string_value(json_object_get(sb, "provider"));
         const char *st = json_string_value(json_object_get(sb, "status"));
@@ -285,9 +297,9 @@ int cmd_ls(int argc, char **argv)
         if (st && (int)strlen(st) > wstat)
             wstat = (int)strlen(st);
     }
-    printf("%-*s  %-*s  %-*s  %s\n", wid, "ID", wprov, "PROVIDER", wstat, "STATUS", "CREATED");
-    json_array_foreach(list, i, sb)
-    {
+    printf("%-*s  %-*s  %-*s  %s\n", wid, "ID", wprov, "PROVIDER", wstat, "STATUS",
+           "CREATED");
+    json_array_foreach(list, i, sb) {
         const char *id = json_string_value(json_object_get(sb, "id"));
         const char *pr = json_string_value(json_object_get(sb, "provider"));
         const char *st = json_string_value(json_object_get(sb, "status"));
@@ -313,7 +325,7 @@ int cmd_get(int argc, char **argv)
     return 0;
 }
 
-/* ---- stop, start, rm, snapshot, instructions ------------------------------------------ */
+/* ---- stop, start, rm, snapshot, instructions --------------------------------------- */
 
 /* A verb taking one sandbox id; prints `field` of the result (or the id). */
 static int id_verb(int argc, char **argv, const char *method, const char *field)
@@ -358,7 +370,7 @@ int cmd_snapshot(int argc, char **argv)
     return id_verb(argc, argv, SBX_M_SNAPSHOT, "snapshot");
 }
 
-/* ---- snapshots ------------------------------------------------------------------------ */
+/* ---- snapshots --------------------------------------------------------------------- */
 
 static const struct opt snapshots_opts[] = {
     {"provider", 'p', 1, 1},
@@ -387,8 +399,7 @@ int cmd_snapshots(int argc, char **argv)
     }
     printf("%-22s  %-8s  %-6s  %-24s  %s\n", "SNAPSHOT", "PROVIDER", "OWNER", "CREATED",
            "FROM");
-    json_array_foreach(json_object_get(r, "snapshots"), i, s)
-    {
+    json_array_foreach(json_object_get(r, "snapshots"), i, s) {
         printf("%-22s  %-8s  %-6lld  %-24s  %s\n",
                json_string_value(json_object_get(s, "snapshot")),
                json_string_value(json_object_get(s, "provider")),
@@ -437,15 +448,11 @@ int cmd_instructions(int argc, char **argv)
     return 0;
 }
 
-/* ---- clone, set-env ------------------------------------------------------------------ */
+/* ---- clone, set-env ---------------------------------------------------------------- */
 
 static const struct opt clone_opts[] = {
-    {"id", 0, 1, 1},
-    {"env", 'e', 1, 2},
-    {"workdir", 'w', 1, 3},
-    {"start", 0, 0, 4},
-    {"idle-timeout", 0, 1, 5},
-    {NULL, 0, 0, 0},
+    {"id", 0, 1, 1},    {"env", 'e', 1, 2},        {"workdir", 'w', 1, 3},
+    {"start", 0, 0, 4}, {"idle-timeout", 0, 1, 5}, {NULL, 0, 0, 0},
 };
 
 int cmd_clone(int argc, char **argv)
@@ -521,8 +528,7 @@ int cmd_set_env(int argc, char **argv)
     if (!g.json) {
         const char *k;
         json_t *v;
-        json_object_foreach(json_object_get(r, "env"), k, v)
-        {
+        json_object_foreach(json_object_get(r, "env"), k, v) {
             if (json_is_string(v))
                 printf("%s=%s\n", k, json_string_value(v));
         }

@@ -49,7 +49,7 @@ struct opt {
     const char *name; /* long name, without "--" */
     int shortc;       /* short letter, or 0 */
     int has_arg;
-    int id;           /* > 0 */
+    int id; /* > 0 */
 };
 
 struct parser {

@@ -38,10 +38,10 @@ struct tcall {
     struct tcall *next;
     char *call_id;
     pid_t pid;
-    int status;     /* -1 until reaped */
+    int status; /* -1 until reaped */
     ev_child cw;
     ev_io in_w, out_w, err_w;
-    char *in;       /* the args JSON */
+    char *in; /* the args JSON */
     size_t in_len, in_off;
     char *out;
     size_t out_len, out_cap;
@@ -85,7 +85,8 @@ static const char *command_of(struct ctl_tools *t, const char *name)
     return NULL;
 }
 
-static void reply(struct ctl_tools *t, const char *call_id, json_t *result, const char *err)
+static void reply(struct ctl_tools *t, const char *call_id, json_t *result,
+                  const char *err)
 {
     sbx_async *ac = t->acp ? *t->acp : NULL;
     if (ac)
@@ -142,7 +143,8 @@ static void maybe_done(struct tcall *c)
         if (c->err_len)
             snprintf(msg, sizeof(msg), "%s", c->err);
         else if (WIFEXITED(c->status))
-            snprintf(msg, sizeof(msg), "the tool command exited %d", WEXITSTATUS(c->status));
+            snprintf(msg, sizeof(msg), "the tool command exited %d",
+                     WEXITSTATUS(c->status));
         else
             snprintf(msg, sizeof(msg), "the tool command was killed by signal %d",
                      WTERMSIG(c->status));
@@ -232,7 +234,8 @@ static int start(struct tcall *c, const char *command)
     int in[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1};
     posix_spawn_file_actions_t fa;
     int rc = -1;
-    if (pipe2(in, O_CLOEXEC) < 0 || pipe2(out, O_CLOEXEC) < 0 || pipe2(err, O_CLOEXEC) < 0)
+    if (pipe2(in, O_CLOEXEC) < 0 || pipe2(out, O_CLOEXEC) < 0 ||
+        pipe2(err, O_CLOEXEC) < 0)
         goto out;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, in[0], 0);
@@ -280,8 +283,9 @@ static void tool_cb(sbx_async *ac, const char *call_id, const char *tool, json_t
     const char *command = command_of(t, tool);
     if (!command) {
         char msg[300];
-        snprintf(msg, sizeof(msg), "sbxctl has no command for tool %.200s (--tool %.40s=COMMAND)",
-                 tool, tool);
+        snprintf(msg, sizeof(msg),
+                 "sbxctl has no command for tool %.200s (--tool %.40s=COMMAND)", tool,
+                 tool);
         sbx_async_tool_reply(ac, call_id, NULL, SBX_E_TOOL, msg);
         return;
     }
@@ -290,10 +294,12 @@ static void tool_cb(sbx_async *ac, const char *call_id, const char *tool, json_t
     c->status = -1;
     c->in_w.fd = c->out_w.fd = c->err_w.fd = -1;
     c->call_id = ctl_nonnull(strdup(call_id));
-    c->in = ctl_nonnull(json_dumps(args ? args : json_null(), JSON_COMPACT | JSON_ENCODE_ANY));
+    c->in = ctl_nonnull(
+        json_dumps(args ? args : json_null(), JSON_COMPACT | JSON_ENCODE_ANY));
     c->in_len = strlen(c->in);
     if (start(c, command) < 0) {
-        sbx_async_tool_reply(ac, call_id, NULL, SBX_E_TOOL, "cannot start /bin/sh for the tool");
+        sbx_async_tool_reply(ac, call_id, NULL, SBX_E_TOOL,
+                             "cannot start /bin/sh for the tool");
         free(c->call_id);
         free(c->in);
         free(c);

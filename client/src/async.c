@@ -57,10 +57,10 @@ struct sbx_async_priv {
     uint64_t last_activity;
 };
 
-#define EV_CALL(ac, hook)                                                              \
-    do {                                                                               \
-        if ((ac)->ev.hook)                                                             \
-            (ac)->ev.hook((ac)->ev.data);                                              \
+#define EV_CALL(ac, hook)                                                                \
+    do {                                                                                 \
+        if ((ac)->ev.hook)                                                               \
+            (ac)->ev.hook((ac)->ev.data);                                                \
     } while (0)
 
 static void teardown(sbx_async *ac);
@@ -244,8 +244,7 @@ static void replay_backlog(sbx_async *ac, json_t *backlog)
     size_t i;
     json_t *m;
 
-    json_array_foreach(backlog, i, m)
-    {
+    json_array_foreach(backlog, i, m) {
         if (must_stop(ac))
             break;
         on_notify(ac, m);
@@ -321,14 +320,16 @@ static void on_notify(sbx_async *ac, json_t *m)
     struct sbx_async_priv *p = ac->apriv;
     const char *method = json_string_value(json_object_get(m, "method"));
 
-    if (p->watches && (strcmp(method, SBX_N_OUTPUT) == 0 || strcmp(method, SBX_N_EXIT) == 0) &&
+    if (p->watches &&
+        (strcmp(method, SBX_N_OUTPUT) == 0 || strcmp(method, SBX_N_EXIT) == 0) &&
         watch_dispatch(ac, method, m))
         return;
     if (p->output_cb && strcmp(method, SBX_N_OUTPUT) == 0) {
         /* A line the fast path did not take (another shape): same delivery. */
         json_t *params = json_object_get(m, "params");
         const char *sandbox = json_string_value(json_object_get(params, "sandbox"));
-        json_t *pidj = json_object_get(params, "pid"), *offj = json_object_get(params, "offset");
+        json_t *pidj = json_object_get(params, "pid"),
+               *offj = json_object_get(params, "offset");
         int stream;
         char *data;
         size_t len;
@@ -391,8 +392,8 @@ static void on_request(sbx_async *ac, json_t *m)
                                        "tool.call needs a string id and a name", NULL);
         } else {
             int was = cb_enter(ac);
-            p->tool_cb(ac, json_string_value(id), tool, json_object_get(params, "args"), params,
-                       p->tool_priv);
+            p->tool_cb(ac, json_string_value(id), tool, json_object_get(params, "args"),
+                       params, p->tool_priv);
             cb_leave(ac, was);
             return;
         }
@@ -642,8 +643,8 @@ int sbx_async_call_new(sbx_async *ac, const char *method, json_t *params, sbx_re
     return rc;
 }
 
-int sbx_async_spawn(sbx_async *ac, json_t *params, sbx_output_cb on_output, sbx_exit_cb on_exit,
-                    void *privdata)
+int sbx_async_spawn(sbx_async *ac, json_t *params, sbx_output_cb on_output,
+                    sbx_exit_cb on_exit, void *privdata)
 {
     struct sbx_async_priv *p = ac->apriv;
     const char *sandbox = json_string_value(json_object_get(params, "sandbox"));
@@ -674,8 +675,8 @@ int sbx_async_spawn(sbx_async *ac, json_t *params, sbx_output_cb on_output, sbx_
     return SBX_OK;
 }
 
-int sbx_async_tool_reply(sbx_async *ac, const char *call_id, json_t *result, int error_code,
-                         const char *error_msg)
+int sbx_async_tool_reply(sbx_async *ac, const char *call_id, json_t *result,
+                         int error_code, const char *error_msg)
 {
     if (ac->c.flags & (SBX_BROKEN | SBX_FREEING | SBX_FREE_PENDING))
         return SBX_ERR;

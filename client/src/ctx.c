@@ -117,7 +117,8 @@ int sbx__ctx_connect_unix(sbx_ctx *c, const char *path, int timeout_ms, int nonb
     }
     memcpy(sa.sun_path, path, n + 1);
 
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | (nonblock ? SOCK_NONBLOCK : 0), 0);
+    int fd =
+        socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | (nonblock ? SOCK_NONBLOCK : 0), 0);
     if (fd < 0) {
         sbx__ctx_fail(c, SBX_ERR_IO, "socket: %s", strerror(errno));
         return SBX_ERR;
@@ -262,7 +263,8 @@ int sbx__ctx_append_msg(sbx_ctx *c, json_t *msg)
     size_t start = ob->len - ob->pos; /* survives a compaction in dump_cb */
 
     /* JSON_COMPACT output holds no raw newline: strings escape it. */
-    if (json_dump_callback(msg, dump_cb, ob, JSON_COMPACT) < 0 || dump_cb("\n", 1, ob) < 0) {
+    if (json_dump_callback(msg, dump_cb, ob, JSON_COMPACT) < 0 ||
+        dump_cb("\n", 1, ob) < 0) {
         ob->len = ob->pos + start; /* all or nothing */
         sbx__ctx_seterr(c, SBX_ERR_OOM, "cannot serialize message (out of memory?)");
         return SBX_ERR;
@@ -272,7 +274,8 @@ int sbx__ctx_append_msg(sbx_ctx *c, json_t *msg)
 
 int sbx__ctx_append_request(sbx_ctx *c, json_int_t id, const char *method, json_t *params)
 {
-    json_t *msg = json_pack("{s:s, s:I, s:s}", "jsonrpc", "2.0", "id", id, "method", method);
+    json_t *msg =
+        json_pack("{s:s, s:I, s:s}", "jsonrpc", "2.0", "id", id, "method", method);
     if (!msg || (params && json_object_set(msg, "params", params) < 0)) {
         json_decref(msg);
         sbx__ctx_seterr(c, SBX_ERR_OOM, "out of memory");
@@ -300,8 +303,8 @@ int sbx__ctx_append_error(sbx_ctx *c, json_t *id, int code, const char *message,
                           json_t *data)
 {
     json_t *msg = json_pack("{s:s, s:O, s:{s:i, s:s, s:o}}", "jsonrpc", "2.0", "id",
-                            id ? id : json_null(), "error", "code", code, "message", message,
-                            "data", data ? data : json_object());
+                            id ? id : json_null(), "error", "code", code, "message",
+                            message, "data", data ? data : json_object());
     if (!msg) {
         sbx__ctx_seterr(c, SBX_ERR_OOM, "out of memory");
         return SBX_ERR;

@@ -193,7 +193,8 @@ static size_t plain_run(const unsigned char *s, size_t n)
         uint64_t w;
         memcpy(&w, s + i, 8);
         uint64_t q = w ^ (ONES * '"'), b = w ^ (ONES * '\\');
-        uint64_t bad = ((q - ONES) & ~q) | ((b - ONES) & ~b) | ((w - ONES * 0x20) & ~w) | w;
+        uint64_t bad =
+            ((q - ONES) & ~q) | ((b - ONES) & ~b) | ((w - ONES * 0x20) & ~w) | w;
         if (bad & HIGHS)
             break;
     }
@@ -279,16 +280,34 @@ static size_t unescape(const unsigned char *s, size_t n, size_t *i, unsigned cha
         c = s[k + 1];
         k += 2;
         switch (c) {
-        case '"': d[o++] = '"'; continue;
-        case '\\': d[o++] = '\\'; continue;
-        case '/': d[o++] = '/'; continue;
-        case 'b': d[o++] = '\b'; continue;
-        case 'f': d[o++] = '\f'; continue;
-        case 'n': d[o++] = '\n'; continue;
-        case 'r': d[o++] = '\r'; continue;
-        case 't': d[o++] = '\t'; continue;
-        case 'u': break;
-        default: return (size_t)-1;
+        case '"':
+            d[o++] = '"';
+            continue;
+        case '\\':
+            d[o++] = '\\';
+            continue;
+        case '/':
+            d[o++] = '/';
+            continue;
+        case 'b':
+            d[o++] = '\b';
+            continue;
+        case 'f':
+            d[o++] = '\f';
+            continue;
+        case 'n':
+            d[o++] = '\n';
+            continue;
+        case 'r':
+            d[o++] = '\r';
+            continue;
+        case 't':
+            d[o++] = '\t';
+            continue;
+        case 'u':
+            break;
+        default:
+            return (size_t)-1;
         }
         unsigned cp, lo;
         if (k + 4 > n || hex4(s + k, &cp) < 0)
@@ -297,8 +316,8 @@ static size_t unescape(const unsigned char *s, size_t n, size_t *i, unsigned cha
         if (cp >= 0xdc00 && cp <= 0xdfff)
             return (size_t)-1;
         if (cp >= 0xd800 && cp <= 0xdbff) {
-            if (k + 6 > n || s[k] != '\\' || s[k + 1] != 'u' || hex4(s + k + 2, &lo) < 0 ||
-                lo < 0xdc00 || lo > 0xdfff)
+            if (k + 6 > n || s[k] != '\\' || s[k + 1] != 'u' ||
+                hex4(s + k + 2, &lo) < 0 || lo < 0xdc00 || lo > 0xdfff)
                 return (size_t)-1;
             k += 6;
             cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
@@ -332,12 +351,13 @@ static int lit(const unsigned char *s, size_t n, size_t *i, const char *want)
 }
 
 /* A JSON non-negative integer without leading zeros, at most max. */
-static int uint_at(const unsigned char *s, size_t n, size_t *i, uint64_t max, uint64_t *out)
+static int uint_at(const unsigned char *s, size_t n, size_t *i, uint64_t max,
+                   uint64_t *out)
 {
     size_t k = *i;
     uint64_t v = 0;
-    if (k >= n || s[k] < '0' || s[k] > '9' || (s[k] == '0' && k + 1 < n && s[k + 1] >= '0' &&
-                                                 s[k + 1] <= '9'))
+    if (k >= n || s[k] < '0' || s[k] > '9' ||
+        (s[k] == '0' && k + 1 < n && s[k + 1] >= '0' && s[k + 1] <= '9'))
         return 0;
     for (; k < n && s[k] >= '0' && s[k] <= '9'; k++) {
         if (v > (max - (uint64_t)(s[k] - '0')) / 10)
@@ -355,12 +375,14 @@ static int uint_at(const unsigned char *s, size_t n, size_t *i, uint64_t max, ui
  * when the data held escapes; s may be modified then); 0 for anything
  * else, with s untouched for jansson.
  */
-static int output_fast(sbx_reader *r, unsigned char *s, size_t n, struct sbx_output_view *v)
+static int output_fast(sbx_reader *r, unsigned char *s, size_t n,
+                       struct sbx_output_view *v)
 {
     size_t i = 0, k;
     uint64_t pid, off;
-    if (!lit(s, n, &i,
-             "{\"jsonrpc\":\"2.0\",\"method\":\"process.output\",\"params\":{\"sandbox\":\""))
+    if (!lit(
+            s, n, &i,
+            "{\"jsonrpc\":\"2.0\",\"method\":\"process.output\",\"params\":{\"sandbox\":\""))
         return 0;
     k = i;
     while (k < n && (isalnum(s[k]) || s[k] == '_' || s[k] == '.' || s[k] == '-'))
@@ -422,13 +444,14 @@ static int output_fast(sbx_reader *r, unsigned char *s, size_t n, struct sbx_out
 
 json_t *sbx__output_view_json(const struct sbx_output_view *v)
 {
-    json_t *params = json_pack("{s:s%, s:I, s:s, s:I}", "sandbox", v->sandbox, v->sandbox_len,
-                               "pid", v->pid, "stream",
-                               v->stream == SBX_STDOUT ? "stdout" : "stderr", "offset",
-                               (json_int_t)v->offset);
+    json_t *params =
+        json_pack("{s:s%, s:I, s:s, s:I}", "sandbox", v->sandbox, v->sandbox_len, "pid",
+                  v->pid, "stream", v->stream == SBX_STDOUT ? "stdout" : "stderr",
+                  "offset", (json_int_t)v->offset);
     /* Checked already: base64 text is ASCII, data was UTF-8-validated. */
     json_t *data = json_stringn_nocheck(v->data, v->len);
-    if (!params || !data || json_object_set_new(params, v->b64 ? "data_b64" : "data", data) < 0) {
+    if (!params || !data ||
+        json_object_set_new(params, v->b64 ? "data_b64" : "data", data) < 0) {
         json_decref(params);
         return NULL;
     }
@@ -449,7 +472,8 @@ int sbx__reader_next(sbx_reader *r, json_t **frame_out, struct sbx_output_view *
 
     for (;;) {
         char *start = r->buf + r->pos;
-        char *nl = r->scan < r->len ? memchr(r->buf + r->scan, '\n', r->len - r->scan) : NULL;
+        char *nl =
+            r->scan < r->len ? memchr(r->buf + r->scan, '\n', r->len - r->scan) : NULL;
         if (!nl) {
             r->scan = r->len;
             if (r->len - r->pos > r->max_frame)
@@ -461,7 +485,8 @@ int sbx__reader_next(sbx_reader *r, json_t **frame_out, struct sbx_output_view *
         r->pos += n + 1;
         r->scan = r->pos;
         if (n > r->max_frame)
-            return reader_fail(r, SBX_ERR_PROTOCOL, "frame larger than %zu bytes", r->max_frame);
+            return reader_fail(r, SBX_ERR_PROTOCOL, "frame larger than %zu bytes",
+                               r->max_frame);
         if (is_blank(start, n))
             continue;
         struct sbx_output_view v;

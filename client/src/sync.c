@@ -236,7 +236,8 @@ int sbx_call(sbx_ctx *c, json_t **result_out, sbx_rpc_error **err_out, const cha
     json_int_t id = c->priv->next_id++;
     if (sbx__ctx_append_request(c, id, method, params) != SBX_OK)
         return SBX_ERR;
-    if (pump(c, id, &resp, NULL, c->priv->timeout_ms > 0 ? c->priv->timeout_ms : -1) != SBX_OK)
+    if (pump(c, id, &resp, NULL, c->priv->timeout_ms > 0 ? c->priv->timeout_ms : -1) !=
+        SBX_OK)
         return SBX_ERR;
 
     json_t *error = json_object_get(resp, "error");
@@ -256,8 +257,8 @@ int sbx_call(sbx_ctx *c, json_t **result_out, sbx_rpc_error **err_out, const cha
     return SBX_OK;
 }
 
-int sbx_call_new(sbx_ctx *c, json_t **result_out, sbx_rpc_error **err_out, const char *method,
-                 json_t *params)
+int sbx_call_new(sbx_ctx *c, json_t **result_out, sbx_rpc_error **err_out,
+                 const char *method, json_t *params)
 {
     int rc = sbx_call(c, result_out, err_out, method, params);
     json_decref(params);

@@ -90,7 +90,8 @@ static void ring_append(struct ring *r, const uint8_t *d, size_t n)
 
 /* Copies ring bytes for stream offsets [from, to); total is the stream's offset
  * at the ring's end. */
-static void ring_copy(const struct ring *r, uint64_t total, uint64_t from, uint64_t to, uint8_t *out)
+static void ring_copy(const struct ring *r, uint64_t total, uint64_t from, uint64_t to,
+                      uint8_t *out)
 {
     uint64_t first = total - r->len;
     for (uint64_t o = from; o < to; o++)
@@ -107,12 +108,12 @@ static int b64_cheaper(enum out_enc enc, const uint8_t *d, size_t n)
 }
 
 /* params for one process.output; data is sent as a string when valid UTF-8. */
-static json_t *output_params(struct process *p, int stream, uint64_t offset, const uint8_t *d,
-                             size_t n, enum out_enc enc)
+static json_t *output_params(struct process *p, int stream, uint64_t offset,
+                             const uint8_t *d, size_t n, enum out_enc enc)
 {
-    json_t *params = json_pack("{s:s, s:I, s:s, s:I}", "sandbox", p->sb->id, "pid",
-                               (json_int_t)p->pid, "stream", stream_name[stream], "offset",
-                               (json_int_t)offset);
+    json_t *params =
+        json_pack("{s:s, s:I, s:s, s:I}", "sandbox", p->sb->id, "pid", (json_int_t)p->pid,
+                  "stream", stream_name[stream], "offset", (json_int_t)offset);
     if (utf8_valid(d, n) && !b64_cheaper(enc, d, n)) {
         json_object_set_new(params, "data", json_stringn((const char *)d, n));
     } else {
@@ -127,8 +128,8 @@ static json_t *output_params(struct process *p, int stream, uint64_t offset, con
  * be encoded. */
 static char *notification_text(const char *method, json_t *params)
 {
-    json_t *msg = json_pack("{s:s, s:s, s:o}", "jsonrpc", "2.0", "method", method, "params",
-                            params);
+    json_t *msg = json_pack("{s:s, s:s, s:o}", "jsonrpc", "2.0", "method", method,
+                            "params", params);
     char *text = msg ? json_dumps(msg, JSON_COMPACT) : NULL;
     json_decref(msg);
     if (!text)
@@ -170,15 +171,17 @@ static char *line_buffer(size_t cap)
 /* Writes one process.output line with d as "data" (escaped) or "data_b64"
  * (as_b64) and sends it to the followers whose encoding gives that choice:
  * utf8_b64 for "utf8" followers, auto_b64 for "auto" ones. */
-static void send_output_line(struct process *p, int stream, uint64_t offset, const uint8_t *d,
-                             size_t n, int as_b64, int utf8_b64, int auto_b64)
+static void send_output_line(struct process *p, int stream, uint64_t offset,
+                             const uint8_t *d, size_t n, int as_b64, int utf8_b64,
+                             int auto_b64)
 {
     char head[200];
-    int hl = snprintf(head, sizeof(head),
-                      "{\"jsonrpc\":\"2.0\",\"method\":\"process.output\",\"params\":{\"sandbox\":\"%s\","
-                      "\"pid\":%u,\"stream\":\"%s\",\"offset\":%llu,\"%s\":\"",
-                      p->sb->id, p->pid, stream_name[stream], (unsigned long long)offset,
-                      as_b64 ? "data_b64" : "data");
+    int hl = snprintf(
+        head, sizeof(head),
+        "{\"jsonrpc\":\"2.0\",\"method\":\"process.output\",\"params\":{\"sandbox\":\"%s\","
+        "\"pid\":%u,\"stream\":\"%s\",\"offset\":%llu,\"%s\":\"",
+        p->sb->id, p->pid, stream_name[stream], (unsigned long long)offset,
+        as_b64 ? "data_b64" : "data");
     char *line = line_buffer((size_t)hl + (as_b64 ? base64_len(n) + 1 : n * 6) + 8);
     if (!line)
         return;
@@ -198,8 +201,8 @@ static void send_output_line(struct process *p, int stream, uint64_t offset, con
  * did) and escaped once. Ids are [A-Za-z0-9_.-], safe to embed. At most two
  * lines are built: text for the followers that get text, base64 for the
  * others (invalid UTF-8, or "auto" followers when base64 is shorter). */
-static void notify_output(struct process *p, int stream, uint64_t offset, const uint8_t *d, size_t n,
-                          int valid_utf8)
+static void notify_output(struct process *p, int stream, uint64_t offset,
+                          const uint8_t *d, size_t n, int valid_utf8)
 {
     int have_utf8 = 0, have_auto = 0;
     for (struct sub *sb = p->subs; sb; sb = sb->pnext) {
@@ -217,13 +220,16 @@ static void notify_output(struct process *p, int stream, uint64_t offset, const 
 }
 
 /* Emits bytes [emitted, total) minus an incomplete UTF-8 tail (unless final). */
-static void emit_stream(struct process *p, int stream, const uint8_t *d, size_t n, int final)
+static void emit_stream(struct process *p, int stream, const uint8_t *d, size_t n,
+                        int final)
 {
     struct pstream *st = &p->out[stream];
     /* Join the held-back tail with the new bytes (no copy when there is none). */
     size_t tot = st->ntail + n;
     uint8_t small[4096];
-    uint8_t *buf = st->ntail == 0 ? (uint8_t *)d : tot <= sizeof(small) ? small : malloc(tot);
+    uint8_t *buf = st->ntail == 0         ? (uint8_t *)d
+                   : tot <= sizeof(small) ? small
+                                          : malloc(tot);
     if (!buf)
         return;
     if (buf != d) {
@@ -404,8 +410,8 @@ void output_put_result(json_t *o, const char *key, struct pstream *st, enum out_
     }
 }
 
-static uint64_t replay_stream(struct process *p, struct follower *f, int stream, uint64_t from,
-                              enum out_enc enc)
+static uint64_t replay_stream(struct process *p, struct follower *f, int stream,
+                              uint64_t from, enum out_enc enc)
 {
     struct pstream *st = &p->out[stream];
     uint64_t oldest = st->total - st->ring.len;
@@ -422,8 +428,8 @@ static uint64_t replay_stream(struct process *p, struct follower *f, int stream,
         size_t hold = from + n < end ? utf8_incomplete_tail(buf, n) : 0;
         if (hold == n)
             hold = 0;
-        char *text = notification_text(SBX_N_OUTPUT,
-                                       output_params(p, stream, from, buf, n - hold, enc));
+        char *text = notification_text(
+            SBX_N_OUTPUT, output_params(p, stream, from, buf, n - hold, enc));
         if (text) {
             f->send_line(f, text, strlen(text));
             free(text);
@@ -434,12 +440,13 @@ static uint64_t replay_stream(struct process *p, struct follower *f, int stream,
     return start;
 }
 
-json_t *process_replay(struct process *p, struct follower *f, uint64_t off_out, uint64_t off_err,
-                       enum out_enc enc)
+json_t *process_replay(struct process *p, struct follower *f, uint64_t off_out,
+                       uint64_t off_err, enum out_enc enc)
 {
     uint64_t s0 = replay_stream(p, f, 0, off_out, enc);
     uint64_t s1 = replay_stream(p, f, 1, off_err, enc);
-    return json_pack("{s:b, s:I, s:I, s:I, s:I}", "running", p->state != P_EXITED, "stdout_start",
-                     (json_int_t)s0, "stderr_start", (json_int_t)s1, "stdout_offset",
-                     (json_int_t)p->out[0].emitted, "stderr_offset", (json_int_t)p->out[1].emitted);
+    return json_pack("{s:b, s:I, s:I, s:I, s:I}", "running", p->state != P_EXITED,
+                     "stdout_start", (json_int_t)s0, "stderr_start", (json_int_t)s1,
+                     "stdout_offset", (json_int_t)p->out[0].emitted, "stderr_offset",
+                     (json_int_t)p->out[1].emitted);
 }

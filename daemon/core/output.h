@@ -16,18 +16,18 @@ struct process;
 
 struct ring {
     uint8_t *buf;
-    size_t cap, max;  /* cap grows to max */
-    size_t len;       /* bytes held (<= cap) */
-    size_t head;      /* index of the oldest byte */
+    size_t cap, max; /* cap grows to max */
+    size_t len;      /* bytes held (<= cap) */
+    size_t head;     /* index of the oldest byte */
 };
 
 struct pstream {
-    uint64_t total;     /* bytes received */
-    uint64_t emitted;   /* bytes sent in notifications (total - held tail) */
-    uint8_t tail[4];    /* incomplete UTF-8 sequence held back */
+    uint64_t total;   /* bytes received */
+    uint64_t emitted; /* bytes sent in notifications (total - held tail) */
+    uint8_t tail[4];  /* incomplete UTF-8 sequence held back */
     size_t ntail;
-    struct ring ring;   /* last replay_bytes */
-    char *acc;          /* exec result accumulation */
+    struct ring ring; /* last replay_bytes */
+    char *acc;        /* exec result accumulation */
     size_t acc_len;
     int truncated;
 };
@@ -66,8 +66,8 @@ void process_subscribe(struct process *p, struct follower *f, enum out_enc enc);
 void process_unsubscribe(struct process *p, struct follower *f);
 /* Replays p's buffered output from the offsets to f; the answer for
  * process.attach {running, stdout_start, ...}, a new reference. */
-json_t *process_replay(struct process *p, struct follower *f, uint64_t off_out, uint64_t off_err,
-                       enum out_enc enc);
+json_t *process_replay(struct process *p, struct follower *f, uint64_t off_out,
+                       uint64_t off_err, enum out_enc enc);
 /* f drained below its low mark: the processes it held back may go on. */
 void output_follower_writable(struct follower *f);
 /* f goes away: it follows nothing any more. */

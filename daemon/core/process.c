@@ -77,10 +77,9 @@ static void retained_unlink(struct process *p)
  * completion value, the js provider's logs, an exception) is counted. */
 static int small_member(const char *k)
 {
-    static const char *const keys[] = {"exit_code", "signal",        "timed_out",
-                                       "killed",    "error",         "duration_ms",
-                                       "isolate_reset", "retried",   "sandbox_restarted",
-                                       NULL};
+    static const char *const keys[] = {
+        "exit_code",     "signal",  "timed_out",         "killed", "error", "duration_ms",
+        "isolate_reset", "retried", "sandbox_restarted", NULL};
     for (size_t i = 0; keys[i]; i++)
         if (strcmp(k, keys[i]) == 0)
             return 1;
@@ -99,8 +98,7 @@ static size_t drop_members(struct process *p, int all)
     size_t ndrop = 0, kept = 0;
     const char *k;
     json_t *v;
-    json_object_foreach(p->exit, k, v)
-    {
+    json_object_foreach(p->exit, k, v) {
         if (small_member(k) || json_is_null(v))
             continue;
         size_t n = json_dumpb(v, NULL, 0, JSON_COMPACT | JSON_ENCODE_ANY);
@@ -159,16 +157,17 @@ static void retained_enforce(struct sandbox *sb)
 
 /* -- tool calls ------------------------------------------------------------ */
 
-void process_tool_result(struct process *p, int64_t call, json_t *result, int code, const char *msg,
-                         const char *ename)
+void process_tool_result(struct process *p, int64_t call, json_t *result, int code,
+                         const char *msg, const char *ename)
 {
     if (!ops_of(p)->proc_tool_result || p->state != P_RUNNING) {
         json_decref(result);
         return;
     }
-    json_t *reply = result ? json_pack("{s:I, s:o}", "call", (json_int_t)call, "result", result)
-                           : json_pack("{s:I, s:{s:i, s:s}}", "call", (json_int_t)call, "error",
-                                       "code", code, "message", msg);
+    json_t *reply =
+        result ? json_pack("{s:I, s:o}", "call", (json_int_t)call, "result", result)
+               : json_pack("{s:I, s:{s:i, s:s}}", "call", (json_int_t)call, "error",
+                           "code", code, "message", msg);
     if (!result && ename && reply)
         json_object_set_new(json_object_get(reply, "error"), "name", json_string(ename));
     ops_of(p)->proc_tool_result(cookie_of(p), p, reply);
@@ -202,7 +201,6 @@ static void prune_exited(struct sandbox *sb, struct process *keep)
     }
 }
 
-
 static void timeout_cb(struct ev_loop *loop, ev_timer *w, int revents);
 
 static char *display_of(json_t *cmd)
@@ -211,12 +209,12 @@ static char *display_of(json_t *cmd)
         return strdup(json_string_value(cmd));
     size_t i, n = 0;
     json_t *a;
-    json_array_foreach(cmd, i, a) n += strlen(json_string_value(a)) + 1;
+    json_array_foreach(cmd, i, a)
+        n += strlen(json_string_value(a)) + 1;
     char *s = malloc(n + 1), *o = s;
     if (!s)
         return NULL;
-    json_array_foreach(cmd, i, a)
-    {
+    json_array_foreach(cmd, i, a) {
         size_t l = strlen(json_string_value(a));
         if (i)
             *o++ = ' ';
@@ -247,19 +245,21 @@ int process_new(struct process **out, struct sandbox *sb, const struct proc_opts
                 sbx_err_t *err)
 {
     json_t *cmd = o->command;
-    int64_t timeout = o->timeout_ms > 0
-                          ? o->timeout_ms
-                          : json_integer_value(json_object_get(sb->conf, "command_timeout_ms"));
+    int64_t timeout =
+        o->timeout_ms > 0
+            ? o->timeout_ms
+            : json_integer_value(json_object_get(sb->conf, "command_timeout_ms"));
     /* Past max_processes_per_sandbox running, processes wait their turn
      * (process_launch); past that many more, they are refused. */
     if (sb->nlive >= D->cfg.max_processes_per_sandbox + D->cfg.max_queued_per_sandbox &&
         !o->internal) {
-        return err_make_data(err, SBX_E_LIMIT,
-                             json_pack("{s:s, s:I}", "limit", "max_queued_per_sandbox", "max",
-                                       (json_int_t)D->cfg.max_queued_per_sandbox),
-                             "too many processes in sandbox %s (%lld running, %lld queued)",
-                             sb->id, (long long)D->cfg.max_processes_per_sandbox,
-                             (long long)D->cfg.max_queued_per_sandbox);
+        return err_make_data(
+            err, SBX_E_LIMIT,
+            json_pack("{s:s, s:I}", "limit", "max_queued_per_sandbox", "max",
+                      (json_int_t)D->cfg.max_queued_per_sandbox),
+            "too many processes in sandbox %s (%lld running, %lld queued)", sb->id,
+            (long long)D->cfg.max_processes_per_sandbox,
+            (long long)D->cfg.max_queued_per_sandbox);
     }
 
     /* Build everything that can fail before the record exists. */
@@ -372,7 +372,8 @@ static int spawn_now(struct process *p, sbx_err_t *err)
     p->state = P_RUNNING;
     p->started_at = daemon_now();
     p->t0 = ev_now(D->loop);
-    ev_timer_init(&p->timer, timeout_cb, p->timeout_ms > 0 ? p->timeout_ms / 1000.0 : 0., 0.);
+    ev_timer_init(&p->timer, timeout_cb, p->timeout_ms > 0 ? p->timeout_ms / 1000.0 : 0.,
+                  0.);
     p->timer.data = p;
     if (p->timeout_ms > 0)
         ev_timer_start(D->loop, &p->timer);
@@ -381,7 +382,8 @@ static int spawn_now(struct process *p, sbx_err_t *err)
     if (p->stdin_pending && p->state == P_RUNNING) {
         sbx_err_t e2 = {0};
         const char *s = json_string_value(p->stdin_pending);
-        if (ops_of(p)->proc_write(cookie_of(p), p, s, json_string_length(p->stdin_pending), &e2) < 0 ||
+        if (ops_of(p)->proc_write(cookie_of(p), p, s,
+                                  json_string_length(p->stdin_pending), &e2) < 0 ||
             ops_of(p)->proc_close_stdin(cookie_of(p), p, &e2) < 0) {
             log_warn("sandbox %s: pid %u: stdin: %s", p->sb->id, p->pid, e2.msg);
             err_clear(&e2);
@@ -488,7 +490,8 @@ int process_kill(struct process *p, int sig, sbx_err_t *err)
         return 0;
     p->kill_sig = sig;
     if (p->state == P_QUEUED) {
-        json_t *rec = json_pack("{s:i, s:i, s:b}", "exit_code", 128 + sig, "signal", sig, "killed", 1);
+        json_t *rec = json_pack("{s:i, s:i, s:b}", "exit_code", 128 + sig, "signal", sig,
+                                "killed", 1);
         process_exited(p, rec);
         json_decref(rec);
         return 0;
@@ -510,7 +513,8 @@ json_t *process_exit_json(struct process *p, int with_output)
     if (with_output) {
         output_put_result(o, "stdout", &p->out[0], p->result_enc);
         output_put_result(o, "stderr", &p->out[1], p->result_enc);
-        json_object_set_new(o, "truncated", json_boolean(p->out[0].truncated || p->out[1].truncated));
+        json_object_set_new(o, "truncated",
+                            json_boolean(p->out[0].truncated || p->out[1].truncated));
     }
     return o;
 }
@@ -525,7 +529,8 @@ void process_exited(struct process *p, json_t *rec)
     json_t *jc = json_object_get(rec, "exit_code");
     int code = json_is_integer(jc) ? (int)json_integer_value(jc) : -1;
     int sig = (int)json_integer_value(json_object_get(rec, "signal"));
-    int killed = json_is_true(json_object_get(rec, "killed")) || p->kill_sig || p->timed_out;
+    int killed =
+        json_is_true(json_object_get(rec, "killed")) || p->kill_sig || p->timed_out;
     int timed_out = p->timed_out || json_is_true(json_object_get(rec, "timed_out"));
     if (timed_out)
         code = SBX_EXIT_TIMEOUT;
@@ -577,9 +582,10 @@ void process_exited(struct process *p, json_t *rec)
         queue_kick();
 
     if (p->subs) {
-        json_t *n = json_pack("{s:s, s:I, s:i, s:i, s:b, s:b, s:O}", "sandbox", p->sb->id, "pid",
-                              (json_int_t)p->pid, "exit_code", code, "signal", sig, "timed_out",
-                              timed_out, "killed", killed, "error", json_object_get(e, "error"));
+        json_t *n =
+            json_pack("{s:s, s:I, s:i, s:i, s:b, s:b, s:O}", "sandbox", p->sb->id, "pid",
+                      (json_int_t)p->pid, "exit_code", code, "signal", sig, "timed_out",
+                      timed_out, "killed", killed, "error", json_object_get(e, "error"));
         if (json_object_get(e, "output_incomplete"))
             json_object_set_new(n, "output_incomplete", json_true());
         output_notify_exit(p, n);
@@ -636,8 +642,8 @@ void process_fail(struct process *p, const char *why)
         ops_of(p)->proc_release(cookie_of(p), p);
         p->pdata = NULL;
     }
-    json_t *rec = json_pack("{s:i, s:i, s:b, s:s}", "exit_code", -1, "signal", 0, "killed", 1,
-                            "error", why);
+    json_t *rec = json_pack("{s:i, s:i, s:b, s:s}", "exit_code", -1, "signal", 0,
+                            "killed", 1, "error", why);
     p->kill_sig = p->kill_sig ? p->kill_sig : SIGKILL;
     process_exited(p, rec);
     json_decref(rec);
@@ -695,15 +701,16 @@ static void wait_timeout_cb(struct ev_loop *loop, ev_timer *t, int revents)
         }
     sbx_err_t err = {0};
     err_make_data(&err, SBX_E_STATE,
-                  json_pack("{s:s, s:I, s:s}", "sandbox", p->sb->id, "pid", (json_int_t)p->pid,
-                            "status", "running"),
+                  json_pack("{s:s, s:I, s:s}", "sandbox", p->sb->id, "pid",
+                            (json_int_t)p->pid, "status", "running"),
                   "process %u is still running", p->pid);
     w->cb(&err, NULL, w->privdata);
     err_clear(&err);
     free(w);
 }
 
-void process_add_waiter(struct process *p, int64_t timeout_ms, sbx_result_cb cb, void *privdata)
+void process_add_waiter(struct process *p, int64_t timeout_ms, sbx_result_cb cb,
+                        void *privdata)
 {
     struct waiter *w = xcalloc(1, sizeof(*w));
     w->cb = cb;
@@ -720,15 +727,17 @@ void process_add_waiter(struct process *p, int64_t timeout_ms, sbx_result_cb cb,
 json_t *process_list_json(struct process *p)
 {
     char ts[40];
-    json_t *o = json_pack("{s:I, s:s, s:s, s:I, s:I}", "pid", (json_int_t)p->pid, "command",
-                          p->display ? p->display : "", "status",
-                          p->state == P_EXITED ? "exited" : p->state == P_QUEUED ? "queued" : "running",
+    json_t *o = json_pack("{s:I, s:s, s:s, s:I, s:I}", "pid", (json_int_t)p->pid,
+                          "command", p->display ? p->display : "", "status",
+                          p->state == P_EXITED   ? "exited"
+                          : p->state == P_QUEUED ? "queued"
+                                                 : "running",
                           "stdout_bytes", (json_int_t)p->out[0].total, "stderr_bytes",
                           (json_int_t)p->out[1].total);
     if (p->started_at > 0)
-        json_object_set_new(o, "started_at", json_string(daemon_timestamp(p->started_at, ts)));
+        json_object_set_new(o, "started_at",
+                            json_string(daemon_timestamp(p->started_at, ts)));
     if (p->exit)
         json_object_set(o, "exit_code", json_object_get(p->exit, "exit_code"));
     return o;
 }
-

@@ -34,27 +34,28 @@ struct process {
     uint32_t pid;
     enum proc_state state;
     long os_pid;
-    json_t *spec;       /* {argv|shell|code, env, cwd, timeout_ms, tools...} sent to the provider */
-    char *display;      /* command for process.list */
-    double started_at;  /* wall clock */
-    ev_tstamp t0;       /* monotonic, for duration_ms */
+    json_t *spec;      /* {argv|shell|code, env, cwd, timeout_ms, tools...} sent to the
+                          provider */
+    char *display;     /* command for process.list */
+    double started_at; /* wall clock */
+    ev_tstamp t0;      /* monotonic, for duration_ms */
     int64_t timeout_ms;
     ev_timer timer;
-    uint64_t origin;    /* session id that started it (tool calls go there) */
+    uint64_t origin; /* session id that started it (tool calls go there) */
     struct pstream out[2];
     struct sub *subs;
     sbx_result_cb exec_cb; /* process.exec: answered with the exit and the output */
     void *exec_data;
     struct waiter *waiters;
-    json_t *exit;       /* the exit record, once exited */
+    json_t *exit;          /* the exit record, once exited */
     json_t *stdin_pending; /* bytes given with exec's stdin param (sent after spawn) */
-    int kill_sig;       /* a kill was asked for */
+    int kill_sig;          /* a kill was asked for */
     int timed_out;
-    int internal;       /* hook: not listed, no limits */
+    int internal;            /* hook: not listed, no limits */
     enum out_enc result_enc; /* stdout/stderr of the exec result */
     process_done_fn done;
     void *done_data;
-    void *pdata;        /* the provider's */
+    void *pdata; /* the provider's */
     /* Exited records that still hold replay or result bytes, oldest first
      * (daemon-wide): what limits.retained_bytes_* evict first. */
     struct process *rnext, *rprev;
@@ -65,14 +66,14 @@ struct process {
 /* What to run, checked by the caller (api.c parses process.exec/spawn
  * params into it; sandbox.c fills it for a hook). Everything borrowed. */
 struct proc_opts {
-    json_t *command;        /* a non-empty string, or a non-empty array of strings; no NUL */
-    json_t *env;            /* a checked {K: V|null} patch (env_check), or NULL */
-    const char *cwd;        /* absolute, or NULL */
-    int64_t timeout_ms;     /* 0: the sandbox's command_timeout_ms */
-    json_t *stdin_data;     /* a string of bytes sent after the spawn, or NULL */
-    uint64_t origin;        /* the session asking (tool calls go there); 0 for none */
-    int internal;           /* a hook: not listed, not counted against the limits */
-    int sandbox_restarted;  /* the call restarted the sandbox (restart_on_call) */
+    json_t *command;    /* a non-empty string, or a non-empty array of strings; no NUL */
+    json_t *env;        /* a checked {K: V|null} patch (env_check), or NULL */
+    const char *cwd;    /* absolute, or NULL */
+    int64_t timeout_ms; /* 0: the sandbox's command_timeout_ms */
+    json_t *stdin_data; /* a string of bytes sent after the spawn, or NULL */
+    uint64_t origin;    /* the session asking (tool calls go there); 0 for none */
+    int internal;       /* a hook: not listed, not counted against the limits */
+    int sandbox_restarted;   /* the call restarted the sandbox (restart_on_call) */
     enum out_enc result_enc; /* stdout/stderr of an exec result */
     sbx_result_cb exec_cb;   /* process.exec: cb gets the exit record with the output */
     void *exec_data;
@@ -108,15 +109,16 @@ void process_fail(struct process *p, const char *why);
 void process_spawn_queued(struct sandbox *sb);
 /* cb gets the exit record when p exits, or an error after timeout_ms (0 =
  * none) or when the record is dropped. */
-void process_add_waiter(struct process *p, int64_t timeout_ms, sbx_result_cb cb, void *privdata);
+void process_add_waiter(struct process *p, int64_t timeout_ms, sbx_result_cb cb,
+                        void *privdata);
 /*
  * Hands the answer to a tool call (provider.h: process_tool_call) to the
  * process's provider: result (stolen) on success, else code, msg and ename
  * (the Error name the client's handler threw, may be NULL). Dropped when
  * the process no longer runs.
  */
-void process_tool_result(struct process *p, int64_t call, json_t *result, int code, const char *msg,
-                         const char *ename);
+void process_tool_result(struct process *p, int64_t call, json_t *result, int code,
+                         const char *msg, const char *ename);
 /* output.c: the ring of p grew by n bytes (limits.retained_bytes_*). */
 void process_retained_grew(struct process *p, size_t n);
 /* Replay and result bytes held by every process record (daemon.info). */

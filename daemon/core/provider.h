@@ -98,8 +98,8 @@ struct sbx_provider {
      * snapshot_delete: removes snapshot id's backend object (rec = its
      * registry record {provider, owner, created_at, sandbox, data},
      * borrowed), then done(data, err); "already gone" counts as success. */
-    int (*snapshot_list)(void *cookie, void (*done)(void *data, sbx_err_t *err), void *data,
-                         sbx_err_t *err);
+    int (*snapshot_list)(void *cookie, void (*done)(void *data, sbx_err_t *err),
+                         void *data, sbx_err_t *err);
     int (*snapshot_delete)(void *cookie, const char *id, json_t *rec,
                            void (*done)(void *data, sbx_err_t *err), void *data,
                            sbx_err_t *err);
@@ -128,8 +128,8 @@ void sandbox_op_done(struct sandbox *sb, sbx_err_t *err, json_t *result);
 void sandbox_lost(struct sandbox *sb, const char *reason);
 /* Puts a snapshot the backend holds into the registry (or refreshes it);
  * data stolen. See snapshot_list above. */
-void snapshot_register(const char *id, const char *provider, uid_t owner, double created_at,
-                       const char *sandbox, json_t *data);
+void snapshot_register(const char *id, const char *provider, uid_t owner,
+                       double created_at, const char *sandbox, json_t *data);
 /* A progress notification to the sandbox's owner sessions; params stolen. */
 void sandbox_progress(struct sandbox *sb, json_t *params);
 

@@ -19,8 +19,8 @@
 
 #define HOOK_TIMEOUT_MS 60000
 
-static const char *status_names[] = {"pending",  "starting",   "running",   "stopping",
-                                     "stopped",  "destroying", "destroyed", "error"};
+static const char *status_names[] = {"pending", "starting",   "running",   "stopping",
+                                     "stopped", "destroying", "destroyed", "error"};
 
 const char *sandbox_status_name(enum sb_status s)
 {
@@ -121,7 +121,8 @@ static void life_cb(struct ev_loop *loop, ev_timer *w, int revents)
 static void idle_cb(struct ev_loop *loop, ev_timer *w, int revents)
 {
     struct sandbox *sb = w->data;
-    double idle = json_integer_value(json_object_get(sb->conf, "idle_timeout_ms")) / 1000.0;
+    double idle =
+        json_integer_value(json_object_get(sb->conf, "idle_timeout_ms")) / 1000.0;
     double left = sb->last_activity + idle - ev_now(loop);
     if (sb->nlive > 0 || left > 0.001) {
         ev_timer_set(w, left > 0.001 ? left : idle, 0.);
@@ -161,8 +162,8 @@ static void arm_timers(struct sandbox *sb)
 
 /* -- creation ---------------------------------------------------------------- */
 
-int sandbox_new(struct sandbox **out, const char *id, struct provider_inst *prov, uid_t owner,
-                json_t *conf, sbx_err_t *err)
+int sandbox_new(struct sandbox **out, const char *id, struct provider_inst *prov,
+                uid_t owner, json_t *conf, sbx_err_t *err)
 {
     struct sandbox *sb = calloc(1, sizeof(*sb));
     if (!sb) {
@@ -197,19 +198,22 @@ int sandbox_new(struct sandbox **out, const char *id, struct provider_inst *prov
     return 0;
 }
 
-int sandbox_adopt(struct sandbox **out, const char *id, struct provider_inst *prov, uid_t owner,
-                  json_t *conf, enum sb_status status, sbx_err_t *err)
+int sandbox_adopt(struct sandbox **out, const char *id, struct provider_inst *prov,
+                  uid_t owner, json_t *conf, enum sb_status status, sbx_err_t *err)
 {
     if (sandbox_find_any(id)) {
         json_decref(conf);
         return err_make(err, SBX_E_PERMISSION, "sandbox id %s is taken", id);
     }
     if (!json_is_integer(json_object_get(conf, "timeout_ms")))
-        json_object_set_new(conf, "timeout_ms", json_integer(sandbox_default_timeout(prov)));
+        json_object_set_new(conf, "timeout_ms",
+                            json_integer(sandbox_default_timeout(prov)));
     if (!json_is_integer(json_object_get(conf, "idle_timeout_ms")))
-        json_object_set_new(conf, "idle_timeout_ms", json_integer(D->cfg.default_idle_timeout_ms));
+        json_object_set_new(conf, "idle_timeout_ms",
+                            json_integer(D->cfg.default_idle_timeout_ms));
     if (!json_is_integer(json_object_get(conf, "command_timeout_ms")))
-        json_object_set_new(conf, "command_timeout_ms", json_integer(D->cfg.default_command_timeout_ms));
+        json_object_set_new(conf, "command_timeout_ms",
+                            json_integer(D->cfg.default_command_timeout_ms));
     json_object_set_new(conf, "provider", json_string(prov->ops->name));
     struct sandbox *sb = NULL;
     if (sandbox_new(&sb, id, prov, owner, conf, err) < 0)
@@ -300,14 +304,17 @@ json_t *sandbox_to_json(struct sandbox *sb)
     json_object_set_new(o, "provider", json_string(sb->prov->ops->name));
     json_object_set_new(o, "status", json_string(sandbox_status_name(sb->status)));
     json_object_set_new(o, "owner_uid", json_integer(sb->owner));
-    json_object_set_new(o, "created_at", json_string(daemon_timestamp(sb->created_at, ts)));
+    json_object_set_new(o, "created_at",
+                        json_string(daemon_timestamp(sb->created_at, ts)));
     if (sb->started_at > 0)
-        json_object_set_new(o, "started_at", json_string(daemon_timestamp(sb->started_at, ts)));
+        json_object_set_new(o, "started_at",
+                            json_string(daemon_timestamp(sb->started_at, ts)));
     if (sb->expires_at > 0)
-        json_object_set_new(o, "expires_at", json_string(daemon_timestamp(sb->expires_at, ts)));
-    const char *keys[] = {"timeout_ms", "idle_timeout_ms", "working_dir", "image", "tools",
-                          "snapshot", "memory_limit_mb", "fresh_isolate", "clamped",
-                          "persistent"};
+        json_object_set_new(o, "expires_at",
+                            json_string(daemon_timestamp(sb->expires_at, ts)));
+    const char *keys[] = {
+        "timeout_ms", "idle_timeout_ms", "working_dir",   "image",   "tools",
+        "snapshot",   "memory_limit_mb", "fresh_isolate", "clamped", "persistent"};
     for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
         json_t *v = json_object_get(sb->conf, keys[i]);
         if (v && !json_is_null(v))
@@ -318,7 +325,9 @@ json_t *sandbox_to_json(struct sandbox *sb)
     if (sb->error)
         json_object_set_new(o, "error", json_string(sb->error));
     json_object_set_new(o, "processes", json_integer(sb->nlive));
-    json_t *meta = sb->prov->ops->sb_metadata ? sb->prov->ops->sb_metadata(sb->prov->cookie, sb) : NULL;
+    json_t *meta = sb->prov->ops->sb_metadata
+                       ? sb->prov->ops->sb_metadata(sb->prov->cookie, sb)
+                       : NULL;
     json_object_set_new(o, "metadata", meta ? meta : json_object());
     return o;
 }
@@ -326,7 +335,7 @@ json_t *sandbox_to_json(struct sandbox *sb)
 /* -- env and cwd ------------------------------------------------------------- */
 
 /* A params error naming env. A macro so that each literal format is checked. */
-#define env_param(err, fmt, k)                                                              \
+#define env_param(err, fmt, k)                                                           \
     err_make_data((err), SBX_E_PARAMS, json_pack("{s:s}", "param", "env"), fmt, (k))
 
 /* Bytes an env takes: every "K=V\0". */
@@ -335,7 +344,8 @@ static size_t env_size(json_t *env)
     size_t n = 0;
     const char *k;
     json_t *v;
-    json_object_foreach(env, k, v) n += strlen(k) + json_string_length(v) + 2;
+    json_object_foreach(env, k, v)
+        n += strlen(k) + json_string_length(v) + 2;
     return n;
 }
 
@@ -347,8 +357,7 @@ int env_check(json_t *patch, sbx_err_t *err)
         return env_param(err, "env must be an object%s", "");
     const char *k;
     json_t *v;
-    json_object_foreach(patch, k, v)
-    {
+    json_object_foreach(patch, k, v) {
         if (k[0] == '\0' || strchr(k, '='))
             return env_param(err, "invalid env name '%s'", k);
         if (!json_is_string(v) && !json_is_null(v))
@@ -359,11 +368,11 @@ int env_check(json_t *patch, sbx_err_t *err)
     }
     size_t n = env_size(patch);
     if (n > (size_t)D->cfg.env_bytes)
-        return err_make_data(err, SBX_E_LIMIT,
-                             json_pack("{s:s, s:I, s:I}", "limit", "env_bytes", "max",
-                                       (json_int_t)D->cfg.env_bytes, "size", (json_int_t)n),
-                             "env too large: %zu bytes (limit %lld)", n,
-                             (long long)D->cfg.env_bytes);
+        return err_make_data(
+            err, SBX_E_LIMIT,
+            json_pack("{s:s, s:I, s:I}", "limit", "env_bytes", "max",
+                      (json_int_t)D->cfg.env_bytes, "size", (json_int_t)n),
+            "env too large: %zu bytes (limit %lld)", n, (long long)D->cfg.env_bytes);
     return 0;
 }
 
@@ -375,8 +384,7 @@ int env_merge(json_t *env, json_t *patch, sbx_err_t *err)
         return 0;
     const char *k;
     json_t *v;
-    json_object_foreach(patch, k, v)
-    {
+    json_object_foreach(patch, k, v) {
         if (json_is_null(v))
             json_object_del(env, k);
         else if (json_is_string(v))
@@ -384,11 +392,11 @@ int env_merge(json_t *env, json_t *patch, sbx_err_t *err)
     }
     if (err && env_size(env) > (size_t)D->cfg.env_bytes) {
         size_t n = env_size(env);
-        return err_make_data(err, SBX_E_LIMIT,
-                             json_pack("{s:s, s:I, s:I}", "limit", "env_bytes", "max",
-                                       (json_int_t)D->cfg.env_bytes, "size", (json_int_t)n),
-                             "env too large: %zu bytes (limit %lld)", n,
-                             (long long)D->cfg.env_bytes);
+        return err_make_data(
+            err, SBX_E_LIMIT,
+            json_pack("{s:s, s:I, s:I}", "limit", "env_bytes", "max",
+                      (json_int_t)D->cfg.env_bytes, "size", (json_int_t)n),
+            "env too large: %zu bytes (limit %lld)", n, (long long)D->cfg.env_bytes);
     }
     return 0;
 }
@@ -431,7 +439,8 @@ static void answer_err(sbx_result_cb cb, void *privdata, sbx_err_t *err)
     err_clear(err);
 }
 
-static void add_waiter(struct sandbox *sb, sbx_result_cb cb, void *privdata, enum sb_op op)
+static void add_waiter(struct sandbox *sb, sbx_result_cb cb, void *privdata,
+                       enum sb_op op)
 {
     if (!cb)
         return;
@@ -447,7 +456,8 @@ static void add_waiter(struct sandbox *sb, sbx_result_cb cb, void *privdata, enu
 }
 
 /* Answers the waiters of op: with err, or with make_result(sb). */
-static void answer_waiters(struct sandbox *sb, enum sb_op op, sbx_err_t *err, json_t *result)
+static void answer_waiters(struct sandbox *sb, enum sb_op op, sbx_err_t *err,
+                           json_t *result)
 {
     struct op_waiter **pp = &sb->waiters;
     while (*pp) {
@@ -468,13 +478,15 @@ static void answer_waiters(struct sandbox *sb, enum sb_op op, sbx_err_t *err, js
     }
 }
 
-static int wrong_state(sbx_result_cb cb, void *privdata, struct sandbox *sb, const char *what)
+static int wrong_state(sbx_result_cb cb, void *privdata, struct sandbox *sb,
+                       const char *what)
 {
     sbx_err_t err = {0};
     err_make_data(&err, SBX_E_STATE,
                   json_pack("{s:s, s:s}", "sandbox", sb->id, "status",
                             sandbox_status_name(sb->status)),
-                  "cannot %s sandbox %s: it is %s", what, sb->id, sandbox_status_name(sb->status));
+                  "cannot %s sandbox %s: it is %s", what, sb->id,
+                  sandbox_status_name(sb->status));
     answer_err(cb, privdata, &err);
     return -1;
 }
@@ -484,11 +496,15 @@ static int provider_ready(struct sandbox *sb, sbx_err_t *err)
     const char *reason = NULL;
     if (!sb->prov->loaded || !sb->prov->ops->available(sb->prov->cookie, &reason))
         return err_make_data(err, SBX_E_UNAVAILABLE,
-                             json_pack("{s:s, s:s}", "provider", sb->prov->ops->name, "reason",
-                                       reason ? reason : sb->prov->load_error ? sb->prov->load_error
-                                                                              : "not loaded"),
+                             json_pack("{s:s, s:s}", "provider", sb->prov->ops->name,
+                                       "reason",
+                                       reason                 ? reason
+                                       : sb->prov->load_error ? sb->prov->load_error
+                                                              : "not loaded"),
                              "provider %s is unavailable: %s", sb->prov->ops->name,
-                             reason ? reason : sb->prov->load_error ? sb->prov->load_error : "not loaded");
+                             reason                 ? reason
+                             : sb->prov->load_error ? sb->prov->load_error
+                                                    : "not loaded");
     return 0;
 }
 
@@ -507,8 +523,10 @@ static void op_deadline_start(struct sandbox *sb)
 
 static const char *op_name(enum sb_op op)
 {
-    return op == OP_START ? "start" : op == OP_STOP ? "stop" : op == OP_DESTROY ? "destroy"
-                                                                                 : "snapshot";
+    return op == OP_START     ? "start"
+           : op == OP_STOP    ? "stop"
+           : op == OP_DESTROY ? "destroy"
+                              : "snapshot";
 }
 
 /*
@@ -539,8 +557,8 @@ static void op_deadline_cb(struct ev_loop *loop, ev_timer *w, int revents)
     }
     sbx_err_t err = {0};
     err_make_data(&err, SBX_E_PROVIDER,
-                  json_pack("{s:s, s:s, s:s, s:I}", "provider", sb->prov->ops->name, "message",
-                            msg, "limit", "op_timeout_ms", "max",
+                  json_pack("{s:s, s:s, s:s, s:I}", "provider", sb->prov->ops->name,
+                            "message", msg, "limit", "op_timeout_ms", "max",
                             (json_int_t)D->cfg.op_timeout_ms),
                   "%s", msg);
     if (op != OP_START) /* a failed start sets error itself, and may remove the sandbox */
@@ -677,13 +695,14 @@ static int snapshot_fits(struct sandbox *sb, json_t *data, sbx_err_t *err)
     snapshot_usage(sb->owner, &count, &bytes);
     size_t n = data ? json_dumpb(data, NULL, 0, JSON_COMPACT | JSON_ENCODE_ANY) : 0;
     if (bytes + n > (size_t)D->cfg.snapshot_bytes_per_uid)
-        return err_make_data(err, SBX_E_LIMIT,
-                             json_pack("{s:s, s:I, s:I, s:I}", "limit", "snapshot_bytes_per_uid",
-                                       "max", (json_int_t)D->cfg.snapshot_bytes_per_uid, "used",
-                                       (json_int_t)bytes, "size", (json_int_t)n),
-                             "snapshot of %zu bytes does not fit: this uid's snapshots hold %zu "
-                             "of %lld bytes",
-                             n, bytes, (long long)D->cfg.snapshot_bytes_per_uid);
+        return err_make_data(
+            err, SBX_E_LIMIT,
+            json_pack("{s:s, s:I, s:I, s:I}", "limit", "snapshot_bytes_per_uid", "max",
+                      (json_int_t)D->cfg.snapshot_bytes_per_uid, "used",
+                      (json_int_t)bytes, "size", (json_int_t)n),
+            "snapshot of %zu bytes does not fit: this uid's snapshots hold %zu "
+            "of %lld bytes",
+            n, bytes, (long long)D->cfg.snapshot_bytes_per_uid);
     return 0;
 }
 
@@ -784,7 +803,8 @@ static int run_hook(struct sandbox *sb, const char *key, process_done_fn done)
         err_clear(&err);
         return 0;
     }
-    p->done = done ? done : (strcmp(key, "on_stop") == 0 ? stop_hook_done : start_hook_done);
+    p->done =
+        done ? done : (strcmp(key, "on_stop") == 0 ? stop_hook_done : start_hook_done);
     p->done_data = sb;
     sb->hook_phase = 1;
     if (process_launch(p, &err) < 0) {
@@ -882,7 +902,8 @@ void sandbox_op_done(struct sandbox *sb, sbx_err_t *err, json_t *result)
         json_decref(sb->start_warnings);
         sb->start_warnings = json_array_size(w) > 0 ? json_incref(w) : NULL;
     }
-    if (sb->op == OP_START && !(err && err->msg) && json_object_get(sb->conf, "on_start") &&
+    if (sb->op == OP_START && !(err && err->msg) &&
+        json_object_get(sb->conf, "on_start") &&
         !json_is_null(json_object_get(sb->conf, "on_start"))) {
         json_decref(result);
         /* The backend is up; the hook decides whether the start counts. */
@@ -891,7 +912,8 @@ void sandbox_op_done(struct sandbox *sb, sbx_err_t *err, json_t *result)
             return;
     }
     sbx_err_t lim = {0};
-    if (sb->op == OP_SNAPSHOT && !(err && err->msg) && snapshot_fits(sb, result, &lim) < 0) {
+    if (sb->op == OP_SNAPSHOT && !(err && err->msg) &&
+        snapshot_fits(sb, result, &lim) < 0) {
         json_decref(result);
         finish_op(sb, &lim);
         err_clear(&lim);
@@ -901,13 +923,14 @@ void sandbox_op_done(struct sandbox *sb, sbx_err_t *err, json_t *result)
         char id[64];
         snprintf(id, sizeof(id), "%s", sb->snap_id);
         char ts[40];
-        json_t *rec = json_pack("{s:s, s:I, s:s, s:s}", "provider", sb->prov->ops->name, "owner",
-                                (json_int_t)sb->owner, "created_at",
+        json_t *rec = json_pack("{s:s, s:I, s:s, s:s}", "provider", sb->prov->ops->name,
+                                "owner", (json_int_t)sb->owner, "created_at",
                                 daemon_timestamp(daemon_now(), ts), "sandbox", sb->id);
         keep_snapshot_data(rec, result ? result : json_object());
         json_object_set_new(D->snapshots, id, rec);
-        sb->op_result = json_pack("{s:s, s:s, s:s, s:s}", "snapshot", id, "provider",
-                                  sb->prov->ops->name, "sandbox", sb->id, "created_at", ts);
+        sb->op_result =
+            json_pack("{s:s, s:s, s:s, s:s}", "snapshot", id, "provider",
+                      sb->prov->ops->name, "sandbox", sb->id, "created_at", ts);
         result = NULL;
     }
     json_decref(result);
@@ -929,8 +952,9 @@ void sandbox_lost(struct sandbox *sb, const char *reason)
 int sandbox_restarts_on_call(struct sandbox *sb)
 {
     const char *why_not = NULL;
-    return sb->status == SB_ERROR && sb->op == OP_NONE && sb->prov->ops->restart_on_call &&
-           sb->prov->loaded && sb->prov->ops->available(sb->prov->cookie, &why_not);
+    return sb->status == SB_ERROR && sb->op == OP_NONE &&
+           sb->prov->ops->restart_on_call && sb->prov->loaded &&
+           sb->prov->ops->available(sb->prov->cookie, &why_not);
 }
 
 int64_t sandbox_default_timeout(struct provider_inst *prov)
@@ -942,8 +966,8 @@ static void differs(json_t *w, const char *what, json_t *want, json_t *have)
 {
     char *a = json_dumps(want, JSON_ENCODE_ANY | JSON_COMPACT);
     char *b = have ? json_dumps(have, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
-    char *msg = xasprintf("%s: requested %s, the existing sandbox has %s (not applied)", what,
-                          a ? a : "?", b ? b : "none");
+    char *msg = xasprintf("%s: requested %s, the existing sandbox has %s (not applied)",
+                          what, a ? a : "?", b ? b : "none");
     json_array_append_new(w, json_string(msg));
     free(msg);
     free(a);
@@ -953,11 +977,21 @@ static void differs(json_t *w, const char *what, json_t *want, json_t *have)
 json_t *sandbox_reconnect_warnings(struct sandbox *sb, json_t *params)
 {
     json_t *w = json_array();
-    static const char *const keys[] = {
-        "image",         "working_dir",  "timeout_ms",   "idle_timeout_ms",
-        "command_timeout_ms", "memory_limit_mb", "fresh_isolate", "tools",
-        "on_start",      "on_stop",      "on_destroy",   "instructions",
-        "instructions_append", "snapshot", NULL};
+    static const char *const keys[] = {"image",
+                                       "working_dir",
+                                       "timeout_ms",
+                                       "idle_timeout_ms",
+                                       "command_timeout_ms",
+                                       "memory_limit_mb",
+                                       "fresh_isolate",
+                                       "tools",
+                                       "on_start",
+                                       "on_stop",
+                                       "on_destroy",
+                                       "instructions",
+                                       "instructions_append",
+                                       "snapshot",
+                                       NULL};
     for (size_t i = 0; keys[i]; i++) {
         json_t *want = json_object_get(params, keys[i]);
         if (!want || json_is_null(want))
@@ -975,8 +1009,7 @@ json_t *sandbox_reconnect_warnings(struct sandbox *sb, json_t *params)
         json_t *cur = sandbox_env_for(sb, NULL);
         const char *k;
         json_t *v;
-        json_object_foreach(env, k, v)
-        {
+        json_object_foreach(env, k, v) {
             json_t *have = json_object_get(cur, k);
             if (json_is_null(v) ? have == NULL : (have && json_equal(v, have)))
                 continue;
@@ -991,8 +1024,7 @@ json_t *sandbox_reconnect_warnings(struct sandbox *sb, json_t *params)
         json_t *cur = json_object_get(sb->conf, "options");
         const char *k;
         json_t *v;
-        json_object_foreach(opts, k, v)
-        {
+        json_object_foreach(opts, k, v) {
             json_t *have = json_object_get(cur, k);
             if (have && json_equal(v, have))
                 continue;
@@ -1010,23 +1042,25 @@ json_t *sandbox_reconnect_warnings(struct sandbox *sb, json_t *params)
     return w;
 }
 
-/* -- instructions ---------------------------------------------------------------------- */
+/* -- instructions -------------------------------------------------------------------- */
 
 char *sandbox_shell_instructions(void *cookie, struct sandbox *sb)
 {
     const char *wd = sandbox_cwd_for(sb, NULL);
-    return xasprintf("Run shell commands in sandbox %s (%s provider). A string command runs "
-                     "with sh -c, so pipes and redirects work; an array runs as argv. The "
-                     "working directory is %s unless you pass an absolute cwd. Each command "
-                     "has a timeout (exit code 124 when it is hit); a killed command exits "
-                     "137. Files persist between commands for the sandbox's lifetime.",
-                     sb->id, sb->prov->ops->name, wd ? wd : "the provider's default");
+    return xasprintf(
+        "Run shell commands in sandbox %s (%s provider). A string command runs "
+        "with sh -c, so pipes and redirects work; an array runs as argv. The "
+        "working directory is %s unless you pass an absolute cwd. Each command "
+        "has a timeout (exit code 124 when it is hit); a killed command exits "
+        "137. Files persist between commands for the sandbox's lifetime.",
+        sb->id, sb->prov->ops->name, wd ? wd : "the provider's default");
 }
 
 char *sandbox_instructions(struct sandbox *sb)
 {
     const char *replace = json_string_value(json_object_get(sb->conf, "instructions"));
-    const char *append = json_string_value(json_object_get(sb->conf, "instructions_append"));
+    const char *append =
+        json_string_value(json_object_get(sb->conf, "instructions_append"));
     if (!replace)
         replace = D->cfg.instructions_text;
     char *base = NULL;

@@ -59,14 +59,14 @@ struct sandbox {
      * options, on_start/on_stop/on_destroy, instructions(_append). Owned.
      * Clones copy it. */
     json_t *conf;
-    json_t *runtime_env;  /* sandbox.set_env layer, owned object */
-    json_t *snapshot;     /* snapshot data to start from (a reference of its own) */
-    char snap_id[64];     /* OP_SNAPSHOT: the id the new snapshot gets */
+    json_t *runtime_env;    /* sandbox.set_env layer, owned object */
+    json_t *snapshot;       /* snapshot data to start from (a reference of its own) */
+    char snap_id[64];       /* OP_SNAPSHOT: the id the new snapshot gets */
     json_t *start_warnings; /* the last start's provider warnings (array) or NULL */
 
     ev_timer life_timer;
     ev_timer idle_timer;
-    ev_timer op_timer; /* limits.op_timeout_ms for the provider op in flight */
+    ev_timer op_timer;          /* limits.op_timeout_ms for the provider op in flight */
     struct log_limit agent_log; /* its agent's LOG/ERROR lines */
 
     struct process *procs;
@@ -78,10 +78,10 @@ struct sandbox {
     json_t *op_result;
     struct op_waiter *waiters;
     int started_once;
-    int discard_on_fail; /* a failed first start (not a hook) removes it */
-    int id_generated;    /* sbxd chose the id: no backend can have it yet */
+    int discard_on_fail;     /* a failed first start (not a hook) removes it */
+    int id_generated;        /* sbxd chose the id: no backend can have it yet */
     int backend_reconnected; /* the first start found an existing backend */
-    int hook_phase; /* running on_start/on_stop/on_destroy */
+    int hook_phase;          /* running on_start/on_stop/on_destroy */
 
     void *pdata; /* the provider's */
 };
@@ -102,8 +102,8 @@ typedef void (*sandbox_notify_fn)(uid_t uid, const char *method, json_t *params)
 void sandbox_set_notifier(sandbox_notify_fn fn);
 
 /* Creates from normalised conf (stolen). Status pending. */
-int sandbox_new(struct sandbox **out, const char *id, struct provider_inst *prov, uid_t owner,
-                json_t *conf, sbx_err_t *err);
+int sandbox_new(struct sandbox **out, const char *id, struct provider_inst *prov,
+                uid_t owner, json_t *conf, sbx_err_t *err);
 /*
  * Registers a sandbox that already exists in a provider's backend (found at
  * load, e.g. Docker containers labelled with an sbxd id after a restart).
@@ -112,8 +112,8 @@ int sandbox_new(struct sandbox **out, const char *id, struct provider_inst *prov
  * lifetime timer starts now with conf.timeout_ms (the old deadline is not
  * known). Fails if the id is taken.
  */
-int sandbox_adopt(struct sandbox **out, const char *id, struct provider_inst *prov, uid_t owner,
-                  json_t *conf, enum sb_status status, sbx_err_t *err);
+int sandbox_adopt(struct sandbox **out, const char *id, struct provider_inst *prov,
+                  uid_t owner, json_t *conf, enum sb_status status, sbx_err_t *err);
 /* The sandbox object for replies; new reference. */
 json_t *sandbox_to_json(struct sandbox *sb);
 
@@ -126,7 +126,8 @@ void sandbox_destroy(struct sandbox *sb, sbx_result_cb cb, void *privdata);
 void sandbox_snapshot(struct sandbox *sb, sbx_result_cb cb, void *privdata);
 /* Records activity for the idle timer. */
 void sandbox_touch(struct sandbox *sb);
-/* Final env of a process: provider defaults < conf.env < runtime_env < cmd_env (borrowed, may be NULL). New ref. */
+/* Final env of a process: provider defaults < conf.env < runtime_env < cmd_env (borrowed,
+ * may be NULL). New ref. */
 json_t *sandbox_env_for(struct sandbox *sb, json_t *cmd_env);
 /* The cwd for a process (cmd_cwd may be NULL); borrowed string or NULL. */
 const char *sandbox_cwd_for(struct sandbox *sb, const char *cmd_cwd);

@@ -17,26 +17,28 @@
 #include "sbx_proto.h"
 #include "xalloc.h"
 
-void snapshot_register(const char *id, const char *provider, uid_t owner, double created_at,
-                       const char *sandbox, json_t *data)
+void snapshot_register(const char *id, const char *provider, uid_t owner,
+                       double created_at, const char *sandbox, json_t *data)
 {
     char ts[40];
     json_t *rec = json_object_get(D->snapshots, id);
-    if (rec && strcmp(json_string_value(json_object_get(rec, "provider")), provider) == 0) {
+    if (rec &&
+        strcmp(json_string_value(json_object_get(rec, "provider")), provider) == 0) {
         /* Known already: keep the record (sandboxes hold its data), mark it seen. */
         json_object_del(rec, "_stale");
         json_decref(data);
         return;
     }
     if (rec) {
-        log_warn("snapshot %s of provider %s clashes with one of %s; ignored", id, provider,
-                 json_string_value(json_object_get(rec, "provider")));
+        log_warn("snapshot %s of provider %s clashes with one of %s; ignored", id,
+                 provider, json_string_value(json_object_get(rec, "provider")));
         json_decref(data);
         return;
     }
-    rec = json_pack("{s:s, s:I, s:s, s:s, s:o}", "provider", provider, "owner",
-                    (json_int_t)owner, "created_at", daemon_timestamp(created_at, ts),
-                    "sandbox", sandbox ? sandbox : "", "data", data ? data : json_object());
+    rec =
+        json_pack("{s:s, s:I, s:s, s:s, s:o}", "provider", provider, "owner",
+                  (json_int_t)owner, "created_at", daemon_timestamp(created_at, ts),
+                  "sandbox", sandbox ? sandbox : "", "data", data ? data : json_object());
     if (rec)
         json_object_set_new(D->snapshots, id, rec);
 }
@@ -47,8 +49,7 @@ void snapshot_usage(uid_t uid, int *count_out, size_t *bytes_out)
     size_t bytes = 0;
     const char *id;
     json_t *rec;
-    json_object_foreach(D->snapshots, id, rec)
-    {
+    json_object_foreach(D->snapshots, id, rec) {
         if (json_integer_value(json_object_get(rec, "owner")) != (json_int_t)uid)
             continue;
         n++;
@@ -96,8 +97,7 @@ static void list_answer(struct list_job *j)
     json_t *arr = json_array();
     const char *id;
     json_t *rec;
-    json_object_foreach(D->snapshots, id, rec)
-    {
+    json_object_foreach(D->snapshots, id, rec) {
         const char *pn = json_string_value(json_object_get(rec, "provider"));
         if (j->provider[0] && strcmp(j->provider, pn) != 0)
             continue;
@@ -108,9 +108,9 @@ static void list_answer(struct list_job *j)
             const char *from = json_string_value(json_object_get(sb->conf, "snapshot"));
             in_use += from && strcmp(from, id) == 0;
         }
-        json_t *o = json_pack("{s:s, s:s, s:O, s:O, s:O, s:i}", "snapshot", id, "provider", pn,
-                              "owner_uid", json_object_get(rec, "owner"), "created_at",
-                              json_object_get(rec, "created_at"), "sandbox",
+        json_t *o = json_pack("{s:s, s:s, s:O, s:O, s:O, s:i}", "snapshot", id,
+                              "provider", pn, "owner_uid", json_object_get(rec, "owner"),
+                              "created_at", json_object_get(rec, "created_at"), "sandbox",
                               json_object_get(rec, "sandbox"), "sandboxes", in_use);
         json_t *img = json_object_get(json_object_get(rec, "data"), "image");
         if (img)
@@ -142,16 +142,17 @@ static void list_one_done(void *data, sbx_err_t *err)
         /* The backend could not be asked: keep what we know. */
         json_array_append_new(j->errors, json_pack("{s:s, s:s}", "provider", lo->provider,
                                                    "message", err->msg));
-        json_object_foreach(D->snapshots, id, rec) json_object_del(rec, "_stale");
+        json_object_foreach(D->snapshots, id, rec)
+            json_object_del(rec, "_stale");
         err_clear(err);
     } else {
-        json_object_foreach_safe(D->snapshots, tmp, id, rec)
-        {
+        json_object_foreach_safe(D->snapshots, tmp, id, rec) {
             if (!json_object_get(rec, "_stale"))
                 continue;
             int used = 0;
             for (struct sandbox *sb = D->sandboxes; sb; sb = sb->next) {
-                const char *from = json_string_value(json_object_get(sb->conf, "snapshot"));
+                const char *from =
+                    json_string_value(json_object_get(sb->conf, "snapshot"));
                 used |= from && strcmp(from, id) == 0;
             }
             if (used) {
@@ -167,7 +168,8 @@ static void list_one_done(void *data, sbx_err_t *err)
         list_answer(j);
 }
 
-void snapshot_list(const char *provider, uid_t uid, int admin, sbx_result_cb cb, void *privdata)
+void snapshot_list(const char *provider, uid_t uid, int admin, sbx_result_cb cb,
+                   void *privdata)
 {
     struct list_job *j = xcalloc(1, sizeof(*j));
     j->cb = cb;
@@ -187,9 +189,9 @@ void snapshot_list(const char *provider, uid_t uid, int admin, sbx_result_cb cb,
             continue;
         const char *id;
         json_t *rec;
-        json_object_foreach(D->snapshots, id, rec)
-        {
-            if (strcmp(json_string_value(json_object_get(rec, "provider")), pi->ops->name) == 0)
+        json_object_foreach(D->snapshots, id, rec) {
+            if (strcmp(json_string_value(json_object_get(rec, "provider")),
+                       pi->ops->name) == 0)
                 json_object_set_new(rec, "_stale", json_true());
         }
         struct list_one *lo = xcalloc(1, sizeof(*lo));
@@ -228,7 +230,8 @@ static void del_done(void *data, sbx_err_t *err)
     free(j);
 }
 
-void snapshot_delete(const char *id, uid_t uid, int admin, sbx_result_cb cb, void *privdata)
+void snapshot_delete(const char *id, uid_t uid, int admin, sbx_result_cb cb,
+                     void *privdata)
 {
     sbx_err_t err = {0};
     json_t *rec = snapshot_get(uid, admin, id);

@@ -15,10 +15,12 @@
 /* snapshot.list: refreshes the registry from every provider (or the one
  * named, may be NULL) that lists its own, then calls cb with {snapshots,
  * errors?}: those uid may see (admin: all). */
-void snapshot_list(const char *provider, uid_t uid, int admin, sbx_result_cb cb, void *privdata);
+void snapshot_list(const char *provider, uid_t uid, int admin, sbx_result_cb cb,
+                   void *privdata);
 /* snapshot.delete of id (uid's own, or any for admin): the provider removes
  * its backend object, then the registry entry goes; then cb. */
-void snapshot_delete(const char *id, uid_t uid, int admin, sbx_result_cb cb, void *privdata);
+void snapshot_delete(const char *id, uid_t uid, int admin, sbx_result_cb cb,
+                     void *privdata);
 /* The record of id when uid may use it (its owner's, or admin), else NULL.
  * Borrowed. */
 json_t *snapshot_get(uid_t uid, int admin, const char *id);

@@ -14,7 +14,7 @@ struct uid_usage {
     struct uid_usage *next;
     uid_t uid;
     int sessions;
-    size_t input_bytes;    /* input buffers of its sessions */
+    size_t input_bytes; /* input buffers of its sessions */
     int snapshots;
     size_t snapshot_bytes; /* encoded size of its snapshots' data */
 };

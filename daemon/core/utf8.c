@@ -89,7 +89,8 @@ size_t utf8_incomplete_tail(const uint8_t *s, size_t len)
     return back + 1;
 }
 
-static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+static const char b64[] =
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
 size_t base64_encode_to(char *out, const uint8_t *s, size_t len)
 {

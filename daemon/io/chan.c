@@ -107,7 +107,8 @@ static void io_cb(struct ev_loop *loop, ev_io *w, int revents)
     struct chan *ch = w->data;
     if (revents & EV_WRITE)
         do_write(ch);
-    for (int i = 0; i < CHAN_READ_ROUNDS && (revents & EV_READ) && !ch->closed && !ch->paused; i++) {
+    for (int i = 0;
+         i < CHAN_READ_ROUNDS && (revents & EV_READ) && !ch->closed && !ch->paused; i++) {
         if (ensure_room(ch, 64 * 1024) < 0) {
             fail(ch, "out of memory");
             return;
@@ -167,7 +168,8 @@ void chan_init_fd(struct chan *ch, int fd, chan_frame_cb on_frame, chan_close_cb
     ev_io_start(D->loop, &ch->io);
 }
 
-void chan_init_fed(struct chan *ch, chan_frame_cb on_frame, chan_close_cb on_close, void *data)
+void chan_init_fed(struct chan *ch, chan_frame_cb on_frame, chan_close_cb on_close,
+                   void *data)
 {
     memset(ch, 0, sizeof(*ch));
     ch->fd = -1;
@@ -199,7 +201,8 @@ void chan_deinit(struct chan *ch)
     ch->rlen = ch->rcap = 0;
 }
 
-int chan_send(struct chan *ch, uint8_t type, uint32_t proc, const void *payload, size_t len)
+int chan_send(struct chan *ch, uint8_t type, uint32_t proc, const void *payload,
+              size_t len)
 {
     if (ch->closed || len > SBX_CHAN_MAX_PAYLOAD)
         return -1;
@@ -248,7 +251,8 @@ void chan_reset_input(struct chan *ch)
 
 json_t *chan_json(const uint8_t *payload, size_t len)
 {
-    json_t *v = json_loadb((const char *)payload, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
+    json_t *v =
+        json_loadb((const char *)payload, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
     if (v && !rpc_json_depth_ok(v, 0)) {
         json_decref(v);
         return NULL;

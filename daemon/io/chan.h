@@ -48,13 +48,15 @@ struct chan {
 void chan_init_fd(struct chan *ch, int fd, chan_frame_cb on_frame, chan_close_cb on_close,
                   void *data);
 /* Fed mode: no fd; use chan_feed and chan_take_output. */
-void chan_init_fed(struct chan *ch, chan_frame_cb on_frame, chan_close_cb on_close, void *data);
+void chan_init_fed(struct chan *ch, chan_frame_cb on_frame, chan_close_cb on_close,
+                   void *data);
 /* Stops callbacks and closes the fd; idempotent. Does not free ch itself. */
 void chan_close(struct chan *ch);
 void chan_deinit(struct chan *ch);
 
 /* Queues one frame. -1 when closed or over wlimit. */
-int chan_send(struct chan *ch, uint8_t type, uint32_t proc, const void *payload, size_t len);
+int chan_send(struct chan *ch, uint8_t type, uint32_t proc, const void *payload,
+              size_t len);
 /* Same with a JSON payload (borrowed). */
 int chan_send_json(struct chan *ch, uint8_t type, uint32_t proc, json_t *payload);
 int chan_send_u32(struct chan *ch, uint8_t type, uint32_t proc, uint32_t v);

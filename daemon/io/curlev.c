@@ -61,8 +61,8 @@ struct curlev_req {
     char errbuf[CURL_ERROR_SIZE];
 };
 
-static struct curlev_sock
-    *all_socks; /* per process: curlev_deinit frees what libcurl left */
+static struct curlev_sock *all_socks; /* per process: curlev_deinit frees what libcurl
+                                         left */
 
 static void run_deferred(struct curlev *ce);
 static void drain(struct curlev *ce);

@@ -162,7 +162,8 @@ curl_socket_t curlev_req_socket(struct curlev_req *r);
  * never block: CURLE_AGAIN means "wait until the socket is ready" (with TLS,
  * retry a send of the same length). recv returns CURLE_OK with *got 0 at EOF.
  */
-CURLcode curlev_req_send(struct curlev_req *r, const void *data, size_t len, size_t *sent);
+CURLcode curlev_req_send(struct curlev_req *r, const void *data, size_t len,
+                         size_t *sent);
 CURLcode curlev_req_recv(struct curlev_req *r, void *buf, size_t len, size_t *got);
 
 #endif

@@ -70,15 +70,16 @@ static int req_str(struct call *c, json_t *params, const char *key, const char *
     return 0;
 }
 
-static int opt_int(struct call *c, json_t *params, const char *key, int64_t lo, int64_t hi,
-                   int64_t *out)
+static int opt_int(struct call *c, json_t *params, const char *key, int64_t lo,
+                   int64_t hi, int64_t *out)
 {
     json_t *v = json_object_get(params, key);
     if (!v || json_is_null(v))
         return 0;
     if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi) {
         char msg[96];
-        snprintf(msg, sizeof(msg), "must be an integer in %lld..%lld", (long long)lo, (long long)hi);
+        snprintf(msg, sizeof(msg), "must be an integer in %lld..%lld", (long long)lo,
+                 (long long)hi);
         return bad_param(c, key, msg);
     }
     *out = json_integer_value(v);
@@ -143,7 +144,8 @@ static struct sandbox *get_sandbox(struct call *c, json_t *params, const char *k
     return sb;
 }
 
-static struct process *get_process(struct call *c, json_t *params, struct sandbox **sb_out)
+static struct process *get_process(struct call *c, json_t *params,
+                                   struct sandbox **sb_out)
 {
     struct sandbox *sb = get_sandbox(c, params, "sandbox");
     if (!sb)
@@ -159,8 +161,8 @@ static struct process *get_process(struct call *c, json_t *params, struct sandbo
     if (!p || json_integer_value(pid) <= 0) {
         call_error(c, SBX_E_NO_PROCESS,
                    json_pack("{s:s, s:O}", "sandbox", sb->id, "pid", pid),
-                   "process %lld not found in sandbox %s", (long long)json_integer_value(pid),
-                   sb->id);
+                   "process %lld not found in sandbox %s",
+                   (long long)json_integer_value(pid), sb->id);
         return NULL;
     }
     sandbox_touch(sb);
@@ -184,8 +186,7 @@ static int valid_command(json_t *v)
         return 0;
     size_t i;
     json_t *a;
-    json_array_foreach(v, i, a)
-    {
+    json_array_foreach(v, i, a) {
         if (!json_is_string(a) || has_nul(a))
             return 0;
     }
@@ -229,7 +230,8 @@ static void create_done(sbx_err_t *err, json_t *result, void *c)
 static void m_ping(struct call *c, json_t *params)
 {
     char ts[40];
-    call_reply(c, json_pack("{s:b, s:s}", "pong", 1, "time", daemon_timestamp(daemon_now(), ts)));
+    call_reply(c, json_pack("{s:b, s:s}", "pong", 1, "time",
+                            daemon_timestamp(daemon_now(), ts)));
 }
 
 /* Every configured limit, by its config key (limits.*). */
@@ -280,7 +282,8 @@ static json_t *usage_json(struct rpc_conn *k, uid_t uid)
     put_usage(o, "max_sessions_per_uid", u ? u->sessions : 0, g->max_sessions_per_uid);
     put_usage(o, "input_bytes_per_uid", u ? (json_int_t)u->input_bytes : 0,
               g->input_bytes_per_uid);
-    put_usage(o, "max_sandboxes_per_uid", sandbox_count_owned(uid), g->max_sandboxes_per_uid);
+    put_usage(o, "max_sandboxes_per_uid", sandbox_count_owned(uid),
+              g->max_sandboxes_per_uid);
     put_usage(o, "session_output_hard", k ? (json_int_t)k->ops->queued(k) : 0,
               g->session_output_hard);
     put_usage(o, "output_bytes_total", k ? (json_int_t)k->ops->queued_all(k) : 0,
@@ -291,7 +294,8 @@ static json_t *usage_json(struct rpc_conn *k, uid_t uid)
     size_t snap_bytes;
     snapshot_usage(uid, &nsnap, &snap_bytes);
     put_usage(o, "max_snapshots_per_uid", nsnap, g->max_snapshots_per_uid);
-    put_usage(o, "snapshot_bytes_per_uid", (json_int_t)snap_bytes, g->snapshot_bytes_per_uid);
+    put_usage(o, "snapshot_bytes_per_uid", (json_int_t)snap_bytes,
+              g->snapshot_bytes_per_uid);
     return o;
 }
 
@@ -306,8 +310,9 @@ static void m_info(struct call *c, json_t *params)
             reason = "disabled in config";
         else if (!pi->loaded)
             reason = pi->load_error ? pi->load_error : "failed to load";
-        json_t *o = json_pack("{s:s, s:b, s:b}", "name", pi->ops->name, "available", avail,
-                              "default", strcmp(pi->ops->name, D->cfg.default_provider) == 0);
+        json_t *o =
+            json_pack("{s:s, s:b, s:b}", "name", pi->ops->name, "available", avail,
+                      "default", strcmp(pi->ops->name, D->cfg.default_provider) == 0);
         if (!avail && reason)
             json_object_set_new(o, "reason", json_string(reason));
         if (pi->loaded && pi->ops->info) {
@@ -318,22 +323,21 @@ static void m_info(struct call *c, json_t *params)
         json_array_append_new(provs, o);
     }
     uid_t uid = c->conn ? c->conn->uid : 0;
-    json_t *res = json_pack("{s:s, s:s, s:f, s:i, s:i, s:b, s:o, s:{s:i, s:i, s:i}}", "version",
-                            SBX_VERSION, "protocol", SBX_PROTO_VERSION, "uptime_s",
-                            ev_now(D->loop) - D->started_mono, "pid", (int)getpid(), "uid",
-                            (int)uid, "admin", c->conn ? c->conn->admin : 0, "providers", provs,
-                            "counts", "sessions", D->nsessions, "sandboxes", D->nsandboxes,
-                            "processes", D->nprocesses);
+    json_t *res = json_pack(
+        "{s:s, s:s, s:f, s:i, s:i, s:b, s:o, s:{s:i, s:i, s:i}}", "version", SBX_VERSION,
+        "protocol", SBX_PROTO_VERSION, "uptime_s", ev_now(D->loop) - D->started_mono,
+        "pid", (int)getpid(), "uid", (int)uid, "admin", c->conn ? c->conn->admin : 0,
+        "providers", provs, "counts", "sessions", D->nsessions, "sandboxes",
+        D->nsandboxes, "processes", D->nprocesses);
     json_object_set_new(res, "limits", limits_json());
     json_object_set_new(res, "usage", usage_json(c->conn, uid));
-    json_object_set_new(res, "loop",
-                        json_pack("{s:I, s:f, s:{s:I, s:I, s:I, s:I, s:I}}", "turns",
-                                  (json_int_t)D->turn.turns, "longest_turn_ms",
-                                  D->turn.longest_ms, "turns_over_ms", "1",
-                                  (json_int_t)D->turn.over[0], "2", (json_int_t)D->turn.over[1],
-                                  "4", (json_int_t)D->turn.over[2], "8",
-                                  (json_int_t)D->turn.over[3], "16",
-                                  (json_int_t)D->turn.over[4]));
+    json_object_set_new(
+        res, "loop",
+        json_pack("{s:I, s:f, s:{s:I, s:I, s:I, s:I, s:I}}", "turns",
+                  (json_int_t)D->turn.turns, "longest_turn_ms", D->turn.longest_ms,
+                  "turns_over_ms", "1", (json_int_t)D->turn.over[0], "2",
+                  (json_int_t)D->turn.over[1], "4", (json_int_t)D->turn.over[2], "8",
+                  (json_int_t)D->turn.over[3], "16", (json_int_t)D->turn.over[4]));
     call_reply(c, res);
 }
 
@@ -381,7 +385,8 @@ static void m_create(struct call *c, json_t *params)
 {
     uid_t uid = c->conn ? c->conn->uid : 0;
     const char *id, *prov_name, *snap, *str;
-    if (opt_str(c, params, "id", &id) < 0 || opt_str(c, params, "provider", &prov_name) < 0 ||
+    if (opt_str(c, params, "id", &id) < 0 ||
+        opt_str(c, params, "provider", &prov_name) < 0 ||
         opt_str(c, params, "snapshot", &snap) < 0)
         return;
     if (id && !valid_id(id)) {
@@ -415,8 +420,9 @@ static void m_create(struct call *c, json_t *params)
     json_t *snaprec = NULL;
     if (snap) {
         snaprec = json_object_get(D->snapshots, snap);
-        if (!snaprec || (!(c->conn && c->conn->admin) &&
-                         json_integer_value(json_object_get(snaprec, "owner")) != (json_int_t)uid)) {
+        if (!snaprec ||
+            (!(c->conn && c->conn->admin) &&
+             json_integer_value(json_object_get(snaprec, "owner")) != (json_int_t)uid)) {
             bad_param(c, "snapshot", "no such snapshot");
             return;
         }
@@ -437,17 +443,21 @@ static void m_create(struct call *c, json_t *params)
     if (!pi->enabled || !pi->loaded) {
         call_error(c, SBX_E_UNAVAILABLE,
                    json_pack("{s:s, s:s}", "provider", prov_name, "reason",
-                             !pi->enabled ? "disabled in config"
-                                          : pi->load_error ? pi->load_error : "failed to load"),
+                             !pi->enabled     ? "disabled in config"
+                             : pi->load_error ? pi->load_error
+                                              : "failed to load"),
                    "provider %s is unavailable: %s", prov_name,
-                   !pi->enabled ? "disabled in config" : pi->load_error ? pi->load_error : "failed to load");
+                   !pi->enabled     ? "disabled in config"
+                   : pi->load_error ? pi->load_error
+                                    : "failed to load");
         return;
     }
     if (sandbox_count_owned(uid) >= D->cfg.max_sandboxes_per_uid) {
         call_error(c, SBX_E_LIMIT,
                    json_pack("{s:s, s:I}", "limit", "max_sandboxes_per_uid", "max",
                              (json_int_t)D->cfg.max_sandboxes_per_uid),
-                   "too many sandboxes (limit %lld)", (long long)D->cfg.max_sandboxes_per_uid);
+                   "too many sandboxes (limit %lld)",
+                   (long long)D->cfg.max_sandboxes_per_uid);
         return;
     }
 
@@ -459,12 +469,14 @@ static void m_create(struct call *c, json_t *params)
     int64_t mem = 0, ctimeout = 0;
     json_t *pconf = config_provider(&D->cfg, prov_name);
     json_t *pct = json_object_get(pconf, "command_timeout_ms");
-    ctimeout = json_is_integer(pct) ? json_integer_value(pct) : D->cfg.default_command_timeout_ms;
+    ctimeout = json_is_integer(pct) ? json_integer_value(pct)
+                                    : D->cfg.default_command_timeout_ms;
     int start = 1, fresh = 0, persistent = -1;
     if (opt_int(c, params, "timeout_ms", 1, 86400000, &timeout) < 0 ||
         opt_int(c, params, "command_timeout_ms", 1, 86400000, &ctimeout) < 0 ||
         opt_int(c, params, "memory_limit_mb", 1, 65536, &mem) < 0 ||
-        opt_bool(c, params, "start", &start) < 0 || opt_bool(c, params, "fresh_isolate", &fresh) < 0 ||
+        opt_bool(c, params, "start", &start) < 0 ||
+        opt_bool(c, params, "fresh_isolate", &fresh) < 0 ||
         opt_bool(c, params, "persistent", &persistent) < 0)
         goto fail;
     json_object_set_new(conf, "timeout_ms", json_integer(timeout));
@@ -517,8 +529,7 @@ static void m_create(struct call *c, json_t *params)
             bad_param(c, "tools", "must be an array of at most 64 names");
             goto fail;
         }
-        json_array_foreach(tools, i, t)
-        {
+        json_array_foreach(tools, i, t) {
             const char *n = json_string_value(t);
             /* The js provider exposes a name that is not an identifier
              * sanitised (my-tool -> external_my_tool); tool.call names the
@@ -576,7 +587,8 @@ static void m_get(struct call *c, json_t *params)
 static void m_list(struct call *c, json_t *params)
 {
     const char *prov, *status;
-    if (opt_str(c, params, "provider", &prov) < 0 || opt_str(c, params, "status", &status) < 0)
+    if (opt_str(c, params, "provider", &prov) < 0 ||
+        opt_str(c, params, "status", &status) < 0)
         return;
     json_t *arr = json_array();
     for (struct sandbox *sb = D->sandboxes; sb; sb = sb->next) {
@@ -662,7 +674,8 @@ static void m_clone(struct call *c, json_t *params)
         call_error(c, SBX_E_LIMIT,
                    json_pack("{s:s, s:I}", "limit", "max_sandboxes_per_uid", "max",
                              (json_int_t)D->cfg.max_sandboxes_per_uid),
-                   "too many sandboxes (limit %lld)", (long long)D->cfg.max_sandboxes_per_uid);
+                   "too many sandboxes (limit %lld)",
+                   (long long)D->cfg.max_sandboxes_per_uid);
         return;
     }
     json_t *conf = json_deep_copy(src->conf);
@@ -713,7 +726,9 @@ static void m_set_env(struct call *c, json_t *params)
     /* A null must also hide a create-time value: keep it as an explicit removal. */
     const char *k;
     json_t *v;
-    json_object_foreach(patch, k, v) if (json_is_null(v)) json_object_set_new(next, k, json_null());
+    json_object_foreach(patch, k, v)
+        if (json_is_null(v))
+            json_object_set_new(next, k, json_null());
     json_decref(sb->runtime_env);
     sb->runtime_env = next;
     sandbox_touch(sb);
@@ -752,8 +767,7 @@ static int proc_opts_parse(struct call *c, json_t *params, struct sandbox *sb,
     } else if (json_is_array(cmd) && json_array_size(cmd) > 0) {
         size_t i;
         json_t *a;
-        json_array_foreach(cmd, i, a)
-        {
+        json_array_foreach(cmd, i, a) {
             if (!json_is_string(a))
                 return proc_param(c, "command", "command array must hold strings");
             if (has_nul(a))
@@ -782,19 +796,21 @@ static int proc_opts_parse(struct call *c, json_t *params, struct sandbox *sb,
     if (jt && !json_is_null(jt)) {
         if (!json_is_integer(jt) || json_integer_value(jt) < 0 ||
             json_integer_value(jt) > 86400000)
-            return proc_param(c, "timeout_ms", "timeout_ms must be an integer 0..86400000");
+            return proc_param(c, "timeout_ms",
+                              "timeout_ms must be an integer 0..86400000");
         o->timeout_ms = json_integer_value(jt);
     }
-    json_t *js = json_object_get(params, "stdin"), *jb = json_object_get(params, "stdin_b64");
+    json_t *js = json_object_get(params, "stdin"),
+           *jb = json_object_get(params, "stdin_b64");
     if (js && !json_is_null(js)) {
         if (!json_is_string(js))
             return proc_param(c, "stdin", "stdin must be a string");
         o->stdin_data = json_incref(js);
     } else if (jb && !json_is_null(jb)) {
         size_t n = 0;
-        uint8_t *b = json_is_string(jb)
-                         ? base64_decode(json_string_value(jb), json_string_length(jb), &n)
-                         : NULL;
+        uint8_t *b = json_is_string(jb) ? base64_decode(json_string_value(jb),
+                                                        json_string_length(jb), &n)
+                                        : NULL;
         if (!b)
             return proc_param(c, "stdin_b64", "stdin_b64 must be base64");
         o->stdin_data = json_stringn_nocheck((const char *)b, n);
@@ -816,9 +832,10 @@ static int signal_from_json(json_t *v, int *out)
     static const struct {
         const char *name;
         int sig;
-    } names[] = {{"KILL", SIGKILL}, {"TERM", SIGTERM}, {"INT", SIGINT},   {"HUP", SIGHUP},
-                 {"QUIT", SIGQUIT}, {"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"STOP", SIGSTOP},
-                 {"CONT", SIGCONT}, {"ALRM", SIGALRM}, {"PIPE", SIGPIPE}};
+    } names[] = {{"KILL", SIGKILL}, {"TERM", SIGTERM}, {"INT", SIGINT},
+                 {"HUP", SIGHUP},   {"QUIT", SIGQUIT}, {"USR1", SIGUSR1},
+                 {"USR2", SIGUSR2}, {"STOP", SIGSTOP}, {"CONT", SIGCONT},
+                 {"ALRM", SIGALRM}, {"PIPE", SIGPIPE}};
     if (!v || json_is_null(v)) {
         *out = SIGKILL;
         return 0;
@@ -860,14 +877,16 @@ static void start_process(struct call *c, json_t *params, int is_exec)
                  sb->error ? sb->error : "?", c->method ? c->method : "call");
         sandbox_start(sb, NULL, NULL);
     }
-    if (sb->status != SB_RUNNING && sb->status != SB_PENDING && sb->status != SB_STARTING) {
+    if (sb->status != SB_RUNNING && sb->status != SB_PENDING &&
+        sb->status != SB_STARTING) {
         call_error(c, SBX_E_STATE,
                    json_pack("{s:s, s:s}", "sandbox", sb->id, "status",
                              sandbox_status_name(sb->status)),
                    "sandbox %s is %s", sb->id, sandbox_status_name(sb->status));
         return;
     }
-    struct proc_opts o = {.origin = c->conn ? c->conn->id : 0, .sandbox_restarted = restart,
+    struct proc_opts o = {.origin = c->conn ? c->conn->id : 0,
+                          .sandbox_restarted = restart,
                           .result_enc = enc};
     if (is_exec) {
         o.exec_cb = call_done;
@@ -934,9 +953,10 @@ static void m_write(struct call *c, json_t *params)
     }
     if (p->state != P_RUNNING) {
         free(bytes);
-        call_error(c, SBX_E_STATE, json_pack("{s:s, s:I, s:s}", "sandbox", sb->id, "pid",
-                                             (json_int_t)p->pid, "status",
-                                             p->state == P_EXITED ? "exited" : "queued"),
+        call_error(c, SBX_E_STATE,
+                   json_pack("{s:s, s:I, s:s}", "sandbox", sb->id, "pid",
+                             (json_int_t)p->pid, "status",
+                             p->state == P_EXITED ? "exited" : "queued"),
                    "process %u is not running", p->pid);
         return;
     }
@@ -1035,11 +1055,13 @@ static void m_attach(struct call *c, json_t *params)
     if (p->state == P_EXITED) {
         json_t *e = p->exit;
         conn_notify(c->conn, SBX_N_EXIT,
-                       json_pack("{s:s, s:I, s:O, s:O, s:O, s:O, s:O}", "sandbox", p->sb->id, "pid",
-                                 (json_int_t)p->pid, "exit_code", json_object_get(e, "exit_code"),
-                                 "signal", json_object_get(e, "signal"), "timed_out",
-                                 json_object_get(e, "timed_out"), "killed",
-                                 json_object_get(e, "killed"), "error", json_object_get(e, "error")));
+                    json_pack("{s:s, s:I, s:O, s:O, s:O, s:O, s:O}", "sandbox", p->sb->id,
+                              "pid", (json_int_t)p->pid, "exit_code",
+                              json_object_get(e, "exit_code"), "signal",
+                              json_object_get(e, "signal"), "timed_out",
+                              json_object_get(e, "timed_out"), "killed",
+                              json_object_get(e, "killed"), "error",
+                              json_object_get(e, "error")));
     } else if (follow) {
         process_subscribe(p, c->conn ? &c->conn->fol : NULL, enc);
     }
@@ -1056,7 +1078,7 @@ static void m_detach(struct call *c, json_t *params)
     call_reply(c, NULL);
 }
 
-/* -- table ---------------------------------------------------------------------------- */
+/* -- table --------------------------------------------------------------------------- */
 
 static const struct {
     const char *name;

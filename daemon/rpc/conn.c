@@ -36,8 +36,8 @@ struct rpc_conn *conn_by_id(uint64_t id)
 
 void conn_notify(struct rpc_conn *k, const char *method, json_t *params)
 {
-    json_t *msg = json_pack("{s:s, s:s, s:o}", "jsonrpc", "2.0", "method", method, "params",
-                            params ? params : json_object());
+    json_t *msg = json_pack("{s:s, s:s, s:o}", "jsonrpc", "2.0", "method", method,
+                            "params", params ? params : json_object());
     if (msg) {
         conn_send(k, msg);
         json_decref(msg);

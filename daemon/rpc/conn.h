@@ -52,7 +52,7 @@ struct rpc_conn {
     struct follower fol;     /* the processes it follows (output.h) */
     json_t *tool_calls;      /* "tN" -> {sandbox, pid, call} (toolcall.c) */
     uint64_t next_tool_id;
-    int closing;             /* nothing more is written: conn_by_id skips it */
+    int closing; /* nothing more is written: conn_by_id skips it */
 };
 
 /* Sets up k (embedded, zeroed) for the client id/uid/admin and links it. */

@@ -22,7 +22,7 @@
 
 struct job {
     struct job *next;
-    int dispose;      /* a value to free, not a line to parse */
+    int dispose; /* a value to free, not a line to parse */
     uint64_t owner;
     parse_done_fn done;
     char *line;
@@ -93,11 +93,15 @@ int parse_depth_ok(json_t *v, int depth)
     if (json_is_object(v)) {
         const char *k;
         json_t *x;
-        json_object_foreach(v, k, x) if (!parse_depth_ok(x, depth + 1)) return 0;
+        json_object_foreach(v, k, x)
+            if (!parse_depth_ok(x, depth + 1))
+                return 0;
     } else if (json_is_array(v)) {
         size_t i;
         json_t *x;
-        json_array_foreach(v, i, x) if (!parse_depth_ok(x, depth + 1)) return 0;
+        json_array_foreach(v, i, x)
+            if (!parse_depth_ok(x, depth + 1))
+                return 0;
     }
     return 1;
 }

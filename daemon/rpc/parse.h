@@ -18,7 +18,8 @@
 /* A parsed line, on the loop: v (stolen; NULL with jerr on a parse error),
  * depth_ok 0 when it nests deeper than SBX_MAX_JSON_DEPTH. owner: what
  * parse_submit was given (a session id: the session may be gone). */
-typedef void (*parse_done_fn)(uint64_t owner, json_t *v, int depth_ok, const json_error_t *jerr);
+typedef void (*parse_done_fn)(uint64_t owner, json_t *v, int depth_ok,
+                              const json_error_t *jerr);
 
 /* Hands a copy of line to the parser thread (started on first use); done
  * gets the value on the loop. Returns 0, or -1 when the thread cannot be

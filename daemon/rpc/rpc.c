@@ -32,11 +32,11 @@
  */
 struct batch {
     struct rpc_conn *conn; /* NULL once gone */
-    json_t *reqs;         /* the request array, until every member is dispatched */
-    size_t next;          /* next member to dispatch */
+    json_t *reqs;          /* the request array, until every member is dispatched */
+    size_t next;           /* next member to dispatch */
     size_t n;
-    size_t emit;          /* members [0, emit) are done and their answers in out */
-    char *out;            /* '[' + answers in order, comma-separated */
+    size_t emit; /* members [0, emit) are done and their answers in out */
+    char *out;   /* '[' + answers in order, comma-separated */
     size_t out_len, out_cap;
     /* Early answers, one after another in one buffer (50k small mallocs
      * and frees per batch cost milliseconds at the end). */
@@ -47,7 +47,7 @@ struct batch {
      * that is done with nothing to say (a notification). */
     size_t *off, *lens;
     unsigned char *in_out;
-    size_t count;         /* answers in out */
+    size_t count; /* answers in out */
     int outstanding;
 };
 
@@ -73,10 +73,11 @@ static json_t *error_response(json_t *id, int code, const char *msg, json_t *dat
 /* The error that replaces a reply the session has no room for. */
 static json_t *too_large(json_t *id, size_t size, size_t room)
 {
-    json_t *data = json_pack("{s:s, s:I, s:I}", "limit", "session_output_hard", "max",
-                             (json_int_t)D->cfg.session_output_hard, "size", (json_int_t)size);
-    json_t *e = error_response(id, SBX_E_LIMIT, "reply too large for this session's output buffer",
-                               data);
+    json_t *data =
+        json_pack("{s:s, s:I, s:I}", "limit", "session_output_hard", "max",
+                  (json_int_t)D->cfg.session_output_hard, "size", (json_int_t)size);
+    json_t *e = error_response(id, SBX_E_LIMIT,
+                               "reply too large for this session's output buffer", data);
     (void)room;
     return e;
 }
@@ -161,8 +162,9 @@ static void batch_member_done(struct batch *b, size_t i, json_t *msg)
         out_put(b, i, text, n);
     } else {
         size_t at = b->arena_len;
-        b->off[i] = buf_put(&b->arena, &b->arena_len, &b->arena_cap, text, n) < 0 ? NO_ANSWER
-                                                                                  : at;
+        b->off[i] = buf_put(&b->arena, &b->arena_len, &b->arena_cap, text, n) < 0
+                        ? NO_ANSWER
+                        : at;
         b->lens[i] = n;
     }
     free(text);
@@ -243,7 +245,8 @@ void call_reply(struct call *c, json_t *result)
         result = json_object();
     json_t *msg = NULL;
     if (c->id)
-        msg = json_pack("{s:s, s:O, s:O}", "jsonrpc", "2.0", "id", c->id, "result", result);
+        msg =
+            json_pack("{s:s, s:O, s:O}", "jsonrpc", "2.0", "id", c->id, "result", result);
     json_decref(result);
     call_finish(c, msg);
 }
@@ -268,7 +271,8 @@ void call_error(struct call *c, int code, json_t *data, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(buf, sizeof(buf), fmt, ap);
     va_end(ap);
-    json_t *msg = c->id ? error_response(c->id, code, buf, data) : (json_decref(data), NULL);
+    json_t *msg =
+        c->id ? error_response(c->id, code, buf, data) : (json_decref(data), NULL);
     call_finish(c, msg);
 }
 
@@ -363,8 +367,9 @@ static void handle_one(struct rpc_conn *k, json_t *req, struct batch *b, int ind
     int has_id = json_is_object(req) && json_object_get(req, "id") != NULL;
 
     struct call *c = call_new(k, has_id ? (id ? id : json_null()) : NULL, b, index);
-    if (!json_is_object(req) || !json_is_string(jv) || strcmp(json_string_value(jv), "2.0") != 0 ||
-        !json_is_string(m) || (params && !json_is_object(params) && !json_is_array(params)) ||
+    if (!json_is_object(req) || !json_is_string(jv) ||
+        strcmp(json_string_value(jv), "2.0") != 0 || !json_is_string(m) ||
+        (params && !json_is_object(params) && !json_is_array(params)) ||
         (has_id && !id)) {
         /* An invalid request always gets an answer, with id null if unknown. */
         if (!c->id)
@@ -403,7 +408,8 @@ static void handle_one(struct rpc_conn *k, json_t *req, struct batch *b, int ind
 void rpc_handle_line(struct rpc_conn *k, const char *line, size_t len)
 {
     /* Tolerate CRLF and blank keep-alive lines. */
-    while (len > 0 && (line[len - 1] == '\r' || line[len - 1] == ' ' || line[len - 1] == '\t'))
+    while (len > 0 &&
+           (line[len - 1] == '\r' || line[len - 1] == ' ' || line[len - 1] == '\t'))
         len--;
     if (len == 0)
         return;
@@ -412,13 +418,15 @@ void rpc_handle_line(struct rpc_conn *k, const char *line, size_t len)
     rpc_handle_value(k, v, v && parse_depth_ok(v, 0), &jerr);
 }
 
-void rpc_handle_value(struct rpc_conn *k, json_t *v, int depth_ok, const json_error_t *jerr_in)
+void rpc_handle_value(struct rpc_conn *k, json_t *v, int depth_ok,
+                      const json_error_t *jerr_in)
 {
     json_error_t jerr = *jerr_in;
     if (!v || !depth_ok) {
-        json_t *msg = error_response(NULL, SBX_E_PARSE, v ? "nesting too deep" : "parse error",
-                                     v ? NULL : json_pack("{s:s, s:i}", "detail", jerr.text,
-                                                          "position", jerr.position));
+        json_t *msg = error_response(
+            NULL, SBX_E_PARSE, v ? "nesting too deep" : "parse error",
+            v ? NULL
+              : json_pack("{s:s, s:i}", "detail", jerr.text, "position", jerr.position));
         conn_send(k, msg);
         json_decref(msg);
         json_decref(v);
@@ -427,7 +435,8 @@ void rpc_handle_value(struct rpc_conn *k, json_t *v, int depth_ok, const json_er
     if (json_is_array(v)) {
         size_t n = json_array_size(v);
         if (n == 0) {
-            json_t *msg = error_response(NULL, SBX_E_INVALID_REQUEST, "empty batch", NULL);
+            json_t *msg =
+                error_response(NULL, SBX_E_INVALID_REQUEST, "empty batch", NULL);
             conn_send(k, msg);
             json_decref(msg);
             json_decref(v);

@@ -23,8 +23,8 @@ struct batch;
 struct call {
     struct call *next, *prev; /* in conn->calls */
     struct rpc_conn *conn;
-    json_t *id;           /* NULL: a notification, no answer */
-    struct batch *batch;  /* NULL unless part of a batch */
+    json_t *id;          /* NULL: a notification, no answer */
+    struct batch *batch; /* NULL unless part of a batch */
     int batch_index;
     const char *method;
 };
@@ -37,7 +37,8 @@ int rpc_json_depth_ok(json_t *v, int depth);
 int rpc_batch_resume(struct rpc_conn *k);
 /* A parsed line (v stolen; NULL with jerr on a parse error; depth_ok 0 when
  * it nests too deep). A batch may be left unfinished in k->cur_batch. */
-void rpc_handle_value(struct rpc_conn *k, json_t *v, int depth_ok, const json_error_t *jerr);
+void rpc_handle_value(struct rpc_conn *k, json_t *v, int depth_ok,
+                      const json_error_t *jerr);
 /* One complete line from the client (without the '\n'). A batch may be left
  * unfinished in k->cur_batch. */
 void rpc_handle_line(struct rpc_conn *k, const char *line, size_t len);
@@ -53,6 +54,5 @@ void call_error(struct call *c, int code, json_t *data, const char *fmt, ...)
 /* The connection is going away: its calls are detached (they may still
  * finish, unanswered). */
 void rpc_conn_gone(struct rpc_conn *k);
-
 
 #endif

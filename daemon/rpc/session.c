@@ -98,15 +98,16 @@ static void unmark_busy(struct session *s)
 }
 
 /* Answers with a -32005 naming the limit (id null), then closes once sent. */
-static void fail_limit(struct session *s, const char *limit, long long max, const char *msg)
+static void fail_limit(struct session *s, const char *limit, long long max,
+                       const char *msg)
 {
-    json_t *m = json_pack("{s:s, s:n, s:{s:i, s:s, s:{s:s, s:I}}}", "jsonrpc", "2.0", "id",
-                          "error", "code", SBX_E_LIMIT, "message", msg, "data", "limit", limit,
-                          "max", (json_int_t)max);
+    json_t *m = json_pack("{s:s, s:n, s:{s:i, s:s, s:{s:s, s:I}}}", "jsonrpc", "2.0",
+                          "id", "error", "code", SBX_E_LIMIT, "message", msg, "data",
+                          "limit", limit, "max", (json_int_t)max);
     session_send(s, m);
     json_decref(m);
-    log_warn("session %llu (uid %d): %s (limits.%s = %lld), closing", (unsigned long long)s->id,
-             (int)s->uid, msg, limit, max);
+    log_warn("session %llu (uid %d): %s (limits.%s = %lld), closing",
+             (unsigned long long)s->id, (int)s->uid, msg, limit, max);
     session_close(s, 1);
 }
 
@@ -161,15 +162,17 @@ static void refuse(int fd, int code, const char *msg, const char *limit, long lo
     char line[320];
     int n;
     if (limit)
-        n = snprintf(line, sizeof(line),
-                     "{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":%d,\"message\":"
-                     "\"%s\",\"data\":{\"limit\":\"%s\",\"max\":%lld}}}\n",
-                     code, msg, limit, max);
+        n = snprintf(
+            line, sizeof(line),
+            "{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":%d,\"message\":"
+            "\"%s\",\"data\":{\"limit\":\"%s\",\"max\":%lld}}}\n",
+            code, msg, limit, max);
     else
-        n = snprintf(line, sizeof(line),
-                     "{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":%d,\"message\":"
-                     "\"%s\",\"data\":{}}}\n",
-                     code, msg);
+        n = snprintf(
+            line, sizeof(line),
+            "{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":%d,\"message\":"
+            "\"%s\",\"data\":{}}}\n",
+            code, msg);
     if (send(fd, line, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
         log_debug("refused session: %s", strerror(errno));
     close(fd);
@@ -207,7 +210,8 @@ void session_accept(int fd)
     /* The last admin_reserved_sessions places are for administrators: one
      * user's idle connections cannot lock root out. */
     if (!admin && D->nsessions >= max - reserved) {
-        refuse(fd, SBX_E_LIMIT, "too many sessions (the rest are reserved for administrators)",
+        refuse(fd, SBX_E_LIMIT,
+               "too many sessions (the rest are reserved for administrators)",
                "max_sessions", max);
         return;
     }
@@ -291,8 +295,8 @@ static const struct rpc_conn_ops conn_ops = {
  * built once for all of the owner's sessions. params stolen. */
 static void notify_uid(uid_t uid, const char *method, json_t *params)
 {
-    json_t *msg = json_pack("{s:s, s:s, s:o}", "jsonrpc", "2.0", "method", method, "params",
-                            params);
+    json_t *msg = json_pack("{s:s, s:s, s:o}", "jsonrpc", "2.0", "method", method,
+                            "params", params);
     for (struct session *s = D->sessions; s; s = s->next)
         if (s->uid == uid && !(s->flags & SESS_CLOSE_ASAP))
             session_send(s, msg);
@@ -302,7 +306,8 @@ static void notify_uid(uid_t uid, const char *method, json_t *params)
 /* Process output for a session that follows it (output.h). */
 static void follower_send_line(struct follower *f, const char *text, size_t len)
 {
-    struct session *s = (struct session *)((char *)f - offsetof(struct session, conn.fol));
+    struct session *s =
+        (struct session *)((char *)f - offsetof(struct session, conn.fol));
     session_send_line(s, text, len);
 }
 
@@ -421,8 +426,8 @@ void session_send_line_owned(struct session *s, char *text, size_t len)
 
 void session_notify(struct session *s, const char *method, json_t *params)
 {
-    json_t *msg = json_pack("{s:s, s:s, s:o}", "jsonrpc", "2.0", "method", method, "params",
-                            params ? params : json_object());
+    json_t *msg = json_pack("{s:s, s:s, s:o}", "jsonrpc", "2.0", "method", method,
+                            "params", params ? params : json_object());
     if (msg) {
         session_send(s, msg);
         json_decref(msg);
@@ -507,7 +512,8 @@ static void session_update_watcher_ex(struct session *s, int flush_coming)
     if (s->flags & SESS_CLOSE_ASAP)
         return;
     int ev = 0;
-    if (!(s->flags & (SESS_CLOSE_AFTER_WRITE | SESS_CONGESTED | SESS_BUSY)) && !s->parsing)
+    if (!(s->flags & (SESS_CLOSE_AFTER_WRITE | SESS_CONGESTED | SESS_BUSY)) &&
+        !s->parsing)
         ev |= EV_READ;
     if (s->obuf.bytes > 0 && (!flush_coming || (s->io_events & EV_WRITE)))
         ev |= EV_WRITE;
@@ -536,7 +542,8 @@ static void session_write(struct session *s)
         if (w < 0) {
             if (errno == EAGAIN || errno == EINTR)
                 break;
-            log_debug("session %llu: write: %s", (unsigned long long)s->id, strerror(errno));
+            log_debug("session %llu: write: %s", (unsigned long long)s->id,
+                      strerror(errno));
             session_close(s, 0);
             return;
         }
@@ -591,8 +598,9 @@ static int process_lines(struct session *s)
             break;
         if (s->flags & SESS_CONGESTED)
             break; /* resumed once the client reads (update_congestion) */
-        char *nl = s->ilen > s->iscan ? memchr(s->ibuf + s->iscan, '\n', s->ilen - s->iscan)
-                                      : NULL;
+        char *nl = s->ilen > s->iscan
+                       ? memchr(s->ibuf + s->iscan, '\n', s->ilen - s->iscan)
+                       : NULL;
         if (!nl) {
             s->iscan = s->ilen;
             break;
@@ -608,7 +616,8 @@ static int process_lines(struct session *s)
             s->iscan = start;
             break;
         }
-        if (len >= PARSE_OFFLOOP_MIN && parse_submit(s->id, s->ibuf + start, len, line_parsed) == 0)
+        if (len >= PARSE_OFFLOOP_MIN &&
+            parse_submit(s->id, s->ibuf + start, len, line_parsed) == 0)
             s->parsing = 1; /* the rest waits for its value */
         else
             rpc_handle_line(&s->conn, s->ibuf + start, len);
@@ -623,13 +632,13 @@ static int process_lines(struct session *s)
     if (s->ilen == 0 && s->icap > 0)
         drop_ibuf(s);
     if (s->ilen > max) {
-        json_t *msg = json_pack("{s:s, s:n, s:{s:i, s:s, s:{s:I}}}", "jsonrpc", "2.0", "id",
-                                "error", "code", SBX_E_TOO_LARGE, "message",
+        json_t *msg = json_pack("{s:s, s:n, s:{s:i, s:s, s:{s:I}}}", "jsonrpc", "2.0",
+                                "id", "error", "code", SBX_E_TOO_LARGE, "message",
                                 "message too large", "data", "max", (json_int_t)max);
         session_send(s, msg);
         json_decref(msg);
-        log_warn("session %llu: message over %zu bytes, closing", (unsigned long long)s->id,
-                 max);
+        log_warn("session %llu: message over %zu bytes, closing",
+                 (unsigned long long)s->id, max);
         session_close(s, 1);
         return 0;
     }
@@ -645,7 +654,8 @@ static void session_read(struct session *s)
      * on the next turn. */
     ev_tstamp t0 = ev_time();
     for (int rounds = 0; rounds < 16; rounds++) {
-        if ((s->flags & (SESS_CLOSE_ASAP | SESS_CLOSE_AFTER_WRITE | SESS_BUSY)) || s->parsing)
+        if ((s->flags & (SESS_CLOSE_ASAP | SESS_CLOSE_AFTER_WRITE | SESS_BUSY)) ||
+            s->parsing)
             return;
         if (rounds > 0 && ev_time() - t0 > SLICE_S)
             return;
@@ -658,7 +668,8 @@ static void session_read(struct session *s)
             } else {
                 size_t grow = ncap - s->icap;
                 if (s->usage->input_bytes + grow > (size_t)D->cfg.input_bytes_per_uid) {
-                    fail_limit(s, "input_bytes_per_uid", (long long)D->cfg.input_bytes_per_uid,
+                    fail_limit(s, "input_bytes_per_uid",
+                               (long long)D->cfg.input_bytes_per_uid,
                                "too much unparsed input for this uid");
                     return;
                 }
@@ -752,11 +763,13 @@ static void idle_check_cb(struct ev_loop *loop, ev_timer *w, int revents)
         return;
     ev_tstamp now = ev_now(loop);
     for (struct session *s = D->sessions; s; s = s->next) {
-        if ((s->flags & (SESS_CLOSE_ASAP | SESS_CLOSE_AFTER_WRITE)) || s->conn.calls || s->conn.fol.subs ||
-            s->conn.cur_batch || s->parsing || s->obuf.bytes || toolcall_pending(&s->conn))
+        if ((s->flags & (SESS_CLOSE_ASAP | SESS_CLOSE_AFTER_WRITE)) || s->conn.calls ||
+            s->conn.fol.subs || s->conn.cur_batch || s->parsing || s->obuf.bytes ||
+            toolcall_pending(&s->conn))
             continue;
         if ((now - s->last_active) * 1000.0 >= (double)ms)
-            fail_limit(s, "session_idle_timeout_ms", (long long)ms, "session idle for too long");
+            fail_limit(s, "session_idle_timeout_ms", (long long)ms,
+                       "session idle for too long");
     }
 }
 

@@ -27,8 +27,7 @@ void process_tool_call(struct process *p, int64_t call, const char *name, json_t
     int known = 0;
     size_t i;
     json_t *t;
-    json_array_foreach(tools, i, t)
-    {
+    json_array_foreach(tools, i, t) {
         if (json_is_string(t) && strcmp(json_string_value(t), name) == 0)
             known = 1;
     }
@@ -42,9 +41,10 @@ void process_tool_call(struct process *p, int64_t call, const char *name, json_t
     }
     char id[32];
     snprintf(id, sizeof(id), "t%llu", (unsigned long long)++conn->next_tool_id);
-    json_t *req = json_pack("{s:s, s:s, s:s, s:{s:s, s:I, s:s, s:O}}", "jsonrpc", "2.0", "id", id,
-                            "method", SBX_R_TOOL_CALL, "params", "sandbox", p->sb->id, "pid",
-                            (json_int_t)p->pid, "name", name, "args", args ? args : json_null());
+    json_t *req =
+        json_pack("{s:s, s:s, s:s, s:{s:s, s:I, s:s, s:O}}", "jsonrpc", "2.0", "id", id,
+                  "method", SBX_R_TOOL_CALL, "params", "sandbox", p->sb->id, "pid",
+                  (json_int_t)p->pid, "name", name, "args", args ? args : json_null());
     json_object_set_new(conn->tool_calls, id,
                         json_pack("{s:s, s:I, s:I}", "sandbox", p->sb->id, "pid",
                                   (json_int_t)p->pid, "call", (json_int_t)call));
@@ -58,7 +58,8 @@ void process_tool_call(struct process *p, int64_t call, const char *name, json_t
 
 static struct process *tool_target(json_t *rec, int64_t *call)
 {
-    struct sandbox *sb = sandbox_find_any(json_string_value(json_object_get(rec, "sandbox")));
+    struct sandbox *sb =
+        sandbox_find_any(json_string_value(json_object_get(rec, "sandbox")));
     if (!sb)
         return NULL;
     *call = json_integer_value(json_object_get(rec, "call"));
@@ -68,10 +69,12 @@ static struct process *tool_target(json_t *rec, int64_t *call)
 /* A valid JS identifier-ish name only: it becomes the Error's .name. */
 static const char *error_name(json_t *err)
 {
-    const char *en = json_string_value(json_object_get(json_object_get(err, "data"), "name"));
-    if (en && (strlen(en) == 0 || strlen(en) > 64 ||
-               strspn(en, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_$") !=
-                   strlen(en)))
+    const char *en =
+        json_string_value(json_object_get(json_object_get(err, "data"), "name"));
+    if (en &&
+        (strlen(en) == 0 || strlen(en) > 64 ||
+         strspn(en, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_$") !=
+             strlen(en)))
         return NULL;
     return en;
 }
@@ -82,7 +85,8 @@ void toolcall_response(struct rpc_conn *conn, json_t *msg)
     const char *key = json_string_value(id);
     json_t *rec = key ? json_object_get(conn->tool_calls, key) : NULL;
     if (!rec) {
-        log_debug("session %llu: response to unknown request", (unsigned long long)conn->id);
+        log_debug("session %llu: response to unknown request",
+                  (unsigned long long)conn->id);
         return;
     }
     int64_t call = 0;
@@ -93,11 +97,12 @@ void toolcall_response(struct rpc_conn *conn, json_t *msg)
             const char *m = json_string_value(json_object_get(err, "message"));
             json_t *jc = json_object_get(err, "code");
             process_tool_result(p, call, NULL,
-                                json_is_integer(jc) ? (int)json_integer_value(jc) : SBX_E_TOOL,
+                                json_is_integer(jc) ? (int)json_integer_value(jc)
+                                                    : SBX_E_TOOL,
                                 m ? m : "tool failed", error_name(err));
         } else {
-            process_tool_result(p, call, json_incref(json_object_get(msg, "result")), 0, NULL,
-                                NULL);
+            process_tool_result(p, call, json_incref(json_object_get(msg, "result")), 0,
+                                NULL, NULL);
         }
     }
     json_object_del(conn->tool_calls, key);
@@ -107,8 +112,7 @@ void toolcall_conn_gone(struct rpc_conn *conn)
 {
     const char *k;
     json_t *rec;
-    json_object_foreach(conn->tool_calls, k, rec)
-    {
+    json_object_foreach(conn->tool_calls, k, rec) {
         int64_t call = 0;
         struct process *p = tool_target(rec, &call);
         if (p)

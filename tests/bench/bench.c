@@ -56,8 +56,8 @@ static double raw_roundtrip(int n, double *v)
     close(sv[0]);
     waitpid(pid, NULL, 0);
     qsort(v, (size_t)n, sizeof(double), cmp_d);
-    printf("%-44s p50 %8.1f us   p99 %8.1f us\n", "raw two-process socket round trip", v[n / 2] * 1000,
-           v[(int)(n * 0.99)] * 1000);
+    printf("%-44s p50 %8.1f us   p99 %8.1f us\n", "raw two-process socket round trip",
+           v[n / 2] * 1000, v[(int)(n * 0.99)] * 1000);
     return v[n / 2];
 }
 
@@ -80,20 +80,28 @@ static void bench_latency(double ref)
         char id[32];
         snprintf(id, sizeof(id), "b%d", i);
         double t = now_ms();
-        json_decref(cn_call(c, "sandbox.create", json_pack("{s:s, s:s}", "provider", "duktape", "id", id)));
-        json_decref(cn_call(c, "process.exec", json_pack("{s:s, s:s, s:b}", "sandbox", id, "command", "1+1", "stream", 0)));
+        json_decref(cn_call(c, "sandbox.create",
+                            json_pack("{s:s, s:s}", "provider", "duktape", "id", id)));
+        json_decref(cn_call(
+            c, "process.exec",
+            json_pack("{s:s, s:s, s:b}", "sandbox", id, "command", "1+1", "stream", 0)));
         json_decref(cn_call(c, "sandbox.destroy", json_pack("{s:s}", "id", id)));
         v[i] = now_ms() - t;
         /* pace to the warm pool's refill, as a steady client would */
     }
     report("duktape create + exec(1+1) + destroy", v, m, 0);
 
-    json_decref(cn_call(c, "sandbox.create", json_pack("{s:s, s:s}", "provider", "duktape", "id", "hot")));
+    json_decref(cn_call(c, "sandbox.create",
+                        json_pack("{s:s, s:s}", "provider", "duktape", "id", "hot")));
     for (int i = 0; i < 200; i++)
-        json_decref(cn_call(c, "process.exec", json_pack("{s:s, s:s, s:b}", "sandbox", "hot", "command", "1+1", "stream", 0)));
+        json_decref(cn_call(c, "process.exec",
+                            json_pack("{s:s, s:s, s:b}", "sandbox", "hot", "command",
+                                      "1+1", "stream", 0)));
     for (int i = 0; i < n; i++) {
         double t = now_ms();
-        json_decref(cn_call(c, "process.exec", json_pack("{s:s, s:s, s:b}", "sandbox", "hot", "command", "1+1", "stream", 0)));
+        json_decref(cn_call(c, "process.exec",
+                            json_pack("{s:s, s:s, s:b}", "sandbox", "hot", "command",
+                                      "1+1", "stream", 0)));
         v[i] = now_ms() - t;
     }
     report("exec(1+1) on an existing duktape sandbox", v, n, 0);
@@ -111,13 +119,16 @@ static void bench_concurrent(void)
     for (int i = 0; i < N; i++) {
         cs[i] = cn_open(sock);
         snprintf(id[i], sizeof(id[i]), "c%d", i);
-        json_decref(cn_call(cs[i], "sandbox.create", json_pack("{s:s, s:s}", "provider", "duktape", "id", id[i])));
+        json_decref(cn_call(cs[i], "sandbox.create",
+                            json_pack("{s:s, s:s}", "provider", "duktape", "id", id[i])));
     }
     char req[N][256];
     for (int i = 0; i < N; i++)
-        snprintf(req[i], sizeof(req[i]),
-                 "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"process.exec\",\"params\":{\"sandbox\":\"%.7s\","
-                 "\"command\":\"1+1\",\"stream\":false}}\n", id[i]);
+        snprintf(
+            req[i], sizeof(req[i]),
+            "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"process.exec\",\"params\":{\"sandbox\":\"%.7s\","
+            "\"command\":\"1+1\",\"stream\":false}}\n",
+            id[i]);
     for (int i = 0; i < N; i++)
         cn_send_raw(cs[i], req[i], strlen(req[i]));
     long done = 0;
@@ -156,13 +167,17 @@ static void bench_concurrent(void)
 static void bench_stream(void)
 {
     conn *c = cn_open(sock);
-    json_decref(cn_call(c, "sandbox.create", json_pack("{s:s, s:s}", "provider", "duktape", "id", "stream")));
+    json_decref(cn_call(c, "sandbox.create",
+                        json_pack("{s:s, s:s}", "provider", "duktape", "id", "stream")));
     long mb = quick ? 64 : 256;
     char code[200];
-    snprintf(code, sizeof(code),
-             "var s = new Array(65536).join('z'); for (var i = 0; i < %ld; i++) console.log(s); 0", mb * 16);
-    json_t *req = json_pack("{s:s, s:i, s:s, s:{s:s, s:s}}", "jsonrpc", "2.0", "id", 99, "method",
-                            "process.exec", "params", "sandbox", "stream", "command", code);
+    snprintf(
+        code, sizeof(code),
+        "var s = new Array(65536).join('z'); for (var i = 0; i < %ld; i++) console.log(s); 0",
+        mb * 16);
+    json_t *req =
+        json_pack("{s:s, s:i, s:s, s:{s:s, s:s}}", "jsonrpc", "2.0", "id", 99, "method",
+                  "process.exec", "params", "sandbox", "stream", "command", code);
     char *s = json_dumps(req, JSON_COMPACT);
     json_decref(req);
     double t0 = now_ms();
@@ -201,7 +216,8 @@ static void bench_stream(void)
     }
     free(buf);
     double secs = (now_ms() - t0) / 1000.0;
-    printf("%-44s %8.1f MB/s (%ld MB)\n", "stdout streaming, duktape -> client", bytes / 1e6 / secs, bytes / 1000000);
+    printf("%-44s %8.1f MB/s (%ld MB)\n", "stdout streaming, duktape -> client",
+           bytes / 1e6 / secs, bytes / 1000000);
     json_decref(cn_call(c, "sandbox.destroy", json_pack("{s:s}", "id", "stream")));
     cn_close(c);
 }
@@ -255,7 +271,8 @@ static void bench_idle_sessions(void)
 static void bench_fairness(void)
 {
     int n = quick ? 300 : 2000;
-    double *quiet = calloc((size_t)n, sizeof(double)), *loaded = calloc((size_t)n, sizeof(double));
+    double *quiet = calloc((size_t)n, sizeof(double)),
+           *loaded = calloc((size_t)n, sizeof(double));
     conn *c = cn_open(sock);
     for (int i = 0; i < n; i++) {
         double t = now_ms();
@@ -315,19 +332,23 @@ static void bench_fairness(void)
     qsort(loaded, (size_t)n, sizeof(double), cmp_d);
     printf("%-44s p50 %8.1f us   p99 %8.1f us   (quiet: p50 %.1f us, p99 %.1f us)\n",
            "ping while another client floods 3 MB batches", loaded[n / 2] * 1000,
-           loaded[(int)(n * 0.99)] * 1000, quiet[n / 2] * 1000, quiet[(int)(n * 0.99)] * 1000);
+           loaded[(int)(n * 0.99)] * 1000, quiet[n / 2] * 1000,
+           quiet[(int)(n * 0.99)] * 1000);
     /* The same flood seen from inside: the loop's turns in its own CPU time,
      * which the host's other load (and this machine's 2 cores shared by
      * three busy processes) does not inflate. */
-#define LOOPD(k) (json_integer_value(json_object_get(json_object_get(after, "turns_over_ms"), k)) - \
-                  json_integer_value(json_object_get(json_object_get(before, "turns_over_ms"), k)))
-    printf("%-44s %lld turns: %lld over 1 ms, %lld over 2 ms, %lld over 4 ms, %lld over 8 ms;"
-           " longest since start %.2f ms\n",
-           "  the daemon's loop during that flood",
-           (long long)(json_integer_value(json_object_get(after, "turns")) -
-                       json_integer_value(json_object_get(before, "turns"))),
-           (long long)LOOPD("1"), (long long)LOOPD("2"), (long long)LOOPD("4"),
-           (long long)LOOPD("8"), json_real_value(json_object_get(after, "longest_turn_ms")));
+#define LOOPD(k)                                                                         \
+    (json_integer_value(json_object_get(json_object_get(after, "turns_over_ms"), k)) -   \
+     json_integer_value(json_object_get(json_object_get(before, "turns_over_ms"), k)))
+    printf(
+        "%-44s %lld turns: %lld over 1 ms, %lld over 2 ms, %lld over 4 ms, %lld over 8 ms;"
+        " longest since start %.2f ms\n",
+        "  the daemon's loop during that flood",
+        (long long)(json_integer_value(json_object_get(after, "turns")) -
+                    json_integer_value(json_object_get(before, "turns"))),
+        (long long)LOOPD("1"), (long long)LOOPD("2"), (long long)LOOPD("4"),
+        (long long)LOOPD("8"),
+        json_real_value(json_object_get(after, "longest_turn_ms")));
 #undef LOOPD
     json_decref(info0);
     json_decref(info);
@@ -348,11 +369,12 @@ static void bench_exec_rss(void)
     json_decref(r);
     enum { S = 8 };
     char ids[S][16];
-    const char *prov = getenv("SBX_BENCH_PROVIDER") ? getenv("SBX_BENCH_PROVIDER") : "duktape";
+    const char *prov =
+        getenv("SBX_BENCH_PROVIDER") ? getenv("SBX_BENCH_PROVIDER") : "duktape";
     for (int i = 0; i < S; i++) {
         snprintf(ids[i], sizeof(ids[i]), "rss%d", i);
-        json_decref(cn_call(c, "sandbox.create", json_pack("{s:s, s:s}", "id", ids[i], "provider",
-                                                           prov)));
+        json_decref(cn_call(c, "sandbox.create",
+                            json_pack("{s:s, s:s}", "id", ids[i], "provider", prov)));
     }
     const char *cmd = "var s = '0123456789abcdef'; while (s.length < 1000000) s += s; "
                       "console.log(s.slice(0, 999999)); 1";
@@ -360,11 +382,13 @@ static void bench_exec_rss(void)
     double t0 = now_ms();
     for (int i = 0; i < n; i++) {
         const char *sb = ids[i % S];
-        r = cn_call(c, "process.spawn", json_pack("{s:s, s:s, s:b}", "sandbox", sb, "command", cmd,
-                                                  "stream", 0));
+        r = cn_call(
+            c, "process.spawn",
+            json_pack("{s:s, s:s, s:b}", "sandbox", sb, "command", cmd, "stream", 0));
         json_int_t p = res_int(r, "pid");
         json_decref(r);
-        json_decref(cn_call(c, "process.wait", json_pack("{s:s, s:I}", "sandbox", sb, "pid", p)));
+        json_decref(
+            cn_call(c, "process.wait", json_pack("{s:s, s:I}", "sandbox", sb, "pid", p)));
         if (i == n / 10)
             first = rss_kb(pid);
         if (i == n / 2)
@@ -374,8 +398,8 @@ static void bench_exec_rss(void)
     long last = rss_kb(pid);
     char what[80];
     snprintf(what, sizeof(what), "daemon RSS, %s processes printing 1 MB each", prov);
-    printf("%-44s %8ld kB after %d (%ld kB after %d, %ld kB after %d; %.0f s)\n", what, last, n,
-           first, n / 10, mid, n / 2, secs);
+    printf("%-44s %8ld kB after %d (%ld kB after %d, %ld kB after %d; %.0f s)\n", what,
+           last, n, first, n / 10, mid, n / 2, secs);
     for (int i = 0; i < S; i++)
         json_decref(cn_call(c, "sandbox.destroy", json_pack("{s:s}", "id", ids[i])));
     cn_close(c);

@@ -129,15 +129,18 @@ static void roundtrip_form(conn *c, const char *cid, int shell)
         if (i >= 10) /* the first ten warm up */
             v[i - 10] = now_ms() - t;
     }
-    const char *l50 = shell ? "exec `sh -c 'echo hi'` p50" : "exec `echo hi` round trip p50";
-    const char *l99 = shell ? "exec `sh -c 'echo hi'` p99" : "exec `echo hi` round trip p99";
+    const char *l50 =
+        shell ? "exec `sh -c 'echo hi'` p50" : "exec `echo hi` round trip p50";
+    const char *l99 =
+        shell ? "exec `sh -c 'echo hi'` p99" : "exec `echo hi` round trip p99";
     if (variant) { /* no peers */
         printf("  %-40s sbxd %9.2f ms\n", l50, pct(v, n, 0.5));
         printf("  %-40s sbxd %9.2f ms\n", l99, pct(v, n, 0.99));
     } else {
         for (int i = 0; i < nc; i++) {
             double t = now_ms();
-            run_cli(shell ? CLI("exec", cid, "sh", "-c", "echo hi") : CLI("exec", cid, "echo", "hi"),
+            run_cli(shell ? CLI("exec", cid, "sh", "-c", "echo hi")
+                          : CLI("exec", cid, "echo", "hi"),
                     NULL, 0);
             w[i] = now_ms() - t;
         }
@@ -243,7 +246,7 @@ static void bench_concurrent(const char *cid)
     line("16 concurrent execs, throughput", sbx, dk, "exec/s", 0);
 }
 
-/* ---- the engine's own API, no client library ------------------------------------------ */
+/* ---- the engine's own API, no client library --------------------------------------- */
 
 /* One HTTP/1.1 request on the engine's unix socket, read to EOF (Connection:
  * close). Returns the status; the body (after the headers) into out. */
@@ -260,10 +263,11 @@ static long raw_http(const char *method, const char *path, const char *body, cha
         return -1;
     }
     char req[2048];
-    int n = snprintf(req, sizeof(req),
-                     "%s %s HTTP/1.1\r\nHost: docker\r\nContent-Type: application/json\r\n"
-                     "Content-Length: %zu\r\nConnection: close\r\n\r\n%s",
-                     method, path, body ? strlen(body) : 0, body ? body : "");
+    int n =
+        snprintf(req, sizeof(req),
+                 "%s %s HTTP/1.1\r\nHost: docker\r\nContent-Type: application/json\r\n"
+                 "Content-Length: %zu\r\nConnection: close\r\n\r\n%s",
+                 method, path, body ? strlen(body) : 0, body ? body : "");
     if (cn_send_raw(&(conn){.fd = fd}, req, (size_t)n) < 0) {
         close(fd);
         return -1;
@@ -364,11 +368,12 @@ static void bench_lifecycle(conn *c)
            "sbxd create to first exec = %.2fx the engine's create+start\n",
            "the engine's own (raw HTTP, no client):", pct(ecs, n, 0.5), pct(ecse, n, 0.5),
            pct(ecs, n, 0.5) > 0 ? pct(cr, n, 0.5) / pct(ecs, n, 0.5) : 0);
-    printf("BENCHJSON {\"sbxd_create_exec_p50\": %.2f, \"sbxd_destroy_p50\": %.2f, "
-           "\"cli_run_exec_p50\": %.2f, \"cli_rm_p50\": %.2f, \"engine_create_start_p50\": %.2f, "
-           "\"engine_create_start_exec_p50\": %.2f}\n",
-           pct(cr, n, 0.5), pct(de, n, 0.5), pct(ccr, n, 0.5), pct(cde, n, 0.5), pct(ecs, n, 0.5),
-           pct(ecse, n, 0.5));
+    printf(
+        "BENCHJSON {\"sbxd_create_exec_p50\": %.2f, \"sbxd_destroy_p50\": %.2f, "
+        "\"cli_run_exec_p50\": %.2f, \"cli_rm_p50\": %.2f, \"engine_create_start_p50\": %.2f, "
+        "\"engine_create_start_exec_p50\": %.2f}\n",
+        pct(cr, n, 0.5), pct(de, n, 0.5), pct(ccr, n, 0.5), pct(cde, n, 0.5),
+        pct(ecs, n, 0.5), pct(ecse, n, 0.5));
 }
 
 /* ---- a warm pool
@@ -380,9 +385,9 @@ static int pool_ready(conn *c)
     int ready = -1;
     size_t i;
     json_t *pv;
-    json_array_foreach(json_object_get(res_of(info), "providers"), i, pv)
-    {
-        json_t *pl = json_array_get(json_object_get(json_object_get(pv, "info"), "pools"), 0);
+    json_array_foreach(json_object_get(res_of(info), "providers"), i, pv) {
+        json_t *pl =
+            json_array_get(json_object_get(json_object_get(pv, "info"), "pools"), 0);
         if (pl)
             ready = (int)json_integer_value(json_object_get(pl, "ready"));
     }
@@ -412,17 +417,19 @@ static void bench_pool(conn *c, int size)
             return;
         }
         json_decref(r);
-        r = call(c, "process.exec", json_pack("{s:s, s:o}", "sandbox", id, "command", echo_cmd(0)));
+        r = call(c, "process.exec",
+                 json_pack("{s:s, s:o}", "sandbox", id, "command", echo_cmd(0)));
         ce[i] = now_ms() - t;
         json_decref(r);
         t = now_ms();
         json_decref(call(c, "sandbox.destroy", json_pack("{s:s}", "id", id)));
         de[i] = now_ms() - t;
     }
-    printf("  %-40s create p50 %.2f ms p99 %.2f ms; create to first exec output p50 %.2f ms "
-           "p99 %.2f ms; destroy p50 %.1f ms (n=%d)\n",
-           "warm pool (size 3, refilled between):", pct(cr, n, 0.5), pct(cr, n, 0.99),
-           pct(ce, n, 0.5), pct(ce, n, 0.99), pct(de, n, 0.5), n);
+    printf(
+        "  %-40s create p50 %.2f ms p99 %.2f ms; create to first exec output p50 %.2f ms "
+        "p99 %.2f ms; destroy p50 %.1f ms (n=%d)\n",
+        "warm pool (size 3, refilled between):", pct(cr, n, 0.5), pct(cr, n, 0.99),
+        pct(ce, n, 0.5), pct(ce, n, 0.99), pct(de, n, 0.5), n);
     printf("BENCHJSON {\"pool_create_p50\": %.2f, \"pool_create_exec_p50\": %.2f, "
            "\"pool_create_exec_p99\": %.2f}\n",
            pct(cr, n, 0.5), pct(ce, n, 0.5), pct(ce, n, 0.99));

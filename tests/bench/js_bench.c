@@ -65,18 +65,19 @@ static void bench_roundtrip(void)
     conn *c = cn_open(sock);
     c->tool = echo;
     json_decref(cn_call(c, "sandbox.create",
-                        json_pack("{s:s, s:s, s:[s]}", "provider", "js", "id", "jb-rt", "tools",
-                                  "echo")));
+                        json_pack("{s:s, s:s, s:[s]}", "provider", "js", "id", "jb-rt",
+                                  "tools", "echo")));
     const char *code = "const r = await external_echo({a: 1}); return r.a + 1";
     for (int i = 0; i < 100; i++)
-        json_decref(cn_call(c, "process.exec", json_pack("{s:s, s:s, s:b}", "sandbox", "jb-rt",
-                                                        "command", code, "stream", 0)));
+        json_decref(cn_call(c, "process.exec",
+                            json_pack("{s:s, s:s, s:b}", "sandbox", "jb-rt", "command",
+                                      code, "stream", 0)));
     int bad = 0;
     for (int i = 0; i < n; i++) {
         double t = now_ms();
         json_t *r = cn_call(c, "process.exec",
-                            json_pack("{s:s, s:s, s:b}", "sandbox", "jb-rt", "command", code,
-                                      "stream", 0));
+                            json_pack("{s:s, s:s, s:b}", "sandbox", "jb-rt", "command",
+                                      code, "stream", 0));
         v[i] = now_ms() - t;
         bad |= json_integer_value(json_object_get(res_of(r), "result")) != 2;
         json_decref(r);
@@ -92,15 +93,18 @@ static void bench_roundtrip(void)
         char id[32];
         snprintf(id, sizeof(id), "jb-c%d", i);
         double t = now_ms();
-        json_decref(cn_call(c, "sandbox.create", json_pack("{s:s, s:s}", "provider", "js", "id", id)));
-        json_decref(cn_call(c, "process.exec", json_pack("{s:s, s:s, s:b}", "sandbox", id, "command",
-                                                        "return 1 + 1", "stream", 0)));
+        json_decref(cn_call(c, "sandbox.create",
+                            json_pack("{s:s, s:s}", "provider", "js", "id", id)));
+        json_decref(cn_call(c, "process.exec",
+                            json_pack("{s:s, s:s, s:b}", "sandbox", id, "command",
+                                      "return 1 + 1", "stream", 0)));
         json_decref(cn_call(c, "sandbox.destroy", json_pack("{s:s}", "id", id)));
         v[i] = now_ms() - t;
     }
     p50 = pct(v, m, 0.5);
     p99 = pct(v, m, 0.99);
-    printf("%-58s p50 %6.3f ms  p99 %6.3f ms\n", "js: create + exec(return 1 + 1) + destroy", p50, p99);
+    printf("%-58s p50 %6.3f ms  p99 %6.3f ms\n",
+           "js: create + exec(return 1 + 1) + destroy", p50, p99);
     cn_close(c);
     free(v);
 }
@@ -117,10 +121,11 @@ static double concurrent(const char *provider, const char *code, int ms)
         snprintf(id[i], sizeof(id[i]), "jq%c%d", provider[0], i);
         json_decref(cn_call(cs[i], "sandbox.create",
                             json_pack("{s:s, s:s}", "provider", provider, "id", id[i])));
-        snprintf(req[i], sizeof(req[i]),
-                 "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"process.exec\",\"params\":{\"sandbox\":"
-                 "\"%s\",\"command\":\"%s\",\"stream\":false}}\n",
-                 id[i], code);
+        snprintf(
+            req[i], sizeof(req[i]),
+            "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"process.exec\",\"params\":{\"sandbox\":"
+            "\"%s\",\"command\":\"%s\",\"stream\":false}}\n",
+            id[i], code);
     }
     for (int i = 0; i < N; i++)
         cn_send_raw(cs[i], req[i], strlen(req[i]));
@@ -261,8 +266,9 @@ static char *ts_program(size_t bytes)
     size_t cap = bytes + 1024, len = 0;
     char *s = malloc(cap);
     int i = 0;
-    len += (size_t)snprintf(s + len, cap - len,
-                            "interface Item { id: number; name: string; tags?: string[] }\n");
+    len += (size_t)snprintf(
+        s + len, cap - len,
+        "interface Item { id: number; name: string; tags?: string[] }\n");
     while (len < bytes) {
         len += (size_t)snprintf(
             s + len, cap - len,
@@ -305,21 +311,23 @@ static void bench_worker(const char *path)
         }
         char what[96];
         snprintf(what, sizeof(what), "js: TypeScript stripping, %s program", names[p]);
-        printf("%-58s p50 %6.3f ms  p99 %6.3f ms\n", what, pct(v, n, 0.5), pct(v, n, 0.99));
+        printf("%-58s p50 %6.3f ms  p99 %6.3f ms\n", what, pct(v, n, 0.5),
+               pct(v, n, 0.99));
     }
     free(big);
 
     int loops = quick ? 3 : 7;
-    const char *loop = "function f() { let s = 0; for (let i = 0; i < 1e7; i++) s += i; return s }\n"
-                       "const t = Date.now(); f(); return Date.now() - t;";
+    const char *loop =
+        "function f() { let s = 0; for (let i = 0; i < 1e7; i++) s += i; return s }\n"
+        "const t = Date.now(); f(); return Date.now() - t;";
     for (int i = 0; i < loops; i++) {
         json_t *rec = wk_run(&k, proc++, loop);
         v[i] = (double)json_integer_value(json_object_get(rec, "result"));
         json_decref(rec);
     }
     double loop_ms = pct(v, loops, 0.5);
-    printf("%-58s median %4.0f ms (in the engine)\n", "js: for (i < 1e7) s += i, inside a function",
-           loop_ms);
+    printf("%-58s median %4.0f ms (in the engine)\n",
+           "js: for (i < 1e7) s += i, inside a function", loop_ms);
     /* the peer, measured by js_bench.sh in the same run */
     double ivm_ctx = 0, ivm_loop = 0;
     const char *ivm = getenv("SBX_IVM");
@@ -329,10 +337,11 @@ static void bench_worker(const char *path)
         printf("%-58s p50 %6.3f ms (in-process, no tool call)\n",
                "isolated-vm: new isolate + context + eval(1+1)", ivm_ctx);
     } else {
-        printf("%-58s (not installable here; reference: 10 ms for the loop and 1.69 ms for a\n"
-               "%-58s  new isolate + context + 1+1, measured in-process with node 20 on this\n"
-               "%-58s  project's machine, 2026-11-30)\n",
-               "isolated-vm 5 (V8)", "", "");
+        printf(
+            "%-58s (not installable here; reference: 10 ms for the loop and 1.69 ms for a\n"
+            "%-58s  new isolate + context + 1+1, measured in-process with node 20 on this\n"
+            "%-58s  project's machine, 2026-11-30)\n",
+            "isolated-vm 5 (V8)", "", "");
     }
     free(v);
     close(k.fd);

@@ -37,15 +37,16 @@ int main(int argc, char **argv)
     }
     json_decref(r);
     /* One warm-up exec (auth token, connection). */
-    json_decref(cn_call_t(c, 60000, "process.exec",
-                          json_pack("{s:s, s:s}", "sandbox", "bench-1", "command", "true")));
+    json_decref(
+        cn_call_t(c, 60000, "process.exec",
+                  json_pack("{s:s, s:s}", "sandbox", "bench-1", "command", "true")));
     double *t = calloc((size_t)n, sizeof(double)), sum = 0;
     int bad = 0;
     for (int i = 0; i < n; i++) {
         double t0 = now_ms();
         r = cn_call_t(c, 60000, "process.exec",
-                      json_pack("{s:s, s:[s,s], s:b}", "sandbox", "bench-1", "command", "echo",
-                                "hi", "stream", 0));
+                      json_pack("{s:s, s:[s,s], s:b}", "sandbox", "bench-1", "command",
+                                "echo", "hi", "stream", 0));
         t[i] = now_ms() - t0;
         sum += t[i];
         if (res_int(r, "exit_code") != 0 || strcmp(res_str(r, "stdout"), "hi\n") != 0)
@@ -53,9 +54,11 @@ int main(int argc, char **argv)
         json_decref(r);
     }
     qsort(t, (size_t)n, sizeof(double), cmp_double);
-    printf("modal_bench: %d execs, median %.2f ms, mean %.2f ms, p90 %.2f ms%s\n", n, t[n / 2],
-           sum / n, t[(n * 9) / 10 < n ? (n * 9) / 10 : n - 1], bad ? " (SOME FAILED)" : "");
-    json_decref(cn_call_t(c, 60000, "sandbox.destroy", json_pack("{s:s}", "id", "bench-1")));
+    printf("modal_bench: %d execs, median %.2f ms, mean %.2f ms, p90 %.2f ms%s\n", n,
+           t[n / 2], sum / n, t[(n * 9) / 10 < n ? (n * 9) / 10 : n - 1],
+           bad ? " (SOME FAILED)" : "");
+    json_decref(
+        cn_call_t(c, 60000, "sandbox.destroy", json_pack("{s:s}", "id", "bench-1")));
     free(t);
     cn_close(c);
     return bad ? 1 : 0;

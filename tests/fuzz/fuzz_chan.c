@@ -14,8 +14,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static size_t frames;
 
-static void on_frame(struct chan *ch, const struct sbx_chan_hdr *h, const uint8_t *payload,
-                     void *data)
+static void on_frame(struct chan *ch, const struct sbx_chan_hdr *h,
+                     const uint8_t *payload, void *data)
 {
     frames++;
     if (h->len > SBX_CHAN_MAX_PAYLOAD)

@@ -35,9 +35,17 @@ static int fz_spawn(void *cookie, struct process *p, sbx_err_t *err)
     }
     return 0;
 }
-static int fz_load(json_t *conf, void **cookie, sbx_err_t *err) { return 0; }
-static void fz_unload(void *cookie) {}
-static int fz_available(void *cookie, const char **reason) { return 1; }
+static int fz_load(json_t *conf, void **cookie, sbx_err_t *err)
+{
+    return 0;
+}
+static void fz_unload(void *cookie)
+{
+}
+static int fz_available(void *cookie, const char **reason)
+{
+    return 1;
+}
 static int fz_sb_done(void *cookie, struct sandbox *sb, sbx_err_t *err)
 {
     sandbox_op_done(sb, NULL, NULL);
@@ -48,8 +56,14 @@ static int fz_snapshot(void *cookie, struct sandbox *sb, sbx_err_t *err)
     sandbox_op_done(sb, NULL, json_pack("{s:s}", "state", "x"));
     return 0;
 }
-static int fz_write(void *c, struct process *p, const void *d, size_t n, sbx_err_t *e) { return 0; }
-static int fz_close(void *c, struct process *p, sbx_err_t *e) { return 0; }
+static int fz_write(void *c, struct process *p, const void *d, size_t n, sbx_err_t *e)
+{
+    return 0;
+}
+static int fz_close(void *c, struct process *p, sbx_err_t *e)
+{
+    return 0;
+}
 static int fz_kill(void *c, struct process *p, int sig, sbx_err_t *e)
 {
     json_t *rec = json_pack("{s:i, s:i}", "exit_code", 128 + sig, "signal", sig);

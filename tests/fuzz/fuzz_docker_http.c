@@ -135,7 +135,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct dk_reqlist list = {0};
     char *path = dk_path(&eng, "/containers/%s/attach?stream=1", "fuzz");
     if (mode == 0)
-        live = h = hj_open(&eng, "POST", path, NULL, &out, on_open, on_data, on_close, NULL);
+        live = h =
+            hj_open(&eng, "POST", path, NULL, &out, on_open, on_data, on_close, NULL);
     else if (mode == 1)
         req = dk_call(&eng, &list, "GET", path, NULL, 5000, on_resp, NULL);
     else

@@ -95,7 +95,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     fz_daemon_setup();
     if (!chan.base_url) {
         sbx_err_t err = {0};
-        if (grpc_chan_init(&chan, D->loop, "http://127.0.0.1:9", "fuzz.Service", &err) < 0)
+        if (grpc_chan_init(&chan, D->loop, "http://127.0.0.1:9", "fuzz.Service", &err) <
+            0)
             abort();
         grpc_chan_set_token(&chan, "TokenGet", token_parse, NULL);
         chan.max_msg = 64 * 1024; /* small, so that the limit is reachable */

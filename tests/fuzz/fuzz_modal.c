@@ -24,16 +24,46 @@ static void unpack_other(int kind, const uint8_t *m, size_t n)
 {
     ProtobufCMessage *v = NULL;
     switch (kind) {
-    case 0: v = (ProtobufCMessage *)modal__client__app_get_or_create_response__unpack(NULL, n, m); break;
-    case 1: v = (ProtobufCMessage *)modal__client__sandbox_get_from_name_response__unpack(NULL, n, m); break;
-    case 2: v = (ProtobufCMessage *)modal__client__image_get_or_create_response__unpack(NULL, n, m); break;
-    case 3: v = (ProtobufCMessage *)modal__client__secret_get_or_create_response__unpack(NULL, n, m); break;
-    case 4: v = (ProtobufCMessage *)modal__client__sandbox_create_response__unpack(NULL, n, m); break;
-    case 5: v = (ProtobufCMessage *)modal__client__sandbox_tags_get_response__unpack(NULL, n, m); break;
-    case 6: v = (ProtobufCMessage *)modal__client__sandbox_snapshot_fs_response__unpack(NULL, n, m); break;
-    case 7: v = (ProtobufCMessage *)modal__client__sandbox_get_task_id_response__unpack(NULL, n, m); break;
-    case 8: v = (ProtobufCMessage *)modal__client__container_exec_response__unpack(NULL, n, m); break;
-    case 9: v = (ProtobufCMessage *)modal__client__image_join_streaming_response__unpack(NULL, n, m); break;
+    case 0:
+        v = (ProtobufCMessage *)modal__client__app_get_or_create_response__unpack(NULL, n,
+                                                                                  m);
+        break;
+    case 1:
+        v = (ProtobufCMessage *)modal__client__sandbox_get_from_name_response__unpack(
+            NULL, n, m);
+        break;
+    case 2:
+        v = (ProtobufCMessage *)modal__client__image_get_or_create_response__unpack(NULL,
+                                                                                    n, m);
+        break;
+    case 3:
+        v = (ProtobufCMessage *)modal__client__secret_get_or_create_response__unpack(
+            NULL, n, m);
+        break;
+    case 4:
+        v = (ProtobufCMessage *)modal__client__sandbox_create_response__unpack(NULL, n,
+                                                                               m);
+        break;
+    case 5:
+        v = (ProtobufCMessage *)modal__client__sandbox_tags_get_response__unpack(NULL, n,
+                                                                                 m);
+        break;
+    case 6:
+        v = (ProtobufCMessage *)modal__client__sandbox_snapshot_fs_response__unpack(NULL,
+                                                                                    n, m);
+        break;
+    case 7:
+        v = (ProtobufCMessage *)modal__client__sandbox_get_task_id_response__unpack(NULL,
+                                                                                    n, m);
+        break;
+    case 8:
+        v = (ProtobufCMessage *)modal__client__container_exec_response__unpack(NULL, n,
+                                                                               m);
+        break;
+    case 9:
+        v = (ProtobufCMessage *)modal__client__image_join_streaming_response__unpack(
+            NULL, n, m);
+        break;
     default: {
         /* AuthTokenGet's reply: the token and its JWT exp. */
         double refresh = 0;

@@ -122,8 +122,8 @@ static int root_can_ping(void)
 
 static const char *limit_of(json_t *resp)
 {
-    const char *s = json_string_value(
-        json_object_get(json_object_get(json_object_get(resp, "error"), "data"), "limit"));
+    const char *s = json_string_value(json_object_get(
+        json_object_get(json_object_get(resp, "error"), "data"), "limit"));
     return s ? s : "";
 }
 
@@ -157,7 +157,7 @@ static void as_uid(uid_t uid, void (*fn)(char *res, size_t n), char *res, size_t
     waitpid(pid, NULL, 0);
 }
 
-/* ---- sessions (reproduction 5) ------------------------------------------------------ */
+/* ---- sessions (reproduction 5) ----------------------------------------------------- */
 
 /* Opens 20 sessions and holds them; reports how many were served, how many
  * refused for max_sessions_per_uid, and keeps them open while the parent looks. */
@@ -268,10 +268,12 @@ static void test_sessions_per_uid(void)
     json_decref(info);
     as_uid(64999, open_many, res, sizeof(res));
     sscanf(res, "%d %d", &served, &per_uid);
-    test_cond("sessions: a fifth uid is refused: the rest is reserved for admins", served == 0);
+    test_cond("sessions: a fifth uid is refused: the rest is reserved for admins",
+              served == 0);
     test_cond("sessions: root still connects and is served", root && ping(root));
     conn *root2 = cn_open(sockp);
-    test_cond("sessions: root gets a second session from the reserve", root2 && ping(root2));
+    test_cond("sessions: root gets a second session from the reserve",
+              root2 && ping(root2));
     cn_close(root2);
     for (int k = 0; k < 4; k++) {
         if (write(sp[k][0], "x", 1) < 0)
@@ -295,7 +297,8 @@ static void test_idle_timeout(void)
     json_t *m = cn_read(idle, 5000);
     double took = now_ms() - t0;
     test_cond("idle: an idle session gets -32005 naming session_idle_timeout_ms",
-              err_code(m) == SBX_E_LIMIT && strcmp(limit_of(m), "session_idle_timeout_ms") == 0);
+              err_code(m) == SBX_E_LIMIT &&
+                  strcmp(limit_of(m), "session_idle_timeout_ms") == 0);
     test_cond("idle: after about the timeout", took > 700 && took < 4500);
     json_decref(m);
     m = cn_read(idle, 2000);
@@ -305,14 +308,14 @@ static void test_idle_timeout(void)
 
     /* A session waiting on a call is not idle. */
     busy = cn_open(sockp);
-    json_t *r = cn_call(busy, "sandbox.create", json_pack("{s:s, s:s}", "id", "idl", "provider",
-                                                          "duktape"));
+    json_t *r = cn_call(busy, "sandbox.create",
+                        json_pack("{s:s, s:s}", "id", "idl", "provider", "duktape"));
     json_decref(r);
     r = cn_call_t(busy, 8000, "process.exec",
                   json_pack("{s:s, s:s}", "sandbox", "idl", "command",
                             "var t = Date.now(); while (Date.now() - t < 2500) {} 1"));
-    test_cond("idle: a session waiting 2.5 s for an exec is not closed", res_int(r, "pid") == 1 &&
-                                                                               !busy->closed);
+    test_cond("idle: a session waiting 2.5 s for an exec is not closed",
+              res_int(r, "pid") == 1 && !busy->closed);
     if (!res_of(r))
         printf("      %s\n", json_dumps(r, 0));
     json_decref(r);
@@ -325,7 +328,8 @@ static void send_partial(char *res, size_t n)
     conn *cs[6] = {0};
     char *chunk = malloc(300 * 1024);
     memset(chunk, 'x', 300 * 1024);
-    memcpy(chunk, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"daemon.ping\",\"x\":\"", 51);
+    memcpy(chunk, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"daemon.ping\",\"x\":\"",
+           51);
     int limited = 0;
     for (int i = 0; i < 6; i++) {
         cs[i] = cn_open(sockp);
@@ -365,7 +369,9 @@ static void test_pending_input(void)
  * a word; now each request gets its -32005. */
 static void test_big_replies(void)
 {
-    if (start("  session_output_high: 1M\n  session_output_hard: 2M\n  env_bytes: 64k\n") < 0) {
+    if (start(
+            "  session_output_high: 1M\n  session_output_hard: 2M\n  env_bytes: 64k\n") <
+        0) {
         test_cond("replies: sbxd starts", 0);
         return;
     }
@@ -387,8 +393,10 @@ static void test_big_replies(void)
               json_is_array(r) && json_array_size(r) == n);
     test_cond("replies: each answer is -32005 naming session_output_hard",
               err_code(json_array_get(r, 0)) == SBX_E_LIMIT &&
-                  strcmp(limit_of(json_array_get(r, n - 1)), "session_output_hard") == 0 &&
-                  json_integer_value(json_object_get(json_array_get(r, n - 1), "id")) == (json_int_t)n);
+                  strcmp(limit_of(json_array_get(r, n - 1)), "session_output_hard") ==
+                      0 &&
+                  json_integer_value(json_object_get(json_array_get(r, n - 1), "id")) ==
+                      (json_int_t)n);
     json_decref(r);
     test_cond("replies: the session still serves", ping(c));
 
@@ -396,24 +404,32 @@ static void test_big_replies(void)
     char *big = malloc(70 * 1024);
     memset(big, 'v', 70 * 1024 - 1);
     big[70 * 1024 - 1] = '\0';
-    r = cn_call(c, "sandbox.create", json_pack("{s:s, s:s}", "id", "env0", "provider", "duktape"));
+    r = cn_call(c, "sandbox.create",
+                json_pack("{s:s, s:s}", "id", "env0", "provider", "duktape"));
     json_decref(r);
-    r = cn_call(c, "sandbox.set_env", json_pack("{s:s, s:{s:s}}", "id", "env0", "env", "BIG", big));
+    r = cn_call(c, "sandbox.set_env",
+                json_pack("{s:s, s:{s:s}}", "id", "env0", "env", "BIG", big));
     test_cond("env: set_env past env_bytes gets -32005 naming env_bytes",
               err_code(r) == SBX_E_LIMIT && strcmp(limit_of(r), "env_bytes") == 0);
     json_decref(r);
-    r = cn_call(c, "sandbox.create", json_pack("{s:s, s:s, s:{s:s}}", "id", "env1", "provider",
-                                               "duktape", "env", "BIG", big));
-    test_cond("env: create with an env past env_bytes gets -32005", err_code(r) == SBX_E_LIMIT);
+    r = cn_call(c, "sandbox.create",
+                json_pack("{s:s, s:s, s:{s:s}}", "id", "env1", "provider", "duktape",
+                          "env", "BIG", big));
+    test_cond("env: create with an env past env_bytes gets -32005",
+              err_code(r) == SBX_E_LIMIT);
     json_decref(r);
-    r = cn_call(c, "process.exec", json_pack("{s:s, s:s, s:{s:s}}", "sandbox", "env0", "command",
-                                             "1", "env", "BIG", big));
-    test_cond("env: exec with an env past env_bytes gets -32005", err_code(r) == SBX_E_LIMIT);
+    r = cn_call(c, "process.exec",
+                json_pack("{s:s, s:s, s:{s:s}}", "sandbox", "env0", "command", "1", "env",
+                          "BIG", big));
+    test_cond("env: exec with an env past env_bytes gets -32005",
+              err_code(r) == SBX_E_LIMIT);
     json_decref(r);
     /* ...and growing it key by key is refused at the same size. */
     big[40 * 1024] = '\0';
-    r = cn_call(c, "sandbox.set_env", json_pack("{s:s, s:{s:s}}", "id", "env0", "env", "A", big));
-    json_t *r2 = cn_call(c, "sandbox.set_env", json_pack("{s:s, s:{s:s}}", "id", "env0", "env", "B", big));
+    r = cn_call(c, "sandbox.set_env",
+                json_pack("{s:s, s:{s:s}}", "id", "env0", "env", "A", big));
+    json_t *r2 = cn_call(c, "sandbox.set_env",
+                         json_pack("{s:s, s:{s:s}}", "id", "env0", "env", "B", big));
     test_cond("env: set_env under the limit works, the sum past it is refused",
               res_of(r) && err_code(r2) == SBX_E_LIMIT);
     json_decref(r);
@@ -425,12 +441,13 @@ static void test_big_replies(void)
         char id[16];
         snprintf(id, sizeof(id), "envl%d", i);
         json_decref(cn_call(c, "sandbox.create",
-                            json_pack("{s:s, s:s, s:b, s:{s:s}}", "id", id, "provider", "duktape",
-                                      "start", 0, "env", "BIG", big)));
+                            json_pack("{s:s, s:s, s:b, s:{s:s}}", "id", id, "provider",
+                                      "duktape", "start", 0, "env", "BIG", big)));
     }
     r = cn_call(c, "sandbox.list", NULL);
-    test_cond("replies: sandbox.list past session_output_hard gets -32005, not a disconnect",
-              err_code(r) == SBX_E_LIMIT && strcmp(limit_of(r), "session_output_hard") == 0);
+    test_cond(
+        "replies: sandbox.list past session_output_hard gets -32005, not a disconnect",
+        err_code(r) == SBX_E_LIMIT && strcmp(limit_of(r), "session_output_hard") == 0);
     json_decref(r);
     test_cond("replies: and the session still serves", ping(c));
     free(big);
@@ -438,11 +455,12 @@ static void test_big_replies(void)
     stop();
 }
 
-/* ---- retained output and results (reproduction 2) ----------------------------------- */
+/* ---- retained output and results (reproduction 2) ---------------------------------- */
 
 static const char mb_print[] =
     "var s = '0123456789abcdef'; while (s.length < 1048576) s += s; console.log(s); 1";
-static const char big_result[] = "var a = []; for (var i = 0; i < 50000; i++) a.push(i); a";
+static const char big_result[] =
+    "var a = []; for (var i = 0; i < 50000; i++) a.push(i); a";
 
 static void test_retained(void)
 {
@@ -452,12 +470,13 @@ static void test_retained(void)
         return;
     }
     conn *c = cn_open(sockp);
-    json_decref(cn_call(c, "sandbox.create", json_pack("{s:s, s:s}", "id", "ra", "provider",
-                                                       "duktape")));
-    json_decref(cn_call(c, "sandbox.create", json_pack("{s:s, s:s}", "id", "rb", "provider",
-                                                       "duktape")));
-    json_decref(cn_call(c, "process.exec", json_pack("{s:s, s:s, s:b}", "sandbox", "ra",
-                                                     "command", mb_print, "stream", 0)));
+    json_decref(cn_call(c, "sandbox.create",
+                        json_pack("{s:s, s:s}", "id", "ra", "provider", "duktape")));
+    json_decref(cn_call(c, "sandbox.create",
+                        json_pack("{s:s, s:s}", "id", "rb", "provider", "duktape")));
+    json_decref(cn_call(
+        c, "process.exec",
+        json_pack("{s:s, s:s, s:b}", "sandbox", "ra", "command", mb_print, "stream", 0)));
     long before = rss_kb();
     int ok = 1;
     /* Under valgrind the client parses every MiB slowly and RSS says nothing:
@@ -471,28 +490,33 @@ static void test_retained(void)
         json_decref(r);
     }
     long after = rss_kb();
-    printf("      RSS %ld kB -> %ld kB after %d execs of 1 MiB output\n", before, after, rounds);
+    printf("      RSS %ld kB -> %ld kB after %d execs of 1 MiB output\n", before, after,
+           rounds);
     test_cond("retained: execs of 1 MiB each all return their output", ok);
     rss_cond("retained: the daemon does not keep 60 MiB of replay (RSS grows < 24 MB)",
-              after - before < 24 * 1024);
+             after - before < 24 * 1024);
     json_t *info = cn_call(c, "daemon.info", NULL);
     test_cond("retained: daemon.info shows retained bytes within retained_bytes_total",
               usage_used(info, "retained_bytes_total") > 0 &&
                   usage_used(info, "retained_bytes_total") <= 3 * 1024 * 1024);
     json_decref(info);
-    json_t *r = cn_call(c, "process.attach", json_pack("{s:s, s:i, s:b}", "sandbox", "ra", "pid",
-                                                       1, "follow", 0));
-    test_cond("retained: the oldest process's replay was evicted (stdout_start = its end)",
-              res_int(r, "stdout_start") == 1048577 && res_int(r, "stdout_offset") == 1048577);
+    json_t *r =
+        cn_call(c, "process.attach",
+                json_pack("{s:s, s:i, s:b}", "sandbox", "ra", "pid", 1, "follow", 0));
+    test_cond(
+        "retained: the oldest process's replay was evicted (stdout_start = its end)",
+        res_int(r, "stdout_start") == 1048577 && res_int(r, "stdout_offset") == 1048577);
     json_decref(r);
-    r = cn_call(c, "process.attach", json_pack("{s:s, s:i, s:b}", "sandbox", "ra", "pid", 1 + rounds / 2,
-                                               "follow", 0));
+    r = cn_call(c, "process.attach",
+                json_pack("{s:s, s:i, s:b}", "sandbox", "ra", "pid", 1 + rounds / 2,
+                          "follow", 0));
     /* 1 MiB + "\n" through a 1 MiB ring: only the first byte rolled out. */
     test_cond("retained: the newest one still replays its last MiB",
               res_of(r) && res_int(r, "stdout_start") == 1);
     json_decref(r);
     r = cn_call(c, "process.wait", json_pack("{s:s, s:i}", "sandbox", "ra", "pid", 1));
-    test_cond("retained: an evicted record still answers wait", res_int(r, "exit_code") == 0);
+    test_cond("retained: an evicted record still answers wait",
+              res_int(r, "exit_code") == 0);
     json_decref(r);
 
     /* Completion values: 20 results of 50k elements were ~50 MB of jansson trees. */
@@ -500,78 +524,91 @@ static void test_retained(void)
     ok = 1;
     int first = 0;
     for (int i = 0; i < (rss_meaningful() ? 20 : 3); i++) {
-        r = cn_call_t(c, 30000, "process.exec", json_pack("{s:s, s:s, s:b}", "sandbox", "rb",
-                                                          "command", big_result, "stream", 0));
+        r = cn_call_t(c, 30000, "process.exec",
+                      json_pack("{s:s, s:s, s:b}", "sandbox", "rb", "command", big_result,
+                                "stream", 0));
         ok &= json_array_size(json_object_get(res_of(r), "result")) == 50000;
         if (!first)
             first = (int)res_int(r, "pid");
         json_decref(r);
     }
     after = rss_kb();
-    printf("      RSS %ld kB -> %ld kB after 20 results of 50k elements\n", before, after);
+    printf("      RSS %ld kB -> %ld kB after 20 results of 50k elements\n", before,
+           after);
     test_cond("retained: exec returns each large result in full", ok);
     rss_cond("retained: large results are not kept after the reply (RSS grows < 16 MB)",
-              after - before < 16 * 1024);
-    r = cn_call(c, "process.wait", json_pack("{s:s, s:i}", "sandbox", "rb", "pid", first));
+             after - before < 16 * 1024);
+    r = cn_call(c, "process.wait",
+                json_pack("{s:s, s:i}", "sandbox", "rb", "pid", first));
     test_cond("retained: a later wait says the result was dropped",
               json_is_true(json_object_get(res_of(r), "result_dropped")));
     json_decref(r);
-    r = cn_call(c, "process.exec", json_pack("{s:s, s:s}", "sandbox", "rb", "command", "6*7"));
+    r = cn_call(c, "process.exec",
+                json_pack("{s:s, s:s}", "sandbox", "rb", "command", "6*7"));
     int small = (int)res_int(r, "pid");
     json_decref(r);
-    r = cn_call(c, "process.wait", json_pack("{s:s, s:i}", "sandbox", "rb", "pid", small));
+    r = cn_call(c, "process.wait",
+                json_pack("{s:s, s:i}", "sandbox", "rb", "pid", small));
     test_cond("retained: a small result is still there for wait",
               json_integer_value(json_object_get(res_of(r), "result")) == 42);
     json_decref(r);
 
     /* The js provider's exit record carries the console logs: 1 MB each was
      * kept for every exited process, outside the replay caps. */
-    r = cn_call_t(c, 30000, "sandbox.create", json_pack("{s:s, s:s}", "id", "rj", "provider", "js"));
+    r = cn_call_t(c, 30000, "sandbox.create",
+                  json_pack("{s:s, s:s}", "id", "rj", "provider", "js"));
     int have_js = res_of(r) != NULL;
     json_decref(r);
     if (have_js) {
         r = cn_call_t(c, 30000, "process.exec",
-                      json_pack("{s:s, s:s, s:b}", "sandbox", "rj", "command", mb_print, "stream", 0));
+                      json_pack("{s:s, s:s, s:b}", "sandbox", "rj", "command", mb_print,
+                                "stream", 0));
         int pid = (int)res_int(r, "pid");
         int answered = json_array_size(json_object_get(res_of(r), "logs")) > 0;
         json_decref(r);
-        r = cn_call(c, "process.wait", json_pack("{s:s, s:i}", "sandbox", "rj", "pid", pid));
-        test_cond("retained: js console logs over 64 KiB are answered by the exec, then dropped",
-                  answered && json_is_true(json_object_get(res_of(r), "logs_dropped")) &&
-                      json_is_null(json_object_get(res_of(r), "logs")));
+        r = cn_call(c, "process.wait",
+                    json_pack("{s:s, s:i}", "sandbox", "rj", "pid", pid));
+        test_cond(
+            "retained: js console logs over 64 KiB are answered by the exec, then dropped",
+            answered && json_is_true(json_object_get(res_of(r), "logs_dropped")) &&
+                json_is_null(json_object_get(res_of(r), "logs")));
         json_decref(r);
     } else {
-        test_skip("retained: js console logs over 64 KiB are answered by the exec, then dropped",
-                  "the js provider is not available");
+        test_skip(
+            "retained: js console logs over 64 KiB are answered by the exec, then dropped",
+            "the js provider is not available");
     }
     cn_close(c);
     stop();
 }
 
-/* ---- worker memory (reproduction 4) ---------------------------------------------------- */
+/* ---- worker memory (reproduction 4) ------------------------------------------------ */
 
 static void ask_for_64g(char *res, size_t n)
 {
     conn *c = cn_open(sockp);
     json_t *r = cn_call_t(c, 60000, "sandbox.create",
-                          json_pack("{s:s, s:s, s:i}", "id", "mem1", "provider", "duktape",
-                                    "memory_limit_mb", 65536));
+                          json_pack("{s:s, s:s, s:i}", "id", "mem1", "provider",
+                                    "duktape", "memory_limit_mb", 65536));
     if (!res_of(r)) {
         char *t = json_dumps(r, JSON_COMPACT);
         fprintf(stderr, "      create: %.300s\n", t ? t : "?");
         free(t);
     }
-    json_t *cl = json_object_get(json_object_get(res_of(r), "clamped"), "memory_limit_mb");
+    json_t *cl =
+        json_object_get(json_object_get(res_of(r), "clamped"), "memory_limit_mb");
     int clamped = res_int(r, "memory_limit_mb") == 64 &&
                   json_integer_value(json_object_get(cl, "requested")) == 65536 &&
                   json_integer_value(json_object_get(cl, "max")) == 64;
     json_decref(r);
     /* Distinct strings: Duktape interns equal ones. */
-    r = cn_call_t(c, 30000, "process.exec",
-                  json_pack("{s:s, s:s, s:i}", "sandbox", "mem1", "command",
-                            "var a = []; for (var i = 0; i < 4e6; i++) a.push('x' + i + 'yyyyyyyyyyyy'); "
-                            "a.length",
-                            "timeout_ms", 20000));
+    r = cn_call_t(
+        c, 30000, "process.exec",
+        json_pack(
+            "{s:s, s:s, s:i}", "sandbox", "mem1", "command",
+            "var a = []; for (var i = 0; i < 4e6; i++) a.push('x' + i + 'yyyyyyyyyyyy'); "
+            "a.length",
+            "timeout_ms", 20000));
     int stopped = json_integer_value(json_object_get(res_of(r), "result")) != 4000000 &&
                   res_of(r) != NULL;
     json_decref(r);
@@ -589,14 +626,15 @@ static void test_memory_ceiling(void)
     as_uid(65534, ask_for_64g, res, sizeof(res));
     if (res[0] != '1' || res[1] != '1')
         printf("      child said \"%.2s\"\n", res);
-    test_cond("memory: memory_limit_mb 65536 is clamped to the config's 64, and the result says so",
-              res[0] == '1');
+    test_cond(
+        "memory: memory_limit_mb 65536 is clamped to the config's 64, and the result says so",
+        res[0] == '1');
     test_cond("memory: the isolate cannot grow past the ceiling", res[1] == '1');
     test_cond("memory: root is served meanwhile", root_can_ping());
     stop();
 }
 
-/* ---- snapshots (reproduction 1) -------------------------------------------------------- */
+/* ---- snapshots (reproduction 1) ---------------------------------------------------- */
 
 static void test_snapshots(void)
 {
@@ -605,16 +643,18 @@ static void test_snapshots(void)
         return;
     }
     conn *c = cn_open(sockp);
-    json_decref(cn_call(c, "sandbox.create", json_pack("{s:s, s:s}", "id", "sn", "provider",
-                                                       "duktape")));
-    json_decref(cn_call_t(c, 30000, "process.exec",
-                          json_pack("{s:s, s:s}", "sandbox", "sn", "command",
-                                    "var objs = []; for (var i = 0; i < 30000; i++) objs.push({}); 1")));
+    json_decref(cn_call(c, "sandbox.create",
+                        json_pack("{s:s, s:s}", "id", "sn", "provider", "duktape")));
+    json_decref(cn_call_t(
+        c, 30000, "process.exec",
+        json_pack("{s:s, s:s}", "sandbox", "sn", "command",
+                  "var objs = []; for (var i = 0; i < 30000; i++) objs.push({}); 1")));
     long before = rss_kb();
     char first[64] = "";
     int made = 0;
     for (int i = 0; i < 10; i++) {
-        json_t *r = cn_call_t(c, 30000, "sandbox.snapshot", json_pack("{s:s}", "id", "sn"));
+        json_t *r =
+            cn_call_t(c, 30000, "sandbox.snapshot", json_pack("{s:s}", "id", "sn"));
         if (res_of(r))
             made++;
         if (!first[0])
@@ -622,21 +662,23 @@ static void test_snapshots(void)
         json_decref(r);
     }
     long after = rss_kb();
-    printf("      RSS %ld kB -> %ld kB after 10 snapshots of 30k objects\n", before, after);
+    printf("      RSS %ld kB -> %ld kB after 10 snapshots of 30k objects\n", before,
+           after);
     test_cond("snapshots: 10 snapshots of a 30k-object global are taken", made == 10);
     rss_cond("snapshots: they are kept as text, not trees (RSS grows < 16 MB)",
-              after - before < 16 * 1024);
+             after - before < 16 * 1024);
     json_t *info = cn_call(c, "daemon.info", NULL);
     test_cond("snapshots: daemon.info counts them against max_snapshots_per_uid",
               usage_used(info, "max_snapshots_per_uid") == 10 &&
                   usage_used(info, "snapshot_bytes_per_uid") > 10 * 90000);
     json_decref(info);
 
-    json_t *r = cn_call(c, "sandbox.create", json_pack("{s:s, s:s, s:s}", "id", "sn2", "provider",
-                                                       "duktape", "snapshot", first));
+    json_t *r = cn_call(c, "sandbox.create",
+                        json_pack("{s:s, s:s, s:s}", "id", "sn2", "provider", "duktape",
+                                  "snapshot", first));
     json_decref(r);
-    r = cn_call(c, "process.exec", json_pack("{s:s, s:s}", "sandbox", "sn2", "command",
-                                             "objs.length"));
+    r = cn_call(c, "process.exec",
+                json_pack("{s:s, s:s}", "sandbox", "sn2", "command", "objs.length"));
     test_cond("snapshots: a sandbox starts from a kept snapshot",
               json_integer_value(json_object_get(res_of(r), "result")) == 30000);
     json_decref(r);
@@ -646,7 +688,8 @@ static void test_snapshots(void)
     int refused = 0;
     for (int i = 0; i < 3; i++) {
         r = cn_call_t(c, 30000, "sandbox.snapshot", json_pack("{s:s}", "id", "sn"));
-        refused += err_code(r) == SBX_E_LIMIT && strcmp(limit_of(r), "max_snapshots_per_uid") == 0;
+        refused += err_code(r) == SBX_E_LIMIT &&
+                   strcmp(limit_of(r), "max_snapshots_per_uid") == 0;
         json_decref(r);
     }
     test_cond("snapshots: past max_snapshots_per_uid a snapshot gets -32005 naming it",
@@ -659,8 +702,8 @@ static void test_snapshots(void)
     json_decref(r);
 
     /* The bytes cap: a 900 kB global fits once, not twice. */
-    json_decref(cn_call(c, "sandbox.create", json_pack("{s:s, s:s}", "id", "sb3", "provider",
-                                                       "duktape")));
+    json_decref(cn_call(c, "sandbox.create",
+                        json_pack("{s:s, s:s}", "id", "sb3", "provider", "duktape")));
     json_decref(cn_call_t(c, 30000, "process.exec",
                           json_pack("{s:s, s:s}", "sandbox", "sb3", "command",
                                     "var big = new Array(900001).join('x'); 1")));
@@ -669,8 +712,9 @@ static void test_snapshots(void)
     size_t i;
     json_t *sv;
     json_array_foreach(snaps, i, sv)
-        json_decref(cn_call(c, "snapshot.delete", json_pack("{s:O}", "snapshot",
-                                                            json_object_get(sv, "snapshot"))));
+        json_decref(
+            cn_call(c, "snapshot.delete",
+                    json_pack("{s:O}", "snapshot", json_object_get(sv, "snapshot"))));
     json_decref(list);
     r = cn_call_t(c, 30000, "sandbox.snapshot", json_pack("{s:s}", "id", "sb3"));
     json_t *r2 = cn_call_t(c, 30000, "sandbox.snapshot", json_pack("{s:s}", "id", "sb3"));
@@ -679,7 +723,8 @@ static void test_snapshots(void)
                   strcmp(limit_of(r2), "snapshot_bytes_per_uid") == 0);
     json_decref(r);
     json_decref(r2);
-    r = cn_call(c, "process.exec", json_pack("{s:s, s:s}", "sandbox", "sb3", "command", "big.length"));
+    r = cn_call(c, "process.exec",
+                json_pack("{s:s, s:s}", "sandbox", "sb3", "command", "big.length"));
     test_cond("snapshots: the sandbox is still usable after a refused snapshot",
               json_integer_value(json_object_get(res_of(r), "result")) == 900000);
     json_decref(r);
@@ -687,16 +732,17 @@ static void test_snapshots(void)
     stop();
 }
 
-/* ---- provider op deadlines (reproduction 6) ------------------------------------------- */
+/* ---- provider op deadlines (reproduction 6) ---------------------------------------- */
 
 static const char trap[] =
     "Object.defineProperty(this, 'trap', {enumerable: true, get: function () { for (;;) {} }}); 1";
 
 static void set_trap(conn *c, const char *id)
 {
-    json_decref(cn_call(c, "sandbox.create", json_pack("{s:s, s:s}", "id", id, "provider",
-                                                       "duktape")));
-    json_decref(cn_call(c, "process.exec", json_pack("{s:s, s:s}", "sandbox", id, "command", trap)));
+    json_decref(cn_call(c, "sandbox.create",
+                        json_pack("{s:s, s:s}", "id", id, "provider", "duktape")));
+    json_decref(cn_call(c, "process.exec",
+                        json_pack("{s:s, s:s}", "sandbox", id, "command", trap)));
 }
 
 static void getter_trap(char *res, size_t n)
@@ -709,8 +755,9 @@ static void getter_trap(char *res, size_t n)
     json_t *r = cn_call_t(c, 20000, "sandbox.snapshot", json_pack("{s:s}", "id", "gt1"));
     double took = now_ms() - t0;
     res[0] = err_code(r) == SBX_E_PROVIDER &&
-                     strstr(json_string_value(json_object_get(json_object_get(r, "error"),
-                                                              "message")) ?: "",
+                     strstr(json_string_value(
+                                json_object_get(json_object_get(r, "error"), "message"))
+                                ?: "",
                             "op_timeout_ms")
                  ? '1'
                  : '0';
@@ -765,24 +812,27 @@ static void test_op_deadlines(void)
     }
     char res[16];
     as_uid(65534, getter_trap, res, 9);
-    test_cond("deadlines: a snapshot held by a getter trap fails at op_timeout_ms", res[0] == '1');
+    test_cond("deadlines: a snapshot held by a getter trap fails at op_timeout_ms",
+              res[0] == '1');
     test_cond("deadlines: after about the deadline", res[1] == '1');
     test_cond("deadlines: the sandbox is left in error", res[2] == '1');
     test_cond("deadlines: and destroy finishes", res[3] == '1');
     test_cond("deadlines: a stop held by the trap fails too", res[4] == '1');
-    test_cond("deadlines: a destroy queued behind a stuck snapshot finishes", res[5] == '1');
+    test_cond("deadlines: a destroy queued behind a stuck snapshot finishes",
+              res[5] == '1');
     test_cond("deadlines: and the snapshot it waited for fails", res[6] == '1');
     test_cond("deadlines: no sandbox is left behind", res[7] == '1');
     test_cond("deadlines: root is served meanwhile", root_can_ping());
     stop();
 }
 
-/* ---- SIGHUP reload (reproduction 8: deep nesting, reload on the loop) ------------------ */
+/* ---- SIGHUP reload (reproduction 8: deep nesting, reload on the loop) -------------- */
 
 static json_int_t limit_now(conn *c, const char *key)
 {
     json_t *r = cn_call(c, "daemon.info", NULL);
-    json_int_t v = json_integer_value(json_object_get(json_object_get(res_of(r), "limits"), key));
+    json_int_t v =
+        json_integer_value(json_object_get(json_object_get(res_of(r), "limits"), key));
     json_decref(r);
     return v;
 }
@@ -834,13 +884,14 @@ static void test_reload(void)
         refused = log_has("nested more than 64 levels deep");
     }
     test_cond("reload: a 40k-deep config is refused for its nesting", refused);
-    test_cond("reload: the running limits stay", limit_now(c, "max_sessions_per_uid") == 3);
+    test_cond("reload: the running limits stay",
+              limit_now(c, "max_sessions_per_uid") == 3);
     test_cond("reload: and the daemon serves on", ping(c));
     cn_close(c);
     stop();
 }
 
-/* ---- main ---------------------------------------------------------------------------- */
+/* ---- main -------------------------------------------------------------------------- */
 
 int main(int argc, char **argv)
 {

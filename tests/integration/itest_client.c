@@ -27,7 +27,7 @@
 static const char *sock;
 static char sb_a[64], sb_t[64]; /* a plain sandbox, one with tools */
 
-/* ---- helpers -------------------------------------------------------------------------------- */
+/* ---- helpers ----------------------------------------------------------------------- */
 
 /* Calls and returns the result (new reference), or NULL on any error. */
 static json_t *call_ok(sbx_ctx *c, const char *method, json_t *params)
@@ -132,10 +132,11 @@ static void notes_cb(sbx_ctx *c, const char *method, json_t *params, void *privd
 
 static json_t *exec_js(sbx_ctx *c, const char *sandbox, const char *js)
 {
-    return call_ok(c, SBX_M_EXEC, json_pack("{s:s, s:s}", "sandbox", sandbox, "command", js));
+    return call_ok(c, SBX_M_EXEC,
+                   json_pack("{s:s, s:s}", "sandbox", sandbox, "command", js));
 }
 
-/* ---- sync: daemon and sandboxes ---------------------------------------------------------- */
+/* ---- sync: daemon and sandboxes ---------------------------------------------------- */
 
 static void test_basics(sbx_ctx *c)
 {
@@ -150,9 +151,9 @@ static void test_basics(sbx_ctx *c)
     int duk = 0;
     size_t i;
     json_t *p;
-    json_array_foreach(json_object_get(r, "providers"), i, p)
-    {
-        if (strcmp(jstr(p, "name"), "duktape") == 0 && json_is_true(json_object_get(p, "available")))
+    json_array_foreach(json_object_get(r, "providers"), i, p) {
+        if (strcmp(jstr(p, "name"), "duktape") == 0 &&
+            json_is_true(json_object_get(p, "available")))
             duk = 1;
     }
     test_cond("info: version and protocol",
@@ -163,16 +164,20 @@ static void test_basics(sbx_ctx *c)
     json_decref(r);
 
     /* Duktape named: the default provider is js */
-    r = call_ok(c, SBX_M_CREATE, json_pack("{s:s, s:s, s:{s:s}}", "provider", "duktape", "id", sb_a,
-                                           "env", "GREETING", "hi"));
-    test_cond("create: returns the sandbox", strcmp(jstr(r, "id"), sb_a) == 0 &&
-                                                 strcmp(jstr(r, "provider"), "duktape") == 0 &&
-                                                 strcmp(jstr(r, "status"), "running") == 0);
-    test_cond("create: not a reconnect", json_is_false(json_object_get(r, "reconnected")));
+    r = call_ok(c, SBX_M_CREATE,
+                json_pack("{s:s, s:s, s:{s:s}}", "provider", "duktape", "id", sb_a, "env",
+                          "GREETING", "hi"));
+    test_cond("create: returns the sandbox",
+              strcmp(jstr(r, "id"), sb_a) == 0 &&
+                  strcmp(jstr(r, "provider"), "duktape") == 0 &&
+                  strcmp(jstr(r, "status"), "running") == 0);
+    test_cond("create: not a reconnect",
+              json_is_false(json_object_get(r, "reconnected")));
     json_decref(r);
 
     r = call_ok(c, SBX_M_CREATE, json_pack("{s:s}", "id", sb_a));
-    test_cond("create: same id again reconnects", json_is_true(json_object_get(r, "reconnected")));
+    test_cond("create: same id again reconnects",
+              json_is_true(json_object_get(r, "reconnected")));
     json_decref(r);
 
     r = call_ok(c, SBX_M_GET, json_pack("{s:s}", "id", sb_a));
@@ -183,8 +188,7 @@ static void test_basics(sbx_ctx *c)
 
     r = call_ok(c, SBX_M_LIST, json_object());
     int found = 0;
-    json_array_foreach(json_object_get(r, "sandboxes"), i, p)
-    {
+    json_array_foreach(json_object_get(r, "sandboxes"), i, p) {
         if (strcmp(jstr(p, "id"), sb_a) == 0)
             found = 1;
     }
@@ -216,17 +220,19 @@ static void test_exec(sbx_ctx *c)
 
     /* 2 MiB of output: the result is truncated, the notifications are not. */
     notes_reset(&n, -1);
-    r = exec_js(c, sb_a,
-                "var s = new Array(1024).join('x'); for (var i = 0; i < 2048; i++) console.log(s);"
-                " 'done'");
-    test_cond("exec: big output, result truncated", json_is_true(json_object_get(r, "truncated")));
+    r = exec_js(
+        c, sb_a,
+        "var s = new Array(1024).join('x'); for (var i = 0; i < 2048; i++) console.log(s);"
+        " 'done'");
+    test_cond("exec: big output, result truncated",
+              json_is_true(json_object_get(r, "truncated")));
     test_cond("exec: big output, every byte notified", n.out_len == 2048u * 1024u);
     json_decref(r);
 
     notes_reset(&n, -1);
     r = call_ok(c, SBX_M_EXEC,
-                json_pack("{s:s, s:s, s:i}", "sandbox", sb_a, "command", "while (true) {}",
-                          "timeout_ms", 300));
+                json_pack("{s:s, s:s, s:i}", "sandbox", sb_a, "command",
+                          "while (true) {}", "timeout_ms", 300));
     test_cond("exec: timeout gives 124 and timed_out",
               jint(r, "exit_code") == SBX_EXIT_TIMEOUT &&
                   json_is_true(json_object_get(r, "timed_out")));
@@ -242,7 +248,7 @@ static void test_exec(sbx_ctx *c)
     free(n.out);
 }
 
-/* ---- sync: tool.call ----------------------------------------------------------------------------- */
+/* ---- sync: tool.call --------------------------------------------------------------- */
 
 static int tool_calls;
 static char tool_sandbox[64];
@@ -264,8 +270,9 @@ static int tool_cb(sbx_ctx *c, json_t **result_out, const char *tool, json_t *ar
 
 static void test_tools(sbx_ctx *c)
 {
-    json_t *r = call_ok(c, SBX_M_CREATE, json_pack("{s:s, s:s, s:[s,s]}", "provider", "duktape",
-                                                   "id", sb_t, "tools", "add", "fail"));
+    json_t *r = call_ok(c, SBX_M_CREATE,
+                        json_pack("{s:s, s:s, s:[s,s]}", "provider", "duktape", "id",
+                                  sb_t, "tools", "add", "fail"));
     test_cond("tools: sandbox with tools created", r != NULL);
     json_decref(r);
 
@@ -273,7 +280,8 @@ static void test_tools(sbx_ctx *c)
     r = exec_js(c, sb_t, "external_add({a: 1, b: 2})");
     test_cond("tools: external_add({a:1,b:2}) returns 3 through the tool callback",
               json_integer_value(json_object_get(r, "result")) == 3 && tool_calls == 1);
-    test_cond("tools: tool.call params name the sandbox", strcmp(tool_sandbox, sb_t) == 0);
+    test_cond("tools: tool.call params name the sandbox",
+              strcmp(tool_sandbox, sb_t) == 0);
     json_decref(r);
 
     r = exec_js(c, sb_t, "try { external_fail({}); 'no' } catch (e) { e.message }");
@@ -283,14 +291,16 @@ static void test_tools(sbx_ctx *c)
 
     /* A client without a tool handler: the call throws, nothing hangs. */
     sbx_ctx *c2 = sbx_connect_unix(sock, 2000);
-    r = exec_js(c2, sb_t, "try { external_add({a: 1, b: 2}); 'no' } catch (e) { 'caught' }");
-    test_cond("tools: without a handler the tool throws", strcmp(jstr(r, "result"), "caught") == 0);
+    r = exec_js(c2, sb_t,
+                "try { external_add({a: 1, b: 2}); 'no' } catch (e) { 'caught' }");
+    test_cond("tools: without a handler the tool throws",
+              strcmp(jstr(r, "result"), "caught") == 0);
     json_decref(r);
     sbx_free(c2);
     sbx_set_tool_cb(c, NULL, NULL);
 }
 
-/* ---- sync: spawn, attach, wait, kill ------------------------------------------------------------ */
+/* ---- sync: spawn, attach, wait, kill ----------------------------------------------- */
 
 static void test_processes(sbx_ctx *c)
 {
@@ -299,7 +309,8 @@ static void test_processes(sbx_ctx *c)
 
     r = call_ok(c, SBX_M_SPAWN,
                 json_pack("{s:s, s:s, s:b}", "sandbox", sb_a, "command",
-                          "for (var i = 0; i < 5; i++) console.log('n' + i); 7", "stream", 0));
+                          "for (var i = 0; i < 5; i++) console.log('n' + i); 7", "stream",
+                          0));
     json_int_t pid = jint(r, "pid");
     test_cond("spawn: returns a pid", pid > 0);
     json_decref(r);
@@ -310,10 +321,11 @@ static void test_processes(sbx_ctx *c)
 
     /* Attach from another connection: replay, then process.exit. */
     sbx_ctx *c2 = sbx_connect_unix(sock, 2000);
-    r = call_ok(c2, SBX_M_ATTACH, json_pack("{s:s, s:I, s:b}", "sandbox", sb_a, "pid", pid,
-                                            "follow", 0));
-    test_cond("attach: finished process, offsets", r && json_is_false(json_object_get(r, "running")) &&
-                                                       jint(r, "stdout_offset") == 15);
+    r = call_ok(c2, SBX_M_ATTACH,
+                json_pack("{s:s, s:I, s:b}", "sandbox", sb_a, "pid", pid, "follow", 0));
+    test_cond("attach: finished process, offsets",
+              r && json_is_false(json_object_get(r, "running")) &&
+                  jint(r, "stdout_offset") == 15);
     json_decref(r);
     notes_reset(&n, pid);
     while (!n.exits && sbx_read_notification(c2, &m, 2000) == SBX_OK) {
@@ -326,10 +338,11 @@ static void test_processes(sbx_ctx *c)
     sbx_free(c2);
 
     /* Streaming spawn, pumped with sbx_read_notification. */
-    r = call_ok(c, SBX_M_SPAWN,
-                json_pack("{s:s, s:s}", "sandbox", sb_a, "command",
-                          "console.log('s0'); var t = Date.now(); while (Date.now() - t < 300) {}"
-                          " console.log('s1'); 1"));
+    r = call_ok(
+        c, SBX_M_SPAWN,
+        json_pack("{s:s, s:s}", "sandbox", sb_a, "command",
+                  "console.log('s0'); var t = Date.now(); while (Date.now() - t < 300) {}"
+                  " console.log('s1'); 1"));
     pid = jint(r, "pid");
     json_decref(r);
     notes_reset(&n, pid);
@@ -338,14 +351,14 @@ static void test_processes(sbx_ctx *c)
         json_decref(m);
     }
     test_cond("spawn: live output via sbx_read_notification",
-              n.out && strcmp(n.out, "s0\ns1\n") == 0 && n.exits == 1 && n.exit_code == 0);
+              n.out && strcmp(n.out, "s0\ns1\n") == 0 && n.exits == 1 &&
+                  n.exit_code == 0);
 
     r = call_ok(c, SBX_M_PLIST, json_pack("{s:s}", "sandbox", sb_a));
     size_t i;
     json_t *p;
     int listed = 0;
-    json_array_foreach(json_object_get(r, "processes"), i, p)
-    {
+    json_array_foreach(json_object_get(r, "processes"), i, p) {
         if (jint(p, "pid") == pid && strcmp(jstr(p, "status"), "exited") == 0)
             listed = 1;
     }
@@ -353,13 +366,14 @@ static void test_processes(sbx_ctx *c)
     json_decref(r);
 
     /* kill */
-    r = call_ok(c, SBX_M_SPAWN, json_pack("{s:s, s:s, s:b}", "sandbox", sb_a, "command",
-                                          "while (true) {}", "stream", 0));
+    r = call_ok(c, SBX_M_SPAWN,
+                json_pack("{s:s, s:s, s:b}", "sandbox", sb_a, "command",
+                          "while (true) {}", "stream", 0));
     pid = jint(r, "pid");
     json_decref(r);
-    sbx_rpc_error *e = call_err(c, SBX_M_WAIT,
-                                json_pack("{s:s, s:I, s:i}", "sandbox", sb_a, "pid", pid,
-                                          "timeout_ms", 100));
+    sbx_rpc_error *e = call_err(
+        c, SBX_M_WAIT,
+        json_pack("{s:s, s:I, s:i}", "sandbox", sb_a, "pid", pid, "timeout_ms", 100));
     test_cond("wait: with a timeout on a running process is -32001",
               e && e->code == SBX_E_STATE);
     sbx_rpc_error_free(e);
@@ -367,13 +381,14 @@ static void test_processes(sbx_ctx *c)
     test_cond("kill: accepted", r != NULL);
     json_decref(r);
     r = call_ok(c, SBX_M_WAIT, json_pack("{s:s, s:I}", "sandbox", sb_a, "pid", pid));
-    test_cond("kill: exit 137 and killed", jint(r, "exit_code") == SBX_EXIT_KILLED &&
-                                               json_is_true(json_object_get(r, "killed")));
+    test_cond("kill: exit 137 and killed",
+              jint(r, "exit_code") == SBX_EXIT_KILLED &&
+                  json_is_true(json_object_get(r, "killed")));
     json_decref(r);
     free(n.out);
 }
 
-/* ---- sync: errors -------------------------------------------------------------------------------- */
+/* ---- sync: errors ------------------------------------------------------------------ */
 
 static void test_errors(sbx_ctx *c)
 {
@@ -381,14 +396,16 @@ static void test_errors(sbx_ctx *c)
 
     e = call_err(c, SBX_M_GET, json_pack("{s:s}", "id", "no-such-sandbox"));
     test_cond("error: unknown sandbox is -32000 with data.sandbox",
-              e && e->code == SBX_E_NOT_FOUND && strcmp(data_str(e, "sandbox"), "no-such-sandbox") == 0);
+              e && e->code == SBX_E_NOT_FOUND &&
+                  strcmp(data_str(e, "sandbox"), "no-such-sandbox") == 0);
     test_cond("error: ctx->err is SBX_ERR_RPC with the message",
               c->err == SBX_ERR_RPC && strcmp(c->errstr, e ? e->message : "") == 0);
     sbx_rpc_error_free(e);
 
     e = call_err(c, "no.such.method", NULL);
     test_cond("error: unknown method is -32601 with data.method",
-              e && e->code == SBX_E_METHOD && strcmp(data_str(e, "method"), "no.such.method") == 0);
+              e && e->code == SBX_E_METHOD &&
+                  strcmp(data_str(e, "method"), "no.such.method") == 0);
     sbx_rpc_error_free(e);
 
     e = call_err(c, SBX_M_GET, json_pack("{s:i}", "id", 5));
@@ -400,8 +417,9 @@ static void test_errors(sbx_ctx *c)
     test_cond("error: unknown pid is -32004", e && e->code == SBX_E_NO_PROCESS);
     sbx_rpc_error_free(e);
 
-    e = call_err(c, SBX_M_EXEC, json_pack("{s:s, s:s, s:s}", "sandbox", sb_a, "command", "1",
-                                          "cwd", "relative/dir"));
+    e = call_err(c, SBX_M_EXEC,
+                 json_pack("{s:s, s:s, s:s}", "sandbox", sb_a, "command", "1", "cwd",
+                           "relative/dir"));
     test_cond("error: a relative cwd is -32602", e && e->code == SBX_E_PARAMS);
     sbx_rpc_error_free(e);
 
@@ -410,7 +428,7 @@ static void test_errors(sbx_ctx *c)
     json_decref(r);
 }
 
-/* ---- async on libev ---------------------------------------------------------------------------------- */
+/* ---- async on libev ---------------------------------------------------------------- */
 
 struct astate {
     struct ev_loop *loop;
@@ -445,7 +463,8 @@ static void a_disconnect(sbx_async *ac, int status)
 
 static char tags[] = "EPXTGN";
 
-static void a_reply(sbx_async *ac, json_t *result, const sbx_rpc_error *err, void *privdata)
+static void a_reply(sbx_async *ac, json_t *result, const sbx_rpc_error *err,
+                    void *privdata)
 {
     struct astate *s = ac->data;
     const char *tag = privdata;
@@ -504,7 +523,8 @@ static void a_tool(sbx_async *ac, const char *call_id, const char *tool, json_t 
     ev_timer_start(s->loop, &s->tool_timer);
 }
 
-static void a_output(sbx_async *ac, int stream, const char *data, size_t len, void *privdata)
+static void a_output(sbx_async *ac, int stream, const char *data, size_t len,
+                     void *privdata)
 {
     struct astate *s = ac->data;
     (void)privdata;
@@ -512,7 +532,8 @@ static void a_output(sbx_async *ac, int stream, const char *data, size_t len, vo
         strncat(s->out, data, len);
 }
 
-static void a_exit(sbx_async *ac, json_t *exit_params, const sbx_rpc_error *err, void *privdata)
+static void a_exit(sbx_async *ac, json_t *exit_params, const sbx_rpc_error *err,
+                   void *privdata)
 {
     struct astate *s = ac->data;
     (void)err;
@@ -582,8 +603,8 @@ static void test_async(void)
     test_cond("async: exec result arrived", s.exec_result == 5);
 
     /* An error. */
-    sbx_async_call_new(ac, SBX_M_GET, json_pack("{s:s}", "id", "no-such-sandbox"), a_reply,
-                       &tags[2]);
+    sbx_async_call_new(ac, SBX_M_GET, json_pack("{s:s}", "id", "no-such-sandbox"),
+                       a_reply, &tags[2]);
     run_until(loop, &s.replies, 3, 5);
     test_cond("async: RPC error delivered", s.err.code == SBX_E_NOT_FOUND);
 
@@ -606,7 +627,8 @@ static void test_async(void)
     s.notes = 0;
     json_t *sp = json_pack("{s:s, s:s}", "sandbox", sb_a, "command",
                            "console.log('x1'); console.log('x2'); 3");
-    test_cond("async: spawn sent", sbx_async_spawn(ac, sp, a_output, a_exit, NULL) == SBX_OK);
+    test_cond("async: spawn sent",
+              sbx_async_spawn(ac, sp, a_output, a_exit, NULL) == SBX_OK);
     json_decref(sp);
     run_until(loop, &s.exits, 1, 10);
     test_cond("async: spawn watch got the output", strcmp(s.out, "x1\nx2\n") == 0);
@@ -621,7 +643,8 @@ static void test_async(void)
     run_until(loop, &s.disconnected, 1, 5);
     test_cond("async: disconnect delivered the pending reply",
               strchr(s.order, 'G') != NULL && s.nulls == 0);
-    test_cond("async: on_disconnect(SBX_OK)", s.disconnected == 1 && s.disc_status == SBX_OK);
+    test_cond("async: on_disconnect(SBX_OK)",
+              s.disconnected == 1 && s.disc_status == SBX_OK);
 
     /* Free with a call in flight: its callback gets NULLs. */
     ac = a_open(&s, loop);
@@ -638,7 +661,7 @@ static void test_async(void)
               s.nulls == 1 && s.disconnected == 1);
 }
 
-/* ---- main ------------------------------------------------------------------------------------------ */
+/* ---- main -------------------------------------------------------------------------- */
 
 static pid_t own_sbxd;
 static char own_dir[64], own_sock[128];

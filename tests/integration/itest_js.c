@@ -27,8 +27,8 @@ static json_t *create_js(conn *c, const char *id, json_t *extra)
 static json_t *run_t(conn *c, const char *sb, const char *code, int timeout_ms)
 {
     return cn_call_t(c, timeout_ms + 30000, "process.exec",
-                     json_pack("{s:s, s:s, s:i}", "sandbox", sb, "command", code, "timeout_ms",
-                               timeout_ms));
+                     json_pack("{s:s, s:s, s:i}", "sandbox", sb, "command", code,
+                               "timeout_ms", timeout_ms));
 }
 
 static json_t *run(conn *c, const char *sb, const char *code)
@@ -75,7 +75,8 @@ static void test_body_and_ts(conn *c)
     json_decref(r);
 
     r = run(c, "js-basic", "return 1 + 2");
-    test_cond("return 1 + 2 gives result 3", result_is(r, "3") && res_int(r, "exit_code") == 0);
+    test_cond("return 1 + 2 gives result 3",
+              result_is(r, "3") && res_int(r, "exit_code") == 0);
     json_decref(r);
     r = run(c, "js-basic", "const v = await Promise.resolve(20); return v + 1");
     test_cond("top-level await works", result_is(r, "21"));
@@ -83,9 +84,10 @@ static void test_body_and_ts(conn *c)
     r = run(c, "js-basic", "let x = 1");
     test_cond("no return leaves result out", res_int(r, "exit_code") == 0 && !result(r));
     json_decref(r);
-    r = run(c, "js-basic",
-            "const f = (x) => x * 2; const {a, ...rest} = {a: 1, b: 2}; "
-            "return `${f(21)}-${a}-${Object.keys(rest)}-${typeof Promise}-${[1, [2]].flat()}`");
+    r = run(
+        c, "js-basic",
+        "const f = (x) => x * 2; const {a, ...rest} = {a: 1, b: 2}; "
+        "return `${f(21)}-${a}-${Object.keys(rest)}-${typeof Promise}-${[1, [2]].flat()}`");
     test_cond("modern JavaScript: arrows, destructuring, templates, Promise",
               result_is(r, "\"42-1-b-function-1,2\""));
     json_decref(r);
@@ -94,23 +96,26 @@ static void test_body_and_ts(conn *c)
             "const double = (n: number): number => n * 2; return [1,2,3].map(double)");
     test_cond("TypeScript annotations are stripped", result_is(r, "[2,4,6]"));
     json_decref(r);
-    r = run(c, "js-basic",
-            "interface P { x: number; y?: string }\n"
-            "type Q = P & { z: number[] };\n"
-            "function first<T>(xs: T[], d?: T): T { return xs.length ? xs[0]! : (d as T); }\n"
-            "const q = { x: 1, z: [2] } satisfies Q;\n"
-            "class K { constructor(private n: number) {} get(): number { return this.n } }\n"
-            "return [first<number>([7, 8]), q.x, new K(5).get(), (q as P).x]");
+    r = run(
+        c, "js-basic",
+        "interface P { x: number; y?: string }\n"
+        "type Q = P & { z: number[] };\n"
+        "function first<T>(xs: T[], d?: T): T { return xs.length ? xs[0]! : (d as T); }\n"
+        "const q = { x: 1, z: [2] } satisfies Q;\n"
+        "class K { constructor(private n: number) {} get(): number { return this.n } }\n"
+        "return [first<number>([7, 8]), q.x, new K(5).get(), (q as P).x]");
     test_cond("interfaces, aliases, generics, !, as, satisfies, optional params",
               result_is(r, "[7,1,5,1]"));
     json_decref(r);
-    r = run(c, "js-basic", "const a = 1;\nconst b: number = 2;\nthrow new Error('line ' + b)");
-    test_cond("stripping keeps line numbers", strstr(exc_field(r, "stack"), ":3:") != NULL);
+    r = run(c, "js-basic",
+            "const a = 1;\nconst b: number = 2;\nthrow new Error('line ' + b)");
+    test_cond("stripping keeps line numbers",
+              strstr(exc_field(r, "stack"), ":3:") != NULL);
     json_decref(r);
     destroy(c, "js-basic");
 }
 
-/* ---- 3: console ----------------------------------------------------------------------- */
+/* ---- 3: console -------------------------------------------------------------------- */
 
 static void test_console(conn *c)
 {
@@ -122,18 +127,21 @@ static void test_console(conn *c)
     json_t *logs = json_object_get(res_of(r), "logs");
     test_cond("console.log formats like node: hello {\"a\":1}",
               json_array_size(logs) == 5 &&
-                  strcmp(json_string_value(json_array_get(logs, 0)), "hello {\"a\":1}") == 0);
+                  strcmp(json_string_value(json_array_get(logs, 0)), "hello {\"a\":1}") ==
+                      0);
     test_cond("numbers, strings, arrays, null, undefined, booleans",
-              strcmp(json_string_value(json_array_get(logs, 1)) ?: "", "1 two [3]") == 0 &&
+              strcmp(json_string_value(json_array_get(logs, 1)) ?: "", "1 two [3]") ==
+                      0 &&
                   strcmp(json_string_value(json_array_get(logs, 2)) ?: "",
                          "null undefined true") == 0);
     test_cond("an Error prints as Name: message",
-              strncmp(json_string_value(json_array_get(logs, 4)) ?: "", "TypeError: bad", 14) ==
-                  0);
+              strncmp(json_string_value(json_array_get(logs, 4)) ?: "", "TypeError: bad",
+                      14) == 0);
     test_cond("log/info/debug stream on stdout",
-              strcmp(res_str(r, "stdout"), "hello {\"a\":1}\n1 two [3]\nnull undefined true\n") ==
-                  0);
-    test_cond("warn/error stream on stderr", strncmp(res_str(r, "stderr"), "careful\nTypeError: bad", 22) == 0);
+              strcmp(res_str(r, "stdout"),
+                     "hello {\"a\":1}\n1 two [3]\nnull undefined true\n") == 0);
+    test_cond("warn/error stream on stderr",
+              strncmp(res_str(r, "stderr"), "careful\nTypeError: bad", 22) == 0);
     json_decref(r);
 
     r = run(c, "js-console", "console.log('before'); throw new RangeError('after')");
@@ -149,12 +157,13 @@ static void test_console(conn *c)
     r = run(c, "js-console", "console.log('streamed'); return 1");
     char buf[256] = "";
     notes_output(c, (int)res_int(r, "pid"), "stdout", buf, sizeof(buf));
-    test_cond("console lines are streamed as process.output", strcmp(buf, "streamed\n") == 0);
+    test_cond("console lines are streamed as process.output",
+              strcmp(buf, "streamed\n") == 0);
     json_decref(r);
     destroy(c, "js-console");
 }
 
-/* ---- 4: tools ---------------------------------------------------------------------------- */
+/* ---- 4: tools ---------------------------------------------------------------------- */
 
 static int tool_calls; /* tool.calls answered by echo_tool */
 
@@ -171,12 +180,13 @@ static json_t *echo_tool(const char *name, json_t *args, int *code, const char *
 
 /* Sends an exec and answers the tool calls it makes only once `want` of them
  * are in flight, last first. Returns the exec response. */
-static json_t *exec_answering_reversed(conn *c, const char *sb, const char *code, int want,
-                                       int *seen_out, json_t **names_out)
+static json_t *exec_answering_reversed(conn *c, const char *sb, const char *code,
+                                       int want, int *seen_out, json_t **names_out)
 {
     int id = ++c->next_id;
-    json_t *req = json_pack("{s:s, s:i, s:s, s:{s:s, s:s}}", "jsonrpc", "2.0", "id", id, "method",
-                            "process.exec", "params", "sandbox", sb, "command", code);
+    json_t *req =
+        json_pack("{s:s, s:i, s:s, s:{s:s, s:s}}", "jsonrpc", "2.0", "id", id, "method",
+                  "process.exec", "params", "sandbox", sb, "command", code);
     char *s = json_dumps(req, JSON_COMPACT);
     json_decref(req);
     cn_send_raw(c, s, strlen(s));
@@ -190,7 +200,8 @@ static json_t *exec_answering_reversed(conn *c, const char *sb, const char *code
             continue;
         const char *meth = json_string_value(json_object_get(m, "method"));
         if (meth && strcmp(meth, "tool.call") == 0) {
-            json_array_append(names, json_object_get(json_object_get(m, "params"), "name"));
+            json_array_append(names,
+                              json_object_get(json_object_get(m, "params"), "name"));
             json_array_append_new(pending, m);
             if ((int)json_array_size(pending) == want) {
                 for (int i = want - 1; i >= 0; i--) {
@@ -225,38 +236,49 @@ static json_t *exec_answering_reversed(conn *c, const char *sb, const char *code
 
 static void test_tools(conn *c)
 {
-    json_decref(create_js(c, "js-tools",
-                          json_pack("{s:[s,s,s,s]}", "tools", "lookup", "my-tool", "fail", "a.b")));
+    json_decref(create_js(
+        c, "js-tools",
+        json_pack("{s:[s,s,s,s]}", "tools", "lookup", "my-tool", "fail", "a.b")));
     c->tool = echo_tool;
     json_t *r = run(c, "js-tools", "const x = await external_lookup({id: 1}); return x");
     test_cond("external_lookup round-trips through tool.call",
               result_is(r, "{\"tool\":\"lookup\",\"args\":{\"id\":1}}"));
     json_decref(r);
-    r = run(c, "js-tools", "const p = external_lookup(1); return [p instanceof Promise, await p]");
-    test_cond("external_* returns a Promise", result_is(r, "[true,{\"tool\":\"lookup\",\"args\":1}]"));
+    r = run(c, "js-tools",
+            "const p = external_lookup(1); return [p instanceof Promise, await p]");
+    test_cond("external_* returns a Promise",
+              result_is(r, "[true,{\"tool\":\"lookup\",\"args\":1}]"));
     json_decref(r);
-    r = run(c, "js-tools", "return [typeof external_my_tool, (await external_my_tool('x')).tool, typeof external_a_b]");
+    r = run(
+        c, "js-tools",
+        "return [typeof external_my_tool, (await external_my_tool('x')).tool, typeof external_a_b]");
     test_cond("my-tool is external_my_tool and tool.call names my-tool",
               result_is(r, "[\"function\",\"my-tool\",\"function\"]"));
     json_decref(r);
-    r = run(c, "js-tools",
-            "try { await external_fail({}) } catch (e) { return [e instanceof Error, e.name, "
-            "e.message, e.code, e.tool] }");
+    r = run(
+        c, "js-tools",
+        "try { await external_fail({}) } catch (e) { return [e instanceof Error, e.name, "
+        "e.message, e.code, e.tool] }");
     test_cond("a tool error is an Error with the tool's message",
               result_is(r, "[true,\"ToolError\",\"no such record\",42,\"fail\"]"));
     json_decref(r);
 
-    const char *bad[] = {"await external_lookup({n: 1n})", "BigInt",
-                         "const o = {}; o.self = o; await external_lookup(o)", "cycle",
-                         "await external_lookup({f() {}})", "function"};
+    const char *bad[] = {"await external_lookup({n: 1n})",
+                         "BigInt",
+                         "const o = {}; o.self = o; await external_lookup(o)",
+                         "cycle",
+                         "await external_lookup({f() {}})",
+                         "function"};
     for (int i = 0; i < 6; i += 2) {
         int before = tool_calls;
         r = run(c, "js-tools", bad[i]);
         char name[96];
-        snprintf(name, sizeof(name), "a %s argument is a TypeError saying so", bad[i + 1]);
-        test_cond(name, strcmp(exc_field(r, "name"), "TypeError") == 0 &&
-                            strstr(exc_field(r, "message"), "JSON-serialisable") != NULL &&
-                            res_int(r, "exit_code") == 1);
+        snprintf(name, sizeof(name), "a %s argument is a TypeError saying so",
+                 bad[i + 1]);
+        test_cond(name,
+                  strcmp(exc_field(r, "name"), "TypeError") == 0 &&
+                      strstr(exc_field(r, "message"), "JSON-serialisable") != NULL &&
+                      res_int(r, "exit_code") == 1);
         snprintf(name, sizeof(name), "and no tool.call was sent for the %s", bad[i + 1]);
         test_cond(name, tool_calls == before);
         json_decref(r);
@@ -271,13 +293,14 @@ static void test_tools(conn *c)
         "external_lookup(3)]); return r",
         3, &seen, &names);
     test_cond("Promise.all sends all three tool.calls before any answer", seen == 3);
-    test_cond("answers in reverse order settle their own promises", result_is(r, "[1,2,3]"));
+    test_cond("answers in reverse order settle their own promises",
+              result_is(r, "[1,2,3]"));
     json_decref(r);
     json_decref(names);
     destroy(c, "js-tools");
 }
 
-/* ---- 5: failures ------------------------------------------------------------------------ */
+/* ---- 5: failures ------------------------------------------------------------------- */
 
 static void test_failures(conn *c)
 {
@@ -286,7 +309,9 @@ static void test_failures(conn *c)
     test_cond("an uncaught throw is exception {name, message, stack}",
               strcmp(exc_field(r, "name"), "TypeError") == 0 &&
                   strcmp(exc_field(r, "message"), "boom") == 0 &&
-                  strstr(exc_field(r, "stack"), "TypeError: boom\n    at f (program:") != NULL && res_int(r, "exit_code") == 1);
+                  strstr(exc_field(r, "stack"), "TypeError: boom\n    at f (program:") !=
+                      NULL &&
+                  res_int(r, "exit_code") == 1);
     test_cond("and Uncaught TypeError: boom on stderr",
               strstr(res_str(r, "stderr"), "Uncaught TypeError: boom") != NULL);
     json_decref(r);
@@ -307,8 +332,8 @@ static void test_failures(conn *c)
     r = run(c, "js-fail", "return {a: 1n}");
     test_cond("a BigInt return value gives a TypeError saying so",
               strcmp(exc_field(r, "name"), "TypeError") == 0 &&
-                  strstr(exc_field(r, "message"), "return value is not JSON-serialisable") !=
-                      NULL);
+                  strstr(exc_field(r, "message"),
+                         "return value is not JSON-serialisable") != NULL);
     json_decref(r);
     r = run(c, "js-fail", "const o = {}; o.o = o; return o");
     test_cond("a cyclic return value gives a TypeError",
@@ -320,7 +345,7 @@ static void test_failures(conn *c)
     destroy(c, "js-fail");
 }
 
-/* ---- 6, 7: time and memory --------------------------------------------------------------- */
+/* ---- 6, 7: time and memory --------------------------------------------------------- */
 
 static int pid_alive(json_t *meta_resp, long *pid_out)
 {
@@ -333,8 +358,11 @@ static int pid_alive(json_t *meta_resp, long *pid_out)
 static void test_timeouts(conn *c)
 {
     json_decref(create_js(c, "js-time", NULL));
-    const char *loops[] = {"while (true) {}", "a synchronous loop", "for (;;) await null",
-                           "a microtask loop", "await new Promise(() => {})",
+    const char *loops[] = {"while (true) {}",
+                           "a synchronous loop",
+                           "for (;;) await null",
+                           "a microtask loop",
+                           "await new Promise(() => {})",
                            "a promise that never settles"};
     for (int i = 0; i < 6; i += 2) {
         json_t *g = cn_call(c, "sandbox.get", json_pack("{s:s}", "id", "js-time"));
@@ -345,13 +373,15 @@ static void test_timeouts(conn *c)
         json_t *r = run_t(c, "js-time", loops[i], 300);
         double dt = now_ms() - t0;
         char name[128];
-        snprintf(name, sizeof(name), "timeout of %s: TimeoutError, timed out after 300 ms, 124",
+        snprintf(name, sizeof(name),
+                 "timeout of %s: TimeoutError, timed out after 300 ms, 124",
                  loops[i + 1]);
-        test_cond(name, res_int(r, "exit_code") == 124 &&
-                            json_is_true(json_object_get(res_of(r), "timed_out")) &&
-                            strcmp(exc_field(r, "name"), "TimeoutError") == 0 &&
-                            strcmp(exc_field(r, "message"), "timed out after 300 ms") == 0 &&
-                            dt < 5000);
+        test_cond(name,
+                  res_int(r, "exit_code") == 124 &&
+                      json_is_true(json_object_get(res_of(r), "timed_out")) &&
+                      strcmp(exc_field(r, "name"), "TimeoutError") == 0 &&
+                      strcmp(exc_field(r, "message"), "timed out after 300 ms") == 0 &&
+                      dt < 5000);
         json_decref(r);
         /* the worker that ran it is really gone */
         int gone = 0;
@@ -360,11 +390,13 @@ static void test_timeouts(conn *c)
             if (!gone)
                 usleep(20000);
         }
-        snprintf(name, sizeof(name), "and the worker process really ended (%s)", loops[i + 1]);
+        snprintf(name, sizeof(name), "and the worker process really ended (%s)",
+                 loops[i + 1]);
         test_cond(name, gone);
     }
     json_t *r = run(c, "js-time", "return 'next'");
-    test_cond("after timeouts the sandbox runs the next program", result_is(r, "\"next\""));
+    test_cond("after timeouts the sandbox runs the next program",
+              result_is(r, "\"next\""));
     json_decref(r);
     destroy(c, "js-time");
 }
@@ -383,12 +415,15 @@ static void test_memory(conn *c)
         char name[128];
         snprintf(name, sizeof(name), "a %s bomb ends with memory limit exceeded (96 MiB)",
                  bombs[i + 1]);
-        test_cond(name, res_int(r, "exit_code") == 1 &&
-                            strstr(res_str(r, "error"), "memory limit exceeded (96 MiB)") &&
-                            strcmp(exc_field(r, "name"), "RangeError") == 0 &&
-                            json_is_true(json_object_get(res_of(r), "isolate_reset")));
-        snprintf(name, sizeof(name), "the %s bomb ends within 5 s (20 s timeout)", bombs[i + 1]);
-        test_cond(name, dt < 5000 && !json_is_true(json_object_get(res_of(r), "timed_out")));
+        test_cond(name,
+                  res_int(r, "exit_code") == 1 &&
+                      strstr(res_str(r, "error"), "memory limit exceeded (96 MiB)") &&
+                      strcmp(exc_field(r, "name"), "RangeError") == 0 &&
+                      json_is_true(json_object_get(res_of(r), "isolate_reset")));
+        snprintf(name, sizeof(name), "the %s bomb ends within 5 s (20 s timeout)",
+                 bombs[i + 1]);
+        test_cond(name,
+                  dt < 5000 && !json_is_true(json_object_get(res_of(r), "timed_out")));
         json_decref(r);
     }
     json_t *r = run(c, "js-mem", "return 'alive'");
@@ -400,13 +435,16 @@ static void test_memory(conn *c)
     json_decref(create_js(c, "js-mem2", json_pack("{s:i}", "memory_limit_mb", 128)));
     int all = 1;
     for (int i = 0; i < 6; i++) {
-        r = run(c, "js-mem2",
-                "const a = []; for (let i = 0; i < 3; i++) a.push(new Array(1 << 20).fill(i)); "
-                "return a.length");
+        r = run(
+            c, "js-mem2",
+            "const a = []; for (let i = 0; i < 3; i++) a.push(new Array(1 << 20).fill(i)); "
+            "return a.length");
         all &= res_int(r, "exit_code") == 0 && result_is(r, "3");
         json_decref(r);
     }
-    test_cond("programs under the limit, one after another, all run (garbage is collected)", all);
+    test_cond(
+        "programs under the limit, one after another, all run (garbage is collected)",
+        all);
     destroy(c, "js-mem2");
     r = cn_call(c, "sandbox.get", json_pack("{s:s}", "id", "js-mem"));
     test_cond("memory_limit_mb shows in the metadata",
@@ -417,34 +455,39 @@ static void test_memory(conn *c)
 
     json_decref(create_js(c, "js-mem-big", json_pack("{s:i}", "memory_limit_mb", 60000)));
     r = cn_call(c, "sandbox.get", json_pack("{s:s}", "id", "js-mem-big"));
-    test_cond("a client's memory_limit_mb is clamped to limits.max_memory_limit_mb",
-              json_integer_value(json_object_get(json_object_get(res_of(r), "metadata"),
-                                                 "memory_limit_mb")) ==
-                  json_integer_value(json_object_get(json_object_get(json_object_get(res_of(r), "clamped"),
-                                                                     "memory_limit_mb"),
-                                                     "max")));
+    test_cond(
+        "a client's memory_limit_mb is clamped to limits.max_memory_limit_mb",
+        json_integer_value(
+            json_object_get(json_object_get(res_of(r), "metadata"), "memory_limit_mb")) ==
+            json_integer_value(json_object_get(
+                json_object_get(json_object_get(res_of(r), "clamped"), "memory_limit_mb"),
+                "max")));
     json_decref(r);
     destroy(c, "js-mem-big");
 }
 
-/* ---- 8: nothing of the host --------------------------------------------------------- */
+/* ---- 8: nothing of the host -------------------------------------------------------- */
 
 static void test_no_host(conn *c)
 {
     json_decref(create_js(c, "js-host", NULL));
-    json_t *r = run(c, "js-host",
-                    "return [typeof process, typeof require, typeof fetch, typeof setTimeout, "
-                    "typeof XMLHttpRequest, typeof importScripts, typeof setInterval, "
-                    "typeof queueMicrotask === 'function' || typeof queueMicrotask === 'undefined']");
-    test_cond("process, require, fetch, setTimeout, XMLHttpRequest, importScripts are undefined",
-              result_is(r, "[\"undefined\",\"undefined\",\"undefined\",\"undefined\","
-                           "\"undefined\",\"undefined\",\"undefined\",true]"));
+    json_t *r = run(
+        c, "js-host",
+        "return [typeof process, typeof require, typeof fetch, typeof setTimeout, "
+        "typeof XMLHttpRequest, typeof importScripts, typeof setInterval, "
+        "typeof queueMicrotask === 'function' || typeof queueMicrotask === 'undefined']");
+    test_cond(
+        "process, require, fetch, setTimeout, XMLHttpRequest, importScripts are undefined",
+        result_is(r, "[\"undefined\",\"undefined\",\"undefined\",\"undefined\","
+                     "\"undefined\",\"undefined\",\"undefined\",true]"));
     json_decref(r);
-    r = run(c, "js-host", "try { await import('fs'); return 'imported' } catch (e) { return 'no' }");
+    r = run(c, "js-host",
+            "try { await import('fs'); return 'imported' } catch (e) { return 'no' }");
     test_cond("import() of a module fails", result_is(r, "\"no\""));
     json_decref(r);
     r = run(c, "js-host", "import fs from 'fs'\nreturn fs.readFileSync('/etc/passwd')");
-    test_cond("a static import is a SyntaxError", strcmp(exc_field(r, "name"), "SyntaxError") == 0);
+    test_cond("a static import is a SyntaxError",
+              strcmp(exc_field(r, "name"), "SyntaxError") == 0);
     json_decref(r);
     destroy(c, "js-host");
 }
@@ -457,26 +500,32 @@ static void test_state(conn *c)
     json_t *r = run(c, "js-fresh", "globalThis.leak = 1; undeclared = 2; return 0");
     json_decref(r);
     r = run(c, "js-fresh", "return [typeof leak, typeof undeclared]");
-    test_cond("a fresh global per run by default", result_is(r, "[\"undefined\",\"undefined\"]"));
+    test_cond("a fresh global per run by default",
+              result_is(r, "[\"undefined\",\"undefined\"]"));
     json_decref(r);
     r = run(c, "js-fresh", "Array.prototype.evil = 1; return 0");
     json_decref(r);
     r = run(c, "js-fresh", "return typeof [].evil");
-    test_cond("builtins changed by one run are pristine in the next", result_is(r, "\"undefined\""));
+    test_cond("builtins changed by one run are pristine in the next",
+              result_is(r, "\"undefined\""));
     json_decref(r);
     destroy(c, "js-fresh");
 
     r = create_js(c, "js-repl", json_pack("{s:b}", "persistent", 1));
-    test_cond("persistent shows in the sandbox", json_is_true(json_object_get(res_of(r), "persistent")));
+    test_cond("persistent shows in the sandbox",
+              json_is_true(json_object_get(res_of(r), "persistent")));
     json_decref(r);
-    json_decref(run(c, "js-repl", "globalThis.counter = 10; notes = ['a']; const local = 1; return 0"));
-    r = run(c, "js-repl", "counter += 1; notes.push('b'); return [counter, notes, typeof local]");
+    json_decref(run(c, "js-repl",
+                    "globalThis.counter = 10; notes = ['a']; const local = 1; return 0"));
+    r = run(c, "js-repl",
+            "counter += 1; notes.push('b'); return [counter, notes, typeof local]");
     test_cond("persistent: globals stay between execs",
               result_is(r, "[11,[\"a\",\"b\"],\"undefined\"]"));
     json_decref(r);
     r = cn_call(c, "sandbox.snapshot", json_pack("{s:s}", "id", "js-repl"));
     const char *snap = res_str(r, "snapshot");
-    json_t *r2 = create_js(c, "js-repl2", json_pack("{s:b, s:s}", "persistent", 1, "snapshot", snap));
+    json_t *r2 = create_js(c, "js-repl2",
+                           json_pack("{s:b, s:s}", "persistent", 1, "snapshot", snap));
     json_decref(r2);
     json_decref(r);
     r = run(c, "js-repl2", "return [counter, notes]");
@@ -493,33 +542,37 @@ static void test_state(conn *c)
     destroy(c, "js-repl2");
 }
 
-/* ---- 10: kill ------------------------------------------------------------------------------- */
+/* ---- 10: kill ---------------------------------------------------------------------- */
 
 static void test_kill(conn *c)
 {
     json_decref(create_js(c, "js-kill", json_pack("{s:[s]}", "tools", "slow")));
     c->tool = NULL;
-    json_t *r = cn_call(c, "process.spawn",
-                        json_pack("{s:s, s:s}", "sandbox", "js-kill", "command",
-                                  "console.log('waiting'); return await external_slow({})"));
+    json_t *r =
+        cn_call(c, "process.spawn",
+                json_pack("{s:s, s:s}", "sandbox", "js-kill", "command",
+                          "console.log('waiting'); return await external_slow({})"));
     int pid = (int)res_int(r, "pid");
     json_decref(r);
     /* wait for the tool.call, and do not answer it */
     int got = 0;
     for (int i = 0; i < 100 && !got; i++) {
         json_t *m = cn_read(c, 100);
-        if (m && strcmp(json_string_value(json_object_get(m, "method")) ?: "", "tool.call") == 0)
+        if (m && strcmp(json_string_value(json_object_get(m, "method")) ?: "",
+                        "tool.call") == 0)
             got = 1;
         json_decref(m);
     }
     test_cond("the program is awaiting its tool call", got);
     double t0 = now_ms();
-    r = cn_call(c, "process.kill", json_pack("{s:s, s:i}", "sandbox", "js-kill", "pid", pid));
+    r = cn_call(c, "process.kill",
+                json_pack("{s:s, s:i}", "sandbox", "js-kill", "pid", pid));
     json_decref(r);
-    r = cn_call(c, "process.wait", json_pack("{s:s, s:i}", "sandbox", "js-kill", "pid", pid));
+    r = cn_call(c, "process.wait",
+                json_pack("{s:s, s:i}", "sandbox", "js-kill", "pid", pid));
     test_cond("kill ends it at once while it awaits a tool call",
-              json_is_true(json_object_get(res_of(r), "killed")) && res_int(r, "exit_code") == 137 &&
-                  now_ms() - t0 < 2000);
+              json_is_true(json_object_get(res_of(r), "killed")) &&
+                  res_int(r, "exit_code") == 137 && now_ms() - t0 < 2000);
     json_decref(r);
     r = run(c, "js-kill", "return 'after kill'");
     test_cond("and the sandbox runs the next program", result_is(r, "\"after kill\""));
@@ -527,7 +580,7 @@ static void test_kill(conn *c)
     destroy(c, "js-kill");
 }
 
-/* ---- large tool results, both engines ---------------------------------------------------- */
+/* ---- large tool results, both engines ---------------------------------------------- */
 
 #define BIG_RESULT (3u << 20)
 
@@ -546,7 +599,8 @@ static void test_big_results(conn *c)
     c->tool = big_tool;
     json_decref(create_js(c, "js-big", json_pack("{s:[s]}", "tools", "big")));
     /* generous timeouts: 3 MiB of JSON crawls under valgrind */
-    json_t *r = run_t(c, "js-big", "const s = await external_big(); return s.length", 120000);
+    json_t *r =
+        run_t(c, "js-big", "const s = await external_big(); return s.length", 120000);
     test_cond("js: a 3 MiB tool result arrives whole", result_is(r, "3145728"));
     json_decref(r);
     r = run_t(c, "js-big", "return (await external_big()).slice(0, 3)", 120000);
@@ -559,8 +613,8 @@ static void test_big_results(conn *c)
     destroy(c, "js-big");
 
     json_decref(cn_call(c, "sandbox.create",
-                        json_pack("{s:s, s:s, s:[s]}", "id", "duk-big", "provider", "duktape",
-                                  "tools", "big")));
+                        json_pack("{s:s, s:s, s:[s]}", "id", "duk-big", "provider",
+                                  "duktape", "tools", "big")));
     r = run_t(c, "duk-big", "external_big().length", 120000);
     test_cond("duktape: a 3 MiB tool result arrives whole", result_is(r, "3145728"));
     json_decref(r);
@@ -576,22 +630,25 @@ static void test_big_results(conn *c)
     size_t max = (size_t)json_integer_value(
         json_object_get(json_object_get(res_of(info), "limits"), "max_message_bytes"));
     json_decref(info);
-    r = cn_call(a, "process.spawn", json_pack("{s:s, s:s}", "sandbox", "js-huge", "command",
-                                              "try { await external_huge() } catch (e) "
-                                              "{ return e.name + ': ' + e.message }"));
+    r = cn_call(a, "process.spawn",
+                json_pack("{s:s, s:s}", "sandbox", "js-huge", "command",
+                          "try { await external_huge() } catch (e) "
+                          "{ return e.name + ': ' + e.message }"));
     int pid = (int)res_int(r, "pid");
     json_decref(r);
     json_t *call = NULL;
     for (int i = 0; i < 100 && !call; i++) {
         json_t *m = cn_read(a, 100);
-        if (m && strcmp(json_string_value(json_object_get(m, "method")) ?: "", "tool.call") == 0)
+        if (m && strcmp(json_string_value(json_object_get(m, "method")) ?: "",
+                        "tool.call") == 0)
             call = m;
         else
             json_decref(m);
     }
     if (call && max > 0 && max < (64u << 20)) {
         char head[64];
-        int n = snprintf(head, sizeof(head), "{\"jsonrpc\":\"2.0\",\"id\":\"%s\",\"result\":\"",
+        int n = snprintf(head, sizeof(head),
+                         "{\"jsonrpc\":\"2.0\",\"id\":\"%s\",\"result\":\"",
                          json_string_value(json_object_get(call, "id")));
         size_t len = max + 1024;
         char *line = malloc(len + 4);
@@ -603,8 +660,9 @@ static void test_big_results(conn *c)
     }
     json_decref(call);
     double t0 = now_ms();
-    r = cn_call(c, "process.wait", json_pack("{s:s, s:i, s:i}", "sandbox", "js-huge", "pid", pid,
-                                             "timeout_ms", 10000));
+    r = cn_call(c, "process.wait",
+                json_pack("{s:s, s:i, s:i}", "sandbox", "js-huge", "pid", pid,
+                          "timeout_ms", 10000));
     test_cond("a result over max_message_bytes fails the call at once with an error",
               res_int(r, "exit_code") == 0 &&
                   strstr(json_string_value(result(r)) ?: "", "ToolError") != NULL &&
@@ -620,10 +678,11 @@ static void test_big_results(conn *c)
 static void test_duk_bomb(conn *c)
 {
     json_decref(cn_call(c, "sandbox.create",
-                        json_pack("{s:s, s:s, s:i}", "id", "duk-bomb", "provider", "duktape",
-                                  "memory_limit_mb", 16)));
-    json_t *r = run_t(c, "duk-bomb",
-                      "var a=[],i=0; for(;;) a.push(new Array(100000).join(\"xy\")+(i++))", 60000);
+                        json_pack("{s:s, s:s, s:i}", "id", "duk-bomb", "provider",
+                                  "duktape", "memory_limit_mb", 16)));
+    json_t *r = run_t(
+        c, "duk-bomb",
+        "var a=[],i=0; for(;;) a.push(new Array(100000).join(\"xy\")+(i++))", 60000);
     test_cond("duktape: the distinct-string bomb ends with memory limit exceeded",
               strstr(res_str(r, "error"), "memory limit exceeded (16 MiB)") != NULL &&
                   !json_is_true(json_object_get(res_of(r), "timed_out")));
@@ -634,7 +693,7 @@ static void test_duk_bomb(conn *c)
     destroy(c, "duk-bomb");
 }
 
-/* ---- more execs than run at once --------------------------------------------------------- */
+/* ---- more execs than run at once --------------------------------------------------- */
 
 /* The test daemon runs 16 processes per sandbox and queues 24 more. A js
  * sandbox runs one program at a time: a blocker that awaits an unanswered
@@ -643,18 +702,21 @@ static void test_queue(conn *c)
 {
     json_t *info = cn_call(c, "daemon.info", NULL);
     json_t *lim = json_object_get(res_of(info), "limits");
-    int running = (int)json_integer_value(json_object_get(lim, "max_processes_per_sandbox"));
+    int running =
+        (int)json_integer_value(json_object_get(lim, "max_processes_per_sandbox"));
     int queued = (int)json_integer_value(json_object_get(lim, "max_queued_per_sandbox"));
     json_decref(info);
     if (running <= 0 || queued <= 0 || running + queued > 200) {
-        test_skip("execs beyond max_processes_per_sandbox queue", "limits not set for it");
+        test_skip("execs beyond max_processes_per_sandbox queue",
+                  "limits not set for it");
         return;
     }
     json_decref(create_js(c, "js-queue", json_pack("{s:[s]}", "tools", "hold")));
     /* the blocker's tool.call goes to a connection that never answers it */
     conn *b = cn_open(sock);
-    json_t *r = cn_call(b, "process.spawn", json_pack("{s:s, s:s}", "sandbox", "js-queue",
-                                                      "command", "return await external_hold()"));
+    json_t *r = cn_call(b, "process.spawn",
+                        json_pack("{s:s, s:s}", "sandbox", "js-queue", "command",
+                                  "return await external_hold()"));
     int blocker = (int)res_int(r, "pid");
     json_decref(r);
     int ok = 1, last = 0;
@@ -670,12 +732,15 @@ static void test_queue(conn *c)
     }
     test_cond("processes past max_processes_per_sandbox are queued, not refused", ok);
     r = cn_call(c, "process.spawn",
-                json_pack("{s:s, s:s}", "sandbox", "js-queue", "command", "return 'one too many'"));
-    test_cond("past max_queued_per_sandbox more: -32005 naming max_queued_per_sandbox",
-              err_code(r) == SBX_E_LIMIT &&
-                  strcmp(json_string_value(json_object_get(
-                             json_object_get(json_object_get(r, "error"), "data"), "limit")) ?: "",
-                         "max_queued_per_sandbox") == 0);
+                json_pack("{s:s, s:s}", "sandbox", "js-queue", "command",
+                          "return 'one too many'"));
+    test_cond(
+        "past max_queued_per_sandbox more: -32005 naming max_queued_per_sandbox",
+        err_code(r) == SBX_E_LIMIT &&
+            strcmp(json_string_value(json_object_get(
+                       json_object_get(json_object_get(r, "error"), "data"), "limit"))
+                       ?: "",
+                   "max_queued_per_sandbox") == 0);
     json_decref(r);
     json_decref(cn_call(c, "process.kill",
                         json_pack("{s:s, s:i}", "sandbox", "js-queue", "pid", blocker)));
@@ -690,13 +755,14 @@ static void test_queue(conn *c)
     destroy(c, "js-queue");
 }
 
-/* ---- the jit option, instructions, the pool ------------------------------------------------- */
+/* ---- the jit option, instructions, the pool ---------------------------------------- */
 
 static void test_options(conn *c)
 {
     json_t *r = create_js(c, "js-nojit", json_pack("{s:{s:b}}", "options", "jit", 0));
-    test_cond("options.jit false shows in the metadata",
-              json_is_false(json_object_get(json_object_get(res_of(r), "metadata"), "jit")));
+    test_cond(
+        "options.jit false shows in the metadata",
+        json_is_false(json_object_get(json_object_get(res_of(r), "metadata"), "jit")));
     json_decref(r);
     r = run(c, "js-nojit", "let s = 0; for (let i = 0; i < 1e5; i++) s += i; return s");
     test_cond("and programs run without the JIT", result_is(r, "4999950000"));
@@ -715,10 +781,13 @@ static void test_options(conn *c)
     json_t *provs = json_object_get(res_of(r), "providers"), *p;
     size_t i;
     int found = 0;
-    json_array_foreach(provs, i, p) if (strcmp(json_string_value(json_object_get(p, "name")), "js") == 0)
-        found = json_is_true(json_object_get(p, "available")) &&
-                strcmp(json_string_value(json_object_get(json_object_get(p, "info"), "engine")) ?: "",
-                       "javascriptcore") == 0;
+    json_array_foreach(provs, i, p)
+        if (strcmp(json_string_value(json_object_get(p, "name")), "js") == 0)
+            found = json_is_true(json_object_get(p, "available")) &&
+                    strcmp(json_string_value(
+                               json_object_get(json_object_get(p, "info"), "engine"))
+                               ?: "",
+                           "javascriptcore") == 0;
     test_cond("daemon.info lists js on javascriptcore", found);
     json_decref(r);
 }
@@ -728,12 +797,14 @@ static void test_options(conn *c)
 static void test_pool_uids(conn *c)
 {
     if (geteuid() != 0) {
-        test_skip("pool workers never cross uids", "needs root to connect as another uid");
+        test_skip("pool workers never cross uids",
+                  "needs root to connect as another uid");
         return;
     }
     json_decref(create_js(c, "js-uid-a", NULL));
     json_t *r = cn_call(c, "sandbox.get", json_pack("{s:s}", "id", "js-uid-a"));
-    long pa = (long)json_integer_value(json_object_get(json_object_get(res_of(r), "metadata"), "worker_pid"));
+    long pa = (long)json_integer_value(
+        json_object_get(json_object_get(res_of(r), "metadata"), "worker_pid"));
     json_decref(r);
     json_decref(run(c, "js-uid-a", "return 1"));
     destroy(c, "js-uid-a"); /* the worker goes back to the pool, bound to root */
@@ -749,7 +820,8 @@ static void test_pool_uids(conn *c)
         if (!o)
             _exit(3);
         json_t *x = create_js(o, "js-uid-b", NULL);
-        long pb = (long)json_integer_value(json_object_get(json_object_get(res_of(x), "metadata"), "worker_pid"));
+        long pb = (long)json_integer_value(
+            json_object_get(json_object_get(res_of(x), "metadata"), "worker_pid"));
         if (write(fds[1], &pb, sizeof(pb)) < 0)
             _exit(4);
         json_decref(x);

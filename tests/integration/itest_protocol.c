@@ -46,8 +46,10 @@ static void test_framing(void)
     json_decref(r);
 
     r = raw_line(c, "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":5}");
-    test_eq_int("method of the wrong type gets -32600", err_code(r), SBX_E_INVALID_REQUEST);
-    test_eq_int("invalid request keeps its id", json_integer_value(json_object_get(r, "id")), 7);
+    test_eq_int("method of the wrong type gets -32600", err_code(r),
+                SBX_E_INVALID_REQUEST);
+    test_eq_int("invalid request keeps its id",
+                json_integer_value(json_object_get(r, "id")), 7);
     json_decref(r);
 
     r = raw_line(c, "{\"jsonrpc\":\"1.0\",\"id\":8,\"method\":\"daemon.ping\"}");
@@ -68,19 +70,24 @@ static void test_framing(void)
     test_eq_int("unknown method gets -32601", err_code(r), SBX_E_METHOD);
     test_cond("-32601 names the method in data",
               strcmp(json_string_value(json_object_get(
-                         json_object_get(json_object_get(r, "error"), "data"), "method")) ?: "",
+                         json_object_get(json_object_get(r, "error"), "data"), "method"))
+                         ?: "",
                      "no.such") == 0);
     json_decref(r);
 
-    r = raw_line(c, "{\"jsonrpc\":\"2.0\",\"id\":10,\"method\":\"sandbox.get\",\"params\":[1]}");
+    r = raw_line(
+        c, "{\"jsonrpc\":\"2.0\",\"id\":10,\"method\":\"sandbox.get\",\"params\":[1]}");
     test_eq_int("positional params get -32602", err_code(r), SBX_E_PARAMS);
     json_decref(r);
 
-    r = raw_line(c, "{\"jsonrpc\":\"2.0\",\"id\":11,\"method\":\"sandbox.get\",\"params\":{\"id\":5}}");
+    r = raw_line(
+        c,
+        "{\"jsonrpc\":\"2.0\",\"id\":11,\"method\":\"sandbox.get\",\"params\":{\"id\":5}}");
     test_eq_int("id of the wrong type gets -32602", err_code(r), SBX_E_PARAMS);
     test_cond("-32602 names the param",
               strcmp(json_string_value(json_object_get(
-                         json_object_get(json_object_get(r, "error"), "data"), "param")) ?: "",
+                         json_object_get(json_object_get(r, "error"), "data"), "param"))
+                         ?: "",
                      "id") == 0);
     json_decref(r);
 
@@ -89,16 +96,19 @@ static void test_framing(void)
                     "{\"jsonrpc\":\"2.0\",\"id\":\"x\",\"method\":\"nope\"}]");
     test_cond("batch answers requests but not notifications",
               json_is_array(r) && json_array_size(r) == 2);
-    test_cond("batch answers in order with ids",
-              json_integer_value(json_object_get(json_array_get(r, 0), "id")) == 1 &&
-                  strcmp(json_string_value(json_object_get(json_array_get(r, 1), "id")) ?: "", "x") == 0 &&
-                  err_code(json_array_get(r, 1)) == SBX_E_METHOD);
+    test_cond(
+        "batch answers in order with ids",
+        json_integer_value(json_object_get(json_array_get(r, 0), "id")) == 1 &&
+            strcmp(json_string_value(json_object_get(json_array_get(r, 1), "id")) ?: "",
+                   "x") == 0 &&
+            err_code(json_array_get(r, 1)) == SBX_E_METHOD);
     json_decref(r);
 
     /* A notification alone gets no answer: the next response is the ping's. */
     cn_send_raw(c, "{\"jsonrpc\":\"2.0\",\"method\":\"daemon.ping\"}\n", 41);
     r = cn_call(c, "daemon.ping", NULL);
-    test_cond("a notification gets no response", json_integer_value(json_object_get(r, "id")) == c->next_id);
+    test_cond("a notification gets no response",
+              json_integer_value(json_object_get(r, "id")) == c->next_id);
     json_decref(r);
 
     char deep[400];
@@ -123,7 +133,9 @@ static void test_framing(void)
     c = cn_open(sock);
     size_t big = 17u * 1024 * 1024;
     char *line = malloc(big + 256);
-    int n = snprintf(line, 256, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"daemon.ping\",\"params\":{\"x\":\"");
+    int n = snprintf(
+        line, 256,
+        "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"daemon.ping\",\"params\":{\"x\":\"");
     memset(line + n, 'a', big);
     snprintf(line + n + big, 256 - (size_t)n, "\"}}\n");
     cn_send_raw(c, line, strlen(line));
@@ -149,16 +161,21 @@ static void test_info(void)
     conn *c = cn_open(sock);
     json_t *r = cn_call(c, "daemon.info", NULL);
     json_t *res = res_of(r);
-    test_cond("daemon.info has a version", json_is_string(json_object_get(res, "version")));
+    test_cond("daemon.info has a version",
+              json_is_string(json_object_get(res, "version")));
     json_t *provs = json_object_get(res, "providers");
     json_t *duk = NULL;
     size_t i;
     json_t *p;
-    json_array_foreach(provs, i, p) if (strcmp(json_string_value(json_object_get(p, "name")), "duktape") == 0) duk = p;
-    test_cond("daemon.info lists duktape as available", duk && json_is_true(json_object_get(duk, "available")));
-    test_cond("daemon.info has counts and uptime",
-              json_is_integer(json_object_get(json_object_get(res, "counts"), "sessions")) &&
-                  json_is_number(json_object_get(res, "uptime_s")));
+    json_array_foreach(provs, i, p)
+        if (strcmp(json_string_value(json_object_get(p, "name")), "duktape") == 0)
+            duk = p;
+    test_cond("daemon.info lists duktape as available",
+              duk && json_is_true(json_object_get(duk, "available")));
+    test_cond(
+        "daemon.info has counts and uptime",
+        json_is_integer(json_object_get(json_object_get(res, "counts"), "sessions")) &&
+            json_is_number(json_object_get(res, "uptime_s")));
     json_decref(r);
     cn_close(c);
 }
@@ -170,11 +187,13 @@ static void test_errors(void)
     test_eq_int("unknown sandbox gets -32000", err_code(r), SBX_E_NOT_FOUND);
     json_decref(r);
 
-    r = cn_call(c, "sandbox.create", json_pack("{s:s, s:s}", "provider", "duktape", "id", "errs"));
+    r = cn_call(c, "sandbox.create",
+                json_pack("{s:s, s:s}", "provider", "duktape", "id", "errs"));
     test_eq_str("create a sandbox for the error tests", res_str(r, "status"), "running");
     json_decref(r);
 
-    r = cn_call(c, "process.wait", json_pack("{s:s, s:i}", "sandbox", "errs", "pid", 999));
+    r = cn_call(c, "process.wait",
+                json_pack("{s:s, s:i}", "sandbox", "errs", "pid", 999));
     test_eq_int("unknown pid gets -32004", err_code(r), SBX_E_NO_PROCESS);
     json_decref(r);
 
@@ -182,7 +201,8 @@ static void test_errors(void)
     test_eq_int("unknown provider gets -32602", err_code(r), SBX_E_PARAMS);
     json_decref(r);
 
-    r = cn_call(c, "sandbox.create", json_pack("{s:s, s:s}", "provider", "duktape", "id", "../bad"));
+    r = cn_call(c, "sandbox.create",
+                json_pack("{s:s, s:s}", "provider", "duktape", "id", "../bad"));
     test_eq_int("an invalid id gets -32602", err_code(r), SBX_E_PARAMS);
     json_decref(r);
 
@@ -190,31 +210,41 @@ static void test_errors(void)
     test_eq_int("a relative working_dir gets -32602", err_code(r), SBX_E_PARAMS);
     json_decref(r);
 
-    r = cn_call(c, "process.exec", json_pack("{s:s, s:s, s:s}", "sandbox", "errs", "command", "1", "cwd", "~/x"));
+    r = cn_call(
+        c, "process.exec",
+        json_pack("{s:s, s:s, s:s}", "sandbox", "errs", "command", "1", "cwd", "~/x"));
     test_eq_int("a cwd with ~ gets -32602 (no expansion)", err_code(r), SBX_E_PARAMS);
     json_decref(r);
 
-    r = cn_call(c, "process.exec", json_pack("{s:s, s:i}", "sandbox", "errs", "command", 5));
+    r = cn_call(c, "process.exec",
+                json_pack("{s:s, s:i}", "sandbox", "errs", "command", 5));
     test_eq_int("a command of the wrong type gets -32602", err_code(r), SBX_E_PARAMS);
     json_decref(r);
 
-    r = cn_call(c, "process.kill", json_pack("{s:s, s:i, s:s}", "sandbox", "errs", "pid", 1, "signal", "NOPE"));
+    r = cn_call(
+        c, "process.kill",
+        json_pack("{s:s, s:i, s:s}", "sandbox", "errs", "pid", 1, "signal", "NOPE"));
     test_eq_int("kill with an unknown pid gets -32004 before the signal is looked at",
-              err_code(r), SBX_E_NO_PROCESS);
+                err_code(r), SBX_E_NO_PROCESS);
     json_decref(r);
 
     r = cn_call(c, "sandbox.stop", json_pack("{s:s}", "id", "errs"));
     json_decref(r);
-    r = cn_call(c, "process.exec", json_pack("{s:s, s:s}", "sandbox", "errs", "command", "1"));
+    r = cn_call(c, "process.exec",
+                json_pack("{s:s, s:s}", "sandbox", "errs", "command", "1"));
     test_eq_int("exec in a stopped sandbox gets -32001", err_code(r), SBX_E_STATE);
     test_cond("-32001 data says the status",
               strcmp(json_string_value(json_object_get(
-                         json_object_get(json_object_get(r, "error"), "data"), "status")) ?: "",
+                         json_object_get(json_object_get(r, "error"), "data"), "status"))
+                         ?: "",
                      "stopped") == 0);
     json_decref(r);
 
-    r = cn_call(c, "sandbox.create", json_pack("{s:s, s:s, s:s}", "provider", "duktape", "id", "hookfail", "on_start", "throw new Error('nope')"));
-    test_eq_int("a failing on_start hook fails the create with -32006", err_code(r), SBX_E_PROVIDER);
+    r = cn_call(c, "sandbox.create",
+                json_pack("{s:s, s:s, s:s}", "provider", "duktape", "id", "hookfail",
+                          "on_start", "throw new Error('nope')"));
+    test_eq_int("a failing on_start hook fails the create with -32006", err_code(r),
+                SBX_E_PROVIDER);
     json_decref(r);
     r = cn_call(c, "sandbox.get", json_pack("{s:s}", "id", "hookfail"));
     test_eq_str("and leaves the sandbox in error", res_str(r, "status"), "error");
@@ -226,16 +256,18 @@ static void test_errors(void)
     json_decref(cn_call(c, "sandbox.start", json_pack("{s:s}", "id", "errs")));
     int limited = 0, taken = 0;
     for (int i = 0; i < 45 && !limited; i++) {
-        r = cn_call(c, "process.spawn", json_pack("{s:s, s:s}", "sandbox", "errs", "command",
-                                                  "read_stdin()"));
+        r = cn_call(
+            c, "process.spawn",
+            json_pack("{s:s, s:s}", "sandbox", "errs", "command", "read_stdin()"));
         if (err_code(r) == SBX_E_LIMIT)
             limited = 1;
         else if (res_int(r, "pid") > 0)
             taken++;
         json_decref(r);
     }
-    test_cond("more processes than max_processes_per_sandbox + max_queued_per_sandbox get -32005",
-              limited && taken == 40);
+    test_cond(
+        "more processes than max_processes_per_sandbox + max_queued_per_sandbox get -32005",
+        limited && taken == 40);
     r = cn_call(c, "sandbox.destroy", json_pack("{s:s}", "id", "errs"));
     test_eq_str("destroy answers status destroyed", res_str(r, "status"), "destroyed");
     json_decref(r);
@@ -252,17 +284,20 @@ static void test_strictness(void)
     json_t *r;
 
     r = raw_line(c, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"daemon.ping\\u0000x\"}");
-    test_eq_int("a method name with NUL gets -32602, not a ping", err_code(r), SBX_E_PARAMS);
+    test_eq_int("a method name with NUL gets -32602, not a ping", err_code(r),
+                SBX_E_PARAMS);
     json_decref(r);
 
-    r = cn_call(c, "sandbox.create", json_pack("{s:s, s:s}", "provider", "duktape", "id", "nul1"));
-    test_eq_str("create a sandbox for the strictness tests", res_str(r, "status"), "running");
+    r = cn_call(c, "sandbox.create",
+                json_pack("{s:s, s:s}", "provider", "duktape", "id", "nul1"));
+    test_eq_str("create a sandbox for the strictness tests", res_str(r, "status"),
+                "running");
     json_decref(r);
 
     r = raw_line(c, "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"sandbox.get\","
                     "\"params\":{\"id\":\"nul1\\u0000zz\"}}");
     test_eq_int("a sandbox id with NUL gets -32602, it does not resolve to its prefix",
-              err_code(r), SBX_E_PARAMS);
+                err_code(r), SBX_E_PARAMS);
     json_decref(r);
 
     r = raw_line(c, "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"sandbox.set_env\","
@@ -270,8 +305,9 @@ static void test_strictness(void)
     test_eq_int("an env value with NUL gets -32602", err_code(r), SBX_E_PARAMS);
     json_decref(r);
 
-    r = raw_line(c, "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"process.exec\","
-                    "\"params\":{\"sandbox\":\"nul1\",\"command\":\"1\",\"cwd\":\"/a\\u0000b\"}}");
+    r = raw_line(
+        c, "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"process.exec\","
+           "\"params\":{\"sandbox\":\"nul1\",\"command\":\"1\",\"cwd\":\"/a\\u0000b\"}}");
     test_eq_int("a cwd with NUL gets -32602", err_code(r), SBX_E_PARAMS);
     json_decref(r);
 
@@ -280,12 +316,15 @@ static void test_strictness(void)
     test_eq_int("a tool name with NUL gets -32602", err_code(r), SBX_E_PARAMS);
     json_decref(r);
 
-    r = cn_call(c, "process.exec", json_pack("{s:s, s:s}", "sandbox", "nul1", "command", "1+1"));
+    r = cn_call(c, "process.exec",
+                json_pack("{s:s, s:s}", "sandbox", "nul1", "command", "1+1"));
     test_eq_int("pid 1 exists", res_int(r, "pid"), 1);
     json_decref(r);
-    r = cn_call(c, "process.wait", json_pack("{s:s, s:I}", "sandbox", "nul1", "pid",
-                                             (json_int_t)4294967297LL));
-    test_eq_int("pid 2^32+1 gets -32602 and does not alias pid 1", err_code(r), SBX_E_PARAMS);
+    r = cn_call(
+        c, "process.wait",
+        json_pack("{s:s, s:I}", "sandbox", "nul1", "pid", (json_int_t)4294967297LL));
+    test_eq_int("pid 2^32+1 gets -32602 and does not alias pid 1", err_code(r),
+                SBX_E_PARAMS);
     json_decref(r);
     r = cn_call(c, "process.wait", json_pack("{s:s, s:i}", "sandbox", "nul1", "pid", -1));
     test_eq_int("a negative pid gets -32602", err_code(r), SBX_E_PARAMS);
@@ -304,17 +343,19 @@ static void test_batch_order(void)
     conn *c = cn_open(sock);
     json_t *r = cn_call(c, "sandbox.create",
                         json_pack("{s:s, s:s}", "provider", "duktape", "id", "border"));
-    test_eq_str("create a sandbox for the batch order test", res_str(r, "status"), "running");
+    test_eq_str("create a sandbox for the batch order test", res_str(r, "status"),
+                "running");
     json_decref(r);
-    const char *batch = "[{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"process.exec\",\"params\":"
-                    "{\"sandbox\":\"border\",\"command\":\"var t=Date.now();"
-                    "while(Date.now()-t<100){}; 'slow'\"}},"
-                    "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"daemon.ping\"},"
-                    "{\"jsonrpc\":\"2.0\",\"method\":\"daemon.ping\"},"
-                    "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"process.exec\",\"params\":"
-                    "{\"sandbox\":\"border\",\"command\":\"'queued'\"}},"
-                    "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"daemon.ping\"},"
-                    "{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"nope\"}]\n";
+    const char *batch =
+        "[{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"process.exec\",\"params\":"
+        "{\"sandbox\":\"border\",\"command\":\"var t=Date.now();"
+        "while(Date.now()-t<100){}; 'slow'\"}},"
+        "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"daemon.ping\"},"
+        "{\"jsonrpc\":\"2.0\",\"method\":\"daemon.ping\"},"
+        "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"process.exec\",\"params\":"
+        "{\"sandbox\":\"border\",\"command\":\"'queued'\"}},"
+        "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"daemon.ping\"},"
+        "{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"nope\"}]\n";
     cn_send_raw(c, batch, strlen(batch));
     /* process.exit notifications may come first: the batch's reply is the array */
     r = cn_read(c, 5000);
@@ -345,7 +386,8 @@ static void test_batch_order(void)
 static void test_second_uid(void)
 {
     conn *c = cn_open(sock);
-    json_decref(cn_call(c, "sandbox.create", json_pack("{s:s, s:s}", "provider", "duktape", "id", "roots")));
+    json_decref(cn_call(c, "sandbox.create",
+                        json_pack("{s:s, s:s}", "provider", "duktape", "id", "roots")));
     int fds[2];
     if (pipe(fds) < 0)
         return;
@@ -361,16 +403,22 @@ static void test_second_uid(void)
             res[0] = err_code(r) == SBX_E_NOT_FOUND ? '1' : '0';
             json_decref(r);
             r = cn_call(o, "sandbox.list", NULL);
-            res[1] = json_array_size(json_object_get(res_of(r), "sandboxes")) == 0 ? '1' : '0';
+            res[1] =
+                json_array_size(json_object_get(res_of(r), "sandboxes")) == 0 ? '1' : '0';
             json_decref(r);
-            r = cn_call(o, "process.exec", json_pack("{s:s, s:s}", "sandbox", "roots", "command", "1"));
+            r = cn_call(o, "process.exec",
+                        json_pack("{s:s, s:s}", "sandbox", "roots", "command", "1"));
             res[2] = err_code(r) == SBX_E_NOT_FOUND ? '1' : '0';
             json_decref(r);
-            r = cn_call(o, "sandbox.create", json_pack("{s:s, s:s}", "provider", "duktape", "id", "roots"));
+            r = cn_call(o, "sandbox.create",
+                        json_pack("{s:s, s:s}", "provider", "duktape", "id", "roots"));
             res[3] = err_code(r) == SBX_E_PERMISSION ? '1' : '0';
             json_decref(r);
-            r = cn_call(o, "sandbox.create", json_pack("{s:s, s:s}", "provider", "duktape", "id", "nobodys"));
-            res[4] = json_integer_value(json_object_get(res_of(r), "owner_uid")) == 65534 ? '1' : '0';
+            r = cn_call(o, "sandbox.create",
+                        json_pack("{s:s, s:s}", "provider", "duktape", "id", "nobodys"));
+            res[4] = json_integer_value(json_object_get(res_of(r), "owner_uid")) == 65534
+                         ? '1'
+                         : '0';
             json_decref(r);
             cn_close(o);
         }
@@ -390,7 +438,8 @@ static void test_second_uid(void)
     test_cond("another uid cannot take root's id (-32003)", res[3] == '1');
     test_cond("another uid owns what it creates", res[4] == '1');
     json_t *r = cn_call(c, "sandbox.get", json_pack("{s:s}", "id", "nobodys"));
-    test_eq_int("root (admin) sees the other uid's sandbox", json_integer_value(json_object_get(res_of(r), "owner_uid")), 65534);
+    test_eq_int("root (admin) sees the other uid's sandbox",
+                json_integer_value(json_object_get(res_of(r), "owner_uid")), 65534);
     json_decref(r);
     json_decref(cn_call(c, "sandbox.destroy", json_pack("{s:s}", "id", "nobodys")));
     json_decref(cn_call(c, "sandbox.destroy", json_pack("{s:s}", "id", "roots")));
@@ -405,20 +454,24 @@ static void test_limits(void)
     char id[32];
     for (int i = 0; i < 45 && !limited; i++) {
         snprintf(id, sizeof(id), "lim%d", i);
-        json_t *r = cn_call(c, "sandbox.create", json_pack("{s:s, s:s, s:b}", "provider", "duktape", "id", id, "start", 0));
+        json_t *r = cn_call(
+            c, "sandbox.create",
+            json_pack("{s:s, s:s, s:b}", "provider", "duktape", "id", id, "start", 0));
         if (err_code(r) == SBX_E_LIMIT)
             limited = 1;
         else if (res_of(r))
             made++;
         json_decref(r);
     }
-    test_cond("more sandboxes than max_sandboxes_per_uid get -32005", limited && made <= 40);
+    test_cond("more sandboxes than max_sandboxes_per_uid get -32005",
+              limited && made <= 40);
     for (int i = 0; i < made; i++) {
         snprintf(id, sizeof(id), "lim%d", i);
         json_decref(cn_call(c, "sandbox.destroy", json_pack("{s:s}", "id", id)));
     }
     json_t *r = cn_call(c, "sandbox.list", NULL);
-    test_eq_int("and they can all be destroyed again", json_array_size(json_object_get(res_of(r), "sandboxes")), 0);
+    test_eq_int("and they can all be destroyed again",
+                json_array_size(json_object_get(res_of(r), "sandboxes")), 0);
     json_decref(r);
     cn_close(c);
 }

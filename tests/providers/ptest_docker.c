@@ -104,12 +104,12 @@ static int top_has(const char *cid, const char *s)
     int found = 0;
     size_t i;
     json_t *row;
-    json_array_foreach(json_object_get(j, "Processes"), i, row)
-    {
+    json_array_foreach(json_object_get(j, "Processes"), i, row) {
         size_t k;
         json_t *col;
-        json_array_foreach(row, k, col) if (json_is_string(col) &&
-                                            strstr(json_string_value(col), s)) found = 1;
+        json_array_foreach(row, k, col)
+            if (json_is_string(col) && strstr(json_string_value(col), s))
+                found = 1;
     }
     json_decref(j);
     return st == 200 ? found : -1;
@@ -299,8 +299,8 @@ static int wait_status(conn *c, const char *id, const char *want, int ms)
 static int send_call(conn *c, const char *method, json_t *params)
 {
     int id = ++c->next_id;
-    json_t *m = json_pack("{s:s, s:i, s:s, s:o}", "jsonrpc", "2.0", "id", id, "method", method,
-                          "params", params);
+    json_t *m = json_pack("{s:s, s:i, s:s, s:o}", "jsonrpc", "2.0", "id", id, "method",
+                          method, "params", params);
     char *t = json_dumps(m, JSON_COMPACT);
     cn_send_raw(c, t, strlen(t));
     cn_send_raw(c, "\n", 1);
@@ -332,7 +332,8 @@ static int op_answer_clear(json_t *ans)
     if (!json_object_get(ans, "error"))
         return res_of(ans) != NULL;
     int code = err_code(ans);
-    const char *m = json_string_value(json_object_get(json_object_get(ans, "error"), "message"));
+    const char *m =
+        json_string_value(json_object_get(json_object_get(ans, "error"), "message"));
     return (code == -32002 || code == -32006) && m && m[0];
 }
 
@@ -347,8 +348,7 @@ static int has_note(conn *c, const char *method, const char *key, const char *va
 {
     size_t i;
     json_t *m;
-    json_array_foreach(c->notes, i, m)
-    {
+    json_array_foreach(c->notes, i, m) {
         if (strcmp(json_string_value(json_object_get(m, "method")), method) != 0)
             continue;
         const char *v =
@@ -382,9 +382,9 @@ static void test_info(conn *c)
     json_t *dk = NULL;
     size_t i;
     json_t *p;
-    json_array_foreach(json_object_get(res_of(r), "providers"), i,
-                       p) if (strcmp(json_string_value(json_object_get(p, "name")),
-                                     "docker") == 0) dk = p;
+    json_array_foreach(json_object_get(res_of(r), "providers"), i, p)
+        if (strcmp(json_string_value(json_object_get(p, "name")), "docker") == 0)
+            dk = p;
     test_cond("info: docker is available",
               dk && json_is_true(json_object_get(dk, "available")));
     const char *av =
@@ -392,8 +392,9 @@ static void test_info(conn *c)
     test_cond("info: API version negotiated (config asks 1.43, engine may be older)",
               av && strncmp(av, "1.", 2) == 0 && atoi(av + 2) >= 41 &&
                   atoi(av + 2) <= 43);
-    test_cond("info: a local engine offers the direct channel",
-              json_is_true(json_object_get(json_object_get(dk, "info"), "direct_channel")));
+    test_cond(
+        "info: a local engine offers the direct channel",
+        json_is_true(json_object_get(json_object_get(dk, "info"), "direct_channel")));
     json_decref(r);
 }
 
@@ -440,7 +441,7 @@ static void test_options(conn *c)
                   json_integer_value(json_object_get(hc, "CpuQuota")) == 50000 &&
                   json_integer_value(json_object_get(hc, "CpuPeriod")) == 100000);
     test_eq_int("options: pids_limit",
-              json_integer_value(json_object_get(hc, "PidsLimit")), 64);
+                json_integer_value(json_object_get(hc, "PidsLimit")), 64);
     test_cond("options: readonly_rootfs",
               json_is_true(json_object_get(hc, "ReadonlyRootfs")));
     test_cond("options: cap_drop / cap_add",
@@ -460,7 +461,7 @@ static void test_options(conn *c)
     test_cond("options: tmpfs",
               json_object_get(json_object_get(hc, "Tmpfs"), "/scratch") != NULL);
     test_eq_int("options: volumes -> Binds (beside the agent's read-only bind)",
-              json_array_size(json_object_get(hc, "Binds")), 2);
+                json_array_size(json_object_get(hc, "Binds")), 2);
     test_cond(
         "options: network none",
         strcmp(json_string_value(json_object_get(hc, "NetworkMode")) ?: "", "none") == 0);
@@ -564,8 +565,7 @@ static void test_options(conn *c)
     int leaked = 0;
     size_t i;
     json_t *s;
-    json_array_foreach(json_object_get(res_of(l), "sandboxes"), i, s)
-    {
+    json_array_foreach(json_object_get(res_of(l), "sandboxes"), i, s) {
         const char *id = json_string_value(json_object_get(s, "id"));
         if (id && strncmp(id, "bad", 3) == 0)
             leaked = 1;
@@ -585,8 +585,7 @@ static void test_processes(conn *c)
     r = cn_call(c, "process.exec",
                 json_pack("{s:s, s:s, s:s}", "sandbox", "proc1", "command", "cat",
                           "stdin", "round trip\n"));
-    test_eq_str("stdin round trip through cat",
-              res_str(r, "stdout"), "round trip\n");
+    test_eq_str("stdin round trip through cat", res_str(r, "stdout"), "round trip\n");
     json_decref(r);
 
     r = cn_call(c, "process.spawn",
@@ -730,12 +729,14 @@ static void garbage_breaks_only_its_sandbox(conn *c, const char *sb, const char 
     destroy(c, sb);
     /* SYS_PTRACE: the agent is non-dumpable, so only a sandbox given it can
      * open PID 1's stdout to inject garbage. */
-    json_t *r = create(c, sb, json_pack("{s:{s:s, s:[s]}}", "options", "volumes", bind, "cap_add",
-                                        "SYS_PTRACE"));
-    test_cond("no direct socket (the agent cannot listen): the attach stream is the channel",
-              strcmp(res_str(r, "status"), "running") == 0 &&
-                  strcmp(channel_of(r), "attach") == 0 &&
-                  exec_ok(c, sb, "echo over attach", "over attach\n"));
+    json_t *r = create(c, sb,
+                       json_pack("{s:{s:s, s:[s]}}", "options", "volumes", bind,
+                                 "cap_add", "SYS_PTRACE"));
+    test_cond(
+        "no direct socket (the agent cannot listen): the attach stream is the channel",
+        strcmp(res_str(r, "status"), "running") == 0 &&
+            strcmp(channel_of(r), "attach") == 0 &&
+            exec_ok(c, sb, "echo over attach", "over attach\n"));
     json_decref(r);
     r = exec(c, sb, "printf '\\377\\377\\377\\377garbage.....' > /proc/1/fd/1; sleep 2");
     test_cond("garbage on the channel: the call ends with an error at once",
@@ -765,8 +766,9 @@ static void another_client_pings(conn *c, const char *sb)
     snprintf(req, sizeof(req),
              "POST /v1.41/containers/%s/attach?stream=1&stdin=1 HTTP/1.1\r\n"
              "Host: docker\r\nConnection: Upgrade\r\nUpgrade: tcp\r\n\r\n",
-             json_string_value(json_object_get(json_object_get(res_of(r), "metadata"),
-                                               "container_id")) ?: "none");
+             json_string_value(
+                 json_object_get(json_object_get(res_of(r), "metadata"), "container_id"))
+                 ?: "none");
     json_decref(r);
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
     snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", docker_host + 7);
@@ -815,15 +817,16 @@ static int log_lines_with(const char *needle)
 static void agent_log_flood(conn *c, const char *sb)
 {
     int before = log_lines_with("docker mislog agent: flood");
-    json_t *r = exec_t(c, sb,
-                       "printf '\\176\\000\\000\\000\\000\\000\\000\\000\\000\\000"
-                       "\\000\\005flood' > /tmp/f && for i in 1 2 3 4 5 6 7 8 9 10 11 12; do "
-                       "cat /tmp/f /tmp/f > /tmp/g && mv /tmp/g /tmp/f; done && "
-                       "cat /tmp/f > /proc/1/fd/1 && sleep 1.2 && "
-                       "head -c 17 /tmp/f > /proc/1/fd/1 && echo sent",
-                       30000);
-    test_eq_str("agent flood: 4096 LOG frames reach the channel",
-              res_str(r, "stdout"), "sent\n");
+    json_t *r =
+        exec_t(c, sb,
+               "printf '\\176\\000\\000\\000\\000\\000\\000\\000\\000\\000"
+               "\\000\\005flood' > /tmp/f && for i in 1 2 3 4 5 6 7 8 9 10 11 12; do "
+               "cat /tmp/f /tmp/f > /tmp/g && mv /tmp/g /tmp/f; done && "
+               "cat /tmp/f > /proc/1/fd/1 && sleep 1.2 && "
+               "head -c 17 /tmp/f > /proc/1/fd/1 && echo sent",
+               30000);
+    test_eq_str("agent flood: 4096 LOG frames reach the channel", res_str(r, "stdout"),
+                "sent\n");
     json_decref(r);
     usleep(300000);
     int logged = log_lines_with("docker mislog agent: flood") - before;
@@ -831,8 +834,10 @@ static void agent_log_flood(conn *c, const char *sb)
     test_cond("agent flood: at most agent_log_lines_per_s lines a second reach the log",
               logged > 0 && logged <= 2 * 50 + 1);
     test_cond("agent flood: a summary says how many were suppressed",
-              log_lines_with("mislog: ") > 0 && log_lines_with("log lines suppressed") > 0);
-    test_cond("agent flood: the sandbox still runs commands", exec_ok(c, sb, "echo ok", "ok\n"));
+              log_lines_with("mislog: ") > 0 &&
+                  log_lines_with("log lines suppressed") > 0);
+    test_cond("agent flood: the sandbox still runs commands",
+              exec_ok(c, sb, "echo ok", "ok\n"));
 }
 
 /* Issue 11: an adopted container's sbxd.created label is the container's to
@@ -850,7 +855,8 @@ static void test_created_label(void)
                  "\"sbxd.id\":\"lbl%d\",\"sbxd.owner\":\"0\",\"sbxd.socket\":\"%s\","
                  "\"sbxd.created\":\"%s\"}}",
                  i, sock, vals[i]);
-        snprintf(name, sizeof(name), "/containers/create?name=sbx-lbl%d-%d", i, (int)getpid());
+        snprintf(name, sizeof(name), "/containers/create?name=sbx-lbl%d-%d", i,
+                 (int)getpid());
         made &= engine("POST", name, body, NULL) == 201;
     }
     test_cond("created label: four containers labelled inf, 1e300, nan, -inf", made);
@@ -884,12 +890,14 @@ static void test_created_label(void)
 static void test_misbehaving(conn *c)
 {
     /* SYS_PTRACE: the forged frames below go through PID 1's stdout. */
-    json_decref(create(c, "mis1", json_pack("{s:{s:[s]}}", "options", "cap_add", "SYS_PTRACE")));
+    json_decref(
+        create(c, "mis1", json_pack("{s:{s:[s]}}", "options", "cap_add", "SYS_PTRACE")));
     json_decref(create(c, "mis2", NULL));
-    json_t *nd = exec(c, "mis2", "printf x > /proc/1/fd/1 && echo wrote; "
-                                 "cat /proc/1/environ >/dev/null 2>&1 && echo read; echo end");
+    json_t *nd = exec(c, "mis2",
+                      "printf x > /proc/1/fd/1 && echo wrote; "
+                      "cat /proc/1/environ >/dev/null 2>&1 && echo read; echo end");
     test_eq_str("non-dumpable agent: container code cannot open PID 1's fds or memory",
-              res_str(nd, "stdout"), "end\n");
+                res_str(nd, "stdout"), "end\n");
     json_decref(nd);
     test_cond("forged frame for an unknown pid: ignored",
               exec_ok(c, "mis1",
@@ -903,7 +911,8 @@ static void test_misbehaving(conn *c)
     json_decref(r);
     test_cond("direct socket: the agent stops listening once sbxd has connected",
               exec_ok(c, "mis1", "ls -A /.sbx/run | wc -l", "0\n"));
-    r = exec(c, "mis1", "printf '\\377\\377\\377\\377garbage.....' > /proc/1/fd/1; echo done");
+    r = exec(c, "mis1",
+             "printf '\\377\\377\\377\\377garbage.....' > /proc/1/fd/1; echo done");
     test_cond("direct socket: garbage on PID 1's stdout is not the channel any more",
               strcmp(res_str(r, "stdout"), "done\n") == 0 &&
                   exec_ok(c, "mis1", "echo still fine", "still fine\n") &&
@@ -911,15 +920,17 @@ static void test_misbehaving(conn *c)
     json_decref(r);
     another_client_pings(c, "mis2");
     {
-        /* An attach-only sandbox (a file where the agent wants its directory) for the flood. */
+        /* An attach-only sandbox (a file where the agent wants its directory) for the
+         * flood. */
         char host_file[600], bind[700];
         snprintf(host_file, sizeof(host_file), "%s/not-a-dir", tmpdir);
         FILE *f = fopen(host_file, "w");
         if (f)
             fclose(f);
         snprintf(bind, sizeof(bind), "%s:/.sbx/run:ro", host_file);
-        json_decref(create(c, "mislog", json_pack("{s:{s:s, s:[s]}}", "options", "volumes", bind,
-                                                  "cap_add", "SYS_PTRACE")));
+        json_decref(create(c, "mislog",
+                           json_pack("{s:{s:s, s:[s]}}", "options", "volumes", bind,
+                                     "cap_add", "SYS_PTRACE")));
         agent_log_flood(c, "mislog");
         destroy(c, "mislog");
     }
@@ -944,47 +955,55 @@ static void test_lifetime_env(conn *c)
 {
     /* No timeout_ms: no lifetime, no expires_at. */
     json_t *r = cn_call_t(c, 120000, "sandbox.create",
-                          json_pack("{s:s, s:s, s:{s:s, s:s}, s:i}", "id", "life1", "provider",
-                                    "docker", "env", "A", "create", "B", "keep",
-                                    "command_timeout_ms", 1500));
-    test_cond("lifetime: docker without timeout_ms has none (timeout_ms 0, no expires_at)",
-              res_of(r) && res_int(r, "timeout_ms") == 0 &&
-                  !json_object_get(res_of(r), "expires_at"));
+                          json_pack("{s:s, s:s, s:{s:s, s:s}, s:i}", "id", "life1",
+                                    "provider", "docker", "env", "A", "create", "B",
+                                    "keep", "command_timeout_ms", 1500));
+    test_cond(
+        "lifetime: docker without timeout_ms has none (timeout_ms 0, no expires_at)",
+        res_of(r) && res_int(r, "timeout_ms") == 0 &&
+            !json_object_get(res_of(r), "expires_at"));
     json_decref(r);
     r = exec_t(c, "life1", "sleep 5", 10000);
     test_cond("lifetime: command_timeout_ms is the commands' default timeout (124)",
-              res_int(r, "exit_code") == 124 && json_is_true(json_object_get(res_of(r), "timed_out")));
+              res_int(r, "exit_code") == 124 &&
+                  json_is_true(json_object_get(res_of(r), "timed_out")));
     json_decref(r);
     r = cn_call_t(c, 30000, "process.exec",
                   json_pack("{s:s, s:s, s:{s:n}}", "sandbox", "life1", "command",
                             "echo ${A-unset} $B", "env", "A"));
     test_eq_str("env null: exec env {A: null} removes a create-time A",
-              res_str(r, "stdout"), "unset keep\n");
+                res_str(r, "stdout"), "unset keep\n");
     json_decref(r);
-    test_cond("env null: the next exec sees A again", exec_ok(c, "life1", "echo $A", "create\n"));
-    r = cn_call(c, "sandbox.set_env", json_pack("{s:s, s:{s:n}}", "id", "life1", "env", "A"));
+    test_cond("env null: the next exec sees A again",
+              exec_ok(c, "life1", "echo $A", "create\n"));
+    r = cn_call(c, "sandbox.set_env",
+                json_pack("{s:s, s:{s:n}}", "id", "life1", "env", "A"));
     test_cond("env null: set_env {A: null} answers the env without A",
               res_of(r) && !json_object_get(json_object_get(res_of(r), "env"), "A"));
     json_decref(r);
     test_cond("env null: after set_env {A: null} A is unset in commands",
               exec_ok(c, "life1", "echo ${A-unset} $B", "unset keep\n"));
-    r = cn_call(c, "sandbox.set_env", json_pack("{s:s, s:{s:s}}", "id", "life1", "env", "A", "again"));
+    r = cn_call(c, "sandbox.set_env",
+                json_pack("{s:s, s:{s:s}}", "id", "life1", "env", "A", "again"));
     json_decref(r);
-    test_cond("env null: set_env sets it again", exec_ok(c, "life1", "echo $A", "again\n"));
+    test_cond("env null: set_env sets it again",
+              exec_ok(c, "life1", "echo $A", "again\n"));
     r = cn_call_t(c, 30000, "process.exec",
                   json_pack("{s:s, s:s, s:{s:n, s:n}}", "sandbox", "life1", "command",
                             "echo ${A-unset} ${B-unset}", "env", "A", "B"));
-    test_eq_str("env null: exec env null removes a set_env value and a create value at once",
-              res_str(r, "stdout"), "unset unset\n");
+    test_eq_str(
+        "env null: exec env null removes a set_env value and a create value at once",
+        res_str(r, "stdout"), "unset unset\n");
     json_decref(r);
 
     /* Reconnect honesty: the same id with other options. */
     r = cn_call_t(c, 120000, "sandbox.create",
-                  json_pack("{s:s, s:s, s:{s:s}, s:{s:s}}", "id", "life1", "provider", "docker",
-                            "options", "memory", "1g", "env", "NEW", "1"));
+                  json_pack("{s:s, s:s, s:{s:s}, s:{s:s}}", "id", "life1", "provider",
+                            "docker", "options", "memory", "1g", "env", "NEW", "1"));
     test_cond("reconnect: reconnected with warnings for options.memory and env.NEW",
               json_is_true(json_object_get(res_of(r), "reconnected")) &&
-                  warnings_mention(r, "options.memory") && warnings_mention(r, "env.NEW"));
+                  warnings_mention(r, "options.memory") &&
+                  warnings_mention(r, "env.NEW"));
     json_decref(r);
     r = cn_call_t(c, 120000, "sandbox.create",
                   json_pack("{s:s, s:s}", "id", "life1", "provider", "docker"));
@@ -997,7 +1016,8 @@ static void test_lifetime_env(conn *c)
 
 static int snapshot_listed(conn *c, const char *snap)
 {
-    json_t *r = cn_call_t(c, 60000, "snapshot.list", json_pack("{s:s}", "provider", "docker"));
+    json_t *r =
+        cn_call_t(c, 60000, "snapshot.list", json_pack("{s:s}", "provider", "docker"));
     size_t i;
     json_t *s;
     int found = 0;
@@ -1030,38 +1050,44 @@ static void test_snapshots_last(void)
     json_decref(cn_call_t(c, 120000, "sandbox.create",
                           json_pack("{s:s, s:s}", "id", "keep1", "provider", "docker")));
     exec_ok(c, "snapsrc", "echo kept > /workspace/kept.txt", NULL);
-    json_t *r = cn_call_t(c, 120000, "sandbox.snapshot", json_pack("{s:s}", "id", "snapsrc"));
+    json_t *r =
+        cn_call_t(c, 120000, "sandbox.snapshot", json_pack("{s:s}", "id", "snapsrc"));
     char snap[64];
     snprintf(snap, sizeof(snap), "%s", res_str(r, "snapshot"));
     json_decref(r);
     destroy(c, "snapsrc");
-    test_cond("snapshots: snapshot.list shows the new snapshot", snap[0] && snapshot_listed(c, snap));
+    test_cond("snapshots: snapshot.list shows the new snapshot",
+              snap[0] && snapshot_listed(c, snap));
     /* sbxd restarts: the registry comes back from the image labels. */
     cn_close(c);
     stop_sbxd(pid, SIGTERM);
     c = start_other("snaps", docker_host, NULL, &pid);
     for (int i = 0; c && i < 50 && !snapshot_listed(c, snap); i++)
         usleep(100000);
-    test_cond("snapshots: listed again after an sbxd restart", c && snapshot_listed(c, snap));
+    test_cond("snapshots: listed again after an sbxd restart",
+              c && snapshot_listed(c, snap));
     r = c ? cn_call(c, "sandbox.get", json_pack("{s:s}", "id", "keep1")) : NULL;
-    test_cond("lifetime: a docker sandbox without timeout_ms is adopted after an sbxd restart "
-              "still without one",
-              r && !strcmp(res_str(r, "status"), "running") && res_int(r, "timeout_ms") == 0 &&
-                  !json_object_get(res_of(r), "expires_at"));
+    test_cond(
+        "lifetime: a docker sandbox without timeout_ms is adopted after an sbxd restart "
+        "still without one",
+        r && !strcmp(res_str(r, "status"), "running") && res_int(r, "timeout_ms") == 0 &&
+            !json_object_get(res_of(r), "expires_at"));
     json_decref(r);
     if (c)
         destroy(c, "keep1");
     r = create(c, "snapuse", json_pack("{s:s}", "snapshot", snap));
     test_eq_str("snapshots: create --snapshot works after the restart",
-              res_str(r, "status"), "running");
+                res_str(r, "status"), "running");
     json_t *img = json_object_get(json_object_get(res_of(r), "metadata"), "image_id");
     char image[128];
-    snprintf(image, sizeof(image), "%s", json_string_value(img) ? json_string_value(img) : "");
+    snprintf(image, sizeof(image), "%s",
+             json_string_value(img) ? json_string_value(img) : "");
     json_decref(r);
     test_cond("snapshots: its files are there",
               exec_ok(c, "snapuse", "cat /workspace/kept.txt", "kept\n"));
     r = cn_call_t(c, 60000, "snapshot.delete", json_pack("{s:s}", "snapshot", snap));
-    test_eq_int("snapshots: delete while a sandbox uses it is -32001", err_code(r), -32001);
+    test_eq_int("snapshots: delete while a sandbox uses it is -32001", err_code(r),
+                -32001);
     json_decref(r);
     destroy(c, "snapuse");
     r = cn_call_t(c, 60000, "snapshot.delete", json_pack("{s:s}", "snapshot", snap));
@@ -1079,7 +1105,7 @@ static void test_snapshots_last(void)
     stop_sbxd(pid, SIGTERM);
 }
 
-/* ---- issue 10: the policy, proven by a second uid ------------------------------------ */
+/* ---- issue 10: the policy, proven by a second uid ---------------------------------- */
 
 /* One call as another uid (a forked child that drops to uid:gid). */
 static json_t *as_uid(uid_t uid, gid_t gid, const char *sock, const char *method,
@@ -1096,8 +1122,9 @@ static json_t *as_uid(uid_t uid, gid_t gid, const char *sock, const char *method
         if (setgroups(0, NULL) < 0 || setgid(gid) < 0 || setuid(uid) < 0)
             _exit(3);
         conn *c = cn_open(sock);
-        json_t *r = c ? cn_call_t(c, timeout_ms, method, params)
-                      : json_pack("{s:{s:i, s:s}}", "error", "code", 2, "message", "connect");
+        json_t *r =
+            c ? cn_call_t(c, timeout_ms, method, params)
+              : json_pack("{s:{s:i, s:s}}", "error", "code", 2, "message", "connect");
         char *t = json_dumps(r, JSON_COMPACT);
         size_t n = strlen(t), off = 0;
         while (off < n) {
@@ -1131,19 +1158,22 @@ static int refused(uid_t uid, const char *sock, const char *id, const char *opts
         printf("      bad test options: %s\n", opts_json);
         return 0;
     }
-    json_t *r = as_uid(uid, uid, sock, "sandbox.create",
-                       json_pack("{s:s, s:s, s:o}", "id", id, "provider", "docker", "options", o),
-                       60000);
+    json_t *r =
+        as_uid(uid, uid, sock, "sandbox.create",
+               json_pack("{s:s, s:s, s:o}", "id", id, "provider", "docker", "options", o),
+               60000);
     json_t *data = json_object_get(json_object_get(r, "error"), "data");
     const char *reason = json_string_value(json_object_get(data, "reason"));
-    int ok = err_code(r) == -32003 && (!want_reason || (reason && !strcmp(reason, want_reason)));
+    int ok = err_code(r) == -32003 &&
+             (!want_reason || (reason && !strcmp(reason, want_reason)));
     if (!ok) {
         char *t = json_dumps(r, JSON_COMPACT);
         printf("      %s -> %.400s\n", opts_json, t ? t : "(no answer)");
         free(t);
     }
     if (res_of(r)) /* it must not exist: clean up what slipped through */
-        json_decref(as_uid(uid, uid, sock, "sandbox.destroy", json_pack("{s:s}", "id", id), 60000));
+        json_decref(as_uid(uid, uid, sock, "sandbox.destroy",
+                           json_pack("{s:s}", "id", id), 60000));
     json_decref(r);
     return ok;
 }
@@ -1186,61 +1216,91 @@ static void test_policy_uid(void)
     }
     json_t *r = as_uid(A, A, sock, "daemon.info", NULL, 10000);
     test_cond("policy: the second uid is served as itself (uid 65534, not admin)",
-              res_int(r, "uid") == (json_int_t)A && !json_is_true(json_object_get(res_of(r), "admin")));
+              res_int(r, "uid") == (json_int_t)A &&
+                  !json_is_true(json_object_get(res_of(r), "admin")));
     json_decref(r);
 
     /* hole 1: additive options that loosen */
-    test_cond("policy: security_opt seccomp=unconfined refused",
-              refused(A, sock, "pd1", "{\"security_opt\": [\"no-new-privileges\", \"seccomp=unconfined\"]}", "denied"));
-    test_cond("policy: security_opt apparmor=unconfined refused",
-              refused(A, sock, "pd2", "{\"security_opt\": [\"no-new-privileges\", \"apparmor=unconfined\"]}", "denied"));
+    test_cond(
+        "policy: security_opt seccomp=unconfined refused",
+        refused(A, sock, "pd1",
+                "{\"security_opt\": [\"no-new-privileges\", \"seccomp=unconfined\"]}",
+                "denied"));
+    test_cond(
+        "policy: security_opt apparmor=unconfined refused",
+        refused(A, sock, "pd2",
+                "{\"security_opt\": [\"no-new-privileges\", \"apparmor=unconfined\"]}",
+                "denied"));
     test_cond("policy: security_opt label=disable refused",
-              refused(A, sock, "pd3", "{\"security_opt\": [\"no-new-privileges\", \"label=disable\"]}", "denied"));
-    test_cond("policy: pids_limit -1 refused (ceiling)", refused(A, sock, "pd4", "{\"pids_limit\": -1}", "ceiling"));
-    test_cond("policy: memory 0 refused (ceiling)", refused(A, sock, "pd5", "{\"memory\": 0}", "ceiling"));
-    test_cond("policy: memory_swap -1 refused (ceiling)", refused(A, sock, "pd6", "{\"memory_swap\": -1}", "ceiling"));
-    test_cond("policy: cpu_quota -1 refused (ceiling)", refused(A, sock, "pd7", "{\"cpu_quota\": -1}", "ceiling"));
+              refused(A, sock, "pd3",
+                      "{\"security_opt\": [\"no-new-privileges\", \"label=disable\"]}",
+                      "denied"));
+    test_cond("policy: pids_limit -1 refused (ceiling)",
+              refused(A, sock, "pd4", "{\"pids_limit\": -1}", "ceiling"));
+    test_cond("policy: memory 0 refused (ceiling)",
+              refused(A, sock, "pd5", "{\"memory\": 0}", "ceiling"));
+    test_cond("policy: memory_swap -1 refused (ceiling)",
+              refused(A, sock, "pd6", "{\"memory_swap\": -1}", "ceiling"));
+    test_cond("policy: cpu_quota -1 refused (ceiling)",
+              refused(A, sock, "pd7", "{\"cpu_quota\": -1}", "ceiling"));
     test_cond("policy: tmpfs rw,exec,suid,size=100g refused",
-              refused(A, sock, "pd8", "{\"tmpfs\": {\"/tmp\": \"rw,exec,suid,size=100g\"}}", "denied"));
-    test_cond("policy: tmpfs size=100g refused (ceiling)",
-              refused(A, sock, "pd9", "{\"tmpfs\": {\"/tmp\": \"rw,size=100g\"}}", "ceiling"));
+              refused(A, sock, "pd8",
+                      "{\"tmpfs\": {\"/tmp\": \"rw,exec,suid,size=100g\"}}", "denied"));
+    test_cond(
+        "policy: tmpfs size=100g refused (ceiling)",
+        refused(A, sock, "pd9", "{\"tmpfs\": {\"/tmp\": \"rw,size=100g\"}}", "ceiling"));
     test_cond("policy: memory 2g above the rule's 1g refused (ceiling)",
               refused(A, sock, "pd10", "{\"memory\": \"2g\"}", "ceiling"));
     test_cond("policy: memory 1g refused for a uid with no rule (ceiling 512m)",
               refused(B, sock, "pd11", "{\"memory\": \"1g\"}", "ceiling"));
-    test_cond("policy: privileged refused", refused(A, sock, "pd12", "{\"privileged\": true}", "denied"));
-    test_cond("policy: network host refused", refused(A, sock, "pd13", "{\"network\": \"host\"}", "denied"));
-    test_cond("policy: cap_add SYS_ADMIN refused", refused(A, sock, "pd14", "{\"cap_add\": [\"SYS_ADMIN\"]}", "denied"));
+    test_cond("policy: privileged refused",
+              refused(A, sock, "pd12", "{\"privileged\": true}", "denied"));
+    test_cond("policy: network host refused",
+              refused(A, sock, "pd13", "{\"network\": \"host\"}", "denied"));
+    test_cond("policy: cap_add SYS_ADMIN refused",
+              refused(A, sock, "pd14", "{\"cap_add\": [\"SYS_ADMIN\"]}", "denied"));
     char o[700];
     snprintf(o, sizeof(o), "{\"volumes\": [\"%s:/h:ro\"]}", tmpdir);
-    test_cond("policy: a bind mount outside the granted prefix refused", refused(A, sock, "pd15", o, "denied"));
+    test_cond("policy: a bind mount outside the granted prefix refused",
+              refused(A, sock, "pd15", o, "denied"));
     snprintf(o, sizeof(o), "{\"volumes\": [\"%s:/w\"]}", proj);
-    test_cond("policy: the granted bind mount refused to a uid with no rule", refused(B, sock, "pd16", o, "denied"));
+    test_cond("policy: the granted bind mount refused to a uid with no rule",
+              refused(B, sock, "pd16", o, "denied"));
     snprintf(o, sizeof(o), "{\"network\": \"%s\"}", net);
-    test_cond("policy: the named network refused to a uid with no rule", refused(B, sock, "pd17", o, "denied"));
+    test_cond("policy: the named network refused to a uid with no rule",
+              refused(B, sock, "pd17", o, "denied"));
 
     /* allowed by the rule: the project dir read-write, memory and pids up to the
      * ceilings */
-    snprintf(o, sizeof(o), "{\"volumes\": [\"%s:/project\"], \"memory\": \"1g\", \"memory_swap\": \"1g\", \"pids_limit\": 512}", proj);
+    snprintf(
+        o, sizeof(o),
+        "{\"volumes\": [\"%s:/project\"], \"memory\": \"1g\", \"memory_swap\": \"1g\", \"pids_limit\": 512}",
+        proj);
     json_t *opts = json_loads(o, 0, NULL);
-    r = as_uid(A, A, sock, "sandbox.create",
-               json_pack("{s:s, s:s, s:o}", "id", "pa", "provider", "docker", "options", opts), 120000);
+    r = as_uid(
+        A, A, sock, "sandbox.create",
+        json_pack("{s:s, s:s, s:o}", "id", "pa", "provider", "docker", "options", opts),
+        120000);
     test_eq_str("policy: the granted bind mount, memory 1g and pids 512 are allowed",
-              res_str(r, "status"), "running");
+                res_str(r, "status"), "running");
     json_decref(r);
-    r = as_uid(A, A, sock, "process.exec",
-               json_pack("{s:s, s:s}", "sandbox", "pa", "command",
-                         "echo hi > /project/from-sandbox && echo secret > /workspace/secret && "
-                         "grep Seccomp: /proc/self/status | tr -d '\\t ' && cat "
-                         "/sys/fs/cgroup/pids/pids.max 2>/dev/null || cat /sys/fs/cgroup/pids.max; "
-                         "unshare -U -n true 2>/dev/null && echo unshared || echo no-unshare"),
-               30000);
+    r = as_uid(
+        A, A, sock, "process.exec",
+        json_pack(
+            "{s:s, s:s}", "sandbox", "pa", "command",
+            "echo hi > /project/from-sandbox && echo secret > /workspace/secret && "
+            "grep Seccomp: /proc/self/status | tr -d '\\t ' && cat "
+            "/sys/fs/cgroup/pids/pids.max 2>/dev/null || cat /sys/fs/cgroup/pids.max; "
+            "unshare -U -n true 2>/dev/null && echo unshared || echo no-unshare"),
+        30000);
     char hostfile[600];
     snprintf(hostfile, sizeof(hostfile), "%s/from-sandbox", proj);
     struct stat st;
-    test_cond("policy: the sandbox wrote into the project dir on the host", stat(hostfile, &st) == 0);
-    test_eq_str("policy: inside, seccomp is on, pids.max is 512 and unshare(USER|NET) fails",
-              res_str(r, "stdout"), "Seccomp:2\n512\nno-unshare\n");
+    test_cond("policy: the sandbox wrote into the project dir on the host",
+              stat(hostfile, &st) == 0);
+    test_eq_str(
+        "policy: inside, seccomp is on, pids.max is 512 and unshare(USER|NET) fails",
+        res_str(r, "stdout"), "Seccomp:2\n512\nno-unshare\n");
     if (strcmp(res_str(r, "stdout"), "Seccomp:2\n512\nno-unshare\n") != 0)
         printf("      stdout: %s\n", res_str(r, "stdout"));
     json_decref(r);
@@ -1252,39 +1312,57 @@ static void test_policy_uid(void)
     json_decref(r);
     json_t *list = NULL;
     char path[300];
-    snprintf(path, sizeof(path), "/images/json?filters=%%7B%%22label%%22%%3A%%5B%%22sbxd.snapshot%%3D%s%%22%%5D%%7D", snap);
+    snprintf(
+        path, sizeof(path),
+        "/images/json?filters=%%7B%%22label%%22%%3A%%5B%%22sbxd.snapshot%%3D%s%%22%%5D%%7D",
+        snap);
     if (engine("GET", path, NULL, &list) == 200 && json_array_size(list) == 1) {
         json_t *im = json_array_get(list, 0);
-        snprintf(image, sizeof(image), "%s", json_string_value(json_object_get(im, "Id")));
-        snprintf(tag, sizeof(tag), "%s", json_string_value(json_array_get(json_object_get(im, "RepoTags"), 0)));
+        snprintf(image, sizeof(image), "%s",
+                 json_string_value(json_object_get(im, "Id")));
+        snprintf(tag, sizeof(tag), "%s",
+                 json_string_value(json_array_get(json_object_get(im, "RepoTags"), 0)));
     }
     json_decref(list);
     test_cond("policy: the snapshot image carries its owner", image[0] && tag[0]);
-    r = as_uid(B, B, sock, "sandbox.create",
-               json_pack("{s:s, s:s, s:s}", "id", "pb1", "provider", "docker", "snapshot", snap), 60000);
-    test_eq_int("policy: another uid cannot create from the snapshot id (-32602 no such snapshot)",
-              err_code(r), -32602);
+    r = as_uid(
+        B, B, sock, "sandbox.create",
+        json_pack("{s:s, s:s, s:s}", "id", "pb1", "provider", "docker", "snapshot", snap),
+        60000);
+    test_eq_int(
+        "policy: another uid cannot create from the snapshot id (-32602 no such snapshot)",
+        err_code(r), -32602);
     json_decref(r);
-    r = as_uid(B, B, sock, "sandbox.create",
-               json_pack("{s:s, s:s, s:s}", "id", "pb2", "provider", "docker", "image", tag), 60000);
-    test_eq_int("policy: another uid cannot use the snapshot image by its tag (-32003)", err_code(r), -32003);
+    r = as_uid(
+        B, B, sock, "sandbox.create",
+        json_pack("{s:s, s:s, s:s}", "id", "pb2", "provider", "docker", "image", tag),
+        60000);
+    test_eq_int("policy: another uid cannot use the snapshot image by its tag (-32003)",
+                err_code(r), -32003);
     if (res_of(r))
-        json_decref(as_uid(B, B, sock, "sandbox.destroy", json_pack("{s:s}", "id", "pb2"), 60000));
+        json_decref(as_uid(B, B, sock, "sandbox.destroy", json_pack("{s:s}", "id", "pb2"),
+                           60000));
     json_decref(r);
     char ref[200];
-    snprintf(ref, sizeof(ref), "{\"image\": \"sha256:%.1s\"}", image[0] ? image + 7 : "e");
-    test_cond("policy: image sha256:<one hex digit> refused", refused(B, sock, "pb3", ref, "denied"));
+    snprintf(ref, sizeof(ref), "{\"image\": \"sha256:%.1s\"}",
+             image[0] ? image + 7 : "e");
+    test_cond("policy: image sha256:<one hex digit> refused",
+              refused(B, sock, "pb3", ref, "denied"));
     snprintf(ref, sizeof(ref), "{\"image\": \"%.12s\"}", image[0] ? image + 7 : "e");
-    test_cond("policy: image by bare id prefix refused", refused(B, sock, "pb4", ref, "denied"));
+    test_cond("policy: image by bare id prefix refused",
+              refused(B, sock, "pb4", ref, "denied"));
     snprintf(ref, sizeof(ref), "{\"image\": \"%s\"}", image);
     test_cond("policy: image by full id refused", refused(B, sock, "pb5", ref, "denied"));
     r = as_uid(A, A, sock, "snapshot.list", NULL, 60000);
-    test_eq_int("policy: the owner lists its snapshot", json_array_size(json_object_get(res_of(r), "snapshots")), 1);
+    test_eq_int("policy: the owner lists its snapshot",
+                json_array_size(json_object_get(res_of(r), "snapshots")), 1);
     json_decref(r);
     r = as_uid(B, B, sock, "snapshot.list", NULL, 60000);
-    test_cond("policy: another uid does not see it", res_of(r) && json_array_size(json_object_get(res_of(r), "snapshots")) == 0);
+    test_cond("policy: another uid does not see it",
+              res_of(r) && json_array_size(json_object_get(res_of(r), "snapshots")) == 0);
     json_decref(r);
-    r = as_uid(B, B, sock, "snapshot.delete", json_pack("{s:s}", "snapshot", snap), 60000);
+    r = as_uid(B, B, sock, "snapshot.delete", json_pack("{s:s}", "snapshot", snap),
+               60000);
     test_eq_int("policy: another uid cannot delete it (-32000)", err_code(r), -32000);
     json_decref(r);
 
@@ -1293,29 +1371,43 @@ static void test_policy_uid(void)
         snprintf(o, sizeof(o), "{\"network\": \"%s\"}", net);
         opts = json_loads(o, 0, NULL);
         r = as_uid(A, A, sock, "sandbox.create",
-                   json_pack("{s:s, s:s, s:o}", "id", "pn", "provider", "docker", "options", opts), 120000);
-        test_eq_str("policy: a named network granted by a group rule", res_str(r, "status"), "running");
+                   json_pack("{s:s, s:s, s:o}", "id", "pn", "provider", "docker",
+                             "options", opts),
+                   120000);
+        test_eq_str("policy: a named network granted by a group rule",
+                    res_str(r, "status"), "running");
         json_decref(r);
         r = as_uid(A, A, sock, "process.exec",
-                   json_pack("{s:s, s:s}", "sandbox", "pn", "command", "ip -4 addr show eth0 | grep -c inet"), 30000);
-        test_eq_str("policy: the sandbox has an address on it (eth0)", res_str(r, "stdout"), "1\n");
+                   json_pack("{s:s, s:s}", "sandbox", "pn", "command",
+                             "ip -4 addr show eth0 | grep -c inet"),
+                   30000);
+        test_eq_str("policy: the sandbox has an address on it (eth0)",
+                    res_str(r, "stdout"), "1\n");
         json_decref(r);
-        json_decref(as_uid(A, A, sock, "sandbox.destroy", json_pack("{s:s}", "id", "pn"), 60000));
+        json_decref(
+            as_uid(A, A, sock, "sandbox.destroy", json_pack("{s:s}", "id", "pn"), 60000));
     } else {
-        test_skip("policy: a named network granted by a group rule", "the engine cannot create a network");
+        test_skip("policy: a named network granted by a group rule",
+                  "the engine cannot create a network");
     }
     if (have_bridge) {
         r = as_uid(A, A, sock, "sandbox.create",
-                   json_pack("{s:s, s:s, s:{s:s}}", "id", "pbr", "provider", "docker", "options", "network", "bridge"), 120000);
-        test_eq_str("policy: network bridge granted by a group rule", res_str(r, "status"), "running");
+                   json_pack("{s:s, s:s, s:{s:s}}", "id", "pbr", "provider", "docker",
+                             "options", "network", "bridge"),
+                   120000);
+        test_eq_str("policy: network bridge granted by a group rule",
+                    res_str(r, "status"), "running");
         json_decref(r);
-        json_decref(as_uid(A, A, sock, "sandbox.destroy", json_pack("{s:s}", "id", "pbr"), 60000));
+        json_decref(as_uid(A, A, sock, "sandbox.destroy", json_pack("{s:s}", "id", "pbr"),
+                           60000));
     } else {
         test_skip("policy: network bridge granted by a group rule",
                   "the private engine runs --bridge=none: no default bridge network");
     }
-    json_decref(as_uid(A, A, sock, "sandbox.destroy", json_pack("{s:s}", "id", "pa"), 60000));
-    json_decref(as_uid(A, A, sock, "snapshot.delete", json_pack("{s:s}", "snapshot", snap), 60000));
+    json_decref(
+        as_uid(A, A, sock, "sandbox.destroy", json_pack("{s:s}", "id", "pa"), 60000));
+    json_decref(as_uid(A, A, sock, "snapshot.delete",
+                       json_pack("{s:s}", "snapshot", snap), 60000));
     if (have_net) {
         snprintf(path, sizeof(path), "/networks/%s", net);
         engine("DELETE", path, NULL, NULL);
@@ -1324,7 +1416,7 @@ static void test_policy_uid(void)
     stop_sbxd(pid, SIGTERM);
 }
 
-/* ---- issue 10: warm starts ------------------------------------------------------------ */
+/* ---- issue 10: warm starts --------------------------------------------------------- */
 
 static void test_agent_mount(conn *c)
 {
@@ -1337,8 +1429,7 @@ static void test_agent_mount(conn *c)
     int agent_ro = 0, volumes = 0;
     size_t i;
     json_t *m;
-    json_array_foreach(mounts, i, m)
-    {
+    json_array_foreach(mounts, i, m) {
         const char *type = json_string_value(json_object_get(m, "Type"));
         const char *dst = json_string_value(json_object_get(m, "Destination"));
         if (type && !strcmp(type, "volume"))
@@ -1347,15 +1438,17 @@ static void test_agent_mount(conn *c)
             json_is_false(json_object_get(m, "RW")))
             agent_ro = 1;
     }
-    test_cond("agent mount: sbx-init is a read-only bind of the installed agent", agent_ro);
+    test_cond("agent mount: sbx-init is a read-only bind of the installed agent",
+              agent_ro);
     test_cond("agent mount: no anonymous volume per create", volumes == 0);
     json_decref(ins);
-    r = exec(c, "am1",
-             "id -u; cp /bin/busybox /.sbx/sbx-init 2>/dev/null && echo replaced; "
-             "rm -f /.sbx/sbx-init 2>/dev/null && echo removed; "
-             "mount -o remount,rw /.sbx/sbx-init 2>/dev/null && echo remounted; "
-             "umount /.sbx/sbx-init 2>/dev/null && echo unmounted; "
-             "echo x >> /.sbx/sbx-init 2>/dev/null && echo appended; md5sum /.sbx/sbx-init");
+    r = exec(
+        c, "am1",
+        "id -u; cp /bin/busybox /.sbx/sbx-init 2>/dev/null && echo replaced; "
+        "rm -f /.sbx/sbx-init 2>/dev/null && echo removed; "
+        "mount -o remount,rw /.sbx/sbx-init 2>/dev/null && echo remounted; "
+        "umount /.sbx/sbx-init 2>/dev/null && echo unmounted; "
+        "echo x >> /.sbx/sbx-init 2>/dev/null && echo appended; md5sum /.sbx/sbx-init");
     char want[200] = "";
     char cmd[600];
     snprintf(cmd, sizeof(cmd), "md5sum '%s/sbx-init'", bdir);
@@ -1366,10 +1459,11 @@ static void test_agent_mount(conn *c)
         pclose(f);
     }
     const char *out = res_str(r, "stdout");
-    test_cond("agent mount: container root cannot replace, remove, remount or append to it",
-              !strncmp(out, "0\n", 2) && !strstr(out, "replaced") && !strstr(out, "removed") &&
-                  !strstr(out, "remounted") && !strstr(out, "unmounted") &&
-                  !strstr(out, "appended") && want[0] && strstr(out, want));
+    test_cond(
+        "agent mount: container root cannot replace, remove, remount or append to it",
+        !strncmp(out, "0\n", 2) && !strstr(out, "replaced") && !strstr(out, "removed") &&
+            !strstr(out, "remounted") && !strstr(out, "unmounted") &&
+            !strstr(out, "appended") && want[0] && strstr(out, want));
     if (!want[0] || !strstr(out, want))
         printf("      stdout: %s (host md5 %s)\n", out, want);
     json_decref(r);
@@ -1384,14 +1478,17 @@ static void test_agent_mount(conn *c)
     snprintf(snap, sizeof(snap), "%s", res_str(r, "snapshot"));
     json_decref(r);
     r = create(c, "am2", json_pack("{s:s}", "snapshot", snap));
-    test_cond("agent mount: a sandbox from its snapshot runs", exec_ok(c, "am2", "echo ok", "ok\n"));
+    test_cond("agent mount: a sandbox from its snapshot runs",
+              exec_ok(c, "am2", "echo ok", "ok\n"));
     json_decref(r);
     destroy(c, "am2");
     destroy(c, "am1");
-    json_decref(cn_call_t(c, 60000, "snapshot.delete", json_pack("{s:s}", "snapshot", snap)));
+    json_decref(
+        cn_call_t(c, 60000, "snapshot.delete", json_pack("{s:s}", "snapshot", snap)));
     r = cn_call(c, "daemon.info", NULL);
     char *t = json_dumps(r, 0);
-    test_cond("agent mount: daemon.info says bind", t && strstr(t, "\"agent_mount\": \"bind\""));
+    test_cond("agent mount: daemon.info says bind",
+              t && strstr(t, "\"agent_mount\": \"bind\""));
     free(t);
     json_decref(r);
 }
@@ -1403,8 +1500,7 @@ static int pool_ready(conn *c, const char *name)
     int ready = -1;
     size_t i, j;
     json_t *pv, *pl;
-    json_array_foreach(json_object_get(res_of(info), "providers"), i, pv)
-    {
+    json_array_foreach(json_object_get(res_of(info), "providers"), i, pv) {
         json_array_foreach(json_object_get(json_object_get(pv, "info"), "pools"), j, pl)
             if (!strcmp(json_string_value(json_object_get(pl, "name")), name))
                 ready = (int)json_integer_value(json_object_get(pl, "ready"));
@@ -1428,16 +1524,18 @@ static int wait_pool(conn *c, const char *name, int want, int ms)
 static json_t *pool_ids(const char *name)
 {
     char path[300];
-    snprintf(path, sizeof(path),
-             "/containers/json?filters=%%7B%%22label%%22%%3A%%5B%%22sbxd.pool%%3D%s%%22%%5D%%7D", name);
+    snprintf(
+        path, sizeof(path),
+        "/containers/json?filters=%%7B%%22label%%22%%3A%%5B%%22sbxd.pool%%3D%s%%22%%5D%%7D",
+        name);
     json_t *l = NULL, *ids = json_array();
     engine("GET", path, NULL, &l);
     size_t i;
     json_t *c;
-    json_array_foreach(l, i, c)
-    {
+    json_array_foreach(l, i, c) {
         /* taken ones are renamed sbxp.<owner>.<id>: no longer the pool's */
-        const char *nm = json_string_value(json_array_get(json_object_get(c, "Names"), 0));
+        const char *nm =
+            json_string_value(json_array_get(json_object_get(c, "Names"), 0));
         if (!nm || strncmp(nm, "/sbxp.", 6) != 0)
             json_array_append(ids, json_object_get(c, "Id"));
     }
@@ -1449,7 +1547,9 @@ static int in_ids(json_t *ids, const char *id)
 {
     size_t i;
     json_t *x;
-    json_array_foreach(ids, i, x) if (!strcmp(json_string_value(x), id)) return 1;
+    json_array_foreach(ids, i, x)
+        if (!strcmp(json_string_value(x), id))
+            return 1;
     return 0;
 }
 
@@ -1478,7 +1578,9 @@ static void test_pools(void)
     test_cond("pools: a create with the pool's options takes a pooled container",
               !strcmp(res_str(r, "status"), "running") &&
                   !strcmp(json_string_value(json_object_get(
-                              json_object_get(res_of(r), "metadata"), "pool")) ?: "", "warm") &&
+                              json_object_get(res_of(r), "metadata"), "pool"))
+                              ?: "",
+                          "warm") &&
                   in_ids(before, cid));
     printf("      create from the pool answered in %.1f ms\n", took);
     json_decref(r);
@@ -1508,9 +1610,11 @@ static void test_pools(void)
     json_decref(r);
     json_t *x = as_uid(65534, 65534, sock, "process.exec",
                        json_pack("{s:s, s:s}", "sandbox", "pa1", "command",
-                                 "echo secret > /workspace/a"), 30000);
+                                 "echo secret > /workspace/a"),
+                       30000);
     json_decref(x);
-    json_decref(as_uid(65534, 65534, sock, "sandbox.destroy", json_pack("{s:s}", "id", "pa1"), 60000));
+    json_decref(as_uid(65534, 65534, sock, "sandbox.destroy",
+                       json_pack("{s:s}", "id", "pa1"), 60000));
     wait_pool(c, "warm", 2, 60000);
     r = as_uid(65533, 65533, sock, "sandbox.create",
                json_pack("{s:s, s:s}", "id", "pb1", "provider", "docker"), 60000);
@@ -1520,12 +1624,14 @@ static void test_pools(void)
     json_decref(r);
     x = as_uid(65533, 65533, sock, "process.exec",
                json_pack("{s:s, s:s}", "sandbox", "pb1", "command",
-                         "cat /workspace/a 2>/dev/null || echo clean"), 30000);
+                         "cat /workspace/a 2>/dev/null || echo clean"),
+               30000);
     test_cond("pools: two owners get different fresh containers, nothing of the first",
               froma && fromb && cida[0] && cidb[0] && strcmp(cida, cidb) != 0 &&
                   !strcmp(res_str(x, "stdout"), "clean\n"));
     json_decref(x);
-    json_decref(as_uid(65533, 65533, sock, "sandbox.destroy", json_pack("{s:s}", "id", "pb1"), 60000));
+    json_decref(as_uid(65533, 65533, sock, "sandbox.destroy",
+                       json_pack("{s:s}", "id", "pb1"), 60000));
 
     /* the policy applies to what a pool holds */
     test_cond("pools: a pool's options above the taker's ceiling are refused (-32003)",
@@ -1533,7 +1639,10 @@ static void test_pools(void)
     test_cond("pools: the pool still holds its container", pool_ready(c, "big") == 1);
     r = create(c, "pbig", json_pack("{s:{s:i}}", "options", "pids_limit", 512));
     test_cond("pools: root takes it",
-              !strcmp(json_string_value(json_object_get(json_object_get(res_of(r), "metadata"), "pool")) ?: "", "big"));
+              !strcmp(json_string_value(
+                          json_object_get(json_object_get(res_of(r), "metadata"), "pool"))
+                          ?: "",
+                      "big"));
     json_decref(r);
     destroy(c, "pbig");
 
@@ -1541,9 +1650,10 @@ static void test_pools(void)
      * a sandbox taken from the pool is found again with its config */
     wait_pool(c, "warm", 2, 60000);
     r = create(c, "pkeep", json_pack("{s:{s:s}}", "env", "K", "kept"));
-    test_cond("pools: pkeep from the pool",
-              json_object_get(json_object_get(res_of(r), "metadata"), "pool") != NULL &&
-                  exec_ok(c, "pkeep", "echo $K > /workspace/f; cat /workspace/f", "kept\n"));
+    test_cond(
+        "pools: pkeep from the pool",
+        json_object_get(json_object_get(res_of(r), "metadata"), "pool") != NULL &&
+            exec_ok(c, "pkeep", "echo $K > /workspace/f; cat /workspace/f", "kept\n"));
     json_decref(r);
     wait_pool(c, "warm", 2, 60000);
     json_t *old = pool_ids("warm");
@@ -1555,10 +1665,12 @@ static void test_pools(void)
     int overlap = 0;
     size_t i;
     json_t *id;
-    json_array_foreach(old, i, id) overlap |= in_ids(fresh, json_string_value(id));
-    test_cond("pools: after an sbxd restart the old unused containers are removed and the "
-              "pool is filled again",
-              ok && json_array_size(fresh) == 2 && !overlap);
+    json_array_foreach(old, i, id)
+        overlap |= in_ids(fresh, json_string_value(id));
+    test_cond(
+        "pools: after an sbxd restart the old unused containers are removed and the "
+        "pool is filled again",
+        ok && json_array_size(fresh) == 2 && !overlap);
     int found = 0;
     for (int k = 0; c && k < 100 && !found; k++) {
         found = !strcmp(status_of(c, "pkeep"), "running");
@@ -1566,13 +1678,20 @@ static void test_pools(void)
             usleep(100000);
     }
     r = c ? cn_call(c, "sandbox.get", json_pack("{s:s}", "id", "pkeep")) : NULL;
-    test_cond("pools: a sandbox taken from a pool is adopted after an sbxd restart, with its "
-              "env and its lifetime counted from its creation",
-              found && !strcmp(json_string_value(json_object_get(
-                                   json_object_get(res_of(r), "env"), "K")) ?: "", "kept") &&
-                  res_int(r, "timeout_ms") > 0 && res_int(r, "timeout_ms") < 1800000 &&
-                  exec_ok(c, "pkeep", "cat /workspace/f; echo $K", "kept\nkept\n"));
-    if (!found || strcmp(json_string_value(json_object_get(json_object_get(res_of(r), "env"), "K")) ?: "", "kept")) {
+    test_cond(
+        "pools: a sandbox taken from a pool is adopted after an sbxd restart, with its "
+        "env and its lifetime counted from its creation",
+        found &&
+            !strcmp(
+                json_string_value(json_object_get(json_object_get(res_of(r), "env"), "K"))
+                    ?: "",
+                "kept") &&
+            res_int(r, "timeout_ms") > 0 && res_int(r, "timeout_ms") < 1800000 &&
+            exec_ok(c, "pkeep", "cat /workspace/f; echo $K", "kept\nkept\n"));
+    if (!found ||
+        strcmp(json_string_value(json_object_get(json_object_get(res_of(r), "env"), "K"))
+                   ?: "",
+               "kept")) {
         char *txt = json_dumps(r, JSON_COMPACT);
         printf("      %.600s\n", txt ? txt : "?");
         free(txt);
@@ -1588,8 +1707,7 @@ static void test_pools(void)
     /* what the last sbxd left in its pools */
     json_t *rest = pool_ids("warm"), *rest2 = pool_ids("big");
     json_array_extend(rest, rest2);
-    json_array_foreach(rest, i, id)
-    {
+    json_array_foreach(rest, i, id) {
         snprintf(path, sizeof(path), "/containers/%s?force=1&v=1", json_string_value(id));
         engine("DELETE", path, NULL, NULL);
     }
@@ -1687,8 +1805,7 @@ static int count_status(conn *c, const char *id, const char *status)
     int n = 0;
     size_t i;
     json_t *m;
-    json_array_foreach(c->notes, i, m)
-    {
+    json_array_foreach(c->notes, i, m) {
         json_t *pa = json_object_get(m, "params");
         if (!strcmp(json_string_value(json_object_get(m, "method")), "sandbox.status") &&
             !strcmp(json_string_value(json_object_get(pa, "sandbox")), id) &&
@@ -1777,13 +1894,14 @@ static void test_killed_outside(conn *c)
     r = cn_call(c, "sandbox.get", json_pack("{s:s}", "id", "kill1"));
     test_cond("docker rm -f: a new container, metadata.recreated 1",
               strcmp(cid_of(r), cid) != 0 && cid_of(r)[0] &&
-                  json_integer_value(json_object_get(json_object_get(res_of(r), "metadata"),
-                                                     "recreated")) == 1);
+                  json_integer_value(json_object_get(
+                      json_object_get(res_of(r), "metadata"), "recreated")) == 1);
     json_decref(r);
     destroy(c, "kill1");
 
     /* one retry only: a restart that cannot work fails the call once */
-    engine("POST", "/images/sbx-test%2Fbusybox/tag?repo=sbx-test%2Fretry2&tag=latest", NULL, NULL);
+    engine("POST", "/images/sbx-test%2Fbusybox/tag?repo=sbx-test%2Fretry2&tag=latest",
+           NULL, NULL);
     r = create(c, "retry2", json_pack("{s:s}", "image", "sbx-test/retry2"));
     snprintf(cid, sizeof(cid), "%s", cid_of(r));
     json_decref(r);
@@ -1859,17 +1977,17 @@ static void test_noshell(conn *c)
                   strstr(o, "env X=y\n"));
     json_decref(r);
     r = exec(c, "nosh1", "echo needs a shell");
-    test_eq_int("no-shell image: a shell command fails with 127",
-              res_int(r, "exit_code"), 127);
+    test_eq_int("no-shell image: a shell command fails with 127", res_int(r, "exit_code"),
+                127);
     json_decref(r);
     destroy(c, "nosh1");
 }
 
 static void test_exec_mode(conn *c)
 {
-    json_t *r =
-        create(c, "xm1", json_pack("{s:{s:s}, s:{s:s, s:s}}", "options", "exec_mode",
-                                   "docker-exec", "env", "XA", "create", "XB", "keep"));
+    json_t *r = create(c, "xm1",
+                       json_pack("{s:{s:s}, s:{s:s, s:s}}", "options", "exec_mode",
+                                 "docker-exec", "env", "XA", "create", "XB", "keep"));
     test_cond("docker-exec: created",
               strcmp(res_str(r, "status"), "running") == 0 &&
                   strcmp(json_string_value(json_object_get(
@@ -1890,8 +2008,7 @@ static void test_exec_mode(conn *c)
     r = cn_call(c, "process.exec",
                 json_pack("{s:s, s:s, s:s}", "sandbox", "xm1", "command", "cat", "stdin",
                           "via exec\n"));
-    test_eq_str("docker-exec: stdin through cat",
-              res_str(r, "stdout"), "via exec\n");
+    test_eq_str("docker-exec: stdin through cat", res_str(r, "stdout"), "via exec\n");
     json_decref(r);
     /* env null removes a create-time key here too (issue 10, item 4): the
      * container's env holds it, an exec can only add */
@@ -1918,7 +2035,7 @@ static void test_exec_mode(conn *c)
     r = cn_call_t(c, 20000, "process.wait",
                   json_pack("{s:s, s:I}", "sandbox", "xm1", "pid", pid));
     test_eq_int("docker-exec: kill (an exec'd kill inside) ends it",
-              res_int(r, "exit_code"), 137);
+                res_int(r, "exit_code"), 137);
     json_decref(r);
     usleep(300000);
     test_cond("docker-exec: children gone too", top_has(cid, "sleep 1005") == 0);
@@ -1978,7 +2095,8 @@ static int gen_check(struct gen *g, const char *d, size_t n)
 
 /* mb MB of numbered lines from sandbox `id` of the sbxd `spid`, to a reader that
  * stalls, then reads slowly, then fast: bounded memory, every byte in order. */
-static void stream_slow_reader(conn *c, pid_t spid, const char *id, int mb, const char *what)
+static void stream_slow_reader(conn *c, pid_t spid, const char *id, int mb,
+                               const char *what)
 {
     int slow_build = getenv("SBX_SANITIZED") || getenv("SBX_VALGRIND");
     /* sanitizers keep freed memory in quarantine: RSS says less there */
@@ -2000,13 +2118,15 @@ static void stream_slow_reader(conn *c, pid_t spid, const char *id, int mb, cons
              "i=0; while [ $i -lt %llu ]; do printf 'B%%08d\\n' $i; cat /tmp/chunk; "
              "i=$((i+1)); done",
              (unsigned long long)blocks);
-    r = cn_call(c, "process.spawn", json_pack("{s:s, s:s}", "sandbox", id, "command", cmd));
+    r = cn_call(c, "process.spawn",
+                json_pack("{s:s, s:s}", "sandbox", id, "command", cmd));
     json_int_t pid = res_int(r, "pid");
     json_decref(r);
     /* A slow reader: nothing for 3 s. sbxd must push back, not buffer. */
     sleep(3);
     long rss = rss_kb(spid);
-    snprintf(name, sizeof(name), "%s: sbxd memory stays bounded while the client does not read", what);
+    snprintf(name, sizeof(name),
+             "%s: sbxd memory stays bounded while the client does not read", what);
     test_cond(name, rss > 0 && rss < rss_limit);
     printf("      sbxd RSS with a stalled %d MB stream: %ld KiB\n", mb, rss);
     struct gen g = {0};
@@ -2085,8 +2205,7 @@ static int docker_up(conn *c)
         json_t *r = cn_call(c, "daemon.info", NULL);
         size_t k;
         json_t *p;
-        json_array_foreach(json_object_get(res_of(r), "providers"), k, p)
-        {
+        json_array_foreach(json_object_get(res_of(r), "providers"), k, p) {
             if (strcmp(json_string_value(json_object_get(p, "name")), "docker") == 0 &&
                 json_is_true(json_object_get(p, "available")))
                 up = 1;
@@ -2101,7 +2220,8 @@ static int docker_up(conn *c)
 static void test_tls(void)
 {
     if (!tls_host || !tls_host[0]) {
-        test_skip("TLS: the engine over tcp:// with TLS", "no TLS endpoint: the engine is not private");
+        test_skip("TLS: the engine over tcp:// with TLS",
+                  "no TLS endpoint: the engine is not private");
         return;
     }
     char extra[2048];
@@ -2146,7 +2266,8 @@ static void test_tls(void)
             if (!shared)
                 usleep(100000);
         }
-        test_cond("remote engine: the agent holder is made once (agent_mount shared)", shared);
+        test_cond("remote engine: the agent holder is made once (agent_mount shared)",
+                  shared);
         r = create(c, "tls2", NULL);
         json_t *ins = inspect(cid_of(r));
         json_decref(r);
@@ -2155,15 +2276,19 @@ static void test_tls(void)
         int ro_volume = 0;
         size_t k;
         json_t *m;
-        json_array_foreach(json_object_get(ins, "Mounts"), k, m) if (
-            !strcmp(json_string_value(json_object_get(m, "Destination")) ?: "", "/.sbx") &&
-            json_is_false(json_object_get(m, "RW"))) ro_volume = 1;
-        test_cond("remote engine: a new container mounts the holder's agent read-only, no "
-                  "upload",
-                  v0 && !strncmp(v0, "sbxd-agent-", 11) && strstr(v0, ":ro") && ro_volume);
+        json_array_foreach(json_object_get(ins, "Mounts"), k, m)
+            if (!strcmp(json_string_value(json_object_get(m, "Destination")) ?: "",
+                        "/.sbx") &&
+                json_is_false(json_object_get(m, "RW")))
+                ro_volume = 1;
+        test_cond(
+            "remote engine: a new container mounts the holder's agent read-only, no "
+            "upload",
+            v0 && !strncmp(v0, "sbxd-agent-", 11) && strstr(v0, ":ro") && ro_volume);
         json_decref(ins);
-        json_t *x = exec(c, "tls2", "cp /bin/busybox /.sbx/sbx-init 2>/dev/null && echo "
-                                    "replaced; echo ok");
+        json_t *x = exec(c, "tls2",
+                         "cp /bin/busybox /.sbx/sbx-init 2>/dev/null && echo "
+                         "replaced; echo ok");
         test_cond("remote engine: the shared agent runs and cannot be replaced",
                   !strcmp(res_str(x, "stdout"), "ok\n"));
         json_decref(x);
@@ -2189,8 +2314,9 @@ static void test_attach_only(void)
     json_decref(r);
     if (c) {
         test_cond("attach only: exec", exec_ok(c, "att1", "echo hi; echo e >&2", "hi\n"));
-        r = cn_call(c, "process.exec", json_pack("{s:s, s:s, s:s}", "sandbox", "att1",
-                                                 "command", "cat | wc -c", "stdin", "12345"));
+        r = cn_call(c, "process.exec",
+                    json_pack("{s:s, s:s, s:s}", "sandbox", "att1", "command",
+                              "cat | wc -c", "stdin", "12345"));
         test_eq_str("attach only: stdin", res_str(r, "stdout"), "5\n");
         json_decref(r);
         stream_slow_reader(c, pid, "att1", 64, "attach only");
@@ -2213,9 +2339,9 @@ static void test_no_engine(void)
     json_t *dk = NULL;
     size_t i;
     json_t *p;
-    json_array_foreach(json_object_get(res_of(r), "providers"), i,
-                       p) if (strcmp(json_string_value(json_object_get(p, "name")),
-                                     "docker") == 0) dk = p;
+    json_array_foreach(json_object_get(res_of(r), "providers"), i, p)
+        if (strcmp(json_string_value(json_object_get(p, "name")), "docker") == 0)
+            dk = p;
     test_cond("no engine: daemon.info says unavailable, with the reason",
               dk && json_is_false(json_object_get(dk, "available")) &&
                   strstr(json_string_value(json_object_get(dk, "reason")) ?: "",
@@ -2238,7 +2364,7 @@ static void test_no_engine(void)
                     json_pack("{s:s, s:s}", "sandbox", "duk1", "command", "6*7"))
           : NULL;
     test_eq_int("no engine: the duktape provider still serves",
-              json_integer_value(json_object_get(res_of(r), "result")), 42);
+                json_integer_value(json_object_get(res_of(r), "result")), 42);
     json_decref(r);
     cn_close(c);
     stop_sbxd(pid, SIGTERM);
@@ -2440,7 +2566,7 @@ static void test_fake_engine(void)
     }
 }
 
-/* ---- issue 11: losing the backend ends the pending op at once -------------------------- */
+/* ---- issue 11: losing the backend ends the pending op at once ---------------------- */
 
 /* A snapshot or stop in flight while the container is removed behind sbxd's
  * back answers at once (done, or a provider error), not at
@@ -2452,7 +2578,8 @@ static void test_lost_mid_op(conn *c)
     snprintf(cid, sizeof(cid), "%s", cid_of(r));
     json_decref(r);
     /* A big layer: the commit takes a while (vfs copies it). */
-    exec_ok(c, "lm1", "dd if=/dev/zero of=/big bs=1M count=200 2>/dev/null && echo ok", "ok\n");
+    exec_ok(c, "lm1", "dd if=/dev/zero of=/big bs=1M count=200 2>/dev/null && echo ok",
+            "ok\n");
     int id = send_call(c, "sandbox.snapshot", json_pack("{s:s}", "id", "lm1"));
     usleep(300000);
     double t = now_ms();
@@ -2466,19 +2593,23 @@ static void test_lost_mid_op(conn *c)
               op_answer_clear(ans) && took < 20000);
     const char *snap = json_string_value(json_object_get(res_of(ans), "snapshot"));
     if (snap)
-        json_decref(cn_call_t(c, 60000, "snapshot.delete", json_pack("{s:s}", "snapshot", snap)));
+        json_decref(
+            cn_call_t(c, 60000, "snapshot.delete", json_pack("{s:s}", "snapshot", snap)));
     json_decref(ans);
-    test_cond("removed mid-snapshot: the sandbox is in error", wait_status(c, "lm1", "error", 10000));
+    test_cond("removed mid-snapshot: the sandbox is in error",
+              wait_status(c, "lm1", "error", 10000));
     t = now_ms();
     r = cn_call_t(c, 60000, "sandbox.destroy", json_pack("{s:s}", "id", "lm1"));
-    test_cond("removed mid-snapshot: destroy finishes", res_of(r) && now_ms() - t < 20000);
+    test_cond("removed mid-snapshot: destroy finishes",
+              res_of(r) && now_ms() - t < 20000);
     json_decref(r);
 
     r = create(c, "lm2", NULL);
     snprintf(cid, sizeof(cid), "%s", cid_of(r));
     json_decref(r);
-    json_decref(cn_call(c, "process.spawn",
-                        json_pack("{s:s, s:s}", "sandbox", "lm2", "command", "sleep 100")));
+    json_decref(
+        cn_call(c, "process.spawn",
+                json_pack("{s:s, s:s}", "sandbox", "lm2", "command", "sleep 100")));
     id = send_call(c, "sandbox.stop", json_pack("{s:s}", "id", "lm2"));
     usleep(100000);
     t = now_ms();
@@ -2515,7 +2646,8 @@ static int dockerd_pid(const char *dir)
 static int engine_restart(conn *c, const char *dir)
 {
     char cmd[800];
-    snprintf(cmd, sizeof(cmd), "sh tests/docker/dockerd.sh start '%s' --tls >/dev/null 2>&1",
+    snprintf(cmd, sizeof(cmd),
+             "sh tests/docker/dockerd.sh start '%s' --tls >/dev/null 2>&1",
              dir ? dir : "");
     int st = system(cmd);
     int up = 0;
@@ -2545,7 +2677,8 @@ static void test_engine_stops(conn *c)
     json_t *r = create(c, "es1", NULL);
     json_decref(r);
     json_decref(create(c, "es3", NULL));
-    exec_ok(c, "es3", "dd if=/dev/zero of=/big bs=1M count=200 2>/dev/null && echo ok", "ok\n");
+    exec_ok(c, "es3", "dd if=/dev/zero of=/big bs=1M count=200 2>/dev/null && echo ok",
+            "ok\n");
     json_decref(cn_call(c, "sandbox.create",
                         json_pack("{s:s, s:s}", "id", "duk2", "provider", "duktape")));
     int id = ++c->next_id;
@@ -2579,9 +2712,10 @@ static void test_engine_stops(conn *c)
         }
     }
     print_answer("snapshot, engine stopped meanwhile", snap_ans, snap_ms);
-    test_cond("engine stopped mid-snapshot: the snapshot answers at once (a provider error, "
-              "or done if it finished first), not at op_timeout_ms",
-              op_answer_clear(snap_ans) && snap_ms < 15000);
+    test_cond(
+        "engine stopped mid-snapshot: the snapshot answers at once (a provider error, "
+        "or done if it finished first), not at op_timeout_ms",
+        op_answer_clear(snap_ans) && snap_ms < 15000);
     const char *snap = json_string_value(json_object_get(res_of(snap_ans), "snapshot"));
     char snap_name[80] = "";
     if (snap)
@@ -2598,7 +2732,7 @@ static void test_engine_stops(conn *c)
     r = cn_call(c, "process.exec",
                 json_pack("{s:s, s:s}", "sandbox", "duk2", "command", "1+1"));
     test_eq_int("engine stopped: the duktape provider still serves",
-              json_integer_value(json_object_get(res_of(r), "result")), 2);
+                json_integer_value(json_object_get(res_of(r), "result")), 2);
     json_decref(r);
     /* wait until the engine is really gone */
     for (int i = 0; i < 150 && kill(dpid, 0) == 0; i++)
@@ -2609,12 +2743,11 @@ static void test_engine_stops(conn *c)
               err_code(r) == -32002 && now_ms() - t < 8000);
     json_decref(r);
     r = cn_call(c, "sandbox.get", json_pack("{s:s}", "id", "es1"));
-    test_eq_str("engine stopped: the sandbox is in error",
-              res_str(r, "status"), "error");
+    test_eq_str("engine stopped: the sandbox is in error", res_str(r, "status"), "error");
     json_decref(r);
     r = exec_t(c, "es1", "echo x", 5000);
     test_eq_int("engine stopped: an exec on it fails promptly with -32001 (engine away)",
-              err_code(r), -32001);
+                err_code(r), -32001);
     json_decref(r);
 
     /* The engine comes back (same data root): the next call restarts the
@@ -2630,7 +2763,8 @@ static void test_engine_stops(conn *c)
      * the op, which fails at once with a provider error (issue 11). A big
      * layer keeps the commit busy for a second or more (vfs copies it). */
     json_decref(create(c, "es4", NULL));
-    exec_ok(c, "es4", "dd if=/dev/zero of=/big bs=1M count=400 2>/dev/null && echo ok", "ok\n");
+    exec_ok(c, "es4", "dd if=/dev/zero of=/big bs=1M count=400 2>/dev/null && echo ok",
+            "ok\n");
     int sid = send_call(c, "sandbox.snapshot", json_pack("{s:s}", "id", "es4"));
     usleep(300000);
     dpid = dockerd_pid(dir);
@@ -2640,21 +2774,23 @@ static void test_engine_stops(conn *c)
     json_t *kans = await_id(c, sid, 60000);
     double kms = now_ms() - t;
     print_answer("snapshot, engine killed meanwhile", kans, kms);
-    test_cond("engine killed mid-snapshot: the snapshot fails at once with a provider error, "
-              "not at op_timeout_ms",
-              op_answer_clear(kans) && json_object_get(kans, "error") && kms < 10000);
+    test_cond(
+        "engine killed mid-snapshot: the snapshot fails at once with a provider error, "
+        "not at op_timeout_ms",
+        op_answer_clear(kans) && json_object_get(kans, "error") && kms < 10000);
     json_decref(kans);
     t = now_ms();
     r = cn_call_t(c, 30000, "sandbox.stop", json_pack("{s:s}", "id", "es4"));
-    test_cond("engine killed: a stop fails at once with -32002", err_code(r) == -32002 &&
-                                                                    now_ms() - t < 10000);
+    test_cond("engine killed: a stop fails at once with -32002",
+              err_code(r) == -32002 && now_ms() - t < 10000);
     json_decref(r);
     for (int i = 0; i < 50 && kill(dpid, 0) == 0; i++)
         usleep(100000);
     test_cond("engine killed, started again: sbxd sees it", engine_restart(c, dir));
     t = now_ms();
     r = cn_call_t(c, 60000, "sandbox.destroy", json_pack("{s:s}", "id", "es4"));
-    test_cond("engine killed, started again: destroy finishes", res_of(r) && now_ms() - t < 30000);
+    test_cond("engine killed, started again: destroy finishes",
+              res_of(r) && now_ms() - t < 30000);
     json_decref(r);
 
     destroy(c, "es1");
@@ -2664,7 +2800,8 @@ static void test_engine_stops(conn *c)
               res_of(r) && now_ms() - t < 30000);
     json_decref(r);
     if (snap_name[0])
-        json_decref(cn_call_t(c, 60000, "snapshot.delete", json_pack("{s:s}", "snapshot", snap_name)));
+        json_decref(cn_call_t(c, 60000, "snapshot.delete",
+                              json_pack("{s:s}", "snapshot", snap_name)));
     json_decref(cn_call(c, "sandbox.destroy", json_pack("{s:s}", "id", "duk2")));
 }
 

@@ -118,7 +118,7 @@ static json_t *fake_sandbox(const char *modal_id)
     json_t *all = ctl("GET", "/sandboxes", NULL), *found = NULL;
     size_t i;
     json_t *s;
-    json_array_foreach (all, i, s)
+    json_array_foreach(all, i, s)
         if (modal_id &&
             strcmp(json_string_value(json_object_get(s, "sandbox_id")), modal_id) == 0)
             found = json_incref(s);
@@ -132,10 +132,10 @@ static json_t *fake_exec(const char *needle)
     json_t *all = ctl("GET", "/execs", NULL), *found = NULL;
     size_t i, j;
     json_t *e, *a;
-    json_array_foreach (all, i, e) {
+    json_array_foreach(all, i, e) {
         char line[8192] = "";
         size_t o = 0;
-        json_array_foreach (json_object_get(e, "command"), j, a) {
+        json_array_foreach(json_object_get(e, "command"), j, a) {
             o += (size_t)snprintf(line + o, o < sizeof(line) ? sizeof(line) - o : 0,
                                   "%s ", json_string_value(a));
             if (o >= sizeof(line))
@@ -158,7 +158,7 @@ static int calls_count(const char *method, int code)
     int n = 0;
     size_t i;
     json_t *c;
-    json_array_foreach (all, i, c)
+    json_array_foreach(all, i, c)
         if (code < 0 || json_integer_value(json_object_get(c, "code")) == code)
             n++;
     json_decref(all);
@@ -275,7 +275,7 @@ static int count_notes(conn *c, const char *method, const char *sandbox)
     int n = 0;
     size_t i;
     json_t *m;
-    json_array_foreach (c->notes, i, m) {
+    json_array_foreach(c->notes, i, m) {
         json_t *p = json_object_get(m, "params");
         if (strcmp(json_string_value(json_object_get(m, "method")), method) == 0 &&
             (!sandbox ||
@@ -295,7 +295,7 @@ static void test_info(void)
     int avail = 0;
     size_t i;
     json_t *p;
-    json_array_foreach (json_object_get(res_of(r), "providers"), i, p)
+    json_array_foreach(json_object_get(res_of(r), "providers"), i, p)
         if (strcmp(json_string_value(json_object_get(p, "name")), "modal") == 0)
             avail = json_is_true(json_object_get(p, "available"));
     test_cond("daemon.info: modal is available with credentials", avail);
@@ -493,7 +493,7 @@ static void test_kill_timeout(conn *c)
     test_cond("kill: the remote process group is really gone (child too)", gone);
     json_t *e = fake_exec("kid.pid");
     test_eq_int("kill: the fake saw the exec end with 137",
-              json_integer_value(json_object_get(e, "exit_code")), 137);
+                json_integer_value(json_object_get(e, "exit_code")), 137);
     json_decref(e);
     json_t *k = fake_exec("sbx[d]-$0");
     test_cond("kill: done by a second exec (the killer)", k != NULL);
@@ -582,7 +582,7 @@ static void test_kill_timeout(conn *c)
     test_cond("timeout: the remote process ended too",
               ended && !pid_alive(json_integer_value(json_object_get(e, "pid"))));
     test_eq_int("timeout: Modal got the per-command timeout",
-              json_integer_value(json_object_get(e, "timeout_secs")), 2);
+                json_integer_value(json_object_get(e, "timeout_secs")), 2);
     json_decref(e);
     free(mid);
 }
@@ -606,7 +606,7 @@ static void test_flow_control(void)
         r = cn_call(c, "process.list", json_pack("{s:s}", "sandbox", "m1"));
         size_t k;
         json_t *p;
-        json_array_foreach (json_object_get(res_of(r), "processes"), k, p)
+        json_array_foreach(json_object_get(res_of(r), "processes"), k, p)
             if (json_integer_value(json_object_get(p, "pid")) == pid)
                 seen = json_integer_value(json_object_get(p, "stdout_bytes"));
         json_decref(r);
@@ -651,9 +651,8 @@ static void test_dead_sandbox(conn *c)
     json_t *r = sh(c, "m1", "echo ok");
     test_cond("dead sandbox: exec works after a restart",
               res_int(r, "exit_code") == 0 && out_is(r, "ok\n"));
-    test_cond(
-        "dead sandbox: the result says retried",
-        json_is_true(json_object_get(res_of(r), "retried")));
+    test_cond("dead sandbox: the result says retried",
+              json_is_true(json_object_get(res_of(r), "retried")));
     json_decref(r);
     r = sb_get(c, "m1");
     test_cond("dead sandbox: metadata shows the restart and a new Modal sandbox",
@@ -666,16 +665,18 @@ static void test_dead_sandbox(conn *c)
     /* Two failures in a row: retried once, then reported. */
     f = ctl("POST", "/fault",
             json_pack("{s:{s:s, s:i, s:s, s:i}}", "fail_next", "method", "ContainerExec",
-                      "code", 5, "message", "fake: no such task (100% gone, über)", "times", 2));
+                      "code", 5, "message", "fake: no such task (100% gone, über)",
+                      "times", 2));
     json_decref(f);
     r = sh(c, "m1", "echo x");
     const char *e = json_string_value(json_object_get(res_of(r), "error"));
-    test_cond("second failure: reported (grpc-message percent-decoded), not retried again",
-              e && strstr(e, "NOT_FOUND") && strstr(e, "fake: no such task (100% gone, über)") &&
-                  res_int(r, "exit_code") != 0);
     test_cond(
-        "second failure: the result says it was retried",
-        json_is_true(json_object_get(res_of(r), "retried")));
+        "second failure: reported (grpc-message percent-decoded), not retried again",
+        e && strstr(e, "NOT_FOUND") &&
+            strstr(e, "fake: no such task (100% gone, über)") &&
+            res_int(r, "exit_code") != 0);
+    test_cond("second failure: the result says it was retried",
+              json_is_true(json_object_get(res_of(r), "retried")));
     json_decref(r);
     json_decref(ctl("DELETE", "/faults", NULL));
     r = sh(c, "m1", "echo y");
@@ -730,7 +731,7 @@ static void test_snapshot(conn *c)
     int is_snap = 0;
     size_t i;
     json_t *im;
-    json_array_foreach (imgs, i, im)
+    json_array_foreach(imgs, i, im)
         if (strcmp(json_string_value(json_object_get(im, "image_id")),
                    json_string_value(json_object_get(fs, "image_id"))) == 0)
             is_snap =
@@ -772,8 +773,8 @@ static void test_lost_backend(conn *c)
     json_decref(r);
     char *mid = modal_id_of(c, "mlost");
     json_decref(ctl("POST", "/fault",
-                    json_pack("{s:{s:s, s:i}}", "hold_next", "method", "SandboxSnapshotFs",
-                              "ms", 30000)));
+                    json_pack("{s:{s:s, s:i}}", "hold_next", "method",
+                              "SandboxSnapshotFs", "ms", 30000)));
     double t0 = now_ms();
     pid_t k = kill_later(mid, 1000);
     r = cn_call_t(c, LONG_MS, "sandbox.snapshot", json_pack("{s:s}", "id", "mlost"));
@@ -790,15 +791,16 @@ static void test_lost_backend(conn *c)
     free(mid);
 
     /* stop: a held SnapshotFs, then the sandbox dies: nothing left to save. */
-    json_decref(cn_call_t(c, LONG_MS, "sandbox.destroy", json_pack("{s:s}", "id", "mlost")));
+    json_decref(
+        cn_call_t(c, LONG_MS, "sandbox.destroy", json_pack("{s:s}", "id", "mlost")));
     r = cn_call_t(c, LONG_MS, "sandbox.create",
                   json_pack("{s:s, s:s}", "id", "mlost2", "provider", "modal"));
     errmsg(r);
     json_decref(r);
     mid = modal_id_of(c, "mlost2");
     json_decref(ctl("POST", "/fault",
-                    json_pack("{s:{s:s, s:i}}", "hold_next", "method", "SandboxSnapshotFs",
-                              "ms", 30000)));
+                    json_pack("{s:{s:s, s:i}}", "hold_next", "method",
+                              "SandboxSnapshotFs", "ms", 30000)));
     t0 = now_ms();
     k = kill_later(mid, 1000);
     r = cn_call_t(c, LONG_MS, "sandbox.stop", json_pack("{s:s}", "id", "mlost2"));
@@ -853,7 +855,8 @@ static void test_lifetime(conn *c)
     test_cond("lifetime: without timeout_ms a Modal sandbox gets 5 min (sbxd and Modal)",
               res_int(r, "timeout_ms") == 300000 && meta_int(r, "timeout_secs") == 300);
     json_decref(r);
-    json_decref(cn_call_t(c, LONG_MS, "sandbox.destroy", json_pack("{s:s}", "id", "mlife")));
+    json_decref(
+        cn_call_t(c, LONG_MS, "sandbox.destroy", json_pack("{s:s}", "id", "mlife")));
     r = cn_call_t(c, LONG_MS, "sandbox.create",
                   json_pack("{s:s, s:s, s:i}", "id", "mlife", "provider", "modal",
                             "timeout_ms", 86400000));
@@ -862,10 +865,11 @@ static void test_lifetime(conn *c)
               meta_int(r, "timeout_secs") == 86400);
     json_t *fs = fake_sandbox(meta_str(r, "sandbox_id"));
     test_eq_int("lifetime: ... the fake got timeout_secs 86400",
-              json_integer_value(json_object_get(fs, "timeout_secs")), 86400);
+                json_integer_value(json_object_get(fs, "timeout_secs")), 86400);
     json_decref(fs);
     json_decref(r);
-    json_decref(cn_call_t(c, LONG_MS, "sandbox.destroy", json_pack("{s:s}", "id", "mlife")));
+    json_decref(
+        cn_call_t(c, LONG_MS, "sandbox.destroy", json_pack("{s:s}", "id", "mlife")));
 }
 
 static void test_create_errors(conn *c)
@@ -873,25 +877,29 @@ static void test_create_errors(conn *c)
     json_t *r = cn_call_t(c, LONG_MS, "sandbox.create",
                           json_pack("{s:s, s:s}", "provider", "modal", "image",
                                     "example.com/fake-build-fail:1"));
-    const char *m = json_string_value(json_object_get(json_object_get(r, "error"), "message"));
+    const char *m =
+        json_string_value(json_object_get(json_object_get(r, "error"), "message"));
     test_cond("image build failure: create fails with the build's error",
               err_code(r) == -32006 && m && strstr(m, "fake build failure"));
     json_decref(r);
-    r = cn_call_t(c, LONG_MS, "sandbox.create",
-                  json_pack("{s:s, s:{s:s}}", "provider", "modal", "options", "cpu", "lots"));
+    r = cn_call_t(
+        c, LONG_MS, "sandbox.create",
+        json_pack("{s:s, s:{s:s}}", "provider", "modal", "options", "cpu", "lots"));
     test_eq_int("bad options.cpu: -32602", err_code(r), -32602);
     json_decref(r);
-    r = cn_call_t(c, LONG_MS, "sandbox.create",
-                  json_pack("{s:s, s:{s:s}}", "provider", "modal", "options", "memroy", "1g"));
-    test_cond("unknown option: -32602 naming options.memroy (as Docker)",
-              err_code(r) == -32602 &&
-                  strcmp(json_string_value(json_object_get(
-                             json_object_get(json_object_get(r, "error"), "data"), "param")),
-                         "options.memroy") == 0);
+    r = cn_call_t(
+        c, LONG_MS, "sandbox.create",
+        json_pack("{s:s, s:{s:s}}", "provider", "modal", "options", "memroy", "1g"));
+    test_cond(
+        "unknown option: -32602 naming options.memroy (as Docker)",
+        err_code(r) == -32602 &&
+            strcmp(json_string_value(json_object_get(
+                       json_object_get(json_object_get(r, "error"), "data"), "param")),
+                   "options.memroy") == 0);
     json_decref(r);
     r = cn_call(c, "sandbox.list", json_pack("{s:s}", "provider", "modal"));
     test_eq_int("failed creates leave nothing behind",
-              json_array_size(json_object_get(res_of(r), "sandboxes")), 0);
+                json_array_size(json_object_get(res_of(r), "sandboxes")), 0);
     json_decref(r);
 }
 
@@ -919,7 +927,8 @@ static int lines_ok(const char *got, int lines)
         o += (size_t)snprintf(want + o, sizeof(want) - o, "line%d\n", i);
     int ok = strcmp(got, want) == 0;
     if (!ok)
-        printf("      got %zu bytes of output, want %zu: \"%.200s\"\n", strlen(got), o, got);
+        printf("      got %zu bytes of output, want %zu: \"%.200s\"\n", strlen(got), o,
+               got);
     return ok;
 }
 
@@ -930,9 +939,10 @@ static size_t sb_output(conn *c, const char *sb, int pid, char *out, size_t max)
     json_t *m;
     if (out && max)
         out[0] = '\0';
-    json_array_foreach (c->notes, i, m) {
+    json_array_foreach(c->notes, i, m) {
         json_t *p = json_object_get(m, "params");
-        if (strcmp(json_string_value(json_object_get(m, "method")), "process.output") != 0 ||
+        if (strcmp(json_string_value(json_object_get(m, "method")), "process.output") !=
+                0 ||
             json_integer_value(json_object_get(p, "pid")) != pid ||
             strcmp(json_string_value(json_object_get(p, "sandbox")), sb) != 0 ||
             strcmp(json_string_value(json_object_get(p, "stream")), "stdout") != 0)
@@ -964,7 +974,8 @@ static int await_output(conn *c, const char *sb, int pid, int timeout_ms)
 
 static void outage_start(double secs, const char *mode)
 {
-    json_decref(ctl("POST", "/outage", json_pack("{s:f, s:s}", "seconds", secs, "mode", mode)));
+    json_decref(
+        ctl("POST", "/outage", json_pack("{s:f, s:s}", "seconds", secs, "mode", mode)));
 }
 
 static int outage_active(void)
@@ -1007,10 +1018,12 @@ static void test_outage(conn *c, double secs)
     json_decref(r);
     char got[4096] = "";
     sb_output(c, "mo", pid, got, sizeof(got));
-    snprintf(name, sizeof(name), "outage %.0f s: all 30 lines arrived, in order, once", secs);
+    snprintf(name, sizeof(name), "outage %.0f s: all 30 lines arrived, in order, once",
+             secs);
     test_cond(name, lines_ok(got, 30));
     json_t *o = ctl("GET", "/outage", NULL);
-    snprintf(name, sizeof(name), "outage %.0f s: the fake really cut the connections", secs);
+    snprintf(name, sizeof(name), "outage %.0f s: the fake really cut the connections",
+             secs);
     test_cond(name, json_integer_value(json_object_get(o, "resets")) > 0);
     json_decref(o);
 }
@@ -1020,8 +1033,9 @@ static void test_outage(conn *c, double secs)
  * started and says so. */
 static void test_outage_exec_unknown(conn *c)
 {
-    json_decref(ctl("POST", "/fault",
-                    json_pack("{s:s, s:f}", "outage_after", "ContainerExec", "seconds", 2.0)));
+    json_decref(
+        ctl("POST", "/fault",
+            json_pack("{s:s, s:f}", "outage_after", "ContainerExec", "seconds", 2.0)));
     json_t *r = sh(c, "mo", "echo once-9f3 >> once.txt; sleep 60");
     const char *e = json_string_value(json_object_get(res_of(r), "error"));
     test_cond("lost ContainerExec reply: an error that says it was not repeated",
@@ -1031,7 +1045,7 @@ static void test_outage_exec_unknown(conn *c)
     json_t *all = ctl("GET", "/execs", NULL);
     size_t i;
     json_t *x;
-    json_array_foreach (all, i, x) {
+    json_array_foreach(all, i, x) {
         char *line = json_dumps(json_object_get(x, "command"), JSON_COMPACT);
         if (line && strstr(line, "once-9f3") && !strstr(line, "grep"))
             n++;
@@ -1095,11 +1109,13 @@ static void test_outage_long(const char *sock)
     int exit_note_incomplete = 0;
     size_t i;
     json_t *m;
-    json_array_foreach (c->notes, i, m)
-        if (strcmp(json_string_value(json_object_get(m, "method")), "process.exit") == 0 &&
-            json_integer_value(json_object_get(json_object_get(m, "params"), "pid")) == pid)
-            exit_note_incomplete =
-                json_is_true(json_object_get(json_object_get(m, "params"), "output_incomplete"));
+    json_array_foreach(c->notes, i, m)
+        if (strcmp(json_string_value(json_object_get(m, "method")), "process.exit") ==
+                0 &&
+            json_integer_value(json_object_get(json_object_get(m, "params"), "pid")) ==
+                pid)
+            exit_note_incomplete = json_is_true(
+                json_object_get(json_object_get(m, "params"), "output_incomplete"));
     test_cond("outage 30 s: the process.exit notification says output_incomplete",
               exit_note_incomplete);
     while (outage_active() && now_ms() - t0 < 40000)
@@ -1107,7 +1123,8 @@ static void test_outage_long(const char *sock)
     r = sh(c, "mshort", "echo back");
     test_cond("outage 30 s: after it, the sandbox works again", out_is(r, "back\n"));
     json_decref(r);
-    json_decref(cn_call_t(c, LONG_MS, "sandbox.destroy", json_pack("{s:s}", "id", "mshort")));
+    json_decref(
+        cn_call_t(c, LONG_MS, "sandbox.destroy", json_pack("{s:s}", "id", "mshort")));
     cn_close(c);
 }
 
@@ -1117,7 +1134,7 @@ static void test_headers(void)
     size_t i;
     json_t *c;
     int n = 0, ids = 0, auth = 0, idem_ok = 0, unary = 0, client = 0;
-    json_array_foreach (all, i, c) {
+    json_array_foreach(all, i, c) {
         json_t *md = json_object_get(c, "metadata");
         const char *m = json_string_value(json_object_get(c, "method"));
         const char *tid = json_string_value(json_object_get(md, "x-modal-token-id"));
@@ -1144,7 +1161,7 @@ static void test_headers(void)
     test_cond("headers: idempotency key + retry attempt on unary calls",
               unary > 0 && idem_ok == unary);
     int tokens = 0, rejected = 0;
-    json_array_foreach (all, i, c) {
+    json_array_foreach(all, i, c) {
         json_t *md = json_object_get(c, "metadata");
         const char *tid = json_string_value(json_object_get(md, "x-modal-token-id"));
         if (!tid || strcmp(tid, "ak-test") != 0)
@@ -1168,7 +1185,7 @@ static json_t *modal_info(conn *c)
     json_t *r = cn_call(c, "daemon.info", NULL), *found = NULL;
     size_t i;
     json_t *p;
-    json_array_foreach (json_object_get(res_of(r), "providers"), i, p)
+    json_array_foreach(json_object_get(res_of(r), "providers"), i, p)
         if (strcmp(json_string_value(json_object_get(p, "name")), "modal") == 0)
             found = json_incref(p);
     json_decref(r);
@@ -1217,7 +1234,7 @@ static void test_badcred(const char *sock)
     json_decref(r);
     r = cn_call(c, "sandbox.list", NULL);
     test_eq_int("bad credentials: nothing left behind",
-              json_array_size(json_object_get(res_of(r), "sandboxes")), 0);
+                json_array_size(json_object_get(res_of(r), "sandboxes")), 0);
     json_decref(r);
     cn_close(c);
 }
@@ -1360,9 +1377,9 @@ static void test_reconnect(const char *cmd, const char *tmp)
     }
     c = cn_open(sock);
     r = cn_call_t(c, LONG_MS, "sandbox.create",
-                  json_pack("{s:s, s:s, s:s, s:{s:s}, s:{s:i}}", "id", "reco-1", "provider",
-                            "modal", "working_dir", "/w", "env", "NEW", "1", "options",
-                            "memory_mb", 777));
+                  json_pack("{s:s, s:s, s:s, s:{s:s}, s:{s:i}}", "id", "reco-1",
+                            "provider", "modal", "working_dir", "/w", "env", "NEW", "1",
+                            "options", "memory_mb", 777));
     errmsg(r);
     test_cond("reconnect: the same id after a restart adopts the running Modal sandbox",
               strcmp(res_str(r, "status"), "running") == 0 &&
@@ -1422,9 +1439,9 @@ static void test_restart_recovery(const char *cmd, const char *tmp)
         return;
     }
     json_t *r = cn_call_t(c, LONG_MS, "sandbox.create",
-                          json_pack("{s:s, s:s, s:{s:s}, s:s, s:i}", "id", "rec-1", "provider",
-                                    "modal", "env", "R", "one", "working_dir", "/w2",
-                                    "timeout_ms", 600000));
+                          json_pack("{s:s, s:s, s:{s:s}, s:s, s:i}", "id", "rec-1",
+                                    "provider", "modal", "env", "R", "one", "working_dir",
+                                    "/w2", "timeout_ms", 600000));
     errmsg(r);
     const char *exp1 = res_str(r, "expires_at");
     char expires[64];
@@ -1434,8 +1451,9 @@ static void test_restart_recovery(const char *cmd, const char *tmp)
                   json_pack("{s:s, s:s}", "id", "rec-2", "provider", "modal"));
     char *dead_id = strdup(meta_str(r, "sandbox_id"));
     json_decref(r);
-    json_decref(cn_call(c, "sandbox.set_env",
-                        json_pack("{s:s, s:{s:s}}", "id", "rec-1", "env", "LATE", "two")));
+    json_decref(
+        cn_call(c, "sandbox.set_env",
+                json_pack("{s:s, s:{s:s}}", "id", "rec-1", "env", "LATE", "two")));
     r = spawn_sh(c, "rec-1", "echo a; sleep 4; echo b; echo $R$LATE; exit 3");
     int p1 = (int)res_int(r, "pid");
     json_decref(r);
@@ -1468,32 +1486,35 @@ static void test_restart_recovery(const char *cmd, const char *tmp)
     json_t *got1 = NULL, *got2 = NULL;
     size_t i;
     json_t *x;
-    json_array_foreach (json_object_get(res_of(r), "sandboxes"), i, x) {
+    json_array_foreach(json_object_get(res_of(r), "sandboxes"), i, x) {
         if (strcmp(json_string_value(json_object_get(x, "id")), "rec-1") == 0)
             got1 = x;
         if (strcmp(json_string_value(json_object_get(x, "id")), "rec-2") == 0)
             got2 = x;
     }
     test_cond("recovery: both sandboxes are listed again without a create", got1 && got2);
-    const char *renv = json_string_value(json_object_get(json_object_get(got1, "env"), "R"));
-    test_cond("recovery: ... with their env, working dir and lifetime",
-              got1 && renv && strcmp(renv, "one") == 0 &&
-                  strcmp(json_string_value(json_object_get(got1, "working_dir")), "/w2") ==
-                      0 &&
-                  json_integer_value(json_object_get(got1, "timeout_ms")) == 600000 &&
-                  strcmp(json_string_value(json_object_get(got1, "expires_at")), expires) ==
-                      0 &&
-                  strcmp(json_string_value(json_object_get(got1, "status")), "running") == 0);
+    const char *renv =
+        json_string_value(json_object_get(json_object_get(got1, "env"), "R"));
+    test_cond(
+        "recovery: ... with their env, working dir and lifetime",
+        got1 && renv && strcmp(renv, "one") == 0 &&
+            strcmp(json_string_value(json_object_get(got1, "working_dir")), "/w2") == 0 &&
+            json_integer_value(json_object_get(got1, "timeout_ms")) == 600000 &&
+            strcmp(json_string_value(json_object_get(got1, "expires_at")), expires) ==
+                0 &&
+            strcmp(json_string_value(json_object_get(got1, "status")), "running") == 0);
     json_decref(r);
     r = cn_call_t(c, LONG_MS, "process.wait",
                   json_pack("{s:s, s:i}", "sandbox", "rec-1", "pid", p1));
     errmsg(r);
-    test_cond("recovery: the running process is re-adopted and ends with its real exit (3)",
-              res_int(r, "exit_code") == 3 &&
-                  json_is_null(json_object_get(res_of(r), "error")));
+    test_cond(
+        "recovery: the running process is re-adopted and ends with its real exit (3)",
+        res_int(r, "exit_code") == 3 &&
+            json_is_null(json_object_get(res_of(r), "error")));
     json_decref(r);
-    json_decref(cn_call(c, "process.attach",
-                        json_pack("{s:s, s:i, s:b}", "sandbox", "rec-1", "pid", p1, "follow", 0)));
+    json_decref(cn_call(
+        c, "process.attach",
+        json_pack("{s:s, s:i, s:b}", "sandbox", "rec-1", "pid", p1, "follow", 0)));
     char out[256];
     for (int k = 0; k < 10 && sb_output(c, "rec-1", p1, out, sizeof(out)) < 11; k++) {
         json_t *m = cn_read(c, 200);
@@ -1524,9 +1545,10 @@ static void test_restart_recovery(const char *cmd, const char *tmp)
     json_decref(r);
     r = cn_call(c, "snapshot.list", json_pack("{s:s}", "provider", "modal"));
     int listed = 0;
-    json_array_foreach (json_object_get(res_of(r), "snapshots"), i, x)
+    json_array_foreach(json_object_get(res_of(r), "snapshots"), i, x)
         if (strcmp(json_string_value(json_object_get(x, "snapshot")), snap) == 0 &&
-            json_integer_value(json_object_get(x, "owner_uid")) == (json_int_t)geteuid() &&
+            json_integer_value(json_object_get(x, "owner_uid")) ==
+                (json_int_t)geteuid() &&
             strcmp(json_string_value(json_object_get(x, "sandbox")), "rec-1") == 0)
             listed = 1;
     test_cond("recovery: a Modal snapshot survives the restart (snapshot.list, owner, "
@@ -1559,7 +1581,9 @@ static void test_restart_recovery(const char *cmd, const char *tmp)
                                               json_pack("{s:s, s:s}", "provider", "modal",
                                                         "snapshot", snap))
                                   : NULL;
-                    ok = l && json_array_size(json_object_get(res_of(l), "snapshots")) == 0 &&
+                    ok = l &&
+                                 json_array_size(
+                                     json_object_get(res_of(l), "snapshots")) == 0 &&
                                  err_code(d) == -32000 && err_code(u) != 0
                              ? '1'
                              : '0';
@@ -1581,7 +1605,8 @@ static void test_restart_recovery(const char *cmd, const char *tmp)
         test_cond("recovery: another uid neither sees, deletes nor uses the snapshot",
                   res[0] == '1');
     }
-    json_decref(cn_call_t(c, LONG_MS, "sandbox.destroy", json_pack("{s:s}", "id", "rec-3")));
+    json_decref(
+        cn_call_t(c, LONG_MS, "sandbox.destroy", json_pack("{s:s}", "id", "rec-3")));
     r = cn_call(c, "snapshot.delete", json_pack("{s:s}", "snapshot", snap));
     errmsg(r);
     test_cond("recovery: snapshot.delete of a Modal snapshot",
@@ -1592,8 +1617,10 @@ static void test_restart_recovery(const char *cmd, const char *tmp)
               res_int(r, "exit_code") == 0 && ends_with(res_str(r, "stdout"), "/w2\n") &&
                   strncmp(res_str(r, "stdout"), "one\n", 4) == 0);
     json_decref(r);
-    json_decref(cn_call_t(c, LONG_MS, "sandbox.destroy", json_pack("{s:s}", "id", "rec-1")));
-    json_decref(cn_call_t(c, LONG_MS, "sandbox.destroy", json_pack("{s:s}", "id", "rec-2")));
+    json_decref(
+        cn_call_t(c, LONG_MS, "sandbox.destroy", json_pack("{s:s}", "id", "rec-1")));
+    json_decref(
+        cn_call_t(c, LONG_MS, "sandbox.destroy", json_pack("{s:s}", "id", "rec-2")));
     json_t *sf = NULL;
     for (int k = 0; k < 30; k++) { /* written within a second of a change */
         json_decref(sf);
@@ -1624,14 +1651,16 @@ static void test_state_guard(const char *cmd, const char *tmp)
     const char *url = "";
     size_t i;
     json_t *p;
-    json_array_foreach (json_object_get(res_of(info), "providers"), i, p)
+    json_array_foreach(json_object_get(res_of(info), "providers"), i, p)
         if (strcmp(json_string_value(json_object_get(p, "name")), "modal") == 0 &&
             json_string_value(json_object_get(json_object_get(p, "info"), "server_url")))
-            url = json_string_value(json_object_get(json_object_get(p, "info"), "server_url"));
-    json_t *planted = json_pack(
-        "{s:i, s:s, s:{s:{s:i, s:{s:s}, s:{s:s, s:s}}}, s:{}}", "version", 1, "server_url",
-        url, "sandboxes", "planted", "owner", (int)geteuid(), "conf", "provider", "modal", "modal",
-        "sandbox_id", "sb-planted-nope", "app_name", "sbxd-test", "snapshots");
+            url = json_string_value(
+                json_object_get(json_object_get(p, "info"), "server_url"));
+    json_t *planted =
+        json_pack("{s:i, s:s, s:{s:{s:i, s:{s:s}, s:{s:s, s:s}}}, s:{}}", "version", 1,
+                  "server_url", url, "sandboxes", "planted", "owner", (int)geteuid(),
+                  "conf", "provider", "modal", "modal", "sandbox_id", "sb-planted-nope",
+                  "app_name", "sbxd-test", "snapshots");
     json_dump_file(planted, state, 0);
     json_decref(planted);
     json_decref(info);
@@ -1644,14 +1673,15 @@ static void test_state_guard(const char *cmd, const char *tmp)
         json_t *r = cn_call(c, "sandbox.get", json_pack("{s:s}", "id", "planted"));
         if (round == 0)
             test_eq_int("state file writable by others: ignored (nothing adopted)",
-                      err_code(r), -32000);
+                        err_code(r), -32000);
         else
-            test_eq_int("... the same file, mode 0600: adopted (the check above means it)",
-                      err_code(r), 0);
+            test_eq_int(
+                "... the same file, mode 0600: adopted (the check above means it)",
+                err_code(r), 0);
         json_decref(r);
         if (round == 1)
-            json_decref(
-                cn_call_t(c, LONG_MS, "sandbox.destroy", json_pack("{s:s}", "id", "planted")));
+            json_decref(cn_call_t(c, LONG_MS, "sandbox.destroy",
+                                  json_pack("{s:s}", "id", "planted")));
         cn_close(c);
         stop_sbxd(pid);
     }

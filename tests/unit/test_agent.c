@@ -732,8 +732,7 @@ static void test_ping_replay_forget(struct agent *a)
     json_t *procs = json_object_get(j, "procs"), *mine = NULL, *done = NULL;
     size_t k;
     json_t *e;
-    json_array_foreach(procs, k, e)
-    {
+    json_array_foreach(procs, k, e) {
         if (jint(e, "proc") == 50)
             mine = e;
         if (jint(e, "proc") == 1)
@@ -806,8 +805,7 @@ static void test_ping_replay_forget(struct agent *a)
     r = expect(a, SBX_CHAN_HELLO, 0, &f, 3000);
     j = r == 1 ? frame_json(&f) : NULL;
     bool listed = false, others = false;
-    json_array_foreach(json_object_get(j, "procs"), k, e)
-    {
+    json_array_foreach(json_object_get(j, "procs"), k, e) {
         if (jint(e, "proc") == 1)
             listed = true;
         if (jint(e, "proc") == 51)
@@ -950,8 +948,7 @@ static void test_malformed(struct agent *a)
     bool listed = false;
     size_t k;
     json_t *e;
-    json_array_foreach(json_object_get(j, "procs"), k, e)
-    {
+    json_array_foreach(json_object_get(j, "procs"), k, e) {
         if (jint(e, "proc") == 142)
             listed = true;
     }
@@ -996,7 +993,8 @@ static void test_too_many(struct agent *a)
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < 1024) {
         char why[80];
-        snprintf(why, sizeof(why), "RLIMIT_NOFILE %llu < 1024", (unsigned long long)rl.rlim_cur);
+        snprintf(why, sizeof(why), "RLIMIT_NOFILE %llu < 1024",
+                 (unsigned long long)rl.rlim_cur);
         test_skip("256 processes tracked, the 257th SPAWN refused", why);
         return;
     }
@@ -1113,7 +1111,8 @@ static void test_pid1(void)
                           : access("/bin/unshare", X_OK) == 0   ? "/bin/unshare"
                                                                 : NULL;
     if (geteuid() != 0 || !unshare) {
-        test_skip("PID 1 in a fresh PID namespace", geteuid() != 0 ? "not root" : "no unshare(1)");
+        test_skip("PID 1 in a fresh PID namespace",
+                  geteuid() != 0 ? "not root" : "no unshare(1)");
         return;
     }
     const char *argv[] = {unshare, "--pid", "--fork", "--mount-proc", agent_path, NULL};
@@ -1121,7 +1120,8 @@ static void test_pid1(void)
     struct frame f;
     agent_start(&a, argv);
     if (expect(&a, SBX_CHAN_HELLO, 0, &f, 3000) != 1) {
-        test_skip("PID 1 in a fresh PID namespace", "unshare --pid --fork --mount-proc failed");
+        test_skip("PID 1 in a fresh PID namespace",
+                  "unshare --pid --fork --mount-proc failed");
         agent_close(&a);
         return;
     }
@@ -1184,7 +1184,6 @@ static void test_pid1(void)
               inner > 0 && st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0);
     agent_close(&a);
 }
-
 
 /* ---- the direct socket (CHANNEL.md, Direct socket) ---------------------- */
 
@@ -1309,13 +1308,15 @@ static void test_direct(void)
     spawn_run(&d, 1, "{\"shell\":\"echo over the socket\"}", &run, 5000);
     test_cond("direct: SPAWN, output and EXIT go through the socket",
               run.started && run.exit && jint(run.exit, "exit_code") == 0 &&
-                  run.out.len == 16 && memcmp(run.out.data, "over the socket\n", 16) == 0);
+                  run.out.len == 16 &&
+                  memcmp(run.out.data, "over the socket\n", 16) == 0);
     run_free(&run);
     test_cond("direct: nothing goes to stdout meanwhile", quiet(&a, 200));
 
     /* another client attaches: it pings on stdin */
     send_frame(&a, SBX_CHAN_PING, 0, NULL, 0);
-    j = recv_frame(&d, &f, 3000) == 1 && f.type == SBX_CHAN_DIRECT ? frame_json(&f) : NULL;
+    j = recv_frame(&d, &f, 3000) == 1 && f.type == SBX_CHAN_DIRECT ? frame_json(&f)
+                                                                   : NULL;
     test_cond("direct: a PING on stdin tells the socket {moved}, then closes it",
               j && jtrue(j, "moved") && recv_frame(&d, &f, 3000) == -1);
     json_decref(j);
@@ -1334,7 +1335,8 @@ static void test_direct(void)
     sleep_ms(100);
     spawn_run(&a, 2, "{\"shell\":\"echo back on stdout\"}", &run, 5000);
     test_cond("direct: the socket closed by the daemon: frames on stdout again",
-              run.exit && run.out.len == 15 && memcmp(run.out.data, "back on stdout\n", 15) == 0);
+              run.exit && run.out.len == 15 &&
+                  memcmp(run.out.data, "back on stdout\n", 15) == 0);
     run_free(&run);
     agent_close(&a);
 }

@@ -607,8 +607,7 @@ static void test_nesting(void)
     memcpy(y, "x: ", 3);
     memset(y + 3, '[', n);
     y[n + 3] = '\0';
-    test_cond("40k flow levels are refused as too deep",
-              fails_with(y, ":1:"));
+    test_cond("40k flow levels are refused as too deep", fails_with(y, ":1:"));
     test_cond("the message names the nesting limit",
               fails_with(y, "nested more than 64 levels deep"));
     free(y);
@@ -616,26 +615,29 @@ static void test_nesting(void)
     size_t o = 0;
     for (int i = 0; i < 70; i++)
         o += (size_t)snprintf(blk + o, sizeof(blk) - o, "%*sk%d:\n", i * 2, "", i);
-    test_cond("70 block levels are refused too", fails_with(blk, "nested more than 64 levels deep"));
+    test_cond("70 block levels are refused too",
+              fails_with(blk, "nested more than 64 levels deep"));
     struct sbx_config cfg;
     sbx_err_t err = {0};
-    test_cond("the new limit keys load",
-              load_str(&cfg,
-                       "limits:\n  max_sessions_per_uid: 3\n  admin_reserved_sessions: 2\n"
-                       "  session_idle_timeout_ms: 0\n  input_bytes_per_uid: 1M\n"
-                       "  output_bytes_total: 2M\n  retained_bytes_per_sandbox: 3M\n"
-                       "  retained_bytes_total: 4M\n  env_bytes: 5k\n"
-                       "  max_snapshots_per_uid: 6\n  snapshot_bytes_per_uid: 7M\n"
-                       "  max_memory_limit_mb: 8\n  op_timeout_ms: 900\n"
-                       "  agent_log_lines_per_s: 10\n",
-                       &err) == 0 &&
-                  cfg.max_sessions_per_uid == 3 && cfg.admin_reserved_sessions == 2 &&
-                  cfg.session_idle_timeout_ms == 0 && cfg.input_bytes_per_uid == MIB &&
-                  cfg.output_bytes_total == 2 * MIB && cfg.retained_bytes_per_sandbox == 3 * MIB &&
-                  cfg.retained_bytes_total == 4 * MIB && cfg.env_bytes == 5 * 1024 &&
-                  cfg.max_snapshots_per_uid == 6 && cfg.snapshot_bytes_per_uid == 7 * MIB &&
-                  cfg.max_memory_limit_mb == 8 && cfg.op_timeout_ms == 900 &&
-                  cfg.agent_log_lines_per_s == 10);
+    test_cond(
+        "the new limit keys load",
+        load_str(&cfg,
+                 "limits:\n  max_sessions_per_uid: 3\n  admin_reserved_sessions: 2\n"
+                 "  session_idle_timeout_ms: 0\n  input_bytes_per_uid: 1M\n"
+                 "  output_bytes_total: 2M\n  retained_bytes_per_sandbox: 3M\n"
+                 "  retained_bytes_total: 4M\n  env_bytes: 5k\n"
+                 "  max_snapshots_per_uid: 6\n  snapshot_bytes_per_uid: 7M\n"
+                 "  max_memory_limit_mb: 8\n  op_timeout_ms: 900\n"
+                 "  agent_log_lines_per_s: 10\n",
+                 &err) == 0 &&
+            cfg.max_sessions_per_uid == 3 && cfg.admin_reserved_sessions == 2 &&
+            cfg.session_idle_timeout_ms == 0 && cfg.input_bytes_per_uid == MIB &&
+            cfg.output_bytes_total == 2 * MIB &&
+            cfg.retained_bytes_per_sandbox == 3 * MIB &&
+            cfg.retained_bytes_total == 4 * MIB && cfg.env_bytes == 5 * 1024 &&
+            cfg.max_snapshots_per_uid == 6 && cfg.snapshot_bytes_per_uid == 7 * MIB &&
+            cfg.max_memory_limit_mb == 8 && cfg.op_timeout_ms == 900 &&
+            cfg.agent_log_lines_per_s == 10);
     if (err.msg)
         printf("      %s\n", err.msg);
     config_deinit(&cfg);

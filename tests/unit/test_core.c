@@ -27,9 +27,17 @@
 
 static int fake_fail_start, fake_starts, fake_stops, fake_destroys;
 
-static int f_load(json_t *conf, void **cookie, sbx_err_t *err) { return 0; }
-static void f_unload(void *cookie) {}
-static int f_available(void *cookie, const char **reason) { return 1; }
+static int f_load(json_t *conf, void **cookie, sbx_err_t *err)
+{
+    return 0;
+}
+static void f_unload(void *cookie)
+{
+}
+static int f_available(void *cookie, const char **reason)
+{
+    return 1;
+}
 static int f_start(void *cookie, struct sandbox *sb, sbx_err_t *err)
 {
     fake_starts++;
@@ -78,8 +86,14 @@ static int f_spawn(void *cookie, struct process *p, sbx_err_t *err)
     }
     return 0; /* anything else runs until killed */
 }
-static int f_write(void *c, struct process *p, const void *d, size_t n, sbx_err_t *e) { return 0; }
-static int f_close(void *c, struct process *p, sbx_err_t *e) { return 0; }
+static int f_write(void *c, struct process *p, const void *d, size_t n, sbx_err_t *e)
+{
+    return 0;
+}
+static int f_close(void *c, struct process *p, sbx_err_t *e)
+{
+    return 0;
+}
 static int f_kill(void *c, struct process *p, int sig, sbx_err_t *e)
 {
     json_t *rec = json_pack("{s:i, s:i}", "exit_code", 128 + sig, "signal", sig);
@@ -137,20 +151,28 @@ static void setup(void)
 static void test_utf8(void)
 {
     test_cond("ASCII is valid UTF-8", utf8_valid((const uint8_t *)"hello", 5));
-    test_cond("a 4-byte sequence is valid", utf8_valid((const uint8_t *)"\xf0\x9f\x98\x80", 4));
+    test_cond("a 4-byte sequence is valid",
+              utf8_valid((const uint8_t *)"\xf0\x9f\x98\x80", 4));
     test_cond("an overlong encoding is not", !utf8_valid((const uint8_t *)"\xc0\xaf", 2));
     test_cond("a surrogate is not", !utf8_valid((const uint8_t *)"\xed\xa0\x80", 3));
-    test_cond("a lone continuation byte is not", !utf8_valid((const uint8_t *)"a\x80", 2));
-    test_cond("a truncated sequence is not valid", !utf8_valid((const uint8_t *)"\xe2\x82", 2));
-    test_eq_int("incomplete tail of 2 bytes is held", utf8_incomplete_tail((const uint8_t *)"ab\xe2\x82", 4), 2);
-    test_eq_int("incomplete tail of 1 lead byte is held", utf8_incomplete_tail((const uint8_t *)"ab\xf0", 3), 1);
-    test_eq_int("a complete character holds nothing", utf8_incomplete_tail((const uint8_t *)"\xe2\x82\xac", 3), 0);
-    test_cond("garbage at the end holds nothing", utf8_incomplete_tail((const uint8_t *)"a\xff", 2) == 0);
+    test_cond("a lone continuation byte is not",
+              !utf8_valid((const uint8_t *)"a\x80", 2));
+    test_cond("a truncated sequence is not valid",
+              !utf8_valid((const uint8_t *)"\xe2\x82", 2));
+    test_eq_int("incomplete tail of 2 bytes is held",
+                utf8_incomplete_tail((const uint8_t *)"ab\xe2\x82", 4), 2);
+    test_eq_int("incomplete tail of 1 lead byte is held",
+                utf8_incomplete_tail((const uint8_t *)"ab\xf0", 3), 1);
+    test_eq_int("a complete character holds nothing",
+                utf8_incomplete_tail((const uint8_t *)"\xe2\x82\xac", 3), 0);
+    test_cond("garbage at the end holds nothing",
+              utf8_incomplete_tail((const uint8_t *)"a\xff", 2) == 0);
     char *b = base64_encode((const uint8_t *)"\x00\xff\x10hi", 5);
     test_cond("base64 encodes with padding", b && strcmp(b, "AP8QaGk=") == 0);
     size_t n = 0;
     uint8_t *raw = base64_decode(b, strlen(b), &n);
-    test_cond("base64 round trips binary", raw && n == 5 && memcmp(raw, "\x00\xff\x10hi", 5) == 0);
+    test_cond("base64 round trips binary",
+              raw && n == 5 && memcmp(raw, "\x00\xff\x10hi", 5) == 0);
     free(raw);
     free(b);
     test_cond("invalid base64 is rejected", base64_decode("a*bc", 4, &n) == NULL);
@@ -210,8 +232,9 @@ static void test_obuf(void)
     obuf_append(&b, "\n", 1);
     n = obuf_iov(&b, iov, 8);
     test_cond("an adopted buffer is queued without a copy, in order",
-              b.bytes == 70001 && n == 4 && iov[2].iov_base == own && iov[2].iov_len == 50000 &&
-                  iov[3].iov_len == 1 && ((char *)iov[3].iov_base)[0] == '\n');
+              b.bytes == 70001 && n == 4 && iov[2].iov_base == own &&
+                  iov[2].iov_len == 50000 && iov[3].iov_len == 1 &&
+                  ((char *)iov[3].iov_base)[0] == '\n');
     obuf_consume(&b, 20000 + 49999);
     n = obuf_iov(&b, iov, 8);
     test_cond("consume walks through an adopted buffer",
@@ -247,7 +270,8 @@ static void test_states(void)
     sandbox_stop(sb, NULL, NULL);
     test_eq_int("stop is idempotent", fake_stops, 1);
     sandbox_start(sb, NULL, NULL);
-    test_cond("start again: stopped -> running", sb->status == SB_RUNNING && fake_starts == 2);
+    test_cond("start again: stopped -> running",
+              sb->status == SB_RUNNING && fake_starts == 2);
     sandbox_snapshot(sb, NULL, NULL);
     test_eq_int("a snapshot is recorded", json_object_size(d.snapshots), 1);
     sandbox_destroy(sb, NULL, NULL);
@@ -256,8 +280,9 @@ static void test_states(void)
     fake_fail_start = 1;
     sb = mk("s2", NULL);
     sandbox_start(sb, NULL, NULL);
-    test_cond("a failed start puts it in error", sb->status == SB_ERROR && sb->error &&
-                                                     strstr(sb->error, "backend refused"));
+    test_cond("a failed start puts it in error",
+              sb->status == SB_ERROR && sb->error &&
+                  strstr(sb->error, "backend refused"));
     fake_fail_start = 0;
     sandbox_start(sb, NULL, NULL);
     test_eq_int("start from error retries", sb->status, SB_RUNNING);
@@ -325,7 +350,8 @@ static void test_core_callbacks(void)
     sbx_err_t err = {0};
     int ok = process_new(&p, sb, &o, &err) == 0 && process_launch(p, &err) == 0;
     test_cond("an exec answers its callback with the exit record and the output",
-              ok && ex.n == 1 && ex.code == 0 && ex.text && strstr(ex.text, "\"exit_code\":0") &&
+              ok && ex.n == 1 && ex.code == 0 && ex.text &&
+                  strstr(ex.text, "\"exit_code\":0") &&
                   strstr(ex.text, "\"stdout\":\"hi\""));
     json_decref(cmd);
 
@@ -344,7 +370,8 @@ static void test_core_callbacks(void)
                   l.n == 1 && strstr(l.last, "\"method\":\"process.output\"") &&
                       strstr(l.last, "\"data\":\"abc\""));
         l.f.congested = 1;
-        test_cond("a congested follower holds the process back", process_output_blocked(p));
+        test_cond("a congested follower holds the process back",
+                  process_output_blocked(p));
         l.f.congested = 0;
         process_add_waiter(p, 0, record, &w);
         process_kill(p, SIGTERM, &err);
@@ -357,7 +384,8 @@ static void test_core_callbacks(void)
     err_clear(&err);
     sandbox_destroy(sb, record, &a);
     test_cond("destroy answers once with its status",
-              a.n == 4 && a.code == 0 && a.text && strstr(a.text, "\"status\":\"destroyed\""));
+              a.n == 4 && a.code == 0 && a.text &&
+                  strstr(a.text, "\"status\":\"destroyed\""));
     free(a.text);
     free(ex.text);
     free(w.text);
@@ -376,16 +404,16 @@ static void test_split_utf8_exit(void)
     int ok = process_new(&p, sb, &o, &err) == 0 && process_launch(p, &err) == 0;
     json_decref(cmd);
     test_cond("output ending inside a UTF-8 sequence, then exit: every byte is emitted",
-              ok && p->state == P_EXITED && p->out[0].total == 2 && p->out[0].emitted == 2 &&
-                  p->out[0].ntail == 0);
+              ok && p->state == P_EXITED && p->out[0].total == 2 &&
+                  p->out[0].emitted == 2 && p->out[0].ntail == 0);
     err_clear(&err);
     sandbox_destroy(sb, NULL, NULL);
 }
 
 static void test_env_cwd(void)
 {
-    struct sandbox *sb = mk("e1", json_pack("{s:{s:s, s:s, s:s}, s:s}", "env", "A", "c", "B", "c",
-                                            "D", "c", "working_dir", "/wd"));
+    struct sandbox *sb = mk("e1", json_pack("{s:{s:s, s:s, s:s}, s:s}", "env", "A", "c",
+                                            "B", "c", "D", "c", "working_dir", "/wd"));
     json_t *patch = json_pack("{s:s, s:s, s:n}", "B", "r", "C", "r", "D");
     sbx_err_t err = {0};
     env_merge(sb->runtime_env, patch, &err);
@@ -395,14 +423,17 @@ static void test_env_cwd(void)
     json_t *env = sandbox_env_for(sb, cmd);
     test_eq_str("env: create-time value kept when not overridden",
                 json_string_value(json_object_get(env, "A")), "c");
-    test_eq_str("env: runtime beats create-time", json_string_value(json_object_get(env, "B")), "r");
-    test_eq_str("env: command beats runtime", json_string_value(json_object_get(env, "C")), "x");
-    test_cond("env: a runtime null removes a create-time key", json_object_get(env, "D") == NULL);
+    test_eq_str("env: runtime beats create-time",
+                json_string_value(json_object_get(env, "B")), "r");
+    test_eq_str("env: command beats runtime",
+                json_string_value(json_object_get(env, "C")), "x");
+    test_cond("env: a runtime null removes a create-time key",
+              json_object_get(env, "D") == NULL);
     json_decref(env);
     json_decref(cmd);
     json_t *bad = json_pack("{s:i}", "N", 1);
-    test_cond("env: a non-string value is a params error", env_merge(sb->runtime_env, bad, &err) < 0 &&
-                                                             err.code == SBX_E_PARAMS);
+    test_cond("env: a non-string value is a params error",
+              env_merge(sb->runtime_env, bad, &err) < 0 && err.code == SBX_E_PARAMS);
     err_clear(&err);
     json_decref(bad);
     test_eq_str("cwd: the command's wins", sandbox_cwd_for(sb, "/cmd"), "/cmd");
@@ -447,7 +478,8 @@ static json_t *collect(int fd)
     }
     buf[len] = 0;
     char *save = NULL;
-    for (char *line = strtok_r(buf, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+    for (char *line = strtok_r(buf, "\n", &save); line;
+         line = strtok_r(NULL, "\n", &save)) {
         json_t *v = json_loads(line, JSON_DECODE_ANY, NULL);
         if (v)
             json_array_append_new(out, v);
@@ -458,7 +490,8 @@ static json_t *collect(int fd)
 /* Reads <dir>/<name>/{input,output}. Returns NULL, or the name of the file
  * that is missing (then nothing is returned): a case folder that lacks one
  * is a failed case, never a silently skipped one. */
-static const char *rpc_case_load(const char *dir, const char *name, char **input, char **expect)
+static const char *rpc_case_load(const char *dir, const char *name, char **input,
+                                 char **expect)
 {
     char p[1400];
     snprintf(p, sizeof(p), "%s/%s/input", dir, name);
@@ -540,7 +573,8 @@ static void test_rpc_cases(const char *dir)
         const char *missing = rpc_case_load(dir, e->d_name, &input, &expect);
         if (missing) {
             char what[400];
-            snprintf(what, sizeof(what), "rpc case %s has its %s file", e->d_name, missing);
+            snprintf(what, sizeof(what), "rpc case %s has its %s file", e->d_name,
+                     missing);
             test_cond(what, 0);
             continue;
         }
@@ -552,7 +586,8 @@ static void test_rpc_cases(const char *dir)
         json_t *got = collect(sv[1]);
         json_t *want = json_array();
         char *save = NULL;
-        for (char *line = strtok_r(expect, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        for (char *line = strtok_r(expect, "\n", &save); line;
+             line = strtok_r(NULL, "\n", &save)) {
             json_t *v = json_loads(line, JSON_DECODE_ANY, NULL);
             if (v)
                 json_array_append_new(want, v);
@@ -628,21 +663,25 @@ static void test_chaos(void)
             sandbox_destroy(sb, NULL, NULL);
     }
     json_set_alloc_funcs(malloc, free);
-    test_cond("rpc and session survive failing JSON allocations", survived && alloc_failures > 0);
+    test_cond("rpc and session survive failing JSON allocations",
+              survived && alloc_failures > 0);
     int sv[2];
     socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, sv);
     session_accept(sv[0]);
     send(sv[1], lines[0], strlen(lines[0]), MSG_NOSIGNAL);
     json_t *got = collect(sv[1]);
     test_cond("and serve normally afterwards",
-              json_is_true(json_object_get(json_object_get(json_array_get(got, 0), "result"), "pong")));
+              json_is_true(json_object_get(
+                  json_object_get(json_array_get(got, 0), "result"), "pong")));
     json_decref(got);
     close(sv[1]);
 }
 
 int main(int argc, char **argv)
 {
-    const char *data = argc > 1 ? argv[1] : getenv("SBX_TESTDATA") ? getenv("SBX_TESTDATA") : "tests/data";
+    const char *data = argc > 1                 ? argv[1]
+                       : getenv("SBX_TESTDATA") ? getenv("SBX_TESTDATA")
+                                                : "tests/data";
     signal(SIGPIPE, SIG_IGN);
     setup();
     test_utf8();

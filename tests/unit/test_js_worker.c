@@ -146,7 +146,8 @@ static struct frame wait_for(struct wk *k, uint8_t type)
     }
 }
 
-static void send_frame(struct wk *k, uint8_t type, uint32_t proc, const void *p, size_t len)
+static void send_frame(struct wk *k, uint8_t type, uint32_t proc, const void *p,
+                       size_t len)
 {
     uint8_t h[SBX_CHAN_HDR];
     sbx_chan_hdr_encode(h, type, proc, (uint32_t)len);
@@ -211,20 +212,23 @@ static int status_field(pid_t pid, const char *key, char *out, size_t n)
 static void test_hello_and_hardening(void)
 {
     struct wk k;
-    int sanitized = getenv("SBX_NO_SECCOMP") || getenv("SBX_SANITIZED") || getenv("SBX_VALGRIND");
+    int sanitized =
+        getenv("SBX_NO_SECCOMP") || getenv("SBX_SANITIZED") || getenv("SBX_VALGRIND");
     start_env(&k, geteuid() == 0, NULL);
     struct frame f = wait_for(&k, SBX_CHAN_HELLO);
     json_t *h = f.h.type ? json_loads(f.p, 0, NULL) : NULL;
-    test_cond("HELLO names agent jsc with no processes",
-              h && strcmp(json_string_value(json_object_get(h, "agent")) ?: "", "jsc") == 0 &&
-                  json_array_size(json_object_get(h, "procs")) == 0);
+    test_cond(
+        "HELLO names agent jsc with no processes",
+        h && strcmp(json_string_value(json_object_get(h, "agent")) ?: "", "jsc") == 0 &&
+            json_array_size(json_object_get(h, "procs")) == 0);
     json_decref(h);
     free(f.p);
     char v[128];
     test_cond("no_new_privs is set",
               status_field(k.pid, "NoNewPrivs:", v, sizeof(v)) == 0 && atoi(v) == 1);
     if (sanitized)
-        test_skip("the seccomp filter is installed", "SBX_NO_SECCOMP / sanitizer / valgrind run");
+        test_skip("the seccomp filter is installed",
+                  "SBX_NO_SECCOMP / sanitizer / valgrind run");
     else
         test_cond("the seccomp filter is installed",
                   status_field(k.pid, "Seccomp:", v, sizeof(v)) == 0 && atoi(v) == 2);
@@ -238,7 +242,8 @@ static void test_hello_and_hardening(void)
               result_is(r, "[\"undefined\",\"undefined\",2]"));
     json_decref(r);
     int st = stop(&k);
-    test_cond("EOF on the channel: the worker exits 0", WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    test_cond("EOF on the channel: the worker exits 0",
+              WIFEXITED(st) && WEXITSTATUS(st) == 0);
 }
 
 static void test_bad_frames(void)
@@ -264,9 +269,11 @@ static void test_bad_frames(void)
     json_decref(r);
     send_frame(&k, 0x6a, 0, "x", 1);
     struct frame f = wait_for(&k, SBX_CHAN_LOG);
-    test_cond("an unknown frame type gets a LOG", f.h.type == SBX_CHAN_LOG && strstr(f.p, "unexpected"));
+    test_cond("an unknown frame type gets a LOG",
+              f.h.type == SBX_CHAN_LOG && strstr(f.p, "unexpected"));
     free(f.p);
-    send_json(&k, SBX_CHAN_TOOL_RESULT, 9, json_pack("{s:i, s:i}", "call", 1, "result", 1));
+    send_json(&k, SBX_CHAN_TOOL_RESULT, 9,
+              json_pack("{s:i, s:i}", "call", 1, "result", 1));
     send_frame(&k, SBX_CHAN_PING, 0, NULL, 0);
     f = wait_for(&k, SBX_CHAN_PONG);
     test_cond("a TOOL_RESULT for no program is ignored; PING still answered",
@@ -290,10 +297,11 @@ static void test_credit(void)
     struct wk k;
     start(&k);
     free(wait_for(&k, SBX_CHAN_HELLO).p);
-    send_json(&k, SBX_CHAN_SPAWN, 1,
-              json_pack("{s:s, s:i}", "code",
-                        "for (let i = 0; i < 10; i++) console.log('x'.repeat(99)); return 1",
-                        "window", 300));
+    send_json(
+        &k, SBX_CHAN_SPAWN, 1,
+        json_pack("{s:s, s:i}", "code",
+                  "for (let i = 0; i < 10; i++) console.log('x'.repeat(99)); return 1",
+                  "window", 300));
     size_t out = 0;
     struct frame f;
     for (;;) {
@@ -325,7 +333,8 @@ static void test_credit(void)
             break;
     }
     test_cond("CREDIT lets the rest out, then EXIT", out == 1000 && result_is(r, "1"));
-    test_cond("the EXIT has the ten lines in logs", json_array_size(json_object_get(r, "logs")) == 10);
+    test_cond("the EXIT has the ten lines in logs",
+              json_array_size(json_object_get(r, "logs")) == 10);
     json_decref(r);
     stop(&k);
 }
@@ -340,14 +349,18 @@ static void test_tools_and_more(void)
                         "const r = await Promise.all([external_a(1), external_b_c(2)]);\n"
                         "return r",
                         "tools", "a", "b.c"));
-    struct frame f1 = wait_for(&k, SBX_CHAN_TOOL_CALL), f2 = wait_for(&k, SBX_CHAN_TOOL_CALL);
+    struct frame f1 = wait_for(&k, SBX_CHAN_TOOL_CALL),
+                 f2 = wait_for(&k, SBX_CHAN_TOOL_CALL);
     json_t *c1 = json_loads(f1.p ?: "", 0, NULL), *c2 = json_loads(f2.p ?: "", 0, NULL);
-    test_cond("two TOOL_CALLs before any answer, with the original ids",
-              c1 && c2 && strcmp(json_string_value(json_object_get(c1, "name")) ?: "", "a") == 0 &&
-                  strcmp(json_string_value(json_object_get(c2, "name")) ?: "", "b.c") == 0);
+    test_cond(
+        "two TOOL_CALLs before any answer, with the original ids",
+        c1 && c2 &&
+            strcmp(json_string_value(json_object_get(c1, "name")) ?: "", "a") == 0 &&
+            strcmp(json_string_value(json_object_get(c2, "name")) ?: "", "b.c") == 0);
     /* answer the second first; the first with a result over 1 MiB, in MORE frames */
-    send_json(&k, SBX_CHAN_TOOL_RESULT, 1,
-              json_pack("{s:O, s:s}", "call", json_object_get(c2, "call"), "result", "two"));
+    send_json(
+        &k, SBX_CHAN_TOOL_RESULT, 1,
+        json_pack("{s:O, s:s}", "call", json_object_get(c2, "call"), "result", "two"));
     size_t big = (3u << 20) + 123;
     char *s = malloc(big + 64);
     int n = snprintf(s, 64, "{\"call\":%lld,\"result\":\"",
@@ -368,34 +381,40 @@ static void test_tools_and_more(void)
     json_t *r = exit_of(&k);
     json_t *res = json_object_get(r, "result");
     test_cond("answers in any order; a 3 MiB result joined from MORE frames",
-              json_array_size(res) == 2 && json_string_length(json_array_get(res, 0)) == big &&
+              json_array_size(res) == 2 &&
+                  json_string_length(json_array_get(res, 0)) == big &&
                   strcmp(json_string_value(json_array_get(res, 1)) ?: "", "two") == 0);
     json_decref(r);
 
     /* arguments over 1 MiB go out as MORE frames too */
     send_json(&k, SBX_CHAN_SPAWN, 2,
-              json_pack("{s:s, s:[s]}", "code", "return await external_a('y'.repeat(2500000))",
-                        "tools", "a"));
+              json_pack("{s:s, s:[s]}", "code",
+                        "return await external_a('y'.repeat(2500000))", "tools", "a"));
     struct frame f = wait_for(&k, SBX_CHAN_TOOL_CALL);
     json_t *c = json_loads(f.p ?: "", 0, NULL);
     test_cond("a TOOL_CALL of 2.5 MB arrives whole (MORE frames)",
               json_string_length(json_object_get(c, "args")) == 2500000);
     free(f.p);
     send_json(&k, SBX_CHAN_TOOL_RESULT, 2,
-              json_pack("{s:O, s:{s:i, s:s, s:s}}", "call", json_object_get(c, "call"), "error",
-                        "code", 7, "message", "nope", "name", "RangeError"));
+              json_pack("{s:O, s:{s:i, s:s, s:s}}", "call", json_object_get(c, "call"),
+                        "error", "code", 7, "message", "nope", "name", "RangeError"));
     json_decref(c);
     r = exit_of(&k);
-    test_cond("an error answer rejects with an Error named as the tool's error",
-              strcmp(json_string_value(json_object_get(json_object_get(r, "exception"), "name")) ?: "",
-                     "RangeError") == 0 &&
-                  strcmp(json_string_value(json_object_get(json_object_get(r, "exception"), "message")) ?: "",
-                         "nope") == 0);
+    test_cond(
+        "an error answer rejects with an Error named as the tool's error",
+        strcmp(json_string_value(json_object_get(json_object_get(r, "exception"), "name"))
+                   ?: "",
+               "RangeError") == 0 &&
+            strcmp(json_string_value(
+                       json_object_get(json_object_get(r, "exception"), "message"))
+                       ?: "",
+                   "nope") == 0);
     json_decref(r);
 
     /* a program that returns before its call is answered: the late answer is ignored */
-    send_json(&k, SBX_CHAN_SPAWN, 3,
-              json_pack("{s:s, s:[s]}", "code", "external_a(1); return 'early'", "tools", "a"));
+    send_json(
+        &k, SBX_CHAN_SPAWN, 3,
+        json_pack("{s:s, s:[s]}", "code", "external_a(1); return 'early'", "tools", "a"));
     f = wait_for(&k, SBX_CHAN_TOOL_CALL);
     c = json_loads(f.p ?: "", 0, NULL);
     free(f.p);
@@ -416,8 +435,9 @@ static void test_state(void)
     struct wk k;
     start(&k);
     free(wait_for(&k, SBX_CHAN_HELLO).p);
-    send_json(&k, SBX_CHAN_RESTORE, 0, json_pack("{s:{s:i, s:[i], s:s}}", "globals", "kept", 5,
-                                                  "list", 1, "Array", "clobber"));
+    send_json(&k, SBX_CHAN_RESTORE, 0,
+              json_pack("{s:{s:i, s:[i], s:s}}", "globals", "kept", 5, "list", 1, "Array",
+                        "clobber"));
     send_json(&k, SBX_CHAN_SPAWN, 1,
               json_pack("{s:s, s:b}", "code", "kept++; return [kept, list, typeof Array]",
                         "persistent", 1));
@@ -426,14 +446,16 @@ static void test_state(void)
               result_is(r, "[6,[1],\"function\"]"));
     json_decref(r);
     r = run(&k, 2, "return typeof kept");
-    test_cond("a non-persistent program does not see them", result_is(r, "\"undefined\""));
+    test_cond("a non-persistent program does not see them",
+              result_is(r, "\"undefined\""));
     json_decref(r);
     send_frame(&k, SBX_CHAN_SNAPSHOT, 0, NULL, 0);
     struct frame f = wait_for(&k, SBX_CHAN_SNAP_DATA);
     json_t *snap = json_loads(f.p ?: "", 0, NULL);
     free(f.p);
     test_cond("SNAPSHOT gives the JSON-serialisable globals",
-              json_integer_value(json_object_get(json_object_get(snap, "globals"), "kept")) == 6 &&
+              json_integer_value(
+                  json_object_get(json_object_get(snap, "globals"), "kept")) == 6 &&
                   !json_object_get(json_object_get(snap, "globals"), "console"));
     json_decref(snap);
     send_frame(&k, SBX_CHAN_RESET, 0, NULL, 0);
@@ -443,7 +465,8 @@ static void test_state(void)
     send_json(&k, SBX_CHAN_SPAWN, 3,
               json_pack("{s:s, s:b}", "code", "return typeof kept", "persistent", 1));
     r = exit_of(&k);
-    test_cond("after RESET nothing of the old global is left", result_is(r, "\"undefined\""));
+    test_cond("after RESET nothing of the old global is left",
+              result_is(r, "\"undefined\""));
     json_decref(r);
     stop(&k);
 }
@@ -453,7 +476,8 @@ static void test_nojit(void)
     struct wk k;
     start_env(&k, 0, "JSC_useJIT=false");
     free(wait_for(&k, SBX_CHAN_HELLO).p);
-    json_t *r = run(&k, 1, "let s = 0; for (let i = 0; i < 100000; i++) s += i; return s");
+    json_t *r =
+        run(&k, 1, "let s = 0; for (let i = 0; i < 100000; i++) s += i; return s");
     test_cond("JSC_useJIT=false (jit: false) runs programs", result_is(r, "4999950000"));
     json_decref(r);
     char v[64];

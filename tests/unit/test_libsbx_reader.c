@@ -19,7 +19,7 @@
 #include "../../client/adapters/poll.h"
 #include "testhelp.h"
 
-/* ---- reader ------------------------------------------------------------------------------ */
+/* ---- reader ------------------------------------------------------------------------ */
 
 static int feed_str(sbx_reader *r, const char *s)
 {
@@ -75,9 +75,10 @@ static void test_reader(void)
     }
     v = next(r);
     test_cond("reader: byte-by-byte frame not returned early", !early);
-    test_cond("reader: byte-by-byte frame complete, escaped newline kept",
-              v && strcmp(json_string_value(json_object_get(json_object_get(v, "params"), "s")),
-                          "a\nb") == 0);
+    test_cond(
+        "reader: byte-by-byte frame complete, escaped newline kept",
+        v && strcmp(json_string_value(json_object_get(json_object_get(v, "params"), "s")),
+                    "a\nb") == 0);
     json_decref(v);
 
     feed_str(r, "[1]\n\n  \r\n{\"b\":2}\r\n[3]");
@@ -112,9 +113,9 @@ static void test_reader(void)
     test_cond("reader: depth 64 accepted", v != NULL);
     json_decref(v);
     feed_str(r, bad);
-    test_cond("reader: depth 65 rejected",
-              sbx_reader_get_frame(r, &v) == SBX_ERR && v == NULL &&
-                  sbx_reader_err(r) == SBX_ERR_PROTOCOL);
+    test_cond("reader: depth 65 rejected", sbx_reader_get_frame(r, &v) == SBX_ERR &&
+                                               v == NULL &&
+                                               sbx_reader_err(r) == SBX_ERR_PROTOCOL);
     test_cond("reader: error is sticky",
               feed_str(r, "{}\n") == SBX_ERR && sbx_reader_get_frame(r, &v) == SBX_ERR);
     test_cond("reader: errstr says why", strstr(sbx_reader_errstr(r), "deeper") != NULL);
@@ -131,7 +132,8 @@ static void test_reader(void)
     json_decref(v);
     feed_str(r, "{\"a\":\"012345678\"}\n");
     test_cond("reader: frame over the limit rejected",
-              sbx_reader_get_frame(r, &v) == SBX_ERR && sbx_reader_err(r) == SBX_ERR_PROTOCOL);
+              sbx_reader_get_frame(r, &v) == SBX_ERR &&
+                  sbx_reader_err(r) == SBX_ERR_PROTOCOL);
     sbx_reader_free(r);
 
     r = sbx_reader_new();
@@ -143,8 +145,8 @@ static void test_reader(void)
 
     r = sbx_reader_new();
     feed_str(r, "{\"a\":}\n");
-    test_cond("reader: invalid JSON rejected",
-              sbx_reader_get_frame(r, &v) == SBX_ERR && sbx_reader_err(r) == SBX_ERR_PROTOCOL);
+    test_cond("reader: invalid JSON rejected", sbx_reader_get_frame(r, &v) == SBX_ERR &&
+                                                   sbx_reader_err(r) == SBX_ERR_PROTOCOL);
     sbx_reader_free(r);
 
     r = sbx_reader_new();
@@ -156,18 +158,21 @@ static void test_reader(void)
     r = sbx_reader_new();
     int count = 0;
     for (int i = 0; i < 10000; i++) {
-        feed_str(r, "{\"method\":\"process.output\",\"params\":{\"data\":\"xxxxxxxxxxxxxxxx\"}}\n");
+        feed_str(
+            r,
+            "{\"method\":\"process.output\",\"params\":{\"data\":\"xxxxxxxxxxxxxxxx\"}}\n");
         while ((v = next(r))) {
             count++;
             json_decref(v);
         }
     }
-    test_cond("reader: 10000 frames streamed", count == 10000 && sbx_reader_buffered(r) == 0);
+    test_cond("reader: 10000 frames streamed",
+              count == 10000 && sbx_reader_buffered(r) == 0);
     sbx_reader_free(r);
     sbx_reader_free(NULL);
 }
 
-/* ---- base64 and output ------------------------------------------------------------------ */
+/* ---- base64 and output ------------------------------------------------------------- */
 
 static int b64_is(const char *in, const char *want)
 {
@@ -208,20 +213,25 @@ static int same_as_jansson(const char *line)
     return ok;
 }
 
-#define OUT_HEAD "{\"jsonrpc\":\"2.0\",\"method\":\"process.output\",\"params\":{\"sandbox\":\"sb-1\"," \
-                 "\"pid\":7,\"stream\":\"stdout\",\"offset\":12345678901,"
+#define OUT_HEAD                                                                           \
+    "{\"jsonrpc\":\"2.0\",\"method\":\"process.output\",\"params\":{\"sandbox\":\"sb-1\"," \
+    "\"pid\":7,\"stream\":\"stdout\",\"offset\":12345678901,"
 
 static void test_reader_fast(void)
 {
-    test_cond("fast path: plain text is what jansson reads",
-              same_as_jansson(OUT_HEAD "\"data\":\"hello world, a plain line of text\"}}"));
+    test_cond(
+        "fast path: plain text is what jansson reads",
+        same_as_jansson(OUT_HEAD "\"data\":\"hello world, a plain line of text\"}}"));
     test_cond("fast path: every escape, \\u0000 and a surrogate pair",
-              same_as_jansson(OUT_HEAD "\"data\":\"q\\\" b\\\\ s\\/ \\b\\f\\n\\r\\t "
-                                       "\\u0000\\u00e9\\u20ac\\ud83d\\ude00 \xc3\xa9\xf0\x9f\x98\x80\"}}"));
-    test_cond("fast path: data_b64 and stderr",
-              same_as_jansson("{\"jsonrpc\":\"2.0\",\"method\":\"process.output\",\"params\":{"
-                              "\"sandbox\":\"x\",\"pid\":1,\"stream\":\"stderr\",\"offset\":0,"
-                              "\"data_b64\":\"AP8QaGk=\"}}"));
+              same_as_jansson(
+                  OUT_HEAD
+                  "\"data\":\"q\\\" b\\\\ s\\/ \\b\\f\\n\\r\\t "
+                  "\\u0000\\u00e9\\u20ac\\ud83d\\ude00 \xc3\xa9\xf0\x9f\x98\x80\"}}"));
+    test_cond(
+        "fast path: data_b64 and stderr",
+        same_as_jansson("{\"jsonrpc\":\"2.0\",\"method\":\"process.output\",\"params\":{"
+                        "\"sandbox\":\"x\",\"pid\":1,\"stream\":\"stderr\",\"offset\":0,"
+                        "\"data_b64\":\"AP8QaGk=\"}}"));
     test_cond("fast path: a key after data falls back to jansson",
               same_as_jansson(OUT_HEAD "\"data\":\"a\\nb\",\"more\":\"x\\\"}\"}}"));
     test_cond("fast path: a lone surrogate is an error as in jansson",
@@ -229,19 +239,23 @@ static void test_reader_fast(void)
                   same_as_jansson(OUT_HEAD "\"data\":\"ab\\udc00x\"}}"));
     test_cond("fast path: a raw control byte or bad UTF-8 is an error as in jansson",
               same_as_jansson(OUT_HEAD "\"data\":\"a\tb\"}}") &&
-                  same_as_jansson(OUT_HEAD "\"data\":\"a\xc0\xaf" "b\"}}") &&
+                  same_as_jansson(OUT_HEAD "\"data\":\"a\xc0\xaf"
+                                           "b\"}}") &&
                   same_as_jansson(OUT_HEAD "\"data\":\"a\xed\xa0\x80\"}}"));
-    test_cond("fast path: odd numbers fall back (leading zero, negative, huge)",
-              same_as_jansson("{\"jsonrpc\":\"2.0\",\"method\":\"process.output\",\"params\":{"
-                              "\"sandbox\":\"x\",\"pid\":01,\"stream\":\"stdout\",\"offset\":0,"
-                              "\"data\":\"y\"}}") &&
-                  same_as_jansson("{\"jsonrpc\":\"2.0\",\"method\":\"process.output\",\"params\":{"
-                                  "\"sandbox\":\"x\",\"pid\":-1,\"stream\":\"stdout\",\"offset\":0,"
-                                  "\"data\":\"y\"}}") &&
-                  same_as_jansson(OUT_HEAD "\"data\":\"y\"}}  \r") &&
-                  same_as_jansson("{\"jsonrpc\":\"2.0\",\"method\":\"process.output\",\"params\":{"
-                                  "\"sandbox\":\"x\",\"pid\":99999999999999999999,\"stream\":"
-                                  "\"stdout\",\"offset\":0,\"data\":\"y\"}}"));
+    test_cond(
+        "fast path: odd numbers fall back (leading zero, negative, huge)",
+        same_as_jansson("{\"jsonrpc\":\"2.0\",\"method\":\"process.output\",\"params\":{"
+                        "\"sandbox\":\"x\",\"pid\":01,\"stream\":\"stdout\",\"offset\":0,"
+                        "\"data\":\"y\"}}") &&
+            same_as_jansson(
+                "{\"jsonrpc\":\"2.0\",\"method\":\"process.output\",\"params\":{"
+                "\"sandbox\":\"x\",\"pid\":-1,\"stream\":\"stdout\",\"offset\":0,"
+                "\"data\":\"y\"}}") &&
+            same_as_jansson(OUT_HEAD "\"data\":\"y\"}}  \r") &&
+            same_as_jansson(
+                "{\"jsonrpc\":\"2.0\",\"method\":\"process.output\",\"params\":{"
+                "\"sandbox\":\"x\",\"pid\":99999999999999999999,\"stream\":"
+                "\"stdout\",\"offset\":0,\"data\":\"y\"}}"));
 }
 
 static void test_base64(void)
@@ -267,26 +281,28 @@ static void test_base64(void)
         for (size_t i = 0; i < n; i++)
             in[i] = (unsigned char)(i * 37 + n);
         size_t e = sbx_base64_encode(enc, in, n), d;
-        ok = sbx_base64_decode(dec, &d, enc, e) == SBX_OK && d == n && memcmp(in, dec, n) == 0;
+        ok = sbx_base64_decode(dec, &d, enc, e) == SBX_OK && d == n &&
+             memcmp(in, dec, n) == 0;
     }
     test_cond("base64: round trip of all byte values, lengths 0..299", ok);
 
     char *data;
     size_t len;
     int stream = 0;
-    json_t *p = json_pack("{s:s, s:s, s:i, s:i, s:s}", "sandbox", "sb", "stream", "stderr", "pid",
-                          1, "offset", 0, "data_b64", "AP8K");
+    json_t *p = json_pack("{s:s, s:s, s:i, s:i, s:s}", "sandbox", "sb", "stream",
+                          "stderr", "pid", 1, "offset", 0, "data_b64", "AP8K");
     test_cond("output: data_b64 decodes binary",
-              sbx_output_decode(&stream, &data, &len, p) == SBX_OK && stream == SBX_STDERR &&
-                  len == 3 && (unsigned char)data[0] == 0 && (unsigned char)data[1] == 0xff &&
-                  data[2] == '\n');
+              sbx_output_decode(&stream, &data, &len, p) == SBX_OK &&
+                  stream == SBX_STDERR && len == 3 && (unsigned char)data[0] == 0 &&
+                  (unsigned char)data[1] == 0xff && data[2] == '\n');
     free(data);
     json_decref(p);
 
     p = json_pack("{s:s, s:s}", "stream", "stdout", "data", "héllo\n");
     test_cond("output: data is taken as is",
-              sbx_output_decode(&stream, &data, &len, p) == SBX_OK && stream == SBX_STDOUT &&
-                  len == strlen("héllo\n") && strcmp(data, "héllo\n") == 0);
+              sbx_output_decode(&stream, &data, &len, p) == SBX_OK &&
+                  stream == SBX_STDOUT && len == strlen("héllo\n") &&
+                  strcmp(data, "héllo\n") == 0);
     free(data);
     json_decref(p);
 
@@ -304,11 +320,12 @@ static void test_base64(void)
                   memcmp(d2, "err", 3) == 0);
     free(data);
     free(d2);
-    test_cond("output: missing key", sbx_json_get_bytes(&data, &len, p, "nope") == SBX_ERR);
+    test_cond("output: missing key",
+              sbx_json_get_bytes(&data, &len, p, "nope") == SBX_ERR);
     json_decref(p);
 }
 
-/* ---- a scripted fake daemon ----------------------------------------------------------------- */
+/* ---- a scripted fake daemon -------------------------------------------------------- */
 
 static char sock_path[108];
 
@@ -349,51 +366,56 @@ static void serve(int fd)
             continue;
         }
         if (strcmp(method, "t.echo") == 0) {
-            send_line(out, json_pack("{s:s, s:O, s:O}", "jsonrpc", "2.0", "id", id, "result",
-                                     params ? params : json_null()));
+            send_line(out, json_pack("{s:s, s:O, s:O}", "jsonrpc", "2.0", "id", id,
+                                     "result", params ? params : json_null()));
         } else if (strcmp(method, "t.notify") == 0) {
-            send_line(out, json_pack("{s:s, s:s, s:{s:s, s:i, s:s, s:i, s:s}}", "jsonrpc", "2.0",
-                                     "method", "process.output", "params", "sandbox", "sb", "pid",
-                                     7, "stream", "stdout", "offset", 0, "data", "hi\n"));
-            send_line(out, json_pack("{s:s, s:s, s:{s:s, s:i, s:i}}", "jsonrpc", "2.0", "method",
-                                     "process.exit", "params", "sandbox", "sb", "pid", 7,
-                                     "exit_code", 0));
-            send_line(out, json_pack("{s:s, s:O, s:{s:i}}", "jsonrpc", "2.0", "id", id, "result",
-                                     "pid", 7));
+            send_line(out, json_pack("{s:s, s:s, s:{s:s, s:i, s:s, s:i, s:s}}", "jsonrpc",
+                                     "2.0", "method", "process.output", "params",
+                                     "sandbox", "sb", "pid", 7, "stream", "stdout",
+                                     "offset", 0, "data", "hi\n"));
+            send_line(out, json_pack("{s:s, s:s, s:{s:s, s:i, s:i}}", "jsonrpc", "2.0",
+                                     "method", "process.exit", "params", "sandbox", "sb",
+                                     "pid", 7, "exit_code", 0));
+            send_line(out, json_pack("{s:s, s:O, s:{s:i}}", "jsonrpc", "2.0", "id", id,
+                                     "result", "pid", 7));
         } else if (strcmp(method, "t.tool") == 0) {
             /* Ask the client, then return its whole answer as our result. */
             send_line(out, json_pack("{s:s, s:s, s:s, s:{s:s, s:i, s:s, s:{s:i, s:i}}}",
-                                     "jsonrpc", "2.0", "id", "t1", "method", "tool.call", "params",
-                                     "sandbox", "sb", "pid", 1, "name",
-                                     json_string_value(json_object_get(params, "tool")), "args",
-                                     "a", 1, "b", 2));
+                                     "jsonrpc", "2.0", "id", "t1", "method", "tool.call",
+                                     "params", "sandbox", "sb", "pid", 1, "name",
+                                     json_string_value(json_object_get(params, "tool")),
+                                     "args", "a", 1, "b", 2));
             json_t *answer = read_msg(in);
-            send_line(out, json_pack("{s:s, s:O, s:o}", "jsonrpc", "2.0", "id", id, "result",
-                                     answer ? answer : json_null()));
+            send_line(out, json_pack("{s:s, s:O, s:o}", "jsonrpc", "2.0", "id", id,
+                                     "result", answer ? answer : json_null()));
         } else if (strcmp(method, "process.spawn") == 0) {
             const char *sb = json_string_value(json_object_get(params, "sandbox"));
             if (strcmp(sb, "bad") == 0) {
-                send_line(out, json_pack("{s:s, s:O, s:{s:i, s:s, s:{s:s}}}", "jsonrpc", "2.0",
-                                         "id", id, "error", "code", -32000, "message",
-                                         "sandbox not found", "data", "sandbox", sb));
+                send_line(out,
+                          json_pack("{s:s, s:O, s:{s:i, s:s, s:{s:s}}}", "jsonrpc", "2.0",
+                                    "id", id, "error", "code", -32000, "message",
+                                    "sandbox not found", "data", "sandbox", sb));
                 json_decref(m);
                 continue;
             }
             /* Output that overtakes the response, for us and another process. */
-            send_line(out, json_pack("{s:s, s:s, s:{s:s, s:i, s:s, s:i, s:s}}", "jsonrpc", "2.0",
-                                     "method", "process.output", "params", "sandbox", sb, "pid",
-                                     7, "stream", "stdout", "offset", 0, "data", "early\n"));
-            send_line(out, json_pack("{s:s, s:s, s:{s:s, s:i, s:s, s:i, s:s}}", "jsonrpc", "2.0",
-                                     "method", "process.output", "params", "sandbox", sb, "pid",
-                                     8, "stream", "stdout", "offset", 0, "data", "other"));
-            send_line(out, json_pack("{s:s, s:O, s:{s:i}}", "jsonrpc", "2.0", "id", id, "result",
-                                     "pid", 7));
-            send_line(out, json_pack("{s:s, s:s, s:{s:s, s:i, s:s, s:i, s:s}}", "jsonrpc", "2.0",
-                                     "method", "process.output", "params", "sandbox", sb, "pid",
-                                     7, "stream", "stderr", "offset", 6, "data_b64", "bGF0ZQo="));
-            send_line(out, json_pack("{s:s, s:s, s:{s:s, s:i, s:i}}", "jsonrpc", "2.0", "method",
-                                     "process.exit", "params", "sandbox", sb, "pid", 7,
-                                     "exit_code", 3));
+            send_line(out, json_pack("{s:s, s:s, s:{s:s, s:i, s:s, s:i, s:s}}", "jsonrpc",
+                                     "2.0", "method", "process.output", "params",
+                                     "sandbox", sb, "pid", 7, "stream", "stdout",
+                                     "offset", 0, "data", "early\n"));
+            send_line(out, json_pack("{s:s, s:s, s:{s:s, s:i, s:s, s:i, s:s}}", "jsonrpc",
+                                     "2.0", "method", "process.output", "params",
+                                     "sandbox", sb, "pid", 8, "stream", "stdout",
+                                     "offset", 0, "data", "other"));
+            send_line(out, json_pack("{s:s, s:O, s:{s:i}}", "jsonrpc", "2.0", "id", id,
+                                     "result", "pid", 7));
+            send_line(out, json_pack("{s:s, s:s, s:{s:s, s:i, s:s, s:i, s:s}}", "jsonrpc",
+                                     "2.0", "method", "process.output", "params",
+                                     "sandbox", sb, "pid", 7, "stream", "stderr",
+                                     "offset", 6, "data_b64", "bGF0ZQo="));
+            send_line(out, json_pack("{s:s, s:s, s:{s:s, s:i, s:i}}", "jsonrpc", "2.0",
+                                     "method", "process.exit", "params", "sandbox", sb,
+                                     "pid", 7, "exit_code", 3));
         } else if (strcmp(method, "t.output") == 0) {
             /* Output in the daemon's shape (text with escapes, base64) and in
              * another key order, then the answer. */
@@ -410,22 +432,24 @@ static void serve(int fd)
                   "\"sandbox\":\"sb\"}}\n",
                   out);
             fflush(out);
-            send_line(out, json_pack("{s:s, s:O, s:b}", "jsonrpc", "2.0", "id", id, "result", 1));
+            send_line(out, json_pack("{s:s, s:O, s:b}", "jsonrpc", "2.0", "id", id,
+                                     "result", 1));
         } else if (strcmp(method, "t.error") == 0) {
-            send_line(out, json_pack("{s:s, s:O, s:{s:i, s:s, s:{s:s}}}", "jsonrpc", "2.0", "id",
-                                     id, "error", "code", -32000, "message", "sandbox not found",
-                                     "data", "sandbox", "nope"));
+            send_line(out, json_pack("{s:s, s:O, s:{s:i, s:s, s:{s:s}}}", "jsonrpc",
+                                     "2.0", "id", id, "error", "code", -32000, "message",
+                                     "sandbox not found", "data", "sandbox", "nope"));
         } else if (strcmp(method, "t.slow") == 0) {
             held = json_incref(id); /* answered after the next t.fast */
         } else if (strcmp(method, "t.fast") == 0) {
-            send_line(out, json_pack("{s:s, s:O, s:s}", "jsonrpc", "2.0", "id", id, "result",
-                                     "fast"));
+            send_line(out, json_pack("{s:s, s:O, s:s}", "jsonrpc", "2.0", "id", id,
+                                     "result", "fast"));
             if (held)
                 send_line(out, json_pack("{s:s, s:o, s:s}", "jsonrpc", "2.0", "id", held,
                                          "result", "slow"));
             held = NULL;
         } else if (strcmp(method, "t.deep") == 0) {
-            fprintf(out, "{\"jsonrpc\":\"2.0\",\"id\":%" JSON_INTEGER_FORMAT ",\"result\":",
+            fprintf(out,
+                    "{\"jsonrpc\":\"2.0\",\"id\":%" JSON_INTEGER_FORMAT ",\"result\":",
                     json_integer_value(id));
             for (int i = 0; i < 100; i++)
                 fputc('[', out);
@@ -442,9 +466,9 @@ static void serve(int fd)
         } else if (strcmp(method, "t.stall") == 0) {
             /* never answers */
         } else {
-            send_line(out, json_pack("{s:s, s:O, s:{s:i, s:s, s:{s:s}}}", "jsonrpc", "2.0", "id",
-                                     id, "error", "code", -32601, "message", "method not found",
-                                     "data", "method", method));
+            send_line(out, json_pack("{s:s, s:O, s:{s:i, s:s, s:{s:s}}}", "jsonrpc",
+                                     "2.0", "id", id, "error", "code", -32601, "message",
+                                     "method not found", "data", "method", method));
         }
         json_decref(m);
     }
@@ -483,7 +507,7 @@ static pid_t start_fake(void)
     return pid;
 }
 
-/* ---- sync API ------------------------------------------------------------------------------- */
+/* ---- sync API ---------------------------------------------------------------------- */
 
 static int notes_seen;
 static char notes_out[64];
@@ -528,18 +552,18 @@ static void test_sync(void)
     test_cond("sync: connect failure returns a ctx with err",
               c && c->err == SBX_ERR_IO && strstr(c->errstr, "nonexistent") &&
                   (c->flags & SBX_BROKEN));
-    test_cond("sync: calls on a failed ctx fail", sbx_call(c, &r, &e, "t.echo", NULL) == SBX_ERR &&
-                                                      r == NULL && e == NULL);
+    test_cond("sync: calls on a failed ctx fail",
+              sbx_call(c, &r, &e, "t.echo", NULL) == SBX_ERR && r == NULL && e == NULL);
     sbx_free(c);
     sbx_free(NULL);
 
     c = sbx_connect_unix(sock_path, 1000);
-    test_cond("sync: connect", c && c->err == 0 && c->fd >= 0 && (c->flags & SBX_CONNECTED));
+    test_cond("sync: connect",
+              c && c->err == 0 && c->fd >= 0 && (c->flags & SBX_CONNECTED));
 
     json_t *params = json_pack("{s:s, s:[i,i]}", "x", "y", "z", 1, 2);
-    test_cond("sync: echo call",
-              sbx_call(c, &r, &e, "t.echo", params) == SBX_OK && json_equal(r, params) &&
-                  e == NULL);
+    test_cond("sync: echo call", sbx_call(c, &r, &e, "t.echo", params) == SBX_OK &&
+                                     json_equal(r, params) && e == NULL);
     test_cond("sync: params are borrowed", params->refcount == 1);
     json_decref(r);
     json_decref(params);
@@ -550,25 +574,29 @@ static void test_sync(void)
     json_decref(r);
 
     test_cond("sync: RPC error", sbx_call(c, &r, &e, "t.error", NULL) == SBX_ERR &&
-                                     c->err == SBX_ERR_RPC && e && e->code == SBX_E_NOT_FOUND &&
+                                     c->err == SBX_ERR_RPC && e &&
+                                     e->code == SBX_E_NOT_FOUND &&
                                      strcmp(e->message, "sandbox not found") == 0 &&
                                      strcmp(c->errstr, "sandbox not found") == 0 &&
                                      json_is_object(e->data) && r == NULL);
     sbx_rpc_error_free(e);
     test_cond("sync: an RPC error does not break the ctx",
-              sbx_call(c, &r, NULL, "t.echo", NULL) == SBX_OK && c->err == 0 && json_is_null(r));
+              sbx_call(c, &r, NULL, "t.echo", NULL) == SBX_OK && c->err == 0 &&
+                  json_is_null(r));
     json_decref(r);
 
     /* Notifications during a call: queued without a callback. */
-    test_cond("sync: call with notifications", sbx_call(c, &r, NULL, "t.notify", NULL) == SBX_OK);
+    test_cond("sync: call with notifications",
+              sbx_call(c, &r, NULL, "t.notify", NULL) == SBX_OK);
     json_decref(r);
     json_t *n1 = NULL, *n2 = NULL, *n3 = NULL;
     test_cond("sync: queued notifications come in order",
               sbx_read_notification(c, &n1, 0) == SBX_OK &&
                   sbx_read_notification(c, &n2, 0) == SBX_OK &&
-                  strcmp(json_string_value(json_object_get(n1, "method")), "process.output") ==
-                      0 &&
-                  strcmp(json_string_value(json_object_get(n2, "method")), "process.exit") == 0);
+                  strcmp(json_string_value(json_object_get(n1, "method")),
+                         "process.output") == 0 &&
+                  strcmp(json_string_value(json_object_get(n2, "method")),
+                         "process.exit") == 0);
     test_cond("sync: read_notification times out",
               sbx_read_notification(c, &n3, 50) == SBX_ERR && c->err == SBX_ERR_TIMEOUT &&
                   n3 == NULL && !(c->flags & SBX_BROKEN));
@@ -584,21 +612,21 @@ static void test_sync(void)
     /* tool.call round trip. */
     json_t *answer;
     test_cond("sync: tool.call without a handler is answered with -32009",
-              sbx_call_new(c, &answer, NULL, "t.tool", json_pack("{s:s}", "tool", "add")) ==
-                      SBX_OK &&
-                  json_integer_value(json_object_get(json_object_get(answer, "error"), "code")) ==
-                      SBX_E_TOOL &&
+              sbx_call_new(c, &answer, NULL, "t.tool",
+                           json_pack("{s:s}", "tool", "add")) == SBX_OK &&
+                  json_integer_value(json_object_get(json_object_get(answer, "error"),
+                                                     "code")) == SBX_E_TOOL &&
                   strcmp(json_string_value(json_object_get(answer, "id")), "t1") == 0);
     json_decref(answer);
     sbx_set_tool_cb(c, tool_cb, NULL);
     test_cond("sync: tool.call answered by the tool callback",
-              sbx_call_new(c, &answer, NULL, "t.tool", json_pack("{s:s}", "tool", "add")) ==
-                      SBX_OK &&
+              sbx_call_new(c, &answer, NULL, "t.tool",
+                           json_pack("{s:s}", "tool", "add")) == SBX_OK &&
                   json_integer_value(json_object_get(answer, "result")) == 3);
     json_decref(answer);
     test_cond("sync: tool failure becomes an error response",
-              sbx_call_new(c, &answer, NULL, "t.tool", json_pack("{s:s}", "tool", "mul")) ==
-                      SBX_OK &&
+              sbx_call_new(c, &answer, NULL, "t.tool",
+                           json_pack("{s:s}", "tool", "mul")) == SBX_OK &&
                   strcmp(json_string_value(json_object_get(
                              json_object_get(answer, "error"), "message")),
                          "no tool mul") == 0);
@@ -609,14 +637,16 @@ static void test_sync(void)
     test_cond("sync: call timeout", sbx_call(c, &r, NULL, "t.stall", NULL) == SBX_ERR &&
                                         c->err == SBX_ERR_TIMEOUT);
     sbx_set_timeout(c, 0);
-    test_cond("sync: usable after a timeout", sbx_call(c, &r, NULL, "t.echo", NULL) == SBX_OK);
+    test_cond("sync: usable after a timeout",
+              sbx_call(c, &r, NULL, "t.echo", NULL) == SBX_OK);
     json_decref(r);
 
     test_cond("sync: too deep a response breaks the ctx",
-              sbx_call(c, &r, NULL, "t.deep", NULL) == SBX_ERR && c->err == SBX_ERR_PROTOCOL &&
-                  (c->flags & SBX_BROKEN));
+              sbx_call(c, &r, NULL, "t.deep", NULL) == SBX_ERR &&
+                  c->err == SBX_ERR_PROTOCOL && (c->flags & SBX_BROKEN));
     test_cond("sync: a broken ctx keeps its first error",
-              sbx_call(c, &r, NULL, "t.echo", NULL) == SBX_ERR && c->err == SBX_ERR_PROTOCOL);
+              sbx_call(c, &r, NULL, "t.echo", NULL) == SBX_ERR &&
+                  c->err == SBX_ERR_PROTOCOL);
     sbx_free(c);
 
     c = sbx_connect_unix(sock_path, 1000);
@@ -626,16 +656,18 @@ static void test_sync(void)
     sbx_free(c);
 
     c = sbx_connect_unix(sock_path, 1000);
-    test_cond("sync: EOF", sbx_call(c, &r, NULL, "t.close", NULL) == SBX_ERR &&
-                               c->err == SBX_ERR_EOF);
+    test_cond("sync: EOF",
+              sbx_call(c, &r, NULL, "t.close", NULL) == SBX_ERR && c->err == SBX_ERR_EOF);
     sbx_free(c);
 
     c = sbx_connect_unix(sock_path, 1000);
     sbx_set_max_frame(c, 64);
-    params = json_pack("{s:s}", "s",
-                       "0123456789012345678901234567890123456789012345678901234567890123456789");
+    params = json_pack(
+        "{s:s}", "s",
+        "0123456789012345678901234567890123456789012345678901234567890123456789");
     test_cond("sync: max frame applies to responses",
-              sbx_call(c, &r, NULL, "t.echo", params) == SBX_ERR && c->err == SBX_ERR_PROTOCOL);
+              sbx_call(c, &r, NULL, "t.echo", params) == SBX_ERR &&
+                  c->err == SBX_ERR_PROTOCOL);
     json_decref(params);
     sbx_free(c);
 
@@ -654,7 +686,7 @@ static void test_sync(void)
     sbx_free(c);
 }
 
-/* ---- async API (poll adapter) --------------------------------------------------------------- */
+/* ---- async API (poll adapter) ------------------------------------------------------ */
 
 struct actx {
     int connected, disconnected, disc_status;
@@ -691,7 +723,8 @@ static void a_disconnect(sbx_async *ac, int status)
     t->disc_status = status;
 }
 
-static void a_reply(sbx_async *ac, json_t *result, const sbx_rpc_error *err, void *privdata)
+static void a_reply(sbx_async *ac, json_t *result, const sbx_rpc_error *err,
+                    void *privdata)
 {
     struct actx *t = ac->data;
     const char *tag = privdata;
@@ -711,24 +744,28 @@ static void a_reply(sbx_async *ac, json_t *result, const sbx_rpc_error *err, voi
     }
 }
 
-static void a_output(sbx_async *ac, int stream, const char *data, size_t len, void *privdata)
+static void a_output(sbx_async *ac, int stream, const char *data, size_t len,
+                     void *privdata)
 {
     struct actx *t = ac->data;
     (void)stream;
     (void)privdata;
     t->outputs++;
-    strncat(t->out, data, len < sizeof(t->out) - strlen(t->out) - 1
-                              ? len
-                              : sizeof(t->out) - strlen(t->out) - 1);
+    strncat(t->out, data,
+            len < sizeof(t->out) - strlen(t->out) - 1
+                ? len
+                : sizeof(t->out) - strlen(t->out) - 1);
 }
 
-static void a_exit(sbx_async *ac, json_t *exit_params, const sbx_rpc_error *err, void *privdata)
+static void a_exit(sbx_async *ac, json_t *exit_params, const sbx_rpc_error *err,
+                   void *privdata)
 {
     struct actx *t = ac->data;
     (void)err;
     (void)privdata;
-    t->exits += exit_params ? (json_integer_value(json_object_get(exit_params, "exit_code")) == 3)
-                            : (err ? 100 : 1000);
+    t->exits += exit_params
+                    ? (json_integer_value(json_object_get(exit_params, "exit_code")) == 3)
+                    : (err ? 100 : 1000);
 }
 
 static void a_tool(sbx_async *ac, const char *call_id, const char *tool, json_t *args,
@@ -779,13 +816,13 @@ static sbx_async *a_new(struct actx *t)
 }
 
 /* Runs until cond or the context is gone; returns 0 if it is gone. */
-#define RUN_UNTIL(ac, cond)                                                                 \
-    do {                                                                                    \
-        for (int _i = 0; _i < 200 && !(cond); _i++)                                          \
-            if (sbx_poll_tick(ac, 20) < 0) {                                                \
-                ac = NULL;                                                                  \
-                break;                                                                      \
-            }                                                                               \
+#define RUN_UNTIL(ac, cond)                                                              \
+    do {                                                                                 \
+        for (int _i = 0; _i < 200 && !(cond); _i++)                                      \
+            if (sbx_poll_tick(ac, 20) < 0) {                                             \
+                ac = NULL;                                                               \
+                break;                                                                   \
+            }                                                                            \
     } while (0)
 
 static void test_async(void)
@@ -819,7 +856,8 @@ static void test_async(void)
     test_cond("async: spawn needs callbacks",
               sbx_async_spawn(ac, sp, NULL, a_exit, NULL) == SBX_ERR &&
                   ac->c.err == SBX_ERR_USAGE);
-    test_cond("async: spawn sent", sbx_async_spawn(ac, sp, a_output, a_exit, NULL) == SBX_OK);
+    test_cond("async: spawn sent",
+              sbx_async_spawn(ac, sp, a_output, a_exit, NULL) == SBX_OK);
     json_decref(sp);
     RUN_UNTIL(ac, t.exits);
     test_cond("async: spawn watch got early and late output in order",
@@ -837,11 +875,11 @@ static void test_async(void)
     sbx_async_set_tool_cb(ac, a_tool, &t);
     sbx_async_call_new(ac, "t.tool", json_pack("{s:s}", "tool", "add"), a_reply, TAG(T));
     RUN_UNTIL(ac, t.tool_calls);
-    test_cond("async: tool callback got the call id", t.tool_calls == 1 && t.tool_id &&
-                                                          strcmp(t.tool_id, "t1") == 0);
+    test_cond("async: tool callback got the call id",
+              t.tool_calls == 1 && t.tool_id && strcmp(t.tool_id, "t1") == 0);
     json_t *three = json_integer(3);
-    test_cond("async: tool reply later", sbx_async_tool_reply(ac, t.tool_id, three, 0, NULL) ==
-                                             SBX_OK);
+    test_cond("async: tool reply later",
+              sbx_async_tool_reply(ac, t.tool_id, three, 0, NULL) == SBX_OK);
     json_decref(three);
     free(t.tool_id);
     RUN_UNTIL(ac, t.replies == 4);
@@ -855,7 +893,8 @@ static void test_async(void)
     test_cond("async: output callback gets the bytes of data and data_b64, in order",
               raw_calls == 3 && raw_stderr == 1 && raw_len == 5 + 3 + 3 &&
                   memcmp(raw_out, "a\0\"b\n\0\xff\nend", 11) == 0);
-    test_cond("async: with an output callback, output skips the notify callback", t.notes == 0);
+    test_cond("async: with an output callback, output skips the notify callback",
+              t.notes == 0);
     sbx_async_set_output_cb(ac, NULL, NULL);
 
     /* Graceful disconnect waits for pending replies. */
@@ -886,7 +925,8 @@ static void test_async(void)
     sbx_async_call(ac, "t.stall", NULL, a_reply, TAG(2));
     RUN_UNTIL(ac, 0);
     test_cond("async: free inside a callback is deferred, the rest get NULLs",
-              ac == NULL && strcmp(t.order, "f") == 0 && t.nulls == 1 && t.disconnected == 1);
+              ac == NULL && strcmp(t.order, "f") == 0 && t.nulls == 1 &&
+                  t.disconnected == 1);
 
     /* EOF: pending callbacks get NULLs, on_disconnect(ERR). */
     ac = a_new(&t);
@@ -902,8 +942,8 @@ static void test_async(void)
     sbx_async_set_timeout(ac, 100);
     sbx_async_call(ac, "t.stall", NULL, a_reply, TAG(1));
     RUN_UNTIL(ac, 0);
-    test_cond("async: timeout fails pending calls", ac == NULL && t.nulls == 1 &&
-                                                        t.disc_status == SBX_ERR);
+    test_cond("async: timeout fails pending calls",
+              ac == NULL && t.nulls == 1 && t.disc_status == SBX_ERR);
 }
 
 int main(void)

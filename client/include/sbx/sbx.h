@@ -163,7 +163,8 @@ SBX_API void sbx_rpc_error_free(sbx_rpc_error *e);
  * @param params  borrowed, may be NULL
  * The callback must not call sbx_call / sbx_read_notification / sbx_free on c.
  */
-typedef void (*sbx_notify_cb)(sbx_ctx *c, const char *method, json_t *params, void *privdata);
+typedef void (*sbx_notify_cb)(sbx_ctx *c, const char *method, json_t *params,
+                              void *privdata);
 
 /**
  * Answers a daemon->client `tool.call` request (Duktape `external_<tool>(args)`).
@@ -176,8 +177,9 @@ typedef void (*sbx_notify_cb)(sbx_ctx *c, const char *method, json_t *params, vo
  *                    sandbox, pid, name, args).
  * The callback must not call sbx_call / sbx_read_notification / sbx_free on c.
  */
-typedef int (*sbx_tool_cb)(sbx_ctx *c, json_t **result_out, const char *tool, json_t *args,
-                           json_t *params, char *errmsg, size_t errmsg_size, void *privdata);
+typedef int (*sbx_tool_cb)(sbx_ctx *c, json_t **result_out, const char *tool,
+                           json_t *args, json_t *params, char *errmsg, size_t errmsg_size,
+                           void *privdata);
 
 /**
  * Connects to sbxd's Unix socket, blocking for at most timeout_ms (<= 0: no

@@ -46,9 +46,9 @@ typedef struct sbx_async_ev {
 } sbx_async_ev;
 
 struct sbx_async {
-    sbx_ctx c;      /* must stay first */
-    sbx_async_ev ev; /* set by sbx_async_attach */
-    void *data;      /* the user's */
+    sbx_ctx c;                        /* must stay first */
+    sbx_async_ev ev;                  /* set by sbx_async_attach */
+    void *data;                       /* the user's */
     void (*data_cleanup)(void *data); /* called on data when ac is freed */
     struct sbx_async_priv *apriv;     /* private */
 };
@@ -91,8 +91,8 @@ typedef void (*sbx_async_tool_cb)(sbx_async *ac, const char *call_id, const char
  *                 NUL-terminated (it points into libsbx's read buffer).
  */
 typedef void (*sbx_async_output_cb)(sbx_async *ac, const char *sandbox, json_int_t pid,
-                                    int stream, uint64_t offset, const char *data, size_t len,
-                                    void *privdata);
+                                    int stream, uint64_t offset, const char *data,
+                                    size_t len, void *privdata);
 
 /** Output of a spawned process, in order. data is borrowed (len bytes, NUL after). */
 typedef void (*sbx_output_cb)(sbx_async *ac, int stream, const char *data, size_t len,
@@ -122,7 +122,8 @@ SBX_API int sbx_async_attach(sbx_async *ac, const sbx_async_ev *ev);
 
 SBX_API void sbx_async_set_connect_cb(sbx_async *ac, sbx_connect_cb cb);
 SBX_API void sbx_async_set_disconnect_cb(sbx_async *ac, sbx_disconnect_cb cb);
-SBX_API void sbx_async_set_notify_cb(sbx_async *ac, sbx_async_notify_cb cb, void *privdata);
+SBX_API void sbx_async_set_notify_cb(sbx_async *ac, sbx_async_notify_cb cb,
+                                     void *privdata);
 
 /**
  * The fast way to receive output: with cb set, every process.output that no
@@ -133,7 +134,8 @@ SBX_API void sbx_async_set_notify_cb(sbx_async *ac, sbx_async_notify_cb cb, void
  * Ask for output_encoding "auto" in process.exec/spawn/attach so that
  * binary output costs base64 rather than \u00XX escapes. NULL: off.
  */
-SBX_API void sbx_async_set_output_cb(sbx_async *ac, sbx_async_output_cb cb, void *privdata);
+SBX_API void sbx_async_set_output_cb(sbx_async *ac, sbx_async_output_cb cb,
+                                     void *privdata);
 
 /** Sets the tool.call handler (NULL: tool calls fail with SBX_E_TOOL at once). */
 SBX_API void sbx_async_set_tool_cb(sbx_async *ac, sbx_async_tool_cb cb, void *privdata);

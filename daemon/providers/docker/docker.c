@@ -70,8 +70,10 @@ json_t *dk_spawn_env(struct dk_sb *ds, struct process *p)
      * a null removed is absent from the spec and must go here too. */
     const char *k;
     json_t *v;
-    json_object_foreach(json_object_get(ds->sb->conf, "env"), k, v) json_object_del(env, k);
-    json_object_foreach(ds->sb->runtime_env, k, v) json_object_del(env, k);
+    json_object_foreach(json_object_get(ds->sb->conf, "env"), k, v)
+        json_object_del(env, k);
+    json_object_foreach(ds->sb->runtime_env, k, v)
+        json_object_del(env, k);
     json_t *se = json_object_get(p->spec, "env");
     if (json_is_object(se))
         json_object_update(env, se);
@@ -100,7 +102,8 @@ static void step_error(struct dk_sb *ds, struct dk_resp *r, const char *what)
 static void renamed(struct dk_resp *r, void *data)
 {
     if (r->status >= 300)
-        log_warn("docker: renaming a pooled container failed: %s", r->errmsg ? r->errmsg : "?");
+        log_warn("docker: renaming a pooled container failed: %s",
+                 r->errmsg ? r->errmsg : "?");
 }
 
 /* A pooled container's labels were set before it had an owner: the name sbxd
@@ -118,17 +121,19 @@ static void pool_record(struct dk_sb *ds)
     json_decref(doc);
     uint8_t *tar = NULL;
     size_t tlen = 0;
-    if (txt && dk_tar_one(&tar, &tlen, DK_POOL_CONF, 0600, (const uint8_t *)txt, strlen(txt)) == 0) {
+    if (txt && dk_tar_one(&tar, &tlen, DK_POOL_CONF, 0600, (const uint8_t *)txt,
+                          strlen(txt)) == 0) {
         char *ap = dk_path(&ds->dp->eng, "/containers/%s/archive?path=/", ds->cid);
-        dk_call_raw(&ds->dp->eng, &ds->dp->misc, "PUT", ap, "application/x-tar", tar, tlen,
-                    DK_CALL_TIMEOUT_MS, renamed, NULL);
+        dk_call_raw(&ds->dp->eng, &ds->dp->misc, "PUT", ap, "application/x-tar", tar,
+                    tlen, DK_CALL_TIMEOUT_MS, renamed, NULL);
         free(ap);
     }
     free(tar);
     free(txt);
     char *ne = dk_escape(ds->name);
     char *path = dk_path(&ds->dp->eng, "/containers/%s/rename?name=%s", ds->cid, ne);
-    dk_call(&ds->dp->eng, &ds->dp->misc, "POST", path, NULL, DK_CALL_TIMEOUT_MS, renamed, NULL);
+    dk_call(&ds->dp->eng, &ds->dp->misc, "POST", path, NULL, DK_CALL_TIMEOUT_MS, renamed,
+            NULL);
     free(ne);
     free(path);
 }
@@ -224,14 +229,15 @@ static void inspect_done(struct dk_resp *r, void *data)
         }
         if (ds->sb->started_once) {
             log_warn("docker %s: the container was removed; creating a new one from the "
-                     "sandbox's config", ds->sb->id);
+                     "sandbox's config",
+                     ds->sb->id);
             progress(ds, "recreate", "the container was removed; creating a new one");
             if (!ds->warnings)
                 ds->warnings = json_array();
-            json_array_append_new(ds->warnings,
-                                  json_string("the container was removed behind sbxd's back; "
-                                              "a new one was made from the sandbox's config "
-                                              "(its files are gone)"));
+            json_array_append_new(
+                ds->warnings, json_string("the container was removed behind sbxd's back; "
+                                          "a new one was made from the sandbox's config "
+                                          "(its files are gone)"));
             ds->reconnected = 0;
             ds->recreated++;
         }
@@ -445,8 +451,7 @@ static void create_done(struct dk_resp *r, void *data)
     json_t *w = json_object_get(r->json, "Warnings");
     size_t i;
     json_t *x;
-    json_array_foreach(w, i, x)
-    {
+    json_array_foreach(w, i, x) {
         if (!json_is_string(x))
             continue;
         if (!ds->warnings)
@@ -556,11 +561,11 @@ void dk_agent_mount(struct dk_prov *dp, json_t *body)
     /* The run directory is ours unless the options mount something there. */
     size_t i;
     json_t *b;
-    json_array_foreach(json_object_get(hc, "Binds"), i, b)
-    {
+    json_array_foreach(json_object_get(hc, "Binds"), i, b) {
         const char *s = json_string_value(b), *c = s ? strchr(s, ':') : NULL;
         size_t n = strlen(DK_AGENT_DIR "/run");
-        if (c && !strncmp(c + 1, DK_AGENT_DIR "/run", n) && (c[1 + n] == '\0' || c[1 + n] == ':'))
+        if (c && !strncmp(c + 1, DK_AGENT_DIR "/run", n) &&
+            (c[1 + n] == '\0' || c[1 + n] == ':'))
             return;
     }
     json_t *tmpfs = json_is_object(json_object_get(hc, "Tmpfs"))
@@ -580,7 +585,8 @@ void dk_lc_next(struct dk_sb *ds)
     int ok = 1;
     char *path = NULL;
     switch (ds->phase) {
-    case PH_IDLE: return;
+    case PH_IDLE:
+        return;
     case PH_LOOKUP: {
         char *f = xasprintf("{\"label\":[\"sbxd.id=%s\"]}", ds->sb->id);
         char *fe = dk_escape(f);
@@ -676,7 +682,8 @@ void dk_lc_next(struct dk_sb *ds)
     case PH_HANDSHAKE:
         dka_handshake(ds);
         return;
-    default: return;
+    default:
+        return;
     }
     free(path);
     if (!ok) {
@@ -1123,9 +1130,10 @@ static int d_sb_snapshot(void *cookie, struct sandbox *sb, sbx_err_t *err)
     json_t *cl = json_object_get(ds->opts, "labels");
     if (json_is_object(cl))
         json_object_update(labels, cl);
-    json_t *ours = json_pack("{s:s, s:s, s:s, s:s, s:s}", "sbxd.snapshot", sb->snap_id,
-                             "sbxd.snapshot_of", sb->id, "sbxd.owner", own,
-                             "sbxd.snapshot_created", created, "sbxd.socket", sb_label_socket());
+    json_t *ours =
+        json_pack("{s:s, s:s, s:s, s:s, s:s}", "sbxd.snapshot", sb->snap_id,
+                  "sbxd.snapshot_of", sb->id, "sbxd.owner", own, "sbxd.snapshot_created",
+                  created, "sbxd.socket", sb_label_socket());
     json_object_update(labels, ours);
     json_decref(ours);
     json_t *body = json_pack("{s:o}", "Labels", labels);
@@ -1138,7 +1146,7 @@ static int d_sb_snapshot(void *cookie, struct sandbox *sb, sbx_err_t *err)
     return 0;
 }
 
-/* ---- the snapshot registry: images labelled sbxd.snapshot ------------------------------ */
+/* ---- the snapshot registry: images labelled sbxd.snapshot -------------------------- */
 
 struct snap_job {
     struct dk_prov *dp;
@@ -1151,8 +1159,7 @@ static void register_images(struct dk_prov *dp, json_t *list)
 {
     size_t i;
     json_t *im;
-    json_array_foreach(list, i, im)
-    {
+    json_array_foreach(list, i, im) {
         json_t *l = json_object_get(im, "Labels");
         const char *sid = json_string_value(json_object_get(l, "sbxd.snapshot"));
         const char *own = json_string_value(json_object_get(l, "sbxd.owner"));
@@ -1164,9 +1171,10 @@ static void register_images(struct dk_prov *dp, json_t *list)
             continue;
         if (sock && strcmp(sock, sb_label_socket()) != 0)
             continue; /* another sbxd's */
-        snapshot_register(sid, "docker", (uid_t)strtoul(own, NULL, 10),
-                          cr ? atof(cr) : (double)json_integer_value(json_object_get(im, "Created")),
-                          of, json_pack("{s:s, s:s}", "image", id, "engine", dp->eng.host));
+        snapshot_register(
+            sid, "docker", (uid_t)strtoul(own, NULL, 10),
+            cr ? atof(cr) : (double)json_integer_value(json_object_get(im, "Created")),
+            of, json_pack("{s:s, s:s}", "image", id, "engine", dp->eng.host));
     }
 }
 
@@ -1200,8 +1208,8 @@ static int d_snapshot_list(void *cookie, void (*done)(void *data, sbx_err_t *err
         return err_make(err, SBX_E_INTERNAL, "out of memory");
     *j = (struct snap_job){dp, done, data};
     char *path = snap_images_path(&dp->eng);
-    struct dk_req *rq =
-        dk_call(&dp->eng, &dp->misc, "GET", path, NULL, DK_CALL_TIMEOUT_MS, snap_list_done, j);
+    struct dk_req *rq = dk_call(&dp->eng, &dp->misc, "GET", path, NULL,
+                                DK_CALL_TIMEOUT_MS, snap_list_done, j);
     free(path);
     if (!rq) {
         free(j);
@@ -1226,7 +1234,8 @@ static int d_snapshot_delete(void *cookie, const char *id, json_t *rec,
                              sbx_err_t *err)
 {
     struct dk_prov *dp = cookie;
-    const char *img = json_string_value(json_object_get(json_object_get(rec, "data"), "image"));
+    const char *img =
+        json_string_value(json_object_get(json_object_get(rec, "data"), "image"));
     if (!img) {
         done(data, NULL);
         return 0;
@@ -1239,8 +1248,8 @@ static int d_snapshot_delete(void *cookie, const char *id, json_t *rec,
     /* force: the image has its repo tag besides the id. */
     char *path = dk_path(&dp->eng, "/images/%s?force=1", ie);
     free(ie);
-    struct dk_req *rq = dk_call(&dp->eng, &dp->misc, "DELETE", path, NULL, DK_CALL_TIMEOUT_MS,
-                                snap_delete_done, j);
+    struct dk_req *rq = dk_call(&dp->eng, &dp->misc, "DELETE", path, NULL,
+                                DK_CALL_TIMEOUT_MS, snap_delete_done, j);
     free(path);
     if (!rq) {
         free(j);
@@ -1268,8 +1277,8 @@ static json_t *d_sb_metadata(void *cookie, struct sandbox *sb)
                         json_string(ds->exec_mode ? "docker-exec" : "agent"));
     json_object_set_new(o, "agent_ready", json_boolean(ds->ready && !ds->exec_mode));
     if (!ds->exec_mode)
-        json_object_set_new(
-            o, "channel", json_string(ds->dstate == DKD_ON ? "direct" : "attach"));
+        json_object_set_new(o, "channel",
+                            json_string(ds->dstate == DKD_ON ? "direct" : "attach"));
     json_object_set_new(o, "reconnected", json_boolean(ds->reconnected));
     if (ds->restarts)
         json_object_set_new(o, "restarts", json_integer(ds->restarts));
@@ -1433,7 +1442,8 @@ static void adopt_list_done(struct dk_resp *r, void *data)
     }
     size_t i;
     json_t *c;
-    json_array_foreach(r->json, i, c) adopt_one(dp, c);
+    json_array_foreach(r->json, i, c)
+        adopt_one(dp, c);
 }
 
 static void snap_boot_done(struct dk_resp *r, void *data)
@@ -1442,7 +1452,8 @@ static void snap_boot_done(struct dk_resp *r, void *data)
     if (r->status == 200 && json_is_array(r->json))
         register_images(dp, r->json);
     else
-        log_warn("docker: listing snapshot images failed: %s", r->errmsg ? r->errmsg : "?");
+        log_warn("docker: listing snapshot images failed: %s",
+                 r->errmsg ? r->errmsg : "?");
 }
 
 static void ensure_holder(struct dk_prov *dp);
@@ -1537,7 +1548,8 @@ static void load_agent(struct dk_prov *dp)
         uint64_t h = 1469598103934665603ULL;
         for (size_t i = 0; i < got; i++)
             h = (h ^ bin[i]) * 1099511628211ULL;
-        snprintf(dp->agent_hash, sizeof(dp->agent_hash), "%016llx", (unsigned long long)h);
+        snprintf(dp->agent_hash, sizeof(dp->agent_hash), "%016llx",
+                 (unsigned long long)h);
         /* The bind mount names the real file, not a symlink to it. */
         char real[PATH_MAX];
         if (realpath(dp->agent_path, real)) {
@@ -1556,7 +1568,8 @@ static void holder_created(struct dk_resp *r, void *data)
     dp->holder_busy = 0;
     if (r->status != 201 && r->status != 409) {
         log_warn("docker: creating the agent holder failed (%s); each create uploads the "
-                 "agent", r->errmsg ? r->errmsg : "?");
+                 "agent",
+                 r->errmsg ? r->errmsg : "?");
         return;
     }
     snprintf(dp->agent_holder, sizeof(dp->agent_holder), "sbxd-agent-%s", dp->agent_hash);
@@ -1569,19 +1582,21 @@ static void holder_imported(struct dk_resp *r, void *data)
     if (r->status != 200 || (r->body && memmem(r->body, r->len, "\"error\"", 7))) {
         dp->holder_busy = 0;
         log_warn("docker: importing the agent image failed (%s); each create uploads the "
-                 "agent", r->errmsg ? r->errmsg : "?");
+                 "agent",
+                 r->errmsg ? r->errmsg : "?");
         return;
     }
     char name[64], image[64];
     snprintf(name, sizeof(name), "sbxd-agent-%s", dp->agent_hash);
     snprintf(image, sizeof(image), "sbxd-agent:%s", dp->agent_hash);
     /* Never started: its volume (filled from the image at create) is all it is. */
-    json_t *body = json_pack("{s:s, s:[s], s:{s:{}}, s:{s:s}, s:{s:s}}", "Image", image, "Cmd",
-                             DK_AGENT_IN, "Volumes", DK_AGENT_DIR, "Labels", "sbxd.agent",
-                             dp->agent_hash, "HostConfig", "NetworkMode", "none");
+    json_t *body =
+        json_pack("{s:s, s:[s], s:{s:{}}, s:{s:s}, s:{s:s}}", "Image", image, "Cmd",
+                  DK_AGENT_IN, "Volumes", DK_AGENT_DIR, "Labels", "sbxd.agent",
+                  dp->agent_hash, "HostConfig", "NetworkMode", "none");
     char *path = dk_path(&dp->eng, "/containers/create?name=%s", name);
-    if (!dk_call(&dp->eng, &dp->misc, "POST", path, body, DK_CALL_TIMEOUT_MS, holder_created,
-                 dp))
+    if (!dk_call(&dp->eng, &dp->misc, "POST", path, body, DK_CALL_TIMEOUT_MS,
+                 holder_created, dp))
         dp->holder_busy = 0;
     free(path);
     json_decref(body);
@@ -1592,7 +1607,8 @@ static void holder_inspected(struct dk_resp *r, void *data)
     struct dk_prov *dp = data;
     if (r->status == 200) {
         dp->holder_busy = 0;
-        snprintf(dp->agent_holder, sizeof(dp->agent_holder), "sbxd-agent-%s", dp->agent_hash);
+        snprintf(dp->agent_holder, sizeof(dp->agent_holder), "sbxd-agent-%s",
+                 dp->agent_hash);
         return;
     }
     if (r->status != 404) {
@@ -1601,8 +1617,9 @@ static void holder_inspected(struct dk_resp *r, void *data)
     }
     char *path = dk_path(&dp->eng, "/images/create?fromSrc=-&repo=sbxd-agent&tag=%s",
                          dp->agent_hash);
-    if (!dk_call_raw(&dp->eng, &dp->misc, "POST", path, "application/x-tar", dp->agent_tree,
-                     dp->agent_tree_len, DK_CALL_TIMEOUT_MS, holder_imported, dp))
+    if (!dk_call_raw(&dp->eng, &dp->misc, "POST", path, "application/x-tar",
+                     dp->agent_tree, dp->agent_tree_len, DK_CALL_TIMEOUT_MS,
+                     holder_imported, dp))
         dp->holder_busy = 0;
     free(path);
 }
@@ -1614,8 +1631,8 @@ static void ensure_holder(struct dk_prov *dp)
         return;
     dp->holder_busy = 1;
     char *path = dk_path(&dp->eng, "/containers/sbxd-agent-%s/json", dp->agent_hash);
-    if (!dk_call(&dp->eng, &dp->misc, "GET", path, NULL, DK_CALL_TIMEOUT_MS, holder_inspected,
-                 dp))
+    if (!dk_call(&dp->eng, &dp->misc, "GET", path, NULL, DK_CALL_TIMEOUT_MS,
+                 holder_inspected, dp))
         dp->holder_busy = 0;
     free(path);
 }
@@ -1658,14 +1675,14 @@ static int d_load(json_t *conf, void **cookie, sbx_err_t *err)
      * upload on a remote one) or upload (into every container, as before). */
     const char *am = json_string_value(json_object_get(conf, "agent_mount"));
     if (am && strcmp(am, "auto") != 0 && strcmp(am, "upload") != 0) {
-        err_make(err, SBX_E_UNAVAILABLE, "docker: agent_mount must be auto or upload, not %s",
-                 am);
+        err_make(err, SBX_E_UNAVAILABLE,
+                 "docker: agent_mount must be auto or upload, not %s", am);
         d_unload(dp);
         return -1;
     }
     dp->agent_share = !am || strcmp(am, "auto") == 0;
-    dp->agent_bind = dp->agent_share && dp->agent_tar && dp->eng.unix_path &&
-                     dp->agent_path[0] == '/';
+    dp->agent_bind =
+        dp->agent_share && dp->agent_tar && dp->eng.unix_path && dp->agent_path[0] == '/';
     if (dkp_load(dp, dp->conf, err) < 0) {
         d_unload(dp);
         return -1;
@@ -1714,7 +1731,7 @@ static json_t *d_info(void *cookie)
     json_object_set_new(o, "agent",
                         dp->agent_tar ? json_string(dp->agent_path) : json_null());
     json_object_set_new(o, "agent_mount",
-                        json_string(dp->agent_bind          ? "bind"
+                        json_string(dp->agent_bind        ? "bind"
                                     : dp->agent_holder[0] ? "shared"
                                                           : "upload"));
     if (!dp->agent_tar)

@@ -42,7 +42,7 @@
 
 static void agent_chan_closed(struct chan *ch, const char *why, void *data);
 
-/* ---- sending frames ----------------------------------------------------------------- */
+/* ---- sending frames ---------------------------------------------------------------- */
 
 static struct dk_proc *find_dpp(struct dk_sb *ds, uint32_t pid)
 {
@@ -313,8 +313,8 @@ void dk_agent_frame(struct chan *ch, const struct sbx_chan_hdr *h, const uint8_t
         /* The agent is inside the container: rate-limited, so a replaced or
          * forged one cannot flood the daemon's log (issue 11, reproduction 7). */
         if (log_limit_take(&ds->sb->agent_log, ds->sb->id))
-            log_info("docker %s agent: %.*s", ds->sb->id, (int)(h->len > 300 ? 300 : h->len),
-                     (const char *)payload);
+            log_info("docker %s agent: %.*s", ds->sb->id,
+                     (int)(h->len > 300 ? 300 : h->len), (const char *)payload);
         return;
     case SBX_CHAN_ERROR:
         if (log_limit_take(&ds->sb->agent_log, ds->sb->id))
@@ -327,8 +327,10 @@ void dk_agent_frame(struct chan *ch, const struct sbx_chan_hdr *h, const uint8_t
             dk_lc_next(ds);
         }
         return;
-    case SBX_CHAN_SNAP_DATA: return;
-    default: break;
+    case SBX_CHAN_SNAP_DATA:
+        return;
+    default:
+        break;
     }
     struct dk_proc *dpp = find_dpp(ds, h->proc);
     if (!dpp || !dpp->p || dpp->exited) {
@@ -344,8 +346,7 @@ void dk_agent_frame(struct chan *ch, const struct sbx_chan_hdr *h, const uint8_t
         if (dpp->await_replay)
             return;
         process_output(p,
-                       h->type == SBX_CHAN_STDERR ? SBX_STREAM_STDERR
-                                                  : SBX_STREAM_STDOUT,
+                       h->type == SBX_CHAN_STDERR ? SBX_STREAM_STDERR : SBX_STREAM_STDOUT,
                        payload, h->len);
         dpp->owed += h->len;
         dka_send_credit(ds, dpp, 0);
@@ -437,8 +438,8 @@ static void hs_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
     ev_timer_start(loop, w);
 }
 
-void dk_direct_frame(struct chan *ch, const struct sbx_chan_hdr *h, const uint8_t *payload,
-                     void *data)
+void dk_direct_frame(struct chan *ch, const struct sbx_chan_hdr *h,
+                     const uint8_t *payload, void *data)
 {
     struct dk_sb *ds = data;
     ds->in_direct++;
@@ -466,7 +467,8 @@ void dk_rehandshake(struct dk_sb *ds)
         ds->phase = PH_HANDSHAKE;
         dk_lc_next(ds);
         return;
-    default: return; /* stopping, destroying or recovering: they see to it */
+    default:
+        return; /* stopping, destroying or recovering: they see to it */
     }
 }
 
@@ -618,7 +620,8 @@ void dka_send_spawn(struct dk_sb *ds, struct dk_proc *dpp)
     while (b->bytes > 0) {
         struct iovec iov[1];
         obuf_iov(b, iov, 1);
-        if (dka_send_frame(ds, SBX_CHAN_STDIN, dpp->pid, iov[0].iov_base, iov[0].iov_len) < 0)
+        if (dka_send_frame(ds, SBX_CHAN_STDIN, dpp->pid, iov[0].iov_base,
+                           iov[0].iov_len) < 0)
             break;
         obuf_consume(b, iov[0].iov_len);
     }
@@ -626,7 +629,7 @@ void dka_send_spawn(struct dk_sb *ds, struct dk_proc *dpp)
         dka_send_frame(ds, SBX_CHAN_STDIN_EOF, dpp->pid, NULL, 0);
 }
 
-/* ---- the lifecycle's steps (docker.c) -------------------------------------------------- */
+/* ---- the lifecycle's steps (docker.c) ---------------------------------------------- */
 
 void dka_init(struct dk_sb *ds)
 {
@@ -640,9 +643,10 @@ int dka_attach(struct dk_sb *ds)
     struct dk_engine *e = &ds->dp->eng;
     dka_close_attach(ds);
     dka_open_channel(ds);
-    char *path = dk_path(e, "/containers/%s/attach?stream=1&stdin=1&stdout=1&stderr=1",
-                         ds->cid);
-    ds->att = hj_open(e, "POST", path, NULL, &ds->ch.wbuf, att_open, att_data, att_closed, ds);
+    char *path =
+        dk_path(e, "/containers/%s/attach?stream=1&stdin=1&stdout=1&stderr=1", ds->cid);
+    ds->att =
+        hj_open(e, "POST", path, NULL, &ds->ch.wbuf, att_open, att_data, att_closed, ds);
     free(path);
     return ds->att ? 0 : -1;
 }

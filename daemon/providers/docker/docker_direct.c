@@ -236,8 +236,8 @@ void dkd_frame(struct dk_sb *ds, struct chan *ch, const uint8_t *payload, size_t
         json_decref(v);
         ds->dstate = DKD_INSPECT;
         char *p = dk_path(&ds->dp->eng, "/containers/%s/json", ds->cid);
-        if (!dk_call(&ds->dp->eng, &ds->dreqs, "GET", p, NULL, DK_CALL_TIMEOUT_MS, pid_done,
-                     ds))
+        if (!dk_call(&ds->dp->eng, &ds->dreqs, "GET", p, NULL, DK_CALL_TIMEOUT_MS,
+                     pid_done, ds))
             fall_back(ds, "cannot start an engine request");
         free(p);
         return;
@@ -258,7 +258,8 @@ void dkd_frame(struct dk_sb *ds, struct chan *ch, const uint8_t *payload, size_t
         dk_rehandshake(ds);
         return;
     }
-    if (ch == &ds->dch && ds->dstate == DKD_ON && json_is_true(json_object_get(v, "moved")))
+    if (ch == &ds->dch && ds->dstate == DKD_ON &&
+        json_is_true(json_object_get(v, "moved")))
         ds->dmoved = 1; /* the socket closes next */
     else
         log_debug("docker %s: stray DIRECT frame ignored", ds->sb->id);

@@ -196,8 +196,7 @@ static json_t *unset_removed(struct dk_sb *ds, json_t *env, json_t *argv)
     json_t *wrap = NULL;
     const char *k;
     json_t *v;
-    json_object_foreach(ds->base_env, k, v)
-    {
+    json_object_foreach(ds->base_env, k, v) {
         if (json_object_get(env, k))
             continue;
         if (!wrap)

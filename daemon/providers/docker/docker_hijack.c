@@ -51,7 +51,7 @@ struct hj {
     int io_events;
     ev_timer kick;
     ev_timer answer; /* until the response head is in */
-    char *req_text; /* the HTTP request, sent once connected */
+    char *req_text;  /* the HTTP request, sent once connected */
     size_t req_len, req_off;
     size_t again_len; /* a send that got CURLE_AGAIN is retried with the same length */
     char head[HJ_HEAD_MAX + 1];
@@ -84,7 +84,7 @@ static void do_read(struct hj *h);
 static void flush_inner(struct hj *h);
 static void fail_stream(struct hj *h, const char *why);
 
-/* ---- connect phase ------------------------------------------------------------------ */
+/* ---- connect phase ----------------------------------------------------------------- */
 
 /* Calls the open callback. A failure marks h closing; it is freed when the
  * outermost of our own callbacks returns (callers always hold in_cb). */

@@ -221,7 +221,7 @@ struct dk_proc {
     int exited;    /* EXIT seen (agent) or stream over (exec mode) */
     int retried;   /* respawned once after the container was restarted */
     int adopted;
-    int await_replay; /* REPLAY sent: output frames until its answer are stale */
+    int await_replay;      /* REPLAY sent: output frames until its answer are stale */
     struct obuf stdin_buf; /* exec mode: bytes for the exec's stdin */
     int stdin_eof;
     /* exec mode */
@@ -243,10 +243,10 @@ struct dk_sb {
     json_t *image_env;
     json_t *warnings; /* array or NULL */
     char *image_id;
-    int reconnected; /* found an existing container by label */
-    int restarts;    /* container restarts done for retries */
-    int recreated;   /* containers made again after one was removed */
-    char *pool;      /* the warm pool its container came from, or NULL */
+    int reconnected;   /* found an existing container by label */
+    int restarts;      /* container restarts done for retries */
+    int recreated;     /* containers made again after one was removed */
+    char *pool;        /* the warm pool its container came from, or NULL */
     int agent_mounted; /* the last create mounted the agent (no upload) */
     int pool_record;   /* taken from a pool: rename it and leave its config once ready */
 
@@ -291,7 +291,7 @@ struct dk_sb {
     int errlines;
     int in_feed;   /* inside chan_feed: frees are deferred */
     int in_direct; /* inside a frame of the direct socket: freed from dtimer */
-    int dead;    /* released while in_feed */
+    int dead;      /* released while in_feed */
     json_t *pull_last;
     double pull_t;
 };
@@ -306,10 +306,11 @@ struct dk_prov {
     char agent_err[300];
     struct dk_reqlist misc;
     int adopted_once;
-    int direct; /* direct_channel: try the direct socket on local engines */
+    int direct;            /* direct_channel: try the direct socket on local engines */
     struct policy *policy; /* providers.docker.policy */
     int agent_bind;        /* local engine: bind-mount agent_path read-only */
-    char agent_holder[96]; /* remote engine: the holder container with the agent, "" = none yet */
+    char agent_holder[96]; /* remote engine: the holder container with the agent, "" =
+                              none yet */
     char agent_hash[17];   /* of the agent binary: names the holder and its image */
     int holder_busy;       /* making the holder */
     int agent_share;       /* agent_mount auto */
@@ -395,8 +396,8 @@ void dka_proc_gone(struct dk_sb *ds, struct dk_proc *dpp, json_t *rec);
 void dk_agent_frame(struct chan *ch, const struct sbx_chan_hdr *h, const uint8_t *payload,
                     void *data);
 /* The same for the direct socket's chan (frees are deferred around it). */
-void dk_direct_frame(struct chan *ch, const struct sbx_chan_hdr *h, const uint8_t *payload,
-                     void *data);
+void dk_direct_frame(struct chan *ch, const struct sbx_chan_hdr *h,
+                     const uint8_t *payload, void *data);
 /* The channel moved (or failed to): handshake again on ds->cur. */
 void dk_rehandshake(struct dk_sb *ds);
 

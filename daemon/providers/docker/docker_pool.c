@@ -44,7 +44,7 @@ struct fill {
     struct dk_prov *dp;
     struct dk_pool *pl;
     char cid[80];
-    int step; /* 0 create, 1 upload, 2 start, 3 inspect */
+    int step;    /* 0 create, 1 upload, 2 start, 3 inspect */
     int mounted; /* the create mounted the agent (no upload) */
 };
 
@@ -68,15 +68,16 @@ int dkp_load(struct dk_prov *dp, json_t *conf, sbx_err_t *err)
     dp->pool_timer.data = dp;
     size_t i;
     json_t *p;
-    json_array_foreach(pools, i, p)
-    {
+    json_array_foreach(pools, i, p) {
         struct dk_pool *pl = calloc(1, sizeof(*pl));
         dp->pools[dp->npools++] = pl;
         const char *k;
         json_t *v;
-        json_object_foreach(p, k, v) if (strcmp(k, "name") && strcmp(k, "image") &&
-                                         strcmp(k, "options") && strcmp(k, "size"))
-            return err_make(err, SBX_E_UNAVAILABLE, "docker: pools[%zu].%s: unknown key", i, k);
+        json_object_foreach(p, k, v)
+            if (strcmp(k, "name") && strcmp(k, "image") && strcmp(k, "options") &&
+                strcmp(k, "size"))
+                return err_make(err, SBX_E_UNAVAILABLE,
+                                "docker: pools[%zu].%s: unknown key", i, k);
         json_t *sz = json_object_get(p, "size");
         if (!json_is_object(p) || !json_is_integer(sz) || json_integer_value(sz) < 1 ||
             json_integer_value(sz) > POOL_MAX)
@@ -135,7 +136,7 @@ void dkp_unload(struct dk_prov *dp)
     free(dp->pools);
 }
 
-/* ---- filling ------------------------------------------------------------------------ */
+/* ---- filling ----------------------------------------------------------------------- */
 
 static void pool_timer_cb(struct ev_loop *loop, ev_timer *w, int revents);
 
@@ -179,7 +180,8 @@ static void fill_done(struct dk_resp *r, void *data)
             fill_failed(f, r, "create");
             return;
         }
-        snprintf(f->cid, sizeof(f->cid), "%s", json_string_value(json_object_get(r->json, "Id")));
+        snprintf(f->cid, sizeof(f->cid), "%s",
+                 json_string_value(json_object_get(r->json, "Id")));
         f->step = f->mounted ? 2 : 1;
         break;
     case 1:
@@ -204,7 +206,8 @@ static void fill_done(struct dk_resp *r, void *data)
         }
         struct pool_item *it = calloc(1, sizeof(*it));
         snprintf(it->cid, sizeof(it->cid), "%s", f->cid);
-        it->env = dk_env_to_obj(json_object_get(json_object_get(r->json, "Config"), "Env"));
+        it->env =
+            dk_env_to_obj(json_object_get(json_object_get(r->json, "Config"), "Env"));
         /* FIFO: the oldest ready container goes first */
         struct pool_item **pp = &f->pl->items;
         while (*pp)
@@ -212,8 +215,8 @@ static void fill_done(struct dk_resp *r, void *data)
         *pp = it;
         f->pl->ready++;
         f->pl->filling--;
-        log_debug("docker: pool %s: %.12s ready (%d/%d)", f->pl->name, it->cid, f->pl->ready,
-                  f->pl->size);
+        log_debug("docker: pool %s: %.12s ready (%d/%d)", f->pl->name, it->cid,
+                  f->pl->ready, f->pl->size);
         free(f);
         return;
     }
@@ -369,7 +372,8 @@ static void readopt(struct dk_prov *dp, json_t *c, const char *nm)
     json_object_set_new(labels, "sbxd.exec_mode", json_string("agent"));
     char *path = dk_path(&dp->eng, "/containers/%s/archive?path=/" DK_POOL_CONF,
                          json_string_value(json_object_get(c, "Id")));
-    if (!dk_call(&dp->eng, &dp->misc, "GET", path, NULL, DK_CALL_TIMEOUT_MS, conf_read, ro)) {
+    if (!dk_call(&dp->eng, &dp->misc, "GET", path, NULL, DK_CALL_TIMEOUT_MS, conf_read,
+                 ro)) {
         json_decref(ro->entry);
         free(ro);
     }
@@ -384,11 +388,11 @@ static void old_listed(struct dk_resp *r, void *data)
     size_t i;
     json_t *c;
     if (r->status == 200)
-        json_array_foreach(r->json, i, c)
-        {
-            const char *sock =
-                json_string_value(json_object_get(json_object_get(c, "Labels"), "sbxd.socket"));
-            const char *nm = json_string_value(json_array_get(json_object_get(c, "Names"), 0));
+        json_array_foreach(r->json, i, c) {
+            const char *sock = json_string_value(
+                json_object_get(json_object_get(c, "Labels"), "sbxd.socket"));
+            const char *nm =
+                json_string_value(json_array_get(json_object_get(c, "Names"), 0));
             if (!sock || strcmp(sock, our_socket()) != 0 || !nm)
                 continue;
             if (!strncmp(nm, "/sbxpool-", 9))
@@ -410,12 +414,13 @@ void dkp_engine_up(struct dk_prov *dp)
     char *fe = dk_escape("{\"label\":[\"sbxd.pool\"]}");
     char *path = dk_path(&dp->eng, "/containers/json?all=1&filters=%s", fe);
     free(fe);
-    if (!dk_call(&dp->eng, &dp->misc, "GET", path, NULL, DK_CALL_TIMEOUT_MS, old_listed, dp))
+    if (!dk_call(&dp->eng, &dp->misc, "GET", path, NULL, DK_CALL_TIMEOUT_MS, old_listed,
+                 dp))
         dp->pools_clean = 1;
     free(path);
 }
 
-/* ---- taking -------------------------------------------------------------------------- */
+/* ---- taking ------------------------------------------------------------------------ */
 
 /* The options that make two containers the same: all but the container's
  * env and labels (processes get their env from the sandbox, per spawn). */
@@ -465,10 +470,10 @@ json_t *dkp_info(struct dk_prov *dp)
     json_t *a = json_array();
     for (int i = 0; i < dp->npools; i++) {
         struct dk_pool *pl = dp->pools[i];
-        json_array_append_new(a, json_pack("{s:s, s:i, s:i, s:i, s:i, s:i}", "name", pl->name,
-                                           "size", pl->size, "ready", pl->ready, "filling",
-                                           pl->filling, "taken", pl->taken, "failed",
-                                           pl->failed));
+        json_array_append_new(a, json_pack("{s:s, s:i, s:i, s:i, s:i, s:i}", "name",
+                                           pl->name, "size", pl->size, "ready", pl->ready,
+                                           "filling", pl->filling, "taken", pl->taken,
+                                           "failed", pl->failed));
     }
     return a;
 }

@@ -51,7 +51,7 @@ static const char *or_empty(const char *s)
 
 /* A params error naming options.<key>; fmt takes the key, then detail (or "").
  * A macro so that the compiler checks each literal format against them. */
-#define bad(err, key, fmt, detail)                                                          \
+#define bad(err, key, fmt, detail)                                                       \
     err_make_data((err), SBX_E_PARAMS, option_param(key), fmt, (key), or_empty(detail))
 
 /* ---- lenient scalars ------------------------------------------------------------- */
@@ -131,7 +131,8 @@ int64_t dk_parse_size(json_t *v)
         return -2;
     int64_t mult = 1;
     switch (tolower((unsigned char)*end)) {
-    case '\0': break;
+    case '\0':
+        break;
     case 'b':
         mult = 1;
         end++;
@@ -152,7 +153,8 @@ int64_t dk_parse_size(json_t *v)
         mult = INT64_C(1024) * 1024 * 1024 * 1024;
         end++;
         break;
-    default: return -2;
+    default:
+        return -2;
     }
     if (mult > 1 && (*end == 'b' || *end == 'B'))
         end++;
@@ -169,7 +171,9 @@ static json_t *to_list(json_t *v)
     if (json_is_array(v)) {
         size_t i;
         json_t *x;
-        json_array_foreach(v, i, x) if (!json_is_string(x)) return NULL;
+        json_array_foreach(v, i, x)
+            if (!json_is_string(x))
+                return NULL;
         return json_incref(v);
     }
     const char *s = json_string_value(v);
@@ -197,8 +201,7 @@ static json_t *to_map(json_t *v, char sep)
     if (json_is_object(v)) {
         const char *k;
         json_t *x;
-        json_object_foreach(v, k, x)
-        {
+        json_object_foreach(v, k, x) {
             if (json_is_string(x))
                 json_object_set(o, k, x);
             else if (json_is_integer(x) || json_is_real(x) || json_is_boolean(x)) {
@@ -219,8 +222,7 @@ static json_t *to_map(json_t *v, char sep)
     }
     size_t i;
     json_t *x;
-    json_array_foreach(l, i, x)
-    {
+    json_array_foreach(l, i, x) {
         const char *s = json_string_value(x);
         const char *eq = strchr(s, sep);
         if (!eq || eq == s) {
@@ -241,8 +243,7 @@ json_t *dk_env_to_obj(json_t *arr)
     json_t *o = json_object();
     size_t i;
     json_t *x;
-    json_array_foreach(arr, i, x)
-    {
+    json_array_foreach(arr, i, x) {
         const char *s = json_string_value(x);
         const char *eq = s ? strchr(s, '=') : NULL;
         if (!eq || eq == s)
@@ -259,8 +260,7 @@ json_t *dk_env_to_arr(json_t *obj)
     json_t *a = json_array();
     const char *k;
     json_t *v;
-    json_object_foreach(obj, k, v)
-    {
+    json_object_foreach(obj, k, v) {
         if (!json_is_string(v))
             continue;
         char *s = xasprintf("%s=%s", k, json_string_value(v));
@@ -282,8 +282,7 @@ static json_t *to_ulimits(json_t *v)
     if (json_is_array(v)) {
         size_t i;
         json_t *x;
-        json_array_foreach(v, i, x)
-        {
+        json_array_foreach(v, i, x) {
             const char *n = json_string_value(json_object_get(x, "Name"));
             if (!n)
                 n = json_string_value(json_object_get(x, "name"));
@@ -306,8 +305,7 @@ static json_t *to_ulimits(json_t *v)
     if (json_is_object(v)) {
         const char *k;
         json_t *x;
-        json_object_foreach(v, k, x)
-        {
+        json_object_foreach(v, k, x) {
             int64_t s, h;
             if (json_is_object(x)) {
                 if (to_int(json_object_get(x, "soft"), &s) < 0) {
@@ -334,8 +332,7 @@ static json_t *to_ulimits(json_t *v)
     }
     const char *k;
     json_t *x;
-    json_object_foreach(m, k, x)
-    {
+    json_object_foreach(m, k, x) {
         const char *s = json_string_value(x);
         char *end;
         long long so = strtoll(s, &end, 10), ha = so;
@@ -367,8 +364,7 @@ static json_t *to_tmpfs(json_t *v)
         json_t *o = json_object();
         const char *k;
         json_t *x;
-        json_object_foreach(v, k, x)
-        {
+        json_object_foreach(v, k, x) {
             if (k[0] != '/' || !(json_is_string(x) || json_is_null(x))) {
                 json_decref(o);
                 return NULL;
@@ -384,8 +380,7 @@ static json_t *to_tmpfs(json_t *v)
     json_t *o = json_object();
     size_t i;
     json_t *x;
-    json_array_foreach(l, i, x)
-    {
+    json_array_foreach(l, i, x) {
         const char *s = json_string_value(x);
         const char *c = strchr(s, ':');
         char *p = c ? strndup(s, (size_t)(c - s)) : strdup(s);
@@ -412,8 +407,7 @@ static json_t *to_binds(json_t *v, int local, sbx_err_t *err)
         l = json_array();
         const char *k;
         json_t *x;
-        json_object_foreach(v, k, x)
-        {
+        json_object_foreach(v, k, x) {
             if (!json_is_string(x)) {
                 json_decref(l);
                 bad(err, "volumes", "%s: a map must give container paths as strings%s",
@@ -433,8 +427,7 @@ static json_t *to_binds(json_t *v, int local, sbx_err_t *err)
     }
     size_t i;
     json_t *x;
-    json_array_foreach(l, i, x)
-    {
+    json_array_foreach(l, i, x) {
         const char *s = json_string_value(x);
         const char *c = strchr(s, ':');
         if (!c || c == s || c[1] != '/') {
@@ -469,7 +462,9 @@ static json_t *to_command(json_t *v)
     if (json_is_array(v) && json_array_size(v) > 0) {
         size_t i;
         json_t *x;
-        json_array_foreach(v, i, x) if (!json_is_string(x)) return NULL;
+        json_array_foreach(v, i, x)
+            if (!json_is_string(x))
+                return NULL;
         return json_incref(v);
     }
     return NULL;
@@ -483,8 +478,7 @@ int dk_options(json_t **out, json_t *pconf, json_t *sbconf, sbx_err_t *err)
                              "options must be an object");
     const char *k;
     json_t *v;
-    json_object_foreach(req, k, v)
-    {
+    json_object_foreach(req, k, v) {
         int known = 0;
         for (size_t i = 0; option_keys[i]; i++)
             known |= strcmp(option_keys[i], k) == 0;
@@ -537,8 +531,9 @@ int dk_options(json_t **out, json_t *pconf, json_t *sbconf, sbx_err_t *err)
     const char *ek;
     json_t *ev;
     void *tmp;
-    json_object_foreach_safe(env, tmp, ek, ev) if (!json_is_string(ev))
-        json_object_del(env, ek);
+    json_object_foreach_safe(env, tmp, ek, ev)
+        if (!json_is_string(ev))
+            json_object_del(env, ek);
     json_object_set_new(o, "env", env);
 
     json_t *vols = json_object_get(raw, "volumes");

@@ -48,8 +48,8 @@ struct policy {
 
 /* ---- parsing -------------------------------------------------------------------- */
 
-static const char *const list_keys[] = {"network", "images",       "cap_add",
-                                        "runtime", "security_opt", "tmpfs_options", NULL};
+static const char *const list_keys[] = {
+    "network", "images", "cap_add", "runtime", "security_opt", "tmpfs_options", NULL};
 static const char *const size_keys[] = {"memory", "memory_swap", "tmpfs_size", NULL};
 static const char *const int_keys[] = {"pids_limit", "cpu_quota", "cpu_shares", NULL};
 
@@ -97,18 +97,16 @@ static const char *name_of(json_t *v, char *buf, size_t n)
 
 static int fail(sbx_err_t *err, size_t i, const char *key, const char *fmt, const char *x)
 {
-    return err_make_data(err, SBX_E_PARAMS,
-                         json_pack("{s:s}", "param", "providers.docker.policy"),
-                         "providers.docker.policy.rules[%zu].%s: %s%s", i, key, fmt,
-                         x ? x : "");
+    return err_make_data(
+        err, SBX_E_PARAMS, json_pack("{s:s}", "param", "providers.docker.policy"),
+        "providers.docker.policy.rules[%zu].%s: %s%s", i, key, fmt, x ? x : "");
 }
 
 static int resolve_users(struct rule *r, json_t *v, size_t i, sbx_err_t *err)
 {
     size_t k;
     json_t *x;
-    json_array_foreach(v, k, x)
-    {
+    json_array_foreach(v, k, x) {
         char buf[32];
         const char *s = name_of(x, buf, sizeof(buf));
         unsigned long n;
@@ -130,8 +128,7 @@ static int resolve_groups(struct rule *r, json_t *v, size_t i, sbx_err_t *err)
 {
     size_t k;
     json_t *x;
-    json_array_foreach(v, k, x)
-    {
+    json_array_foreach(v, k, x) {
         char buf[32];
         const char *s = name_of(x, buf, sizeof(buf));
         unsigned long n;
@@ -198,12 +195,12 @@ static int parse_rule(struct rule *r, json_t *o, size_t i, sbx_err_t *err)
     const char *k;
     json_t *v;
     int who = 0;
-    json_object_foreach(o, k, v)
-    {
+    json_object_foreach(o, k, v) {
         if (!strcmp(k, "users") || !strcmp(k, "groups")) {
             if (!json_is_array(v))
                 return fail(err, i, k, "must be a list", NULL);
-            int rc = k[0] == 'u' ? resolve_users(r, v, i, err) : resolve_groups(r, v, i, err);
+            int rc =
+                k[0] == 'u' ? resolve_users(r, v, i, err) : resolve_groups(r, v, i, err);
             if (rc < 0)
                 return -1;
             who = 1;
@@ -213,8 +210,7 @@ static int parse_rule(struct rule *r, json_t *o, size_t i, sbx_err_t *err)
             if (!json_is_array(v))
                 return fail(err, i, k, "must be a list of strings", NULL);
             json_t *l = json_array();
-            json_array_foreach(v, j, x)
-            {
+            json_array_foreach(v, j, x) {
                 if (!json_is_string(x) || !json_string_value(x)[0]) {
                     json_decref(l);
                     return fail(err, i, k, "must be a list of strings", NULL);
@@ -236,25 +232,25 @@ static int parse_rule(struct rule *r, json_t *o, size_t i, sbx_err_t *err)
             if (!json_is_array(v))
                 return fail(err, i, k, "must be a list of host path prefixes", NULL);
             json_t *l = json_array();
-            json_array_foreach(v, j, x)
-            {
+            json_array_foreach(v, j, x) {
                 json_t *pv = parse_volume(x);
                 if (!pv) {
                     json_decref(l);
-                    return fail(err, i, k,
-                                "entries are \"/abs/prefix[:ro|:rw]\" or {path, mode: ro|rw}",
-                                NULL);
+                    return fail(
+                        err, i, k,
+                        "entries are \"/abs/prefix[:ro|:rw]\" or {path, mode: ro|rw}",
+                        NULL);
                 }
                 json_array_append_new(l, pv);
             }
             json_object_set_new(r->grants, k, l);
         } else if (in_list(size_keys, k) || in_list(int_keys, k)) {
             int64_t n = in_list(size_keys, k) ? dk_parse_size(v)
-                        : json_is_integer(v) ? json_integer_value(v)
+                        : json_is_integer(v)  ? json_integer_value(v)
                                               : -2;
             if (n < -1 || n == 0)
-                return fail(err, i, k, "must be a positive size or number, or -1 (unlimited)",
-                            NULL);
+                return fail(err, i, k,
+                            "must be a positive size or number, or -1 (unlimited)", NULL);
             json_object_set_new(r->grants, k, json_integer(n));
         } else if (!strcmp(k, "privileged")) {
             if (!json_is_boolean(v))
@@ -284,15 +280,17 @@ int policy_parse(struct policy **out, json_t *conf, sbx_err_t *err)
             return err_make(err, SBX_E_PARAMS,
                             "providers.docker.policy: expected a mapping with rules");
         }
-        json_object_foreach(conf, k, v) if (strcmp(k, "rules") != 0)
-        {
-            policy_free(pol);
-            return err_make(err, SBX_E_PARAMS, "providers.docker.policy.%s: unknown key", k);
-        }
+        json_object_foreach(conf, k, v)
+            if (strcmp(k, "rules") != 0) {
+                policy_free(pol);
+                return err_make(err, SBX_E_PARAMS,
+                                "providers.docker.policy.%s: unknown key", k);
+            }
         rules = json_object_get(conf, "rules");
         if (rules && !json_is_array(rules) && !json_is_null(rules)) {
             policy_free(pol);
-            return err_make(err, SBX_E_PARAMS, "providers.docker.policy.rules: expected a list");
+            return err_make(err, SBX_E_PARAMS,
+                            "providers.docker.policy.rules: expected a list");
         }
     }
     size_t n = json_array_size(rules);
@@ -338,18 +336,17 @@ json_t *policy_grants(const struct policy *pol, uid_t uid)
             continue;
         const char *k;
         json_t *v;
-        json_object_foreach(r->grants, k, v)
-        {
+        json_object_foreach(r->grants, k, v) {
             json_t *have = json_object_get(g, k);
             if (json_is_array(v)) {
                 if (!have)
                     json_object_set_new(g, k, have = json_array());
                 size_t a, b;
                 json_t *x, *y;
-                json_array_foreach(v, a, x)
-                {
+                json_array_foreach(v, a, x) {
                     int dup = 0;
-                    json_array_foreach(have, b, y) dup |= json_equal(x, y);
+                    json_array_foreach(have, b, y)
+                        dup |= json_equal(x, y);
                     if (!dup)
                         json_array_append(have, x);
                 }
@@ -366,7 +363,7 @@ json_t *policy_grants(const struct policy *pol, uid_t uid)
     return g;
 }
 
-/* ---- evaluation ----------------------------------------------------------------------- */
+/* ---- evaluation -------------------------------------------------------------------- */
 
 /* The next comma-separated token of *p into buf (truncated); 0 at the end. */
 static int next_tok(const char **p, char *buf, size_t n)
@@ -382,8 +379,9 @@ static int next_tok(const char **p, char *buf, size_t n)
 }
 
 __attribute__((format(printf, 6, 7))) static int deny(sbx_err_t *err, const char *option,
-                                                      const char *reason, json_t *requested,
-                                                      int64_t ceiling, const char *fmt, ...)
+                                                      const char *reason,
+                                                      json_t *requested, int64_t ceiling,
+                                                      const char *fmt, ...)
 {
     char msg[400];
     va_list ap;
@@ -395,16 +393,15 @@ __attribute__((format(printf, 6, 7))) static int deny(sbx_err_t *err, const char
         json_object_set(data, "requested", requested);
     if (!strcmp(reason, "ceiling"))
         json_object_set_new(data, "ceiling", json_integer(ceiling));
-    return err_make_data(err, SBX_E_PERMISSION, data, "docker: policy: options.%s: %s", option,
-                         msg);
+    return err_make_data(err, SBX_E_PERMISSION, data, "docker: policy: options.%s: %s",
+                         option, msg);
 }
 
 static int str_in(json_t *arr, const char *s, int nocase_cap)
 {
     size_t i;
     json_t *x;
-    json_array_foreach(arr, i, x)
-    {
+    json_array_foreach(arr, i, x) {
         const char *y = json_string_value(x);
         if (!y)
             continue;
@@ -455,8 +452,11 @@ static int check_ceilings(json_t *g, json_t *pconf, json_t *eff, sbx_err_t *err)
     static const struct {
         const char *key;
         int size;
-    } lim[] = {{"memory", 1},     {"memory_swap", 1}, {"pids_limit", 0},
-               {"cpu_quota", 0},  {"cpu_shares", 0}};
+    } lim[] = {{"memory", 1},
+               {"memory_swap", 1},
+               {"pids_limit", 0},
+               {"cpu_quota", 0},
+               {"cpu_shares", 0}};
     for (size_t i = 0; i < sizeof(lim) / sizeof(lim[0]); i++) {
         int64_t c = num_of(pconf, lim[i].key, lim[i].size);
         json_t *gv = json_object_get(g, lim[i].key);
@@ -475,12 +475,13 @@ static int check_ceilings(json_t *g, json_t *pconf, json_t *eff, sbx_err_t *err)
         if (v == INT64_MIN)
             continue;
         if (v <= 0)
-            return deny(err, lim[i].key, "ceiling", json_object_get(eff, lim[i].key), ceil,
-                        "%lld means unlimited; the most you may ask for is %lld",
+            return deny(err, lim[i].key, "ceiling", json_object_get(eff, lim[i].key),
+                        ceil, "%lld means unlimited; the most you may ask for is %lld",
                         (long long)v, (long long)ceil);
         if (v > ceil)
-            return deny(err, lim[i].key, "ceiling", json_object_get(eff, lim[i].key), ceil,
-                        "%lld is above the ceiling %lld", (long long)v, (long long)ceil);
+            return deny(err, lim[i].key, "ceiling", json_object_get(eff, lim[i].key),
+                        ceil, "%lld is above the ceiling %lld", (long long)v,
+                        (long long)ceil);
     }
     /* The CPU fraction: a shorter period with the same quota is more CPU. */
     int64_t cq = num_of(pconf, "cpu_quota", 0);
@@ -494,8 +495,8 @@ static int check_ceilings(json_t *g, json_t *pconf, json_t *eff, sbx_err_t *err)
         if (p == INT64_MIN || p <= 0)
             p = 100000;
         if (q > 0 && (double)q / (double)p > (double)ceilq / (double)cp + 1e-9)
-            return deny(err, "cpu_period", "ceiling", json_object_get(eff, "cpu_period"), cp,
-                        "quota %lld per period %lld is more CPU than %lld per %lld",
+            return deny(err, "cpu_period", "ceiling", json_object_get(eff, "cpu_period"),
+                        cp, "quota %lld per period %lld is more CPU than %lld per %lld",
                         (long long)q, (long long)p, (long long)ceilq, (long long)cp);
     }
     return 0;
@@ -528,15 +529,13 @@ static int check_tmpfs(json_t *g, json_t *pconf, json_t *eff, sbx_err_t *err)
     int64_t ceil = json_integer_value(json_object_get(g, "tmpfs_size"));
     const char *k;
     json_t *v;
-    json_object_foreach(ct, k, v)
-    {
+    json_object_foreach(ct, k, v) {
         int64_t s = json_is_string(v) ? tmpfs_size_of(json_string_value(v)) : INT64_MIN;
         if (s > ceil)
             ceil = s;
     }
     json_t *allowed = json_object_get(g, "tmpfs_options");
-    json_object_foreach(json_object_get(eff, "tmpfs"), k, v)
-    {
+    json_object_foreach(json_object_get(eff, "tmpfs"), k, v) {
         const char *opts = json_string_value(v);
         if (!opts)
             continue;
@@ -548,8 +547,9 @@ static int check_tmpfs(json_t *g, json_t *pconf, json_t *eff, sbx_err_t *err)
         char badtok[64] = "", t[64];
         while (!bad && next_tok(&cur, t, sizeof(t))) {
             int ok = !strcmp(t, "rw") || !strcmp(t, "ro") || !strcmp(t, "noexec") ||
-                     !strcmp(t, "nosuid") || !strcmp(t, "nodev") || !strncmp(t, "size=", 5) ||
-                     !strncmp(t, "mode=", 5) || str_in(allowed, t, 0);
+                     !strcmp(t, "nosuid") || !strcmp(t, "nodev") ||
+                     !strncmp(t, "size=", 5) || !strncmp(t, "mode=", 5) ||
+                     str_in(allowed, t, 0);
             if (!ok) {
                 bad = 1;
                 snprintf(badtok, sizeof(badtok), "%s", t);
@@ -584,14 +584,14 @@ static int ulimit_of(json_t *list, const char *name, int64_t *soft, int64_t *har
             return 1;
         }
         *soft = json_integer_value(json_object_get(x, "soft"));
-        *hard = json_object_get(x, "hard") ? json_integer_value(json_object_get(x, "hard"))
-                                           : *soft;
+        *hard = json_object_get(x, "hard")
+                    ? json_integer_value(json_object_get(x, "hard"))
+                    : *soft;
         return 1;
     }
     size_t i;
     json_t *x;
-    json_array_foreach(list, i, x)
-    {
+    json_array_foreach(list, i, x) {
         const char *n = json_string_value(json_object_get(x, "Name"));
         if (n && !strcmp(n, name)) {
             *soft = json_integer_value(json_object_get(x, "Soft"));
@@ -615,8 +615,7 @@ static int check_ulimits(json_t *pconf, json_t *eff, sbx_err_t *err)
     json_t *cu = json_object_get(pconf, "ulimits");
     size_t i;
     json_t *x;
-    json_array_foreach(json_object_get(eff, "ulimits"), i, x)
-    {
+    json_array_foreach(json_object_get(eff, "ulimits"), i, x) {
         const char *n = json_string_value(json_object_get(x, "Name"));
         int64_t s = json_integer_value(json_object_get(x, "Soft"));
         int64_t h = json_integer_value(json_object_get(x, "Hard"));
@@ -626,8 +625,9 @@ static int check_ulimits(json_t *pconf, json_t *eff, sbx_err_t *err)
         if (!ulimit_of(cu, n, &cs, &ch))
             return deny(err, "ulimits", "denied", x, 0, "%s is not set by the config", n);
         if ((cs >= 0 && (s < 0 || s > cs)) || (ch >= 0 && (h < 0 || h > ch)))
-            return deny(err, "ulimits", "ceiling", x, ch, "%s %lld:%lld is above %lld:%lld", n,
-                        (long long)s, (long long)h, (long long)cs, (long long)ch);
+            return deny(err, "ulimits", "ceiling", x, ch,
+                        "%s %lld:%lld is above %lld:%lld", n, (long long)s, (long long)h,
+                        (long long)cs, (long long)ch);
     }
     return 0;
 }
@@ -651,22 +651,23 @@ static int check_image(json_t *g, json_t *pconf, json_t *eff, sbx_err_t *err)
     /* An id (prefix) or digest reaches images nobody named for this user,
      * other users' snapshots among them: names only. */
     if (!strncasecmp(img, "sha256:", 7) || strchr(img, '@') || hex_only(img))
-        return deny(err, "image", "denied", json_object_get(eff, "image"), 0,
-                    "%s: images must be named (repository[:tag]), not given by id or digest",
-                    img);
+        return deny(
+            err, "image", "denied", json_object_get(eff, "image"), 0,
+            "%s: images must be named (repository[:tag]), not given by id or digest",
+            img);
     json_t *ok = json_object_get(g, "images");
     if (json_array_size(ok) == 0)
         return 0;
     size_t i;
     json_t *x;
-    json_array_foreach(ok, i, x)
-    {
+    json_array_foreach(ok, i, x) {
         const char *p = json_string_value(x);
         size_t n = strlen(p);
         if (!strcmp(p, "*") || !strcmp(img, p))
             return 0;
-        if (n && (p[n - 1] == '*' ? !strncmp(img, p, n - 1)
-                                  : (p[n - 1] == '/' || p[n - 1] == ':') && !strncmp(img, p, n)))
+        if (n && (p[n - 1] == '*'
+                      ? !strncmp(img, p, n - 1)
+                      : (p[n - 1] == '/' || p[n - 1] == ':') && !strncmp(img, p, n)))
             return 0;
         /* "name" grants "name:latest" and the other way round */
         if (!strncmp(img, p, n) && !strcmp(img + n, ":latest"))
@@ -681,8 +682,7 @@ static int check_volumes(json_t *g, json_t *pconf, json_t *eff, sbx_err_t *err)
     json_t *cv = json_object_get(pconf, "volumes");
     size_t i;
     json_t *x;
-    json_array_foreach(json_object_get(eff, "volumes"), i, x)
-    {
+    json_array_foreach(json_object_get(eff, "volumes"), i, x) {
         const char *b = json_string_value(x);
         if (!b || (json_is_array(cv) && str_in(cv, b, 0)))
             continue; /* configured for everyone */
@@ -699,8 +699,9 @@ static int check_volumes(json_t *g, json_t *pconf, json_t *eff, sbx_err_t *err)
             while (next_tok(&cur, t, sizeof(t))) {
                 if (!strcmp(t, "ro"))
                     ro = 1;
-                else if (strcmp(t, "rw") && strcmp(t, "private") && strcmp(t, "rprivate") &&
-                         strcmp(t, "slave") && strcmp(t, "rslave"))
+                else if (strcmp(t, "rw") && strcmp(t, "private") &&
+                         strcmp(t, "rprivate") && strcmp(t, "slave") &&
+                         strcmp(t, "rslave"))
                     badopt = 1;
             }
         }
@@ -710,18 +711,19 @@ static int check_volumes(json_t *g, json_t *pconf, json_t *eff, sbx_err_t *err)
         free(src);
         if (badopt)
             return deny(err, "volumes", "denied", x, 0,
-                        "%s: bind options other than ro/rw/private/slave are not allowed", b);
-        if (!have)
-            return deny(err, "volumes", "denied", x, 0, "%s: the host path does not resolve",
+                        "%s: bind options other than ro/rw/private/slave are not allowed",
                         b);
+        if (!have)
+            return deny(err, "volumes", "denied", x, 0,
+                        "%s: the host path does not resolve", b);
         int granted = 0, rw_ok = 0;
         size_t k;
         json_t *gv;
-        json_array_foreach(json_object_get(g, "volumes"), k, gv)
-        {
+        json_array_foreach(json_object_get(g, "volumes"), k, gv) {
             const char *p = json_string_value(json_object_get(gv, "prefix"));
             size_t n = strlen(p);
-            if (!strcmp(p, "/") || (!strncmp(real, p, n) && (real[n] == '\0' || real[n] == '/'))) {
+            if (!strcmp(p, "/") ||
+                (!strncmp(real, p, n) && (real[n] == '\0' || real[n] == '/'))) {
                 granted = 1;
                 rw_ok |= json_is_true(json_object_get(gv, "rw"));
             }
@@ -749,7 +751,8 @@ int policy_check(const struct policy *pol, uid_t uid, json_t *pconf, json_t *eff
 
     if (dk_opt_bool(eff, "privileged", 0) && !dk_opt_bool(pconf, "privileged", 0) &&
         !json_is_true(json_object_get(g, "privileged"))) {
-        deny(err, "privileged", "denied", json_true(), 0, "needs a rule with privileged: true");
+        deny(err, "privileged", "denied", json_true(), 0,
+             "needs a rule with privileged: true");
         goto out;
     }
     const char *net = dk_opt_str(eff, "network");
@@ -763,7 +766,8 @@ int policy_check(const struct policy *pol, uid_t uid, json_t *pconf, json_t *eff
                  : "");
         goto out;
     }
-    if (dk_opt_bool(pconf, "readonly_rootfs", 0) && !dk_opt_bool(eff, "readonly_rootfs", 0)) {
+    if (dk_opt_bool(pconf, "readonly_rootfs", 0) &&
+        !dk_opt_bool(eff, "readonly_rootfs", 0)) {
         deny(err, "readonly_rootfs", "denied", json_false(), 0,
              "the configured read-only root file system stays on");
         goto out;
@@ -781,18 +785,17 @@ int policy_check(const struct policy *pol, uid_t uid, json_t *pconf, json_t *eff
     if (check_volumes(g, pconf, eff, err) < 0)
         goto out;
     cl = conf_list(pconf, "cap_add");
-    json_array_foreach(json_object_get(eff, "cap_add"), i, x)
-    {
+    json_array_foreach(json_object_get(eff, "cap_add"), i, x) {
         const char *cap = json_string_value(x);
-        if (cap && !str_in(cl, cap, 1) && !str_in(json_object_get(g, "cap_add"), cap, 1)) {
+        if (cap && !str_in(cl, cap, 1) &&
+            !str_in(json_object_get(g, "cap_add"), cap, 1)) {
             deny(err, "cap_add", "denied", x, 0, "%s needs a rule that lists it", cap);
             goto out;
         }
     }
     json_decref(cl);
     cl = conf_list(pconf, "cap_drop");
-    json_array_foreach(cl, i, x)
-    {
+    json_array_foreach(cl, i, x) {
         const char *cap = json_string_value(x);
         if (cap && !str_in(json_object_get(eff, "cap_drop"), cap, 1)) {
             deny(err, "cap_drop", "denied", x, 0, "the configured drop of %s stays", cap);
@@ -801,25 +804,26 @@ int policy_check(const struct policy *pol, uid_t uid, json_t *pconf, json_t *eff
     }
     json_decref(cl);
     cl = conf_list(pconf, "security_opt");
-    json_array_foreach(cl, i, x)
-    {
+    json_array_foreach(cl, i, x) {
         const char *so = json_string_value(x);
         if (so && !str_in(json_object_get(eff, "security_opt"), so, 0)) {
             deny(err, "security_opt", "denied", x, 0, "the configured %s stays", so);
             goto out;
         }
     }
-    json_array_foreach(json_object_get(eff, "security_opt"), i, x)
-    {
+    json_array_foreach(json_object_get(eff, "security_opt"), i, x) {
         const char *so = json_string_value(x);
-        if (so && !str_in(cl, so, 0) && !str_in(json_object_get(g, "security_opt"), so, 0)) {
+        if (so && !str_in(cl, so, 0) &&
+            !str_in(json_object_get(g, "security_opt"), so, 0)) {
             deny(err, "security_opt", "denied", x, 0,
-                 "%s is not allowed (only the configured entries and what a rule lists)", so);
+                 "%s is not allowed (only the configured entries and what a rule lists)",
+                 so);
             goto out;
         }
     }
     const char *rt = dk_opt_str(eff, "runtime"), *crt = dk_opt_str(pconf, "runtime");
-    if (rt && (!crt || strcmp(rt, crt) != 0) && !str_in(json_object_get(g, "runtime"), rt, 0)) {
+    if (rt && (!crt || strcmp(rt, crt) != 0) &&
+        !str_in(json_object_get(g, "runtime"), rt, 0)) {
         deny(err, "runtime", "denied", json_object_get(eff, "runtime"), 0,
              "runtime %s needs a rule that lists it", rt);
         goto out;

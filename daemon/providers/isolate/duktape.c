@@ -75,7 +75,7 @@ struct worker {
 struct duk_proc {
     struct process *p;
     struct duk_proc *qnext;
-    uint32_t owed; /* credit withheld or not yet returned */
+    uint32_t owed;         /* credit withheld or not yet returned */
     struct obuf stdin_buf; /* stdin given before the SPAWN was sent */
     int stdin_eof;
     int spawned;
@@ -109,8 +109,8 @@ struct duk_prov {
     ev_idle refill;
 };
 
-static void worker_frame(struct chan *ch, const struct sbx_chan_hdr *h, const uint8_t *payload,
-                         void *data);
+static void worker_frame(struct chan *ch, const struct sbx_chan_hdr *h,
+                         const uint8_t *payload, void *data);
 static void worker_closed(struct chan *ch, const char *why, void *data);
 static void pump(struct duk_sb *ds);
 static void rss_cb(struct ev_loop *loop, ev_timer *t, int revents);
@@ -136,9 +136,11 @@ static void child_cb(struct ev_loop *loop, ev_child *c, int revents)
     if (!w->dead) {
         char why[64];
         if (WIFSIGNALED(c->rstatus))
-            snprintf(why, sizeof(why), "isolate worker died (signal %d)", WTERMSIG(c->rstatus));
+            snprintf(why, sizeof(why), "isolate worker died (signal %d)",
+                     WTERMSIG(c->rstatus));
         else
-            snprintf(why, sizeof(why), "isolate worker exited (%d)", WEXITSTATUS(c->rstatus));
+            snprintf(why, sizeof(why), "isolate worker exited (%d)",
+                     WEXITSTATUS(c->rstatus));
         worker_closed(&w->ch, why, w);
     }
     worker_free(w);
@@ -183,7 +185,8 @@ static struct worker *worker_spawn(struct duk_prov *dp, int64_t mem_mb, int jit)
     char *asan = NULL, *ubsan = NULL;
     if (getenv("SBX_SANITIZED") && getenv("ASAN_OPTIONS") &&
         asprintf(&asan, "ASAN_OPTIONS=%s%s", getenv("ASAN_OPTIONS"),
-                 dp->js ? ":quarantine_size_mb=8:thread_local_quarantine_size_kb=64" : "") > 0)
+                 dp->js ? ":quarantine_size_mb=8:thread_local_quarantine_size_kb=64"
+                        : "") > 0)
         envp[ne++] = asan;
     if (getenv("SBX_SANITIZED") && getenv("UBSAN_OPTIONS") &&
         asprintf(&ubsan, "UBSAN_OPTIONS=%s", getenv("UBSAN_OPTIONS")) > 0)
@@ -324,8 +327,8 @@ static struct worker *pool_take(struct duk_prov *dp, int64_t mem_mb, int jit, ui
  * uid that put it there. Returns 0 if the worker can't be recycled. */
 static int recycle(struct duk_prov *dp, struct worker *w, uid_t owner)
 {
-    if (w->dead || !w->ready || w->running || w->snapshot_wanted || !fits(dp, w->mem_mb, w->jit) ||
-        dp->npool >= 2 * dp->pool_size || D->draining)
+    if (w->dead || !w->ready || w->running || w->snapshot_wanted ||
+        !fits(dp, w->mem_mb, w->jit) || dp->npool >= 2 * dp->pool_size || D->draining)
         return 0;
     if (chan_send(&w->ch, SBX_CHAN_RESET, 0, NULL, 0) < 0)
         return 0;
@@ -432,7 +435,8 @@ static void flush_stdin(struct worker *w, struct duk_proc *dpp)
     while (b->bytes > 0) {
         struct iovec iov[1];
         obuf_iov(b, iov, 1);
-        if (chan_send(&w->ch, SBX_CHAN_STDIN, dpp->p->pid, iov[0].iov_base, iov[0].iov_len) < 0)
+        if (chan_send(&w->ch, SBX_CHAN_STDIN, dpp->p->pid, iov[0].iov_base,
+                      iov[0].iov_len) < 0)
             break;
         obuf_consume(b, iov[0].iov_len);
     }
@@ -459,15 +463,18 @@ static void pump(struct duk_sb *ds)
     struct duk_prov *dp = ds->sb->prov->cookie;
     if (dp->js) {
         json_object_set_new(msg, "persistent", json_boolean(sb_persistent(dp, ds->sb)));
-        json_object_set_new(msg, "max_message", json_integer((json_int_t)D->cfg.max_message_bytes));
+        json_object_set_new(msg, "max_message",
+                            json_integer((json_int_t)D->cfg.max_message_bytes));
         json_object_set_new(msg, "memory_limit_mb", json_integer((json_int_t)w->mem_mb));
     } else {
-        int fresh = dp->fresh || json_is_true(json_object_get(ds->sb->conf, "fresh_isolate"));
+        int fresh =
+            dp->fresh || json_is_true(json_object_get(ds->sb->conf, "fresh_isolate"));
         json_object_set_new(msg, "fresh", json_boolean(fresh));
     }
     if (chan_send_json(&w->ch, SBX_CHAN_SPAWN, p->pid, msg) < 0) {
         json_decref(msg);
-        json_t *rec = json_pack("{s:i, s:s}", "exit_code", -1, "error", "isolate channel failed");
+        json_t *rec =
+            json_pack("{s:i, s:s}", "exit_code", -1, "error", "isolate channel failed");
         process_exited(p, rec);
         json_decref(rec);
         return;
@@ -505,9 +512,10 @@ static int d_proc_write(void *cookie, struct process *p, const void *data, size_
         return err_make(err, SBX_E_STATE, "stdin of process %u is closed", p->pid);
     if (dpp->stdin_buf.bytes + len > STDIN_LIMIT ||
         (ds->w && chan_pending_output(&ds->w->ch) + len > STDIN_LIMIT))
-        return err_make_data(err, SBX_E_LIMIT, json_pack("{s:s, s:i}", "limit", "stdin_buffer", "max",
-                                                         (int)STDIN_LIMIT),
-                             "stdin buffer of process %u is full", p->pid);
+        return err_make_data(
+            err, SBX_E_LIMIT,
+            json_pack("{s:s, s:i}", "limit", "stdin_buffer", "max", (int)STDIN_LIMIT),
+            "stdin buffer of process %u is full", p->pid);
     const uint8_t *d = data;
     if (dpp->spawned && ds->w && !ds->w->dead) {
         while (len > 0) {
@@ -574,14 +582,16 @@ static int d_proc_kill(void *cookie, struct process *p, int sig, sbx_err_t *err)
     struct duk_prov *dp = cookie;
     if (!dpp)
         return 0;
-    json_t *rec = json_pack("{s:i, s:i, s:b}", "exit_code", 128 + sig, "signal", sig, "killed", 1);
+    json_t *rec =
+        json_pack("{s:i, s:i, s:b}", "exit_code", 128 + sig, "signal", sig, "killed", 1);
     if (dp->js && p->timed_out) {
         /* The code-mode contract: a timeout is an exception of the program. */
         char msg[64];
         snprintf(msg, sizeof(msg), "timed out after %lld ms", (long long)p->timeout_ms);
         json_object_set_new(rec, "error", json_string(msg));
-        json_object_set_new(rec, "exception", json_pack("{s:s, s:s, s:s}", "name", "TimeoutError",
-                                                        "message", msg, "stack", ""));
+        json_object_set_new(rec, "exception",
+                            json_pack("{s:s, s:s, s:s}", "name", "TimeoutError",
+                                      "message", msg, "stack", ""));
     }
     if (ds->w && ds->w->running == p) {
         json_object_set_new(rec, "reset", json_true());
@@ -625,9 +635,9 @@ static void rss_cb(struct ev_loop *loop, ev_timer *t, int revents)
     snprintf(msg, sizeof(msg), "memory limit exceeded (%lld MiB)", (long long)w->mem_mb);
     log_info("sandbox %s: pid %u: %s, the worker used %lld MiB", ds->sb->id, p->pid, msg,
              (long long)used_mb);
-    json_t *rec = json_pack("{s:i, s:s, s:b, s:{s:s, s:s, s:s}}", "exit_code", 1, "error", msg,
-                            "reset", 1, "exception", "name", "RangeError", "message", msg, "stack",
-                            "");
+    json_t *rec = json_pack("{s:i, s:s, s:b, s:{s:s, s:s, s:s}}", "exit_code", 1, "error",
+                            msg, "reset", 1, "exception", "name", "RangeError", "message",
+                            msg, "stack", "");
     replace_worker(ds);
     ds->reset_pending = 0; /* this record says it */
     process_exited(p, rec);
@@ -644,7 +654,8 @@ static void d_proc_resume(void *cookie, struct process *p)
 
 /* A message larger than one frame goes out as MORE frames and a last frame
  * of `type` (CHANNEL.md); all or nothing. */
-static int send_big(struct chan *ch, uint8_t type, uint32_t proc, const char *data, size_t len)
+static int send_big(struct chan *ch, uint8_t type, uint32_t proc, const char *data,
+                    size_t len)
 {
     size_t frames = len / SBX_CHAN_MAX_PAYLOAD + 1;
     if (chan_pending_output(ch) + len + frames * SBX_CHAN_HDR > ch->wlimit)
@@ -676,10 +687,10 @@ static void d_proc_tool_result(void *cookie, struct process *p, json_t *reply)
     }
     free(s);
     char msg[160];
-    snprintf(msg, sizeof(msg), "tool result too large (%zu bytes; the limit is %lld)", len,
-             (long long)(max < ds->w->ch.wlimit ? max : ds->w->ch.wlimit));
-    json_t *e = json_pack("{s:O, s:{s:i, s:s}}", "call", json_object_get(reply, "call"), "error",
-                          "code", SBX_E_LIMIT, "message", msg);
+    snprintf(msg, sizeof(msg), "tool result too large (%zu bytes; the limit is %lld)",
+             len, (long long)(max < ds->w->ch.wlimit ? max : ds->w->ch.wlimit));
+    json_t *e = json_pack("{s:O, s:{s:i, s:s}}", "call", json_object_get(reply, "call"),
+                          "error", "code", SBX_E_LIMIT, "message", msg);
     chan_send_json(&ds->w->ch, SBX_CHAN_TOOL_RESULT, p->pid, e);
     json_decref(e);
 }
@@ -710,7 +721,8 @@ static void on_exit_frame(struct worker *w, const uint8_t *payload, size_t len)
     json_t *rec = chan_json(payload, len);
     if (!json_is_object(rec)) {
         json_decref(rec);
-        rec = json_pack("{s:i, s:s}", "exit_code", -1, "error", "invalid exit record from isolate");
+        rec = json_pack("{s:i, s:s}", "exit_code", -1, "error",
+                        "invalid exit record from isolate");
     }
     if (ds && ds->reset_pending) {
         json_object_set_new(rec, "reset", json_true());
@@ -733,13 +745,14 @@ static void on_exit_frame(struct worker *w, const uint8_t *payload, size_t len)
         pump(ds);
 }
 
-static void whole_frame(struct worker *w, const struct sbx_chan_hdr *h, const uint8_t *payload);
+static void whole_frame(struct worker *w, const struct sbx_chan_hdr *h,
+                        const uint8_t *payload);
 
 /* Frames as they come: MORE frames are collected (up to the largest message
  * plus the logs an exit record may carry) and prefixed to the next frame of
  * the same proc. */
-static void worker_frame(struct chan *ch, const struct sbx_chan_hdr *h, const uint8_t *payload,
-                         void *data)
+static void worker_frame(struct chan *ch, const struct sbx_chan_hdr *h,
+                         const uint8_t *payload, void *data)
 {
     struct worker *w = data;
     if (w->dead)
@@ -749,8 +762,8 @@ static void worker_frame(struct chan *ch, const struct sbx_chan_hdr *h, const ui
         return;
     }
     if (w->more_proc != h->proc && (w->more_len || w->more_over)) {
-        log_warn("%s worker %d: MORE frames for proc %u dropped", w->dp->name, (int)w->pid,
-                 w->more_proc);
+        log_warn("%s worker %d: MORE frames for proc %u dropped", w->dp->name,
+                 (int)w->pid, w->more_proc);
         w->more_len = 0;
         w->more_over = 0;
     }
@@ -775,11 +788,12 @@ static void worker_frame(struct chan *ch, const struct sbx_chan_hdr *h, const ui
     if (w->more_over) {
         w->more_over = 0;
         w->more_len = 0;
-        log_warn("%s worker %d: a %s message over the limit dropped", w->dp->name, (int)w->pid,
-                 sbx_chan_type_name(h->type));
+        log_warn("%s worker %d: a %s message over the limit dropped", w->dp->name,
+                 (int)w->pid, sbx_chan_type_name(h->type));
         if (h->type != SBX_CHAN_EXIT)
             return;
-        static const char big[] = "{\"exit_code\":1,\"error\":\"the exit record is too large\"}";
+        static const char big[] =
+            "{\"exit_code\":1,\"error\":\"the exit record is too large\"}";
         whole.len = sizeof(big) - 1;
         whole_frame(w, &whole, (const uint8_t *)big);
         return;
@@ -793,7 +807,8 @@ static void worker_frame(struct chan *ch, const struct sbx_chan_hdr *h, const ui
     free(buf);
 }
 
-static void whole_frame(struct worker *w, const struct sbx_chan_hdr *h, const uint8_t *payload)
+static void whole_frame(struct worker *w, const struct sbx_chan_hdr *h,
+                        const uint8_t *payload)
 {
     struct chan *ch = &w->ch;
     struct duk_sb *ds = w->owner;
@@ -826,7 +841,8 @@ static void whole_frame(struct worker *w, const struct sbx_chan_hdr *h, const ui
     case SBX_CHAN_STARTED: {
         json_t *v = chan_json(payload, h->len);
         if (w->running && w->running->pid == h->proc)
-            process_started(w->running, (long)json_integer_value(json_object_get(v, "os_pid")));
+            process_started(w->running,
+                            (long)json_integer_value(json_object_get(v, "os_pid")));
         json_decref(v);
         return;
     }
@@ -836,7 +852,8 @@ static void whole_frame(struct worker *w, const struct sbx_chan_hdr *h, const ui
         const char *name = json_string_value(json_object_get(v, "name"));
         json_t *call = json_object_get(v, "call");
         if (p && p->pid == h->proc && name && json_is_integer(call))
-            process_tool_call(p, json_integer_value(call), name, json_object_get(v, "args"));
+            process_tool_call(p, json_integer_value(call), name,
+                              json_object_get(v, "args"));
         json_decref(v);
         return;
     }
@@ -877,8 +894,8 @@ static void whole_frame(struct worker *w, const struct sbx_chan_hdr *h, const ui
         static struct log_limit pool_log; /* workers not (yet) bound to a sandbox */
         struct log_limit *l = ds ? &ds->sb->agent_log : &pool_log;
         if (log_limit_take(l, ds ? ds->sb->id : "isolate pool"))
-            log_info("%s worker %d: %.*s", w->dp->name, (int)w->pid, (int)(h->len > 500 ? 500 : h->len),
-                     (const char *)payload);
+            log_info("%s worker %d: %.*s", w->dp->name, (int)w->pid,
+                     (int)(h->len > 500 ? 500 : h->len), (const char *)payload);
         return;
     }
     case SBX_CHAN_ERROR:
@@ -915,7 +932,8 @@ static void worker_closed(struct chan *ch, const char *why, void *data)
     w->running = NULL;
     ds->w = NULL;
     if (p) {
-        json_t *rec = json_pack("{s:i, s:s, s:b}", "exit_code", 1, "error", why, "reset", 1);
+        json_t *rec =
+            json_pack("{s:i, s:s, s:b}", "exit_code", 1, "error", why, "reset", 1);
         process_exited(p, rec);
         json_decref(rec);
     }
@@ -1004,13 +1022,15 @@ static int d_sb_snapshot(void *cookie, struct sandbox *sb, sbx_err_t *err)
     struct duk_sb *ds = sb->pdata;
     if (!ds || !ds->w || ds->w->dead) {
         /* stopped: the saved state is the snapshot */
-        sandbox_op_done(sb, NULL, ds && ds->saved ? json_deep_copy(ds->saved) : json_object());
+        sandbox_op_done(sb, NULL,
+                        ds && ds->saved ? json_deep_copy(ds->saved) : json_object());
         return 0;
     }
     if (ds->w->running)
         return err_make_data(err, SBX_E_STATE,
                              json_pack("{s:s, s:s}", "sandbox", sb->id, "status", "busy"),
-                             "sandbox %s is running a program; snapshot when it is idle", sb->id);
+                             "sandbox %s is running a program; snapshot when it is idle",
+                             sb->id);
     if (!ds->w->ready)
         return err_make(err, SBX_E_STATE, "isolate is still starting");
     ds->w->snapshot_wanted = 1;
@@ -1055,21 +1075,22 @@ static char *duk_instructions(void *cookie, struct sandbox *sb)
     char tools[1024] = "";
     size_t i, off = 0;
     json_t *t;
-    json_array_foreach(json_object_get(sb->conf, "tools"), i, t)
-    {
-        off += (size_t)snprintf(tools + off, off < sizeof(tools) ? sizeof(tools) - off : 0,
-                                "%sexternal_%s(args)", i ? ", " : "", json_string_value(t));
+    json_array_foreach(json_object_get(sb->conf, "tools"), i, t) {
+        off +=
+            (size_t)snprintf(tools + off, off < sizeof(tools) ? sizeof(tools) - off : 0,
+                             "%sexternal_%s(args)", i ? ", " : "", json_string_value(t));
         if (off >= sizeof(tools))
             break;
     }
-    return xasprintf("Run JavaScript (ES5 with some ES2015+, Duktape) in sandbox %s. There is "
-                     "no filesystem, network, module loader or process access. The value of "
-                     "the last expression is returned as JSON; console.log/info write to "
-                     "stdout and console.warn/error to stderr. Global variables persist "
-                     "between runs unless the isolate is reset (after a timeout or the memory "
-                     "limit of %lld MiB). Process environment: process.env.%s%s",
-                     sb->id, (long long)sb_mem(dp, sb),
-                     tools[0] ? " Host tools (synchronous, take and return JSON): " : "", tools);
+    return xasprintf(
+        "Run JavaScript (ES5 with some ES2015+, Duktape) in sandbox %s. There is "
+        "no filesystem, network, module loader or process access. The value of "
+        "the last expression is returned as JSON; console.log/info write to "
+        "stdout and console.warn/error to stderr. Global variables persist "
+        "between runs unless the isolate is reset (after a timeout or the memory "
+        "limit of %lld MiB). Process environment: process.env.%s%s",
+        sb->id, (long long)sb_mem(dp, sb),
+        tools[0] ? " Host tools (synchronous, take and return JSON): " : "", tools);
 }
 
 /* js: the names sanitised as the engine exposes them. */
@@ -1080,31 +1101,32 @@ static char *js_instructions(void *cookie, struct sandbox *sb)
     const char *tools;
     size_t i, off = 0;
     json_t *v;
-    json_array_foreach(json_object_get(sb->conf, "tools"), i, v)
-    {
+    json_array_foreach(json_object_get(sb->conf, "tools"), i, v) {
         if (off >= sizeof(list) - 8)
             break;
-        off += (size_t)snprintf(list + off, sizeof(list) - off, "%sexternal_", i ? ", " : "");
+        off += (size_t)snprintf(list + off, sizeof(list) - off, "%sexternal_",
+                                i ? ", " : "");
         for (const char *q = json_string_value(v); *q && off < sizeof(list) - 8; q++)
             list[off++] = isalnum((unsigned char)*q) || *q == '_' || *q == '$' ? *q : '_';
         off += (size_t)snprintf(list + off, sizeof(list) - off, "(args)");
     }
     tools = list;
-    if (asprintf(&t,
-                 "Run JavaScript or TypeScript (ES2023, JavaScriptCore) in sandbox %s. The "
-                 "program is the body of an async function: use await at the top level and "
-                 "return a JSON-serialisable value, which is the result. TypeScript types are "
-                 "stripped before it runs. console.log/info/debug write to stdout and "
-                 "console.warn/error to stderr; the lines are also returned as logs. There is no "
-                 "filesystem, network, timers, module loader or process access.%s%s%s%s Memory "
-                 "limit %lld MiB; a timeout or the limit ends the program with an exception.",
-                 sb->id,
-                 sb_persistent(dp, sb)
-                     ? " Globals (globalThis.x = ...) persist between runs; top-level const/let "
-                       "are local to a run."
-                     : " Every run starts with a fresh global.",
-                 tools[0] ? " Host tools (each returns a Promise; pass and get JSON): " : "",
-                 tools, tools[0] ? "." : "", (long long)sb_mem(dp, sb)) < 0)
+    if (asprintf(
+            &t,
+            "Run JavaScript or TypeScript (ES2023, JavaScriptCore) in sandbox %s. The "
+            "program is the body of an async function: use await at the top level and "
+            "return a JSON-serialisable value, which is the result. TypeScript types are "
+            "stripped before it runs. console.log/info/debug write to stdout and "
+            "console.warn/error to stderr; the lines are also returned as logs. There is no "
+            "filesystem, network, timers, module loader or process access.%s%s%s%s Memory "
+            "limit %lld MiB; a timeout or the limit ends the program with an exception.",
+            sb->id,
+            sb_persistent(dp, sb)
+                ? " Globals (globalThis.x = ...) persist between runs; top-level const/let "
+                  "are local to a run."
+                : " Every run starts with a fresh global.",
+            tools[0] ? " Host tools (each returns a Promise; pass and get JSON): " : "",
+            tools, tools[0] ? "." : "", (long long)sb_mem(dp, sb)) < 0)
         return NULL;
     return t;
 }
@@ -1159,10 +1181,12 @@ static int load(json_t *conf, void **cookie, sbx_err_t *err, int js)
     dp->jit = (v = json_object_get(conf, "jit")) ? json_is_true(v) : 1;
     dp->persistent = json_is_true(json_object_get(conf, "persistent"));
 
-    dp->pool_size = (v = json_object_get(conf, "pool_size")) ? (int)json_integer_value(v) : DEFAULT_POOL;
+    dp->pool_size = (v = json_object_get(conf, "pool_size")) ? (int)json_integer_value(v)
+                                                             : DEFAULT_POOL;
     if (dp->pool_size < 0 || dp->pool_size > 64)
         dp->pool_size = DEFAULT_POOL;
-    dp->mem_mb = (v = json_object_get(conf, "memory_limit_mb")) ? json_integer_value(v) : DEFAULT_MEM_MB;
+    dp->mem_mb = (v = json_object_get(conf, "memory_limit_mb")) ? json_integer_value(v)
+                                                                : DEFAULT_MEM_MB;
     if (dp->mem_mb <= 0)
         dp->mem_mb = DEFAULT_MEM_MB;
     const char *u = json_string_value(json_object_get(conf, "worker_user"));
@@ -1215,9 +1239,9 @@ static json_t *d_info(void *cookie)
     for (struct worker *w = dp->pool; w; w = w->next)
         ready += w->ready && !w->dead && w->bound_uid == (uid_t)-1;
     json_t *o = json_pack("{s:s, s:i, s:i, s:I, s:s}", "engine",
-                          dp->js ? "javascriptcore" : "duktape 2.7", "pool_size", dp->pool_size,
-                          "pool_ready", ready, "memory_limit_mb", (json_int_t)dp->mem_mb,
-                          "worker", dp->worker_path);
+                          dp->js ? "javascriptcore" : "duktape 2.7", "pool_size",
+                          dp->pool_size, "pool_ready", ready, "memory_limit_mb",
+                          (json_int_t)dp->mem_mb, "worker", dp->worker_path);
     if (dp->js) {
         json_object_set_new(o, "jit", json_boolean(dp->jit));
         json_object_set_new(o, "persistent", json_boolean(dp->persistent));

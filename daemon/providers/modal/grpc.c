@@ -81,9 +81,9 @@ struct grpc_call {
     int paused;
     int cancelled;
     int in_cb;
-    int no_resend; /* repeat only attempts that surely never reached the server */
+    int no_resend;   /* repeat only attempts that surely never reached the server */
     double budget_s; /* > 0: retry for this long (backoff up to 5 s), not 3 times */
-    int unsent;    /* the last attempt surely never reached the server */
+    int unsent;      /* the last attempt surely never reached the server */
 };
 
 static void call_send(struct grpc_call *c);
@@ -180,15 +180,21 @@ static char *percent_decode(const char *s, size_t n)
 static int code_from_http(long http)
 {
     switch (http) {
-    case 400: return GRPC_INTERNAL;
-    case 401: return GRPC_UNAUTHENTICATED;
-    case 403: return GRPC_PERMISSION_DENIED;
-    case 404: return GRPC_UNIMPLEMENTED;
+    case 400:
+        return GRPC_INTERNAL;
+    case 401:
+        return GRPC_UNAUTHENTICATED;
+    case 403:
+        return GRPC_PERMISSION_DENIED;
+    case 404:
+        return GRPC_UNIMPLEMENTED;
     case 429:
     case 502:
     case 503:
-    case 504: return GRPC_UNAVAILABLE;
-    default: return GRPC_UNKNOWN;
+    case 504:
+        return GRPC_UNAVAILABLE;
+    default:
+        return GRPC_UNKNOWN;
     }
 }
 
@@ -669,7 +675,8 @@ static void req_done(struct curlev_req *r, CURLcode rc, long http, const char *e
     }
     /* Unary: retry what the SDK retries, with the same idempotency key (a
      * no_resend call only when the attempt never reached the server). */
-    int more = c->budget_s > 0 ? wall_now() - c->t0 < c->budget_s : c->attempt < MAX_RETRIES;
+    int more =
+        c->budget_s > 0 ? wall_now() - c->t0 < c->budget_s : c->attempt < MAX_RETRIES;
     if (c->unary && code != GRPC_OK && (grpc_code_retryable(code) || transport) && more &&
         (!c->no_resend || c->unsent)) {
         double cap = c->budget_s > 0 ? 5.0 : 1.0;

@@ -69,10 +69,10 @@ struct grpc_status {
     const char *message; /* grpc-message, percent-decoded, or our own text; never NULL */
     int transport;       /* 1: no HTTP response at all (connect, DNS, TLS, reset) */
     long http_status;    /* 0 if none */
-    const char *method; /* the RPC, e.g. "SandboxCreate" (or the token method when
-                         * the token it waited for could not be fetched) */
-    int unsent; /* 1: the request surely never reached the server (no connection
-                 * could be made, or the token it waited for failed) */
+    const char *method;  /* the RPC, e.g. "SandboxCreate" (or the token method when
+                          * the token it waited for could not be fetched) */
+    int unsent;          /* 1: the request surely never reached the server (no connection
+                          * could be made, or the token it waited for failed) */
 };
 
 /** One attempt of a call, as the headers callback sees it (valid during the call). */

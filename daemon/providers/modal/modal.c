@@ -75,13 +75,20 @@ const char *modal_result_text(const Modal__Client__GenericResult *r)
     if (r && r->exception && r->exception[0])
         return r->exception;
     switch (r ? (int)r->status : 0) {
-    case 2: return "failed";
-    case 3: return "terminated";
-    case 4: return "timed out";
-    case 5: return "failed to start";
-    case 6: return "internal failure";
-    case 7: return "idle timeout";
-    default: return "ended";
+    case 2:
+        return "failed";
+    case 3:
+        return "terminated";
+    case 4:
+        return "timed out";
+    case 5:
+        return "failed to start";
+    case 6:
+        return "internal failure";
+    case 7:
+        return "idle timeout";
+    default:
+        return "ended";
     }
 }
 
@@ -122,8 +129,9 @@ int modal_task_ended(const struct grpc_status *st,
                      const Modal__Client__SandboxGetTaskIdResponse *r)
 {
     return st->code == GRPC_NOT_FOUND ||
-           (r && r->_task_result_case ==
-                     MODAL__CLIENT__SANDBOX_GET_TASK_ID_RESPONSE___TASK_RESULT_TASK_RESULT);
+           (r &&
+            r->_task_result_case ==
+                MODAL__CLIENT__SANDBOX_GET_TASK_ID_RESPONSE___TASK_RESULT_TASK_RESULT);
 }
 
 /* ---- state file: what survives an sbxd restart -------------------------------------
@@ -132,8 +140,8 @@ int modal_task_ended(const struct grpc_status *st,
  * their env, working dir and lifetime, and re-adopts their running processes,
  * each sandbox this daemon started is kept in a JSON file (mode 0600: env
  * values may be secrets), rewritten whole (write + rename) within a second
- * of a change, at most once a second, and at shutdown. The file is authoritative for sbxd's view
- * (conf, owner, lifetime, exec ids); Modal is authoritative for what still
+ * of a change, at most once a second, and at shutdown. The file is authoritative for
+ * sbxd's view (conf, owner, lifetime, exec ids); Modal is authoritative for what still
  * runs: after adoption each sandbox is checked (SandboxGetTaskId) and each
  * process's output is read again from its first batch; what Modal no longer
  * knows is reported as lost, never dropped silently.
@@ -150,7 +158,6 @@ int modal_task_ended(const struct grpc_status *st,
  * at shutdown), on the writer thread. */
 #define STATE_SAVE_DELAY_S 1.0
 #define MAX_ADOPT_PROCS 256
-
 
 static void put_str(json_t *o, const char *k, const char *v)
 {
@@ -193,19 +200,19 @@ static json_t *msb_state(struct msb *ms)
                               : 0;
         /* Without an exec id (ContainerExec not answered yet) it is kept too:
          * after a restart it is reported lost and its tag killed. */
-        json_t *pe = json_pack("{s:I, s:s, s:s, s:f, s:f}", "pid", (json_int_t)p->pid, "tag",
-                               x->tag, "command", p->display ? p->display : "",
+        json_t *pe = json_pack("{s:I, s:s, s:s, s:f, s:f}", "pid", (json_int_t)p->pid,
+                               "tag", x->tag, "command", p->display ? p->display : "",
                                "started_at", p->started_at, "deadline", deadline);
         if (x->exec_id)
             json_object_set_new(pe, "exec_id", json_string(x->exec_id));
         json_array_append_new(procs, pe);
     }
     json_t *conf = json_deep_copy(sb->conf);
-    json_t *e = json_pack("{s:I, s:o, s:f, s:f, s:b, s:o, s:o}", "owner",
-                          (json_int_t)sb->owner, "conf", conf, "created_at",
-                          sb->created_at, "expires_at", sb->expires_at, "stopped",
-                          sb->status == SB_STOPPED || (!ms->sandbox_id && ms->resume_image),
-                          "modal", m, "procs", procs);
+    json_t *e = json_pack(
+        "{s:I, s:o, s:f, s:f, s:b, s:o, s:o}", "owner", (json_int_t)sb->owner, "conf",
+        conf, "created_at", sb->created_at, "expires_at", sb->expires_at, "stopped",
+        sb->status == SB_STOPPED || (!ms->sandbox_id && ms->resume_image), "modal", m,
+        "procs", procs);
     if (sb->runtime_env)
         json_object_set(e, "runtime_env", sb->runtime_env);
     return e;
@@ -223,8 +230,9 @@ static char *state_serialize(struct mprov *mp)
             continue;
         json_object_set_new(sbs, sb->id, msb_state(ms));
     }
-    json_t *root = json_pack("{s:i, s:s, s:o, s:O}", "version", STATE_VERSION, "server_url",
-                             nz(mp->url), "sandboxes", sbs, "snapshots", mp->snaps);
+    json_t *root =
+        json_pack("{s:i, s:s, s:o, s:O}", "version", STATE_VERSION, "server_url",
+                  nz(mp->url), "sandboxes", sbs, "snapshots", mp->snaps);
     char *text = json_dumps(root, JSON_COMPACT);
     json_decref(root);
     if (!text)
@@ -416,8 +424,8 @@ static void state_read(struct mprov *mp)
         return;
     }
     const char *url = get_str(root, "server_url");
-    if (json_integer_value(json_object_get(root, "version")) != STATE_VERSION ||
-        !url || strcmp(url, nz(mp->url)) != 0) {
+    if (json_integer_value(json_object_get(root, "version")) != STATE_VERSION || !url ||
+        strcmp(url, nz(mp->url)) != 0) {
         log_warn("modal: state file %s is for another server or version (%s); ignored",
                  mp->state_path, url ? url : "?");
         json_decref(root);
@@ -437,24 +445,25 @@ static void adopt_check_done(struct grpc_call *c, const struct grpc_status *st,
 {
     struct msb *ms = privdata;
     ms->check_call = NULL;
-    Modal__Client__SandboxGetTaskIdResponse *r =
-        modal_reply(&modal__client__sandbox_get_task_id_response__descriptor, st, msg,
-                    len);
+    Modal__Client__SandboxGetTaskIdResponse *r = modal_reply(
+        &modal__client__sandbox_get_task_id_response__descriptor, st, msg, len);
     if (modal_task_ended(st, r)) {
         char why[512];
         snprintf(why, sizeof(why), "ended while sbxd was down: %s",
                  r ? modal_result_text(r->task_result) : st->message);
         modal_mark_dead(ms, why); /* the next call restarts it */
-    } else if (r && r->_task_id_case ==
-                        MODAL__CLIENT__SANDBOX_GET_TASK_ID_RESPONSE___TASK_ID_TASK_ID &&
+    } else if (r &&
+               r->_task_id_case ==
+                   MODAL__CLIENT__SANDBOX_GET_TASK_ID_RESPONSE___TASK_ID_TASK_ID &&
                r->task_id && r->task_id[0]) {
         modal_set_str(&ms->task_id, r->task_id);
         log_info("modal: sandbox %s: Modal sandbox %s is still running", ms->sb->id,
                  ms->sandbox_id);
     } else if (st->code != GRPC_OK) {
-        log_warn("modal: sandbox %s: cannot check Modal sandbox %s after the restart: %s: "
-                 "%s",
-                 ms->sb->id, nz(ms->sandbox_id), grpc_code_name(st->code), st->message);
+        log_warn(
+            "modal: sandbox %s: cannot check Modal sandbox %s after the restart: %s: "
+            "%s",
+            ms->sb->id, nz(ms->sandbox_id), grpc_code_name(st->code), st->message);
     }
     modal_reply_free(r);
 }
@@ -537,7 +546,7 @@ static void adopt_sandbox(struct mprov *mp, const char *id, json_t *e)
         grpc_call_retry_budget(ms->check_call, mp->retry_budget_s);
         size_t i;
         json_t *pe;
-        json_array_foreach (json_object_get(e, "procs"), i, pe) {
+        json_array_foreach(json_object_get(e, "procs"), i, pe) {
             if (nprocs >= MAX_ADOPT_PROCS)
                 break;
             modal_proc_adopt(ms, pe);
@@ -554,7 +563,7 @@ static void register_snaps(struct mprov *mp)
 {
     const char *id;
     json_t *e;
-    json_object_foreach (mp->snaps, id, e) {
+    json_object_foreach(mp->snaps, id, e) {
         json_int_t owner = json_integer_value(json_object_get(e, "owner"));
         json_t *data = json_object_get(e, "data");
         if (owner < 0 || !json_is_object(data))
@@ -598,7 +607,7 @@ static void adopt_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
     mp->saved = NULL;
     const char *id;
     json_t *e;
-    json_object_foreach (saved, id, e) {
+    json_object_foreach(saved, id, e) {
         if (sandbox_find_any(id))
             continue;
         adopt_sandbox(mp, id, e);
@@ -926,4 +935,3 @@ const struct sbx_provider sbx_provider_modal = {
     .snapshot_list = m_snapshot_list,
     .snapshot_delete = m_snapshot_delete,
 };
-

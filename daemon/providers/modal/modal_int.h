@@ -22,8 +22,8 @@
 #include "sandbox.h"
 
 #define UNARY_TIMEOUT_S 60.0
-#define POLL_S 55.0       /* server-side long poll, as the SDK */
-#define POLL_SLACK_S 30.0 /* our transfer timeout on top of it */
+#define POLL_S 55.0            /* server-side long poll, as the SDK */
+#define POLL_SLACK_S 30.0      /* our transfer timeout on top of it */
 #define RETRY_BUDGET_MS 120000 /* default providers.modal.retry_budget_ms */
 #define TAG_OWNER "sbxd_owner_uid"
 #define TAG_ID "sbxd_id"
@@ -50,8 +50,8 @@ struct mprov {
     int64_t memory_mb;
     int64_t max_timeout_ms;
     double retry_budget_s; /* how long exec streams and waits retry in an outage */
-    json_t *apps;   /* "env/name" -> app_id */
-    json_t *images; /* tag -> image_id */
+    json_t *apps;          /* "env/name" -> app_id */
+    json_t *images;        /* tag -> image_id */
     char last_error[512];
     /* Output flow control: 1 = pause the HTTP/2 stream (CURL_WRITEFUNC_PAUSE,
      * resumed with curl_easy_pause), the default. 0 (SBXD_MODAL_CURL_PAUSE=0) =
@@ -62,9 +62,9 @@ struct mprov {
     int curl_pause;
 
     /* What survives an sbxd restart (see "state file" below). */
-    char *state_path;  /* NULL: nothing is kept */
-    json_t *saved;     /* read at load, adopted on the first loop iteration */
-    json_t *snaps;     /* snapshot id -> {owner, created_at, sandbox, data} */
+    char *state_path; /* NULL: nothing is kept */
+    json_t *saved;    /* read at load, adopted on the first loop iteration */
+    json_t *snaps;    /* snapshot id -> {owner, created_at, sandbox, data} */
     ev_timer adopt_timer;
     ev_timer save_timer; /* writes at most once per STATE_SAVE_DELAY_S */
     struct state_writer writer;
@@ -124,11 +124,11 @@ struct msb {
     char *join_exception;
     enum mjob pending_op; /* a lifecycle op that waits for a restart */
 
-    struct mproc *procs;   /* live processes */
-    struct mproc *waiters; /* processes waiting for the restart */
-    int destroyed;         /* terminated: no longer kept in the state file */
+    struct mproc *procs;             /* live processes */
+    struct mproc *waiters;           /* processes waiting for the restart */
+    int destroyed;                   /* terminated: no longer kept in the state file */
     struct msb *all_next, *all_prev; /* mp->all */
-    json_t *warnings;      /* a found-by-name sandbox differs from the request */
+    json_t *warnings;             /* a found-by-name sandbox differs from the request */
     struct grpc_call *check_call; /* after adoption: is the Modal sandbox still there? */
     struct grpc_call *watch_call; /* during a lifecycle job: does the sandbox end? */
     ev_timer watch_timer;         /* SandboxWait again after a failure */
@@ -162,7 +162,7 @@ struct mproc {
     ev_timer report_timer;
     ev_timer retry_timer;
     int wait_fails;
-    double wait_fail_t0;   /* first failure of the current run of failures, 0 = none */
+    double wait_fail_t0; /* first failure of the current run of failures, 0 = none */
     double out_fail_t0[2];
     ev_timer out_timer[2]; /* reopen a broken output stream after a backoff */
     int exec_fails;

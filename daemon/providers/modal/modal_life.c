@@ -90,10 +90,10 @@ static void job_end(struct msb *ms, sbx_err_t *err, json_t *result)
         ms->destroyed = 1;
     if (job == J_SNAPSHOT && !failed && result && ms->sb->snap_id[0])
         /* Kept in the state file: the registry gets it back after a restart. */
-        json_object_set_new(ms->mp->snaps, ms->sb->snap_id,
-                            json_pack("{s:I, s:f, s:s, s:O}", "owner",
-                                      (json_int_t)ms->sb->owner, "created_at", daemon_now(),
-                                      "sandbox", ms->sb->id, "data", result));
+        json_object_set_new(
+            ms->mp->snaps, ms->sb->snap_id,
+            json_pack("{s:I, s:f, s:s, s:O}", "owner", (json_int_t)ms->sb->owner,
+                      "created_at", daemon_now(), "sandbox", ms->sb->id, "data", result));
     modal_state_dirty(ms->mp);
     if (job == J_RESTART) {
         json_decref(result);
@@ -225,10 +225,12 @@ static json_t *sandbox_tags(struct msb *ms)
     return t;
 }
 
-static void tag_warning(struct msb *ms, const char *what, const char *want, const char *have)
+static void tag_warning(struct msb *ms, const char *what, const char *want,
+                        const char *have)
 {
-    char *msg = xasprintf("%s: requested %s, the existing Modal sandbox has %s (not applied)",
-                          what, want, have);
+    char *msg =
+        xasprintf("%s: requested %s, the existing Modal sandbox has %s (not applied)",
+                  what, want, have);
     if (!ms->warnings)
         ms->warnings = json_array();
     json_array_append_new(ms->warnings, json_string(msg));
@@ -604,7 +606,7 @@ static int send_secret(struct msb *ms)
         xcalloc(n, sizeof(*ptrs));
     const char *k;
     json_t *v;
-    json_object_foreach (env, k, v) {
+    json_object_foreach(env, k, v) {
         Modal__Client__SecretGetOrCreateRequest__EnvDictEntry e =
             MODAL__CLIENT__SECRET_GET_OR_CREATE_REQUEST__ENV_DICT_ENTRY__INIT;
         ents[i] = e;
@@ -790,7 +792,7 @@ static int send_tags_set(struct msb *ms)
     Modal__Client__SandboxTag **tags = xcalloc(nt, sizeof(*tags));
     const char *k;
     json_t *v;
-    json_object_foreach (tv, k, v) {
+    json_object_foreach(tv, k, v) {
         Modal__Client__SandboxTag t = MODAL__CLIENT__SANDBOX_TAG__INIT;
         tv_s[i] = t;
         tv_s[i].tag_name = (char *)k;
@@ -1156,8 +1158,8 @@ static const char *opt_string(json_t *opts, const char *key)
 }
 
 /* The options a Modal sandbox takes; anything else is -32602, as on Docker. */
-static const char *const option_keys[] = {"app_name", "environment", "image", "cpu",
-                                          "memory_mb", "memory", NULL};
+static const char *const option_keys[] = {"app_name",  "environment", "image", "cpu",
+                                          "memory_mb", "memory",      NULL};
 
 static int check_options(json_t *opts, sbx_err_t *err)
 {
@@ -1166,7 +1168,7 @@ static int check_options(json_t *opts, sbx_err_t *err)
                              "options must be an object");
     const char *k;
     json_t *v;
-    json_object_foreach (opts, k, v) {
+    json_object_foreach(opts, k, v) {
         int known = 0;
         for (size_t i = 0; option_keys[i]; i++)
             known |= strcmp(option_keys[i], k) == 0;
@@ -1189,7 +1191,8 @@ struct msb *modal_msb_new(struct mprov *mp, struct sandbox *sb, sbx_err_t *err)
         return NULL;
     double cpu = mp->cpu;
     json_t *v = json_object_get(opts, "cpu");
-    if (v && !json_is_null(v) && (modal_opt_number(v, &cpu) < 0 || cpu < 0 || cpu > 1024)) {
+    if (v && !json_is_null(v) &&
+        (modal_opt_number(v, &cpu) < 0 || cpu < 0 || cpu > 1024)) {
         err_make_data(err, SBX_E_PARAMS, json_pack("{s:s}", "param", "options.cpu"),
                       "options.cpu must be a number of cores");
         return NULL;
@@ -1384,4 +1387,3 @@ void modal_sb_release(void *cookie, struct sandbox *sb)
     free(ms);
     sb->pdata = NULL;
 }
-

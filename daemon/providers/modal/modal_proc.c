@@ -171,9 +171,9 @@ static void report_cb(struct ev_loop *loop, ev_timer *w, int revents)
         if (m->exit_error)
             e = xstrdup(m->exit_error);
         else
-            e = xasprintf("the output could not be read completely (%s); %s",
-                          nz(m->incomplete_why),
-                          m->have_exit ? "the command itself ended" : "its exit is unknown");
+            e = xasprintf(
+                "the output could not be read completely (%s); %s", nz(m->incomplete_why),
+                m->have_exit ? "the command itself ended" : "its exit is unknown");
         json_object_set_new(rec, "error", json_string(e ? e : "output incomplete"));
         json_object_set_new(rec, "output_incomplete", json_true());
         if (m->have_exit && !m->gone)
@@ -450,9 +450,8 @@ static void wait_done(struct grpc_call *c, const struct grpc_status *st,
     if (m->reported || m->have_exit)
         return;
     if (st->code == GRPC_OK) {
-        Modal__Client__ContainerExecWaitResponse *r =
-            modal_reply(&modal__client__container_exec_wait_response__descriptor, st, msg,
-                        len);
+        Modal__Client__ContainerExecWaitResponse *r = modal_reply(
+            &modal__client__container_exec_wait_response__descriptor, st, msg, len);
         int completed = r && r->completed;
         if (completed) {
             m->have_exit = 1;
@@ -583,8 +582,8 @@ static void send_killer(struct mprov *mp, const char *task_id, const char *tag, 
     req.n_command = 5;
     req.timeout_secs = 30;
     /* Killing twice does no harm: this one may retry through an outage. */
-    grpc_call_retry_budget(grpc_unary(&mp->ch, "ContainerExec", &req.base, UNARY_TIMEOUT_S,
-                                      fire_and_forget_done, NULL),
+    grpc_call_retry_budget(grpc_unary(&mp->ch, "ContainerExec", &req.base,
+                                      UNARY_TIMEOUT_S, fire_and_forget_done, NULL),
                            mp->retry_budget_s);
 }
 
@@ -604,7 +603,8 @@ static void kill_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
     log_warn("modal: pid %u: Modal did not confirm the end of the process", m->p->pid);
     m->have_exit = 1;
     m->exit_code = 128 + m->kill_sig;
-    modal_set_str(&m->exit_error, "killed, but Modal did not confirm that the process ended");
+    modal_set_str(&m->exit_error,
+                  "killed, but Modal did not confirm that the process ended");
     m->gone = 1;
     schedule_report(m);
 }
@@ -628,10 +628,10 @@ static size_t env_prefix(struct msb *ms, json_t *want, char **argv, char ***owne
     const char *k;
     json_t *v;
     int need = 0;
-    json_object_foreach (baked, k, v)
+    json_object_foreach(baked, k, v)
         if (!json_object_get(want, k) && k[0] != '-')
             need = 1;
-    json_object_foreach (want, k, v) {
+    json_object_foreach(want, k, v) {
         json_t *b = json_object_get(baked, k);
         if (!b || !json_equal(b, v))
             need = 1;
@@ -640,13 +640,13 @@ static size_t env_prefix(struct msb *ms, json_t *want, char **argv, char ***owne
         return 0;
     *owned = xcalloc(json_object_size(want) + 1, sizeof(char *));
     argv[n++] = (char *)"env";
-    json_object_foreach (baked, k, v) {
+    json_object_foreach(baked, k, v) {
         if (json_object_get(want, k) || k[0] == '-')
             continue;
         argv[n++] = (char *)"-u";
         argv[n++] = (char *)k;
     }
-    json_object_foreach (want, k, v) {
+    json_object_foreach(want, k, v) {
         json_t *b = json_object_get(baked, k);
         if (b && json_equal(b, v))
             continue;
@@ -724,7 +724,7 @@ static void exec_start(struct mproc *m)
     } else {
         size_t i;
         json_t *a;
-        json_array_foreach (argv_j, i, a)
+        json_array_foreach(argv_j, i, a)
             argv[n++] = (char *)json_string_value(a);
     }
     Modal__Client__ContainerExecRequest req = MODAL__CLIENT__CONTAINER_EXEC_REQUEST__INIT;
@@ -841,9 +841,8 @@ static void check_done(struct grpc_call *c, const struct grpc_status *st,
     if (m->reported)
         return;
     struct msb *ms = m->ms;
-    Modal__Client__SandboxGetTaskIdResponse *r =
-        modal_reply(&modal__client__sandbox_get_task_id_response__descriptor, st, msg,
-                    len);
+    Modal__Client__SandboxGetTaskIdResponse *r = modal_reply(
+        &modal__client__sandbox_get_task_id_response__descriptor, st, msg, len);
     int ended = modal_task_ended(st, r);
     if (!ended &&
         (!r || r->_task_id_case !=
@@ -924,15 +923,16 @@ int modal_proc_spawn(void *cookie, struct process *p, sbx_err_t *err)
 }
 
 int modal_proc_write(void *cookie, struct process *p, const void *data, size_t len,
-                        sbx_err_t *err)
+                     sbx_err_t *err)
 {
     struct mproc *m = p->pdata;
     if (!m || m->stdin_eof || m->reported)
         return err_make(err, SBX_E_STATE, "stdin of process %u is closed", p->pid);
     if (m->stdin_broken)
-        return modal_plain_err(err, m->adopted ? "stdin of a process re-adopted after an sbxd "
-                                           "restart cannot be written"
-                                         : "stdin of the Modal exec failed earlier");
+        return modal_plain_err(err, m->adopted
+                                        ? "stdin of a process re-adopted after an sbxd "
+                                          "restart cannot be written"
+                                        : "stdin of the Modal exec failed earlier");
     if (m->stdin_q.bytes + len > STDIN_LIMIT)
         return err_make_data(
             err, SBX_E_LIMIT,
@@ -1092,4 +1092,3 @@ void modal_proc_adopt(struct msb *ms, json_t *pe)
     out_open(m, 2);
     wait_open(m);
 }
-

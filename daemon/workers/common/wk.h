@@ -16,7 +16,7 @@
 #include "sbx_chan.h"
 
 #define WK_NOBODY_ID 65534
-#define WK_MAX_TOOLS 256      /* tools per SPAWN */
+#define WK_MAX_TOOLS 256 /* tools per SPAWN */
 #define WK_TOOL_NAME_MAX 128
 
 /* ---- channel (wk_chan.c) ------------------------------------------------------- */
@@ -141,7 +141,7 @@ int wk_seccomp_install(const struct sock_filter *f, size_t n, const char *fail_m
     BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (nr), 0, 1),                                     \
         BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (SECCOMP_RET_DATA & (err)))
 /* Loads the arch, kills a foreign one, then loads the syscall number. */
-#define WK_FILTER_HEAD(audit)                                                           \
+#define WK_FILTER_HEAD(audit)                                                            \
     BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),             \
         BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (audit), 1, 0),                              \
         BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),                             \

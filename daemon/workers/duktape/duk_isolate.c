@@ -91,8 +91,8 @@ static void mem_give_up(struct dukw *w)
     json_t *j;
 
     snprintf(msg, sizeof(msg), "memory limit exceeded (%u MiB)", w->memory_mb);
-    j = json_pack("{s:i,s:i,s:b,s:b,s:s,s:b,s:b}", "exit_code", 1, "signal", 0, "timed_out", 0,
-                  "killed", 0, "error", msg, "reset", 1, "exiting", 1);
+    j = json_pack("{s:i,s:i,s:b,s:b,s:s,s:b,s:b}", "exit_code", 1, "signal", 0,
+                  "timed_out", 0, "killed", 0, "error", msg, "reset", 1, "exiting", 1);
     if (j)
         wk_send_json(w->fd, SBX_CHAN_EXIT, w->proc, j);
     _exit(0);
@@ -183,7 +183,8 @@ static void on_fatal(void *udata, const char *msg)
     text[n] = '\0';
     if (w->proc) {
         j = json_pack("{s:i,s:i,s:b,s:b,s:s,s:b,s:b}", "exit_code", 1, "signal", 0,
-                      "timed_out", 0, "killed", 0, "error", text, "reset", 1, "exiting", 1);
+                      "timed_out", 0, "killed", 0, "error", text, "reset", 1, "exiting",
+                      1);
         if (j)
             wk_send_json(w->fd, SBX_CHAN_EXIT, w->proc, j);
     } else {
@@ -575,8 +576,7 @@ static duk_ret_t setup_run(duk_context *ctx, void *udata)
     }
     duk_pop(ctx);
     duk_push_array(ctx); /* b+2 */
-    json_array_foreach(rs->tools, k, t)
-    {
+    json_array_foreach(rs->tools, k, t) {
         duk_push_c_function(ctx, tool_fn, 1);
         push_utf8(ctx, json_string_value(t), json_string_length(t));
         duk_put_prop_string(ctx, -2, HID_TOOL);
@@ -912,7 +912,7 @@ void dukw_isolate_run(struct dukw *w, uint32_t proc, json_t *req)
                 rec = exit_record(1, "out of memory returning the completion value", 0);
         } else if (!w->mem_exceeded) {
             wk_log(w->fd, "proc %u: completion value is not JSON-serializable",
-                     (unsigned)proc);
+                   (unsigned)proc);
         }
         duk_pop(ctx);
         if (!rec && !w->mem_exceeded)

@@ -124,7 +124,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
     return 0;
 }
 
-/* ---- hardening (steps in workers/common/wk_harden.c) --------------------------------- */
+/* ---- hardening (steps in workers/common/wk_harden.c) ------------------------------- */
 
 #ifdef WK_SECCOMP_ARCH
 /* Low 32 bits of argument i (both supported arches are little-endian). */
@@ -296,7 +296,7 @@ static void on_stdin(struct dukw *w, uint32_t proc, const uint8_t *data, uint32_
         return; /* not running (any more): nobody will read it */
     if (len > DUKW_STDIN_MAX - in->len) {
         wk_log(w->fd, "proc %u: stdin buffer full, %u bytes dropped", (unsigned)proc,
-                 (unsigned)len);
+               (unsigned)len);
         return;
     }
     if (in->len + len > in->cap) {
@@ -358,8 +358,8 @@ static void on_restore(struct dukw *w, const uint8_t *payload, uint32_t len)
 
 static void send_hello(struct dukw *w)
 {
-    json_t *hello = json_pack("{s:i,s:s,s:[]}", "version", SBX_CHAN_VERSION, "agent", "duk",
-                              "procs");
+    json_t *hello =
+        json_pack("{s:i,s:s,s:[]}", "version", SBX_CHAN_VERSION, "agent", "duk", "procs");
     if (hello)
         wk_send_json(w->fd, SBX_CHAN_HELLO, 0, hello);
     json_decref(hello);
@@ -390,8 +390,12 @@ void dukw_dispatch(void *worker, const struct sbx_chan_hdr *h, const uint8_t *pa
     struct dukw *w = worker;
 
     switch (h->type) {
-    case SBX_CHAN_SPAWN: on_spawn(w, h->proc, payload, h->len); break;
-    case SBX_CHAN_STDIN: on_stdin(w, h->proc, payload, h->len); break;
+    case SBX_CHAN_SPAWN:
+        on_spawn(w, h->proc, payload, h->len);
+        break;
+    case SBX_CHAN_STDIN:
+        on_stdin(w, h->proc, payload, h->len);
+        break;
     case SBX_CHAN_STDIN_EOF:
         if (h->proc != 0 && h->proc == w->proc)
             w->in.eof = 1;
@@ -447,14 +451,23 @@ void dukw_dispatch(void *worker, const struct sbx_chan_hdr *h, const uint8_t *pa
         }
         on_tool_result(w, h->proc, payload, h->len);
         break;
-    case SBX_CHAN_SNAPSHOT: on_snapshot(w); break;
-    case SBX_CHAN_RESTORE: on_restore(w, payload, h->len); break;
-    case SBX_CHAN_RESET: on_reset(w); break;
-    case SBX_CHAN_PING: wk_send(w->fd, SBX_CHAN_PONG, 0, NULL, 0); break;
-    case SBX_CHAN_FORGET: break; /* the worker keeps no exited processes */
+    case SBX_CHAN_SNAPSHOT:
+        on_snapshot(w);
+        break;
+    case SBX_CHAN_RESTORE:
+        on_restore(w, payload, h->len);
+        break;
+    case SBX_CHAN_RESET:
+        on_reset(w);
+        break;
+    case SBX_CHAN_PING:
+        wk_send(w->fd, SBX_CHAN_PONG, 0, NULL, 0);
+        break;
+    case SBX_CHAN_FORGET:
+        break; /* the worker keeps no exited processes */
     default:
         wk_log(w->fd, "unexpected %s frame (0x%02x) for proc %u ignored",
-                 sbx_chan_type_name(h->type), h->type, (unsigned)h->proc);
+               sbx_chan_type_name(h->type), h->type, (unsigned)h->proc);
         break;
     }
 }

@@ -43,9 +43,9 @@ struct dukw {
     size_t mem_limit; /* bytes */
     size_t mem_used;  /* bytes, headers included */
     unsigned memory_mb;
-    int mem_exceeded;  /* an allocation was refused since the flag was cleared */
+    int mem_exceeded;      /* an allocation was refused since the flag was cleared */
     double mem_refused_at; /* ms (monotonic) of this run's first refusal, or 0 */
-    int reset_pending; /* the heap failed outside a run: recreate it, say reset */
+    int reset_pending;     /* the heap failed outside a run: recreate it, say reset */
 
     /* The running process; proc 0 = none. */
     uint32_t proc;

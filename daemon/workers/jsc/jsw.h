@@ -30,7 +30,7 @@
 struct jsw_call {
     struct jsw_call *next;
     uint32_t id;
-    char *tool;               /* the original tool id */
+    char *tool;                  /* the original tool id */
     JSObjectRef resolve, reject; /* protected */
 };
 
@@ -60,7 +60,7 @@ struct jsw {
     json_t *rec;            /* exit record being built */
     char *result;           /* JSON text of the return value, or NULL */
     size_t result_len;
-    json_t *logs;       /* array of console lines */
+    json_t *logs; /* array of console lines */
     size_t logs_bytes;
     int logs_truncated;
     uint32_t next_call;
@@ -104,7 +104,8 @@ void jsw_engine_prepare(struct jsw *w);
 /* Sends the EXIT of a program that settled (w->done) and cleans up. */
 void jsw_engine_finish(struct jsw *w);
 /* A TOOL_RESULT payload (NUL-terminated) for the running program. */
-void jsw_engine_tool_result(struct jsw *w, uint32_t proc, const char *payload, size_t len);
+void jsw_engine_tool_result(struct jsw *w, uint32_t proc, const char *payload,
+                            size_t len);
 /* SNAP_DATA payload {"globals":{...}} or {"error":S}; malloc'd. */
 char *jsw_engine_snapshot(struct jsw *w, size_t *len_out);
 /* RESTORE {"globals":{...}}. 0 or -1 with *why. */

@@ -77,9 +77,11 @@ static JSStringRef str_from_utf8(const char *s, size_t len)
         i++;
         if (need) {
             size_t k;
-            for (k = 0; k < need && i + k < len && ((unsigned char)s[i + k] & 0xc0) == 0x80; k++)
+            for (k = 0;
+                 k < need && i + k < len && ((unsigned char)s[i + k] & 0xc0) == 0x80; k++)
                 cp = (cp << 6) | ((unsigned char)s[i + k] & 0x3f);
-            if (k < need || (need == 2 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) ||
+            if (k < need ||
+                (need == 2 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) ||
                 (need == 3 && (cp < 0x10000 || cp > 0x10ffff))) {
                 cp = 0xfffd;
                 i += k;
@@ -114,7 +116,8 @@ static char *utf8_from_str(JSStringRef s, size_t *len_out)
 
     for (size_t i = 0; i < n; i++) {
         uint32_t cp = u[i];
-        if (cp >= 0xd800 && cp <= 0xdbff && i + 1 < n && u[i + 1] >= 0xdc00 && u[i + 1] <= 0xdfff) {
+        if (cp >= 0xd800 && cp <= 0xdbff && i + 1 < n && u[i + 1] >= 0xdc00 &&
+            u[i + 1] <= 0xdfff) {
             cp = 0x10000 + ((cp - 0xd800) << 10) + (u[i + 1] - 0xdc00);
             i++;
         } else if (cp >= 0xd800 && cp <= 0xdfff) {
@@ -205,8 +208,8 @@ static void add_log(struct jsw *w, const char *line, size_t len)
 }
 
 /* out(stream, line) */
-static JSValueRef native_out(JSContextRef ctx, JSObjectRef fn, JSObjectRef self, size_t argc,
-                             const JSValueRef argv[], JSValueRef *exc)
+static JSValueRef native_out(JSContextRef ctx, JSObjectRef fn, JSObjectRef self,
+                             size_t argc, const JSValueRef argv[], JSValueRef *exc)
 {
     struct jsw *w = W;
     size_t len;
@@ -220,15 +223,16 @@ static JSValueRef native_out(JSContextRef ctx, JSObjectRef fn, JSObjectRef self,
     add_log(w, s, len);
     s = xrealloc(s, len + 2);
     s[len] = '\n';
-    jsw_output(w, JSValueToNumber(ctx, argv[0], NULL) == 1 ? SBX_CHAN_STDERR : SBX_CHAN_STDOUT,
-               (const uint8_t *)s, len + 1);
+    jsw_output(
+        w, JSValueToNumber(ctx, argv[0], NULL) == 1 ? SBX_CHAN_STDERR : SBX_CHAN_STDOUT,
+        (const uint8_t *)s, len + 1);
     free(s);
     return JSValueMakeUndefined(ctx);
 }
 
 /* call(toolId, argsJson) -> Promise */
-static JSValueRef native_call(JSContextRef ctx, JSObjectRef fn, JSObjectRef self, size_t argc,
-                              const JSValueRef argv[], JSValueRef *exc)
+static JSValueRef native_call(JSContextRef ctx, JSObjectRef fn, JSObjectRef self,
+                              size_t argc, const JSValueRef argv[], JSValueRef *exc)
 {
     struct jsw *w = W;
     JSObjectRef resolve, reject, promise;
@@ -260,8 +264,8 @@ static JSValueRef native_call(JSContextRef ctx, JSObjectRef fn, JSObjectRef self
     plen = 48 + strlen(name_json) + args_len;
     if (plen > w->max_message) {
         char msg[160];
-        snprintf(msg, sizeof(msg), "arguments of %s are too large (%zu bytes, max %zu)", name,
-                 args_len, w->max_message - 48 - strlen(name_json));
+        snprintf(msg, sizeof(msg), "arguments of %s are too large (%zu bytes, max %zu)",
+                 name, args_len, w->max_message - 48 - strlen(name_json));
         free(name);
         free(args);
         free(name_json);
@@ -311,8 +315,8 @@ static void set_exception(struct jsw *w, JSContextRef ctx, JSObjectRef d)
 }
 
 /* done(ok, jsonText | {name, message, stack}) */
-static JSValueRef native_done(JSContextRef ctx, JSObjectRef fn, JSObjectRef self, size_t argc,
-                              const JSValueRef argv[], JSValueRef *exc)
+static JSValueRef native_done(JSContextRef ctx, JSObjectRef fn, JSObjectRef self,
+                              size_t argc, const JSValueRef argv[], JSValueRef *exc)
 {
     struct jsw *w = W;
 
@@ -324,7 +328,8 @@ static JSValueRef native_done(JSContextRef ctx, JSObjectRef fn, JSObjectRef self
             w->result = utf8_of(ctx, argv[1], &w->result_len);
             if (w->result && w->result_len > w->max_message - 65536) {
                 char msg[128];
-                snprintf(msg, sizeof(msg), "the return value is too large (%zu bytes of JSON)",
+                snprintf(msg, sizeof(msg),
+                         "the return value is too large (%zu bytes of JSON)",
                          w->result_len);
                 free(w->result);
                 w->result = NULL;
@@ -358,8 +363,8 @@ static JSGlobalContextRef new_context(struct jsw *w, JSObjectRef *api_out)
 
     if (!ctx)
         return NULL;
-    fnv = eval(ctx, jsw_prelude_js, (size_t)(jsw_prelude_js_end - jsw_prelude_js), "prelude",
-               &exc);
+    fnv = eval(ctx, jsw_prelude_js, (size_t)(jsw_prelude_js_end - jsw_prelude_js),
+               "prelude", &exc);
     if (!fnv || !JSValueIsObject(ctx, fnv))
         goto fail;
     n = str_c("out");
@@ -396,8 +401,8 @@ static void drop_context(JSGlobalContextRef ctx, JSObjectRef api)
 static JSStringRef strip(struct jsw *w, const char *code, size_t len, JSValueRef *exc);
 static void collect_if_big(struct jsw *w);
 
-static JSValueRef api_call(JSContextRef ctx, JSObjectRef api, const char *name, size_t argc,
-                           const JSValueRef *argv, JSValueRef *exc)
+static JSValueRef api_call(JSContextRef ctx, JSObjectRef api, const char *name,
+                           size_t argc, const JSValueRef *argv, JSValueRef *exc)
 {
     JSValueRef f = get(ctx, api, name);
     if (!JSValueIsObject(ctx, f))
@@ -421,14 +426,15 @@ int jsw_engine_init(struct jsw *w, const char **why)
         *why = "cannot create the stripper's context";
         return -1;
     }
-    if (!eval(w->strip_ctx, jsw_strip_js, (size_t)(jsw_strip_js_end - jsw_strip_js), "strip",
-              &exc) ||
+    if (!eval(w->strip_ctx, jsw_strip_js, (size_t)(jsw_strip_js_end - jsw_strip_js),
+              "strip", &exc) ||
         exc) {
         *why = "the TypeScript stripper failed to load";
         return -1;
     }
     n = str_c("sbxStrip");
-    f = JSObjectGetProperty(w->strip_ctx, JSContextGetGlobalObject(w->strip_ctx), n, NULL);
+    f = JSObjectGetProperty(w->strip_ctx, JSContextGetGlobalObject(w->strip_ctx), n,
+                            NULL);
     JSStringRelease(n);
     if (!JSValueIsObject(w->strip_ctx, f)) {
         *why = "the TypeScript stripper has no sbxStrip";
@@ -530,8 +536,8 @@ static const char *check_spawn(json_t *req)
 
 static json_t *exit_record(int code, const char *error)
 {
-    json_t *r = json_pack("{s:i,s:i,s:b,s:b}", "exit_code", code, "signal", 0, "timed_out", 0,
-                          "killed", 0);
+    json_t *r = json_pack("{s:i,s:i,s:b,s:b}", "exit_code", code, "signal", 0,
+                          "timed_out", 0, "killed", 0);
     if (error)
         json_object_set_new(r, "error", json_string(error));
     return r;
@@ -544,8 +550,7 @@ static char *tool_list(json_t *tools)
     size_t i;
     char *s;
 
-    json_array_foreach(tools, i, t)
-    {
+    json_array_foreach(tools, i, t) {
         char *g = global_name(json_string_value(t));
         if (!json_object_get(seen, g)) {
             json_object_set_new(seen, g, json_true());
@@ -651,7 +656,8 @@ void jsw_engine_spawn(struct jsw *w, uint32_t proc, json_t *req)
     if (!w->ctx) {
         w->done = 1;
         json_object_set_new(w->rec, "exit_code", json_integer(1));
-        json_object_set_new(w->rec, "error", json_string("cannot create a JavaScript context"));
+        json_object_set_new(w->rec, "error",
+                            json_string("cannot create a JavaScript context"));
         jsw_engine_finish(w);
         return;
     }
@@ -710,7 +716,8 @@ void jsw_engine_finish(struct jsw *w)
         if (*stack && strncmp(stack, name, strlen(name)) == 0)
             n = (size_t)snprintf(line, n, "Uncaught %s\n", stack);
         else
-            n = (size_t)snprintf(line, n, "Uncaught %s%s%s\n", name, *name ? ": " : "", msg);
+            n = (size_t)snprintf(line, n, "Uncaught %s%s%s\n", name, *name ? ": " : "",
+                                 msg);
         jsw_output(w, SBX_CHAN_STDERR, (const uint8_t *)line, n);
         free(line);
     }
@@ -820,9 +827,11 @@ void jsw_engine_tool_result(struct jsw *w, uint32_t proc, const char *payload, s
             r = c->resolve;
         } else {
             JSValueRef e = get(ctx, (JSObjectRef)v, "error");
-            JSValueRef m = JSValueIsObject(ctx, e) ? get(ctx, (JSObjectRef)e, "message") : NULL;
+            JSValueRef m =
+                JSValueIsObject(ctx, e) ? get(ctx, (JSObjectRef)e, "message") : NULL;
             /* the daemon passes a checked data.name as error.name */
-            JSValueRef dn = JSValueIsObject(ctx, e) ? get(ctx, (JSObjectRef)e, "name") : NULL;
+            JSValueRef dn =
+                JSValueIsObject(ctx, e) ? get(ctx, (JSObjectRef)e, "name") : NULL;
             char *msg = m && JSValueIsString(ctx, m) ? utf8_of(ctx, m, NULL) : NULL;
             JSObjectRef err = make_error(ctx, "Error", msg ? msg : "tool call failed");
             free(msg);

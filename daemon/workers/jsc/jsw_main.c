@@ -242,7 +242,6 @@ static int harden(struct opts *o, int *fd, const char **why)
 
 /* ---- dispatch ---------------------------------------------------------------------- */
 
-
 static void send_hello(struct jsw *w)
 {
     json_t *hello =
@@ -292,8 +291,8 @@ static void on_snapshot(struct jsw *w)
 /* Whole messages: MORE frames are collected and prefixed to the next frame
  * of the same proc. Returns the full payload (malloc'd) or NULL when it was
  * a MORE frame, or too large (logged). */
-static uint8_t *collect(struct jsw *w, const struct sbx_chan_hdr *h, const uint8_t *payload,
-                        size_t *len_out)
+static uint8_t *collect(struct jsw *w, const struct sbx_chan_hdr *h,
+                        const uint8_t *payload, size_t *len_out)
 {
     size_t need;
     uint8_t *out;
@@ -334,7 +333,9 @@ void jsw_dispatch(void *worker, const struct sbx_chan_hdr *h, const uint8_t *pay
     struct jsw *w = worker;
 
     switch (h->type) {
-    case SBX_CHAN_SPAWN: on_spawn(w, h->proc, payload, h->len); break;
+    case SBX_CHAN_SPAWN:
+        on_spawn(w, h->proc, payload, h->len);
+        break;
     case SBX_CHAN_MORE:
     case SBX_CHAN_TOOL_RESULT: {
         size_t len = 0;
@@ -353,7 +354,9 @@ void jsw_dispatch(void *worker, const struct sbx_chan_hdr *h, const uint8_t *pay
     case SBX_CHAN_KILL:   /* the daemon ends the whole worker for a running program */
     case SBX_CHAN_FORGET: /* no exited processes are kept */
         break;
-    case SBX_CHAN_SNAPSHOT: on_snapshot(w); break;
+    case SBX_CHAN_SNAPSHOT:
+        on_snapshot(w);
+        break;
     case SBX_CHAN_RESTORE: {
         const char *why = NULL;
         if (jsw_engine_restore(w, (const char *)payload, h->len, &why) < 0)
@@ -369,10 +372,12 @@ void jsw_dispatch(void *worker, const struct sbx_chan_hdr *h, const uint8_t *pay
         jsw_engine_prepare(w);
         send_hello(w);
         break;
-    case SBX_CHAN_PING: wk_send(w->fd, SBX_CHAN_PONG, 0, NULL, 0); break;
+    case SBX_CHAN_PING:
+        wk_send(w->fd, SBX_CHAN_PONG, 0, NULL, 0);
+        break;
     default:
         wk_log(w->fd, "unexpected %s frame (0x%02x) for proc %u ignored",
-                sbx_chan_type_name(h->type), h->type, (unsigned)h->proc);
+               sbx_chan_type_name(h->type), h->type, (unsigned)h->proc);
     }
 }
 
