@@ -12,10 +12,11 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "call.h"
+#include "conn.h"
 #include "daemon.h"
 #include "log.h"
 #include "process.h"
-#include "rpc.h"
 #include "sandbox.h"
 #include "sbx_proto.h"
 #include "snapshot.h"

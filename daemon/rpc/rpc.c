@@ -63,21 +63,14 @@ int rpc_json_depth_ok(json_t *v, int depth)
     return parse_depth_ok(v, depth);
 }
 
-static json_t *error_response(json_t *id, int code, const char *msg, json_t *data)
-{
-    return json_pack("{s:s, s:O, s:{s:i, s:s, s:o}}", "jsonrpc", "2.0", "id",
-                     id ? id : json_null(), "error", "code", code, "message",
-                     msg ? msg : "error", "data", data ? data : json_object());
-}
-
 /* The error that replaces a reply the session has no room for. */
 static json_t *too_large(json_t *id, size_t size, size_t room)
 {
     json_t *data =
         json_pack("{s:s, s:I, s:I}", "limit", "session_output_hard", "max",
                   (json_int_t)D->cfg.session_output_hard, "size", (json_int_t)size);
-    json_t *e = error_response(id, SBX_E_LIMIT,
-                               "reply too large for this session's output buffer", data);
+    json_t *e = call_error_response(
+        id, SBX_E_LIMIT, "reply too large for this session's output buffer", data);
     (void)room;
     return e;
 }
@@ -222,7 +215,8 @@ static void call_unlink(struct call *c)
     c->next = c->prev = NULL;
 }
 
-/* Delivers msg (stolen, may be NULL for notifications) and frees c. */
+/* Where every call's answer goes (call.h's finish): its batch slot, or the
+ * connection. msg stolen, may be NULL for notifications; frees c. */
 static void call_finish(struct call *c, json_t *msg)
 {
     if (c->batch) {
@@ -237,43 +231,6 @@ static void call_finish(struct call *c, json_t *msg)
     call_unlink(c);
     json_decref(c->id);
     free(c);
-}
-
-void call_reply(struct call *c, json_t *result)
-{
-    if (!result)
-        result = json_object();
-    json_t *msg = NULL;
-    if (c->id)
-        msg =
-            json_pack("{s:s, s:O, s:O}", "jsonrpc", "2.0", "id", c->id, "result", result);
-    json_decref(result);
-    call_finish(c, msg);
-}
-
-void call_fail(struct call *c, sbx_err_t *err)
-{
-    json_t *msg = NULL;
-    if (c->id) {
-        json_t *data = err->data;
-        err->data = NULL;
-        msg = error_response(c->id, err->code ? err->code : SBX_E_INTERNAL,
-                             err->msg ? err->msg : "internal error", data);
-    }
-    err_clear(err);
-    call_finish(c, msg);
-}
-
-void call_error(struct call *c, int code, json_t *data, const char *fmt, ...)
-{
-    char buf[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof(buf), fmt, ap);
-    va_end(ap);
-    json_t *msg =
-        c->id ? error_response(c->id, code, buf, data) : (json_decref(data), NULL);
-    call_finish(c, msg);
 }
 
 void rpc_conn_gone(struct rpc_conn *k)
@@ -330,6 +287,7 @@ int rpc_batch_resume(struct rpc_conn *k)
 static struct call *call_new(struct rpc_conn *k, json_t *id, struct batch *b, int index)
 {
     struct call *c = xcalloc(1, sizeof(*c));
+    c->finish = call_finish;
     c->conn = k;
     c->id = id ? json_incref(id) : NULL;
     c->batch = b;
@@ -423,7 +381,7 @@ void rpc_handle_value(struct rpc_conn *k, json_t *v, int depth_ok,
 {
     json_error_t jerr = *jerr_in;
     if (!v || !depth_ok) {
-        json_t *msg = error_response(
+        json_t *msg = call_error_response(
             NULL, SBX_E_PARSE, v ? "nesting too deep" : "parse error",
             v ? NULL
               : json_pack("{s:s, s:i}", "detail", jerr.text, "position", jerr.position));
@@ -436,7 +394,7 @@ void rpc_handle_value(struct rpc_conn *k, json_t *v, int depth_ok,
         size_t n = json_array_size(v);
         if (n == 0) {
             json_t *msg =
-                error_response(NULL, SBX_E_INVALID_REQUEST, "empty batch", NULL);
+                call_error_response(NULL, SBX_E_INVALID_REQUEST, "empty batch", NULL);
             conn_send(k, msg);
             json_decref(msg);
             json_decref(v);
