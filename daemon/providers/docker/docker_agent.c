@@ -175,6 +175,16 @@ static void att_data(struct hj *h, int stream, const uint8_t *d, size_t n, void 
     agent_stderr(ds, d, n);
 }
 
+/* The channel broke during a lifecycle step: that step fails with msg. */
+static void fail_step(struct dk_sb *ds, const char *msg)
+{
+    sbx_err_t err = {0};
+    err_make_data(&err, SBX_E_PROVIDER,
+                  json_pack("{s:s, s:s}", "provider", "docker", "message", msg),
+                  "docker: %s", msg);
+    dk_lc_fail(ds, &err);
+}
+
 static void att_closed(struct hj *h, const char *why, void *data)
 {
     struct dk_sb *ds = data;
@@ -184,11 +194,7 @@ static void att_closed(struct hj *h, const char *why, void *data)
     char msg[300];
     snprintf(msg, sizeof(msg), "attach stream ended: %s", why);
     if (ds->phase != PH_IDLE) {
-        sbx_err_t err = {0};
-        err_make_data(&err, SBX_E_PROVIDER,
-                      json_pack("{s:s, s:s}", "provider", "docker", "message", msg),
-                      "docker: %s", msg);
-        dk_lc_fail(ds, &err);
+        fail_step(ds, msg);
         return;
     }
     dk_container_trouble(ds, msg);
@@ -405,11 +411,7 @@ static void agent_chan_closed(struct chan *ch, const char *why, void *data)
     log_warn("docker %s: %s", ds->sb->id, msg);
     dka_close_attach(ds);
     if (ds->phase != PH_IDLE) {
-        sbx_err_t err = {0};
-        err_make_data(&err, SBX_E_PROVIDER,
-                      json_pack("{s:s, s:s}", "provider", "docker", "message", msg),
-                      "docker: %s", msg);
-        dk_lc_fail(ds, &err);
+        fail_step(ds, msg);
         return;
     }
     sandbox_lost(ds->sb, msg);
