@@ -29,6 +29,12 @@
  * (assembling and copying 3 MB at the end held the loop for up to 9 ms).
  * An answer that arrives before an earlier member's waits in `arena` and
  * moves to `out` once the members before it are done.
+ *
+ * Both are bounded by the room the connection has for a reply
+ * (session_output_hard less what it has queued): past it the batch is
+ * over, the answers' texts are dropped and only their ids kept, and every
+ * member is answered with a -32005 of its own. Without that, 300,000
+ * daemon.info calls in one 16 MiB line built a gigabyte before the check.
  */
 struct batch {
     struct rpc_conn *conn; /* NULL once gone */
@@ -47,13 +53,17 @@ struct batch {
      * that is done with nothing to say (a notification). */
     size_t *off, *lens;
     unsigned char *in_out;
-    size_t count; /* answers in out */
+    size_t count;    /* answers in out */
+    size_t answered; /* members that have an answer (kept or not) */
+    size_t size;     /* the reply's length with every answer in it */
+    json_t **ids;    /* once over: member i's id (owned), for its -32005 */
     int outstanding;
 };
 
 #define BATCH_SLICE_S 0.001
 #define NO_TEXT ((size_t)-1)
 #define NO_ANSWER ((size_t)-2)
+#define OVER ((size_t)-3) /* answered, text dropped: the reply had no room */
 #define BATCH_CHECK_EVERY 16
 
 /* -- helpers -------------------------------------------------------------- */
@@ -102,6 +112,10 @@ static void batch_free(struct batch *b)
     free(b->off);
     free(b->lens);
     free(b->in_out);
+    if (b->ids)
+        for (size_t i = 0; i < b->n; i++)
+            json_decref(b->ids[i]);
+    free(b->ids);
     parse_dispose(b->reqs);
     free(b);
 }
@@ -149,8 +163,17 @@ static void batch_member_done(struct batch *b, size_t i, json_t *msg)
         return; /* answered already */
     char *text = msg && b->conn ? json_dumps(msg, JSON_COMPACT) : NULL;
     size_t n = text ? strlen(text) : 0;
+    if (text) {
+        b->answered++;
+        b->size += n + 1;
+        if (!b->ids && b->size + 1 > b->conn->ops->reply_room(b->conn))
+            b->ids = xcalloc(b->n, sizeof(*b->ids));
+    }
     if (!text) {
         b->off[i] = NO_ANSWER;
+    } else if (b->ids) {
+        b->off[i] = OVER;
+        b->ids[i] = json_incref(json_object_get(msg, "id"));
     } else if (i == b->emit) {
         out_put(b, i, text, n);
     } else {
@@ -164,7 +187,7 @@ static void batch_member_done(struct batch *b, size_t i, json_t *msg)
     /* Members done early follow the ones now in place. */
     while (b->emit < b->n && b->off[b->emit] != NO_TEXT) {
         size_t e = b->emit++;
-        if (b->off[e] != NO_ANSWER && !b->in_out[e])
+        if (b->off[e] != NO_ANSWER && b->off[e] != OVER && !b->in_out[e])
             out_put(b, e, b->arena + b->off[e], b->lens[e]);
     }
 }
@@ -175,29 +198,51 @@ static void batch_slot_done(struct batch *b)
         return;
     /* Only responses, in request order; notifications left no text. */
     struct rpc_conn *k = b->conn;
-    if (!k || b->count == 0) {
+    if (!k || b->answered == 0) {
         batch_free(b);
         return;
     }
-    size_t len = b->out_len + 1; /* + ']' */
+    size_t len = b->size + 1; /* '[' + answers and commas + ']' */
     size_t room = k->ops->reply_room(k);
-    if (len + 1 <= room && buf_put(&b->out, &b->out_len, &b->out_cap, "]", 1) == 0) {
+    if (!b->ids && len + 1 <= room &&
+        buf_put(&b->out, &b->out_len, &b->out_cap, "]", 1) == 0) {
         char *out = b->out;
         b->out = NULL;
         k->ops->send_line_owned(k, out, b->out_len);
     } else {
-        /* No room: every request still gets an answer, a -32005 of its own. */
-        json_t *arr = json_array();
-        for (size_t i = 0; i < b->n; i++) {
+        /* No room: every request still gets an answer, a -32005 of its own,
+         * written straight into one line (a tree of 20,000 error objects
+         * would cost more than the answers it replaces). */
+        char *line = NULL;
+        size_t llen = 0, lcap = 0;
+        int ok = buf_put(&line, &llen, &lcap, "[", 1) == 0;
+        for (size_t i = 0; ok && i < b->n; i++) {
             if (b->off[i] == NO_TEXT || b->off[i] == NO_ANSWER)
                 continue;
-            const char *t = (b->in_out[i] ? b->out : b->arena) + b->off[i];
-            json_t *r = json_loadb(t, b->lens[i], JSON_ALLOW_NUL, NULL);
-            json_array_append_new(arr, too_large(json_object_get(r, "id"), len, room));
+            json_t *r = NULL, *id = b->off[i] == OVER ? b->ids[i] : NULL;
+            if (b->off[i] != OVER) {
+                const char *t = (b->in_out[i] ? b->out : b->arena) + b->off[i];
+                r = json_loadb(t, b->lens[i], JSON_ALLOW_NUL, NULL);
+                id = json_object_get(r, "id");
+            }
+            json_t *e = too_large(id, len, room);
+            char *et = e ? json_dumps(e, JSON_COMPACT) : NULL;
+            ok = et && (llen == 1 || buf_put(&line, &llen, &lcap, ",", 1) == 0) &&
+                 buf_put(&line, &llen, &lcap, et, strlen(et)) == 0;
+            free(et);
+            json_decref(e);
             json_decref(r);
         }
-        send_reply(k, arr);
-        json_decref(arr);
+        ok = ok && buf_put(&line, &llen, &lcap, "]", 1) == 0;
+        if (ok && llen + 1 <= room) {
+            k->ops->send_line_owned(k, line, llen);
+        } else {
+            free(line);
+            /* Not even the errors fit: one for the whole batch. */
+            json_t *e = too_large(NULL, len, room);
+            send_reply(k, e);
+            json_decref(e);
+        }
     }
     batch_free(b);
 }
