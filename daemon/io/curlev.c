@@ -80,6 +80,20 @@ static void sock_unlink(struct curlev_sock *cs)
         cs->next->prev = cs->prev;
 }
 
+/* Lets libcurl act on fd (or its timeout), then runs what that finished. */
+static void socket_action(struct curlev *ce, curl_socket_t fd, int flags)
+{
+    ce->depth++;
+    CURLMcode mc = curl_multi_socket_action(ce->multi, fd, flags, &ce->running);
+    ce->depth--;
+    if (mc != CURLM_OK) {
+        multi_failed(ce, mc);
+        return;
+    }
+    run_deferred(ce);
+    drain(ce);
+}
+
 static void io_cb(struct ev_loop *loop, ev_io *w, int revents)
 {
     struct curlev_sock *cs = w->data;
@@ -92,15 +106,7 @@ static void io_cb(struct ev_loop *loop, ev_io *w, int revents)
         flags |= CURL_CSELECT_OUT;
     if (revents & EV_ERROR)
         flags |= CURL_CSELECT_ERR;
-    ce->depth++;
-    CURLMcode mc = curl_multi_socket_action(ce->multi, fd, flags, &ce->running);
-    ce->depth--;
-    if (mc != CURLM_OK) {
-        multi_failed(ce, mc);
-        return;
-    }
-    run_deferred(ce);
-    drain(ce);
+    socket_action(ce, fd, flags);
 }
 
 static int sock_cb(CURL *easy, curl_socket_t s, int what, void *userp, void *socketp)
@@ -154,16 +160,7 @@ static int sock_cb(CURL *easy, curl_socket_t s, int what, void *userp, void *soc
 static void timeout_cb(struct ev_loop *loop, ev_timer *w, int revents)
 {
     struct curlev *ce = w->data;
-    ce->depth++;
-    CURLMcode mc =
-        curl_multi_socket_action(ce->multi, CURL_SOCKET_TIMEOUT, 0, &ce->running);
-    ce->depth--;
-    if (mc != CURLM_OK) {
-        multi_failed(ce, mc);
-        return;
-    }
-    run_deferred(ce);
-    drain(ce);
+    socket_action(ce, CURL_SOCKET_TIMEOUT, 0);
 }
 
 static int timer_fn(CURLM *multi, long timeout_ms, void *userp)

@@ -344,6 +344,19 @@ static void m_info(struct call *c, json_t *params)
 
 /* -- sandbox.* -------------------------------------------------------------------- */
 
+/* A create or clone past the uid's max_sandboxes_per_uid: answered, -1. */
+static int over_sandbox_cap(struct call *c, uid_t uid)
+{
+    if (sandbox_count_owned(uid) < D->cfg.max_sandboxes_per_uid)
+        return 0;
+    call_error(c, SBX_E_LIMIT,
+               json_pack("{s:s, s:I}", "limit", "max_sandboxes_per_uid", "max",
+                         (json_int_t)D->cfg.max_sandboxes_per_uid),
+               "too many sandboxes (limit %lld)",
+               (long long)D->cfg.max_sandboxes_per_uid);
+    return -1;
+}
+
 /* Validates the create/clone knobs into conf (borrowed). 0 ok, -1 answered. */
 static int conf_common(struct call *c, json_t *params, json_t *conf)
 {
@@ -453,14 +466,8 @@ static void m_create(struct call *c, json_t *params)
                                     : "failed to load");
         return;
     }
-    if (sandbox_count_owned(uid) >= D->cfg.max_sandboxes_per_uid) {
-        call_error(c, SBX_E_LIMIT,
-                   json_pack("{s:s, s:I}", "limit", "max_sandboxes_per_uid", "max",
-                             (json_int_t)D->cfg.max_sandboxes_per_uid),
-                   "too many sandboxes (limit %lld)",
-                   (long long)D->cfg.max_sandboxes_per_uid);
+    if (over_sandbox_cap(c, uid) < 0)
         return;
-    }
 
     json_t *conf = json_object();
     json_object_set_new(conf, "provider", json_string(prov_name));
@@ -671,14 +678,8 @@ static void m_clone(struct call *c, json_t *params)
                    "sandbox id %s is not available", nid);
         return;
     }
-    if (sandbox_count_owned(uid) >= D->cfg.max_sandboxes_per_uid) {
-        call_error(c, SBX_E_LIMIT,
-                   json_pack("{s:s, s:I}", "limit", "max_sandboxes_per_uid", "max",
-                             (json_int_t)D->cfg.max_sandboxes_per_uid),
-                   "too many sandboxes (limit %lld)",
-                   (long long)D->cfg.max_sandboxes_per_uid);
+    if (over_sandbox_cap(c, uid) < 0)
         return;
-    }
     json_t *conf = json_deep_copy(src->conf);
     /* The runtime env layer is part of the parent's configuration too. */
     json_t *env = json_object_get(conf, "env");

@@ -239,6 +239,19 @@ static void flush_inner(struct hj *h)
     update_io(h);
 }
 
+/* Leaving a callback: a close asked for inside it happens now, else the
+ * watchers follow the stream's state. */
+static void cb_leave(struct hj *h)
+{
+    h->in_cb--;
+    if (h->closing) {
+        if (!h->in_cb)
+            hj_free(h);
+        return;
+    }
+    update_io(h);
+}
+
 static void io_cb(struct ev_loop *loop, ev_io *w, int revents)
 {
     struct hj *h = w->data;
@@ -247,13 +260,7 @@ static void io_cb(struct ev_loop *loop, ev_io *w, int revents)
         hj_flush(h);
     if ((revents & EV_READ) && !h->closing && h->st != HJ_DEAD)
         do_read(h);
-    h->in_cb--;
-    if (h->closing) {
-        if (!h->in_cb)
-            hj_free(h);
-        return;
-    }
-    update_io(h);
+    cb_leave(h);
 }
 
 /* An engine that takes the connection but never answers must not hang us. */
@@ -277,13 +284,7 @@ static void kick_cb(struct ev_loop *loop, ev_timer *w, int revents)
     struct hj *h = w->data;
     h->in_cb++;
     do_read(h);
-    h->in_cb--;
-    if (h->closing) {
-        if (!h->in_cb)
-            hj_free(h);
-        return;
-    }
-    update_io(h);
+    cb_leave(h);
 }
 
 static void update_io(struct hj *h)
