@@ -12,6 +12,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -300,11 +301,16 @@ static int mkdir_p(char *path)
     }
 }
 
-/* Marks every descriptor above stderr close-on-exec (kernel 5.11+). */
+/*
+ * Marks every descriptor above stderr close-on-exec (kernel 5.11+). The upper
+ * end is INT_MAX, not ~0u: descriptors are ints, and gVisor refuses a range
+ * past INT_MAX with EINVAL, which used to send every spawn there into the
+ * fcntl loop below (20000 calls, about 0.45 s on the ptrace platform).
+ */
 static int close_range_cloexec(void)
 {
 #ifdef SYS_close_range
-    return (int)syscall(SYS_close_range, 3u, ~0u, CLOSE_RANGE_CLOEXEC);
+    return (int)syscall(SYS_close_range, 3u, (unsigned)INT_MAX, CLOSE_RANGE_CLOEXEC);
 #else
     errno = ENOSYS;
     return -1;
