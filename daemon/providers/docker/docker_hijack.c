@@ -542,6 +542,9 @@ struct hj *hj_open(struct dk_engine *e, const char *method, const char *path,
     curlev_req_connect_only(h->req);
     curlev_req_timeouts(h->req, 0, DK_CONNECT_TIMEOUT_MS);
     curl_easy_setopt(easy, CURLOPT_TCP_NODELAY, 1L);
+    /* curl_easy_recv reads at most this much per call (16 KiB by default):
+     * a whole rbuf per read takes a quarter of the syscalls on a stream. */
+    curl_easy_setopt(easy, CURLOPT_BUFFERSIZE, (long)HJ_RBUF);
     curlev_req_callbacks(h->req, NULL, NULL, connected, h);
     h->st = HJ_CONNECTING;
     if (curlev_req_start(h->req) < 0) {
