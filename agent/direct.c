@@ -11,8 +11,9 @@
  * Who may become the channel: a peer that presents the key the daemon sent
  * over the attach stream (which code in the container cannot read) and,
  * when we are PID 1 of our own PID namespace, a peer from outside it (its
- * SO_PEERCRED pid reads as 0 here). The directory is 0700, so only our uid
- * can even connect.
+ * SO_PEERCRED pid reads as 0 here, or as our own pid under gVisor, which
+ * does not let its sandbox's processes connect to a socket the host sees).
+ * The directory is 0700, so only our uid can even connect.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -185,8 +186,10 @@ static void accept_all(void)
             return;
         struct ucred cr;
         socklen_t len = sizeof(cr);
-        if (getpid() == 1 &&
-            (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) < 0 || cr.pid != 0)) {
+        /* gVisor (runsc --host-uds=create) reports a peer from the host with
+         * our own pid; processes in its sandbox cannot connect at all. */
+        if (getpid() == 1 && (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) < 0 ||
+                              (cr.pid != 0 && cr.pid != getpid()))) {
             alog("direct socket: a peer inside the container was refused");
             close(fd);
             continue;

@@ -568,6 +568,8 @@ void dk_agent_mount(struct dk_prov *dp, json_t *body)
             (c[1 + n] == '\0' || c[1 + n] == ':'))
             return;
     }
+    if (dkd_run_volume(dp, body))
+        return;
     json_t *tmpfs = json_is_object(json_object_get(hc, "Tmpfs"))
                         ? json_copy(json_object_get(hc, "Tmpfs"))
                         : json_object();

@@ -19,7 +19,9 @@
  *      answers DIRECT {path}.
  *   2. Inspect the container for State.Pid; open PID/root/path without
  *      following any symlink (the container's filesystem is untrusted) and
- *      connect.
+ *      connect. Under gVisor the container's files are not under PID/root:
+ *      there the run directory is a volume made at create (dkd_run_volume)
+ *      and the path is opened below its host directory instead.
  *   3. DIRECT {key} on the socket; the agent proves itself with DIRECT
  *      {answer}. From here frames go through the socket; the attach
  *      stream's frames are ignored.
@@ -71,26 +73,25 @@ static int make_token(char out[DKD_TOKEN + 1])
     return 0;
 }
 
-int dkd_connect(long pid, const char *path, char *err, size_t errlen)
+/*
+ * Connects to the socket at path below the directory fd dfd, resolved with
+ * how_resolve and no symlink at all: a link planted in the container must
+ * not lead us to a host socket. Takes dfd. *missing is set when there is no
+ * such file.
+ */
+static int connect_below(int dfd, const char *path, uint64_t how_resolve, int *missing,
+                         char *err, size_t errlen)
 {
-    char root[64];
-    snprintf(root, sizeof(root), "/proc/%ld/root", pid);
-    int rfd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
-    if (rfd < 0) {
-        snprintf(err, errlen, "%s: %s", root, strerror(errno));
-        return -1;
-    }
-    /* Resolved as if the container's root were "/", and no symlink at all:
-     * a link planted in the container must not lead us to a host socket. */
     struct open_how how = {
         .flags = O_PATH | O_CLOEXEC,
-        .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
+        .resolve = how_resolve | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
     };
     while (*path == '/')
         path++;
-    int sfd = (int)syscall(SYS_openat2, rfd, path, &how, sizeof(how));
+    int sfd = (int)syscall(SYS_openat2, dfd, path, &how, sizeof(how));
     int e = errno;
-    close(rfd);
+    close(dfd);
+    *missing = sfd < 0 && e == ENOENT;
     if (sfd < 0) {
         snprintf(err, errlen, "open %s in the container: %s", path, strerror(e));
         return -1;
@@ -114,6 +115,119 @@ int dkd_connect(long pid, const char *path, char *err, size_t errlen)
         return -1;
     }
     close(sfd);
+    return fd;
+}
+
+int dkd_connect(long pid, const char *path, char *err, size_t errlen)
+{
+    char root[64];
+    snprintf(root, sizeof(root), "/proc/%ld/root", pid);
+    int rfd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (rfd < 0) {
+        snprintf(err, errlen, "%s: %s", root, strerror(errno));
+        return -1;
+    }
+    /* Resolved as if the container's root were "/". */
+    int missing;
+    return connect_below(rfd, path, RESOLVE_IN_ROOT, &missing, err, errlen);
+}
+
+/* ---- the run directory on the host (gVisor) --------------------------------------- */
+
+/* The default runtime and runc by its other names share our kernel: the
+ * agent's socket is reached through /proc/PID/root, its directory a tmpfs. */
+static int runc_like(const char *rt)
+{
+    return !rt || !rt[0] || !strcmp(rt, "runc") || !strcmp(rt, "io.containerd.runc.v2") ||
+           !strcmp(rt, "io.containerd.runtime.v1.linux");
+}
+
+/* A local volume of tmpfs at the run directory, as the options' tmpfs would be. */
+static json_t *run_volume_mount(json_t *body)
+{
+    /* The agent runs as the container's user and wants the directory its
+     * own: a numeric user gets it; any other runs as root or falls back. */
+    char o[160] = "size=1m,mode=0700,nosuid,nodev,noexec";
+    const char *u = json_string_value(json_object_get(body, "User"));
+    unsigned long uid, gid;
+    char *end;
+    if (u && u[0] >= '0' && u[0] <= '9') {
+        uid = strtoul(u, &end, 10);
+        gid = uid;
+        if (*end == ':' && end[1] >= '0' && end[1] <= '9')
+            gid = strtoul(end + 1, &end, 10);
+        if (*end == '\0' && uid <= 0x7fffffff && gid <= 0x7fffffff)
+            snprintf(o + strlen(o), sizeof(o) - strlen(o), ",uid=%lu,gid=%lu", uid, gid);
+    }
+    return json_pack("{s:s, s:s, s:{s:b, s:{s:s, s:{s:s, s:s, s:s}}}}", "Type", "volume",
+                     "Target", DK_AGENT_DIR "/run", "VolumeOptions", "NoCopy", 1,
+                     "DriverConfig", "Name", "local", "Options", "type", "tmpfs",
+                     "device", "tmpfs", "o", o);
+}
+
+int dkd_run_volume(struct dk_prov *dp, json_t *body)
+{
+    json_t *hc = json_object_get(body, "HostConfig");
+    if (!dp->direct || !dp->eng.unix_path ||
+        runc_like(json_string_value(json_object_get(hc, "Runtime"))) ||
+        json_object_get(json_object_get(hc, "Tmpfs"), DK_AGENT_DIR "/run"))
+        return 0;
+    json_t *mounts = json_is_array(json_object_get(hc, "Mounts"))
+                         ? json_copy(json_object_get(hc, "Mounts"))
+                         : json_array();
+    size_t i;
+    json_t *m;
+    json_array_foreach(mounts, i, m) {
+        const char *t = json_string_value(json_object_get(m, "Target"));
+        if (t && !strcmp(t, DK_AGENT_DIR "/run")) {
+            json_decref(mounts);
+            return 1; /* the options mount something there: theirs */
+        }
+    }
+    json_array_append_new(mounts, run_volume_mount(body));
+    json_object_set_new(hc, "Mounts", mounts);
+    return 1;
+}
+
+/* The host directory of the local volume at the run directory, or NULL. */
+static const char *run_volume_dir(json_t *inspect)
+{
+    size_t i;
+    json_t *m;
+    json_array_foreach(json_object_get(inspect, "Mounts"), i, m) {
+        const char *dst = json_string_value(json_object_get(m, "Destination"));
+        const char *type = json_string_value(json_object_get(m, "Type"));
+        const char *drv = json_string_value(json_object_get(m, "Driver"));
+        const char *src = json_string_value(json_object_get(m, "Source"));
+        if (dst && type && drv && src && src[0] == '/' &&
+            !strcmp(dst, DK_AGENT_DIR "/run") && !strcmp(type, "volume") &&
+            !strcmp(drv, "local"))
+            return src;
+    }
+    return NULL;
+}
+
+/* The agent's socket in the run volume, seen from the host. */
+static int connect_volume(const char *dir, const char *path, char *err, size_t errlen)
+{
+    static const char run[] = DK_AGENT_DIR "/run/";
+    if (strncmp(path, run, sizeof(run) - 1) != 0) {
+        snprintf(err, errlen, "%s is not in the run directory's volume", path);
+        return -1;
+    }
+    int dfd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0) {
+        snprintf(err, errlen, "%s: %s", dir, strerror(errno));
+        return -1;
+    }
+    /* Beneath the volume, no "..", no symlink, no other mount. */
+    int missing;
+    int fd = connect_below(dfd, path + sizeof(run) - 1, RESOLVE_BENEATH | RESOLVE_NO_XDEV,
+                           &missing, err, errlen);
+    if (fd < 0 && missing)
+        snprintf(err, errlen,
+                 "the runtime keeps the agent's socket inside its sandbox (gVisor: "
+                 "add --host-uds=create to its runtimeArgs)");
     return fd;
 }
 
@@ -204,7 +318,10 @@ static void pid_done(struct dk_resp *r, void *data)
         return;
     }
     char err[300];
-    int fd = dkd_connect((long)json_integer_value(pid), ds->dpath, err, sizeof(err));
+    const char *vol = run_volume_dir(r->json);
+    int fd =
+        vol ? connect_volume(vol, ds->dpath, err, sizeof(err))
+            : dkd_connect((long)json_integer_value(pid), ds->dpath, err, sizeof(err));
     if (fd < 0) {
         fall_back(ds, err);
         return;

@@ -360,6 +360,10 @@ void dkd_timer(struct dk_sb *ds);
 /* Connects to the Unix socket at path inside the root of process pid, never
  * following a symlink. A nonblocking fd, or -1 with a message in err. */
 int dkd_connect(long pid, const char *path, char *err, size_t errlen);
+/* Create body: a runtime other than runc (gVisor) gets the agent's run
+ * directory as a local tmpfs volume, so that its socket can be seen from the
+ * host (runsc --host-uds=create). 1 when the run directory is seen to. */
+int dkd_run_volume(struct dk_prov *dp, json_t *body);
 void dk_direct_closed(struct chan *ch, const char *why, void *data);
 
 /* docker.c: the lifecycle machine, for docker_agent.c, docker_exec.c, docker_direct.c */
