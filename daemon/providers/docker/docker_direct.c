@@ -221,13 +221,20 @@ static int connect_volume(const char *dir, const char *path, char *err, size_t e
         return -1;
     }
     /* Beneath the volume, no "..", no symlink, no other mount. */
+    const char *rel = path + sizeof(run) - 1;
     int missing;
-    int fd = connect_below(dfd, path + sizeof(run) - 1, RESOLVE_BENEATH | RESOLVE_NO_XDEV,
-                           &missing, err, errlen);
+    int fd = connect_below(fcntl(dfd, F_DUPFD_CLOEXEC, 0), rel,
+                           RESOLVE_BENEATH | RESOLVE_NO_XDEV, &missing, err, errlen);
     if (fd < 0 && missing)
         snprintf(err, errlen,
                  "the runtime keeps the agent's socket inside its sandbox (gVisor: "
                  "add --host-uds=create to its runtimeArgs)");
+    /* gVisor can neither unlink nor bind again a host socket file it made
+     * (EPERM): the next DIRECT (a restart of sbxd) needs the name free. The
+     * connection outlives the name; unlinkat removes a planted link itself. */
+    if (!missing && !strchr(rel, '/'))
+        unlinkat(dfd, rel, 0);
+    close(dfd);
     return fd;
 }
 
