@@ -3,7 +3,7 @@
 # `make run` calls it with "build", `make test` with "test".
 set -e
 BUILD="gcc make pkg-config libev-dev libjansson-dev libcurl4-openssl-dev libyaml-dev duktape-dev libprotobuf-c-dev protobuf-c-compiler libjavascriptcoregtk-4.1-dev"
-TEST="procps openssl busybox-static curl debootstrap clang-14 libclang-rt-14-dev clang-format-14"
+TEST="procps openssl busybox-static curl debootstrap clang-14 libclang-rt-14-dev clang-format-14 runsc"
 want="$BUILD"
 [ "$1" = test ] && want="$BUILD $TEST"
 missing=""

@@ -21,6 +21,14 @@
 # vfs needs no overlay support, --bridge=none needs no iptables/NAT: containers get
 # only a loopback interface (use NetworkMode "none"/"host"). The private engine starts
 # its own containerd under DIR/exec unless /run/containerd/containerd.sock exists.
+#
+# gVisor: when Debian's runsc is installed, the private engine registers it as the
+# runtime "runsc" (DIR/daemon.json, passed as --config-file) with
+#   --platform=ptrace   no KVM needed
+#   --network=none      sbxd's containers have no network anyway
+#   --host-uds=create   a socket the sandbox binds in a host mount is a host socket:
+#                       sbxd's direct channel (proto/CHANNEL.md, "Under gVisor")
+# A reused engine keeps its own runtimes.
 set -eu
 
 PING_TIMEOUT=${DOCKERD_START_TIMEOUT:-60}
@@ -144,6 +152,12 @@ cmd_start() {
         --data-root "$dir/data" --exec-root "$dir/exec" --pidfile "$dir/dockerd.pid" \
         --containerd-namespace sbxtest --containerd-plugins-namespace sbxtest-plugins \
         -H "unix://$sock"
+    if runsc=$(command -v runsc 2>/dev/null) && [ -x "$runsc" ]; then
+        printf '{"runtimes": {"runsc": {"path": "%s", "runtimeArgs": %s}}}\n' "$runsc" \
+            '["--platform=ptrace", "--network=none", "--host-uds=create"]' >"$dir/daemon.json"
+        set -- --config-file "$dir/daemon.json" "$@"
+        log "gVisor: runtime runsc ($runsc)"
+    fi
     if [ "$tls" = 1 ]; then
         command -v openssl >/dev/null 2>&1 || die "openssl is needed for --tls"
         make_certs "$dir/tls"
@@ -217,7 +231,7 @@ cmd_stop() {
         umount -l "$m" 2>/dev/null || true
     done
     rm -rf "$dir/data" "$dir/exec" "$dir/tls" "$dir/docker.sock" "$dir/dockerd.pid" \
-        "$dir/tls.port" "$dir/dockerd.log"
+        "$dir/tls.port" "$dir/dockerd.log" "$dir/daemon.json"
     rmdir "$dir" 2>/dev/null || true
 }
 

@@ -81,4 +81,28 @@ if [ "$st" -ne 0 ]; then
     tail -n 60 "$T/sbxd-main.log" 2>/dev/null
     echo "$tally"
 fi
+
+# -- the runsc pass (gVisor): lifecycle, exec, stdin, kill, stream, snapshot and
+# restart again with runtime: runsc, on the same engine; skipped where the
+# engine has no runsc or runsc cannot run here. One tally for both binaries.
+if [ -x "$B/tests/ptest_docker_runsc" ]; then
+    echo "--- runsc pass (tests/providers/ptest_docker_runsc.c)"
+    "$B/tests/ptest_docker_runsc" "$B/sbxd" "$B" "$T/runsc" | tee "$T/runsc.out"
+    rt=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$T/runsc.out" | tail -n 1)
+    [ -n "$rt" ] || rt="0 passed, 1 failed"
+    num() { # TALLY WORD: the count before WORD, 0 when absent
+        v=$(echo "$1" | sed -n "s/.*\([^0-9]\|^\)\([0-9][0-9]*\) $2.*/\2/p")
+        echo "${v:-0}"
+    }
+    p=$(($(num "$tally" passed) + $(num "$rt" passed)))
+    f=$(($(num "$tally" failed) + $(num "$rt" failed)))
+    s=$(($(num "$tally" skipped) + $(num "$rt" skipped)))
+    case "$rt" in *", 0 failed"*) ;; *)
+        st=1
+        echo "--- runsc sbxd log (tail)"
+        tail -n 60 "$T/runsc/sbxd-runsc.log" 2>/dev/null
+        ;;
+    esac
+    echo "$p passed, $f failed, $s skipped"
+fi
 exit $st
