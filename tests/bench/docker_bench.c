@@ -112,8 +112,10 @@ static json_t *echo_cmd(int shell)
     return shell ? json_string("echo hi") : json_pack("[s,s]", "echo", "hi");
 }
 
-/* p50/p99 of one command form, beside the docker CLI running the same form. */
-static void roundtrip_form(conn *c, const char *cid, int shell)
+/* p50/p99 of one command form in sandbox sb (container cid), beside the
+ * docker CLI running the same form; the labels start with what. */
+static void roundtrip_form(conn *c, const char *sb, const char *cid, int shell,
+                           const char *what)
 {
     int n = quick ? 50 : 300, nc = quick ? 10 : 30;
     double *v = calloc((size_t)n, sizeof(double)),
@@ -124,15 +126,16 @@ static void roundtrip_form(conn *c, const char *cid, int shell)
         /* stream false: the round trip is the call and its result, which
          * carries stdout; no process.output notifications on the side */
         json_decref(call(c, "process.exec",
-                         json_pack("{s:s, s:o, s:b}", "sandbox", "bench", "command",
+                         json_pack("{s:s, s:o, s:b}", "sandbox", sb, "command",
                                    echo_cmd(shell), "stream", 0)));
         if (i >= 10) /* the first ten warm up */
             v[i - 10] = now_ms() - t;
     }
-    const char *l50 =
-        shell ? "exec `sh -c 'echo hi'` p50" : "exec `echo hi` round trip p50";
-    const char *l99 =
-        shell ? "exec `sh -c 'echo hi'` p99" : "exec `echo hi` round trip p99";
+    char l50[80], l99[80];
+    snprintf(l50, sizeof(l50), "%s%s", what,
+             shell ? "exec `sh -c 'echo hi'` p50" : "exec `echo hi` round trip p50");
+    snprintf(l99, sizeof(l99), "%s%s", what,
+             shell ? "exec `sh -c 'echo hi'` p99" : "exec `echo hi` round trip p99");
     if (variant) { /* no peers */
         printf("  %-40s sbxd %9.2f ms\n", l50, pct(v, n, 0.5));
         printf("  %-40s sbxd %9.2f ms\n", l99, pct(v, n, 0.99));
@@ -155,8 +158,8 @@ static void roundtrip_form(conn *c, const char *cid, int shell)
 
 static void bench_roundtrip(conn *c, const char *cid)
 {
-    roundtrip_form(c, cid, 0);
-    roundtrip_form(c, cid, 1);
+    roundtrip_form(c, "bench", cid, 0, "");
+    roundtrip_form(c, "bench", cid, 1, "");
     if (variant)
         return;
     /* the floor here: starting any process */
@@ -173,6 +176,38 @@ static void bench_roundtrip(conn *c, const char *cid)
     printf(
         "  %-40s %.2f ms (fork+exec of /bin/true on this host: the floor of any exec)\n",
         "process start on the host p50", pct(f, 20, 0.5));
+}
+
+/* ---- gVisor ------------------------------------------------------------------------ */
+
+/* The same round trip in a sandbox with runtime runsc, beside docker exec into
+ * that same container: what sbx-init and the agent channel add under gVisor. */
+static void bench_runsc(conn *c)
+{
+    json_t *r =
+        call(c, "sandbox.create",
+             json_pack("{s:s, s:s, s:i, s:{s:s}}", "id", "bench-rs", "provider", "docker",
+                       "timeout_ms", 3600000, "options", "runtime", "runsc"));
+    json_t *md = json_object_get(res_of(r), "metadata");
+    const char *cid = json_string_value(json_object_get(md, "container_id"));
+    if (!cid) {
+        const char *m =
+            json_string_value(json_object_get(json_object_get(r, "error"), "message"));
+        printf("  (runsc not measured: %.300s)\n", m ? m : "no sandbox");
+        json_decref(r);
+        return;
+    }
+    char id[128];
+    snprintf(id, sizeof(id), "%s", cid);
+    const char *ch = json_string_value(json_object_get(md, "channel"));
+    printf("  gVisor: runtime runsc, agent channel %s (direct needs --host-uds=create in "
+           "its runtimeArgs)\n",
+           ch ? ch : "?");
+    json_decref(r);
+    roundtrip_form(c, "bench-rs", id, 0, "runsc ");
+    if (!quick)
+        roundtrip_form(c, "bench-rs", id, 1, "runsc ");
+    json_decref(call(c, "sandbox.destroy", json_pack("{s:s}", "id", "bench-rs")));
 }
 
 /* ---- 16 concurrent execs
@@ -607,7 +642,7 @@ int main(int argc, char **argv)
     char cid[128];
     snprintf(cid, sizeof(cid), "%s", cid0);
     json_decref(r);
-    /* BENCH_ONLY=roundtrip,concurrent,lifecycle,stream picks sections */
+    /* BENCH_ONLY=roundtrip,concurrent,lifecycle,stream,runsc picks sections */
     const char *only = getenv("BENCH_ONLY");
 #define WANT(s) (!only || strstr(only, s))
     if (WANT("roundtrip"))
@@ -618,6 +653,8 @@ int main(int argc, char **argv)
         bench_lifecycle(c);
     if (WANT("stream"))
         bench_stream(c, cid);
+    if (WANT("runsc"))
+        bench_runsc(c);
 #undef WANT
     json_decref(call(c, "sandbox.destroy", json_pack("{s:s}", "id", "bench")));
     cn_close(c);

@@ -5,7 +5,9 @@
 # Engine: $DOCKER_HOST (unix://) or /var/run/docker.sock when one answers,
 # else (as root) a private dockerd for the run (tests/docker/dockerd.sh).
 # BENCH_QUICK=quick shortens every figure; BENCH_ONLY=stream (or roundtrip,
-# concurrent, lifecycle) runs only those sections. After the figures against
+# concurrent, lifecycle, runsc) runs only those sections. runsc: the exec round
+# trip in a gVisor sandbox beside docker exec into the same runsc container
+# (noted as not measured where the engine has no runsc). After the figures against
 # the docker CLI, exec and stream again with direct_channel: false.
 B=${1:-build}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
