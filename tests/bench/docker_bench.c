@@ -178,38 +178,6 @@ static void bench_roundtrip(conn *c, const char *cid)
         "process start on the host p50", pct(f, 20, 0.5));
 }
 
-/* ---- gVisor ------------------------------------------------------------------------ */
-
-/* The same round trip in a sandbox with runtime runsc, beside docker exec into
- * that same container: what sbx-init and the agent channel add under gVisor. */
-static void bench_runsc(conn *c)
-{
-    json_t *r =
-        call(c, "sandbox.create",
-             json_pack("{s:s, s:s, s:i, s:{s:s}}", "id", "bench-rs", "provider", "docker",
-                       "timeout_ms", 3600000, "options", "runtime", "runsc"));
-    json_t *md = json_object_get(res_of(r), "metadata");
-    const char *cid = json_string_value(json_object_get(md, "container_id"));
-    if (!cid) {
-        const char *m =
-            json_string_value(json_object_get(json_object_get(r, "error"), "message"));
-        printf("  (runsc not measured: %.300s)\n", m ? m : "no sandbox");
-        json_decref(r);
-        return;
-    }
-    char id[128];
-    snprintf(id, sizeof(id), "%s", cid);
-    const char *ch = json_string_value(json_object_get(md, "channel"));
-    printf("  gVisor: runtime runsc, agent channel %s (direct needs --host-uds=create in "
-           "its runtimeArgs)\n",
-           ch ? ch : "?");
-    json_decref(r);
-    roundtrip_form(c, "bench-rs", id, 0, "runsc ");
-    if (!quick)
-        roundtrip_form(c, "bench-rs", id, 1, "runsc ");
-    json_decref(call(c, "sandbox.destroy", json_pack("{s:s}", "id", "bench-rs")));
-}
-
 /* ---- 16 concurrent execs
  * ---------------------------------------------------------------- */
 
@@ -475,10 +443,10 @@ static void bench_pool(conn *c, int size)
 
 /* Counts payload bytes of process.output lines without a JSON parser (the data are
  * plain letters); returns at process.exit. */
-static double stream_sbxd(conn *c, const char *cmd, uint64_t *bytes)
+static double stream_sbxd(conn *c, const char *sb, const char *cmd, uint64_t *bytes)
 {
-    json_t *r = call(c, "process.spawn",
-                     json_pack("{s:s, s:s}", "sandbox", "bench", "command", cmd));
+    json_t *r =
+        call(c, "process.spawn", json_pack("{s:s, s:s}", "sandbox", sb, "command", cmd));
     json_decref(r);
     double t = now_ms();
     uint64_t n = 0;
@@ -507,29 +475,9 @@ static double stream_sbxd(conn *c, const char *cmd, uint64_t *bytes)
     return (now_ms() - t) / 1000.0;
 }
 
-static void bench_stream(conn *c, const char *cid)
+/* MB/s of cmd's stdout through `docker exec` into cid, drained from a pipe. */
+static double stream_cli(const char *cid, const char *cmd)
 {
-    int mb = quick ? 100 : 500;
-    char cmd[256];
-    snprintf(cmd, sizeof(cmd), "dd if=/dev/zero bs=64k count=%d 2>/dev/null | tr '\\0' x",
-             mb * 16);
-    /* The median of three runs (the first after a pause): the engine is still
-     * cleaning up after the lifecycle section, and this VM's timing is noisy. */
-    sleep(2);
-    int runs = quick ? 1 : 3;
-    double rates[3];
-    uint64_t bytes = 0;
-    for (int i = 0; i < runs; i++) {
-        double s = stream_sbxd(c, cmd, &bytes);
-        rates[i] = bytes / 1048576.0 / s;
-    }
-    double sbx = pct(rates, runs, 0.5);
-    if (variant) { /* no peers */
-        printf("  %-40s sbxd %9.2f MB/s\n", "stream, median of 3", sbx);
-        return;
-    }
-
-    /* docker exec through the CLI, output to a pipe we drain */
     double t = now_ms();
     int pfd[2];
     uint64_t got = 0;
@@ -552,7 +500,33 @@ static void bench_stream(conn *c, const char *cid)
         close(pfd[0]);
         posix_spawn_file_actions_destroy(&fa);
     }
-    double dk = got / 1048576.0 / ((now_ms() - t) / 1000.0);
+    return got / 1048576.0 / ((now_ms() - t) / 1000.0);
+}
+
+static void bench_stream(conn *c, const char *cid)
+{
+    int mb = quick ? 100 : 500;
+    char cmd[256];
+    snprintf(cmd, sizeof(cmd), "dd if=/dev/zero bs=64k count=%d 2>/dev/null | tr '\\0' x",
+             mb * 16);
+    /* The median of three runs (the first after a pause): the engine is still
+     * cleaning up after the lifecycle section, and this VM's timing is noisy. */
+    sleep(2);
+    int runs = quick ? 1 : 3;
+    double rates[3];
+    uint64_t bytes = 0;
+    for (int i = 0; i < runs; i++) {
+        double s = stream_sbxd(c, "bench", cmd, &bytes);
+        rates[i] = bytes / 1048576.0 / s;
+    }
+    double sbx = pct(rates, runs, 0.5);
+    if (variant) { /* no peers */
+        printf("  %-40s sbxd %9.2f MB/s\n", "stream, median of 3", sbx);
+        return;
+    }
+
+    double dk = stream_cli(cid, cmd);
+    double t;
     char what[80];
     snprintf(what, sizeof(what), "stream %d MB (dd bs=64k | tr), median of %d", mb, runs);
     line(what, sbx, dk, "MB/s", 0);
@@ -587,6 +561,46 @@ static void bench_stream(conn *c, const char *cid)
                "raw attach ceiling", mb / (secs > 0.01 ? secs : 0.01));
     }
     run_cli(CLI("rm", "-f", ccid), NULL, 0);
+}
+
+/* ---- gVisor ------------------------------------------------------------------------ */
+
+/* The same round trip in a sandbox with runtime runsc, beside docker exec into
+ * that same container: what sbx-init and the agent channel add under gVisor. */
+static void bench_runsc(conn *c)
+{
+    json_t *r =
+        call(c, "sandbox.create",
+             json_pack("{s:s, s:s, s:i, s:{s:s}}", "id", "bench-rs", "provider", "docker",
+                       "timeout_ms", 3600000, "options", "runtime", "runsc"));
+    json_t *md = json_object_get(res_of(r), "metadata");
+    const char *cid = json_string_value(json_object_get(md, "container_id"));
+    if (!cid) {
+        const char *m =
+            json_string_value(json_object_get(json_object_get(r, "error"), "message"));
+        printf("  (runsc not measured: %.300s)\n", m ? m : "no sandbox");
+        json_decref(r);
+        return;
+    }
+    char id[128];
+    snprintf(id, sizeof(id), "%s", cid);
+    const char *ch = json_string_value(json_object_get(md, "channel"));
+    printf("  gVisor: runtime runsc, agent channel %s (direct needs --host-uds=create in "
+           "its runtimeArgs)\n",
+           ch ? ch : "?");
+    json_decref(r);
+    roundtrip_form(c, "bench-rs", id, 0, "runsc ");
+    if (!quick)
+        roundtrip_form(c, "bench-rs", id, 1, "runsc ");
+    int mb = quick ? 50 : 200;
+    char cmd[160], what[80];
+    snprintf(cmd, sizeof(cmd), "dd if=/dev/zero bs=64k count=%d 2>/dev/null | tr '\\0' x",
+             mb * 16);
+    uint64_t bytes = 0;
+    double secs = stream_sbxd(c, "bench-rs", cmd, &bytes);
+    snprintf(what, sizeof(what), "runsc stream %d MB (dd bs=64k | tr)", mb);
+    line(what, bytes / 1048576.0 / secs, stream_cli(id, cmd), "MB/s", 0);
+    json_decref(call(c, "sandbox.destroy", json_pack("{s:s}", "id", "bench-rs")));
 }
 
 int main(int argc, char **argv)
