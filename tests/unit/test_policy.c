@@ -144,6 +144,233 @@ static void test_example(void)
     config_deinit(&cfg);
 }
 
+/* ---- secdock (issue 16): reserved names, users by resolution, tmpfs sizes,
+ * a required runtime, disk ceilings, the built-in defaults ---------------------- */
+
+static int reserved_refused(const char *opts_json, const char *want_option)
+{
+    json_t *o = json_loads(opts_json, 0, NULL);
+    sbx_err_t err = {0};
+    int r = policy_reserved(o, &err);
+    const char *opt = json_string_value(json_object_get(err.data, "option"));
+    const char *why = json_string_value(json_object_get(err.data, "reason"));
+    int ok = r < 0 && err.code == SBX_E_PERMISSION && opt && !strcmp(opt, want_option) &&
+             why && !strcmp(why, "reserved");
+    if (!ok)
+        printf("      %s -> %s\n", opts_json, err.msg ? err.msg : "(accepted)");
+    err_clear(&err);
+    json_decref(o);
+    return ok;
+}
+
+static int reserved_ok(const char *opts_json)
+{
+    json_t *o = json_loads(opts_json, 0, NULL);
+    sbx_err_t err = {0};
+    int r = policy_reserved(o, &err);
+    if (r < 0)
+        printf("      %s -> %s\n", opts_json, err.msg);
+    err_clear(&err);
+    json_decref(o);
+    return r == 0;
+}
+
+static const char test_passwd[] = "root:x:0:0:root:/root:/bin/sh\n"
+                                  "daemon:x:1:1:daemon:/usr/sbin:/bin/sh\n"
+                                  "nobody:x:65534:65534:nobody:/:/bin/false\n"
+                                  "op:x:11:0:operator:/root:/bin/sh\n"
+                                  "app:x:1000:1000::/home/app:/bin/sh\n";
+static const char test_group[] = "root:x:0:daemon\n"
+                                 "daemon:x:1:\n"
+                                 "nogroup:x:65534:\n"
+                                 "app:x:1000:\n"
+                                 "wheel:x:10:app\n";
+
+/* Resolved against the image files above: "uid:gid" and the supplementary
+ * groups ("+g"), "error" when the runtime would refuse it, "refused" when
+ * the policy would (root anywhere). */
+static const char *resolved(const char *spec)
+{
+    static char buf[200];
+    struct policy_user u;
+    char why[200] = "";
+    policy_user_spell(spec, &u);
+    if (policy_user_resolve(&u, test_passwd, strlen(test_passwd), test_group,
+                            strlen(test_group), why, sizeof(why)) < 0)
+        return "error";
+    sbx_err_t err = {0};
+    int bad = policy_user_ids_check(spec, &u, &err) < 0;
+    err_clear(&err);
+    int n =
+        snprintf(buf, sizeof(buf), "%s%lld:%lld", bad ? "refused " : "", u.ruid, u.rgid);
+    for (int i = 0; i < u.nsgids && n < 180; i++)
+        n += snprintf(buf + n, sizeof(buf) - (size_t)n, "+%lld", u.sgids[i]);
+    return buf;
+}
+
+static void test_secdock(void)
+{
+    struct policy *keep = pol;
+    json_t *keepc = pconf;
+    sbx_err_t err = {0};
+
+    /* item 1: reserved label keys and names, for everyone */
+    test_cond("reserved: label sbxd.pool refused",
+              reserved_refused("{\"labels\": {\"sbxd.pool\": \"x\"}}", "labels"));
+    test_cond("reserved: label sbxd.owner as k=v list refused",
+              reserved_refused("{\"labels\": [\"sbxd.owner=0\"]}", "labels"));
+    test_cond("reserved: label sbxd.id in a k=v,k=v string refused",
+              reserved_refused("{\"labels\": \"a=b,sbxd.id=x\"}", "labels"));
+    test_cond("reserved: label SBXD.Claim (any case) refused",
+              reserved_refused("{\"labels\": {\"SBXD.Claim\": \"x\"}}", "labels"));
+    test_cond("reserved: name sbxp.<uid>.<id> refused",
+              reserved_refused("{\"name\": \"sbxp.65533.planted\"}", "name"));
+    test_cond("reserved: name /sbxp.0.x refused",
+              reserved_refused("{\"name\": \"/sbxp.0.x\"}", "name"));
+    test_cond("reserved: name sbxpool-warm-1 refused",
+              reserved_refused("{\"name\": \"sbxpool-warm-1\"}", "name"));
+    test_cond("reserved: name sbx-other (a default name) refused",
+              reserved_refused("{\"name\": \"sbx-other\"}", "name"));
+    test_cond("reserved: name sbxd-agent-x refused",
+              reserved_refused("{\"name\": \"sbxd-agent-x\"}", "name"));
+    test_cond("reserved: other labels and names pass",
+              reserved_ok("{\"name\": \"mybox\", \"labels\": {\"org.x\": \"1\", "
+                          "\"sbxdx\": \"2\"}}") &&
+                  reserved_ok(NULL));
+
+    /* item 2: root in every spelling, with a configured user */
+    pconf = json_pack("{s:s, s:s, s:s, s:{s:s}}", "image", "sbx-test/busybox", "user",
+                      "65534:65534", "disk", "1g", "tmpfs", "/tmp",
+                      "rw,nosuid,nodev,size=64m");
+    pol = NULL;
+    json_t *pj = json_loads("{\"rules\": [{\"users\": [1200], \"runtime_required\": "
+                            "\"runsc\"}, {\"users\": [1300], \"disk\": \"8g\"}]}",
+                            0, NULL);
+    test_cond("parse: runtime_required and disk in rules",
+              policy_parse(&pol, pj, &err) == 0);
+    err_clear(&err);
+    json_decref(pj);
+    static const char *const roots[] = {"0",       "00",      "+0",          "-0",
+                                        "0000:0",  "65534:0", ":65534",      "0:65534",
+                                        "1000:00", "1000:+0", "000000000000"};
+    for (size_t i = 0; i < sizeof(roots) / sizeof(roots[0]); i++) {
+        char o[100], name[120];
+        snprintf(o, sizeof(o), "{\"user\": \"%s\"}", roots[i]);
+        snprintf(name, sizeof(name), "user: \"%s\" refused (root by spelling)", roots[i]);
+        test_cond(name, DENIED(2000, o));
+    }
+    test_cond("user: \"\" is the configured user, allowed",
+              ALLOWED(2000, "{\"user\": \"\"}"));
+    json_t *eff = NULL;
+    json_t *conf = json_pack("{s:{s:s}}", "options", "user", "");
+    dk_options(&eff, pconf, conf, &err);
+    test_cond(
+        "user: \"\" becomes 65534:65534, not the image's USER",
+        !strcmp(json_string_value(json_object_get(eff, "user")) ?: "", "65534:65534"));
+    json_decref(eff);
+    json_decref(conf);
+    test_cond("user: a number that is not a string is refused",
+              strncmp(verdict(2000, "{\"user\": 0}"), "error", 5) == 0);
+    test_cond("user: 1000:1000 allowed", ALLOWED(2000, "{\"user\": \"1000:1000\"}"));
+    test_cond("user: root may be root", ALLOWED(0, "{\"user\": \"0\"}"));
+    struct policy_user u;
+    test_cond("spell: \"1000:1000\" needs no image, \"app\" and \"1000\" do",
+              policy_user_spell("1000:1000", &u) == 1 &&
+                  policy_user_spell("app", &u) == 0 &&
+                  policy_user_spell("1000", &u) == 0);
+    test_eq_str("resolve: root is 0:0 (refused)", resolved("root"), "refused 0:0");
+    test_eq_str("resolve: nobody is 65534:65534", resolved("nobody"), "65534:65534");
+    test_eq_str("resolve: app is 1000:1000 + wheel", resolved("app"), "1000:1000+10");
+    test_eq_str("resolve: 65533 (no passwd entry) gets gid 0 (refused)",
+                resolved("65533"), "refused 65533:0");
+    test_eq_str("resolve: op has primary gid 0 (refused)", resolved("op"),
+                "refused 11:0");
+    test_eq_str("resolve: daemon is in group root (supplementary 0, refused)",
+                resolved("daemon"), "refused 1:1+0");
+    test_eq_str("resolve: nobody:root is gid 0 (refused)", resolved("nobody:root"),
+                "refused 65534:0");
+    test_eq_str("resolve: 65534:nogroup", resolved("65534:nogroup"), "65534:65534");
+    test_eq_str("resolve: an unknown name is the runtime's error", resolved("nosuch"),
+                "error");
+    test_eq_str("resolve: an unknown group name is the runtime's error",
+                resolved("app:nosuch"), "error");
+    test_eq_str("resolve: 1000:1000 explicit (no supplementary groups)",
+                resolved("1000:1000"), "1000:1000");
+    struct policy_user e;
+    policy_user_spell("app", &e);
+    char why[100];
+    test_cond("resolve: no /etc/passwd: a name is an error",
+              policy_user_resolve(&e, NULL, 0, NULL, 0, why, sizeof(why)) < 0);
+
+    /* item 7 (tmpfs): every size= counts */
+    test_cond("tmpfs: size=1m,size=100g refused (the last size wins in the kernel)",
+              DENIED(2000, "{\"tmpfs\": {\"/tmp\": \"rw,size=1m,size=100g\"}}"));
+    test_cond(
+        "tmpfs: nr_blocks= refused",
+        DENIED(2000, "{\"tmpfs\": {\"/tmp\": \"rw,size=1m,nr_blocks=100000000\"}}"));
+    test_cond("tmpfs: size=100g above the ceiling",
+              CEILING(2000, "{\"tmpfs\": {\"/tmp\": \"rw,size=100g\"}}"));
+    test_cond("tmpfs: size=32m allowed",
+              ALLOWED(2000, "{\"tmpfs\": {\"/tmp\": \"rw,nosuid,size=32m\"}}"));
+
+    /* item 15 (policy): a required runtime */
+    test_eq_str("runtime_required: the rule's runtime for uid 1200",
+                policy_required_runtime(pol, 1200) ?: "(none)", "runsc");
+    test_cond("runtime_required: none for other uids and root",
+              !policy_required_runtime(pol, 2000) && !policy_required_runtime(pol, 0));
+    test_eq_str(
+        "runtime_required: no runtime is refused by the check (d_sb_start sets it)",
+        verdict(1200, NULL), "required");
+    test_eq_str("runtime_required: runc is refused",
+                verdict(1200, "{\"runtime\": \"runc\"}"), "required");
+    test_cond("runtime_required: runsc allowed (no other grant needed)",
+              ALLOWED(1200, "{\"runtime\": \"runsc\"}"));
+    test_cond("runtime_required: runsc still needs a grant for others",
+              DENIED(2000, "{\"runtime\": \"runsc\"}"));
+
+    /* item 5: disk ceilings */
+    test_cond("disk: 512m allowed", ALLOWED(2000, "{\"disk\": \"512m\"}"));
+    test_cond("disk: 2g above the configured 1g", CEILING(2000, "{\"disk\": \"2g\"}"));
+    test_cond("disk: 0 (unlimited) above the ceiling", CEILING(2000, "{\"disk\": 0}"));
+    test_cond("disk: a rule raises it to 8g", ALLOWED(1300, "{\"disk\": \"8g\"}"));
+    test_cond("disk: not a size is a params error",
+              strncmp(verdict(2000, "{\"disk\": \"lots\"}"), "error", 5) == 0);
+    policy_free(pol);
+    json_decref(pconf);
+
+    /* item 13: no config at all = the hardened ceilings */
+    pconf = json_object();
+    dks_defaults(pconf);
+    policy_parse(&pol, NULL, &err);
+    test_cond("defaults: pids_limit -1 refused with no config",
+              CEILING(2000, "{\"pids_limit\": -1}"));
+    test_cond("defaults: memory 0 refused with no config",
+              CEILING(2000, "{\"memory\": 0}"));
+    test_cond("defaults: network bridge refused with no config",
+              DENIED(2000, "{\"network\": \"bridge\"}"));
+    test_cond("defaults: dropping cap_drop ALL refused with no config",
+              DENIED(2000, "{\"cap_drop\": []}"));
+    test_cond("defaults: dropping no-new-privileges refused with no config",
+              DENIED(2000, "{\"security_opt\": []}"));
+    test_cond("defaults: a 1g /tmp refused with no config",
+              CEILING(2000, "{\"tmpfs\": {\"/tmp\": \"rw,size=1g\"}}"));
+    test_cond("defaults: a disk of 100g refused with no config",
+              CEILING(2000, "{\"disk\": \"100g\"}"));
+    test_cond("defaults: no options at all allowed", ALLOWED(2000, NULL));
+    json_t *o = json_object_get(pconf, "memory");
+    test_cond("defaults: a value the file sets stays (memory 0 = the operator's)",
+              json_is_string(o));
+    json_t *own = json_pack("{s:s}", "memory", "0");
+    dks_defaults(own);
+    test_eq_str("defaults: the file's memory 0 is kept",
+                json_string_value(json_object_get(own, "memory")) ?: "", "0");
+    json_decref(own);
+    policy_free(pol);
+    json_decref(pconf);
+    pol = keep;
+    pconf = keepc;
+}
+
 int main(void)
 {
     snprintf(dir, sizeof(dir), "/tmp/sbx-policy.XXXXXX");
@@ -386,6 +613,7 @@ int main(void)
     policy_free(empty);
 
     test_example();
+    test_secdock();
     policy_free(pol);
     json_decref(pconf);
     char cmd[300];

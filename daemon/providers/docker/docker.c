@@ -99,6 +99,9 @@ static void step_error(struct dk_sb *ds, struct dk_resp *r, const char *what)
     dk_lc_fail(ds, &err);
 }
 
+static void cleanup_done(struct dk_resp *r, void *data);
+static json_t *create_labels(struct dk_sb *ds);
+
 static void renamed(struct dk_resp *r, void *data)
 {
     if (r->status >= 300)
@@ -106,35 +109,46 @@ static void renamed(struct dk_resp *r, void *data)
                  r->errmsg ? r->errmsg : "?");
 }
 
-/* A pooled container's labels were set before it had an owner: the name sbxd
- * gives it now (sbxp.<owner>.<id>; code inside cannot rename its container)
- * and a file with the sandbox's config let a restarted sbxd find it again. */
+/* A pooled container's labels were set before it had an owner, and labels
+ * cannot change. Its owner, id and config go into a claim that only sbxd
+ * writes: a volume sbxd-claim-<container id> whose labels say them (a
+ * restarted sbxd adopts the container from the claim, never from its name
+ * or anything inside it; docker_pool.c). The rename to sbxp.<owner>.<id> is
+ * for people reading `docker ps` only. */
 static void pool_record(struct dk_sb *ds)
 {
     ds->pool_record = 0;
     free(ds->name);
     ds->name = xasprintf("sbxp.%u.%s", (unsigned)ds->sb->owner, ds->sb->id);
-    json_t *conf = json_deep_copy(ds->sb->conf);
-    json_object_del(conf, "snapshot");
-    json_t *doc = json_pack("{s:o, s:f}", "conf", conf, "created", ds->sb->created_at);
-    char *txt = json_dumps(doc, JSON_COMPACT);
-    json_decref(doc);
-    uint8_t *tar = NULL;
-    size_t tlen = 0;
-    if (txt && dk_tar_one(&tar, &tlen, DK_POOL_CONF, 0600, (const uint8_t *)txt,
-                          strlen(txt)) == 0) {
-        char *ap = dk_path(&ds->dp->eng, "/containers/%s/archive?path=/", ds->cid);
-        dk_call_raw(&ds->dp->eng, &ds->dp->misc, "PUT", ap, "application/x-tar", tar,
-                    tlen, DK_CALL_TIMEOUT_MS, renamed, NULL);
-        free(ap);
-    }
-    free(tar);
-    free(txt);
+    json_t *labels = create_labels(ds);
+    char own[32];
+    snprintf(own, sizeof(own), "%u", (unsigned)ds->sb->owner);
+    json_object_set_new(labels, "sbxd.claim", json_string(ds->cid));
+    json_object_set_new(labels, "sbxd.id", json_string(ds->sb->id));
+    json_object_set_new(labels, "sbxd.owner", json_string(own));
+    json_object_set_new(labels, "sbxd.exec_mode", json_string("agent"));
+    char vname[120];
+    snprintf(vname, sizeof(vname), "%s%s", DK_CLAIM_PREFIX, ds->cid);
+    json_t *body = json_pack("{s:s, s:o}", "Name", vname, "Labels", labels);
+    char *vp = dk_path(&ds->dp->eng, "/volumes/create");
+    dk_call(&ds->dp->eng, &ds->dp->misc, "POST", vp, body, DK_CALL_TIMEOUT_MS, renamed,
+            NULL);
+    free(vp);
+    json_decref(body);
     char *ne = dk_escape(ds->name);
     char *path = dk_path(&ds->dp->eng, "/containers/%s/rename?name=%s", ds->cid, ne);
     dk_call(&ds->dp->eng, &ds->dp->misc, "POST", path, NULL, DK_CALL_TIMEOUT_MS, renamed,
             NULL);
     free(ne);
+    free(path);
+}
+
+/* The claim of a pooled container goes with it. */
+static void claim_remove(struct dk_prov *dp, const char *cid)
+{
+    char *path = dk_path(&dp->eng, "/volumes/%s%s", DK_CLAIM_PREFIX, cid);
+    dk_call(&dp->eng, &dp->misc, "DELETE", path, NULL, DK_CALL_TIMEOUT_MS, cleanup_done,
+            NULL);
     free(path);
 }
 
@@ -385,6 +399,10 @@ static int pull_line(const char *line, size_t len, void *data)
     if (!e)
         e = json_string_value(
             json_object_get(json_object_get(v, "errorDetail"), "message"));
+    /* A pull refused before it streams is one {"message": ...}: the engine's
+     * own words, not "HTTP status 500". */
+    if (!e)
+        e = json_string_value(json_object_get(v, "message"));
     if (e) {
         json_decref(ds->pull_last);
         ds->pull_last = json_pack("{s:s}", "error", e);
@@ -421,8 +439,9 @@ static void pull_done(struct dk_resp *r, void *data)
         snprintf(what, sizeof(what), "pull %s",
                  json_string_value(json_object_get(ds->opts, "image")));
         struct dk_resp r2 = *r;
-        if (e && r2.status == 200) {
-            r2.status = 404;
+        if (e) {
+            if (r2.status == 200)
+                r2.status = 404;
             r2.errmsg = e;
         }
         json_t *keep = ds->pull_last;
@@ -443,6 +462,8 @@ static void create_done(struct dk_resp *r, void *data)
 {
     struct dk_sb *ds = data;
     if (r->status != 201 || !json_string_value(json_object_get(r->json, "Id"))) {
+        if (dks_create_failed(ds, r))
+            return;
         step_error(ds, r, "create container");
         return;
     }
@@ -468,6 +489,12 @@ static void create_done(struct dk_resp *r, void *data)
         ds->phase = ds->exec_mode ? PH_START : PH_ATTACH; /* the agent is mounted */
     else
         ds->phase = ds->dp->agent_tar ? PH_UPLOAD : PH_START;
+    if (ds->user_check) {
+        /* who runs is decided by the image's files: read them before a start */
+        ds->user_then = ds->phase;
+        ds->user_step = 0;
+        ds->phase = PH_USER;
+    }
     dk_lc_next(ds);
 }
 
@@ -652,6 +679,8 @@ void dk_lc_next(struct dk_sb *ds)
         ds->agent_mounted = dp->agent_tar && (dp->agent_bind || dp->agent_holder[0]);
         if (ds->agent_mounted)
             dk_agent_mount(dp, body);
+        dks_create_body(ds, body);
+        ds->user_check = dks_user_needed(ds);
         char *ne = dk_escape(ds->name);
         path = dk_path(e, "/containers/create?name=%s", ne);
         free(ne);
@@ -683,6 +712,9 @@ void dk_lc_next(struct dk_sb *ds)
         break;
     case PH_HANDSHAKE:
         dka_handshake(ds);
+        return;
+    case PH_USER:
+        dks_user_next(ds);
         return;
     default:
         return;
@@ -966,9 +998,17 @@ static int d_sb_start(void *cookie, struct sandbox *sb, sbx_err_t *err)
         ds->recovering = 0;
     }
     json_t *opts = NULL;
+    json_t *req_opts = json_object_get(sb->conf, "options");
+    if (policy_reserved(req_opts, err) < 0)
+        return -1;
     if (dk_options(&opts, dp->conf, sb->conf, err) < 0)
         return -1;
-    if (policy_check(dp->policy, sb->owner, dp->conf, opts, err) < 0) {
+    /* A rule's required runtime is what a request without one gets. */
+    const char *req_rt = policy_required_runtime(dp->policy, sb->owner);
+    if (req_rt && !dk_opt_str(req_opts, "runtime"))
+        json_object_set_new(opts, "runtime", json_string(req_rt));
+    if (policy_check(dp->policy, sb->owner, dp->conf, opts, err) < 0 ||
+        dks_disk_total(dp, sb, opts, err) < 0) {
         json_decref(opts);
         return -1;
     }
@@ -1070,6 +1110,8 @@ static void destroy_done(struct dk_resp *r, void *data)
         op_error(ds, r, "remove container");
         return;
     }
+    if (ds->pool)
+        claim_remove(ds->dp, ds->cid);
     ds->cid[0] = '\0';
     sandbox_op_done(ds->sb, NULL, NULL); /* frees sb and ds */
 }
@@ -1290,6 +1332,9 @@ static json_t *d_sb_metadata(void *cookie, struct sandbox *sb)
         json_object_set_new(o, "pool", json_string(ds->pool));
     if (ds->warnings)
         json_object_set(o, "warnings", ds->warnings);
+    json_t *disk = dks_metadata(ds);
+    if (disk)
+        json_object_set_new(o, "disk", disk);
     return o;
 }
 
@@ -1308,6 +1353,7 @@ void dk_ds_free(struct dk_sb *ds)
     free(ds->image_id);
     free(ds->name);
     free(ds->pool);
+    dks_user_free(ds);
     free(ds);
 }
 
@@ -1318,6 +1364,7 @@ static void d_sb_release(void *cookie, struct sandbox *sb)
         return;
     dk_reqlist_cancel(&ds->reqs);
     dk_reqlist_cancel(&ds->snap_reqs);
+    dk_reqlist_cancel(&ds->disk_reqs);
     dka_close_attach(ds);
     ev_timer_stop(D->loop, &ds->hs_timer);
     /* process records were released before us; drop anything left */
@@ -1372,6 +1419,16 @@ static void adopt_one(struct dk_prov *dp, json_t *c)
         return; /* another sbxd's */
     if (sandbox_find_any(id))
         return;
+    /* One container backs at most one sandbox, whatever its labels say. */
+    for (struct sandbox *o = D->sandboxes; o; o = o->next) {
+        struct dk_sb *x = o->pdata;
+        if (o->prov->cookie == dp && x && !strcmp(x->cid, cid)) {
+            log_warn("docker: container %.12s already backs sandbox %s; not adopting it "
+                     "again as %s",
+                     cid, o->id, id);
+            return;
+        }
+    }
     json_t *conf = cs ? json_loads(cs, 0, NULL) : NULL;
     if (!json_is_object(conf)) {
         json_decref(conf);
@@ -1411,6 +1468,9 @@ static void adopt_one(struct dk_prov *dp, json_t *c)
         sb->created_at = created;
     struct dk_sb *ds = ds_new(dp, sb);
     snprintf(ds->cid, sizeof(ds->cid), "%s", cid);
+    const char *pool = json_string_value(json_object_get(labels, "sbxd.pool"));
+    if (pool && json_object_get(labels, "sbxd.claim"))
+        ds->pool = strdup(pool); /* its claim goes with it */
     ds->first_hello = 1;
     ds->reconnected = 1;
     sbx_err_t e2 = {0};
@@ -1464,6 +1524,7 @@ static void engine_up(struct dk_engine *e, void *data)
 {
     struct dk_prov *dp = data;
     ensure_holder(dp);
+    dks_engine_up(dp);
     dkp_engine_up(dp);
     if (dp->adopted_once)
         return;
@@ -1647,6 +1708,7 @@ static int d_load(json_t *conf, void **cookie, sbx_err_t *err)
     if (!dp)
         return err_make(err, SBX_E_INTERNAL, "out of memory");
     dp->conf = conf ? json_deep_copy(conf) : json_object();
+    dks_defaults(dp->conf);
     const char *mode = json_string_value(json_object_get(conf, "exec_mode"));
     if (mode && strcmp(mode, "agent") != 0 && strcmp(mode, "docker-exec") != 0) {
         err_make(err, SBX_E_UNAVAILABLE,
@@ -1703,6 +1765,7 @@ static void d_unload(void *cookie)
     dk_reqlist_cancel(&dp->misc);
     dk_engine_deinit(&dp->eng);
     dkp_unload(dp);
+    dks_unload(dp);
     policy_free(dp->policy);
     json_decref(dp->conf);
     free(dp->agent_path);
@@ -1741,6 +1804,7 @@ static json_t *d_info(void *cookie)
     json_t *pools = dkp_info(dp);
     if (pools)
         json_object_set_new(o, "pools", pools);
+    json_object_set_new(o, "disk", dks_info(dp));
     return o;
 }
 
@@ -1779,6 +1843,10 @@ static const struct cfg_key docker_keys[] = {
     {"policy", CFG_ANY},
     {"agent_mount", CFG_STR},
     {"pools", CFG_ANY},
+    /* secdock (issue 16): disk limits */
+    {"disk", CFG_STR},
+    {"disk_per_uid", CFG_STR},
+    {"disk_check_ms", CFG_INT},
     {NULL, 0},
 };
 

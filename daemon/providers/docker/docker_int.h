@@ -198,6 +198,7 @@ enum dk_phase {
     PH_START,
     PH_HANDSHAKE,
     PH_DIRECT, /* moving the channel to the direct socket (docker_direct.c) */
+    PH_USER,   /* reading the image's passwd/group for the user (docker_sec.c) */
     PH_STOP,
     PH_DESTROY,
 };
@@ -294,6 +295,18 @@ struct dk_sb {
     int dead;      /* released while in_feed */
     json_t *pull_last;
     double pull_t;
+
+    /* docker_sec.c: the user check after create, disk limits */
+    int user_check;           /* PH_USER runs after the create */
+    enum dk_phase user_then;  /* the phase after it */
+    int user_step, user_link; /* 0 passwd, 1 group; a file was a link */
+    char *user_passwd, *user_group;
+    size_t user_passwd_len, user_group_len;
+    int disk_quota;    /* the engine enforces options.disk (StorageOpt) */
+    int disk_busy;     /* a size request in flight */
+    int disk_exceeded; /* killed for it */
+    int64_t disk_used; /* the last measured SizeRw */
+    struct dk_reqlist disk_reqs;
 };
 
 struct dk_prov {
@@ -320,9 +333,41 @@ struct dk_prov {
     int npools;
     int pools_clean; /* an earlier sbxd's unused pool containers are gone */
     ev_timer pool_timer;
+
+    /* docker_sec.c: disk limits */
+    int disk_mode; /* DKS_DISK_* */
+    char disk_driver[32], disk_backing[32];
+    ev_timer disk_timer;
+    /* docker_pool.c: claims of taken pool containers, by container id */
+    json_t *claims; /* cid -> claim volume labels, while listing after a restart */
 };
 
-#define DK_POOL_CONF ".sbxd-pool-conf.json" /* a pooled container's sandbox config */
+#define DKS_DISK_UNKNOWN 0
+#define DKS_DISK_QUOTA 1
+#define DKS_DISK_MEASURED 2
+
+/* docker_sec.c */
+/* Fills the hardened built-in defaults into providers.docker (conf) where unset. */
+void dks_defaults(json_t *conf);
+/* 1 when the user of ds->opts must be resolved in the image after the create. */
+int dks_user_needed(struct dk_sb *ds);
+/* PH_USER: reads /etc/passwd and /etc/group of the created container, decides. */
+void dks_user_next(struct dk_sb *ds);
+void dks_user_free(struct dk_sb *ds);
+void dks_engine_up(struct dk_prov *dp);
+void dks_unload(struct dk_prov *dp);
+/* Adds StorageOpt size to a create body where the driver enforces it. */
+void dks_create_body(struct dk_sb *ds, json_t *body);
+/* A create failed: 1 when it was the quota and the create runs again without. */
+int dks_create_failed(struct dk_sb *ds, struct dk_resp *r);
+/* The per-uid disk total (disk_per_uid): -1 with -32005 past it. */
+int dks_disk_total(struct dk_prov *dp, struct sandbox *sb, json_t *opts, sbx_err_t *err);
+json_t *dks_info(struct dk_prov *dp);
+json_t *dks_metadata(struct dk_sb *ds);
+
+/* A taken pool container's claim: a volume of this name + container id whose
+ * labels (sbxd.claim, id, owner, conf, created) sbxd alone writes. */
+#define DK_CLAIM_PREFIX "sbxd-claim-"
 #define DK_AGENT_DIR "/.sbx"
 #define DK_AGENT_IN "/.sbx/sbx-init"
 

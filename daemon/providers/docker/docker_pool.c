@@ -10,7 +10,9 @@
  * a pool never hands out more than its taker may have. Refill runs in the
  * background after each take; a failed fill is retried after a pause.
  * Containers of a pool are labelled sbxd.pool (and sbxd.socket); unused ones
- * left by an earlier sbxd are removed when the engine comes up.
+ * left by an earlier sbxd are removed when the engine comes up. A taken one
+ * is recorded in a claim (a volume sbxd-claim-<id> with sbxd's labels): the
+ * only thing a restarted sbxd adopts it from.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -134,6 +136,7 @@ void dkp_unload(struct dk_prov *dp)
         free(pl);
     }
     free(dp->pools);
+    json_decref(dp->claims);
 }
 
 /* ---- filling ----------------------------------------------------------------------- */
@@ -302,106 +305,123 @@ static void pool_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
     dkp_refill(w->data);
 }
 
-/* A container taken from a pool by an earlier sbxd: its name (set by sbxd)
- * says the owner and the sandbox id, the file sbxd put in it the config
- * (only its options, env and the like: what the policy checks again on any
- * restart). Adopted like a labelled one. */
-struct readopt {
-    struct dk_prov *dp;
-    json_t *entry; /* the /containers/json entry, labels filled in */
-    char pool[48];
-};
-
-static void conf_read(struct dk_resp *r, void *data)
+/* A container taken from a pool by an earlier sbxd: adopted from its claim
+ * (docker.c pool_record), a volume whose labels only sbxd writes; its name,
+ * its files and its own labels beyond sbxd.pool/socket say nothing. */
+static void readopt(struct dk_prov *dp, json_t *c, json_t *claim)
 {
-    struct readopt *ro = data;
-    json_t *labels = json_object_get(ro->entry, "Labels");
-    json_t *conf = NULL;
-    double created = 0;
-    /* one ustar member: size in octal at 124, data after the 512-byte header */
-    if (r->status == 200 && r->body && r->len > 512) {
-        size_t sz = strtoul(r->body + 124, NULL, 8);
-        if (sz > 0 && sz <= r->len - 512 && sz < (1u << 20)) {
-            json_t *doc = json_loadb(r->body + 512, sz, 0, NULL);
-            conf = json_incref(json_object_get(doc, "conf"));
-            created = json_number_value(json_object_get(doc, "created"));
-            json_decref(doc);
-        }
+    json_t *entry = json_deep_copy(c);
+    json_t *labels = json_object_get(entry, "Labels");
+    static const char *const keys[] = {"sbxd.id",      "sbxd.owner",     "sbxd.conf",
+                                       "sbxd.created", "sbxd.exec_mode", "sbxd.claim"};
+    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+        json_t *v = json_object_get(claim, keys[i]);
+        if (json_is_string(v))
+            json_object_set(labels, keys[i], v);
+        else
+            json_object_del(labels, keys[i]);
     }
-    if (!json_is_object(conf)) {
-        json_decref(conf);
-        conf = NULL;
-        for (int i = 0; i < ro->dp->npools && !conf; i++)
-            if (!strcmp(ro->dp->pools[i]->name, ro->pool))
-                conf = json_deep_copy(ro->dp->pools[i]->conf);
-        if (!conf)
-            conf = json_object();
-    }
-    json_object_del(conf, "provider");
-    char *cs = json_dumps(conf, JSON_COMPACT);
-    json_decref(conf);
-    json_object_set_new(labels, "sbxd.conf", json_string(cs ? cs : "{}"));
-    free(cs);
-    if (created > 0) {
-        char cr[64];
-        snprintf(cr, sizeof(cr), "%.3f", created);
-        json_object_set_new(labels, "sbxd.created", json_string(cr));
-    }
-    dk_adopt_entry(ro->dp, ro->entry);
-    json_decref(ro->entry);
-    free(ro);
+    dk_adopt_entry(dp, entry);
+    json_decref(entry);
 }
 
-static void readopt(struct dk_prov *dp, json_t *c, const char *nm)
+static void volume_removed(struct dk_resp *r, void *data)
 {
-    /* "/sbxp.<owner>.<id>" */
-    char *end = NULL;
-    unsigned long owner = strtoul(nm + 6, &end, 10);
-    if (!end || end == nm + 6 || *end != '.' || !end[1] || strlen(end + 1) > 63)
-        return;
-    struct readopt *ro = calloc(1, sizeof(*ro));
-    ro->dp = dp;
-    ro->entry = json_deep_copy(c);
-    json_t *labels = json_object_get(ro->entry, "Labels");
-    snprintf(ro->pool, sizeof(ro->pool), "%s",
-             json_string_value(json_object_get(labels, "sbxd.pool")) ?: "");
-    char own[32];
-    snprintf(own, sizeof(own), "%lu", owner);
-    json_object_set_new(labels, "sbxd.id", json_string(end + 1));
-    json_object_set_new(labels, "sbxd.owner", json_string(own));
-    json_object_set_new(labels, "sbxd.exec_mode", json_string("agent"));
-    char *path = dk_path(&dp->eng, "/containers/%s/archive?path=/" DK_POOL_CONF,
-                         json_string_value(json_object_get(c, "Id")));
-    if (!dk_call(&dp->eng, &dp->misc, "GET", path, NULL, DK_CALL_TIMEOUT_MS, conf_read,
-                 ro)) {
-        json_decref(ro->entry);
-        free(ro);
-    }
-    free(path);
+    (void)data;
+    if (r->status >= 300 && r->status != 404)
+        log_warn("docker: removing a pool claim failed: %s", r->errmsg ? r->errmsg : "?");
 }
 
-/* Unused pool containers of an earlier sbxd on this socket go, taken ones are
- * adopted; then fill. */
+/* Unused pool containers of an earlier sbxd on this socket go, claimed ones
+ * are adopted; claims without their container go; then fill. */
 static void old_listed(struct dk_resp *r, void *data)
 {
     struct dk_prov *dp = data;
     size_t i;
     json_t *c;
+    json_t *claims = dp->claims ? dp->claims : json_object();
+    dp->claims = NULL;
+    json_t *seen = json_object();
     if (r->status == 200)
         json_array_foreach(r->json, i, c) {
-            const char *sock = json_string_value(
-                json_object_get(json_object_get(c, "Labels"), "sbxd.socket"));
-            const char *nm =
-                json_string_value(json_array_get(json_object_get(c, "Names"), 0));
-            if (!sock || strcmp(sock, our_socket()) != 0 || !nm)
+            json_t *labels = json_object_get(c, "Labels");
+            const char *sock = json_string_value(json_object_get(labels, "sbxd.socket"));
+            const char *cid = json_string_value(json_object_get(c, "Id"));
+            if (!sock || strcmp(sock, our_socket()) != 0 || !cid)
                 continue;
-            if (!strncmp(nm, "/sbxpool-", 9))
-                remove_container(dp, json_string_value(json_object_get(c, "Id")));
-            else if (!strncmp(nm, "/sbxp.", 6))
-                readopt(dp, c, nm);
+            /* sbxd never makes a pool container with an owner: such a
+             * container is adopted by its labels (docker.c), never here */
+            if (json_object_get(labels, "sbxd.id") ||
+                json_object_get(labels, "sbxd.owner"))
+                continue;
+            json_t *claim = json_object_get(claims, cid);
+            if (claim) {
+                json_object_set_new(seen, cid, json_true());
+                readopt(dp, c, claim);
+            } else {
+                remove_container(dp, cid);
+            }
         }
+    if (r->status == 200) {
+        const char *k;
+        json_t *v;
+        json_object_foreach(claims, k, v)
+            if (!json_object_get(seen, k)) {
+                char *path = dk_path(&dp->eng, "/volumes/%s%s", DK_CLAIM_PREFIX, k);
+                dk_call(&dp->eng, &dp->misc, "DELETE", path, NULL, DK_CALL_TIMEOUT_MS,
+                        volume_removed, NULL);
+                free(path);
+            }
+    }
+    json_decref(seen);
+    json_decref(claims);
     dp->pools_clean = 1;
     dkp_refill(dp);
+}
+
+static void list_pool_containers(struct dk_prov *dp)
+{
+    char *fe = dk_escape("{\"label\":[\"sbxd.pool\"]}");
+    char *path = dk_path(&dp->eng, "/containers/json?all=1&filters=%s", fe);
+    free(fe);
+    if (!dk_call(&dp->eng, &dp->misc, "GET", path, NULL, DK_CALL_TIMEOUT_MS, old_listed,
+                 dp))
+        dp->pools_clean = 1;
+    free(path);
+}
+
+/* The claims of this socket's sbxd, by container id; then the containers. */
+static void claims_listed(struct dk_resp *r, void *data)
+{
+    struct dk_prov *dp = data;
+    json_decref(dp->claims);
+    dp->claims = json_object();
+    size_t i;
+    json_t *v;
+    if (r->status != 200) {
+        /* without the claims no pool container is adopted or removed */
+        log_warn("docker: listing pool claims failed: %s; pool containers of an "
+                 "earlier sbxd are left as they are",
+                 r->errmsg ? r->errmsg : "?");
+        json_decref(dp->claims);
+        dp->claims = NULL;
+        dp->pools_clean = 1;
+        dkp_refill(dp);
+        return;
+    }
+    json_array_foreach(json_object_get(r->json, "Volumes"), i, v) {
+        json_t *l = json_object_get(v, "Labels");
+        const char *nm = json_string_value(json_object_get(v, "Name"));
+        const char *cid = json_string_value(json_object_get(l, "sbxd.claim"));
+        const char *sock = json_string_value(json_object_get(l, "sbxd.socket"));
+        size_t pl = strlen(DK_CLAIM_PREFIX);
+        /* the name sbxd gave it and the labels sbxd wrote must agree */
+        if (!nm || !cid || !sock || strcmp(sock, our_socket()) != 0 ||
+            strncmp(nm, DK_CLAIM_PREFIX, pl) != 0 || strcmp(nm + pl, cid) != 0)
+            continue;
+        json_object_set(dp->claims, cid, l);
+    }
+    list_pool_containers(dp);
 }
 
 void dkp_engine_up(struct dk_prov *dp)
@@ -411,11 +431,11 @@ void dkp_engine_up(struct dk_prov *dp)
         dkp_refill(dp);
         return;
     }
-    char *fe = dk_escape("{\"label\":[\"sbxd.pool\"]}");
-    char *path = dk_path(&dp->eng, "/containers/json?all=1&filters=%s", fe);
+    char *fe = dk_escape("{\"label\":[\"sbxd.claim\"]}");
+    char *path = dk_path(&dp->eng, "/volumes?filters=%s", fe);
     free(fe);
-    if (!dk_call(&dp->eng, &dp->misc, "GET", path, NULL, DK_CALL_TIMEOUT_MS, old_listed,
-                 dp))
+    if (!dk_call(&dp->eng, &dp->misc, "GET", path, NULL, DK_CALL_TIMEOUT_MS,
+                 claims_listed, dp))
         dp->pools_clean = 1;
     free(path);
 }

@@ -28,13 +28,19 @@
 
 /* Keys a request may set in options. */
 static const char *const option_keys[] = {
-    "image",        "command",         "name",       "env",
-    "volumes",      "network",         "privileged", "memory",
-    "memory_swap",  "cpu_shares",      "cpu_quota",  "cpu_period",
-    "pids_limit",   "readonly_rootfs", "cap_drop",   "cap_add",
-    "security_opt", "ulimits",         "tmpfs",      "working_dir",
-    "user",         "labels",          "exec_mode",  "runtime",
-    NULL,
+    "image",        "command",
+    "name",         "env",
+    "volumes",      "network",
+    "privileged",   "memory",
+    "memory_swap",  "cpu_shares",
+    "cpu_quota",    "cpu_period",
+    "pids_limit",   "readonly_rootfs",
+    "cap_drop",     "cap_add",
+    "security_opt", "ulimits",
+    "tmpfs",        "working_dir",
+    "user",         "labels",
+    "exec_mode",    "runtime",
+    "disk",         NULL,
 };
 
 static json_t *option_param(const char *key)
@@ -556,13 +562,14 @@ int dk_options(json_t **out, json_t *pconf, json_t *sbconf, sbx_err_t *err)
         }
         json_object_set_new(o, bools[i], json_boolean(b));
     }
-    static const char *const sizes[] = {"memory", "memory_swap", NULL};
+    /* disk: the writable layer's size (docker_disk.c); 0 = no limit */
+    static const char *const sizes[] = {"memory", "memory_swap", "disk", NULL};
     for (size_t i = 0; sizes[i]; i++) {
         json_t *x = json_object_get(raw, sizes[i]);
         if (!x || json_is_null(x))
             continue;
         int64_t n = dk_parse_size(x);
-        if (n < -1 || (n == -1 && i == 0)) {
+        if (n < -1 || (n == -1 && i != 1)) {
             bad(err, sizes[i], "options.%s: must be a size like 512m or 2g%s", NULL);
             goto out;
         }
@@ -617,8 +624,18 @@ int dk_options(json_t **out, json_t *pconf, json_t *sbconf, sbx_err_t *err)
         goto out;
     }
     json_object_set_new(o, "working_dir", json_string(wd ? wd : DEFAULT_WORKDIR));
-    if (dk_opt_str(raw, "user"))
-        json_object_set_new(o, "user", json_string(dk_opt_str(raw, "user")));
+    /* An empty user is the configured one, never the image's USER: the
+     * policy's view of who runs must be what runs. */
+    json_t *ru = json_object_get(req, "user");
+    if (ru && !json_is_null(ru) && !json_is_string(ru)) {
+        bad(err, "user", "options.%s: must be a string (\"uid:gid\" or a name)%s", NULL);
+        goto out;
+    }
+    const char *user = dk_opt_str(req, "user");
+    if (!user)
+        user = dk_opt_str(pconf, "user");
+    if (user)
+        json_object_set_new(o, "user", json_string(user));
     /* Labels add up: the config's (site markers) and the request's. */
     json_t *labels = to_map(json_object_get(pconf, "labels"), '=');
     json_t *rl = to_map(json_object_get(req, "labels"), '=');

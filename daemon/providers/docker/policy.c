@@ -50,7 +50,8 @@ struct policy {
 
 static const char *const list_keys[] = {
     "network", "images", "cap_add", "runtime", "security_opt", "tmpfs_options", NULL};
-static const char *const size_keys[] = {"memory", "memory_swap", "tmpfs_size", NULL};
+static const char *const size_keys[] = {"memory", "memory_swap", "tmpfs_size", "disk",
+                                        NULL};
 static const char *const int_keys[] = {"pids_limit", "cpu_quota", "cpu_shares", NULL};
 
 static int in_list(const char *const *l, const char *k)
@@ -252,6 +253,10 @@ static int parse_rule(struct rule *r, json_t *o, size_t i, sbx_err_t *err)
                 return fail(err, i, k,
                             "must be a positive size or number, or -1 (unlimited)", NULL);
             json_object_set_new(r->grants, k, json_integer(n));
+        } else if (!strcmp(k, "runtime_required")) {
+            if (!json_is_string(v) || !json_string_value(v)[0])
+                return fail(err, i, k, "must be a runtime name (e.g. runsc)", NULL);
+            json_object_set(r->grants, k, v);
         } else if (!strcmp(k, "privileged")) {
             if (!json_is_boolean(v))
                 return fail(err, i, k, "must be true or false", NULL);
@@ -357,6 +362,9 @@ json_t *policy_grants(const struct policy *pol, uid_t uid)
                     json_object_set(g, k, v);
             } else if (json_is_true(v)) {
                 json_object_set(g, k, v);
+            } else if (json_is_string(v) && !have) {
+                /* runtime_required: the first rule naming the uid decides */
+                json_object_set(g, k, v);
             }
         }
     }
@@ -452,11 +460,8 @@ static int check_ceilings(json_t *g, json_t *pconf, json_t *eff, sbx_err_t *err)
     static const struct {
         const char *key;
         int size;
-    } lim[] = {{"memory", 1},
-               {"memory_swap", 1},
-               {"pids_limit", 0},
-               {"cpu_quota", 0},
-               {"cpu_shares", 0}};
+    } lim[] = {{"memory", 1},    {"memory_swap", 1}, {"pids_limit", 0},
+               {"cpu_quota", 0}, {"cpu_shares", 0},  {"disk", 1}};
     for (size_t i = 0; i < sizeof(lim) / sizeof(lim[0]); i++) {
         int64_t c = num_of(pconf, lim[i].key, lim[i].size);
         json_t *gv = json_object_get(g, lim[i].key);
@@ -502,25 +507,35 @@ static int check_ceilings(json_t *g, json_t *pconf, json_t *eff, sbx_err_t *err)
     return 0;
 }
 
+/* The size a tmpfs gets from its options: the kernel takes the last size=
+ * (and nr_blocks= sizes it too), so a second size= or any nr_blocks= is
+ * refused (-3) rather than guessed; INT64_MIN = no size (unlimited), -2 =
+ * not a byte count. */
 static int64_t tmpfs_size_of(const char *opts)
 {
-    const char *s = strstr(opts, "size=");
-    while (s && s != opts && s[-1] != ',')
-        s = strstr(s + 1, "size=");
-    if (!s)
-        return INT64_MIN;
-    char buf[64];
-    size_t n = strcspn(s + 5, ",");
-    if (n == 0 || n >= sizeof(buf))
-        return -2;
-    memcpy(buf, s + 5, n);
-    buf[n] = '\0';
-    if (strchr(buf, '%'))
-        return -2;
-    json_t *j = json_string(buf);
-    int64_t v = dk_parse_size(j);
-    json_decref(j);
-    return v;
+    const char *cur = opts;
+    char t[96];
+    int64_t size = INT64_MIN;
+    int seen = 0;
+    while (next_tok(&cur, t, sizeof(t))) {
+        if (!strncmp(t, "nr_blocks=", 10))
+            return -3;
+        if (strncmp(t, "size=", 5) != 0)
+            continue;
+        if (seen++)
+            return -3;
+        const char *v = t + 5;
+        if (!v[0] || strchr(v, '%') || strlen(v) >= 64) {
+            size = -2;
+            continue;
+        }
+        json_t *j = json_string(v);
+        size = dk_parse_size(j);
+        json_decref(j);
+        if (size < 0)
+            size = -2;
+    }
+    return size;
 }
 
 static int check_tmpfs(json_t *g, json_t *pconf, json_t *eff, sbx_err_t *err)
@@ -561,6 +576,11 @@ static int check_tmpfs(json_t *g, json_t *pconf, json_t *eff, sbx_err_t *err)
                         "nosuid, nodev, mode=, size= and what a rule lists)",
                         k, badtok);
         int64_t s = tmpfs_size_of(opts);
+        if (s == -3)
+            return deny(err, "tmpfs", "denied", v, 0,
+                        "%s: size= given more than once (or nr_blocks=): the kernel "
+                        "takes the last one; give one size=",
+                        k);
         if (ceil > 0 && (s == INT64_MIN || s <= 0 || s > ceil))
             return deny(err, "tmpfs", "ceiling", v, ceil,
                         "%s: size=%s; at most %lld bytes may be asked for", k,
@@ -738,6 +758,203 @@ static int check_volumes(json_t *g, json_t *pconf, json_t *eff, sbx_err_t *err)
     return 0;
 }
 
+/* ---- users, as the runtime resolves them ---------------------------------------- */
+
+/* Go's strconv.Atoi, which the runtime (libcontainer/user) applies to each part
+ * of a user spec: an optional sign and decimal digits. 1 = numeric. */
+static int go_atoi(const char *s, size_t n, long long *out)
+{
+    size_t i = 0;
+    int neg = 0;
+    if (n > 0 && (s[0] == '+' || s[0] == '-')) {
+        neg = s[0] == '-';
+        i = 1;
+    }
+    if (i == n)
+        return 0;
+    long long v = 0;
+    for (; i < n; i++) {
+        if (!isdigit((unsigned char)s[i]))
+            return 0;
+        if (v > (LLONG_MAX - 9) / 10)
+            return 0; /* out of range: the runtime refuses it too */
+        v = v * 10 + (s[i] - '0');
+    }
+    *out = neg ? -v : v;
+    return 1;
+}
+
+/* Splits "user[:group]" as the runtime does (fields at ':'; a third is
+ * ignored). */
+static void split_spec(const char *spec, struct policy_user *u)
+{
+    memset(u, 0, sizeof(*u));
+    const char *c = strchr(spec, ':');
+    size_t ul = c ? (size_t)(c - spec) : strlen(spec);
+    snprintf(u->user, sizeof(u->user), "%.*s", (int)ul, spec);
+    if (c) {
+        const char *g = c + 1;
+        size_t gl = strcspn(g, ":");
+        snprintf(u->group, sizeof(u->group), "%.*s", (int)gl, g);
+    }
+    u->uid_numeric = go_atoi(u->user, strlen(u->user), &u->uid);
+    u->gid_numeric = u->group[0] && go_atoi(u->group, strlen(u->group), &u->gid);
+}
+
+int policy_user_spell(const char *spec, struct policy_user *u)
+{
+    split_spec(spec ? spec : "", u);
+    /* Decided without the image only when both parts are numbers: a name, or
+     * no group (the passwd entry's, or 0 when there is none; and the
+     * supplementary groups), is read from the image's files. */
+    return u->uid_numeric && u->gid_numeric;
+}
+
+/* The next line of a passwd/group text: fields split at ':' into f (up to
+ * nf); returns the count, 0 at the end. */
+static int next_line(const char **p, const char *end, char f[][128], int nf)
+{
+    while (*p < end && (**p == '\n'))
+        (*p)++;
+    if (*p >= end)
+        return 0;
+    const char *eol = memchr(*p, '\n', (size_t)(end - *p));
+    if (!eol)
+        eol = end;
+    int k = 0;
+    const char *s = *p;
+    while (k < nf) {
+        const char *c = memchr(s, ':', (size_t)(eol - s));
+        const char *fe = c ? c : eol;
+        snprintf(f[k], 128, "%.*s", (int)(fe - s), s);
+        k++;
+        if (!c)
+            break;
+        s = c + 1;
+    }
+    for (int i = k; i < nf; i++)
+        f[i][0] = '\0';
+    *p = eol;
+    return k;
+}
+
+int policy_user_resolve(struct policy_user *u, const char *passwd, size_t plen,
+                        const char *group, size_t glen, char *why, size_t whylen)
+{
+    char f[7][128];
+    const char *p = passwd ? passwd : "", *pend = p + (passwd ? plen : 0);
+    int found = 0;
+    char name[128] = "";
+    long long puid = 0, pgid = 0;
+    /* the runtime's defaults: uid 0, gid 0 */
+    u->ruid = 0;
+    u->rgid = 0;
+    u->nsgids = 0;
+    while (!found && next_line(&p, pend, f, 7)) {
+        long long x, y;
+        if (f[0][0] == '#' || !go_atoi(f[2], strlen(f[2]), &x) ||
+            !go_atoi(f[3], strlen(f[3]), &y))
+            continue;
+        if (u->user[0] == '\0' ? x == 0
+            : u->uid_numeric   ? x == u->uid
+                               : !strcmp(f[0], u->user)) {
+            found = 1;
+            snprintf(name, sizeof(name), "%s", f[0]);
+            puid = x;
+            pgid = y;
+        }
+    }
+    if (found) {
+        u->ruid = puid;
+        u->rgid = pgid;
+    } else if (u->user[0] && !u->uid_numeric) {
+        snprintf(why, whylen, "user %s is not in the image's /etc/passwd", u->user);
+        return -1;
+    } else if (u->uid_numeric) {
+        u->ruid = u->uid;
+    }
+    const char *g = group ? group : "", *gend = g + (group ? glen : 0);
+    int gfound = 0;
+    while (next_line(&g, gend, f, 4)) {
+        long long x;
+        if (f[0][0] == '#' || !go_atoi(f[2], strlen(f[2]), &x))
+            continue;
+        if (u->group[0]) {
+            if (!gfound && (u->gid_numeric ? x == u->gid : !strcmp(f[0], u->group))) {
+                gfound = 1;
+                u->rgid = x;
+            }
+            continue;
+        }
+        /* implicit group: the groups that list the user are supplementary */
+        if (!found)
+            continue;
+        const char *m = f[3];
+        while (*m) {
+            size_t n = strcspn(m, ",");
+            if (n == strlen(name) && !strncmp(m, name, n) &&
+                u->nsgids < (int)(sizeof(u->sgids) / sizeof(u->sgids[0])))
+                u->sgids[u->nsgids++] = x;
+            m += n;
+            if (*m == ',')
+                m++;
+        }
+    }
+    if (u->group[0] && !gfound) {
+        if (!u->gid_numeric) {
+            snprintf(why, whylen, "group %s is not in the image's /etc/group", u->group);
+            return -1;
+        }
+        u->rgid = u->gid;
+    }
+    return 0;
+}
+
+int policy_root_forbidden(uid_t uid, json_t *pconf, json_t *eff)
+{
+    const char *cu = dk_opt_str(pconf, "user"), *eu = dk_opt_str(eff, "user");
+    /* root may; the configured user is the operator's own choice */
+    return uid != 0 && cu && (!eu || strcmp(cu, eu) != 0);
+}
+
+int policy_user_ids_check(const char *spec, const struct policy_user *u, sbx_err_t *err)
+{
+    const char *what = NULL;
+    if (u->ruid == 0)
+        what = "uid";
+    else if (u->rgid == 0)
+        what = "gid";
+    for (int i = 0; !what && i < u->nsgids; i++)
+        if (u->sgids[i] == 0)
+            what = "supplementary gid";
+    if (!what)
+        return 0;
+    json_t *v = json_string(spec);
+    deny(err, "user", "denied", v, 0,
+         "%s runs with %s 0 (root) in this image; the configured user is not root "
+         "and only root may run containers as root",
+         spec[0] ? spec : "(empty)", what);
+    json_decref(v);
+    return -1;
+}
+
+/* What the spelling alone decides: uid 0, gid 0 or an empty user (the
+ * runtime's uid 0) in any spelling ("00", "+0", "-0", "0000:0", ":x"). */
+static int check_user(json_t *pconf, json_t *eff, sbx_err_t *err)
+{
+    if (!policy_root_forbidden(1, pconf, eff))
+        return 0;
+    const char *eu = dk_opt_str(eff, "user");
+    struct policy_user u;
+    policy_user_spell(eu ? eu : "", &u);
+    const char *cu = dk_opt_str(pconf, "user");
+    if (!u.user[0] || (u.uid_numeric && u.uid == 0) || (u.gid_numeric && u.gid == 0))
+        return deny(err, "user", "denied", json_object_get(eff, "user"), 0,
+                    "%s is root (uid or gid 0) instead of the configured user %s",
+                    eu ? eu : "(empty)", cu);
+    return 0;
+}
+
 int policy_check(const struct policy *pol, uid_t uid, json_t *pconf, json_t *eff,
                  sbx_err_t *err)
 {
@@ -772,14 +989,8 @@ int policy_check(const struct policy *pol, uid_t uid, json_t *pconf, json_t *eff
              "the configured read-only root file system stays on");
         goto out;
     }
-    const char *cu = dk_opt_str(pconf, "user"), *eu = dk_opt_str(eff, "user");
-    if (cu && cu[0] && eu && strcmp(cu, eu) != 0 &&
-        (!strcmp(eu, "root") || !strcmp(eu, "0") || !strncmp(eu, "0:", 2) ||
-         !strncmp(eu, "root:", 5))) {
-        deny(err, "user", "denied", json_object_get(eff, "user"), 0,
-             "running as root instead of the configured user %s", cu);
+    if (check_user(pconf, eff, err) < 0)
         goto out;
-    }
     if (check_image(g, pconf, eff, err) < 0)
         goto out;
     if (check_volumes(g, pconf, eff, err) < 0)
@@ -822,8 +1033,18 @@ int policy_check(const struct policy *pol, uid_t uid, json_t *pconf, json_t *eff
         }
     }
     const char *rt = dk_opt_str(eff, "runtime"), *crt = dk_opt_str(pconf, "runtime");
-    if (rt && (!crt || strcmp(rt, crt) != 0) &&
-        !str_in(json_object_get(g, "runtime"), rt, 0)) {
+    const char *req_rt = json_string_value(json_object_get(g, "runtime_required"));
+    if (req_rt && (!rt || strcmp(rt, req_rt) != 0)) {
+        deny(err, "runtime", "required", json_object_get(eff, "runtime"), 0,
+             "a rule requires the runtime %s for you (asked: %s)", req_rt,
+             rt ? rt : "the engine's default");
+        json_object_set_new(err->data, "required", json_string(req_rt));
+        goto out;
+    }
+    if (req_rt) {
+        /* required, so granted */
+    } else if (rt && (!crt || strcmp(rt, crt) != 0) &&
+               !str_in(json_object_get(g, "runtime"), rt, 0)) {
         deny(err, "runtime", "denied", json_object_get(eff, "runtime"), 0,
              "runtime %s needs a rule that lists it", rt);
         goto out;
@@ -836,4 +1057,93 @@ out:
     json_decref(cl);
     json_decref(g);
     return ret;
+}
+
+const char *policy_required_runtime(const struct policy *pol, uid_t uid)
+{
+    if (uid == 0)
+        return NULL;
+    for (size_t i = 0; pol && i < pol->nrules; i++) {
+        const struct rule *r = &pol->rules[i];
+        const char *rt =
+            json_string_value(json_object_get(r->grants, "runtime_required"));
+        for (size_t j = 0; rt && j < r->nuids; j++)
+            if (r->uids[j] == uid)
+                return rt;
+    }
+    return NULL;
+}
+
+/* ---- what only sbxd names ---------------------------------------------------------- */
+
+static int reserved_key(const char *k, size_t n)
+{
+    while (n > 0 && isspace((unsigned char)*k)) {
+        k++;
+        n--;
+    }
+    return n >= 5 && !strncasecmp(k, "sbxd.", 5);
+}
+
+static int reserved(sbx_err_t *err, const char *option, json_t *v, const char *what)
+{
+    json_t *data = json_pack("{s:s, s:s, s:O}", "option", option, "reason", "reserved",
+                             "requested", v);
+    return err_make_data(err, SBX_E_PERMISSION, data,
+                         "docker: policy: options.%s: %s is reserved for sbxd's own "
+                         "bookkeeping (ownership is sbxd's to record)",
+                         option, what);
+}
+
+int policy_reserved(json_t *req, sbx_err_t *err)
+{
+    json_t *l = json_object_get(req, "labels");
+    const char *k;
+    json_t *v;
+    size_t i;
+    if (json_is_object(l)) {
+        json_object_foreach(l, k, v)
+            if (reserved_key(k, strlen(k)))
+                return reserved(err, "labels", l, "label key sbxd.*");
+    } else if (json_is_array(l) || json_is_string(l)) {
+        /* "k=v" entries, or "k=v,k2=v2" */
+        json_t *one = json_is_string(l) ? json_pack("[O]", l) : json_incref(l);
+        json_array_foreach(one, i, v) {
+            const char *s = json_string_value(v);
+            while (s && *s) {
+                size_t n = strcspn(s, json_is_string(l) ? "," : "");
+                size_t kl = strcspn(s, "=");
+                if (kl > n)
+                    kl = n;
+                if (reserved_key(s, kl)) {
+                    json_decref(one);
+                    return reserved(err, "labels", l, "label key sbxd.*");
+                }
+                s += n;
+                if (*s == ',')
+                    s++;
+            }
+        }
+        json_decref(one);
+    }
+    json_t *nm = json_object_get(req, "name");
+    const char *name = json_string_value(nm);
+    if (name && name[0]) {
+        static const char *const pre[] = {"sbxp.", "sbxpool-", "sbxd-", "sbx-", NULL};
+        char *san = dk_name(name, "");
+        const char *p = name;
+        while (*p == '/')
+            p++; /* the engine drops a leading slash */
+        for (size_t j = 0; pre[j]; j++)
+            if (!strncasecmp(p, pre[j], strlen(pre[j])) ||
+                (san && !strncasecmp(san, pre[j], strlen(pre[j])) &&
+                 strcmp(pre[j], "sbx-") != 0)) {
+                free(san);
+                return reserved(
+                    err, "name", nm,
+                    "a container name starting sbx-, sbxp., sbxpool- or sbxd-");
+            }
+        free(san);
+    }
+    return 0;
 }
