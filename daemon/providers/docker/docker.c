@@ -158,6 +158,10 @@ static void claim_remove(struct dk_prov *dp, const char *cid)
 static int take_pooled(struct dk_sb *ds)
 {
     json_t *env = NULL;
+    /* a user the image must resolve is checked between create and start: a
+     * started pool container has no such moment */
+    if (dks_user_needed(ds))
+        return 0;
     const char *pool = dkp_take(ds->dp, ds->opts, ds->cid, sizeof(ds->cid), &env);
     if (!pool)
         return 0;
