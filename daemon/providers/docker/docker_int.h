@@ -354,6 +354,9 @@ int dks_user_needed(struct dk_sb *ds);
 /* PH_USER: reads /etc/passwd and /etc/group of the created container, decides. */
 void dks_user_next(struct dk_sb *ds);
 void dks_user_free(struct dk_sb *ds);
+/* The first regular file of a tar (the archive endpoint's answer), or NULL;
+ * *n its size; *link set when the entry is a link. Untrusted input. */
+const char *dks_tar_first_file(const char *b, size_t len, size_t *n, int *link);
 void dks_engine_up(struct dk_prov *dp);
 void dks_unload(struct dk_prov *dp);
 /* Adds StorageOpt size to a create body where the driver enforces it. */

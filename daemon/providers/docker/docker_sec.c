@@ -58,9 +58,7 @@ void dks_defaults(json_t *conf)
 
 /* ---- the user, as the runtime will resolve it ----------------------------------- */
 
-/* The first regular file of a tar answer (the archive endpoint's), or NULL:
- * *n its size. A link is reported through *link. */
-static const char *tar_first_file(const char *b, size_t len, size_t *n, int *link)
+const char *dks_tar_first_file(const char *b, size_t len, size_t *n, int *link)
 {
     size_t pos = 0;
     *link = 0;
@@ -159,7 +157,7 @@ static void user_file_done(struct dk_resp *r, void *data)
     if (r->status == 200 && r->body) {
         size_t n = 0;
         int link = 0;
-        const char *f = tar_first_file(r->body, r->len, &n, &link);
+        const char *f = dks_tar_first_file(r->body, r->len, &n, &link);
         if (link)
             ds->user_link = 1;
         if (f && n <= USER_FILE_MAX) {
