@@ -333,6 +333,8 @@ static void test_owner(void)
               err_code(r) == -32003);
     if (err_code(r) != -32003)
         show("create aown", r);
+    if (res_of(r))
+        destroy_as(A, &in, "aown");
     json_decref(r);
     snprintf(opts, sizeof(opts), "{\"labels\": {\"sbxd.pool\": \"x\"}}");
     test_cond("owner: label sbxd.pool alone is -32003 naming labels",

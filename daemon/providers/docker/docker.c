@@ -143,13 +143,27 @@ static void pool_record(struct dk_sb *ds)
     free(path);
 }
 
-/* The claim of a pooled container goes with it. */
-static void claim_remove(struct dk_prov *dp, const char *cid)
+static void claim_removed(struct dk_resp *r, void *data)
 {
-    char *path = dk_path(&dp->eng, "/volumes/%s%s", DK_CLAIM_PREFIX, cid);
-    dk_call(&dp->eng, &dp->misc, "DELETE", path, NULL, DK_CALL_TIMEOUT_MS, cleanup_done,
-            NULL);
+    struct dk_sb *ds = data;
+    if (r->status >= 300 && r->status != 404)
+        log_warn("docker: removing the pool claim of %.12s: %s (the next start removes "
+                 "it)",
+                 ds->cid, r->errmsg ? r->errmsg : "?");
+    ds->cid[0] = '\0';
+    sandbox_op_done(ds->sb, NULL, NULL); /* frees sb and ds */
+}
+
+/* The claim of a pooled container goes with it, before the destroy answers;
+ * 0 when the request cannot start (an orphan claim is removed at the next
+ * start). */
+static int claim_remove(struct dk_sb *ds)
+{
+    char *path = dk_path(&ds->dp->eng, "/volumes/%s%s", DK_CLAIM_PREFIX, ds->cid);
+    struct dk_req *rq = dk_call(&ds->dp->eng, &ds->reqs, "DELETE", path, NULL,
+                                DK_CALL_TIMEOUT_MS, claim_removed, ds);
     free(path);
+    return rq != NULL;
 }
 
 /* A started container of a warm pool with the same options: the start is
@@ -1114,8 +1128,8 @@ static void destroy_done(struct dk_resp *r, void *data)
         op_error(ds, r, "remove container");
         return;
     }
-    if (ds->pool)
-        claim_remove(ds->dp, ds->cid);
+    if (ds->pool && claim_remove(ds))
+        return; /* the destroy answers once the claim is gone too */
     ds->cid[0] = '\0';
     sandbox_op_done(ds->sb, NULL, NULL); /* frees sb and ds */
 }
