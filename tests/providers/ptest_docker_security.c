@@ -407,12 +407,30 @@ static void test_owner(void)
     inst_stop(&in);
     inst_start(&in);
     inst_docker_up(&in);
-    usleep(1500000); /* adoption runs after the engine answers */
-
+    /* The adoption pass is over once B's real pooled sandbox is back (the
+     * planted ones come from the same listing): only then does "not found"
+     * mean anything. */
+    int found = 0;
+    for (int k = 0; k < 100 && !found; k++) {
+        r = as_uid(B, in.sock, "sandbox.get", json_pack("{s:s}", "id", "bpool"), 10000);
+        found = !strcmp(res_str(r, "status"), "running");
+        json_decref(r);
+        if (!found)
+            usleep(100000);
+    }
+    /* and A's labelled container, from the label listing beside it */
     char pid1[64], pid2[64], aid[64];
     snprintf(pid1, sizeof(pid1), "planted%d", (int)getpid());
     snprintf(pid2, sizeof(pid2), "planted2%d", (int)getpid());
     snprintf(aid, sizeof(aid), "aplant%d", (int)getpid());
+    int afound = 0;
+    for (int k = 0; k < 100 && !afound; k++) {
+        r = as_uid(A, in.sock, "sandbox.get", json_pack("{s:s}", "id", aid), 10000);
+        afound = res_of(r) != NULL;
+        json_decref(r);
+        if (!afound)
+            usleep(100000);
+    }
     r = as_uid(B, in.sock, "sandbox.get", json_pack("{s:s}", "id", pid1), 10000);
     test_eq_int("owner: after a restart B has no sandbox from a planted name (-32000)",
                 err_code(r), -32000);
@@ -441,15 +459,6 @@ static void test_owner(void)
     test_cond("owner: A's labelled container is A's (adopted from sbxd's labels)",
               res_of(r) != NULL);
     json_decref(r);
-    /* B's real pooled sandbox is B's, with its file; A cannot see it */
-    int found = 0;
-    for (int k = 0; k < 100 && !found; k++) {
-        r = as_uid(B, in.sock, "sandbox.get", json_pack("{s:s}", "id", "bpool"), 10000);
-        found = !strcmp(res_str(r, "status"), "running");
-        json_decref(r);
-        if (!found)
-            usleep(100000);
-    }
     test_cond("owner: B's pooled sandbox is adopted from its claim after the restart",
               found);
     r = exec_as(B, &in, "bpool", "cat /workspace/b");
@@ -682,16 +691,15 @@ static void test_small(void)
 static void test_defaults(void)
 {
     struct inst in;
-    inst_make(&in, "noconf", NULL, 1);
-    json_t *r = NULL;
-    for (int i = 0; i < 50 && !res_of(r); i++) {
-        json_decref(r);
-        r = as_uid(A, in.sock, "daemon.info", NULL, 5000);
-        if (!res_of(r))
-            usleep(100000);
+    if (strcmp(docker_host, "unix:///var/run/docker.sock") != 0) {
+        test_skip("defaults: no config file",
+                  "the built-in engine address is not the test engine's");
+        return;
     }
-    test_cond("defaults: sbxd runs with no config file", res_of(r) != NULL);
-    json_decref(r);
+    inst_make(&in, "noconf", NULL, 1);
+    /* the provider answers creates once the engine is contacted */
+    test_cond("defaults: sbxd runs with no config file and reaches the engine",
+              inst_docker_up(&in));
     test_cond("defaults: pids_limit -1 is refused for a non-root user (-32003)",
               refused_as(A, &in, "nd1", "{\"pids_limit\": -1}", "pids_limit"));
     test_cond("defaults: memory 0 is refused for a non-root user (-32003)",
