@@ -296,6 +296,53 @@ static void test_secdock(void)
                 resolved("app:nosuch"), "error");
     test_eq_str("resolve: 1000:1000 explicit (no supplementary groups)",
                 resolved("1000:1000"), "1000:1000");
+    /* read as the runtime reads them: trimmed lines, no comments, a field
+     * that is not a number is 0, missing fields are 0 */
+    static const struct {
+        const char *spec, *passwd, *group, *want;
+    } odd[] = {
+        {"app", "  app:x:0:0::/:/bin/sh\napp:x:1000:1000::/:/bin/sh\n", "",
+         "refused 0:0"},
+        {"app", "app:x:abc:1000\napp:x:1000:1000\n", "", "refused 0:1000"},
+        {"app", "app\napp:x:1000:1000\n", "", "refused 0:0"},
+        {"#x", "#x:x:1000:1000\n", "#g:x:zz:#x\n", "refused 1000:1000+0"},
+        {"app", "app:x:1000:1000\n", "\twheel:x:0:app \r\n", "refused 1000:1000+0"},
+        {"app", "app:x:1000:1000\n",
+         "big:x:0:a,b,c,d,e,f,g,h,i,j,k,l,m,n,o,p,q,r,s,t,u,v,w,"
+         "x,y,z,aa,bb,cc,dd,ee,ff,gg,hh,ii,jj,kk,ll,mm,nn,oo,pp,"
+         "qq,rr,ss,tt,uu,vv,ww,xx,yy,zz,app\n",
+         "refused 1000:1000+0"},
+        {"app",
+         "\xc2\xa0"
+         "app:x:0:0\napp:x:1000:1000\n",
+         "", "error"},
+    };
+    for (size_t i = 0; i < sizeof(odd) / sizeof(odd[0]); i++) {
+        struct policy_user o;
+        char w[200], name[160], got[200];
+        policy_user_spell(odd[i].spec, &o);
+        if (policy_user_resolve(&o, odd[i].passwd, strlen(odd[i].passwd), odd[i].group,
+                                strlen(odd[i].group), w, sizeof(w)) < 0) {
+            snprintf(got, sizeof(got), "error");
+        } else {
+            sbx_err_t e2 = {0};
+            int bad = policy_user_ids_check(odd[i].spec, &o, &e2) < 0;
+            err_clear(&e2);
+            int n = snprintf(got, sizeof(got), "%s%lld:%lld", bad ? "refused " : "",
+                             o.ruid, o.rgid);
+            for (int k = 0; k < o.nsgids && n < 180; k++)
+                n += snprintf(got + n, sizeof(got) - (size_t)n, "+%lld", o.sgids[k]);
+        }
+        snprintf(name, sizeof(name), "resolve: odd image files, case %zu (%s)", i,
+                 odd[i].want);
+        test_eq_str(name, got, odd[i].want);
+    }
+    char longu[300];
+    memset(longu, 'a', 200);
+    longu[200] = '\0';
+    char lo[400];
+    snprintf(lo, sizeof(lo), "{\"user\": \"%s\"}", longu);
+    test_cond("user: a 200-character user is refused", DENIED(2000, lo));
     struct policy_user e;
     policy_user_spell("app", &e);
     char why[100];

@@ -810,59 +810,94 @@ int policy_user_spell(const char *spec, struct policy_user *u)
     return u->uid_numeric && u->gid_numeric;
 }
 
-/* The next line of a passwd/group text: fields split at ':' into f (up to
- * nf); returns the count, 0 at the end. */
-static int next_line(const char **p, const char *end, char f[][128], int nf)
+/* One field of a passwd/group line: a span of the text. */
+struct span {
+    const char *p;
+    size_t n;
+};
+
+static int span_is(struct span f, const char *s)
 {
-    while (*p < end && (**p == '\n'))
-        (*p)++;
-    if (*p >= end)
-        return 0;
-    const char *eol = memchr(*p, '\n', (size_t)(end - *p));
-    if (!eol)
-        eol = end;
-    int k = 0;
-    const char *s = *p;
-    while (k < nf) {
-        const char *c = memchr(s, ':', (size_t)(eol - s));
-        const char *fe = c ? c : eol;
-        snprintf(f[k], 128, "%.*s", (int)(fe - s), s);
-        k++;
-        if (!c)
-            break;
-        s = c + 1;
+    return f.n == strlen(s) && !memcmp(f.p, s, f.n);
+}
+
+/* A number field as the runtime reads it (libcontainer/user parseLine): Go's
+ * Atoi with the error ignored, so anything not a number (or empty, or a
+ * field the line lacks) is 0. Out of range counts as 0 here too: the
+ * cautious reading. */
+static long long span_num(struct span f)
+{
+    long long v;
+    return go_atoi(f.p, f.n, &v) ? v : 0;
+}
+
+/* The next line as the runtime splits it: at '\n', trimmed of white space
+ * (Go's TrimSpace), empty lines skipped, no comments; fields at ':' into f
+ * (missing ones empty). 0 at the end, -1 when a line starts or ends with a
+ * non-ASCII byte (Unicode white space the runtime would trim: not guessed). */
+static int next_line(const char **p, const char *end, struct span *f, int nf)
+{
+    for (;;) {
+        if (*p >= end)
+            return 0;
+        const char *eol = memchr(*p, '\n', (size_t)(end - *p));
+        if (!eol)
+            eol = end;
+        const char *s = *p, *e = eol;
+        *p = eol < end ? eol + 1 : end;
+        while (s < e && (*s == ' ' || (*s >= '\t' && *s <= '\r')))
+            s++;
+        while (e > s && (e[-1] == ' ' || (e[-1] >= '\t' && e[-1] <= '\r')))
+            e--;
+        if (s == e)
+            continue;
+        if ((unsigned char)s[0] >= 0x80 || (unsigned char)e[-1] >= 0x80)
+            return -1;
+        for (int k = 0; k < nf; k++) {
+            f[k].p = s;
+            f[k].n = 0;
+            if (s > e)
+                continue;
+            const char *c = memchr(s, ':', (size_t)(e - s));
+            /* the last field takes the rest, as parseLine's does not matter:
+             * only the first four are read */
+            f[k].n = (size_t)((c ? c : e) - s);
+            s = c ? c + 1 : e + 1;
+        }
+        return 1;
     }
-    for (int i = k; i < nf; i++)
-        f[i][0] = '\0';
-    *p = eol;
-    return k;
 }
 
 int policy_user_resolve(struct policy_user *u, const char *passwd, size_t plen,
                         const char *group, size_t glen, char *why, size_t whylen)
 {
-    char f[7][128];
+    struct span f[7];
     const char *p = passwd ? passwd : "", *pend = p + (passwd ? plen : 0);
-    int found = 0;
-    char name[128] = "";
+    int found = 0, r;
+    struct span name = {"", 0};
     long long puid = 0, pgid = 0;
     /* the runtime's defaults: uid 0, gid 0 */
     u->ruid = 0;
     u->rgid = 0;
     u->nsgids = 0;
-    while (!found && next_line(&p, pend, f, 7)) {
-        long long x, y;
-        if (f[0][0] == '#' || !go_atoi(f[2], strlen(f[2]), &x) ||
-            !go_atoi(f[3], strlen(f[3]), &y))
+    while ((r = next_line(&p, pend, f, 7)) > 0) {
+        long long x = span_num(f[2]);
+        if (found)
             continue;
         if (u->user[0] == '\0' ? x == 0
             : u->uid_numeric   ? x == u->uid
-                               : !strcmp(f[0], u->user)) {
+                               : span_is(f[0], u->user)) {
             found = 1;
-            snprintf(name, sizeof(name), "%s", f[0]);
+            name = f[0];
             puid = x;
-            pgid = y;
+            pgid = span_num(f[3]);
         }
+    }
+    if (r < 0) {
+        snprintf(why, whylen,
+                 "the image's /etc/passwd has a line starting or ending "
+                 "in a non-ASCII byte; give the user as uid:gid numbers");
+        return -1;
     }
     if (found) {
         u->ruid = puid;
@@ -875,12 +910,10 @@ int policy_user_resolve(struct policy_user *u, const char *passwd, size_t plen,
     }
     const char *g = group ? group : "", *gend = g + (group ? glen : 0);
     int gfound = 0;
-    while (next_line(&g, gend, f, 4)) {
-        long long x;
-        if (f[0][0] == '#' || !go_atoi(f[2], strlen(f[2]), &x))
-            continue;
+    while ((r = next_line(&g, gend, f, 4)) > 0) {
+        long long x = span_num(f[2]);
         if (u->group[0]) {
-            if (!gfound && (u->gid_numeric ? x == u->gid : !strcmp(f[0], u->group))) {
+            if (!gfound && (u->gid_numeric ? x == u->gid : span_is(f[0], u->group))) {
                 gfound = 1;
                 u->rgid = x;
             }
@@ -889,16 +922,27 @@ int policy_user_resolve(struct policy_user *u, const char *passwd, size_t plen,
         /* implicit group: the groups that list the user are supplementary */
         if (!found)
             continue;
-        const char *m = f[3];
-        while (*m) {
-            size_t n = strcspn(m, ",");
-            if (n == strlen(name) && !strncmp(m, name, n) &&
-                u->nsgids < (int)(sizeof(u->sgids) / sizeof(u->sgids[0])))
+        const char *m = f[3].p, *me = f[3].p + f[3].n;
+        while (m <= me) {
+            const char *c = memchr(m, ',', (size_t)(me - m));
+            size_t n = (size_t)((c ? c : me) - m);
+            if (n == name.n && !memcmp(m, name.p, n)) {
+                if (u->nsgids == (int)(sizeof(u->sgids) / sizeof(u->sgids[0]))) {
+                    snprintf(why, whylen, "the user is in too many groups of the image");
+                    return -1;
+                }
                 u->sgids[u->nsgids++] = x;
-            m += n;
-            if (*m == ',')
-                m++;
+            }
+            if (!c)
+                break;
+            m = c + 1;
         }
+    }
+    if (r < 0) {
+        snprintf(why, whylen,
+                 "the image's /etc/group has a line starting or ending in "
+                 "a non-ASCII byte; give the user as uid:gid numbers");
+        return -1;
     }
     if (u->group[0] && !gfound) {
         if (!u->gid_numeric) {
@@ -948,6 +992,9 @@ static int check_user(json_t *pconf, json_t *eff, sbx_err_t *err)
     struct policy_user u;
     policy_user_spell(eu ? eu : "", &u);
     const char *cu = dk_opt_str(pconf, "user");
+    if (strlen(eu ? eu : "") >= sizeof(u.user) - 1)
+        return deny(err, "user", "denied", json_object_get(eff, "user"), 0,
+                    "at most %zu characters", sizeof(u.user) - 2);
     if (!u.user[0] || (u.uid_numeric && u.uid == 0) || (u.gid_numeric && u.gid == 0))
         return deny(err, "user", "denied", json_object_get(eff, "user"), 0,
                     "%s is root (uid or gid 0) instead of the configured user %s",
