@@ -43,12 +43,36 @@ struct dk_pool {
 };
 
 struct fill {
+    struct fill *next, *prev; /* in fills: freed at unload if still in flight */
     struct dk_prov *dp;
     struct dk_pool *pl;
     char cid[80];
     int step;    /* 0 create, 1 upload, 2 start, 3 inspect */
     int mounted; /* the create mounted the agent (no upload) */
 };
+
+/* Fills in flight (their engine requests are cancelled at unload without a
+ * callback). One Docker provider per daemon. */
+static struct fill *fills;
+
+static void fill_link(struct fill *f)
+{
+    f->next = fills;
+    if (fills)
+        fills->prev = f;
+    fills = f;
+}
+
+static void fill_free(struct fill *f)
+{
+    if (f->prev)
+        f->prev->next = f->next;
+    else
+        fills = f->next;
+    if (f->next)
+        f->next->prev = f->prev;
+    free(f);
+}
 
 static const char *our_socket(void)
 {
@@ -122,6 +146,8 @@ static void item_free(struct pool_item *it)
 void dkp_unload(struct dk_prov *dp)
 {
     ev_timer_stop(D->loop, &dp->pool_timer);
+    while (fills)
+        fill_free(fills);
     for (int i = 0; i < dp->npools; i++) {
         struct dk_pool *pl = dp->pools[i];
         if (!pl)
@@ -167,7 +193,7 @@ static void fill_failed(struct fill *f, struct dk_resp *r, const char *what)
     f->pl->filling--;
     f->pl->failed++;
     struct dk_prov *dp = f->dp;
-    free(f);
+    fill_free(f);
     if (!ev_is_active(&dp->pool_timer)) {
         ev_timer_set(&dp->pool_timer, POOL_RETRY_S, 0.);
         ev_timer_start(D->loop, &dp->pool_timer);
@@ -220,7 +246,7 @@ static void fill_done(struct dk_resp *r, void *data)
         f->pl->filling--;
         log_debug("docker: pool %s: %.12s ready (%d/%d)", f->pl->name, it->cid,
                   f->pl->ready, f->pl->size);
-        free(f);
+        fill_free(f);
         return;
     }
     }
@@ -290,6 +316,7 @@ void dkp_refill(struct dk_prov *dp)
         struct dk_pool *pl = dp->pools[i];
         while (pl->ready + pl->filling < pl->size) {
             struct fill *f = calloc(1, sizeof(*f));
+            fill_link(f);
             f->dp = dp;
             f->pl = pl;
             pl->filling++;
