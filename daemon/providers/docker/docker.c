@@ -1052,6 +1052,7 @@ static int d_sb_start(void *cookie, struct sandbox *sb, sbx_err_t *err)
     }
     ds->why = WHY_START;
     ds->pull_t = 0;
+    ds->disk_exceeded = 0;
     ds->exec_mode = exec_mode;
     ds->dtries = 0;
     /* A known container (stop/start, adoption) is inspected; else looked up by
