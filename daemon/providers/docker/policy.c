@@ -12,12 +12,18 @@
  *     larger of the config's value and the rules' (a rule's -1 = unlimited);
  *   - dropping a configured cap_drop or security_opt entry, adding a
  *     security_opt entry that neither the config nor a rule lists, turning
- *     readonly_rootfs off, running as root when the config names a user;
+ *     readonly_rootfs off, running as root when the config names a user
+ *     (uid or gid 0 in any spelling here; names and a missing group are
+ *     resolved in the image's files before the start, docker_sec.c);
  *   - tmpfs options outside rw/ro/noexec/nosuid/nodev/mode=/size= (e.g.
  *     exec, suid) unless a rule lists them, a size above the ceiling;
  *   - ulimits above the configured ones, or ones the config does not set;
  *   - an image named by digest, by "sha256:" id or by a bare hex id prefix;
- *     images outside the rules' images when a rule for the uid lists any.
+ *     images outside the rules' images when a rule for the uid lists any;
+ *   - a disk above the configured one (or 0, unlimited), a runtime other
+ *     than the one a rule requires (runtime_required).
+ * Label keys sbxd.* and container names sbxd uses are refused to everyone
+ * (policy_reserved): ownership is recorded by sbxd, never by a request.
  * Another user's snapshot image is refused where the image is inspected
  * (docker.c), whatever name reaches it.
  */
