@@ -1530,9 +1530,17 @@ static json_t *pool_ids(const char *name)
         name);
     json_t *l = NULL, *ids = json_array();
     engine("GET", path, NULL, &l);
+    /* only this run's pool sbxd's: other runs on a shared engine have pools
+     * of the same name */
+    char sock[200];
+    snprintf(sock, sizeof(sock), "%.80s/pool.sock", tmpdir);
     size_t i;
     json_t *c;
     json_array_foreach(l, i, c) {
+        const char *cs = json_string_value(
+            json_object_get(json_object_get(c, "Labels"), "sbxd.socket"));
+        if (!cs || strcmp(cs, sock) != 0)
+            continue;
         /* taken ones are renamed sbxp.<owner>.<id>: no longer the pool's */
         const char *nm =
             json_string_value(json_array_get(json_object_get(c, "Names"), 0));
