@@ -645,6 +645,46 @@ static void test_disk(void)
     destroy_as(A, &in, "d1");
     destroy_as(A, &in, "d2");
     inst_stop(&in);
+
+    /* disk_enforcement: quota asks the engine first; where it refuses (vfs
+     * or overlay2 without project quotas) the create goes on, measured */
+    struct inst iq;
+    inst_make(&iq, "diskq", "    disk: 64m\n    disk_enforcement: quota\n", 0);
+    inst_docker_up(&iq);
+    usleep(300000); /* /info answered */
+    r = create_as(A, &iq, "dq1", NULL);
+    md = json_object_get(json_object_get(res_of(r), "metadata"), "disk");
+    const char *qe = json_string_value(json_object_get(md, "enforcement")) ?: "";
+    printf("      disk_enforcement quota on this engine: %s\n", qe);
+    test_cond("disk: with disk_enforcement quota a create succeeds (quota or the "
+              "measured fallback)",
+              res_of(r) && (!strcmp(qe, "quota") || !strcmp(qe, "measured")));
+    if (!res_of(r))
+        show("create dq1", r);
+    if (!strcmp(qe, "measured")) {
+        /* it was asked for, and the engine's refusal is in the log */
+        FILE *lf = fopen(iq.log, "r");
+        char line[600];
+        int tried = 0;
+        while (lf && fgets(line, sizeof(line), lf))
+            tried |= strstr(line, "refused a disk quota") != NULL;
+        if (lf)
+            fclose(lf);
+        test_cond("disk: the quota was tried and the engine's refusal logged", tried);
+    }
+    json_decref(r);
+    destroy_as(A, &iq, "dq1");
+    inst_stop(&iq);
+    struct inst ib;
+    inst_make(&ib, "diskbad", "    disk_enforcement: sometimes\n", 0);
+    r = as_uid(0, ib.sock, "daemon.info", NULL, 10000);
+    char *t = json_dumps(r, 0);
+    test_cond("disk: an unknown disk_enforcement leaves the provider unavailable, "
+              "saying why",
+              t && strstr(t, "disk_enforcement must be"));
+    free(t);
+    json_decref(r);
+    inst_stop(&ib);
 }
 
 /* ---- item 7: tmpfs sizes, the engine's words --------------------------------------- */

@@ -1737,6 +1737,14 @@ static int d_load(json_t *conf, void **cookie, sbx_err_t *err)
         return -1;
     }
     dp->exec_mode = mode && strcmp(mode, "docker-exec") == 0;
+    const char *de = json_string_value(json_object_get(conf, "disk_enforcement"));
+    if (de && strcmp(de, "auto") && strcmp(de, "quota") && strcmp(de, "measured")) {
+        err_make(err, SBX_E_UNAVAILABLE,
+                 "docker: disk_enforcement must be auto, quota or measured, not %s", de);
+        json_decref(dp->conf);
+        free(dp);
+        return -1;
+    }
     json_t *dc = json_object_get(conf, "direct_channel");
     dp->direct = !json_is_false(dc);
     if (policy_parse(&dp->policy, json_object_get(conf, "policy"), err) < 0) {
@@ -1866,6 +1874,7 @@ static const struct cfg_key docker_keys[] = {
     {"disk", CFG_STR},
     {"disk_per_uid", CFG_STR},
     {"disk_check_ms", CFG_INT},
+    {"disk_enforcement", CFG_STR},
     {NULL, 0},
 };
 

@@ -241,10 +241,18 @@ static void info_done(struct dk_resp *r, void *data)
             snprintf(dp->disk_backing, sizeof(dp->disk_backing), "%s", v);
     }
     /* Quota where the driver has one per container; overlay2 and vfs only on
-     * xfs (with pquota: a create that says otherwise switches to measuring). */
-    if (!strcmp(dp->disk_driver, "btrfs") || !strcmp(dp->disk_driver, "zfs") ||
-        !strcmp(dp->disk_driver, "devicemapper") ||
-        !strcmp(dp->disk_driver, "windowsfilter"))
+     * xfs (with pquota: a create that says otherwise switches to measuring).
+     * disk_enforcement: measured never asks for a quota, quota always tries
+     * one first (the same fallback). */
+    const char *force = json_string_value(json_object_get(dp->conf, "disk_enforcement"));
+    if (force && !strcmp(force, "measured"))
+        dp->disk_mode = DKS_DISK_MEASURED;
+    else if (force && !strcmp(force, "quota"))
+        dp->disk_mode =
+            dp->disk_mode == DKS_DISK_MEASURED ? DKS_DISK_MEASURED : DKS_DISK_QUOTA;
+    else if (!strcmp(dp->disk_driver, "btrfs") || !strcmp(dp->disk_driver, "zfs") ||
+             !strcmp(dp->disk_driver, "devicemapper") ||
+             !strcmp(dp->disk_driver, "windowsfilter"))
         dp->disk_mode = DKS_DISK_QUOTA;
     else if ((!strcmp(dp->disk_driver, "overlay2") || !strcmp(dp->disk_driver, "vfs")) &&
              !strcmp(dp->disk_backing, "xfs") && dp->disk_mode != DKS_DISK_MEASURED)
