@@ -1544,11 +1544,6 @@ static json_t *pool_ids(const char *name)
         /* taken ones are renamed sbxp.<owner>.<id>: no longer the pool's */
         const char *nm =
             json_string_value(json_array_get(json_object_get(c, "Names"), 0));
-        /* another sbxd's pool of the same name on a shared engine is not ours */
-        const char *so = json_string_value(
-            json_object_get(json_object_get(c, "Labels"), "sbxd.socket"));
-        if (so && strcmp(so, main_sock) != 0)
-            continue;
         if (!nm || strncmp(nm, "/sbxp.", 6) != 0)
             json_array_append(ids, json_object_get(c, "Id"));
     }
