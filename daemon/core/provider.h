@@ -78,6 +78,12 @@ struct sbx_provider {
     char *(*sb_instructions)(void *cookie, struct sandbox *sb);
     /* The sandbox object is going away (after destroy, or at shutdown). */
     void (*sb_release)(void *cookie, struct sandbox *sb);
+    /* Optional (issue 16, item 8). A destroy was asked while op sb->op is
+     * pending: the provider may end that op now, calling sandbox_op_done
+     * (with an error saying why) before it returns, so the destroy goes
+     * ahead at once; or do nothing, and the destroy waits for the op. The
+     * sandbox may be freed during the call: the caller touches it no more. */
+    void (*sb_cancel)(void *cookie, struct sandbox *sb);
     /* Optional. sandbox.create named an existing sandbox of the caller:
      * append to warnings (an array of strings, borrowed) what the request
      * (params, borrowed) asks for that the running sandbox does not have

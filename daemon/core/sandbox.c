@@ -652,7 +652,11 @@ void sandbox_destroy(struct sandbox *sb, sbx_result_cb cb, void *privdata)
     }
     add_waiter(sb, cb, privdata, OP_DESTROY);
     if (sb->op != OP_NONE) {
-        /* Another op is in flight: destroy as soon as it finishes. */
+        /* Another op is in flight: destroy as soon as it finishes; a provider
+         * that can end that op early (an isolate reading its globals) does
+         * so now, and finish_op goes on to the destroy. */
+        if (sb->prov->ops->sb_cancel && !sb->hook_phase)
+            sb->prov->ops->sb_cancel(sb->prov->cookie, sb);
         return;
     }
     continue_destroy(sb);

@@ -277,7 +277,7 @@ static void test_tools(conn *c)
                  bad[i + 1]);
         test_cond(name,
                   strcmp(exc_field(r, "name"), "TypeError") == 0 &&
-                      strstr(exc_field(r, "message"), "JSON-serialisable") != NULL &&
+                      strstr(exc_field(r, "message"), "JSON-serializable") != NULL &&
                       res_int(r, "exit_code") == 1);
         snprintf(name, sizeof(name), "and no tool.call was sent for the %s", bad[i + 1]);
         test_cond(name, tool_calls == before);
@@ -333,7 +333,7 @@ static void test_failures(conn *c)
     test_cond("a BigInt return value gives a TypeError saying so",
               strcmp(exc_field(r, "name"), "TypeError") == 0 &&
                   strstr(exc_field(r, "message"),
-                         "return value is not JSON-serialisable") != NULL);
+                         "return value is not JSON-serializable") != NULL);
     json_decref(r);
     r = run(c, "js-fail", "const o = {}; o.o = o; return o");
     test_cond("a cyclic return value gives a TypeError",
@@ -529,7 +529,7 @@ static void test_state(conn *c)
     json_decref(r2);
     json_decref(r);
     r = run(c, "js-repl2", "return [counter, notes]");
-    test_cond("snapshot/restore carries the JSON-serialisable globals",
+    test_cond("snapshot/restore carries the JSON-serializable globals",
               result_is(r, "[11,[\"a\",\"b\"]]"));
     json_decref(r);
     r = cn_call(c, "sandbox.stop", json_pack("{s:s}", "id", "js-repl"));

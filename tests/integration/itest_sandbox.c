@@ -224,7 +224,7 @@ static void test_snapshot(conn *c)
     test_eq_str("create from a snapshot", res_str(r, "status"), "running");
     json_decref(r);
     r = exec_js(c, "snap2", "JSON.stringify(s) + typeof f");
-    test_cond("the snapshot restored the JSON-serialisable globals",
+    test_cond("the snapshot restored the JSON-serializable globals",
               strcmp(json_string_value(result_of_exec(r)) ?: "",
                      "{\"a\":[1,2],\"b\":\"x\"}undefined") == 0);
     json_decref(r);

@@ -485,11 +485,19 @@ static void test_hello_and_basic_run(void)
     run_free(&r);
 
     run_code(&k, 9,
-             "[typeof print, typeof alert, typeof require, typeof Duktape.fin,"
-             " typeof Duktape.act].join()",
+             "[typeof print, typeof alert, typeof require, typeof Duktape,"
+             " typeof this.Duktape, Object.getOwnPropertyNames(this).filter("
+             "function (n) { return /^duk/i.test(n); }).length].join()",
              NULL, &r, NULL);
-    test_cond("globals: no print/alert/require/Duktape.fin; Duktape.act stays",
-              result_is_str(&r, "undefined,undefined,undefined,undefined,function"));
+    test_cond("globals: no print/alert/require, no Duktape object (Pointer, act, info)",
+              result_is_str(&r, "undefined,undefined,undefined,undefined,undefined,0"));
+    run_free(&r);
+    run_code(&k, 19,
+             "var e = ''; try { Duktape.Pointer('x') } catch (x) { e = x.name }"
+             " [e, typeof Object.getPrototypeOf(function(){}).constructor].join()",
+             NULL, &r, NULL);
+    test_cond("globals: Duktape.Pointer('x') is a ReferenceError, no address",
+              result_is_str(&r, "ReferenceError,function"));
     run_free(&r);
 
     run_code(&k, 10,

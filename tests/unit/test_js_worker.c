@@ -453,7 +453,7 @@ static void test_state(void)
     struct frame f = wait_for(&k, SBX_CHAN_SNAP_DATA);
     json_t *snap = json_loads(f.p ?: "", 0, NULL);
     free(f.p);
-    test_cond("SNAPSHOT gives the JSON-serialisable globals",
+    test_cond("SNAPSHOT gives the JSON-serializable globals",
               json_integer_value(
                   json_object_get(json_object_get(snap, "globals"), "kept")) == 6 &&
                   !json_object_get(json_object_get(snap, "globals"), "console"));

@@ -417,7 +417,7 @@ export class SbxdClient {
                 id,
                 error: {
                     code: ErrorCode.ToolCallFailed,
-                    message: `tool result is not JSON-serialisable: ${(e as Error).message}`,
+                    message: `tool result is not JSON-serializable: ${(e as Error).message}`,
                     data: { tool: params?.name, name: 'TypeError' },
                 },
             });

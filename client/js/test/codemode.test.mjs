@@ -104,7 +104,7 @@ group('code mode', () => {
         assert.deepEqual(r.error, { name: 'RangeError', message: 'no such row' });
         assert.deepEqual(r.logs, ['before']);
     });
-    test('a dispatch result that is not JSON-serialisable is one error outcome', async () => {
+    test('a dispatch result that is not JSON-serializable is one error outcome', async () => {
         const errs = [];
         const cyc = {};
         cyc.self = cyc;

@@ -43,6 +43,13 @@ extern char **environ;
 #define RSS_INTERVAL_S 0.02
 #define CREDIT_BATCH (SBX_CHAN_WINDOW / 4)
 #define STDIN_LIMIT (16u * 1024 * 1024)
+/* Per-user worker uids (README "Security"): worker uid = base + socket uid,
+ * for socket uids below count. 0x70000000 is above every range that
+ * systemd, useradd and /etc/subuid hand out by default. */
+#define DEFAULT_UID_BASE 1879048192
+#define DEFAULT_UID_COUNT 65536
+/* How long a snapshot or stop may take to read an isolate's globals. */
+#define DEFAULT_STATE_TIMEOUT_S 5
 
 struct duk_prov;
 struct duk_sb;
@@ -63,8 +70,12 @@ struct worker {
     uid_t bound_uid;
     int snapshot_wanted; /* 1 = snapshot op, 2 = stop op */
     int jit;             /* js: started with the JIT on */
+    uid_t os_uid;        /* the OS uid it runs as, (uid_t)-1 = the shared worker_user */
     int statm_fd;        /* js: /proc/PID/statm, -1 if none */
-    ev_timer rss;        /* js: the memory watchdog while a program runs */
+    /* js: resident pages when the first program after a HELLO started (the
+     * engine's own baseline, not the program's), -1 until then */
+    long base_pages;
+    ev_timer rss; /* js: the memory watchdog while a program runs */
     /* MORE frames (CHANNEL.md) waiting for the frame they prefix */
     uint8_t *more;
     size_t more_len, more_cap;
@@ -85,7 +96,8 @@ struct duk_sb {
     struct sandbox *sb;
     struct worker *w;
     struct duk_proc *queue, *queue_tail;
-    json_t *saved; /* global state kept across stop/start */
+    json_t *saved;        /* global state kept across stop/start */
+    ev_timer state_timer; /* the budget of a snapshot or stop (snapshot_timeout_s) */
     int starting;
     int reset_pending; /* the next exit result says isolate_reset */
 };
@@ -101,6 +113,14 @@ struct duk_prov {
     char *user;
     int fresh;
     int persistent; /* js: the default of sandbox.create's `persistent` */
+    /* Per-user worker uids: uid_mode when sbxd is root and worker_uid_base
+     * is not 0; uid_off says why not otherwise (daemon.info). */
+    int uid_mode;
+    uid_t uid_base;
+    uid_t uid_count;
+    const char *uid_off;
+    uid_t refill_uid; /* uid_mode: whom the idle refill warms workers for */
+    double state_timeout_s;
     struct worker *pool;
     int npool;
     /* Refills happen when the loop is idle: a process start (vfork+exec)
@@ -114,6 +134,7 @@ static void worker_frame(struct chan *ch, const struct sbx_chan_hdr *h,
 static void worker_closed(struct chan *ch, const char *why, void *data);
 static void pump(struct duk_sb *ds);
 static void rss_cb(struct ev_loop *loop, ev_timer *t, int revents);
+static long read_rss_pages(struct worker *w);
 static void pool_fill(struct duk_prov *dp);
 static void attach_worker(struct duk_sb *ds, struct worker *w);
 
@@ -146,17 +167,53 @@ static void child_cb(struct ev_loop *loop, ev_child *c, int revents)
     worker_free(w);
 }
 
-static struct worker *worker_spawn(struct duk_prov *dp, int64_t mem_mb, int jit)
+/*
+ * The OS uid of socket user `uid`'s workers: base + uid (README "Security").
+ * One socket uid, one worker uid, so no user's process can signal another
+ * user's worker; a uid beyond the range gets no worker at all rather than a
+ * shared one. Returns 0, or -1 with err set (-32005, limit worker_uid_count).
+ */
+static int worker_uid(struct duk_prov *dp, uid_t uid, uid_t *out, sbx_err_t *err)
 {
-    int sv[2];
-    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+    if (uid >= dp->uid_count)
+        return err_make_data(
+            err, SBX_E_LIMIT,
+            json_pack("{s:s, s:I, s:s, s:I, s:I}", "limit", "worker_uid_count", "max",
+                      (json_int_t)dp->uid_count, "provider", dp->name, "uid",
+                      (json_int_t)uid, "base", (json_int_t)dp->uid_base),
+            "%s: no isolate worker uid for uid %u: the range "
+            "providers.%s.worker_uid_base %u + worker_uid_count %u covers socket "
+            "uids 0..%u only",
+            dp->name, (unsigned)uid, dp->name, (unsigned)dp->uid_base,
+            (unsigned)dp->uid_count, (unsigned)(dp->uid_count - 1));
+    *out = dp->uid_base + uid;
+    return 0;
+}
+
+/* Starts a worker for socket user `for_uid` ((uid_t)-1: any user, only
+ * without uid_mode). NULL with err set when it cannot. */
+static struct worker *worker_spawn(struct duk_prov *dp, int64_t mem_mb, int jit,
+                                   uid_t for_uid, sbx_err_t *err)
+{
+    uid_t os_uid = (uid_t)-1;
+    if (dp->uid_mode && worker_uid(dp, for_uid, &os_uid, err) < 0)
         return NULL;
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
+        err_make(err, SBX_E_PROVIDER, "%s: cannot start a worker: %s", dp->name,
+                 strerror(errno));
+        return NULL;
+    }
     char mem[32], a0[] = "sbxd-worker", a1[] = "--worker", a2[] = "--fd", a3[] = "3",
-                  a4[] = "--memory-limit-mb", a6[] = "--user", j0[] = "sbxd-jsworker";
+                  a4[] = "--memory-limit-mb", a6[] = "--user", a7[] = "--uid",
+                  j0[] = "sbxd-jsworker", idbuf[24];
     snprintf(mem, sizeof(mem), "%lld", (long long)mem_mb);
-    char *argv[] = {a0, a1, a2, a3, a4, mem, dp->user ? a6 : NULL, dp->user, NULL};
+    snprintf(idbuf, sizeof(idbuf), "%u", (unsigned)os_uid);
+    char *who_opt = dp->uid_mode ? a7 : dp->user ? a6 : NULL;
+    char *who = dp->uid_mode ? idbuf : dp->user;
+    char *argv[] = {a0, a1, a2, a3, a4, mem, who_opt, who, NULL};
     /* The js worker needs no memory option: its limit is watched from here. */
-    char *jargv[] = {j0, a2, a3, dp->user ? a6 : NULL, dp->user, NULL};
+    char *jargv[] = {j0, a2, a3, who_opt, who, NULL};
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     /* dup2 clears CLOEXEC on fd 3; everything else of ours is CLOEXEC. */
@@ -199,7 +256,8 @@ static struct worker *worker_spawn(struct duk_prov *dp, int64_t mem_mb, int jit)
     posix_spawnattr_destroy(&at);
     close(sv[1]);
     if (r != 0) {
-        log_error("%s: cannot start a worker: %s", dp->name, strerror(r));
+        err_make(err, SBX_E_PROVIDER, "%s: cannot start a worker: %s", dp->name,
+                 strerror(r));
         close(sv[0]);
         return NULL;
     }
@@ -208,8 +266,11 @@ static struct worker *worker_spawn(struct duk_prov *dp, int64_t mem_mb, int jit)
     w->pid = pid;
     w->mem_mb = mem_mb;
     w->jit = jit;
-    w->bound_uid = (uid_t)-1;
+    /* A worker of a uid of its own serves that socket user only, from birth. */
+    w->bound_uid = dp->uid_mode ? for_uid : (uid_t)-1;
+    w->os_uid = os_uid;
     w->statm_fd = -1;
+    w->base_pages = -1;
     ev_timer_init(&w->rss, rss_cb, RSS_INTERVAL_S, RSS_INTERVAL_S);
     w->rss.data = w;
     if (dp->js) {
@@ -258,18 +319,58 @@ static void pool_remove(struct duk_prov *dp, struct worker *w)
         }
 }
 
+/* Without uid_mode the pool's workers serve anyone (until first used); with
+ * it, each is born for one socket user, so the pool warms workers for the
+ * user who last took one (refill_uid) and counts only theirs. */
+static int pool_count(struct duk_prov *dp)
+{
+    if (!dp->uid_mode)
+        return dp->npool;
+    int n = 0;
+    for (struct worker *w = dp->pool; w; w = w->next)
+        n += w->bound_uid == dp->refill_uid;
+    return n;
+}
+
+/* uid_mode: the pool holds at most 2 * pool_size workers; room for the
+ * current user is made by ending a ready worker of another user. */
+static int pool_room(struct duk_prov *dp)
+{
+    if (dp->npool < 2 * dp->pool_size)
+        return 1;
+    struct worker *victim = NULL;
+    for (struct worker *w = dp->pool; w; w = w->next)
+        if (w->bound_uid != dp->refill_uid && w->ready)
+            victim = w; /* the last one: the pool's oldest */
+    if (!victim)
+        return 0;
+    pool_remove(dp, victim);
+    worker_kill(victim);
+    return 1;
+}
+
+static int pool_add_one(struct duk_prov *dp)
+{
+    sbx_err_t err = {0};
+    if (dp->uid_mode && (dp->refill_uid == (uid_t)-1 || !pool_room(dp)))
+        return -1;
+    struct worker *w = worker_spawn(dp, dp->mem_mb, dp->jit,
+                                    dp->uid_mode ? dp->refill_uid : (uid_t)-1, &err);
+    if (!w) {
+        log_error("%s", err.msg ? err.msg : "cannot start a worker");
+        err_clear(&err);
+        return -1;
+    }
+    w->next = dp->pool;
+    dp->pool = w;
+    dp->npool++;
+    return 0;
+}
+
 static void pool_fill_now(struct duk_prov *dp)
 {
-    if (D->draining)
-        return;
-    while (dp->npool < dp->pool_size) {
-        struct worker *w = worker_spawn(dp, dp->mem_mb, dp->jit);
-        if (!w)
-            return;
-        w->next = dp->pool;
-        dp->pool = w;
-        dp->npool++;
-    }
+    while (!D->draining && pool_count(dp) < dp->pool_size && pool_add_one(dp) == 0)
+        ;
 }
 
 static void refill_cb(struct ev_loop *loop, ev_idle *w, int revents)
@@ -277,21 +378,14 @@ static void refill_cb(struct ev_loop *loop, ev_idle *w, int revents)
     struct duk_prov *dp = w->data;
     ev_idle_stop(loop, w);
     /* one per idle turn, so a burst of creates is not held up by a burst of spawns */
-    if (dp->npool < dp->pool_size && !D->draining) {
-        struct worker *nw = worker_spawn(dp, dp->mem_mb, dp->jit);
-        if (nw) {
-            nw->next = dp->pool;
-            dp->pool = nw;
-            dp->npool++;
-        }
-        if (dp->npool < dp->pool_size)
-            ev_idle_start(loop, w);
-    }
+    if (pool_count(dp) < dp->pool_size && !D->draining && pool_add_one(dp) == 0 &&
+        pool_count(dp) < dp->pool_size)
+        ev_idle_start(loop, w);
 }
 
 static void pool_fill(struct duk_prov *dp)
 {
-    if (dp->npool < dp->pool_size && !D->draining)
+    if (pool_count(dp) < dp->pool_size && !D->draining)
         ev_idle_start(D->loop, &dp->refill);
 }
 
@@ -366,8 +460,8 @@ static int sb_jit(struct duk_prov *dp, struct sandbox *sb)
 }
 
 /* Gives the sandbox a worker: from the pool when one is warm, else a new one
- * (the start finishes on its HELLO). */
-static void get_worker(struct duk_sb *ds)
+ * (the start finishes on its HELLO). Returns 0, or -1 with err set. */
+static int get_worker(struct duk_sb *ds, sbx_err_t *err)
 {
     struct duk_prov *dp = ds->sb->prov->cookie;
     int64_t mem = sb_mem(dp, ds->sb);
@@ -384,11 +478,25 @@ static void get_worker(struct duk_sb *ds)
                 }
         }
         if (!w)
-            w = worker_spawn(dp, mem, jit);
+            w = worker_spawn(dp, mem, jit, ds->sb->owner, err);
     }
+    if (dp->uid_mode && w)
+        dp->refill_uid = ds->sb->owner;
     pool_fill(dp);
-    if (w)
-        attach_worker(ds, w);
+    if (!w)
+        return -1;
+    attach_worker(ds, w);
+    return 0;
+}
+
+/* get_worker where nobody waits for an answer: the reason goes to the log,
+ * and the sandbox's next program fails for want of a worker. */
+static void get_worker_or_log(struct duk_sb *ds)
+{
+    sbx_err_t err = {0};
+    if (get_worker(ds, &err) < 0)
+        log_warn("sandbox %s: %s", ds->sb->id, err.msg ? err.msg : "no isolate worker");
+    err_clear(&err);
 }
 
 static void finish_start(struct duk_sb *ds)
@@ -482,6 +590,11 @@ static void pump(struct duk_sb *ds)
     json_decref(msg);
     w->running = p;
     dpp->spawned = 1;
+    /* js: what the engine holds before the first program of this isolate
+     * (the heap, the TypeScript stripper, its caches) is the baseline; the
+     * program's memory is what comes on top (issue 16, item 10). */
+    if (dp->js && w->statm_fd >= 0 && w->base_pages < 0)
+        w->base_pages = read_rss_pages(w);
     if (dp->js && w->statm_fd >= 0)
         ev_timer_start(D->loop, &w->rss);
     flush_stdin(w, dpp);
@@ -572,7 +685,7 @@ static void replace_worker(struct duk_sb *ds)
     drop_worker(ds);
     ds->reset_pending = 1;
     if (ds->sb->status == SB_RUNNING || ds->sb->status == SB_STARTING)
-        get_worker(ds);
+        get_worker_or_log(ds);
 }
 
 static int d_proc_kill(void *cookie, struct process *p, int sig, sbx_err_t *err)
@@ -610,31 +723,46 @@ static int d_proc_kill(void *cookie, struct process *p, int sig, sbx_err_t *err)
  * with a fresh one. JSC has no heap cap and cannot live under RLIMIT_AS or
  * RLIMIT_DATA (it reserves large regions at start), and cgroups are not
  * everywhere ours to use: this works on every Linux host. */
+/* The worker's resident pages, or -1 if /proc cannot say. */
+static long read_rss_pages(struct worker *w)
+{
+    char buf[128];
+    unsigned long size = 0, res = 0;
+    ssize_t n = pread(w->statm_fd, buf, sizeof(buf) - 1, 0);
+    if (n <= 0)
+        return -1;
+    buf[n] = '\0';
+    if (sscanf(buf, "%lu %lu", &size, &res) != 2)
+        return -1;
+    return (long)res;
+}
+
 static void rss_cb(struct ev_loop *loop, ev_timer *t, int revents)
 {
     struct worker *w = t->data;
     struct duk_prov *dp = w->dp;
-    char buf[128];
-    unsigned long size = 0, res = 0;
     if (w->dead || !w->running || !w->owner) {
         ev_timer_stop(loop, t);
         return;
     }
-    ssize_t n = pread(w->statm_fd, buf, sizeof(buf) - 1, 0);
-    if (n <= 0)
+    long res = read_rss_pages(w);
+    if (res < 0)
         return;
-    buf[n] = '\0';
-    if (sscanf(buf, "%lu %lu", &size, &res) != 2)
-        return;
-    int64_t used_mb = (int64_t)res * dp->page_size / (1024 * 1024);
+    /* The limit is the program's own memory: above the engine's baseline. */
+    long base = w->base_pages > 0 && w->base_pages < res ? w->base_pages : 0;
+    int64_t used_mb = (int64_t)(res - base) * dp->page_size / (1024 * 1024);
     if (used_mb < w->mem_mb)
         return;
     struct duk_sb *ds = w->owner;
     struct process *p = w->running;
     char msg[128];
-    snprintf(msg, sizeof(msg), "memory limit exceeded (%lld MiB)", (long long)w->mem_mb);
-    log_info("sandbox %s: pid %u: %s, the worker used %lld MiB", ds->sb->id, p->pid, msg,
-             (long long)used_mb);
+    /* "out of memory" too: the words Mastra's transports (quickjs) use. */
+    snprintf(msg, sizeof(msg), "memory limit exceeded (%lld MiB): out of memory",
+             (long long)w->mem_mb);
+    log_info("sandbox %s: pid %u: %s, the program used %lld MiB above the worker's "
+             "baseline of %lld MiB",
+             ds->sb->id, p->pid, msg, (long long)used_mb,
+             (long long)((int64_t)base * dp->page_size / (1024 * 1024)));
     json_t *rec = json_pack("{s:i, s:s, s:b, s:{s:s, s:s, s:s}}", "exit_code", 1, "error",
                             msg, "reset", 1, "exception", "name", "RangeError", "message",
                             msg, "stack", "");
@@ -816,6 +944,7 @@ static void whole_frame(struct worker *w, const struct sbx_chan_hdr *h,
     case SBX_CHAN_HELLO:
         if (!w->ready) {
             w->ready = 1;
+            w->base_pages = -1; /* a fresh isolate: measured again at its first run */
             if (ds && ds->w == w)
                 finish_start(ds);
         }
@@ -861,6 +990,8 @@ static void whole_frame(struct worker *w, const struct sbx_chan_hdr *h,
         json_t *v = chan_json(payload, h->len);
         int why = w->snapshot_wanted;
         w->snapshot_wanted = 0;
+        if (ds)
+            ev_timer_stop(D->loop, &ds->state_timer);
         if (!ds || !why) {
             json_decref(v);
             return;
@@ -939,6 +1070,7 @@ static void worker_closed(struct chan *ch, const char *why, void *data)
     }
     if (snap) {
         sbx_err_t err = {0};
+        ev_timer_stop(D->loop, &ds->state_timer);
         if (snap == 2) {
             sandbox_op_done(ds->sb, NULL, NULL);
         } else {
@@ -958,11 +1090,87 @@ static void worker_closed(struct chan *ch, const char *why, void *data)
     }
     if (ds->sb->status == SB_RUNNING) {
         ds->reset_pending = 1;
-        get_worker(ds);
+        get_worker_or_log(ds);
     }
 }
 
 /* -- sandbox ops ------------------------------------------------------------------ */
+
+/*
+ * A snapshot or stop reads the isolate's globals, which runs their getters
+ * and toJSON methods: a hostile one (a getter that never returns) would hold
+ * the sandbox, and a destroy queued behind it, for limits.op_timeout_ms.
+ * These ops get a budget of their own (providers.<name>.snapshot_timeout_s);
+ * past it the worker is ended: a snapshot fails, a stop fails and the
+ * globals are lost, and the sandbox goes on (or starts again) on a fresh
+ * isolate.
+ */
+static void state_timer_start(struct duk_sb *ds)
+{
+    struct duk_prov *dp = ds->sb->prov->cookie;
+    ev_timer_stop(D->loop, &ds->state_timer);
+    ev_timer_set(&ds->state_timer, dp->state_timeout_s, 0.);
+    ev_timer_start(D->loop, &ds->state_timer);
+}
+
+/* Ends the worker of a pending snapshot/stop and finishes the op with err
+ * (NULL: success). */
+static void state_op_end(struct duk_sb *ds, sbx_err_t *err)
+{
+    struct worker *w = ds->w;
+    int why = w ? w->snapshot_wanted : 0;
+    ev_timer_stop(D->loop, &ds->state_timer);
+    if (w)
+        w->snapshot_wanted = 0;
+    drop_worker(ds);
+    if (why == 1 && ds->sb->status == SB_RUNNING) {
+        /* a snapshot leaves the sandbox running, on a fresh isolate */
+        ds->reset_pending = 1;
+        get_worker_or_log(ds);
+    }
+    sandbox_op_done(ds->sb, err, NULL);
+}
+
+static void state_timeout_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    struct duk_sb *ds = t->data;
+    struct duk_prov *dp = ds->sb->prov->cookie;
+    if (!ds->w || !ds->w->snapshot_wanted)
+        return;
+    int stop = ds->w->snapshot_wanted == 2;
+    sbx_err_t err = {0};
+    err_make_data(&err, SBX_E_PROVIDER,
+                  json_pack("{s:s, s:s, s:s, s:I}", "provider", dp->name, "message",
+                            "reading the globals took too long", "limit",
+                            "snapshot_timeout_s", "max", (json_int_t)dp->state_timeout_s),
+                  "%s did not finish within %g s (providers.%s.snapshot_timeout_s): "
+                  "reading the isolate's globals (a getter or toJSON) ran too long; "
+                  "the isolate was ended%s",
+                  stop ? "stop" : "snapshot", dp->state_timeout_s, dp->name,
+                  stop ? " and its globals are lost"
+                       : " and the sandbox runs on a fresh one");
+    log_warn("sandbox %s: %s", ds->sb->id, err.msg);
+    state_op_end(ds, &err);
+    err_clear(&err);
+}
+
+/* A destroy was asked while an op runs (provider.h sb_cancel): a snapshot or
+ * stop still reading globals is ended now, so the destroy goes ahead at once
+ * instead of waiting for a getter that may never return. */
+static void d_sb_cancel(void *cookie, struct sandbox *sb)
+{
+    struct duk_sb *ds = sb->pdata;
+    if (!ds || !ds->w || !ds->w->snapshot_wanted)
+        return;
+    sbx_err_t err = {0};
+    int stop = ds->w->snapshot_wanted == 2;
+    if (!stop)
+        err_make(&err, SBX_E_PROVIDER,
+                 "snapshot cancelled: sandbox %s is being destroyed", sb->id);
+    /* a stop just ends: the destroy that follows needs no globals */
+    state_op_end(ds, stop ? NULL : &err);
+    err_clear(&err);
+}
 
 static int d_sb_start(void *cookie, struct sandbox *sb, sbx_err_t *err)
 {
@@ -973,16 +1181,19 @@ static int d_sb_start(void *cookie, struct sandbox *sb, sbx_err_t *err)
             return err_make(err, SBX_E_INTERNAL, "out of memory");
         ds->sb = sb;
         sb->pdata = ds;
+        ev_timer_init(&ds->state_timer, state_timeout_cb, 0., 0.);
+        ds->state_timer.data = ds;
     }
     if (ds->w && !ds->w->dead) {
         sandbox_op_done(sb, NULL, NULL);
         return 0;
     }
     ds->starting = 1;
-    get_worker(ds);
-    if (!ds->w) {
+    if (get_worker(ds, err) < 0 || !ds->w) {
         ds->starting = 0;
-        return err_make(err, SBX_E_PROVIDER, "cannot start an isolate worker");
+        if (!err->msg)
+            err_make(err, SBX_E_PROVIDER, "cannot start an isolate worker");
+        return -1;
     }
     return 0;
 }
@@ -1001,6 +1212,7 @@ static int d_sb_stop(void *cookie, struct sandbox *sb, sbx_err_t *err)
     ds->w->snapshot_wanted = 2;
     if (chan_send(&ds->w->ch, SBX_CHAN_SNAPSHOT, 0, NULL, 0) < 0)
         return err_make(err, SBX_E_PROVIDER, "isolate channel failed");
+    state_timer_start(ds);
     return 0;
 }
 
@@ -1036,6 +1248,7 @@ static int d_sb_snapshot(void *cookie, struct sandbox *sb, sbx_err_t *err)
     ds->w->snapshot_wanted = 1;
     if (chan_send(&ds->w->ch, SBX_CHAN_SNAPSHOT, 0, NULL, 0) < 0)
         return err_make(err, SBX_E_PROVIDER, "isolate channel failed");
+    state_timer_start(ds);
     return 0;
 }
 
@@ -1062,6 +1275,7 @@ static void d_sb_release(void *cookie, struct sandbox *sb)
     struct duk_sb *ds = sb->pdata;
     if (!ds)
         return;
+    ev_timer_stop(D->loop, &ds->state_timer);
     drop_worker(ds);
     json_decref(ds->saved);
     free(ds);
@@ -1115,7 +1329,7 @@ static char *js_instructions(void *cookie, struct sandbox *sb)
             &t,
             "Run JavaScript or TypeScript (ES2023, JavaScriptCore) in sandbox %s. The "
             "program is the body of an async function: use await at the top level and "
-            "return a JSON-serialisable value, which is the result. TypeScript types are "
+            "return a JSON-serializable value, which is the result. TypeScript types are "
             "stripped before it runs. console.log/info/debug write to stdout and "
             "console.warn/error to stderr; the lines are also returned as logs. There is no "
             "filesystem, network, timers, module loader or process access.%s%s%s%s Memory "
@@ -1192,6 +1406,36 @@ static int load(json_t *conf, void **cookie, sbx_err_t *err, int js)
     const char *u = json_string_value(json_object_get(conf, "worker_user"));
     dp->user = u ? xstrdup(u) : NULL;
     dp->fresh = json_is_true(json_object_get(conf, "fresh_isolate"));
+    json_int_t base = (v = json_object_get(conf, "worker_uid_base"))
+                          ? json_integer_value(v)
+                          : DEFAULT_UID_BASE;
+    json_int_t count = (v = json_object_get(conf, "worker_uid_count"))
+                           ? json_integer_value(v)
+                           : DEFAULT_UID_COUNT;
+    /* Below 2^31 so no tool reads a worker uid as negative; never 0. */
+    if (base != 0 && (base < 1 || count < 1 || base + count > 2147483647LL)) {
+        free(dp->user);
+        free(dp->worker_path);
+        free(dp);
+        return err_make(err, SBX_E_UNAVAILABLE,
+                        "providers.%s: worker_uid_base %lld + worker_uid_count %lld must "
+                        "be a range of uids in 1..2147483646 (or worker_uid_base 0)",
+                        js ? "js" : "duktape", (long long)base, (long long)count);
+    }
+    if (base == 0) {
+        dp->uid_off = "worker_uid_base is 0: every user's workers share worker_user";
+    } else if (geteuid() != 0) {
+        dp->uid_off = "sbxd is not root: workers run as sbxd's own uid";
+    } else {
+        dp->uid_mode = 1;
+        dp->uid_base = (uid_t)base;
+        dp->uid_count = (uid_t)count;
+    }
+    dp->refill_uid = (uid_t)-1;
+    json_int_t st = (v = json_object_get(conf, "snapshot_timeout_s"))
+                        ? json_integer_value(v)
+                        : DEFAULT_STATE_TIMEOUT_S;
+    dp->state_timeout_s = st > 0 && st <= 3600 ? (double)st : DEFAULT_STATE_TIMEOUT_S;
     *cookie = dp;
     ev_idle_init(&dp->refill, refill_cb);
     dp->refill.data = dp;
@@ -1247,6 +1491,16 @@ static json_t *d_info(void *cookie)
         json_object_set_new(o, "persistent", json_boolean(dp->persistent));
         json_object_set_new(o, "typescript", json_true());
     }
+    /* Which OS uid a socket user's workers get (README "Security"). */
+    if (dp->uid_mode)
+        json_object_set_new(o, "worker_uids",
+                            json_pack("{s:I, s:I, s:s}", "base", (json_int_t)dp->uid_base,
+                                      "count", (json_int_t)dp->uid_count, "map",
+                                      "base + socket uid"));
+    else
+        json_object_set_new(o, "worker_uids", json_pack("{s:s}", "off", dp->uid_off));
+    json_object_set_new(o, "snapshot_timeout_s",
+                        json_integer((json_int_t)dp->state_timeout_s));
     return o;
 }
 
@@ -1256,7 +1510,9 @@ static json_t *d_info(void *cookie)
  * own; the list's end. */
 #define ISOLATE_KEYS                                                                     \
     {"memory_limit_mb", CFG_INT}, {"pool_size", CFG_INT}, {"worker_user", CFG_STR},      \
-        {"worker_path", CFG_STR}, {"command_timeout_ms", CFG_INT}, {NULL, 0},
+        {"worker_path", CFG_STR}, {"command_timeout_ms", CFG_INT},                       \
+        {"worker_uid_base", CFG_INT}, {"worker_uid_count", CFG_INT},                     \
+        {"snapshot_timeout_s", CFG_INT}, {NULL, 0},
 
 static const struct cfg_key duk_keys[] = {{"fresh_isolate", CFG_BOOL}, ISOLATE_KEYS};
 static const struct cfg_key js_keys[] = {
@@ -1268,8 +1524,9 @@ static const struct cfg_key js_keys[] = {
     .shell_commands = 0, .default_cwd = "/", .enabled_by_default = 1,                    \
     .unload = d_unload, .available = d_available, .info = d_info,                        \
     .sb_start = d_sb_start, .sb_stop = d_sb_stop, .sb_destroy = d_sb_destroy,            \
-    .sb_snapshot = d_sb_snapshot, .sb_metadata = d_sb_metadata,                          \
-    .sb_release = d_sb_release, .proc_spawn = d_proc_spawn, .proc_write = d_proc_write,  \
+    .sb_cancel = d_sb_cancel, .sb_snapshot = d_sb_snapshot,                              \
+    .sb_metadata = d_sb_metadata, .sb_release = d_sb_release,                            \
+    .proc_spawn = d_proc_spawn, .proc_write = d_proc_write,                              \
     .proc_close_stdin = d_proc_close_stdin, .proc_kill = d_proc_kill,                    \
     .proc_resume = d_proc_resume, .proc_tool_result = d_proc_tool_result,                \
     .proc_release = d_proc_release

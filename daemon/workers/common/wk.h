@@ -122,6 +122,13 @@ int wk_soft_limit(int res, rlim_t v);
 /** uid/gid of user `name`; "nobody" falls back to 65534. Refuses uid 0. */
 int wk_lookup_user(const char *name, uid_t *uid, gid_t *gid, const char **why);
 
+/**
+ * Parses `--uid N` (decimal, no sign): the daemon's per-user worker uid
+ * (README "Security": providers.<isolate>.worker_uid_base). uid and gid both
+ * become N. Refuses 0 and (uid_t)-1. Returns 0, or -1 with *why set.
+ */
+int wk_parse_uid(const char *s, uid_t *uid, gid_t *gid, const char **why);
+
 /** Drops every group and sets real/effective/saved ids, then checks it stuck. */
 int wk_drop_privileges(uid_t uid, gid_t gid, const char **why);
 

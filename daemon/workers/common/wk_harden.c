@@ -3,6 +3,7 @@
  * any JS: fds, resource limits, privileges, and the seccomp installer. The
  * order and the allow-lists are each worker's own.
  */
+#include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
 #include <pwd.h>
@@ -114,6 +115,28 @@ int wk_lookup_user(const char *name, uid_t *uid, gid_t *gid, const char **why)
         *why = "refusing to run the worker as uid 0";
         return -1;
     }
+    return 0;
+}
+
+int wk_parse_uid(const char *s, uid_t *uid, gid_t *gid, const char **why)
+{
+    char *end;
+    unsigned long v;
+
+    if (!s || *s < '0' || *s > '9') {
+        *why = "bad --uid";
+        return -1;
+    }
+    errno = 0;
+    v = strtoul(s, &end, 10);
+    if (errno || *end || v == 0 || v >= (unsigned long)(uid_t)-1 ||
+        v != (unsigned long)(uid_t)v) {
+        *why = v == 0 && !errno && !*end ? "refusing to run the worker as uid 0"
+                                         : "bad --uid";
+        return -1;
+    }
+    *uid = (uid_t)v;
+    *gid = (gid_t)v;
     return 0;
 }
 

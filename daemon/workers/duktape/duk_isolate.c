@@ -90,7 +90,8 @@ static void mem_give_up(struct dukw *w)
     char msg[96];
     json_t *j;
 
-    snprintf(msg, sizeof(msg), "memory limit exceeded (%u MiB)", w->memory_mb);
+    snprintf(msg, sizeof(msg), "memory limit exceeded (%u MiB): out of memory",
+             w->memory_mb);
     j = json_pack("{s:i,s:i,s:b,s:b,s:s,s:b,s:b}", "exit_code", 1, "signal", 0,
                   "timed_out", 0, "killed", 0, "error", msg, "reset", 1, "exiting", 1);
     if (j)
@@ -463,21 +464,19 @@ static void put_console_fn(duk_context *ctx, const char *name, int magic)
 /* Removes I/O and code-loading globals, adds ours, records the builtins. */
 static duk_ret_t setup_globals(duk_context *ctx, void *udata)
 {
-    static const char *const gone[] = {"print", "alert", "require", NULL};
-    static const char *const duk_gone[] = {"fin", "modSearch", "modLoaded", NULL};
+    /* The whole `Duktape` object goes (issue 16, item 7): Duktape.Pointer
+     * and Duktape.info hand out live heap addresses, Duktape.act the call
+     * stack's internals, Duktape.fin runs finalizers at odd times (GC, heap
+     * teardown) outside any process, Duktape.Thread/gc/compact reach the
+     * engine's machinery, modSearch/modLoaded are a loader. No sandbox
+     * program needs any of it; standard ES covers the rest. */
+    static const char *const gone[] = {"print", "alert", "require", "Duktape", NULL};
     size_t i;
 
     (void)udata;
     duk_push_global_object(ctx);
     for (i = 0; gone[i]; i++)
         duk_del_prop_string(ctx, -1, gone[i]);
-    /* Duktape.fin would let finalizers run at odd times (GC, heap teardown),
-     * outside any process; the module hooks are a loader. */
-    if (duk_get_prop_string(ctx, -1, "Duktape")) {
-        for (i = 0; duk_gone[i]; i++)
-            duk_del_prop_string(ctx, -1, duk_gone[i]);
-    }
-    duk_pop(ctx);
 
     duk_push_object(ctx);
     put_console_fn(ctx, "log", 0);
@@ -932,7 +931,8 @@ out:
         json_decref(rec);
         free(result);
         result = NULL;
-        snprintf(msg, sizeof(msg), "memory limit exceeded (%u MiB)", w->memory_mb);
+        snprintf(msg, sizeof(msg), "memory limit exceeded (%u MiB): out of memory",
+                 w->memory_mb);
         rec = exit_record(1, msg, 1);
     }
     duk_set_top(ctx, 0);

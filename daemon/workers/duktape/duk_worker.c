@@ -38,6 +38,7 @@ struct opts {
     int fd;
     unsigned memory_mb;
     const char *user;
+    const char *uid; /* --uid N: wins over --user */
     int no_drop;
 };
 
@@ -84,6 +85,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
     o->fd = -1;
     o->memory_mb = DUKW_DEFAULT_MEMORY_MB;
     o->user = "nobody";
+    o->uid = NULL;
     o->no_drop = 0;
     for (i = 1; i < argc; i++) {
         const char *v;
@@ -107,6 +109,8 @@ static int parse_args(int argc, char **argv, struct opts *o)
             o->memory_mb = (unsigned)n;
         } else if ((v = opt_value(argc, argv, &i, "--user", &missing))) {
             o->user = v;
+        } else if ((v = opt_value(argc, argv, &i, "--uid", &missing))) {
+            o->uid = v;
         } else {
             fprintf(stderr, "sbxd --worker: %s '%s'\n",
                     missing ? "missing value for" : "unknown option", argv[i]);
@@ -216,7 +220,8 @@ static int harden(struct opts *o, const char **why)
     gid_t gid = 0;
 
     signal(SIGPIPE, SIG_IGN);
-    if (drop && wk_lookup_user(o->user, &uid, &gid, why) < 0)
+    if (drop && (o->uid ? wk_parse_uid(o->uid, &uid, &gid, why)
+                        : wk_lookup_user(o->user, &uid, &gid, why)) < 0)
         return -1;
     if (wk_isolate_fds(&o->fd, why) < 0)
         return -1;

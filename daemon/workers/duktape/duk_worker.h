@@ -3,7 +3,7 @@
  *
  * One worker = one Duktape sandbox = one Duktape heap. The daemon starts it as
  *
- *     sbxd --worker --fd N [--memory-limit-mb M] [--user NAME] [--no-drop]
+ *     sbxd --worker --fd N [--memory-limit-mb M] [--user NAME | --uid N] [--no-drop]
  *
  * (fork + exec of /proc/self/exe) and talks to it over the binary worker
  * channel on fd N (proto/CHANNEL.md). The worker uses plain blocking I/O and
@@ -21,6 +21,8 @@
  *   --memory-limit-mb M  Duktape heap limit in MiB (default 128, 1..65536)
  *   --user NAME          user to drop to when started as root (default
  *                        "nobody", falling back to uid/gid 65534)
+ *   --uid N              numeric uid (and gid) to drop to instead: the
+ *                        socket user's own worker uid (never 0)
  *   --no-drop            keep the current uid even as root (tests only)
  *
  * Before it speaks, the worker hardens itself (no new privileges, closes

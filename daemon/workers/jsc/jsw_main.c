@@ -2,7 +2,7 @@
  * jsw_main.c - sbxd-jsworker: the js provider's isolate worker. Options,
  * self-hardening, and the frame loop. The daemon starts it as
  *
- *     sbxd-jsworker --fd N [--user NAME] [--no-drop]
+ *     sbxd-jsworker --fd N [--user NAME | --uid N] [--no-drop]
  *
  * with the channel (proto/CHANNEL.md) on fd N. JSC_* variables in its
  * environment are JavaScriptCore options (the daemon passes JSC_useJIT=false
@@ -47,6 +47,7 @@
 struct opts {
     int fd;
     const char *user;
+    const char *uid; /* --uid N: wins over --user */
     int no_drop;
 };
 
@@ -56,6 +57,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 {
     o->fd = -1;
     o->user = "nobody";
+    o->uid = NULL;
     o->no_drop = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -71,6 +73,8 @@ static int parse_args(int argc, char **argv, struct opts *o)
             o->fd = (int)v;
         } else if (strcmp(a, "--user") == 0 && i + 1 < argc) {
             o->user = argv[++i];
+        } else if (strcmp(a, "--uid") == 0 && i + 1 < argc) {
+            o->uid = argv[++i];
         } else {
             fprintf(stderr, "sbxd-jsworker: unknown option '%s'\n", a);
             return -1;
@@ -230,7 +234,8 @@ static int harden(struct opts *o, int *fd, const char **why)
         *why = "cannot set resource limits";
         return -1;
     }
-    if (drop && (wk_lookup_user(o->user, &uid, &gid, why) < 0 ||
+    if (drop && ((o->uid ? wk_parse_uid(o->uid, &uid, &gid, why)
+                         : wk_lookup_user(o->user, &uid, &gid, why)) < 0 ||
                  wk_drop_privileges(uid, gid, why) < 0))
         return -1;
     if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0 || getppid() != parent) {

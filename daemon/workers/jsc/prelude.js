@@ -32,12 +32,12 @@
         case 'function':
         case 'symbol':
         case 'bigint':
-            throw new TypeErrorC(`${what} is not JSON-serialisable: ${path} is a ${typeof v}`);
+            throw new TypeErrorC(`${what} is not JSON-serializable: ${path} is a ${typeof v}`);
         case 'object':
             if (v === null)
                 return;
             if (apply(setHas, seen, [v]))
-                throw new TypeErrorC(`${what} is not JSON-serialisable: ${path} is a cycle`);
+                throw new TypeErrorC(`${what} is not JSON-serializable: ${path} is a cycle`);
             apply(setAdd, seen, [v]);
             if (typeof v.toJSON !== 'function') {
                 if (isArray(v)) {
@@ -165,7 +165,7 @@
             }, e => done(false, describe(e))]);
         },
         describe,
-        /* the JSON-serialisable own enumerable globals not in `builtin` */
+        /* the JSON-serializable own enumerable globals not in `builtin` */
         globals() {
             const o = {};
             for (const k of keys(G)) {
@@ -178,7 +178,7 @@
                     check(v, 'global', k, new SetC());
                     o[k] = v;
                 } catch (e) {
-                    /* not serialisable: left out */
+                    /* not serializable: left out */
                 }
             }
             return stringify(o);
