@@ -986,6 +986,29 @@ static void test_hardening(void)
         test_cond("hardening: seccomp filter mode",
                   strstr(proc_line(k.pid, "status", "Seccomp:"), "2") != NULL);
     stop(&k);
+
+    /* --uid N: the socket user's own worker uid, gid the same, no groups */
+    static const char *const byuid[] = {"--uid", "1879048197", NULL};
+    start_args(&k, byuid);
+    json_decref(hello(&k));
+    run_code(&k, 1, "6*7", NULL, &r, NULL);
+    int gid_ok = strstr(proc_line(k.pid, "status", "Gid:"), "1879048197") != NULL;
+    const char *groups = proc_line(k.pid, "status", "Groups:");
+    int no_groups = groups[0] && strspn(groups + 7, " \t\n") == strlen(groups + 7);
+    test_cond("drop: --uid N runs the worker as uid and gid N, no groups",
+              json_integer_value(json_object_get(r.started, "uid")) == 1879048197 &&
+                  gid_ok && no_groups && result_is_int(&r, 42));
+    run_free(&r);
+    stop(&k);
+    static const char *const root[] = {"--uid", "0", NULL};
+    start_args(&k, root);
+    struct frame f = {0};
+    int got = recv_frame(&k, &f, 5000);
+    test_cond("drop: --uid 0 is refused with an ERROR frame saying so",
+              got == 0 && f.h.type == SBX_CHAN_ERROR && f.p &&
+                  strstr((const char *)f.p, "uid 0") != NULL);
+    free(f.p);
+    stop(&k);
 }
 
 /* The worker dies with its parent (PR_SET_PDEATHSIG): a middle process starts
