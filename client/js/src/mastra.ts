@@ -517,7 +517,8 @@ export class SbxdCodeModeTransport implements CodeModeTransport {
                 // Checked here so the failure names the tool (the client would also refuse it).
                 if (r !== undefined) JSON.stringify(r);
                 try {
-                    run.onExternalResult?.(toolId, Date.now() - t0);
+                    // Three arguments, error undefined: Mastra's transports call it so.
+                    run.onExternalResult?.(toolId, Date.now() - t0, undefined);
                 } catch {
                     /* observers never break a run */
                 }
@@ -569,29 +570,31 @@ export class SbxdCodeModeTransport implements CodeModeTransport {
                     lines[s] = lines[s].slice(i + 1);
                 }
             };
-            const proc = await this.client.spawn(
-                { sandbox: sandboxId, command: program, timeout_ms: Math.max(1, Math.ceil(timeout)) },
-                { onStdout: (d) => take('stdout', d), onStderr: (d) => take('stderr', d), maxRetainedBytes: 0 },
-            );
-            let onAbort: (() => void) | null = null;
+            // The abort listener is wired before the spawn: the program's first tool
+            // call may reach dispatch (and abort) before spawn() has answered.
+            let proc: SbxdProcess | null = null;
             let wasAborted = false;
-            if (abortSignal) {
-                onAbort = () => {
-                    wasAborted = true;
-                    void proc.kill().catch(() => false);
-                };
-                abortSignal.addEventListener('abort', onAbort, { once: true });
-            }
+            const onAbort = () => {
+                wasAborted = true;
+                if (proc) void proc.kill().catch(() => false);
+            };
+            abortSignal?.addEventListener('abort', onAbort, { once: true });
             let exit: ExitRecord;
             try {
+                proc = await this.client.spawn(
+                    { sandbox: sandboxId, command: program, timeout_ms: Math.max(1, Math.ceil(timeout)) },
+                    { onStdout: (d) => take('stdout', d), onStderr: (d) => take('stderr', d), maxRetainedBytes: 0 },
+                );
+                // An abort that came while the spawn was on its way: end the program now.
+                if (wasAborted || abortSignal?.aborted) onAbort();
                 exit = await proc.wait();
             } finally {
-                if (onAbort) abortSignal!.removeEventListener('abort', onAbort);
+                abortSignal?.removeEventListener('abort', onAbort);
             }
             for (const s of ['stdout', 'stderr'] as const) if (lines[s]) logs.push(lines[s]);
+            if (wasAborted) return aborted();
             if (exit.timed_out)
                 return { success: false, logs, error: { name: 'TimeoutError', message: `Code Mode execution timed out after ${timeout}ms` } };
-            if (wasAborted) return aborted();
             // The exit record of process.wait carries the program's result, exception and logs.
             const rec = await this.client.wait(sandboxId, proc.pid).catch(() => exit);
             const finalLogs = Array.isArray(rec.logs) ? rec.logs : logs;
