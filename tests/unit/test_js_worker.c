@@ -67,6 +67,28 @@ static int start(struct wk *k)
     return start_env(k, 0, NULL);
 }
 
+/* Starts the worker with --uid uid (the daemon's per-user worker uid). */
+static int start_uid(struct wk *k, const char *uid)
+{
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+        return -1;
+    fflush(stdout);
+    k->pid = fork();
+    if (k->pid < 0)
+        return -1;
+    if (k->pid == 0) {
+        char fd[16];
+        int f = dup(sv[1]); /* without CLOEXEC */
+        snprintf(fd, sizeof(fd), "%d", f);
+        execl(worker, "sbxd-jsworker", "--fd", fd, "--uid", uid, (char *)NULL);
+        _exit(127);
+    }
+    close(sv[1]);
+    k->fd = sv[0];
+    return 0;
+}
+
 static int stop(struct wk *k)
 {
     int st = -1;
@@ -244,6 +266,33 @@ static void test_hello_and_hardening(void)
     int st = stop(&k);
     test_cond("EOF on the channel: the worker exits 0",
               WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+/* --uid N: uid and gid N (the socket user's own worker uid); 0 is refused. */
+static void test_worker_uid(void)
+{
+    struct wk k;
+    char v[128];
+    if (geteuid() != 0) {
+        test_skip("--uid N runs the worker as uid and gid N", "not root");
+        return;
+    }
+    start_uid(&k, "1879048198");
+    struct frame f = wait_for(&k, SBX_CHAN_HELLO);
+    free(f.p);
+    int uid_ok = status_field(k.pid, "Uid:", v, sizeof(v)) == 0 && atol(v) == 1879048198;
+    int gid_ok = status_field(k.pid, "Gid:", v, sizeof(v)) == 0 && atol(v) == 1879048198;
+    json_t *r = run(&k, 1, "return 6 * 7");
+    test_cond("--uid N runs the worker as uid and gid N, and it works",
+              f.h.type == SBX_CHAN_HELLO && uid_ok && gid_ok && result_is(r, "42"));
+    json_decref(r);
+    stop(&k);
+    start_uid(&k, "0");
+    f = next(&k);
+    test_cond("--uid 0 is refused with an ERROR frame",
+              f.h.type == SBX_CHAN_ERROR && f.p && strstr(f.p, "uid 0") != NULL);
+    free(f.p);
+    stop(&k);
 }
 
 static void test_bad_frames(void)
@@ -514,6 +563,7 @@ int main(int argc, char **argv)
                   "JavaScriptCore does not run under valgrind (JIT code, GC thread "
                   "suspension by signals); its C code is checked by make asan");
     test_hello_and_hardening();
+    test_worker_uid();
     test_bad_frames();
     test_credit();
     test_tools_and_more();
