@@ -544,11 +544,16 @@ static void test_duk_string_loop(conn *c)
     waitpid(ch, &st, 0);
     int peak_mb = WIFEXITED(st) ? WEXITSTATUS(st) : 255;
     char name[160];
+    test_cond("duktape: the interned-string loop ends at its 3 s timeout",
+              json_is_true(json_object_get(res_of(r), "timed_out")) && el < 3000 + 3000);
     snprintf(name, sizeof(name),
-             "duktape: the interned-string loop stays at %d MiB and ends at its timeout",
+             "duktape: its worker stays far below the 16 MiB cap (%d MiB resident)",
              peak_mb);
-    test_cond(name, json_is_true(json_object_get(res_of(r), "timed_out")) &&
-                        el < 3000 + 3000 && peak_mb < 16);
+    /* a sanitizer's shadow memory is resident too */
+    if (getenv("SBX_SANITIZED") || getenv("SBX_VALGRIND"))
+        test_skip(name, "a sanitized or valgrind run: RSS is the tool's");
+    else
+        test_cond(name, peak_mb < 16);
     json_decref(r);
     destroy(c, "iso-str");
 }
