@@ -1430,6 +1430,11 @@ static int load(json_t *conf, void **cookie, sbx_err_t *err, int js)
         dp->uid_mode = 1;
         dp->uid_base = (uid_t)base;
         dp->uid_count = (uid_t)count;
+        if (dp->user)
+            log_warn("providers.%s.worker_user is not used: each user's workers run as "
+                     "worker_uid_base + their uid (set worker_uid_base: 0 to share "
+                     "worker_user)",
+                     dp->name);
     }
     dp->refill_uid = (uid_t)-1;
     json_int_t st = (v = json_object_get(conf, "snapshot_timeout_s"))
