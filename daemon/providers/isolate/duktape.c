@@ -718,11 +718,6 @@ static int d_proc_kill(void *cookie, struct process *p, int sig, sbx_err_t *err)
     return 0;
 }
 
-/* js: the worker's resident memory, read every RSS_INTERVAL_S while a
- * program runs; past the limit the worker is ended and the sandbox goes on
- * with a fresh one. JSC has no heap cap and cannot live under RLIMIT_AS or
- * RLIMIT_DATA (it reserves large regions at start), and cgroups are not
- * everywhere ours to use: this works on every Linux host. */
 /* The worker's resident pages, or -1 if /proc cannot say. */
 static long read_rss_pages(struct worker *w)
 {
@@ -737,6 +732,12 @@ static long read_rss_pages(struct worker *w)
     return (long)res;
 }
 
+/* js: the worker's resident memory, read every RSS_INTERVAL_S while a
+ * program runs; past the limit (counted above the worker's baseline) the
+ * worker is ended and the sandbox goes on with a fresh one. JSC has no heap
+ * cap and cannot live under RLIMIT_AS or RLIMIT_DATA (it reserves large
+ * regions at start), and cgroups are not everywhere ours to use: this works
+ * on every Linux host. */
 static void rss_cb(struct ev_loop *loop, ev_timer *t, int revents)
 {
     struct worker *w = t->data;
