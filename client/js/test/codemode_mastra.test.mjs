@@ -1,5 +1,6 @@
 // The behaviours Mastra's own code-mode transport tests check
-// (packages/isolated-vm/src/transport.test.ts and the quickjs transport's),
+// (packages/isolated-vm/src/transport.test.ts and @mastra/quickjs's
+// transport.test.ts, less what is QuickJS's own: Node flags, WASM handles),
 // each held by SbxdCodeModeTransport against a real sbxd: their error words
 // (/JSON-serializable/, /not JSON-serializable/, /timed out after 300ms/,
 // /out of memory/), onExternalResult's three arguments, and an abort fired by
@@ -62,6 +63,20 @@ group("Mastra's transport contract", () => {
         });
         assert.deepEqual(r.result, [10, 20, 30]);
     });
+    test('eight calls are all in flight at once', async () => {
+        let now = 0, peak = 0;
+        const r = await run('const cs = []; for (let n = 0; n < 8; n++) cs.push(external_calc({ n })); return (await Promise.all(cs)).reduce((a, b) => a + b, 0);', {
+            toolIds: ['calc'],
+            dispatch: async (_t, { n }) => {
+                peak = Math.max(peak, ++now);
+                await sleep(10);
+                now--;
+                return n;
+            },
+        });
+        assert.equal(r.result, 28);
+        assert.equal(peak, 8);
+    });
     test("a hyphenated id is external_my_tool inside, 'my-tool' to dispatch", async () => {
         const d = recorder(() => 'ok');
         const r = await run('return await external_my_tool({});', { toolIds: ['my-tool'], dispatch: d });
@@ -106,6 +121,14 @@ group("Mastra's transport contract", () => {
         assert.equal(r.error?.name, 'TimeoutError');
         assert.match(r.error.message, /timed out after 300ms/);
     });
+    test('a tool call that never answers: TimeoutError', async () => {
+        const r = await run('return await external_hang({});', {
+            toolIds: ['hang'],
+            dispatch: () => new Promise(() => {}),
+            timeout: 300,
+        });
+        assert.equal(r.error?.name, 'TimeoutError');
+    });
     test('a synchronous endless loop: TimeoutError', async () => {
         const r = await run('while (true) {}', { timeout: 300 });
         assert.equal(r.error?.name, 'TimeoutError');
@@ -117,7 +140,8 @@ group("Mastra's transport contract", () => {
             timeout: 30000,
         });
         assert.equal(r.success, false);
-        assert.match(r.error.message, /out of memory/);
+        assert.notEqual(r.error.name, 'TimeoutError', 'the limit stopped it, not the timeout');
+        assert.match(r.error.message, /out of memory/i);
         t.client.close();
     });
     test('memoryLimitMb 16 is the program\'s own memory: a few MB of objects run', async () => {
@@ -155,6 +179,33 @@ group("Mastra's transport contract", () => {
             assert.equal(r.error?.name, 'AbortError', `run ${i}: ${JSON.stringify(r)}`);
             assert.ok(Date.now() - t0 < 5000, `run ${i} took ${Date.now() - t0} ms`);
         }
+    });
+    test('an abort during a dispatch stops the synchronous loop the program enters next, at once', async () => {
+        const ac = new AbortController();
+        const t0 = Date.now();
+        const r = await run('await external_go({}); while (true) {}', {
+            toolIds: ['go'],
+            dispatch: async () => {
+                ac.abort();
+                return 'go';
+            },
+            abortSignal: ac.signal,
+            timeout: 30000,
+        });
+        assert.equal(r.error?.name, 'AbortError');
+        assert.ok(Date.now() - t0 < 5000, `took ${Date.now() - t0} ms`);
+    });
+    test('no host bridges or module loader: __hostCall, __hostLog, importScripts, module, globalThis.process', async () => {
+        const r = await run(
+            'return { a: typeof globalThis.__hostCall, b: typeof globalThis.__hostLog, c: typeof importScripts, d: typeof module, e: typeof globalThis.process };',
+        );
+        assert.deepEqual(r.result, { a: 'undefined', b: 'undefined', c: 'undefined', d: 'undefined', e: 'undefined' });
+    });
+    test('a tool not exposed is a ReferenceError in the program; dispatch never runs', async () => {
+        const d = recorder(() => 'ok');
+        const r = await run('try { return await external_secret({}) } catch (e) { return { name: e.name } }', { toolIds: ['allowed'], dispatch: d });
+        assert.deepEqual(r.result, { name: 'ReferenceError' });
+        assert.equal(d.calls.length, 0);
     });
     test('no host capabilities: process, require, fetch, setTimeout are undefined', async () => {
         const r = await run(
@@ -195,6 +246,19 @@ group("Mastra's transport contract", () => {
         assert.equal(typeof results[0][1], 'number');
         assert.ok(results[0][2] instanceof Error);
         assert.equal(results[0][2].message, 'boom');
+    });
+    test('a cyclic dispatch result is one error outcome: onExternalResult once, with an Error', async () => {
+        const results = [];
+        const cyc = {};
+        cyc.self = cyc;
+        const r = await run('return await external_ping({});', {
+            toolIds: ['ping'],
+            dispatch: async () => cyc,
+            onExternalResult: (...a) => results.push(a),
+        });
+        assert.equal(r.success, false);
+        assert.equal(results.length, 1);
+        assert.ok(results[0][2] instanceof Error);
     });
     test('createCodeMode with this transport and no sandbox runs a tool end to end', async () => {
         const top = createTool({
