@@ -371,7 +371,7 @@ static void test_uid_range(struct priv *p)
     cn_close(c);
 }
 
-/* ---- item 8: hostile getters --------------------------------------------------------- */
+/* ---- item 8: hostile getters -------------------------------------------------- */
 
 #define TRAP_JS                                                                          \
     "Object.defineProperty(globalThis, 'trap', {enumerable: true, get: function () { "   \
@@ -461,7 +461,7 @@ static void test_destroy_cuts_snapshot(conn *c, const char *prov)
     cn_close(s);
 }
 
-/* ---- item 10: js memory_limit_mb is the program's own memory -------------------------- */
+/* ---- item 10: js memory_limit_mb is the program's own memory ------------------- */
 
 static void test_js_memory(conn *c)
 {
