@@ -58,10 +58,24 @@ static int f_destroy(void *cookie, struct sandbox *sb, sbx_err_t *err)
     sandbox_op_done(sb, NULL, NULL);
     return 0;
 }
+/* With fake_hang_snapshot set a snapshot never finishes by itself (an
+ * isolate stuck in a getter); only sb_cancel ends it. */
+static int fake_hang_snapshot, fake_cancels;
 static int f_snapshot(void *cookie, struct sandbox *sb, sbx_err_t *err)
 {
-    sandbox_op_done(sb, NULL, json_pack("{s:s}", "state", "x"));
+    if (!fake_hang_snapshot)
+        sandbox_op_done(sb, NULL, json_pack("{s:s}", "state", "x"));
     return 0;
+}
+static void f_cancel(void *cookie, struct sandbox *sb)
+{
+    fake_cancels++;
+    if (!fake_hang_snapshot || sb->op != OP_SNAPSHOT)
+        return;
+    sbx_err_t err = {0};
+    err_make(&err, SBX_E_PROVIDER, "snapshot cancelled: destroyed");
+    sandbox_op_done(sb, &err, NULL);
+    err_clear(&err);
 }
 /* Commands "exit N" exit with N at once; "out TEXT" prints TEXT then exits 0;
  * "split" prints half a UTF-8 character then exits 0. */
@@ -113,6 +127,7 @@ static const struct sbx_provider fake = {
     .sb_stop = f_stop,
     .sb_destroy = f_destroy,
     .sb_snapshot = f_snapshot,
+    .sb_cancel = f_cancel,
     .proc_spawn = f_spawn,
     .proc_write = f_write,
     .proc_close_stdin = f_close,
@@ -314,6 +329,28 @@ static void record(sbx_err_t *err, json_t *result, void *privdata)
     a->code = err ? err->code : 0;
     free(a->text);
     a->text = result ? json_dumps(result, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+}
+
+/* A destroy asked while a snapshot hangs lets the provider end it
+ * (sb_cancel): both answer at once, the snapshot with the provider's error. */
+static void test_destroy_cancels(void)
+{
+    struct answers snap = {0}, gone = {0};
+    struct sandbox *sb = mk("cancel1", NULL);
+    sandbox_start(sb, NULL, NULL);
+    fake_hang_snapshot = 1;
+    sandbox_snapshot(sb, record, &snap);
+    test_cond("a hanging snapshot is pending", snap.n == 0 && sb->op == OP_SNAPSHOT);
+    int destroys = fake_destroys;
+    sandbox_destroy(sb, record, &gone);
+    test_cond("destroy during it: sb_cancel ends the snapshot with its error",
+              fake_cancels == 1 && snap.n == 1 && snap.code == SBX_E_PROVIDER);
+    test_cond("and the destroy goes ahead at once",
+              gone.n == 1 && gone.code == 0 && fake_destroys == destroys + 1 &&
+                  sandbox_find_any("cancel1") == NULL);
+    fake_hang_snapshot = 0;
+    free(snap.text);
+    free(gone.text);
 }
 
 struct lines {
@@ -690,6 +727,7 @@ int main(int argc, char **argv)
     test_env_cwd();
     test_split_utf8_exit();
     test_core_callbacks();
+    test_destroy_cancels();
     char dir[1024];
     snprintf(dir, sizeof(dir), "%s/rpc", data);
     test_rpc_case_incomplete();
