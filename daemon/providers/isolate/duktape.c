@@ -332,15 +332,19 @@ static int pool_count(struct duk_prov *dp)
     return n;
 }
 
-/* uid_mode: the pool holds at most 2 * pool_size workers; room for the
- * current user is made by ending a ready worker of another user. */
-static int pool_room(struct duk_prov *dp)
+/* The pool holds at most 2 * pool_size workers. With uid_mode, room for
+ * user `uid` is made by ending an idle worker of another user (the pool's
+ * oldest): workers of a user who went away must not keep the active one
+ * from recycling its own. Returns 1 when there is room. */
+static int pool_room(struct duk_prov *dp, uid_t uid)
 {
     if (dp->npool < 2 * dp->pool_size)
         return 1;
+    if (!dp->uid_mode)
+        return 0;
     struct worker *victim = NULL;
     for (struct worker *w = dp->pool; w; w = w->next)
-        if (w->bound_uid != dp->refill_uid && w->ready)
+        if (w->bound_uid != uid && w->ready)
             victim = w; /* the last one: the pool's oldest */
     if (!victim)
         return 0;
@@ -352,7 +356,7 @@ static int pool_room(struct duk_prov *dp)
 static int pool_add_one(struct duk_prov *dp)
 {
     sbx_err_t err = {0};
-    if (dp->uid_mode && (dp->refill_uid == (uid_t)-1 || !pool_room(dp)))
+    if (dp->uid_mode && (dp->refill_uid == (uid_t)-1 || !pool_room(dp, dp->refill_uid)))
         return -1;
     struct worker *w = worker_spawn(dp, dp->mem_mb, dp->jit,
                                     dp->uid_mode ? dp->refill_uid : (uid_t)-1, &err);
@@ -422,7 +426,7 @@ static struct worker *pool_take(struct duk_prov *dp, int64_t mem_mb, int jit, ui
 static int recycle(struct duk_prov *dp, struct worker *w, uid_t owner)
 {
     if (w->dead || !w->ready || w->running || w->snapshot_wanted ||
-        !fits(dp, w->mem_mb, w->jit) || dp->npool >= 2 * dp->pool_size || D->draining)
+        !fits(dp, w->mem_mb, w->jit) || D->draining || !pool_room(dp, owner))
         return 0;
     if (chan_send(&w->ch, SBX_CHAN_RESET, 0, NULL, 0) < 0)
         return 0;
