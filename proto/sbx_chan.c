@@ -76,6 +76,16 @@ const char *sbx_chan_type_name(uint8_t type)
         return "TOOL_RESULT";
     case SBX_CHAN_MORE:
         return "MORE";
+    case SBX_CHAN_FS_REQ:
+        return "FS_REQ";
+    case SBX_CHAN_FS_DATA:
+        return "FS_DATA";
+    case SBX_CHAN_FS_CANCEL:
+        return "FS_CANCEL";
+    case SBX_CHAN_FS_RESULT:
+        return "FS_RESULT";
+    case SBX_CHAN_FS_EVENT:
+        return "FS_EVENT";
     case SBX_CHAN_SNAPSHOT:
         return "SNAPSHOT";
     case SBX_CHAN_RESTORE:

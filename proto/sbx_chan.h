@@ -23,6 +23,10 @@
 #define SBX_CHAN_VERSION 1
 #define SBX_CHAN_HDR 12
 #define SBX_CHAN_MAX_PAYLOAD (1u << 20)
+/* Largest FS_DATA frame the agent sends for a read. */
+#define SBX_CHAN_FS_FRAME (256u * 1024)
+/* Largest read one FS_REQ may ask for. */
+#define SBX_CHAN_FS_READ_MAX (4u << 20)
 /* Output bytes a worker may send for one process before it needs credit. */
 #define SBX_CHAN_WINDOW (256u * 1024)
 
@@ -60,6 +64,13 @@ enum sbx_chan_type {
 
     /* both ways: moving the channel to a direct socket (sbx-init) */
     SBX_CHAN_DIRECT = 0x52,
+
+    /* files (sbx-init; CHANNEL.md "Files"), 0x60-0x6f. proc = request id. */
+    SBX_CHAN_FS_REQ = 0x60,    /* daemon -> agent: JSON {op, path, ...} */
+    SBX_CHAN_FS_DATA = 0x61,   /* both ways: raw bytes of a read / an open write */
+    SBX_CHAN_FS_CANCEL = 0x62, /* daemon -> agent, empty: abandon the request */
+    SBX_CHAN_FS_RESULT = 0x64, /* agent -> daemon: JSON result or {errno, message} */
+    SBX_CHAN_FS_EVENT = 0x65,  /* agent -> daemon: JSON {events:[{path,kind}], dropped} */
 };
 
 struct sbx_chan_hdr {

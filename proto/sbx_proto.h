@@ -33,6 +33,9 @@
 #define SBX_E_TOO_LARGE -32007   /* message over max_message_bytes; connection closes */
 #define SBX_E_SHUTDOWN -32008    /* daemon is shutting down */
 #define SBX_E_TOOL -32009        /* tool.call failed on the client side */
+#define SBX_E_FS -32010          /* a file operation failed: data {errno, path} */
+#define SBX_E_UNSUPPORTED -32011 /* not supported by this provider: {provider, feature}  \
+                                  */
 
 /* Output streams, one numbering for libsbx (SBX_STDOUT/SBX_STDERR) and the
  * daemon's provider interface (process_output). The wire names them
@@ -68,12 +71,23 @@
 #define SBX_M_PLIST "process.list"
 #define SBX_M_ATTACH "process.attach"
 #define SBX_M_DETACH "process.detach"
+/* files (PROTOCOL.md "Files") */
+#define SBX_M_FS_READ "fs.read"
+#define SBX_M_FS_WRITE "fs.write"
+#define SBX_M_FS_LIST "fs.list"
+#define SBX_M_FS_STAT "fs.stat"
+#define SBX_M_FS_MKDIR "fs.mkdir"
+#define SBX_M_FS_REMOVE "fs.remove"
+#define SBX_M_FS_RENAME "fs.rename"
+#define SBX_M_FS_WATCH "fs.watch"
+#define SBX_M_FS_UNWATCH "fs.unwatch"
 
 /* Notifications (daemon -> client). */
 #define SBX_N_OUTPUT "process.output"
 #define SBX_N_EXIT "process.exit"
 #define SBX_N_PROGRESS "sandbox.progress"
 #define SBX_N_STATUS "sandbox.status"
+#define SBX_N_FS_EVENT "fs.event"
 
 /* Requests (daemon -> client). */
 #define SBX_R_TOOL_CALL "tool.call"

@@ -23,6 +23,7 @@
 
 struct sandbox;
 struct process;
+struct fs_call;
 
 struct sbx_provider {
     const char *name;
@@ -124,6 +125,29 @@ struct sbx_provider {
     void (*proc_tool_result)(void *cookie, struct process *p, json_t *reply);
     /* The process record is being freed; drop p->pdata. */
     void (*proc_release)(void *cookie, struct process *p);
+
+    /* -- files (fs.*, PROTOCOL.md "Files"; core/fs.h has struct fs_call) --
+     * Both NULL: every fs.* is -32011 {provider, feature: "fs"}.
+     * fs_call: one operation on fc->sb, which is running and owned by the
+     * caller (the core checked). fc->op says which; fc->args (borrowed,
+     * valid until fs_call_done) holds the validated params with "path"
+     * (and "to") made absolute. Results use the agent's shapes (CHANNEL.md
+     * "Files": mtime_ms, {entries, more}, {size, n, eof}); the core turns
+     * them into the protocol's. A read hands its bytes to fs_call_data()
+     * before fs_call_done(). A write (FS_OP_WRITE) spans calls of one
+     * handle: fc->first opens it, fc->data/len are this call's bytes,
+     * fc->more 0 commits; *fc->hdata is the provider's per-handle pointer,
+     * kept by the core between the calls. A watch (FS_OP_WATCH) lives on
+     * after its fs_call_done as handle fc->handle, reporting through
+     * fs_event(). Finishes with fs_call_done() exactly once (possibly
+     * before returning); returning <0 means it failed at once (err set)
+     * and fs_call_done must NOT be called. */
+    int (*fs_call)(void *cookie, struct fs_call *fc, sbx_err_t *err);
+    /* The core drops handle (an open write: abort and remove the temporary
+     * file; a watch: stop it) — unwatch, abort, its session closed, idle
+     * timeout, sandbox stopped. hdata is what the provider kept in
+     * *fc->hdata. No fs_call of that handle is in flight. */
+    void (*fs_release)(void *cookie, struct sandbox *sb, uint64_t handle, void *hdata);
 };
 
 /* -- provider-facing core functions ---------------------------------------- */
@@ -152,6 +176,22 @@ void process_exited(struct process *p, json_t *rec);
 char *sandbox_shell_instructions(void *cookie, struct sandbox *sb);
 /* A tool call from inside the sandbox; args borrowed. */
 void process_tool_call(struct process *p, int64_t call, const char *name, json_t *args);
+
+/* -- files (core/fs.c) -------------------------------------------------------- */
+
+/* Read bytes of fc (FS_OP_READ), in order. Returns -1 when they go past the
+ * length asked for (the provider then stops and finishes with an error). */
+int fs_call_data(struct fs_call *fc, const void *data, size_t len);
+/* Ends fc: err NULL = success with result (stolen, may be NULL); err is
+ * used and cleared. fc is freed: do not touch it afterwards. */
+void fs_call_done(struct fs_call *fc, sbx_err_t *err, json_t *result);
+/* A -32010 {errno, path, message} error; errno_name like "ENOENT". */
+int fs_err(sbx_err_t *err, const char *errno_name, const char *path, const char *message);
+/* Events of watch `handle` of sb: kind "create"|"modify"|"delete"|"rename"|
+ * "overflow"; dropped > 0 adds an overflow. Unknown handles are ignored
+ * (a watch dropped while its events were under way). */
+void fs_event(struct sandbox *sb, uint64_t handle, const char *path, const char *kind);
+void fs_overflow(struct sandbox *sb, uint64_t handle, int ended);
 
 /* The registered providers, NULL-terminated. */
 extern const struct sbx_provider *const sbx_providers[];
