@@ -10,6 +10,7 @@
  *   sbx_init.c  main, the poll() loop, signals, the channel (frames in/out)
  *   proc.c      SPAWN: fork/exec, per-process pipes, output rings, exit records
  *   direct.c    the direct socket: listener, key check (CHANNEL.md, Direct socket)
+ *   fs.c        file requests: stat, list, read, atomic write, watch (CHANNEL.md, Files)
  *   json.c      a small strict JSON parser and a JSON string writer
  *   util.c      growable buffers, clock, logging
  */
@@ -83,6 +84,30 @@ int direct_poll_fds(int *fds, int max);
 int direct_ready(int fd, struct buf *answer);
 /* Closes the listener and unproven connections, forgets the key. */
 void direct_stop(void);
+
+/* ---- sbx_init.c: the channel, for fs.c ------------------------------------- */
+
+/* Queues a frame to the daemon (dropped when the channel is dead). */
+void agent_send(uint8_t type, uint32_t id, const void *payload, size_t n);
+/* Same, then frees b. */
+void agent_send_buf(uint8_t type, uint32_t id, struct buf *b);
+/* The output queue is below its soft mark: producing more is welcome. */
+bool agent_out_room(void);
+
+/* ---- fs.c ---------------------------------------------------------------- */
+
+/* An FS_REQ, FS_DATA or FS_CANCEL frame from the daemon. */
+void fs_frame(uint8_t type, uint32_t id, const uint8_t *payload, size_t n);
+/* Sends pending read data while the output queue has room. */
+void fs_pump(void);
+/* Reads have data to send (poll without waiting when there is room). */
+bool fs_has_output(void);
+/* The watches' inotify fds (and their ids) to poll for POLLIN. */
+int fs_poll_fds(int *fds, uint32_t *ids, int max);
+/* Watch id's inotify fd is readable. */
+void fs_ready(uint32_t id);
+/* Sends due event batches, expires abandoned writes; ms until the next, or -1. */
+int fs_timers(int64_t now);
 
 /* ---- json.c -------------------------------------------------------------- */
 

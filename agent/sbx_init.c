@@ -119,6 +119,21 @@ static void chan_send_buf(uint8_t type, uint32_t proc, struct buf *b)
     buf_deinit(b);
 }
 
+void agent_send(uint8_t type, uint32_t id, const void *payload, size_t n)
+{
+    chan_send(type, id, payload, n);
+}
+
+void agent_send_buf(uint8_t type, uint32_t id, struct buf *b)
+{
+    chan_send_buf(type, id, b);
+}
+
+bool agent_out_room(void)
+{
+    return buf_pending(&A.obuf) < AGENT_OBUF_SOFT;
+}
+
 /* LOG frame for the daemon's log, and the same line on stderr. */
 static void __attribute__((format(printf, 1, 2))) chan_log(const char *fmt, ...)
 {
@@ -366,6 +381,11 @@ static void handle_frame(const struct sbx_chan_hdr *h, const uint8_t *payload,
         chan_send_buf(SBX_CHAN_DIRECT, 0, &b);
         return;
     }
+    case SBX_CHAN_FS_REQ:
+    case SBX_CHAN_FS_DATA:
+    case SBX_CHAN_FS_CANCEL:
+        fs_frame(h->type, h->proc, payload, h->len);
+        return;
     case SBX_CHAN_SNAPSHOT: {
         static const char msg[] = "{\"error\":\"sbx-init does not take snapshots\"}";
         chan_send(SBX_CHAN_SNAP_DATA, 0, msg, sizeof(msg) - 1);
@@ -703,6 +723,9 @@ static int run_timers(void)
                 next = p->grace_at;
         }
     }
+    int ft = fs_timers(now);
+    if (ft >= 0 && (next < 0 || now + ft < next))
+        next = now + ft;
     if (next < 0)
         return -1;
     int64_t d = next - now;
@@ -794,8 +817,9 @@ enum slot_kind {
     SLOT_IN,
     SLOT_DIRECT_IN, /* the direct socket */
     SLOT_LISTEN,    /* its listener and unproven connections */
+    SLOT_WATCH,     /* a file watch's inotify fd (fs.c) */
 };
-#define SLOTS (4 + 3 * AGENT_MAX_PROCS + 8)
+#define SLOTS (4 + 3 * AGENT_MAX_PROCS + 8 + 64)
 
 static void __attribute__((noreturn)) run(void)
 {
@@ -803,6 +827,7 @@ static void __attribute__((noreturn)) run(void)
     static struct {
         enum slot_kind kind;
         struct proc *p;
+        uint32_t id;
     } slot[SLOTS];
 
     for (;;) {
@@ -815,8 +840,9 @@ static void __attribute__((noreturn)) run(void)
         process_input();
         int timeout = run_timers(); /* after SPAWNs, so new deadlines count */
         pump_output();
+        fs_pump();
         flush_out();
-        if (input_ready() || output_ready())
+        if (input_ready() || output_ready() || (fs_has_output() && agent_out_room()))
             timeout = 0;
 
         nfds_t n = 0;
@@ -841,6 +867,14 @@ static void __attribute__((noreturn)) run(void)
         }
         pfd[n] = (struct pollfd){.fd = A.sigpipe[0], .events = POLLIN};
         slot[n++].kind = SLOT_SIG;
+        int wfds[64];
+        uint32_t wids[64];
+        int nw = fs_poll_fds(wfds, wids, 64);
+        for (int k = 0; k < nw; k++) {
+            pfd[n] = (struct pollfd){.fd = wfds[k], .events = POLLIN};
+            slot[n].kind = SLOT_WATCH;
+            slot[n++].id = wids[k];
+        }
         for (size_t k = 0; k < A.nprocs; k++) {
             struct proc *p = A.procs[k];
             for (int s = 0; s < 2; s++)
@@ -886,6 +920,9 @@ static void __attribute__((noreturn)) run(void)
                 break;
             case SLOT_DIRECT_IN:
                 read_direct();
+                break;
+            case SLOT_WATCH:
+                fs_ready(slot[k].id);
                 break;
             case SLOT_LISTEN: {
                 struct buf answer = {0};
