@@ -93,6 +93,13 @@ static const struct core_key core_keys[] = {
     {"limits", "max_memory_limit_mb", K_INT, F(max_memory_limit_mb), 1, 1048576, 0},
     {"limits", "op_timeout_ms", K_INT, F(op_timeout_ms), 100, 86400000, 0},
     {"limits", "agent_log_lines_per_s", K_INT, F(agent_log_lines_per_s), 1, 1000000, 0},
+    {"limits", "fs_chunk_bytes", K_SIZE, F(fs_chunk_bytes), 1024, 64 * MIB, 0},
+    {"limits", "fs_transfers_per_uid", K_INT, F(fs_transfers_per_uid), 1, 100000, 0},
+    {"limits", "fs_bytes_in_flight_per_uid", K_SIZE, F(fs_bytes_in_flight_per_uid), 1024, 64 * GIB, 0},
+    {"limits", "fs_watches_per_sandbox", K_INT, F(fs_watches_per_sandbox), 0, 64, 0},
+    {"limits", "fs_event_queue", K_INT, F(fs_event_queue), 1, 65536, 0},
+    {"limits", "fs_list_max", K_INT, F(fs_list_max), 1, 4096, 0},
+    {"limits", "fs_handle_idle_ms", K_INT, F(fs_handle_idle_ms), 1000, 86400000, 0},
     {"defaults", "provider", K_STR, F(default_provider), 1, 64, 0},
     {"defaults", "timeout_ms", K_INT, F(default_timeout_ms), 1, 86400000, 0},
     {"defaults", "idle_timeout_ms", K_INT, F(default_idle_timeout_ms), 0, 86400000, 0},
@@ -133,6 +140,13 @@ int config_init_defaults(struct sbx_config *cfg)
     cfg->env_bytes = 256 * KIB;
     cfg->max_snapshots_per_uid = 32;
     cfg->snapshot_bytes_per_uid = 64 * MIB;
+    cfg->fs_chunk_bytes = 4 * MIB;
+    cfg->fs_transfers_per_uid = 16;
+    cfg->fs_bytes_in_flight_per_uid = 64 * MIB;
+    cfg->fs_watches_per_sandbox = 16;
+    cfg->fs_event_queue = 1024;
+    cfg->fs_list_max = 1000;
+    cfg->fs_handle_idle_ms = 60000;
     cfg->max_memory_limit_mb = 512;
     cfg->op_timeout_ms = 300000;
     cfg->agent_log_lines_per_s = 50;

@@ -73,6 +73,18 @@ struct sbx_config {
     int64_t max_memory_limit_mb;        /* default 512: ceiling of memory_limit_mb */
     int64_t op_timeout_ms;              /* default 300000: start/stop/destroy/snapshot */
     int64_t agent_log_lines_per_s;      /* default 50: agent log lines per sandbox */
+    /* files (fs.*, PROTOCOL.md "Files") */
+    int64_t fs_chunk_bytes; /* default 4 MiB: file bytes one fs.read/fs.write call moves
+                             */
+    int64_t fs_transfers_per_uid; /* default 16: fs calls in flight + open write handles
+                                     per uid */
+    int64_t fs_bytes_in_flight_per_uid; /* default 64 MiB: file bytes buffered in sbxd per
+                                           uid */
+    int64_t fs_watches_per_sandbox;     /* default 16: fs.watch per sandbox */
+    int64_t fs_event_queue;             /* default 1024: events queued per watch */
+    int64_t fs_list_max;                /* default 1000: entries per fs.list answer */
+    int64_t fs_handle_idle_ms; /* default 60000: an open write unused this long is aborted
+                                */
 
     /* defaults: */
     char *default_provider;          /* default "duktape" */

@@ -264,6 +264,13 @@ static void apply_reload(struct sbx_config *next)
     D->cfg.max_memory_limit_mb = next->max_memory_limit_mb;
     D->cfg.op_timeout_ms = next->op_timeout_ms;
     D->cfg.agent_log_lines_per_s = next->agent_log_lines_per_s;
+    D->cfg.fs_chunk_bytes = next->fs_chunk_bytes;
+    D->cfg.fs_transfers_per_uid = next->fs_transfers_per_uid;
+    D->cfg.fs_bytes_in_flight_per_uid = next->fs_bytes_in_flight_per_uid;
+    D->cfg.fs_watches_per_sandbox = next->fs_watches_per_sandbox;
+    D->cfg.fs_event_queue = next->fs_event_queue;
+    D->cfg.fs_list_max = next->fs_list_max;
+    D->cfg.fs_handle_idle_ms = next->fs_handle_idle_ms;
     log_set_level(next->log_level);
 }
 

@@ -34,8 +34,10 @@ enum fs_op {
 
 /* Where a call's answer goes: err (borrowed) or result (borrowed). */
 typedef void (*fs_done_cb)(sbx_err_t *err, json_t *result, void *privdata);
-/* A watch's notification params (borrowed) for its owner. */
-typedef void (*fs_event_cb)(json_t *params, void *owner);
+/* A watch's notification params (borrowed) for its owner. Returns 0, or -1
+ * when the owner cannot take it now (its output is over its high mark): the
+ * event is dropped and an overflow follows once it can. */
+typedef int (*fs_event_cb)(json_t *params, void *owner);
 
 struct fs_handle;
 

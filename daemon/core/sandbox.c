@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "daemon.h"
+#include "fs.h"
 #include "log.h"
 #include "process.h"
 #include "sbx_proto.h"
@@ -93,6 +94,8 @@ static void set_status(struct sandbox *sb, enum sb_status st, const char *error)
     log_debug("sandbox %s: %s -> %s%s%s", sb->id, sandbox_status_name(sb->status),
               sandbox_status_name(st), error ? ": " : "", error ? error : "");
     sb->status = st;
+    if (st != SB_RUNNING)
+        fs_drop_sandbox(sb); /* open writes and watches end with the backend */
     notify_owner(sb);
 }
 
@@ -238,6 +241,7 @@ static struct sandbox *graveyard;
 
 static void sandbox_destroy_now(struct sandbox *sb)
 {
+    fs_drop_sandbox(sb);
     while (sb->procs)
         process_free(sb->procs);
     if (sb->prov->ops->sb_release)

@@ -17,6 +17,8 @@ struct uid_usage {
     size_t input_bytes; /* input buffers of its sessions */
     int snapshots;
     size_t snapshot_bytes; /* encoded size of its snapshots' data */
+    int fs_transfers;      /* fs calls in flight + open write handles (core/fs.c) */
+    size_t fs_bytes;       /* file bytes those hold in sbxd */
 };
 
 /* The record of uid, created if missing (aborts on OOM: it is tiny). */

@@ -4,6 +4,7 @@
  * exactly once, now or later.
  */
 #include "api.h"
+#include "api_fs.h"
 
 #include <ctype.h>
 #include <signal.h>
@@ -263,6 +264,13 @@ static json_t *limits_json(void)
     L(max_memory_limit_mb);
     L(op_timeout_ms);
     L(agent_log_lines_per_s);
+    L(fs_chunk_bytes);
+    L(fs_transfers_per_uid);
+    L(fs_bytes_in_flight_per_uid);
+    L(fs_watches_per_sandbox);
+    L(fs_event_queue);
+    L(fs_list_max);
+    L(fs_handle_idle_ms);
 #undef L
     return o;
 }
@@ -1109,6 +1117,16 @@ static const struct {
     {SBX_M_PLIST, m_plist},
     {SBX_M_ATTACH, m_attach},
     {SBX_M_DETACH, m_detach},
+    /* files (api_fs.c) */
+    {SBX_M_FS_READ, m_fs_read},
+    {SBX_M_FS_WRITE, m_fs_write},
+    {SBX_M_FS_LIST, m_fs_list},
+    {SBX_M_FS_STAT, m_fs_stat},
+    {SBX_M_FS_MKDIR, m_fs_mkdir},
+    {SBX_M_FS_REMOVE, m_fs_remove},
+    {SBX_M_FS_RENAME, m_fs_rename},
+    {SBX_M_FS_WATCH, m_fs_watch},
+    {SBX_M_FS_UNWATCH, m_fs_unwatch},
 };
 
 method_fn api_lookup(const char *method)

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "daemon.h"
+#include "fs.h"
 #include "log.h"
 #include "parse.h"
 #include "rpc.h"
@@ -462,6 +463,7 @@ static void session_free(struct session *s)
     rpc_conn_gone(&s->conn);
     output_follower_gone(&s->conn.fol);
     toolcall_conn_gone(&s->conn);
+    fs_drop_owner(&s->conn); /* its open writes and watches */
     conn_deinit(&s->conn);
     ev_io_stop(D->loop, &s->io);
     close(s->fd);

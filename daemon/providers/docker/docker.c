@@ -1381,6 +1381,7 @@ static void d_sb_release(void *cookie, struct sandbox *sb)
     struct dk_sb *ds = sb->pdata;
     if (!ds)
         return;
+    dkf_release_all(ds);
     dk_reqlist_cancel(&ds->reqs);
     dk_reqlist_cancel(&ds->snap_reqs);
     dk_reqlist_cancel(&ds->disk_reqs);
@@ -1906,4 +1907,6 @@ const struct sbx_provider sbx_provider_docker = {
     .proc_resume = d_proc_resume,
     .proc_tool_result = NULL,
     .proc_release = d_proc_release,
+    .fs_call = dkf_call,
+    .fs_release = dkf_release,
 };

@@ -229,6 +229,8 @@ void dka_open_channel(struct dk_sb *ds)
 
 void dka_close_attach(struct dk_sb *ds)
 {
+    if (ds->sb)
+        dkf_reset(ds, "the agent channel closed");
     ds->ready = 0;
     dkd_close(ds);
     ds->att_sync = 0;
@@ -334,6 +336,11 @@ void dk_agent_frame(struct chan *ch, const struct sbx_chan_hdr *h, const uint8_t
         }
         return;
     case SBX_CHAN_SNAP_DATA:
+        return;
+    case SBX_CHAN_FS_DATA:
+    case SBX_CHAN_FS_RESULT:
+    case SBX_CHAN_FS_EVENT:
+        dkf_frame(ds, h, payload);
         return;
     default:
         break;
@@ -451,6 +458,7 @@ void dk_direct_frame(struct chan *ch, const struct sbx_chan_hdr *h,
 
 void dk_rehandshake(struct dk_sb *ds)
 {
+    dkf_reset(ds, "the agent channel is being resynchronised");
     if (ds->cur == &ds->ch) {
         /* The agent may have left the attach stream in the middle of a frame. */
         ds->att_sync = 1;
@@ -590,6 +598,8 @@ static void handshake_done(struct dk_sb *ds)
     reconcile(ds, hello);
     json_decref(hello);
     dk_lc_ok(ds);
+    if (!ds->dead && ds->sb)
+        dkf_kick(ds);
 }
 
 void dka_send_spawn(struct dk_sb *ds, struct dk_proc *dpp)

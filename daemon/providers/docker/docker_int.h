@@ -307,6 +307,11 @@ struct dk_sb {
     int disk_exceeded; /* killed for it */
     int64_t disk_used; /* the last measured SizeRw */
     struct dk_reqlist disk_reqs;
+
+    /* files (docker_fs.c) */
+    struct dkf_req *fs_reqs;
+    uint32_t fs_next;
+    ev_timer fs_timer;
 };
 
 struct dk_prov {
@@ -371,6 +376,21 @@ json_t *dks_metadata(struct dk_sb *ds);
 /* A taken pool container's claim: a volume of this name + container id whose
  * labels (sbxd.claim, id, owner, conf, created) sbxd alone writes. */
 #define DK_CLAIM_PREFIX "sbxd-claim-"
+
+/* ---- files (docker_fs.c) --------------------------------------------------------- */
+struct fs_call;
+struct sbx_chan_hdr;
+/* provider.h's fs_call and fs_release. */
+int dkf_call(void *cookie, struct fs_call *fc, sbx_err_t *err);
+void dkf_release(void *cookie, struct sandbox *sb, uint64_t handle, void *hdata);
+/* An FS_DATA, FS_RESULT or FS_EVENT frame from the agent. */
+void dkf_frame(struct dk_sb *ds, const struct sbx_chan_hdr *h, const uint8_t *payload);
+/* The handshake is done: send the requests that waited for it. */
+void dkf_kick(struct dk_sb *ds);
+/* The channel was reset: calls in flight fail (their answers may be lost). */
+void dkf_reset(struct dk_sb *ds, const char *why);
+/* The sandbox is released: everything fails or goes. */
+void dkf_release_all(struct dk_sb *ds);
 #define DK_AGENT_DIR "/.sbx"
 #define DK_AGENT_IN "/.sbx/sbx-init"
 

@@ -1,0 +1,433 @@
+/*
+ * api_fs.c - the fs.* methods (PROTOCOL.md "Files"): params checked and
+ * paths made absolute here, then core/fs.c bounds them and hands them to
+ * the sandbox's provider. Write handles and watches belong to the session
+ * that made them (fs_drop_owner when it closes).
+ */
+#include "api_fs.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "call.h"
+#include "conn.h"
+#include "daemon.h"
+#include "fs.h"
+#include "sandbox.h"
+#include "sbx_proto.h"
+#include "utf8.h"
+#include "xalloc.h"
+
+#define FS_PATH_MAX 4096
+
+/* -- params ------------------------------------------------------------------- */
+
+static int bad(struct call *c, const char *param, const char *msg)
+{
+    call_error(c, SBX_E_PARAMS, json_pack("{s:s}", "param", param), "%s: %s", param, msg);
+    return -1;
+}
+
+static int get_bool(struct call *c, json_t *params, const char *key, int *out)
+{
+    json_t *v = json_object_get(params, key);
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_boolean(v))
+        return bad(c, key, "must be a boolean");
+    *out = json_is_true(v);
+    return 0;
+}
+
+static int get_int(struct call *c, json_t *params, const char *key, int64_t lo,
+                   int64_t hi, int64_t *out)
+{
+    json_t *v = json_object_get(params, key);
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi) {
+        char msg[96];
+        snprintf(msg, sizeof(msg), "must be an integer in %lld..%lld", (long long)lo,
+                 (long long)hi);
+        return bad(c, key, msg);
+    }
+    *out = json_integer_value(v);
+    return 0;
+}
+
+static uid_t uid_of(struct call *c)
+{
+    return c->conn ? c->conn->uid : 0;
+}
+
+static struct sandbox *get_sb(struct call *c, json_t *params)
+{
+    json_t *v = json_object_get(params, "sandbox");
+    if (!json_is_string(v) || strlen(json_string_value(v)) != json_string_length(v)) {
+        bad(c, "sandbox", "must be a string (a sandbox id)");
+        return NULL;
+    }
+    const char *id = json_string_value(v);
+    struct sandbox *sb = sandbox_find(uid_of(c), !c->conn || c->conn->admin, id);
+    if (!sb) {
+        call_error(c, SBX_E_NOT_FOUND, json_pack("{s:s}", "sandbox", id),
+                   "sandbox not found: %s", id);
+        return NULL;
+    }
+    return sb;
+}
+
+/* params[key] as an absolute path (relative ones join the sandbox's working
+ * directory; nothing else is touched: the sandbox resolves `..` and links),
+ * set into args. 0, or -1 answered. */
+static int get_path(struct call *c, struct sandbox *sb, json_t *params, const char *key,
+                    json_t *args)
+{
+    json_t *v = json_object_get(params, key);
+    if (!json_is_string(v))
+        return bad(c, key, "must be a string (a path)");
+    const char *p = json_string_value(v);
+    size_t n = json_string_length(v);
+    if (n == 0 || n > FS_PATH_MAX)
+        return bad(c, key, "must be 1..4096 bytes");
+    if (strlen(p) != n)
+        return bad(c, key, "must not contain a NUL byte");
+    if (p[0] == '/') {
+        json_object_set(args, key, v);
+        return 0;
+    }
+    const char *wd = sandbox_cwd_for(sb, NULL);
+    if (!wd)
+        wd = "/";
+    size_t wl = strlen(wd);
+    while (wl > 1 && wd[wl - 1] == '/')
+        wl--;
+    if (wl + 1 + n > FS_PATH_MAX)
+        return bad(c, key, "is too long once joined to the working directory");
+    char *abs = xmalloc(wl + 2 + n);
+    memcpy(abs, wd, wl);
+    size_t o = wl;
+    if (!(wl == 1 && wd[0] == '/'))
+        abs[o++] = '/';
+    memcpy(abs + o, p, n);
+    abs[o + n] = '\0';
+    json_object_set_new(args, key, json_string(abs));
+    free(abs);
+    return 0;
+}
+
+/* -- answers ------------------------------------------------------------------ */
+
+static void done(sbx_err_t *err, json_t *result, void *privdata)
+{
+    struct call *c = privdata;
+    if (err) {
+        sbx_err_t copy = {0};
+        err_make_data(&copy, err->code, err->data ? json_incref(err->data) : NULL, "%s",
+                      err->msg ? err->msg : "file operation failed");
+        call_fail(c, &copy);
+        return;
+    }
+    call_reply(c, result ? json_incref(result) : NULL);
+}
+
+static int on_event(json_t *params, void *owner)
+{
+    struct rpc_conn *k = owner;
+    /* A session that does not read its events loses them (and gets an
+     * overflow once it reads again) instead of growing without bound. */
+    if (k->closing || k->ops->queued(k) > (size_t)D->cfg.session_output_high)
+        return -1;
+    conn_notify(k, SBX_N_FS_EVENT, json_incref(params));
+    return 0;
+}
+
+static void start(struct call *c, struct sandbox *sb, enum fs_op op, json_t *args)
+{
+    fs_start(sb, uid_of(c), op, args, NULL, 0, 0, NULL, c->conn, on_event, done, c);
+}
+
+/* -- methods ------------------------------------------------------------------ */
+
+void m_fs_read(struct call *c, json_t *params)
+{
+    struct sandbox *sb = get_sb(c, params);
+    if (!sb)
+        return;
+    json_t *args = json_object();
+    int64_t off = 0, len = 0;
+    json_t *enc = json_object_get(params, "encoding");
+    json_t *fmt = json_object_get(params, "format");
+    if (get_path(c, sb, params, "path", args) < 0 ||
+        get_int(c, params, "offset", 0, INT64_MAX, &off) < 0 ||
+        get_int(c, params, "length", 0, INT64_MAX, &len) < 0)
+        goto out;
+    if (enc && !json_is_null(enc) &&
+        (!json_is_string(enc) || (strcmp(json_string_value(enc), "utf8") != 0 &&
+                                  strcmp(json_string_value(enc), "base64") != 0))) {
+        bad(c, "encoding", "must be \"utf8\" or \"base64\"");
+        goto out;
+    }
+    if (fmt && !json_is_null(fmt)) {
+        call_error(
+            c, SBX_E_UNSUPPORTED,
+            json_pack("{s:s, s:s}", "provider", sb->prov->ops->name, "feature", "fs.tar"),
+            "format is not supported yet: read files one by one");
+        goto out;
+    }
+    json_object_set_new(args, "offset", json_integer(off));
+    json_object_set_new(args, "length", json_integer(len));
+    if (enc && json_is_string(enc))
+        json_object_set(args, "encoding", enc);
+    start(c, sb, FS_OP_READ, args);
+    return;
+out:
+    json_decref(args);
+}
+
+/* data or data_b64, decoded (malloc'd) into *out. 0, or -1 answered. */
+static int get_data(struct call *c, json_t *params, uint8_t **out, size_t *len)
+{
+    json_t *d = json_object_get(params, "data"), *b = json_object_get(params, "data_b64");
+    *out = NULL;
+    *len = 0;
+    if (d && !json_is_null(d) && b && !json_is_null(b))
+        return bad(c, "data", "give data or data_b64, not both");
+    if (d && json_is_string(d)) {
+        *len = json_string_length(d);
+        *out = xmalloc(*len ? *len : 1);
+        memcpy(*out, json_string_value(d), *len);
+    } else if (b && json_is_string(b)) {
+        *out = base64_decode(json_string_value(b), json_string_length(b), len);
+        if (!*out)
+            return bad(c, "data_b64", "must be base64");
+    } else if ((d && !json_is_null(d)) || (b && !json_is_null(b))) {
+        return bad(c, d ? "data" : "data_b64", "must be a string");
+    } else {
+        return 1; /* none: allowed for a handle's last call */
+    }
+    if ((int64_t)*len > D->cfg.fs_chunk_bytes) {
+        free(*out);
+        *out = NULL;
+        call_error(c, SBX_E_LIMIT,
+                   json_pack("{s:s, s:I, s:I}", "limit", "fs_chunk_bytes", "max",
+                             (json_int_t)D->cfg.fs_chunk_bytes, "size", (json_int_t)*len),
+                   "a write chunk of %zu bytes is over limits.fs_chunk_bytes (%lld): "
+                   "send it in parts with more/handle",
+                   *len, (long long)D->cfg.fs_chunk_bytes);
+        return -1;
+    }
+    return 0;
+}
+
+void m_fs_write(struct call *c, json_t *params)
+{
+    struct sandbox *sb = get_sb(c, params);
+    if (!sb)
+        return;
+    int more = 0, abort_it = 0, append = 0, parents = 0;
+    int64_t hid = 0, mode = -1;
+    if (get_bool(c, params, "more", &more) < 0 ||
+        get_bool(c, params, "abort", &abort_it) < 0 ||
+        get_int(c, params, "handle", 1, INT64_MAX, &hid) < 0)
+        return;
+    if (hid) {
+        struct fs_handle *h =
+            c->conn ? fs_handle_find((uint64_t)hid, c->conn, FS_OP_WRITE) : NULL;
+        if (!h || json_object_get(fs_handle_args(h), "sandbox_id") == NULL ||
+            strcmp(json_string_value(json_object_get(fs_handle_args(h), "sandbox_id")),
+                   sb->id) != 0) {
+            bad(c, "handle", "no open write with this handle in this session");
+            return;
+        }
+        if (fs_handle_busy(h)) {
+            bad(c, "handle", "busy: wait for the answer to the previous chunk");
+            return;
+        }
+        if (abort_it) {
+            fs_handle_drop(h);
+            call_reply(c, json_pack("{s:b}", "aborted", 1));
+            return;
+        }
+        uint8_t *data;
+        size_t len;
+        int r = get_data(c, params, &data, &len);
+        if (r < 0)
+            return;
+        fs_start(sb, uid_of(c), FS_OP_WRITE, json_deep_copy(fs_handle_args(h)), data, len,
+                 more, h, c->conn, NULL, done, c);
+        return;
+    }
+    if (json_object_get(params, "format") &&
+        !json_is_null(json_object_get(params, "format"))) {
+        call_error(
+            c, SBX_E_UNSUPPORTED,
+            json_pack("{s:s, s:s}", "provider", sb->prov->ops->name, "feature", "fs.tar"),
+            "format is not supported yet: write files one by one");
+        return;
+    }
+    json_t *args = json_pack("{s:s}", "sandbox_id", sb->id);
+    if (get_path(c, sb, params, "path", args) < 0 ||
+        get_int(c, params, "mode", 0, 07777, &mode) < 0 ||
+        get_bool(c, params, "append", &append) < 0 ||
+        get_bool(c, params, "mkdir_parents", &parents) < 0) {
+        json_decref(args);
+        return;
+    }
+    uint8_t *data;
+    size_t len;
+    int r = get_data(c, params, &data, &len);
+    if (r != 0) {
+        if (r > 0)
+            bad(c, "data", "data (string) or data_b64 is required");
+        json_decref(args);
+        return;
+    }
+    if (mode >= 0)
+        json_object_set_new(args, "mode", json_integer(mode));
+    json_object_set_new(args, "append", json_boolean(append));
+    json_object_set_new(args, "mkdir_parents", json_boolean(parents));
+    fs_start(sb, uid_of(c), FS_OP_WRITE, args, data, len, more, NULL, c->conn, NULL, done,
+             c);
+}
+
+void m_fs_list(struct call *c, json_t *params)
+{
+    struct sandbox *sb = get_sb(c, params);
+    if (!sb)
+        return;
+    json_t *args = json_object();
+    int64_t depth = 1, limit = D->cfg.fs_list_max, skip = 0;
+    json_t *cur = json_object_get(params, "cursor");
+    if (get_path(c, sb, params, "path", args) < 0 ||
+        get_int(c, params, "depth", 1, 16, &depth) < 0 ||
+        get_int(c, params, "limit", 1, INT64_MAX, &limit) < 0)
+        goto out;
+    if (cur && !json_is_null(cur)) {
+        const char *s = json_string_value(cur);
+        char *end = NULL;
+        skip = s ? strtoll(s, &end, 10) : -1;
+        if (!s || !*s || *end || skip < 0) {
+            bad(c, "cursor", "must be a cursor from an earlier fs.list");
+            goto out;
+        }
+    }
+    if (limit > D->cfg.fs_list_max)
+        limit = D->cfg.fs_list_max;
+    json_object_set_new(args, "depth", json_integer(depth));
+    json_object_set_new(args, "limit", json_integer(limit));
+    json_object_set_new(args, "skip", json_integer(skip));
+    start(c, sb, FS_OP_LIST, args);
+    return;
+out:
+    json_decref(args);
+}
+
+void m_fs_stat(struct call *c, json_t *params)
+{
+    struct sandbox *sb = get_sb(c, params);
+    if (!sb)
+        return;
+    json_t *args = json_object();
+    int follow = 1;
+    if (get_path(c, sb, params, "path", args) < 0 ||
+        get_bool(c, params, "follow", &follow) < 0) {
+        json_decref(args);
+        return;
+    }
+    json_object_set_new(args, "follow", json_boolean(follow));
+    start(c, sb, FS_OP_STAT, args);
+}
+
+void m_fs_mkdir(struct call *c, json_t *params)
+{
+    struct sandbox *sb = get_sb(c, params);
+    if (!sb)
+        return;
+    json_t *args = json_object();
+    int parents = 0;
+    int64_t mode = -1;
+    if (get_path(c, sb, params, "path", args) < 0 ||
+        get_bool(c, params, "parents", &parents) < 0 ||
+        get_int(c, params, "mode", 0, 07777, &mode) < 0) {
+        json_decref(args);
+        return;
+    }
+    json_object_set_new(args, "parents", json_boolean(parents));
+    if (mode >= 0)
+        json_object_set_new(args, "mode", json_integer(mode));
+    start(c, sb, FS_OP_MKDIR, args);
+}
+
+void m_fs_remove(struct call *c, json_t *params)
+{
+    struct sandbox *sb = get_sb(c, params);
+    if (!sb)
+        return;
+    json_t *args = json_object();
+    int rec = 0;
+    if (get_path(c, sb, params, "path", args) < 0 ||
+        get_bool(c, params, "recursive", &rec) < 0) {
+        json_decref(args);
+        return;
+    }
+    json_object_set_new(args, "recursive", json_boolean(rec));
+    start(c, sb, FS_OP_REMOVE, args);
+}
+
+void m_fs_rename(struct call *c, json_t *params)
+{
+    struct sandbox *sb = get_sb(c, params);
+    if (!sb)
+        return;
+    json_t *args = json_object();
+    int over = 1;
+    if (get_path(c, sb, params, "path", args) < 0 ||
+        get_path(c, sb, params, "to", args) < 0 ||
+        get_bool(c, params, "overwrite", &over) < 0) {
+        json_decref(args);
+        return;
+    }
+    json_object_set_new(args, "overwrite", json_boolean(over));
+    start(c, sb, FS_OP_RENAME, args);
+}
+
+void m_fs_watch(struct call *c, json_t *params)
+{
+    struct sandbox *sb = get_sb(c, params);
+    if (!sb)
+        return;
+    json_t *args = json_object();
+    int rec = 0;
+    if (get_path(c, sb, params, "path", args) < 0 ||
+        get_bool(c, params, "recursive", &rec) < 0) {
+        json_decref(args);
+        return;
+    }
+    if (!c->conn) {
+        json_decref(args);
+        call_reply(c, NULL);
+        return;
+    }
+    json_object_set_new(args, "recursive", json_boolean(rec));
+    json_object_set_new(args, "queue", json_integer(D->cfg.fs_event_queue));
+    start(c, sb, FS_OP_WATCH, args);
+}
+
+void m_fs_unwatch(struct call *c, json_t *params)
+{
+    struct sandbox *sb = get_sb(c, params);
+    if (!sb)
+        return;
+    int64_t id = 0;
+    if (get_int(c, params, "watch", 1, INT64_MAX, &id) < 0)
+        return;
+    struct fs_handle *h =
+        c->conn ? fs_handle_find((uint64_t)id, c->conn, FS_OP_WATCH) : NULL;
+    if (!h) {
+        bad(c, "watch", "no such watch in this session");
+        return;
+    }
+    fs_handle_drop(h);
+    call_reply(c, NULL);
+}
