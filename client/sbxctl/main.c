@@ -99,6 +99,11 @@ static const struct verb verbs[] = {
      "status. With --detach (-d), Ctrl-C leaves the sandbox and the command running\n"
      "and prints how to attach. --tool registers a tool; with =COMMAND sbxctl\n"
      "answers its calls as on exec, e.g. --tool lookup='jq .id'."},
+    {"cp", cmd_cp, "cp SRC DEST",
+     "Copies files or directories between here and a sandbox (ID:PATH on one side;\n`-` is a tar stream on stdin/stdout), as docker cp."},
+    {"fs", cmd_fs,
+     "fs ls|cat|write|stat|rm|mkdir|mv|watch ID PATH [-r] [-p] [--depth N] [--mode OCT] [-a]",
+     "Files in a sandbox: list, print, write (stdin or FILE), stat, remove (-r),\nmkdir (-p), rename (mv ID PATH TO), watch for changes (-r: subdirectories)."},
     {"mcp", cmd_mcp,
      "mcp [--provider P] [--image I] [--sandbox ID] [--code-provider P] [--env K=V]...\n"
      "              [--opt KEY=VALUE]... [--timeout MS] [--lifetime MS] [--idle-timeout MS]\n"

@@ -143,5 +143,8 @@ int cmd_write(int argc, char **argv);
 int cmd_close_stdin(int argc, char **argv);
 int cmd_attach(int argc, char **argv);
 int cmd_mcp(int argc, char **argv);
+/* files (fs.c, cp.c) */
+int cmd_fs(int argc, char **argv);
+int cmd_cp(int argc, char **argv);
 
 #endif

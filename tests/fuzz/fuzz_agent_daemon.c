@@ -5,7 +5,12 @@
  * frames, with the PONG resync; stderr = agent diagnostics), chan.c's frame
  * parser and dk_agent_frame: PONG/HELLO handshakes with process
  * reconciliation and adoption, STDOUT/STDERR into the core's process output,
- * STARTED, EXIT, REPLAY, LOG, ERROR (resync) and DIRECT. docker.c and
+ * STARTED, EXIT, REPLAY, LOG, ERROR (resync) and DIRECT, and the file
+ * frames (FS_DATA, FS_RESULT, FS_EVENT) of four fs calls in flight through
+ * core/fs.c and docker_fs.c: a read (channel request 1), a stat (2), a
+ * write's first chunk (3, two answers expected) and a watch (4), so that
+ * garbage answers, short and long reads, unknown ids and forged events all
+ * land somewhere real. docker.c and
  * docker_agent.c are included to reach their static state; there is no
  * engine: the sandbox has no container id, so a channel failure ends in
  * "sandbox lost" without an engine call.
@@ -16,11 +21,31 @@
  * it over: [stream byte: odd = stdout, even = stderr][u16 length][bytes]...
  */
 #include "fuzz_daemon.h"
+#include "fs.h"
 
 #include "../../daemon/providers/docker/docker.c"
 #include "../../daemon/providers/docker/docker_agent.c"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static int fs_answers;
+
+static void fs_done(sbx_err_t *err, json_t *result, void *privdata)
+{
+    (void)err;
+    (void)result;
+    (void)privdata;
+    fs_answers++;
+}
+
+static int fs_on_event(json_t *params, void *owner)
+{
+    (void)params;
+    (void)owner;
+    return 0;
+}
+
+static int fs_owner;
 
 static struct sbx_provider dk_fuzz_ops;
 static struct provider_inst dk_fuzz_inst;
@@ -36,6 +61,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         dk_fuzz_ops.name = "docker";
         dk_fuzz_ops.proc_release = d_proc_release;
         dk_fuzz_ops.sb_release = d_sb_release;
+        dk_fuzz_ops.fs_call = dkf_call;
+        dk_fuzz_ops.fs_release = dkf_release;
         dk_fuzz_inst.ops = &dk_fuzz_ops;
         dk_fuzz_inst.cookie = &dk_fuzz_prov;
         dk_fuzz_inst.enabled = dk_fuzz_inst.loaded = 1;
@@ -71,6 +98,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         ds->att_sync = 1;
         ds->sync_k = 0;
     }
+    /* Four file calls waiting for the agent's answers (ids 1-4). */
+    fs_answers = 0;
+    fs_start(sb, 0, FS_OP_READ,
+             json_pack("{s:s, s:i, s:i}", "path", "/r", "offset", 0, "length", 4096),
+             NULL, 0, 0, NULL, &fs_owner, fs_on_event, fs_done, NULL);
+    fs_start(sb, 0, FS_OP_STAT, json_pack("{s:s}", "path", "/s"), NULL, 0, 0, NULL,
+             &fs_owner, fs_on_event, fs_done, NULL);
+    uint8_t *chunk = malloc(8);
+    memcpy(chunk, "abcdefgh", 8);
+    fs_start(sb, 0, FS_OP_WRITE, json_pack("{s:s}", "path", "/w"), chunk, 8, 1, NULL,
+             &fs_owner, NULL, fs_done, NULL);
+    fs_start(sb, 0, FS_OP_WATCH, json_pack("{s:s, s:b}", "path", "/", "recursive", 1),
+             NULL, 0, 0, NULL, &fs_owner, fs_on_event, fs_done, NULL);
 
     /* [stream][len hi][len lo][bytes], each cut into pieces. */
     size_t off = 0;
@@ -87,6 +127,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         off += len;
     }
+    fs_drop_owner(&fs_owner);
     fz_daemon_reset(); /* releases ds through d_sb_release */
+    /* Every call was answered exactly once, however the agent behaved. */
+    if (fs_answers != 4)
+        abort();
     return 0;
 }

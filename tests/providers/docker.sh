@@ -8,6 +8,9 @@
 # tests always run: no engine is a failure, not a skip.
 #
 # Prints the test binary's lines and a final "N passed, N failed".
+# SBX_PTEST_BIN names another test binary of build/tests to run the same way
+# (docker_fs.sh: ptest_docker_fs).
+PTEST=${SBX_PTEST_BIN:-ptest_docker}
 B=${1:-build}
 T=${2:-$(mktemp -d /tmp/sbxd-docker.XXXXXX)}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -26,7 +29,7 @@ skip_or_fail() { # reason
     exit 0
 }
 
-for f in "$B/sbxd" "$B/sbx-init" "$B/tests/ptest_docker"; do
+for f in "$B/sbxd" "$B/sbx-init" "$B/tests/$PTEST"; do
     [ -x "$f" ] || skip_or_fail "$f is not built (make $f)"
 done
 
@@ -69,7 +72,7 @@ fi
 sh tests/docker/images.sh "$DOCKER_HOST" >"$T/images.log" 2>&1 ||
     { tail -n 20 "$T/images.log"; skip_or_fail "the test images could not be built"; }
 
-"$B/tests/ptest_docker" "$B/sbxd" "$B" "$T" | tee "$T/ptest.out"
+"$B/tests/$PTEST" "$B/sbxd" "$B" "$T" | tee "$T/ptest.out"
 st=0
 tally=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$T/ptest.out" | tail -n 1)
 case "$tally" in
@@ -78,7 +81,7 @@ case "$tally" in
 esac
 if [ "$st" -ne 0 ]; then
     echo "--- sbxd log (tail)"
-    tail -n 60 "$T/sbxd-main.log" 2>/dev/null
+    tail -n 60 "$T/sbxd-main.log" "$T/sbxd-fs.log" 2>/dev/null
     echo "$tally"
 fi
 

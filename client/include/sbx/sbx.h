@@ -281,6 +281,53 @@ SBX_API size_t sbx_base64_encode(char *out, const void *in, size_t n);
  */
 SBX_API int sbx_base64_decode(void *out, size_t *out_len, const char *in, size_t n);
 
+/* ---- files (fs.*, PROTOCOL.md "Files"; client/src/fs.c) -------------------- */
+
+/* Bytes per fs call of the helpers below: the daemon's default
+ * limits.fs_chunk_bytes. Other fs.* methods: sbx_call with SBX_M_FS_*. */
+#define SBX_FS_CHUNK (4u << 20)
+
+/** Takes len bytes of a streamed read; return 0 to go on, non-zero to stop
+ *  (the read then fails with SBX_ERR_USAGE). data is borrowed. */
+typedef int (*sbx_fs_sink_cb)(const void *data, size_t len, void *privdata);
+/** Fills buf (cap bytes) with the next bytes of a streamed write: returns how
+ *  many (cap unless at the end), 0 at the end, < 0 to abort the write. */
+typedef long (*sbx_fs_source_cb)(void *buf, size_t cap, void *privdata);
+
+/**
+ * Reads sandbox:path whole into memory by chunks (fs.read with offsets).
+ * @param data_out  malloc'd, NUL-terminated (free() it); len_out its length.
+ * @param err_out   as sbx_call (an fs error is SBX_E_FS with data {errno, path}).
+ * @return SBX_OK or SBX_ERR. Not callable from a callback.
+ */
+SBX_API int sbx_fs_read(sbx_ctx *c, char **data_out, size_t *len_out,
+                        sbx_rpc_error **err_out, const char *sandbox, const char *path);
+
+/**
+ * Streams sandbox:path to sink, one SBX_FS_CHUNK call at a time: memory stays
+ * at one chunk whatever the file's size. Not callable from a callback.
+ */
+SBX_API int sbx_fs_read_stream(sbx_ctx *c, sbx_rpc_error **err_out, const char *sandbox,
+                               const char *path, sbx_fs_sink_cb sink, void *privdata);
+
+/**
+ * Writes len bytes to sandbox:path, atomically (the file appears whole when
+ * the last chunk is in), in SBX_FS_CHUNK calls.
+ * @param opts        borrowed, may be NULL: fs.write params (mode, append,
+ *                    mkdir_parents).
+ * @param result_out  if not NULL: the last answer {path, size}.
+ * Not callable from a callback.
+ */
+SBX_API int sbx_fs_write(sbx_ctx *c, json_t **result_out, sbx_rpc_error **err_out,
+                         const char *sandbox, const char *path, const void *data,
+                         size_t len, json_t *opts);
+
+/** As sbx_fs_write, the bytes from source; a source failure aborts the write
+ *  (nothing appears at path). */
+SBX_API int sbx_fs_write_stream(sbx_ctx *c, json_t **result_out, sbx_rpc_error **err_out,
+                                const char *sandbox, const char *path, json_t *opts,
+                                sbx_fs_source_cb source, void *privdata);
+
 /** Returns the library version, "MAJOR.MINOR.PATCH". */
 SBX_API const char *sbx_version(void);
 

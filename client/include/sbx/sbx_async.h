@@ -162,6 +162,26 @@ SBX_API int sbx_async_call_new(sbx_async *ac, const char *method, json_t *params
                                sbx_reply_cb cb, void *privdata);
 
 /**
+ * Reads sandbox:path by chunks (fs.read), one call in flight: sink gets each
+ * chunk in order (a non-zero return stops), then done runs exactly once with
+ * the last answer (or NULL and the error; NULL, NULL: connection lost or the
+ * sink stopped).
+ * @return SBX_OK, or SBX_ERR (no callback will run).
+ */
+SBX_API int sbx_async_fs_read(sbx_async *ac, const char *sandbox, const char *path,
+                              sbx_fs_sink_cb sink, sbx_reply_cb done, void *privdata);
+
+/**
+ * Writes len bytes (borrowed: keep them until done) to sandbox:path in
+ * SBX_FS_CHUNK calls, each sent when the previous one was answered; done runs
+ * once with the last answer {path, size} or the error.
+ * @param opts  borrowed, may be NULL (mode, append, mkdir_parents).
+ */
+SBX_API int sbx_async_fs_write(sbx_async *ac, const char *sandbox, const char *path,
+                               const void *data, size_t len, json_t *opts,
+                               sbx_reply_cb done, void *privdata);
+
+/**
  * Sends process.spawn (params borrowed; must hold "sandbox") and follows the
  * process: on_output(stream, bytes) for each process.output, then on_exit
  * exactly once (the exit params; or NULL with err when the spawn failed; or
