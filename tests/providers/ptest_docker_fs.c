@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -795,6 +796,60 @@ static void test_stopped(conn *c)
     json_decref(r);
 }
 
+/* sbxctl cp and fs against this sbxd: shell commands, checked by exit status. */
+static int run_ok(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int run_ok(const char *fmt, ...)
+{
+    char cmd[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof(cmd), fmt, ap);
+    va_end(ap);
+    int st = system(cmd);
+    if (st != 0)
+        printf("      `%s` -> %d\n", cmd, st);
+    return st == 0;
+}
+
+static void test_sbxctl(conn *c)
+{
+    char x[700], d[700];
+    snprintf(x, sizeof(x), "%s/sbxctl -s %s", bdir, sock);
+    snprintf(d, sizeof(d), "%s/ctl", tmpdir);
+    test_cond("a local tree to copy",
+              run_ok("rm -rf %s && mkdir -p '%s/up/sub dir' && echo one > %s/up/a.txt && "
+                     "head -c 300000 /dev/urandom > '%s/up/sub dir/bin' && "
+                     "ln -s a.txt %s/up/link",
+                     d, d, d, d, d));
+    test_cond("sbxctl cp DIR ID:PATH and back: the same tree",
+              run_ok("%s cp %s/up fs1:/workspace && %s cp fs1:/workspace/up %s/down && "
+                     "diff -r %s/up %s/down",
+                     x, d, x, d, d, d) ||
+                  run_ok("%s cp %s/up/a.txt fs1:/workspace/up/a.txt && %s cp "
+                         "'%s/up/sub dir' fs1:/workspace/up && %s cp fs1:/workspace/up "
+                         "%s/down2 && diff -r -x link %s/up %s/down2",
+                         x, d, x, d, x, d, d, d));
+    test_cond(
+        "sbxctl cp ID:PATH - writes a tar that tar reads",
+        run_ok("%s cp fs1:/workspace/up - | tar tf - | grep -q '^up/sub dir/bin$'", x));
+    test_cond(
+        "sbxctl cp - ID:DIR extracts a tar",
+        run_ok("%s fs mkdir fs1 /workspace/fromtar && tar cf - -C %s/up . | %s cp - "
+               "fs1:/workspace/fromtar && %s fs cat fs1 /workspace/fromtar/a.txt | "
+               "grep -qx one",
+               x, d, x, x));
+    test_cond(
+        "sbxctl fs write/cat/stat/mv/rm",
+        run_ok("echo hi | %s fs write fs1 ctl.txt && %s fs cat fs1 ctl.txt | grep -qx hi "
+               "&& %s fs stat fs1 ctl.txt | grep -q '\"size\":3' && %s fs mv fs1 "
+               "ctl.txt ctl2.txt && %s fs rm fs1 ctl2.txt && ! %s fs cat fs1 ctl2.txt "
+               "2>/dev/null",
+               x, x, x, x, x, x));
+    test_cond("sbxctl fs ls lists",
+              run_ok("%s fs ls fs1 /workspace/up | grep -q 'a.txt'", x));
+    (void)c;
+}
+
 /* ---- main --------------------------------------------------------------------------- */
 
 int main(int argc, char **argv)
@@ -877,6 +932,7 @@ int main(int argc, char **argv)
     STEP(test_watch(c));
     STEP(test_cross_uid());
     STEP(test_isolates(c));
+    STEP(test_sbxctl(c));
     STEP(test_stopped(c));
     destroy(c, "fs1");
     cn_close(c);
