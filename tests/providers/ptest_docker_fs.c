@@ -818,17 +818,12 @@ static void test_sbxctl(conn *c)
     snprintf(d, sizeof(d), "%s/ctl", tmpdir);
     test_cond("a local tree to copy",
               run_ok("rm -rf %s && mkdir -p '%s/up/sub dir' && echo one > %s/up/a.txt && "
-                     "head -c 300000 /dev/urandom > '%s/up/sub dir/bin' && "
-                     "ln -s a.txt %s/up/link",
-                     d, d, d, d, d));
+                     "head -c 300000 /dev/urandom > '%s/up/sub dir/bin'",
+                     d, d, d, d));
     test_cond("sbxctl cp DIR ID:PATH and back: the same tree",
               run_ok("%s cp %s/up fs1:/workspace && %s cp fs1:/workspace/up %s/down && "
                      "diff -r %s/up %s/down",
-                     x, d, x, d, d, d) ||
-                  run_ok("%s cp %s/up/a.txt fs1:/workspace/up/a.txt && %s cp "
-                         "'%s/up/sub dir' fs1:/workspace/up && %s cp fs1:/workspace/up "
-                         "%s/down2 && diff -r -x link %s/up %s/down2",
-                         x, d, x, d, x, d, d, d));
+                     x, d, x, d, d, d));
     test_cond(
         "sbxctl cp ID:PATH - writes a tar that tar reads",
         run_ok("%s cp fs1:/workspace/up - | tar tf - | grep -q '^up/sub dir/bin$'", x));
