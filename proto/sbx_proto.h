@@ -34,8 +34,7 @@
 #define SBX_E_SHUTDOWN -32008    /* daemon is shutting down */
 #define SBX_E_TOOL -32009        /* tool.call failed on the client side */
 #define SBX_E_FS -32010          /* a file operation failed: data {errno, path} */
-#define SBX_E_UNSUPPORTED -32011 /* not supported by this provider: {provider, feature}  \
-                                  */
+#define SBX_E_UNSUPPORTED -32011 /* not supported here: {provider, feature} */
 
 /* Output streams, one numbering for libsbx (SBX_STDOUT/SBX_STDERR) and the
  * daemon's provider interface (process_output). The wire names them

@@ -424,7 +424,7 @@ static int tar_in(sbx_ctx *c, const char *id, const char *dir, int fd)
     }
 }
 
-/* ---- the verb ------------------------------------------------------------------------- */
+/* ---- the verb ------------------------------------------------------------------- */
 
 /* "ID:PATH" -> id (malloc'd) and path; NULL when s is local. */
 static char *split_remote(const char *s, const char **path)
