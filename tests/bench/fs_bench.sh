@@ -1,0 +1,91 @@
+#!/bin/sh
+# fs_bench.sh BUILD_DIR - files (fs.*) on Docker, each figure beside the same
+# thing through the docker CLI in the same run: upload and download
+# throughput of one file (sbxctl cp against docker cp), and small-file
+# write+read round trips (libsbx fs.write+fs.read, and sbxctl fs write+cat,
+# against docker exec cat). Prints; never fails. BENCH_QUICK=quick: 64 MB.
+B=${1:-build}
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$ROOT" || exit 0
+echo "files benchmark (fs.* on docker)"
+CLI=$(command -v docker 2>/dev/null)
+if [ ! -x "$B/bench/fs_bench" ] || [ ! -x "$B/sbxctl" ] || [ -z "$CLI" ]; then
+    echo "  (skipped: build $B/bench/fs_bench and $B/sbxctl; needs the docker CLI)"
+    exit 0
+fi
+ping_unix() { curl -s --max-time 3 --unix-socket "$1" http://localhost/_ping 2>/dev/null | grep -q OK; }
+ENGINE=""
+case "${DOCKER_HOST:-}" in unix://*) ping_unix "${DOCKER_HOST#unix://}" && ENGINE=$DOCKER_HOST ;; esac
+[ -z "$ENGINE" ] && ping_unix /var/run/docker.sock && ENGINE=unix:///var/run/docker.sock
+if [ -z "$ENGINE" ]; then
+    echo "  (skipped: no engine answers)"
+    exit 0
+fi
+T=$(mktemp -d /tmp/sbxd-fsbench.XXXXXX)
+SPID=""
+cleanup() {
+    [ -n "$SPID" ] && "$B/sbxctl" -s "$T/sbxd.sock" rm fsb >/dev/null 2>&1
+    [ -n "$SPID" ] && kill "$SPID" 2>/dev/null && wait "$SPID" 2>/dev/null
+    rm -rf "$T"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+sh tests/docker/images.sh "$ENGINE" >"$T/images.log" 2>&1 || { echo "  (skipped: no test image)"; exit 0; }
+cat >"$T/bench.yaml" <<YAML
+log_level: warn
+socket:
+  mode: "0600"
+providers:
+  docker:
+    host: $ENGINE
+    agent_path: $ROOT/$B/sbx-init
+    image: sbx-test/busybox
+    network: none
+YAML
+SBXD_SOCKET="$T/sbxd.sock" "$B/sbxd" -c "$T/bench.yaml" 2>"$T/sbxd.log" &
+SPID=$!
+i=0
+while [ ! -S "$T/sbxd.sock" ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i + 1)); done
+X="$B/sbxctl -s $T/sbxd.sock"
+$X create --provider docker --id fsb >/dev/null 2>&1 || { echo "  (skipped: no sandbox)"; exit 0; }
+CID=$($X --json get fsb | sed -n 's/.*"container_id":"\([0-9a-f]*\)".*/\1/p')
+[ -n "$CID" ] || { echo "  (skipped: no container id)"; exit 0; }
+export DOCKER_HOST=$ENGINE
+MB=256
+[ "${BENCH_QUICK:-}" = quick ] && MB=64
+head -c $((MB * 1048576)) /dev/urandom >"$T/big"
+now() { date +%s.%N; }
+rate() { awk -v mb="$MB" -v a="$1" -v b="$2" 'BEGIN { printf "%.0f", mb / (b - a) }'; }
+best() { # command...: the best of 3 runs, in MB/s
+    b=0
+    for k in 1 2 3; do
+        t0=$(now); "$@" >/dev/null 2>&1 || { echo 0; return; }; t1=$(now)
+        r=$(rate "$t0" "$t1"); [ "$r" -gt "$b" ] && b=$r
+    done
+    echo "$b"
+}
+up_s=$(best $X cp "$T/big" fsb:/workspace/big)
+up_d=$(best "$CLI" cp "$T/big" "$CID:/workspace/big.d")
+down_s=$(best $X cp fsb:/workspace/big "$T/back.s")
+down_d=$(best "$CLI" cp "$CID:/workspace/big.d" "$T/back.d")
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'; }
+echo "  upload ${MB} MB:   sbxctl cp ${up_s} MB/s, docker cp ${up_d} MB/s (x$(ratio "$up_s" "$up_d"))"
+echo "  download ${MB} MB: sbxctl cp ${down_s} MB/s, docker cp ${down_d} MB/s (x$(ratio "$down_s" "$down_d"))"
+N=50
+lib=$("$B/bench/fs_bench" "$T/sbxd.sock" fsb $N)
+head -c 1024 /dev/zero | tr '\0' x >"$T/small"
+t0=$(now)
+for k in $(seq 10); do
+    $X fs write fsb /workspace/small2 "$T/small" && $X fs cat fsb /workspace/small2 >/dev/null
+done
+t1=$(now)
+ctl=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", (b - a) * 100 }')
+t0=$(now)
+for k in $(seq 10); do
+    "$CLI" exec -i "$CID" sh -c 'cat > /workspace/small3' <"$T/small" &&
+        "$CLI" exec "$CID" cat /workspace/small3 >/dev/null
+done
+t1=$(now)
+dex=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", (b - a) * 100 }')
+echo "  1 KiB write+read: libsbx ${lib} ms, sbxctl fs ${ctl} ms, docker exec cat ${dex} ms" \
+    "(x$(ratio "$dex" "$lib") / x$(ratio "$dex" "$ctl") faster)"
