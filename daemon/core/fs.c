@@ -253,11 +253,12 @@ static json_t *answer(struct fs_call *fc, json_t *res)
         int b64 = (enc && !strcmp(enc, "base64")) || !utf8_valid(fc->buf, fc->blen);
         if (b64) {
             char *s = base64_encode(fc->buf, fc->blen);
-            json_object_set_new(out, "data_b64", json_string(s));
+            /* base64 is ASCII: no UTF-8 check needed */
+            json_object_set_new(out, "data_b64", json_string_nocheck(s));
             free(s);
         } else {
             json_object_set_new(out, "data",
-                                json_stringn((const char *)fc->buf, fc->blen));
+                                json_stringn_nocheck((const char *)fc->buf, fc->blen));
         }
         json_object_set(out, "size", json_object_get(res, "size"));
         json_object_set(out, "offset", json_object_get(fc->args, "offset"));
