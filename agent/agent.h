@@ -108,6 +108,8 @@ int fs_poll_fds(int *fds, uint32_t *ids, int max);
 void fs_ready(uint32_t id);
 /* Sends due event batches, expires abandoned writes; ms until the next, or -1. */
 int fs_timers(int64_t now);
+/* Drops every request, open write (its temporary file too) and watch. */
+void fs_reset(void);
 
 /* ---- json.c -------------------------------------------------------------- */
 

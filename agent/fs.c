@@ -953,3 +953,11 @@ int fs_timers(int64_t now)
         next = now + 60000;
     return next < 0 ? -1 : (int)(next - now);
 }
+
+void fs_reset(void)
+{
+    while (nreqs)
+        free_req(reqs[0]);
+    while (nwatches)
+        free_watch(watches[0]);
+}

@@ -8,6 +8,10 @@
  * included to reach its static state; only proc_spawn is replaced, by one
  * that forks nothing: the process "runs" with pid 0 (KILL does nothing) and
  * has some output in its rings, or, for odd ids, has exited already.
+ * File frames (FS_REQ, FS_DATA, FS_CANCEL) reach agent/fs.c for real, but
+ * only for paths inside FUZZ_FS_ROOT (a request naming any other path, or
+ * one with "..", is dropped before fs.c sees it), so the fuzzer writes,
+ * lists, renames, removes and watches in a scratch directory of its own.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -22,13 +26,59 @@ static void fuzz_alog(const char *fmt, ...) __attribute__((format(printf, 1, 2))
 
 int sbx_init_main(int argc, char **argv); /* sbx_init.c's main, renamed */
 
+#define FUZZ_FS_ROOT "/tmp/sbx-init-fuzz-fs"
+void fuzz_fs_frame(uint8_t type, uint32_t id, const uint8_t *payload, size_t n);
+
 #define main sbx_init_main
 #define proc_spawn fuzz_proc_spawn
 #define alog fuzz_alog
+#define fs_frame fuzz_fs_frame
 #include "../../agent/sbx_init.c"
 #undef main
 #undef proc_spawn
 #undef alog
+#undef fs_frame
+void fs_frame(uint8_t type, uint32_t id, const uint8_t *payload, size_t n);
+
+#include <ftw.h>
+#include <sys/stat.h>
+
+/* A path the fuzzer may touch: inside FUZZ_FS_ROOT, without "..". */
+static bool fuzz_path_ok(const struct jval *v)
+{
+    if (!v)
+        return true;
+    if (v->type != J_STR)
+        return true; /* fs.c refuses it itself */
+    size_t rl = strlen(FUZZ_FS_ROOT);
+    return v->len >= rl && memcmp(v->str, FUZZ_FS_ROOT, rl) == 0 &&
+           (v->str[rl] == '/' || v->str[rl] == '\0') && !strstr(v->str, "..");
+}
+
+void fuzz_fs_frame(uint8_t type, uint32_t id, const uint8_t *payload, size_t n)
+{
+    if (type == SBX_CHAN_FS_REQ) {
+        char err[64];
+        struct jval *q = json_parse((const char *)payload, n, err, sizeof(err));
+        bool ok = !q || q->type != J_OBJ ||
+                  (fuzz_path_ok(json_get(q, "path")) && fuzz_path_ok(json_get(q, "to")));
+        json_free(q);
+        if (!ok)
+            return;
+    }
+    fs_frame(type, id, payload, n);
+}
+
+static int fuzz_rm(const char *p, const struct stat *st, int flag, struct FTW *f)
+{
+    (void)st;
+    (void)f;
+    if (flag == FTW_DP)
+        rmdir(p);
+    else
+        unlink(p);
+    return 0;
+}
 
 static void fuzz_alog(const char *fmt, ...)
 {
@@ -67,6 +117,13 @@ struct proc *fuzz_proc_spawn(uint32_t id, const struct spawn_req *req)
 
 static void reset(void)
 {
+    static unsigned runs;
+    fs_reset();
+    /* The scratch directory starts over now and then, so it stays small. */
+    if (runs++ % 256 == 0) {
+        nftw(FUZZ_FS_ROOT, fuzz_rm, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
+        mkdir(FUZZ_FS_ROOT, 0700);
+    }
     while (A.nprocs > 0)
         remove_proc(A.procs[0]);
     direct_stop();
@@ -107,6 +164,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         size_t before = buf_pending(&A.ibuf);
         process_buf(&A.ibuf, false);
         pump_output();
+        fs_pump();
+        fs_timers(now_ms());
         size_t out = buf_pending(&A.obuf);
         buf_consume(&A.obuf, out);
         if (buf_pending(&A.ibuf) == before && out == 0)
