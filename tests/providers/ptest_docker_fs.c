@@ -845,6 +845,76 @@ static void test_sbxctl(conn *c)
     (void)c;
 }
 
+/* Past the per-uid bounds: -32005 naming the limit, and the daemon serves on. */
+static const char *limit_of(json_t *r)
+{
+    const char *s = json_string_value(
+        json_object_get(json_object_get(json_object_get(r, "error"), "data"), "limit"));
+    return s ? s : "";
+}
+
+static void test_bounds(conn *c)
+{
+    /* fs_transfers_per_uid (16): open writes hold a slot each */
+    json_int_t hs[17] = {0};
+    int refused = 0;
+    for (int i = 0; i < 17; i++) {
+        char p[64];
+        snprintf(p, sizeof(p), "/workspace/open%d", i);
+        json_t *r = call(c, "fs.write",
+                         json_pack("{s:s, s:s, s:s, s:b}", "sandbox", "fs1", "path", p,
+                                   "data", "x", "more", 1));
+        hs[i] = res_int(r, "handle");
+        if (i == 16)
+            refused =
+                err_code(r) == -32005 && !strcmp(limit_of(r), "fs_transfers_per_uid");
+        json_decref(r);
+    }
+    test_cond("the 17th open write is -32005 fs_transfers_per_uid", refused && !hs[16]);
+    for (int i = 0; i < 16; i++)
+        json_decref(call(
+            c, "fs.write",
+            json_pack("{s:s, s:I, s:b}", "sandbox", "fs1", "handle", hs[i], "abort", 1)));
+    json_t *r = call(
+        c, "fs.write",
+        json_pack("{s:s, s:s, s:s}", "sandbox", "fs1", "path", "after", "data", "y"));
+    test_cond("aborting them gives the slots back", res_of(r) != NULL);
+    json_decref(r);
+    /* fs_bytes_in_flight_per_uid (8M here): three 4 MiB reads in one batch */
+    free(sh(c, "fs1", "head -c 12582912 /dev/zero > /workspace/z12"));
+    const char *batch =
+        "[{\"jsonrpc\":\"2.0\",\"id\":901,\"method\":\"fs.read\",\"params\":{"
+        "\"sandbox\":\"fs1\",\"path\":\"/workspace/z12\"}},"
+        "{\"jsonrpc\":\"2.0\",\"id\":902,\"method\":\"fs.read\",\"params\":{"
+        "\"sandbox\":\"fs1\",\"path\":\"/workspace/z12\",\"offset\":4194304}},"
+        "{\"jsonrpc\":\"2.0\",\"id\":903,\"method\":\"fs.read\",\"params\":{"
+        "\"sandbox\":\"fs1\",\"path\":\"/workspace/z12\",\"offset\":8388608}}]\n";
+    cn_send_raw(c, batch, strlen(batch));
+    json_t *arr = NULL;
+    for (int i = 0; i < 100 && !json_is_array(arr); i++) {
+        json_decref(arr);
+        arr = cn_read(c, 30000);
+        if (arr && !json_is_array(arr) && json_object_get(arr, "method"))
+            json_array_append(c->notes, arr);
+    }
+    int ok = 0, over = 0;
+    size_t i;
+    json_t *m;
+    json_array_foreach(arr, i, m) {
+        ok += res_of(m) != NULL;
+        over +=
+            err_code(m) == -32005 && !strcmp(limit_of(m), "fs_bytes_in_flight_per_uid");
+    }
+    json_decref(arr);
+    test_cond("reads past fs_bytes_in_flight_per_uid are -32005, the others answered",
+              ok == 2 && over == 1);
+    r = call(c, "fs.read",
+             json_pack("{s:s, s:s, s:I}", "sandbox", "fs1", "path", "/workspace/z12",
+                       "offset", (json_int_t)8388608));
+    test_cond("and the bytes are free again afterwards", res_int(r, "length") == 4194304);
+    json_decref(r);
+}
+
 /* ---- main ----------------------------------------------------------------------- */
 
 int main(int argc, char **argv)
@@ -869,7 +939,7 @@ int main(int argc, char **argv)
     FILE *f = fopen(cfg, "w");
     fprintf(f,
             "socket:\n  mode: \"0666\"\n"
-            "limits:\n  fs_watches_per_sandbox: 2\n"
+            "limits:\n  fs_watches_per_sandbox: 2\n  fs_bytes_in_flight_per_uid: 8M\n"
             "providers:\n"
             "  duktape:\n    pool_size: 1\n"
             "  docker:\n"
@@ -898,8 +968,22 @@ int main(int argc, char **argv)
         usleep(25000);
         c = cn_open(sock);
     }
+    /* The engine is pinged asynchronously: wait until daemon.info shows it. */
+    for (int i = 0; c && i < 100; i++) {
+        json_t *info = call(c, "daemon.info", NULL);
+        char *t = json_dumps(info, 0);
+        int up = t && strstr(t, "\"api_version\"");
+        free(t);
+        json_decref(info);
+        if (up)
+            break;
+        usleep(100000);
+    }
     json_t *r = c ? create(c, "fs1", NULL) : NULL;
     if (!res_of(r)) {
+        char *t = json_dumps(r, 0);
+        printf("create: %s\n", t ? t : "(no answer)");
+        free(t);
         printf("no docker sandbox (log %s)\n0 passed, 1 failed\n", log);
         if (sbxd_pid > 0)
             kill(sbxd_pid, SIGTERM);
@@ -924,6 +1008,7 @@ int main(int argc, char **argv)
     STEP(test_owner(c));
     STEP(test_enospc(c));
     STEP(test_concurrent());
+    STEP(test_bounds(c));
     STEP(test_watch(c));
     STEP(test_cross_uid());
     STEP(test_isolates(c));

@@ -31,6 +31,7 @@ import {
     type ToolCallParams,
 } from './protocol.js';
 import { SbxdProcess, type SpawnOptions, type ProcessSink } from './process.js';
+import { SbxdFiles } from './files.js';
 
 export const DEFAULT_SOCKET = '/run/sbxd/sbxd.sock';
 
@@ -497,6 +498,40 @@ export class SbxdClient {
     async setEnv(id: string, env: EnvMap): Promise<Record<string, string>> {
         return (await this.call('sandbox.set_env', { id, env })).env;
     }
+    /* ---- files (fs.*): one call each; files(sandbox) has E2B's shape --------- */
+
+    /** E2B-style file helpers for one sandbox (read/write/list/watchDir, streamed). */
+    files(sandbox: string): SbxdFiles {
+        return new SbxdFiles(this, sandbox);
+    }
+    fsRead(params: Params<'fs.read'>): Promise<Result<'fs.read'>> {
+        return this.call('fs.read', params);
+    }
+    fsWrite(params: Params<'fs.write'>): Promise<Result<'fs.write'>> {
+        return this.call('fs.write', params);
+    }
+    fsList(params: Params<'fs.list'>): Promise<Result<'fs.list'>> {
+        return this.call('fs.list', params);
+    }
+    fsStat(params: Params<'fs.stat'>): Promise<Result<'fs.stat'>> {
+        return this.call('fs.stat', params);
+    }
+    fsMkdir(params: Params<'fs.mkdir'>): Promise<Result<'fs.mkdir'>> {
+        return this.call('fs.mkdir', params);
+    }
+    fsRemove(params: Params<'fs.remove'>): Promise<Result<'fs.remove'>> {
+        return this.call('fs.remove', params);
+    }
+    fsRename(params: Params<'fs.rename'>): Promise<Result<'fs.rename'>> {
+        return this.call('fs.rename', params);
+    }
+    fsWatch(params: Params<'fs.watch'>): Promise<Result<'fs.watch'>> {
+        return this.call('fs.watch', params);
+    }
+    fsUnwatch(params: Params<'fs.unwatch'>): Promise<Result<'fs.unwatch'>> {
+        return this.call('fs.unwatch', params);
+    }
+
     async instructions(id: string): Promise<string> {
         return (await this.call('sandbox.instructions', { id })).text;
     }
@@ -635,6 +670,15 @@ export const CLIENT_METHODS = {
     'process.list': 'listProcesses',
     'process.attach': 'attach',
     'process.detach': 'detach',
+    'fs.read': 'fsRead',
+    'fs.write': 'fsWrite',
+    'fs.list': 'fsList',
+    'fs.stat': 'fsStat',
+    'fs.mkdir': 'fsMkdir',
+    'fs.remove': 'fsRemove',
+    'fs.rename': 'fsRename',
+    'fs.watch': 'fsWatch',
+    'fs.unwatch': 'fsUnwatch',
 } as const satisfies Record<Method, keyof SbxdClient>;
 
 function key(sandbox: string, pid: number): string {

@@ -13,3 +13,6 @@ export { SbxdClient, CLIENT_METHODS, SbxdError, SbxdConnectionError, DEFAULT_SOC
 export type { ClientOptions, ToolHandler } from './client.js';
 export { SbxdProcess } from './process.js';
 export type { SpawnOptions, OutputChunk, StreamName } from './process.js';
+/* files (fs.*) in E2B's shape */
+export { SbxdFiles, FS_CHUNK } from './files.js';
+export type { EntryInfo, WriteData, FilesystemEvent, WatchHandle } from './files.js';

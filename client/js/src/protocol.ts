@@ -24,6 +24,9 @@ export const ErrorCode = {
     MessageTooLarge: -32007,
     ShuttingDown: -32008,
     ToolCallFailed: -32009,
+    /* files (fs.*) */
+    FileOperationFailed: -32010,
+    NotSupported: -32011,
 } as const;
 export type ErrorCodeName = keyof typeof ErrorCode;
 
@@ -248,6 +251,72 @@ export interface Methods {
         result: AttachResult;
     };
     'process.detach': { params: { sandbox: string; pid: number }; result: Record<string, never> };
+    /* files (PROTOCOL.md "Files") */
+    'fs.read': {
+        params: { sandbox: string; path: string; offset?: number; length?: number; encoding?: 'utf8' | 'base64'; format?: 'tar' };
+        result: FsReadResult;
+    };
+    'fs.write': {
+        params: {
+            sandbox: string;
+            path?: string;
+            data?: string;
+            data_b64?: string;
+            mode?: number;
+            append?: boolean;
+            mkdir_parents?: boolean;
+            more?: boolean;
+            handle?: number;
+            abort?: boolean;
+            format?: 'tar';
+        };
+        result: { path: string; size: number; handle?: number; aborted?: boolean };
+    };
+    'fs.list': {
+        params: { sandbox: string; path: string; depth?: number; cursor?: string; limit?: number };
+        result: { path: string; entries: FsEntry[]; cursor?: string };
+    };
+    'fs.stat': { params: { sandbox: string; path: string; follow?: boolean }; result: FsStat };
+    'fs.mkdir': {
+        params: { sandbox: string; path: string; parents?: boolean; mode?: number };
+        result: { path: string; created: boolean };
+    };
+    'fs.remove': { params: { sandbox: string; path: string; recursive?: boolean }; result: { path: string; removed: boolean } };
+    'fs.rename': { params: { sandbox: string; path: string; to: string; overwrite?: boolean }; result: { path: string; to: string } };
+    'fs.watch': { params: { sandbox: string; path: string; recursive?: boolean }; result: { watch: number; path: string } };
+    'fs.unwatch': { params: { sandbox: string; watch: number }; result: Record<string, never> };
+}
+export type FsEntryType = 'file' | 'dir' | 'symlink' | 'fifo' | 'socket' | 'char' | 'block' | 'other';
+export interface FsEntry {
+    name: string;
+    path: string;
+    type: FsEntryType;
+    size: number;
+    mode: number;
+    mtime: string;
+    target?: string;
+}
+export interface FsStat extends FsEntry {
+    uid: number;
+    gid: number;
+}
+export interface FsReadResult {
+    path: string;
+    data?: string;
+    data_b64?: string;
+    size: number;
+    offset: number;
+    length: number;
+    eof: boolean;
+    mtime: string;
+    handle?: number;
+}
+export interface FsEventNotification {
+    sandbox: string;
+    watch: number;
+    path: string;
+    kind: 'create' | 'modify' | 'delete' | 'rename' | 'overflow';
+    ended?: boolean;
 }
 export type Method = keyof Methods;
 export type Params<M extends Method> = Methods[M]['params'];
@@ -289,6 +358,7 @@ export interface Notifications {
     'process.exit': ExitNotification;
     'sandbox.progress': ProgressNotification;
     'sandbox.status': StatusNotification;
+    'fs.event': FsEventNotification;
 }
 export type NotificationName = keyof Notifications;
 
@@ -334,6 +404,17 @@ export const METHOD_PARAMS = {
     'process.list': ['sandbox'],
     'process.attach': ['sandbox', 'pid', 'offset', 'stdout_offset', 'stderr_offset', 'follow', 'output_encoding'],
     'process.detach': ['sandbox', 'pid'],
+    'fs.read': ['sandbox', 'path', 'offset', 'length', 'encoding', 'format'],
+    'fs.write': [
+        'sandbox', 'path', 'data', 'data_b64', 'mode', 'append', 'mkdir_parents', 'more', 'handle', 'abort', 'format',
+    ],
+    'fs.list': ['sandbox', 'path', 'depth', 'cursor', 'limit'],
+    'fs.stat': ['sandbox', 'path', 'follow'],
+    'fs.mkdir': ['sandbox', 'path', 'parents', 'mode'],
+    'fs.remove': ['sandbox', 'path', 'recursive'],
+    'fs.rename': ['sandbox', 'path', 'to', 'overwrite'],
+    'fs.watch': ['sandbox', 'path', 'recursive'],
+    'fs.unwatch': ['sandbox', 'watch'],
 } as const;
 
 export const NOTIFICATION_PARAMS = {
@@ -341,6 +422,7 @@ export const NOTIFICATION_PARAMS = {
     'process.exit': ['sandbox', 'pid', 'exit_code', 'signal', 'timed_out', 'killed', 'error'],
     'sandbox.progress': ['sandbox', 'stage', 'message', 'current', 'total'],
     'sandbox.status': ['sandbox', 'status', 'error'],
+    'fs.event': ['sandbox', 'watch', 'path', 'kind', 'ended'],
 } as const;
 
 export const TOOL_CALL_PARAMS = ['sandbox', 'pid', 'name', 'args'] as const;
