@@ -123,12 +123,16 @@ export class SbxdFiles {
     }
 
     /** Writes one file atomically (it appears whole), or several: [{ path, data }]. */
-    write(path: string, data: WriteData): Promise<EntryInfo>;
-    write(files: Array<{ path: string; data: WriteData }>): Promise<EntryInfo[]>;
-    async write(a: string | Array<{ path: string; data: WriteData }>, data?: WriteData): Promise<unknown> {
+    write(path: string, data: WriteData, opts?: { mode?: number }): Promise<EntryInfo>;
+    write(files: Array<{ path: string; data: WriteData; mode?: number }>): Promise<EntryInfo[]>;
+    async write(
+        a: string | Array<{ path: string; data: WriteData; mode?: number }>,
+        data?: WriteData,
+        opts: { mode?: number } = {},
+    ): Promise<unknown> {
         if (Array.isArray(a)) {
             const out: EntryInfo[] = [];
-            for (const f of a) out.push(await this.write(f.path, f.data));
+            for (const f of a) out.push(await this.write(f.path, f.data, f.mode !== undefined ? { mode: f.mode } : {}));
             return out;
         }
         let handle: number | undefined;
@@ -138,7 +142,9 @@ export class SbxdFiles {
             const b64 = Buffer.from(chunk.buffer, chunk.byteOffset, chunk.length).toString('base64');
             const r = await this.client.call('fs.write', {
                 sandbox: this.sandbox,
-                ...(handle ? { handle } : { path: a, mkdir_parents: true }),
+                ...(handle
+                    ? { handle }
+                    : { path: a, mkdir_parents: true, ...(opts.mode !== undefined ? { mode: opts.mode } : {}) }),
                 data_b64: b64,
                 more,
             });

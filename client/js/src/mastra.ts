@@ -17,6 +17,7 @@ import type {
     SandboxInfo,
     SpawnProcessOptions,
 } from '@mastra/core/workspace';
+import * as mastraWorkspace from '@mastra/core/workspace';
 import type { RequestContext } from '@mastra/core/di';
 import { sanitizeToolId } from '@mastra/core/tools';
 import type { CodeModeToolResult, CodeModeTransport } from '@mastra/core/tools';
@@ -391,6 +392,39 @@ export class SbxdSandbox extends MastraSandbox {
                 ...(sb ? { sbxdStatus: sb.status, processes: sb.processes, ...sb.metadata } : {}),
             },
         };
+    }
+
+    /* ---- files ------------------------------------------------------------------------------ */
+
+    /**
+     * Mastra's writeFiles: each file through sbxd's fs.write (atomic, chunked,
+     * as the command user), with its mode; relative paths start at the
+     * sandbox's working directory. An already-aborted signal rejects before
+     * anything is written; an abort between files stops there.
+     */
+    override async writeFiles(
+        files: Array<{ path: string; content: string | Buffer | Uint8Array; mode?: number }>,
+        options: { abortSignal?: AbortSignal } = {},
+    ): Promise<void> {
+        // Looked up at run time: older @mastra/core releases lack these.
+        const ws = mastraWorkspace as unknown as Record<string, unknown>;
+        const validate = ws.validateSandboxFileMode as ((m: number) => void) | undefined;
+        for (const f of files)
+            if (f.mode !== undefined) {
+                if (validate) validate(f.mode);
+                else if (!Number.isInteger(f.mode) || f.mode < 1 || f.mode > 0o777)
+                    throw new RangeError(`invalid file mode ${f.mode}`);
+            }
+        const aborted = (): Error => {
+            const E = ws.SandboxAbortError as (new (op?: string, reason?: unknown) => Error) | undefined;
+            return E ? new E('writeFiles', options.abortSignal?.reason) : new Error('writeFiles was aborted');
+        };
+        const fsx = this.client.files(this.id);
+        for (const f of files) {
+            if (options.abortSignal?.aborted) throw aborted();
+            const data = typeof f.content === 'string' ? f.content : new Uint8Array(f.content);
+            await fsx.write(f.path, data, f.mode !== undefined ? { mode: f.mode } : {});
+        }
     }
 
     /** A sibling sandbox with this one's configuration (no I/O until its start()). */
