@@ -655,3 +655,5 @@ export class SbxdCodeModeTransport implements CodeModeTransport {
         }
     }
 }
+export { SbxdFilesystem } from './mastra_fs.js';
+export type { SbxdFilesystemOptions } from './mastra_fs.js';
