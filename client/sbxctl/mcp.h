@@ -158,4 +158,12 @@ int mcp_tool_has_progress(const struct tool *t);
 /* A progress message for c (malloc'd). */
 char *mcp_tool_progress_text(struct call *c);
 
+/* ---- mcp_files.c: the file tools (fs.* in the command sandbox) ---- */
+void mcpf_read_start(struct call *c);
+void mcpf_write_start(struct call *c);
+void mcpf_edit_start(struct call *c);
+void mcpf_list_start(struct call *c);
+void mcpf_move_start(struct call *c);
+void mcpf_info_start(struct call *c);
+
 #endif

@@ -12,6 +12,8 @@
  *   process_output  [process.wait with a timeout] -> process.attach, follow false
  *   kill_process    process.kill
  *   sandbox_info    sandbox.get -> process.list
+ *   read_file, write_file, edit_file, list_directory, directory_tree,
+ *   move_file, search_files, get_file_info: fs.* (mcp_files.c)
  *
  * exec_command and run_code follow their process: cancelling the call kills it.
  */
@@ -157,6 +159,52 @@ static const char info_schema[] =
     "\"description\":\"run_code's sandbox {id, provider}, once it exists\"}},"
     "\"required\":[\"sandbox\",\"processes\"]}";
 
+/* file tools (mcp_files.c) */
+static const struct param fpath_params[] = {
+    {"path", K_STRING, 1, 0, 0,
+     "A path in the sandbox (relative: from its working directory)."},
+    {NULL, 0, 0, 0, 0, NULL},
+};
+static const struct param fread_params[] = {
+    {"path", K_STRING, 1, 0, 0,
+     "A path in the sandbox (relative: from its working directory)."},
+    {"offset", K_INT, 0, 0, 0x7fffffffffffLL, "Byte offset to start at (default 0)."},
+    {"length", K_INT, 0, 1, 0x7fffffffffffLL,
+     "Bytes to read at most (default: --max-output)."},
+    {NULL, 0, 0, 0, 0, NULL},
+};
+static const struct param fwrite_params[] = {
+    {"path", K_STRING, 1, 0, 0,
+     "A path in the sandbox; missing directories are created."},
+    {"content", K_STRING, 1, 0, 0, "The whole new content (UTF-8 text)."},
+    {NULL, 0, 0, 0, 0, NULL},
+};
+static const struct param fedit_params[] = {
+    {"path", K_STRING, 1, 0, 0, "The file to edit."},
+    {"old_text", K_STRING, 1, 0, 0, "Text that occurs exactly once in the file."},
+    {"new_text", K_STRING, 1, 0, 0, "What replaces it."},
+    {NULL, 0, 0, 0, 0, NULL},
+};
+static const struct param ftree_params[] = {
+    {"path", K_STRING, 1, 0, 0, "The directory."},
+    {"depth", K_INT, 0, 1, 16, "Levels to descend (default 3)."},
+    {NULL, 0, 0, 0, 0, NULL},
+};
+static const struct param fsearch_params[] = {
+    {"path", K_STRING, 1, 0, 0, "The directory to search under (16 levels)."},
+    {"pattern", K_STRING, 1, 0, 0, "A glob (*.c) or a part of the name."},
+    {NULL, 0, 0, 0, 0, NULL},
+};
+static const struct param fmove_params[] = {
+    {"source", K_STRING, 1, 0, 0, "What to move."},
+    {"destination", K_STRING, 1, 0, 0, "Where to (must not exist)."},
+    {NULL, 0, 0, 0, 0, NULL},
+};
+static const char fs_schema[] = "{\"type\":\"object\"}";
+static const char fs_ro[] = "{\"readOnlyHint\":true,\"openWorldHint\":false}";
+static const char fs_rw[] =
+    "{\"readOnlyHint\":false,\"destructiveHint\":true,\"openWorldHint\":false}";
+
 static void exec_start(struct call *c);
 static void code_start(struct call *c);
 static void spawn_start(struct call *c);
@@ -203,6 +251,35 @@ static const struct tool tools[] = {
      "limits), its processes, and run_code's sandbox once it exists.",
      no_params, info_schema, "{\"readOnlyHint\":true,\"openWorldHint\":false}", 0,
      info_start},
+    {"read_file", "Read a file",
+     "Reads a file of the sandbox: its text (or base64 for binary), at most --max-output "
+     "bytes from offset; eof says whether the rest was read.",
+     fread_params, fs_schema, fs_ro, 0, mcpf_read_start},
+    {"write_file", "Write a file",
+     "Creates or replaces a file of the sandbox with the given text, atomically (readers "
+     "see the old or the new file, never half).",
+     fwrite_params, fs_schema, fs_rw, 0, mcpf_write_start},
+    {"edit_file", "Edit a file",
+     "Replaces old_text, which must occur exactly once, with new_text in a text file of "
+     "the sandbox, atomically.",
+     fedit_params, fs_schema, fs_rw, 0, mcpf_edit_start},
+    {"list_directory", "List a directory",
+     "Lists a directory of the sandbox: [DIR] and [FILE] lines, sorted.", fpath_params,
+     fs_schema, fs_ro, 0, mcpf_list_start},
+    {"directory_tree", "Show a directory tree",
+     "Lists a directory of the sandbox and its subdirectories (depth levels) by path.",
+     ftree_params, fs_schema, fs_ro, 0, mcpf_list_start},
+    {"move_file", "Move or rename a file",
+     "Moves or renames a file or directory of the sandbox; the destination must not exist.",
+     fmove_params, fs_schema, fs_rw, 0, mcpf_move_start},
+    {"search_files", "Find files by name",
+     "Finds entries under a directory of the sandbox whose name matches a glob or contains "
+     "the pattern.",
+     fsearch_params, fs_schema, fs_ro, 0, mcpf_list_start},
+    {"get_file_info", "Describe a file",
+     "Type, size, permission bits, owner uid/gid, modification time and link target of a "
+     "path in the sandbox.",
+     fpath_params, fs_schema, fs_ro, 0, mcpf_info_start},
 };
 
 #define NTOOLS (sizeof(tools) / sizeof(tools[0]))

@@ -151,7 +151,7 @@ describe('raw protocol', () => {
     assert.equal((await r.next()).result.protocolVersion, '2025-03-26');
     r.send(JSON.stringify({ jsonrpc: '2.0', id: 2, method: 'tools/list' }));
     const list = await r.next();
-    assert.ok(list.result.tools.length === 6 && list.result.tools.every((t) => !t.outputSchema));
+    assert.ok(list.result.tools.length === 14 && list.result.tools.every((t) => !t.outputSchema));
     r.send(JSON.stringify({ jsonrpc: '2.0', id: 3, method: 'tools/call',
       params: { name: 'run_code', arguments: { code: '6*7' } } }));
     const res = await r.next();
@@ -257,10 +257,12 @@ describe('MCP SDK client, duktape provider', () => {
     assert.deepEqual(await s.client.ping(), {});
   });
 
-  test('tools/list: six tools with input and output schemas', async () => {
+  test('tools/list: fourteen tools with input and output schemas', async () => {
     const { tools } = await s.client.listTools();
     assert.deepEqual(tools.map((t) => t.name).sort(),
-      ['exec_command', 'kill_process', 'process_output', 'run_code', 'sandbox_info', 'spawn_process']);
+      ['directory_tree', 'edit_file', 'exec_command', 'get_file_info', 'kill_process', 'list_directory',
+        'move_file', 'process_output', 'read_file', 'run_code', 'sandbox_info', 'search_files',
+        'spawn_process', 'write_file']);
     for (const t of tools) {
       assert.equal(t.inputSchema.type, 'object', t.name);
       assert.equal(t.outputSchema.type, 'object', t.name);
@@ -592,6 +594,47 @@ describe('MCP SDK client, docker provider', () => {
   dtest('output that is not UTF-8 arrives with U+FFFD in its place', async () => {
     const r = await s.client.callTool({ name: 'exec_command', arguments: { command: "printf 'a\\377b\\303'" } });
     assert.equal(r.structuredContent.stdout, 'a\uFFFDb\uFFFD');
+  });
+
+  dtest('file tools: write, read, edit by exact replacement, list, tree, search, move, info', async () => {
+    const call = (name, args) => s.client.callTool({ name, arguments: args }, undefined, { timeout: 120000 });
+    let r = await call('write_file', { path: '/workspace/mcp/notes.txt', content: 'alpha\nbeta\ngamma\n' });
+    assert.ok(!r.isError, r.content[0].text);
+    assert.equal(r.structuredContent.size, 17);
+    r = await call('read_file', { path: '/workspace/mcp/notes.txt' });
+    assert.equal(r.content[0].text, 'alpha\nbeta\ngamma\n');
+    assert.equal(r.structuredContent.eof, true);
+    r = await call('read_file', { path: 'mcp/notes.txt', offset: 6, length: 4 });
+    assert.equal(r.structuredContent.content, 'beta');
+    r = await call('edit_file', { path: '/workspace/mcp/notes.txt', old_text: 'beta', new_text: 'BETA' });
+    assert.ok(!r.isError, r.content[0].text);
+    r = await call('exec_command', { command: 'cat /workspace/mcp/notes.txt' });
+    assert.equal(r.structuredContent.stdout, 'alpha\nBETA\ngamma\n');
+    r = await call('edit_file', { path: '/workspace/mcp/notes.txt', old_text: 'zeta', new_text: 'x' });
+    assert.equal(r.isError, true);
+    assert.match(r.content[0].text, /not found/);
+    await call('write_file', { path: '/workspace/mcp/twice.txt', content: 'a a' });
+    r = await call('edit_file', { path: '/workspace/mcp/twice.txt', old_text: 'a', new_text: 'b' });
+    assert.match(r.content[0].text, /occurs 2 times/);
+    await call('write_file', { path: '/workspace/mcp/sub/deep.c', content: 'int x;' });
+    r = await call('list_directory', { path: '/workspace/mcp' });
+    assert.equal(r.content[0].text, '[FILE] notes.txt\n[DIR] sub\n[FILE] twice.txt\n');
+    r = await call('directory_tree', { path: '/workspace/mcp', depth: 2 });
+    assert.ok(r.structuredContent.entries.some((e) => e.path === '/workspace/mcp/sub/deep.c'));
+    r = await call('search_files', { path: '/workspace', pattern: '*.c' });
+    assert.deepEqual(r.structuredContent.entries.map((e) => e.path), ['/workspace/mcp/sub/deep.c']);
+    r = await call('move_file', { source: '/workspace/mcp/twice.txt', destination: '/workspace/mcp/sub/moved.txt' });
+    assert.ok(!r.isError, r.content[0].text);
+    r = await call('move_file', { source: '/workspace/mcp/notes.txt', destination: '/workspace/mcp/sub/moved.txt' });
+    assert.equal(r.isError, true);
+    r = await call('get_file_info', { path: '/workspace/mcp/sub/moved.txt' });
+    assert.equal(r.structuredContent.type, 'file');
+    assert.equal(r.structuredContent.size, 3);
+    r = await call('read_file', { path: '/workspace/mcp/none' });
+    assert.equal(r.isError, true);
+    assert.match(r.content[0].text, /No such file/);
+    r = await call('read_file', {});
+    assert.equal(r.isError, true);
   });
 
   dtest('files persist between calls', async () => {
