@@ -86,9 +86,10 @@ if [ "$st" -ne 0 ]; then
 fi
 
 # -- the runsc pass (gVisor): lifecycle, exec, stdin, kill, stream, snapshot and
-# restart again with runtime: runsc, on the same engine; skipped where the
+# restart again with runtime: runsc, on the same engine (with ptest_docker only,
+# not again for SBX_PTEST_BIN); skipped where the
 # engine has no runsc or runsc cannot run here. One tally for both binaries.
-if [ -x "$B/tests/ptest_docker_runsc" ]; then
+if [ "$PTEST" = ptest_docker ] && [ -x "$B/tests/ptest_docker_runsc" ]; then
     echo "--- runsc pass (tests/providers/ptest_docker_runsc.c)"
     "$B/tests/ptest_docker_runsc" "$B/sbxd" "$B" "$T/runsc" | tee "$T/runsc.out"
     rt=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$T/runsc.out" | tail -n 1)
