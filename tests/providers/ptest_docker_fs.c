@@ -948,6 +948,7 @@ int main(int argc, char **argv)
             "    image: sbx-test/busybox\n"
             "    network: none\n"
             "    memory: 1g\n"
+            "    memory_swap: 1g\n"
             "    cap_drop: [ALL]\n"
             "    security_opt: [no-new-privileges]\n"
             "    tmpfs:\n      /tmp: \"rw,nosuid,nodev,size=16m\"\n",
