@@ -1,6 +1,9 @@
 #!/bin/sh
-# Runs the official Modal JS SDK (modal@0.5.6) against the local fake Modal
-# control plane (tests/modal/fake/server.js), plus raw gRPC checks of the fake.
+# Runs the official Modal JS SDK (modal@0.11.1, the newest release, pinned in
+# fake/package-lock.json: a bare `npm i modal` installs an unrelated package)
+# against the local fake Modal control plane and command router
+# (tests/modal/fake/server.js, both over TLS with the fake's own CA), plus raw
+# gRPC checks of the fake.
 # Installs the pinned npm packages first (npm ci) if tests/modal/fake/node_modules
 # is missing or does not match package-lock.json; once they are installed no
 # network is needed.

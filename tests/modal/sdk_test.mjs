@@ -1,6 +1,11 @@
-// Drives the official Modal JS SDK (modal@0.5.6) against the local fake
-// control plane in ./fake, to prove that the fake speaks the protocol the way
-// the SDK expects. A second suite talks to the same fake with a plain gRPC
+// Drives the official Modal JS SDK (modal@0.11.1, the newest release; pinned
+// in fake/package-lock.json) against the local fake in ./fake, to prove that
+// the fake speaks the protocol the way today's SDK expects: the control plane
+// and the TaskCommandRouter both over verified TLS (the fake's own CA, handed
+// to grpc-js through GRPC_DEFAULT_SSL_ROOTS_FILE_PATH; the control plane is
+// on 127.0.0.2 because the SDK dials the router in plain h2c when the control
+// plane is on localhost/127.0.0.1), V2 sandboxes (the SDK's default) and V1
+// ones (MODAL_SANDBOX_V2=0). A second suite talks to the same fake with a plain gRPC
 // client built from proto/modal/modal_api.proto, pinning down details that
 // other (C) clients rely on. The fake is started once, on a free port, with a
 // fresh state dir, and stopped at the end.
@@ -31,8 +36,12 @@ let fakeStderr = '';
 let stateDir;
 let grpcPort;
 let controlPort;
+let routerPort;
+let caFile;
+const HOST = '127.0.0.2';
+const SDK_VERSION = '0.11.1';
+const CLIENT = `modal-js/${SDK_VERSION}`;
 let modal;         // the SDK module
-let client;        // ModalClient
 let app;
 let sb;            // first sandbox
 let sbRoot;
@@ -45,6 +54,7 @@ function startFake() {
     fake = spawn(process.execPath, [
       path.join(fakeDir, 'server.js'), '--port', '0', '--state', stateDir,
       '--token-id', TOKEN_ID, '--token-secret', TOKEN_SECRET, '--exit-on-stdin-eof',
+      '--tls', '--host', HOST,
     ], { stdio: ['pipe', 'pipe', 'pipe'] });
     fakeExit = new Promise((r) => fake.once('exit', (code, signal) => r({ code, signal })));
     fake.stderr.setEncoding('utf8');
@@ -59,10 +69,14 @@ function startFake() {
       out += d;
       const l = out.match(/^LISTENING (\d+)\n/);
       const c = out.match(/\nCONTROL (\d+)\n/);
-      if (l && c) {
+      const r = out.match(/\nROUTER (\d+)\n/);
+      const a = out.match(/\nCA (.+)\n/);
+      if (l && c && r && a) {
         clearTimeout(timer);
         grpcPort = Number(l[1]);
         controlPort = Number(c[1]);
+        routerPort = Number(r[1]);
+        caFile = a[1];
         resolve();
       }
     });
@@ -85,6 +99,8 @@ async function ctl(method, route, body) {
 }
 
 const calls = (method) => ctl('GET', `/calls${method ? `?method=${method}` : ''}`);
+const lastSeq = async () => ((await calls()).at(-1) || { seq: 0 }).seq;
+const callsSince = (since, method) => ctl('GET', `/calls?since=${since}${method ? `&method=${method}` : ''}`);
 const sandboxState = async (id) => (await ctl('GET', '/sandboxes')).find((s) => s.sandbox_id === id);
 
 async function run(sandbox, argv, params) {
@@ -96,7 +112,9 @@ async function run(sandbox, argv, params) {
 
 before(async () => {
   await startFake();
-  process.env.MODAL_SERVER_URL = `http://127.0.0.1:${grpcPort}`;
+  process.env.MODAL_SERVER_URL = `https://${HOST}:${grpcPort}`;
+  process.env.GRPC_DEFAULT_SSL_ROOTS_FILE_PATH = caFile;
+  delete process.env.MODAL_SANDBOX_V2;
   process.env.MODAL_TOKEN_ID = TOKEN_ID;
   process.env.MODAL_TOKEN_SECRET = TOKEN_SECRET;
   process.env.MODAL_CONFIG_PATH = path.join(stateDir, 'no-such-modal.toml');
@@ -105,13 +123,11 @@ before(async () => {
   delete process.env.MODAL_IMAGE_BUILDER_VERSION;
   assert.ok(existsSync(sdkEntry), `SDK not installed at ${sdkEntry} (run npm ci in ${fakeDir})`);
   const pkg = JSON.parse(readFileSync(path.join(fakeDir, 'node_modules', 'modal', 'package.json'), 'utf8'));
-  assert.equal(pkg.version, '0.5.6');
+  assert.equal(pkg.version, SDK_VERSION);
   modal = await import(pathToFileURL(sdkEntry).href);
-  client = new modal.ModalClient();
 });
 
 after(async () => {
-  if (client) client.close();
   if (fake && fake.exitCode === null && fake.signalCode === null) {
     fake.kill('SIGTERM');
     const t = setTimeout(() => fake.kill('SIGKILL'), 5000);
@@ -122,214 +138,262 @@ after(async () => {
   if (stateDir) rmSync(stateDir, { recursive: true, force: true });
 });
 
-describe('modal@0.5.6 SDK against the fake control plane', () => {
-  it('creates an app, builds a registry image through ImageJoinStreaming, creates a sandbox with env and workdir', async () => {
-    app = await client.apps.fromName(APP, { createIfMissing: true });
-    assert.match(app.appId, /^ap-/);
-    const image = client.images.fromRegistry('alpine:3.21');
-    sb = await client.sandboxes.create(app, image, {
-      env: { FOO: 'bar', SPACED: 'a b' }, workdir: '/workspace', name: SB_NAME,
-      timeoutMs: 120000, cpu: 0.5, memoryMiB: 256,
+// The same operations sbxd offers, on a V2 sandbox (the SDK's default) and
+// on a V1 one (MODAL_SANDBOX_V2=0, what the SDK still uses for GPUs).
+for (const v2 of [true, false]) {
+  describe(`modal@${SDK_VERSION} SDK against the fake, ${v2 ? 'V2' : 'V1'} sandboxes`, () => {
+    const NAME = `${SB_NAME}-${v2 ? 'v2' : 'v1'}`;
+    let c;           // this suite's ModalClient
+    let s;           // its sandbox
+    let root;
+    let snap;
+    let s2;
+    const idShape = v2 ? /^sbv2-/ : /^sb-[A-Za-z0-9]{22}$/;
+
+    before(async () => {
+      if (v2) delete process.env.MODAL_SANDBOX_V2;
+      else process.env.MODAL_SANDBOX_V2 = '0';
+      c = new modal.ModalClient();
+      app = await c.apps.fromName(APP, { createIfMissing: true });
     });
-    assert.match(sb.sandboxId, /^sb-/);
-    const joins = await calls('ImageJoinStreaming');
-    assert.ok(joins.length >= 1, 'the first build of an image must go through ImageJoinStreaming');
-    const st = await sandboxState(sb.sandboxId);
-    assert.equal(st.status, 'running');
-    assert.equal(st.workdir, '/workspace');
-    assert.equal(st.name, SB_NAME);
-    assert.equal(st.timeout_secs, 120);
-    assert.deepEqual(st.env, { FOO: 'bar', SPACED: 'a b' });
-    assert.equal(st.resources.milli_cpu, 500);
-    assert.equal(st.resources.memory_mb, 256);
-    assert.deepEqual(st.entrypoint_args, ['sleep', '48h']);
-    sbRoot = st.root;
+    after(() => c && c.close());
+
+    it('creates a sandbox with env, workdir, name, limits and an open port', async () => {
+      const image = c.images.fromRegistry('alpine:3.21');
+      s = await c.sandboxes.create(app, image, {
+        env: { FOO: 'bar', SPACED: 'a b' }, workdir: '/workspace', name: NAME,
+        timeoutMs: 120000, cpu: 0.5, memoryMiB: 256, unencryptedPorts: [18080],
+      });
+      assert.match(s.sandboxId, idShape);
+      const st = await sandboxState(s.sandboxId);
+      assert.equal(st.status, 'running');
+      assert.equal(st.v2, v2);
+      assert.equal(st.workdir, '/workspace');
+      assert.equal(st.name, NAME);
+      assert.equal(st.timeout_secs, 120);
+      assert.deepEqual(st.env, { FOO: 'bar', SPACED: 'a b' });
+      assert.equal(st.resources.milli_cpu, 500);
+      assert.equal(st.resources.memory_mb, 256);
+      assert.deepEqual(st.open_ports, [18080]);
+      root = st.root;
+    });
+
+    it('exec echo hello goes through the router: stdout "hello\\n", exit 0', async () => {
+      const since = await lastSeq();
+      const r = await run(s, ['echo', 'hello']);
+      assert.deepEqual([r.stdout, r.stderr, r.code], ['hello\n', '', 0]);
+      const got = await callsSince(since);
+      const start = got.find((x) => x.method === 'TaskExecStart');
+      assert.ok(start, 'TaskExecStart was called');
+      assert.equal(start.service, 'router');
+      assert.equal(start.client, CLIENT);
+      assert.match(start.request.exec_id, /^[0-9a-f-]{36}$/);
+      assert.equal(start.request.stdout_config, 1);
+      assert.ok(got.some((x) => x.method === 'TaskExecStdioRead'));
+      assert.ok(got.some((x) => x.method === 'TaskExecWait'));
+      assert.ok(!got.some((x) => x.method.startsWith('ContainerExec')));
+      if (!v2) assert.ok(got.some((x) => x.method === 'TaskGetCommandRouterAccess'));
+    });
+
+    it('exec sees the sandbox env, the workdir and MODAL_SANDBOX_ROOT; its own env and workdir', async () => {
+      let r = await run(s, ['sh', '-c', 'echo "$FOO|$SPACED|$MODAL_SANDBOX_ROOT"; pwd']);
+      assert.equal(r.stdout, `bar|a b|${root}\n${path.join(root, 'workspace')}\n`);
+      r = await run(s, ['sh', '-c', 'echo "$BAR"; pwd'], { env: { BAR: 'baz' }, workdir: '/tmp/x' });
+      assert.equal(r.stdout, `baz\n${path.join(root, 'tmp', 'x')}\n`);
+    });
+
+    it('stdin by offset: write, write, close; cat echoes it', async () => {
+      const since = await lastSeq();
+      const p = await s.exec(['cat']);
+      await p.stdin.writeText('ping\n');
+      await p.stdin.writeText('pong\n');
+      await p.stdin.close();
+      assert.equal(await p.stdout.readText(), 'ping\npong\n');
+      assert.equal(await p.wait(), 0);
+      const w = await callsSince(since, 'TaskExecStdinWrite');
+      assert.deepEqual(w.map((x) => [x.request.offset || 0, !!x.request.eof]), [[0, false], [5, false], [10, true]]);
+    });
+
+    it('binary output, exit codes, stderr apart from stdout, a signal is 128+n', async () => {
+      let p = await s.exec(['printf', '\\000\\377abc'], { mode: 'binary' });
+      assert.deepEqual([...await p.stdout.readBytes()], [0, 255, 97, 98, 99]);
+      assert.equal(await p.wait(), 0);
+      p = await s.exec(['sh', '-c', 'exit 3']);
+      assert.equal(await p.wait(), 3);
+      const r = await run(s, ['sh', '-c', 'echo out; echo err >&2; exit 1']);
+      assert.deepEqual([r.stdout, r.stderr, r.code], ['out\n', 'err\n', 1]);
+      p = await s.exec(['sh', '-c', 'kill -TERM $$']);
+      assert.equal(await p.wait(), 143);
+    });
+
+    it('exec timeout kills the process and reports 124', async () => {
+      const t0 = Date.now();
+      const p = await s.exec(['sleep', '30'], { timeoutMs: 1000 });
+      assert.equal(await p.wait(), 124);
+      assert.ok(Date.now() - t0 < 10000);
+    });
+
+    it('a stdio stream dropped mid-output is resumed at its offset: no byte lost or repeated', async () => {
+      await ctl('POST', '/fault', { drop_stdio_after_bytes: 7, fd: 1 });
+      const since = await lastSeq();
+      const r = await run(s, ['sh', '-c', 'for i in 1 2 3 4 5; do echo line$i; sleep 0.1; done']);
+      assert.equal(r.stdout, 'line1\nline2\nline3\nline4\nline5\n');
+      const reads = (await callsSince(since, 'TaskExecStdioRead')).filter((x) => (x.request.file_descriptor || 0) === 0);
+      assert.ok(reads.length >= 2, 'expected a reconnect');
+      assert.equal(reads[0].code, 14);
+      assert.equal(reads[1].request.offset, 7);
+    });
+
+    it('a TaskExecStart whose reply was lost is retried with the same exec id and runs once', async () => {
+      await ctl('POST', '/fault', { fail_after: { method: 'TaskExecStart', code: 14 } });
+      const since = await lastSeq();
+      const r = await run(s, ['sh', '-c', 'echo x >> runs; wc -l < runs']);
+      assert.equal(r.stdout.trim(), '1');
+      const starts = await callsSince(since, 'TaskExecStart');
+      assert.equal(starts.length, 2);
+      assert.equal(starts[0].request.exec_id, starts[1].request.exec_id);
+      const ex = (await ctl('GET', '/execs')).find((e) => e.exec_id === starts[0].request.exec_id);
+      assert.equal(ex.via, 'router');
+    });
+
+    it('a retry policy in grpc-status-details-bin is obeyed, with the throttle headers', async () => {
+      const method = v2 ? 'SandboxTagsGetV2' : 'SandboxTagsGet';
+      await ctl('POST', '/fault', { fail_next: { method, code: 8, message: 'slow down', retry_after_secs: 0.3 } });
+      const since = await lastSeq();
+      const t0 = Date.now();
+      await s.getTags();
+      assert.ok(Date.now() - t0 >= 250, 'waited as the server asked');
+      const got = await callsSince(since, method);
+      assert.deepEqual(got.map((x) => x.code), [8, 0]);
+      assert.equal(got[0].metadata['x-throttle-retry-attempt'], '0');
+      assert.equal(got[1].metadata['x-throttle-retry-attempt'], '1');
+      assert.ok(got[1].metadata['x-throttle-retry-delay']);
+      assert.equal(got[0].metadata['x-modal-host'], HOST);
+    });
+
+    it('tags, tunnels', async () => {
+      await s.setTags({ owner: 'sbxd', kind: 'test' });
+      assert.deepEqual(await s.getTags(), { owner: 'sbxd', kind: 'test' });
+      const t = await s.tunnels();
+      assert.equal(t[18080].unencryptedPort, 18080);
+    });
+
+    it('files through the filesystem tool: write, read, stat, list, mkdir, remove', async () => {
+      const fsys = s.filesystem;
+      await fsys.writeText('hi there', '/workspace/d/hello.txt');
+      assert.equal(readFileSync(path.join(root, 'workspace', 'd', 'hello.txt'), 'utf8'), 'hi there');
+      assert.equal(await fsys.readText('/workspace/d/hello.txt'), 'hi there');
+      const st = await fsys.stat('/workspace/d/hello.txt');
+      assert.deepEqual([st.type, st.size, st.name], ['file', 8, 'hello.txt']);
+      await fsys.makeDirectory('/workspace/d/sub');
+      const names = (await fsys.listFiles('/workspace/d')).map((e) => `${e.name}:${e.type}`);
+      assert.deepEqual(names, ['hello.txt:file', 'sub:directory']);
+      await fsys.remove('/workspace/d', { recursive: true });
+      await assert.rejects(fsys.stat('/workspace/d'), (e) => /No such file/.test(e.message));
+      const used = await ctl('GET', '/execs');
+      assert.ok(used.some((e) => e.command[0] === '/__modal/.bin/modal-sandbox-fs-tools'));
+    });
+
+    it('snapshots the filesystem on the router (TaskSnapshotFilesystem, TTL)', async () => {
+      const r = await run(s, ['sh', '-c', 'echo snapshot-data > data.txt']);
+      assert.equal(r.code, 0);
+      const since = await lastSeq();
+      snap = await s.snapshotFilesystem();
+      assert.match(snap.imageId, /^im-/);
+      const got = await callsSince(since, 'TaskSnapshotFilesystem');
+      assert.equal(got.length, 1);
+      assert.match(got[0].request.snapshot_id, /^[0-9a-f-]{36}$/);
+      const im = (await ctl('GET', '/images')).find((x) => x.image_id === snap.imageId);
+      assert.equal(im.via, 'TaskSnapshotFilesystem');
+      assert.ok(im.ttl_seconds > 0);
+    });
+
+    it('terminate: the sandbox ends, wait() gives 137, a running exec is killed (signal 9)', async () => {
+      const p = await s.exec(['sleep', '30']);
+      await s.terminate();
+      assert.equal(await s.wait(), 137);
+      assert.equal(await p.wait(), 137);
+      assert.equal((await sandboxState(s.sandboxId)).status, 'terminated');
+    });
+
+    it('restores from the snapshot; the name is taken; fromName finds it', async () => {
+      s2 = await c.sandboxes.create(app, snap, { name: NAME, workdir: '/workspace' });
+      assert.match(s2.sandboxId, idShape);
+      const r = await run(s2, ['cat', 'data.txt']);
+      assert.equal(r.stdout, 'snapshot-data\n');
+      await assert.rejects(c.sandboxes.create(app, snap, { name: NAME }), modal.AlreadyExistsError);
+      const again = await c.sandboxes.fromName(APP, NAME);
+      assert.equal(again.sandboxId, s2.sandboxId);
+      assert.equal((await run(again, ['echo', 'reconnected'])).stdout, 'reconnected\n');
+      await assert.rejects(c.sandboxes.fromName(APP, 'no-such-sandbox'), modal.NotFoundError);
+      assert.equal(await s2.poll(), null);
+      await s2.terminate();
+      assert.equal(await s2.wait(), 137);
+    });
+
+    it('images.fromId finds the snapshot; images.delete deletes it', async () => {
+      const im = await c.images.fromId(snap.imageId);
+      assert.equal(im.imageId, snap.imageId);
+      await c.images.delete(snap.imageId);
+      await assert.rejects(c.images.fromId(snap.imageId), modal.NotFoundError);
+    });
+
+    it('a sandbox whose timeout expires ends with TIMEOUT (124)', async () => {
+      const t = await c.sandboxes.create(app, c.images.fromRegistry('alpine:3.21'), { timeoutMs: 1000 });
+      const t0 = Date.now();
+      assert.equal(await t.wait(), 124);
+      assert.ok(Date.now() - t0 < 10000);
+    });
+
+    it('fault kill_sandbox: the sandbox dies behind the client\'s back', async () => {
+      const k = await c.sandboxes.create(app, c.images.fromRegistry('alpine:3.21'), {});
+      assert.equal((await run(k, ['echo', 'alive'])).stdout, 'alive\n');
+      const p = await k.exec(['sleep', '30']);
+      await ctl('POST', '/fault', { kill_sandbox: k.sandboxId });
+      assert.equal(await k.poll(), 137);
+      await assert.rejects(p.wait(), (e) => e.code === 5);  // NOT_FOUND
+      const fresh = await c.sandboxes.fromId(k.sandboxId);
+      await assert.rejects(fresh.exec(['true']), /killed|finished|completed/);
+    });
+  });
+}
+
+describe(`modal@${SDK_VERSION}: what the SDK sent`, () => {
+  it('the fake logged the RPCs per client: the SDK used the router, never ContainerExec', async () => {
+    const per = await ctl('GET', '/clients');
+    const mine = per[CLIENT];
+    assert.ok(mine, `no calls logged for ${CLIENT}: ${Object.keys(per)}`);
+    for (const m of ['TaskExecStart', 'TaskExecStdioRead', 'TaskExecStdinWrite', 'TaskExecWait',
+      'TaskSnapshotFilesystem', 'TaskExecStdinWriteStream']) {
+      assert.ok(mine.router[m] > 0, `${m} not used`);
+    }
+    for (const m of ['SandboxCreateV2', 'SandboxCreate', 'TaskGetCommandRouterAccess', 'ImageDelete']) {
+      assert.ok(mine.control[m] > 0, `${m} not used`);
+    }
+    for (const m of ['ContainerExec', 'ContainerExecGetOutput', 'ContainerExecPutInput', 'ContainerExecWait',
+      'SandboxSnapshotFs']) {
+      assert.equal(mine.control[m], undefined, `${m} was used`);
+    }
   });
 
-  it('answers a second build of the same image at once (no ImageJoinStreaming)', async () => {
-    const before = (await calls('ImageJoinStreaming')).length;
-    const image = await client.images.fromRegistry('alpine:3.21').build(app);
-    assert.match(image.imageId, /^im-/);
-    assert.equal((await calls('ImageJoinStreaming')).length, before);
-  });
-
-  it('exec echo hello -> stdout "hello\\n", exit 0', async () => {
-    const r = await run(sb, ['echo', 'hello']);
-    assert.equal(r.stdout, 'hello\n');
-    assert.equal(r.stderr, '');
-    assert.equal(r.code, 0);
-  });
-
-  it('exec sees the sandbox env, the workdir folder and MODAL_SANDBOX_ROOT', async () => {
-    const r = await run(sb, ['sh', '-c', 'echo "$FOO|$SPACED|$MODAL_SANDBOX_ROOT"; pwd']);
-    assert.equal(r.stdout, `bar|a b|${sbRoot}\n${path.join(sbRoot, 'workspace')}\n`);
-    assert.equal(r.code, 0);
-  });
-
-  it('exec with its own env and workdir', async () => {
-    const r = await run(sb, ['sh', '-c', 'echo "$BAR"; pwd'], { env: { BAR: 'baz' }, workdir: '/tmp/x' });
-    assert.equal(r.stdout, `baz\n${path.join(sbRoot, 'tmp', 'x')}\n`);
-  });
-
-  it('exec cat: write "ping\\n" to stdin, close, read it back, exit 0', async () => {
-    const p = await sb.exec(['cat']);
-    await p.stdin.writeText('ping\n');
-    await p.stdin.close();
-    assert.equal(await p.stdout.readText(), 'ping\n');
-    assert.equal(await p.wait(), 0);
-  });
-
-  it('binary mode passes raw bytes through (message_bytes)', async () => {
-    const p = await sb.exec(['printf', '\\000\\377abc'], { mode: 'binary' });
-    const bytes = await p.stdout.readBytes();
-    assert.deepEqual([...bytes], [0, 255, 97, 98, 99]);
-    assert.equal(await p.wait(), 0);
-  });
-
-  it('exec sh -c "exit 3" -> wait gives 3', async () => {
-    const p = await sb.exec(['sh', '-c', 'exit 3']);
-    assert.equal(await p.wait(), 3);
-  });
-
-  it('stderr is separate from stdout', async () => {
-    const r = await run(sb, ['sh', '-c', 'echo out; echo err >&2; exit 1']);
-    assert.equal(r.stdout, 'out\n');
-    assert.equal(r.stderr, 'err\n');
-    assert.equal(r.code, 1);
-  });
-
-  it('exec timeout kills the process and reports 124', async () => {
-    const t0 = Date.now();
-    const p = await sb.exec(['sleep', '30'], { timeoutMs: 1000 });
-    assert.equal(await p.wait(), 124);
-    assert.ok(Date.now() - t0 < 10000);
-  });
-
-  it('the SDK reconnects when an output stream breaks (fault break_output_after_batches)', async () => {
-    await ctl('POST', '/fault', { break_output_after_batches: 1, fd: 1 });
-    const r = await run(sb, ['sh', '-c', 'for i in 1 2 3; do echo $i; sleep 0.2; done']);
-    assert.equal(r.stdout, '1\n2\n3\n');
-    assert.equal(r.code, 0);
-    const execId = (await ctl('GET', '/execs')).at(-1).exec_id;
-    const outs = (await calls('ContainerExecGetOutput'))
-      .filter((c) => c.request.exec_id === execId && c.request.file_descriptor === 1);
-    assert.ok(outs.length >= 2, 'expected a reconnect');
-    assert.equal(outs[0].code, 14);
-    assert.equal(outs[1].request.last_batch_index, 1);
-  });
-
-  it('unary calls are retried after UNAVAILABLE (fault fail_next)', async () => {
-    await ctl('POST', '/fault', { fail_next: { method: 'ContainerExec', code: 14, message: 'try again' } });
-    const since = (await calls()).at(-1).seq;
-    const r = await run(sb, ['echo', 'retried']);
-    assert.equal(r.stdout, 'retried\n');
-    const ce = (await ctl('GET', `/calls?method=ContainerExec&since=${since}`));
-    assert.equal(ce.length, 2);
-    assert.equal(ce[0].code, 14);
-    assert.equal(ce[1].code, 0);
-    assert.equal(ce[0].metadata['x-retry-attempt'], '0');
-    assert.equal(ce[1].metadata['x-retry-attempt'], '1');
-    assert.equal(ce[0].metadata['x-idempotency-key'], ce[1].metadata['x-idempotency-key']);
-  });
-
-  it('tags can be set and read back', async () => {
-    await sb.setTags({ owner: 'sbxd', kind: 'test' });
-    assert.deepEqual(await sb.getTags(), { owner: 'sbxd', kind: 'test' });
-  });
-
-  it('writes a file and snapshots the filesystem', async () => {
-    const r = await run(sb, ['sh', '-c', 'echo snapshot-data > data.txt']);
-    assert.equal(r.code, 0);
-    assert.equal(readFileSync(path.join(sbRoot, 'workspace', 'data.txt'), 'utf8'), 'snapshot-data\n');
-    snapImage = await sb.snapshotFilesystem();
-    assert.match(snapImage.imageId, /^im-/);
-  });
-
-  it('terminate: sandbox ends, wait() gives 137, a running exec is killed', async () => {
-    const p = await sb.exec(['sleep', '30']);
-    await sb.terminate();
-    assert.equal(await sb.wait(), 137);
-    assert.equal(await p.wait(), 137);
-    assert.equal((await sandboxState(sb.sandboxId)).status, 'terminated');
-  });
-
-  it('a new sandbox from the snapshot image has the file', async () => {
-    sb2 = await client.sandboxes.create(app, snapImage, { name: SB_NAME, workdir: '/workspace' });
-    assert.notEqual(sb2.sandboxId, sb.sandboxId);
-    const r = await run(sb2, ['cat', 'data.txt']);
-    assert.equal(r.stdout, 'snapshot-data\n');
-    assert.equal(r.code, 0);
-    assert.equal((await sandboxState(sb2.sandboxId)).image_id, snapImage.imageId);
-  });
-
-  it('images.fromId finds the snapshot, and NotFound for an unknown id', async () => {
-    const im = await client.images.fromId(snapImage.imageId);
-    assert.equal(im.imageId, snapImage.imageId);
-    await assert.rejects(client.images.fromId('im-doesnotexist'), modal.NotFoundError);
-  });
-
-  it('sandbox names are unique among running sandboxes of an app', async () => {
-    await assert.rejects(
-      client.sandboxes.create(app, snapImage, { name: SB_NAME }),
-      modal.AlreadyExistsError);
-  });
-
-  it('sandboxes.fromName reconnects to the running sandbox', async () => {
-    const again = await client.sandboxes.fromName(APP, SB_NAME);
-    assert.equal(again.sandboxId, sb2.sandboxId);
-    const r = await run(again, ['sh', '-c', 'cat data.txt; echo reconnected']);
-    assert.equal(r.stdout, 'snapshot-data\nreconnected\n');
-    await assert.rejects(client.sandboxes.fromName(APP, 'no-such-sandbox'), modal.NotFoundError);
-  });
-
-  it('terminate the restored sandbox', async () => {
-    assert.equal(await sb2.poll(), null);
-    await sb2.terminate();
-    assert.equal(await sb2.wait(), 137);
-    await assert.rejects(client.sandboxes.fromName(APP, SB_NAME), modal.NotFoundError);
-  });
-
-  it('a sandbox whose timeout expires ends with TIMEOUT (124)', async () => {
-    const s = await client.sandboxes.create(app, snapImage, { timeoutMs: 1000 });
-    const t0 = Date.now();
-    assert.equal(await s.wait(), 124);
-    assert.ok(Date.now() - t0 < 10000);
-    assert.equal((await sandboxState(s.sandboxId)).status, 'timeout');
-  });
-
-  it('fault kill_sandbox: sandbox dies behind the client\'s back', async () => {
-    const s = await client.sandboxes.create(app, snapImage, {});
-    const r = await run(s, ['echo', 'alive']);
-    assert.equal(r.stdout, 'alive\n');
-    const p = await s.exec(['sleep', '30']);
-    await ctl('POST', '/fault', { kill_sandbox: s.sandboxId });
-    assert.equal(await s.poll(), 137);
-    await assert.rejects(p.wait(), (e) => e.code === 5);  // NOT_FOUND
-    const fresh = await client.sandboxes.fromId(s.sandboxId);
-    await assert.rejects(fresh.exec(['true']), /already completed/);
-    assert.equal((await sandboxState(s.sandboxId)).status, 'killed');
-  });
-
-  it('wrong token secret gives UNAUTHENTICATED; auth headers were sent on every call', async () => {
-    // SDK quirk: when the first AuthTokenGet fails inside a normal call, the
-    // SDK's token manager also leaves an unhandled promise rejection behind,
-    // so call AuthTokenGet directly (through the SDK's own gRPC client and
-    // middleware) to see the error.
+  it('wrong token secret gives UNAUTHENTICATED; auth headers were sent on every control-plane call', async () => {
     const bad = new modal.ModalClient({ tokenId: TOKEN_ID, tokenSecret: 'as-wrong' });
     try {
       await assert.rejects(bad.cpClient.authTokenGet({}), (e) => e.code === 16 && /invalid/i.test(e.message));
     } finally {
       bad.close();
     }
-    const all = await calls();
-    const good = all.filter((c) => c.method !== 'AuthTokenGet' && c.code !== 16);
+    const all = await ctl('GET', `/calls?client=${CLIENT}`);
+    const good = all.filter((x) => x.service === 'control' && x.method !== 'AuthTokenGet' && x.code !== 16);
     assert.ok(good.length > 20);
-    for (const c of good) {
-      assert.equal(c.metadata['has-auth-token'], true, `${c.method} without x-modal-auth-token`);
-      assert.equal(c.metadata['x-modal-token-id'], TOKEN_ID);
-      assert.equal(c.metadata['x-modal-client-type'], '8');
+    for (const x of good) {
+      assert.equal(x.metadata['has-auth-token'], true, `${x.method} without x-modal-auth-token`);
+      assert.equal(x.metadata['x-modal-token-id'], TOKEN_ID);
+      assert.equal(x.metadata['x-modal-client-type'], '8');
     }
-    assert.equal(all.filter((c) => c.method === 'AuthTokenGet' && c.code === 0).length, 1);
+    for (const x of all.filter((y) => y.service === 'router')) {
+      assert.equal(x.metadata['has-router-token'], true, `${x.method} without its bearer token`);
+    }
   });
 });
 
@@ -362,7 +426,7 @@ describe('fake control plane: protocol details for other clients', () => {
     const def = loader.loadSync(path.join(here, '..', '..', 'proto', 'modal', 'modal_api.proto'),
       { keepCase: true, longs: Number, enums: Number, defaults: false, oneofs: true });
     const Client = grpc.makeGenericClientConstructor(def['modal.client.ModalClient'], 'ModalClient');
-    raw = new Client(`127.0.0.1:${grpcPort}`, grpc.credentials.createInsecure());
+    raw = new Client(`${HOST}:${grpcPort}`, grpc.credentials.createSsl(readFileSync(caFile)));
     md = new grpc.Metadata();
     md.set('x-modal-token-id', TOKEN_ID);
     md.set('x-modal-token-secret', TOKEN_SECRET);

@@ -1,10 +1,13 @@
 #!/usr/bin/env node
 // Fake Modal control plane for sbxd tests.
 //
-// It speaks the gRPC sandbox API of modal.client.ModalClient, as used by the
-// official JS SDK modal@0.5.6 (see ../../../../shared/modal-protocol.md), and
-// loads the same cut-down proto that the C provider is generated from
-// (proto/modal/modal_api.proto), so the two always agree on the wire format.
+// It speaks the gRPC sandbox API of modal.client.ModalClient and the
+// TaskCommandRouter as used by the official JS SDK modal@0.11.1 (exec, stdio,
+// stdin, wait and filesystem snapshots on the router; V2 sandboxes; the
+// filesystem tool; server-directed retries), and still the ContainerExec
+// family that modal@0.5.6 used. It loads the same cut-down protos that the C
+// provider is generated from (proto/modal/modal_api.proto and
+// task_command_router.proto), so the two always agree on the wire format.
 // "Sandboxes" are plain folders, and "exec" runs real local processes.
 // There is NO isolation: this is a test double, not a sandbox.
 //
@@ -12,10 +15,32 @@
 //   node server.js --port 0 --state DIR [--token-id ID --token-secret SECRET]
 //        [--control-port 0] [--token-ttl 3600] [--build-delay-ms 100]
 //        [--max-output-bytes 67108864] [--exit-on-stdin-eof] [--verbose]
+//        [--tls] [--host 127.0.0.1] [--router-token-ttl 3600]
+//        [--image-builder-version 2025.06]
 //
 // Once ready it prints to stdout, in this order:
-//   LISTENING <grpc port>     plaintext HTTP/2 (h2c) gRPC on 127.0.0.1
+//   LISTENING <grpc port>     the control plane on --host: h2c, or TLS with --tls
 //   CONTROL <http port>       HTTP/1.1 JSON control endpoint on 127.0.0.1
+//   ROUTER <port>             the TaskCommandRouter on --host, always TLS
+//   CA <file>                 the CA that signed both servers' certificate
+//                             (SANs 127.0.0.1-3 and localhost), made with
+//                             openssl(1) in DIR/tls on first start
+// Trap for SDK tests: npm modal dials the router in plain h2c when the control
+// plane URL is localhost/127.0.0.1, so run it with --tls --host 127.0.0.2 and
+// GRPC_DEFAULT_SSL_ROOTS_FILE_PATH=<CA> (grpc-js then ignores NODE_EXTRA_CA_CERTS).
+//
+// The router: TaskGetCommandRouterAccess (V2: SandboxGetCommandRouterAccess,
+// or in SandboxCreateV2's reply) gives {url: https://<host>:<ROUTER>, jwt}; the
+// JWT (--router-token-ttl) names the task and the client that asked, and is
+// the only credential router calls carry (authorization: Bearer). Exec ids
+// are the client's: a repeated TaskExecStart of a known id is not run again.
+// TaskExecStdioRead streams bytes from an offset and ends cleanly at EOF;
+// TaskExecStdinWrite is by offset (an overlap is a retry and is skipped);
+// TaskExecWait/Poll answer {code} or {signal}; TaskSnapshotFilesystem is
+// idempotent on snapshot_id and records ttl_seconds (-1 never, 0/absent 30 d).
+// V2 sandboxes get ids of another shape (sbv2-...), and V1 calls about them
+// (or V2 calls about V1 ones) are NOT_FOUND. The filesystem tool
+// /__modal/.bin/modal-sandbox-fs-tools is played by fs-tools.js.
 // Diagnostics go to stderr. SIGTERM/SIGINT kill every child process group and
 // exit 0. With --exit-on-stdin-eof the server also shuts down when its stdin
 // reaches EOF, so it cannot outlive a test harness that holds the pipe.
@@ -86,6 +111,16 @@
 //          out, and then an outage of "seconds" (default 2) starts before the
 //          reply leaves: the client sees its connection reset and cannot know
 //          whether the call was done (it was)
+//     "drop_stdio_after_bytes": N       the next TaskExecStdioRead stream ends
+//          with UNAVAILABLE after N bytes (mid-chunk); "fd", "exec_id",
+//          "streams" as for break_output_after_batches
+//     "fail_after": {"method", "code", "times"}  the call is carried out, but
+//          its reply is that error (a lost reply: the client must retry
+//          without doing it twice)
+//     "refuse_router": N                the next N router-access calls answer
+//          FAILED_PRECONDITION (router not enabled for the task)
+//     fail_next also takes "retry_after_secs": the error then carries an
+//          RPCRetryPolicy in grpc-status-details-bin
 //   GET    /faults                    armed faults
 //   DELETE /faults                    disarm all
 //   POST   /outage {"seconds": S, "mode": "refuse"|"reset"}
@@ -97,7 +132,12 @@
 //          Processes keep running and their output is kept meanwhile.
 //   GET    /outage                    {active, mode, ends_in_ms, outages, resets}
 //   DELETE /outage                    end the outage now
-//   GET    /calls[?method=M&since=SEQ]  calls received: [{seq, method, time
+//   GET    /clients[?since=SEQ]       which RPCs each client used:
+//          {client: {control: {method: n}, router: {method: n}}}; a client is
+//          its x-modal-libmodal-version (else user-agent); router calls count
+//          for the client that fetched their token
+//   GET    /calls[?method=M&client=C&service=control|router&since=SEQ]
+//          calls received: [{seq, method, service, client, time
 //          (ms since epoch), metadata:{...}, request:{...}, code, error,
 //          duration_ms}]; bytes fields appear as {"bytes_len", "base64"}
 //   DELETE /calls                     forget recorded calls
@@ -116,7 +156,7 @@ const path = require('path');
 const http = require('http');
 const net = require('net');
 const crypto = require('crypto');
-const { spawn } = require('child_process');
+const { spawn, execFileSync } = require('child_process');
 const { EventEmitter } = require('events');
 const grpc = require('@grpc/grpc-js');
 const protoLoader = require('@grpc/proto-loader');
@@ -137,7 +177,12 @@ function parseArgs(argv) {
     maxOutputBytes: 64 * 1024 * 1024,
     exitOnStdinEof: false,
     verbose: false,
+    tls: false,
+    host: '127.0.0.1',
+    routerTokenTtl: 3600,
+    imageBuilderVersion: '2025.06',
     proto: path.resolve(__dirname, '../../../proto/modal/modal_api.proto'),
+    routerProto: path.resolve(__dirname, '../../../proto/modal/task_command_router.proto'),
   };
   const need = (i) => {
     if (i + 1 >= argv.length) usage(`missing value for ${argv[i]}`);
@@ -155,6 +200,11 @@ function parseArgs(argv) {
       case '--build-delay-ms': o.buildDelayMs = Number(need(i)); i++; break;
       case '--max-output-bytes': o.maxOutputBytes = Number(need(i)); i++; break;
       case '--proto': o.proto = path.resolve(need(i)); i++; break;
+      case '--router-proto': o.routerProto = path.resolve(need(i)); i++; break;
+      case '--tls': o.tls = true; break;
+      case '--host': o.host = need(i); i++; break;
+      case '--router-token-ttl': o.routerTokenTtl = Number(need(i)); i++; break;
+      case '--image-builder-version': o.imageBuilderVersion = need(i); i++; break;
       case '--exit-on-stdin-eof': o.exitOnStdinEof = true; break;
       case '--verbose': case '-v': o.verbose = true; break;
       case '--help': case '-h': usage(null); break;
@@ -165,6 +215,8 @@ function parseArgs(argv) {
   if (!Number.isInteger(o.controlPort) || o.controlPort < 0 || o.controlPort > 65535) usage('bad --control-port');
   if ((o.tokenId === null) !== (o.tokenSecret === null)) usage('--token-id and --token-secret go together');
   if (!(o.tokenTtl > 0)) usage('bad --token-ttl');
+  if (!(o.routerTokenTtl > 0)) usage('bad --router-token-ttl');
+  if (net.isIP(o.host) !== 4 || !o.host.startsWith('127.')) usage('--host must be a 127.x.y.z address');
   if (!(o.buildDelayMs >= 0)) usage('bad --build-delay-ms');
   if (!(o.maxOutputBytes > 0)) usage('bad --max-output-bytes');
   if (!o.state) usage('--state DIR is required');
@@ -176,7 +228,8 @@ function usage(msg) {
   process.stderr.write(
     'usage: node server.js --port N --state DIR [--token-id ID --token-secret S]\n' +
     '       [--control-port N] [--token-ttl SECS] [--build-delay-ms MS]\n' +
-    '       [--max-output-bytes N] [--exit-on-stdin-eof] [--verbose] [--proto FILE]\n');
+    '       [--max-output-bytes N] [--exit-on-stdin-eof] [--verbose] [--proto FILE]\n' +
+    '       [--tls] [--host 127.x.y.z] [--router-token-ttl SECS] [--router-proto FILE]\n');
   process.exit(msg ? 2 : 0);
 }
 
@@ -223,7 +276,10 @@ const tasks = new Map();         // task_id -> sandbox
 const execs = new Map();         // exec_id -> exec
 const calls = [];
 let callSeq = 0;
-const faults = { breakOutput: [], failNext: [], outageAfter: [], holdNext: [] };
+const faults = {
+  breakOutput: [], failNext: [], outageAfter: [], holdNext: [], dropStdio: [], failAfter: [], routerRefuse: 0,
+};
+const snapshotsById = new Map();  // TaskSnapshotFilesystem snapshot_id -> image_id
 
 function newId(prefix) {
   const alphabet = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789';
@@ -317,7 +373,11 @@ function fail(code, details) {
 }
 
 function toGrpcError(e) {
-  if (e instanceof RpcError) return { code: e.code, details: e.details };
+  if (e instanceof RpcError) {
+    const g = { code: e.code, details: e.details };
+    if (e.metadata) g.metadata = e.metadata;
+    return g;
+  }
   warn(`internal error: ${e && e.stack ? e.stack : e}`);
   return { code: STATUS.INTERNAL, details: `fake server internal error: ${e && e.message ? e.message : e}` };
 }
@@ -325,8 +385,16 @@ function toGrpcError(e) {
 const MD_KEYS = [
   'x-modal-token-id', 'x-modal-client-type', 'x-modal-client-version',
   'x-modal-libmodal-version', 'x-idempotency-key', 'x-retry-attempt', 'x-retry-delay',
+  'x-throttle-retry-attempt', 'x-throttle-retry-delay', 'x-modal-host',
   'user-agent', 'grpc-accept-encoding',
 ];
+
+// Which client made a call: the SDK's x-modal-libmodal-version (e.g.
+// modal-js/0.11.1), else the user-agent. Router calls carry only a bearer
+// token, so they are put down to the client that fetched that token.
+function clientOf(md) {
+  return mdGet(md, 'x-modal-libmodal-version') || mdGet(md, 'user-agent') || 'unknown';
+}
 
 function mdGet(md, key) {
   const v = md.get(key);
@@ -356,8 +424,15 @@ function recordCall(method, call) {
     if (v !== undefined) md[k] = v;
   }
   md['has-auth-token'] = mdGet(call.metadata, 'x-modal-auth-token') !== undefined;
+  const router = ROUTER_METHODS.has(method);
+  let client = clientOf(call.metadata);
+  if (router) {
+    const p = routerTokenPayload(call.metadata);
+    client = p && p.client ? p.client : 'unknown';
+    md['has-router-token'] = !!p;
+  }
   const rec = {
-    seq: ++callSeq, method, time: Date.now(), metadata: md,
+    seq: ++callSeq, method, service: router ? 'router' : 'control', client, time: Date.now(), metadata: md,
     request: jsonSafe(call.request || {}), code: null, error: null, duration_ms: null,
   };
   calls.push(rec);
@@ -373,7 +448,89 @@ function finishRecord(rec, err) {
   if (err) log(`call #${rec.seq} ${rec.method} -> code ${err.code}: ${err.details}`);
 }
 
+// ---------------------------------------------------------------------------
+// The command router's tokens and TLS
+// ---------------------------------------------------------------------------
+
+const ROUTER_METHODS = new Set([
+  'TaskExecStart', 'TaskExecStdioRead', 'TaskExecStdinWrite', 'TaskExecStdinStatus',
+  'TaskExecStdinWriteStream', 'TaskExecWait', 'TaskExecPoll', 'TaskSnapshotFilesystem',
+  'SandboxStdioReadV2', 'SandboxStdinWriteV2',
+]);
+
+function signPayload(payload) {
+  const header = b64url(JSON.stringify({ alg: 'HS256', typ: 'JWT' }));
+  const body = b64url(JSON.stringify(payload));
+  const sig = b64url(crypto.createHmac('sha256', authKey).update(`${header}.${body}`).digest());
+  return `${header}.${body}.${sig}`;
+}
+
+// A router JWT names its task and the client that asked for it.
+function makeRouterToken(taskId, client) {
+  const now = Math.floor(Date.now() / 1000);
+  return signPayload({
+    iss: 'sbxd-modal-fake-router', aud: 'task-command-router', task_id: taskId, client,
+    iat: now, exp: now + Math.round(opts.routerTokenTtl), jti: crypto.randomBytes(8).toString('hex'),
+  });
+}
+
+// The verified payload of the call's router token (expired ones included,
+// so that the log still knows the client), or null.
+function routerTokenPayload(md) {
+  const a = mdGet(md, 'authorization');
+  if (!a || !a.startsWith('Bearer ')) return null;
+  const parts = a.slice(7).split('.');
+  if (parts.length !== 3) return null;
+  const sig = b64url(crypto.createHmac('sha256', authKey).update(`${parts[0]}.${parts[1]}`).digest());
+  if (sig !== parts[2]) return null;
+  try {
+    const p = JSON.parse(Buffer.from(parts[1], 'base64url').toString('utf8'));
+    return p.aud === 'task-command-router' ? p : null;
+  } catch {
+    return null;
+  }
+}
+
+function checkRouterAuth(md, taskId) {
+  const p = routerTokenPayload(md);
+  if (!p) {
+    return new RpcError(STATUS.UNAUTHENTICATED,
+      'missing or bad authorization: Bearer <jwt from TaskGetCommandRouterAccess>');
+  }
+  if (!(p.exp > Date.now() / 1000)) return new RpcError(STATUS.UNAUTHENTICATED, 'router token has expired');
+  if (taskId !== undefined && taskId !== p.task_id) {
+    return new RpcError(STATUS.PERMISSION_DENIED, `router token is for task ${p.task_id}, not ${taskId}`);
+  }
+  return null;
+}
+
+// A CA and a server certificate for 127.0.0.1, 127.0.0.2 and localhost, made
+// once per state dir with openssl(1); tests hand DIR/tls/ca.pem to clients.
+function ensureTls() {
+  const dir = path.join(stateDir, 'tls');
+  const f = (n) => path.join(dir, n);
+  if (!fs.existsSync(f('server.pem'))) {
+    fs.mkdirSync(dir, { recursive: true, mode: 0o700 });
+    const ossl = (...a) => execFileSync('openssl', a, { stdio: ['ignore', 'ignore', 'pipe'] });
+    ossl('req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes',
+      '-keyout', f('ca.key'), '-out', f('ca.pem'), '-days', '30', '-subj', '/CN=sbxd modal fake CA',
+      '-addext', 'basicConstraints=critical,CA:TRUE', '-addext', 'keyUsage=critical,keyCertSign,cRLSign');
+    ossl('req', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes',
+      '-keyout', f('server.key'), '-out', f('server.csr'), '-subj', '/CN=sbxd modal fake');
+    fs.writeFileSync(f('ext.cnf'),
+      'subjectAltName=IP:127.0.0.1,IP:127.0.0.2,IP:127.0.0.3,DNS:localhost\n' +
+      'basicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n');
+    ossl('x509', '-req', '-in', f('server.csr'), '-CA', f('ca.pem'), '-CAkey', f('ca.key'),
+      '-CAcreateserial', '-out', f('server.pem'), '-days', '30', '-extfile', f('ext.cnf'));
+  }
+  return {
+    caFile: f('ca.pem'), ca: fs.readFileSync(f('ca.pem')),
+    key: fs.readFileSync(f('server.key')), cert: fs.readFileSync(f('server.pem')),
+  };
+}
+
 function checkAuth(method, md) {
+  if (ROUTER_METHODS.has(method)) return checkRouterAuth(md);
   const id = mdGet(md, 'x-modal-token-id');
   const secret = mdGet(md, 'x-modal-token-secret');
   if (!id || !secret) {
@@ -401,7 +558,47 @@ function takeFailFault(method) {
   if (i < 0) return null;
   const f = faults.failNext[i];
   if (--f.times <= 0) faults.failNext.splice(i, 1);
-  return new RpcError(f.code, f.message);
+  const e = new RpcError(f.code, f.message);
+  if (f.retry_after_secs !== undefined) {
+    e.metadata = new grpc.Metadata();
+    e.metadata.set('grpc-status-details-bin', retryPolicyStatus(f.code, f.message, f.retry_after_secs));
+  }
+  return e;
+}
+
+// ---------------------------------------------------------------------------
+// Server-directed retries: google.rpc.Status{code=1, message=2, details=3}
+// holding one google.protobuf.Any{type_url=1, value=2} of
+// modal.client.RPCRetryPolicy{retry_after_secs=1 (float)}, encoded by hand.
+// ---------------------------------------------------------------------------
+
+function pbVarint(n) {
+  const out = [];
+  let v = BigInt.asUintN(64, BigInt(n));
+  do {
+    let b = Number(v & 0x7fn);
+    v >>= 7n;
+    if (v) b |= 0x80;
+    out.push(b);
+  } while (v);
+  return Buffer.from(out);
+}
+
+function pbField(num, wire, payload) {
+  const key = pbVarint((num << 3) | wire);
+  if (wire === 0) return Buffer.concat([key, pbVarint(payload)]);
+  if (wire === 5) return Buffer.concat([key, payload]);
+  const b = Buffer.isBuffer(payload) ? payload : Buffer.from(payload, 'utf8');
+  return Buffer.concat([key, pbVarint(b.length), b]);
+}
+
+function retryPolicyStatus(code, message, secs) {
+  const f = Buffer.alloc(4);
+  f.writeFloatLE(secs);
+  const policy = pbField(1, 5, f);
+  const any = Buffer.concat([
+    pbField(1, 2, 'type.googleapis.com/modal.client.RPCRetryPolicy'), pbField(2, 2, policy)]);
+  return Buffer.concat([pbField(1, 0, code), pbField(2, 2, message), pbField(3, 2, any)]);
 }
 
 // A call armed with hold_next waits this long before it is handled (a slow
@@ -447,6 +644,41 @@ function unary(method, fn) {
         if (ctx.cancelled) throw new RpcError(STATUS.CANCELLED, 'the client cancelled the call');
         return fn(call.request, ctx, call);
       })
+      .then((r) => {
+        // fail_after: the call was carried out, but its reply is an error.
+        const lost = takeFailAfter(method);
+        if (lost) reply(toGrpcError(lost));
+        else reply(null, r);
+      }, (e) => reply(toGrpcError(e)));
+  };
+}
+
+function takeFailAfter(method) {
+  const i = faults.failAfter.findIndex((f) => f.method === method);
+  if (i < 0) return null;
+  const f = faults.failAfter[i];
+  if (--f.times <= 0) faults.failAfter.splice(i, 1);
+  log(`fault: ${method} was done, its reply is lost (code ${f.code})`);
+  return new RpcError(f.code, `fake fault: the reply of ${method} was lost (the call was carried out)`);
+}
+
+// Client-streaming RPCs (TaskExecStdinWriteStream).
+function clientStream(method, fn) {
+  return (call, callback) => {
+    const rec = recordCall(method, call);
+    const ctx = makeCtx(call);
+    let done = false;
+    const reply = (err, resp) => {
+      if (done) return;
+      done = true;
+      finishRecord(rec, err);
+      if (err) callback(err);
+      else callback(null, resp || {});
+    };
+    const pre = checkAuth(method, call.metadata) || takeFailFault(method);
+    if (pre) return reply(toGrpcError(pre));
+    Promise.resolve()
+      .then(() => fn(call, ctx, rec))
       .then((r) => reply(null, r), (e) => reply(toGrpcError(e)));
   };
 }
@@ -626,9 +858,11 @@ function getImage(imageId) {
 // Sandboxes
 // ---------------------------------------------------------------------------
 
-function getSandbox(id) {
+// V1 and V2 sandboxes live in different backends: a V1 call about a V2
+// sandbox (or the reverse) finds nothing, as it would at Modal.
+function getSandbox(id, v2 = false) {
   const sb = sandboxes.get(id);
-  if (!sb) fail(STATUS.NOT_FOUND, `Sandbox ${id} not found`);
+  if (!sb || !!sb.v2 !== v2) fail(STATUS.NOT_FOUND, `Sandbox ${id} not found`);
   return sb;
 }
 
@@ -641,6 +875,18 @@ function appendLog(sb, fd, data) {
   l.items.push({ entry_id: `${++sb.logSeq}-0`, seq: sb.logSeq, data });
   l.bytes += data.length;
   while (l.bytes > MAX_LOG_BYTES && l.items.length > 1) l.bytes -= l.items.shift().data.length;
+}
+
+// The entrypoint's bytes with their offsets (V2 stdio on the router).
+function appendRaw(sb, fd, data) {
+  const o = sb.raw[fd];
+  o.chunks.push({ off: o.end, data });
+  o.end += data.length;
+  while (o.end - o.start > MAX_LOG_BYTES && o.chunks.length > 1) {
+    const c = o.chunks.shift();
+    o.start = c.off + c.data.length;
+  }
+  sb.events.emit('raw');
 }
 
 function startEntrypoint(sb) {
@@ -661,8 +907,8 @@ function startEntrypoint(sb) {
   ep.child = child;
   ep.pid = child.pid;
   ep.stdin = makeStdin(child);
-  child.stdout.on('data', (d) => appendLog(sb, FD_STDOUT, d.toString('utf8')));
-  child.stderr.on('data', (d) => appendLog(sb, FD_STDERR, d.toString('utf8')));
+  child.stdout.on('data', (d) => { appendLog(sb, FD_STDOUT, d.toString('utf8')); appendRaw(sb, FD_STDOUT, d); });
+  child.stderr.on('data', (d) => { appendLog(sb, FD_STDERR, d.toString('utf8')); appendRaw(sb, FD_STDERR, d); });
   child.on('error', (e) => {
     if (ep.exited) return;
     ep.exited = true;
@@ -751,6 +997,8 @@ function sandboxInfo(sb) {
     entrypoint_pid: sb.entrypoint ? sb.entrypoint.pid : null,
     pty: !!(sb.pty_info && sb.pty_info.enabled),
     tags: Object.fromEntries(sb.tags),
+    v2: !!sb.v2,
+    open_ports: sb.open_ports,
     execs: [...sb.execs],
     created_at: sb.created_at,
     finished_at: sb.finished_at,
@@ -790,18 +1038,55 @@ function feedStdin(st, index, data, eof) {
   }
 }
 
+// Router stdin: by byte offset. A write that overlaps what was written is a
+// retry (the overlap is skipped); one past the end is refused.
+function feedStdinAt(st, offset, data, eof) {
+  if (!st) return;
+  const off = Number(offset) || 0;
+  const d = data ? Buffer.from(data) : Buffer.alloc(0);
+  if (st.closed) {
+    if (off + d.length > st.bytes) fail(STATUS.FAILED_PRECONDITION, 'stdin is already closed');
+    return;
+  }
+  if (off > st.bytes) {
+    fail(STATUS.FAILED_PRECONDITION, `stdin offset ${off} is past the ${st.bytes} bytes written so far`);
+  }
+  const tail = d.subarray(st.bytes - off);
+  if (tail.length) {
+    st.bytes += tail.length;
+    if (!st.child.stdin.destroyed) st.child.stdin.write(tail);
+  }
+  if (eof) {
+    st.closed = true;
+    if (!st.child.stdin.destroyed) st.child.stdin.end();
+  }
+}
+
 // ---------------------------------------------------------------------------
 // Exec
 // ---------------------------------------------------------------------------
 
 function newOut() {
-  return { batches: [], next: 1, final: null };
+  return { batches: [], next: 1, final: null, chunks: [], start: 0, end: 0 };
+}
+
+// The bytes of one fd from `offset` on, as kept for TaskExecStdioRead (the
+// oldest are dropped past --max-output-bytes, as batches are).
+function rawFrom(o, offset) {
+  const parts = [];
+  for (const c of o.chunks) {
+    if (c.off + c.data.length <= offset) continue;
+    parts.push(offset > c.off ? c.data.subarray(offset - c.off) : c.data);
+  }
+  return parts;
 }
 
 function addBatch(ex, fd, data) {
   const o = ex.out[fd];
   const b = { batch_index: o.next++, fd, data, seq: ++ex.batchSeq };
   o.batches.push(b);
+  o.chunks.push({ off: o.end, data });
+  o.end += data.length;
   ex.outBytes += data.length;
   ex.totalBytes[fd] += data.length;
   // Bound memory: drop the oldest batches (across both fds).
@@ -811,6 +1096,8 @@ function addBatch(ex, fd, data) {
     const victimFd = !c || (a && a.seq < c.seq) ? FD_STDOUT : FD_STDERR;
     const v = ex.out[victimFd].batches.shift();
     if (!v) break;
+    const rc = ex.out[victimFd].chunks.shift();
+    if (rc) ex.out[victimFd].start = rc.off + rc.data.length;
     ex.outBytes -= v.data.length;
     ex.dropped.batches++;
     ex.dropped.bytes += v.data.length;
@@ -836,9 +1123,10 @@ function finalizeOutput(ex) {
   ex.events.emit('output');
 }
 
-function setExited(ex, rc) {
+function setExited(ex, rc, signal) {
   if (ex.exit_code !== null) return;
   ex.exit_code = ex.timed_out ? 124 : rc;
+  ex.exit_signal = !ex.timed_out && signal ? os.constants.signals[signal] || null : null;
   ex.exited_at = Date.now();
   if (ex.timer) clearTimeout(ex.timer);
   log(`exec ${ex.exec_id} exited with ${ex.exit_code}`);
@@ -848,11 +1136,14 @@ function setExited(ex, rc) {
   if (!ex.outputDone) ex.graceTimer = setTimeout(() => finalizeOutput(ex), EXIT_GRACE_MS);
 }
 
-function startExec(sb, req) {
+const FS_TOOLS_PATH = '/__modal/.bin/modal-sandbox-fs-tools';
+
+// `over` (router execs): {exec_id, env} chosen by the client.
+function startExec(sb, req, over = {}) {
   const command = req.command || [];
   if (command.length === 0) fail(STATUS.INVALID_ARGUMENT, 'command must not be empty');
-  const execEnv = secretsEnv(req.secret_ids);
-  const execId = newId('ce');
+  const execEnv = { ...secretsEnv(req.secret_ids), ...(over.env || {}) };
+  const execId = over.exec_id || newId('ce');
   const cwd = sandboxPath(sb, req.workdir, sb.workdir || '/');
   const env = processEnv(sb, execEnv, req.pty_info);
   env.MODAL_EXEC_ID = execId;
@@ -863,7 +1154,8 @@ function startExec(sb, req) {
     stdout_output: req.stdout_output || 0, stderr_output: req.stderr_output || 0,
     env_keys: Object.keys(execEnv),
     pid: null, child: null, started_at: Date.now(), exited_at: null,
-    exit_code: null, timed_out: false, spawn_error: null, gone: false,
+    exit_code: null, exit_signal: null, timed_out: false, spawn_error: null, gone: false,
+    via: over.exec_id ? 'router' : 'ContainerExec', client: over.client || null,
     out: { [FD_STDOUT]: newOut(), [FD_STDERR]: newOut() },
     batchSeq: 0, outBytes: 0, totalBytes: { [FD_STDOUT]: 0, [FD_STDERR]: 0 },
     dropped: { batches: 0, bytes: 0 }, outputDone: false, graceTimer: null, timer: null,
@@ -879,9 +1171,12 @@ function startExec(sb, req) {
     return fd;
   };
 
+  // Modal's filesystem tool is played by fs-tools.js (same JSON commands).
+  const argv = command[0] === FS_TOOLS_PATH
+    ? [process.execPath, path.join(__dirname, 'fs-tools.js'), ...command.slice(1)] : command;
   let child;
   try {
-    child = spawn(command[0], command.slice(1), {
+    child = spawn(argv[0], argv.slice(1), {
       cwd, env, detached: true, stdio: ['pipe', 'pipe', 'pipe'],
     });
   } catch (e) {
@@ -906,7 +1201,7 @@ function startExec(sb, req) {
     setExited(ex, e.code === 'ENOENT' ? 127 : 126);
     finalizeOutput(ex);
   });
-  child.on('exit', (code, signal) => setExited(ex, exitCodeOf(code, signal)));
+  child.on('exit', (code, signal) => setExited(ex, exitCodeOf(code, signal), signal));
   child.on('close', () => finalizeOutput(ex));
   if (ex.timeout_secs > 0) {
     ex.timer = setTimeout(() => {
@@ -932,7 +1227,8 @@ function execInfo(ex) {
     exec_id: ex.exec_id, sandbox_id: ex.sandbox_id, task_id: ex.task_id, command: ex.command,
     workdir: ex.workdir, cwd: ex.cwd, timeout_secs: ex.timeout_secs, pty: ex.pty,
     env_keys: ex.env_keys, pid: ex.pid, started_at: ex.started_at, exited_at: ex.exited_at,
-    exit_code: ex.exit_code, timed_out: ex.timed_out, spawn_error: ex.spawn_error, gone: ex.gone,
+    exit_code: ex.exit_code, exit_signal: ex.exit_signal, timed_out: ex.timed_out,
+    spawn_error: ex.spawn_error, gone: ex.gone, via: ex.via, client: ex.client,
     output_done: ex.outputDone,
     stdout: { batches: ex.out[FD_STDOUT].next - 1, bytes: ex.totalBytes[FD_STDOUT] },
     stderr: { batches: ex.out[FD_STDERR].next - 1, bytes: ex.totalBytes[FD_STDERR] },
@@ -954,6 +1250,113 @@ function batchMsg(b, raw) {
 // ---------------------------------------------------------------------------
 // RPC handlers
 // ---------------------------------------------------------------------------
+
+// SandboxCreate and SandboxCreateV2 (v2: the V2 id shape).
+function createSandbox(req, v2, extraEnv = {}) {
+  const app = apps.get(req.app_id);
+  if (!app) fail(STATUS.NOT_FOUND, `App ${req.app_id} not found`);
+  const def = req.definition;
+  if (!def) fail(STATUS.INVALID_ARGUMENT, 'definition is required');
+  for (const t of req.tags || []) {
+    if (!t.tag_name) fail(STATUS.INVALID_ARGUMENT, 'tag_name must not be empty');
+  }
+  if (!def.image_id) fail(STATUS.INVALID_ARGUMENT, 'definition.image_id is required');
+  const im = getImage(def.image_id);
+  if (im.status === 'building') fail(STATUS.FAILED_PRECONDITION, `Image ${im.image_id} has not finished building`);
+  if (im.status === 'failed') fail(STATUS.FAILED_PRECONDITION, `Image ${im.image_id} failed to build`);
+  if (def.workdir !== undefined && !def.workdir.startsWith('/')) {
+    fail(STATUS.INVALID_ARGUMENT, `workdir must be an absolute path, got '${def.workdir}'`);
+  }
+  const env = { ...secretsEnv(def.secret_ids), ...extraEnv };
+  const name = def.name === undefined || def.name === '' ? null : def.name;
+  if (name !== null) {
+    for (const other of sandboxes.values()) {
+      if (other.app_id === app.app_id && other.name === name && isRunning(other)) {
+        fail(STATUS.ALREADY_EXISTS, `Sandbox with name '${name}' already exists in app '${app.name}' (${other.sandbox_id})`);
+      }
+    }
+  }
+  // V1 ids are sb- + 22 base62 characters; the SDKs route anything else
+  // to the V2 calls, so V2 ids get another shape.
+  const id = v2 ? newId('sbv2') : newId('sb');
+  const root = path.join(sandboxesDir, id, 'root');
+  if (im.dir) {
+    fs.mkdirSync(path.dirname(root), { recursive: true });
+    fs.cpSync(im.dir, root, { recursive: true, preserveTimestamps: true, verbatimSymlinks: true });
+  } else {
+    fs.mkdirSync(root, { recursive: true });
+  }
+  const sb = {
+    sandbox_id: id, task_id: newId('ta'), app_id: app.app_id, name, image_id: im.image_id, root,
+    workdir: def.workdir === undefined ? null : def.workdir,
+    timeout_secs: def.timeout_secs || DEFAULT_SANDBOX_TIMEOUT_SECS,
+    idle_timeout_secs: def.idle_timeout_secs === undefined ? null : def.idle_timeout_secs,
+    entrypoint_args: def.entrypoint_args || [],
+    secret_ids: def.secret_ids || [], env,
+    resources: def.resources || null, network_access: def.network_access || null,
+    pty_info: def.pty_info || null, verbose: !!def.verbose,
+    status: 'running', result: null, killed: false, created_at: Date.now(), finished_at: null,
+    tags: new Map((req.tags || []).map((t) => [t.tag_name, t.tag_value || ''])), v2,
+    open_ports: ((def.open_ports && def.open_ports.ports) || []).map((p) => p.port),
+    execs: new Set(), entrypoint: null, timer: null,
+    logs: { [FD_STDOUT]: { items: [], bytes: 0 }, [FD_STDERR]: { items: [], bytes: 0 } }, logSeq: 0,
+    raw: { [FD_STDOUT]: newOut(), [FD_STDERR]: newOut() },
+    events: newEmitter(),
+  };
+  sandboxes.set(id, sb);
+  tasks.set(sb.task_id, sb);
+  sb.timer = setTimeout(() => {
+    finishSandbox(sb, 'timeout', { status: GS.TIMEOUT, exception: `Sandbox timed out after ${sb.timeout_secs}s` });
+  }, sb.timeout_secs * 1000);
+  startEntrypoint(sb);
+  log(`sandbox ${id} (${name || 'unnamed'}${v2 ? ', V2' : ''}) in app ${app.name}: root=${root}`);
+  return sb;
+}
+
+const DEFAULT_SNAPSHOT_TTL_SECS = 30 * 24 * 3600;  // the SDKs' default since 0.8.0
+
+// Copies the sandbox's folder into a new image. extra: {via, ttl_seconds}
+// (-1: never expires; absent or 0: the 30-day default).
+function snapshotSandbox(sb, extra) {
+  const imageId = newId('im');
+  const dir = path.join(imagesDir, imageId);
+  try {
+    fs.cpSync(sb.root, dir, {
+      recursive: true, preserveTimestamps: true, verbatimSymlinks: true,
+      filter: (src) => {
+        const st = fs.lstatSync(src);
+        return st.isDirectory() || st.isFile() || st.isSymbolicLink();
+      },
+    });
+  } catch (e) {
+    fs.rmSync(dir, { recursive: true, force: true });
+    throw new Error(`snapshot copy failed: ${e.message}`);
+  }
+  const ttl = extra.ttl_seconds === undefined || extra.ttl_seconds === 0 ? DEFAULT_SNAPSHOT_TTL_SECS : extra.ttl_seconds;
+  const meta = {
+    image_id: imageId, kind: 'snapshot', status: 'built', dir, from_sandbox: sb.sandbox_id,
+    dockerfile_commands: [], created_at: Date.now(), finished_at: Date.now(), via: extra.via,
+    ttl_seconds: ttl, expires_at: ttl < 0 ? null : Date.now() + ttl * 1000,
+  };
+  fs.writeFileSync(path.join(imagesDir, `${imageId}.json`), JSON.stringify(meta, null, 1));
+  const im = { ...meta, logs: [], events: newEmitter() };
+  images.set(imageId, im);
+  log(`snapshot of ${sb.sandbox_id} -> ${imageId} (${extra.via}, ttl ${ttl})`);
+  return im;
+}
+
+function fromName(req, v2) {
+  const env = normEnv(req.environment_name);
+  const appId = appsByName.get(`${env}\0${req.app_name}`);
+  if (!appId) fail(STATUS.NOT_FOUND, `App '${req.app_name}' not found in environment '${env}'`);
+  for (const sb of sandboxes.values()) {
+    if (sb.app_id === appId && sb.name === req.sandbox_name && isRunning(sb) && !!sb.v2 === v2) {
+      return { sandbox_id: sb.sandbox_id };
+    }
+  }
+  fail(STATUS.NOT_FOUND, `No running sandbox named '${req.sandbox_name}' in app '${req.app_name}'`);
+}
+
 
 const handlers = {
   AuthTokenGet: unary('AuthTokenGet', (req, ctx, call) => ({
@@ -1067,69 +1470,9 @@ const handlers = {
     return { secret_id: id };
   }),
 
-  SandboxCreate: unary('SandboxCreate', (req) => {
-    const app = apps.get(req.app_id);
-    if (!app) fail(STATUS.NOT_FOUND, `App ${req.app_id} not found`);
-    const def = req.definition;
-    if (!def) fail(STATUS.INVALID_ARGUMENT, 'definition is required');
-    if (!def.image_id) fail(STATUS.INVALID_ARGUMENT, 'definition.image_id is required');
-    const im = getImage(def.image_id);
-    if (im.status === 'building') fail(STATUS.FAILED_PRECONDITION, `Image ${im.image_id} has not finished building`);
-    if (im.status === 'failed') fail(STATUS.FAILED_PRECONDITION, `Image ${im.image_id} failed to build`);
-    if (def.workdir !== undefined && !def.workdir.startsWith('/')) {
-      fail(STATUS.INVALID_ARGUMENT, `workdir must be an absolute path, got '${def.workdir}'`);
-    }
-    const env = secretsEnv(def.secret_ids);
-    const name = def.name === undefined || def.name === '' ? null : def.name;
-    if (name !== null) {
-      for (const other of sandboxes.values()) {
-        if (other.app_id === app.app_id && other.name === name && isRunning(other)) {
-          fail(STATUS.ALREADY_EXISTS, `Sandbox with name '${name}' already exists in app '${app.name}' (${other.sandbox_id})`);
-        }
-      }
-    }
-    const id = newId('sb');
-    const root = path.join(sandboxesDir, id, 'root');
-    if (im.dir) {
-      fs.mkdirSync(path.dirname(root), { recursive: true });
-      fs.cpSync(im.dir, root, { recursive: true, preserveTimestamps: true, verbatimSymlinks: true });
-    } else {
-      fs.mkdirSync(root, { recursive: true });
-    }
-    const sb = {
-      sandbox_id: id, task_id: newId('ta'), app_id: app.app_id, name, image_id: im.image_id, root,
-      workdir: def.workdir === undefined ? null : def.workdir,
-      timeout_secs: def.timeout_secs || DEFAULT_SANDBOX_TIMEOUT_SECS,
-      idle_timeout_secs: def.idle_timeout_secs === undefined ? null : def.idle_timeout_secs,
-      entrypoint_args: def.entrypoint_args || [],
-      secret_ids: def.secret_ids || [], env,
-      resources: def.resources || null, network_access: def.network_access || null,
-      pty_info: def.pty_info || null, verbose: !!def.verbose,
-      status: 'running', result: null, killed: false, created_at: Date.now(), finished_at: null,
-      tags: new Map(), execs: new Set(), entrypoint: null, timer: null,
-      logs: { [FD_STDOUT]: { items: [], bytes: 0 }, [FD_STDERR]: { items: [], bytes: 0 } }, logSeq: 0,
-      events: newEmitter(),
-    };
-    sandboxes.set(id, sb);
-    tasks.set(sb.task_id, sb);
-    sb.timer = setTimeout(() => {
-      finishSandbox(sb, 'timeout', { status: GS.TIMEOUT, exception: `Sandbox timed out after ${sb.timeout_secs}s` });
-    }, sb.timeout_secs * 1000);
-    startEntrypoint(sb);
-    log(`sandbox ${id} (${name || 'unnamed'}) in app ${app.name}: root=${root}`);
-    return { sandbox_id: id };
-  }),
+  SandboxCreate: unary('SandboxCreate', (req) => ({ sandbox_id: createSandbox(req, false).sandbox_id })),
 
-  SandboxGetFromName: unary('SandboxGetFromName', (req) => {
-    const env = normEnv(req.environment_name);
-    const appId = appsByName.get(`${env}\0${req.app_name}`);
-    if (!appId) fail(STATUS.NOT_FOUND, `App '${req.app_name}' not found in environment '${env}'`);
-    for (const sb of sandboxes.values()) {
-      if (sb.app_id === appId && sb.name === req.sandbox_name && isRunning(sb)) return { sandbox_id: sb.sandbox_id };
-    }
-    fail(STATUS.NOT_FOUND, `No running sandbox named '${req.sandbox_name}' in app '${req.app_name}'`);
-  }),
-
+  SandboxGetFromName: unary('SandboxGetFromName', (req) => fromName(req, false)),
   // Never hangs: one batch with everything logged so far after last_entry_id,
   // marked eof, then OK.
   SandboxGetLogs: serverStream('SandboxGetLogs', async (req, ctx, call) => {
@@ -1177,28 +1520,11 @@ const handlers = {
     if (!isRunning(sb)) {
       return { result: { status: GS.FAILURE, exception: `Sandbox ${sb.sandbox_id} is not running (${sb.status})` } };
     }
-    const imageId = newId('im');
-    const dir = path.join(imagesDir, imageId);
     try {
-      fs.cpSync(sb.root, dir, {
-        recursive: true, preserveTimestamps: true, verbatimSymlinks: true,
-        filter: (src) => {
-          const st = fs.lstatSync(src);
-          return st.isDirectory() || st.isFile() || st.isSymbolicLink();
-        },
-      });
+      return { image_id: snapshotSandbox(sb, { via: 'SandboxSnapshotFs' }).image_id, result: { status: GS.SUCCESS } };
     } catch (e) {
-      fs.rmSync(dir, { recursive: true, force: true });
-      return { result: { status: GS.FAILURE, exception: `snapshot copy failed: ${e.message}` } };
+      return { result: { status: GS.FAILURE, exception: e.message } };
     }
-    const meta = {
-      image_id: imageId, kind: 'snapshot', status: 'built', dir, from_sandbox: sb.sandbox_id,
-      dockerfile_commands: [], created_at: Date.now(), finished_at: Date.now(),
-    };
-    fs.writeFileSync(path.join(imagesDir, `${imageId}.json`), JSON.stringify(meta, null, 1));
-    images.set(imageId, { ...meta, logs: [], events: newEmitter() });
-    log(`snapshot of ${sb.sandbox_id} -> ${imageId}`);
-    return { image_id: imageId, result: { status: GS.SUCCESS } };
   }),
 
   SandboxTagsSet: unary('SandboxTagsSet', (req) => {
@@ -1284,6 +1610,311 @@ const handlers = {
   }),
 };
 
+// ---------------------------------------------------------------------------
+// Today's SDKs: router access, the V2 family, tunnels, image deletion
+// ---------------------------------------------------------------------------
+
+let routerPort = 0;
+const routerUrl = () => `https://${opts.host}:${routerPort}`;
+
+// fault refuse_router: access is answered FAILED_PRECONDITION ("not enabled
+// for this task"), which is how a client learns to fall back to ContainerExec.
+function routerAccess(sb, md) {
+  if (faults.routerRefuse > 0) {
+    faults.routerRefuse--;
+    fail(STATUS.FAILED_PRECONDITION, `Command router access is not enabled for task ${sb.task_id}`);
+  }
+  if (!isRunning(sb)) fail(STATUS.NOT_FOUND, `Task ${sb.task_id} is not running: ${sb.status}`);
+  return { jwt: makeRouterToken(sb.task_id, clientOf(md)), url: routerUrl() };
+}
+
+function tunnelsOf(sb) {
+  return sb.open_ports.map((p) => ({
+    host: '127.0.0.1', port: p, unencrypted_host: '127.0.0.1', unencrypted_port: p, container_port: p,
+  }));
+}
+
+function sourcesEnv(sources) {
+  const env = {};
+  for (const src of sources || []) {
+    if (src.secret_id) Object.assign(env, secretsEnv([src.secret_id]));
+    if (src.env && src.env.contents) Object.assign(env, src.env.contents);
+  }
+  return env;
+}
+
+function waitResult(sb) {
+  return sb.result ? { result: sb.result } : {};
+}
+
+Object.assign(handlers, {
+  TaskGetCommandRouterAccess: unary('TaskGetCommandRouterAccess', (req, ctx, call) => {
+    const sb = tasks.get(req.task_id);
+    if (!sb || sb.v2) fail(STATUS.NOT_FOUND, `Task ${req.task_id} not found`);
+    return routerAccess(sb, call.metadata);
+  }),
+
+  SandboxGetCommandRouterAccess: unary('SandboxGetCommandRouterAccess', (req, ctx, call) => {
+    const sb = req.sandbox_id ? getSandbox(req.sandbox_id, true) : tasks.get(req.task_id);
+    if (!sb || !sb.v2) fail(STATUS.NOT_FOUND, `Task ${req.task_id} not found`);
+    return { ...routerAccess(sb, call.metadata), worker_ipv4_address: '127.0.0.1' };
+  }),
+
+  SandboxGetTunnels: unary('SandboxGetTunnels', (req) => {
+    const sb = getSandbox(req.sandbox_id);
+    return { ...waitResult(sb), tunnels: tunnelsOf(sb) };
+  }),
+
+  // One environment per name; the image builder version is --image-builder-version.
+  EnvironmentGetOrCreate: unary('EnvironmentGetOrCreate', (req) => {
+    const name = normEnv(req.deployment_name);
+    return {
+      environment_id: `en-${crypto.createHash('sha256').update(name).digest('hex').slice(0, 22)}`,
+      metadata: { name, settings: { image_builder_version: opts.imageBuilderVersion, webhook_suffix: 'modal.run' } },
+    };
+  }),
+
+  ImageDelete: unary('ImageDelete', (req) => {
+    const im = getImage(req.image_id);
+    images.delete(im.image_id);
+    for (const [k, v] of imagesByKey) if (v === im.image_id) imagesByKey.delete(k);
+    if (im.kind === 'snapshot') {
+      fs.rmSync(path.join(imagesDir, `${im.image_id}.json`), { force: true });
+      if (im.dir) fs.rmSync(im.dir, { recursive: true, force: true });
+    }
+    log(`image ${im.image_id} deleted`);
+    return {};
+  }),
+
+  SandboxCreateV2: unary('SandboxCreateV2', (req, ctx, call) => {
+    const extra = { ...((req.ephemeral_secrets && req.ephemeral_secrets.contents) || {}), ...sourcesEnv(req.secret_sources) };
+    const sb = createSandbox(req, true, extra);
+    return {
+      sandbox_id: sb.sandbox_id, task_id: sb.task_id, tunnels: tunnelsOf(sb),
+      command_router_access: { jwt: makeRouterToken(sb.task_id, clientOf(call.metadata)), url: routerUrl() },
+    };
+  }),
+
+  SandboxGetFromNameV2: unary('SandboxGetFromNameV2', (req) => fromName(req, true)),
+
+  SandboxGetTaskIdV2: unary('SandboxGetTaskIdV2', (req) => {
+    const sb = getSandbox(req.sandbox_id, true);
+    return isRunning(sb) ? { task_id: sb.task_id } : { task_id: sb.task_id, task_result: sb.result };
+  }),
+
+  SandboxGetTunnelsV2: unary('SandboxGetTunnelsV2', (req) => {
+    const sb = getSandbox(req.sandbox_id, true);
+    return { ...waitResult(sb), tunnels: tunnelsOf(sb) };
+  }),
+
+  SandboxTagsGetV2: unary('SandboxTagsGetV2', (req) => {
+    const sb = getSandbox(req.sandbox_id, true);
+    return { tags: [...sb.tags].map(([tag_name, tag_value]) => ({ tag_name, tag_value })) };
+  }),
+
+  // Replaces the whole set, as the SDK's setTags documents.
+  SandboxTagsSetV2: unary('SandboxTagsSetV2', (req) => {
+    const sb = getSandbox(req.sandbox_id, true);
+    for (const t of req.tags || []) if (!t.tag_name) fail(STATUS.INVALID_ARGUMENT, 'tag_name must not be empty');
+    sb.tags = new Map((req.tags || []).map((t) => [t.tag_name, t.tag_value || '']));
+    return {};
+  }),
+
+  SandboxTerminateV2: unary('SandboxTerminateV2', async (req) => {
+    const sb = getSandbox(req.sandbox_id, true);
+    if (!isRunning(sb)) return { existing_result: sb.result };
+    finishSandbox(sb, 'terminated', { status: GS.TERMINATED, exception: 'Sandbox terminated by SandboxTerminateV2' });
+    await waitProcessesGone(sb, 2000);
+    return {};
+  }),
+
+  SandboxWaitV2: unary('SandboxWaitV2', async (req, ctx) => {
+    const sb = getSandbox(req.sandbox_id, true);
+    if (isRunning(sb)) await waitFor(sb.events, ['finished'], pollMs(req.timeout), ctx);
+    return waitResult(sb);
+  }),
+});
+
+// ---------------------------------------------------------------------------
+// The TaskCommandRouter (its own TLS port)
+// ---------------------------------------------------------------------------
+
+// The task a router call names, checked against its token.
+function routerTask(call, taskId) {
+  const why = checkRouterAuth(call.metadata, taskId);
+  if (why) throw why;
+  const sb = tasks.get(taskId);
+  if (!sb) fail(STATUS.NOT_FOUND, `Task ${taskId} not found`);
+  return sb;
+}
+
+function routerExec(call, req) {
+  routerTask(call, req.task_id);
+  const ex = execs.get(req.exec_id);
+  if (!ex || ex.task_id !== req.task_id) fail(STATUS.NOT_FOUND, `Exec ${req.exec_id} not found in task ${req.task_id}`);
+  if (ex.gone) fail(STATUS.NOT_FOUND, `Exec ${req.exec_id} not found: its sandbox ${ex.sandbox_id} is gone`);
+  return ex;
+}
+
+function exitStatus(ex) {
+  if (ex.exit_code === null) return {};
+  return ex.exit_signal ? { signal: ex.exit_signal } : { code: ex.exit_code };
+}
+
+const STDOUT_CFG = { 0: OUT_DEVNULL, 1: 2 };
+const STDERR_CFG = { 0: OUT_DEVNULL, 1: 2, 2: OUT_STDOUT };
+const ROUTER_CHUNK = 1 << 20;
+
+function claimDropStdio(execId, fd) {
+  const i = faults.dropStdio.findIndex((f) =>
+    (f.fd === undefined || f.fd === fd) && (f.exec_id === undefined || f.exec_id === execId));
+  if (i < 0) return null;
+  const f = faults.dropStdio[i];
+  if (--f.streams <= 0) faults.dropStdio.splice(i, 1);
+  return { after: f.after };
+}
+
+// Sends o's bytes from offset on until `isDone()` and everything is sent;
+// fault drop_stdio_after_bytes cuts the stream with UNAVAILABLE after that
+// many bytes, mid-chunk if need be. mk(data, off) builds a message.
+async function streamBytes(call, ctx, o, offset, em, isDone, isGone, fault, mk, what) {
+  if (offset < o.start) fail(STATUS.OUT_OF_RANGE, `offset ${offset} was dropped (output kept from ${o.start})`);
+  let sent = 0;
+  for (;;) {
+    if (isGone()) fail(STATUS.NOT_FOUND, `${what} is gone`);
+    for (const part of rawFrom(o, offset)) {
+      for (let i = 0; i < part.length; i += ROUTER_CHUNK) {
+        let d = part.subarray(i, i + ROUTER_CHUNK);
+        let cut = false;
+        if (fault && sent + d.length >= fault.after) {
+          d = d.subarray(0, fault.after - sent);
+          cut = true;
+        }
+        if (d.length) {
+          if (!await send(call, ctx, mk(d, offset))) return;
+          offset += d.length;
+          sent += d.length;
+        }
+        if (cut) {
+          log(`fault: dropping the stdio stream of ${what} after ${sent} bytes`);
+          fail(STATUS.UNAVAILABLE, `fake fault: stdio stream dropped after ${sent} bytes`);
+        }
+      }
+    }
+    if (isDone() && offset >= o.end) return;
+    if (offset < o.end) continue;
+    if (await waitFor(em, ['output', 'raw', 'gone', 'finished'], MAX_POLL_SECS * 1000, ctx) === 'cancelled') return;
+  }
+}
+
+const routerHandlers = {
+  TaskExecStart: unary('TaskExecStart', (req, ctx, call) => {
+    const sb = routerTask(call, req.task_id);
+    if (!req.exec_id) fail(STATUS.INVALID_ARGUMENT, 'exec_id is required (the client chooses it)');
+    const old = execs.get(req.exec_id);
+    if (old) {
+      if (old.task_id !== req.task_id) fail(STATUS.ALREADY_EXISTS, `exec_id ${req.exec_id} is taken`);
+      old.starts++;
+      log(`exec ${req.exec_id}: repeated TaskExecStart, not run again`);
+      return {};
+    }
+    if (!isRunning(sb)) fail(STATUS.NOT_FOUND, `Task ${req.task_id} (sandbox ${sb.sandbox_id}) is not running: ${sb.status}`);
+    const p = routerTokenPayload(call.metadata);
+    const ex = startExec(sb, {
+      command: req.command_args, workdir: req.workdir, timeout_secs: req.timeout_secs,
+      pty_info: req.pty_info, secret_ids: req.secret_ids,
+      stdout_output: STDOUT_CFG[req.stdout_config || 0], stderr_output: STDERR_CFG[req.stderr_config || 0],
+    }, { exec_id: req.exec_id, env: { ...(req.env || {}), ...sourcesEnv(req.secret_sources) }, client: p && p.client });
+    ex.starts = 1;
+    return {};
+  }),
+
+  TaskExecStdioRead: serverStream('TaskExecStdioRead', async (req, ctx, call) => {
+    const ex = routerExec(call, req);
+    const sfd = req.file_descriptor || 0;
+    if (sfd !== 0 && sfd !== 1) fail(STATUS.INVALID_ARGUMENT, `file_descriptor must be 0 (stdout) or 1 (stderr), got ${sfd}`);
+    const fd = sfd === 0 ? FD_STDOUT : FD_STDERR;
+    await streamBytes(call, ctx, ex.out[fd], Number(req.offset) || 0, ex.events, () => ex.outputDone,
+      () => ex.gone, claimDropStdio(ex.exec_id, fd), (data) => ({ data }), `exec ${ex.exec_id} fd ${fd}`);
+  }),
+
+  TaskExecStdinWrite: unary('TaskExecStdinWrite', (req, ctx, call) => {
+    const ex = routerExec(call, req);
+    feedStdinAt(ex.stdin, req.offset, req.data, !!req.eof);
+    return {};
+  }),
+
+  TaskExecStdinStatus: unary('TaskExecStdinStatus', (req, ctx, call) => {
+    const ex = routerExec(call, req);
+    return ex.stdin ? { num_bytes_written: ex.stdin.bytes, closed: ex.stdin.closed } : { closed: true };
+  }),
+
+  TaskExecStdinWriteStream: clientStream('TaskExecStdinWriteStream', async (call, ctx, rec) => {
+    let ex = null;
+    let offset = 0;
+    for await (const m of call) {
+      if (m.start) {
+        ex = routerExec(call, m.start);
+        offset = Number(m.start.offset) || 0;
+        rec.request = jsonSafe(m.start);
+      } else if (!ex) {
+        fail(STATUS.INVALID_ARGUMENT, 'the first message must be start');
+      } else if (m.data) {
+        feedStdinAt(ex.stdin, offset, m.data, false);
+        offset += m.data.length;
+      } else if (m.end) {
+        feedStdinAt(ex.stdin, offset, null, true);
+      }
+    }
+    if (!ex) fail(STATUS.INVALID_ARGUMENT, 'empty stream');
+    return {};
+  }),
+
+  TaskExecWait: unary('TaskExecWait', async (req, ctx, call) => {
+    let ex = routerExec(call, req);
+    while (ex.exit_code === null) {
+      if (await waitFor(ex.events, ['exit', 'gone'], MAX_POLL_SECS * 1000, ctx) === 'cancelled') {
+        fail(STATUS.CANCELLED, 'the client cancelled the call');
+      }
+      ex = routerExec(call, req);
+    }
+    return exitStatus(ex);
+  }),
+
+  TaskExecPoll: unary('TaskExecPoll', (req, ctx, call) => exitStatus(routerExec(call, req))),
+
+  TaskSnapshotFilesystem: unary('TaskSnapshotFilesystem', (req, ctx, call) => {
+    const sb = routerTask(call, req.task_id);
+    if (!req.snapshot_id) fail(STATUS.INVALID_ARGUMENT, 'snapshot_id is required');
+    const known = snapshotsById.get(req.snapshot_id);
+    if (known && images.has(known)) return { image_id: known };
+    if (!isRunning(sb)) fail(STATUS.FAILED_PRECONDITION, `Sandbox ${sb.sandbox_id} is not running (${sb.status})`);
+    const ttl = req.ttl_seconds === undefined ? undefined : Number(req.ttl_seconds);
+    let im;
+    try {
+      im = snapshotSandbox(sb, { via: 'TaskSnapshotFilesystem', ttl_seconds: ttl });
+    } catch (e) {
+      fail(STATUS.INTERNAL, e.message);
+    }
+    snapshotsById.set(req.snapshot_id, im.image_id);
+    return { image_id: im.image_id };
+  }),
+
+  SandboxStdioReadV2: serverStream('SandboxStdioReadV2', async (req, ctx, call) => {
+    const sb = routerTask(call, req.task_id);
+    const fd = (req.file_descriptor || 0) === 0 ? FD_STDOUT : FD_STDERR;
+    await streamBytes(call, ctx, sb.raw[fd], Number(req.offset) || 0, sb.events,
+      () => !isRunning(sb) && (!sb.entrypoint || sb.entrypoint.exited), () => false, null,
+      (data, off) => ({ data, starting_offset: off }), `sandbox ${sb.sandbox_id} fd ${fd}`);
+  }),
+
+  SandboxStdinWriteV2: unary('SandboxStdinWriteV2', (req, ctx, call) => {
+    const sb = routerTask(call, req.task_id);
+    if (isRunning(sb) && sb.entrypoint) feedStdinAt(sb.entrypoint.stdin, req.offset, req.data, !!req.eof);
+    return {};
+  }),
+};
+
 // The reply of a call armed with outage_after is lost: the outage resets the
 // connection before grpc-js can send it (the reply goes out on a later turn).
 function claimOutageAfter(method) {
@@ -1317,7 +1948,8 @@ class HttpError extends Error {
 
 function applyFault(body) {
   const known = new Set(['break_output_after_batches', 'fd', 'exec_id', 'streams', 'kill_sandbox', 'fail_next',
-    'outage_after', 'seconds', 'hold_next']);
+    'outage_after', 'seconds', 'hold_next', 'drop_stdio_after_bytes', 'refuse_router', 'fail_after']);
+  const isRpc = (m) => !!(handlers[m] || routerHandlers[m]);
   for (const k of Object.keys(body)) if (!known.has(k)) throw new HttpError(400, `unknown fault key '${k}'`);
   const out = {};
   if (body.break_output_after_batches !== undefined) {
@@ -1332,23 +1964,56 @@ function applyFault(body) {
     if (body.exec_id !== undefined) f.exec_id = String(body.exec_id);
     faults.breakOutput.push(f);
     out.break_output = f;
+  } else if (body.drop_stdio_after_bytes !== undefined) {
+    const n = body.drop_stdio_after_bytes;
+    if (!Number.isInteger(n) || n < 0) throw new HttpError(400, 'drop_stdio_after_bytes must be an integer >= 0');
+    const f = { after: n, streams: body.streams === undefined ? 1 : body.streams };
+    if (!Number.isInteger(f.streams) || f.streams < 1) throw new HttpError(400, 'streams must be an integer >= 1');
+    if (body.fd !== undefined) {
+      if (body.fd !== 1 && body.fd !== 2) throw new HttpError(400, 'fd must be 1 or 2');
+      f.fd = body.fd;
+    }
+    if (body.exec_id !== undefined) f.exec_id = String(body.exec_id);
+    faults.dropStdio.push(f);
+    out.drop_stdio = f;
   } else if (body.fd !== undefined || body.streams !== undefined || body.exec_id !== undefined) {
-    throw new HttpError(400, 'fd/streams/exec_id only go with break_output_after_batches');
+    throw new HttpError(400, 'fd/streams/exec_id only go with break_output_after_batches or drop_stdio_after_bytes');
+  }
+  if (body.refuse_router !== undefined) {
+    const n = body.refuse_router;
+    if (!Number.isInteger(n) || n < 0 || n > 1000) throw new HttpError(400, 'refuse_router must be an integer in [0, 1000]');
+    faults.routerRefuse = n;
+    out.refuse_router = n;
+  }
+  if (body.fail_after !== undefined) {
+    const f = body.fail_after;
+    if (!f || typeof f.method !== 'string' || !isRpc(f.method)) throw new HttpError(400, 'fail_after.method must be an RPC of the fake');
+    const code = f.code === undefined ? STATUS.UNAVAILABLE : f.code;
+    if (!Number.isInteger(code) || code < 1 || code > 16) throw new HttpError(400, 'fail_after.code must be a gRPC status 1..16');
+    const times = f.times === undefined ? 1 : f.times;
+    if (!Number.isInteger(times) || times < 1) throw new HttpError(400, 'fail_after.times must be an integer >= 1');
+    const ff = { method: f.method, code, times };
+    faults.failAfter.push(ff);
+    out.fail_after = ff;
   }
   if (body.fail_next !== undefined) {
     const f = body.fail_next;
     if (!f || typeof f.method !== 'string') throw new HttpError(400, 'fail_next.method is required');
-    if (!handlers[f.method]) throw new HttpError(400, `fail_next.method '${f.method}' is not an RPC of the fake`);
+    if (!isRpc(f.method)) throw new HttpError(400, `fail_next.method '${f.method}' is not an RPC of the fake`);
+    if (f.retry_after_secs !== undefined && !(typeof f.retry_after_secs === 'number' && f.retry_after_secs >= 0 && f.retry_after_secs <= 600)) {
+      throw new HttpError(400, 'fail_next.retry_after_secs must be a number in [0, 600]');
+    }
     const code = f.code === undefined ? STATUS.UNAVAILABLE : f.code;
     if (!Number.isInteger(code) || code < 1 || code > 16) throw new HttpError(400, 'fail_next.code must be a gRPC status 1..16');
     const times = f.times === undefined ? 1 : f.times;
     if (!Number.isInteger(times) || times < 1) throw new HttpError(400, 'fail_next.times must be an integer >= 1');
     const ff = { method: f.method, code, message: f.message || `fake fault injected into ${f.method}`, times };
+    if (f.retry_after_secs !== undefined) ff.retry_after_secs = f.retry_after_secs;
     faults.failNext.push(ff);
     out.fail_next = ff;
   }
   if (body.outage_after !== undefined) {
-    if (!handlers[body.outage_after]) throw new HttpError(400, `outage_after '${body.outage_after}' is not an RPC of the fake`);
+    if (!isRpc(body.outage_after)) throw new HttpError(400, `outage_after '${body.outage_after}' is not an RPC of the fake`);
     const secs = body.seconds === undefined ? 2 : body.seconds;
     if (!(typeof secs === 'number' && secs > 0 && secs <= 600)) throw new HttpError(400, 'seconds must be a number in (0, 600]');
     const f = { method: body.outage_after, seconds: secs };
@@ -1360,7 +2025,7 @@ function applyFault(body) {
   if (body.hold_next !== undefined) {
     const f = body.hold_next;
     if (!f || typeof f.method !== 'string') throw new HttpError(400, 'hold_next.method is required');
-    if (!handlers[f.method]) throw new HttpError(400, `hold_next.method '${f.method}' is not an RPC of the fake`);
+    if (!isRpc(f.method)) throw new HttpError(400, `hold_next.method '${f.method}' is not an RPC of the fake`);
     if (!(Number.isInteger(f.ms) && f.ms > 0 && f.ms <= 600000)) throw new HttpError(400, 'hold_next.ms must be an integer in (0, 600000]');
     const h = { method: f.method, ms: f.ms };
     faults.holdNext.push(h);
@@ -1418,12 +2083,16 @@ async function control(req) {
       return applyFault(await readBody(req));
     case 'GET /faults':
       return { break_output: faults.breakOutput, fail_next: faults.failNext, outage_after: faults.outageAfter,
-        hold_next: faults.holdNext };
+        hold_next: faults.holdNext, drop_stdio: faults.dropStdio, fail_after: faults.failAfter,
+        refuse_router: faults.routerRefuse };
     case 'DELETE /faults':
       faults.breakOutput.length = 0;
       faults.failNext.length = 0;
       faults.holdNext.length = 0;
       faults.outageAfter.length = 0;
+      faults.dropStdio.length = 0;
+      faults.failAfter.length = 0;
+      faults.routerRefuse = 0;
       return { ok: true };
     case 'POST /outage': {
       const b = await readBody(req);
@@ -1441,8 +2110,22 @@ async function control(req) {
       return outageInfo();
     case 'GET /calls': {
       const m = u.searchParams.get('method');
+      const cl = u.searchParams.get('client');
+      const svc = u.searchParams.get('service');
       const since = Number(u.searchParams.get('since') || 0);
-      return calls.filter((c) => (!m || c.method === m) && c.seq > since);
+      return calls.filter((c) => (!m || c.method === m) && (!cl || c.client === cl) &&
+        (!svc || c.service === svc) && c.seq > since);
+    }
+    case 'GET /clients': {
+      // Which RPCs each client used: {client: {service: {method: count}}}.
+      const since = Number(u.searchParams.get('since') || 0);
+      const out = {};
+      for (const c of calls) {
+        if (c.seq <= since) continue;
+        const per = (out[c.client] ||= { control: {}, router: {} });
+        per[c.service][c.method] = (per[c.service][c.method] || 0) + 1;
+      }
+      return out;
     }
     case 'DELETE /calls':
       calls.length = 0;
@@ -1456,6 +2139,8 @@ async function control(req) {
         image_id: im.image_id, kind: im.kind, status: im.status, exception: im.exception || null,
         dockerfile_commands: im.dockerfile_commands, tag: im.tag || null, dir: im.dir || null,
         from_sandbox: im.from_sandbox || null, created_at: im.created_at, finished_at: im.finished_at,
+        via: im.via || null, ttl_seconds: im.ttl_seconds === undefined ? null : im.ttl_seconds,
+        expires_at: im.expires_at === undefined ? null : im.expires_at,
       }));
     case 'POST /secret': {
       const b = await readBody(req);
@@ -1530,13 +2215,13 @@ function relayListen(port, cb) {
   srv.on('error', (e) => {
     if (e.code === 'EADDRINUSE' && port) { // taken meanwhile: try again shortly
       warn(`relay: port ${port} busy (${e.message}); retrying`);
-      setTimeout(() => { if (relay.server === srv) srv.listen(port, '127.0.0.1'); }, 100);
+      setTimeout(() => { if (relay.server === srv) srv.listen(port, opts.host); }, 100);
       return;
     }
     warn(`relay error: ${e.message}`);
     shutdown(1);
   });
-  srv.listen(port, '127.0.0.1', () => {
+  srv.listen(port, opts.host, () => {
     relay.port = srv.address().port;
     if (cb) cb(relay.port);
   });
@@ -1604,6 +2289,20 @@ const impl = {};
 for (const name of Object.keys(serviceDef)) if (handlers[name]) impl[name] = handlers[name];
 server.addService(serviceDef, impl);
 
+const routerDef = protoLoader.loadSync(opts.routerProto, {
+  keepCase: true, longs: Number, enums: Number, defaults: false, oneofs: true,
+  includeDirs: [path.dirname(opts.proto)],
+})['modal.task_command_router.TaskCommandRouter'];
+const routerServer = new grpc.Server({
+  'grpc.max_receive_message_length': 100 * 1024 * 1024,
+  'grpc.max_send_message_length': 100 * 1024 * 1024,
+});
+const routerImpl = {};
+for (const name of Object.keys(routerDef)) if (routerHandlers[name]) routerImpl[name] = routerHandlers[name];
+routerServer.addService(routerDef, routerImpl);
+const tls = ensureTls();
+const tlsCreds = () => grpc.ServerCredentials.createSsl(null, [{ private_key: tls.key, cert_chain: tls.cert }], false);
+
 let shuttingDown = false;
 function shutdown(code) {
   if (shuttingDown) return;
@@ -1612,6 +2311,7 @@ function shutdown(code) {
   killAllProcesses();
   for (const sb of sandboxes.values()) if (sb.timer) clearTimeout(sb.timer);
   server.forceShutdown();
+  routerServer.forceShutdown();
   if (relay.outage) clearTimeout(relay.outage.timer);
   if (relay.server) relay.server.close();
   for (const { client, up } of relay.pairs) { client.destroy(); up.destroy(); }
@@ -1629,7 +2329,20 @@ process.on('uncaughtException', (e) => {
   shutdown(1);
 });
 
-server.bindAsync('127.0.0.1:0', grpc.ServerCredentials.createInsecure(), (err, backend) => {
+// The control plane is h2c unless --tls (then TLS through the relay); the
+// router is always TLS, on its own port, as Modal's are https only.
+function bindRouter(cb) {
+  routerServer.bindAsync(`${opts.host}:0`, tlsCreds(), (err, port) => {
+    if (err) {
+      warn(`cannot bind the router port: ${err.message}`);
+      process.exit(1);
+    }
+    routerPort = port;
+    cb();
+  });
+}
+
+bindRouter(() => server.bindAsync('127.0.0.1:0', opts.tls ? tlsCreds() : grpc.ServerCredentials.createInsecure(), (err, backend) => {
   if (err) {
     warn(`cannot bind gRPC port: ${err.message}`);
     process.exit(1);
@@ -1641,7 +2354,7 @@ server.bindAsync('127.0.0.1:0', grpc.ServerCredentials.createInsecure(), (err, b
   });
   relayListen(opts.port, (port) => controlServer.listen(opts.controlPort, '127.0.0.1', () => {
     const cport = controlServer.address().port;
-    process.stdout.write(`LISTENING ${port}\nCONTROL ${cport}\n`);
+    process.stdout.write(`LISTENING ${port}\nCONTROL ${cport}\nROUTER ${routerPort}\nCA ${tls.caFile}\n`);
     log(`state dir ${stateDir}`);
     if (opts.exitOnStdinEof) {
       process.stdin.on('end', () => shutdown(0));
@@ -1649,4 +2362,4 @@ server.bindAsync('127.0.0.1:0', grpc.ServerCredentials.createInsecure(), (err, b
       process.stdin.resume();
     }
   }));
-});
+}));
