@@ -32,7 +32,8 @@ WK_SRC = $(wildcard daemon/workers/common/*.c)
 WK_OBJ = $(patsubst %.c,$(B)/obj/%.o,$(WK_SRC))
 WORKER_SRC = $(filter-out daemon/workers/duktape/main.c,$(wildcard daemon/workers/duktape/*.c)) $(WK_SRC)
 WORKER_OBJ = $(patsubst %.c,$(B)/obj/%.o,$(WORKER_SRC))
-DAEMON_OBJ = $(patsubst %.c,$(B)/obj/%.o,$(DAEMON_SRC)) $(B)/gen/modal_api.pb-c.o
+DAEMON_OBJ = $(patsubst %.c,$(B)/obj/%.o,$(DAEMON_SRC)) $(B)/gen/modal_api.pb-c.o \
+	$(B)/gen/task_command_router.pb-c.o
 DAEMON_LIB_OBJ = $(filter-out $(B)/obj/daemon/main.o,$(DAEMON_OBJ))
 CLIENT_SRC = $(wildcard client/src/*.c)
 CLIENT_OBJ = $(patsubst %.c,$(B)/pic/%.o,$(CLIENT_SRC))
@@ -73,7 +74,14 @@ $(B)/gen/modal_api.pb-c.c $(B)/gen/modal_api.pb-c.h: proto/modal/modal_api.proto
 	protoc-c --proto_path=proto/modal --c_out=$(B)/gen proto/modal/modal_api.proto
 $(B)/gen/modal_api.pb-c.o: $(B)/gen/modal_api.pb-c.c
 	$(CC) $(CFLAGS_ALL) -Wno-missing-braces -I$(B)/gen -c $< -o $@
-$(DAEMON_OBJ): | $(B)/gen/modal_api.pb-c.h
+# The TaskCommandRouter's messages (they use modal_api's PTYInfo and SecretSource).
+$(B)/gen/task_command_router.pb-c.c $(B)/gen/task_command_router.pb-c.h: \
+		proto/modal/task_command_router.proto proto/modal/modal_api.proto
+	@mkdir -p $(B)/gen
+	protoc-c --proto_path=proto/modal --c_out=$(B)/gen proto/modal/task_command_router.proto
+$(B)/gen/task_command_router.pb-c.o: $(B)/gen/task_command_router.pb-c.c $(B)/gen/modal_api.pb-c.h
+	$(CC) $(CFLAGS_ALL) -Wno-missing-braces -I$(B)/gen -c $< -o $@
+$(DAEMON_OBJ): | $(B)/gen/modal_api.pb-c.h $(B)/gen/task_command_router.pb-c.h
 
 $(B)/sbxd: $(DAEMON_OBJ)
 	$(CC) $(SAN) -o $@ $^ $(LDLIBS_D)

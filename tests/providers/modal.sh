@@ -114,10 +114,12 @@ write_cfg() { # file, then the providers.modal lines
         for l in "$@"; do echo "    $l"; done
     } >"$f"
 }
+# The fake's command router is TLS only, with the fake's own CA.
+CA="$T/fake-state/tls/ca.pem"
 write_cfg "$T/main.yaml" "server_url: http://127.0.0.1:$PORT" "token_id: ak-test" \
-    "token_secret: as-test" "app_name: sbxd-test" "image: ubuntu:22.04"
+    "token_secret: as-test" "app_name: sbxd-test" "image: ubuntu:22.04" "ca_file: $CA"
 write_cfg "$T/short.yaml" "server_url: http://127.0.0.1:$PORT" "token_id: ak-test" \
-    "token_secret: as-test" "app_name: sbxd-test" "retry_budget_ms: 5000"
+    "token_secret: as-test" "app_name: sbxd-test" "retry_budget_ms: 5000" "ca_file: $CA"
 write_cfg "$T/nocred.yaml" "server_url: http://127.0.0.1:$PORT"
 write_cfg "$T/badcred.yaml" "server_url: http://127.0.0.1:$APORT" "token_id: ak-wrong" \
     "token_secret: as-wrong"
@@ -145,10 +147,10 @@ done
 
 # -- 1. the SDK accepts the fake ------------------------------------------------------
 if sh tests/modal/run_sdk_test.sh >"$T/sdk.log" 2>&1; then
-    pass "modal@0.5.6 SDK faithfulness test against the fake ($(grep -c '^ *ok ' "$T/sdk.log") checks)"
+    pass "modal@0.11.1 SDK faithfulness test against the fake ($(grep -c '^ *ok ' "$T/sdk.log") checks)"
 else
     tail -n 40 "$T/sdk.log"
-    fail "modal@0.5.6 SDK faithfulness test against the fake"
+    fail "modal@0.11.1 SDK faithfulness test against the fake"
 fi
 
 # -- 2. the C provider tests ------------------------------------------------------------

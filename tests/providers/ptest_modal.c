@@ -431,12 +431,12 @@ static void test_output(conn *c)
     test_cond("output: 300 kB arrive intact", n == 300000 && bad == 0);
     json_decref(r);
 
-    /* A stream broken mid-output resumes from the last batch: every line once, in order.
-     */
+    /* A stdio stream dropped mid-output (mid-line: after 200 bytes) resumes at its
+     * byte offset: every line once, in order. */
     json_t *f = ctl("POST", "/fault",
-                    json_pack("{s:i, s:i}", "break_output_after_batches", 3, "fd", 1));
+                    json_pack("{s:i, s:i}", "drop_stdio_after_bytes", 200, "fd", 1));
     json_decref(f);
-    int broken_before = calls_count("ContainerExecGetOutput", 14);
+    int broken_before = calls_count("TaskExecStdioRead", 14);
     r = sh(c, "m1",
            "i=1; while [ $i -le 120 ]; do echo line$i; "
            "[ $((i % 8)) = 0 ] && sleep 0.03; i=$((i+1)); done");
@@ -447,7 +447,17 @@ static void test_output(conn *c)
     test_cond("output: broken stream resumed without loss or duplication",
               res_int(r, "exit_code") == 0 && out_is(r, want));
     test_cond("output: the stream really broke (UNAVAILABLE) and was reopened",
-              calls_count("ContainerExecGetOutput", 14) > broken_before);
+              calls_count("TaskExecStdioRead", 14) > broken_before);
+    json_t *reads = ctl("GET", "/calls?method=TaskExecStdioRead", NULL);
+    int at200 = 0;
+    size_t ri;
+    json_t *rc;
+    json_array_foreach(reads, ri, rc)
+        at200 += json_integer_value(
+                     json_object_get(json_object_get(rc, "request"), "offset")) == 200;
+    json_decref(reads);
+    test_cond("output: ... at the byte after the last one received (offset 200)",
+              at200 == 1);
     json_decref(r);
     json_decref(ctl("DELETE", "/faults", NULL));
 }
@@ -664,7 +674,7 @@ static void test_dead_sandbox(conn *c)
 
     /* Two failures in a row: retried once, then reported. */
     f = ctl("POST", "/fault",
-            json_pack("{s:{s:s, s:i, s:s, s:i}}", "fail_next", "method", "ContainerExec",
+            json_pack("{s:{s:s, s:i, s:s, s:i}}", "fail_next", "method", "TaskExecStart",
                       "code", 5, "message", "fake: no such task (100% gone, über)",
                       "times", 2));
     json_decref(f);
@@ -1028,18 +1038,21 @@ static void test_outage(conn *c, double secs)
     json_decref(o);
 }
 
-/* The reply of a ContainerExec that Modal carried out is lost in an outage:
- * sbxd must not run the command a second time; it ends what the first one
- * started and says so. */
+/* The reply of a TaskExecStart that Modal carried out is lost in an outage:
+ * sbxd starts it again with the same exec id once Modal is back, which the
+ * router does not run a second time: the command runs once and is followed. */
 static void test_outage_exec_unknown(conn *c)
 {
+    json_t *before = ctl("GET", "/calls?method=TaskExecStart", NULL);
+    size_t nb = json_array_size(before);
+    json_decref(before);
     json_decref(
         ctl("POST", "/fault",
-            json_pack("{s:s, s:f}", "outage_after", "ContainerExec", "seconds", 2.0)));
-    json_t *r = sh(c, "mo", "echo once-9f3 >> once.txt; sleep 60");
-    const char *e = json_string_value(json_object_get(res_of(r), "error"));
-    test_cond("lost ContainerExec reply: an error that says it was not repeated",
-              e && strstr(e, "not repeated") && res_int(r, "exit_code") != 0);
+            json_pack("{s:s, s:f}", "outage_after", "TaskExecStart", "seconds", 2.0)));
+    json_t *r = sh(c, "mo", "echo once-9f3 >> once.txt; echo done");
+    errmsg(r);
+    test_cond("lost TaskExecStart reply: the command's own result arrives",
+              res_int(r, "exit_code") == 0 && out_is(r, "done\n"));
     json_decref(r);
     int n = 0;
     json_t *all = ctl("GET", "/execs", NULL);
@@ -1052,22 +1065,119 @@ static void test_outage_exec_unknown(conn *c)
         free(line);
     }
     json_decref(all);
-    test_cond("lost ContainerExec reply: the command was started exactly once", n == 1);
-    double deadline = now_ms() + 30000;
-    int ended = 0;
-    while (!ended && now_ms() < deadline) {
-        json_t *fe = fake_exec("once-9f3");
-        ended = json_integer_value(json_object_get(fe, "exit_code")) != 0 &&
-                !json_is_null(json_object_get(fe, "exit_code"));
-        json_decref(fe);
-        if (!ended)
-            usleep(200000);
+    test_cond("lost TaskExecStart reply: the command was started exactly once", n == 1);
+    json_t *st = ctl("GET", "/calls?method=TaskExecStart", NULL);
+    const char *id0 = NULL;
+    int same = 0, total = 0;
+    json_array_foreach(st, i, x) {
+        if (i < nb)
+            continue;
+        const char *id =
+            json_string_value(json_object_get(json_object_get(x, "request"), "exec_id"));
+        total++;
+        if (!id0)
+            id0 = id;
+        same += id && id0 && strcmp(id, id0) == 0;
     }
-    test_cond("lost ContainerExec reply: what it started is killed once Modal is back",
-              ended);
+    test_cond("lost TaskExecStart reply: started again with the same exec id",
+              total >= 2 && same == total);
+    json_decref(st);
     r = sh(c, "mo", "cat once.txt");
-    test_cond("lost ContainerExec reply: it ran once", out_is(r, "once-9f3\n"));
+    test_cond("lost TaskExecStart reply: it ran once", out_is(r, "once-9f3\n"));
     json_decref(r);
+}
+
+/* The command router: sbxd's processes went through it (the fake's log per
+ * client), a lost start reply is not run twice, a refused router falls back
+ * to ContainerExec and sandbox.get says so, and a server retry policy is obeyed. */
+static int client_calls(json_t *per, const char *svc, const char *method)
+{
+    return (int)json_integer_value(json_object_get(
+        json_object_get(json_object_get(per, "sbxd/" SBX_VERSION), svc), method));
+}
+
+static void test_router(conn *c)
+{
+    json_t *per = ctl("GET", "/clients", NULL);
+    test_cond("router: sbxd's processes used TaskExecStart, TaskExecStdioRead, "
+              "TaskExecStdinWrite, TaskExecWait",
+              client_calls(per, "router", "TaskExecStart") > 0 &&
+                  client_calls(per, "router", "TaskExecStdioRead") > 0 &&
+                  client_calls(per, "router", "TaskExecStdinWrite") > 0 &&
+                  client_calls(per, "router", "TaskExecWait") > 0 &&
+                  client_calls(per, "control", "TaskGetCommandRouterAccess") > 0);
+    test_cond("router: ... and never ContainerExec (exec, output, input, wait, kill)",
+              client_calls(per, "control", "ContainerExec") == 0 &&
+                  client_calls(per, "control", "ContainerExecGetOutput") == 0 &&
+                  client_calls(per, "control", "ContainerExecPutInput") == 0 &&
+                  client_calls(per, "control", "ContainerExecWait") == 0);
+    json_decref(per);
+    json_t *r = sb_get(c, "m1");
+    test_eq_str("router: sandbox.get says exec_transport task_command_router",
+                meta_str(r, "exec_transport"), "task_command_router");
+    json_decref(r);
+
+    /* A start whose reply is lost (the call was carried out) is retried with the same
+     * exec id and does not run twice. */
+    json_decref(ctl("POST", "/fault",
+                    json_pack("{s:{s:s, s:i}}", "fail_after", "method", "TaskExecStart",
+                              "code", 14)));
+    r = sh(c, "m1", "echo x >> twice.txt; wc -l < twice.txt");
+    test_cond("router: a retried TaskExecStart ran the command once",
+              res_int(r, "exit_code") == 0 && out_is(r, "1\n"));
+    json_decref(r);
+
+    /* Router refused: ContainerExec, said in the metadata. */
+    json_decref(ctl("POST", "/fault", json_pack("{s:i}", "refuse_router", 1)));
+    r = cn_call_t(c, LONG_MS, "sandbox.create",
+                  json_pack("{s:s, s:s}", "id", "mf", "provider", "modal"));
+    errmsg(r);
+    json_decref(r);
+    int ce = calls_count("ContainerExec", 0);
+    r = sh(c, "mf", "echo fallback");
+    test_cond("router refused: exec works through ContainerExec",
+              out_is(r, "fallback\n") && calls_count("ContainerExec", 0) > ce);
+    json_decref(r);
+    r = sb_get(c, "mf");
+    const char *why = meta_str(r, "exec_fallback_reason");
+    test_cond("router refused: sandbox.get says container_exec and why",
+              strcmp(meta_str(r, "exec_transport"), "container_exec") == 0 &&
+                  strstr(why, "FAILED_PRECONDITION"));
+    json_decref(r);
+    json_decref(cn_call_t(c, LONG_MS, "sandbox.destroy", json_pack("{s:s}", "id", "mf")));
+
+    /* RPCRetryPolicy: a code sbxd never retries on its own (RESOURCE_EXHAUSTED) is
+     * retried after the delay the server names, with the throttle headers. */
+    int before = calls_count("SandboxCreate", -1);
+    json_decref(
+        ctl("POST", "/fault",
+            json_pack("{s:{s:s, s:i, s:s, s:f}}", "fail_next", "method", "SandboxCreate",
+                      "code", 8, "message", "slow down", "retry_after_secs", 0.6)));
+    double t0 = now_ms();
+    r = cn_call_t(c, LONG_MS, "sandbox.create",
+                  json_pack("{s:s, s:s}", "id", "mr", "provider", "modal"));
+    double took = now_ms() - t0;
+    errmsg(r);
+    test_cond("retry policy: the create succeeds after the server's delay",
+              err_code(r) == 0 && took >= 550);
+    json_decref(r);
+    json_t *cs = ctl("GET", "/calls?method=SandboxCreate", NULL);
+    json_t *a = json_array_get(cs, (size_t)before),
+           *b2 = json_array_get(cs, (size_t)before + 1);
+    json_t *mda = json_object_get(a, "metadata"), *mdb = json_object_get(b2, "metadata");
+    const char *ta = json_string_value(json_object_get(mda, "x-throttle-retry-attempt"));
+    const char *tb = json_string_value(json_object_get(mdb, "x-throttle-retry-attempt"));
+    const char *host = json_string_value(json_object_get(mda, "x-modal-host"));
+    test_cond("retry policy: codes 8 then 0; throttle attempt 0 then 1 (with a delay); "
+              "x-modal-host",
+              json_integer_value(json_object_get(a, "code")) == 8 &&
+                  json_integer_value(json_object_get(b2, "code")) == 0 && ta &&
+                  strcmp(ta, "0") == 0 && tb && strcmp(tb, "1") == 0 &&
+                  json_object_get(mdb, "x-throttle-retry-delay") && host &&
+                  strcmp(host, "127.0.0.1") == 0);
+    json_decref(cs);
+    json_decref(cn_call_t(c, LONG_MS, "sandbox.destroy", json_pack("{s:s}", "id", "mr")));
+    json_decref(ctl("DELETE", "/faults", NULL));
 }
 
 /* An outage longer than the retry budget (a daemon with a 5 s budget): the
@@ -1709,6 +1819,7 @@ int main(int argc, char **argv)
     test_stdin(c);
     test_output(c);
     test_kill_timeout(c);
+    test_router(c);
     test_flow_control();
     test_dead_sandbox(c);
     test_stop_start(c);

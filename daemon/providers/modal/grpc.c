@@ -58,7 +58,10 @@ struct grpc_call {
     double t0; /* wall clock of the first attempt */
     char idem[40];
     int token_retried;
-    char *used_token; /* the channel token this attempt carried */
+    char *used_token;   /* the channel token this attempt carried */
+    char *hdr;          /* the call's own header line, or NULL */
+    double retry_after; /* this attempt's RPCRetryPolicy delay, -1 = none */
+    int throttle_retries;
 
     /* response of the current attempt */
     uint8_t *in;
@@ -279,6 +282,181 @@ int grpc_chan_header(struct grpc_chan *ch, const char *line)
     return grpc_header_add(&ch->extra, line);
 }
 
+void grpc_chan_set_ca(struct grpc_chan *ch, const char *path)
+{
+    free(ch->ca_file);
+    ch->ca_file = path && path[0] ? xstrdup(path) : NULL;
+}
+
+void grpc_chan_set_throttle(struct grpc_chan *ch, double budget_s)
+{
+    ch->throttle_s = budget_s > 0 ? budget_s : 0;
+}
+
+/* ---- RPCRetryPolicy in grpc-status-details-bin --------------------------------- */
+
+static int b64_val(int ch)
+{
+    if (ch >= 'A' && ch <= 'Z')
+        return ch - 'A';
+    if (ch >= 'a' && ch <= 'z')
+        return ch - 'a' + 26;
+    if (ch >= '0' && ch <= '9')
+        return ch - '0' + 52;
+    if (ch == '+' || ch == '-')
+        return 62;
+    if (ch == '/' || ch == '_')
+        return 63;
+    return -1;
+}
+
+/* Decodes base64 (padding optional) into out (room for n*3/4+3). Returns the
+ * length, or -1 on a bad character. */
+static long b64_decode(const char *s, size_t n, uint8_t *out)
+{
+    uint32_t acc = 0;
+    int bits = 0;
+    long o = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] == '=' || s[i] == ' ' || s[i] == '\t' || s[i] == '\r' || s[i] == '\n')
+            continue;
+        int v = b64_val((unsigned char)s[i]);
+        if (v < 0)
+            return -1;
+        acc = (acc << 6) | (uint32_t)v;
+        bits += 6;
+        if (bits >= 8) {
+            bits -= 8;
+            out[o++] = (uint8_t)(acc >> bits);
+        }
+    }
+    return o;
+}
+
+static int pb_varint(const uint8_t **p, const uint8_t *end, uint64_t *v)
+{
+    uint64_t r = 0;
+    for (int sh = 0; sh < 64 && *p < end; sh += 7) {
+        uint8_t b = *(*p)++;
+        r |= (uint64_t)(b & 0x7f) << sh;
+        if (!(b & 0x80)) {
+            *v = r;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* The next field of [*p, end): its number, wire type and, for length-delimited
+ * fields, data and dlen; fixed32 is left in *data too. -1 on malformed bytes. */
+static int pb_field(const uint8_t **p, const uint8_t *end, uint32_t *num, int *wire,
+                    const uint8_t **data, size_t *dlen)
+{
+    uint64_t key, v;
+    if (pb_varint(p, end, &key) < 0 || key >> 3 == 0 || key >> 3 > UINT32_MAX)
+        return -1;
+    *num = (uint32_t)(key >> 3);
+    *wire = (int)(key & 7);
+    *data = *p;
+    *dlen = 0;
+    switch (*wire) {
+    case 0:
+        return pb_varint(p, end, &v);
+    case 1:
+        if (end - *p < 8)
+            return -1;
+        *p += 8;
+        *dlen = 8;
+        return 0;
+    case 2:
+        if (pb_varint(p, end, &v) < 0 || v > (uint64_t)(end - *p))
+            return -1;
+        *data = *p;
+        *dlen = (size_t)v;
+        *p += v;
+        return 0;
+    case 5:
+        if (end - *p < 4)
+            return -1;
+        *p += 4;
+        *dlen = 4;
+        return 0;
+    default:
+        return -1;
+    }
+}
+
+static const char POLICY_TYPE[] = "/modal.client.RPCRetryPolicy";
+
+/* An Any: type_url=1, value=2. 0 and *secs if it is a retry policy. */
+static int any_policy(const uint8_t *p, const uint8_t *end, double *secs)
+{
+    const uint8_t *val = NULL;
+    size_t vlen = 0;
+    int is_policy = 0;
+    while (p < end) {
+        uint32_t num;
+        int wire;
+        const uint8_t *d;
+        size_t dl;
+        if (pb_field(&p, end, &num, &wire, &d, &dl) < 0)
+            return -1;
+        size_t tl = sizeof(POLICY_TYPE) - 1;
+        if (num == 1 && wire == 2)
+            is_policy = dl >= tl && memcmp(d + dl - tl, POLICY_TYPE, tl) == 0;
+        else if (num == 2 && wire == 2)
+            val = d, vlen = dl;
+    }
+    if (!is_policy)
+        return -1;
+    float f = 0;
+    const uint8_t *q = val, *qe = val ? val + vlen : NULL;
+    while (q && q < qe) {
+        uint32_t num;
+        int wire;
+        const uint8_t *d;
+        size_t dl;
+        if (pb_field(&q, qe, &num, &wire, &d, &dl) < 0)
+            return -1;
+        if (num == 1 && wire == 5) {
+            uint32_t u = (uint32_t)d[0] | (uint32_t)d[1] << 8 | (uint32_t)d[2] << 16 |
+                         (uint32_t)d[3] << 24;
+            memcpy(&f, &u, sizeof(f));
+        }
+    }
+    double s = (double)f;
+    if (!(s >= 0)) /* NaN and negatives */
+        s = 0;
+    *secs = s > 3600 ? 3600 : s;
+    return 0;
+}
+
+int grpc_retry_policy_parse(const char *b64, size_t n, double *secs_out)
+{
+    if (!b64 || n == 0 || n > 65536)
+        return -1;
+    uint8_t *buf = xmalloc(n * 3 / 4 + 4);
+    long len = b64_decode(b64, n, buf);
+    int ret = -1;
+    const uint8_t *p = buf, *end = buf + (len > 0 ? len : 0);
+    while (len > 0 && p < end) {
+        uint32_t num;
+        int wire;
+        const uint8_t *d;
+        size_t dl;
+        if (pb_field(&p, end, &num, &wire, &d, &dl) < 0)
+            break;
+        double s;
+        if (num == 3 && wire == 2 && any_policy(d, d + dl, &s) == 0) {
+            *secs_out = s;
+            ret = 0;
+            break;
+        }
+    }
+    free(buf);
+    return ret;
+}
+
 void grpc_chan_set_headers(struct grpc_chan *ch, grpc_headers_cb cb, void *privdata)
 {
     ch->headers_cb = cb;
@@ -310,6 +488,7 @@ void grpc_chan_deinit(struct grpc_chan *ch)
     free(ch->service);
     free(ch->token_method);
     free(ch->token);
+    free(ch->ca_file);
     memset(ch, 0, sizeof(*ch));
 }
 
@@ -325,6 +504,7 @@ static void reset_response(struct grpc_call *c)
     free(c->grpc_message);
     c->grpc_message = NULL;
     c->compressed_ok = 0;
+    c->retry_after = -1;
     c->local_code = 0;
     free(c->local_msg);
     c->local_msg = NULL;
@@ -373,6 +553,7 @@ static void call_free(struct grpc_call *c)
     reset_response(c);
     free(c->held_msg);
     free(c->used_token);
+    free(c->hdr);
     free(c->frame);
     free(c->url);
     free(c);
@@ -623,6 +804,12 @@ static void on_header(struct curlev_req *r, const char *line, size_t n, void *pr
         c->grpc_message = percent_decode(v, vl);
     } else if (kl == 13 && strncasecmp(line, "grpc-encoding", 13) == 0) {
         c->compressed_ok = !(vl == 8 && strncasecmp(v, "identity", 8) == 0);
+    } else if (kl == 23 && strncasecmp(line, "grpc-status-details-bin", 23) == 0) {
+        while (vl > 0 && (v[vl - 1] == '\r' || v[vl - 1] == '\n' || v[vl - 1] == ' '))
+            vl--;
+        double secs;
+        if (grpc_retry_policy_parse(v, vl, &secs) == 0)
+            c->retry_after = secs;
     }
 }
 
@@ -672,6 +859,20 @@ static void req_done(struct curlev_req *r, CURLcode rc, long http, const char *e
     if (c->unary && code == GRPC_OK && !c->got_msg) {
         code = GRPC_UNIMPLEMENTED;
         msg = "No message received";
+    }
+    /* The server said when to try again (RPCRetryPolicy): do so, whatever the
+     * code, while the channel's throttle budget lasts, as the SDKs do. */
+    if (c->unary && code != GRPC_OK && c->retry_after >= 0 && ch->throttle_s > 0) {
+        double delay = c->retry_after < 0.1 ? 0.1 : c->retry_after;
+        if (wall_now() - c->t0 + delay < ch->throttle_s) {
+            log_debug("grpc: %s: the server asks for a retry in %.2f s (%s: %s)",
+                      c->method, delay, grpc_code_name(code), msg);
+            c->throttle_retries++;
+            c->state = CS_RETRY_WAIT;
+            ev_timer_set(&c->timer, delay, 0.);
+            ev_timer_start(ch->loop, &c->timer);
+            return;
+        }
     }
     /* Unary: retry what the SDK retries, with the same idempotency key (a
      * no_resend call only when the attempt never reached the server). */
@@ -742,15 +943,20 @@ static void call_send(struct grpc_call *c)
                                   .attempt = c->attempt,
                                   .since_first_s = wall_now() - c->t0,
                                   .call_id = c->idem,
-                                  .token = c->used_token};
+                                  .token = c->used_token,
+                                  .throttle_attempt = c->throttle_retries};
         struct curl_slist *hs = NULL;
         ch->headers_cb(&hs, &at, ch->headers_data);
         for (struct curl_slist *h = hs; h; h = h->next)
             curlev_req_header(r, h->data);
         curl_slist_free_all(hs);
     }
+    if (c->hdr)
+        curlev_req_header(r, c->hdr);
     curlev_req_body(r, c->frame, c->frame_len);
     CURL *e = curlev_req_easy(r);
+    if (ch->tls && ch->ca_file)
+        curl_easy_setopt(e, CURLOPT_CAINFO, ch->ca_file);
     curl_easy_setopt(e, CURLOPT_HTTP_VERSION,
                      ch->tls ? (long)CURL_HTTP_VERSION_2TLS
                              : (long)CURL_HTTP_VERSION_2_PRIOR_KNOWLEDGE);
@@ -825,11 +1031,12 @@ static void call_begin(struct grpc_call *c)
 
 static struct grpc_call *call_new(struct grpc_chan *ch, const char *method,
                                   const ProtobufCMessage *req, int unary,
-                                  double timeout_s, grpc_msg_cb on_msg,
+                                  double timeout_s, const char *hdr, grpc_msg_cb on_msg,
                                   grpc_done_cb on_done, void *privdata)
 {
     struct grpc_call *c = xcalloc(1, sizeof(*c));
     c->ch = ch;
+    c->hdr = hdr && strchr(hdr, ':') && header_value_ok(hdr) ? xstrdup(hdr) : NULL;
     snprintf(c->method, sizeof(c->method), "%s", method);
     c->url = xasprintf("%s/%s/%s", ch->base_url, ch->service, method);
     size_t n = req ? protobuf_c_message_get_packed_size(req) : 0;
@@ -864,14 +1071,29 @@ struct grpc_call *grpc_unary(struct grpc_chan *ch, const char *method,
                              const ProtobufCMessage *req, double timeout_s,
                              grpc_done_cb on_done, void *privdata)
 {
-    return call_new(ch, method, req, 1, timeout_s, NULL, on_done, privdata);
+    return call_new(ch, method, req, 1, timeout_s, NULL, NULL, on_done, privdata);
+}
+
+struct grpc_call *grpc_unary_h(struct grpc_chan *ch, const char *method,
+                               const ProtobufCMessage *req, double timeout_s,
+                               const char *header, grpc_done_cb on_done, void *privdata)
+{
+    return call_new(ch, method, req, 1, timeout_s, header, NULL, on_done, privdata);
+}
+
+struct grpc_call *grpc_stream_h(struct grpc_chan *ch, const char *method,
+                                const ProtobufCMessage *req, double timeout_s,
+                                const char *header, grpc_msg_cb on_msg,
+                                grpc_done_cb on_done, void *privdata)
+{
+    return call_new(ch, method, req, 0, timeout_s, header, on_msg, on_done, privdata);
 }
 
 struct grpc_call *grpc_stream(struct grpc_chan *ch, const char *method,
                               const ProtobufCMessage *req, double timeout_s,
                               grpc_msg_cb on_msg, grpc_done_cb on_done, void *privdata)
 {
-    return call_new(ch, method, req, 0, timeout_s, on_msg, on_done, privdata);
+    return call_new(ch, method, req, 0, timeout_s, NULL, on_msg, on_done, privdata);
 }
 
 /* ---- owner controls -----------------------------------------------------------------

@@ -84,6 +84,8 @@ struct grpc_attempt {
     double since_first_s; /* wall time since the call's first attempt */
     const char *call_id;  /* a UUIDv4, the same for every attempt of one call */
     const char *token;    /* the channel's token this attempt carries, or NULL */
+    int throttle_attempt; /* how many retries so far the server asked for (RPCRetryPolicy)
+                           */
 };
 
 /**
@@ -134,8 +136,10 @@ struct grpc_chan {
     struct curl_slist *extra;                       /* static headers for every call */
     size_t max_msg;
     long connect_timeout_ms;
-    int verbose;  /* SBXD_CURL_VERBOSE set: libcurl traces to stderr */
-    int no_reuse; /* h2c on libcurl < 8.0: a fresh connection per call */
+    char *ca_file;     /* CA bundle that verifies https peers (NULL: the system's) */
+    double throttle_s; /* > 0: how long server-directed retries may go on */
+    int verbose;       /* SBXD_CURL_VERBOSE set: libcurl traces to stderr */
+    int no_reuse;      /* h2c on libcurl < 8.0: a fresh connection per call */
 };
 
 /**
@@ -157,6 +161,26 @@ int grpc_header_add(struct curl_slist **list, const char *line);
 
 /** Adds a static header line "name: value" sent on every call; 0 or -1 as above. */
 int grpc_chan_header(struct grpc_chan *ch, const char *line);
+
+/** Verifies https peers with the CA bundle at path (copied; NULL: the system's). */
+void grpc_chan_set_ca(struct grpc_chan *ch, const char *path);
+
+/**
+ * Server-directed retries: a failed unary call whose grpc-status-details-bin
+ * carries a modal.client.RPCRetryPolicy is tried again after the delay it
+ * names (whatever its code), for as long as budget_s from the first attempt
+ * allows (0: never). The attempt's throttle_attempt counts them.
+ */
+void grpc_chan_set_throttle(struct grpc_chan *ch, double budget_s);
+
+/**
+ * Reads grpc-status-details-bin (the header's base64 value, b64/n, padding
+ * optional): a google.rpc.Status whose details hold a google.protobuf.Any of
+ * type .../modal.client.RPCRetryPolicy. Returns 0 and its retry_after_secs in
+ * *secs_out (clamped to [0, 3600]), or -1 if there is none or the bytes do
+ * not parse. Safe on any input.
+ */
+int grpc_retry_policy_parse(const char *b64, size_t n, double *secs_out);
 
 /** Sets the callback that adds each attempt's headers (NULL: none). */
 void grpc_chan_set_headers(struct grpc_chan *ch, grpc_headers_cb cb, void *privdata);
@@ -185,6 +209,19 @@ struct grpc_call *grpc_unary(struct grpc_chan *ch, const char *method,
 struct grpc_call *grpc_stream(struct grpc_chan *ch, const char *method,
                               const ProtobufCMessage *req, double timeout_s,
                               grpc_msg_cb on_msg, grpc_done_cb on_done, void *privdata);
+
+/**
+ * grpc_unary/grpc_stream with one more header line (copied) on every attempt
+ * of this call: a credential that differs per call on a shared channel (the
+ * command router's per-task bearer token). NULL: none.
+ */
+struct grpc_call *grpc_unary_h(struct grpc_chan *ch, const char *method,
+                               const ProtobufCMessage *req, double timeout_s,
+                               const char *header, grpc_done_cb on_done, void *privdata);
+struct grpc_call *grpc_stream_h(struct grpc_chan *ch, const char *method,
+                                const ProtobufCMessage *req, double timeout_s,
+                                const char *header, grpc_msg_cb on_msg,
+                                grpc_done_cb on_done, void *privdata);
 
 /**
  * For calls that must not run twice on the server (ContainerExec): the

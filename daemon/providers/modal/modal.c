@@ -205,6 +205,8 @@ static json_t *msb_state(struct msb *ms)
                                "started_at", p->started_at, "deadline", deadline);
         if (x->exec_id)
             json_object_set_new(pe, "exec_id", json_string(x->exec_id));
+        if (x->exec_id && x->router)
+            json_object_set_new(pe, "router_task", json_string(nz(x->rexec_task)));
         json_array_append_new(procs, pe);
     }
     json_t *conf = json_deep_copy(sb->conf);
@@ -672,6 +674,30 @@ static void auth_headers(struct curl_slist **list, const struct grpc_attempt *a,
         snprintf(v, sizeof(v), "%.3f", a->since_first_s);
         add_header(list, "x-retry-delay", v);
     }
+    /* As npm modal 0.11.1: the host it dials, and how often the server's
+     * RPCRetryPolicy has sent it back. */
+    if (mp->host)
+        add_header(list, "x-modal-host", mp->host);
+    snprintf(v, sizeof(v), "%d", a->throttle_attempt);
+    add_header(list, "x-throttle-retry-attempt", v);
+    if (a->throttle_attempt > 0) {
+        snprintf(v, sizeof(v), "%.3f", a->since_first_s);
+        add_header(list, "x-throttle-retry-delay", v);
+    }
+}
+
+/* The host of a server URL, without scheme, port or brackets. */
+static char *url_host(const char *url)
+{
+    const char *h = strstr(url, "://");
+    h = h ? h + 3 : url;
+    size_t n = strcspn(h, "/?#");
+    if (n && h[0] == '[') {
+        const char *e = memchr(h, ']', n);
+        return e ? xstrndup(h + 1, (size_t)(e - h - 1)) : NULL;
+    }
+    const char *c = memchr(h, ':', n);
+    return xstrndup(h, c ? (size_t)(c - h) : n);
 }
 
 static int b64url_val(int ch)
@@ -689,8 +715,7 @@ static int b64url_val(int ch)
     return -1;
 }
 
-/* exp from the JWT payload, or 0. */
-static double jwt_exp(const char *tok)
+double modal_jwt_exp(const char *tok)
 {
     const char *a = strchr(tok, '.');
     const char *b = a ? strchr(a + 1, '.') : NULL;
@@ -734,7 +759,7 @@ static char *auth_token_parse(const uint8_t *msg, size_t len, double *refresh_in
     if (!tok)
         return NULL;
     double now = daemon_now();
-    double exp = jwt_exp(tok);
+    double exp = modal_jwt_exp(tok);
     double life = exp > now ? exp - now : TOKEN_DEFAULT_LIFE;
     if (exp <= 0)
         log_warn("modal: the auth token has no exp claim; treating it as valid for "
@@ -826,6 +851,15 @@ static int m_load(json_t *conf, void **cookie, sbx_err_t *err)
     grpc_chan_header(&mp->ch, "x-modal-libmodal-version: sbxd/" SBX_VERSION);
     mp->token_id = xstrdup(tid);
     mp->token_secret = xstrdup(tsec);
+    mp->host = url_host(mp->url);
+    const char *ca = json_string_value(json_object_get(conf, "ca_file"));
+    mp->ca_file = ca && ca[0] ? xstrdup(ca) : NULL;
+    grpc_chan_set_ca(&mp->ch, mp->ca_file);
+    const char *et = json_string_value(json_object_get(conf, "exec_transport"));
+    mp->container_exec_only = et && strcmp(et, "container_exec") == 0;
+    if (et && !mp->container_exec_only && strcmp(et, "auto") != 0)
+        log_warn("modal: exec_transport %s is neither auto nor container_exec; auto", et);
+    grpc_chan_set_throttle(&mp->ch, mp->retry_budget_s);
     grpc_chan_set_headers(&mp->ch, auth_headers, mp);
     grpc_chan_set_token(&mp->ch, "AuthTokenGet", auth_token_parse, mp);
     const char *cp = getenv("SBXD_MODAL_CURL_PAUSE");
@@ -854,6 +888,7 @@ static void m_unload(void *cookie)
     json_decref(mp->saved);
     json_decref(mp->snaps);
     free(mp->state_path);
+    modal_router_unload(mp);
     if (mp->ready)
         grpc_chan_deinit(&mp->ch);
     json_decref(mp->apps);
@@ -865,6 +900,8 @@ static void m_unload(void *cookie)
     free(mp->working_dir);
     free(mp->token_id);
     free(mp->token_secret);
+    free(mp->host);
+    free(mp->ca_file);
     free(mp);
 }
 
@@ -905,6 +942,9 @@ static const struct cfg_key modal_keys[] = {
     {"max_message_bytes", CFG_INT}, /* one received gRPC message; default 16 MiB */
     {"retry_budget_ms", CFG_INT},   /* outages: how long streams and waits retry */
     {"state_file", CFG_STR},        /* what survives a restart; "" = nothing */
+    {"ca_file", CFG_STR}, /* CA bundle for https (control plane and command router) */
+    {"exec_transport", CFG_STR}, /* auto (router, ContainerExec if refused) |
+                                    container_exec */
     {NULL, 0},
 };
 

@@ -4,7 +4,11 @@
  *                 state file (what survives an sbxd restart), and the helpers
  *   modal_life.c  sandbox lifecycle jobs (start/restart/stop/snapshot/destroy)
  *                 as a table of steps {RPC, build the request, on the reply}
- *   modal_proc.c  processes: ContainerExec, output streams, stdin, wait, kill
+ *   modal_proc.c  processes: exec, output streams, stdin, wait, kill, on the
+ *                 TaskCommandRouter (ContainerExec when the router is refused)
+ *   modal_router.c the link to the command router: access (URL + JWT) per
+ *                 task, refreshed before it expires, and one TLS HTTP/2
+ *                 channel per worker URL
  * Not a public header: only these files include it.
  */
 #ifndef SBXD_MODAL_INT_H
@@ -16,6 +20,7 @@
 #include "daemon.h"
 #include "grpc.h"
 #include "modal_api.pb-c.h"
+#include "task_command_router.pb-c.h"
 #include "obuf.h"
 #include "process.h"
 #include "provider.h"
@@ -40,8 +45,22 @@ struct state_writer {
     ev_async done;
 };
 
+/* One TLS HTTP/2 connection (a channel) per command-router URL (a worker),
+ * shared by every task on it; kept until the provider unloads. */
+struct mrouter {
+    struct grpc_chan ch;
+    char *url;
+    struct mrouter *next;
+};
+
+enum rt_mode { RT_UNKNOWN, RT_FETCHING, RT_ON, RT_OFF };
+
 struct mprov {
     struct grpc_chan ch;
+    char *host;              /* of url: the x-modal-host header */
+    char *ca_file;           /* providers.modal.ca_file: verifies https peers */
+    int container_exec_only; /* providers.modal.exec_transport: container_exec */
+    struct mrouter *routers;
     int ready;        /* credentials and a channel */
     char reason[256]; /* why not ready */
     char *url, *app_name, *environment, *image, *working_dir;
@@ -133,6 +152,18 @@ struct msb {
     struct grpc_call *watch_call; /* during a lifecycle job: does the sandbox end? */
     ev_timer watch_timer;         /* SandboxWait again after a failure */
     ev_timer lost_timer;          /* ends a job that depends on a lost sandbox */
+
+    /* The command router of the current task (modal_router.c). */
+    enum rt_mode rt_mode;
+    char *rt_task; /* the task the access below is for */
+    char *rt_jwt;
+    char *rt_auth; /* "authorization: Bearer <jwt>" */
+    char *rt_why;  /* RT_OFF: why the router is not used */
+    double rt_exp; /* wall clock when the JWT expires; 0: unknown */
+    struct mrouter *router;
+    struct grpc_call *rt_call; /* TaskGetCommandRouterAccess in flight */
+    ev_timer rt_timer;         /* fetches the access again before it expires */
+    struct mproc *rt_waiters;  /* processes waiting for the access */
 };
 
 struct mproc {
@@ -175,6 +206,17 @@ struct mproc {
     double last_output; /* when a batch last arrived */
     int tail_tries;
     int adopted; /* found in the state file after an sbxd restart */
+
+    /* On the command router (router = 1): the exec id is ours (a UUID made
+     * before the first TaskExecStart, so a retried start never runs twice),
+     * last_batch[] are byte offsets of stdout/stderr, stdin goes by offset. */
+    int router;
+    char *rexec_id, *rexec_task;
+    uint64_t stdin_off, stdin_inflight;
+    int exit_signal;
+    int unauth_tries;
+    struct mproc *rt_next; /* ms->rt_waiters */
+    int rt_waiting;
 };
 
 /* ---- modal.c: helpers ----------------------------------------------------------- */
@@ -190,6 +232,9 @@ void modal_set_str(char **dst, const char *src);
 /** A Modal failure as a daemon error: unreachable -> -32002, else -32006. */
 int modal_grpc_err(struct mprov *mp, sbx_err_t *err, const struct grpc_status *st,
                    const char *what);
+
+/** exp of a JWT's payload (seconds since the epoch), or 0 if it has none. */
+double modal_jwt_exp(const char *tok);
 
 /** A number or a numeric string (an option's value) into *out: 0, or -1. */
 int modal_opt_number(json_t *v, double *out);
@@ -242,7 +287,49 @@ int modal_sb_snapshot(void *cookie, struct sandbox *sb, sbx_err_t *err);
 json_t *modal_sb_metadata(void *cookie, struct sandbox *sb);
 void modal_sb_release(void *cookie, struct sandbox *sb);
 
+/* ---- modal_router.c: the command router ------------------------------------------ */
+
+/**
+ * Whether m may call the router of its sandbox's task now: 1 (yes), -1 (no:
+ * use ContainerExec, the router was refused or is turned off), 0 (m waits:
+ * the access is being fetched; modal_proc_router_ready(m, ...) follows).
+ */
+int modal_router_use(struct mproc *m);
+
+/** A call on the router of ms with its current bearer token (see grpc_unary). */
+struct grpc_call *modal_router_unary(struct msb *ms, const char *method,
+                                     const ProtobufCMessage *req, double timeout_s,
+                                     grpc_done_cb on_done, void *privdata);
+struct grpc_call *modal_router_stream(struct msb *ms, const char *method,
+                                      const ProtobufCMessage *req, double timeout_s,
+                                      grpc_msg_cb on_msg, grpc_done_cb on_done,
+                                      void *privdata);
+
+/** The router rejected the token (UNAUTHENTICATED): fetch a new one now. */
+void modal_router_stale(struct msb *ms);
+
+/** Sets up the router part of a new ms. */
+void modal_router_init(struct msb *ms);
+
+/** Forgets the access of ms (release, or its task is gone); waiters are not told. */
+void modal_router_reset(struct msb *ms);
+
+/** Takes m off the access waiters (it is released). */
+void modal_router_unwait(struct mproc *m);
+
+/** Adds what sandbox.get says about the exec transport to o. */
+void modal_router_metadata(struct msb *ms, json_t *o);
+
+/** Frees every router channel (provider unload). */
+void modal_router_unload(struct mprov *mp);
+
 /* ---- modal_proc.c: processes ------------------------------------------------------- */
+
+/**
+ * The router access m waited for is there (failure NULL) or could not be had
+ * (failure: why): m goes on with its exec or its streams, or fails.
+ */
+void modal_proc_router_ready(struct mproc *m, const char *failure);
 
 /** Starts (or starts again) m's ContainerExec, waiting for a restart if needed. */
 void modal_exec_start(struct mproc *m);

@@ -1245,6 +1245,7 @@ struct msb *modal_msb_new(struct mprov *mp, struct sandbox *sb, sbx_err_t *err)
     ms->watch_timer.data = ms;
     ev_init(&ms->lost_timer, lost_cb);
     ms->lost_timer.data = ms;
+    modal_router_init(ms);
     ms->all_next = mp->all;
     if (mp->all)
         mp->all->all_prev = ms;
@@ -1343,6 +1344,7 @@ json_t *modal_sb_metadata(void *cookie, struct sandbox *sb)
     json_object_set_new(o, "retried", json_boolean(ms->last_retried));
     if (ms->dead)
         json_object_set_new(o, "dead", json_string(nz(ms->dead_reason)));
+    modal_router_metadata(ms, o);
     return o;
 }
 
@@ -1367,8 +1369,12 @@ void modal_sb_release(void *cookie, struct sandbox *sb)
     watch_stop(ms);
     ev_timer_stop(D->loop, &ms->timer);
     ev_timer_stop(D->loop, &ms->lost_timer);
-    for (struct mproc *m = ms->procs; m; m = m->next)
+    modal_router_reset(ms);
+    for (struct mproc *m = ms->procs; m; m = m->next) {
+        m->rt_waiting = 0;
+        m->rt_next = NULL;
         m->ms = NULL;
+    }
     free(ms->app_name);
     free(ms->env_name);
     free(ms->app_id);

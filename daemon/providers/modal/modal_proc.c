@@ -21,6 +21,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
 
 #include "log.h"
 #include "modal_int.h"
@@ -85,6 +87,31 @@ static const char KILLER[] =
 
 static void exec_start(struct mproc *m);
 static void schedule_report(struct mproc *m);
+
+/* The router numbers stdout 0 and stderr 1 (ContainerExec: 1 and 2); the
+ * generated names are longer than a line. */
+#define RT_FD_STDOUT ((Modal__TaskCommandRouter__TaskExecStdioFileDescriptor)0)
+#define RT_FD_STDERR ((Modal__TaskCommandRouter__TaskExecStdioFileDescriptor)1)
+
+/* A random UUIDv4: the exec ids we choose on the router. */
+static void uuid4(char *out)
+{
+    unsigned char b[16];
+    if (getrandom(b, sizeof(b), GRND_NONBLOCK) != (ssize_t)sizeof(b)) {
+        static unsigned long long ctr;
+        unsigned long long v = (unsigned long long)time(NULL) ^ (++ctr << 20) ^
+                               (unsigned long long)(uintptr_t)out;
+        memcpy(b, &v, 8);
+        v ^= ctr * 0x9e3779b97f4a7c15ULL;
+        memcpy(b + 8, &v, 8);
+    }
+    b[6] = (unsigned char)((b[6] & 0x0f) | 0x40);
+    b[8] = (unsigned char)((b[8] & 0x3f) | 0x80);
+    snprintf(out, 37,
+             "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
+             b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12],
+             b[13], b[14], b[15]);
+}
 static void check_finish(struct mproc *m);
 
 static int dead_code(int code)
@@ -184,6 +211,8 @@ static void report_cb(struct ev_loop *loop, ev_timer *w, int revents)
     }
     if (m->kill_sig)
         json_object_set_new(rec, "killed", json_true());
+    if (m->exit_signal > 0 && !m->incomplete)
+        json_object_set_new(rec, "signal", json_integer(m->exit_signal));
     /* Modal's own exec timeout (sbxd's deadline usually comes first). */
     if (code == SBX_EXIT_TIMEOUT && p->timeout_ms > 0 &&
         (ev_now(loop) - m->t0) * 1000.0 >= (double)p->timeout_ms * 0.9) {
@@ -228,6 +257,21 @@ static void report_error(struct mproc *m, const char *fmt, ...)
 }
 
 static void out_open(struct mproc *m, int fd);
+
+/* A router process whose task's router is no longer known (the task ended, or
+ * a restart replaced it): reported gone. 1 if so. */
+static int router_gone(struct mproc *m)
+{
+    struct msb *ms = m->ms;
+    if (ms && ms->rt_mode == RT_ON && ms->router && ms->rt_task && m->rexec_task &&
+        strcmp(ms->rt_task, m->rexec_task) == 0)
+        return 0;
+    if (!m->reported)
+        report_error(m, "the Modal sandbox is gone: %s",
+                     ms && ms->dead_reason ? ms->dead_reason
+                                           : "its task and command router are gone");
+    return 1;
+}
 
 /* After the exit, the output streams should deliver their last batch at once.
  * One that stays silent (not paused by a slow follower) is reopened from its
@@ -285,10 +329,57 @@ static void check_finish(struct mproc *m)
     }
 }
 
+/* After a message: flow control for a follower that cannot keep up. */
+static void out_backpressure(struct mproc *m, struct grpc_call *c, int fd)
+{
+    if (!process_output_blocked(m->p))
+        return;
+    m->paused = 1;
+    if (m->ms->mp->curl_pause) {
+        grpc_call_pause(c);
+    } else {
+        /* Drop the stream; proc_resume reopens it after the last batch (router:
+         * byte) we delivered, so nothing is lost and nothing piles up meanwhile. */
+        log_debug("modal: pid %u: follower blocked at %llu; closing the %s stream",
+                  m->p->pid, (unsigned long long)m->last_batch[fd - 1],
+                  fd == 1 ? "stdout" : "stderr");
+        grpc_call_cancel(c);
+        m->out[fd - 1] = NULL;
+        m->reopen[fd - 1] = 1;
+    }
+}
+
+/* TaskExecStdioRead: raw bytes from the offset we asked for. */
+static void router_out_msg(struct mproc *m, struct grpc_call *c, int fd,
+                           const uint8_t *msg, size_t len)
+{
+    Modal__TaskCommandRouter__TaskExecStdioReadResponse *r =
+        modal__task_command_router__task_exec_stdio_read_response__unpack(NULL, len, msg);
+    if (!r) {
+        log_warn("modal: pid %u: undecodable TaskExecStdioRead message", m->p->pid);
+        return;
+    }
+    if (r->data.len)
+        process_output(m->p, fd == 1 ? SBX_STREAM_STDOUT : SBX_STREAM_STDERR,
+                       r->data.data, r->data.len);
+    m->last_batch[fd - 1] += r->data.len;
+    modal__task_command_router__task_exec_stdio_read_response__free_unpacked(r, NULL);
+    m->out_got[fd - 1] = 1;
+    m->out_fails[fd - 1] = 0;
+    m->out_fail_t0[fd - 1] = 0;
+    m->tail_tries = 0;
+    m->last_output = ev_now(D->loop);
+    out_backpressure(m, c, fd);
+}
+
 static void out_msg(struct grpc_call *c, const uint8_t *msg, size_t len, void *privdata)
 {
     struct mproc *m = privdata;
     int fd = m->out[0] == c ? 1 : 2;
+    if (m->router) {
+        router_out_msg(m, c, fd, msg, len);
+        return;
+    }
     Modal__Client__RuntimeOutputBatch *b =
         modal__client__runtime_output_batch__unpack(NULL, len, msg);
     if (!b) {
@@ -318,22 +409,7 @@ static void out_msg(struct grpc_call *c, const uint8_t *msg, size_t len, void *p
     if (b->_exit_code_case == MODAL__CLIENT__RUNTIME_OUTPUT_BATCH___EXIT_CODE_EXIT_CODE)
         m->out_done[fd - 1] = 1;
     modal__client__runtime_output_batch__free_unpacked(b, NULL);
-    if (process_output_blocked(m->p)) {
-        m->paused = 1;
-        if (m->ms->mp->curl_pause) {
-            grpc_call_pause(c);
-        } else {
-            /* Drop the stream; proc_resume reopens it after the last batch we
-             * delivered, so nothing is lost and nothing piles up meanwhile. */
-            log_debug(
-                "modal: pid %u: follower blocked after batch %llu; closing the %s stream",
-                m->p->pid, (unsigned long long)m->last_batch[fd - 1],
-                fd == 1 ? "stdout" : "stderr");
-            grpc_call_cancel(c);
-            m->out[fd - 1] = NULL;
-            m->reopen[fd - 1] = 1;
-        }
-    }
+    out_backpressure(m, c, fd);
 }
 
 static void out_done_cb(struct grpc_call *c, const struct grpc_status *st,
@@ -347,8 +423,22 @@ static void out_done_cb(struct grpc_call *c, const struct grpc_status *st,
               st->message[0] ? ": " : "", st->message, m->out_done[fd - 1]);
     if (m->reported)
         return;
+    if (m->router && st->code == GRPC_OK && !m->paused)
+        m->out_done[fd - 1] = 1; /* a clean end of TaskExecStdioRead is EOF */
     if (m->out_done[fd - 1]) {
         check_finish(m);
+        return;
+    }
+    if (m->router && st->code == GRPC_OK) {
+        m->reopen[fd - 1] = 1; /* ended while paused: EOF or not, ask again on resume */
+        return;
+    }
+    if (m->router && st->code == GRPC_UNAUTHENTICATED)
+        modal_router_stale(m->ms);
+    if (m->router && st->code == GRPC_DEADLINE_EXCEEDED &&
+        ev_now(D->loop) - m->out_t0[fd - 1] >= POLL_S) {
+        /* Our transfer timeout on a quiet stream: on at once from the same offset. */
+        out_open(m, fd);
         return;
     }
     if (st->code == GRPC_NOT_FOUND) {
@@ -364,9 +454,11 @@ static void out_done_cb(struct grpc_call *c, const struct grpc_status *st,
         return;
     }
     char why[400];
-    snprintf(why, sizeof(why), "ContainerExecGetOutput: %s: %s", grpc_code_name(st->code),
-             st->message);
-    int again = st->code == GRPC_OK || grpc_code_retryable(st->code) || st->transport;
+    snprintf(why, sizeof(why), "%s: %s: %s",
+             m->router ? "TaskExecStdioRead" : "ContainerExecGetOutput",
+             grpc_code_name(st->code), st->message);
+    int again = st->code == GRPC_OK || grpc_code_retryable(st->code) || st->transport ||
+                (m->router && st->code == GRPC_UNAUTHENTICATED);
     if (!again) {
         out_incomplete(m, fd, why);
         check_finish(m);
@@ -415,6 +507,26 @@ static void out_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
 
 static void out_open(struct mproc *m, int fd)
 {
+    if (m->router) {
+        if (router_gone(m))
+            return;
+        /* From the byte after the last one delivered: nothing lost or repeated. */
+        Modal__TaskCommandRouter__TaskExecStdioReadRequest rq =
+            MODAL__TASK_COMMAND_ROUTER__TASK_EXEC_STDIO_READ_REQUEST__INIT;
+        rq.task_id = m->rexec_task;
+        rq.exec_id = m->exec_id;
+        rq.offset = m->last_batch[fd - 1];
+        rq.file_descriptor = fd == 1 ? RT_FD_STDOUT : RT_FD_STDERR;
+        log_debug("modal: pid %u: %s stream from byte %llu", m->p->pid,
+                  fd == 1 ? "stdout" : "stderr", (unsigned long long)rq.offset);
+        m->reopen[fd - 1] = 0;
+        m->out_got[fd - 1] = 0;
+        m->out_t0[fd - 1] = ev_now(D->loop);
+        m->out[fd - 1] =
+            modal_router_stream(m->ms, "TaskExecStdioRead", &rq.base,
+                                POLL_S + POLL_SLACK_S, out_msg, out_done_cb, m);
+        return;
+    }
     Modal__Client__ContainerExecGetOutputRequest req =
         MODAL__CLIENT__CONTAINER_EXEC_GET_OUTPUT_REQUEST__INIT;
     req.exec_id = m->exec_id;
@@ -449,6 +561,52 @@ static void wait_done(struct grpc_call *c, const struct grpc_status *st,
     m->wait_call = NULL;
     if (m->reported || m->have_exit)
         return;
+    if (m->router && st->code == GRPC_OK) {
+        Modal__TaskCommandRouter__TaskExecWaitResponse *r =
+            modal_reply(&modal__task_command_router__task_exec_wait_response__descriptor,
+                        st, msg, len);
+        int done =
+            r &&
+            r->exit_status_case !=
+                MODAL__TASK_COMMAND_ROUTER__TASK_EXEC_WAIT_RESPONSE__EXIT_STATUS__NOT_SET;
+        if (done) {
+            m->have_exit = 1;
+            if (r->exit_status_case ==
+                MODAL__TASK_COMMAND_ROUTER__TASK_EXEC_WAIT_RESPONSE__EXIT_STATUS_SIGNAL) {
+                m->exit_signal = r->signal;
+                m->exit_code = 128 + r->signal;
+            } else {
+                m->exit_code = r->code;
+            }
+        }
+        modal_reply_free(r);
+        if (done) {
+            ev_timer_stop(D->loop, &m->kill_timer);
+            check_finish(m);
+            return;
+        }
+        wait_open(m);
+        return;
+    }
+    if (m->router &&
+        (st->code == GRPC_DEADLINE_EXCEEDED || st->code == GRPC_UNAUTHENTICATED)) {
+        /* TaskExecWait has no server-side timeout: our per-call deadline ends a
+         * long wait, which goes on at once (a rejected token: with a new one). */
+        if (st->code == GRPC_UNAUTHENTICATED) {
+            modal_router_stale(m->ms);
+            double d = retry_after(m->ms->mp, &m->wait_fail_t0, &m->wait_fails);
+            if (d >= 0) {
+                ev_timer_set(&m->retry_timer, d, 0.);
+                ev_timer_start(D->loop, &m->retry_timer);
+                return;
+            }
+        } else {
+            m->wait_fails = 0;
+            m->wait_fail_t0 = 0;
+            wait_open(m);
+            return;
+        }
+    }
     if (st->code == GRPC_OK) {
         Modal__Client__ContainerExecWaitResponse *r = modal_reply(
             &modal__client__container_exec_wait_response__descriptor, st, msg, len);
@@ -484,7 +642,8 @@ static void wait_done(struct grpc_call *c, const struct grpc_status *st,
         for (int fd = 1; fd <= 2; fd++)
             if (!m->out_done[fd - 1])
                 out_incomplete(m, fd, "the exit could not be awaited");
-        report_error(m, "ContainerExecWait failed%s: %s: %s",
+        report_error(m, "%s failed%s: %s: %s",
+                     m->router ? "TaskExecWait" : "ContainerExecWait",
                      again ? " for the whole retry budget" : "", grpc_code_name(st->code),
                      st->message);
         return;
@@ -497,6 +656,17 @@ static void wait_done(struct grpc_call *c, const struct grpc_status *st,
 
 static void wait_open(struct mproc *m)
 {
+    if (m->router) {
+        if (router_gone(m))
+            return;
+        Modal__TaskCommandRouter__TaskExecWaitRequest rq =
+            MODAL__TASK_COMMAND_ROUTER__TASK_EXEC_WAIT_REQUEST__INIT;
+        rq.task_id = m->rexec_task;
+        rq.exec_id = m->exec_id;
+        m->wait_call = modal_router_unary(m->ms, "TaskExecWait", &rq.base,
+                                          UNARY_TIMEOUT_S, wait_done, m);
+        return;
+    }
     Modal__Client__ContainerExecWaitRequest req =
         MODAL__CLIENT__CONTAINER_EXEC_WAIT_REQUEST__INIT;
     req.exec_id = m->exec_id;
@@ -518,6 +688,8 @@ static void stdin_done(struct grpc_call *c, const struct grpc_status *st,
         m->stdin_broken = 1;
         return;
     }
+    m->stdin_off += m->stdin_inflight;
+    m->stdin_inflight = 0;
     stdin_pump(m);
 }
 
@@ -553,6 +725,26 @@ static void stdin_pump(struct mproc *m)
     } else {
         return;
     }
+    if (m->router && router_gone(m)) {
+        free(buf);
+        return;
+    }
+    if (m->router) {
+        /* By byte offset: a repeat of what arrived is skipped, so retrying is safe. */
+        Modal__TaskCommandRouter__TaskExecStdinWriteRequest rq =
+            MODAL__TASK_COMMAND_ROUTER__TASK_EXEC_STDIN_WRITE_REQUEST__INIT;
+        rq.task_id = m->rexec_task;
+        rq.exec_id = m->exec_id;
+        rq.offset = m->stdin_off;
+        rq.data = in.message;
+        rq.eof = in.eof;
+        m->stdin_inflight = in.message.len;
+        m->stdin_call = modal_router_unary(m->ms, "TaskExecStdinWrite", &rq.base,
+                                           UNARY_TIMEOUT_S, stdin_done, m);
+        grpc_call_retry_budget(m->stdin_call, m->ms->mp->retry_budget_s);
+        free(buf);
+        return;
+    }
     in.message_index = ++m->stdin_index;
     m->stdin_call = grpc_unary(&m->ms->mp->ch, "ContainerExecPutInput", &req.base,
                                UNARY_TIMEOUT_S, stdin_done, m);
@@ -569,13 +761,34 @@ static void fire_and_forget_done(struct grpc_call *c, const struct grpc_status *
                  st->message);
 }
 
-/* Runs the killer for tag with sig in the sandbox; nobody waits for it. */
-static void send_killer(struct mprov *mp, const char *task_id, const char *tag, int sig)
+/* Runs the killer for tag with sig in the sandbox's task; nobody waits for it.
+ * On the router when the sandbox uses it: a fresh exec id, output discarded. */
+static void send_killer(struct msb *ms, const char *tag, int sig)
 {
+    struct mprov *mp = ms->mp;
+    const char *task_id = ms->task_id;
     char signum[16];
     snprintf(signum, sizeof(signum), "%d", sig);
     char a0[] = "sh", a1[] = "-c";
     char *argv[] = {a0, a1, (char *)KILLER, (char *)tag, signum};
+    if (ms->rt_mode == RT_ON && ms->rt_task && strcmp(ms->rt_task, task_id) == 0) {
+        char id[40];
+        uuid4(id);
+        Modal__TaskCommandRouter__TaskExecStartRequest rq =
+            MODAL__TASK_COMMAND_ROUTER__TASK_EXEC_START_REQUEST__INIT;
+        rq.task_id = (char *)task_id;
+        rq.exec_id = id;
+        rq.command_args = argv;
+        rq.n_command_args = 5;
+        rq._timeout_secs_case =
+            MODAL__TASK_COMMAND_ROUTER__TASK_EXEC_START_REQUEST___TIMEOUT_SECS_TIMEOUT_SECS;
+        rq.timeout_secs = 30;
+        grpc_call_retry_budget(modal_router_unary(ms, "TaskExecStart", &rq.base,
+                                                  UNARY_TIMEOUT_S, fire_and_forget_done,
+                                                  NULL),
+                               mp->retry_budget_s);
+        return;
+    }
     Modal__Client__ContainerExecRequest req = MODAL__CLIENT__CONTAINER_EXEC_REQUEST__INIT;
     req.task_id = (char *)task_id;
     req.command = argv;
@@ -595,7 +808,7 @@ static void kill_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
     if (m->kill_sig != SIGKILL && !m->kill_escalated && m->exec_id && m->ms->task_id) {
         /* It ignored the signal: the process must end. */
         m->kill_escalated = 1;
-        send_killer(m->ms->mp, m->ms->task_id, m->tag, SIGKILL);
+        send_killer(m->ms, m->tag, SIGKILL);
         ev_timer_set(w, KILL_CONFIRM_S, 0.);
         ev_timer_start(loop, w);
         return;
@@ -613,7 +826,7 @@ static void send_kill(struct mproc *m)
 {
     if (!m->ms || !m->ms->task_id)
         return;
-    send_killer(m->ms->mp, m->ms->task_id, m->tag, m->kill_sig);
+    send_killer(m->ms, m->tag, m->kill_sig);
     ev_timer_set(&m->kill_timer, KILL_CONFIRM_S, 0.);
     ev_timer_start(D->loop, &m->kill_timer);
 }
@@ -695,6 +908,130 @@ void modal_waiters_resume(struct msb *ms, const char *failure)
     }
 }
 
+/* Unsets in front of the command for what the sandbox's secret holds but the
+ * process must not see; what it must see goes in TaskExecStart.env. */
+static size_t env_unsets(struct msb *ms, json_t *want, char **argv)
+{
+    size_t n = 0;
+    const char *k;
+    json_t *v;
+    json_object_foreach(ms->baked_env, k, v) {
+        if (json_object_get(want, k) || k[0] == '-')
+            continue;
+        if (n == 0)
+            argv[n++] = (char *)"env";
+        argv[n++] = (char *)"-u";
+        argv[n++] = (char *)k;
+    }
+    return n;
+}
+
+/* TaskExecStart with our own exec id: retried for the whole budget, since a
+ * repeat of a known id is not run again. A new task gets a new id. */
+static void router_exec_start(struct mproc *m)
+{
+    struct msb *ms = m->ms;
+    struct process *p = m->p;
+    m->router = 1;
+    if (!m->rexec_id || !m->rexec_task || strcmp(m->rexec_task, ms->task_id) != 0) {
+        char id[40];
+        uuid4(id);
+        modal_set_str(&m->rexec_id, id);
+        modal_set_str(&m->rexec_task, ms->task_id);
+    }
+    json_t *spec = p->spec;
+    json_t *argv_j = json_object_get(spec, "argv");
+    const char *shell = json_string_value(json_object_get(spec, "shell"));
+    size_t nargs = shell ? 3 : json_array_size(argv_j);
+    json_t *env = json_object_get(spec, "env");
+    size_t max = 8 + nargs + 2 * json_object_size(ms->baked_env);
+    char **argv = xcalloc(max, sizeof(char *));
+    size_t n = env_unsets(ms, env, argv);
+    argv[n++] = (char *)"sh";
+    argv[n++] = (char *)"-c";
+    argv[n++] = (char *)WRAPPER;
+    argv[n++] = m->argv0;
+    if (shell) {
+        argv[n++] = (char *)"sh";
+        argv[n++] = (char *)"-c";
+        argv[n++] = (char *)shell;
+    } else {
+        size_t i;
+        json_t *a;
+        json_array_foreach(argv_j, i, a)
+            argv[n++] = (char *)json_string_value(a);
+    }
+    size_t ne = json_object_size(env), k = 0;
+    Modal__TaskCommandRouter__TaskExecStartRequest__EnvEntry *ents =
+        xcalloc(ne ? ne : 1, sizeof(*ents));
+    Modal__TaskCommandRouter__TaskExecStartRequest__EnvEntry **eps =
+        xcalloc(ne ? ne : 1, sizeof(*eps));
+    const char *key;
+    json_t *val;
+    json_object_foreach(env, key, val) {
+        if (!json_is_string(val))
+            continue;
+        modal__task_command_router__task_exec_start_request__env_entry__init(&ents[k]);
+        ents[k].key = (char *)key;
+        ents[k].value = (char *)json_string_value(val);
+        eps[k] = &ents[k];
+        k++;
+    }
+    Modal__TaskCommandRouter__TaskExecStartRequest req =
+        MODAL__TASK_COMMAND_ROUTER__TASK_EXEC_START_REQUEST__INIT;
+    req.task_id = m->rexec_task;
+    req.exec_id = m->rexec_id;
+    req.command_args = argv;
+    req.n_command_args = n;
+    /* DEVNULL is 0: both must be asked for. */
+    req.stdout_config =
+        MODAL__TASK_COMMAND_ROUTER__TASK_EXEC_STDOUT_CONFIG__TASK_EXEC_STDOUT_CONFIG_PIPE;
+    req.stderr_config =
+        MODAL__TASK_COMMAND_ROUTER__TASK_EXEC_STDERR_CONFIG__TASK_EXEC_STDERR_CONFIG_PIPE;
+    json_int_t tmo = json_integer_value(json_object_get(spec, "timeout_ms"));
+    if (tmo > 0) {
+        req._timeout_secs_case =
+            MODAL__TASK_COMMAND_ROUTER__TASK_EXEC_START_REQUEST___TIMEOUT_SECS_TIMEOUT_SECS;
+        req.timeout_secs = (uint32_t)((tmo + 999) / 1000);
+    }
+    const char *cwd = json_string_value(json_object_get(spec, "cwd"));
+    if (cwd) {
+        req._workdir_case =
+            MODAL__TASK_COMMAND_ROUTER__TASK_EXEC_START_REQUEST___WORKDIR_WORKDIR;
+        req.workdir = (char *)cwd;
+    }
+    req.env = eps;
+    req.n_env = k;
+    m->exec_call =
+        modal_router_unary(ms, "TaskExecStart", &req.base, UNARY_TIMEOUT_S, exec_done, m);
+    grpc_call_retry_budget(m->exec_call, ms->mp->retry_budget_s);
+    free(ents);
+    free(eps);
+    free(argv);
+}
+
+void modal_proc_router_ready(struct mproc *m, const char *failure)
+{
+    if (m->reported || !m->ms)
+        return;
+    if (failure) {
+        report_error(m, "%s", failure);
+        return;
+    }
+    if (m->exec_id && m->router) {
+        /* An adopted process: follow it on the router. */
+        if (router_gone(m))
+            return;
+        for (int fd = 1; fd <= 2; fd++)
+            if (!m->out_done[fd - 1] && !m->out[fd - 1])
+                out_open(m, fd);
+        if (!m->have_exit && !m->wait_call)
+            wait_open(m);
+        return;
+    }
+    exec_start(m);
+}
+
 static void exec_start(struct mproc *m)
 {
     struct msb *ms = m->ms;
@@ -703,6 +1040,14 @@ static void exec_start(struct mproc *m)
         wait_for_restart(m);
         return;
     }
+    int use = modal_router_use(m);
+    if (use == 0)
+        return; /* modal_proc_router_ready follows */
+    if (use > 0) {
+        router_exec_start(m);
+        return;
+    }
+    m->router = 0;
     json_t *spec = p->spec;
     json_t *argv_j = json_object_get(spec, "argv");
     const char *shell = json_string_value(json_object_get(spec, "shell"));
@@ -758,17 +1103,31 @@ static void exec_done(struct grpc_call *c, const struct grpc_status *st,
     if (m->reported)
         return;
     struct msb *ms = m->ms;
-    Modal__Client__ContainerExecResponse *r =
-        modal_reply(&modal__client__container_exec_response__descriptor, st, msg, len);
-    if (r && r->exec_id[0])
-        modal_set_str(&m->exec_id, r->exec_id);
-    int started = r && r->exec_id[0];
-    modal_reply_free(r);
+    int started;
+    if (m->router) {
+        started = st->code == GRPC_OK;
+        if (started)
+            modal_set_str(&m->exec_id, m->rexec_id);
+        if (st->code == GRPC_UNAUTHENTICATED && m->unauth_tries++ < 2) {
+            /* A rejected token: the same exec id again with a new one. */
+            modal_router_stale(ms);
+            exec_start(m);
+            return;
+        }
+    } else {
+        Modal__Client__ContainerExecResponse *r = modal_reply(
+            &modal__client__container_exec_response__descriptor, st, msg, len);
+        if (r && r->exec_id[0])
+            modal_set_str(&m->exec_id, r->exec_id);
+        started = r && r->exec_id[0];
+        modal_reply_free(r);
+    }
     if (started) {
         ms->last_retried = m->retried;
         modal_state_dirty(ms->mp);
-        log_debug("modal: sandbox %s pid %u is exec %s%s", ms->sb->id, m->p->pid,
-                  m->exec_id, m->retried ? " (retried)" : "");
+        log_debug("modal: sandbox %s pid %u is exec %s%s%s", ms->sb->id, m->p->pid,
+                  m->exec_id, m->router ? " on the router" : "",
+                  m->retried ? " (retried)" : "");
         out_open(m, 1);
         out_open(m, 2);
         wait_open(m);
@@ -787,9 +1146,9 @@ static void exec_done(struct grpc_call *c, const struct grpc_status *st,
         /* Maybe the sandbox died: look, restart it if so, and try once more. */
         m->retried = 1;
         ms->last_retried = 1;
-        log_info("modal: sandbox %s pid %u: ContainerExec failed (%s: %s); checking the "
-                 "sandbox",
-                 ms->sb->id, m->p->pid, grpc_code_name(st->code), st->message);
+        log_info("modal: sandbox %s pid %u: %s failed (%s: %s); checking the sandbox",
+                 ms->sb->id, m->p->pid, m->router ? "TaskExecStart" : "ContainerExec",
+                 grpc_code_name(st->code), st->message);
         if (!ms->sandbox_id || ms->dead) {
             wait_for_restart(m);
             return;
@@ -819,18 +1178,25 @@ static void exec_done(struct grpc_call *c, const struct grpc_status *st,
         (grpc_code_retryable(st->code) || st->transport)) {
         /* It may have started remotely: end whatever it started, and say so. */
         if (ms->task_id)
-            send_killer(ms->mp, ms->task_id, m->tag, SIGKILL);
-        report_error(m,
-                     "Modal ContainerExec failed after the call may have reached Modal "
-                     "(%s: %s); it was not repeated, so that the command cannot run "
-                     "twice, and anything it started was killed",
-                     grpc_code_name(st->code), st->message);
+            send_killer(ms, m->tag, SIGKILL);
+        if (m->router)
+            report_error(m,
+                         "Modal TaskExecStart failed for the whole retry budget (%s: "
+                         "%s); anything it may have started was killed",
+                         grpc_code_name(st->code), st->message);
+        else
+            report_error(m,
+                         "Modal ContainerExec failed after the call may have reached "
+                         "Modal (%s: %s); it was not repeated, so that the command "
+                         "cannot run twice, and anything it started was killed",
+                         grpc_code_name(st->code), st->message);
     } else if (st->transport)
         report_error(m, "Modal is unreachable: %s", st->message);
     else
-        report_error(m, "Modal ContainerExec failed: %s: %s%s", grpc_code_name(st->code),
-                     st->code == GRPC_OK ? "no exec id" : st->message,
-                     m->retried ? " (the call was already retried once)" : "");
+        report_error(
+            m, "Modal %s failed: %s: %s%s", m->router ? "TaskExecStart" : "ContainerExec",
+            grpc_code_name(st->code), st->code == GRPC_OK ? "no exec id" : st->message,
+            m->retried ? " (the call was already retried once)" : "");
 }
 
 static void check_done(struct grpc_call *c, const struct grpc_status *st,
@@ -985,8 +1351,9 @@ int modal_proc_kill(void *cookie, struct process *p, int sig, sbx_err_t *err)
         ev_timer_start(D->loop, &m->kill_timer);
         return 0;
     }
-    /* Nothing runs remotely yet (waiting for a restart or a check). */
+    /* Nothing runs remotely yet (waiting for a restart, a check or the router). */
     unwait(m);
+    modal_router_unwait(m);
     stop_calls(m);
     m->have_exit = 1;
     m->exit_code = 128 + sig;
@@ -1030,8 +1397,9 @@ void modal_proc_release(void *cookie, struct process *p)
      * end it there too, unless the whole sandbox is going away anyway. */
     if (ms && m->exec_id && !m->have_exit && !m->reported && ms->task_id && !ms->dead &&
         p->sb->status == SB_RUNNING && !D->draining)
-        send_killer(ms->mp, ms->task_id, m->tag, SIGKILL);
+        send_killer(ms, m->tag, SIGKILL);
     unwait(m);
+    modal_router_unwait(m);
     stop_calls(m);
     ev_timer_stop(D->loop, &m->report_timer);
     if (ms) {
@@ -1044,6 +1412,8 @@ void modal_proc_release(void *cookie, struct process *p)
     }
     obuf_deinit(&m->stdin_q);
     free(m->exec_id);
+    free(m->rexec_id);
+    free(m->rexec_task);
     free(m->exit_error);
     free(m->incomplete_why);
     free(m);
@@ -1080,13 +1450,25 @@ void modal_proc_adopt(struct msb *ms, json_t *pe)
         /* sbxd stopped before Modal answered its ContainerExec: whatever it
          * may have started cannot be followed; end it and say so. */
         if (ms->task_id)
-            send_killer(ms->mp, ms->task_id, m->tag, SIGKILL);
+            send_killer(ms, m->tag, SIGKILL);
         report_error(m, "lost: sbxd stopped before Modal confirmed the start of this "
                         "command; anything it started was killed");
         return;
     }
     modal_set_str(&m->exec_id, exec_id);
     m->stdin_broken = 1; /* the next stdin index is not known */
+    const char *rtask = json_string_value(json_object_get(pe, "router_task"));
+    if (rtask) {
+        /* On the router: output again from byte 0, once the access is there. */
+        m->router = 1;
+        modal_set_str(&m->rexec_id, exec_id);
+        modal_set_str(&m->rexec_task, rtask);
+        if (modal_router_use(m) > 0)
+            modal_proc_router_ready(m, NULL);
+        else if (!m->rt_waiting)
+            report_error(m, "lost: the command router of its sandbox is not available");
+        return;
+    }
     /* Output again from the first batch Modal still has: the replay. */
     out_open(m, 1);
     out_open(m, 2);

@@ -1826,6 +1826,7 @@ const routerHandlers = {
       stdout_output: STDOUT_CFG[req.stdout_config || 0], stderr_output: STDERR_CFG[req.stderr_config || 0],
     }, { exec_id: req.exec_id, env: { ...(req.env || {}), ...sourcesEnv(req.secret_sources) }, client: p && p.client });
     ex.starts = 1;
+    claimOutageAfter('TaskExecStart');
     return {};
   }),
 
@@ -2180,18 +2181,25 @@ const controlServer = http.createServer((req, res) => {
 // outage can cut connections and refuse new ones like a real network fault
 // ---------------------------------------------------------------------------
 
+// One relay per port clients see (the control plane, the command router):
+// an outage cuts and refuses them all, as a real network fault would.
 const relay = {
-  server: null, port: 0, backend: 0, pairs: new Set(),
-  outage: null, outages: 0, resets: 0,
+  links: [], pairs: new Set(), outage: null, outages: 0, resets: 0,
 };
 
-function relayAccept(client) {
+function newLink(backend) {
+  const link = { server: null, port: 0, backend };
+  relay.links.push(link);
+  return link;
+}
+
+function relayAccept(link, client) {
   if (relay.outage) { // mode "reset": accepted, then reset before any byte is read
     relay.resets++;
     client.resetAndDestroy();
     return;
   }
-  const up = net.connect(relay.backend, '127.0.0.1');
+  const up = net.connect(link.backend, '127.0.0.1');
   const pair = { client, up };
   relay.pairs.add(pair);
   client.setNoDelay(true);
@@ -2209,21 +2217,21 @@ function relayAccept(client) {
   up.pipe(client);
 }
 
-function relayListen(port, cb) {
-  const srv = net.createServer(relayAccept);
-  relay.server = srv;
+function relayListen(link, port, cb) {
+  const srv = net.createServer((c) => relayAccept(link, c));
+  link.server = srv;
   srv.on('error', (e) => {
     if (e.code === 'EADDRINUSE' && port) { // taken meanwhile: try again shortly
       warn(`relay: port ${port} busy (${e.message}); retrying`);
-      setTimeout(() => { if (relay.server === srv) srv.listen(port, opts.host); }, 100);
+      setTimeout(() => { if (link.server === srv) srv.listen(port, opts.host); }, 100);
       return;
     }
     warn(`relay error: ${e.message}`);
     shutdown(1);
   });
   srv.listen(port, opts.host, () => {
-    relay.port = srv.address().port;
-    if (cb) cb(relay.port);
+    link.port = srv.address().port;
+    if (cb) cb(link.port);
   });
 }
 
@@ -2238,11 +2246,13 @@ function startOutage(seconds, mode) {
     up.destroy();
   }
   relay.pairs.clear();
-  if (mode === 'refuse' && relay.server) {
-    relay.server.close();
-    relay.server = null;
-  } else if (mode === 'reset' && !relay.server) {
-    relayListen(relay.port);
+  for (const link of relay.links) {
+    if (mode === 'refuse' && link.server) {
+      link.server.close();
+      link.server = null;
+    } else if (mode === 'reset' && !link.server) {
+      relayListen(link, link.port);
+    }
   }
 }
 
@@ -2251,7 +2261,7 @@ function endOutage() {
   clearTimeout(relay.outage.timer);
   relay.outage = null;
   log('outage over');
-  if (!relay.server) relayListen(relay.port);
+  for (const link of relay.links) if (!link.server) relayListen(link, link.port);
 }
 
 function outageInfo() {
@@ -2313,7 +2323,7 @@ function shutdown(code) {
   server.forceShutdown();
   routerServer.forceShutdown();
   if (relay.outage) clearTimeout(relay.outage.timer);
-  if (relay.server) relay.server.close();
+  for (const link of relay.links) if (link.server) link.server.close();
   for (const { client, up } of relay.pairs) { client.destroy(); up.destroy(); }
   controlServer.close();
   if (controlServer.closeAllConnections) controlServer.closeAllConnections();
@@ -2330,15 +2340,18 @@ process.on('uncaughtException', (e) => {
 });
 
 // The control plane is h2c unless --tls (then TLS through the relay); the
-// router is always TLS, on its own port, as Modal's are https only.
+// router is always TLS, on its own port, as Modal's are https only. Both are
+// reached through the relay.
 function bindRouter(cb) {
-  routerServer.bindAsync(`${opts.host}:0`, tlsCreds(), (err, port) => {
+  routerServer.bindAsync('127.0.0.1:0', tlsCreds(), (err, backend) => {
     if (err) {
       warn(`cannot bind the router port: ${err.message}`);
       process.exit(1);
     }
-    routerPort = port;
-    cb();
+    relayListen(newLink(backend), 0, (port) => {
+      routerPort = port;
+      cb();
+    });
   });
 }
 
@@ -2347,12 +2360,12 @@ bindRouter(() => server.bindAsync('127.0.0.1:0', opts.tls ? tlsCreds() : grpc.Se
     warn(`cannot bind gRPC port: ${err.message}`);
     process.exit(1);
   }
-  relay.backend = backend;
+  const cpLink = newLink(backend);
   controlServer.on('error', (e) => {
     warn(`control server error: ${e.message}`);
     shutdown(1);
   });
-  relayListen(opts.port, (port) => controlServer.listen(opts.controlPort, '127.0.0.1', () => {
+  relayListen(cpLink, opts.port, (port) => controlServer.listen(opts.controlPort, '127.0.0.1', () => {
     const cport = controlServer.address().port;
     process.stdout.write(`LISTENING ${port}\nCONTROL ${cport}\nROUTER ${routerPort}\nCA ${tls.caFile}\n`);
     log(`state dir ${stateDir}`);
