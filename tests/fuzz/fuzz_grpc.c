@@ -9,7 +9,9 @@
  * the owner's parse hook; Modal's own token parsing is fuzzed in
  * fuzz_modal.c). grpc.c is included to reach its static receive path;
  * calls are linked into a real channel but never sent (no retry, no token
- * fetch), so no network is used.
+ * fetch), so no network is used. grpc-status-details-bin header lines reach
+ * the RPCRetryPolicy parser through on_header; the whole input is also given
+ * to grpc_retry_policy_parse as base64 text.
  *
  * Input: byte 0 = kind (0 unary, 1 stream, 2 token fetch), byte 1 = HTTP
  * status class and end code, then records [type][u16 len][bytes]: type
@@ -101,6 +103,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         grpc_chan_set_token(&chan, "TokenGet", token_parse, NULL);
         chan.max_msg = 64 * 1024; /* small, so that the limit is reachable */
     }
+    double secs = -1;
+    if (grpc_retry_policy_parse((const char *)data, size, &secs) == 0 &&
+        !(secs >= 0 && secs <= 3600))
+        abort();
     if (size < 2)
         return 0;
     int kind = data[0] % 3;

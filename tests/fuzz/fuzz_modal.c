@@ -7,8 +7,12 @@
  * wait_done (exit code, finishing); AuthTokenGet's reply goes through
  * modal.c's token hook (JWT exp); every other reply type the provider
  * decodes is unpacked and freed as it does (protobuf-c's parser on hostile
- * bytes). modal.c and modal_proc.c are
- * included to reach these static handlers; no call is ever sent.
+ * bytes). With bit 7 of the first byte set the process is on the command
+ * router: output records are TaskExecStdioRead messages (byte offsets), wait
+ * records TaskExecWait replies (code or signal). The router's access reply,
+ * SandboxCreateV2's reply and RPCRetryPolicy details are parsed too.
+ * modal.c and modal_proc.c are included to reach these static handlers; no
+ * call is ever sent.
  *
  * Input: records [kind][u16 len][message bytes].
  */
@@ -64,6 +68,22 @@ static void unpack_other(int kind, const uint8_t *m, size_t n)
         v = (ProtobufCMessage *)modal__client__image_join_streaming_response__unpack(
             NULL, n, m);
         break;
+    case 10:
+        v = (ProtobufCMessage *)
+            modal__client__task_get_command_router_access_response__unpack(NULL, n, m);
+        break;
+    case 11:
+        v = (ProtobufCMessage *)modal__client__sandbox_create_v2_response__unpack(NULL, n,
+                                                                                  m);
+        break;
+    case 12: {
+        /* grpc-status-details-bin as it arrives: base64 text. */
+        double secs = -1;
+        if (grpc_retry_policy_parse((const char *)m, n, &secs) == 0 &&
+            !(secs >= 0 && secs <= 3600))
+            abort();
+        break;
+    }
     default: {
         /* AuthTokenGet's reply: the token and its JWT exp. */
         double refresh = 0;
@@ -99,6 +119,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     static char call_tokens[2];
     m.out[0] = (struct grpc_call *)&call_tokens[0];
     m.out[1] = (struct grpc_call *)&call_tokens[1];
+    m.router = size > 0 && (data[0] & 0x80);
 
     size_t off = 0;
     while (off + 3 <= size && m.p->state == P_RUNNING) {
@@ -114,21 +135,41 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         case 1:
             out_msg(m.out[kind % 2], msg, len, &m);
             break;
-        case 2: {
-            Modal__Client__ContainerExecWaitResponse *r =
-                modal__client__container_exec_wait_response__unpack(NULL, len, msg);
-            int completed = r && r->completed;
-            if (r)
-                modal__client__container_exec_wait_response__free_unpacked(r, NULL);
-            /* Not completed would poll again (a real call): only the end. */
-            if (completed && !m.have_exit) {
-                struct grpc_status st = {.code = GRPC_OK, .message = "", .method = "w"};
-                wait_done(NULL, &st, msg, len, &m);
+        case 2:
+            if (m.router) {
+                Modal__TaskCommandRouter__TaskExecWaitResponse *w =
+                    modal__task_command_router__task_exec_wait_response__unpack(NULL, len,
+                                                                                msg);
+                int done =
+                    w &&
+                    w->exit_status_case !=
+                        MODAL__TASK_COMMAND_ROUTER__TASK_EXEC_WAIT_RESPONSE__EXIT_STATUS__NOT_SET;
+                if (w)
+                    modal__task_command_router__task_exec_wait_response__free_unpacked(
+                        w, NULL);
+                if (done && !m.have_exit) {
+                    struct grpc_status st = {
+                        .code = GRPC_OK, .message = "", .method = "w"};
+                    wait_done(NULL, &st, msg, len, &m);
+                }
+                break;
             }
-            break;
-        }
+            {
+                Modal__Client__ContainerExecWaitResponse *r =
+                    modal__client__container_exec_wait_response__unpack(NULL, len, msg);
+                int completed = r && r->completed;
+                if (r)
+                    modal__client__container_exec_wait_response__free_unpacked(r, NULL);
+                /* Not completed would poll again (a real call): only the end. */
+                if (completed && !m.have_exit) {
+                    struct grpc_status st = {
+                        .code = GRPC_OK, .message = "", .method = "w"};
+                    wait_done(NULL, &st, msg, len, &m);
+                }
+                break;
+            }
         default:
-            unpack_other(kind / 4 % 11, msg, len);
+            unpack_other(kind / 4 % 14, msg, len);
             break;
         }
     }
@@ -138,6 +179,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     ev_timer_stop(D->loop, &m.retry_timer);
     obuf_deinit(&m.stdin_q);
     free(m.exit_error);
+    free(m.exec_id);
     m.p->pdata = NULL;
     fz_daemon_reset();
     return 0;

@@ -694,6 +694,20 @@ static void test_dead_sandbox(conn *c)
     json_decref(r);
 }
 
+/* The fake's record of image id, or NULL (the caller frees it). */
+static json_t *fake_image(const char *image_id)
+{
+    json_t *imgs = ctl("GET", "/images", NULL), *found = NULL;
+    size_t i;
+    json_t *im;
+    json_array_foreach(imgs, i, im)
+        if (image_id &&
+            strcmp(json_string_value(json_object_get(im, "image_id")), image_id) == 0)
+            found = json_incref(im);
+    json_decref(imgs);
+    return found;
+}
+
 static void test_stop_start(conn *c)
 {
     json_t *r = sh(c, "m1", "echo keep > f.txt");
@@ -704,6 +718,13 @@ static void test_stop_start(conn *c)
     test_eq_str("stop: stopped", res_str(r, "status"), "stopped");
     test_cond("stop: the filesystem was saved",
               strncmp(meta_str(r, "saved_image_id"), "im-", 3) == 0);
+    json_t *im = fake_image(meta_str(r, "saved_image_id"));
+    test_cond("stop: saved on the task (TaskSnapshotFilesystem), never expiring",
+              im &&
+                  strcmp(json_string_value(json_object_get(im, "via")),
+                         "TaskSnapshotFilesystem") == 0 &&
+                  json_integer_value(json_object_get(im, "ttl_seconds")) == -1);
+    json_decref(im);
     json_decref(r);
     json_t *fs = fake_sandbox(old);
     test_cond("stop: the Modal sandbox was terminated",
@@ -728,8 +749,9 @@ static void test_snapshot(conn *c)
     json_decref(r);
     r = cn_call_t(c, LONG_MS, "sandbox.snapshot", json_pack("{s:s}", "id", "m1"));
     errmsg(r);
-    const char *snap = res_str(r, "snapshot");
+    char *snap = strdup(res_str(r, "snapshot"));
     test_cond("snapshot: an id", strncmp(snap, "snap-", 5) == 0);
+
     json_t *c2 = cn_call_t(c, LONG_MS, "sandbox.create",
                            json_pack("{s:s, s:s}", "id", "m2", "snapshot", snap));
     errmsg(c2);
@@ -737,6 +759,15 @@ static void test_snapshot(conn *c)
               strcmp(res_str(c2, "status"), "running") == 0 &&
                   strcmp(res_str(c2, "provider"), "modal") == 0);
     json_t *fs = fake_sandbox(meta_str(c2, "sandbox_id"));
+    const char *img = json_string_value(json_object_get(fs, "image_id"));
+    char *snap_img = img ? strdup(img) : NULL;
+    json_t *sim = fake_image(snap_img);
+    test_cond("snapshot: taken on the task with Modal's default TTL",
+              sim &&
+                  strcmp(json_string_value(json_object_get(sim, "via")),
+                         "TaskSnapshotFilesystem") == 0 &&
+                  json_integer_value(json_object_get(sim, "ttl_seconds")) > 0);
+    json_decref(sim);
     json_t *imgs = ctl("GET", "/images", NULL);
     int is_snap = 0;
     size_t i;
@@ -756,6 +787,15 @@ static void test_snapshot(conn *c)
     json_decref(r);
     r = cn_call_t(c, LONG_MS, "sandbox.destroy", json_pack("{s:s}", "id", "m2"));
     json_decref(r);
+    r = cn_call_t(c, LONG_MS, "snapshot.delete", json_pack("{s:s}", "snapshot", snap));
+    errmsg(r);
+    sim = fake_image(snap_img);
+    test_cond("snapshot.delete: the Modal image is deleted (ImageDelete)",
+              err_code(r) == 0 && snap_img && !sim && calls_count("ImageDelete", 0) > 0);
+    json_decref(sim);
+    json_decref(r);
+    free(snap_img);
+    free(snap);
 }
 
 /* Kills Modal sandbox modal_id from a child after delay_ms, while the parent
@@ -784,7 +824,7 @@ static void test_lost_backend(conn *c)
     char *mid = modal_id_of(c, "mlost");
     json_decref(ctl("POST", "/fault",
                     json_pack("{s:{s:s, s:i}}", "hold_next", "method",
-                              "SandboxSnapshotFs", "ms", 30000)));
+                              "TaskSnapshotFilesystem", "ms", 30000)));
     double t0 = now_ms();
     pid_t k = kill_later(mid, 1000);
     r = cn_call_t(c, LONG_MS, "sandbox.snapshot", json_pack("{s:s}", "id", "mlost"));
@@ -810,7 +850,7 @@ static void test_lost_backend(conn *c)
     mid = modal_id_of(c, "mlost2");
     json_decref(ctl("POST", "/fault",
                     json_pack("{s:{s:s, s:i}}", "hold_next", "method",
-                              "SandboxSnapshotFs", "ms", 30000)));
+                              "TaskSnapshotFilesystem", "ms", 30000)));
     t0 = now_ms();
     k = kill_later(mid, 1000);
     r = cn_call_t(c, LONG_MS, "sandbox.stop", json_pack("{s:s}", "id", "mlost2"));

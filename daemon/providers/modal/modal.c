@@ -20,7 +20,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -588,14 +590,59 @@ static int m_snapshot_list(void *cookie, void (*done)(void *data, sbx_err_t *err
 /* Modal's API has no call that deletes an image (the SDK has none either):
  * the snapshot is forgotten here and in the state file; Modal keeps or
  * expires the image by its own rules. */
+struct snap_del {
+    struct mprov *mp;
+    char *id;
+    void (*done)(void *data, sbx_err_t *err);
+    void *data;
+};
+
+static void snap_image_deleted(struct grpc_call *c, const struct grpc_status *st,
+                               const uint8_t *msg, size_t len, void *privdata)
+{
+    struct snap_del *d = privdata;
+    sbx_err_t err = {0};
+    if (st->code == GRPC_OK || st->code == GRPC_NOT_FOUND) {
+        json_object_del(d->mp->snaps, d->id);
+        modal_state_dirty(d->mp);
+        d->done(d->data, NULL);
+    } else {
+        modal_grpc_err(d->mp, &err, st, "deleting the snapshot's Modal image");
+        d->done(d->data, &err);
+        err_clear(&err);
+    }
+    free(d->id);
+    free(d);
+}
+
+/* snapshot.delete deletes the Modal image too (ImageDelete), unless a stopped
+ * sandbox still starts from it. */
 static int m_snapshot_delete(void *cookie, const char *id, json_t *rec,
                              void (*done)(void *data, sbx_err_t *err), void *data,
                              sbx_err_t *err)
 {
     struct mprov *mp = cookie;
-    json_object_del(mp->snaps, id);
-    modal_state_dirty(mp);
-    done(data, NULL);
+    const char *img =
+        json_string_value(json_object_get(json_object_get(rec, "data"), "image_id"));
+    for (struct msb *ms = mp->all; img && ms; ms = ms->all_next)
+        if (ms->resume_image && strcmp(ms->resume_image, img) == 0)
+            img = NULL;
+    if (!img || !mp->ready) {
+        json_object_del(mp->snaps, id);
+        modal_state_dirty(mp);
+        done(data, NULL);
+        return 0;
+    }
+    struct snap_del *d = xcalloc(1, sizeof(*d));
+    d->mp = mp;
+    d->id = xstrdup(id);
+    d->done = done;
+    d->data = data;
+    Modal__Client__ImageDeleteRequest req = MODAL__CLIENT__IMAGE_DELETE_REQUEST__INIT;
+    req.image_id = (char *)img;
+    grpc_call_retry_budget(grpc_unary(&mp->ch, "ImageDelete", &req.base, UNARY_TIMEOUT_S,
+                                      snap_image_deleted, d),
+                           mp->retry_budget_s);
     return 0;
 }
 
@@ -715,6 +762,45 @@ static int b64url_val(int ch)
     return -1;
 }
 
+/* ---- ids and images ---------------------------------------------------------- */
+
+void modal_uuid4(char *out)
+{
+    unsigned char b[16];
+    if (getrandom(b, sizeof(b), GRND_NONBLOCK) != (ssize_t)sizeof(b)) {
+        static unsigned long long ctr;
+        unsigned long long v = (unsigned long long)time(NULL) ^ (++ctr << 20) ^
+                               (unsigned long long)(uintptr_t)out;
+        memcpy(b, &v, 8);
+        v ^= ctr * 0x9e3779b97f4a7c15ULL;
+        memcpy(b + 8, &v, 8);
+    }
+    b[6] = (unsigned char)((b[6] & 0x0f) | 0x40);
+    b[8] = (unsigned char)((b[8] & 0x3f) | 0x80);
+    snprintf(out, 37,
+             "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
+             b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12],
+             b[13], b[14], b[15]);
+}
+
+static void image_deleted(struct grpc_call *c, const struct grpc_status *st,
+                          const uint8_t *msg, size_t len, void *privdata)
+{
+    if (st->code != GRPC_OK && st->code != GRPC_NOT_FOUND)
+        log_warn("modal: ImageDelete failed: %s: %s", grpc_code_name(st->code),
+                 st->message);
+}
+
+void modal_image_delete(struct mprov *mp, const char *image_id)
+{
+    if (!mp->ready || !image_id || !image_id[0])
+        return;
+    Modal__Client__ImageDeleteRequest req = MODAL__CLIENT__IMAGE_DELETE_REQUEST__INIT;
+    req.image_id = (char *)image_id;
+    log_info("modal: deleting image %s", image_id);
+    grpc_unary(&mp->ch, "ImageDelete", &req.base, UNARY_TIMEOUT_S, image_deleted, NULL);
+}
+
 double modal_jwt_exp(const char *tok)
 {
     const char *a = strchr(tok, '.');
@@ -825,6 +911,9 @@ static int m_load(json_t *conf, void **cookie, sbx_err_t *err)
     mp->max_timeout_ms = json_integer_value(json_object_get(conf, "timeout_ms"));
     json_int_t rb = json_integer_value(json_object_get(conf, "retry_budget_ms"));
     mp->retry_budget_s = (rb > 0 ? (double)rb : RETRY_BUDGET_MS) / 1000.0;
+    mp->snapshot_ttl_s = json_integer_value(json_object_get(conf, "snapshot_ttl_s"));
+    if (mp->snapshot_ttl_s < -1)
+        mp->snapshot_ttl_s = -1;
     *cookie = mp;
     if (!tid || !tid[0] || !tsec || !tsec[0]) {
         snprintf(mp->reason, sizeof(mp->reason),
@@ -943,6 +1032,8 @@ static const struct cfg_key modal_keys[] = {
     {"retry_budget_ms", CFG_INT},   /* outages: how long streams and waits retry */
     {"state_file", CFG_STR},        /* what survives a restart; "" = nothing */
     {"ca_file", CFG_STR}, /* CA bundle for https (control plane and command router) */
+    {"snapshot_ttl_s", CFG_INT}, /* sandbox.snapshot images: -1 never, 0 Modal's default
+                                  */
     {"exec_transport", CFG_STR}, /* auto (router, ContainerExec if refused) |
                                     container_exec */
     {NULL, 0},

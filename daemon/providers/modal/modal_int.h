@@ -68,9 +68,11 @@ struct mprov {
     double cpu;
     int64_t memory_mb;
     int64_t max_timeout_ms;
-    double retry_budget_s; /* how long exec streams and waits retry in an outage */
-    json_t *apps;          /* "env/name" -> app_id */
-    json_t *images;        /* tag -> image_id */
+    double retry_budget_s;  /* how long exec streams and waits retry in an outage */
+    int64_t snapshot_ttl_s; /* sandbox.snapshot images: -1 never expire, 0 Modal's default
+                             */
+    json_t *apps;           /* "env/name" -> app_id */
+    json_t *images;         /* tag -> image_id */
     char last_error[512];
     /* Output flow control: 1 = pause the HTTP/2 stream (CURL_WRITEFUNC_PAUSE,
      * resumed with curl_easy_pause), the default. 0 (SBXD_MODAL_CURL_PAUSE=0) =
@@ -108,10 +110,14 @@ enum mstep {
     ST_TASK,
     ST_TAGS_SET,
     ST_TAGS_CHECK,
-    ST_STOP_SNAP,
+    ST_STOP_SNAP,   /* picks ST_STOP_TSNAP (the router) or ST_STOP_SNAPFS */
+    ST_STOP_TSNAP,  /* TaskSnapshotFilesystem, never expiring */
+    ST_STOP_SNAPFS, /* SandboxSnapshotFs, the fallback */
     ST_STOP_CHECK,
     ST_TERMINATE,
-    ST_SNAPSHOT,
+    ST_SNAPSHOT, /* picks ST_TSNAP or ST_SNAPFS */
+    ST_TSNAP,    /* TaskSnapshotFilesystem with providers.modal.snapshot_ttl_s */
+    ST_SNAPFS,
     ST_COUNT
 };
 
@@ -122,6 +128,7 @@ struct msb {
     char *image_tag;
     char *image_id;     /* image of the current Modal sandbox */
     char *resume_image; /* saved by stop: the next start uses it */
+    int resume_shared;  /* a sandbox.snapshot handed it out: never deleted by sbxd */
     char *sandbox_id, *task_id;
     char *workdir;
     double cpu;
@@ -164,6 +171,9 @@ struct msb {
     struct grpc_call *rt_call; /* TaskGetCommandRouterAccess in flight */
     ev_timer rt_timer;         /* fetches the access again before it expires */
     struct mproc *rt_waiters;  /* processes waiting for the access */
+    int rt_job_waiting;        /* a lifecycle step waits for the access too */
+    int rt_job_tries;          /* accesses the current job waited for */
+    char snap_uuid[40];        /* TaskSnapshotFilesystem.snapshot_id of the current job */
 };
 
 struct mproc {
@@ -233,6 +243,9 @@ void modal_set_str(char **dst, const char *src);
 int modal_grpc_err(struct mprov *mp, sbx_err_t *err, const struct grpc_status *st,
                    const char *what);
 
+/** A random UUIDv4 into out (37 bytes): exec and snapshot ids sbxd chooses. */
+void modal_uuid4(char *out);
+
 /** exp of a JWT's payload (seconds since the epoch), or 0 if it has none. */
 double modal_jwt_exp(const char *tok);
 
@@ -270,6 +283,12 @@ void modal_state_flush(struct mprov *mp);
 
 /** The Modal record of sb (sb->pdata), from sb->conf; NULL with err for bad options. */
 struct msb *modal_msb_new(struct mprov *mp, struct sandbox *sb, sbx_err_t *err);
+
+/** The router access a lifecycle step waited for is settled: the job goes on. */
+void modal_job_router_ready(struct msb *ms);
+
+/** Deletes a Modal image, nobody waits (an image sbxd made and no longer needs). */
+void modal_image_delete(struct mprov *mp, const char *image_id);
 
 /** Recreates a dead Modal sandbox; its waiting processes go on once it runs. */
 void modal_start_restart(struct msb *ms);
@@ -313,6 +332,12 @@ void modal_router_init(struct msb *ms);
 
 /** Forgets the access of ms (release, or its task is gone); waiters are not told. */
 void modal_router_reset(struct msb *ms);
+
+/**
+ * modal_router_use for a lifecycle step of ms: 1, -1 as there; 0: the access
+ * is being fetched and modal_job_router_ready(ms) follows.
+ */
+int modal_router_use_job(struct msb *ms);
 
 /** Takes m off the access waiters (it is released). */
 void modal_router_unwait(struct mproc *m);

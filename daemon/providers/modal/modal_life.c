@@ -86,8 +86,12 @@ static void job_end(struct msb *ms, sbx_err_t *err, json_t *result)
     ev_timer_stop(D->loop, &ms->timer);
     watch_stop(ms);
     int failed = err && err->msg;
-    if (job == J_DESTROY && !failed)
+    if (job == J_DESTROY && !failed) {
         ms->destroyed = 1;
+        /* Stop's images never expire: the sandbox they resumed is gone now. */
+        if (ms->resume_image && !ms->resume_shared)
+            modal_image_delete(ms->mp, ms->resume_image);
+    }
     if (job == J_SNAPSHOT && !failed && result && ms->sb->snap_id[0])
         /* Kept in the state file: the registry gets it back after a restart. */
         json_object_set_new(
@@ -866,6 +870,111 @@ static void on_tags_check(struct msb *ms, const struct grpc_status *st, void *re
 
 /* ---- STOP_SNAP / SNAPSHOT / STOP_CHECK / TERMINATE --------------------------------- */
 
+/* STOP_SNAP / SNAPSHOT: on the task's router when it has one, else
+ * SandboxSnapshotFs (what SDKs before 0.7.5 used). */
+static int pick_snapshot(struct msb *ms)
+{
+    int stop = ms->step == ST_STOP_SNAP;
+    int u = modal_router_use_job(ms);
+    if (u == 0)
+        return STEP_WAIT; /* modal_job_router_ready goes on */
+    if (u > 0 && !ms->snap_uuid[0])
+        modal_uuid4(ms->snap_uuid); /* kept for the retries of this one snapshot */
+    return go(ms, u > 0 ? (stop ? ST_STOP_TSNAP : ST_TSNAP)
+                        : (stop ? ST_STOP_SNAPFS : ST_SNAPFS));
+}
+
+void modal_job_router_ready(struct msb *ms)
+{
+    if (ms->step == ST_STOP_SNAP || ms->step == ST_SNAPSHOT)
+        job_next(ms);
+}
+
+/* TaskSnapshotFilesystem: the snapshot id makes a retried call one image.
+ * Stop's images never expire (sbxd deletes them); sandbox.snapshot's live
+ * providers.modal.snapshot_ttl_s (0: Modal's default, 30 days today). */
+static int send_task_snapshot(struct msb *ms)
+{
+    Modal__TaskCommandRouter__TaskSnapshotFilesystemRequest req =
+        MODAL__TASK_COMMAND_ROUTER__TASK_SNAPSHOT_FILESYSTEM_REQUEST__INIT;
+    req.task_id = ms->task_id;
+    req.snapshot_id = ms->snap_uuid;
+    int64_t ttl = ms->step == ST_STOP_TSNAP ? -1 : ms->mp->snapshot_ttl_s;
+    if (ttl != 0) {
+        req._ttl_seconds_case =
+            MODAL__TASK_COMMAND_ROUTER__TASK_SNAPSHOT_FILESYSTEM_REQUEST___TTL_SECONDS_TTL_SECONDS;
+        req.ttl_seconds = ttl;
+    }
+    ms->call = modal_router_unary(ms, "TaskSnapshotFilesystem", &req.base,
+                                  POLL_S + POLL_SLACK_S, job_rpc_done, ms);
+    grpc_call_retry_budget(ms->call, ms->mp->retry_budget_s);
+    return STEP_WAIT;
+}
+
+/* A router snapshot that failed in a way the fallback may fix: 1 after moving on. */
+static int task_snapshot_fallback(struct msb *ms, const struct grpc_status *st)
+{
+    if (st->code == GRPC_UNAUTHENTICATED && ms->rt_job_tries < 3) {
+        modal_router_stale(ms);
+        ms->rt_job_tries++;
+        ms->step = ms->step == ST_STOP_TSNAP ? ST_STOP_SNAP : ST_SNAPSHOT;
+        job_next(ms);
+        return 1;
+    }
+    if (st->code == GRPC_UNIMPLEMENTED || st->code == GRPC_FAILED_PRECONDITION) {
+        log_info("modal: sandbox %s: TaskSnapshotFilesystem: %s: %s; SandboxSnapshotFs "
+                 "instead",
+                 ms->sb->id, grpc_code_name(st->code), st->message);
+        ms->step = ms->step == ST_STOP_TSNAP ? ST_STOP_SNAPFS : ST_SNAPFS;
+        job_next(ms);
+        return 1;
+    }
+    return 0;
+}
+
+static void saved_for_resume(struct msb *ms, const char *image_id)
+{
+    /* The image of an earlier stop is not needed any more. */
+    if (ms->resume_image && strcmp(ms->resume_image, image_id) != 0 && !ms->resume_shared)
+        modal_image_delete(ms->mp, ms->resume_image);
+    ms->resume_shared = 0;
+    modal_set_str(&ms->resume_image, image_id);
+    log_info("modal: sandbox %s: filesystem saved as %s", ms->sb->id, ms->resume_image);
+    ms->step = ST_TERMINATE;
+    job_next(ms);
+}
+
+static void on_stop_tsnap(struct msb *ms, const struct grpc_status *st, void *reply)
+{
+    Modal__TaskCommandRouter__TaskSnapshotFilesystemResponse *r = reply;
+    if (r && r->image_id[0]) {
+        saved_for_resume(ms, r->image_id);
+        return;
+    }
+    if (task_snapshot_fallback(ms, st))
+        return;
+    if (st->code == GRPC_NOT_FOUND || st->code == GRPC_OK) {
+        ms->step = ST_STOP_CHECK;
+        job_next(ms);
+        return;
+    }
+    job_fail_st(ms, st, "saving the filesystem before stop");
+}
+
+static void on_tsnap(struct msb *ms, const struct grpc_status *st, void *reply)
+{
+    Modal__TaskCommandRouter__TaskSnapshotFilesystemResponse *r = reply;
+    if (r && r->image_id[0]) {
+        job_end(ms, NULL,
+                json_pack("{s:s, s:s, s:s}", "image_id", r->image_id, "modal_sandbox_id",
+                          nz(ms->sandbox_id), "via", "TaskSnapshotFilesystem"));
+        return;
+    }
+    if (task_snapshot_fallback(ms, st))
+        return;
+    job_fail_st(ms, st, st->code == GRPC_OK ? "snapshot: no image returned" : "snapshot");
+}
+
 static int send_snapshot_fs(struct msb *ms)
 {
     Modal__Client__SandboxSnapshotFsRequest req =
@@ -884,11 +993,7 @@ static void on_stop_snap(struct msb *ms, const struct grpc_status *st, void *rep
 {
     Modal__Client__SandboxSnapshotFsResponse *r = reply;
     if (snapshot_ok(r)) {
-        modal_set_str(&ms->resume_image, r->image_id);
-        log_info("modal: sandbox %s: filesystem saved as %s", ms->sb->id,
-                 ms->resume_image);
-        ms->step = ST_TERMINATE;
-        job_next(ms);
+        saved_for_resume(ms, r->image_id);
         return;
     }
     if (st->code == GRPC_NOT_FOUND || st->code == GRPC_OK) {
@@ -990,16 +1095,26 @@ static const struct job_step job_steps[] = {
     [ST_TAGS_CHECK] = {"SandboxTagsGet",
                        &modal__client__sandbox_tags_get_response__descriptor,
                        send_tags_check, on_tags_check},
-    [ST_STOP_SNAP] = {"SandboxSnapshotFs",
-                      &modal__client__sandbox_snapshot_fs_response__descriptor,
-                      send_snapshot_fs, on_stop_snap},
+    [ST_STOP_SNAP] = {NULL, NULL, pick_snapshot, NULL},
+    [ST_STOP_TSNAP] =
+        {"TaskSnapshotFilesystem",
+         &modal__task_command_router__task_snapshot_filesystem_response__descriptor,
+         send_task_snapshot, on_stop_tsnap},
+    [ST_STOP_SNAPFS] = {"SandboxSnapshotFs",
+                        &modal__client__sandbox_snapshot_fs_response__descriptor,
+                        send_snapshot_fs, on_stop_snap},
     [ST_STOP_CHECK] = {"SandboxGetTaskId",
                        &modal__client__sandbox_get_task_id_response__descriptor,
                        send_task, on_stop_check},
     [ST_TERMINATE] = {"SandboxTerminate", NULL, send_terminate, on_terminate},
-    [ST_SNAPSHOT] = {"SandboxSnapshotFs",
-                     &modal__client__sandbox_snapshot_fs_response__descriptor,
-                     send_snapshot_fs, on_snapshot},
+    [ST_SNAPSHOT] = {NULL, NULL, pick_snapshot, NULL},
+    [ST_TSNAP] =
+        {"TaskSnapshotFilesystem",
+         &modal__task_command_router__task_snapshot_filesystem_response__descriptor,
+         send_task_snapshot, on_tsnap},
+    [ST_SNAPFS] = {"SandboxSnapshotFs",
+                   &modal__client__sandbox_snapshot_fs_response__descriptor,
+                   send_snapshot_fs, on_snapshot},
 };
 
 _Static_assert(sizeof(job_steps) / sizeof(job_steps[0]) == ST_COUNT,
@@ -1024,8 +1139,9 @@ static void watch_stop(struct msb *ms)
 
 static int watching(struct msb *ms)
 {
-    return ms->step == ST_SNAPSHOT || ms->step == ST_STOP_SNAP ||
-           ms->step == ST_STOP_CHECK;
+    return ms->step == ST_SNAPSHOT || ms->step == ST_STOP_SNAP || ms->step == ST_TSNAP ||
+           ms->step == ST_SNAPFS || ms->step == ST_STOP_TSNAP ||
+           ms->step == ST_STOP_SNAPFS || ms->step == ST_STOP_CHECK;
 }
 
 static void watch_done(struct grpc_call *c, const struct grpc_status *st,
@@ -1120,6 +1236,9 @@ void modal_start_restart(struct msb *ms)
 static void run_lifecycle(struct msb *ms, enum mjob op)
 {
     ms->job = op;
+    ms->rt_job_tries = 0;
+    ms->rt_job_waiting = 0;
+    ms->snap_uuid[0] = '\0';
     if (op == J_DESTROY) {
         if (!ms->sandbox_id) {
             job_end(ms, NULL, NULL);
@@ -1135,6 +1254,7 @@ static void run_lifecycle(struct msb *ms, enum mjob op)
     } else {
         if (!ms->sandbox_id || ms->dead) {
             if (ms->resume_image && !ms->sandbox_id) {
+                ms->resume_shared = 1;
                 job_end(ms, NULL, json_pack("{s:s}", "image_id", ms->resume_image));
                 return;
             }

@@ -21,8 +21,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
-#include <time.h>
 
 #include "log.h"
 #include "modal_int.h"
@@ -93,25 +91,6 @@ static void schedule_report(struct mproc *m);
 #define RT_FD_STDOUT ((Modal__TaskCommandRouter__TaskExecStdioFileDescriptor)0)
 #define RT_FD_STDERR ((Modal__TaskCommandRouter__TaskExecStdioFileDescriptor)1)
 
-/* A random UUIDv4: the exec ids we choose on the router. */
-static void uuid4(char *out)
-{
-    unsigned char b[16];
-    if (getrandom(b, sizeof(b), GRND_NONBLOCK) != (ssize_t)sizeof(b)) {
-        static unsigned long long ctr;
-        unsigned long long v = (unsigned long long)time(NULL) ^ (++ctr << 20) ^
-                               (unsigned long long)(uintptr_t)out;
-        memcpy(b, &v, 8);
-        v ^= ctr * 0x9e3779b97f4a7c15ULL;
-        memcpy(b + 8, &v, 8);
-    }
-    b[6] = (unsigned char)((b[6] & 0x0f) | 0x40);
-    b[8] = (unsigned char)((b[8] & 0x3f) | 0x80);
-    snprintf(out, 37,
-             "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
-             b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12],
-             b[13], b[14], b[15]);
-}
 static void check_finish(struct mproc *m);
 
 static int dead_code(int code)
@@ -773,7 +752,7 @@ static void send_killer(struct msb *ms, const char *tag, int sig)
     char *argv[] = {a0, a1, (char *)KILLER, (char *)tag, signum};
     if (ms->rt_mode == RT_ON && ms->rt_task && strcmp(ms->rt_task, task_id) == 0) {
         char id[40];
-        uuid4(id);
+        modal_uuid4(id);
         Modal__TaskCommandRouter__TaskExecStartRequest rq =
             MODAL__TASK_COMMAND_ROUTER__TASK_EXEC_START_REQUEST__INIT;
         rq.task_id = (char *)task_id;
@@ -935,7 +914,7 @@ static void router_exec_start(struct mproc *m)
     m->router = 1;
     if (!m->rexec_id || !m->rexec_task || strcmp(m->rexec_task, ms->task_id) != 0) {
         char id[40];
-        uuid4(id);
+        modal_uuid4(id);
         modal_set_str(&m->rexec_id, id);
         modal_set_str(&m->rexec_task, ms->task_id);
     }

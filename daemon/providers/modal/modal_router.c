@@ -77,6 +77,10 @@ static void access_fetch(struct msb *ms);
 /* Tells every waiting process (a fresh list: they may queue again). */
 static void wake_waiters(struct msb *ms, const char *failure)
 {
+    if (ms->rt_job_waiting) {
+        ms->rt_job_waiting = 0;
+        modal_job_router_ready(ms);
+    }
     struct mproc *w = ms->rt_waiters;
     ms->rt_waiters = NULL;
     while (w) {
@@ -220,6 +224,25 @@ int modal_router_use(struct mproc *m)
         m->rt_next = ms->rt_waiters;
         ms->rt_waiters = m;
     }
+    access_fetch(ms);
+    return 0;
+}
+
+int modal_router_use_job(struct msb *ms)
+{
+    if (ms->mp->container_exec_only || !ms->task_id)
+        return -1;
+    if (!ms->rt_task || strcmp(ms->rt_task, ms->task_id) != 0) {
+        modal_router_reset(ms);
+        ms->rt_task = xstrdup(ms->task_id);
+    }
+    if (ms->rt_mode == RT_OFF)
+        return -1;
+    if (ms->rt_mode == RT_ON && ms->rt_exp - wall_now() > ROUTER_MIN_LEFT_S)
+        return 1;
+    if (ms->rt_job_tries++ > 0)
+        return -1; /* it could not be had for this job: the fallback */
+    ms->rt_job_waiting = 1;
     access_fetch(ms);
     return 0;
 }
