@@ -1,5 +1,5 @@
 // modal_bench_sdk.mjs - the reference for modal_bench.c: the official Modal JS
-// SDK (modal@0.5.6) running `echo hi` N times with sandbox.exec + read stdout +
+// SDK (modal@0.11.1, exec on the command router) running `echo hi` N times with sandbox.exec + read stdout +
 // wait, one after another, against the server in MODAL_SERVER_URL (the fake).
 // Prints: "sdk_bench: N execs, median X ms, mean Y ms, p90 Z ms"
 // usage: node tests/bench/modal_bench_sdk.mjs [N]   (MODAL_TOKEN_ID/SECRET set)
