@@ -1136,6 +1136,46 @@ static int client_calls(json_t *per, const char *svc, const char *method)
         json_object_get(json_object_get(per, "sbxd/" SBX_VERSION), svc), method));
 }
 
+/* What today's SDKs send at create, sbxd sends too: the owner tags in the
+ * create itself, its limits as ceilings, the workspace's image builder version. */
+static void test_create_drifts(conn *c)
+{
+    json_t *cs = ctl("GET", "/calls?method=SandboxCreate", NULL);
+    json_t *last = NULL;
+    size_t i;
+    json_t *x;
+    json_array_foreach(cs, i, x) {
+        const char *tid = json_string_value(
+            json_object_get(json_object_get(x, "metadata"), "x-modal-token-id"));
+        if (tid && strcmp(tid, "ak-test") == 0)
+            last = x;
+    }
+    json_t *req = json_object_get(last, "request");
+    int owner = 0;
+    json_array_foreach(json_object_get(req, "tags"), i, x)
+        owner += strcmp(json_string_value(json_object_get(x, "tag_name")),
+                        "sbxd_owner_uid") == 0;
+    test_cond("create: the owner tag is in SandboxCreate itself", owner == 1);
+    json_t *res = json_object_get(json_object_get(req, "definition"), "resources");
+    test_cond("create: memory and cpu are ceilings too (memory_mb_max, milli_cpu_max)",
+              json_integer_value(json_object_get(res, "memory_mb_max")) ==
+                      json_integer_value(json_object_get(res, "memory_mb")) &&
+                  json_integer_value(json_object_get(res, "milli_cpu_max")) ==
+                      json_integer_value(json_object_get(res, "milli_cpu")) &&
+                  json_integer_value(json_object_get(res, "milli_cpu")) > 0);
+    json_decref(cs);
+    json_t *imgs = ctl("GET", "/images", NULL);
+    int ours = 0;
+    json_array_foreach(imgs, i, x) {
+        const char *bv = json_string_value(json_object_get(x, "builder_version"));
+        ours += bv && strcmp(bv, "2025.06") == 0;
+    }
+    json_decref(imgs);
+    test_cond("create: images are built with the workspace's builder version "
+              "(EnvironmentGetOrCreate)",
+              ours > 0 && calls_count("EnvironmentGetOrCreate", 0) > 0);
+}
+
 static void test_router(conn *c)
 {
     json_t *per = ctl("GET", "/clients", NULL);
@@ -1859,6 +1899,7 @@ int main(int argc, char **argv)
     test_stdin(c);
     test_output(c);
     test_kill_timeout(c);
+    test_create_drifts(c);
     test_router(c);
     test_flow_control();
     test_dead_sandbox(c);

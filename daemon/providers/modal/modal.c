@@ -791,6 +791,26 @@ static void image_deleted(struct grpc_call *c, const struct grpc_status *st,
                  st->message);
 }
 
+static void terminated_unscheduled(struct grpc_call *c, const struct grpc_status *st,
+                                   const uint8_t *msg, size_t len, void *privdata)
+{
+    if (st->code != GRPC_OK && st->code != GRPC_NOT_FOUND)
+        log_warn("modal: SandboxTerminate failed: %s: %s", grpc_code_name(st->code),
+                 st->message);
+}
+
+void modal_sandbox_terminate(struct mprov *mp, const char *sandbox_id)
+{
+    if (!mp->ready || !sandbox_id)
+        return;
+    Modal__Client__SandboxTerminateRequest req =
+        MODAL__CLIENT__SANDBOX_TERMINATE_REQUEST__INIT;
+    req.sandbox_id = (char *)sandbox_id;
+    grpc_call_retry_budget(grpc_unary(&mp->ch, "SandboxTerminate", &req.base,
+                                      UNARY_TIMEOUT_S, terminated_unscheduled, NULL),
+                           mp->retry_budget_s);
+}
+
 void modal_image_delete(struct mprov *mp, const char *image_id)
 {
     if (!mp->ready || !image_id || !image_id[0])
@@ -877,6 +897,7 @@ static int m_load(json_t *conf, void **cookie, sbx_err_t *err)
     struct mprov *mp = xcalloc(1, sizeof(*mp));
     mp->apps = json_object();
     mp->images = json_object();
+    mp->builders = json_object();
     ev_init(&mp->adopt_timer, adopt_timer_cb);
     mp->adopt_timer.data = mp;
     ev_init(&mp->save_timer, save_timer_cb);
@@ -912,6 +933,10 @@ static int m_load(json_t *conf, void **cookie, sbx_err_t *err)
     json_int_t rb = json_integer_value(json_object_get(conf, "retry_budget_ms"));
     mp->retry_budget_s = (rb > 0 ? (double)rb : RETRY_BUDGET_MS) / 1000.0;
     mp->snapshot_ttl_s = json_integer_value(json_object_get(conf, "snapshot_ttl_s"));
+    const char *bv =
+        first_env("MODAL_IMAGE_BUILDER_VERSION",
+                  json_string_value(json_object_get(conf, "image_builder_version")));
+    mp->builder_version = bv && bv[0] ? xstrdup(bv) : NULL;
     if (mp->snapshot_ttl_s < -1)
         mp->snapshot_ttl_s = -1;
     *cookie = mp;
@@ -982,6 +1007,8 @@ static void m_unload(void *cookie)
         grpc_chan_deinit(&mp->ch);
     json_decref(mp->apps);
     json_decref(mp->images);
+    json_decref(mp->builders);
+    free(mp->builder_version);
     free(mp->url);
     free(mp->app_name);
     free(mp->environment);
@@ -1031,11 +1058,14 @@ static const struct cfg_key modal_keys[] = {
     {"max_message_bytes", CFG_INT}, /* one received gRPC message; default 16 MiB */
     {"retry_budget_ms", CFG_INT},   /* outages: how long streams and waits retry */
     {"state_file", CFG_STR},        /* what survives a restart; "" = nothing */
-    {"ca_file", CFG_STR}, /* CA bundle for https (control plane and command router) */
-    {"snapshot_ttl_s", CFG_INT}, /* sandbox.snapshot images: -1 never, 0 Modal's default
-                                  */
-    {"exec_transport", CFG_STR}, /* auto (router, ContainerExec if refused) |
-                                    container_exec */
+    /* CA bundle for https (the control plane and the command router) */
+    {"ca_file", CFG_STR},
+    /* sandbox.snapshot images: -1 never expire, 0 Modal's default */
+    {"snapshot_ttl_s", CFG_INT},
+    /* auto (the command router, ContainerExec if refused) | container_exec */
+    {"exec_transport", CFG_STR},
+    /* default: the workspace's (EnvironmentGetOrCreate) */
+    {"image_builder_version", CFG_STR},
     {NULL, 0},
 };
 

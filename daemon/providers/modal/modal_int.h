@@ -68,11 +68,13 @@ struct mprov {
     double cpu;
     int64_t memory_mb;
     int64_t max_timeout_ms;
-    double retry_budget_s;  /* how long exec streams and waits retry in an outage */
-    int64_t snapshot_ttl_s; /* sandbox.snapshot images: -1 never expire, 0 Modal's default
-                             */
-    json_t *apps;           /* "env/name" -> app_id */
-    json_t *images;         /* tag -> image_id */
+    double retry_budget_s; /* how long exec streams and waits retry in an outage */
+    /* sandbox.snapshot images: -1 never expire, 0 Modal's default */
+    int64_t snapshot_ttl_s;
+    json_t *apps;          /* "env/name" -> app_id */
+    json_t *images;        /* tag -> image_id */
+    char *builder_version; /* providers.modal.image_builder_version (NULL: ask) */
+    json_t *builders;      /* environment -> the workspace's image builder version */
     char last_error[512];
     /* Output flow control: 1 = pause the HTTP/2 stream (CURL_WRITEFUNC_PAUSE,
      * resumed with curl_easy_pause), the default. 0 (SBXD_MODAL_CURL_PAUSE=0) =
@@ -102,6 +104,7 @@ enum mstep {
     ST_APP,
     ST_LOOKUP,
     ST_IMAGE,
+    ST_BUILDER, /* the workspace's image builder version (EnvironmentGetOrCreate) */
     ST_IMAGE_BUILD,
     ST_IMAGE_JOIN,
     ST_SNAP_IMAGE,
@@ -286,6 +289,9 @@ struct msb *modal_msb_new(struct mprov *mp, struct sandbox *sb, sbx_err_t *err);
 
 /** The router access a lifecycle step waited for is settled: the job goes on. */
 void modal_job_router_ready(struct msb *ms);
+
+/** Terminates a Modal sandbox, nobody waits (one that was never scheduled). */
+void modal_sandbox_terminate(struct mprov *mp, const char *sandbox_id);
 
 /** Deletes a Modal image, nobody waits (an image sbxd made and no longer needs). */
 void modal_image_delete(struct mprov *mp, const char *image_id);

@@ -37,7 +37,9 @@
 
 #define BUILDER_VERSION "2024.10"
 #define TASK_POLL_S 0.5
-#define TASK_MAX_POLLS 600
+/* npm modal 0.11.1 waits 21 minutes for scheduling, then terminates the sandbox. */
+#define SCHEDULING_WINDOW_S (21 * 60)
+#define TASK_MAX_POLLS ((int)(SCHEDULING_WINDOW_S / TASK_POLL_S))
 #define MAX_STREAM_FAILS 10 /* image build log stream */
 #define MAX_LIFETIME_S 86400
 #define WATCH_POLL_S 10.0 /* SandboxWait long poll while a job runs (the SDK's wait) */
@@ -457,7 +459,7 @@ static int decide_image(struct msb *ms)
         modal_set_str(&ms->image_id, id);
         return go(ms, ST_SECRET);
     }
-    return go(ms, ST_IMAGE_BUILD);
+    return go(ms, ST_BUILDER);
 }
 
 static int send_snap_image(struct msb *ms)
@@ -478,6 +480,46 @@ static void on_snap_image(struct msb *ms, const struct grpc_status *st, void *re
     job_next(ms);
 }
 
+/* BUILDER: the image builder version, from the config, else the workspace's
+ * (what today's SDKs do), asked once per environment. */
+static const char *builder_of(struct msb *ms)
+{
+    if (ms->mp->builder_version)
+        return ms->mp->builder_version;
+    const char *v =
+        json_string_value(json_object_get(ms->mp->builders, nz(ms->env_name)));
+    return v ? v : BUILDER_VERSION;
+}
+
+static int send_builder(struct msb *ms)
+{
+    if (ms->mp->builder_version || json_object_get(ms->mp->builders, nz(ms->env_name)))
+        return go(ms, ST_IMAGE_BUILD);
+    Modal__Client__EnvironmentGetOrCreateRequest req =
+        MODAL__CLIENT__ENVIRONMENT_GET_OR_CREATE_REQUEST__INIT;
+    req.deployment_name = (char *)nz(ms->env_name);
+    return job_call(ms, &req.base, UNARY_TIMEOUT_S);
+}
+
+static void on_builder(struct msb *ms, const struct grpc_status *st, void *reply)
+{
+    Modal__Client__EnvironmentGetOrCreateResponse *r = reply;
+    const char *v = r && r->metadata && r->metadata->settings
+                        ? r->metadata->settings->image_builder_version
+                        : NULL;
+    if (v && v[0]) {
+        json_object_set_new(ms->mp->builders, nz(ms->env_name), json_string(v));
+    } else {
+        log_warn("modal: the workspace's image builder version is unknown (%s: %s); "
+                 "using %s",
+                 grpc_code_name(st->code), st->message, BUILDER_VERSION);
+        json_object_set_new(ms->mp->builders, nz(ms->env_name),
+                            json_string(BUILDER_VERSION));
+    }
+    ms->step = ST_IMAGE_BUILD;
+    job_next(ms);
+}
+
 static int send_image_build(struct msb *ms)
 {
     char cmd[600];
@@ -490,7 +532,7 @@ static int send_image_build(struct msb *ms)
         MODAL__CLIENT__IMAGE_GET_OR_CREATE_REQUEST__INIT;
     req.image = &img;
     req.app_id = ms->app_id;
-    req.builder_version = (char *)BUILDER_VERSION;
+    req.builder_version = (char *)builder_of(ms);
     progress(ms, "image", "Building image %s", ms->image_tag);
     return job_call(ms, &req.base, UNARY_TIMEOUT_S);
 }
@@ -651,6 +693,9 @@ static int send_create(struct msb *ms)
     res.gpu_config = &gpu;
     res.milli_cpu = (uint32_t)(ms->cpu * 1000.0 + 0.5);
     res.memory_mb = (uint32_t)ms->memory_mb;
+    /* What sbxd sets is a ceiling too, as memoryLimitMiB/cpuLimit in the SDKs. */
+    res.milli_cpu_max = res.milli_cpu;
+    res.memory_mb_max = res.memory_mb;
     Modal__Client__PortSpecs ports = MODAL__CLIENT__PORT_SPECS__INIT;
     Modal__Client__NetworkAccess net = MODAL__CLIENT__NETWORK_ACCESS__INIT;
     net.network_access_type = MODAL__CLIENT__NETWORK_ACCESS__NETWORK_ACCESS_TYPE__OPEN;
@@ -687,8 +732,29 @@ static int send_create(struct msb *ms)
     Modal__Client__SandboxCreateRequest req = MODAL__CLIENT__SANDBOX_CREATE_REQUEST__INIT;
     req.app_id = ms->app_id;
     req.definition = &def;
+    /* The owner tags go in with the create: no moment without them. */
+    json_t *tv = sandbox_tags(ms);
+    size_t nt = json_object_size(tv), i = 0;
+    Modal__Client__SandboxTag *tv_s = xcalloc(nt ? nt : 1, sizeof(*tv_s));
+    Modal__Client__SandboxTag **tags = xcalloc(nt ? nt : 1, sizeof(*tags));
+    const char *k;
+    json_t *v;
+    json_object_foreach(tv, k, v) {
+        Modal__Client__SandboxTag t = MODAL__CLIENT__SANDBOX_TAG__INIT;
+        tv_s[i] = t;
+        tv_s[i].tag_name = (char *)k;
+        tv_s[i].tag_value = (char *)json_string_value(v);
+        tags[i] = &tv_s[i];
+        i++;
+    }
+    req.tags = tags;
+    req.n_tags = nt;
     progress(ms, "sandbox", "Creating Modal sandbox (image %s)", ms->image_id);
-    return job_call(ms, &req.base, UNARY_TIMEOUT_S);
+    int ret = job_call(ms, &req.base, UNARY_TIMEOUT_S);
+    free(tags);
+    free(tv_s);
+    json_decref(tv);
+    return ret;
 }
 
 /* ---- TASK: wait for the sandbox's task (polled), or find it ended ------------------ */
@@ -754,7 +820,16 @@ static void on_task(struct msb *ms, const struct grpc_status *st, void *reply)
             MODAL__CLIENT__SANDBOX_GET_TASK_ID_RESPONSE___TASK_ID_TASK_ID ||
         !r->task_id || !r->task_id[0]) {
         if (++ms->polls > TASK_MAX_POLLS) {
-            job_fail_msg(ms, "the Modal sandbox did not get a task in time");
+            /* As the SDK: a sandbox that was never scheduled is terminated, so
+             * that it cannot start later with nobody to use it. */
+            char buf[300];
+            snprintf(buf, sizeof(buf),
+                     "the Modal sandbox %s was not scheduled within %d minutes "
+                     "(insufficient capacity); it was terminated",
+                     nz(ms->sandbox_id), SCHEDULING_WINDOW_S / 60);
+            modal_sandbox_terminate(ms->mp, ms->sandbox_id);
+            forget_sandbox(ms);
+            job_fail_msg(ms, buf);
             return;
         }
         ev_timer_set(&ms->timer, TASK_POLL_S, 0.);
@@ -1078,6 +1153,9 @@ static const struct job_step job_steps[] = {
                    &modal__client__sandbox_get_from_name_response__descriptor,
                    send_lookup, on_lookup},
     [ST_IMAGE] = {NULL, NULL, decide_image, NULL},
+    [ST_BUILDER] = {"EnvironmentGetOrCreate",
+                    &modal__client__environment_get_or_create_response__descriptor,
+                    send_builder, on_builder},
     [ST_IMAGE_BUILD] = {"ImageGetOrCreate",
                         &modal__client__image_get_or_create_response__descriptor,
                         send_image_build, on_image_build},

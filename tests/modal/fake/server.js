@@ -2140,6 +2140,7 @@ async function control(req) {
         image_id: im.image_id, kind: im.kind, status: im.status, exception: im.exception || null,
         dockerfile_commands: im.dockerfile_commands, tag: im.tag || null, dir: im.dir || null,
         from_sandbox: im.from_sandbox || null, created_at: im.created_at, finished_at: im.finished_at,
+        builder_version: im.builder_version || null,
         via: im.via || null, ttl_seconds: im.ttl_seconds === undefined ? null : im.ttl_seconds,
         expires_at: im.expires_at === undefined ? null : im.expires_at,
       }));
