@@ -119,7 +119,8 @@ CA="$T/fake-state/tls/ca.pem"
 write_cfg "$T/main.yaml" "server_url: http://127.0.0.1:$PORT" "token_id: ak-test" \
     "token_secret: as-test" "app_name: sbxd-test" "image: ubuntu:22.04" "ca_file: $CA"
 write_cfg "$T/short.yaml" "server_url: http://127.0.0.1:$PORT" "token_id: ak-test" \
-    "token_secret: as-test" "app_name: sbxd-test" "retry_budget_ms: 5000" "ca_file: $CA"
+    "token_secret: as-test" "app_name: sbxd-test" "retry_budget_ms: 5000" "ca_file: $CA" \
+    "backend: v1"
 write_cfg "$T/nocred.yaml" "server_url: http://127.0.0.1:$PORT"
 write_cfg "$T/badcred.yaml" "server_url: http://127.0.0.1:$APORT" "token_id: ak-wrong" \
     "token_secret: as-wrong"

@@ -312,8 +312,8 @@ static void test_basics(conn *c)
                             "/work", "options", "cpu", 0.5, "memory_mb", 256));
     errmsg(r);
     test_eq_str("create: running", res_str(r, "status"), "running");
-    test_cond("create: metadata has Modal's sandbox id",
-              strncmp(meta_str(r, "sandbox_id"), "sb-", 3) == 0);
+    test_cond("create: metadata has Modal's sandbox id, a V2 one (backend auto)",
+              strncmp(meta_str(r, "sandbox_id"), "sbv2-", 5) == 0);
     test_cond("create: metadata app, image, timeout",
               strcmp(meta_str(r, "app"), "sbxd-test") == 0 &&
                   strcmp(meta_str(r, "image"), "ubuntu:22.04") == 0 &&
@@ -1140,7 +1140,7 @@ static int client_calls(json_t *per, const char *svc, const char *method)
  * create itself, its limits as ceilings, the workspace's image builder version. */
 static void test_create_drifts(conn *c)
 {
-    json_t *cs = ctl("GET", "/calls?method=SandboxCreate", NULL);
+    json_t *cs = ctl("GET", "/calls?method=SandboxCreateV2", NULL);
     json_t *last = NULL;
     size_t i;
     json_t *x;
@@ -1155,7 +1155,7 @@ static void test_create_drifts(conn *c)
     json_array_foreach(json_object_get(req, "tags"), i, x)
         owner += strcmp(json_string_value(json_object_get(x, "tag_name")),
                         "sbxd_owner_uid") == 0;
-    test_cond("create: the owner tag is in SandboxCreate itself", owner == 1);
+    test_cond("create: the owner tag is in SandboxCreateV2 itself", owner == 1);
     json_t *res = json_object_get(json_object_get(req, "definition"), "resources");
     test_cond("create: memory and cpu are ceilings too (memory_mb_max, milli_cpu_max)",
               json_integer_value(json_object_get(res, "memory_mb_max")) ==
@@ -1176,6 +1176,52 @@ static void test_create_drifts(conn *c)
               ours > 0 && calls_count("EnvironmentGetOrCreate", 0) > 0);
 }
 
+/* A daemon with backend v1 (the short-budget one): V1 sandboxes through the V1
+ * calls, TaskGetCommandRouterAccess, and the ContainerExec fallback when the
+ * router is refused (V2 sandboxes have none). */
+static void test_v1_backend(const char *sock)
+{
+    conn *c = cn_open(sock);
+    if (!c) {
+        test_cond("backend v1: the sbxd answers", 0);
+        return;
+    }
+    int acc = calls_count("TaskGetCommandRouterAccess", 0);
+    json_t *r = cn_call_t(c, LONG_MS, "sandbox.create",
+                          json_pack("{s:s, s:s}", "id", "mv1", "provider", "modal"));
+    errmsg(r);
+    const char *id = meta_str(r, "sandbox_id");
+    test_cond("backend v1: a V1 sandbox (sb- and 22 characters)",
+              strncmp(id, "sb-", 3) == 0 && strlen(id) == 25);
+    json_decref(r);
+    r = sh(c, "mv1", "echo v1");
+    test_cond("backend v1: exec on the router, access by TaskGetCommandRouterAccess",
+              out_is(r, "v1\n") && calls_count("TaskGetCommandRouterAccess", 0) > acc);
+    json_decref(r);
+    json_decref(
+        cn_call_t(c, LONG_MS, "sandbox.destroy", json_pack("{s:s}", "id", "mv1")));
+    /* Router refused: ContainerExec, said in the metadata. */
+    json_decref(ctl("POST", "/fault", json_pack("{s:i}", "refuse_router", 1)));
+    r = cn_call_t(c, LONG_MS, "sandbox.create",
+                  json_pack("{s:s, s:s}", "id", "mf", "provider", "modal"));
+    errmsg(r);
+    json_decref(r);
+    int ce = calls_count("ContainerExec", 0);
+    r = sh(c, "mf", "echo fallback");
+    test_cond("router refused: exec works through ContainerExec",
+              out_is(r, "fallback\n") && calls_count("ContainerExec", 0) > ce);
+    json_decref(r);
+    r = sb_get(c, "mf");
+    const char *why = meta_str(r, "exec_fallback_reason");
+    test_cond("router refused: sandbox.get says container_exec and why",
+              strcmp(meta_str(r, "exec_transport"), "container_exec") == 0 &&
+                  strstr(why, "FAILED_PRECONDITION"));
+    json_decref(r);
+    json_decref(cn_call_t(c, LONG_MS, "sandbox.destroy", json_pack("{s:s}", "id", "mf")));
+
+    cn_close(c);
+}
+
 static void test_router(conn *c)
 {
     json_t *per = ctl("GET", "/clients", NULL);
@@ -1185,7 +1231,7 @@ static void test_router(conn *c)
                   client_calls(per, "router", "TaskExecStdioRead") > 0 &&
                   client_calls(per, "router", "TaskExecStdinWrite") > 0 &&
                   client_calls(per, "router", "TaskExecWait") > 0 &&
-                  client_calls(per, "control", "TaskGetCommandRouterAccess") > 0);
+                  client_calls(per, "control", "SandboxGetCommandRouterAccess") > 0);
     test_cond("router: ... and never ContainerExec (exec, output, input, wait, kill)",
               client_calls(per, "control", "ContainerExec") == 0 &&
                   client_calls(per, "control", "ContainerExecGetOutput") == 0 &&
@@ -1207,32 +1253,13 @@ static void test_router(conn *c)
               res_int(r, "exit_code") == 0 && out_is(r, "1\n"));
     json_decref(r);
 
-    /* Router refused: ContainerExec, said in the metadata. */
-    json_decref(ctl("POST", "/fault", json_pack("{s:i}", "refuse_router", 1)));
-    r = cn_call_t(c, LONG_MS, "sandbox.create",
-                  json_pack("{s:s, s:s}", "id", "mf", "provider", "modal"));
-    errmsg(r);
-    json_decref(r);
-    int ce = calls_count("ContainerExec", 0);
-    r = sh(c, "mf", "echo fallback");
-    test_cond("router refused: exec works through ContainerExec",
-              out_is(r, "fallback\n") && calls_count("ContainerExec", 0) > ce);
-    json_decref(r);
-    r = sb_get(c, "mf");
-    const char *why = meta_str(r, "exec_fallback_reason");
-    test_cond("router refused: sandbox.get says container_exec and why",
-              strcmp(meta_str(r, "exec_transport"), "container_exec") == 0 &&
-                  strstr(why, "FAILED_PRECONDITION"));
-    json_decref(r);
-    json_decref(cn_call_t(c, LONG_MS, "sandbox.destroy", json_pack("{s:s}", "id", "mf")));
-
     /* RPCRetryPolicy: a code sbxd never retries on its own (RESOURCE_EXHAUSTED) is
      * retried after the delay the server names, with the throttle headers. */
-    int before = calls_count("SandboxCreate", -1);
-    json_decref(
-        ctl("POST", "/fault",
-            json_pack("{s:{s:s, s:i, s:s, s:f}}", "fail_next", "method", "SandboxCreate",
-                      "code", 8, "message", "slow down", "retry_after_secs", 0.6)));
+    int before = calls_count("SandboxCreateV2", -1);
+    json_decref(ctl("POST", "/fault",
+                    json_pack("{s:{s:s, s:i, s:s, s:f}}", "fail_next", "method",
+                              "SandboxCreateV2", "code", 8, "message", "slow down",
+                              "retry_after_secs", 0.6)));
     double t0 = now_ms();
     r = cn_call_t(c, LONG_MS, "sandbox.create",
                   json_pack("{s:s, s:s}", "id", "mr", "provider", "modal"));
@@ -1241,7 +1268,7 @@ static void test_router(conn *c)
     test_cond("retry policy: the create succeeds after the server's delay",
               err_code(r) == 0 && took >= 550);
     json_decref(r);
-    json_t *cs = ctl("GET", "/calls?method=SandboxCreate", NULL);
+    json_t *cs = ctl("GET", "/calls?method=SandboxCreateV2", NULL);
     json_t *a = json_array_get(cs, (size_t)before),
            *b2 = json_array_get(cs, (size_t)before + 1);
     json_t *mda = json_object_get(a, "metadata"), *mdb = json_object_get(b2, "metadata");
@@ -1338,7 +1365,9 @@ static void test_headers(void)
         const char *ct = json_string_value(json_object_get(md, "x-modal-client-type"));
         if (ct && strcmp(ct, "8") == 0)
             client++;
-        if (strcmp(m, "ContainerExec") == 0 || strcmp(m, "SandboxCreate") == 0) {
+        if (strcmp(m, "ContainerExec") == 0 || strcmp(m, "SandboxCreate") == 0 ||
+            strcmp(m, "SandboxCreateV2") == 0 ||
+            strcmp(m, "SandboxGetCommandRouterAccess") == 0) {
             unary++;
             const char *k = json_string_value(json_object_get(md, "x-idempotency-key"));
             if (k && strlen(k) == 36 && json_object_get(md, "x-retry-attempt"))
@@ -1927,8 +1956,10 @@ int main(int argc, char **argv)
         test_badcred(s);
     if ((s = getenv("PTEST_DOWN_SOCK")))
         test_down(s);
-    if ((s = getenv("PTEST_SHORT_SOCK")))
+    if ((s = getenv("PTEST_SHORT_SOCK"))) {
+        test_v1_backend(s);
         test_outage_long(s);
+    }
     const char *cmd = getenv("PTEST_SBXD_CMD"), *tmp = getenv("PTEST_TMP");
     if (cmd && tmp) {
         test_reconnect(cmd, tmp);

@@ -545,7 +545,8 @@ static void adopt_sandbox(struct mprov *mp, const char *id, json_t *e)
         Modal__Client__SandboxGetTaskIdRequest req =
             MODAL__CLIENT__SANDBOX_GET_TASK_ID_REQUEST__INIT;
         req.sandbox_id = ms->sandbox_id;
-        ms->check_call = grpc_unary(&mp->ch, "SandboxGetTaskId", &req.base,
+        ms->v2 = !modal_v1_id(ms->sandbox_id); /* routed by the id's shape */
+        ms->check_call = grpc_unary(&mp->ch, modal_rpc(ms, "SandboxGetTaskId"), &req.base,
                                     UNARY_TIMEOUT_S, adopt_check_done, ms);
         grpc_call_retry_budget(ms->check_call, mp->retry_budget_s);
         size_t i;
@@ -803,11 +804,13 @@ void modal_sandbox_terminate(struct mprov *mp, const char *sandbox_id)
 {
     if (!mp->ready || !sandbox_id)
         return;
+    const char *method =
+        modal_v1_id(sandbox_id) ? "SandboxTerminate" : "SandboxTerminateV2";
     Modal__Client__SandboxTerminateRequest req =
         MODAL__CLIENT__SANDBOX_TERMINATE_REQUEST__INIT;
     req.sandbox_id = (char *)sandbox_id;
-    grpc_call_retry_budget(grpc_unary(&mp->ch, "SandboxTerminate", &req.base,
-                                      UNARY_TIMEOUT_S, terminated_unscheduled, NULL),
+    grpc_call_retry_budget(grpc_unary(&mp->ch, method, &req.base, UNARY_TIMEOUT_S,
+                                      terminated_unscheduled, NULL),
                            mp->retry_budget_s);
 }
 
@@ -819,6 +822,37 @@ void modal_image_delete(struct mprov *mp, const char *image_id)
     req.image_id = (char *)image_id;
     log_info("modal: deleting image %s", image_id);
     grpc_unary(&mp->ch, "ImageDelete", &req.base, UNARY_TIMEOUT_S, image_deleted, NULL);
+}
+
+int modal_v1_id(const char *id)
+{
+    if (!id || strncmp(id, "sb-", 3) != 0 || strlen(id) != 25)
+        return 0;
+    for (const char *p = id + 3; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+              (*p >= '0' && *p <= '9')))
+            return 0;
+    return 1;
+}
+
+const char *modal_rpc(const struct msb *ms, const char *method)
+{
+    static const char *const twins[][2] = {
+        {"SandboxCreate", "SandboxCreateV2"},
+        {"SandboxGetFromName", "SandboxGetFromNameV2"},
+        {"SandboxGetTaskId", "SandboxGetTaskIdV2"},
+        {"SandboxGetTunnels", "SandboxGetTunnelsV2"},
+        {"SandboxTagsGet", "SandboxTagsGetV2"},
+        {"SandboxTagsSet", "SandboxTagsSetV2"},
+        {"SandboxTerminate", "SandboxTerminateV2"},
+        {"SandboxWait", "SandboxWaitV2"},
+    };
+    if (!ms || !ms->v2 || !method)
+        return method;
+    for (size_t i = 0; i < sizeof(twins) / sizeof(twins[0]); i++)
+        if (strcmp(twins[i][0], method) == 0)
+            return twins[i][1];
+    return method;
 }
 
 double modal_jwt_exp(const char *tok)
@@ -971,6 +1005,11 @@ static int m_load(json_t *conf, void **cookie, sbx_err_t *err)
     grpc_chan_set_ca(&mp->ch, mp->ca_file);
     const char *et = json_string_value(json_object_get(conf, "exec_transport"));
     mp->container_exec_only = et && strcmp(et, "container_exec") == 0;
+    /* auto: as npm modal 0.11.1, V2 (its V1 is for GPUs, which sbxd does not ask for). */
+    const char *be = json_string_value(json_object_get(conf, "backend"));
+    mp->backend_v2 = !be || strcmp(be, "v1") != 0;
+    if (be && strcmp(be, "v1") != 0 && strcmp(be, "v2") != 0 && strcmp(be, "auto") != 0)
+        log_warn("modal: backend %s is not v1, v2 or auto; auto", be);
     if (et && !mp->container_exec_only && strcmp(et, "auto") != 0)
         log_warn("modal: exec_transport %s is neither auto nor container_exec; auto", et);
     grpc_chan_set_throttle(&mp->ch, mp->retry_budget_s);
@@ -1066,6 +1105,8 @@ static const struct cfg_key modal_keys[] = {
     {"exec_transport", CFG_STR},
     /* default: the workspace's (EnvironmentGetOrCreate) */
     {"image_builder_version", CFG_STR},
+    /* v1 | v2 | auto (V2, as today's SDKs): the backend of new sandboxes */
+    {"backend", CFG_STR},
     {NULL, 0},
 };
 

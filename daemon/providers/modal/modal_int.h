@@ -60,6 +60,7 @@ struct mprov {
     char *host;              /* of url: the x-modal-host header */
     char *ca_file;           /* providers.modal.ca_file: verifies https peers */
     int container_exec_only; /* providers.modal.exec_transport: container_exec */
+    int backend_v2;          /* providers.modal.backend: new sandboxes are V2 */
     struct mrouter *routers;
     int ready;        /* credentials and a channel */
     char reason[256]; /* why not ready */
@@ -163,6 +164,8 @@ struct msb {
     ev_timer watch_timer;         /* SandboxWait again after a failure */
     ev_timer lost_timer;          /* ends a job that depends on a lost sandbox */
 
+    int v2; /* a V2 sandbox (by its id's shape): the *V2 calls */
+
     /* The command router of the current task (modal_router.c). */
     enum rt_mode rt_mode;
     char *rt_task; /* the task the access below is for */
@@ -248,6 +251,16 @@ int modal_grpc_err(struct mprov *mp, sbx_err_t *err, const struct grpc_status *s
 
 /** A random UUIDv4 into out (37 bytes): exec and snapshot ids sbxd chooses. */
 void modal_uuid4(char *out);
+
+/** 1 if id has the shape of a V1 sandbox id: sb- and 22 base62 characters. */
+int modal_v1_id(const char *id);
+
+/**
+ * The RPC to call for a sandbox: method itself, or its V2 twin when ms is a V2
+ * sandbox (SandboxCreate, SandboxGetTaskId, SandboxWait, ...: the same
+ * messages on the wire). ms may be NULL.
+ */
+const char *modal_rpc(const struct msb *ms, const char *method);
 
 /** exp of a JWT's payload (seconds since the epoch), or 0 if it has none. */
 double modal_jwt_exp(const char *tok);

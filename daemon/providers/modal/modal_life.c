@@ -317,8 +317,8 @@ static const struct job_step job_steps[];
 
 static int job_call(struct msb *ms, const ProtobufCMessage *req, double timeout)
 {
-    ms->call = grpc_unary(&ms->mp->ch, job_steps[ms->step].method, req, timeout,
-                          job_rpc_done, ms);
+    ms->call = grpc_unary(&ms->mp->ch, modal_rpc(ms, job_steps[ms->step].method), req,
+                          timeout, job_rpc_done, ms);
     return STEP_WAIT;
 }
 
@@ -426,6 +426,7 @@ static void on_lookup(struct msb *ms, const struct grpc_status *st, void *reply)
         return;
     }
     modal_set_str(&ms->sandbox_id, r->sandbox_id);
+    ms->v2 = !modal_v1_id(ms->sandbox_id);
     ms->reconnected = 1;
     ms->adopting = 1;
     ms->polls = 0;
@@ -775,6 +776,7 @@ static void on_create(struct msb *ms, const struct grpc_status *st, void *reply)
         return;
     }
     modal_set_str(&ms->sandbox_id, r->sandbox_id);
+    ms->v2 = !modal_v1_id(ms->sandbox_id);
     ms->polls = 0;
     ms->adopting = 0;
     ms->step = ST_TASK;
@@ -1254,7 +1256,7 @@ static void watch_open(struct msb *ms)
     Modal__Client__SandboxWaitRequest req = MODAL__CLIENT__SANDBOX_WAIT_REQUEST__INIT;
     req.sandbox_id = ms->sandbox_id;
     req.timeout = (float)WATCH_POLL_S;
-    ms->watch_call = grpc_unary(&ms->mp->ch, "SandboxWait", &req.base,
+    ms->watch_call = grpc_unary(&ms->mp->ch, modal_rpc(ms, "SandboxWait"), &req.base,
                                 WATCH_POLL_S + POLL_SLACK_S, watch_done, ms);
 }
 
@@ -1444,6 +1446,7 @@ struct msb *modal_msb_new(struct mprov *mp, struct sandbox *sb, sbx_err_t *err)
     ev_init(&ms->lost_timer, lost_cb);
     ms->lost_timer.data = ms;
     modal_router_init(ms);
+    ms->v2 = mp->backend_v2; /* until a sandbox id says otherwise */
     ms->all_next = mp->all;
     if (mp->all)
         mp->all->all_prev = ms;

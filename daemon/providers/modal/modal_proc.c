@@ -1026,6 +1026,12 @@ static void exec_start(struct mproc *m)
         router_exec_start(m);
         return;
     }
+    if (ms->v2) {
+        /* V2 sandboxes run commands only on the router. */
+        report_error(m, "this V2 Modal sandbox has no command router to run commands: %s",
+                     ms->rt_why ? ms->rt_why : "exec_transport is container_exec");
+        return;
+    }
     m->router = 0;
     json_t *spec = p->spec;
     json_t *argv_j = json_object_get(spec, "argv");
@@ -1135,8 +1141,8 @@ static void exec_done(struct grpc_call *c, const struct grpc_status *st,
         Modal__Client__SandboxGetTaskIdRequest req =
             MODAL__CLIENT__SANDBOX_GET_TASK_ID_REQUEST__INIT;
         req.sandbox_id = ms->sandbox_id;
-        m->check_call = grpc_unary(&ms->mp->ch, "SandboxGetTaskId", &req.base,
-                                   UNARY_TIMEOUT_S, check_done, m);
+        m->check_call = grpc_unary(&ms->mp->ch, modal_rpc(ms, "SandboxGetTaskId"),
+                                   &req.base, UNARY_TIMEOUT_S, check_done, m);
         return;
     }
     if (st->code != GRPC_OK && st->unsent &&

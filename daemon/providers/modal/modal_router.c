@@ -122,7 +122,8 @@ static void access_done(struct grpc_call *c, const struct grpc_status *st,
         ms->rt_mode = RT_OFF;
         modal_set_str(&ms->rt_why, why);
         modal_reply_free(r);
-        wake_waiters(ms, NULL);
+        /* A V2 sandbox has no ContainerExec to fall back to. */
+        wake_waiters(ms, ms->v2 ? why : NULL);
         return;
     }
     sbx_err_t err = {0};
@@ -176,6 +177,18 @@ static void access_fetch(struct msb *ms)
         return;
     if (ms->rt_mode != RT_ON)
         ms->rt_mode = RT_FETCHING;
+    if (ms->v2) {
+        /* V2: by sandbox id; the reply's jwt=1/url=2 are TaskGet...'s. */
+        Modal__Client__SandboxGetCommandRouterAccessRequest vreq =
+            MODAL__CLIENT__SANDBOX_GET_COMMAND_ROUTER_ACCESS_REQUEST__INIT;
+        vreq.target_case =
+            MODAL__CLIENT__SANDBOX_GET_COMMAND_ROUTER_ACCESS_REQUEST__TARGET_SANDBOX_ID;
+        vreq.sandbox_id = ms->sandbox_id;
+        ms->rt_call = grpc_unary(&ms->mp->ch, "SandboxGetCommandRouterAccess", &vreq.base,
+                                 UNARY_TIMEOUT_S, access_done, ms);
+        grpc_call_retry_budget(ms->rt_call, ms->mp->retry_budget_s);
+        return;
+    }
     Modal__Client__TaskGetCommandRouterAccessRequest req =
         MODAL__CLIENT__TASK_GET_COMMAND_ROUTER_ACCESS_REQUEST__INIT;
     req.task_id = ms->task_id;
