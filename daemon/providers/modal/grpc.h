@@ -1,6 +1,8 @@
 /*
  * grpc.h - a small, generic gRPC client over HTTP/2 on curlev (libcurl multi
- * on the libev loop): unary calls and server-streaming calls. It knows no
+ * on the libev loop): unary calls and server-streaming calls, optionally with
+ * a header of their own (a per-call bearer token on a shared channel), and
+ * server-directed retries (RPCRetryPolicy in grpc-status-details-bin). It knows no
  * service: the owner supplies the metadata (headers) every attempt carries
  * through a callback (grpc_chan_set_headers), static header lines
  * (grpc_chan_header), and optionally a token that one unary RPC fetches,

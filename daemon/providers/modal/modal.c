@@ -1,12 +1,18 @@
 /*
  * modal.c - the Modal provider: a sandbox is a Modal Sandbox, driven over
- * Modal's own gRPC API (grpc.c on curlev, protobuf-c messages generated from
- * proto/modal/modal_api.proto). See shared/modal-protocol.md for the calls.
+ * Modal's own gRPC API as npm modal 0.11.1 speaks it (grpc.c on curlev,
+ * protobuf-c messages generated from proto/modal/modal_api.proto and
+ * task_command_router.proto): the ModalClient control plane for the
+ * lifecycle, V2 sandboxes by default (providers.modal.backend; an id's shape
+ * says which calls it takes, modal_rpc), the TaskCommandRouter on the
+ * sandbox's worker for processes and snapshots. proto/PROTOCOL.md ("Modal:
+ * what sbxd speaks") has the calls.
  *
  * This file holds the provider table and its configuration, Modal's
- * credentials and auth headers (grpc.c itself names nothing Modal), the
- * state file, and the helpers the other rooms share (modal_int.h):
- * modal_life.c runs the sandbox lifecycle jobs, modal_proc.c the processes.
+ * credentials and auth headers (x-modal-host, the throttle-retry marks;
+ * grpc.c itself names nothing Modal), the state file, and the helpers the
+ * other rooms share (modal_int.h): modal_life.c runs the sandbox lifecycle
+ * jobs, modal_proc.c the processes, modal_router.c the router link.
  *
  * Restarts: the sandboxes, their running execs and the snapshots live in a
  * state file (see "state file" below) and are adopted on the first loop

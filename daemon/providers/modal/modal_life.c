@@ -1,5 +1,7 @@
 /*
- * modal_life.c - sandbox lifecycle jobs of the Modal provider.
+ * modal_life.c - sandbox lifecycle jobs of the Modal provider. A V2 sandbox
+ * takes the *V2 twin of each call (modal_rpc); the snapshot steps run on the
+ * task's command router (TaskSnapshotFilesystem) when it has one.
  *
  * A job runs one at a time per sandbox, as a walk through the step table
  * (job_steps[]): each step names its RPC, builds and sends the request, and
@@ -7,15 +9,17 @@
  * it. A step may also decide without a call and move on.
  *   start   APP -> LOOKUP [SandboxGetFromName: adopt a running sandbox named
  *           like ours -> TASK -> TAGS_CHECK: it must be this uid's] or: IMAGE
- *           (IMAGE_BUILD + IMAGE_JOIN, SNAP_IMAGE for a snapshot, or the image
- *           saved by stop) -> SECRET (for env) -> CREATE -> TASK -> TAGS_SET
- *           (owner uid)
+ *           (BUILDER [the workspace's image builder version] + IMAGE_BUILD +
+ *           IMAGE_JOIN, SNAP_IMAGE for a snapshot, or the image saved by stop)
+ *           -> SECRET (for env) -> CREATE (owner tags in it) -> TASK (polled
+ *           for 21 minutes, then terminated) -> TAGS_SET (owner uid)
  *   restart the same without the lookup, when a call found the sandbox dead
- *   stop    STOP_SNAP -> TERMINATE (start recreates from the saved image);
+ *   stop    STOP_SNAP (-> STOP_TSNAP on the router, never expiring, or
+ *           STOP_SNAPFS) -> TERMINATE (start recreates from the saved image);
  *           STOP_CHECK when the snapshot fails: a dead sandbox has nothing
  *           to save
  *   destroy TERMINATE
- *   snapshot SNAPSHOT
+ *   snapshot SNAPSHOT (-> TSNAP with snapshot_ttl_s, or SNAPFS)
  * A lifecycle op asked for during a restart waits for it (pending_op).
  *
  * Losing the backend: while stop, destroy or snapshot talk to a Modal

@@ -1,18 +1,26 @@
 /*
  * modal_proc.c - processes of the Modal provider.
  *
- * A process is one ContainerExec of a small sh wrapper whose argv carries a
+ * A process is one exec of a small sh wrapper whose argv carries a
  * per-process tag (so process.kill can really end the remote process group
- * with a second exec that finds it), two ContainerExecGetOutput streams
- * (resumed from the last batch index when they break, paused while the
- * followers can't keep up) and a ContainerExecWait long poll. The exit is
- * reported once the wait says completed and both streams delivered their last
- * batch, always from a fresh loop iteration (report_timer): the core may free
- * the process record inside process_exited.
+ * with a second exec that finds it). On the task's command router (the
+ * normal case, modal_router.c): TaskExecStart with an exec id sbxd chooses
+ * (retried freely: a known id is not run twice) and the env in
+ * TaskExecStart.env, two TaskExecStdioRead streams (resumed at the byte after
+ * the last one delivered; a clean end is EOF), TaskExecStdinWrite by offset,
+ * TaskExecWait (code or signal). The fallback when the router is refused (V1
+ * sandboxes only) is what SDKs before 0.7.0 did: ContainerExec, two
+ * ContainerExecGetOutput streams (resumed from the last batch index when they
+ * break), ContainerExecPutInput by message index and a ContainerExecWait long
+ * poll. Either way output streams are paused while the followers can't keep
+ * up. The exit is reported once the wait says completed and both streams
+ * delivered their last batch (router: their EOF), always from a fresh loop iteration
+ * (report_timer): the core may free the process record inside process_exited.
  *
  * Outages: broken streams and waits are retried with backoff for
  * retry_budget_ms, then the exit says output_incomplete; ContainerExec is
- * repeated only when the attempt surely never reached Modal. A call that
+ * repeated only when the attempt surely never reached Modal (TaskExecStart
+ * always: it is idempotent by its exec id). A call that
  * finds the sandbox dead (NOT_FOUND) marks it dead (modal_mark_dead) and, for
  * an exec that never ran, waits for a restart (modal_start_restart).
  */
