@@ -87,7 +87,7 @@ start_fake() {
     grep -q '^CONTROL ' "$T/$name.out" || { cat "$T/$name.err"; return 1; }
 }
 
-start_fake fake 8 --token-ttl 8 || { fail "the fake Modal server did not start"; finish; }
+start_fake fake 8 --token-ttl 8 --router-token-ttl 8 || { fail "the fake Modal server did not start"; finish; }
 start_fake fakeauth 9 --token-id ak-right --token-secret as-right ||
     { fail "the fake Modal server with tokens did not start"; finish; }
 PORT=$(sed -n 's/^LISTENING //p' "$T/fake.out")

@@ -1243,6 +1243,22 @@ static void test_router(conn *c)
                 meta_str(r, "exec_transport"), "task_command_router");
     json_decref(r);
 
+    /* The fake's router tokens live 8 s: a command that runs longer gets its
+     * access fetched again before the token expires, and no router call is
+     * turned away for an expired one. */
+    int acc0 = calls_count("SandboxGetCommandRouterAccess", 0);
+    int unauth0 = calls_count("TaskExecWait", 16) + calls_count("TaskExecStdioRead", 16) +
+                  calls_count("TaskExecStart", 16);
+    r = sh(c, "m1", "sleep 12; echo late");
+    int unauth1 = calls_count("TaskExecWait", 16) + calls_count("TaskExecStdioRead", 16) +
+                  calls_count("TaskExecStart", 16);
+    test_cond("router: a 12 s command under 8 s tokens: access fetched again in time, "
+              "no call rejected",
+              out_is(r, "late\n") &&
+                  calls_count("SandboxGetCommandRouterAccess", 0) >= acc0 + 2 &&
+                  unauth1 == unauth0);
+    json_decref(r);
+
     /* A start whose reply is lost (the call was carried out) is retried with the same
      * exec id and does not run twice. */
     json_decref(ctl("POST", "/fault",

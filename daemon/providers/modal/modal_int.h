@@ -170,9 +170,10 @@ struct msb {
     enum rt_mode rt_mode;
     char *rt_task; /* the task the access below is for */
     char *rt_jwt;
-    char *rt_auth; /* "authorization: Bearer <jwt>" */
-    char *rt_why;  /* RT_OFF: why the router is not used */
-    double rt_exp; /* wall clock when the JWT expires; 0: unknown */
+    char *rt_auth;  /* "authorization: Bearer <jwt>" */
+    char *rt_why;   /* RT_OFF: why the router is not used */
+    double rt_exp;  /* wall clock when the JWT expires; 0: unknown */
+    double rt_life; /* how long the current JWT was good for when it came */
     struct mrouter *router;
     struct grpc_call *rt_call; /* TaskGetCommandRouterAccess in flight */
     ev_timer rt_timer;         /* fetches the access again before it expires */

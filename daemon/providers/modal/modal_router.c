@@ -74,6 +74,15 @@ void modal_router_unload(struct mprov *mp)
 
 static void access_fetch(struct msb *ms);
 
+/* A token closer to its end than this is fetched anew before use: at most
+ * ROUTER_MIN_LEFT_S, a quarter of its life for short-lived ones (else a fresh
+ * short token would never be good enough). */
+static double min_left(const struct msb *ms)
+{
+    double q = ms->rt_life / 4;
+    return q < ROUTER_MIN_LEFT_S ? q : ROUTER_MIN_LEFT_S;
+}
+
 /* Tells every waiting process (a fresh list: they may queue again). */
 static void wake_waiters(struct msb *ms, const char *failure)
 {
@@ -159,6 +168,7 @@ static void access_done(struct grpc_call *c, const struct grpc_status *st,
     if (exp <= now)
         exp = now + ROUTER_DEFAULT_LIFE_S;
     ms->rt_exp = exp;
+    ms->rt_life = exp - now;
     ms->rt_mode = RT_ON;
     modal_reply_free(r);
     double life = exp - now;
@@ -230,7 +240,7 @@ int modal_router_use(struct mproc *m)
     }
     if (ms->rt_mode == RT_OFF)
         return -1;
-    if (ms->rt_mode == RT_ON && ms->rt_exp - wall_now() > ROUTER_MIN_LEFT_S)
+    if (ms->rt_mode == RT_ON && ms->rt_exp - wall_now() > min_left(ms))
         return 1;
     if (!m->rt_waiting) {
         m->rt_waiting = 1;
@@ -251,7 +261,7 @@ int modal_router_use_job(struct msb *ms)
     }
     if (ms->rt_mode == RT_OFF)
         return -1;
-    if (ms->rt_mode == RT_ON && ms->rt_exp - wall_now() > ROUTER_MIN_LEFT_S)
+    if (ms->rt_mode == RT_ON && ms->rt_exp - wall_now() > min_left(ms))
         return 1;
     if (ms->rt_job_tries++ > 0)
         return -1; /* it could not be had for this job: the fallback */
