@@ -243,10 +243,36 @@ struct ld {
     size_t any_nodes;         /* CFG_ANY nodes converted so far */
     yaml_mark_t mark[N_CORE]; /* where each core key was set */
     unsigned char set[N_CORE];
+    /* Errors so far: each_pair goes on past a bad key so that --check-config
+     * reports every one (issue 19), up to MAX_ERRORS, one per line of
+     * err->msg; fatal (out of memory) stops at once. */
+    int nerr;
+    int fatal;
 };
+
+#define MAX_ERRORS 32
+
+/* Sets ld->err to msg (malloc'd, taken), after the earlier errors. */
+static int add_error(struct ld *ld, char *msg)
+{
+    if (ld->nerr > 0 && ld->err && ld->err->msg) {
+        char *joined = NULL;
+        if (asprintf(&joined, "%s\n%s", ld->err->msg, msg) >= 0) {
+            free(ld->err->msg);
+            ld->err->msg = joined;
+        }
+        free(msg);
+    } else {
+        err_make(ld->err, SBX_E_PARAMS, "%s", msg);
+        free(msg);
+    }
+    ld->nerr++;
+    return -1;
+}
 
 static int oom(struct ld *ld)
 {
+    ld->fatal = 1;
     return err_make(ld->err, SBX_E_PARAMS, "%s: out of memory", ld->file);
 }
 
@@ -261,10 +287,12 @@ __attribute__((format(printf, 3, 4))) static int fail_at(struct ld *ld, yaml_mar
     va_end(ap);
     if (n < 0)
         return oom(ld);
-    err_make(ld->err, SBX_E_PARAMS, "%s:%zu:%zu: %s", ld->file, m.line + 1, m.column + 1,
-             msg);
+    char *full = NULL;
+    n = asprintf(&full, "%s:%zu:%zu: %s", ld->file, m.line + 1, m.column + 1, msg);
     free(msg);
-    return -1;
+    if (n < 0)
+        return oom(ld);
+    return add_error(ld, full);
 }
 
 /* For checks that span several keys and may have no position in the file. */
@@ -278,9 +306,12 @@ __attribute__((format(printf, 2, 3))) static int fail_file(struct ld *ld, const 
     va_end(ap);
     if (n < 0)
         return oom(ld);
-    err_make(ld->err, SBX_E_PARAMS, "%s: %s", ld->file, msg);
+    char *full = NULL;
+    n = asprintf(&full, "%s: %s", ld->file, msg);
     free(msg);
-    return -1;
+    if (n < 0)
+        return oom(ld);
+    return add_error(ld, full);
 }
 
 /* ---- node helpers ------------------------------------------------------- */
@@ -381,8 +412,9 @@ struct suggest {
     size_t dist;
 };
 
-/* Optimal string alignment distance, for short keys only. */
-static size_t edit_distance(const char *a, const char *b)
+/* Optimal string alignment distance, for short keys only (SIZE_MAX past 63
+ * characters). Also the daemon's provider-name suggestions (api.c). */
+size_t config_edit_distance(const char *a, const char *b)
 {
     size_t la = strlen(a), lb = strlen(b);
     if (la > 63 || lb > 63)
@@ -412,7 +444,7 @@ static size_t edit_distance(const char *a, const char *b)
 static void suggest_try(struct suggest *s, const char *cand)
 {
     size_t limit = strlen(cand) >= 6 ? 2 : 1;
-    size_t d = edit_distance(s->key, cand);
+    size_t d = config_edit_distance(s->key, cand);
     if (d <= limit && d < s->dist) {
         s->dist = d;
         s->best = cand;
@@ -443,7 +475,7 @@ static int each_pair(struct ld *ld, yaml_node_t *map, const char *path, pair_fn 
     json_t *seen = json_object(); /* key -> index of its first pair */
     if (!seen)
         return oom(ld);
-    int ret = 0;
+    int ret = 0, failed = 0;
     yaml_node_pair_t *start = map->data.mapping.pairs.start;
     for (yaml_node_pair_t *p = start; p < map->data.mapping.pairs.top; p++) {
         yaml_node_t *k = yaml_document_get_node(ld->doc, p->key);
@@ -471,11 +503,15 @@ static int each_pair(struct ld *ld, yaml_node_t *map, const char *path, pair_fn 
             ret = oom(ld);
             break;
         }
-        if ((ret = fn(ld, kpath, key, k, v, privdata)) < 0)
-            break;
+        if (fn(ld, kpath, key, k, v, privdata) < 0) {
+            failed = 1;
+            /* A bad value: go on with the next key, to report them all. */
+            if (ld->fatal || ld->nerr == 0 || ld->nerr >= MAX_ERRORS)
+                break;
+        }
     }
     json_decref(seen);
-    return ret;
+    return failed ? -1 : ret;
 }
 
 /* ---- scalar parsing -------------------------------------------------------- */
@@ -1053,6 +1089,13 @@ static int on_provider(struct ld *ld, const char *path, const char *key, yaml_no
     if (!schema) {
         char known[512];
         known_providers(ld, known, sizeof(known));
+        struct suggest s = {key, NULL, SIZE_MAX};
+        for (size_t i = 0; i < ld->nschemas; i++)
+            suggest_try(&s, ld->schemas[i].provider);
+        if (s.best)
+            return fail_at(ld, k->start_mark,
+                           "unknown provider '%s' (did you mean '%s'? known: %s)", key,
+                           s.best, known);
         return fail_at(ld, k->start_mark, "unknown provider '%s' (known: %s)", key,
                        known);
     }

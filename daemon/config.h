@@ -134,5 +134,8 @@ void config_deinit(struct sbx_config *cfg);
 
 /* Borrowed: the providers.<name> object, or NULL. */
 json_t *config_provider(const struct sbx_config *cfg, const char *name);
+/* Optimal string alignment distance of two short strings (SIZE_MAX when
+ * either is over 63 characters): the "did you mean" of config and daemon. */
+size_t config_edit_distance(const char *a, const char *b);
 
 #endif

@@ -1,8 +1,11 @@
-/* log.c - stderr logging with syslog priority prefixes (see log.h). */
+/* log.c - stderr logging with syslog priority prefixes (see log.h); on a
+ * terminal, plain lines (issue 19). */
 #include "log.h"
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 #include "daemon.h"
 
@@ -29,7 +32,17 @@ void log_msg(enum log_level lvl, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(line, sizeof(line), fmt, ap);
     va_end(ap);
-    fprintf(stderr, "<%d>sbxd: %s\n", prio[lvl], line);
+    /* "<N>" is for journald (or a log collector reading a pipe); a person at
+     * a terminal gets the level spelt out where it matters. Decided once:
+     * stderr does not change under a running daemon. */
+    static int prefixed = -1;
+    if (prefixed < 0)
+        prefixed = getenv("JOURNAL_STREAM") || !isatty(2);
+    static const char *const word[] = {"error: ", "warning: ", "", ""};
+    if (prefixed)
+        fprintf(stderr, "<%d>sbxd: %s\n", prio[lvl], line);
+    else
+        fprintf(stderr, "sbxd: %s%s\n", word[lvl], line);
 }
 
 int log_limit_take(struct log_limit *l, const char *who)

@@ -1,7 +1,9 @@
 /*
  * log.h - logging to stderr in a journald-friendly form: each line starts
  * with a "<N>" syslog priority prefix that journald turns into the entry's
- * priority (SyslogLevelPrefix), then "sbxd: " and the message.
+ * priority (SyslogLevelPrefix), then "sbxd: " and the message. When
+ * stderr is a terminal (and JOURNAL_STREAM is unset) the prefix is left out
+ * and errors and warnings say "error: " / "warning: " instead.
  */
 #ifndef SBXD_LOG_H
 #define SBXD_LOG_H

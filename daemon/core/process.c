@@ -549,6 +549,9 @@ void process_exited(struct process *p, json_t *rec)
         json_object_set(e, "result", json_object_get(rec, "result"));
     if (json_object_get(rec, "exception"))
         json_object_set(e, "exception", json_object_get(rec, "exception"));
+    /* A provider's advice on what went wrong (the js shell hint, issue 19). */
+    if (json_is_string(json_object_get(rec, "hint")))
+        json_object_set(e, "hint", json_object_get(rec, "hint"));
     /* js: the program's console lines */
     if (json_is_array(json_object_get(rec, "logs")))
         json_object_set(e, "logs", json_object_get(rec, "logs"));

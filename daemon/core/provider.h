@@ -46,6 +46,14 @@ struct sbx_provider {
      * the command then, once; the exit record says retried and
      * sandbox_restarted. 0: such a call is -32001. */
     int restart_on_call;
+    /* What sandbox.create may ask of this provider (issue 19): takes_image 1
+     * when create's `image` means something to it (else `image` is -32602
+     * naming the provider); option_keys, when non-NULL, the only keys its
+     * `options` may have, NULL-terminated (others are -32602 naming the key
+     * and the provider). NULL: the provider checks its options itself, as
+     * Docker and Modal do in sb_start. */
+    int takes_image;
+    const char *const *option_keys;
 
     /* conf: providers.<name>, borrowed. Fills *cookie. An error here means
      * the provider is unavailable (the daemon still runs). */

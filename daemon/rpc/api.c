@@ -8,6 +8,8 @@
 
 #include <ctype.h>
 #include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -18,6 +20,7 @@
 #include "daemon.h"
 #include "log.h"
 #include "process.h"
+#include "provider.h"
 #include "sandbox.h"
 #include "sbx_proto.h"
 #include "snapshot.h"
@@ -396,6 +399,128 @@ static int conf_common(struct call *c, json_t *params, json_t *conf)
     return 0;
 }
 
+/* -- provider choice (issue 19) ------------------------------------------------ */
+
+/* An unknown provider name: -32602 naming the known ones, with a suggestion
+ * when one is a typo away (data {param, known, suggestion?}). */
+static void unknown_provider(struct call *c, const char *name)
+{
+    char known[256] = "";
+    size_t o = 0, best_d = SIZE_MAX;
+    const char *best = NULL;
+    json_t *arr = json_array();
+    for (size_t i = 0; sbx_providers[i]; i++) {
+        const char *n = sbx_providers[i]->name;
+        int w = snprintf(known + o, sizeof(known) - o, "%s%s", o ? ", " : "", n);
+        if (w > 0 && (size_t)w < sizeof(known) - o)
+            o += (size_t)w;
+        json_array_append_new(arr, json_string(n));
+        size_t d = config_edit_distance(name, n);
+        if (d <= (strlen(n) >= 6 ? 2u : 1u) && d < best_d) {
+            best_d = d;
+            best = n;
+        }
+    }
+    json_t *data = json_pack("{s:s, s:o}", "param", "provider", "known", arr);
+    if (best) {
+        json_object_set_new(data, "suggestion", json_string(best));
+        call_error(c, SBX_E_PARAMS, data,
+                   "provider: unknown provider '%s' (did you mean '%s'? known: %s)", name,
+                   best, known);
+        return;
+    }
+    call_error(c, SBX_E_PARAMS, data, "provider: unknown provider '%s' (known: %s)", name,
+               known);
+}
+
+/* 1 when options has a key the provider does not list (ops->option_keys),
+ * with *key_out set to it; 0 otherwise (and always for a provider that
+ * checks its own options). */
+static int foreign_option(const struct sbx_provider *ops, json_t *opts,
+                          const char **key_out)
+{
+    const char *k;
+    json_t *v;
+    if (!ops->option_keys || !json_is_object(opts))
+        return 0;
+    json_object_foreach(opts, k, v) {
+        size_t i = 0;
+        while (ops->option_keys[i] && strcmp(ops->option_keys[i], k) != 0)
+            i++;
+        if (!ops->option_keys[i]) {
+            *key_out = k;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* What the request asks (image, options) that the provider has not: -32602
+ * naming the param and the provider. 0 fine, -1 answered. */
+static int refuse_foreign(struct call *c, const struct sbx_provider *ops, json_t *params)
+{
+    const char *key = NULL;
+    json_t *image = json_object_get(params, "image");
+    if (!ops->takes_image && image && !json_is_null(image)) {
+        call_error(c, SBX_E_PARAMS,
+                   json_pack("{s:s, s:s}", "param", "image", "provider", ops->name),
+                   "image: the %s provider runs no images (its commands are JavaScript); "
+                   "ask for provider docker to run an image",
+                   ops->name);
+        return -1;
+    }
+    if (foreign_option(ops, json_object_get(params, "options"), &key)) {
+        char param[96], have[160] = "";
+        size_t o = 0;
+        snprintf(param, sizeof(param), "options.%s", key);
+        for (size_t i = 0; ops->option_keys[i]; i++) {
+            int w = snprintf(have + o, sizeof(have) - o, "%s%s", o ? ", " : "",
+                             ops->option_keys[i]);
+            if (w > 0 && (size_t)w < sizeof(have) - o)
+                o += (size_t)w;
+        }
+        call_error(c, SBX_E_PARAMS,
+                   json_pack("{s:s, s:s}", "param", param, "provider", ops->name),
+                   "%s: not an option of the %s provider (its options: %s)", param,
+                   ops->name, have[0] ? have : "none");
+        return -1;
+    }
+    return 0;
+}
+
+/* No provider named: the configured default, unless the request asks for
+ * what only an image-running provider has (an image, or an option the
+ * default does not know) and the default runs none: then docker, which
+ * must be available. NULL: answered. */
+static const char *default_provider_for(struct call *c, json_t *params)
+{
+    const char *name = D->cfg.default_provider, *key = NULL;
+    struct provider_inst *pi = daemon_provider(name);
+    if (!pi || pi->ops->takes_image)
+        return name;
+    json_t *image = json_object_get(params, "image");
+    const char *why = image && !json_is_null(image) ? "image"
+                      : foreign_option(pi->ops, json_object_get(params, "options"), &key)
+                          ? "options"
+                          : NULL;
+    if (!why)
+        return name;
+    struct provider_inst *dk = daemon_provider("docker");
+    if (dk && dk->enabled && dk->loaded)
+        return "docker";
+    const char *reason = !dk              ? "not built in"
+                         : !dk->enabled   ? "disabled in config"
+                         : dk->load_error ? dk->load_error
+                                          : "failed to load";
+    call_error(c, SBX_E_UNAVAILABLE,
+               json_pack("{s:s, s:s, s:s}", "provider", "docker", "reason", reason,
+                         "param", why),
+               "%s%s%s without a provider means docker, which is unavailable here: %s; "
+               "the default provider %s runs JavaScript, not images",
+               why, key ? "." : "", key ? key : "", reason, name);
+    return NULL;
+}
+
 static void reply_sandbox(struct call *c, struct sandbox *sb, int reconnected)
 {
     json_t *o = sandbox_to_json(sb);
@@ -455,13 +580,15 @@ static void m_create(struct call *c, json_t *params)
         }
         prov_name = sp;
     }
-    if (!prov_name)
-        prov_name = D->cfg.default_provider;
+    if (!prov_name && !(prov_name = default_provider_for(c, params)))
+        return;
     struct provider_inst *pi = daemon_provider(prov_name);
     if (!pi) {
-        bad_param(c, "provider", "unknown provider");
+        unknown_provider(c, prov_name);
         return;
     }
+    if (refuse_foreign(c, pi->ops, params) < 0)
+        return;
     if (!pi->enabled || !pi->loaded) {
         call_error(c, SBX_E_UNAVAILABLE,
                    json_pack("{s:s, s:s}", "provider", prov_name, "reason",
@@ -654,7 +781,7 @@ static void m_snapshot_list(struct call *c, json_t *params)
     if (opt_str(c, params, "provider", &prov) < 0)
         return;
     if (prov && !daemon_provider(prov)) {
-        bad_param(c, "provider", "unknown provider");
+        unknown_provider(c, prov);
         return;
     }
     snapshot_list(prov, caller_uid(c), caller_admin(c), call_done, c);

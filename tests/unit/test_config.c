@@ -660,8 +660,23 @@ static void test_errors(void)
                          "'max_sessions'?)"));
     test_cond(
         "unknown provider lists the known ones",
-        fails_with("providers:\n  dockr: {}\n",
-                   ":2:3: unknown provider 'dockr' (known: js, duktape, docker, modal)"));
+        fails_with(
+            "providers:\n  dockr: {}\n",
+            ":2:3: unknown provider 'dockr' (did you mean 'docker'? known: js, duktape, docker, modal)"));
+
+    /* Every bad key is reported, one per line, not only the first (issue 19). */
+    const char *several = "limits:\n  max_sessions: lots\n  bogus: 1\nproviders:\n"
+                          "  dokcer: {}\nlog_level: loud\n";
+    test_cond(
+        "several errors: the first is reported",
+        fails_with(several, ":2:17: key 'limits.max_sessions': expected an integer"));
+    test_cond("several errors: the second too",
+              fails_with(several, ":3:3: unknown key 'limits.bogus'"));
+    test_cond(
+        "several errors: the third, with did-you-mean",
+        fails_with(several, ":5:3: unknown provider 'dokcer' (did you mean 'docker'?"));
+    test_cond("several errors: the fourth, on its own line",
+              fails_with(several, "\n") && fails_with(several, ":6:12: key 'log_level'"));
 
     /* A failed load leaves the config as it was. */
     test_cond("setup: load a valid file",

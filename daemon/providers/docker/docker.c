@@ -1880,6 +1880,7 @@ static const struct cfg_key docker_keys[] = {
 };
 
 const struct sbx_provider sbx_provider_docker = {
+    .takes_image = 1,
     .name = "docker",
     .config_keys = docker_keys,
     .shell_commands = 1,

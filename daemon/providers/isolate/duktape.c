@@ -845,6 +845,60 @@ static void d_proc_release(void *cookie, struct process *p)
 
 /* -- frames from the worker ----------------------------------------------------- */
 
+/* -- the shell-looking program (issue 19) ------------------------------------- */
+
+/* 1 when code that failed to parse as JavaScript reads like a shell command:
+ * it starts with a common command name followed by a space or its end, or
+ * with "#!" / "./" / "/". A guess, only used to add a hint to the error. */
+static int looks_like_shell(const char *code)
+{
+    static const char *const cmds[] = {
+        "echo",   "ls",      "cat",     "cd",    "pwd",   "grep", "sed",   "awk",
+        "find",   "apt",     "apt-get", "pip",   "pip3",  "npm",  "npx",   "node",
+        "python", "python3", "curl",    "wget",  "git",   "make", "mkdir", "rm",
+        "cp",     "mv",      "touch",   "chmod", "sh",    "bash", "uname", "whoami",
+        "id",     "env",     "export",  "exit",  "sleep", "head", "tail",  "wc",
+        "sort",   "ps",      "kill",    "df",    "du",    "tar",  "which", "true",
+        "false",  "printf",  "date",    "test",  NULL};
+    if (!code)
+        return 0;
+    while (*code == ' ' || *code == '\t' || *code == '\n')
+        code++;
+    if (!strncmp(code, "#!", 2) || !strncmp(code, "./", 2) || code[0] == '/')
+        return code[0] != '/' || code[1] != '/';
+    for (size_t i = 0; cmds[i]; i++) {
+        size_t n = strlen(cmds[i]);
+        if (!strncmp(code, cmds[i], n) &&
+            (code[n] == ' ' || code[n] == '\0' || code[n] == '\n' || code[n] == ';'))
+            return 1;
+    }
+    return 0;
+}
+
+/* A SyntaxError (or a ReferenceError: `ls` alone parses) on a program that
+ * reads like shell: say which provider ran
+ * it and how to get a shell, on stderr and as the exit record's hint. */
+static void shell_hint(struct process *p, json_t *rec)
+{
+    json_t *exc = json_object_get(rec, "exception");
+    const char *name = json_string_value(json_object_get(exc, "name"));
+    if (!name ||
+        (strcmp(name, "SyntaxError") != 0 && strcmp(name, "ReferenceError") != 0) ||
+        !looks_like_shell(json_string_value(json_object_get(p->spec, "code"))))
+        return;
+    char hint[256];
+    snprintf(hint, sizeof(hint),
+             "this ran as JavaScript on the %s provider; to run shell commands use a "
+             "shell provider, e.g. sbxctl run --provider docker -- CMD",
+             p->sb->prov->ops->name);
+    char line[300];
+    int n = snprintf(line, sizeof(line), "sbxd: %s\n", hint);
+    if (n > 0)
+        process_output(p, SBX_STREAM_STDERR, line,
+                       (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1);
+    json_object_set_new(rec, "hint", json_string(hint));
+}
+
 static void on_exit_frame(struct worker *w, const uint8_t *payload, size_t len)
 {
     struct process *p = w->running;
@@ -867,6 +921,7 @@ static void on_exit_frame(struct worker *w, const uint8_t *payload, size_t len)
     /* The worker ends right after this EXIT (CHANNEL.md): nothing more may
      * be sent to it, so the sandbox moves on to a fresh one now. */
     int exiting = json_is_true(json_object_get(rec, "exiting"));
+    shell_hint(p, rec);
     process_exited(p, rec);
     json_decref(rec);
     if (ds && exiting && ds->w == w) {
@@ -1541,8 +1596,13 @@ static const struct cfg_key js_keys[] = {
     .proc_resume = d_proc_resume, .proc_tool_result = d_proc_tool_result,                \
     .proc_release = d_proc_release
 
+/* create's options (PROTOCOL.md): Duktape has none, js has jit and persistent. */
+static const char *const duk_option_keys[] = {NULL};
+static const char *const js_option_keys[] = {"jit", "persistent", NULL};
+
 const struct sbx_provider sbx_provider_duktape = {
     .name = "duktape",
+    .option_keys = duk_option_keys,
     .config_keys = duk_keys,
     .load = d_load,
     .sb_instructions = duk_instructions,
@@ -1552,6 +1612,7 @@ const struct sbx_provider sbx_provider_duktape = {
 /* js: JavaScriptCore, the code-mode engine (proto/PROTOCOL.md, "Code mode"). */
 const struct sbx_provider sbx_provider_js = {
     .name = "js",
+    .option_keys = js_option_keys,
     .config_keys = js_keys,
     .load = js_load,
     .sb_instructions = js_instructions,

@@ -1117,6 +1117,7 @@ static const struct cfg_key modal_keys[] = {
 };
 
 const struct sbx_provider sbx_provider_modal = {
+    .takes_image = 1,
     .name = "modal",
     .config_keys = modal_keys,
     .shell_commands = 1,
