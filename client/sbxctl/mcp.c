@@ -291,7 +291,17 @@ void mcp_answer(struct call *c, json_t *structured, int is_error, const char *te
         if (!content) /* text from a daemon message that is not UTF-8 */
             content =
                 json_pack("{s:s, s:s}", "type", "text", "text", "(unprintable message)");
-        json_object_set_new(r, "content", json_pack("[o]", content));
+        json_t *items = json_pack("[o]", content);
+        /* A revision without structuredContent gets the JSON as a second text
+         * item, after the readable one. */
+        if (structured && !m->structured && !dump) {
+            char *js = json_dumps(structured, JSON_COMPACT | JSON_ENCODE_ANY);
+            if (js)
+                json_array_append_new(
+                    items, json_pack("{s:s, s:s}", "type", "text", "text", js));
+            free(js);
+        }
+        json_object_set_new(r, "content", items);
         if (structured && m->structured)
             json_object_set(r, "structuredContent", structured);
         if (is_error)
@@ -764,16 +774,27 @@ void mcp_offsets_put(struct mcp *m, const char *sandbox, json_int_t pid,
 static json_t *server_instructions(struct mcp *m)
 {
     char buf[1024];
+    if (m->code_only) {
+        snprintf(buf, sizeof(buf),
+                 "Tools of an sbxd sandbox. run_code runs a JavaScript program in an "
+                 "isolate (sbxd's %s provider) and returns its result and logs. sbxd "
+                 "has no shell provider available here, so there is no tool for shell "
+                 "commands.",
+                 m->code_provider ? m->code_provider : "js");
+        return json_string(buf);
+    }
     snprintf(
         buf, sizeof(buf),
-        "Tools of an sbxd sandbox. exec_command runs a command in %s%s%s%s%s and "
-        "returns its output and exit code; spawn_process starts one in the background "
-        "(then process_output and kill_process take its pid). run_code runs a "
-        "JavaScript program in an isolate and returns its result and logs. "
-        "sandbox_info describes the sandbox.",
+        "Tools of an sbxd sandbox. exec_command runs a shell command in %s%s%s%s%s%s%s "
+        "and returns its output and exit code; spawn_process starts one in the "
+        "background (then process_output and kill_process take its pid). run_code runs "
+        "a JavaScript program in an isolate (provider %s) and returns its result and "
+        "logs. sandbox_info describes the sandbox.",
         m->sandbox_name ? "the sandbox " : "a sandbox",
         m->sandbox_name ? m->sandbox_name : "", m->provider ? " (provider " : "",
-        m->provider ? m->provider : "", m->provider ? ")" : "");
+        m->provider ? m->provider : "", m->image ? ", image " : "",
+        m->image ? m->image : "", m->provider ? ")" : "",
+        m->code_provider ? m->code_provider : "js");
     return json_string(buf);
 }
 
@@ -794,7 +815,7 @@ static void on_initialize(struct mcp *m, json_t *id, json_t *params)
     m->structured = pick <= FIRST_STRUCTURED;
     m->annotated = pick <= FIRST_ANNOTATED;
     json_decref(m->tools_json);
-    m->tools_json = mcp_tools_list(m->structured, m->annotated);
+    m->tools_json = mcp_tools_list(m, m->structured, m->annotated);
     if (m->verbose)
         mlog(m, "client asked for %s, speaking %s", want, m->version);
 
@@ -826,7 +847,7 @@ static void on_tools_call(struct mcp *m, json_t *id, json_t *params)
         send_error(m, id, SBX_E_PARAMS, "tools/call needs params.name (a string)");
         return;
     }
-    const struct tool *t = mcp_tool_find(name);
+    const struct tool *t = mcp_tool_find(m, name);
     if (!t) {
         send_error(m, id, SBX_E_PARAMS, "Unknown tool: %s", name);
         return;
@@ -1121,6 +1142,61 @@ static void set_nonblock(int fd, int *flags0)
         fcntl(fd, F_SETFL, *flags0 | O_NONBLOCK);
 }
 
+/* What was not given, from daemon.info (issue 19): without --provider and
+ * --sandbox the command sandbox is docker with its configured image when
+ * docker is available, else only run_code is offered; run_code's provider is
+ * js when available, else duktape. Asked once, before the loop runs (a
+ * command-line client may wait here); sbxd unreachable, the command sandbox
+ * stays docker and calls say why they fail. */
+static void pick_defaults(struct mcp *m)
+{
+    int want_cmd = !m->provider && !m->sandbox_name;
+    if (!want_cmd && m->code_provider)
+        return;
+    json_t *info = NULL;
+    sbx_ctx *c = sbx_connect_unix(socket_path(), 5000);
+    if (c && !c->err) {
+        sbx_rpc_error *e = NULL;
+        if (sbx_call_new(c, &info, &e, SBX_M_INFO, NULL) != SBX_OK)
+            info = NULL;
+        sbx_rpc_error_free(e);
+    }
+    sbx_free(c);
+    const char *docker_image = NULL, *docker_why = "sbxd did not answer";
+    int js = 0, docker = 0;
+    size_t i;
+    json_t *pv;
+    json_array_foreach(json_object_get(info, "providers"), i, pv) {
+        const char *name = json_string_value(json_object_get(pv, "name"));
+        int avail = json_is_true(json_object_get(pv, "available"));
+        if (name && !strcmp(name, "js"))
+            js = avail;
+        if (name && !strcmp(name, "docker")) {
+            docker = avail;
+            docker_image =
+                json_string_value(json_object_get(json_object_get(pv, "info"), "image"));
+            docker_why = json_string_value(json_object_get(pv, "reason"));
+        }
+    }
+    if (!m->code_provider)
+        m->code_provider = m->picked[0] = strdup(!info || js ? "js" : "duktape");
+    if (!want_cmd)
+        goto out;
+    if (docker || !info) {
+        m->provider = "docker";
+        if (!m->image && docker_image)
+            m->image = m->picked[1] = strdup(docker_image);
+    } else {
+        m->code_only = 1;
+        mlog(m,
+             "no shell provider (docker: %s): offering run_code only; pass --provider "
+             "for another",
+             docker_why ? docker_why : "unavailable");
+    }
+out:
+    json_decref(info);
+}
+
 int cmd_mcp(int argc, char **argv)
 {
     struct mcp mm, *m = &mm;
@@ -1190,13 +1266,14 @@ int cmd_mcp(int argc, char **argv)
         }
     }
 
+    pick_defaults(m);
     m->loop = EV_DEFAULT;
     m->cmd.what = "command";
     m->code.what = "code";
     m->backlog = json_array();
     snprintf(m->version, sizeof(m->version), "%s", versions[0]);
     m->structured = m->annotated = 1;
-    m->tools_json = mcp_tools_list(1, 1);
+    m->tools_json = mcp_tools_list(m, 1, 1);
     signal(SIGPIPE, SIG_IGN);
 
     set_nonblock(0, &m->in_flags0);
@@ -1244,6 +1321,8 @@ int cmd_mcp(int argc, char **argv)
     json_decref(m->sb_opts);
     mcp_slot_lost(m, &m->cmd);
     mcp_slot_lost(m, &m->code);
+    for (size_t i = 0; i < sizeof(m->picked) / sizeof(m->picked[0]); i++)
+        free(m->picked[i]);
     while (m->offsets) {
         struct offsets *n = m->offsets->next;
         free(m->offsets->sandbox);

@@ -78,6 +78,12 @@ struct mcp {
     json_int_t lifetime_ms, idle_ms, default_timeout_ms;
     size_t max_output, max_message, max_calls;
     int progress_ms, verbose;
+    /* Picked at start from daemon.info when not given (issue 19): the
+     * command sandbox's provider and image (docker and its configured
+     * image), run_code's provider; code_only when sbxd has no shell
+     * provider, so only run_code is offered. Owned copies in picked[]. */
+    int code_only;
+    char *picked[3];
 
     /* stdio */
     ev_io in_w, out_w;
@@ -121,7 +127,9 @@ const char *mcp_errtext(struct mcp *m, const sbx_rpc_error *err);
 void mcp_slot_use(struct call *c, struct slot *s, void (*ready)(struct call *c));
 /* The slot's sandbox is gone behind our back (e.g. expired): make a new one next time. */
 void mcp_slot_lost(struct mcp *m, struct slot *s);
-/* Answers c: structured (stolen, may be NULL) with is_error. text NULL = the JSON. */
+/* Answers c: structured (stolen, may be NULL) with is_error. text NULL = the
+ * JSON. is_error only when the tool could not do its job: a command that ran
+ * and exited non-zero is a result (issue 19). */
 void mcp_answer(struct call *c, json_t *structured, int is_error, const char *text);
 void mcp_answer_error(struct call *c, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
@@ -144,8 +152,9 @@ json_t *mbuf_string(const char *p, size_t len);
 /* ---- mcp_tools.c ---- */
 /* The tools/list array (new reference); with_structured adds outputSchema
  * and title, with_annotations the annotations. */
-json_t *mcp_tools_list(int with_structured, int with_annotations);
-const struct tool *mcp_tool_find(const char *name);
+json_t *mcp_tools_list(const struct mcp *m, int with_structured, int with_annotations);
+/* The tool of that name when m offers it (code_only: run_code alone), else NULL. */
+const struct tool *mcp_tool_find(const struct mcp *m, const char *name);
 const char *mcp_tool_name(const struct tool *t);
 /* Validates c->args and starts the tool. Answers c itself on bad arguments. */
 void mcp_tool_start(struct call *c);

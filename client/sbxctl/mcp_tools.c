@@ -17,6 +17,7 @@
  *
  * exec_command and run_code follow their process: cancelling the call kills it.
  */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -215,7 +216,8 @@ static void info_start(struct call *c);
 static const struct tool tools[] = {
     {"exec_command", "Run a command",
      "Runs a command in the sandbox and waits for it: returns its stdout, stderr and exit "
-     "code (isError when the exit code is not 0). The sandbox is created on first use and "
+     "code (a non-zero exit code is a result, not a failed call). The sandbox is created "
+     "on first use and "
      "keeps its files between calls. Reports progress while it runs; cancelling the call "
      "kills the command.",
      exec_params, exec_schema,
@@ -314,11 +316,41 @@ static json_t *param_schema(const struct param *p)
     return s;
 }
 
-json_t *mcp_tools_list(int with_structured, int with_annotations)
+/* Where a tool runs, for its description: a model reads it to know what
+ * language its command is in (issue 19). */
+static char *where_text(const struct mcp *m, const struct tool *t)
+{
+    char *s = NULL;
+    int n;
+    if (t->start == code_start)
+        n = asprintf(&s, " Runs on sbxd's %s provider (JavaScript, not a shell).",
+                     m && m->code_provider ? m->code_provider : "js");
+    else if (m && m->sandbox_name && !m->provider)
+        n = asprintf(&s, " Runs in sbxd sandbox %s.", m->sandbox_name);
+    else
+        n = asprintf(
+            &s, " Runs on sbxd's %s provider%s%s%s.",
+            m && m->provider ? m->provider : "default", m && m->image ? ", image " : "",
+            m && m->image ? m->image : "",
+            m && m->provider &&
+                    (!strcmp(m->provider, "js") || !strcmp(m->provider, "duktape"))
+                ? " (commands are JavaScript, not shell)"
+                : "");
+    return n < 0 ? NULL : s;
+}
+
+static int offered(const struct mcp *m, const struct tool *t)
+{
+    return !(m && m->code_only) || t->start == code_start;
+}
+
+json_t *mcp_tools_list(const struct mcp *m, int with_structured, int with_annotations)
 {
     json_t *arr = json_array();
     for (size_t i = 0; i < NTOOLS; i++) {
         const struct tool *t = &tools[i];
+        if (!offered(m, t))
+            continue;
         json_t *props = json_object(), *req = json_array();
         for (const struct param *p = t->params; p->name; p++) {
             json_object_set_new(props, p->name, param_schema(p));
@@ -331,8 +363,13 @@ json_t *mcp_tools_list(int with_structured, int with_annotations)
             json_object_set_new(in, "required", req);
         else
             json_decref(req);
-        json_t *o = json_pack("{s:s, s:s, s:o}", "name", t->name, "description", t->desc,
-                              "inputSchema", in);
+        char *where = where_text(m, t), *desc = NULL;
+        if (asprintf(&desc, "%s%s", t->desc, where ? where : "") < 0)
+            desc = NULL;
+        json_t *o = json_pack("{s:s, s:s, s:o}", "name", t->name, "description",
+                              desc ? desc : t->desc, "inputSchema", in);
+        free(where);
+        free(desc);
         if (with_annotations) {
             json_t *ann = json_loads(t->annotations, 0, NULL);
             json_object_set_new(ann, "title", json_string(t->title));
@@ -347,11 +384,11 @@ json_t *mcp_tools_list(int with_structured, int with_annotations)
     return arr;
 }
 
-const struct tool *mcp_tool_find(const char *name)
+const struct tool *mcp_tool_find(const struct mcp *m, const char *name)
 {
     for (size_t i = 0; name && i < NTOOLS; i++)
         if (strcmp(tools[i].name, name) == 0)
-            return &tools[i];
+            return offered(m, &tools[i]) ? &tools[i] : NULL;
     return NULL;
 }
 
@@ -721,6 +758,121 @@ static json_t *split_lines(const struct mbuf *b)
     return arr;
 }
 
+/* ---- text for people and models (issue 19) ---------------------------------------- */
+
+/* A growing string; OOM aborts, as elsewhere in sbxctl. */
+struct text {
+    char *p;
+    size_t len, cap;
+};
+
+static void text_add(struct text *t, const char *s, size_t n)
+{
+    if (t->len + n + 1 > t->cap) {
+        size_t cap = t->cap ? t->cap : 256;
+        while (cap < t->len + n + 1)
+            cap *= 2;
+        t->p = ctl_nonnull(realloc(t->p, cap));
+        t->cap = cap;
+    }
+    memcpy(t->p + t->len, s, n);
+    t->len += n;
+    t->p[t->len] = '\0';
+}
+
+static void text_printf(struct text *t, const char *fmt, ...) SBXCTL_PRINTF(2, 3);
+static void text_printf(struct text *t, const char *fmt, ...)
+{
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    if (n > 0)
+        text_add(t, buf, (size_t)n < sizeof(buf) ? (size_t)n : sizeof(buf) - 1);
+}
+
+/* A labelled block of output ("stdout:\n...") when it has any. */
+static void text_stream(struct text *t, const char *label, json_t *s)
+{
+    const char *v = json_string_value(s);
+    size_t n = json_string_length(s);
+    if (!v || !n)
+        return;
+    text_printf(t, "%s%s:\n", t->len ? "\n" : "", label);
+    text_add(t, v, n);
+    if (v[n - 1] != '\n')
+        text_add(t, "\n", 1);
+}
+
+/* "exit code 3", "exit code 124 (timed out)", "killed by signal 9". */
+static void text_status(struct text *t, json_t *s)
+{
+    json_int_t code = json_integer_value(json_object_get(s, "exit_code"));
+    json_int_t sig = json_integer_value(json_object_get(s, "signal"));
+    const char *err = json_string_value(json_object_get(s, "error"));
+    text_printf(t, "%sexit code %" JSON_INTEGER_FORMAT, t->len ? "\n" : "", code);
+    if (json_is_true(json_object_get(s, "timed_out")))
+        text_printf(t, " (timed out)");
+    else if (sig > 0)
+        text_printf(t, " (killed by signal %" JSON_INTEGER_FORMAT ")", sig);
+    if (err)
+        text_printf(t, ": %.400s", err);
+    text_add(t, "\n", 1);
+    if (json_is_true(json_object_get(s, "truncated")))
+        text_printf(t, "(output was cut at the kept maximum)\n");
+}
+
+/* exec_command / process_output: stdout, stderr, then the exit status. */
+static char *exec_text(json_t *s)
+{
+    struct text t = {0};
+    text_stream(&t, "stdout", json_object_get(s, "stdout"));
+    text_stream(&t, "stderr", json_object_get(s, "stderr"));
+    if (!t.len && json_object_get(s, "exit_code"))
+        text_printf(&t, "(no output)\n");
+    if (json_is_true(json_object_get(s, "running")))
+        text_printf(&t, "%sprocess %" JSON_INTEGER_FORMAT " is still running\n",
+                    t.len ? "\n" : "", json_integer_value(json_object_get(s, "pid")));
+    else if (json_object_get(s, "exit_code"))
+        text_status(&t, s);
+    else if (!t.len)
+        text_printf(&t, "(no new output)\n");
+    return t.p ? t.p : ctl_nonnull(strdup(""));
+}
+
+/* run_code: the console lines, the result (JSON), or the uncaught error. */
+static char *code_text(json_t *s)
+{
+    struct text t = {0};
+    json_t *logs = json_object_get(s, "logs"), *err = json_object_get(s, "error");
+    size_t i;
+    json_t *l;
+    if (json_array_size(logs))
+        text_printf(&t, "console:\n");
+    json_array_foreach(logs, i, l) {
+        if (json_is_string(l)) {
+            text_add(&t, json_string_value(l), json_string_length(l));
+            text_add(&t, "\n", 1);
+        }
+    }
+    if (json_is_object(err)) {
+        const char *name = json_string_value(json_object_get(err, "name"));
+        const char *msg = json_string_value(json_object_get(err, "message"));
+        text_printf(&t, "%suncaught %s: %.1000s\n", t.len ? "\n" : "",
+                    name ? name : "Error", msg ? msg : "");
+    } else {
+        char *r = json_dumps(json_object_get(s, "result"),
+                             JSON_INDENT(2) | JSON_ENCODE_ANY | JSON_SORT_KEYS);
+        text_printf(&t, "%sresult: ", t.len ? "\n" : "");
+        if (r)
+            text_add(&t, r, strlen(r));
+        text_add(&t, "\n", 1);
+        free(r);
+    }
+    return t.p;
+}
+
 static void code_answer(struct call *c, json_t *rec)
 {
     json_t *exc = json_object_get(rec, "exception");
@@ -765,7 +917,11 @@ static void code_answer(struct call *c, json_t *rec)
                   c->truncated || json_is_true(json_object_get(rec, "logs_truncated")));
     if (json_object_get(rec, "duration_ms"))
         json_object_set(s, "duration_ms", json_object_get(rec, "duration_ms"));
-    mcp_answer(c, s, !json_is_null(error), NULL);
+    /* The program ran: its uncaught error is its result, for the model to
+     * read. The tool failed only when the program could not be run. */
+    char *text = code_text(s);
+    mcp_answer(c, s, code < 0, text);
+    free(text);
 }
 
 static void exec_waited(struct call *c, json_t *rec, const sbx_rpc_error *err)
@@ -797,7 +953,12 @@ static void exec_waited(struct call *c, json_t *rec, const sbx_rpc_error *err)
     for (size_t i = 0; i < sizeof(keep) / sizeof(keep[0]); i++)
         if (json_object_get(rec, keep[i]))
             json_object_set(s, keep[i], json_object_get(rec, keep[i]));
-    mcp_answer(c, s, json_integer_value(code) != 0 || json_is_string(error), NULL);
+    /* A command that ran and exited non-zero is a successful call whose
+     * result says so (grep finding nothing is not a failure of the tool);
+     * isError only when it could not be run at all (exit_code < 0). */
+    char *text = exec_text(s);
+    mcp_answer(c, s, !json_is_integer(code) || json_integer_value(code) < 0, text);
+    free(text);
 }
 
 /* ---- spawn_process ----------------------------------------------------------------- */
@@ -814,7 +975,12 @@ static void spawn_done(struct call *c, json_t *result, const sbx_rpc_error *err)
         send_kill(c);
         return;
     }
-    mcp_answer(c, json_pack("{s:O, s:s}", "pid", pid, "sandbox", c->sandbox), 0, NULL);
+    char text[200];
+    snprintf(text, sizeof(text),
+             "started process %" JSON_INTEGER_FORMAT
+             " in sandbox %s; read its output with process_output",
+             json_integer_value(pid), c->sandbox);
+    mcp_answer(c, json_pack("{s:O, s:s}", "pid", pid, "sandbox", c->sandbox), 0, text);
 }
 
 static void spawn_ready(struct call *c)
@@ -900,7 +1066,9 @@ static void output_attached(struct call *c, json_t *result, const sbx_rpc_error 
                 json_boolean(json_is_true(json_object_get(c->exit, bools[i]))));
         }
     }
-    mcp_answer(c, s, 0, NULL);
+    char *text = exec_text(s);
+    mcp_answer(c, s, 0, text);
+    free(text);
 }
 
 static void output_attach(struct call *c)
@@ -977,10 +1145,16 @@ static void kill_done(struct call *c, json_t *result, const sbx_rpc_error *err)
         answer_failed(c, err, "cannot kill the process");
         return;
     }
-    mcp_answer(c,
-               json_pack("{s:I, s:b}", "pid", arg_int_or(c, "pid", 0), "already_exited",
-                         json_is_true(json_object_get(result, "already_exited"))),
-               0, NULL);
+    int gone = json_is_true(json_object_get(result, "already_exited"));
+    char text[160];
+    snprintf(text, sizeof(text),
+             gone ? "process %" JSON_INTEGER_FORMAT " had already exited"
+                  : "signalled process %" JSON_INTEGER_FORMAT,
+             arg_int_or(c, "pid", 0));
+    mcp_answer(
+        c,
+        json_pack("{s:I, s:b}", "pid", arg_int_or(c, "pid", 0), "already_exited", gone),
+        0, text);
 }
 
 static void kill_ready(struct call *c)
@@ -1013,11 +1187,13 @@ static void info_listed(struct call *c, json_t *result, const sbx_rpc_error *err
                      ? json_pack("{s:s, s:s}", "id", code->id, "provider",
                                  code->provider ? code->provider : "")
                      : json_null();
-    mcp_answer(c,
-               json_pack("{s:O, s:o, s:o}", "sandbox", c->exit, "processes",
-                         json_is_array(procs) ? json_incref(procs) : json_array(),
-                         "code_sandbox", cj),
-               0, NULL);
+    json_t *s = json_pack("{s:O, s:o, s:o}", "sandbox", c->exit, "processes",
+                          json_is_array(procs) ? json_incref(procs) : json_array(),
+                          "code_sandbox", cj);
+    /* Indented JSON reads well enough for a description of this shape. */
+    char *text = json_dumps(s, JSON_INDENT(2));
+    mcp_answer(c, s, 0, text);
+    free(text);
 }
 
 static void info_got(struct call *c, json_t *result, const sbx_rpc_error *err)

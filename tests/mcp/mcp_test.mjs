@@ -156,7 +156,8 @@ describe('raw protocol', () => {
       params: { name: 'run_code', arguments: { code: '6*7' } } }));
     const res = await r.next();
     assert.equal(res.result.structuredContent, undefined);
-    assert.equal(JSON.parse(res.result.content[0].text).result, 42);
+    assert.equal(res.result.content[0].text, 'result: 42\n');
+    assert.equal(JSON.parse(res.result.content[1].text).result, 42);
     await r.close();
   });
 
@@ -177,7 +178,7 @@ describe('raw protocol', () => {
     let m;
     while ((m = await r.next()).method) ; // more progress, then the answer
     assert.equal(m.id, 3);
-    assert.equal(JSON.parse(m.result.content[0].text).result, 1);
+    assert.equal(JSON.parse(m.result.content[1].text).result, 1);
     await r.close();
   });
 
@@ -279,13 +280,15 @@ describe('MCP SDK client, duktape provider', () => {
     assert.equal(r.structuredContent.stdout, 'hi from duktape\n');
     assert.equal(r.structuredContent.result, 42);
     assert.equal(r.structuredContent.exit_code, 0);
-    assert.deepEqual(JSON.parse(r.content[0].text), r.structuredContent);
+    // Text for people and models; the JSON is in structuredContent.
+    assert.match(r.content[0].text, /^stdout:\nhi from duktape\n\nexit code 0\n$/);
   });
 
-  test('exec_command: an uncaught error is isError with the exception', async () => {
+  test('exec_command: an uncaught error is a result (not isError) with the exception', async () => {
     const r = await s.client.callTool({ name: 'exec_command',
       arguments: { command: 'throw new RangeError("nope")' } });
-    assert.equal(r.isError, true);
+    assert.equal(r.isError, undefined);
+    assert.match(r.content[0].text, /RangeError: nope/);
     assert.notEqual(r.structuredContent.exit_code, 0);
     assert.equal(r.structuredContent.exception.name, 'RangeError');
   });
@@ -297,15 +300,17 @@ describe('MCP SDK client, duktape provider', () => {
     assert.deepEqual(r.structuredContent.result, { sum: 3 });
     assert.deepEqual(r.structuredContent.logs, ['a', 'b 2']);
     assert.equal(r.structuredContent.error, null);
+    assert.equal(r.content[0].text, 'console:\na\nb 2\n\nresult: {\n  "sum": 3\n}\n');
     r = await s.client.callTool({ name: 'run_code', arguments: { code: 'null.x' } });
-    assert.equal(r.isError, true);
+    assert.equal(r.isError, undefined);
     assert.equal(r.structuredContent.error.name, 'TypeError');
+    assert.match(r.content[0].text, /\n\nuncaught TypeError: cannot read property/);
   });
 
   test('run_code: a timeout is a TimeoutError', async () => {
     const r = await s.client.callTool({ name: 'run_code',
       arguments: { code: 'while (true) {}', timeout_ms: 300 } });
-    assert.equal(r.isError, true);
+    assert.equal(r.isError, undefined);
     assert.equal(r.structuredContent.timed_out, true);
     assert.equal(r.structuredContent.error.name, 'TimeoutError');
   });
@@ -432,12 +437,12 @@ describe('MCP SDK client, run_code on the js provider', () => {
 
   jtest('an uncaught error, a timeout', async () => {
     let r = await s.client.callTool({ name: 'run_code', arguments: { code: 'console.log("before"); throw new RangeError("too far");' } });
-    assert.equal(r.isError, true);
+    assert.equal(r.isError, undefined);
     assert.equal(r.structuredContent.error.name, 'RangeError');
     assert.equal(r.structuredContent.error.message, 'too far');
     assert.deepEqual(r.structuredContent.logs.slice(0, 1), ['before']);
     r = await s.client.callTool({ name: 'run_code', arguments: { code: 'while (true) {}', timeout_ms: 300 } });
-    assert.equal(r.isError, true);
+    assert.equal(r.isError, undefined);
     assert.equal(r.structuredContent.timed_out, true);
     assert.equal(r.structuredContent.error.name, 'TimeoutError');
   });
@@ -574,10 +579,11 @@ describe('MCP SDK client, docker provider', () => {
   });
   after(async () => { if (s) await closeClean(s); });
 
-  dtest('exec_command: stdout, stderr, exit code 3 is isError', async () => {
+  dtest('exec_command: stdout, stderr, exit code 3 is a result that says so', async () => {
     const r = await s.client.callTool({ name: 'exec_command',
       arguments: { command: 'echo hi; echo oops >&2; exit 3' } }, undefined, { timeout: 120000 });
-    assert.equal(r.isError, true);
+    assert.equal(r.isError, undefined);
+    assert.equal(r.content[0].text, 'stdout:\nhi\n\nstderr:\noops\n\nexit code 3\n');
     assert.equal(r.structuredContent.exit_code, 3);
     assert.equal(r.structuredContent.stdout, 'hi\n');
     assert.equal(r.structuredContent.stderr, 'oops\n');

@@ -128,6 +128,9 @@ limits:
 providers:
   duktape:
     pool_size: 1
+  # No shell provider here: a bare `sbxctl mcp` offers run_code only.
+  docker:
+    enabled: false
 YAML
 start_sbxd() { # name -> pid in $!
     # shellcheck disable=SC2086
@@ -156,7 +159,7 @@ if [ -n "$VG" ]; then
     SBXCTL="$T/sbxctl-vg"
 fi
 SBXD_SOCKET="$SOCK" SBXD_IDLE_SOCKET="$T/idle.sock" SBXCTL="$SBXCTL" MCP_DOCKER="$MCP_DOCKER" \
-    timeout -k 10 900 node --test --test-reporter=tap tests/mcp/mcp_test.mjs >"$T/tap.out" 2>&1
+    timeout -k 10 900 node --test --test-reporter=tap tests/mcp/*_test.mjs >"$T/tap.out" 2>&1
 st=$?
 # One line per test: "ok - name", "FAILED - name" (with the error), "skipped - name".
 node -e '

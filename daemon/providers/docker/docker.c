@@ -1829,6 +1829,9 @@ static json_t *d_info(void *cookie)
                                                           : "upload"));
     if (!dp->agent_tar)
         json_object_set_new(o, "agent_error", json_string(dp->agent_err));
+    /* What a create without image runs (sbxctl mcp names it to the model). */
+    const char *img = json_string_value(json_object_get(dp->conf, "image"));
+    json_object_set_new(o, "image", json_string(img && img[0] ? img : DK_DEFAULT_IMAGE));
     json_t *pools = dkp_info(dp);
     if (pools)
         json_object_set_new(o, "pools", pools);

@@ -314,6 +314,9 @@ struct dk_sb {
     ev_timer fs_timer;
 };
 
+/* The image of a create that names none and has none in config. */
+#define DK_DEFAULT_IMAGE "debian:bookworm-slim"
+
 struct dk_prov {
     struct dk_engine eng;
     json_t *conf;     /* providers.docker, owned */

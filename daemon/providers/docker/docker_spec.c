@@ -22,7 +22,6 @@
 #include "sbx_proto.h"
 #include "xalloc.h"
 
-#define DEFAULT_IMAGE "debian:bookworm-slim"
 #define DEFAULT_WORKDIR "/workspace"
 #define NAME_MAX_LEN 100
 
@@ -510,7 +509,7 @@ int dk_options(json_t **out, json_t *pconf, json_t *sbconf, sbx_err_t *err)
     const char *img = json_string_value(json_object_get(sbconf, "image"));
     if (!img || !img[0])
         img = dk_opt_str(raw, "image");
-    json_object_set_new(o, "image", json_string(img ? img : DEFAULT_IMAGE));
+    json_object_set_new(o, "image", json_string(img ? img : DK_DEFAULT_IMAGE));
 
     json_t *cmd = json_object_get(raw, "command");
     if (cmd && !json_is_null(cmd)) {
