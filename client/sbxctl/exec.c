@@ -56,6 +56,7 @@ struct job {
     int in_eof;
     ev_signal sigint, sigterm;
     struct ctl_tools *tools; /* --tool NAME=COMMAND handlers, or NULL */
+    int tty;                 /* -t: the command asked for a terminal */
 };
 
 static void start_command(struct job *j);
@@ -648,20 +649,36 @@ enum {
     X_OPT,
     X_TOOL,
     X_DETACH,
+    X_TTY,
+    X_WORKDIR,
+    X_RM,
 };
 
+/* Docker's letters (issue 19): -i stdin, -t a terminal, -e env, -w workdir,
+ * -d detach; the timeout keeps only its long name (-t is the terminal). */
 static const struct opt exec_opts[] = {
-    {"env", 'e', 1, X_ENV},         {"cwd", 'C', 1, X_CWD},
-    {"timeout", 't', 1, X_TIMEOUT}, {"stdin", 'i', 0, X_STDIN},
-    {"file", 'f', 1, X_FILE},       {"tool", 0, 1, X_TOOL},
-    {"detach", 'd', 0, X_DETACH},   {NULL, 0, 0, 0},
+    {"env", 'e', 1, X_ENV},
+    {"cwd", 'C', 1, X_CWD},
+    {"workdir", 'w', 1, X_CWD},
+    {"timeout", 0, 1, X_TIMEOUT},
+    {"stdin", 'i', 0, X_STDIN},
+    {"interactive", 0, 0, X_STDIN},
+    {"tty", 't', 0, X_TTY},
+    {"file", 'f', 1, X_FILE},
+    {"tool", 0, 1, X_TOOL},
+    {"detach", 'd', 0, X_DETACH},
+    {NULL, 0, 0, 0},
 };
 
 static const struct opt run_opts[] = {
     {"env", 'e', 1, X_ENV},
     {"cwd", 'C', 1, X_CWD},
-    {"timeout", 't', 1, X_TIMEOUT},
+    {"workdir", 'w', 1, X_WORKDIR},
+    {"timeout", 0, 1, X_TIMEOUT},
     {"stdin", 'i', 0, X_STDIN},
+    {"interactive", 0, 0, X_STDIN},
+    {"tty", 't', 0, X_TTY},
+    {"rm", 0, 0, X_RM},
     {"file", 'f', 1, X_FILE},
     {"provider", 'p', 1, X_PROVIDER},
     {"image", 0, 1, X_IMAGE},
@@ -734,6 +751,20 @@ static int exec_or_run(int argc, char **argv, int is_run)
         }
         case X_DETACH:
             j.detach = 1;
+            break;
+        case X_TTY:
+            /* A terminal for the command: the flag travels with the exec
+             * params ("tty"); the pty and raw mode are wired where
+             * process.* terminals are (issue 18). */
+            j.tty = 1;
+            json_object_set_new(j.exec_params, "tty", json_true());
+            break;
+        case X_WORKDIR: /* run: the sandbox's working directory, as docker run -w */
+            json_object_set_new(j.create_params, "working_dir", json_string(p.arg));
+            break;
+        case X_RM:
+            /* run's sandbox is always removed afterwards: --rm is docker's
+             * habit, accepted and already true. */
             break;
         }
     }

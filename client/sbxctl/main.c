@@ -1,11 +1,14 @@
 /*
  * main.c - sbxctl: the command-line client of sbxd, built on libsbx.
  *
- * Exit status: 0 success, 1 an RPC or connection error ("sbxctl: message
- * (code N)" on stderr), 2 a usage error; exec, run and wait exit with the
- * command's own status.
+ * Exit status: 0 success, 125 an RPC or connection error ("sbxctl: message
+ * (code N)" on stderr, the daemon's or engine's message whole), 2 a usage
+ * error; exec, run and wait exit with the command's own status (126 when it
+ * could not be invoked, 127 when it was not found, as docker).
  */
 #include <errno.h>
+#include <getopt.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,13 +44,17 @@ static const struct verb verbs[] = {
      "Reconnect warnings (options the existing sandbox does not have) go to stderr.\n"
      "--on-start/--on-stop/--on-destroy set lifecycle hooks (a shell command, or\n"
      "JavaScript for Duktape); --instructions-append extends the tool description."},
-    {"ls", cmd_ls, "ls [--provider P] [--status S]", "Lists your sandboxes."},
+    {"ls", cmd_ls, "ls [-q] [--provider P] [--status S] [--format json|table]",
+     "Lists your sandboxes with their provider, image, status and creation time; -q\n"
+     "prints only their ids."},
     {"get", cmd_get, "get ID", "Shows one sandbox."},
     {"exec", cmd_exec,
-     "exec ID [--env K=V]... [--cwd DIR] [--timeout MS] [--stdin] [--detach]\n"
-     "              [--tool NAME=COMMAND]... [--file SCRIPT] -- CMD...",
-     "Runs a command and streams its output; exits with its exit status (124 on\n"
-     "timeout, 137 when killed). One CMD argument is sent as a string (sh -c, or\n"
+     "exec [-itd] [-e K=V]... [-w DIR] [--timeout MS] [--tool NAME=COMMAND]...\n"
+     "              [--file SCRIPT] ID [--] CMD...",
+     "Runs a command in a sandbox and streams its output, exiting with its exit status.\n"
+     "(124 on timeout, 137 when killed.) -i (--stdin) streams sbxctl's standard input\n"
+     "to the command, -t asks for a terminal, -w (--cwd) sets its working directory,\n"
+     "-e its environment. One CMD argument is sent as a string (sh -c, or\n"
      "JavaScript for Duktape), several as argv. --file sends a file's content as the\n"
      "command. --stdin streams sbxctl's standard input to the command. A Duktape\n"
      "completion value is printed as JSON after the output.\n"
@@ -68,17 +75,23 @@ static const struct verb verbs[] = {
      "Closes the process's stdin (it reads EOF)."},
     {"spawn", cmd_spawn, "spawn ID [--env K=V]... [--cwd DIR] [--timeout MS] -- CMD...",
      "Starts a command in the background and prints its pid."},
-    {"ps", cmd_ps, "ps ID", "Lists the processes of a sandbox."},
-    {"logs", cmd_logs, "logs [-f] ID PID",
-     "Prints the buffered output of a process; with -f, follows it until it exits\n"
-     "and then exits with its exit status."},
-    {"kill", cmd_kill, "kill ID PID [--signal S]",
-     "Signals a process group (default KILL)."},
+    {"ps", cmd_ps, "ps [-q] ID",
+     "Lists the processes of a sandbox with their commands as given; -q prints only\n"
+     "their pids."},
+    {"logs", cmd_logs, "logs [-f] [-n|--tail N|all] ID PID",
+     "Prints the buffered output of a process. With -f it follows the output until\n"
+     "the process exits and then exits with its exit status; --tail N prints only\n"
+     "the last N lines of what is buffered (then, with -f, everything new)."},
+    {"kill", cmd_kill, "kill [-s|--signal SIG] ID PID",
+     "Sends a signal to a process group (default KILL); SIG is a name (TERM, SIGTERM)\n"
+     "or a number."},
     {"wait", cmd_wait, "wait ID PID [--timeout MS]",
      "Waits for a process, prints its exit code and exits with it."},
     {"stop", cmd_stop, "stop ID", "Stops a sandbox (its processes are killed)."},
     {"start", cmd_start, "start ID", "Starts a stopped or pending sandbox."},
-    {"rm", cmd_rm, "rm ID", "Destroys a sandbox."},
+    {"rm", cmd_rm, "rm [-f] ID...",
+     "Destroys sandboxes, running ones included (-f is accepted and changes nothing),\n"
+     "and prints each id destroyed; exits 125 if any could not be."},
     {"snapshot", cmd_snapshot, "snapshot ID",
      "Snapshots a sandbox and prints the snapshot id."},
     {"snapshots", cmd_snapshots, "snapshots [--provider P]",
@@ -92,11 +105,13 @@ static const struct verb verbs[] = {
     {"instructions", cmd_instructions, "instructions ID",
      "Prints the tool description of a sandbox."},
     {"run", cmd_run,
-     "run [--provider P] [--image I] [--opt KEY=VALUE]... [--env K=V]... [--timeout MS]\n"
-     "              [--tool NAME[=COMMAND]]... [--detach] -- CMD...",
-     "Creates a throw-away sandbox, runs the command with streaming output, and\n"
-     "destroys the sandbox (also on failure or Ctrl-C). Exits with the command's\n"
-     "status. With --detach (-d), Ctrl-C leaves the sandbox and the command running\n"
+     "run [-itd] [--rm] [-p|--provider P] [--image I] [-o|--opt KEY=VALUE]...\n"
+     "              [-e K=V]... [-w DIR] [--timeout MS] [--tool NAME[=COMMAND]]... [--] CMD...",
+     "Creates a throw-away sandbox, runs the command in it with streaming output, and\n"
+     "destroys the sandbox (also on failure or Ctrl-C), exiting with the command's\n"
+     "status. Without --provider it is the configured default (js: CMD is\n"
+     "JavaScript); --image or a Docker option means docker. -w sets the sandbox's\n"
+     "working directory, --rm is accepted (the sandbox is always removed). With --detach (-d), Ctrl-C leaves the sandbox and the command running\n"
      "and prints how to attach. --tool registers a tool; with =COMMAND sbxctl\n"
      "answers its calls as on exec, e.g. --tool lookup='jq .id'."},
     {"cp", cmd_cp, "cp SRC DEST",
@@ -113,6 +128,10 @@ static const struct verb verbs[] = {
      "one message per line; revisions 2024-11-05 to 2025-11-25). Tools: exec_command,\n"
      "spawn_process, process_output, kill_process, sandbox_info (in the command\n"
      "sandbox) and run_code (JavaScript in the code sandbox). Diagnostics go to stderr.\n"
+     "Without --provider and --sandbox, commands run on docker with its configured image\n"
+     "when sbxd has docker, else only run_code is offered. Results are text for the\n"
+     "model (stdout, stderr, exit code) with the JSON in structuredContent; a non-zero\n"
+     "exit is a result, isError only a call that could not be done.\n"
      "\n"
      "  --provider P, --image I  the command sandbox, created on first use and\n"
      "                           destroyed when stdin closes (or on SIGTERM/SIGINT)\n"
@@ -132,19 +151,80 @@ static const struct verb verbs[] = {
      "  -v, --verbose            log requests and sandboxes to stderr\n"
      "\n"
      "A client config: {\"mcpServers\": {\"sbxd\": {\"command\": \"sbxctl\",\n"
-     "  \"args\": [\"mcp\", \"--provider\", \"docker\", \"--image\", \"debian:bookworm-slim\"]}}}"},
+     "  \"args\": [\"mcp\"]}}} (or [\"mcp\", \"--image\", \"debian:bookworm-slim\"])"},
+    {"events", cmd_events, "events [ID...]",
+     "Prints sandbox status changes and process exits as they happen, one line each\n"
+     "(with --json one object each), of all your sandboxes or of the IDs given; runs\n"
+     "until interrupted."},
+    {"completion", cmd_completion, "completion bash|zsh|fish",
+     "Prints a completion script for bash, zsh or fish (source <(sbxctl completion bash)\n"
+     "in a shell; make install puts them where each shell looks)."},
 };
 
 #define NVERBS (sizeof(verbs) / sizeof(verbs[0]))
+
+int verb_count(void)
+{
+    return (int)NVERBS;
+}
+
+const char *verb_name(int i)
+{
+    return verbs[i].name;
+}
+
+const char *verb_usage(int i)
+{
+    return verbs[i].usage;
+}
+
+const char *verb_help_text(int i)
+{
+    return verbs[i].help;
+}
 
 static const struct verb *current;
 
 static void main_usage_short(FILE *f)
 {
-    fprintf(f, "usage: sbxctl [-s PATH] [--json] VERB [ARGS...]\nverbs:");
+    fprintf(f, "usage: sbxctl [-s PATH] [--json] [--version] VERB [ARGS...]\nverbs:");
     for (size_t i = 0; i < NVERBS; i++)
         fprintf(f, " %s", verbs[i].name);
     fprintf(f, "\nRun 'sbxctl --help' or 'sbxctl VERB --help' for more.\n");
+}
+
+/* A verb's summary: the first sentence of its help, whole, wrapped at 90
+ * columns under the verb's name. */
+static void print_summary(FILE *f, const char *name, const char *h)
+{
+    char sent[512];
+    size_t n = 0;
+    for (const char *q = h; *q && n < sizeof(sent) - 1; q++) {
+        sent[n++] = *q == '\n' ? ' ' : *q;
+        if (*q == '.' && (q[1] == ' ' || q[1] == '\n' || q[1] == '\0'))
+            break;
+    }
+    sent[n] = '\0';
+    const int indent = 16, width = 90 - indent;
+    const char *w = sent;
+    fprintf(f, "  %-13s ", name);
+    while (*w) {
+        size_t len = strlen(w);
+        size_t cut = len;
+        if ((int)len > width) {
+            cut = (size_t)width;
+            while (cut > 0 && w[cut] != ' ')
+                cut--;
+            if (!cut)
+                cut = (size_t)width;
+        }
+        fprintf(f, "%.*s\n", (int)cut, w);
+        w += cut;
+        while (*w == ' ')
+            w++;
+        if (*w)
+            fprintf(f, "%*s", indent, "");
+    }
 }
 
 static void main_usage(FILE *f)
@@ -152,19 +232,21 @@ static void main_usage(FILE *f)
     fprintf(f,
             "usage: sbxctl [-s PATH] [--json] VERB [ARGS...]\n"
             "\n"
-            "Options (also accepted after the verb):\n"
+            "Options (before the verb; --json and --format also after it):\n"
             "  -s, --socket PATH  sbxd socket (default: $SBXD_SOCKET, else %s)\n"
             "  --json             print the raw JSON result\n"
+            "  --format json|table  the same as --json, or the default tables\n"
             "  -h, --help         help (sbxctl VERB --help for a verb)\n"
+            "  --version          sbxctl's version and protocol\n"
             "\n"
             "Verbs:\n",
             SBX_DEFAULT_SOCKET);
-    for (size_t i = 0; i < NVERBS; i++) {
-        const char *h = verbs[i].help;
-        const char *nl = strchr(h, '\n');
-        int n = nl ? (int)(nl - h) : (int)strlen(h);
-        fprintf(f, "  %-13s %.*s\n", verbs[i].name, n, h);
-    }
+    for (size_t i = 0; i < NVERBS; i++)
+        print_summary(f, verbs[i].name, verbs[i].help);
+    fprintf(f,
+            "\nExit status: 0, the command's own (exec, run, wait), 2 a usage error, 125 "
+            "an error of\nsbxd or its engine, 126/127 a command that could not be "
+            "invoked / was not found.\n");
 }
 
 /* ---- messages -------------------------------------------------------------------- */
@@ -182,7 +264,10 @@ void warnx_(const char *fmt, ...)
 void usage_error(const char *fmt, ...)
 {
     va_list ap;
-    fprintf(stderr, "sbxctl %s: ", current ? current->name : "");
+    if (current)
+        fprintf(stderr, "sbxctl %s: ", current->name);
+    else
+        fputs("sbxctl: ", stderr);
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
     va_end(ap);
@@ -202,6 +287,26 @@ void verb_help(void)
 
 /* ---- option parsing ----------------------------------------------------------- */
 
+/*
+ * opt_next() is getopt_long(3) under the interface the verb files share
+ * (sbxctl.h): short flags bundle (-it, -sPATH, -e K=V), long options take
+ * --name=value or --name value, options and positionals mix in order, `--`
+ * ends the options. Every verb also has -h/--help, --json and --format.
+ * getopt's own messages are off; ours name the verb and show its usage.
+ */
+
+#define MAX_OPTS 64
+#define LONG_ONLY 0x10000 /* getopt's val for an option without a short letter */
+
+enum { VO_HELP = -100, VO_JSON = -101, VO_FORMAT = -102 };
+
+static const struct opt verb_builtin[] = {
+    {"help", 'h', 0, VO_HELP},
+    {"json", 0, 0, VO_JSON},
+    {"format", 0, 1, VO_FORMAT},
+    {NULL, 0, 0, 0},
+};
+
 void parser_init(struct parser *p, int argc, char **argv)
 {
     memset(p, 0, sizeof(*p));
@@ -209,86 +314,149 @@ void parser_init(struct parser *p, int argc, char **argv)
     p->argv = argv;
 }
 
-static const struct opt global_opts[] = {
-    {"socket", 's', 1, 1},
-    {"json", 0, 0, 2},
-    {"help", 'h', 0, 3},
-    {NULL, 0, 0, 0},
+struct built {
+    struct option lo[MAX_OPTS + 1];
+    const struct opt *by_val[MAX_OPTS]; /* long-only entries, by val - LONG_ONLY */
+    char so[3 * MAX_OPTS + 4];
+    const struct opt *shorts[256];
 };
 
-static const struct opt *find_opt(const struct opt *opts, const char *name, size_t len,
-                                  int shortc)
+static void build_add(struct built *b, int *n, size_t *sn, const struct opt *o)
 {
-    for (const struct opt *o = opts; o && (o->name || o->shortc); o++) {
-        if (shortc
-                ? o->shortc == shortc
-                : (o->name && strlen(o->name) == len && strncmp(o->name, name, len) == 0))
-            return o;
+    if (*n >= MAX_OPTS) {
+        warnx_("internal error: too many options");
+        abort();
     }
-    return NULL;
+    b->lo[*n].name = o->name;
+    b->lo[*n].has_arg = o->has_arg ? required_argument : no_argument;
+    b->lo[*n].flag = NULL;
+    if (o->shortc) {
+        b->lo[*n].val = o->shortc;
+        b->shorts[(unsigned char)o->shortc] = o;
+        b->so[(*sn)++] = (char)o->shortc;
+        if (o->has_arg)
+            b->so[(*sn)++] = ':';
+    } else {
+        b->lo[*n].val = LONG_ONLY + *n;
+        b->by_val[*n] = o;
+    }
+    if (o->name)
+        (*n)++;
+    else /* a short-only option: no long entry */
+        memset(&b->lo[*n], 0, sizeof(b->lo[*n]));
+}
+
+static struct built *build(const struct opt *opts)
+{
+    struct built *b = ctl_nonnull(calloc(1, sizeof(*b)));
+    int n = 0;
+    size_t sn = 0;
+    /* '-': positionals come back in order (as 1); ':': a missing value is ':'. */
+    b->so[sn++] = '-';
+    b->so[sn++] = ':';
+    for (const struct opt *o = opts; o && (o->name || o->shortc); o++)
+        build_add(b, &n, &sn, o);
+    for (const struct opt *o = verb_builtin; o->name; o++) {
+        int taken = 0;
+        for (const struct opt *v = opts; v && (v->name || v->shortc); v++)
+            taken |= (v->name && !strcmp(v->name, o->name)) ||
+                     (o->shortc && v->shortc == o->shortc);
+        if (!taken)
+            build_add(b, &n, &sn, o);
+    }
+    b->so[sn] = '\0';
+    return b;
+}
+
+static int set_format(const char *f)
+{
+    if (!strcmp(f, "json"))
+        g.json = 1;
+    else if (!strcmp(f, "table"))
+        g.json = 0;
+    else
+        return -1;
+    return 0;
+}
+
+/* The message for what getopt refused (c is '?' or ':'), as getopt words it. */
+static void refused(struct parser *p, int c)
+{
+    struct built *b = p->priv;
+    const char *a = p->gargv[optind - 1];
+    if (c == ':') {
+        if (optopt && optopt < 256 && a[0] == '-' && a[1] != '-')
+            usage_error("option requires an argument -- '%c'", optopt);
+        usage_error("option '%s' requires an argument", a);
+    }
+    if (a[0] == '-' && a[1] == '-') {
+        const char *eq = strchr(a, '=');
+        size_t len = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
+        for (struct option *o = b->lo; o->name; o++)
+            if (eq && strlen(o->name) == len && !strncmp(o->name, a + 2, len))
+                usage_error("option '--%s' doesn't allow an argument", o->name);
+        usage_error("unrecognized option '%.*s'",
+                    (int)(eq ? (size_t)(eq - a) : strlen(a)), a);
+    }
+    usage_error("invalid option -- '%c'", optopt);
 }
 
 int opt_next(struct parser *p, const struct opt *opts)
 {
+    if (!p->priv) {
+        p->priv = build(opts);
+        /* getopt wants argv[0] to be the program. */
+        p->gargv = ctl_nonnull(calloc((size_t)p->argc + 2, sizeof(char *)));
+        p->gargv[0] = (char *)"sbxctl";
+        memcpy(p->gargv + 1, p->argv, (size_t)p->argc * sizeof(char *));
+        optind = 0; /* a full re-initialisation of GNU getopt */
+        p->done = 0;
+    }
+    struct built *b = p->priv;
     for (;;) {
-        if (p->i >= p->argc)
-            return OPT_END;
-        char *a = p->argv[p->i++];
-        if (p->stop || a[0] != '-' || a[1] == '\0') {
-            p->arg = a;
+        if (p->stop || p->done) {
+            /* After `--`, or once the verb said so, everything is positional. */
+            if (!p->done) {
+                p->done = 1;
+                p->rest = optind;
+            }
+            if (p->rest > p->argc) {
+                p->i = p->argc;
+                return OPT_END;
+            }
+            p->arg = p->gargv[p->rest++];
+            p->i = p->rest - 1;
             return OPT_ARG;
         }
-        if (strcmp(a, "--") == 0) {
-            p->stop = 1;
+        opterr = 0;
+        int c = getopt_long(p->argc + 1, p->gargv, b->so, b->lo, NULL);
+        p->i = optind - 1;
+        if (c == -1) {
+            p->done = 1;
+            p->rest = optind;
             continue;
         }
-
-        const struct opt *o;
-        const char *inline_val = NULL;
-        if (a[1] == '-') {
-            const char *name = a + 2;
-            const char *eq = strchr(name, '=');
-            size_t len = eq ? (size_t)(eq - name) : strlen(name);
-            if (eq)
-                inline_val = eq + 1;
-            o = find_opt(opts, name, len, 0);
-            if (!o)
-                o = find_opt(global_opts, name, len, 0);
-        } else {
-            if (a[2] != '\0')
-                inline_val = a + 2; /* -sPATH */
-            o = find_opt(opts, NULL, 0, a[1]);
-            if (!o)
-                o = find_opt(global_opts, NULL, 0, a[1]);
+        if (c == 1) {
+            p->arg = optarg;
+            return OPT_ARG;
         }
+        if (c == '?' || c == ':')
+            refused(p, c);
+        const struct opt *o =
+            c >= LONG_ONLY ? b->by_val[c - LONG_ONLY] : b->shorts[(unsigned char)c];
         if (!o)
-            usage_error("unknown option %s", a);
-
-        p->arg = NULL;
-        if (o->has_arg) {
-            if (inline_val)
-                p->arg = inline_val;
-            else if (p->i < p->argc)
-                p->arg = p->argv[p->i++];
-            else
-                usage_error("option %s needs a value", a);
-        } else if (inline_val && a[1] == '-') {
-            usage_error("option --%s takes no value", o->name);
-        } else if (inline_val) {
-            usage_error("unknown option %s", a);
-        }
-
-        if (o >= global_opts && o < global_opts + 3) {
-            switch (o->id) {
-            case 1:
-                g.socket = p->arg;
-                continue;
-            case 2:
-                g.json = 1;
-                continue;
-            default:
-                return OPT_HELP;
-            }
+            refused(p, '?');
+        p->arg = o->has_arg ? optarg : NULL;
+        switch (o->id) {
+        case VO_HELP:
+            return OPT_HELP;
+        case VO_JSON:
+            g.json = 1;
+            continue;
+        case VO_FORMAT:
+            if (set_format(p->arg) < 0)
+                usage_error("--format: 'json' or 'table', not '%s'", p->arg);
+            continue;
         }
         return o->id;
     }
@@ -405,6 +573,23 @@ char *field_text(json_t *obj, const char *key)
     return s ? s : strdup("?");
 }
 
+void format_duration(char *buf, size_t size, double secs)
+{
+    long long t = (long long)(secs + 0.5);
+    if (secs < 0)
+        snprintf(buf, size, "-");
+    else if (secs < 10)
+        snprintf(buf, size, "%.1fs", secs);
+    else if (t < 60)
+        snprintf(buf, size, "%llds", t);
+    else if (t < 3600)
+        snprintf(buf, size, "%lldm %llds", t / 60, t % 60);
+    else if (t < 86400)
+        snprintf(buf, size, "%lldh %lldm", t / 3600, t % 3600 / 60);
+    else
+        snprintf(buf, size, "%lldd %lldh", t / 86400, t % 86400 / 3600);
+}
+
 int exit_status(json_t *rec)
 {
     json_t *code = json_object_get(rec, "exit_code");
@@ -469,9 +654,34 @@ int ctl_call(sbx_ctx *c, const char *method, json_t *params, json_t **result_out
     return 0;
 }
 
+/* Reals rounded to microseconds (of a second or a millisecond alike): the
+ * numbers stay numbers, the float noise of 4.7792541980743408 goes. */
+static void round_reals(json_t *v)
+{
+    const char *k;
+    json_t *e;
+    size_t i;
+    if (json_is_object(v)) {
+        json_object_foreach(v, k, e) {
+            if (json_is_real(e))
+                json_real_set(e, round(json_real_value(e) * 1e6) / 1e6);
+            else
+                round_reals(e);
+        }
+    } else if (json_is_array(v)) {
+        json_array_foreach(v, i, e) {
+            if (json_is_real(e))
+                json_real_set(e, round(json_real_value(e) * 1e6) / 1e6);
+            else
+                round_reals(e);
+        }
+    }
+}
+
 void print_json(json_t *v)
 {
-    char *s = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+    round_reals(v);
+    char *s = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY | JSON_REAL_PRECISION(15));
     if (s) {
         puts(s);
         free(s);
@@ -515,32 +725,62 @@ void print_progress(const char *method, json_t *params)
 
 /* ---- main ------------------------------------------------------------------------- */
 
+/* For an option given before the verb that is a verb's: say where it goes. */
+static const char *verb_option_hint(const char *a)
+{
+    (void)a;
+    return " (verb options go after the verb: sbxctl VERB --help)";
+}
+
 int main(int argc, char **argv)
 {
-    struct parser p;
-    int o;
+    static const struct option gl[] = {
+        {"socket", required_argument, NULL, 's'}, {"json", no_argument, NULL, 'J'},
+        {"format", required_argument, NULL, 'F'}, {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},      {NULL, 0, NULL, 0},
+    };
+    int c;
 
-    parser_init(&p, argc - 1, argv + 1);
-    /* Global options up to the verb. */
-    while ((o = opt_next(&p, NULL)) != OPT_END) {
-        if (o == OPT_HELP) {
+    /* Global options stop at the verb ('+'): what follows is the verb's. */
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, "+:s:h", gl, NULL)) != -1) {
+        switch (c) {
+        case 's':
+            g.socket = optarg;
+            break;
+        case 'J':
+            g.json = 1;
+            break;
+        case 'F':
+            if (set_format(optarg) < 0)
+                usage_error("--format: 'json' or 'table', not '%s'", optarg);
+            break;
+        case 'h':
             main_usage(stdout);
             return 0;
-        }
-        if (o == OPT_ARG) {
-            g.verb = p.arg;
-            break;
+        case 'V':
+            printf("sbxctl %s (protocol %s)\n", SBX_VERSION, SBX_PROTO_VERSION);
+            return 0;
+        case ':':
+            usage_error("option '%s' requires an argument", argv[optind - 1]);
+        default:
+            if (argv[optind - 1][1] == '-')
+                usage_error("unrecognized option '%s'%s", argv[optind - 1],
+                            verb_option_hint(argv[optind - 1]));
+            usage_error("invalid option -- '%c'", optopt);
         }
     }
-    if (!g.verb) {
+    if (optind >= argc) {
         main_usage_short(stderr);
         return EXIT_USAGE;
     }
+    g.verb = argv[optind];
     for (size_t i = 0; i < NVERBS; i++) {
         if (strcmp(verbs[i].name, g.verb) == 0) {
             current = &verbs[i];
-            /* The verb parses argv[p.i ...]. */
-            return verbs[i].fn(p.argc - p.i, p.argv + p.i);
+            /* The verb parses what follows it. */
+            int rc = verbs[i].fn(argc - optind - 1, argv + optind + 1);
+            return rc;
         }
     }
     fprintf(stderr, "sbxctl: unknown verb '%s'\n", g.verb);

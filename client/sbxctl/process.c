@@ -74,18 +74,27 @@ int cmd_spawn(int argc, char **argv)
 
 /* ---- ps ---------------------------------------------------------------------------- */
 
+static const struct opt ps_opts[] = {
+    {"quiet", 'q', 0, 1},
+    {NULL, 0, 0, 0},
+};
+
 int cmd_ps(int argc, char **argv)
 {
     struct parser p;
     const char *id = NULL;
     json_t *r, *pr;
     size_t i;
-    int o;
+    int o, quiet = 0;
 
     parser_init(&p, argc, argv);
-    while ((o = opt_next(&p, NULL)) != OPT_END) {
+    while ((o = opt_next(&p, ps_opts)) != OPT_END) {
         if (o == OPT_HELP)
             verb_help();
+        if (o == 1) {
+            quiet = 1;
+            continue;
+        }
         if (id)
             usage_error("unexpected argument: %s", p.arg);
         id = p.arg;
@@ -95,7 +104,11 @@ int cmd_ps(int argc, char **argv)
     int rc = ctl_simple(SBX_M_PLIST, json_pack("{s:s}", "sandbox", id), &r);
     if (rc)
         return rc;
-    if (!g.json) {
+    if (!g.json && quiet) { /* pids only, for scripts */
+        json_array_foreach(json_object_get(r, "processes"), i, pr)
+            printf("%" JSON_INTEGER_FORMAT "\n",
+                   json_integer_value(json_object_get(pr, "pid")));
+    } else if (!g.json) {
         printf("%-6s  %-8s  %-4s  %-24s  %s\n", "PID", "STATUS", "EXIT", "STARTED",
                "COMMAND");
         json_array_foreach(json_object_get(r, "processes"), i, pr) {
@@ -117,7 +130,7 @@ int cmd_ps(int argc, char **argv)
 /* ---- kill, wait -------------------------------------------------------------------- */
 
 static const struct opt kill_opts[] = {
-    {"signal", 0, 1, 1},
+    {"signal", 's', 1, 1},
     {NULL, 0, 0, 0},
 };
 
@@ -206,7 +219,61 @@ struct logs_state {
     json_int_t end[3]; /* per stream: offset after the last byte received */
     int exited;
     int status; /* the exit status from process.exit */
+    /* --tail N: the replay is held (as chunks in arrival order, bounded by
+     * what sbxd replays) and only its last N lines printed. */
+    long tail; /* -1: all */
+    int holding;
+    struct chunk {
+        int stream;
+        char *data;
+        size_t len;
+    } * held;
+    size_t nheld, capheld;
 };
+
+/* Prints the held replay's last s->tail lines (counted over both streams,
+ * in the order they arrived), then stops holding. */
+static void logs_flush(struct logs_state *s)
+{
+    size_t from_chunk = 0, from_off = 0;
+    long need = s->tail;
+    int first = 1, found = 0;
+    if (need == 0) {
+        from_chunk = s->nheld;
+        found = 1;
+    }
+    /* Back from the end: the tail-th newline before the last byte starts it. */
+    for (size_t ci = s->nheld; !found && ci-- > 0;) {
+        const struct chunk *k = &s->held[ci];
+        for (size_t j = k->len; j-- > 0;) {
+            int nl = k->data[j] == '\n';
+            if (first) {
+                first = 0;
+                if (nl)
+                    continue; /* the newline that ends the last line */
+            }
+            if (nl && --need == 0) {
+                from_chunk = ci;
+                from_off = j + 1;
+                found = 1;
+                break;
+            }
+        }
+    }
+    for (size_t i = from_chunk; i < s->nheld; i++) {
+        const struct chunk *k = &s->held[i];
+        size_t off = i == from_chunk ? from_off : 0;
+        FILE *f = k->stream == SBX_STDERR ? stderr : stdout;
+        fwrite(k->data + off, 1, k->len - off, f);
+        fflush(f);
+    }
+    for (size_t i = 0; i < s->nheld; i++)
+        free(s->held[i].data);
+    free(s->held);
+    s->held = NULL;
+    s->nheld = s->capheld = 0;
+    s->holding = 0;
+}
 
 static void logs_note(struct logs_state *s, const char *method, json_t *params)
 {
@@ -228,10 +295,18 @@ static void logs_note(struct logs_state *s, const char *method, json_t *params)
     size_t len;
     if (sbx_output_decode(&stream, &data, &len, params) != SBX_OK)
         return;
-    FILE *f = stream == SBX_STDERR ? stderr : stdout;
-    fwrite(data, 1, len, f);
-    fflush(f);
-    free(data);
+    if (s->holding) {
+        if (s->nheld == s->capheld) {
+            s->capheld = s->capheld ? 2 * s->capheld : 64;
+            s->held = ctl_nonnull(realloc(s->held, s->capheld * sizeof(*s->held)));
+        }
+        s->held[s->nheld++] = (struct chunk){stream, data, len};
+    } else {
+        FILE *f = stream == SBX_STDERR ? stderr : stdout;
+        fwrite(data, 1, len, f);
+        fflush(f);
+        free(data);
+    }
     json_int_t end =
         json_integer_value(json_object_get(params, "offset")) + (json_int_t)len;
     if (end > s->end[stream])
@@ -246,6 +321,7 @@ static void logs_cb(sbx_ctx *c, const char *method, json_t *params, void *privda
 
 static const struct opt logs_opts[] = {
     {"follow", 'f', 0, 1},
+    {"tail", 'n', 1, 2},
     {NULL, 0, 0, 0},
 };
 
@@ -254,6 +330,7 @@ int cmd_logs(int argc, char **argv)
     struct parser p;
     const char *id = NULL, *pid = NULL;
     int follow = 0, o;
+    long tail = -1;
     json_t *r;
 
     parser_init(&p, argc, argv);
@@ -262,13 +339,16 @@ int cmd_logs(int argc, char **argv)
             verb_help();
         if (o == OPT_ARG)
             two_args(p.arg, &id, &pid);
-        else
+        else if (o == 1)
             follow = 1;
+        else if (strcmp(p.arg, "all") != 0 && (tail = (long)arg_int("--tail", p.arg)) < 0)
+            usage_error("--tail: a number of lines, or all");
     }
     if (!id || !pid)
         usage_error("missing %s", id ? "PID" : "sandbox ID");
 
-    struct logs_state s = {id, arg_int("PID", pid), {0, 0, 0}, 0, 0};
+    struct logs_state s = {id,   arg_int("PID", pid), {0, 0, 0}, 0, 0,
+                           tail, tail >= 0,           NULL,      0, 0};
     sbx_ctx *c = ctl_connect();
     sbx_set_notify_cb(c, logs_cb, &s);
     int rc = ctl_call(
@@ -290,10 +370,13 @@ int cmd_logs(int argc, char **argv)
     /* A finished process: the replay ends with its process.exit. A running one
      * without -f: the replay ends at the offsets of the attach result. */
     for (;;) {
+        int replayed = (s.end[1] >= want[1] || want[1] <= start[1]) &&
+                       (s.end[2] >= want[2] || want[2] <= start[2]);
+        if (s.holding && (s.exited || replayed))
+            logs_flush(&s); /* --tail: the replay is complete, live output follows */
         if (s.exited)
             break;
-        if (running && !follow && (s.end[1] >= want[1] || want[1] <= start[1]) &&
-            (s.end[2] >= want[2] || want[2] <= start[2]))
+        if (running && !follow && replayed)
             break;
         json_t *n;
         if (sbx_read_notification(c, &n, follow || !running ? -1 : 5000) != SBX_OK) {
@@ -307,6 +390,8 @@ int cmd_logs(int argc, char **argv)
                   json_object_get(n, "params"));
         json_decref(n);
     }
+    if (s.holding)
+        logs_flush(&s);
     sbx_free(c);
     /* -f follows to the end: exit with the process's status, as wait does. */
     return follow && s.exited ? s.status : 0;

@@ -2,9 +2,11 @@
  * sandbox.c - sbxctl verbs about the daemon and sandboxes: ping, info, create,
  * ls, get, stop, start, rm, snapshot, clone, set-env, instructions.
  */
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/types.h>
 
 #include "sbxctl.h"
 
@@ -101,6 +103,10 @@ int cmd_info(int argc, char **argv)
                 printf("  %s: %s\n", k2, t ? t : "");
                 free(t);
             }
+        } else if (strcmp(key, "uptime_s") == 0 && json_is_number(v)) {
+            char d[48];
+            format_duration(d, sizeof(d), json_number_value(v));
+            printf("uptime: %s\n", d);
         } else {
             char *t = field_text(r, key);
             printf("%s: %s\n", key, t ? t : "");
@@ -260,14 +266,25 @@ int cmd_create(int argc, char **argv)
 static const struct opt ls_opts[] = {
     {"provider", 'p', 1, 1},
     {"status", 0, 1, 2},
+    {"quiet", 'q', 0, 3},
     {NULL, 0, 0, 0},
 };
+
+/* The image a sandbox runs: create's image, else the provider's (metadata). */
+static const char *sandbox_image(json_t *sb)
+{
+    const char *img = json_string_value(json_object_get(sb, "image"));
+    if (!img)
+        img =
+            json_string_value(json_object_get(json_object_get(sb, "metadata"), "image"));
+    return img ? img : "-";
+}
 
 int cmd_ls(int argc, char **argv)
 {
     struct parser p;
     json_t *params = json_object(), *r, *sb;
-    int o;
+    int o, quiet = 0;
     size_t i;
 
     parser_init(&p, argc, argv);
@@ -276,7 +293,11 @@ int cmd_ls(int argc, char **argv)
             verb_help();
         if (o == OPT_ARG)
             usage_error("unexpected argument: %s", p.arg);
-        json_object_set_new(params, o == 1 ? "provider" : "status", json_string(p.arg));
+        if (o == 3)
+            quiet = 1;
+        else
+            json_object_set_new(params, o == 1 ? "provider" : "status",
+                                json_string(p.arg));
     }
     int rc = ctl_simple(SBX_M_LIST, params, &r);
     if (rc || g.json) {
@@ -285,7 +306,13 @@ int cmd_ls(int argc, char **argv)
     }
 
     json_t *list = json_object_get(r, "sandboxes");
-    int wid = 2, wprov = 8, wstat = 6;
+    if (quiet) { /* ids only, for $(sbxctl ls -q) */
+        json_array_foreach(list, i, sb)
+            printf("%s\n", json_string_value(json_object_get(sb, "id")));
+        json_decref(r);
+        return 0;
+    }
+    int wid = 2, wprov = 8, wstat = 6, wimg = 5;
     json_array_foreach(list, i, sb) {
         const char *id = json_string_value(json_object_get(sb, "id"));
         const char *pr = json_string_value(json_object_get(sb, "provider"));
@@ -296,16 +323,18 @@ int cmd_ls(int argc, char **argv)
             wprov = (int)strlen(pr);
         if (st && (int)strlen(st) > wstat)
             wstat = (int)strlen(st);
+        if ((int)strlen(sandbox_image(sb)) > wimg)
+            wimg = (int)strlen(sandbox_image(sb));
     }
-    printf("%-*s  %-*s  %-*s  %s\n", wid, "ID", wprov, "PROVIDER", wstat, "STATUS",
-           "CREATED");
+    printf("%-*s  %-*s  %-*s  %-*s  %s\n", wid, "ID", wprov, "PROVIDER", wimg, "IMAGE",
+           wstat, "STATUS", "CREATED");
     json_array_foreach(list, i, sb) {
         const char *id = json_string_value(json_object_get(sb, "id"));
         const char *pr = json_string_value(json_object_get(sb, "provider"));
         const char *st = json_string_value(json_object_get(sb, "status"));
         const char *cr = json_string_value(json_object_get(sb, "created_at"));
-        printf("%-*s  %-*s  %-*s  %s\n", wid, id ? id : "?", wprov, pr ? pr : "?", wstat,
-               st ? st : "?", cr ? cr : "");
+        printf("%-*s  %-*s  %-*s  %-*s  %s\n", wid, id ? id : "?", wprov, pr ? pr : "?",
+               wimg, sandbox_image(sb), wstat, st ? st : "?", cr ? cr : "");
     }
     json_decref(r);
     return 0;
@@ -360,9 +389,48 @@ int cmd_start(int argc, char **argv)
     return id_verb(argc, argv, SBX_M_START, NULL);
 }
 
+static const struct opt rm_opts[] = {
+    {"force", 'f', 0, 1},
+    {NULL, 0, 0, 0},
+};
+
+/* rm [-f] ID...: destroys each (a running sandbox too: destroy kills its
+ * processes, so -f is accepted for docker's habit and changes nothing);
+ * prints each id destroyed, as docker rm does; 125 if any failed. */
 int cmd_rm(int argc, char **argv)
 {
-    return id_verb(argc, argv, SBX_M_DESTROY, NULL);
+    struct parser p;
+    const char **ids = ctl_nonnull(calloc((size_t)argc + 1, sizeof(*ids)));
+    int o, n = 0, rc = 0;
+
+    parser_init(&p, argc, argv);
+    while ((o = opt_next(&p, rm_opts)) != OPT_END) {
+        if (o == OPT_HELP)
+            verb_help();
+        if (o == OPT_ARG)
+            ids[n++] = p.arg;
+    }
+    if (!n)
+        usage_error("missing sandbox ID");
+    sbx_ctx *c = ctl_connect();
+    sbx_set_notify_cb(c, progress_cb, NULL);
+    for (int i = 0; i < n; i++) {
+        json_t *r;
+        if (ctl_call(c, SBX_M_DESTROY, json_pack("{s:s}", "id", ids[i]), &r)) {
+            rc = EXIT_RPC;
+            if (c->err && c->err != SBX_ERR_RPC)
+                break; /* the connection is gone */
+            continue;
+        }
+        if (g.json)
+            print_json(r);
+        else
+            printf("%s\n", ids[i]);
+        json_decref(r);
+    }
+    sbx_free(c);
+    free(ids);
+    return rc;
 }
 
 int cmd_snapshot(int argc, char **argv)
@@ -397,15 +465,23 @@ int cmd_snapshots(int argc, char **argv)
         json_decref(r);
         return rc;
     }
-    printf("%-22s  %-8s  %-6s  %-24s  %s\n", "SNAPSHOT", "PROVIDER", "OWNER", "CREATED",
+    printf("%-22s  %-8s  %-10s  %-24s  %s\n", "SNAPSHOT", "PROVIDER", "OWNER", "CREATED",
            "FROM");
     json_array_foreach(json_object_get(r, "snapshots"), i, s) {
-        printf("%-22s  %-8s  %-6lld  %-24s  %s\n",
+        /* The owner by name where this host knows the uid (getpwuid_r:
+         * the number otherwise). */
+        char owner[64], pwbuf[1024];
+        struct passwd pw, *pwp = NULL;
+        uid_t uid = (uid_t)json_integer_value(json_object_get(s, "owner_uid"));
+        if (getpwuid_r(uid, &pw, pwbuf, sizeof(pwbuf), &pwp) == 0 && pwp)
+            snprintf(owner, sizeof(owner), "%s", pwp->pw_name);
+        else
+            snprintf(owner, sizeof(owner), "%u", (unsigned)uid);
+        const char *from = json_string_value(json_object_get(s, "sandbox"));
+        printf("%-22s  %-8s  %-10s  %-24s  %s\n",
                json_string_value(json_object_get(s, "snapshot")),
-               json_string_value(json_object_get(s, "provider")),
-               (long long)json_integer_value(json_object_get(s, "owner_uid")),
-               json_string_value(json_object_get(s, "created_at")),
-               json_string_value(json_object_get(s, "sandbox")));
+               json_string_value(json_object_get(s, "provider")), owner,
+               json_string_value(json_object_get(s, "created_at")), from ? from : "-");
     }
     json_array_foreach(json_object_get(r, "errors"), i, s)
         warnx_("%s: %s", json_string_value(json_object_get(s, "provider")),

@@ -25,12 +25,18 @@ static inline void *ctl_nonnull(void *p)
     return p;
 }
 
-/* Exit statuses of sbxctl itself (exec/run/wait exit with the command's). */
-#define EXIT_RPC 1
+/* Exit statuses of sbxctl itself (exec/run/wait exit with the command's), as
+ * docker's: 125 when sbxd or its engine failed (or could not be reached), 126
+ * a command that could not be invoked, 127 one that was not found. */
+#define EXIT_RPC 125
+#define EXIT_CANNOT_INVOKE 126
+#define EXIT_NOT_FOUND 127
 #define EXIT_USAGE 2
 #define EXIT_INTERRUPTED 130
 
-/* Global options (-s/--socket, --json), accepted before or after the verb. */
+/* Global options: -s/--socket, --json, --format, -h, --version, only before
+ * the verb (docker's rule: `kill -s TERM` is kill's -s). --json and --format
+ * are also every verb's own. */
 struct sbxctl_globals {
     const char *socket;
     int json;
@@ -39,14 +45,33 @@ struct sbxctl_globals {
 extern struct sbxctl_globals g;
 
 /* ---- option parsing ----
- * opt_next() returns an option's id, OPT_ARG for a positional argument (in
- * p->arg), OPT_END, or OPT_HELP; it exits with status 2 on a bad option.
- * -s/--socket and --json are handled inside. `--` and p->stop make every
- * further argument positional. */
+ * The interface every verb file uses (unchanged from the hand-written parser
+ * it replaces; getopt_long(3) underneath since issue 19):
+ *
+ *     static const struct opt my_opts[] = {
+ *         {"recursive", 'r', 0, 1}, {"mode", 0, 1, 2}, {NULL, 0, 0, 0}};
+ *     struct parser p;
+ *     parser_init(&p, argc, argv);
+ *     while ((o = opt_next(&p, my_opts)) != OPT_END) switch (o) {
+ *         case OPT_HELP: verb_help();
+ *         case OPT_ARG: ...p.arg is a positional...
+ *         case 1: ... case 2: ...p.arg is the value...
+ *     }
+ *
+ * opt_next() returns an option's id (> 0), OPT_ARG for a positional argument
+ * (in p->arg, in command-line order), OPT_END, or OPT_HELP (-h/--help); on a
+ * bad option it prints getopt's wording with the verb's usage and exits 2.
+ * Short letters bundle (-it, -sPATH, -e K=V); long options take --name=V or
+ * --name V (and unambiguous prefixes, as getopt_long does). --json and
+ * --format json|table are handled inside (they set g.json). `--` ends the
+ * options; setting p->stop makes every later argument positional (a command's
+ * own flags: `run -- ls -l`, or `exec ID ls -l` once CMD started). Pass the
+ * same opts on every call of one parser. Letters a verb does not use are free
+ * for it; -h is help unless the verb's table takes it. */
 enum { OPT_END = -1, OPT_ARG = -2, OPT_HELP = -3 };
 
 struct opt {
-    const char *name; /* long name, without "--" */
+    const char *name; /* long name, without "--"; NULL for a short-only option */
     int shortc;       /* short letter, or 0 */
     int has_arg;
     int id; /* > 0 */
@@ -55,9 +80,13 @@ struct opt {
 struct parser {
     int argc;
     char **argv;
-    int i;
+    int i;    /* index in argv of the argument last returned */
     int stop; /* no more options: everything is positional */
     const char *arg;
+    /* the parser's own state */
+    void *priv;
+    char **gargv;
+    int done, rest;
 };
 
 void parser_init(struct parser *p, int argc, char **argv);
@@ -85,6 +114,8 @@ json_t *obj_object(json_t *obj, const char *key);
 json_t *obj_array(json_t *obj, const char *key);
 /* obj[key] as a string (or "" / the compact JSON of non-strings, malloc'd). */
 char *field_text(json_t *obj, const char *key);
+/* A duration for people: 4.8s, 42s, 3m 12s, 2h 5m, 3d 4h. */
+void format_duration(char *buf, size_t size, double secs);
 /* The exit status for an exit record (exit_code, else 128+signal, else 1). */
 int exit_status(json_t *rec);
 
@@ -146,5 +177,13 @@ int cmd_mcp(int argc, char **argv);
 /* files (fs.c, cp.c) */
 int cmd_fs(int argc, char **argv);
 int cmd_cp(int argc, char **argv);
+
+/* ---- issue 19: events.c, completion.c, and the verb table for them ---- */
+int cmd_events(int argc, char **argv);
+int cmd_completion(int argc, char **argv);
+int verb_count(void);
+const char *verb_name(int i);
+const char *verb_usage(int i);
+const char *verb_help_text(int i);
 
 #endif

@@ -6,6 +6,8 @@
  */
 #include "process.h"
 
+#include <ctype.h>
+
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -203,23 +205,52 @@ static void prune_exited(struct sandbox *sb, struct process *keep)
 
 static void timeout_cb(struct ev_loop *loop, ev_timer *w, int revents);
 
-static char *display_of(json_t *cmd)
+/* 1 when a word needs quoting to read back as one shell word. */
+static int needs_quote(const char *w)
+{
+    if (!*w)
+        return 1;
+    for (; *w; w++)
+        if (!isalnum((unsigned char)*w) && !strchr("@%+=:,./_-", *w))
+            return 1;
+    return 0;
+}
+
+/* The command as a person would type it: a string as given, an argv joined
+ * with its words shell-quoted where needed ('a b', 'it'\''s'), so that
+ * process.list shows ["sh", "-c", "echo a b"] as sh -c 'echo a b'. Without
+ * quote (an isolate, whose array is code joined with spaces) a plain join. */
+static char *display_of(json_t *cmd, int quote)
 {
     if (json_is_string(cmd))
         return strdup(json_string_value(cmd));
-    size_t i, n = 0;
+    size_t i, n = 1;
     json_t *a;
     json_array_foreach(cmd, i, a)
-        n += strlen(json_string_value(a)) + 1;
-    char *s = malloc(n + 1), *o = s;
+        n += 4 * strlen(json_string_value(a)) + 3;
+    char *s = malloc(n), *o = s;
     if (!s)
         return NULL;
     json_array_foreach(cmd, i, a) {
-        size_t l = strlen(json_string_value(a));
+        const char *w = json_string_value(a);
         if (i)
             *o++ = ' ';
-        memcpy(o, json_string_value(a), l);
-        o += l;
+        if (!quote || !needs_quote(w)) {
+            size_t l = strlen(w);
+            memcpy(o, w, l);
+            o += l;
+            continue;
+        }
+        *o++ = '\'';
+        for (; *w; w++) {
+            if (*w == '\'') {
+                memcpy(o, "'\\''", 4);
+                o += 4;
+            } else {
+                *o++ = *w;
+            }
+        }
+        *o++ = '\'';
     }
     *o = '\0';
     return s;
@@ -264,7 +295,7 @@ int process_new(struct process **out, struct sandbox *sb, const struct proc_opts
 
     /* Build everything that can fail before the record exists. */
     json_t *spec = json_object();
-    char *display = display_of(cmd);
+    char *display = display_of(cmd, sb->prov->ops->shell_commands);
     if (spec && display) {
         int bad = 0;
         if (sb->prov->ops->shell_commands)

@@ -60,7 +60,7 @@ SBXD_SOCKET="$SOCK" "$CTL" ping >/dev/null 2>&1
 check "SBXD_SOCKET is honoured" [ $? -eq 0 ]
 "$CTL" -s "$T/nope.sock" ping >/dev/null 2>"$T/err"
 st=$?
-check "an unreachable socket exits 1" [ $st -eq 1 ]
+check "an unreachable socket exits 125 (docker's daemon-error status)" [ $st -eq 125 ]
 check "... with a message" grep -q 'sbxctl: cannot connect' "$T/err"
 out info
 check "info shows the duktape provider" grep -q 'duktape' "$T/out"
@@ -107,18 +107,18 @@ check "exec --tool NAME=COMMAND answers a tool registered at create" \
 ctl rm "$ID-tool" >/dev/null 2>&1
 
 # -- sandbox lifecycle ----------------------------------------------------------
-out create --provider duktape --id "$ID" --env A=1 --tool add --opt answer=42 --timeout 120000
+out create --provider duktape --id "$ID" --env A=1 --tool add --timeout 120000
 check "create exits 0" [ $st -eq 0 ]
 check "create prints the id" [ "$(cat "$T/out")" = "$ID" ]
 out ls
-check "ls has a header" grep -q '^ID  *PROVIDER  *STATUS  *CREATED' "$T/out"
-check "ls lists the sandbox" grep -q "^$ID  *duktape  *running" "$T/out"
+check "ls has a header" grep -q '^ID  *PROVIDER  *IMAGE  *STATUS  *CREATED' "$T/out"
+check "ls lists the sandbox" grep -q "^$ID  *duktape  *-  *running" "$T/out"
 out get "$ID"
 check "get shows the status" grep -q '^status: running' "$T/out"
 out --json get "$ID"
 check "--json get prints the raw result" grep -q "\"id\":\"$ID\"" "$T/out"
 out get nope-nope
-check "get of an unknown sandbox exits 1" [ $st -eq 1 ]
+check "get of an unknown sandbox exits 125" [ $st -eq 125 ]
 check "... with 'sbxctl: message (code -32000)'" grep -q '^sbxctl: .*(code -32000)$' "$T/err"
 
 # -- exec -------------------------------------------------------------------------
@@ -230,7 +230,7 @@ check "rm the clone" [ $st -eq 0 ]
 out rm "$ID"
 check "rm" [ $st -eq 0 ]
 out get "$ID"
-check "gone after rm" [ $st -eq 1 ]
+check "gone after rm" [ $st -eq 125 ]
 
 # -- run: Ctrl-C destroys the sandbox ---------------------------------------------
 before=$(ctl ls | wc -l)
@@ -247,7 +247,7 @@ st=$?
 check "run: Ctrl-C exits 130" [ $st -eq 130 ]
 after=$(ctl ls | wc -l)
 check "run: Ctrl-C destroyed the sandbox" [ "$before" -eq "$after" ]
-out run --opt nonsense=1 -- 'throw new Error("x")'
+out run -- 'throw new Error("x")'
 check "run: the command's status on failure" [ $st -eq 1 ]
 after=$(ctl ls | wc -l)
 check "run: sandbox destroyed after a failure" [ "$before" -eq "$after" ]
@@ -339,7 +339,7 @@ out logs -f "$X" "$P"
 check "the process read everything, in order, then EOF" \
     [ "$(cat "$T/out")" = "ABC FROM A FILE FROM STDIN" ] && [ $st -eq 0 ]
 out write "$X" "$P" 'late'
-check "write after the exit fails (exit 1)" [ $st -eq 1 ]
+check "write after the exit fails (exit 125)" [ $st -eq 125 ]
 out spawn "$X" -- 'var s, n = 0; while ((s = read_stdin()) !== null) n += s.length; console.log(n)'
 P=$(cat "$T/out")
 printf 'xyz' >"$T/in"
