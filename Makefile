@@ -56,7 +56,8 @@ JSW_SRC = $(wildcard daemon/workers/jsc/*.c)
 JSW_OBJ = $(patsubst %.c,$(B)/obj/%.o,$(JSW_SRC)) $(B)/obj/daemon/workers/jsc/embed.o $(WK_OBJ)
 STRIP_JS = $(B)/gen/strip.js
 
-.PHONY: all run test asan valgrind bench install clean deps test-deps check-style fuzz fuzz-build fuzz-bins
+.PHONY: all run test asan valgrind bench install clean deps test-deps check-style fuzz fuzz-build fuzz-bins \
+	install-dist deb
 all: $(B)/sbxd $(B)/sbxd-worker $(B)/sbxd-jsworker $(B)/sbxctl $(B)/libsbx.so.$(SOVERSION) $(B)/libsbx.a \
 	$(if $(AGENT_SRC),$(B)/sbx-init) $(UNIT_BIN) $(ITEST_BIN) $(PTEST_BIN) $(BENCH_BIN)
 
@@ -201,7 +202,7 @@ check-style:
 	@sh tests/style/check.sh
 
 # -- install --------------------------------------------------------------------
-install: all
+install: all install-dist
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCDIR)/sbx \
 		$(DESTDIR)$(SYSCONFDIR)/sbxd $(DESTDIR)$(UNITDIR) $(DESTDIR)$(PREFIX)/libexec/sbxd
 	install -m 755 $(B)/sbxd $(B)/sbxctl $(DESTDIR)$(BINDIR)/
@@ -215,12 +216,43 @@ install: all
 	install -m 644 client/adapters/*.h $(DESTDIR)$(INCDIR)/sbx/adapters/
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' client/libsbx.pc.in \
 		> $(DESTDIR)$(LIBDIR)/pkgconfig/libsbx.pc
-	sed -e 's|@BINDIR@|$(BINDIR)|g' systemd/sbxd.service > $(DESTDIR)$(UNITDIR)/sbxd.service
+	sed -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@DOCDIR@|$(DOCDIR)|g' systemd/sbxd.service \
+		> $(DESTDIR)$(UNITDIR)/sbxd.service
 	install -m 644 systemd/sbxd.socket $(DESTDIR)$(UNITDIR)/
 	install -m 644 config/sbxd.yaml $(DESTDIR)$(SYSCONFDIR)/sbxd/sbxd.yaml.sample
 	# the service reads sbxd.yaml: install the sample there unless one exists
 	[ -f $(DESTDIR)$(SYSCONFDIR)/sbxd/sbxd.yaml ] || \
 		install -m 644 config/sbxd.yaml $(DESTDIR)$(SYSCONFDIR)/sbxd/sbxd.yaml
+
+# -- what a host installs besides the binaries (issue 19) -------------------------
+# Man pages, shell completions (made by sbxctl itself), sysusers.d (the
+# socket's group) and tmpfiles.d (the runtime directory), the docs the units'
+# Documentation= points at. `make deb` builds Debian packages from this tree.
+MANDIR ?= $(PREFIX)/share/man
+DOCDIR ?= $(PREFIX)/share/doc/sbxd
+SYSTEMD_LIBDIR ?= $(PREFIX)/lib
+BASHCOMPDIR ?= $(PREFIX)/share/bash-completion/completions
+ZSHCOMPDIR ?= $(PREFIX)/share/zsh/vendor-completions
+FISHCOMPDIR ?= $(PREFIX)/share/fish/vendor_completions.d
+install-dist: $(B)/sbxctl
+	install -d $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man8 \
+		$(DESTDIR)$(DOCDIR) $(DESTDIR)$(SYSTEMD_LIBDIR)/sysusers.d \
+		$(DESTDIR)$(SYSTEMD_LIBDIR)/tmpfiles.d $(DESTDIR)$(BASHCOMPDIR) \
+		$(DESTDIR)$(ZSHCOMPDIR) $(DESTDIR)$(FISHCOMPDIR)
+	for m in sbxctl.1 sbxd.yaml.5 sbxd.8; do \
+		sed -e 's|@VERSION@|$(VERSION)|g' man/$$m | gzip -9n \
+			> $(DESTDIR)$(MANDIR)/man$${m##*.}/$$m.gz || exit 1; done
+	install -m 644 README.md $(DESTDIR)$(DOCDIR)/README.md
+	install -m 644 config/README.md $(DESTDIR)$(DOCDIR)/config.md
+	install -m 644 systemd/sbxd.sysusers $(DESTDIR)$(SYSTEMD_LIBDIR)/sysusers.d/sbxd.conf
+	install -m 644 systemd/sbxd.tmpfiles $(DESTDIR)$(SYSTEMD_LIBDIR)/tmpfiles.d/sbxd.conf
+	$(B)/sbxctl completion bash > $(DESTDIR)$(BASHCOMPDIR)/sbxctl
+	$(B)/sbxctl completion zsh > $(DESTDIR)$(ZSHCOMPDIR)/_sbxctl
+	$(B)/sbxctl completion fish > $(DESTDIR)$(FISHCOMPDIR)/sbxctl.fish
+
+# Debian packages sbxd, libsbx1 and libsbx-dev in $(B)/deb/ (packaging/deb.sh).
+deb: all
+	sh packaging/deb.sh $(B) $(VERSION)
 
 clean:
 	rm -rf build build-asan build-fuzz

@@ -1,6 +1,6 @@
 /*
  * sbxd: the TypeScript client for sbxd (proto/PROTOCOL.md). No runtime
- * dependencies beyond Node's standard library; Node 20+.
+ * dependencies beyond Node's standard library; Node 22.13+ (as @mastra/core).
  *
  *   import { SbxdClient } from 'sbxd';
  *   const c = new SbxdClient();                 // $SBXD_SOCKET or /run/sbxd/sbxd.sock
@@ -16,3 +16,18 @@ export type { SpawnOptions, OutputChunk, StreamName } from './process.js';
 /* files (fs.*) in E2B's shape */
 export { SbxdFiles, FS_CHUNK } from './files.js';
 export type { EntryInfo, WriteData, FilesystemEvent, WatchHandle } from './files.js';
+
+/* The sandbox object API (issue 19): Sandbox.create / connect, sb.commands. */
+export { Sandbox, Commands, CommandHandle, AbortError } from './sandbox.js';
+export type {
+    ProviderName,
+    SandboxCreateOptions,
+    ConnectOptions,
+    DockerOptions,
+    ModalOptions,
+    JsOptions,
+    CommandResult,
+    RunOptions,
+    ProcessSummary,
+    SandboxInfo,
+} from './sandbox.js';
