@@ -361,8 +361,17 @@ export class SbxdSandbox extends MastraSandbox {
         const defaultInstructions = [
             `You are working inside ${where} managed by sbxd.`,
             ...(this.workingDirectory ? [`The working directory is ${this.workingDirectory}.`] : []),
-            'You can execute shell commands using executeCommand().',
-            'You can spawn background processes using processes.spawn().',
+            /* The isolates run JavaScript, not a shell: say so (issue 19). */
+            ...(this.sbxdProvider === 'js' || this.sbxdProvider === 'duktape'
+                ? [
+                      `Commands are JavaScript programs (sbxd's ${this.sbxdProvider} provider), not shell commands: ` +
+                          'run them with executeCommand(); there is no shell, filesystem or network.',
+                      'You can spawn background programs using processes.spawn().',
+                  ]
+                : [
+                      'You can execute shell commands using executeCommand().',
+                      'You can spawn background processes using processes.spawn().',
+                  ]),
         ].join('\n');
         const o = this.instructionsOverride;
         if (o === undefined) return defaultInstructions;

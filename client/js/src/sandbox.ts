@@ -163,8 +163,20 @@ export class AbortError extends Error {
 
 function toAbortError(signal: AbortSignal): Error {
     const r = signal.reason;
-    if (r instanceof Error && r.name === 'AbortError') return r;
+    if (r instanceof AbortError) return r;
     return new AbortError('This operation was aborted', { cause: r });
+}
+
+/* process.exit carries the status; the program's value and uncaught error
+ * (js, duktape) are in process.wait's record: asked once the process ended. */
+async function fullRecord(client: SbxdClient, proc: SbxdProcess): Promise<ExitRecord & { hint?: string }> {
+    const r = await proc.wait();
+    if (r.result !== undefined || r.exception !== undefined) return r;
+    try {
+        return { ...r, ...(await client.wait(proc.sandbox, proc.pid)) };
+    } catch {
+        return r; /* gone from sbxd's records already: the status is what there is */
+    }
 }
 
 function commandResult(r: ExitRecord & { hint?: string }, stdout: string, stderr: string): CommandResult {
@@ -188,7 +200,10 @@ function commandResult(r: ExitRecord & { hint?: string }, stdout: string, stderr
 /** A running command of a sandbox. */
 export class CommandHandle {
     /** @internal */
-    constructor(private readonly proc: SbxdProcess) {}
+    constructor(
+        private readonly proc: SbxdProcess,
+        private readonly client: SbxdClient,
+    ) {}
 
     get pid(): number {
         return this.proc.pid;
@@ -205,7 +220,7 @@ export class CommandHandle {
     }
     /** Resolves when it exits (a non-zero exit resolves too). */
     async wait(): Promise<CommandResult> {
-        const r = await this.proc.wait();
+        const r = await fullRecord(this.client, this.proc);
         return commandResult(r, this.proc.stdout, this.proc.stderr);
     }
     /** Signals it (default SIGKILL); true if it was still running. */
@@ -236,7 +251,7 @@ export class Commands {
     async spawn(cmd: string | string[], opts: Omit<RunOptions, 'stdin'> = {}): Promise<CommandHandle> {
         if (opts.signal?.aborted) throw toAbortError(opts.signal);
         const proc = await this.client.spawn(this.params(cmd, opts), { onStdout: opts.onStdout, onStderr: opts.onStderr });
-        const handle = new CommandHandle(proc);
+        const handle = new CommandHandle(proc, this.client);
         const signal = opts.signal;
         if (signal) {
             const onAbort = () => void proc.kill().catch(() => false);
@@ -260,7 +275,7 @@ export class Commands {
         if (signal?.aborted) throw toAbortError(signal);
         const proc = await this.client.spawn(this.params(cmd, opts), { onStdout: opts.onStdout, onStderr: opts.onStderr });
         if (!signal) {
-            const r = await proc.wait();
+            const r = await fullRecord(this.client, proc);
             return commandResult(r, proc.stdout, proc.stderr);
         }
         return new Promise<CommandResult>((resolve, reject) => {
@@ -274,7 +289,7 @@ export class Commands {
                 return;
             }
             signal.addEventListener('abort', onAbort, { once: true });
-            proc.wait().then(
+            fullRecord(this.client, proc).then(
                 (r) => {
                     signal.removeEventListener('abort', onAbort);
                     if (signal.aborted) return; /* the abort's rejection wins */

@@ -134,3 +134,14 @@ group('sandbox', () => {
         assert.equal((await sb.getInfo()).image, DIMAGE);
     }), { skip: DOCKER_SKIP, timeout: 120000 });
 });
+
+group('mastra instructions', () => {
+    test('SbxdSandbox on js tells the model its commands are JavaScript, on docker shell', async () => {
+        const { SbxdSandbox } = await import('../dist/mastra.js');
+        const js = new SbxdSandbox({ provider: 'js', socketPath: SOCK }).getInstructions();
+        assert.doesNotMatch(js, /shell commands using/);
+        assert.match(js, /Commands are JavaScript programs \(sbxd's js provider\), not shell commands/);
+        const dk = new SbxdSandbox({ provider: 'docker', image: 'x', socketPath: SOCK }).getInstructions();
+        assert.match(dk, /You can execute shell commands using executeCommand\(\)\./);
+    });
+});
