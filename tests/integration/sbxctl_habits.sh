@@ -148,7 +148,9 @@ check "completion of an unknown shell: exit 2" [ $st -eq 2 ]
 
 # -- Docker: ps shows argv quoted as given --------------------------------------------------
 dk=$(ctl --json info | jq -r '[.providers[] | select(.name == "docker")][0].available')
-if [ "$dk" = true ] && ctl create --image "${SBX_TEST_IMAGE:-sbx-test/busybox}" --id "$ID-dk" >/dev/null 2>&1; then
+# Never a pull: only an image the engine has.
+if [ "$dk" = true ] && docker image inspect "${SBX_TEST_IMAGE:-sbx-test/busybox}" >/dev/null 2>&1 &&
+    ctl create --image "${SBX_TEST_IMAGE:-sbx-test/busybox}" --id "$ID-dk" >/dev/null 2>&1; then
     ctl exec "$ID-dk" -- sh -c 'echo "a b"' >/dev/null 2>&1
     out ps "$ID-dk"
     check "ps shows an argv quoted as given" grep -q "sh -c 'echo \"a b\"'" "$T/out"
