@@ -60,8 +60,17 @@ if command -v systemd-analyze >/dev/null 2>&1; then
     sed "s|ExecStart=/usr/local/bin/sbxd|ExecStart=$D/usr/local/bin/sbxd|" \
         "$D/lib/systemd/system/sbxd.service" >"$T/units/sbxd.service"
     cp "$D/lib/systemd/system/sbxd.socket" "$T/units/"
-    check "systemd units pass systemd-analyze verify" \
-        "cd $T/units && systemd-analyze verify ./sbxd.socket ./sbxd.service"
+    # Documentation=man:... is checked too: against the installed man pages.
+    check "systemd units pass systemd-analyze verify (their man pages installed)" \
+        "cd $T/units && MANPATH=$D/usr/local/share/man systemd-analyze verify ./sbxd.socket ./sbxd.service"
+    check "make install puts man pages, completions, sysusers.d and tmpfiles.d" \
+        "test -f $D/usr/local/share/man/man1/sbxctl.1.gz -a -f $D/usr/local/share/man/man8/sbxd.8.gz \
+         -a -f $D/usr/local/share/man/man5/sbxd.yaml.5.gz -a -s $D/usr/local/share/bash-completion/completions/sbxctl \
+         -a -s $D/usr/local/share/zsh/vendor-completions/_sbxctl -a -s $D/usr/local/share/fish/vendor_completions.d/sbxctl.fish \
+         -a -f $D/usr/local/lib/sysusers.d/sbxd.conf -a -f $D/usr/local/lib/tmpfiles.d/sbxd.conf \
+         -a -f $D/usr/local/share/doc/sbxd/README.md"
+    check "Documentation= points at what is installed" \
+        "grep -q '^Documentation=man:sbxd(8) man:sbxd.yaml(5) file:///usr/local/share/doc/sbxd/README.md' $T/units/sbxd.service"
     # The hardening (issue 11): exposure 2.8 when written; fail if it creeps
     # past 3.0 (the scale is 0-10; --threshold counts tenths).
     check "sbxd.service's systemd-analyze security exposure is at most 3.0" \
