@@ -403,6 +403,8 @@ static void refused(struct parser *p, int c)
 
 int opt_next(struct parser *p, const struct opt *opts)
 {
+    if (!p->priv && p->done)
+        return OPT_END; /* called again after the end */
     if (!p->priv) {
         p->priv = build(opts);
         /* getopt wants argv[0] to be the program. */
@@ -422,6 +424,14 @@ int opt_next(struct parser *p, const struct opt *opts)
             }
             if (p->rest > p->argc) {
                 p->i = p->argc;
+                /* Done: the tables go (p->arg points into argv, not them). */
+                free(p->priv);
+                free(p->gargv);
+                p->priv = NULL;
+                p->gargv = NULL;
+                p->stop = 1;
+                p->done = 1;
+                p->rest = p->argc + 1;
                 return OPT_END;
             }
             p->arg = p->gargv[p->rest++];
