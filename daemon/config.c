@@ -1205,6 +1205,14 @@ static int check_consistency(struct ld *ld)
     if (!find_schema(ld, name)) {
         char known[512];
         known_providers(ld, known, sizeof(known));
+        struct suggest sg = {name, NULL, SIZE_MAX};
+        for (size_t i = 0; i < ld->nschemas; i++)
+            suggest_try(&sg, ld->schemas[i].provider);
+        if (pset && sg.best)
+            return fail_at(ld, pmark,
+                           "key 'defaults.provider': unknown provider '%s' (did you mean "
+                           "'%s'? known: %s)",
+                           name, sg.best, known);
         if (pset)
             return fail_at(ld, pmark,
                            "key 'defaults.provider': unknown provider '%s' (known: %s)",

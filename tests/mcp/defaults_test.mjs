@@ -78,6 +78,8 @@ describe('a bare sbxctl mcp on an sbxd with docker', () => {
     assert.equal(r.content[0].text, 'stdout:\nhi\n\nexit code 3\n');
     const info = await s.client.callTool({ name: 'sandbox_info', arguments: {} });
     assert.equal(info.structuredContent.sandbox.provider, 'docker');
+    // The configured warm pool (tests/providers/mcp.sh) served it.
+    assert.equal(info.structuredContent.sandbox.metadata.pool, 'warm');
   });
 
   test('grep that matches nothing: exit code 1, not a failed call', { skip: DOCKER_SKIP }, async () => {

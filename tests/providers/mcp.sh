@@ -91,7 +91,11 @@ if [ -x "$B/sbx-init" ]; then
     cap_drop: [ALL]
     security_opt: [no-new-privileges]
     tmpfs:
-      /tmp: \"rw,nosuid,nodev,size=16m\""
+      /tmp: \"rw,nosuid,nodev,size=16m\"
+    # A warm pool: a bare sbxctl mcp's sandbox comes from it (defaults_test).
+    pools:
+      - name: warm
+        size: 2"
         else
             tail -n 10 "$T/images.log"
             MCP_DOCKER="the test images could not be built"
