@@ -161,9 +161,14 @@ if [ "$dk" = true ] && docker image inspect "${SBX_TEST_IMAGE:-sbx-test/busybox}
     ctl exec "$ID-dk" -- sh -c /etc/passwd >/dev/null 2>&1
     check "a command that cannot be invoked: exit 126" [ $? -eq 126 ]
     ctl rm "$ID-dk" >/dev/null 2>&1
+    # An invalid reference: the engine refuses it itself (no registry asked).
+    out create --image 'Bad/Name:x'
+    check "an engine error: exit 125 with the engine's message whole" \
+        sh -c "[ $st -eq 125 ] && grep -q 'invalid reference format: repository name must be lowercase' '$T/err'"
 else
     for d in "ps shows an argv quoted as given" "ls shows the image" \
-        "a command not found: exit 127" "a command that cannot be invoked: exit 126"; do
+        "a command not found: exit 127" "a command that cannot be invoked: exit 126" \
+        "an engine error: exit 125 with the engine's message whole"; do
         skip "$d" "no docker provider with the test image"
     done
 fi
