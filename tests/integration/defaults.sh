@@ -88,6 +88,23 @@ check "shell on duktape: the exit record's hint names duktape" \
 out run --provider js -- 'let x = ;'
 check "a JavaScript typo gets no shell hint" sh -c "! grep -q 'shell provider' '$T/err'"
 
+# -- log lines: <N> prefixes for journald and pipes, plain on a terminal --------------
+printf 'providers:\n  docker:\n    enabled: false\n  modal:\n    enabled: false\n' >"$T/log.yaml"
+SBXD_SOCKET="$T/pipe.sock" "$B/sbxd" -c "$T/log.yaml" 2>"$T/pipe.log" &
+LP=$!
+sleep 1
+kill -TERM $LP
+wait $LP
+check "stderr a pipe: log lines carry the <6> priority prefix" grep -q '^<6>sbxd: provider duktape ready' "$T/pipe.log"
+if command -v script >/dev/null 2>&1; then
+    script -qec "SBXD_SOCKET='$T/tty.sock' '$B/sbxd' -c '$T/log.yaml' & p=\$!; sleep 1; kill -TERM \$p; wait \$p" \
+        /dev/null >"$T/tty.log" 2>&1
+    check "stderr a terminal: plain lines, no <N> prefix" \
+        sh -c "grep -q '^sbxd: provider duktape ready' '$T/tty.log' && ! grep -q '<[0-9]>sbxd' '$T/tty.log'"
+else
+    skip "stderr a terminal: plain lines, no <N> prefix" "no script(1)"
+fi
+
 rm -rf "$T"
 echo "$PASSED passed, $FAILED failed, $SKIPPED skipped"
 [ "$FAILED" -eq 0 ]
