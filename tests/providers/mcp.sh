@@ -132,7 +132,7 @@ limits:
 providers:
   duktape:
     pool_size: 1
-  # No shell provider here: a bare `sbxctl mcp` offers run_code only.
+  # No shell provider here: a bare sbxctl mcp offers run_code only.
   docker:
     enabled: false
 YAML
