@@ -11,6 +11,7 @@
  *   proc.c      SPAWN: fork/exec, per-process pipes, output rings, exit records
  *   direct.c    the direct socket: listener, key check (CHANNEL.md, Direct socket)
  *   fs.c        file requests: stat, list, read, atomic write, watch (CHANNEL.md, Files)
+ *   pty.c       terminals: the master/slave pair, window size, controlling tty
  *   json.c      a small strict JSON parser and a JSON string writer
  *   util.c      growable buffers, clock, logging
  */
@@ -110,6 +111,16 @@ void fs_ready(uint32_t id);
 int fs_timers(int64_t now);
 /* Drops every request, open write (its temporary file too) and watch. */
 void fs_reset(void);
+/* ---- pty.c --------------------------------------------------------------- */
+
+#define AGENT_PTY_MAX_DIM 10000 /* cols and rows a SPAWN or RESIZE may ask for */
+
+/* A new terminal of cols x rows: both ends close-on-exec. -1 with errno. */
+int pty_open(int *master_out, int *slave_out, unsigned cols, unsigned rows);
+/* Sets the window size (the foreground job gets SIGWINCH). */
+int pty_resize(int master, unsigned cols, unsigned rows);
+/* In the child: a new session with slave as its controlling terminal. */
+int pty_child_setup(int slave);
 
 /* ---- json.c -------------------------------------------------------------- */
 
@@ -178,6 +189,8 @@ struct proc {
     int exit_code, signal;
     char *error;
     char *command; /* for HELLO: the shell string or argv joined, capped */
+    bool pty;      /* stdin/stdout/stderr are one terminal: out[0] is its master */
+    int tty_fd;    /* a second descriptor of the master, for RESIZE; -1 = none */
 };
 
 struct spawn_req {
@@ -187,6 +200,8 @@ struct spawn_req {
     int64_t timeout_ms;
     uint32_t window;
     bool shell; /* argv is /bin/sh -c STRING from a "shell" request */
+    bool pty;   /* "pty": {"cols","rows"}: run on a new terminal of that size */
+    unsigned cols, rows;
 };
 
 /* Validates a SPAWN payload into req. -1 with a message in err. */

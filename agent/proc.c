@@ -86,6 +86,7 @@ int spawn_req_parse(struct spawn_req *req, const uint8_t *p, size_t n, char *err
     const struct jval *cwd = json_get(root, "cwd");
     const struct jval *tmo = json_get(root, "timeout_ms");
     const struct jval *win = json_get(root, "window");
+    const struct jval *pty = json_get(root, "pty");
     if (json_get(root, "code")) {
         bad(err, errlen, "\"code\" is not supported by sbx-init");
         goto out;
@@ -170,6 +171,19 @@ int spawn_req_parse(struct spawn_req *req, const uint8_t *p, size_t n, char *err
             goto out;
         }
         req->window = (uint32_t)v;
+    }
+    if (pty && pty->type != J_NULL) {
+        int64_t cols, rows;
+        if (pty->type != J_OBJ ||
+            get_uint(json_get(pty, "cols"), AGENT_PTY_MAX_DIM, &cols) < 0 ||
+            get_uint(json_get(pty, "rows"), AGENT_PTY_MAX_DIM, &rows) < 0 || cols == 0 ||
+            rows == 0) {
+            bad(err, errlen, "\"pty\" must be {\"cols\":1..10000,\"rows\":1..10000}");
+            goto out;
+        }
+        req->pty = true;
+        req->cols = (unsigned)cols;
+        req->rows = (unsigned)rows;
     }
     ret = 0;
 out:
@@ -356,7 +370,9 @@ static int child_main(void *arg)
     const struct spawn_req *req = a->req;
     int errfd = a->errfd;
     child_reset_signals();
-    if (setpgid(0, 0) < 0)
+    /* A terminal's process leads its own session (its group too, so KILL
+     * to -pid still reaches it); the others get a group of their own. */
+    if (req->pty ? pty_child_setup(a->fds[0]) < 0 : setpgid(0, 0) < 0)
         report(errfd, 2, errno);
     for (int k = 0; k < 3; k++)
         if (dup2(a->fds[k], k) < 0)
@@ -430,17 +446,42 @@ struct proc *proc_spawn(uint32_t id, const struct spawn_req *req)
     p->window = req->window;
     p->credit = req->window;
     p->in_fd = -1;
+    p->tty_fd = -1;
+    p->pty = req->pty;
     for (int s = 0; s < 2; s++) {
         p->out[s].fd = -1;
         p->out[s].drain_limit = UINT64_MAX;
     }
     int in[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1}, ep[2] = {-1, -1};
-    if (pipe2(in, O_CLOEXEC) < 0 || pipe2(out, O_CLOEXEC) < 0 ||
-        pipe2(err, O_CLOEXEC) < 0 || pipe2(ep, O_CLOEXEC) < 0) {
+    if (pipe2(ep, O_CLOEXEC) < 0) {
         proc_fail(p, 126, "pipe", strerror(errno));
         goto close_all;
     }
-    struct child_args ca = {req, {in[0], out[1], err[1]}, ep[1], exec_sh_argv(req->argv)};
+    if (req->pty) {
+        /* One terminal for all three: in[1] and out[0] are the master (two
+         * descriptors, so closing stdin does not end the output), in[0] the
+         * slave; err stays -1 and stderr never has bytes. */
+        int m, s;
+        if (pty_open(&m, &s, req->cols, req->rows) < 0) {
+            proc_fail(p, 126, "pty", strerror(errno));
+            goto close_all;
+        }
+        out[0] = m;
+        in[0] = s;
+        in[1] = fcntl(m, F_DUPFD_CLOEXEC, 3);
+        p->tty_fd = fcntl(m, F_DUPFD_CLOEXEC, 3);
+        if (in[1] < 0 || p->tty_fd < 0) {
+            proc_fail(p, 126, "pty", strerror(errno));
+            goto close_all;
+        }
+    } else if (pipe2(in, O_CLOEXEC) < 0 || pipe2(out, O_CLOEXEC) < 0 ||
+               pipe2(err, O_CLOEXEC) < 0) {
+        proc_fail(p, 126, "pipe", strerror(errno));
+        goto close_all;
+    }
+    int fds[3] = {in[0], req->pty ? in[0] : out[1], req->pty ? in[0] : err[1]};
+    struct child_args ca = {
+        req, {fds[0], fds[1], fds[2]}, ep[1], exec_sh_argv(req->argv)};
     pid_t pid = spawn_child(&ca);
     free(ca.sh);
     if (pid < 0) {
@@ -480,7 +521,8 @@ struct proc *proc_spawn(uint32_t id, const struct spawn_req *req)
     p->out[1].fd = err[0];
     set_nonblock(p->in_fd);
     set_nonblock(p->out[0].fd);
-    set_nonblock(p->out[1].fd);
+    if (p->out[1].fd >= 0)
+        set_nonblock(p->out[1].fd);
     if (req->timeout_ms > 0)
         p->deadline = now_ms() + req->timeout_ms;
     return p;
@@ -493,6 +535,7 @@ close_all:
     close_fd(&err[1]);
     close_fd(&ep[0]);
     close_fd(&ep[1]);
+    close_fd(&p->tty_fd);
     return p;
 }
 
@@ -501,6 +544,7 @@ void proc_free(struct proc *p)
     if (!p)
         return;
     close_fd(&p->in_fd);
+    close_fd(&p->tty_fd);
     for (int s = 0; s < 2; s++) {
         close_fd(&p->out[s].fd);
         free(p->out[s].ring);

@@ -179,6 +179,8 @@ static void send_hello(void)
                    k ? "," : "", p->id, p->state == PROC_EXITED ? "false" : "true",
                    (int)p->pid, (unsigned long long)p->out[0].total,
                    (unsigned long long)p->out[1].total);
+        if (p->pty)
+            buf_puts(&b, ",\"pty\":true");
         buf_puts(&b, ",\"command\":");
         json_put_str(&b, p->command, strlen(p->command));
         if (p->state == PROC_EXITED) {
@@ -301,6 +303,25 @@ static void on_spawn(uint32_t id, const uint8_t *payload, size_t n)
     /* A failed exec is PROC_EXITED already: pump_output sends its EXIT. */
 }
 
+/* RESIZE: u32 cols, u32 rows. A process without a terminal, or one whose
+ * terminal is gone, ignores it: the resize raced with its exit. */
+static void on_resize(struct proc *p, const uint8_t *payload, size_t n)
+{
+    if (n != 8) {
+        chan_log("RESIZE for proc %u with %zu bytes (want 8) ignored", p->id, n);
+        return;
+    }
+    uint32_t cols = sbx_chan_get_u32(payload), rows = sbx_chan_get_u32(payload + 4);
+    if (cols == 0 || rows == 0 || cols > AGENT_PTY_MAX_DIM || rows > AGENT_PTY_MAX_DIM) {
+        chan_log("RESIZE for proc %u to %ux%u ignored", p->id, cols, rows);
+        return;
+    }
+    if (!p->pty || p->tty_fd < 0 || p->state != PROC_RUNNING)
+        return;
+    if (pty_resize(p->tty_fd, cols, rows) < 0)
+        chan_log("RESIZE for proc %u: %s", p->id, strerror(errno));
+}
+
 static void on_replay(struct proc *p, const uint8_t *payload, size_t n)
 {
     char err[128];
@@ -397,6 +418,7 @@ static void handle_frame(const struct sbx_chan_hdr *h, const uint8_t *payload,
     case SBX_CHAN_CREDIT:
     case SBX_CHAN_REPLAY:
     case SBX_CHAN_FORGET:
+    case SBX_CHAN_RESIZE:
         p = find_proc(h->proc);
         if (!p) {
             /*
@@ -458,6 +480,9 @@ static void handle_frame(const struct sbx_chan_hdr *h, const uint8_t *payload,
         return;
     case SBX_CHAN_REPLAY:
         on_replay(p, payload, h->len);
+        return;
+    case SBX_CHAN_RESIZE:
+        on_resize(p, payload, h->len);
         return;
     case SBX_CHAN_FORGET:
         if (p->state != PROC_EXITED) {

@@ -64,6 +64,8 @@ const char *sbx_chan_type_name(uint8_t type)
         return "ERROR";
     case SBX_CHAN_SPAWN:
         return "SPAWN";
+    case SBX_CHAN_RESIZE:
+        return "RESIZE";
     case SBX_CHAN_STDIN:
         return "STDIN";
     case SBX_CHAN_STDIN_EOF:

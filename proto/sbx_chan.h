@@ -71,6 +71,8 @@ enum sbx_chan_type {
     SBX_CHAN_FS_CANCEL = 0x62, /* daemon -> agent, empty: abandon the request */
     SBX_CHAN_FS_RESULT = 0x64, /* agent -> daemon: JSON result or {errno, message} */
     SBX_CHAN_FS_EVENT = 0x65,  /* agent -> daemon: JSON {events:[{path,kind}], dropped} */
+    /* 0x80-0x9f: terminals, ports, egress, stats (issue 18) */
+    SBX_CHAN_RESIZE = 0x80, /* daemon -> agent, proc p: u32 cols, u32 rows */
 };
 
 struct sbx_chan_hdr {

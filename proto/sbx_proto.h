@@ -80,6 +80,8 @@
 #define SBX_M_FS_RENAME "fs.rename"
 #define SBX_M_FS_WATCH "fs.watch"
 #define SBX_M_FS_UNWATCH "fs.unwatch"
+/* issue 18: terminals, ports, stats */
+#define SBX_M_RESIZE "process.resize"
 
 /* Notifications (daemon -> client). */
 #define SBX_N_OUTPUT "process.output"

@@ -311,6 +311,10 @@ int process_new(struct process **out, struct sandbox *sb, const struct proc_opts
         bad |= json_object_set_new(spec, "timeout_ms", json_integer(timeout));
         if (o->sandbox_restarted)
             bad |= json_object_set_new(spec, "sandbox_restarted", json_true());
+        if (o->pty_cols > 0)
+            bad |= json_object_set_new(spec, "pty",
+                                       json_pack("{s:i, s:i}", "cols", (int)o->pty_cols,
+                                                 "rows", (int)o->pty_rows));
         if (bad) {
             json_decref(spec);
             spec = NULL;
@@ -336,6 +340,7 @@ int process_new(struct process **out, struct sandbox *sb, const struct proc_opts
     p->stdin_pending = o->stdin_data ? json_incref(o->stdin_data) : NULL;
     p->display = display;
     p->spec = spec;
+    p->pty = o->pty_cols > 0;
     link_process(sb, p);
     *out = p;
     return 0;
@@ -773,5 +778,7 @@ json_t *process_list_json(struct process *p)
                             json_string(daemon_timestamp(p->started_at, ts)));
     if (p->exit)
         json_object_set(o, "exit_code", json_object_get(p->exit, "exit_code"));
+    if (p->pty)
+        json_object_set_new(o, "pty", json_true());
     return o;
 }

@@ -61,6 +61,7 @@ struct process {
     struct process *rnext, *rprev;
     int in_retained;
     size_t result_bytes; /* encoded size of exit.result, while kept */
+    int pty;             /* runs on a terminal (spec "pty": {cols, rows}); terminal.c */
 };
 
 /* What to run, checked by the caller (api.c parses process.exec/spawn
@@ -77,6 +78,7 @@ struct proc_opts {
     enum out_enc result_enc; /* stdout/stderr of an exec result */
     sbx_result_cb exec_cb;   /* process.exec: cb gets the exit record with the output */
     void *exec_data;
+    unsigned pty_cols, pty_rows; /* a terminal of this size (terminal.h); 0: none */
 };
 
 /* A queued process record from o; -32005 past max_queued_per_sandbox. */

@@ -156,6 +156,11 @@ struct sbx_provider {
      * timeout, sandbox stopped. hdata is what the provider kept in
      * *fc->hdata. No fs_call of that handle is in flight. */
     void (*fs_release)(void *cookie, struct sandbox *sb, uint64_t handle, void *hdata);
+    /* -- issue 18: terminals, ports, stats (all optional) -- */
+    /* Present: processes may run on a terminal (p->spec "pty": {cols, rows},
+     * all output on stdout). Sets a running p's window size. */
+    int (*proc_resize)(void *cookie, struct process *p, unsigned cols, unsigned rows,
+                       sbx_err_t *err);
 };
 
 /* -- provider-facing core functions ---------------------------------------- */

@@ -960,6 +960,11 @@ static int proc_opts_parse(struct call *c, json_t *params, struct sandbox *sb,
         return proc_param(c, "stream", "stream must be a boolean");
     }
     *stream = !jst || json_is_true(jst);
+    if (api_ws_pty_param(c, params, sb, o) < 0) {
+        json_decref(o->stdin_data);
+        o->stdin_data = NULL;
+        return -1;
+    }
     return 0;
 }
 
@@ -1261,5 +1266,15 @@ method_fn api_lookup(const char *method)
     for (size_t i = 0; i < sizeof(methods) / sizeof(methods[0]); i++)
         if (strcmp(methods[i].name, method) == 0)
             return methods[i].fn;
-    return NULL;
+    return api_ws_lookup(method);
+}
+
+struct sandbox *api_sandbox_arg(struct call *c, json_t *params, const char *key)
+{
+    return get_sandbox(c, params, key);
+}
+
+struct process *api_process_arg(struct call *c, json_t *params, struct sandbox **sb_out)
+{
+    return get_process(c, params, sb_out);
 }

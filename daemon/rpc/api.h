@@ -17,4 +17,19 @@ typedef void (*method_fn)(struct call *c, json_t *params);
 /* The handler of method, or NULL when there is none. */
 method_fn api_lookup(const char *method);
 
+/* ---- issue 18 (api_ws.c): terminals, ports, stats ---- */
+struct sandbox;
+struct process;
+struct proc_opts;
+/* api.c's argument checks for other method files: the sandbox params[key]
+ * / the process params {sandbox, pid} visible to the caller, or NULL when
+ * the call was answered with an error. */
+struct sandbox *api_sandbox_arg(struct call *c, json_t *params, const char *key);
+struct process *api_process_arg(struct call *c, json_t *params, struct sandbox **sb_out);
+/* process.exec/spawn's "pty" into o (0), or the call answered (-1). */
+int api_ws_pty_param(struct call *c, json_t *params, struct sandbox *sb,
+                     struct proc_opts *o);
+/* The handler of an issue-18 method, or NULL. */
+method_fn api_ws_lookup(const char *method);
+
 #endif

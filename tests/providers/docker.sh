@@ -12,6 +12,8 @@
 # (docker_fs.sh: ptest_docker_fs).
 PTEST=${SBX_PTEST_BIN:-ptest_docker}
 B=${1:-build}
+# PTEST: the test binary in $B/tests (docker_ws.sh runs ptest_docker_ws).
+PTEST=${PTEST:-ptest_docker}
 T=${2:-$(mktemp -d /tmp/sbxd-docker.XXXXXX)}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT" || exit 1

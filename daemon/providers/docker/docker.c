@@ -43,6 +43,7 @@
 #include "sbx_proto.h"
 #include "policy.h"
 #include "snapshot.h"
+#include "terminal.h"
 #include "xalloc.h"
 
 #define STDIN_LIMIT (16u * 1024 * 1024)
@@ -862,6 +863,8 @@ static int d_proc_spawn(void *cookie, struct process *p, sbx_err_t *err)
     struct dk_sb *ds = p->sb->pdata;
     if (!ds)
         return err_make(err, SBX_E_STATE, "sandbox %s has no container", p->sb->id);
+    if (p->pty && ds->exec_mode) /* docker_pty.c: sbx-init holds terminals */
+        return terminal_unsupported(err, p->sb, "pty");
     struct dk_proc *dpp = dk_proc_new(ds, p);
     if (ds->exec_mode)
         return dkx_spawn(ds, dpp, err);
@@ -1913,4 +1916,5 @@ const struct sbx_provider sbx_provider_docker = {
     .proc_release = d_proc_release,
     .fs_call = dkf_call,
     .fs_release = dkf_release,
+    .proc_resize = dk_proc_resize,
 };

@@ -571,6 +571,7 @@ static void reconcile(struct dk_sb *ds, json_t *hello)
         struct process *p = process_adopt(ds->sb, pid, cmd);
         if (!p)
             continue;
+        p->pty = json_is_true(json_object_get(e, "pty"));
         json_t *op = json_object_get(e, "os_pid");
         if (json_is_integer(op))
             process_started(p, (long)json_integer_value(op));
@@ -617,6 +618,8 @@ void dka_send_spawn(struct dk_sb *ds, struct dk_proc *dpp)
     json_object_set_new(msg, "cwd", json_string(dk_spawn_cwd(ds, p)));
     json_object_set(msg, "timeout_ms", json_object_get(p->spec, "timeout_ms"));
     json_object_set_new(msg, "window", json_integer(DK_WINDOW));
+    if ((v = json_object_get(p->spec, "pty")))
+        json_object_set(msg, "pty", v);
     int r = send_json(ds, SBX_CHAN_SPAWN, dpp->pid, msg);
     json_decref(msg);
     if (r < 0) {

@@ -461,6 +461,12 @@ void dka_close_attach(struct dk_sb *ds);
 /* Frames on ds->cur; -1 when the channel is closed or full. */
 int dka_send_frame(struct dk_sb *ds, uint8_t type, uint32_t pid, const void *d, size_t n);
 int dka_send_u32(struct dk_sb *ds, uint8_t type, uint32_t pid, uint32_t v);
+
+/* ---- docker_pty.c: terminals held by sbx-init (issue 18) ---- */
+/* provider op proc_resize: RESIZE to the agent, or kept in the spec until
+ * the SPAWN goes out. */
+int dk_proc_resize(void *cookie, struct process *p, unsigned cols, unsigned rows,
+                   sbx_err_t *err);
 int dk_send_json(struct dk_sb *ds, uint8_t type, uint32_t pid, json_t *v);
 /* SPAWN (then buffered stdin) once the agent is ready. */
 void dka_send_spawn(struct dk_sb *ds, struct dk_proc *dpp);

@@ -1,0 +1,456 @@
+/*
+ * ptest_docker_ws.c - sandboxes as workspaces (issue 18) on a real Docker
+ * engine: terminals (process.spawn/exec "pty", process.resize, replay after
+ * reattach, sbxctl exec --tty driven through script(1)).
+ *
+ *   ptest_docker_ws SBXD BUILD_DIR TMPDIR
+ *
+ * Run by tests/providers/docker_ws.sh (DOCKER_HOST=unix://..., the test
+ * images built). It starts its own sbxd and talks JSON-RPC with itest.h.
+ */
+#include <fcntl.h>
+#include <grp.h>
+#include <signal.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include "itest.h"
+#include "testhelp.h"
+
+static const char *sbxd_bin, *bdir, *tmpdir, *docker_host;
+static char sock[108], cfg[512], log_path[512];
+static pid_t sbxd_pid;
+
+/* ---- sbxd ------------------------------------------------------------------------- */
+
+static pid_t start_sbxd(void)
+{
+    unlink(sock);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+        }
+        setenv("SBXD_SOCKET", sock, 1);
+        execl(sbxd_bin, "sbxd", "-c", cfg, "--log-level", "debug", (char *)NULL);
+        _exit(127);
+    }
+    for (int i = 0; i < 200; i++) {
+        struct stat st;
+        if (stat(sock, &st) == 0)
+            break;
+        usleep(25000);
+    }
+    return pid;
+}
+
+static void stop_sbxd(pid_t pid)
+{
+    kill(pid, SIGTERM);
+    for (int i = 0; i < 400; i++) {
+        if (waitpid(pid, NULL, WNOHANG) == pid)
+            return;
+        usleep(25000);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+}
+
+static void write_config(void)
+{
+    FILE *f = fopen(cfg, "w");
+    fprintf(f,
+            "socket:\n  mode: \"0666\"\n"
+            "providers:\n"
+            "  duktape:\n    pool_size: 1\n"
+            "  docker:\n"
+            "    host: %s\n"
+            "    agent_path: %s/sbx-init\n"
+            "    image: sbx-test/busybox\n"
+            "    network: none\n"
+            "    memory: 256m\n"
+            "    pids_limit: 128\n"
+            "    cap_drop: [ALL]\n"
+            "    security_opt: [no-new-privileges]\n"
+            "    labels:\n      org.sbxd.managed: \"true\"\n",
+            docker_host, bdir);
+    fclose(f);
+}
+
+static conn *connect_sbxd(void)
+{
+    for (int i = 0; i < 100; i++) {
+        conn *c = cn_open(sock);
+        if (c)
+            return c;
+        usleep(50000);
+    }
+    return NULL;
+}
+
+/* ---- helpers ---------------------------------------------------------------------- */
+
+static void show(const char *what, json_t *r)
+{
+    char *s = json_dumps(r, JSON_COMPACT);
+    printf("      %s -> %.600s\n", what, s ? s : "(null)");
+    free(s);
+}
+
+/* Reads c until pid's stdout so far contains want (or timeout): 1 if it does. */
+static int wait_output(conn *c, int pid, const char *want, int timeout_ms)
+{
+    static char buf[1 << 16];
+    double end = now_ms() + timeout_ms;
+    for (;;) {
+        notes_output(c, pid, "stdout", buf, sizeof(buf));
+        if (strstr(buf, want))
+            return 1;
+        int left = (int)(end - now_ms());
+        if (left <= 0)
+            break;
+        json_t *m = cn_read(c, left);
+        if (!m)
+            break;
+        if (json_object_get(m, "method"))
+            json_array_append_new(c->notes, m);
+        else
+            json_decref(m);
+    }
+    printf("      waited for \"%s\" in the output of %d; have \"%.400s\"\n", want, pid,
+           buf);
+    return 0;
+}
+
+static int spawn_pty(conn *c, const char *sb, const char *cmd, int cols, int rows)
+{
+    json_t *r = cn_call(c, "process.spawn",
+                        json_pack("{s:s, s:s, s:{s:i, s:i}}", "sandbox", sb, "command",
+                                  cmd, "pty", "cols", cols, "rows", rows));
+    int pid = (int)res_int(r, "pid");
+    if (pid <= 0)
+        show("process.spawn", r);
+    json_decref(r);
+    return pid;
+}
+
+static int write_str(conn *c, const char *sb, int pid, const char *s)
+{
+    json_t *r =
+        cn_call(c, "process.write",
+                json_pack("{s:s, s:i, s:s}", "sandbox", sb, "pid", pid, "data", s));
+    int ok = res_of(r) != NULL;
+    if (!ok)
+        show("process.write", r);
+    json_decref(r);
+    return ok;
+}
+
+/* One call as another uid (a forked child that drops to it). */
+static int code_as_uid(uid_t uid, const char *method, json_t *params)
+{
+    int fds[2];
+    if (pipe(fds) < 0)
+        return 0;
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fds[0]);
+        if (setgroups(0, NULL) < 0 || setgid(uid) < 0 || setuid(uid) < 0)
+            _exit(3);
+        conn *c = cn_open(sock);
+        json_t *r = c ? cn_call(c, method, params) : NULL;
+        int code = r ? err_code(r) : 2;
+        ssize_t w = write(fds[1], &code, sizeof(code));
+        (void)w;
+        _exit(0);
+    }
+    json_decref(params);
+    close(fds[1]);
+    int code = 0;
+    if (read(fds[0], &code, sizeof(code)) != (ssize_t)sizeof(code))
+        code = 0;
+    close(fds[0]);
+    waitpid(pid, NULL, 0);
+    return code;
+}
+
+/* ---- terminals ------------------------------------------------------------------- */
+
+static void test_pty_basics(conn *c)
+{
+    json_t *r = cn_call_t(c, 60000, "process.exec",
+                          json_pack("{s:s, s:s, s:{s:i, s:i}}", "sandbox", "ws1",
+                                    "command", "tty; stty size; echo to-stderr >&2",
+                                    "pty", "cols", 100, "rows", 30));
+    const char *out = res_str(r, "stdout");
+    test_cond("pty: tty inside names a terminal", strstr(out, "/dev/pts/") != NULL);
+    test_cond("pty: stty size is the size asked for (30 100)",
+              strstr(out, "30 100\r\n") != NULL);
+    test_cond("pty: stderr comes on the one output stream",
+              strstr(out, "to-stderr") != NULL && strcmp(res_str(r, "stderr"), "") == 0);
+    test_eq_int("pty: exit code 0", res_int(r, "exit_code"), 0);
+    if (!strstr(out, "30 100"))
+        show("exec", r);
+    json_decref(r);
+
+    r = cn_call(c, "process.exec",
+                json_pack("{s:s, s:s}", "sandbox", "ws1", "command", "tty || true"));
+    test_cond("no pty: tty says not a tty", strstr(res_str(r, "stdout"), "not a tty"));
+    json_decref(r);
+
+    r = cn_call(
+        c, "process.exec",
+        json_pack("{s:s, s:s, s:b}", "sandbox", "ws1", "command", "stty size", "pty", 1));
+    test_cond("pty: true is 80x24", strstr(res_str(r, "stdout"), "24 80") != NULL);
+    json_decref(r);
+
+    /* The line discipline: input is echoed and a read sees a line. */
+    int pid = spawn_pty(c, "ws1", "read x; echo \"got [$x]\"", 80, 24);
+    test_cond("pty: spawn answers a pid", pid > 0);
+    write_str(c, "ws1", pid, "hello\r");
+    test_cond("pty: a line typed is echoed and read",
+              wait_output(c, pid, "got [hello]", 15000));
+}
+
+static void test_pty_resize(conn *c)
+{
+    int pid = spawn_pty(c, "ws1",
+                        "trap 'echo; echo winch; stty size' WINCH; echo ready; "
+                        "while :; do sleep 0.05; done",
+                        80, 24);
+    test_cond("resize: the program is ready", wait_output(c, pid, "ready", 15000));
+    json_t *r = cn_call(c, "process.resize",
+                        json_pack("{s:s, s:i, s:i, s:i}", "sandbox", "ws1", "pid", pid,
+                                  "cols", 132, "rows", 43));
+    test_cond("resize: answered with the size",
+              res_int(r, "cols") == 132 && res_int(r, "rows") == 43);
+    json_decref(r);
+    test_cond("resize: the program sees SIGWINCH and the new size (43 132)",
+              wait_output(c, pid, "43 132", 15000));
+
+    r = cn_call(c, "process.resize",
+                json_pack("{s:s, s:i, s:i, s:i}", "sandbox", "ws1", "pid", pid, "cols", 0,
+                          "rows", 43));
+    test_eq_int("resize: cols 0 is -32602", err_code(r), -32602);
+    json_decref(r);
+    r = cn_call(c, "process.resize",
+                json_pack("{s:s, s:i, s:s, s:i}", "sandbox", "ws1", "pid", pid, "cols",
+                          "wide", "rows", 43));
+    test_eq_int("resize: cols as a string is -32602", err_code(r), -32602);
+    json_decref(r);
+    test_eq_int("resize: another uid's sandbox is not found (-32000)",
+                code_as_uid(65534, "process.resize",
+                            json_pack("{s:s, s:i, s:i, s:i}", "sandbox", "ws1", "pid",
+                                      pid, "cols", 10, "rows", 10)),
+                -32000);
+    json_decref(cn_call(c, "process.kill",
+                        json_pack("{s:s, s:i}", "sandbox", "ws1", "pid", pid)));
+
+    json_t *sp =
+        cn_call(c, "process.spawn",
+                json_pack("{s:s, s:s}", "sandbox", "ws1", "command", "sleep 30"));
+    int plain = (int)res_int(sp, "pid");
+    json_decref(sp);
+    r = cn_call(c, "process.resize",
+                json_pack("{s:s, s:i, s:i, s:i}", "sandbox", "ws1", "pid", plain, "cols",
+                          80, "rows", 24));
+    test_eq_int("resize: a process without a terminal is -32602", err_code(r), -32602);
+    json_decref(r);
+    json_decref(cn_call(c, "process.kill",
+                        json_pack("{s:s, s:i}", "sandbox", "ws1", "pid", plain)));
+    r = cn_call(c, "process.resize",
+                json_pack("{s:s, s:i, s:i, s:i}", "sandbox", "ws1", "pid", 999999, "cols",
+                          80, "rows", 24));
+    test_eq_int("resize: an unknown pid is -32004", err_code(r), -32004);
+    json_decref(r);
+}
+
+static void test_pty_ctrl_c(conn *c)
+{
+    /* ^C typed on the terminal becomes SIGINT for its foreground group (the
+     * shell and its sleep; no job control in sh -c): sleep dies of it, the
+     * shell, which traps it, survives and reports the job's status. */
+    int pid =
+        spawn_pty(c, "ws1",
+                  "trap 'echo got-int' INT; echo started; sleep 100; echo status=$?; "
+                  "read x; "
+                  "echo \"still-here [$x]\"; exit 7",
+                  80, 24);
+    test_cond("ctrl-c: the job runs", wait_output(c, pid, "started", 15000));
+    usleep(300000);
+    write_str(c, "ws1", pid, "\x03");
+    test_cond("ctrl-c: the foreground job got SIGINT (status=130)",
+              wait_output(c, pid, "status=130", 15000));
+    write_str(c, "ws1", pid, "ok\r");
+    test_cond("ctrl-c: the session leader (the shell) survives",
+              wait_output(c, pid, "still-here [ok]", 15000));
+    json_t *w = cn_call_t(
+        c, 20000, "process.wait",
+        json_pack("{s:s, s:i, s:i}", "sandbox", "ws1", "pid", pid, "timeout_ms", 15000));
+    test_eq_int("ctrl-c: the terminal's process ends with its own code",
+                res_int(w, "exit_code"), 7);
+    json_decref(w);
+}
+
+static void test_pty_replay(conn *c)
+{
+    conn *c1 = connect_sbxd();
+    int pid =
+        spawn_pty(c1, "ws1", "echo first-screen; read x; echo \"second [$x]\"", 80, 24);
+    test_cond("replay: the first client sees the screen",
+              wait_output(c1, pid, "first-screen", 15000));
+    cn_close(c1); /* a client that went away: the terminal stays */
+    conn *c2 = connect_sbxd();
+    json_t *r =
+        cn_call(c2, "process.attach",
+                json_pack("{s:s, s:i, s:b}", "sandbox", "ws1", "pid", pid, "follow", 1));
+    test_cond("replay: attach answers", res_of(r) != NULL);
+    json_decref(r);
+    test_cond("replay: a reattached client sees what is on the terminal",
+              wait_output(c2, pid, "first-screen", 15000));
+    write_str(c2, "ws1", pid, "again\r");
+    test_cond("replay: and types into it", wait_output(c2, pid, "second [again]", 15000));
+    json_t *l = cn_call(c2, "process.list", json_pack("{s:s}", "sandbox", "ws1"));
+    int seen = 0;
+    size_t i;
+    json_t *e;
+    json_array_foreach(json_object_get(res_of(l), "processes"), i, e)
+        if (json_integer_value(json_object_get(e, "pid")) == pid &&
+            json_is_true(json_object_get(e, "pty")))
+            seen = 1;
+    test_cond("replay: process.list marks the terminal (pty: true)", seen);
+    json_decref(l);
+    cn_close(c2);
+}
+
+static void test_pty_errors(conn *c)
+{
+    json_t *r = cn_call(c, "process.spawn",
+                        json_pack("{s:s, s:s, s:{s:i}}", "sandbox", "ws1", "command",
+                                  "true", "pty", "cols", 80));
+    test_eq_int("pty: without rows is -32602", err_code(r), -32602);
+    json_decref(r);
+    r = cn_call(
+        c, "process.spawn",
+        json_pack("{s:s, s:s, s:s}", "sandbox", "ws1", "command", "true", "pty", "yes"));
+    test_eq_int("pty: a string is -32602", err_code(r), -32602);
+    json_decref(r);
+    r = cn_call(c, "process.spawn",
+                json_pack("{s:s, s:s, s:{s:i, s:i}}", "sandbox", "ws1", "command", "true",
+                          "pty", "cols", 80, "rows", 100000));
+    test_eq_int("pty: rows over 10000 is -32602", err_code(r), -32602);
+    json_decref(r);
+    test_eq_int("pty: another uid's sandbox is not found (-32000)",
+                code_as_uid(65534, "process.spawn",
+                            json_pack("{s:s, s:s, s:b}", "sandbox", "ws1", "command",
+                                      "true", "pty", 1)),
+                -32000);
+
+    r = cn_call(c, "sandbox.create",
+                json_pack("{s:s, s:s}", "id", "wsduk", "provider", "duktape"));
+    json_decref(r);
+    r = cn_call(
+        c, "process.spawn",
+        json_pack("{s:s, s:s, s:b}", "sandbox", "wsduk", "command", "1", "pty", 1));
+    json_t *d = json_object_get(json_object_get(r, "error"), "data");
+    test_eq_int("pty: an isolate answers -32011", err_code(r), -32011);
+    test_cond("pty: -32011 names provider and feature",
+              json_is_string(json_object_get(d, "provider")) &&
+                  strcmp(json_string_value(json_object_get(d, "feature")), "pty") == 0);
+    json_decref(r);
+    json_decref(cn_call(c, "sandbox.destroy", json_pack("{s:s}", "id", "wsduk")));
+}
+
+/* sbxctl exec --tty inside script(1): a real terminal on our side. */
+static void test_sbxctl_tty(void)
+{
+    if (access("/usr/bin/script", X_OK) != 0) {
+        test_skip("sbxctl exec --tty through script(1)", "no /usr/bin/script");
+        return;
+    }
+    char cmd[2048], out[600];
+    snprintf(out, sizeof(out), "%s/script.out", tmpdir);
+    /* stty inside script's terminal sets the size sbxctl must pass on. */
+    snprintf(
+        cmd, sizeof(cmd),
+        "printf 'typed-line\\r' | script -qfec \"stty cols 91 rows 17; %s/sbxctl -s %s "
+        "exec -i --tty ws1 -- sh -c 'tty; stty size; read x; echo \\\"in:\\$x\\\"'\" "
+        "/dev/null >%s 2>&1",
+        bdir, sock, out);
+    int st = system(cmd);
+    FILE *f = fopen(out, "r");
+    char buf[8192] = "";
+    size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
+    buf[n] = '\0';
+    if (f)
+        fclose(f);
+    test_cond("sbxctl --tty: the command runs on a terminal", strstr(buf, "/dev/pts/"));
+    test_cond("sbxctl --tty: the local window size is passed on (17 91)",
+              strstr(buf, "17 91"));
+    test_cond("sbxctl --tty: keystrokes reach the program", strstr(buf, "in:typed-line"));
+    test_cond("sbxctl --tty: exit status 0", WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    if (!strstr(buf, "in:typed-line"))
+        printf("      script said: %.1000s\n", buf);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 4) {
+        fprintf(stderr, "usage: ptest_docker_ws SBXD BUILD_DIR TMPDIR\n");
+        return 2;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    sbxd_bin = argv[1];
+    bdir = argv[2];
+    tmpdir = argv[3];
+    docker_host = getenv("DOCKER_HOST");
+    if (!docker_host || strncmp(docker_host, "unix://", 7) != 0) {
+        printf("DOCKER_HOST must be unix://...\n0 passed, 1 failed\n");
+        return 1;
+    }
+    chmod(tmpdir, 0755); /* the second uid reaches the socket */
+    snprintf(sock, sizeof(sock), "%.90s/ws.sock", tmpdir);
+    snprintf(cfg, sizeof(cfg), "%s/ws.yaml", tmpdir);
+    snprintf(log_path, sizeof(log_path), "%s/sbxd-main.log", tmpdir);
+    write_config();
+    sbxd_pid = start_sbxd();
+    conn *c = connect_sbxd();
+    if (!c) {
+        printf("sbxd did not start (log %s)\n0 passed, 1 failed\n", log_path);
+        return 1;
+    }
+    /* The engine is contacted asynchronously: wait for its version. */
+    for (int i = 0; i < 100; i++) {
+        json_t *info = cn_call(c, "daemon.info", NULL);
+        char *s = json_dumps(info, 0);
+        int ready = s && strstr(s, "\"api_version\"");
+        free(s);
+        json_decref(info);
+        if (ready)
+            break;
+        usleep(100000);
+    }
+    json_t *r = cn_call_t(c, 120000, "sandbox.create",
+                          json_pack("{s:s, s:s}", "id", "ws1", "provider", "docker"));
+    int up = res_of(r) != NULL;
+    if (!up)
+        show("sandbox.create", r);
+    json_decref(r);
+    test_cond("a docker sandbox starts", up);
+    if (up) {
+        test_pty_basics(c);
+        test_pty_resize(c);
+        test_pty_ctrl_c(c);
+        test_pty_replay(c);
+        test_pty_errors(c);
+        test_sbxctl_tty();
+        json_decref(
+            cn_call_t(c, 60000, "sandbox.destroy", json_pack("{s:s}", "id", "ws1")));
+    }
+    cn_close(c);
+    stop_sbxd(sbxd_pid);
+    return test_report();
+}
