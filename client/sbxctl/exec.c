@@ -56,7 +56,8 @@ struct job {
     int in_eof;
     ev_signal sigint, sigterm;
     struct ctl_tools *tools; /* --tool NAME=COMMAND handlers, or NULL */
-    int tty;                 /* -t: the command asked for a terminal */
+    int want_tty;            /* -t: the process runs on a terminal (tty.c) */
+    struct ctl_tty *tty;     /* while it runs */
 };
 
 static void start_command(struct job *j);
@@ -69,6 +70,7 @@ static void start_stdin(struct job *j);
 
 static void quit(struct job *j)
 {
+    ctl_tty_restore(j->tty);
     j->done = 1;
     ev_io_stop(j->loop, &j->in_w);
     ev_signal_stop(j->loop, &j->sigint);
@@ -330,6 +332,24 @@ static void stdin_cb(struct ev_loop *loop, ev_io *w, int revents)
     ev_io_stop(loop, w);
     if (!j->ac)
         return;
+    if (j->tty && n > 0) {
+        int detach;
+        n = (ssize_t)ctl_tty_filter(j->tty, buf, (size_t)n, buf, &detach);
+        if (detach) {
+            detach_now(j);
+            return;
+        }
+        if (n == 0) { /* a held Ctrl-P */
+            ev_io_start(loop, w);
+            return;
+        }
+    } else if (j->tty && n == 0) {
+        /* The end of a piped input on a terminal: ^D, which a reading
+         * program (canonical mode) takes as EOF; its terminal stays. */
+        n = 1;
+        buf[0] = 0x04;
+        j->in_eof = 1;
+    }
     json_t *params = json_pack("{s:s, s:I}", "sandbox", j->sandbox, "pid", j->pid);
     if (n > 0) {
         char *b64 = ctl_nonnull(malloc(sbx_base64_encoded_len((size_t)n) + 1));
@@ -357,6 +377,7 @@ static void start_stdin(struct job *j)
 /* Leaves the process (and, for run, the sandbox) running: exit 130. */
 static void detach_now(struct job *j)
 {
+    ctl_tty_restore(j->tty);
     if (j->kill_sent || j->destroy_sent)
         fprintf(stderr, "sbxctl: detached; the %s was already asked for\n",
                 j->destroy_sent ? "sandbox's destruction" : "kill");
@@ -386,6 +407,8 @@ static void attach_reply(sbx_async *ac, json_t *result, const sbx_rpc_error *err
         return;
     }
     /* A finished process's replay ends with its process.exit (on_process_exit). */
+    if (j->tty)
+        ctl_tty_start(j->tty, &j->ac, j->sandbox, j->pid, 1);
     start_stdin(j);
 }
 
@@ -424,6 +447,8 @@ static void spawn_reply(sbx_async *ac, json_t *result, const sbx_rpc_error *err,
                            json_pack("{s:s, s:I}", "sandbox", j->sandbox, "pid", j->pid),
                            ignore_reply, NULL);
     }
+    if (j->tty)
+        ctl_tty_start(j->tty, &j->ac, j->sandbox, j->pid, 0);
     start_stdin(j);
 }
 
@@ -610,6 +635,8 @@ static int run_job(struct job *j)
         goto out;
     }
     j->status = 0;
+    if (j->want_tty)
+        j->tty = ctl_tty_new(j->loop, j->use_stdin);
     ev_io_init(&j->in_w, stdin_cb, 0, EV_READ);
     j->in_w.data = j;
     ev_signal_init(&j->sigint, signal_cb, SIGINT);
@@ -625,6 +652,7 @@ static int run_job(struct job *j)
     if (j->ac)
         sbx_async_free(j->ac);
 out:
+    ctl_tty_free(j->tty);
     fflush(stdout);
     json_decref(j->create_params);
     json_decref(j->exec_params);
@@ -753,11 +781,10 @@ static int exec_or_run(int argc, char **argv, int is_run)
             j.detach = 1;
             break;
         case X_TTY:
-            /* A terminal for the command: the flag travels with the exec
-             * params ("tty"); the pty and raw mode are wired where
-             * process.* terminals are (issue 18). */
-            j.tty = 1;
-            json_object_set_new(j.exec_params, "tty", json_true());
+            /* A terminal for the command: process.spawn's "pty" of the
+             * local window size; raw mode, resizes and the detach keys in
+             * tty.c (issue 18). */
+            j.want_tty = 1;
             break;
         case X_WORKDIR: /* run: the sandbox's working directory, as docker run -w */
             json_object_set_new(j.create_params, "working_dir", json_string(p.arg));
@@ -778,6 +805,8 @@ static int exec_or_run(int argc, char **argv, int is_run)
         usage_error("--file - and --stdin both want standard input");
     json_object_set_new(j.exec_params, "command",
                         file ? file_string(file) : command_json(ncmd, cmd));
+    if (j.want_tty)
+        json_object_set_new(j.exec_params, "pty", ctl_tty_pty_params());
     free(cmd);
     return run_job(&j);
 }
@@ -796,6 +825,7 @@ int cmd_run(int argc, char **argv)
 
 static const struct opt attach_opts[] = {
     {"stdin", 'i', 0, X_STDIN},
+    {"tty", 't', 0, X_TTY},
     {NULL, 0, 0, 0},
 };
 
@@ -823,6 +853,10 @@ int cmd_attach(int argc, char **argv)
             break;
         case X_STDIN:
             j.use_stdin = 1;
+            break;
+        case X_TTY:
+            /* the keyboard is the terminal's: it is read (and detaches) */
+            j.want_tty = j.use_stdin = 1;
             break;
         }
     }

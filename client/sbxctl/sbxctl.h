@@ -149,6 +149,27 @@ void ctl_tools_attach(struct ctl_tools *t, struct ev_loop *loop, sbx_async **acp
 /* Kills commands still running. NULL is a no-op. */
 void ctl_tools_free(struct ctl_tools *t);
 
+/* ---- tty.c: exec/run/attach --tty (issue 18) ---- */
+struct ctl_tty;
+/* A terminal session; with raw (the keyboard is forwarded), stdin in raw
+ * mode when it is a terminal (restored by ctl_tty_free, ctl_tty_restore,
+ * or at exit). Without, Ctrl-C stays sbxctl's own, as without --tty. */
+struct ctl_tty *ctl_tty_new(struct ev_loop *loop, int raw);
+/* process.spawn's "pty" for the local window size (new reference). */
+json_t *ctl_tty_pty_params(void);
+/* The process is known: window-size changes go to it through *acp (read at
+ * each change); send_now sends the current size at once (attach). */
+void ctl_tty_start(struct ctl_tty *t, sbx_async **acp, const char *sandbox,
+                   json_int_t pid, int send_now);
+/* Copies the n input bytes to out (room for n) without the detach keys
+ * (Ctrl-P Ctrl-Q; a lone Ctrl-P is held until the next byte); *detach = 1
+ * when they came. Returns the bytes to send. */
+size_t ctl_tty_filter(struct ctl_tty *t, const char *in, size_t n, char *out,
+                      int *detach);
+void ctl_tty_restore(struct ctl_tty *t);
+/* NULL is a no-op. */
+void ctl_tty_free(struct ctl_tty *t);
+
 int cmd_ping(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_create(int argc, char **argv);

@@ -396,6 +396,65 @@ static void test_sbxctl_tty(void)
         printf("      script said: %.1000s\n", buf);
 }
 
+/* Runs shell text sh_cmd under script(1) with input_cmd's output as the
+ * keyboard; the transcript goes to out (NUL-terminated). Returns the status. */
+static int in_script(const char *input_cmd, const char *sh_cmd, char *out, size_t max)
+{
+    char cmd[3072], path[600];
+    snprintf(path, sizeof(path), "%s/script2.out", tmpdir);
+    snprintf(cmd, sizeof(cmd), "(%s) | script -qfec \"%s\" /dev/null >%s 2>&1", input_cmd,
+             sh_cmd, path);
+    int st = system(cmd);
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(out, 1, max - 1, f) : 0;
+    out[n] = '\0';
+    if (f)
+        fclose(f);
+    return st;
+}
+
+/* Ctrl-P Ctrl-Q detaches and leaves the process running; attach --tty
+ * shows its terminal again. */
+static void test_sbxctl_detach(conn *c)
+{
+    if (access("/usr/bin/script", X_OK) != 0) {
+        test_skip("sbxctl --tty: Ctrl-P Ctrl-Q detaches", "no /usr/bin/script");
+        return;
+    }
+    char cmd[1024], buf[8192];
+    snprintf(cmd, sizeof(cmd),
+             "%s/sbxctl -s %s exec -i --tty ws1 -- sh -c 'echo detach-me; exec sleep 60'",
+             bdir, sock);
+    /* The keys come once sbxctl is in raw mode (before it, ^Q is XON). */
+    int st = in_script("sleep 2; printf '\\020\\021'", cmd, buf, sizeof(buf));
+    test_cond("sbxctl --tty: Ctrl-P Ctrl-Q detaches (exit 130)",
+              WIFEXITED(st) && WEXITSTATUS(st) == 130 && strstr(buf, "detached"));
+    if (!strstr(buf, "detached"))
+        printf("      script said: %.1000s\n", buf);
+    json_t *l = cn_call(c, "process.list", json_pack("{s:s}", "sandbox", "ws1"));
+    int pid = 0;
+    size_t i;
+    json_t *e;
+    json_array_foreach(json_object_get(res_of(l), "processes"), i, e) {
+        const char *cm = json_string_value(json_object_get(e, "command"));
+        const char *stt = json_string_value(json_object_get(e, "status"));
+        if (cm && strstr(cm, "detach-me") && stt && strcmp(stt, "running") == 0)
+            pid = (int)json_integer_value(json_object_get(e, "pid"));
+    }
+    json_decref(l);
+    test_cond("sbxctl --tty: the detached process keeps running", pid > 0);
+    if (pid <= 0)
+        return;
+    snprintf(cmd, sizeof(cmd), "%s/sbxctl -s %s attach --tty ws1 %d", bdir, sock, pid);
+    st = in_script("sleep 2; printf '\\020\\021'", cmd, buf, sizeof(buf));
+    test_cond("sbxctl attach --tty: replays the terminal and detaches again",
+              strstr(buf, "detach-me") && WIFEXITED(st) && WEXITSTATUS(st) == 130);
+    if (!strstr(buf, "detach-me"))
+        printf("      script said: %.1000s\n", buf);
+    json_decref(cn_call(c, "process.kill",
+                        json_pack("{s:s, s:i}", "sandbox", "ws1", "pid", pid)));
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 4) {
@@ -447,6 +506,7 @@ int main(int argc, char **argv)
         test_pty_replay(c);
         test_pty_errors(c);
         test_sbxctl_tty();
+        test_sbxctl_detach(c);
         json_decref(
             cn_call_t(c, 60000, "sandbox.destroy", json_pack("{s:s}", "id", "ws1")));
     }

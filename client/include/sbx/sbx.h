@@ -328,6 +328,23 @@ SBX_API int sbx_fs_write_stream(sbx_ctx *c, json_t **result_out, sbx_rpc_error *
                                 const char *sandbox, const char *path, json_t *opts,
                                 sbx_fs_source_cb source, void *privdata);
 
+/* ---- terminals (issue 18) ------------------------------------------------- */
+
+/**
+ * Sets the window size of a process started with "pty" (process.resize).
+ * @param err_out  as in sbx_call (may be NULL).
+ * @param sandbox  borrowed.
+ * @return SBX_OK or SBX_ERR. Not callable from a callback.
+ */
+SBX_API int sbx_process_resize(sbx_ctx *c, sbx_rpc_error **err_out, const char *sandbox,
+                               json_int_t pid, unsigned cols, unsigned rows);
+
+/**
+ * The "pty" member of process.spawn/exec params for a terminal of cols x
+ * rows (a new reference: json_object_set_new(params, "pty", ...)).
+ */
+SBX_API json_t *sbx_pty_params(unsigned cols, unsigned rows) SBX_WARN_UNUSED;
+
 /** Returns the library version, "MAJOR.MINOR.PATCH". */
 SBX_API const char *sbx_version(void);
 
