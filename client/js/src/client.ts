@@ -613,6 +613,10 @@ export class SbxdClient {
     attachRaw(params: Params<'process.attach'>): Promise<AttachResult> {
         return this.call('process.attach', params);
     }
+    /** process.resize: the window size of a process started with `pty`. */
+    resize(sandbox: string, pid: number, cols: number, rows: number): Promise<Result<'process.resize'>> {
+        return this.call('process.resize', { sandbox, pid, cols, rows });
+    }
     detach(sandbox: string, pid: number): Promise<Result<'process.detach'>> {
         const p = this.procs.get(key(sandbox, pid));
         if (p) this.procs.delete(key(sandbox, pid));
@@ -679,6 +683,7 @@ export const CLIENT_METHODS = {
     'fs.rename': 'fsRename',
     'fs.watch': 'fsWatch',
     'fs.unwatch': 'fsUnwatch',
+    'process.resize': 'resize',
 } as const satisfies Record<Method, keyof SbxdClient>;
 
 function key(sandbox: string, pid: number): string {

@@ -256,6 +256,12 @@ export class SbxdProcess implements AsyncIterable<OutputChunk> {
         await this.sink.call('process.close_stdin', { sandbox: this.sandbox, pid: this.pid });
     }
 
+    /** The window size of its terminal (a process spawned with `pty`). */
+    async resize(cols: number, rows: number): Promise<void> {
+        if (this.exited) return;
+        await this.sink.call('process.resize', { sandbox: this.sandbox, pid: this.pid, cols, rows });
+    }
+
     /** Stops following (process.detach); the process keeps running. */
     async detach(): Promise<void> {
         this.sink.unfollow(this);

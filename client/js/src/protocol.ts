@@ -125,6 +125,8 @@ export interface ProcessInfo {
     exit_code?: number;
     stdout_bytes: number;
     stderr_bytes: number;
+    /** The process runs on a terminal. */
+    pty?: boolean;
 }
 
 export interface AttachResult {
@@ -174,6 +176,14 @@ export interface ExecParams {
     stream?: boolean;
     /** How output bytes are spelled on the wire: 'utf8' (default) or 'auto' (base64 when shorter). */
     output_encoding?: OutputEncoding;
+    /** Run on a terminal of this size (true: 80x24); all output is stdout. */
+    pty?: PtySize | boolean;
+}
+
+/** A terminal's window size (PROTOCOL.md, Terminals). */
+export interface PtySize {
+    cols: number;
+    rows: number;
 }
 
 export type OutputEncoding = 'utf8' | 'auto';
@@ -285,6 +295,7 @@ export interface Methods {
     'fs.rename': { params: { sandbox: string; path: string; to: string; overwrite?: boolean }; result: { path: string; to: string } };
     'fs.watch': { params: { sandbox: string; path: string; recursive?: boolean }; result: { watch: number; path: string } };
     'fs.unwatch': { params: { sandbox: string; watch: number }; result: Record<string, never> };
+    'process.resize': { params: { sandbox: string; pid: number } & PtySize; result: PtySize };
 }
 export type FsEntryType = 'file' | 'dir' | 'symlink' | 'fifo' | 'socket' | 'char' | 'block' | 'other';
 export interface FsEntry {
@@ -374,6 +385,7 @@ export interface ToolCallParams {
 
 const EXEC_PARAMS = [
     'sandbox', 'command', 'env', 'cwd', 'timeout_ms', 'stdin', 'stdin_b64', 'stream', 'output_encoding',
+    'pty',
 ] as const;
 
 export const METHOD_PARAMS = {
@@ -415,6 +427,7 @@ export const METHOD_PARAMS = {
     'fs.rename': ['sandbox', 'path', 'to', 'overwrite'],
     'fs.watch': ['sandbox', 'path', 'recursive'],
     'fs.unwatch': ['sandbox', 'watch'],
+    'process.resize': ['sandbox', 'pid', 'cols', 'rows'],
 } as const;
 
 export const NOTIFICATION_PARAMS = {

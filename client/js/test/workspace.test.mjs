@@ -1,0 +1,66 @@
+// Sandboxes as workspaces (issue 18) from the TypeScript client: terminals.
+import assert from 'node:assert/strict';
+import { group, test, until } from './harness.mjs';
+import { SbxdClient, SbxdError, ErrorCode } from '../dist/index.js';
+
+const SOCK = process.env.SBXD_SOCKET;
+const DSOCK = process.env.SBXD_DOCKER_SOCKET;
+const DOCKER_SKIP = DSOCK ? undefined : process.env.SBXD_DOCKER_SKIP || 'no Docker engine';
+const DIMAGE = process.env.SBXD_DOCKER_IMAGE || 'sbx-test/busybox';
+
+group('terminals', () => {
+    test('spawn({pty}) runs on a terminal of that size; resize() reaches the program', async () => {
+        const c = new SbxdClient({ socketPath: DSOCK });
+        const sb = await c.createSandbox({ provider: 'docker', image: DIMAGE });
+        try {
+            const p = await c.spawn({
+                sandbox: sb.id,
+                command: "tty; stty size; trap 'stty size' WINCH; while :; do sleep 0.05; done",
+                pty: { cols: 90, rows: 20 },
+            });
+            await until(() => p.stdout.includes('20 90\r\n'));
+            assert.match(p.stdout, /\/dev\/pts\//);
+            await p.resize(100, 33);
+            await until(() => p.stdout.includes('33 100\r\n'));
+            const list = await c.listProcesses(sb.id);
+            assert.equal(list.find((x) => x.pid === p.pid)?.pty, true);
+            await p.kill();
+            assert.equal(p.stderr, '');
+        } finally {
+            await c.destroySandbox(sb.id).catch(() => {});
+            c.close();
+        }
+    });
+
+    test('a process without a terminal cannot be resized (InvalidParams)', async () => {
+        const c = new SbxdClient({ socketPath: DSOCK });
+        const sb = await c.createSandbox({ provider: 'docker', image: DIMAGE });
+        try {
+            const p = await c.spawn({ sandbox: sb.id, command: 'sleep 30' });
+            await assert.rejects(c.resize(sb.id, p.pid, 80, 24), (e) => e instanceof SbxdError && e.code === ErrorCode.InvalidParams);
+            await p.kill();
+        } finally {
+            await c.destroySandbox(sb.id).catch(() => {});
+            c.close();
+        }
+    });
+}, { skip: DOCKER_SKIP });
+
+group('terminals on an isolate', () => {
+    test('pty on duktape is NotSupported (-32011) naming provider and feature', async () => {
+        const c = new SbxdClient({ socketPath: SOCK });
+        const sb = await c.createSandbox({ provider: 'duktape' });
+        try {
+            await assert.rejects(c.exec({ sandbox: sb.id, command: '1', pty: true }), (e) => {
+                assert.ok(e instanceof SbxdError);
+                assert.equal(e.code, ErrorCode.NotSupported);
+                assert.equal(e.data.provider, 'duktape');
+                assert.equal(e.data.feature, 'pty');
+                return true;
+            });
+        } finally {
+            await c.destroySandbox(sb.id).catch(() => {});
+            c.close();
+        }
+    });
+});
