@@ -100,6 +100,9 @@ static const struct core_key core_keys[] = {
     {"limits", "fs_event_queue", K_INT, F(fs_event_queue), 1, 65536, 0},
     {"limits", "fs_list_max", K_INT, F(fs_list_max), 1, 4096, 0},
     {"limits", "fs_handle_idle_ms", K_INT, F(fs_handle_idle_ms), 1000, 86400000, 0},
+    /* issue 18: sandbox.stats streams */
+    {"limits", "stats_interval_ms", K_INT, F(stats_interval_ms), 1000, 3600000, 0},
+    {"limits", "stats_streams_per_session", K_INT, F(stats_streams_per_session), 0, 1000, 0},
     {"defaults", "provider", K_STR, F(default_provider), 1, 64, 0},
     {"defaults", "timeout_ms", K_INT, F(default_timeout_ms), 1, 86400000, 0},
     {"defaults", "idle_timeout_ms", K_INT, F(default_idle_timeout_ms), 0, 86400000, 0},
@@ -150,6 +153,8 @@ int config_init_defaults(struct sbx_config *cfg)
     cfg->max_memory_limit_mb = 512;
     cfg->op_timeout_ms = 300000;
     cfg->agent_log_lines_per_s = 50;
+    cfg->stats_interval_ms = 5000;
+    cfg->stats_streams_per_session = 8;
     cfg->default_timeout_ms = 300000;
     cfg->default_idle_timeout_ms = 0;
     cfg->default_command_timeout_ms = 300000;

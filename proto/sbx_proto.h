@@ -82,6 +82,8 @@
 #define SBX_M_FS_UNWATCH "fs.unwatch"
 /* issue 18: terminals, ports, stats */
 #define SBX_M_RESIZE "process.resize"
+#define SBX_M_STATS "sandbox.stats"
+#define SBX_N_STATS "sandbox.stats"
 
 /* Notifications (daemon -> client). */
 #define SBX_N_OUTPUT "process.output"

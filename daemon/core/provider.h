@@ -161,6 +161,16 @@ struct sbx_provider {
      * all output on stdout). Sets a running p's window size. */
     int (*proc_resize)(void *cookie, struct process *p, unsigned cols, unsigned rows,
                        sbx_err_t *err);
+    /* Present: sandbox.stats works. Samples sb's resource use and calls
+     * done(data, stats, NULL) or done(data, NULL, err) exactly once, maybe
+     * later (never before it returns 0; <0 = failed at once, done is not
+     * called). stats (stolen) has the members of PROTOCOL.md's sandbox.stats
+     * the provider knows (cpu, memory, pids, block_io, network, disk); the
+     * core adds id and time. with_size: also the writable layer's size
+     * (slow). sb may be gone by the time done runs: done must not touch it. */
+    int (*sb_stats)(void *cookie, struct sandbox *sb, int with_size,
+                    void (*done)(void *data, json_t *stats, sbx_err_t *err), void *data,
+                    sbx_err_t *err);
 };
 
 /* -- provider-facing core functions ---------------------------------------- */

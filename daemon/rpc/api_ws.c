@@ -1,17 +1,25 @@
 /*
  * api_ws.c - the methods of sandboxes as workspaces (issue 18): terminals
- * (process.exec/spawn "pty", process.resize). Same rules as api.c: check
- * params, ownership and limits, hand over to the core, answer once.
+ * (process.exec/spawn "pty", process.resize) and resource stats
+ * (sandbox.stats, with its stream of sandbox.stats notifications). Same
+ * rules as api.c: check params, ownership and limits, hand over to the
+ * core, answer once.
  */
 #include "api.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "call.h"
+#include "conn.h"
+#include "daemon.h"
+#include "log.h"
 #include "process.h"
 #include "sandbox.h"
 #include "sbx_proto.h"
+#include "stats.h"
 #include "terminal.h"
+#include "xalloc.h"
 
 static int ws_param(struct call *c, const char *param, const char *msg)
 {
@@ -72,6 +80,163 @@ static void m_resize(struct call *c, json_t *params)
         call_reply(c, json_pack("{s:i, s:i}", "cols", (int)cols, "rows", (int)rows));
 }
 
+/* ---- stats ----------------------------------------------------------------------- */
+
+/*
+ * A session's stream of one sandbox's stats: a timer that samples every
+ * limits.stats_interval_ms and notifies the session. It holds ids, not
+ * pointers (the session and the sandbox may go at any time): each tick
+ * looks both up again and ends the stream when either is gone. A tick
+ * while a sample is still out, or while the session's output is over
+ * its high mark, is skipped: stats are samples, the next one supersedes.
+ */
+struct stats_stream {
+    struct stats_stream *next;
+    uint64_t conn_id;
+    uid_t uid;
+    int admin;
+    char *sb_id;
+    ev_timer timer;
+    int busy; /* a sample is out */
+    int dead; /* ended while busy: freed when the sample comes back */
+};
+
+static struct stats_stream *streams;
+
+static void stream_free(struct stats_stream *st)
+{
+    for (struct stats_stream **pp = &streams; *pp; pp = &(*pp)->next)
+        if (*pp == st) {
+            *pp = st->next;
+            break;
+        }
+    ev_timer_stop(D->loop, &st->timer);
+    free(st->sb_id);
+    free(st);
+}
+
+static void stream_end(struct stats_stream *st)
+{
+    if (st->busy) {
+        st->dead = 1;
+        ev_timer_stop(D->loop, &st->timer);
+        return;
+    }
+    stream_free(st);
+}
+
+static struct stats_stream *stream_find(uint64_t conn_id, const char *id)
+{
+    for (struct stats_stream *st = streams; st; st = st->next)
+        if (!st->dead && st->conn_id == conn_id && strcmp(st->sb_id, id) == 0)
+            return st;
+    return NULL;
+}
+
+static void stream_sampled(void *data, json_t *stats, sbx_err_t *err)
+{
+    struct stats_stream *st = data;
+    st->busy = 0;
+    struct rpc_conn *k = st->dead ? NULL : conn_by_id(st->conn_id);
+    if (k && stats)
+        conn_notify(k, SBX_N_STATS, json_incref(stats));
+    else if (k && err)
+        log_debug("stats stream of %s: %s", st->sb_id, err->msg ? err->msg : "?");
+    json_decref(stats);
+    if (st->dead || !k)
+        stream_free(st);
+}
+
+static void stream_tick(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    struct stats_stream *st = w->data;
+    (void)loop;
+    (void)revents;
+    struct rpc_conn *k = conn_by_id(st->conn_id);
+    struct sandbox *sb = sandbox_find(st->uid, st->admin, st->sb_id);
+    if (!k || !sb || sb->status == SB_DESTROYED || sb->status == SB_DESTROYING) {
+        stream_end(st);
+        return;
+    }
+    if (st->busy || k->ops->queued(k) > (size_t)D->cfg.session_output_high)
+        return;
+    if (sb->status != SB_RUNNING)
+        return; /* stopped for now: samples resume when it runs again */
+    sbx_err_t err = {0};
+    st->busy = 1;
+    if (sandbox_stats(sb, 0, stream_sampled, st, &err) < 0) {
+        st->busy = 0;
+        err_clear(&err);
+    }
+}
+
+static int streams_of(uint64_t conn_id)
+{
+    int n = 0;
+    for (struct stats_stream *st = streams; st; st = st->next)
+        n += !st->dead && st->conn_id == conn_id;
+    return n;
+}
+
+static void stats_answered(void *data, json_t *stats, sbx_err_t *err)
+{
+    struct call *c = data;
+    if (stats)
+        call_reply(c, stats);
+    else
+        call_fail(c, err);
+}
+
+static void m_stats(struct call *c, json_t *params)
+{
+    struct sandbox *sb = api_sandbox_arg(c, params, "id");
+    if (!sb)
+        return;
+    json_t *js = json_object_get(params, "stream"), *jz = json_object_get(params, "size");
+    if ((js && !json_is_boolean(js) && !json_is_null(js)) ||
+        (jz && !json_is_boolean(jz) && !json_is_null(jz))) {
+        ws_param(c, js && !json_is_boolean(js) && !json_is_null(js) ? "stream" : "size",
+                 "must be a boolean");
+        return;
+    }
+    if (json_is_false(js) && c->conn) {
+        /* stream: false ends this session's stream of the sandbox */
+        struct stats_stream *st = stream_find(c->conn->id, sb->id);
+        if (st)
+            stream_end(st);
+    }
+    struct stats_stream *made = NULL;
+    if (json_is_true(js) && c->conn && !stream_find(c->conn->id, sb->id)) {
+        int64_t max = D->cfg.stats_streams_per_session;
+        if (streams_of(c->conn->id) >= max) {
+            call_error(c, SBX_E_LIMIT,
+                       json_pack("{s:s, s:I}", "limit", "stats_streams_per_session",
+                                 "max", (json_int_t)max),
+                       "this session already streams the stats of %lld sandboxes",
+                       (long long)max);
+            return;
+        }
+        struct stats_stream *st = xcalloc(1, sizeof(*st));
+        st->conn_id = c->conn->id;
+        st->uid = c->conn->uid;
+        st->admin = c->conn->admin;
+        st->sb_id = xstrdup(sb->id);
+        double every = (double)D->cfg.stats_interval_ms / 1000.0;
+        ev_timer_init(&st->timer, stream_tick, every, every);
+        st->timer.data = st;
+        ev_timer_start(D->loop, &st->timer);
+        st->next = streams;
+        streams = st;
+        made = st;
+    }
+    sbx_err_t err = {0};
+    if (sandbox_stats(sb, json_is_true(jz), stats_answered, c, &err) < 0) {
+        if (made) /* nothing to stream from (stopped, not supported) */
+            stream_end(made);
+        call_fail(c, &err);
+    }
+}
+
 /* ---- table ----------------------------------------------------------------------- */
 
 static const struct {
@@ -79,6 +244,7 @@ static const struct {
     method_fn fn;
 } ws_methods[] = {
     {SBX_M_RESIZE, m_resize},
+    {SBX_M_STATS, m_stats},
 };
 
 method_fn api_ws_lookup(const char *method)

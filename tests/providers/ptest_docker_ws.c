@@ -64,6 +64,7 @@ static void write_config(void)
     FILE *f = fopen(cfg, "w");
     fprintf(f,
             "socket:\n  mode: \"0666\"\n"
+            "limits:\n  stats_interval_ms: 1000\n  stats_streams_per_session: 2\n"
             "providers:\n"
             "  duktape:\n    pool_size: 1\n"
             "  docker:\n"
@@ -396,6 +397,168 @@ static void test_sbxctl_tty(void)
         printf("      script said: %.1000s\n", buf);
 }
 
+/* ---- stats ------------------------------------------------------------------------ */
+
+static json_t *stats_of(conn *c, const char *id)
+{
+    return cn_call_t(c, 30000, "sandbox.stats", json_pack("{s:s}", "id", id));
+}
+
+static double num_at(json_t *r, const char *obj, const char *key)
+{
+    json_t *v = json_object_get(json_object_get(res_of(r), obj), key);
+    return json_is_number(v) ? json_number_value(v) : -1;
+}
+
+static void test_stats(conn *c)
+{
+    json_t *r = stats_of(c, "ws1");
+    test_cond("stats: answers for a running sandbox", res_of(r) != NULL);
+    if (!res_of(r))
+        show("sandbox.stats", r);
+    test_eq_str("stats: carries the id", res_str(r, "id"), "ws1");
+    test_cond("stats: cpu usage_s and percent are numbers",
+              num_at(r, "cpu", "usage_s") >= 0 && num_at(r, "cpu", "percent") >= 0);
+    test_eq_int("stats: memory limit is the configured 256m",
+                (long long)num_at(r, "memory", "limit"), 256ll << 20);
+    test_cond("stats: pids counts the agent", num_at(r, "pids", "current") >= 1);
+    test_cond("stats: network is null on network none",
+              json_is_null(json_object_get(res_of(r), "network")));
+    test_cond("stats: block_io has read and write bytes",
+              num_at(r, "block_io", "read_bytes") >= 0 &&
+                  num_at(r, "block_io", "write_bytes") >= 0);
+    double mem0 = num_at(r, "memory", "current");
+    json_decref(r);
+
+    /* A known load: 60 MB held by a shell variable, a busy loop. */
+    json_t *sp =
+        cn_call(c, "process.spawn",
+                json_pack("{s:s, s:s}", "sandbox", "ws1", "command",
+                          "x=$(head -c 60000000 /dev/zero | tr '\\0' a); echo held; "
+                          /* not the last command: ash would exec sleep and
+                           * drop x */
+                          "sleep 60; echo ${#x}"));
+    int mpid = (int)res_int(sp, "pid");
+    json_decref(sp);
+    test_cond("stats: the 60 MB allocation is made", wait_output(c, mpid, "held", 30000));
+    r = stats_of(c, "ws1");
+    double mem1 = num_at(r, "memory", "current");
+    test_cond("stats: memory shows the 60 MB allocation", mem1 - mem0 >= 55e6);
+    test_cond("stats: peak is at least current", num_at(r, "memory", "peak") >= mem1);
+    if (mem1 - mem0 < 55e6)
+        printf("      memory before %.0f, after %.0f\n", mem0, mem1);
+    json_decref(r);
+    json_decref(cn_call(c, "process.kill",
+                        json_pack("{s:s, s:i}", "sandbox", "ws1", "pid", mpid)));
+
+    r = stats_of(c, "ws1");
+    double cpu0 = num_at(r, "cpu", "usage_s");
+    json_decref(r);
+    sp = cn_call(
+        c, "process.spawn",
+        json_pack("{s:s, s:s}", "sandbox", "ws1", "command", "while :; do :; done"));
+    int bpid = (int)res_int(sp, "pid");
+    json_decref(sp);
+    usleep(1500000);
+    r = stats_of(c, "ws1");
+    double pct = num_at(r, "cpu", "percent"), cpu1 = num_at(r, "cpu", "usage_s");
+    test_cond("stats: a busy loop shows in cpu percent (> 40)", pct > 40);
+    test_cond("stats: and in cpu usage_s (+1 s)", cpu1 - cpu0 >= 1.0);
+    if (pct <= 40 || cpu1 - cpu0 < 1.0)
+        printf("      percent %.1f, usage %.2f -> %.2f\n", pct, cpu0, cpu1);
+    json_decref(r);
+    json_decref(cn_call(c, "process.kill",
+                        json_pack("{s:s, s:i}", "sandbox", "ws1", "pid", bpid)));
+
+    r = cn_call_t(c, 60000, "sandbox.stats",
+                  json_pack("{s:s, s:b}", "id", "ws1", "size", 1));
+    test_cond("stats: size adds the writable layer",
+              num_at(r, "disk", "writable_bytes") >= 0);
+    json_decref(r);
+
+    test_eq_int("stats: another uid's sandbox is not found (-32000)",
+                code_as_uid(65534, "sandbox.stats", json_pack("{s:s}", "id", "ws1")),
+                -32000);
+    r = cn_call(c, "sandbox.stats",
+                json_pack("{s:s, s:s}", "id", "ws1", "stream", "yes"));
+    test_eq_int("stats: stream must be a boolean (-32602)", err_code(r), -32602);
+    json_decref(r);
+}
+
+static int count_stats_notes(conn *c, const char *id)
+{
+    int n = 0;
+    size_t i;
+    json_t *m;
+    json_array_foreach(c->notes, i, m) {
+        const char *meth = json_string_value(json_object_get(m, "method"));
+        json_t *p = json_object_get(m, "params");
+        if (meth && strcmp(meth, "sandbox.stats") == 0 &&
+            strcmp(json_string_value(json_object_get(p, "id")), id) == 0)
+            n++;
+    }
+    return n;
+}
+
+static void read_for(conn *c, int ms)
+{
+    double end = now_ms() + ms;
+    for (int left; (left = (int)(end - now_ms())) > 0;) {
+        json_t *m = cn_read(c, left);
+        if (!m)
+            break;
+        if (json_object_get(m, "method"))
+            json_array_append_new(c->notes, m);
+        else
+            json_decref(m);
+    }
+}
+
+static void test_stats_stream(void)
+{
+    conn *c = connect_sbxd();
+    json_t *r = cn_call_t(c, 30000, "sandbox.stats",
+                          json_pack("{s:s, s:b}", "id", "ws1", "stream", 1));
+    test_cond("stats stream: the first sample is the answer", res_of(r) != NULL);
+    json_decref(r);
+    read_for(c, 4500);
+    int n = count_stats_notes(c, "ws1");
+    test_cond("stats stream: sandbox.stats notifications every interval (1 s)",
+              n >= 2 && n <= 5);
+    if (n < 2 || n > 5)
+        printf("      %d notifications in 4.5 s\n", n);
+
+    json_decref(cn_call(c, "sandbox.create",
+                        json_pack("{s:s, s:s}", "id", "wsduk2", "provider", "duktape")));
+    json_decref(cn_call(c, "sandbox.create",
+                        json_pack("{s:s, s:s}", "id", "wsduk3", "provider", "duktape")));
+    r = stats_of(c, "wsduk2");
+    test_cond("stats: an isolate reports its worker's memory and cpu",
+              num_at(r, "memory", "current") > 0 && num_at(r, "cpu", "usage_s") >= 0 &&
+                  num_at(r, "memory", "limit") > 0);
+    if (num_at(r, "memory", "current") <= 0)
+        show("isolate stats", r);
+    json_decref(r);
+    r = cn_call(c, "sandbox.stats", json_pack("{s:s, s:b}", "id", "wsduk2", "stream", 1));
+    json_t *r2 =
+        cn_call(c, "sandbox.stats", json_pack("{s:s, s:b}", "id", "wsduk3", "stream", 1));
+    test_eq_int("stats stream: past stats_streams_per_session (2) is -32005",
+                err_code(r2), -32005);
+    json_decref(r);
+    json_decref(r2);
+
+    r = cn_call(c, "sandbox.stats", json_pack("{s:s, s:b}", "id", "ws1", "stream", 0));
+    json_decref(r);
+    read_for(c, 300); /* a sample already out may still land */
+    int before = count_stats_notes(c, "ws1");
+    read_for(c, 2500);
+    test_eq_int("stats stream: stream false ends it", count_stats_notes(c, "ws1"),
+                before);
+    json_decref(cn_call(c, "sandbox.destroy", json_pack("{s:s}", "id", "wsduk2")));
+    json_decref(cn_call(c, "sandbox.destroy", json_pack("{s:s}", "id", "wsduk3")));
+    cn_close(c);
+}
+
 /* Runs shell text sh_cmd under script(1) with input_cmd's output as the
  * keyboard; the transcript goes to out (NUL-terminated). Returns the status. */
 static int in_script(const char *input_cmd, const char *sh_cmd, char *out, size_t max)
@@ -505,6 +668,8 @@ int main(int argc, char **argv)
         test_pty_ctrl_c(c);
         test_pty_replay(c);
         test_pty_errors(c);
+        test_stats(c);
+        test_stats_stream();
         test_sbxctl_tty();
         test_sbxctl_detach(c);
         json_decref(

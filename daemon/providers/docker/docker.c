@@ -1917,4 +1917,5 @@ const struct sbx_provider sbx_provider_docker = {
     .fs_call = dkf_call,
     .fs_release = dkf_release,
     .proc_resize = dk_proc_resize,
+    .sb_stats = dk_sb_stats,
 };

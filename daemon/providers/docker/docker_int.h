@@ -312,6 +312,7 @@ struct dk_sb {
     struct dkf_req *fs_reqs;
     uint32_t fs_next;
     ev_timer fs_timer;
+    uint64_t mem_peak; /* docker_stats.c: the highest memory use sampled */
 };
 
 /* The image of a create that names none and has none in config. */
@@ -467,6 +468,11 @@ int dka_send_u32(struct dk_sb *ds, uint8_t type, uint32_t pid, uint32_t v);
  * the SPAWN goes out. */
 int dk_proc_resize(void *cookie, struct process *p, unsigned cols, unsigned rows,
                    sbx_err_t *err);
+
+/* ---- docker_stats.c: sandbox.stats from the engine's stats endpoint ---- */
+int dk_sb_stats(void *cookie, struct sandbox *sb, int with_size,
+                void (*done)(void *data, json_t *stats, sbx_err_t *err), void *data,
+                sbx_err_t *err);
 int dk_send_json(struct dk_sb *ds, uint8_t type, uint32_t pid, json_t *v);
 /* SPAWN (then buffered stdin) once the agent is ready. */
 void dka_send_spawn(struct dk_sb *ds, struct dk_proc *dpp);

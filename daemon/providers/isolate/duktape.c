@@ -29,6 +29,7 @@
 #include "chan.h"
 #include "daemon.h"
 #include "log.h"
+#include "isolate_stats.h"
 #include "process.h"
 #include "provider.h"
 #include "sandbox.h"
@@ -1330,6 +1331,16 @@ static json_t *d_sb_metadata(void *cookie, struct sandbox *sb)
     return o;
 }
 
+int iso_worker_of(void *cookie, struct sandbox *sb, pid_t *pid, int64_t *mem_mb)
+{
+    struct duk_sb *ds = sb->pdata;
+    if (!ds || !ds->w || ds->w->dead || ds->w->pid <= 0)
+        return -1;
+    *pid = ds->w->pid;
+    *mem_mb = sb_mem(cookie, sb);
+    return 0;
+}
+
 static void d_sb_release(void *cookie, struct sandbox *sb)
 {
     struct duk_sb *ds = sb->pdata;
@@ -1594,7 +1605,7 @@ static const struct cfg_key js_keys[] = {
     .proc_spawn = d_proc_spawn, .proc_write = d_proc_write,                              \
     .proc_close_stdin = d_proc_close_stdin, .proc_kill = d_proc_kill,                    \
     .proc_resume = d_proc_resume, .proc_tool_result = d_proc_tool_result,                \
-    .proc_release = d_proc_release
+    .proc_release = d_proc_release, .sb_stats = iso_sb_stats
 
 /* create's options (PROTOCOL.md): Duktape has none, js has jit and persistent. */
 static const char *const duk_option_keys[] = {NULL};
