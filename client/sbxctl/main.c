@@ -119,6 +119,11 @@ static const struct verb verbs[] = {
     {"fs", cmd_fs,
      "fs ls|cat|write|stat|rm|mkdir|mv|watch ID PATH [-r] [-p] [--depth N] [--mode OCT] [-a]",
      "Files in a sandbox: list, print, write (stdin or FILE), stat, remove (-r),\nmkdir (-p), rename (mv ID PATH TO), watch for changes (-r: subdirectories)."},
+    {"stats", cmd_stats, "stats [--no-stream] [ID...]",
+     "Shows sandboxes' resource use as docker stats does: CPU %, memory use and\n"
+     "limit, network and block I/O, pids (all your running sandboxes without IDs).\n"
+     "Redraws as new samples come (limits.stats_interval_ms) until Ctrl-C;\n"
+     "--no-stream prints one table (with --json, the samples) and exits."},
     {"mcp", cmd_mcp,
      "mcp [--provider P] [--image I] [--sandbox ID] [--code-provider P] [--env K=V]...\n"
      "              [--opt KEY=VALUE]... [--timeout MS] [--lifetime MS] [--idle-timeout MS]\n"

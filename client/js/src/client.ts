@@ -613,6 +613,10 @@ export class SbxdClient {
     attachRaw(params: Params<'process.attach'>): Promise<AttachResult> {
         return this.call('process.attach', params);
     }
+    /** sandbox.stats: one resource sample; stream: true also starts sandbox.stats notifications. */
+    stats(id: string, options: { stream?: boolean; size?: boolean } = {}): Promise<Result<'sandbox.stats'>> {
+        return this.call('sandbox.stats', { id, ...options });
+    }
     /** process.resize: the window size of a process started with `pty`. */
     resize(sandbox: string, pid: number, cols: number, rows: number): Promise<Result<'process.resize'>> {
         return this.call('process.resize', { sandbox, pid, cols, rows });
@@ -684,6 +688,7 @@ export const CLIENT_METHODS = {
     'fs.watch': 'fsWatch',
     'fs.unwatch': 'fsUnwatch',
     'process.resize': 'resize',
+    'sandbox.stats': 'stats',
 } as const satisfies Record<Method, keyof SbxdClient>;
 
 function key(sandbox: string, pid: number): string {

@@ -386,11 +386,13 @@ export class SbxdSandbox extends MastraSandbox {
             if (!(e instanceof SbxdError && e.code === ErrorCode.SandboxNotFound)) throw e;
         }
         const sb = this.info;
+        const resources = sb?.status === 'running' ? await this.resources() : undefined;
         return {
             id: this.id,
             name: this.name,
             provider: this.provider,
             status: this.status,
+            ...(resources ? { resources } : {}),
             createdAt: sb ? new Date(sb.created_at) : new Date(),
             ...(sb?.expires_at ? { timeoutAt: new Date(sb.expires_at) } : {}),
             metadata: {
@@ -434,6 +436,24 @@ export class SbxdSandbox extends MastraSandbox {
             const data = typeof f.content === 'string' ? f.content : new Uint8Array(f.content);
             await fsx.write(f.path, data, f.mode !== undefined ? { mode: f.mode } : {});
         }
+    }
+
+    /** getInfo's resources from one sandbox.stats sample; undefined where the provider has none. */
+    private async resources(): Promise<SandboxInfo['resources'] | undefined> {
+        let st;
+        try {
+            st = await this.client.stats(this.id);
+        } catch {
+            return undefined; // not supported (-32011), or stopped meanwhile
+        }
+        const mb = (n: number) => Math.round((n / 1048576) * 10) / 10;
+        return {
+            ...(st.memory.limit ? { memoryMB: mb(st.memory.limit) } : {}),
+            memoryUsedMB: mb(st.memory.current),
+            ...(st.cpu.online ? { cpuCores: st.cpu.online } : {}),
+            cpuPercent: st.cpu.percent,
+            ...(st.disk ? { diskUsedMB: mb(st.disk.writable_bytes) } : {}),
+        };
     }
 
     /** A sibling sandbox with this one's configuration (no I/O until its start()). */

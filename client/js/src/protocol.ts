@@ -296,6 +296,20 @@ export interface Methods {
     'fs.watch': { params: { sandbox: string; path: string; recursive?: boolean }; result: { watch: number; path: string } };
     'fs.unwatch': { params: { sandbox: string; watch: number }; result: Record<string, never> };
     'process.resize': { params: { sandbox: string; pid: number } & PtySize; result: PtySize };
+    'sandbox.stats': { params: { id: string; stream?: boolean; size?: boolean }; result: SandboxStats };
+}
+
+/** A resource sample (PROTOCOL.md, Resource stats); also the sandbox.stats notification. */
+export interface SandboxStats {
+    id: string;
+    time: string;
+    cpu: { usage_s: number; percent: number; online?: number };
+    memory: { current: number; usage?: number; peak: number; limit: number | null };
+    pids: { current: number; limit?: number };
+    block_io?: { read_bytes: number; write_bytes: number };
+    network: { rx_bytes: number; tx_bytes: number } | null;
+    disk?: { writable_bytes: number; rootfs_bytes: number };
+    worker_pid?: number;
 }
 export type FsEntryType = 'file' | 'dir' | 'symlink' | 'fifo' | 'socket' | 'char' | 'block' | 'other';
 export interface FsEntry {
@@ -370,6 +384,7 @@ export interface Notifications {
     'sandbox.progress': ProgressNotification;
     'sandbox.status': StatusNotification;
     'fs.event': FsEventNotification;
+    'sandbox.stats': SandboxStats;
 }
 export type NotificationName = keyof Notifications;
 
@@ -428,6 +443,7 @@ export const METHOD_PARAMS = {
     'fs.watch': ['sandbox', 'path', 'recursive'],
     'fs.unwatch': ['sandbox', 'watch'],
     'process.resize': ['sandbox', 'pid', 'cols', 'rows'],
+    'sandbox.stats': ['id', 'stream', 'size'],
 } as const;
 
 export const NOTIFICATION_PARAMS = {
@@ -436,6 +452,7 @@ export const NOTIFICATION_PARAMS = {
     'sandbox.progress': ['sandbox', 'stage', 'message', 'current', 'total'],
     'sandbox.status': ['sandbox', 'status', 'error'],
     'fs.event': ['sandbox', 'watch', 'path', 'kind', 'ended'],
+    'sandbox.stats': ['id', 'time', 'cpu', 'memory', 'pids', 'block_io', 'network', 'disk', 'worker_pid'],
 } as const;
 
 export const TOOL_CALL_PARAMS = ['sandbox', 'pid', 'name', 'args'] as const;

@@ -2,6 +2,7 @@
 import assert from 'node:assert/strict';
 import { group, test, until } from './harness.mjs';
 import { SbxdClient, SbxdError, ErrorCode } from '../dist/index.js';
+import { SbxdSandbox } from '../dist/mastra.js';
 
 const SOCK = process.env.SBXD_SOCKET;
 const DSOCK = process.env.SBXD_DOCKER_SOCKET;
@@ -64,3 +65,40 @@ group('terminals on an isolate', () => {
         }
     });
 });
+
+group('stats', () => {
+    test('stats() samples a running docker sandbox; a stream notifies', async () => {
+        const c = new SbxdClient({ socketPath: DSOCK });
+        const sb = await c.createSandbox({ provider: 'docker', image: DIMAGE });
+        try {
+            const st = await c.stats(sb.id);
+            assert.equal(st.id, sb.id);
+            assert.ok(st.memory.current > 0);
+            assert.ok(st.pids.current >= 1);
+            assert.equal(typeof st.cpu.percent, 'number');
+            const seen = [];
+            c.on('sandbox.stats', (p) => seen.push(p));
+            await c.stats(sb.id, { stream: true });
+            await until(() => seen.length >= 1, 15000);
+            assert.equal(seen[0].id, sb.id);
+            await c.stats(sb.id, { stream: false });
+        } finally {
+            await c.destroySandbox(sb.id).catch(() => {});
+            c.close();
+        }
+    });
+
+    test('Mastra getInfo() carries resources from sandbox.stats', async () => {
+        const s = new SbxdSandbox({ provider: 'docker', image: DIMAGE, socketPath: DSOCK });
+        await s._start();
+        try {
+            const info = await s.getInfo();
+            assert.ok(info.resources, 'resources present');
+            assert.ok(info.resources.memoryUsedMB > 0);
+            assert.ok(info.resources.memoryMB > 0);
+            assert.equal(typeof info.resources.cpuPercent, 'number');
+        } finally {
+            await s._destroy();
+        }
+    });
+}, { skip: DOCKER_SKIP });
