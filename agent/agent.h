@@ -12,6 +12,7 @@
  *   direct.c    the direct socket: listener, key check (CHANNEL.md, Direct socket)
  *   fs.c        file requests: stat, list, read, atomic write, watch (CHANNEL.md, Files)
  *   pty.c       terminals: the master/slave pair, window size, controlling tty
+ *   net.c       connections relayed over the channel (sandbox.expose)
  *   json.c      a small strict JSON parser and a JSON string writer
  *   util.c      growable buffers, clock, logging
  */
@@ -121,6 +122,24 @@ int pty_open(int *master_out, int *slave_out, unsigned cols, unsigned rows);
 int pty_resize(int master, unsigned cols, unsigned rows);
 /* In the child: a new session with slave as its controlling terminal. */
 int pty_child_setup(int slave);
+
+/* ---- net.c --------------------------------------------------------------- */
+
+#define AGENT_MAX_CONNS 256 /* relayed connections at once */
+
+struct pollfd;
+/* How net.c queues a frame on the channel (sbx_init.c's chan_send). */
+typedef void (*net_send_fn)(uint8_t type, uint32_t id, const void *payload, size_t n);
+void net_init(net_send_fn fn);
+/* A NET_* frame from the daemon. */
+void net_frame(uint8_t type, uint32_t id, const uint8_t *payload, size_t n);
+/* Fills up to max poll entries (POLLIN only with obuf_room); net_ready(k, revents)
+ * for entry k after poll; net_reap() after the dispatch frees closed ones. */
+int net_pollfds(struct pollfd *pfd, int max, bool obuf_room);
+void net_ready(int k, short revents);
+void net_reap(void);
+/* The channel was lost: every connection ends (the daemon's ended too). */
+void net_close_all(void);
 
 /* ---- json.c -------------------------------------------------------------- */
 

@@ -377,6 +377,13 @@ static void handle_frame(const struct sbx_chan_hdr *h, const uint8_t *payload,
     case SBX_CHAN_SPAWN:
         on_spawn(h->proc, payload, h->len);
         return;
+    case SBX_CHAN_NET_OPEN:
+    case SBX_CHAN_NET_DATA:
+    case SBX_CHAN_NET_EOF:
+    case SBX_CHAN_NET_CLOSE:
+    case SBX_CHAN_NET_CREDIT:
+        net_frame(h->type, h->proc, payload, h->len);
+        return;
     case SBX_CHAN_PING:
         if (!direct && A.dfd >= 0) {
             /* A daemon attached: the socket is not its. Tell the one on the
@@ -389,6 +396,8 @@ static void handle_frame(const struct sbx_chan_hdr *h, const uint8_t *payload,
         }
         if (!direct)
             direct_stop();
+        /* A (re)connecting daemon: relayed connections were the old one's. */
+        net_close_all();
         chan_send(SBX_CHAN_PONG, 0, NULL, 0);
         send_hello();
         return;
@@ -843,8 +852,9 @@ enum slot_kind {
     SLOT_DIRECT_IN, /* the direct socket */
     SLOT_LISTEN,    /* its listener and unproven connections */
     SLOT_WATCH,     /* a file watch's inotify fd (fs.c) */
+    SLOT_NET,       /* relayed connections (net.c); slot[].k is net.c's index */
 };
-#define SLOTS (4 + 3 * AGENT_MAX_PROCS + 8 + 64)
+#define SLOTS (4 + 3 * AGENT_MAX_PROCS + 8 + 64 + AGENT_MAX_CONNS)
 
 static void __attribute__((noreturn)) run(void)
 {
@@ -853,6 +863,7 @@ static void __attribute__((noreturn)) run(void)
         enum slot_kind kind;
         struct proc *p;
         uint32_t id;
+        int k;
     } slot[SLOTS];
 
     for (;;) {
@@ -915,6 +926,13 @@ static void __attribute__((noreturn)) run(void)
             }
         }
 
+        int nn = net_pollfds(pfd + n, (int)(SLOTS - n), obuf_room);
+        for (int k = 0; k < nn; k++) {
+            slot[n + k].kind = SLOT_NET;
+            slot[n + k].k = k;
+        }
+        n += (nfds_t)nn;
+
         int r = poll(pfd, n, timeout);
         if (r < 0) {
             if (errno != EINTR)
@@ -949,6 +967,9 @@ static void __attribute__((noreturn)) run(void)
             case SLOT_WATCH:
                 fs_ready(slot[k].id);
                 break;
+            case SLOT_NET:
+                net_ready(slot[k].k, pfd[k].revents);
+                break;
             case SLOT_LISTEN: {
                 struct buf answer = {0};
                 int fd = direct_ready(pfd[k].fd, &answer);
@@ -958,6 +979,7 @@ static void __attribute__((noreturn)) run(void)
             }
             }
         }
+        net_reap();
     }
 }
 
@@ -1068,6 +1090,7 @@ int main(int argc, char **argv)
     }
 
     A.dfd = -1;
+    net_init(chan_send);
     ensure_std_fds();
     setup_signals();
     proc_note_signals();

@@ -66,6 +66,18 @@ const char *sbx_chan_type_name(uint8_t type)
         return "SPAWN";
     case SBX_CHAN_RESIZE:
         return "RESIZE";
+    case SBX_CHAN_NET_OPEN:
+        return "NET_OPEN";
+    case SBX_CHAN_NET_OPENED:
+        return "NET_OPENED";
+    case SBX_CHAN_NET_DATA:
+        return "NET_DATA";
+    case SBX_CHAN_NET_EOF:
+        return "NET_EOF";
+    case SBX_CHAN_NET_CLOSE:
+        return "NET_CLOSE";
+    case SBX_CHAN_NET_CREDIT:
+        return "NET_CREDIT";
     case SBX_CHAN_STDIN:
         return "STDIN";
     case SBX_CHAN_STDIN_EOF:

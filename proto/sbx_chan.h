@@ -73,6 +73,14 @@ enum sbx_chan_type {
     SBX_CHAN_FS_EVENT = 0x65,  /* agent -> daemon: JSON {events:[{path,kind}], dropped} */
     /* 0x80-0x9f: terminals, ports, egress, stats (issue 18) */
     SBX_CHAN_RESIZE = 0x80, /* daemon -> agent, proc p: u32 cols, u32 rows */
+    /* connections relayed over the channel; "proc" is the connection id */
+    SBX_CHAN_NET_OPEN = 0x81,   /* daemon -> agent: JSON {port}: connect to 127.0.0.1:port
+                                 */
+    SBX_CHAN_NET_OPENED = 0x82, /* agent -> daemon: empty: connected */
+    SBX_CHAN_NET_DATA = 0x83,   /* both: raw bytes, against the connection's credit */
+    SBX_CHAN_NET_EOF = 0x84,    /* both: no more bytes from this side */
+    SBX_CHAN_NET_CLOSE = 0x85,  /* both: JSON {error?} or empty: the connection is gone */
+    SBX_CHAN_NET_CREDIT = 0x86, /* both: u32 more bytes the other side may send */
 };
 
 struct sbx_chan_hdr {

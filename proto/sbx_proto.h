@@ -84,6 +84,8 @@
 #define SBX_M_RESIZE "process.resize"
 #define SBX_M_STATS "sandbox.stats"
 #define SBX_N_STATS "sandbox.stats"
+#define SBX_M_EXPOSE "sandbox.expose"
+#define SBX_M_UNEXPOSE "sandbox.unexpose"
 
 /* Notifications (daemon -> client). */
 #define SBX_N_OUTPUT "process.output"

@@ -171,6 +171,13 @@ struct sbx_provider {
     int (*sb_stats)(void *cookie, struct sandbox *sb, int with_size,
                     void (*done)(void *data, json_t *stats, sbx_err_t *err), void *data,
                     sbx_err_t *err);
+    /* Present: sandbox.expose works. Makes port (1..65535) inside sb
+     * reachable on 127.0.0.1:host_port (0: any free port); *out (new) is
+     * {port, host, host_port, url, ...}. Exposing an exposed port again
+     * answers the same. */
+    int (*sb_expose)(void *cookie, struct sandbox *sb, int port, int host_port,
+                     json_t **out, sbx_err_t *err);
+    int (*sb_unexpose)(void *cookie, struct sandbox *sb, int port, sbx_err_t *err);
 };
 
 /* -- provider-facing core functions ---------------------------------------- */

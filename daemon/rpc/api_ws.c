@@ -237,6 +237,65 @@ static void m_stats(struct call *c, json_t *params)
     }
 }
 
+/* ---- ports ------------------------------------------------------------------------ */
+
+static int port_arg(struct call *c, json_t *params, const char *key, int lo, int *out)
+{
+    json_t *v = json_object_get(params, key);
+    *out = 0;
+    if (!v || json_is_null(v)) {
+        if (lo > 0)
+            return ws_param(c, key, "is required (1..65535)");
+        return 0;
+    }
+    if (!json_is_integer(v) || json_integer_value(v) < lo ||
+        json_integer_value(v) > 65535)
+        return ws_param(c, key, lo > 0 ? "must be a port 1..65535" : "must be 0..65535");
+    *out = (int)json_integer_value(v);
+    return 0;
+}
+
+static void m_expose(struct call *c, json_t *params)
+{
+    struct sandbox *sb = api_sandbox_arg(c, params, "id");
+    int port, host_port;
+    if (!sb || port_arg(c, params, "port", 1, &port) < 0 ||
+        port_arg(c, params, "host_port", 0, &host_port) < 0)
+        return;
+    sbx_err_t err = {0};
+    json_t *out = NULL;
+    if (!sb->prov->ops->sb_expose)
+        terminal_unsupported(&err, sb, "expose");
+    else if (sb->status != SB_RUNNING)
+        err_make_data(&err, SBX_E_STATE,
+                      json_pack("{s:s, s:s}", "sandbox", sb->id, "status",
+                                sandbox_status_name(sb->status)),
+                      "sandbox %s is %s", sb->id, sandbox_status_name(sb->status));
+    else if (sb->prov->ops->sb_expose(sb->prov->cookie, sb, port, host_port, &out,
+                                      &err) == 0) {
+        sandbox_touch(sb);
+        call_reply(c, out);
+        return;
+    }
+    call_fail(c, &err);
+}
+
+static void m_unexpose(struct call *c, json_t *params)
+{
+    struct sandbox *sb = api_sandbox_arg(c, params, "id");
+    int port;
+    if (!sb || port_arg(c, params, "port", 1, &port) < 0)
+        return;
+    sbx_err_t err = {0};
+    if (!sb->prov->ops->sb_unexpose)
+        terminal_unsupported(&err, sb, "expose");
+    else if (sb->prov->ops->sb_unexpose(sb->prov->cookie, sb, port, &err) == 0) {
+        call_reply(c, json_pack("{s:i}", "port", port));
+        return;
+    }
+    call_fail(c, &err);
+}
+
 /* ---- table ----------------------------------------------------------------------- */
 
 static const struct {
@@ -245,6 +304,8 @@ static const struct {
 } ws_methods[] = {
     {SBX_M_RESIZE, m_resize},
     {SBX_M_STATS, m_stats},
+    {SBX_M_EXPOSE, m_expose},
+    {SBX_M_UNEXPOSE, m_unexpose},
 };
 
 method_fn api_ws_lookup(const char *method)

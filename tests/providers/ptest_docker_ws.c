@@ -605,6 +605,127 @@ static void test_stats_stream(void)
     cn_close(c);
 }
 
+/* ---- ports in ----------------------------------------------------------------------- */
+
+static json_t *expose(conn *c, const char *id, int port, int host_port)
+{
+    json_t *p = json_pack("{s:s, s:i}", "id", id, "port", port);
+    if (host_port)
+        json_object_set_new(p, "host_port", json_integer(host_port));
+    return cn_call(c, "sandbox.expose", p);
+}
+
+static void test_expose(conn *c)
+{
+    /* A web server inside a network: none container, 100 MB to serve. */
+    json_t *r =
+        cn_call_t(c, 60000, "process.exec",
+                  json_pack("{s:s, s:s}", "sandbox", "ws1", "command",
+                            "mkdir -p /www && echo hello-from-inside > /www/index.html "
+                            "&& head -c 104857600 /dev/zero > /www/big && "
+                            "grep -c : /proc/net/dev"));
+    test_eq_int("expose: the sandbox prepares its files", res_int(r, "exit_code"), 0);
+    test_eq_str("expose: the sandbox has no network but lo", res_str(r, "stdout"), "1\n");
+    json_decref(r);
+    json_t *sp = cn_call(c, "process.spawn",
+                         json_pack("{s:s, s:s}", "sandbox", "ws1", "command",
+                                   "exec httpd -f -p 127.0.0.1:8080 -h /www"));
+    int hpid = (int)res_int(sp, "pid");
+    json_decref(sp);
+    usleep(300000);
+
+    r = expose(c, "ws1", 8080, 0);
+    int hp = (int)res_int(r, "host_port");
+    test_cond("expose: answers port, host, host_port and url",
+              res_int(r, "port") == 8080 &&
+                  strcmp(res_str(r, "host"), "127.0.0.1") == 0 && hp > 0 &&
+                  strstr(res_str(r, "url"), "http://127.0.0.1:"));
+    if (hp <= 0)
+        show("sandbox.expose", r);
+    json_decref(r);
+    char cmd[512], buf[4096];
+    snprintf(cmd, sizeof(cmd), "curl -s --max-time 20 http://127.0.0.1:%d/", hp);
+    run_capture(cmd, buf, sizeof(buf));
+    test_cond("expose: the host fetches a page from the network-none sandbox",
+              strstr(buf, "hello-from-inside") != NULL);
+    snprintf(cmd, sizeof(cmd),
+             "curl -s --max-time 120 -o /dev/null -w '%%{size_download} %%{http_code}' "
+             "http://127.0.0.1:%d/big",
+             hp);
+    run_capture(cmd, buf, sizeof(buf));
+    test_eq_str("expose: 100 MB come through whole", buf, "104857600 200");
+
+    /* Several at once: each connection has its own window. */
+    snprintf(
+        cmd, sizeof(cmd),
+        "for i in 1 2 3 4; do curl -s --max-time 60 -o /dev/null -w '%%{size_download}\\n' "
+        "http://127.0.0.1:%d/big & done; wait",
+        hp);
+    run_capture(cmd, buf, sizeof(buf));
+    int whole = 0;
+    for (const char *q = buf; (q = strstr(q, "104857600")); q++)
+        whole++;
+    test_eq_int("expose: four parallel downloads all complete", whole, 4);
+
+    r = cn_call(c, "sandbox.get", json_pack("{s:s}", "id", "ws1"));
+    json_t *ports = json_object_get(json_object_get(res_of(r), "metadata"), "ports");
+    test_cond("expose: sandbox.get lists the exposed port",
+              json_array_size(ports) == 1 &&
+                  json_integer_value(
+                      json_object_get(json_array_get(ports, 0), "host_port")) == hp);
+    json_decref(r);
+    r = expose(c, "ws1", 8080, 0);
+    test_eq_int("expose: exposing it again answers the same host port",
+                res_int(r, "host_port"), hp);
+    json_decref(r);
+
+    r = expose(c, "ws1", 9999, 0);
+    int hp2 = (int)res_int(r, "host_port");
+    json_decref(r);
+    snprintf(cmd, sizeof(cmd), "curl -s --max-time 10 http://127.0.0.1:%d/; echo rc=$?",
+             hp2);
+    run_capture(cmd, buf, sizeof(buf));
+    test_cond("expose: nothing listening inside: the host client sees the close",
+              strstr(buf, "rc=52") || strstr(buf, "rc=56"));
+    if (!strstr(buf, "rc=52") && !strstr(buf, "rc=56"))
+        printf("      curl said: %.200s\n", buf);
+
+    test_eq_int("expose: another uid's sandbox is not found (-32000)",
+                code_as_uid(65534, "sandbox.expose",
+                            json_pack("{s:s, s:i}", "id", "ws1", "port", 8081)),
+                -32000);
+    r = cn_call(c, "sandbox.expose", json_pack("{s:s, s:i}", "id", "ws1", "port", 70000));
+    test_eq_int("expose: a port over 65535 is -32602", err_code(r), -32602);
+    json_decref(r);
+    r = expose(c, "ws1", 8081, hp);
+    test_cond("expose: a host port in use is refused", err_code(r) != 0);
+    json_decref(r);
+
+    r = cn_call(c, "sandbox.unexpose",
+                json_pack("{s:s, s:i}", "id", "ws1", "port", 8080));
+    test_cond("unexpose: answers", res_of(r) != NULL);
+    json_decref(r);
+    snprintf(cmd, sizeof(cmd), "curl -s --max-time 5 http://127.0.0.1:%d/; echo rc=$?",
+             hp);
+    run_capture(cmd, buf, sizeof(buf));
+    test_cond("unexpose: the host port is closed (connection refused)",
+              strstr(buf, "rc=7"));
+    r = cn_call(c, "sandbox.unexpose",
+                json_pack("{s:s, s:i}", "id", "ws1", "port", 8080));
+    test_eq_int("unexpose: a port not exposed is -32602", err_code(r), -32602);
+    json_decref(r);
+    json_decref(cn_call(c, "sandbox.unexpose",
+                        json_pack("{s:s, s:i}", "id", "ws1", "port", 9999)));
+    json_decref(cn_call(c, "process.kill",
+                        json_pack("{s:s, s:i}", "sandbox", "ws1", "pid", hpid)));
+    json_decref(cn_call(c, "sandbox.create",
+                        json_pack("{s:s, s:s}", "id", "wsduk4", "provider", "duktape")));
+    r = cn_call(c, "sandbox.expose", json_pack("{s:s, s:i}", "id", "wsduk4", "port", 80));
+    test_eq_int("expose: an isolate answers -32011", err_code(r), -32011);
+    json_decref(r);
+    json_decref(cn_call(c, "sandbox.destroy", json_pack("{s:s}", "id", "wsduk4")));
+}
+
 /* Runs shell text sh_cmd under script(1) with input_cmd's output as the
  * keyboard; the transcript goes to out (NUL-terminated). Returns the status. */
 static int in_script(const char *input_cmd, const char *sh_cmd, char *out, size_t max)
@@ -717,6 +838,7 @@ int main(int argc, char **argv)
         test_stats(c);
         test_stats_stream();
         test_sbxctl_stats();
+        test_expose(c);
         test_sbxctl_tty();
         test_sbxctl_detach(c);
         json_decref(

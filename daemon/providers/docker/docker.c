@@ -1357,11 +1357,14 @@ static json_t *d_sb_metadata(void *cookie, struct sandbox *sb)
     json_t *disk = dks_metadata(ds);
     if (disk)
         json_object_set_new(o, "disk", disk);
+    if (ds->ports)
+        json_object_set_new(o, "ports", dkn_ports_json(ds));
     return o;
 }
 
 void dk_ds_free(struct dk_sb *ds)
 {
+    dkn_release(ds);
     dkd_close(ds);
     ev_timer_stop(D->loop, &ds->dtimer);
     if (ds->ch_live)
@@ -1389,6 +1392,7 @@ static void d_sb_release(void *cookie, struct sandbox *sb)
     dk_reqlist_cancel(&ds->snap_reqs);
     dk_reqlist_cancel(&ds->disk_reqs);
     dka_close_attach(ds);
+    dkn_release(ds);
     ev_timer_stop(D->loop, &ds->hs_timer);
     /* process records were released before us; drop anything left */
     while (ds->procs) {
@@ -1882,6 +1886,10 @@ static const struct cfg_key docker_keys[] = {
     {"disk_per_uid", CFG_STR},
     {"disk_check_ms", CFG_INT},
     {"disk_enforcement", CFG_STR},
+    /* issue 18: sandbox.expose (docker_net.c) */
+    {"expose", CFG_BOOL},
+    {"expose_max_ports", CFG_INT},
+    {"expose_max_connections", CFG_INT},
     {NULL, 0},
 };
 
@@ -1918,4 +1926,6 @@ const struct sbx_provider sbx_provider_docker = {
     .fs_release = dkf_release,
     .proc_resize = dk_proc_resize,
     .sb_stats = dk_sb_stats,
+    .sb_expose = dk_sb_expose,
+    .sb_unexpose = dk_sb_unexpose,
 };

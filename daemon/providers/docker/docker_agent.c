@@ -232,6 +232,7 @@ void dka_close_attach(struct dk_sb *ds)
     if (ds->sb)
         dkf_reset(ds, "the agent channel closed");
     ds->ready = 0;
+    dkn_channel_lost(ds);
     dkd_close(ds);
     ds->att_sync = 0;
     if (ds->att) {
@@ -341,6 +342,13 @@ void dk_agent_frame(struct chan *ch, const struct sbx_chan_hdr *h, const uint8_t
     case SBX_CHAN_FS_RESULT:
     case SBX_CHAN_FS_EVENT:
         dkf_frame(ds, h, payload);
+        return;
+    case SBX_CHAN_NET_OPENED:
+    case SBX_CHAN_NET_DATA:
+    case SBX_CHAN_NET_EOF:
+    case SBX_CHAN_NET_CLOSE:
+    case SBX_CHAN_NET_CREDIT:
+        dkn_frame(ds, h->type, h->proc, payload, h->len);
         return;
     default:
         break;

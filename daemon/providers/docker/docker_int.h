@@ -313,6 +313,8 @@ struct dk_sb {
     uint32_t fs_next;
     ev_timer fs_timer;
     uint64_t mem_peak; /* docker_stats.c: the highest memory use sampled */
+    struct dkn_port *ports; /* docker_net.c: exposed ports */
+    uint32_t next_conn;     /* their connections' ids on the channel */
 };
 
 /* The image of a create that names none and has none in config. */
@@ -468,6 +470,20 @@ int dka_send_u32(struct dk_sb *ds, uint8_t type, uint32_t pid, uint32_t v);
  * the SPAWN goes out. */
 int dk_proc_resize(void *cookie, struct process *p, unsigned cols, unsigned rows,
                    sbx_err_t *err);
+
+/* ---- docker_net.c: sandbox.expose, connections over the channel ---- */
+struct dkn_port;
+int dk_sb_expose(void *cookie, struct sandbox *sb, int port, int host_port, json_t **out,
+                 sbx_err_t *err);
+int dk_sb_unexpose(void *cookie, struct sandbox *sb, int port, sbx_err_t *err);
+/* A NET_* frame from the agent. */
+void dkn_frame(struct dk_sb *ds, uint8_t type, uint32_t id, const uint8_t *p, size_t n);
+/* The channel is gone: its connections end (listeners stay). */
+void dkn_channel_lost(struct dk_sb *ds);
+/* For sandbox.get's metadata: the exposed ports (new reference). */
+json_t *dkn_ports_json(struct dk_sb *ds);
+/* The sandbox is released: listeners and connections end. */
+void dkn_release(struct dk_sb *ds);
 
 /* ---- docker_stats.c: sandbox.stats from the engine's stats endpoint ---- */
 int dk_sb_stats(void *cookie, struct sandbox *sb, int with_size,
