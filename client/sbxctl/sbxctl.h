@@ -198,7 +198,8 @@ int cmd_mcp(int argc, char **argv);
 /* files (fs.c, cp.c) */
 int cmd_fs(int argc, char **argv);
 int cmd_cp(int argc, char **argv);
-int cmd_stats(int argc, char **argv); /* stats.c (issue 18) */
+int cmd_stats(int argc, char **argv);        /* stats.c (issue 18) */
+int cmd_port_forward(int argc, char **argv); /* port.c (issue 18) */
 
 /* ---- issue 19: events.c, completion.c, and the verb table for them ---- */
 int cmd_events(int argc, char **argv);

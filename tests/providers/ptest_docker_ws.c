@@ -615,6 +615,58 @@ static json_t *expose(conn *c, const char *id, int port, int host_port)
     return cn_call(c, "sandbox.expose", p);
 }
 
+/* sbxctl port-forward holds an exposure until Ctrl-C. */
+static int port_listed(conn *c, int port)
+{
+    json_t *r = cn_call(c, "sandbox.get", json_pack("{s:s}", "id", "ws1"));
+    int listed = 0;
+    size_t i;
+    json_t *e;
+    json_array_foreach(json_object_get(json_object_get(res_of(r), "metadata"), "ports"),
+                       i, e)
+        listed |= json_integer_value(json_object_get(e, "port")) == port;
+    json_decref(r);
+    return listed;
+}
+
+static void test_sbxctl_port_forward(conn *c, int old_hp)
+{
+    int fds[2];
+    if (pipe(fds) < 0)
+        return;
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fds[1], 1);
+        close(fds[0]);
+        char path[600];
+        snprintf(path, sizeof(path), "%s/sbxctl", bdir);
+        execl(path, "sbxctl", "-s", sock, "port-forward", "ws1", "8080", (char *)NULL);
+        _exit(127);
+    }
+    close(fds[1]);
+    char line[256] = "", cmd[256], buf[4096];
+    FILE *f = fdopen(fds[0], "r");
+    if (!fgets(line, sizeof(line), f))
+        line[0] = '\0';
+    const char *q = strstr(line, "127.0.0.1:");
+    int hp = q ? atoi(q + 10) : 0;
+    test_cond("sbxctl port-forward: says where it forwards from", hp > 0);
+    snprintf(cmd, sizeof(cmd), "curl -s --max-time 20 http://127.0.0.1:%d/", hp);
+    run_capture(cmd, buf, sizeof(buf));
+    test_cond("sbxctl port-forward: the page comes through it",
+              strstr(buf, "hello-from-inside") != NULL);
+    kill(pid, SIGINT);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    fclose(f);
+    test_cond("sbxctl port-forward: Ctrl-C unexposes it and exits 0",
+              !port_listed(c, 8080) && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    /* back on its old host port: the steps below unexpose it */
+    json_t *r = expose(c, "ws1", 8080, old_hp);
+    test_eq_int("expose: a chosen host_port is used", res_int(r, "host_port"), old_hp);
+    json_decref(r);
+}
+
 static void test_expose(conn *c)
 {
     /* A web server inside a network: none container, 100 MB to serve. */
@@ -701,6 +753,7 @@ static void test_expose(conn *c)
     test_cond("expose: a host port in use is refused", err_code(r) != 0);
     json_decref(r);
 
+    test_sbxctl_port_forward(c, hp);
     r = cn_call(c, "sandbox.unexpose",
                 json_pack("{s:s, s:i}", "id", "ws1", "port", 8080));
     test_cond("unexpose: answers", res_of(r) != NULL);
