@@ -605,7 +605,7 @@ static void test_stats_stream(void)
     cn_close(c);
 }
 
-/* ---- ports in ----------------------------------------------------------------------- */
+/* ---- ports in ---------------------------------------------------------------------- */
 
 static json_t *expose(conn *c, const char *id, int port, int host_port)
 {

@@ -218,7 +218,7 @@ static void retry_cb(struct ev_loop *loop, ev_timer *w, int revents)
         conn_watch(k);
 }
 
-/* ---- frames from the agent ------------------------------------------------------------ */
+/* ---- frames from the agent ------------------------------------------------------- */
 
 void dkn_frame(struct dk_sb *ds, uint8_t type, uint32_t id, const uint8_t *p, size_t n)
 {
