@@ -617,6 +617,19 @@ export class SbxdClient {
     stats(id: string, options: { stream?: boolean; size?: boolean } = {}): Promise<Result<'sandbox.stats'>> {
         return this.call('sandbox.stats', { id, ...options });
     }
+    /** sandbox.expose / sandbox.unexpose: ports of a sandbox reachable on 127.0.0.1. */
+    readonly ports = {
+        expose: (id: string, port: number, hostPort?: number): Promise<Result<'sandbox.expose'>> =>
+            this.call('sandbox.expose', hostPort === undefined ? { id, port } : { id, port, host_port: hostPort }),
+        unexpose: (id: string, port: number): Promise<Result<'sandbox.unexpose'>> =>
+            this.call('sandbox.unexpose', { id, port }),
+    };
+    expose(id: string, port: number, hostPort?: number): Promise<Result<'sandbox.expose'>> {
+        return this.ports.expose(id, port, hostPort);
+    }
+    unexpose(id: string, port: number): Promise<Result<'sandbox.unexpose'>> {
+        return this.ports.unexpose(id, port);
+    }
     /** process.resize: the window size of a process started with `pty`. */
     resize(sandbox: string, pid: number, cols: number, rows: number): Promise<Result<'process.resize'>> {
         return this.call('process.resize', { sandbox, pid, cols, rows });
@@ -689,6 +702,8 @@ export const CLIENT_METHODS = {
     'fs.unwatch': 'fsUnwatch',
     'process.resize': 'resize',
     'sandbox.stats': 'stats',
+    'sandbox.expose': 'expose',
+    'sandbox.unexpose': 'unexpose',
 } as const satisfies Record<Method, keyof SbxdClient>;
 
 function key(sandbox: string, pid: number): string {

@@ -311,6 +311,23 @@ export class SbxdSandbox extends MastraSandbox {
         }
     }
 
+    /**
+     * Mastra's networking capability: getPortUrl(port) exposes the port
+     * through sbxd (sandbox.expose, works with network: none) and returns
+     * its http://127.0.0.1:HOST_PORT/ URL; null when the sandbox does not run
+     * or its provider cannot expose ports.
+     */
+    override readonly networking = {
+        getPortUrl: async (port: number): Promise<string | null> => {
+            try {
+                return (await this.client.ports.expose(this.id, port)).url;
+            } catch (e) {
+                if (e instanceof SbxdError) return null;
+                throw e;
+            }
+        },
+    };
+
     /** The sbxd sandbox object from the last start() or getInfo(). */
     get sandbox(): Sandbox | null {
         return this.info;

@@ -297,6 +297,20 @@ export interface Methods {
     'fs.unwatch': { params: { sandbox: string; watch: number }; result: Record<string, never> };
     'process.resize': { params: { sandbox: string; pid: number } & PtySize; result: PtySize };
     'sandbox.stats': { params: { id: string; stream?: boolean; size?: boolean }; result: SandboxStats };
+    'sandbox.expose': { params: { id: string; port: number; host_port?: number }; result: ExposedPort };
+    'sandbox.unexpose': { params: { id: string; port: number }; result: { port: number } };
+}
+
+/** A port of a sandbox reachable from the host (sandbox.expose; metadata.ports). */
+export interface ExposedPort {
+    port: number;
+    host: string;
+    host_port: number;
+    url: string;
+    connections?: number;
+    connections_total?: number;
+    bytes_in?: number;
+    bytes_out?: number;
 }
 
 /** A resource sample (PROTOCOL.md, Resource stats); also the sandbox.stats notification. */
@@ -444,6 +458,8 @@ export const METHOD_PARAMS = {
     'fs.unwatch': ['sandbox', 'watch'],
     'process.resize': ['sandbox', 'pid', 'cols', 'rows'],
     'sandbox.stats': ['id', 'stream', 'size'],
+    'sandbox.expose': ['id', 'port', 'host_port'],
+    'sandbox.unexpose': ['id', 'port'],
 } as const;
 
 export const NOTIFICATION_PARAMS = {

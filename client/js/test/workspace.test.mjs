@@ -102,3 +102,27 @@ group('stats', () => {
         }
     });
 }, { skip: DOCKER_SKIP });
+
+group('ports', () => {
+    test('ports.expose() reaches a server in a network: none sandbox; Mastra getPortUrl', async () => {
+        const s = new SbxdSandbox({ provider: 'docker', image: DIMAGE, socketPath: DSOCK });
+        await s._start();
+        const c = s.client;
+        try {
+            await c.exec({ sandbox: s.id, command: 'mkdir -p /www && echo hi-port > /www/index.html' });
+            await c.spawn({ sandbox: s.id, command: 'exec httpd -f -p 127.0.0.1:8000 -h /www' });
+            await new Promise((r) => setTimeout(r, 300));
+            const p = await c.ports.expose(s.id, 8000);
+            assert.equal(p.host, '127.0.0.1');
+            const body = await (await fetch(p.url)).text();
+            assert.equal(body, 'hi-port\n');
+            const url = await s.networking.getPortUrl(8000);
+            assert.equal(url, p.url);
+            assert.equal(await s.networking.getPortUrl(70000), null);
+            await c.ports.unexpose(s.id, 8000);
+            await assert.rejects(fetch(p.url));
+        } finally {
+            await s._destroy();
+        }
+    });
+}, { skip: DOCKER_SKIP });
