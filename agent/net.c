@@ -16,30 +16,45 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "agent.h"
 
-enum nstate { N_CONNECTING, N_OPEN, N_DEAD };
+enum nstate {
+    N_CONNECTING, /* NET_OPEN: our connect() in progress */
+    N_OPEN,
+    N_HEAD, /* a proxy client: reading its request head */
+    N_WAIT, /* EGRESS_OPEN sent: the daemon decides */
+    N_DEAD,
+};
+
+#define HEAD_MAX 8192
+#define EGRESS_ID_BIT 0x80000000u
 
 struct nconn {
     uint32_t id;
     int fd;
     enum nstate state;
-    struct buf out; /* from the daemon, for the socket */
-    bool out_eof;   /* NET_EOF from the daemon: shut down writing once out is empty */
-    bool wr_shut;   /* done */
-    bool rd_eof;    /* the socket said EOF: NET_EOF sent */
-    int64_t credit; /* bytes we may still send the daemon */
-    uint32_t owed;  /* bytes written to the socket, not yet credited back */
+    struct buf out;  /* from the daemon, for the socket */
+    bool out_eof;    /* NET_EOF from the daemon: shut down writing once out is empty */
+    bool wr_shut;    /* done */
+    bool rd_eof;     /* the socket said EOF: NET_EOF sent */
+    int64_t credit;  /* bytes we may still send the daemon */
+    uint32_t owed;   /* bytes written to the socket, not yet credited back */
+    bool is_connect; /* proxy: CONNECT (answer 200 and relay) or plain (send the head) */
+    struct buf head; /* proxy: the request head, then what goes to the daemon first */
 };
+
+static int proxy_fd = -1;
+static uint32_t next_egress_id;
 
 static struct nconn *conns[AGENT_MAX_CONNS];
 static size_t nconns;
 static net_send_fn send_frame;
 /* poll entries handed out by net_pollfds, in order */
-static struct nconn *polled[AGENT_MAX_CONNS];
+static struct nconn *polled[AGENT_MAX_CONNS + 1];
 
 void net_init(net_send_fn fn)
 {
@@ -81,11 +96,222 @@ void net_reap(void)
     for (size_t k = 0; k < nconns;) {
         if (conns[k]->state == N_DEAD) {
             buf_deinit(&conns[k]->out);
+            buf_deinit(&conns[k]->head);
             free(conns[k]);
             conns[k] = conns[--nconns];
             continue;
         }
         k++;
+    }
+}
+
+/* ---- the egress proxy: NET_LISTEN, a client's request head ------------------- */
+
+static void on_listen(const uint8_t *p, size_t n)
+{
+    char err[128];
+    struct jval *root = json_parse((const char *)p, n, err, sizeof(err));
+    const struct jval *port = root ? json_get(root, "port") : NULL;
+    if (!send_frame || proxy_fd >= 0 || !port || port->type != J_NUM || !port->is_int ||
+        port->ival < 1 || port->ival > 65535) {
+        json_free(root);
+        return;
+    }
+    struct sockaddr_in sa = {.sin_family = AF_INET,
+                             .sin_port = htons((uint16_t)port->ival),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    json_free(root);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    int one = 1;
+    if (fd >= 0)
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
+        listen(fd, 64) < 0) {
+        alog("egress proxy: cannot listen: %s", strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return;
+    }
+    proxy_fd = fd;
+}
+
+static void proxy_accept(void)
+{
+    for (int k = 0; k < 16 && nconns < AGENT_MAX_CONNS; k++) {
+        int fd = accept4(proxy_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0)
+            return;
+        struct nconn *c = xcalloc(1, sizeof(*c));
+        c->id = EGRESS_ID_BIT | (++next_egress_id & ~EGRESS_ID_BIT);
+        c->fd = fd;
+        c->state = N_HEAD;
+        c->credit = SBX_CHAN_WINDOW;
+        conns[nconns++] = c;
+    }
+}
+
+/* A response to the proxy client, then the end of it. */
+static void answer_and_close(struct nconn *c, int status, const char *reason,
+                             const char *text)
+{
+    char msg[600];
+    int n =
+        snprintf(msg, sizeof(msg),
+                 "HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\nContent-Length: %zu\r\n"
+                 "Connection: close\r\n\r\n%s",
+                 status, reason, strlen(text), text);
+    if (n > 0) {
+        ssize_t w =
+            send(c->fd, msg, (size_t)n < sizeof(msg) ? (size_t)n : sizeof(msg) - 1,
+                 MSG_NOSIGNAL | MSG_DONTWAIT);
+        (void)w;
+    }
+    close(c->fd);
+    c->fd = -1;
+    c->state = N_DEAD;
+}
+
+/* host[:port] of an authority into host (cap bytes) and *port. */
+static int split_authority(const char *a, size_t n, char *host, size_t cap, int *port)
+{
+    const char *colon = NULL;
+    if (n > 0 && a[0] == '[') /* [v6]:port: not taken */
+        return -1;
+    for (size_t i = 0; i < n; i++)
+        if (a[i] == ':')
+            colon = a + i;
+    size_t hl = colon ? (size_t)(colon - a) : n;
+    if (hl == 0 || hl >= cap)
+        return -1;
+    memcpy(host, a, hl);
+    host[hl] = '\0';
+    if (colon) {
+        char num[8];
+        size_t pl = n - hl - 1;
+        if (pl == 0 || pl >= sizeof(num))
+            return -1;
+        memcpy(num, colon + 1, pl);
+        num[pl] = '\0';
+        char *end;
+        long v = strtol(num, &end, 10);
+        if (*end || v < 1 || v > 65535)
+            return -1;
+        *port = (int)v;
+    }
+    return 0;
+}
+
+/*
+ * The head is complete: "CONNECT host:port HTTP/1.x" or "METHOD
+ * http://host[:port]/path HTTP/1.x" (plain, rewritten to origin form).
+ * Asks the daemon with EGRESS_OPEN; anything else is answered 400 here.
+ */
+static void head_done(struct nconn *c)
+{
+    const char *h = (const char *)c->head.data + c->head.off;
+    size_t len = buf_pending(&c->head);
+    const char *eol = memchr(h, '\r', len);
+    const char *sp1 = eol ? memchr(h, ' ', (size_t)(eol - h)) : NULL;
+    const char *sp2 = sp1 ? memchr(sp1 + 1, ' ', (size_t)(eol - sp1 - 1)) : NULL;
+    char host[256];
+    int port = 80;
+    if (!sp2) {
+        answer_and_close(c, 400, "Bad Request", "sbxd egress proxy: bad request line\n");
+        return;
+    }
+    const char *target = sp1 + 1;
+    size_t tlen = (size_t)(sp2 - target);
+    struct buf rest = {0};
+    if ((size_t)(sp1 - h) == 7 && memcmp(h, "CONNECT", 7) == 0) {
+        port = 443;
+        if (split_authority(target, tlen, host, sizeof(host), &port) < 0) {
+            answer_and_close(c, 400, "Bad Request",
+                             "sbxd egress proxy: bad CONNECT target\n");
+            return;
+        }
+        c->is_connect = true;
+        /* bytes the client sent after the head go up once connected */
+        const char *end = memmem(h, len, "\r\n\r\n", 4);
+        buf_append(&rest, end + 4, len - (size_t)(end + 4 - h));
+    } else if (tlen > 7 && strncasecmp(target, "http://", 7) == 0) {
+        const char *auth = target + 7, *slash = memchr(auth, '/', tlen - 7);
+        size_t alen = slash ? (size_t)(slash - auth) : tlen - 7;
+        if (split_authority(auth, alen, host, sizeof(host), &port) < 0) {
+            answer_and_close(c, 400, "Bad Request", "sbxd egress proxy: bad URL\n");
+            return;
+        }
+        /* METHOD /path HTTP/1.x, then the rest of the head as it came */
+        buf_append(&rest, h, (size_t)(sp1 - h) + 1);
+        if (slash)
+            buf_append(&rest, slash, (size_t)(sp2 - slash));
+        else
+            buf_puts(&rest, "/");
+        buf_append(&rest, sp2, len - (size_t)(sp2 - h));
+    } else {
+        answer_and_close(c, 400, "Bad Request",
+                         "sbxd egress proxy: only CONNECT and absolute http:// URLs\n");
+        return;
+    }
+    buf_deinit(&c->head);
+    c->head = rest;
+    struct buf b = {0};
+    buf_puts(&b, "{\"host\":");
+    json_put_str(&b, host, strlen(host));
+    buf_printf(&b, ",\"port\":%d}", port);
+    send_frame(SBX_CHAN_EGRESS_OPEN, c->id, b.data + b.off, buf_pending(&b));
+    buf_deinit(&b);
+    c->state = N_WAIT;
+}
+
+static void read_head(struct nconn *c)
+{
+    char chunk[2048];
+    ssize_t r = recv(c->fd, chunk, sizeof(chunk), MSG_DONTWAIT);
+    if (r < 0 && (errno == EAGAIN || errno == EINTR))
+        return;
+    if (r <= 0) {
+        drop(c, NULL, false);
+        return;
+    }
+    if (buf_pending(&c->head) + (size_t)r > HEAD_MAX) {
+        answer_and_close(c, 431, "Request Header Fields Too Large",
+                         "sbxd egress proxy: request head over 8 KiB\n");
+        return;
+    }
+    buf_append(&c->head, chunk, (size_t)r);
+    if (memmem(c->head.data + c->head.off, buf_pending(&c->head), "\r\n\r\n", 4))
+        head_done(c);
+}
+
+/* The daemon's answer to EGRESS_OPEN. */
+static void egress_answer(struct nconn *c, uint8_t type, const uint8_t *p, size_t n)
+{
+    if (type == SBX_CHAN_NET_OPENED) {
+        c->state = N_OPEN;
+        if (c->is_connect) {
+            static const char ok[] = "HTTP/1.1 200 Connection established\r\n\r\n";
+            ssize_t w = send(c->fd, ok, sizeof(ok) - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+            (void)w;
+        }
+        size_t k = buf_pending(&c->head);
+        if (k > 0) {
+            send_frame(SBX_CHAN_NET_DATA, c->id, c->head.data + c->head.off, k);
+            c->credit -= (int64_t)k;
+        }
+        buf_deinit(&c->head);
+        return;
+    }
+    if (type == SBX_CHAN_NET_CLOSE) {
+        char err[64], text[400] = "sbxd egress proxy: refused\n";
+        struct jval *root = json_parse((const char *)p, n, err, sizeof(err));
+        const struct jval *e = root ? json_get(root, "error") : NULL;
+        if (e && e->type == J_STR)
+            snprintf(text, sizeof(text), "sbxd egress proxy: %.*s\n", (int)e->len,
+                     e->str);
+        const struct jval *st = root ? json_get(root, "status") : NULL;
+        int status = st && st->type == J_NUM && st->is_int ? (int)st->ival : 502;
+        json_free(root);
+        answer_and_close(c, status, status == 403 ? "Forbidden" : "Bad Gateway", text);
     }
 }
 
@@ -167,9 +393,17 @@ void net_frame(uint8_t type, uint32_t id, const uint8_t *p, size_t n)
         on_open(id, p, n);
         return;
     }
+    if (type == SBX_CHAN_NET_LISTEN) {
+        on_listen(p, n);
+        return;
+    }
     struct nconn *c = find(id);
     if (!c)
         return; /* raced with its close */
+    if (c->state == N_WAIT) {
+        egress_answer(c, type, p, n);
+        return;
+    }
     switch (type) {
     case SBX_CHAN_NET_DATA:
         if (c->out_eof || buf_pending(&c->out) + n > 2 * SBX_CHAN_WINDOW ||
@@ -199,11 +433,17 @@ void net_frame(uint8_t type, uint32_t id, const uint8_t *p, size_t n)
 int net_pollfds(struct pollfd *pfd, int max, bool obuf_room)
 {
     int n = 0;
+    if (proxy_fd >= 0 && obuf_room && nconns < AGENT_MAX_CONNS && n < max) {
+        pfd[n] = (struct pollfd){.fd = proxy_fd, .events = POLLIN};
+        polled[n++] = NULL;
+    }
     for (size_t k = 0; k < nconns && n < max; k++) {
         struct nconn *c = conns[k];
         short ev = 0;
         if (c->state == N_CONNECTING)
             ev = POLLOUT;
+        else if (c->state == N_HEAD)
+            ev = POLLIN;
         else if (c->state == N_OPEN) {
             if (obuf_room && c->credit > 0 && !c->rd_eof)
                 ev |= POLLIN;
@@ -245,8 +485,16 @@ static void read_sock(struct nconn *c)
 void net_ready(int k, short revents)
 {
     struct nconn *c = polled[k];
-    if (c->state == N_DEAD)
+    if (!c) {
+        proxy_accept();
         return;
+    }
+    if (c->state == N_DEAD || c->state == N_WAIT)
+        return;
+    if (c->state == N_HEAD) {
+        read_head(c);
+        return;
+    }
     if (c->state == N_CONNECTING) {
         int e = 0;
         socklen_t l = sizeof(e);

@@ -378,10 +378,12 @@ static void handle_frame(const struct sbx_chan_hdr *h, const uint8_t *payload,
         on_spawn(h->proc, payload, h->len);
         return;
     case SBX_CHAN_NET_OPEN:
+    case SBX_CHAN_NET_OPENED: /* the answer to an EGRESS_OPEN */
     case SBX_CHAN_NET_DATA:
     case SBX_CHAN_NET_EOF:
     case SBX_CHAN_NET_CLOSE:
     case SBX_CHAN_NET_CREDIT:
+    case SBX_CHAN_NET_LISTEN:
         net_frame(h->type, h->proc, payload, h->len);
         return;
     case SBX_CHAN_PING:

@@ -78,6 +78,10 @@ const char *sbx_chan_type_name(uint8_t type)
         return "NET_CLOSE";
     case SBX_CHAN_NET_CREDIT:
         return "NET_CREDIT";
+    case SBX_CHAN_NET_LISTEN:
+        return "NET_LISTEN";
+    case SBX_CHAN_EGRESS_OPEN:
+        return "EGRESS_OPEN";
     case SBX_CHAN_STDIN:
         return "STDIN";
     case SBX_CHAN_STDIN_EOF:

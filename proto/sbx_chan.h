@@ -81,6 +81,10 @@ enum sbx_chan_type {
     SBX_CHAN_NET_EOF = 0x84,    /* both: no more bytes from this side */
     SBX_CHAN_NET_CLOSE = 0x85,  /* both: JSON {error?} or empty: the connection is gone */
     SBX_CHAN_NET_CREDIT = 0x86, /* both: u32 more bytes the other side may send */
+    SBX_CHAN_NET_LISTEN = 0x87, /* daemon -> agent, proc 0: JSON {port}: serve the egress
+                                   proxy on 127.0.0.1:port */
+    SBX_CHAN_EGRESS_OPEN = 0x88, /* agent -> daemon, conn c (high bit set): JSON
+                                    {host, port}: a proxy client wants this */
 };
 
 struct sbx_chan_hdr {

@@ -86,6 +86,7 @@
 #define SBX_N_STATS "sandbox.stats"
 #define SBX_M_EXPOSE "sandbox.expose"
 #define SBX_M_UNEXPOSE "sandbox.unexpose"
+#define SBX_N_EGRESS "sandbox.egress"
 
 /* Notifications (daemon -> client). */
 #define SBX_N_OUTPUT "process.output"

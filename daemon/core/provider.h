@@ -192,6 +192,9 @@ void snapshot_register(const char *id, const char *provider, uid_t owner,
                        double created_at, const char *sandbox, json_t *data);
 /* A progress notification to the sandbox's owner sessions; params stolen. */
 void sandbox_progress(struct sandbox *sb, json_t *params);
+/* Any notification (method) to the sandbox's owner sessions, params stolen
+ * ("sandbox" is added): sandbox.egress (issue 18). */
+void sandbox_notify(struct sandbox *sb, const char *method, json_t *params);
 
 void process_started(struct process *p, long os_pid);
 /* stream SBX_STREAM_STDOUT (1) or SBX_STREAM_STDERR (2), as in libsbx. */

@@ -109,6 +109,16 @@ void sandbox_progress(struct sandbox *sb, json_t *params)
     notifier(sb->owner, SBX_N_PROGRESS, params);
 }
 
+void sandbox_notify(struct sandbox *sb, const char *method, json_t *params)
+{
+    if (!notifier) {
+        json_decref(params);
+        return;
+    }
+    json_object_set_new(params, "sandbox", json_string(sb->id));
+    notifier(sb->owner, method, params);
+}
+
 /* -- timers ----------------------------------------------------------------- */
 
 static void op_deadline_cb(struct ev_loop *loop, ev_timer *w, int revents);

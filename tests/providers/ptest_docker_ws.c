@@ -838,6 +838,212 @@ static void test_sbxctl_detach(conn *c)
                         json_pack("{s:s, s:i}", "sandbox", "ws1", "pid", pid)));
 }
 
+/* ---- egress by name ------------------------------------------------------------------ */
+
+/* Another sbxd (its own socket and log) with extra docker config; its pid. */
+static pid_t start_other(const char *name, const char *docker_extra, char *osock,
+                         size_t cap)
+{
+    char ocfg[600], olog[600];
+    snprintf(osock, cap, "%.80s/%.10s.sock", tmpdir, name);
+    snprintf(ocfg, sizeof(ocfg), "%s/%s.yaml", tmpdir, name);
+    snprintf(olog, sizeof(olog), "%s/sbxd-%s.log", tmpdir, name);
+    FILE *f = fopen(ocfg, "w");
+    fprintf(f,
+            "socket:\n  mode: \"0666\"\n"
+            "providers:\n"
+            "  docker:\n"
+            "    host: %s\n"
+            "    agent_path: %s/sbx-init\n"
+            "    image: sbx-test/busybox\n"
+            "    network: none\n"
+            "    memory: 256m\n"
+            "    labels:\n      org.sbxd.managed: \"true\"\n"
+            "%s",
+            docker_host, bdir, docker_extra);
+    fclose(f);
+    unlink(osock);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fd = open(olog, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+        }
+        setenv("SBXD_SOCKET", osock, 1);
+        execl(sbxd_bin, "sbxd", "-c", ocfg, "--log-level", "debug", (char *)NULL);
+        _exit(127);
+    }
+    return pid;
+}
+
+static conn *connect_ready(const char *osock)
+{
+    conn *c = NULL;
+    for (int i = 0; i < 100 && !c; i++)
+        if (!(c = cn_open(osock)))
+            usleep(50000);
+    for (int i = 0; c && i < 100; i++) {
+        json_t *info = cn_call(c, "daemon.info", NULL);
+        char *t = json_dumps(info, 0);
+        int ready = t && strstr(t, "\"api_version\"");
+        free(t);
+        json_decref(info);
+        if (ready)
+            break;
+        usleep(100000);
+    }
+    return c;
+}
+
+static int egress_notes(conn *c, const char *host)
+{
+    int n = 0;
+    size_t i;
+    json_t *m;
+    json_array_foreach(c->notes, i, m) {
+        json_t *p = json_object_get(m, "params");
+        const char *meth = json_string_value(json_object_get(m, "method"));
+        const char *h = json_string_value(json_object_get(p, "host"));
+        if (meth && strcmp(meth, "sandbox.egress") == 0 && h && strcmp(h, host) == 0)
+            n++;
+    }
+    return n;
+}
+
+static void test_egress(void)
+{
+    /* The allowed destination: a server of ours on the host's loopback. */
+    char www[600], cmd[1024], extra[512], osock[108];
+    snprintf(www, sizeof(www), "%s/egress-www", tmpdir);
+    mkdir(www, 0755);
+    snprintf(cmd, sizeof(cmd), "echo egress-ok > %s/index.html", www);
+    if (system(cmd) != 0 || access("/usr/bin/busybox", X_OK) != 0) {
+        test_skip("egress through the proxy", "no busybox on the host for the server");
+        return;
+    }
+    int port = 20000 + (int)(getpid() % 20000);
+    pid_t hpid = fork();
+    if (hpid == 0) {
+        char addr[32];
+        snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
+        execl("/usr/bin/busybox", "busybox", "httpd", "-f", "-p", addr, "-h", www,
+              (char *)NULL);
+        _exit(127);
+    }
+    usleep(200000);
+
+    snprintf(extra, sizeof(extra),
+             "    egress:\n      allow: [\"localhost:%d\", \"*.example.invalid\"]\n"
+             "      allow_private_addresses: true\n",
+             port);
+    pid_t e1 = start_other("eg1", extra, osock, sizeof(osock));
+    conn *c = connect_ready(osock);
+    char opts[256];
+    snprintf(opts, sizeof(opts), "{\"egress\": {\"allow\": [\"localhost:%d\"]}}", port);
+    json_t *r = cn_call_t(c, 120000, "sandbox.create",
+                          json_pack("{s:s, s:s, s:o}", "id", "eg1", "provider", "docker",
+                                    "options", json_loads(opts, 0, NULL)));
+    int up = res_of(r) != NULL;
+    if (!up)
+        show("create with egress", r);
+    json_decref(r);
+    test_cond("egress: a network: none sandbox with an allow list starts", up);
+    snprintf(cmd, sizeof(cmd),
+             "env | grep -ci '^https*_proxy=http://127.0.0.1:3128' ; "
+             "wget -q -O - http://localhost:%d/index.html",
+             port);
+    r = cn_call_t(c, 60000, "process.exec",
+                  json_pack("{s:s, s:s}", "sandbox", "eg1", "command", cmd));
+    test_cond("egress: HTTP_PROXY/HTTPS_PROXY in both cases",
+              strncmp(res_str(r, "stdout"), "4\n", 2) == 0);
+    test_cond("egress: the allowed host is reached through the proxy",
+              strstr(res_str(r, "stdout"), "egress-ok") != NULL);
+    if (!strstr(res_str(r, "stdout"), "egress-ok"))
+        show("wget through the proxy", r);
+    json_decref(r);
+
+    /* CONNECT (what HTTPS clients send), by hand through nc */
+    snprintf(
+        cmd, sizeof(cmd),
+        "printf 'CONNECT localhost:%d HTTP/1.1\\r\\n\\r\\nGET /index.html HTTP/1.0\\r\\n"
+        "\\r\\n' | nc 127.0.0.1 3128",
+        port);
+    r = cn_call_t(c, 60000, "process.exec",
+                  json_pack("{s:s, s:s}", "sandbox", "eg1", "command", cmd));
+    test_cond("egress: CONNECT is answered 200 and relayed",
+              strstr(res_str(r, "stdout"), "200 Connection established") &&
+                  strstr(res_str(r, "stdout"), "egress-ok"));
+    if (!strstr(res_str(r, "stdout"), "egress-ok"))
+        show("CONNECT", r);
+    json_decref(r);
+    r = cn_call_t(c, 60000, "process.exec",
+                  json_pack("{s:s, s:s}", "sandbox", "eg1", "command",
+                            "wget -S -O - http://blocked.example.invalid/ 2>&1; true"));
+    test_cond("egress: a host outside the sandbox's list gets a 403",
+              strstr(res_str(r, "stdout"), "403") != NULL);
+    json_decref(r);
+    read_for(c, 300);
+    test_cond("egress: the refusal is a sandbox.egress notification",
+              egress_notes(c, "blocked.example.invalid") >= 1);
+
+    snprintf(cmd, sizeof(cmd),
+             "wget -Y off -q -T 3 -O - http://127.0.0.1:%d/index.html 2>&1; echo rc=$?",
+             port);
+    r = cn_call_t(c, 60000, "process.exec",
+                  json_pack("{s:s, s:s}", "sandbox", "eg1", "command", cmd));
+    test_cond("egress: nothing is reachable around the proxy",
+              !strstr(res_str(r, "stdout"), "egress-ok") &&
+                  !strstr(res_str(r, "stdout"), "rc=0"));
+    json_decref(r);
+
+    r = cn_call_t(c, 30000, "sandbox.stats", json_pack("{s:s}", "id", "eg1"));
+    json_t *eg = json_object_get(res_of(r), "egress");
+    test_cond("egress: stats count connections, refusals and bytes",
+              json_integer_value(json_object_get(eg, "connections_total")) >= 1 &&
+                  json_integer_value(json_object_get(eg, "refused")) >= 1 &&
+                  json_integer_value(json_object_get(eg, "bytes_in")) > 0);
+    if (!eg)
+        show("stats", r);
+    json_decref(r);
+
+    r = cn_call_t(c, 60000, "sandbox.create",
+                  json_pack("{s:s, s:s, s:{s:{s:[s]}}}", "id", "eg2", "provider",
+                            "docker", "options", "egress", "allow", "pypi.org"));
+    test_eq_int("egress: an entry beyond the config's ceiling is -32003", err_code(r),
+                -32003);
+    json_decref(r);
+    json_decref(cn_call_t(c, 60000, "sandbox.destroy", json_pack("{s:s}", "id", "eg1")));
+    cn_close(c);
+    stop_sbxd(e1);
+
+    /* Without allow_private_addresses: an allowed name that resolves to a
+     * loopback address ("vm", "localhost" here) is refused by resolution. */
+    snprintf(extra, sizeof(extra), "    egress:\n      allow: [\"localhost:%d\"]\n",
+             port);
+    pid_t e2 = start_other("eg2", extra, osock, sizeof(osock));
+    c = connect_ready(osock);
+    r = cn_call_t(c, 120000, "sandbox.create",
+                  json_pack("{s:s, s:s, s:o}", "id", "eg3", "provider", "docker",
+                            "options", json_loads(opts, 0, NULL)));
+    json_decref(r);
+    snprintf(cmd, sizeof(cmd), "wget -S -O - http://localhost:%d/index.html 2>&1; true",
+             port);
+    r = cn_call_t(c, 60000, "process.exec",
+                  json_pack("{s:s, s:s}", "sandbox", "eg3", "command", cmd));
+    test_cond("egress: an allowed name resolving to loopback is refused (403)",
+              strstr(res_str(r, "stdout"), "403") &&
+                  !strstr(res_str(r, "stdout"), "egress-ok"));
+    if (!strstr(res_str(r, "stdout"), "403"))
+        show("rebinding", r);
+    json_decref(r);
+    json_decref(cn_call_t(c, 60000, "sandbox.destroy", json_pack("{s:s}", "id", "eg3")));
+    cn_close(c);
+    stop_sbxd(e2);
+    kill(hpid, SIGTERM);
+    waitpid(hpid, NULL, 0);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 4) {
@@ -892,6 +1098,7 @@ int main(int argc, char **argv)
         test_stats_stream();
         test_sbxctl_stats();
         test_expose(c);
+        test_egress();
         test_sbxctl_tty();
         test_sbxctl_detach(c);
         json_decref(

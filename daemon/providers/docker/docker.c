@@ -1890,6 +1890,7 @@ static const struct cfg_key docker_keys[] = {
     {"expose", CFG_BOOL},
     {"expose_max_ports", CFG_INT},
     {"expose_max_connections", CFG_INT},
+    {"egress", CFG_ANY}, /* {allow: [patterns], allow_private_addresses: false} */
     {NULL, 0},
 };
 

@@ -348,6 +348,7 @@ void dk_agent_frame(struct chan *ch, const struct sbx_chan_hdr *h, const uint8_t
     case SBX_CHAN_NET_EOF:
     case SBX_CHAN_NET_CLOSE:
     case SBX_CHAN_NET_CREDIT:
+    case SBX_CHAN_EGRESS_OPEN:
         dkn_frame(ds, h->type, h->proc, payload, h->len);
         return;
     default:
@@ -604,6 +605,7 @@ static void handshake_done(struct dk_sb *ds)
     }
     ds->ready = 1;
     ds->phase = PH_IDLE;
+    dke_ready(ds);
     reconcile(ds, hello);
     json_decref(hello);
     dk_lc_ok(ds);

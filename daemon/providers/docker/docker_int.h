@@ -312,9 +312,11 @@ struct dk_sb {
     struct dkf_req *fs_reqs;
     uint32_t fs_next;
     ev_timer fs_timer;
-    uint64_t mem_peak; /* docker_stats.c: the highest memory use sampled */
-    struct dkn_port *ports; /* docker_net.c: exposed ports */
-    uint32_t next_conn;     /* their connections' ids on the channel */
+    uint64_t mem_peak;       /* docker_stats.c: the highest memory use sampled */
+    struct dkn_port *ports;  /* docker_net.c: exposed ports */
+    uint32_t next_conn;      /* their connections' ids on the channel */
+    struct dkn_port *egress; /* docker_net.c: the egress proxy's connections */
+    uint64_t egress_refused;
 };
 
 /* The image of a create that names none and has none in config. */
@@ -484,6 +486,13 @@ void dkn_channel_lost(struct dk_sb *ds);
 json_t *dkn_ports_json(struct dk_sb *ds);
 /* The sandbox is released: listeners and connections end. */
 void dkn_release(struct dk_sb *ds);
+/* After a handshake: the agent serves the egress proxy when the sandbox has one. */
+void dke_ready(struct dk_sb *ds);
+/* sandbox.stats' egress member, or NULL without egress (new reference). */
+json_t *dke_stats(struct dk_sb *ds);
+/* docker_spec.c: options.egress {allow} checked against providers.docker.egress into
+ * o (egress, and the proxy env added to o's env). 0, or -1 with err. */
+int dke_options(json_t *req, json_t *pconf, json_t *o, sbx_err_t *err);
 
 /* ---- docker_stats.c: sandbox.stats from the engine's stats endpoint ---- */
 int dk_sb_stats(void *cookie, struct sandbox *sb, int with_size,

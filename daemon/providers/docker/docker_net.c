@@ -15,21 +15,29 @@
  * its side at the next PING. Listeners live until sandbox.unexpose or the
  * sandbox's release; while the agent is not ready they refuse clients.
  */
+#include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "daemon.h"
 #include "docker_int.h"
 #include "log.h"
+#include "provider.h"
 #include "sandbox.h"
 #include "sbx_proto.h"
 #include "xalloc.h"
+
+extern const struct sbx_provider sbx_provider_docker;
 
 /* Channel bytes pending above which host sockets are not read. */
 #define CHAN_ROOM (8u << 20)
@@ -48,6 +56,7 @@ struct dkn_conn {
     int64_t credit;   /* bytes we may still send the agent */
     uint32_t owed;    /* written to the host socket, not yet credited */
     int opened, rd_eof, out_eof, wr_shut;
+    int connecting; /* egress: our connect() to the destination in progress */
 };
 
 struct dkn_port {
@@ -95,6 +104,9 @@ static void conn_free(struct dkn_conn *k, const char *why, int tell)
 
 static struct dkn_conn *conn_find(struct dk_sb *ds, uint32_t id)
 {
+    for (struct dkn_conn *k = ds->egress ? ds->egress->conns : NULL; k; k = k->next)
+        if (k->id == id)
+            return k;
     for (struct dkn_port *pt = ds->ports; pt; pt = pt->next)
         for (struct dkn_conn *k = pt->conns; k; k = k->next)
             if (k->id == id)
@@ -109,7 +121,7 @@ static int chan_has_room(struct dk_sb *ds)
 
 static void conn_watch(struct dkn_conn *k)
 {
-    int ev = 0;
+    int ev = k->connecting ? EV_WRITE : 0;
     if (k->opened && !k->rd_eof && k->credit > 0 && chan_has_room(k->port->ds))
         ev |= EV_READ;
     if (k->wbuf.bytes > 0)
@@ -200,6 +212,24 @@ static void conn_cb(struct ev_loop *loop, ev_io *w, int revents)
 {
     struct dkn_conn *k = w->data;
     (void)loop;
+    if (k->connecting) {
+        int e = 0;
+        socklen_t l = sizeof(e);
+        getsockopt(k->fd, SOL_SOCKET, SO_ERROR, &e, &l);
+        k->connecting = 0;
+        if (e) {
+            char msg[200];
+            int n = snprintf(msg, sizeof(msg),
+                             "{\"status\":502,\"error\":\"connect: %s\"}", strerror(e));
+            dka_send_frame(k->port->ds, SBX_CHAN_NET_CLOSE, k->id, msg, (size_t)n);
+            conn_free(k, strerror(e), 0);
+            return;
+        }
+        k->opened = 1;
+        dka_send_frame(k->port->ds, SBX_CHAN_NET_OPENED, k->id, NULL, 0);
+        conn_watch(k);
+        return;
+    }
     if ((revents & EV_WRITE) && conn_flush(k) < 0)
         return;
     if (revents & EV_READ) {
@@ -220,8 +250,14 @@ static void retry_cb(struct ev_loop *loop, ev_timer *w, int revents)
 
 /* ---- frames from the agent ------------------------------------------------------- */
 
+static void egress_open(struct dk_sb *ds, uint32_t id, const uint8_t *p, size_t n);
+
 void dkn_frame(struct dk_sb *ds, uint8_t type, uint32_t id, const uint8_t *p, size_t n)
 {
+    if (type == SBX_CHAN_EGRESS_OPEN) {
+        egress_open(ds, id, p, n);
+        return;
+    }
     struct dkn_conn *k = conn_find(ds, id);
     if (!k)
         return; /* raced with our close */
@@ -264,6 +300,8 @@ void dkn_frame(struct dk_sb *ds, uint8_t type, uint32_t id, const uint8_t *p, si
 
 void dkn_channel_lost(struct dk_sb *ds)
 {
+    while (ds->egress && ds->egress->conns)
+        conn_free(ds->egress->conns, "the agent channel went away", 0);
     for (struct dkn_port *pt = ds->ports; pt; pt = pt->next)
         while (pt->conns)
             conn_free(pt->conns, "the agent channel went away", 0);
@@ -322,7 +360,8 @@ static void port_free(struct dkn_port *pt)
         conn_free(pt->conns, "unexposed", 1);
     ev_io_stop(D->loop, &pt->io);
     ev_timer_stop(D->loop, &pt->retry);
-    close(pt->fd);
+    if (pt->fd >= 0)
+        close(pt->fd);
     free(pt);
 }
 
@@ -428,9 +467,350 @@ json_t *dkn_ports_json(struct dk_sb *ds)
 
 void dkn_release(struct dk_sb *ds)
 {
+    if (ds->egress) {
+        port_free(ds->egress);
+        ds->egress = NULL;
+    }
     while (ds->ports) {
         struct dkn_port *pt = ds->ports;
         ds->ports = pt->next;
         port_free(pt);
     }
+}
+
+/* ---- egress: the agent's proxy asks, sbxd decides, resolves and connects ---------- */
+
+/*
+ * Names are resolved on a thread of their own (one per lookup, detached),
+ * because getaddrinfo blocks; the answer comes back as a pointer written
+ * to a pipe that the loop watches. The lookup holds ids, not pointers: the
+ * sandbox or its channel may be gone when it ends. The addresses checked
+ * are the addresses connected to (no second resolution: no rebinding).
+ */
+struct lookup {
+    char sb_id[64];
+    char cid[80];
+    uint32_t id;
+    char host[256];
+    int port;
+    int rc;
+    struct addrinfo *res;
+};
+
+static int lk_pipe[2] = {-1, -1};
+static ev_io lk_io;
+
+/* "host", "*.domain", either with ":port"; ports default to 80 and 443. */
+static int pattern_match(const char *pat, const char *host, int port)
+{
+    char ph[256];
+    int pport = 0;
+    const char *colon = strrchr(pat, ':');
+    size_t hl = colon ? (size_t)(colon - pat) : strlen(pat);
+    if (hl == 0 || hl >= sizeof(ph))
+        return 0;
+    memcpy(ph, pat, hl);
+    ph[hl] = '\0';
+    if (colon)
+        pport = atoi(colon + 1);
+    if (pport ? port != pport : port != 80 && port != 443)
+        return 0;
+    if (strcmp(ph, "*") == 0)
+        return 1;
+    if (ph[0] == '*' && ph[1] == '.') {
+        size_t n = strlen(host), m = strlen(ph + 1);
+        return n > m && strcasecmp(host + n - m, ph + 1) == 0;
+    }
+    return strcasecmp(ph, host) == 0;
+}
+
+static int allowed_name(struct dk_sb *ds, const char *host, int port)
+{
+    size_t i;
+    json_t *v;
+    json_array_foreach(json_object_get(json_object_get(ds->opts, "egress"), "allow"), i,
+                       v)
+        if (json_is_string(v) && pattern_match(json_string_value(v), host, port))
+            return 1;
+    return 0;
+}
+
+/* Loopback, private, link-local, CGNAT, multicast, unspecified, ULA... */
+static int private_addr(const struct sockaddr *sa)
+{
+    if (sa->sa_family == AF_INET) {
+        uint32_t a = ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr);
+        return (a >> 24) == 0 || (a >> 24) == 10 || (a >> 24) == 127 ||
+               (a >> 16) == 0xa9fe || (a >> 20) == 0xac1 || (a >> 16) == 0xc0a8 ||
+               (a >> 22) == (100u << 2 | 1) || (a >> 28) >= 0xe;
+    }
+    if (sa->sa_family == AF_INET6) {
+        const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+        if (IN6_IS_ADDR_V4MAPPED(a)) {
+            struct sockaddr_in v4 = {.sin_family = AF_INET};
+            memcpy(&v4.sin_addr, a->s6_addr + 12, 4);
+            return private_addr((const struct sockaddr *)&v4);
+        }
+        return IN6_IS_ADDR_LOOPBACK(a) || IN6_IS_ADDR_UNSPECIFIED(a) ||
+               IN6_IS_ADDR_LINKLOCAL(a) || IN6_IS_ADDR_MULTICAST(a) ||
+               (a->s6_addr[0] & 0xfe) == 0xfc;
+    }
+    return 1;
+}
+
+/* A refusal: 403 in the sandbox, a sandbox.egress notification, a log line. */
+static void refuse(struct dk_sb *ds, uint32_t id, const char *host, int port, int status,
+                   const char *why)
+{
+    json_t *m = json_pack("{s:i, s:s}", "status", status, "error", why);
+    dk_send_json(ds, SBX_CHAN_NET_CLOSE, id, m);
+    json_decref(m);
+    log_info("docker %s: egress to %s:%d refused: %s", ds->sb->id, host, port, why);
+    if (status == 403) {
+        if (!ds->egress_refused++ || ds->egress_refused < 1000)
+            sandbox_notify(ds->sb, SBX_N_EGRESS,
+                           json_pack("{s:s, s:i, s:s, s:s}", "host", host, "port", port,
+                                     "decision", "refused", "reason", why));
+    }
+}
+
+static struct dkn_port *egress_port(struct dk_sb *ds)
+{
+    if (!ds->egress) {
+        struct dkn_port *pt = xcalloc(1, sizeof(*pt));
+        pt->ds = ds;
+        pt->fd = -1;
+        ev_init(&pt->io, accept_cb);
+        ev_timer_init(&pt->retry, retry_cb, 0.02, 0.);
+        pt->retry.data = pt;
+        ds->egress = pt;
+    }
+    return ds->egress;
+}
+
+static void lookup_done(struct lookup *q)
+{
+    struct sandbox *sb = sandbox_find_any(q->sb_id);
+    struct dk_sb *ds = sb && sb->prov->ops == &sbx_provider_docker ? sb->pdata : NULL;
+    if (!ds || strcmp(ds->cid, q->cid) != 0 || !ds->ready || conn_find(ds, q->id))
+        goto out;
+    if (q->rc != 0 || !q->res) {
+        refuse(ds, q->id, q->host, q->port, 502, gai_strerror(q->rc));
+        goto out;
+    }
+    int allow_private = json_is_true(json_object_get(
+        json_object_get(ds->dp->conf, "egress"), "allow_private_addresses"));
+    const struct addrinfo *use = NULL;
+    for (const struct addrinfo *a = q->res; a; a = a->ai_next) {
+        if (!allow_private && private_addr(a->ai_addr)) {
+            refuse(ds, q->id, q->host, q->port, 403,
+                   "the name resolves to a loopback, private or link-local address");
+            goto out;
+        }
+        if (!use && (a->ai_family == AF_INET || a->ai_family == AF_INET6))
+            use = a;
+    }
+    if (!use) {
+        refuse(ds, q->id, q->host, q->port, 502, "no address");
+        goto out;
+    }
+    int fd = socket(use->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0 ||
+        (connect(fd, use->ai_addr, use->ai_addrlen) < 0 && errno != EINPROGRESS)) {
+        refuse(ds, q->id, q->host, q->port, 502, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        goto out;
+    }
+    struct dkn_port *pt = egress_port(ds);
+    struct dkn_conn *k = xcalloc(1, sizeof(*k));
+    k->port = pt;
+    k->fd = fd;
+    k->id = q->id;
+    k->credit = SBX_CHAN_WINDOW;
+    k->connecting = 1;
+    obuf_init(&k->wbuf);
+    ev_init(&k->io, conn_cb);
+    k->io.data = k;
+    k->next = pt->conns;
+    pt->conns = k;
+    pt->nconns++;
+    pt->connections++;
+    log_info("docker %s: egress to %s:%d allowed", ds->sb->id, q->host, q->port);
+    conn_watch(k);
+out:
+    if (q->res)
+        freeaddrinfo(q->res);
+    free(q);
+}
+
+static void lk_cb(struct ev_loop *loop, ev_io *w, int revents)
+{
+    (void)loop;
+    (void)w;
+    (void)revents;
+    struct lookup *qs[64];
+    ssize_t n = read(lk_pipe[0], qs, sizeof(qs));
+    for (ssize_t i = 0; n > 0 && i < n / (ssize_t)sizeof(qs[0]); i++)
+        lookup_done(qs[i]);
+}
+
+static void *lk_thread(void *arg)
+{
+    struct lookup *q = arg;
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_ADDRCONFIG};
+    char port[8];
+    snprintf(port, sizeof(port), "%d", q->port);
+    q->rc = getaddrinfo(q->host, port, &hints, &q->res);
+    /* A pointer is 8 bytes: a pipe write that small is atomic. */
+    ssize_t w = write(lk_pipe[1], &q, sizeof(q));
+    (void)w;
+    return NULL;
+}
+
+static void egress_open(struct dk_sb *ds, uint32_t id, const uint8_t *p, size_t n)
+{
+    json_t *v = chan_json(p, n);
+    const char *host = json_string_value(json_object_get(v, "host"));
+    json_t *jp = json_object_get(v, "port");
+    int port = json_is_integer(jp) ? (int)json_integer_value(jp) : 0;
+    if (!(id & 0x80000000u) || !host || strlen(host) >= 256 || port < 1 || port > 65535 ||
+        conn_find(ds, id)) {
+        json_decref(v);
+        dka_send_frame(ds, SBX_CHAN_NET_CLOSE, id, "{\"status\":400}", 14);
+        return;
+    }
+    int max = conf_int(ds, "expose_max_connections", DEFAULT_MAX_CONNS);
+    if (ds->egress && ds->egress->nconns >= max) {
+        refuse(ds, id, host, port, 503, "too many egress connections");
+        json_decref(v);
+        return;
+    }
+    if (!allowed_name(ds, host, port)) {
+        refuse(ds, id, host, port, 403, "not in the sandbox's egress allow list");
+        json_decref(v);
+        return;
+    }
+    if (lk_pipe[0] < 0) {
+        if (pipe2(lk_pipe, O_CLOEXEC | O_NONBLOCK) < 0) {
+            refuse(ds, id, host, port, 502, "no resolver");
+            json_decref(v);
+            return;
+        }
+        ev_io_init(&lk_io, lk_cb, lk_pipe[0], EV_READ);
+        ev_io_start(D->loop, &lk_io);
+    }
+    struct lookup *q = xcalloc(1, sizeof(*q));
+    snprintf(q->sb_id, sizeof(q->sb_id), "%s", ds->sb->id);
+    snprintf(q->cid, sizeof(q->cid), "%s", ds->cid);
+    snprintf(q->host, sizeof(q->host), "%s", host);
+    q->port = port;
+    q->id = id;
+    json_decref(v);
+    pthread_t t;
+    pthread_attr_t at;
+    pthread_attr_init(&at);
+    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&at, 256 << 10);
+    if (pthread_create(&t, &at, lk_thread, q) != 0) {
+        refuse(ds, id, q->host, port, 502, "no resolver thread");
+        free(q);
+    }
+    pthread_attr_destroy(&at);
+}
+
+void dke_ready(struct dk_sb *ds)
+{
+    if (json_is_object(json_object_get(ds->opts, "egress")))
+        dka_send_frame(ds, SBX_CHAN_NET_LISTEN, 0, "{\"port\":3128}", 13);
+}
+
+json_t *dke_stats(struct dk_sb *ds)
+{
+    if (!json_is_object(json_object_get(ds->opts, "egress")))
+        return NULL;
+    struct dkn_port *pt = ds->egress;
+    return json_pack(
+        "{s:I, s:I, s:I, s:I, s:I}", "connections", (json_int_t)(pt ? pt->nconns : 0),
+        "connections_total", (json_int_t)(pt ? pt->connections : 0), "refused",
+        (json_int_t)ds->egress_refused, "bytes_in", (json_int_t)(pt ? pt->bytes_out : 0),
+        "bytes_out", (json_int_t)(pt ? pt->bytes_in : 0));
+}
+
+/* A request entry covered by a ceiling entry: the same name, or under the
+ * ceiling's wildcard; the same port, or no port on either. */
+static int covers(const char *ceil, const char *want)
+{
+    const char *cc = strrchr(ceil, ':'), *wc = strrchr(want, ':');
+    size_t cl = cc ? (size_t)(cc - ceil) : strlen(ceil);
+    size_t wl = wc ? (size_t)(wc - want) : strlen(want);
+    if (cc && (!wc || strcmp(cc, wc) != 0))
+        return 0;
+    if (cl == 1 && ceil[0] == '*')
+        return 1;
+    if (cl > 2 && ceil[0] == '*' && ceil[1] == '.')
+        return wl > cl - 1 && strncasecmp(want + wl - (cl - 1), ceil + 1, cl - 1) == 0;
+    return cl == wl && strncasecmp(ceil, want, cl) == 0;
+}
+
+static int valid_pattern(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > 260)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        char ch = s[i];
+        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+              (ch >= '0' && ch <= '9') || ch == '.' || ch == '-' || ch == ':' ||
+              (ch == '*' && i == 0)))
+            return 0;
+    }
+    return !(s[0] == '*' && n > 1 && s[1] != '.');
+}
+
+int dke_options(json_t *req, json_t *pconf, json_t *o, sbx_err_t *err)
+{
+    if (!req || json_is_null(req))
+        return 0;
+    json_t *allow = json_object_get(req, "allow");
+    if (!json_is_object(req) || !json_is_array(allow) || json_object_size(req) != 1)
+        return err_make_data(
+            err, SBX_E_PARAMS, json_pack("{s:s}", "param", "options.egress"),
+            "options.egress must be {\"allow\": [\"host\", \"*.domain\", "
+            "\"host:port\", ...]}");
+    json_t *ceil = json_object_get(json_object_get(pconf, "egress"), "allow");
+    size_t i, j;
+    json_t *v, *c;
+    if (json_array_size(allow) > 100)
+        return err_make_data(
+            err, SBX_E_LIMIT,
+            json_pack("{s:s, s:i}", "limit", "options.egress.allow", "max", 100),
+            "options.egress.allow has more than 100 entries");
+    json_array_foreach(allow, i, v) {
+        const char *w = json_string_value(v);
+        if (!w || !valid_pattern(w))
+            return err_make_data(
+                err, SBX_E_PARAMS, json_pack("{s:s}", "param", "options.egress.allow"),
+                "options.egress.allow: not a host pattern: %s", w ? w : "(not a string)");
+        int ok = 0;
+        json_array_foreach(ceil, j, c)
+            ok |= json_is_string(c) && covers(json_string_value(c), w);
+        if (!ok)
+            return err_make_data(err, SBX_E_PERMISSION,
+                                 json_pack("{s:s, s:s, s:s}", "option", "egress",
+                                           "reason", "ceiling", "requested", w),
+                                 "egress to %s is beyond providers.docker.egress.allow",
+                                 w);
+    }
+    json_object_set_new(o, "egress", json_pack("{s:O}", "allow", allow));
+    json_t *env = json_object_get(o, "env");
+    static const char *const keys[] = {"HTTP_PROXY", "HTTPS_PROXY", "http_proxy",
+                                       "https_proxy"};
+    for (size_t k = 0; env && k < 4; k++)
+        json_object_set_new(env, keys[k], json_string("http://127.0.0.1:3128"));
+    if (env) {
+        json_object_set_new(env, "NO_PROXY", json_string("localhost,127.0.0.1"));
+        json_object_set_new(env, "no_proxy", json_string("localhost,127.0.0.1"));
+    }
+    return 0;
 }

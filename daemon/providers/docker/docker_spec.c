@@ -484,7 +484,7 @@ int dk_options(json_t **out, json_t *pconf, json_t *sbconf, sbx_err_t *err)
     const char *k;
     json_t *v;
     json_object_foreach(req, k, v) {
-        int known = 0;
+        int known = strcmp(k, "egress") == 0; /* docker_net.c's, not layered */
         for (size_t i = 0; option_keys[i]; i++)
             known |= strcmp(option_keys[i], k) == 0;
         if (!known)
@@ -540,6 +540,8 @@ int dk_options(json_t **out, json_t *pconf, json_t *sbconf, sbx_err_t *err)
         if (!json_is_string(ev))
             json_object_del(env, ek);
     json_object_set_new(o, "env", env);
+    if (dke_options(json_object_get(req, "egress"), pconf, o, err) < 0)
+        goto out;
 
     json_t *vols = json_object_get(raw, "volumes");
     json_t *binds =

@@ -172,6 +172,9 @@ static void stats_done(struct dk_resp *r, void *data)
         json_pack("{s:o, s:o, s:{s:I}, s:o, s:o}", "cpu", cpu_of(r->json), "memory",
                   memory_of(r->json, ds), "pids", "current", jint(pids, "current"),
                   "block_io", blkio_of(r->json), "network", network_of(r->json));
+    json_t *eg = ds ? dke_stats(ds) : NULL;
+    if (eg)
+        json_object_set_new(s, "egress", eg);
     json_int_t plim = jint(pids, "limit");
     if (plim > 0 && plim < ((json_int_t)1 << 53))
         json_object_set_new(json_object_get(s, "pids"), "limit", json_integer(plim));
