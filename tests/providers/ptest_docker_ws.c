@@ -838,7 +838,7 @@ static void test_sbxctl_detach(conn *c)
                         json_pack("{s:s, s:i}", "sandbox", "ws1", "pid", pid)));
 }
 
-/* ---- egress by name ------------------------------------------------------------------ */
+/* ---- egress by name --------------------------------------------------------------- */
 
 /* Another sbxd (its own socket and log) with extra docker config; its pid. */
 static pid_t start_other(const char *name, const char *docker_extra, char *osock,
