@@ -324,6 +324,7 @@ export interface SandboxStats {
     network: { rx_bytes: number; tx_bytes: number } | null;
     disk?: { writable_bytes: number; rootfs_bytes: number };
     worker_pid?: number;
+    egress?: { connections: number; connections_total: number; refused: number; bytes_in: number; bytes_out: number };
 }
 export type FsEntryType = 'file' | 'dir' | 'symlink' | 'fifo' | 'socket' | 'char' | 'block' | 'other';
 export interface FsEntry {
@@ -399,6 +400,16 @@ export interface Notifications {
     'sandbox.status': StatusNotification;
     'fs.event': FsEventNotification;
     'sandbox.stats': SandboxStats;
+    'sandbox.egress': EgressNotification;
+}
+
+/** The egress proxy refused a connection (PROTOCOL.md, Egress). */
+export interface EgressNotification {
+    sandbox: string;
+    host: string;
+    port: number;
+    decision: 'refused';
+    reason: string;
 }
 export type NotificationName = keyof Notifications;
 
@@ -468,7 +479,8 @@ export const NOTIFICATION_PARAMS = {
     'sandbox.progress': ['sandbox', 'stage', 'message', 'current', 'total'],
     'sandbox.status': ['sandbox', 'status', 'error'],
     'fs.event': ['sandbox', 'watch', 'path', 'kind', 'ended'],
-    'sandbox.stats': ['id', 'time', 'cpu', 'memory', 'pids', 'block_io', 'network', 'disk', 'worker_pid'],
+    'sandbox.stats': ['id', 'time', 'cpu', 'memory', 'pids', 'block_io', 'network', 'disk', 'worker_pid', 'egress'],
+    'sandbox.egress': ['sandbox', 'host', 'port', 'decision', 'reason'],
 } as const;
 
 export const TOOL_CALL_PARAMS = ['sandbox', 'pid', 'name', 'args'] as const;
