@@ -335,7 +335,11 @@ static void accept_cb(struct ev_loop *loop, ev_io *w, int revents)
         struct dkn_conn *k = xcalloc(1, sizeof(*k));
         k->port = pt;
         k->fd = fd;
-        k->id = ++ds->next_conn ? ds->next_conn : ++ds->next_conn;
+        /* ids below the agent's (high bit) and never 0 */
+        ds->next_conn = (ds->next_conn + 1) & 0x7fffffffu;
+        if (ds->next_conn == 0)
+            ds->next_conn = 1;
+        k->id = ds->next_conn;
         k->credit = SBX_CHAN_WINDOW;
         obuf_init(&k->wbuf);
         ev_init(&k->io, conn_cb);
@@ -499,6 +503,10 @@ struct lookup {
 
 static int lk_pipe[2] = {-1, -1};
 static ev_io lk_io;
+/* Lookups in flight, daemon-wide: an agent is untrusted and could ask for
+ * names faster than they resolve; past this many the answer is 503. */
+#define LOOKUPS_MAX 64
+static int lk_inflight;
 
 /* "host", "*.domain", either with ":port"; ports default to 80 and 443. */
 static int pattern_match(const char *pat, const char *host, int port)
@@ -565,13 +573,17 @@ static void refuse(struct dk_sb *ds, uint32_t id, const char *host, int port, in
     json_t *m = json_pack("{s:i, s:s}", "status", status, "error", why);
     dk_send_json(ds, SBX_CHAN_NET_CLOSE, id, m);
     json_decref(m);
+    if (status == 403)
+        ds->egress_refused++;
+    /* What the sandbox provokes is rate-limited as its agent's lines are: a
+     * loop of refused requests must not flood the log or the owner. */
+    if (!log_limit_take(&ds->sb->agent_log, ds->sb->id))
+        return;
     log_info("docker %s: egress to %s:%d refused: %s", ds->sb->id, host, port, why);
-    if (status == 403) {
-        if (!ds->egress_refused++ || ds->egress_refused < 1000)
-            sandbox_notify(ds->sb, SBX_N_EGRESS,
-                           json_pack("{s:s, s:i, s:s, s:s}", "host", host, "port", port,
-                                     "decision", "refused", "reason", why));
-    }
+    if (status == 403)
+        sandbox_notify(ds->sb, SBX_N_EGRESS,
+                       json_pack("{s:s, s:i, s:s, s:s}", "host", host, "port", port,
+                                 "decision", "refused", "reason", why));
 }
 
 static struct dkn_port *egress_port(struct dk_sb *ds)
@@ -590,6 +602,7 @@ static struct dkn_port *egress_port(struct dk_sb *ds)
 
 static void lookup_done(struct lookup *q)
 {
+    lk_inflight--;
     struct sandbox *sb = sandbox_find_any(q->sb_id);
     struct dk_sb *ds = sb && sb->prov->ops == &sbx_provider_docker ? sb->pdata : NULL;
     if (!ds || strcmp(ds->cid, q->cid) != 0 || !ds->ready || conn_find(ds, q->id))
@@ -636,7 +649,8 @@ static void lookup_done(struct lookup *q)
     pt->conns = k;
     pt->nconns++;
     pt->connections++;
-    log_info("docker %s: egress to %s:%d allowed", ds->sb->id, q->host, q->port);
+    if (log_limit_take(&ds->sb->agent_log, ds->sb->id))
+        log_info("docker %s: egress to %s:%d allowed", ds->sb->id, q->host, q->port);
     conn_watch(k);
 out:
     if (q->res)
@@ -700,6 +714,11 @@ static void egress_open(struct dk_sb *ds, uint32_t id, const uint8_t *p, size_t 
         ev_io_init(&lk_io, lk_cb, lk_pipe[0], EV_READ);
         ev_io_start(D->loop, &lk_io);
     }
+    if (lk_inflight >= LOOKUPS_MAX) {
+        refuse(ds, id, host, port, 503, "too many names being resolved");
+        json_decref(v);
+        return;
+    }
     struct lookup *q = xcalloc(1, sizeof(*q));
     snprintf(q->sb_id, sizeof(q->sb_id), "%s", ds->sb->id);
     snprintf(q->cid, sizeof(q->cid), "%s", ds->cid);
@@ -715,6 +734,8 @@ static void egress_open(struct dk_sb *ds, uint32_t id, const uint8_t *p, size_t 
     if (pthread_create(&t, &at, lk_thread, q) != 0) {
         refuse(ds, id, q->host, port, 502, "no resolver thread");
         free(q);
+    } else {
+        lk_inflight++;
     }
     pthread_attr_destroy(&at);
 }
