@@ -5,7 +5,9 @@
  *     its echo arrives as process.output) beside the same through a pipe
  *     to cat;
  *   - download throughput through sandbox.expose (busybox httpd inside a
- *     network: none container) beside the same busybox httpd on the host.
+ *     network: none container) beside the same busybox httpd on the host;
+ *   - a download from that host server by wget inside a network: none
+ *     sandbox through the egress proxy, beside the host's direct download.
  *
  *   ws_bench SOCKET HOST_HTTPD_PORT EXPOSE_FILE_MB
  *
@@ -24,11 +26,13 @@ static int cmp_d(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* Waits for the byte c in pid's output (or 5 s). */
-static int wait_byte(conn *cn, int pid, char ch)
+/* Reads pid's output until *have bytes reach want (or 5 s): each keystroke
+ * is echoed as exactly one byte (the pty's echo; cat's copy through the
+ * pipe), so counting bytes pairs each echo with its keystroke. */
+static int wait_bytes(conn *cn, int pid, size_t *have, size_t want)
 {
     double end = now_ms() + 5000;
-    for (;;) {
+    while (*have < want) {
         int left = (int)(end - now_ms());
         if (left <= 0)
             return 0;
@@ -36,13 +40,12 @@ static int wait_byte(conn *cn, int pid, char ch)
         if (!m)
             return 0;
         json_t *p = json_object_get(m, "params");
-        const char *d = json_string_value(json_object_get(p, "data"));
-        int hit =
-            d && json_integer_value(json_object_get(p, "pid")) == pid && strchr(d, ch);
+        json_t *d = json_object_get(p, "data");
+        if (json_is_string(d) && json_integer_value(json_object_get(p, "pid")) == pid)
+            *have += json_string_length(d);
         json_decref(m);
-        if (hit)
-            return 1;
     }
+    return 1;
 }
 
 static double echo_rtt(conn *cn, const char *sb, int pty, double *p99)
@@ -56,11 +59,12 @@ static double echo_rtt(conn *cn, const char *sb, int pty, double *p99)
     enum { N = 200 };
     static double t[N];
     int n = 0;
+    size_t have = 0;
     usleep(200000);
     for (int i = 0; i < N; i++) {
         char key[2] = {(char)('a' + i % 26), 0};
         double t0 = now_ms();
-        /* Fire and forget: the answer to process.write is skipped by wait_byte. */
+        /* Fire and forget: the answer to process.write is skipped by wait_bytes. */
         json_t *req = json_pack("{s:s, s:i, s:s, s:{s:s, s:i, s:s}}", "jsonrpc", "2.0",
                                 "id", 100000 + i, "method", "process.write", "params",
                                 "sandbox", sb, "pid", pid, "data", key);
@@ -69,12 +73,9 @@ static double echo_rtt(conn *cn, const char *sb, int pty, double *p99)
         cn_send_raw(cn, "\n", 1);
         free(s);
         json_decref(req);
-        if (!wait_byte(cn, pid, key[0]))
+        if (!wait_bytes(cn, pid, &have, (size_t)i + 1))
             break;
         t[n++] = now_ms() - t0;
-        if (!pty) {
-            /* cat echoes once it reads: nothing more to drain */
-        }
     }
     json_decref(
         cn_call(cn, "process.kill", json_pack("{s:s, s:i}", "sandbox", sb, "pid", pid)));
@@ -171,6 +172,37 @@ int main(int argc, char **argv)
         printf("  -> %.2fx", fwd / host);
     printf("  (%.0f MB each)\n", mb1);
     json_decref(cn_call_t(cn, 60000, "sandbox.destroy", json_pack("{s:s}", "id", "wsb")));
+
+    /* Egress: the same host download from inside a network: none sandbox
+     * through sbx-init's proxy and sbxd (allow list: localhost:PORT). */
+    char opts[128];
+    snprintf(opts, sizeof(opts), "{\"egress\": {\"allow\": [\"localhost:%s\"]}}",
+             argv[2]);
+    r = cn_call_t(cn, 120000, "sandbox.create",
+                  json_pack("{s:s, s:s, s:o}", "id", "wsbe", "provider", "docker",
+                            "options", json_loads(opts, 0, NULL)));
+    int eg_up = res_of(r) != NULL;
+    json_decref(r);
+    if (eg_up) {
+        snprintf(cmd, sizeof(cmd), "wget -q -O /dev/null http://localhost:%s/big",
+                 argv[2]);
+        double t0 = now_ms();
+        r = cn_call_t(cn, 300000, "process.exec",
+                      json_pack("{s:s, s:s}", "sandbox", "wsbe", "command", cmd));
+        double secs = (now_ms() - t0) / 1000;
+        int ok = res_int(r, "exit_code") == 0 && res_of(r);
+        json_decref(r);
+        double egress = ok && secs > 0 ? mb2 / secs : -1;
+        printf("  %-44s %8.1f MB/s            host busybox httpd direct %8.1f MB/s",
+               "egress proxy download (wget in the sandbox)", egress, host);
+        if (egress > 0 && host > 0)
+            printf("  -> %.2fx", egress / host);
+        printf("\n");
+        json_decref(
+            cn_call_t(cn, 60000, "sandbox.destroy", json_pack("{s:s}", "id", "wsbe")));
+    } else {
+        printf("  (egress: the sandbox did not start)\n");
+    }
     cn_close(cn);
     return 0;
 }

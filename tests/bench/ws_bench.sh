@@ -45,6 +45,9 @@ providers:
     image: sbx-test/busybox
     network: none
     memory: 512m
+    egress:
+      allow: ["localhost:$PORT"]
+      allow_private_addresses: true
 YAML
 SBXD_SOCKET="$T/sbxd.sock" "$B/sbxd" -c "$T/ws.yaml" 2>"$T/sbxd.log" &
 SPID=$!
