@@ -9,11 +9,9 @@
 #
 # Prints the test binary's lines and a final "N passed, N failed".
 # SBX_PTEST_BIN names another test binary of build/tests to run the same way
-# (docker_fs.sh: ptest_docker_fs).
+# (docker_fs.sh: ptest_docker_fs; docker_ws.sh: ptest_docker_ws).
 PTEST=${SBX_PTEST_BIN:-ptest_docker}
 B=${1:-build}
-# PTEST: the test binary in $B/tests (docker_ws.sh runs ptest_docker_ws).
-PTEST=${PTEST:-ptest_docker}
 T=${2:-$(mktemp -d /tmp/sbxd-docker.XXXXXX)}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT" || exit 1
