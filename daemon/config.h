@@ -85,8 +85,8 @@ struct sbx_config {
     int64_t fs_list_max;                /* default 1000: entries per fs.list answer */
     int64_t fs_handle_idle_ms; /* default 60000: an open write unused this long is aborted
                                 */
-    int64_t stats_interval_ms;          /* default 5000: sandbox.stats stream period */
-    int64_t stats_streams_per_session;  /* default 8: stats streams a session may hold */
+    int64_t stats_interval_ms; /* default 5000: sandbox.stats stream period */
+    int64_t stats_streams_per_session; /* default 8: stats streams a session may hold */
 
     /* defaults: */
     char *default_provider;          /* default "duktape" */
