@@ -420,6 +420,24 @@ static void spawn_reply(sbx_async *ac, json_t *result, const sbx_rpc_error *err,
 
     if (lost(j, result, err) || j->done)
         return;
+    const char *feature =
+        err ? json_string_value(json_object_get(err->data, "feature")) : NULL;
+    if (err && err->code == SBX_E_UNSUPPORTED && feature && strcmp(feature, "pty") == 0 &&
+        j->tty) {
+        /* A provider without terminals (an isolate): -t degrades to plain
+         * pipes, said once, rather than refusing the command. */
+        warnx_("%s; running without a terminal", err->message);
+        ctl_tty_free(j->tty);
+        j->tty = NULL;
+        json_object_del(j->exec_params, "pty");
+        if (sbx_async_call(j->ac, SBX_M_SPAWN, j->exec_params, spawn_reply, j) !=
+            SBX_OK) {
+            warnx_("%s", j->ac->c.errstr);
+            j->status = EXIT_RPC;
+            command_finished(j);
+        }
+        return;
+    }
     if (err || !json_is_integer(json_object_get(result, "pid"))) {
         if (err)
             print_rpc_error(err);
