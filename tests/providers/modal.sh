@@ -2,7 +2,7 @@
 # modal.sh BUILD_DIR TMPDIR - the Modal provider against the local fake Modal
 # control plane (tests/modal/fake/server.js):
 #   1. the official JS SDK's faithfulness test of the fake (run_sdk_test.sh)
-#   2. the C provider tests (ptest_modal) through a real sbxd
+#   2. the C provider tests (ptest_modal) through a real sbxd, and fs.* (ptest_modal_fs)
 #   3. `sbxctl run --provider modal -- echo hi`, and Ctrl-C on `sbxctl exec`
 # Everything started here is stopped on exit, even on failure. Prints
 # "N passed, N failed" last; exits non-zero on any failure.
@@ -182,6 +182,32 @@ if [ -x "$B/tests/ptest_modal" ]; then
     fi
 else
     fail "$B/tests/ptest_modal is not built"
+fi
+
+# -- 2b. files (fs.*) through modal-sandbox-fs-tools on the router ---------------------
+if [ -x "$B/tests/ptest_modal_fs" ]; then
+    "$B/tests/ptest_modal_fs" "$T/main.sock" "$CPORT" >"$T/ptest_fs.log" 2>&1
+    st=$?
+    cat "$T/ptest_fs.log"
+    out=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$T/ptest_fs.log" | tail -n 1)
+    if [ -n "$out" ]; then
+        p=${out%% passed*}
+        f=${out#*, }
+        f=${f%% failed*}
+        PASSED=$((PASSED + p))
+        FAILED=$((FAILED + f))
+        case "$out" in
+        *skipped*)
+            s=${out##*failed, }
+            SKIPPED=$((SKIPPED + ${s%% skipped*}))
+            ;;
+        esac
+        [ "$st" -ne 0 ] && [ "$f" -eq 0 ] && fail "ptest_modal_fs exited $st"
+    else
+        fail "ptest_modal_fs printed no result (exit $st)"
+    fi
+else
+    fail "$B/tests/ptest_modal_fs is not built"
 fi
 
 # -- 3. sbxctl ----------------------------------------------------------------------------

@@ -1141,6 +1141,9 @@ const struct sbx_provider sbx_provider_modal = {
     .proc_resume = modal_proc_resume,
     .proc_tool_result = NULL,
     .proc_release = modal_proc_release,
+    /* files: exec of modal-sandbox-fs-tools on the router (modal_fs.c) */
+    .fs_call = modal_fs_call,
+    .fs_release = modal_fs_release,
     .snapshot_list = m_snapshot_list,
     .snapshot_delete = m_snapshot_delete,
 };

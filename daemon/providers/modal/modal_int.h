@@ -53,6 +53,8 @@ struct mrouter {
     struct mrouter *next;
 };
 
+struct mfs;
+
 enum rt_mode { RT_UNKNOWN, RT_FETCHING, RT_ON, RT_OFF };
 
 struct mprov {
@@ -181,6 +183,10 @@ struct msb {
     int rt_job_waiting;        /* a lifecycle step waits for the access too */
     int rt_job_tries;          /* accesses the current job waited for */
     char snap_uuid[40];        /* TaskSnapshotFilesystem.snapshot_id of the current job */
+
+    /* fs.* (modal_fs.c): operations in flight and open writes. */
+    struct mfs *fs_ops;
+    int rt_fs_waiting; /* some of them wait for the router access */
 };
 
 struct mproc {
@@ -367,6 +373,26 @@ void modal_router_metadata(struct msb *ms, json_t *o);
 
 /** Frees every router channel (provider unload). */
 void modal_router_unload(struct mprov *mp);
+
+/* ---- modal_fs.c: files (fs.*) through modal-sandbox-fs-tools ------------------- */
+
+/** modal_router_use for fs.* on ms: 1, -1; 0: modal_fs_router_ready(ms) follows. */
+int modal_router_use_fs(struct msb *ms);
+/** The router access fs operations waited for is settled (failure: why not). */
+void modal_fs_router_ready(struct msb *ms, const char *failure);
+int modal_fs_call(void *cookie, struct fs_call *fc, sbx_err_t *err);
+void modal_fs_release(void *cookie, struct sandbox *sb, uint64_t handle, void *hdata);
+/** Ends every fs operation of ms (it is released) with why. */
+void modal_fs_release_all(struct msb *ms, const char *why);
+/* The tool's output parsers (untrusted bytes; tests/fuzz/fuzz_modal_fs.c). */
+const char *modal_fs_errno(const char *error_kind);
+/** stderr's {"error_kind","message"}: 0 with the errno name and msg, or -1 (EIO). */
+int modal_fs_parse_error(const uint8_t *buf, size_t len, const char **errno_name,
+                         char *msg, size_t msgsz);
+/** A Stat's entry in the agent's shape, or NULL. New reference. */
+json_t *modal_fs_parse_stat(const uint8_t *buf, size_t len);
+/** ListFiles' array as {entries, more} from skip, at most limit, or NULL. */
+json_t *modal_fs_parse_list(const uint8_t *buf, size_t len, int64_t skip, int64_t limit);
 
 /* ---- modal_proc.c: processes ------------------------------------------------------- */
 

@@ -1574,6 +1574,7 @@ void modal_sb_release(void *cookie, struct sandbox *sb)
     watch_stop(ms);
     ev_timer_stop(D->loop, &ms->timer);
     ev_timer_stop(D->loop, &ms->lost_timer);
+    modal_fs_release_all(ms, "the sandbox is released");
     modal_router_reset(ms);
     for (struct mproc *m = ms->procs; m; m = m->next) {
         m->rt_waiting = 0;

@@ -90,6 +90,10 @@ static void wake_waiters(struct msb *ms, const char *failure)
         ms->rt_job_waiting = 0;
         modal_job_router_ready(ms);
     }
+    if (ms->rt_fs_waiting) {
+        ms->rt_fs_waiting = 0;
+        modal_fs_router_ready(ms, failure);
+    }
     struct mproc *w = ms->rt_waiters;
     ms->rt_waiters = NULL;
     while (w) {
@@ -106,7 +110,7 @@ static void rt_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
     struct msb *ms = w->data;
     if (ms->rt_mode != RT_ON)
         return;
-    if (ms->procs) {
+    if (ms->procs || ms->fs_ops) {
         access_fetch(ms); /* keeps the current token in use meanwhile */
     } else {
         ms->rt_exp = 1; /* the next user fetches a fresh one */
@@ -266,6 +270,23 @@ int modal_router_use_job(struct msb *ms)
     if (ms->rt_job_tries++ > 0)
         return -1; /* it could not be had for this job: the fallback */
     ms->rt_job_waiting = 1;
+    access_fetch(ms);
+    return 0;
+}
+
+int modal_router_use_fs(struct msb *ms)
+{
+    if (ms->mp->container_exec_only || !ms->task_id)
+        return -1;
+    if (!ms->rt_task || strcmp(ms->rt_task, ms->task_id) != 0) {
+        modal_router_reset(ms);
+        ms->rt_task = xstrdup(ms->task_id);
+    }
+    if (ms->rt_mode == RT_OFF)
+        return -1;
+    if (ms->rt_mode == RT_ON && ms->rt_exp - wall_now() > min_left(ms))
+        return 1;
+    ms->rt_fs_waiting = 1;
     access_fetch(ms);
     return 0;
 }

@@ -1,0 +1,698 @@
+/*
+ * modal_fs.c - fs.* on Modal, the way today's SDKs do files (npm modal
+ * 0.11.1, src/sandbox_fs.ts): every operation is one exec, on the sandbox's
+ * TaskCommandRouter, of the filesystem tool Modal puts in every sandbox,
+ * /__modal/.bin/modal-sandbox-fs-tools, with one JSON command as argv[1]:
+ *   ReadFile {path}              the file's bytes on stdout
+ *   WriteFile {path}             stdin into the file (the SDK's writes end
+ *                                with EOF; without it the tool never commits)
+ *   ListFiles {path}             a JSON array of entries on stdout
+ *   Stat {path}                  one JSON entry on stdout
+ *   MakeDirectory {path, parents}
+ *   Remove {path, recursive}
+ * A failure exits non-zero with {"error_kind","message","detail"} on stderr;
+ * the kinds become errno names (-32010). The tool has no rename; its watch
+ * streams events for as long as the exec lives and is not served here yet:
+ * fs.rename and fs.watch answer -32011.
+ *
+ * One mfs per operation (a write: per handle, alive between its calls). The
+ * steps: TaskExecStart (our exec id), [stdin by offset, EOF on commit],
+ * stdout to EOF (a read: only the asked window is kept; list/stat: at most
+ * MFS_OUT_MAX bytes), TaskExecWait, and on a non-zero exit stderr (at most
+ * MFS_ERR_MAX bytes). What the tool prints is untrusted: the parsers below
+ * (modal_fs_parse_*) check every field and are fuzzed (tests/fuzz/fuzz_modal_fs.c).
+ */
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fs.h"
+#include "log.h"
+#include "modal_int.h"
+#include "xalloc.h"
+
+#define MFS_TOOL "/__modal/.bin/modal-sandbox-fs-tools"
+#define MFS_OUT_MAX (16u * 1024 * 1024) /* list/stat output kept */
+#define MFS_ERR_MAX (64u * 1024)        /* stderr kept */
+#define MFS_STDIN_PIECE (1u * 1024 * 1024)
+#define MFS_LIST_MAX 100000 /* entries taken from one ListFiles */
+#define MFS_FD_STDOUT ((Modal__TaskCommandRouter__TaskExecStdioFileDescriptor)0)
+#define MFS_FD_STDERR ((Modal__TaskCommandRouter__TaskExecStdioFileDescriptor)1)
+
+enum mfs_step { MFS_IDLE, MFS_START, MFS_STDIN, MFS_OUT, MFS_WAIT, MFS_ERR };
+
+struct mfs {
+    struct mfs *next, *prev; /* ms->fs_ops */
+    struct msb *ms;
+    struct fs_call *fc; /* the call in flight, or NULL (an open write between calls) */
+    enum fs_op op;
+    enum mfs_step step;
+    void **hdata; /* a write's: where the core keeps f */
+    int waiting;  /* for the router access */
+    int started;  /* TaskExecStart answered */
+    char exec_id[40];
+    char *task;
+    char *cmd;
+    struct grpc_call *call;
+    /* stdin (writes): this call's bytes from fc->data, sent piece by piece */
+    uint64_t in_off;
+    size_t in_pos;
+    int in_eof;
+    /* stdout / stderr */
+    uint64_t out_off; /* bytes of the current stream so far */
+    uint64_t win_off, win_len;
+    uint8_t *buf;
+    size_t blen;
+    int exit_code;
+};
+
+/* -- the parsers of the tool's output (untrusted) ----------------------------------- */
+
+const char *modal_fs_errno(const char *kind)
+{
+    static const char *const map[][2] = {
+        {"NotFound", "ENOENT"},          {"IsDirectory", "EISDIR"},
+        {"NotDirectory", "ENOTDIR"},     {"IsFile", "ENOTDIR"},
+        {"AlreadyExists", "ENOTDIR"}, /* WriteFile: a parent is a file (the SDK's reading)
+                                       */
+        {"PathAlreadyExists", "EEXIST"}, {"DirectoryNotEmpty", "ENOTEMPTY"},
+        {"PermissionDenied", "EACCES"},  {"FileTooLarge", "EFBIG"},
+        {"NotSupported", "ENOTSUP"},     {"NoSpace", "ENOSPC"},
+        {"StorageFull", "ENOSPC"},
+    };
+    for (size_t i = 0; kind && i < sizeof(map) / sizeof(map[0]); i++)
+        if (!strcmp(kind, map[i][0]))
+            return map[i][1];
+    return "EIO";
+}
+
+int modal_fs_parse_error(const uint8_t *buf, size_t len, const char **errno_name,
+                         char *msg, size_t msgsz)
+{
+    *errno_name = "EIO";
+    msg[0] = 0;
+    json_t *v =
+        len ? json_loadb((const char *)buf, len, JSON_REJECT_DUPLICATES, NULL) : NULL;
+    const char *kind = json_string_value(json_object_get(v, "error_kind"));
+    const char *m = json_string_value(json_object_get(v, "message"));
+    if (!json_is_object(v) || !kind || !m || !m[0]) {
+        json_decref(v);
+        return -1;
+    }
+    *errno_name = modal_fs_errno(kind);
+    snprintf(msg, msgsz, "%s", m);
+    json_decref(v);
+    return 0;
+}
+
+/* One tool entry as the agent's shape {name, path, type, size, mode,
+ * mtime_ms, uid?, gid?, target?}; NULL when it is not one. */
+static json_t *entry_of(json_t *e)
+{
+    const char *name = json_string_value(json_object_get(e, "name"));
+    const char *path = json_string_value(json_object_get(e, "path"));
+    const char *type = json_string_value(json_object_get(e, "type"));
+    json_t *size = json_object_get(e, "size"), *mode = json_object_get(e, "mode");
+    json_t *mt = json_object_get(e, "modified_time");
+    if (!json_is_object(e) || !name || !path || path[0] != '/' || !type ||
+        !json_is_integer(size) || json_integer_value(size) < 0)
+        return NULL;
+    if (strcmp(type, "file") && strcmp(type, "directory") && strcmp(type, "symlink"))
+        type = "other";
+    json_t *o = json_pack("{s:s, s:s, s:s, s:I}", "name", name, "path", path, "type",
+                          type, "size", (json_int_t)json_integer_value(size));
+    if (!o)
+        return NULL; /* a string that is not UTF-8 */
+    json_object_set_new(
+        o, "mode",
+        json_integer(json_is_integer(mode) ? json_integer_value(mode) & 07777 : 0));
+    if (json_is_number(mt)) {
+        double s = json_number_value(mt);
+        if (s >= 0 && s < 1e11)
+            json_object_set_new(o, "mtime_ms", json_integer((json_int_t)(s * 1000)));
+    }
+    const char *ids[][2] = {{"owner", "uid"}, {"group", "gid"}};
+    for (int i = 0; i < 2; i++) {
+        const char *s = json_string_value(json_object_get(e, ids[i][0]));
+        char *end;
+        long long n = s && *s ? strtoll(s, &end, 10) : -1;
+        if (s && *s && !*end && n >= 0 && n <= 0xffffffffLL)
+            json_object_set_new(o, ids[i][1], json_integer(n));
+    }
+    const char *tg = json_string_value(json_object_get(e, "symlink_target"));
+    if (tg && !strcmp(type, "symlink"))
+        json_object_set_new(o, "target", json_string(tg));
+    return o;
+}
+
+json_t *modal_fs_parse_stat(const uint8_t *buf, size_t len)
+{
+    json_t *v = json_loadb((const char *)buf, len, JSON_REJECT_DUPLICATES, NULL);
+    json_t *o = entry_of(v);
+    json_decref(v);
+    if (o) {
+        json_object_del(o, "name");
+        json_object_del(o, "path");
+    }
+    return o;
+}
+
+json_t *modal_fs_parse_list(const uint8_t *buf, size_t len, int64_t skip, int64_t limit)
+{
+    json_t *v = json_loadb((const char *)buf, len, JSON_REJECT_DUPLICATES, NULL);
+    if (!json_is_array(v)) {
+        json_decref(v);
+        return NULL;
+    }
+    json_t *ents = json_array();
+    int more = 0;
+    int64_t seen = 0;
+    size_t i;
+    json_t *e;
+    json_array_foreach(v, i, e) {
+        if (i >= MFS_LIST_MAX)
+            break;
+        json_t *o = entry_of(e);
+        if (!o)
+            continue; /* a malformed entry is left out, as the agent's unreadable ones */
+        if (seen++ < skip) {
+            json_decref(o);
+            continue;
+        }
+        if ((int64_t)json_array_size(ents) >= limit) {
+            json_decref(o);
+            more = 1;
+            break;
+        }
+        json_array_append_new(ents, o);
+    }
+    json_decref(v);
+    return json_pack("{s:o, s:b}", "entries", ents, "more", more);
+}
+
+/* -- one operation -------------------------------------------------------------------- */
+
+static void step_next(struct mfs *f);
+
+static void mfs_free(struct mfs *f)
+{
+    struct msb *ms = f->ms;
+    if (ms) {
+        if (f->prev)
+            f->prev->next = f->next;
+        else
+            ms->fs_ops = f->next;
+        if (f->next)
+            f->next->prev = f->prev;
+    }
+    grpc_call_cancel(f->call);
+    if (f->hdata)
+        *f->hdata = NULL; /* the core's handle forgets f */
+    free(f->task);
+    free(f->cmd);
+    free(f->buf);
+    free(f);
+}
+
+/* Ends f's call; err NULL: success with res (stolen). An open write between
+ * its calls lives on; everything else ends. */
+static void finish(struct mfs *f, sbx_err_t *err, json_t *res)
+{
+    struct fs_call *fc = f->fc;
+    f->fc = NULL;
+    int keep = fc && f->op == FS_OP_WRITE && fc->more && !err;
+    if (!keep)
+        mfs_free(f);
+    if (fc)
+        fs_call_done(fc, err, res);
+    else
+        json_decref(res);
+}
+
+static void fail_provider(struct mfs *f, const char *what, const struct grpc_status *st)
+{
+    sbx_err_t err = {0};
+    if (st)
+        modal_grpc_err(f->ms->mp, &err, st, what);
+    else
+        modal_plain_err(&err, what);
+    finish(f, &err, NULL);
+}
+
+static int rpc_failed(struct mfs *f, const struct grpc_status *st, const char *what)
+{
+    if (st->code == GRPC_OK)
+        return 0;
+    if (st->code == GRPC_UNAUTHENTICATED)
+        modal_router_stale(f->ms);
+    fail_provider(f, what, st);
+    return 1;
+}
+
+static const char *path_of(struct mfs *f)
+{
+    return json_string_value(json_object_get(f->fc->args, "path"));
+}
+
+static void exec_started(struct grpc_call *c, const struct grpc_status *st,
+                         const uint8_t *msg, size_t len, void *privdata)
+{
+    (void)c, (void)msg, (void)len;
+    struct mfs *f = privdata;
+    f->call = NULL;
+    if (rpc_failed(f, st, "TaskExecStart (modal-sandbox-fs-tools)"))
+        return;
+    f->started = 1;
+    f->step = f->op == FS_OP_WRITE ? MFS_STDIN : MFS_OUT;
+    step_next(f);
+}
+
+static void stdin_done(struct grpc_call *c, const struct grpc_status *st,
+                       const uint8_t *msg, size_t len, void *privdata)
+{
+    (void)c, (void)msg, (void)len;
+    struct mfs *f = privdata;
+    f->call = NULL;
+    if (st->code == GRPC_FAILED_PRECONDITION || st->code == GRPC_ABORTED) {
+        /* The tool is done reading (it failed early): its exit says why. */
+        f->step = MFS_WAIT;
+        step_next(f);
+        return;
+    }
+    if (rpc_failed(f, st, "TaskExecStdinWrite (modal-sandbox-fs-tools)"))
+        return;
+    step_next(f);
+}
+
+static void out_msg(struct grpc_call *c, const uint8_t *msg, size_t len, void *privdata)
+{
+    (void)c;
+    struct mfs *f = privdata;
+    if (!f->fc)
+        return;
+    Modal__TaskCommandRouter__TaskExecStdioReadResponse *r =
+        modal__task_command_router__task_exec_stdio_read_response__unpack(NULL, len, msg);
+    if (!r)
+        return;
+    const uint8_t *d = r->data.data;
+    size_t n = r->data.len;
+    uint64_t at = f->out_off;
+    f->out_off += n;
+    if (f->step == MFS_OUT && f->op == FS_OP_READ) {
+        /* Only the window [win_off, win_off + win_len) is kept. */
+        uint64_t lo = at > f->win_off ? at : f->win_off;
+        uint64_t hi =
+            f->out_off < f->win_off + f->win_len ? f->out_off : f->win_off + f->win_len;
+        if (hi > lo)
+            fs_call_data(f->fc, d + (lo - at), (size_t)(hi - lo));
+    } else {
+        size_t max = f->step == MFS_ERR ? MFS_ERR_MAX : MFS_OUT_MAX;
+        size_t take = f->blen < max ? max - f->blen : 0;
+        if (take > n)
+            take = n;
+        if (take) {
+            f->buf = xrealloc(f->buf, f->blen + take);
+            memcpy(f->buf + f->blen, d, take);
+            f->blen += take;
+        }
+    }
+    modal__task_command_router__task_exec_stdio_read_response__free_unpacked(r, NULL);
+}
+
+static void out_done(struct grpc_call *c, const struct grpc_status *st,
+                     const uint8_t *msg, size_t len, void *privdata)
+{
+    (void)c, (void)msg, (void)len;
+    struct mfs *f = privdata;
+    f->call = NULL;
+    if (rpc_failed(f, st, "TaskExecStdioRead (modal-sandbox-fs-tools)"))
+        return;
+    if (f->step == MFS_OUT && f->op != FS_OP_READ && f->blen >= MFS_OUT_MAX) {
+        fail_provider(f, "modal-sandbox-fs-tools printed more than sbxd takes", NULL);
+        return;
+    }
+    if (f->step == MFS_OUT) {
+        f->step = MFS_WAIT;
+        step_next(f);
+        return;
+    }
+    /* stderr of a failed run: the tool's error, or its exit code. */
+    const char *en;
+    char m[256];
+    if (modal_fs_parse_error(f->buf, f->blen, &en, m, sizeof(m)) < 0)
+        snprintf(m, sizeof(m), "modal-sandbox-fs-tools exited %d", f->exit_code);
+    sbx_err_t err = {0};
+    fs_err(&err, en, path_of(f), m);
+    finish(f, &err, NULL);
+}
+
+static void answer(struct mfs *f)
+{
+    struct fs_call *fc = f->fc;
+    json_t *res = NULL;
+    switch (f->op) {
+    case FS_OP_READ: {
+        uint64_t end = fc->blen + f->win_off;
+        res = json_pack("{s:I, s:I, s:b}", "size", (json_int_t)f->out_off, "n",
+                        (json_int_t)fc->blen, "eof", end >= f->out_off);
+        break;
+    }
+    case FS_OP_WRITE:
+        res = json_pack("{s:I}", "size", (json_int_t)f->in_off);
+        break;
+    case FS_OP_LIST:
+        res = modal_fs_parse_list(f->buf, f->blen,
+                                  json_integer_value(json_object_get(fc->args, "skip")),
+                                  json_integer_value(json_object_get(fc->args, "limit")));
+        break;
+    case FS_OP_STAT:
+        res = modal_fs_parse_stat(f->buf, f->blen);
+        break;
+    case FS_OP_MKDIR:
+        res = json_pack("{s:b}", "created", 1);
+        break;
+    default:
+        res = json_object();
+        break;
+    }
+    if (!res) {
+        fail_provider(
+            f, "modal-sandbox-fs-tools printed something that is not its answer", NULL);
+        return;
+    }
+    finish(f, NULL, res);
+}
+
+static void wait_done(struct grpc_call *c, const struct grpc_status *st,
+                      const uint8_t *msg, size_t len, void *privdata)
+{
+    (void)c;
+    struct mfs *f = privdata;
+    f->call = NULL;
+    if (st->code == GRPC_DEADLINE_EXCEEDED) {
+        step_next(f); /* no server-side timeout: wait again */
+        return;
+    }
+    if (rpc_failed(f, st, "TaskExecWait (modal-sandbox-fs-tools)"))
+        return;
+    Modal__TaskCommandRouter__TaskExecWaitResponse *r = modal_reply(
+        &modal__task_command_router__task_exec_wait_response__descriptor, st, msg, len);
+    int code = -1;
+    if (r && r->exit_status_case ==
+                 MODAL__TASK_COMMAND_ROUTER__TASK_EXEC_WAIT_RESPONSE__EXIT_STATUS_CODE)
+        code = r->code;
+    else if (r &&
+             r->exit_status_case ==
+                 MODAL__TASK_COMMAND_ROUTER__TASK_EXEC_WAIT_RESPONSE__EXIT_STATUS_SIGNAL)
+        code = 128 + r->signal;
+    modal_reply_free(r);
+    if (code == 0) {
+        answer(f);
+        return;
+    }
+    f->exit_code = code;
+    f->step = MFS_ERR;
+    f->out_off = 0;
+    free(f->buf);
+    f->buf = NULL;
+    f->blen = 0;
+    step_next(f);
+}
+
+static void start_exec(struct mfs *f)
+{
+    struct msb *ms = f->ms;
+    if (!f->exec_id[0]) {
+        modal_uuid4(f->exec_id);
+        modal_set_str(&f->task, ms->task_id);
+    }
+    char *argv[2] = {(char *)MFS_TOOL, f->cmd};
+    Modal__TaskCommandRouter__TaskExecStartRequest req =
+        MODAL__TASK_COMMAND_ROUTER__TASK_EXEC_START_REQUEST__INIT;
+    req.task_id = f->task;
+    req.exec_id = f->exec_id;
+    req.command_args = argv;
+    req.n_command_args = 2;
+    req.stdout_config =
+        MODAL__TASK_COMMAND_ROUTER__TASK_EXEC_STDOUT_CONFIG__TASK_EXEC_STDOUT_CONFIG_PIPE;
+    req.stderr_config =
+        MODAL__TASK_COMMAND_ROUTER__TASK_EXEC_STDERR_CONFIG__TASK_EXEC_STDERR_CONFIG_PIPE;
+    f->call = modal_router_unary(ms, "TaskExecStart", &req.base, UNARY_TIMEOUT_S,
+                                 exec_started, f);
+    /* Our exec id makes a retried start run the tool once. */
+    grpc_call_retry_budget(f->call, ms->mp->retry_budget_s);
+}
+
+/* Does f's next step for its current call. */
+static void step_next(struct mfs *f)
+{
+    struct msb *ms = f->ms;
+    if (!f->fc)
+        return;
+    if (!ms->router || !ms->rt_auth) {
+        fail_provider(f, "the sandbox's command router is not reachable", NULL);
+        return;
+    }
+    switch (f->step) {
+    case MFS_IDLE:
+    case MFS_START:
+        f->step = MFS_START;
+        start_exec(f);
+        return;
+    case MFS_STDIN: {
+        struct fs_call *fc = f->fc;
+        size_t left = fc->len - f->in_pos;
+        int eof = !fc->more && left <= MFS_STDIN_PIECE;
+        if (left == 0 && (fc->more || f->in_eof)) {
+            if (fc->more) {
+                finish(f, NULL, json_pack("{s:I}", "size", (json_int_t)f->in_off));
+                return;
+            }
+            f->step = MFS_OUT;
+            step_next(f);
+            return;
+        }
+        size_t n = left < MFS_STDIN_PIECE ? left : MFS_STDIN_PIECE;
+        Modal__TaskCommandRouter__TaskExecStdinWriteRequest rq =
+            MODAL__TASK_COMMAND_ROUTER__TASK_EXEC_STDIN_WRITE_REQUEST__INIT;
+        rq.task_id = f->task;
+        rq.exec_id = f->exec_id;
+        rq.offset = f->in_off;
+        rq.data.data = (uint8_t *)fc->data + f->in_pos;
+        rq.data.len = n;
+        rq.eof = eof;
+        f->in_pos += n;
+        f->in_off += n;
+        if (eof)
+            f->in_eof = 1;
+        f->call = modal_router_unary(ms, "TaskExecStdinWrite", &rq.base, UNARY_TIMEOUT_S,
+                                     stdin_done, f);
+        /* By offset: a repeat of what arrived is skipped, so a retry is safe. */
+        grpc_call_retry_budget(f->call, ms->mp->retry_budget_s);
+        return;
+    }
+    case MFS_OUT:
+    case MFS_ERR: {
+        Modal__TaskCommandRouter__TaskExecStdioReadRequest rq =
+            MODAL__TASK_COMMAND_ROUTER__TASK_EXEC_STDIO_READ_REQUEST__INIT;
+        rq.task_id = f->task;
+        rq.exec_id = f->exec_id;
+        rq.offset = 0;
+        rq.file_descriptor = f->step == MFS_OUT ? MFS_FD_STDOUT : MFS_FD_STDERR;
+        f->out_off = 0;
+        f->call = modal_router_stream(ms, "TaskExecStdioRead", &rq.base,
+                                      POLL_S + POLL_SLACK_S, out_msg, out_done, f);
+        return;
+    }
+    case MFS_WAIT: {
+        Modal__TaskCommandRouter__TaskExecWaitRequest rq =
+            MODAL__TASK_COMMAND_ROUTER__TASK_EXEC_WAIT_REQUEST__INIT;
+        rq.task_id = f->task;
+        rq.exec_id = f->exec_id;
+        f->call = modal_router_unary(ms, "TaskExecWait", &rq.base, POLL_S, wait_done, f);
+        return;
+    }
+    }
+}
+
+/* The router access is settled: f goes on, or fails with why. */
+static void go(struct mfs *f, const char *failure)
+{
+    if (failure) {
+        fail_provider(f, failure, NULL);
+        return;
+    }
+    int u = modal_router_use_fs(f->ms);
+    if (u < 0) {
+        fail_provider(f,
+                      "files need Modal's command router, which this sandbox does not "
+                      "offer (exec goes through ContainerExec)",
+                      NULL);
+        return;
+    }
+    if (u == 0) {
+        f->waiting = 1;
+        return;
+    }
+    step_next(f);
+}
+
+void modal_fs_router_ready(struct msb *ms, const char *failure)
+{
+    struct mfs *f = ms->fs_ops, *next;
+    for (; f; f = next) {
+        next = f->next;
+        if (f->waiting && f->fc) {
+            f->waiting = 0;
+            go(f, failure);
+        }
+    }
+}
+
+static char *command_of(struct fs_call *fc)
+{
+    json_t *a = fc->args;
+    json_t *path = json_object_get(a, "path");
+    json_t *c = NULL;
+    switch (fc->op) {
+    case FS_OP_READ:
+        c = json_pack("{s:{s:O}}", "ReadFile", "path", path);
+        break;
+    case FS_OP_WRITE:
+        c = json_pack("{s:{s:O}}", "WriteFile", "path", path);
+        break;
+    case FS_OP_LIST:
+        c = json_pack("{s:{s:O}}", "ListFiles", "path", path);
+        break;
+    case FS_OP_STAT:
+        c = json_pack("{s:{s:O}}", "Stat", "path", path);
+        break;
+    case FS_OP_MKDIR:
+        c = json_pack("{s:{s:O, s:b}}", "MakeDirectory", "path", path, "parents",
+                      json_is_true(json_object_get(a, "parents")));
+        break;
+    case FS_OP_REMOVE:
+        c = json_pack("{s:{s:O, s:b}}", "Remove", "path", path, "recursive",
+                      json_is_true(json_object_get(a, "recursive")));
+        break;
+    default:
+        break;
+    }
+    char *s = c ? json_dumps(c, JSON_COMPACT) : NULL;
+    json_decref(c);
+    return s;
+}
+
+static int unsupported(sbx_err_t *err, const char *feature, const char *why)
+{
+    return err_make_data(err, SBX_E_UNSUPPORTED,
+                         json_pack("{s:s, s:s}", "provider", "modal", "feature", feature),
+                         "modal: %s", why);
+}
+
+int modal_fs_call(void *cookie, struct fs_call *fc, sbx_err_t *err)
+{
+    (void)cookie;
+    struct msb *ms = fc->sb->pdata;
+    if (!ms || !ms->task_id)
+        return err_make(err, SBX_E_STATE, "sandbox %s has no Modal task", fc->sb->id);
+    json_t *a = fc->args;
+    switch (fc->op) {
+    case FS_OP_WATCH:
+        return unsupported(err, "fs.watch", "fs.watch is not served on Modal yet");
+    case FS_OP_RENAME:
+        return unsupported(err, "fs.rename",
+                           "Modal's filesystem tool has no rename: fs.rename is not "
+                           "supported");
+    case FS_OP_LIST:
+        if (json_integer_value(json_object_get(a, "depth")) > 1)
+            return unsupported(err, "fs.list depth",
+                               "Modal's filesystem tool lists one level: depth > 1 is "
+                               "not supported");
+        break;
+    case FS_OP_WRITE:
+        if (fc->first && json_is_true(json_object_get(a, "append")))
+            return unsupported(err, "fs.write append",
+                               "Modal's filesystem tool replaces whole files: append is "
+                               "not supported");
+        if (fc->first && json_object_get(a, "mode"))
+            return unsupported(err, "fs.write mode",
+                               "Modal's filesystem tool sets no file mode: mode is not "
+                               "supported");
+        break;
+    default:
+        break;
+    }
+    struct mfs *f = fc->op == FS_OP_WRITE && !fc->first ? *fc->hdata : NULL;
+    if (fc->op == FS_OP_WRITE && !fc->first && !f)
+        return err_make(err, SBX_E_INTERNAL, "write handle without its exec");
+    if (!f) {
+        f = xcalloc(1, sizeof(*f));
+        f->ms = ms;
+        f->op = fc->op;
+        f->cmd = command_of(fc);
+        if (!f->cmd) {
+            free(f);
+            return err_make(err, SBX_E_INTERNAL, "modal: no tool command for this path");
+        }
+        f->next = ms->fs_ops;
+        if (ms->fs_ops)
+            ms->fs_ops->prev = f;
+        ms->fs_ops = f;
+        if (fc->hdata) {
+            *fc->hdata = f;
+            f->hdata = fc->hdata;
+        }
+    }
+    f->fc = fc;
+    f->in_pos = 0;
+    if (fc->op == FS_OP_READ) {
+        f->win_off = (uint64_t)json_integer_value(json_object_get(a, "offset"));
+        f->win_len = (uint64_t)json_integer_value(json_object_get(a, "length"));
+    }
+    if (f->started) {
+        step_next(f); /* a write's next chunk */
+        return 0;
+    }
+    go(f, NULL);
+    return 0;
+}
+
+void modal_fs_release(void *cookie, struct sandbox *sb, uint64_t handle, void *hdata)
+{
+    (void)cookie;
+    (void)handle;
+    struct msb *ms = sb->pdata;
+    struct mfs *f = hdata;
+    if (!ms || !f)
+        return;
+    for (struct mfs *x = ms->fs_ops; x; x = x->next)
+        if (x == f) {
+            /* An aborted write: no EOF goes to the tool, so it never puts a
+             * half file in place (the SDK's rule for a broken source). */
+            if (!f->fc)
+                mfs_free(f);
+            return;
+        }
+}
+
+void modal_fs_release_all(struct msb *ms, const char *why)
+{
+    while (ms->fs_ops) {
+        struct mfs *f = ms->fs_ops;
+        if (f->fc) {
+            sbx_err_t err = {0};
+            err_make(&err, SBX_E_STATE, "modal: %s", why);
+            finish(f, &err, NULL);
+        } else {
+            if (f->prev)
+                f->prev->next = f->next;
+            else
+                ms->fs_ops = f->next;
+            if (f->next)
+                f->next->prev = f->prev;
+            f->ms = NULL;
+            mfs_free(f);
+        }
+    }
+}
