@@ -110,7 +110,7 @@ static char *fake_root(conn *c, const char *id)
     return root;
 }
 
-/* ---- sbxd helpers -------------------------------------------------------------------- */
+/* ---- sbxd helpers ------------------------------------------------------------ */
 
 static json_t *call(conn *c, const char *m, json_t *p)
 {
@@ -236,7 +236,7 @@ static void sha_mem(const uint8_t *d, size_t n, const char *tmp, char out[65])
     unlink(tmp);
 }
 
-/* ---- tests ---------------------------------------------------------------------------- */
+/* ---- tests ------------------------------------------------------------------ */
 
 static void test_text_binary(conn *c, const char *root)
 {
@@ -337,16 +337,48 @@ static void test_meta(conn *c)
 
     r = fs(c, "fs.mkdir", "/work/m/n/o", json_pack("{s:b}", "parents", 1));
     json_t *s = fs(c, "fs.stat", "/work/m/n/o", NULL);
-    test_cond("fs.mkdir parents: the tree is there",
-              res_of(r) && !strcmp(res_str(s, "type"), "directory"));
+    test_cond("fs.mkdir parents: the tree is there, created",
+              json_is_true(json_object_get(res_of(r), "created")) &&
+                  !strcmp(res_str(s, "type"), "directory"));
     json_decref(r);
     json_decref(s);
+    r = fs(c, "fs.mkdir", "/work/m/n", json_pack("{s:b}", "parents", 1));
+    test_cond("fs.mkdir parents of an existing directory: created false",
+              json_is_false(json_object_get(res_of(r), "created")));
+    json_decref(r);
+    r = call(c, "fs.mkdir",
+             json_pack("{s:s, s:s, s:b}", "sandbox", "mfs", "path", "/work/bin.dat",
+                       "parents", 1));
+    test_cond("fs.mkdir parents over a file: EEXIST",
+              err_code(r) == -32010 && !strcmp(errno_of(r), "EEXIST"));
+    json_decref(r);
+    r = call(c, "fs.mkdir",
+             json_pack("{s:s, s:s}", "sandbox", "mfs", "path", "/work/x/y"));
+    test_cond("fs.mkdir without parents under a missing one: ENOENT",
+              err_code(r) == -32010 && !strcmp(errno_of(r), "ENOENT"));
+    json_decref(r);
+    r = call(
+        c, "fs.write",
+        json_pack("{s:s, s:s, s:s}", "sandbox", "mfs", "path", "/work/x/f", "data", "x"));
+    s = call(c, "fs.stat", json_pack("{s:s, s:s}", "sandbox", "mfs", "path", "/work/x"));
+    test_cond(
+        "fs.write without mkdir_parents under a missing directory: ENOENT, nothing made",
+        err_code(r) == -32010 && !strcmp(errno_of(r), "ENOENT") &&
+            !strcmp(errno_of(s), "ENOENT"));
+    json_decref(r);
+    json_decref(s);
+    r = call(c, "fs.write",
+             json_pack("{s:s, s:s, s:s}", "sandbox", "mfs", "path", "/work/bin.dat/f",
+                       "data", "x"));
+    test_cond("fs.write under a file: ENOTDIR",
+              err_code(r) == -32010 && !strcmp(errno_of(r), "ENOTDIR"));
+    json_decref(r);
     r = call(c, "fs.mkdir",
              json_pack("{s:s, s:s}", "sandbox", "mfs", "path", "/work/m/n/o"));
     test_cond("fs.mkdir of an existing one without parents: -32010 EEXIST",
               err_code(r) == -32010 && !strcmp(errno_of(r), "EEXIST"));
     json_decref(r);
-    fs(c, "fs.write", "/work/m/n/o/f", json_pack("{s:s}", "data", "x"));
+    json_decref(fs(c, "fs.write", "/work/m/n/o/f", json_pack("{s:s}", "data", "x")));
     r = call(c, "fs.remove",
              json_pack("{s:s, s:s}", "sandbox", "mfs", "path", "/work/m"));
     test_cond("fs.remove of a full directory, not recursive: ENOTEMPTY",

@@ -36,6 +36,10 @@
 #define MFS_ERR_MAX (64u * 1024)        /* stderr kept */
 #define MFS_STDIN_PIECE (1u * 1024 * 1024)
 #define MFS_LIST_MAX 100000 /* entries taken from one ListFiles */
+/* The tool's exec ends after this (Modal kills it), so a write whose client
+ * went away without EOF does not keep its process for the sandbox's life. */
+#define MFS_EXEC_TIMEOUT_S 600u
+#define MFS_WRITE_TIMEOUT_S 3600u
 #define MFS_FD_STDOUT ((Modal__TaskCommandRouter__TaskExecStdioFileDescriptor)0)
 #define MFS_FD_STDERR ((Modal__TaskCommandRouter__TaskExecStdioFileDescriptor)1)
 
@@ -64,6 +68,11 @@ struct mfs {
     uint8_t *buf;
     size_t blen;
     int exit_code;
+    /* Some calls take two execs, for Docker's semantics where the tool has
+     * none of its own: a write without mkdir_parents first stats the parent
+     * (the tool always makes parents), mkdir with parents tries without
+     * them first (to tell created from existing). */
+    enum { PH_MAIN, PH_PARENT, PH_MKDIR_P, PH_MKDIR_STAT } phase;
 };
 
 /* -- the parsers of the tool's output (untrusted) ----------------------------------- */
@@ -190,9 +199,10 @@ json_t *modal_fs_parse_list(const uint8_t *buf, size_t len, int64_t skip, int64_
     return json_pack("{s:o, s:b}", "entries", ents, "more", more);
 }
 
-/* -- one operation -------------------------------------------------------------------- */
+/* -- one operation ------------------------------------------------------------ */
 
 static void step_next(struct mfs *f);
+static int advance(struct mfs *f, const char *en);
 
 static void mfs_free(struct mfs *f)
 {
@@ -263,7 +273,7 @@ static void exec_started(struct grpc_call *c, const struct grpc_status *st,
     if (rpc_failed(f, st, "TaskExecStart (modal-sandbox-fs-tools)"))
         return;
     f->started = 1;
-    f->step = f->op == FS_OP_WRITE ? MFS_STDIN : MFS_OUT;
+    f->step = f->op == FS_OP_WRITE && f->phase == PH_MAIN ? MFS_STDIN : MFS_OUT;
     step_next(f);
 }
 
@@ -341,13 +351,106 @@ static void out_done(struct grpc_call *c, const struct grpc_status *st,
     char m[256];
     if (modal_fs_parse_error(f->buf, f->blen, &en, m, sizeof(m)) < 0)
         snprintf(m, sizeof(m), "modal-sandbox-fs-tools exited %d", f->exit_code);
+    if (advance(f, en))
+        return;
     sbx_err_t err = {0};
     fs_err(&err, en, path_of(f), m);
     finish(f, &err, NULL);
 }
 
+static char *command_of(struct fs_call *fc);
+
+/* f's next exec: command cmd (stolen) from its start. */
+static void again(struct mfs *f, char *cmd)
+{
+    free(f->cmd);
+    f->cmd = cmd;
+    f->exec_id[0] = 0;
+    f->started = 0;
+    f->out_off = 0;
+    f->in_off = 0;
+    f->in_pos = 0;
+    f->in_eof = 0;
+    free(f->buf);
+    f->buf = NULL;
+    f->blen = 0;
+    f->step = MFS_START;
+    step_next(f);
+}
+
+static char *tool_cmd(const char *op, const char *path, int flag_key_set,
+                      const char *flag_key, int flag)
+{
+    json_t *c = flag_key_set
+                    ? json_pack("{s:{s:s, s:b}}", op, "path", path, flag_key, flag)
+                    : json_pack("{s:{s:s}}", op, "path", path);
+    char *s = c ? json_dumps(c, JSON_COMPACT) : NULL;
+    json_decref(c);
+    return s;
+}
+
+/* After the exec of a phase that is not the call's last one ended, with en
+ * NULL (it succeeded) or the errno name of its failure: 1 when f went on
+ * (another exec, or finished), 0 to answer as usual. */
+static int advance(struct mfs *f, const char *en)
+{
+    struct fs_call *fc = f->fc;
+    const char *path = path_of(f);
+    sbx_err_t err = {0};
+    switch (f->phase) {
+    case PH_MAIN:
+        return 0;
+    case PH_PARENT: {
+        json_t *st = en ? NULL : modal_fs_parse_stat(f->buf, f->blen);
+        const char *type = json_string_value(json_object_get(st, "type"));
+        int dir = type && !strcmp(type, "directory");
+        json_decref(st);
+        if (en || !dir) {
+            fs_err(&err, en ? en : "ENOTDIR", path,
+                   en ? "the parent directory does not exist (mkdir_parents makes it)"
+                      : "the parent is not a directory");
+            finish(f, &err, NULL);
+            return 1;
+        }
+        f->phase = PH_MAIN;
+        again(f, command_of(fc));
+        return 1;
+    }
+    case PH_MKDIR_P:
+        if (!en)
+            return 0; /* made by the first try: created */
+        if (!strcmp(en, "EEXIST")) {
+            f->phase = PH_MKDIR_STAT;
+            again(f, tool_cmd("Stat", path, 0, NULL, 0));
+            return 1;
+        }
+        if (!strcmp(en, "ENOENT")) {
+            f->phase = PH_MAIN; /* a parent is missing: now with parents */
+            again(f, tool_cmd("MakeDirectory", path, 1, "parents", 1));
+            return 1;
+        }
+        return 0;
+    case PH_MKDIR_STAT: {
+        json_t *st = en ? NULL : modal_fs_parse_stat(f->buf, f->blen);
+        const char *type = json_string_value(json_object_get(st, "type"));
+        int dir = type && !strcmp(type, "directory");
+        json_decref(st);
+        if (dir) {
+            finish(f, NULL, json_pack("{s:b}", "created", 0));
+            return 1;
+        }
+        fs_err(&err, "EEXIST", path, "Path already exists and is not a directory");
+        finish(f, &err, NULL);
+        return 1;
+    }
+    }
+    return 0;
+}
+
 static void answer(struct mfs *f)
 {
+    if (advance(f, NULL))
+        return;
     struct fs_call *fc = f->fc;
     json_t *res = NULL;
     switch (f->op) {
@@ -433,6 +536,10 @@ static void start_exec(struct mfs *f)
     req.exec_id = f->exec_id;
     req.command_args = argv;
     req.n_command_args = 2;
+    req._timeout_secs_case =
+        MODAL__TASK_COMMAND_ROUTER__TASK_EXEC_START_REQUEST___TIMEOUT_SECS_TIMEOUT_SECS;
+    req.timeout_secs = f->op == FS_OP_WRITE && f->phase == PH_MAIN ? MFS_WRITE_TIMEOUT_S
+                                                                   : MFS_EXEC_TIMEOUT_S;
     req.stdout_config =
         MODAL__TASK_COMMAND_ROUTER__TASK_EXEC_STDOUT_CONFIG__TASK_EXEC_STDOUT_CONFIG_PIPE;
     req.stderr_config =
@@ -631,6 +738,21 @@ int modal_fs_call(void *cookie, struct fs_call *fc, sbx_err_t *err)
         f->ms = ms;
         f->op = fc->op;
         f->cmd = command_of(fc);
+        const char *p = json_string_value(json_object_get(a, "path"));
+        const char *slash = p ? strrchr(p, '/') : NULL;
+        if (f->cmd && fc->op == FS_OP_WRITE &&
+            !json_is_true(json_object_get(a, "mkdir_parents")) && slash && slash != p) {
+            char *parent = xstrndup(p, (size_t)(slash - p));
+            free(f->cmd);
+            f->cmd = tool_cmd("Stat", parent, 0, NULL, 0);
+            free(parent);
+            f->phase = PH_PARENT;
+        } else if (f->cmd && fc->op == FS_OP_MKDIR &&
+                   json_is_true(json_object_get(a, "parents"))) {
+            free(f->cmd);
+            f->cmd = tool_cmd("MakeDirectory", p, 1, "parents", 0);
+            f->phase = PH_MKDIR_P;
+        }
         if (!f->cmd) {
             free(f);
             return err_make(err, SBX_E_INTERNAL, "modal: no tool command for this path");
