@@ -392,6 +392,32 @@ static void test_meta(conn *c)
     json_decref(s);
 }
 
+static void test_links(conn *c)
+{
+    json_t *x =
+        call(c, "process.exec",
+             json_pack("{s:s, s:s, s:s}", "sandbox", "mfs", "cwd", "/work/a dir",
+                       "command", "ln -s hello.txt link && ln -s nowhere dangling"));
+    json_decref(x);
+    json_t *r = fs(c, "fs.stat", "/work/a dir/link", NULL);
+    test_cond("fs.stat follows a symlink by default: the file, size 7",
+              !strcmp(res_str(r, "type"), "file") && res_int(r, "size") == 7);
+    json_decref(r);
+    r = fs(c, "fs.stat", "/work/a dir/link", json_pack("{s:b}", "follow", 0));
+    test_cond("fs.stat follow false: the link itself with its target",
+              !strcmp(res_str(r, "type"), "symlink") &&
+                  !strcmp(res_str(r, "target"), "hello.txt"));
+    json_decref(r);
+    r = call(c, "fs.stat",
+             json_pack("{s:s, s:s}", "sandbox", "mfs", "path", "/work/a dir/dangling"));
+    test_cond("fs.stat of a dangling link: ENOENT",
+              err_code(r) == -32010 && !strcmp(errno_of(r), "ENOENT"));
+    json_decref(r);
+    r = fs(c, "fs.read", "/work/a dir/link", NULL);
+    test_cond("fs.read through a symlink", !strcmp(res_str(r, "data"), "héllo\n"));
+    json_decref(r);
+}
+
 static void test_errors(conn *c)
 {
     json_t *r = call(c, "fs.read",
@@ -530,6 +556,7 @@ int main(int argc, char **argv)
     test_cond("the fake says where its files are", root != NULL);
     test_text_binary(c, root);
     test_meta(c);
+    test_links(c);
     test_errors(c);
     test_cross_uid();
     test_transport();

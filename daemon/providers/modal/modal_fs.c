@@ -40,6 +40,7 @@
  * went away without EOF does not keep its process for the sandbox's life. */
 #define MFS_EXEC_TIMEOUT_S 600u
 #define MFS_WRITE_TIMEOUT_S 3600u
+#define MFS_LINK_HOPS 8 /* symlinks fs.stat follows, then ELOOP */
 #define MFS_FD_STDOUT ((Modal__TaskCommandRouter__TaskExecStdioFileDescriptor)0)
 #define MFS_FD_STDERR ((Modal__TaskCommandRouter__TaskExecStdioFileDescriptor)1)
 
@@ -72,7 +73,10 @@ struct mfs {
      * none of its own: a write without mkdir_parents first stats the parent
      * (the tool always makes parents), mkdir with parents tries without
      * them first (to tell created from existing). */
-    enum { PH_MAIN, PH_PARENT, PH_MKDIR_P, PH_MKDIR_STAT } phase;
+    enum { PH_MAIN, PH_PARENT, PH_MKDIR_P, PH_MKDIR_STAT, PH_FOLLOW } phase;
+    /* PH_FOLLOW: the tool's Stat is lstat; fs.stat follows links itself */
+    char *cur;
+    int hops;
 };
 
 /* -- the parsers of the tool's output (untrusted) ----------------------------------- */
@@ -219,6 +223,7 @@ static void mfs_free(struct mfs *f)
     if (f->hdata)
         *f->hdata = NULL; /* the core's handle forgets f */
     free(f->task);
+    free(f->cur);
     free(f->cmd);
     free(f->buf);
     free(f);
@@ -430,6 +435,34 @@ static int advance(struct mfs *f, const char *en)
             return 1;
         }
         return 0;
+    case PH_FOLLOW: {
+        json_t *st = en ? NULL : modal_fs_parse_stat(f->buf, f->blen);
+        const char *type = json_string_value(json_object_get(st, "type"));
+        const char *tg = json_string_value(json_object_get(st, "target"));
+        if (!type || strcmp(type, "symlink") || !tg || !tg[0]) {
+            json_decref(st);
+            return 0; /* not a link (or an error): answered as it is */
+        }
+        if (++f->hops > MFS_LINK_HOPS) {
+            json_decref(st);
+            fs_err(&err, "ELOOP", path, "Too many levels of symbolic links");
+            finish(f, &err, NULL);
+            return 1;
+        }
+        const char *at = f->cur ? f->cur : path;
+        char *next;
+        if (tg[0] == '/') {
+            next = xstrdup(tg);
+        } else {
+            const char *sl = strrchr(at, '/');
+            next = xasprintf("%.*s/%s", (int)(sl ? sl - at : 0), at, tg);
+        }
+        json_decref(st);
+        free(f->cur);
+        f->cur = next;
+        again(f, tool_cmd("Stat", next, 0, NULL, 0));
+        return 1;
+    }
     case PH_MKDIR_STAT: {
         json_t *st = en ? NULL : modal_fs_parse_stat(f->buf, f->blen);
         const char *type = json_string_value(json_object_get(st, "type"));
@@ -747,6 +780,9 @@ int modal_fs_call(void *cookie, struct fs_call *fc, sbx_err_t *err)
             f->cmd = tool_cmd("Stat", parent, 0, NULL, 0);
             free(parent);
             f->phase = PH_PARENT;
+        } else if (f->cmd && fc->op == FS_OP_STAT &&
+                   !json_is_false(json_object_get(a, "follow"))) {
+            f->phase = PH_FOLLOW;
         } else if (f->cmd && fc->op == FS_OP_MKDIR &&
                    json_is_true(json_object_get(a, "parents"))) {
             free(f->cmd);
