@@ -5,11 +5,17 @@
 # install script builds V8 bindings from source with node's headers, a few
 # minutes once, kept in BUILD_DIR/ivm). Without it the reference figures
 # and how they were measured are printed instead.
+#
+# BENCH_ONLY=worker,roundtrip,concurrent picks sections. SBX_BENCH_OLD=DIR
+# (the build dir of an older commit) measures that build's sbxd and worker
+# beside this one in the same run, interleaved, SBX_BENCH_ROUNDS times (2),
+# so that a change is measured against its parent on the same machine load.
 B=${1:-build}
 T=$(mktemp -d /tmp/sbxd-jsbench.XXXXXX)
 echo "js provider (code mode on JavaScriptCore)"
 IVM=""
-if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then
+case "${BENCH_ONLY:-worker}" in *worker*) WANT_IVM=1 ;; *) WANT_IVM="" ;; esac
+if [ -n "$WANT_IVM" ] && command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then
     mkdir -p "$B/ivm"
     if ! cmp -s tests/bench/ivm/package-lock.json "$B/ivm/package-lock.json" ||
         [ ! -d "$B/ivm/node_modules/isolated-vm" ]; then
@@ -31,11 +37,28 @@ providers:
   duktape:
     pool_size: 8
 YAML
-SBXD_SOCKET="$T/sbxd.sock" "$B/sbxd" -c "$T/js.yaml" 2>"$T/sbxd.log" &
-PID=$!
-i=0
-while [ ! -S "$T/sbxd.sock" ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i + 1)); done
-SBX_IVM="$IVM" "$B/bench/js_bench" "$T/sbxd.sock" "$B/sbxd-jsworker" $BENCH_QUICK
-kill $PID
-wait $PID 2>/dev/null
+start() { # start BUILD_DIR NAME: a private sbxd of that build
+    SBXD_SOCKET="$T/$2.sock" "$1/sbxd" -c "$T/js.yaml" 2>"$T/$2.log" &
+    echo $! >"$T/$2.pid"
+    i=0
+    while [ ! -S "$T/$2.sock" ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i + 1)); done
+}
+start "$B" new
+if [ -z "$SBX_BENCH_OLD" ]; then
+    SBX_IVM="$IVM" "$B/bench/js_bench" "$T/new.sock" "$B/sbxd-jsworker" $BENCH_QUICK
+else
+    start "$SBX_BENCH_OLD" old
+    r=1
+    while [ $r -le "${SBX_BENCH_ROUNDS:-2}" ]; do
+        echo "-- round $r: old ($SBX_BENCH_OLD)"
+        SBX_IVM="$IVM" "$B/bench/js_bench" "$T/old.sock" "$SBX_BENCH_OLD/sbxd-jsworker" \
+            $BENCH_QUICK
+        echo "-- round $r: new ($B)"
+        SBX_IVM="$IVM" "$B/bench/js_bench" "$T/new.sock" "$B/sbxd-jsworker" $BENCH_QUICK
+        r=$((r + 1))
+    done
+    kill "$(cat "$T/old.pid")"
+fi
+kill "$(cat "$T/new.pid")"
+wait 2>/dev/null
 rm -rf "$T"

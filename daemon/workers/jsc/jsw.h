@@ -27,6 +27,27 @@
 /* Tool calls in flight at once per program. */
 #define JSW_MAX_CALLS 1024
 
+/* The cache of stripped programs (jsw_scache.c). */
+#define JSW_SCACHE_ENTRIES 64
+#define JSW_SCACHE_BYTES (2u << 20)
+#define JSW_SCACHE_ONE (64u << 10)
+
+struct jsw_scache_entry {
+    uint64_t hash;
+    char *src; /* the program as the SPAWN gave it */
+    size_t len;
+    JSStringRef out; /* the stripped, wrapped program (retained); NULL = free slot */
+    size_t bytes;    /* counted against JSW_SCACHE_BYTES */
+    uint64_t used;   /* clock of the last use */
+};
+
+struct jsw_scache {
+    struct jsw_scache_entry e[JSW_SCACHE_ENTRIES];
+    size_t bytes;
+    uint64_t clock;
+    uint64_t hits;
+};
+
 struct jsw_call {
     struct jsw_call *next;
     uint32_t id;
@@ -42,6 +63,7 @@ struct jsw {
      * stripper; programs never see it. */
     JSGlobalContextRef strip_ctx;
     JSObjectRef strip_fn; /* protected */
+    struct jsw_scache scache;
 
     /* The context of a persistent sandbox (kept between programs). */
     JSGlobalContextRef pctx;
@@ -88,6 +110,14 @@ void jsw_output(struct jsw *w, uint8_t type, const uint8_t *data, size_t len);
 void jsw_pump(struct jsw *w);
 /* Handles one frame (w is the struct jsw; payload borrowed). */
 void jsw_dispatch(void *w, const struct sbx_chan_hdr *h, const uint8_t *payload);
+
+/* ---- jsw_scache.c --------------------------------------------------------- */
+
+/* The stripped program for exactly these bytes (a new reference), or NULL. */
+JSStringRef jsw_scache_get(struct jsw_scache *c, const char *src, size_t len);
+/* Keeps out (retained) for src; evicts the least recently used to fit. */
+void jsw_scache_put(struct jsw_scache *c, const char *src, size_t len, JSStringRef out);
+void jsw_scache_clear(struct jsw_scache *c);
 
 /* ---- jsw_engine.c ---------------------------------------------------------- */
 

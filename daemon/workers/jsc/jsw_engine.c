@@ -354,11 +354,12 @@ static JSValueRef eval(JSContextRef ctx, const char *src, size_t len, const char
     return v;
 }
 
-/* A new global with the prelude run in it; *api_out protected. */
-static JSGlobalContextRef new_context(struct jsw *w, JSObjectRef *api_out)
+/* A new global with the prelude run in it; *api_out protected. `keep`: a
+ * persistent global (snapshot and restore work on it). */
+static JSGlobalContextRef new_context(struct jsw *w, int keep, JSObjectRef *api_out)
 {
     JSGlobalContextRef ctx = JSGlobalContextCreateInGroup(w->group, NULL);
-    JSValueRef exc = NULL, fnv, apiv, args[4];
+    JSValueRef exc = NULL, fnv, apiv, args[5];
     JSStringRef n;
 
     if (!ctx)
@@ -377,7 +378,8 @@ static JSGlobalContextRef new_context(struct jsw *w, JSObjectRef *api_out)
     args[2] = JSObjectMakeFunctionWithCallback(ctx, n, native_done);
     JSStringRelease(n);
     args[3] = JSValueMakeNumber(ctx, (double)(sizeof(WRAP_HEAD) - 1));
-    apiv = JSObjectCallAsFunction(ctx, (JSObjectRef)fnv, NULL, 4, args, &exc);
+    args[4] = JSValueMakeBoolean(ctx, keep);
+    apiv = JSObjectCallAsFunction(ctx, (JSObjectRef)fnv, NULL, 5, args, &exc);
     if (!apiv || !JSValueIsObject(ctx, apiv))
         goto fail;
     JSValueProtect(ctx, apiv);
@@ -483,6 +485,7 @@ void jsw_engine_reset(struct jsw *w)
 void jsw_engine_deinit(struct jsw *w)
 {
     jsw_engine_reset(w);
+    jsw_scache_clear(&w->scache);
     if (w->strip_ctx) {
         if (w->strip_fn)
             JSValueUnprotect(w->strip_ctx, w->strip_fn);
@@ -637,7 +640,7 @@ void jsw_engine_spawn(struct jsw *w, uint32_t proc, json_t *req)
 
     if (persistent) {
         if (!w->pctx)
-            w->pctx = new_context(w, &w->papi);
+            w->pctx = new_context(w, 1, &w->papi);
         w->ctx = w->pctx;
         w->api = w->papi;
     } else if (w->spare) {
@@ -646,7 +649,7 @@ void jsw_engine_spawn(struct jsw *w, uint32_t proc, json_t *req)
         w->spare = NULL;
         w->spare_api = NULL;
     } else {
-        w->ctx = new_context(w, &w->api);
+        w->ctx = new_context(w, 0, &w->api);
     }
     {
         json_t *st = json_pack("{s:i}", "os_pid", (int)getpid());
@@ -674,7 +677,13 @@ void jsw_engine_spawn(struct jsw *w, uint32_t proc, json_t *req)
 
     code = json_object_get(req, "code");
     double t0 = now_ms();
-    src = strip(w, json_string_value(code), json_string_length(code), &exc);
+    src = jsw_scache_get(&w->scache, json_string_value(code), json_string_length(code));
+    if (!src) {
+        src = strip(w, json_string_value(code), json_string_length(code), &exc);
+        if (src)
+            jsw_scache_put(&w->scache, json_string_value(code), json_string_length(code),
+                           src);
+    }
     /* for make bench (CHANNEL.md): what stripping TypeScript costs */
     json_object_set_new(w->rec, "strip_ms", json_real(now_ms() - t0));
     if (!src) {
@@ -786,7 +795,7 @@ static void collect_if_big(struct jsw *w)
 void jsw_engine_prepare(struct jsw *w)
 {
     if (!w->spare && w->proc == 0)
-        w->spare = new_context(w, &w->spare_api);
+        w->spare = new_context(w, 0, &w->spare_api);
 }
 
 void jsw_engine_tool_result(struct jsw *w, uint32_t proc, const char *payload, size_t len)
@@ -905,7 +914,7 @@ int jsw_engine_restore(struct jsw *w, const char *payload, size_t len, const cha
         *why = "RESTORE wants {\"globals\": {...}}";
         return -1;
     }
-    if (!w->pctx && !(w->pctx = new_context(w, &w->papi))) {
+    if (!w->pctx && !(w->pctx = new_context(w, 1, &w->papi))) {
         json_decref(j);
         *why = "cannot create a JavaScript context";
         return -1;

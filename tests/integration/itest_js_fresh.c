@@ -1,0 +1,187 @@
+/*
+ * itest_js_fresh.c - the js worker prepares the next run's global while it is
+ * idle and keeps the programs it stripped (jsw_scache.c); neither may carry
+ * anything of one run into the next. Against a real sbxd over its socket, on
+ * one sandbox whose worker stays the same (checked by its pid): a program that
+ * changes everything it can reach (globals, built-in prototypes, JSON,
+ * Promise, console, its tool, a pending tool call, a late microtask) is
+ * followed by one that looks for each change; programs that differ by a byte
+ * keep their own results through the cache; a program that does not parse is
+ * reported each time.
+ * usage: itest_js_fresh SOCKET
+ */
+#include <signal.h>
+
+#include "itest.h"
+#include "testhelp.h"
+
+static const char *sock;
+
+static json_t *echo(const char *name, json_t *args, int *code, const char **msg)
+{
+    return json_incref(args);
+}
+
+static json_t *run(conn *c, const char *sb, const char *code)
+{
+    return cn_call_t(c, 40000, "process.exec",
+                     json_pack("{s:s, s:s, s:i}", "sandbox", sb, "command", code,
+                               "timeout_ms", 10000));
+}
+
+static long worker_pid(conn *c, const char *sb)
+{
+    json_t *r = cn_call(c, "sandbox.get", json_pack("{s:s}", "id", sb));
+    long pid = (long)json_integer_value(
+        json_object_get(json_object_get(res_of(r), "metadata"), "worker_pid"));
+    json_decref(r);
+    return pid;
+}
+
+/* The JSON of the exec's result equals want (compact). */
+static int result_is(json_t *r, const char *want)
+{
+    json_t *v = json_object_get(res_of(r), "result");
+    char *s = v ? json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+    int ok = s && strcmp(s, want) == 0;
+    if (!ok)
+        printf("      result: %s (want %s)\n", s ? s : "(none)", want);
+    free(s);
+    return ok;
+}
+
+/* Changes every shared thing a program can reach, leaves a tool call and a
+ * microtask behind, and returns before they settle. */
+static const char polluter[] =
+    "Promise.resolve().then(() => { globalThis.late = 1 });\n"
+    "external_echo({a: 2}).then(() => { Object.prototype.afterTool = 1 });\n"
+    "globalThis.leak = 1;\n"
+    "Object.defineProperty(globalThis, 'hidden', {value: 2, enumerable: false});\n"
+    "Object.prototype.leakP = 3;\n"
+    "Array.prototype.leakA = 4;\n"
+    "String.prototype.trim = () => 'polluted';\n"
+    "Function.prototype.leakF = 5;\n"
+    "JSON.stringify = () => '\"polluted\"';\n"
+    "JSON.parse = () => 'polluted';\n"
+    "Promise.prototype.then = function () { return 'polluted' };\n"
+    "Math.random = () => 42;\n"
+    "console.log = () => { globalThis.logged = 1 };\n"
+    "globalThis.external_echo = () => 'polluted';\n"
+    "Error.prototype.toString = () => 'polluted';\n"
+    "Object.freeze(Object.prototype);\n"
+    "return 'done';";
+
+/* Every change of the polluter, looked for from a fresh global; `leak` must
+ * be all false and the real tool must answer. */
+static const char checker[] =
+    "const leak = {\n"
+    "  global: 'leak' in globalThis || 'hidden' in globalThis,\n"
+    "  late: 'late' in globalThis || 'logged' in globalThis || 'afterTool' in {},\n"
+    "  objectProto: 'leakP' in {} || Object.isFrozen(Object.prototype),\n"
+    "  arrayProto: 'leakA' in [],\n"
+    "  stringProto: ' x '.trim() !== 'x',\n"
+    "  functionProto: 'leakF' in function () {},\n"
+    "  json: JSON.parse('[1]')[0] !== 1,\n"
+    "  math: Math.random() === 42,\n"
+    "  errorProto: String(new Error('e')) !== 'Error: e',\n"
+    "};\n"
+    "console.log('checked');\n"
+    "const r = await external_echo({a: 1});\n"
+    "return {leak, tool: r.a};";
+
+static const char clean[] = "{\"leak\":{\"global\":false,\"late\":false,\"objectProto\":"
+                            "false,\"arrayProto\":false,\"stringProto\":false,"
+                            "\"functionProto\":false,\"json\":false,\"math\":false,"
+                            "\"errorProto\":false},\"tool\":1}";
+
+static void test_prepared_global(conn *c)
+{
+    json_decref(cn_call(c, "sandbox.create",
+                        json_pack("{s:s, s:s, s:[s]}", "id", "jsf-a", "provider", "js",
+                                  "tools", "echo")));
+    long pid = worker_pid(c, "jsf-a");
+    int polluted_ok = 1, clean_ok = 1, logs_ok = 1;
+    /* Several rounds: the first checker gets the global prepared right after
+     * the polluter's run, the later ones globals prepared after checkers. */
+    for (int i = 0; i < 5; i++) {
+        json_t *r = run(c, "jsf-a", polluter);
+        polluted_ok &= result_is(r, "\"done\"");
+        json_decref(r);
+        r = run(c, "jsf-a", checker);
+        clean_ok &= result_is(r, clean);
+        json_t *logs = json_object_get(res_of(r), "logs");
+        logs_ok &= json_array_size(logs) == 1 &&
+                   strcmp(json_string_value(json_array_get(logs, 0)), "checked") == 0;
+        json_decref(r);
+    }
+    test_cond("the polluting program runs (5 times)", polluted_ok);
+    test_cond("the next run's prepared global has nothing of the polluter's run",
+              clean_ok);
+    test_cond("console and the tool of the next run are its own", logs_ok);
+    test_cond("all of it on the same worker process",
+              pid > 0 && worker_pid(c, "jsf-a") == pid);
+    json_decref(cn_call(c, "sandbox.destroy", json_pack("{s:s}", "id", "jsf-a")));
+}
+
+static void test_strip_cache(conn *c)
+{
+    json_decref(cn_call(c, "sandbox.create",
+                        json_pack("{s:s, s:s}", "id", "jsf-b", "provider", "js")));
+    int ok = 1;
+    for (int i = 0; i < 20; i++) {
+        json_t *r = run(c, "jsf-b", i % 2 ? "return 1" : "return 2");
+        ok &= result_is(r, i % 2 ? "1" : "2");
+        json_decref(r);
+    }
+    test_cond("programs a byte apart keep their own results (20 runs)", ok);
+
+    ok = 1;
+    for (int i = 0; i < 3; i++) {
+        json_t *r = run(c, "jsf-b", "const n: number = 20; return (n as number) + 1;");
+        ok &= result_is(r, "21");
+        json_decref(r);
+    }
+    test_cond("the same TypeScript program gives the same result 3 times", ok);
+
+    ok = 1;
+    for (int i = 0; i < 3; i++) {
+        json_t *r = run(c, "jsf-b", "return (;");
+        const char *name = json_string_value(
+            json_object_get(json_object_get(res_of(r), "exception"), "name"));
+        ok &= name && strcmp(name, "SyntaxError") == 0 && res_int(r, "exit_code") == 1;
+        json_decref(r);
+    }
+    test_cond("a program that does not parse is a SyntaxError every time", ok);
+
+    /* State a program stores in a global of its run is gone the next run, even
+     * for the very same program text (the cache holds text, not runs). */
+    const char *counter = "globalThis.n = (globalThis.n || 0) + 1; return n;";
+    ok = 1;
+    for (int i = 0; i < 3; i++) {
+        json_t *r = run(c, "jsf-b", counter);
+        ok &= result_is(r, "1");
+        json_decref(r);
+    }
+    test_cond("the same program run 3 times starts from nothing each time", ok);
+    json_decref(cn_call(c, "sandbox.destroy", json_pack("{s:s}", "id", "jsf-b")));
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: %s SOCKET\n", argv[0]);
+        return 2;
+    }
+    sock = argv[1];
+    signal(SIGPIPE, SIG_IGN);
+    conn *c = cn_open(sock);
+    if (!c) {
+        printf("cannot connect to %s\n", sock);
+        return 1;
+    }
+    c->tool = echo;
+    test_prepared_global(c);
+    test_strip_cache(c);
+    cn_close(c);
+    return test_report();
+}
