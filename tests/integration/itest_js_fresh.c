@@ -7,7 +7,8 @@
  * Promise, console, its tool, a pending tool call, a late microtask) is
  * followed by one that looks for each change; programs that differ by a byte
  * keep their own results through the cache; a program that does not parse is
- * reported each time.
+ * reported each time; plain JavaScript (which skips the stripper) and
+ * TypeScript type arguments keep their meanings.
  * usage: itest_js_fresh SOCKET
  */
 #include <signal.h>
@@ -152,6 +153,25 @@ static void test_strip_cache(conn *c)
         json_decref(r);
     }
     test_cond("a program that does not parse is a SyntaxError every time", ok);
+
+    /* Programs that parse as JavaScript skip the stripper, unless they may
+     * hold type arguments, which JavaScript reads as comparisons. */
+    static const struct {
+        const char *code, *want;
+    } both[] = {
+        {"function id(x) { return x }\nreturn id<string>('a');", "\"a\""},
+        {"function id(x) { return x }\nreturn id<string> /* c */ ('b');", "\"b\""},
+        {"const tag = (s) => s[0];\nreturn tag<number>`c`;", "\"c\""},
+        {"const a = 1, b = 2;\nreturn [a < b, b > a, a<b>a];", "[true,true,false]"},
+        {"const m = new Map<string, number>([['k', 4]]);\nreturn m.get('k');", "4"},
+    };
+    ok = 1;
+    for (size_t i = 0; i < sizeof(both) / sizeof(both[0]); i++) {
+        json_t *r = run(c, "jsf-b", both[i].code);
+        ok &= result_is(r, both[i].want);
+        json_decref(r);
+    }
+    test_cond("type arguments are TypeScript's, comparisons JavaScript's", ok);
 
     /* State a program stores in a global of its run is gone the next run, even
      * for the very same program text (the cache holds text, not runs). */

@@ -567,7 +567,32 @@ static char *tool_list(json_t *tools)
     return s;
 }
 
-/* The stripped, wrapped program as a JS string, or NULL with *exc. */
+/* Whether plain JavaScript could mean something else as TypeScript: the one
+ * such form is a call or tagged template with type arguments, `f<T>(x)`,
+ * which JavaScript parses as comparisons, `(f < T) > (x)`. So: a '<', and a
+ * '>' followed (after blanks) by '(', '`' or a comment. Anything else that
+ * parses as JavaScript is the same program in TypeScript, and the stripper
+ * gives it back unchanged. */
+static int maybe_type_arguments(const char *code, size_t len)
+{
+    if (!memchr(code, '<', len))
+        return 0;
+    for (size_t i = 0; i < len; i++) {
+        if (code[i] != '>')
+            continue;
+        size_t j = i + 1;
+        while (j < len &&
+               (code[j] == ' ' || code[j] == '\t' || code[j] == '\n' || code[j] == '\r'))
+            j++;
+        if (j < len && (code[j] == '(' || code[j] == '`' || code[j] == '/'))
+            return 1;
+    }
+    return 0;
+}
+
+/* The stripped, wrapped program as a JS string, or NULL with *exc. A program
+ * that parses as JavaScript and cannot mean anything else skips the
+ * stripper: a parse is a small part of a TypeScript transform. */
 static JSStringRef strip(struct jsw *w, const char *code, size_t len, JSValueRef *exc)
 {
     size_t hl = sizeof(WRAP_HEAD) - 1, tl = sizeof(WRAP_TAIL) - 1;
@@ -580,6 +605,9 @@ static JSStringRef strip(struct jsw *w, const char *code, size_t len, JSValueRef
     memcpy(src + hl + len, WRAP_TAIL, tl);
     s = str_from_utf8(src, hl + len + tl);
     free(src);
+    if (!maybe_type_arguments(code, len) &&
+        JSCheckScriptSyntax(w->strip_ctx, s, NULL, 1, NULL))
+        return s;
     args[0] = JSValueMakeString(w->strip_ctx, s);
     args[1] = JSValueMakeNumber(w->strip_ctx, (double)hl);
     JSStringRelease(s);
@@ -652,9 +680,9 @@ void jsw_engine_spawn(struct jsw *w, uint32_t proc, json_t *req)
         w->ctx = new_context(w, 0, &w->api);
     }
     {
-        json_t *st = json_pack("{s:i}", "os_pid", (int)getpid());
-        wk_send_json_big(w->fd, SBX_CHAN_STARTED, proc, st);
-        json_decref(st);
+        char st[48];
+        int n = snprintf(st, sizeof(st), "{\"os_pid\":%d}", (int)getpid());
+        wk_send(w->fd, SBX_CHAN_STARTED, proc, st, (size_t)n);
     }
     if (!w->ctx) {
         w->done = 1;
@@ -665,15 +693,16 @@ void jsw_engine_spawn(struct jsw *w, uint32_t proc, json_t *req)
         return;
     }
 
-    tl = tool_list(json_object_get(req, "tools"));
-    {
+    /* no tools (the usual short program): no list to build and pass */
+    if (json_array_size(json_object_get(req, "tools")) > 0) {
+        tl = tool_list(json_object_get(req, "tools"));
         JSStringRef s = str_c(tl);
         listv = JSValueMakeFromJSONString(w->ctx, s);
         JSStringRelease(s);
+        free(tl);
+        if (listv)
+            api_call(w->ctx, w->api, "tools", 1, &listv, NULL);
     }
-    free(tl);
-    if (listv)
-        api_call(w->ctx, w->api, "tools", 1, &listv, NULL);
 
     code = json_object_get(req, "code");
     double t0 = now_ms();
