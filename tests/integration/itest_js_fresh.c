@@ -5,13 +5,15 @@
  * one sandbox whose worker stays the same (checked by its pid): a program that
  * changes everything it can reach (globals, built-in prototypes, JSON,
  * Promise, console, its tool, a pending tool call, a late microtask) is
- * followed by one that looks for each change; programs that differ by a byte
+ * followed by one that looks for each change, on the same worker and on the
+ * next sandbox that gets the worker after a destroy; programs that differ by a byte
  * keep their own results through the cache; a program that does not parse is
  * reported each time; plain JavaScript (which skips the stripper) and
  * TypeScript type arguments keep their meanings.
  * usage: itest_js_fresh SOCKET
  */
 #include <signal.h>
+#include <unistd.h>
 
 #include "itest.h"
 #include "testhelp.h"
@@ -124,6 +126,38 @@ static void test_prepared_global(conn *c)
     json_decref(cn_call(c, "sandbox.destroy", json_pack("{s:s}", "id", "jsf-a")));
 }
 
+/* A destroyed sandbox's worker goes back to the pool (RESET) with the global
+ * it prepared after its last run; the next sandbox to get that worker must
+ * see nothing of the polluter either. */
+static void test_recycled_worker(conn *c)
+{
+    int same = 0, ok = 0;
+    for (int attempt = 0; attempt < 10 && !same; attempt++) {
+        json_decref(cn_call(c, "sandbox.create",
+                            json_pack("{s:s, s:s, s:[s]}", "id", "jsf-r1", "provider",
+                                      "js", "tools", "echo")));
+        long pid = worker_pid(c, "jsf-r1");
+        json_decref(run(c, "jsf-r1", polluter));
+        json_decref(cn_call(c, "sandbox.destroy", json_pack("{s:s}", "id", "jsf-r1")));
+        usleep(100 * 1000); /* the worker's HELLO after its RESET */
+        json_decref(cn_call(c, "sandbox.create",
+                            json_pack("{s:s, s:s, s:[s]}", "id", "jsf-r2", "provider",
+                                      "js", "tools", "echo")));
+        if (pid > 0 && worker_pid(c, "jsf-r2") == pid) {
+            same = 1;
+            json_t *r = run(c, "jsf-r2", checker);
+            ok = result_is(r, clean);
+            json_decref(r);
+        }
+        json_decref(cn_call(c, "sandbox.destroy", json_pack("{s:s}", "id", "jsf-r2")));
+    }
+    if (same)
+        test_cond("a recycled worker's next sandbox sees nothing of the last one", ok);
+    else
+        test_skip("a recycled worker's next sandbox sees nothing of the last one",
+                  "the pool never handed the same worker back in 10 tries");
+}
+
 static void test_strip_cache(conn *c)
 {
     json_decref(cn_call(c, "sandbox.create",
@@ -201,6 +235,7 @@ int main(int argc, char **argv)
     }
     c->tool = echo;
     test_prepared_global(c);
+    test_recycled_worker(c);
     test_strip_cache(c);
     cn_close(c);
     return test_report();

@@ -124,7 +124,8 @@ void jsw_scache_clear(struct jsw_scache *c);
 /* The context group and the stripper. Returns 0 or -1 with *why. */
 int jsw_engine_init(struct jsw *w, const char **why);
 void jsw_engine_deinit(struct jsw *w);
-/* Drops the persistent context (RESET). */
+/* Drops the persistent context and the stripped programs (RESET); keeps the
+ * spare, in which nothing has run. */
 void jsw_engine_reset(struct jsw *w);
 /* Starts the program of a SPAWN (req borrowed). Sends STARTED and, if it
  * settles at once, EXIT; otherwise jsw_engine_finish does when it does. */

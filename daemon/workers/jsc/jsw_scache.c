@@ -8,8 +8,9 @@
  *
  * Bounded: JSW_SCACHE_ENTRIES programs, JSW_SCACHE_BYTES of source and
  * stripped text together; programs above JSW_SCACHE_ONE are never kept. The
- * least recently used entry goes first. A worker serves one uid only (the
- * daemon binds it), so no program of one user ever meets another's.
+ * least recently used entry goes first. Emptied on RESET (the worker goes
+ * to its next sandbox), and a worker serves one uid only (the daemon binds
+ * it): no program of one sandbox ever meets another's.
  */
 #include <stdlib.h>
 #include <string.h>
