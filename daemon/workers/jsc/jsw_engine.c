@@ -595,6 +595,26 @@ static int maybe_type_arguments(const char *code, size_t len)
     return 0;
 }
 
+/* Text that plain JavaScript rarely holds and TypeScript usually does
+ * (annotations, declarations, assertions). A JavaScriptCore syntax check
+ * that fails costs more than the stripper itself (measured: 0.25 ms more per
+ * 150 B TypeScript program), so a program showing one of these goes straight
+ * to the stripper. A false match only costs the stripper's time. */
+static int looks_like_typescript(const char *code, size_t len)
+{
+    static const char *const marks[] = {
+        ": string", ": number", ": boolean",  ": any",       ": unknown",  ": void",
+        ": never",  ": Record", ": Promise",  ": Array",     "interface ", "type ",
+        " as ",     "?:",       "): ",        "!.",          "!)",         "!;",
+        "!,",       "!]",       "enum ",      "declare ",    "satisfies ", "readonly ",
+        "private ", "public ",  "protected ", "implements ", "namespace ", "abstract ",
+    };
+    for (size_t i = 0; i < sizeof(marks) / sizeof(marks[0]); i++)
+        if (memmem(code, len, marks[i], strlen(marks[i])))
+            return 1;
+    return 0;
+}
+
 /* The stripped, wrapped program as a JS string, or NULL with *exc. A program
  * that parses as JavaScript and cannot mean anything else skips the
  * stripper: a parse is a small part of a TypeScript transform. */
@@ -610,7 +630,7 @@ static JSStringRef strip(struct jsw *w, const char *code, size_t len, JSValueRef
     memcpy(src + hl + len, WRAP_TAIL, tl);
     s = str_from_utf8(src, hl + len + tl);
     free(src);
-    if (!maybe_type_arguments(code, len) &&
+    if (!looks_like_typescript(code, len) && !maybe_type_arguments(code, len) &&
         JSCheckScriptSyntax(w->strip_ctx, s, NULL, 1, NULL))
         return s;
     args[0] = JSValueMakeString(w->strip_ctx, s);
