@@ -69,6 +69,8 @@ struct jsw {
     JSGlobalContextRef pctx;
     JSObjectRef papi;
 
+    JSStringRef prelude_src; /* prelude.js as a JS string, made once */
+
     /* A fresh global made while idle, for the next non-persistent program. */
     JSGlobalContextRef spare;
     JSObjectRef spare_api;

@@ -159,9 +159,33 @@ static char *utf8_of(JSContextRef ctx, JSValueRef v, size_t *len_out)
     return r;
 }
 
+/* Property names and source URLs are the worker's own literals, the same few
+ * on every run: each is made into a JS string once and kept for the
+ * process's life (its hash is computed once too). Past the table's size,
+ * names are made per call as before. */
+#define NAMES_MAX 32
+static struct {
+    char *s;
+    JSStringRef ref;
+} names[NAMES_MAX];
+
+static JSStringRef name_ref(const char *name)
+{
+    for (int i = 0; i < NAMES_MAX; i++) {
+        if (!names[i].s) {
+            names[i].s = xstrdup(name); /* kept: a caller's name may not be */
+            names[i].ref = str_c(name);
+            return JSStringRetain(names[i].ref);
+        }
+        if (strcmp(names[i].s, name) == 0)
+            return JSStringRetain(names[i].ref);
+    }
+    return str_c(name);
+}
+
 static JSValueRef get(JSContextRef ctx, JSObjectRef o, const char *name)
 {
-    JSStringRef n = str_c(name);
+    JSStringRef n = name_ref(name);
     JSValueRef v = JSObjectGetProperty(ctx, o, n, NULL);
     JSStringRelease(n);
     return v;
@@ -169,7 +193,7 @@ static JSValueRef get(JSContextRef ctx, JSObjectRef o, const char *name)
 
 static void set(JSContextRef ctx, JSObjectRef o, const char *name, JSValueRef v)
 {
-    JSStringRef n = str_c(name);
+    JSStringRef n = name_ref(name);
     JSObjectSetProperty(ctx, o, n, v, kJSPropertyAttributeNone, NULL);
     JSStringRelease(n);
 }
@@ -364,17 +388,23 @@ static JSGlobalContextRef new_context(struct jsw *w, int keep, JSObjectRef *api_
 
     if (!ctx)
         return NULL;
-    fnv = eval(ctx, jsw_prelude_js, (size_t)(jsw_prelude_js_end - jsw_prelude_js),
-               "prelude", &exc);
+    /* the prelude's text as a JS string once per process: no UTF-16
+     * conversion and no hashing of 7 KB for the engine's code cache per run */
+    if (!w->prelude_src)
+        w->prelude_src =
+            str_from_utf8(jsw_prelude_js, (size_t)(jsw_prelude_js_end - jsw_prelude_js));
+    n = name_ref("prelude");
+    fnv = JSEvaluateScript(ctx, w->prelude_src, NULL, n, 1, &exc);
+    JSStringRelease(n);
     if (!fnv || !JSValueIsObject(ctx, fnv))
         goto fail;
-    n = str_c("out");
+    n = name_ref("out");
     args[0] = JSObjectMakeFunctionWithCallback(ctx, n, native_out);
     JSStringRelease(n);
-    n = str_c("call");
+    n = name_ref("call");
     args[1] = JSObjectMakeFunctionWithCallback(ctx, n, native_call);
     JSStringRelease(n);
-    n = str_c("done");
+    n = name_ref("done");
     args[2] = JSObjectMakeFunctionWithCallback(ctx, n, native_done);
     JSStringRelease(n);
     args[3] = JSValueMakeNumber(ctx, (double)(sizeof(WRAP_HEAD) - 1));
@@ -491,6 +521,8 @@ void jsw_engine_deinit(struct jsw *w)
     drop_context(w->spare, w->spare_api);
     w->spare = NULL;
     w->spare_api = NULL;
+    if (w->prelude_src)
+        JSStringRelease(w->prelude_src);
     if (w->strip_ctx) {
         if (w->strip_fn)
             JSValueUnprotect(w->strip_ctx, w->strip_fn);
@@ -745,7 +777,7 @@ void jsw_engine_spawn(struct jsw *w, uint32_t proc, json_t *req)
         jsw_engine_finish(w);
         return;
     }
-    url = str_c("program");
+    url = name_ref("program");
     fn = JSEvaluateScript(w->ctx, src, NULL, url, 1, &exc);
     JSStringRelease(url);
     JSStringRelease(src);
@@ -882,7 +914,7 @@ void jsw_engine_tool_result(struct jsw *w, uint32_t proc, const char *payload, s
     *pp = c->next;
     w->ncalls--;
     {
-        JSStringRef rn = str_c("result");
+        JSStringRef rn = name_ref("result");
         int has = JSObjectHasProperty(ctx, (JSObjectRef)v, rn);
         JSStringRelease(rn);
         if (has) {
