@@ -146,9 +146,11 @@ static void bench_roundtrip(void)
 }
 
 /* `nc` clients (at most 64), each with its own sandbox of `provider` (with
- * the tool `echo`, answered here), each keeping one exec in flight for `ms`.
+ * the tool `echo`, answered here, if `tools`), each keeping one exec in
+ * flight for `ms`.
  * Returns execs/s. */
-static double concurrent(const char *provider, const char *code, int nc, int ms)
+static double concurrent(const char *provider, const char *code, int nc, int tools,
+                         int ms)
 {
     enum { N = 64 };
     conn *cs[N];
@@ -159,9 +161,10 @@ static double concurrent(const char *provider, const char *code, int nc, int ms)
         cs[i] = cn_open(sock);
         cs[i]->tool = echo;
         snprintf(id[i], sizeof(id[i]), "jq%c%d", provider[0], i);
-        json_decref(cn_call(cs[i], "sandbox.create",
-                            json_pack("{s:s, s:s, s:[s]}", "provider", provider, "id",
-                                      id[i], "tools", "echo")));
+        json_t *params = json_pack("{s:s, s:s}", "provider", provider, "id", id[i]);
+        if (tools)
+            json_object_set_new(params, "tools", json_pack("[s]", "echo"));
+        json_decref(cn_call(cs[i], "sandbox.create", params));
         snprintf(
             req[i], sizeof(req[i]),
             "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"process.exec\",\"params\":{\"sandbox\":"
@@ -222,12 +225,12 @@ static double concurrent(const char *provider, const char *code, int nc, int ms)
 static void bench_concurrent(void)
 {
     int ms = quick ? 1000 : 3000;
-    double js = concurrent("js", "return 1 + 1", 64, ms);
-    double duk = concurrent("duktape", "1+1", 64, ms);
+    double js = concurrent("js", "return 1 + 1", 64, 0, ms);
+    double duk = concurrent("duktape", "1+1", 64, 0, ms);
     printf("%-58s js %6.0f execs/s   duktape %6.0f execs/s (%.2fx, target >= 0.5x)\n",
            "64 concurrent clients, short programs", js, duk, js / duk);
-    double jt =
-        concurrent("js", "const r = await external_echo({a: 1}); return r.a + 1", 16, ms);
+    double jt = concurrent("js", "const r = await external_echo({a: 1}); return r.a + 1",
+                           16, 1, ms);
     printf("%-58s js %6.0f execs/s (%.2fx duktape's 64-client rate, target >= 0.25x)\n",
            "16 concurrent clients, one external_* call per run", jt, jt / duk);
 }
