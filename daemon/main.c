@@ -271,6 +271,9 @@ static void apply_reload(struct sbx_config *next)
     D->cfg.fs_event_queue = next->fs_event_queue;
     D->cfg.fs_list_max = next->fs_list_max;
     D->cfg.fs_handle_idle_ms = next->fs_handle_idle_ms;
+    D->cfg.queued_bytes_per_uid = next->queued_bytes_per_uid;
+    D->cfg.memory_per_uid = next->memory_per_uid;
+    D->cfg.adopt_wait_ms = next->adopt_wait_ms;
     log_set_level(next->log_level);
 }
 

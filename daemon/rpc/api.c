@@ -274,6 +274,9 @@ static json_t *limits_json(void)
     L(fs_event_queue);
     L(fs_list_max);
     L(fs_handle_idle_ms);
+    L(queued_bytes_per_uid);
+    L(memory_per_uid);
+    L(adopt_wait_ms);
 #undef L
     return o;
 }
@@ -308,6 +311,10 @@ static json_t *usage_json(struct rpc_conn *k, uid_t uid)
     put_usage(o, "max_snapshots_per_uid", nsnap, g->max_snapshots_per_uid);
     put_usage(o, "snapshot_bytes_per_uid", (json_int_t)snap_bytes,
               g->snapshot_bytes_per_uid);
+    put_usage(o, "queued_bytes_per_uid", u ? (json_int_t)u->queued_bytes : 0,
+              g->queued_bytes_per_uid);
+    put_usage(o, "memory_per_uid", u ? (json_int_t)u->memory_bytes : 0,
+              g->memory_per_uid);
     return o;
 }
 
