@@ -278,7 +278,8 @@ static void sandbox_free(struct sandbox *sb)
         sbx_err_t err = {0};
         err_make_data(&err, SBX_E_NOT_FOUND, json_pack("{s:s}", "sandbox", sb->id),
                       "sandbox %s is gone", sb->id);
-        w->cb(&err, NULL, w->privdata);
+        if (w->cb)
+            w->cb(&err, NULL, w->privdata);
         err_clear(&err);
         free(w);
     }
@@ -453,11 +454,11 @@ static void answer_err(sbx_result_cb cb, void *privdata, sbx_err_t *err)
     err_clear(err);
 }
 
+/* A waiter with no cb still counts: a start or stop queued behind another op
+ * (issue 16, item 11) is run from its waiter record when that op ends. */
 static void add_waiter(struct sandbox *sb, sbx_result_cb cb, void *privdata,
                        enum sb_op op)
 {
-    if (!cb)
-        return;
     struct op_waiter *w = xcalloc(1, sizeof(*w));
     w->cb = cb;
     w->privdata = privdata;
@@ -481,7 +482,9 @@ static void answer_waiters(struct sandbox *sb, enum sb_op op, sbx_err_t *err,
             continue;
         }
         *pp = w->next;
-        if (err && err->msg) {
+        if (!w->cb) {
+            /* nobody waits for the answer */
+        } else if (err && err->msg) {
             w->cb(err, NULL, w->privdata);
         } else {
             json_t *r = result ? json_incref(result) : sandbox_to_json(sb);
@@ -595,8 +598,14 @@ void sandbox_start(struct sandbox *sb, sbx_result_cb cb, void *privdata)
         add_waiter(sb, cb, privdata, OP_START);
         return;
     }
-    if (sb->op != OP_NONE || (sb->status != SB_PENDING && sb->status != SB_STOPPED &&
-                              sb->status != SB_ERROR)) {
+    if (sb->op != OP_NONE) {
+        /* A stop or snapshot is in flight: start when it ends (finish_op),
+         * rather than answer "it is stopping" to a reconnecting client. */
+        add_waiter(sb, cb, privdata, OP_START);
+        return;
+    }
+    if ((sb->status != SB_PENDING && sb->status != SB_STOPPED &&
+         sb->status != SB_ERROR)) {
         wrong_state(cb, privdata, sb, "start");
         return;
     }
@@ -632,7 +641,13 @@ void sandbox_stop(struct sandbox *sb, sbx_result_cb cb, void *privdata)
         add_waiter(sb, cb, privdata, OP_STOP);
         return;
     }
-    if (sb->op != OP_NONE || (sb->status != SB_RUNNING && sb->status != SB_ERROR)) {
+    if (sb->op != OP_NONE) {
+        /* A start (or snapshot) is in flight: stop once it ends, instead of
+         * -32001 "it is starting" (issue 16, item 11). */
+        add_waiter(sb, cb, privdata, OP_STOP);
+        return;
+    }
+    if (sb->status != SB_RUNNING && sb->status != SB_ERROR) {
         wrong_state(cb, privdata, sb, "stop");
         return;
     }
@@ -906,6 +921,20 @@ static void finish_op(struct sandbox *sb, sbx_err_t *err)
                 continue_destroy(sb);
                 return;
             }
+    }
+    /* A start or stop asked for while this op ran: the oldest one goes now
+     * (others of its kind join it as its waiters; the rest wait their turn). */
+    if (sb->op == OP_NONE && sb->waiters) {
+        struct op_waiter *w = sb->waiters;
+        sb->waiters = w->next;
+        sbx_result_cb cb = w->cb;
+        void *privdata = w->privdata;
+        enum sb_op next = w->op;
+        free(w);
+        if (next == OP_START)
+            sandbox_start(sb, cb, privdata);
+        else if (next == OP_STOP)
+            sandbox_stop(sb, cb, privdata);
     }
 }
 

@@ -26,6 +26,7 @@
 #include "snapshot.h"
 #include "usage.h"
 #include "utf8.h"
+#include "xalloc.h"
 
 /* -- callers ----------------------------------------------------------------- */
 
@@ -228,6 +229,29 @@ static void create_done(sbx_err_t *err, json_t *result, void *c)
     if (sb->start_warnings)
         json_object_set(r, "warnings", sb->start_warnings);
     call_reply(c, r);
+}
+
+/* sandbox.create that named an existing sandbox of the caller: answered by
+ * the start that brings it back (or at once when it runs). */
+struct reconnect {
+    struct call *c;
+    json_t *warnings; /* what the request asked that it does not have, or NULL */
+};
+
+static void reconnect_done(sbx_err_t *err, json_t *result, void *data)
+{
+    struct reconnect *rc = data;
+    if (err) {
+        call_done(err, NULL, rc->c);
+    } else {
+        json_t *o = json_copy(result);
+        json_object_set_new(o, "reconnected", json_true());
+        if (rc->warnings)
+            json_object_set(o, "warnings", rc->warnings);
+        call_reply(rc->c, o);
+    }
+    json_decref(rc->warnings);
+    free(rc);
 }
 
 /* -- daemon.* ------------------------------------------------------------------- */
@@ -553,16 +577,12 @@ static void m_create(struct call *c, json_t *params)
             /* Reconnect: the caller's own sandbox comes back, started if
              * needed (an errored one is restarted), with warnings for what
              * the request asks that it does not have. */
-            if (old->status == SB_STOPPED || old->status == SB_PENDING ||
-                (old->status == SB_ERROR && old->op == OP_NONE)) {
-                sandbox_start(old, NULL, NULL);
-            }
-            json_t *o = sandbox_to_json(old);
-            json_object_set_new(o, "reconnected", json_true());
-            json_t *w = sandbox_reconnect_warnings(old, params);
-            if (w)
-                json_object_set_new(o, "warnings", w);
-            call_reply(c, o);
+            struct reconnect *rc = xcalloc(1, sizeof(*rc));
+            rc->c = c;
+            rc->warnings = sandbox_reconnect_warnings(old, params);
+            /* Answered once it runs (or with why it cannot): a reconnecting
+             * framework's next call must find it running (issue 16, item 11). */
+            sandbox_start(old, reconnect_done, rc);
             return;
         }
         if (old) {

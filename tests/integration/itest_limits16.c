@@ -247,6 +247,122 @@ static void test_queued_bytes(void)
     stop();
 }
 
+/* ---- lifecycle calls wait for a start (item 11) ---------------------------------- */
+
+/* Sends a request without waiting; returns its id. params stolen. */
+static int send_req(conn *c, const char *method, json_t *params)
+{
+    int id = ++c->next_id;
+    json_t *req = json_pack("{s:s, s:i, s:s, s:o}", "jsonrpc", "2.0", "id", id, "method",
+                            method, "params", params);
+    char *s = json_dumps(req, JSON_COMPACT);
+    json_decref(req);
+    cn_send_raw(c, s, strlen(s));
+    cn_send_raw(c, "\n", 1);
+    free(s);
+    return id;
+}
+
+/* The response to id (new ref), or NULL after timeout_ms. */
+static json_t *wait_resp(conn *c, int id, int timeout_ms)
+{
+    double deadline = now_ms() + timeout_ms;
+    for (;;) {
+        int left = (int)(deadline - now_ms());
+        json_t *m = cn_read(c, left > 0 ? left : 0);
+        if (!m)
+            return NULL;
+        json_t *mid = json_object_get(m, "id");
+        if (!json_object_get(m, "method") && json_is_integer(mid) &&
+            json_integer_value(mid) == id)
+            return m;
+        json_decref(m);
+    }
+}
+
+static const char *status_of(json_t *resp)
+{
+    const char *s = json_string_value(json_object_get(res_of(resp), "status"));
+    return s ? s
+             : (resp ? json_string_value(
+                           json_object_get(json_object_get(resp, "error"), "message"))
+                     : "no answer");
+}
+
+#define SPIN "var t = Date.now(); while (Date.now() - t < 800) {}"
+
+static void test_waiting_ops(void)
+{
+    if (start("  op_timeout_ms: 20000\n") < 0) {
+        test_cond("lifecycle: sbxd starts", 0);
+        return;
+    }
+    conn *a = cn_open(sockp), *b = cn_open(sockp);
+    double t0 = now_ms();
+    json_t *r = cn_call(a, "sandbox.create",
+                        json_pack("{s:s, s:s, s:s, s:s}", "id", "r", "provider",
+                                  "duktape", "on_start", SPIN, "on_stop", SPIN));
+    double took = now_ms() - t0;
+    test_cond("lifecycle: create answers after its on_start hook, running",
+              strcmp(status_of(r), "running") == 0 && took >= 700);
+    json_decref(r);
+    json_decref(cn_call(a, "sandbox.stop", json_pack("{s:s}", "id", "r")));
+
+    /* Reconnect to the stopped sandbox, and stop it again from another
+     * connection while it starts. */
+    t0 = now_ms();
+    int ida = send_req(a, "sandbox.create", json_pack("{s:s}", "id", "r"));
+    usleep(150000);
+    int idb = send_req(b, "sandbox.stop", json_pack("{s:s}", "id", "r"));
+    json_t *ra = wait_resp(a, ida, 15000);
+    double ta = now_ms() - t0;
+    json_t *rb = wait_resp(b, idb, 15000);
+    double tb = now_ms() - t0;
+    printf("      reconnect: %s after %.0f ms; stop: %s after %.0f ms\n", status_of(ra),
+           ta, status_of(rb), tb);
+    test_cond("lifecycle: a reconnecting create answers when it runs, not \"starting\"",
+              strcmp(status_of(ra), "running") == 0 && ta >= 600 &&
+                  json_is_true(json_object_get(res_of(ra), "reconnected")));
+    test_cond("lifecycle: a stop during that start waits for it and stops (< 10 s)",
+              strcmp(status_of(rb), "stopped") == 0 && err_code(rb) == 0 && tb < 10000);
+    json_decref(ra);
+    json_decref(rb);
+
+    /* A start during the stop (its on_stop hook runs) waits and starts. */
+    json_decref(cn_call(a, "sandbox.start", json_pack("{s:s}", "id", "r")));
+    t0 = now_ms();
+    ida = send_req(a, "sandbox.stop", json_pack("{s:s}", "id", "r"));
+    usleep(150000);
+    idb = send_req(b, "sandbox.start", json_pack("{s:s}", "id", "r"));
+    ra = wait_resp(a, ida, 15000);
+    rb = wait_resp(b, idb, 15000);
+    tb = now_ms() - t0;
+    test_cond("lifecycle: a start during a stop waits for it, then starts (< 10 s)",
+              strcmp(status_of(ra), "stopped") == 0 &&
+                  strcmp(status_of(rb), "running") == 0 && tb >= 1400 && tb < 10000);
+    json_decref(ra);
+    json_decref(rb);
+
+    /* A destroy during a start waits for it. */
+    json_decref(cn_call(a, "sandbox.stop", json_pack("{s:s}", "id", "r")));
+    ida = send_req(a, "sandbox.start", json_pack("{s:s}", "id", "r"));
+    usleep(150000);
+    idb = send_req(b, "sandbox.destroy", json_pack("{s:s}", "id", "r"));
+    ra = wait_resp(a, ida, 15000);
+    rb = wait_resp(b, idb, 15000);
+    test_cond("lifecycle: a destroy during a start waits for it and destroys",
+              strcmp(status_of(ra), "running") == 0 &&
+                  strcmp(status_of(rb), "destroyed") == 0);
+    json_decref(ra);
+    json_decref(rb);
+    r = cn_call(a, "sandbox.get", json_pack("{s:s}", "id", "r"));
+    test_eq_int("lifecycle: and it is gone afterwards", err_code(r), SBX_E_NOT_FOUND);
+    json_decref(r);
+    cn_close(a);
+    cn_close(b);
+    stop();
+}
+
 /* ---- main ------------------------------------------------------------------------- */
 
 int main(int argc, char **argv)
@@ -269,6 +385,7 @@ int main(int argc, char **argv)
     }
 
     test_queued_bytes();
+    test_waiting_ops();
 
     if (getenv("SBX_KEEP_TMP") == NULL) {
         unlink(sockp);
