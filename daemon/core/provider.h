@@ -190,6 +190,14 @@ void sandbox_lost(struct sandbox *sb, const char *reason);
  * data stolen. See snapshot_list above. */
 void snapshot_register(const char *id, const char *provider, uid_t owner,
                        double created_at, const char *sandbox, json_t *data);
+/* issue 16 (seccore): the memory sb is about to be given (its memory limit
+ * in bytes: a container's Memory, an isolate worker's ceiling; 0 = none), to
+ * be counted against the owner's limits.memory_per_uid together with every
+ * other sandbox it holds. Call it from sb_start before the backend is asked
+ * for anything; on -32005 (err filled) fail the start with it. err NULL
+ * (adoption: the memory is already in use) counts without refusing. The
+ * reservation replaces sb's previous one and ends when sb stops or goes. */
+int sandbox_reserve_memory(struct sandbox *sb, uint64_t bytes, sbx_err_t *err);
 /* A progress notification to the sandbox's owner sessions; params stolen. */
 void sandbox_progress(struct sandbox *sb, json_t *params);
 /* Any notification (method) to the sandbox's owner sessions, params stolen

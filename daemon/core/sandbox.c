@@ -16,6 +16,7 @@
 #include "process.h"
 #include "sbx_proto.h"
 #include "snapshot.h"
+#include "usage.h"
 #include "xalloc.h"
 
 #define HOOK_TIMEOUT_MS 60000
@@ -265,10 +266,48 @@ static void sandbox_destroy_now(struct sandbox *sb)
     free(sb);
 }
 
+/* -- memory per uid (issue 16, item 6) ------------------------------------------- */
+
+static void memory_release(struct sandbox *sb)
+{
+    if (!sb->mem_reserved)
+        return;
+    struct uid_usage *u = usage_find(sb->owner);
+    if (u) {
+        u->memory_bytes -= sb->mem_reserved;
+        usage_release(u);
+    }
+    sb->mem_reserved = 0;
+}
+
+/* One uid held 64 x 512 MiB = 32 GiB of memory limits, more than the host:
+ * the sum of a uid's reservations is capped by limits.memory_per_uid. */
+int sandbox_reserve_memory(struct sandbox *sb, uint64_t bytes, sbx_err_t *err)
+{
+    memory_release(sb);
+    struct uid_usage *u = usage_find(sb->owner);
+    uint64_t used = u ? u->memory_bytes : 0, max = (uint64_t)D->cfg.memory_per_uid;
+    if (err && bytes > 0 && used + bytes > max)
+        return err_make_data(
+            err, SBX_E_LIMIT,
+            json_pack("{s:s, s:I, s:I, s:I}", "limit", "memory_per_uid", "max",
+                      (json_int_t)max, "used", (json_int_t)used, "requested",
+                      (json_int_t)bytes),
+            "sandbox %s: memory limits of uid %d would total %llu MiB (limit %llu MiB)",
+            sb->id, (int)sb->owner, (unsigned long long)((used + bytes) >> 20),
+            (unsigned long long)(max >> 20));
+    if (bytes == 0)
+        return 0;
+    usage_of(sb->owner)->memory_bytes += bytes;
+    sb->mem_reserved = bytes;
+    return 0;
+}
+
 /* Removes sb from the registry at once (lookups stop finding it, its id is
  * free again) and frees it before the loop sleeps. */
 static void sandbox_free(struct sandbox *sb)
 {
+    memory_release(sb);
     ev_timer_stop(D->loop, &sb->life_timer);
     ev_timer_stop(D->loop, &sb->idle_timer);
     ev_timer_stop(D->loop, &sb->op_timer);
@@ -858,6 +897,7 @@ static void finish_op(struct sandbox *sb, sbx_err_t *err)
     case OP_START:
         sb->op = OP_NONE;
         if (failed) {
+            memory_release(sb);
             set_status(sb, SB_ERROR, err->msg);
             for (struct process *p = sb->procs; p; p = p->next)
                 if (p->state == P_QUEUED)
@@ -883,10 +923,12 @@ static void finish_op(struct sandbox *sb, sbx_err_t *err)
     case OP_STOP:
         sb->op = OP_NONE;
         ev_timer_stop(D->loop, &sb->idle_timer);
-        if (failed)
+        if (failed) {
             set_status(sb, SB_ERROR, err->msg);
-        else
+        } else {
+            memory_release(sb);
             set_status(sb, SB_STOPPED, NULL);
+        }
         answer_waiters(sb, OP_STOP, err, NULL);
         break;
     case OP_SNAPSHOT:

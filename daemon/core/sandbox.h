@@ -82,6 +82,9 @@ struct sandbox {
     int id_generated;        /* sbxd chose the id: no backend can have it yet */
     int backend_reconnected; /* the first start found an existing backend */
     int hook_phase;          /* running on_start/on_stop/on_destroy */
+    /* Memory its provider gives it (sandbox_reserve_memory), counted in the
+     * owner's limits.memory_per_uid until it stops or goes (issue 16). */
+    uint64_t mem_reserved;
 
     void *pdata; /* the provider's */
 };

@@ -247,6 +247,73 @@ static void test_queued_bytes(void)
     stop();
 }
 
+/* ---- memory limits summed per uid (item 6) ---------------------------------------- */
+
+static json_t *create_mem(conn *c, const char *id, int mb)
+{
+    return cn_call(c, "sandbox.create",
+                   json_pack("{s:s, s:s, s:i}", "id", id, "provider", "duktape",
+                             "memory_limit_mb", mb));
+}
+
+/* The other uid: two sandboxes of 100 MiB fit in 256M, a third does not;
+ * stopping one gives its share back, and starting it again is refused while
+ * the other two hold the room. res: one digit per check. */
+static void other_fills_memory(char *res, size_t n)
+{
+    conn *c = cn_open(sockp);
+    json_t *r1 = create_mem(c, "m1", 100), *r2 = create_mem(c, "m2", 100);
+    json_t *r3 = create_mem(c, "m3", 100);
+    int first_two = res_of(r1) && res_of(r2);
+    int third =
+        err_code(r3) == SBX_E_LIMIT && strcmp(limit_of(r3), "memory_per_uid") == 0;
+    json_t *g = cn_call(c, "sandbox.get", json_pack("{s:s}", "id", "m3"));
+    int gone = err_code(g) == SBX_E_NOT_FOUND;
+    json_decref(g);
+    json_t *info = cn_call(c, "daemon.info", NULL);
+    int counted = usage_used(info, "memory_per_uid") == 200 * 1024 * 1024;
+    json_decref(info);
+    json_decref(cn_call(c, "sandbox.stop", json_pack("{s:s}", "id", "m1")));
+    json_t *r4 = create_mem(c, "m4", 100);
+    json_t *r5 = cn_call(c, "sandbox.start", json_pack("{s:s}", "id", "m1"));
+    int again = res_of(r4) != NULL;
+    int restart = err_code(r5) == SBX_E_LIMIT;
+    json_decref(cn_call(c, "sandbox.destroy", json_pack("{s:s}", "id", "m2")));
+    json_t *r6 = cn_call(c, "sandbox.start", json_pack("{s:s}", "id", "m1"));
+    int after_destroy = res_of(r6) != NULL;
+    snprintf(res, n, "%d%d%d%d%d%d%d", first_two, third, gone, counted, again, restart,
+             after_destroy);
+    json_t *rs[] = {r1, r2, r3, r4, r5, r6};
+    for (size_t i = 0; i < sizeof(rs) / sizeof(rs[0]); i++)
+        json_decref(rs[i]);
+    cn_close(c);
+}
+
+static void test_memory_per_uid(void)
+{
+    if (start("  memory_per_uid: 256M\n  max_memory_limit_mb: 128\n") < 0) {
+        test_cond("memory: sbxd starts", 0);
+        return;
+    }
+    char res[16];
+    as_uid(65534, other_fills_memory, res, sizeof(res));
+    printf("      checks: %s\n", res);
+    test_cond("memory: two sandboxes of 100 MiB fit in memory_per_uid 256M",
+              res[0] == '1');
+    test_cond("memory: a third is -32005 {limit: memory_per_uid}", res[1] == '1');
+    test_cond("memory: and leaves nothing behind", res[2] == '1');
+    test_cond("memory: daemon.info counts 200 MiB for the uid", res[3] == '1');
+    test_cond("memory: a stopped sandbox gives its share back", res[4] == '1');
+    test_cond("memory: starting it again past the total is refused", res[5] == '1');
+    test_cond("memory: a destroyed one gives its share back", res[6] == '1');
+    conn *c = cn_open(sockp);
+    json_t *r = create_mem(c, "root-m", 100);
+    test_cond("memory: another uid is not affected", res_of(r) != NULL);
+    json_decref(r);
+    cn_close(c);
+    stop();
+}
+
 /* ---- lifecycle calls wait for a start (item 11) ---------------------------------- */
 
 /* Sends a request without waiting; returns its id. params stolen. */
@@ -386,6 +453,7 @@ int main(int argc, char **argv)
 
     test_queued_bytes();
     test_waiting_ops();
+    test_memory_per_uid();
 
     if (getenv("SBX_KEEP_TMP") == NULL) {
         unlink(sockp);

@@ -1029,7 +1029,9 @@ static int d_sb_start(void *cookie, struct sandbox *sb, sbx_err_t *err)
     if (req_rt && !dk_opt_str(req_opts, "runtime"))
         json_object_set_new(opts, "runtime", json_string(req_rt));
     if (policy_check(dp->policy, sb->owner, dp->conf, opts, err) < 0 ||
-        dks_disk_total(dp, sb, opts, err) < 0) {
+        dks_disk_total(dp, sb, opts, err) < 0 ||
+        sandbox_reserve_memory(
+            sb, (uint64_t)json_integer_value(json_object_get(opts, "memory")), err) < 0) {
         json_decref(opts);
         return -1;
     }
@@ -1504,6 +1506,9 @@ static void adopt_one(struct dk_prov *dp, json_t *c)
     json_t *opts = NULL;
     if (dk_options(&opts, dp->conf, sb->conf, &e2) == 0)
         ds->opts = opts;
+    sandbox_reserve_memory(
+        sb, running ? (uint64_t)json_integer_value(json_object_get(opts, "memory")) : 0,
+        NULL);
     err_clear(&e2);
     if (running) {
         /* Reconnect in the background: attach, PING, adopt the agent's
