@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "adoption.h"
 #include "daemon.h"
 #include "fs.h"
 #include "log.h"
@@ -237,6 +238,10 @@ int sandbox_adopt(struct sandbox **out, const char *id, struct provider_inst *pr
     if (status == SB_RUNNING) {
         sb->started_at = daemon_now();
         arm_timers(sb);
+        /* Its processes come back with the provider's reconnect: calls on
+         * them wait for it (issue 16, item 12). */
+        if (prov->ops->adopts_at_load)
+            adoption_sandbox_begin(sb);
     }
     log_info("sandbox %s adopted from provider %s (%s)", id, prov->ops->name,
              sandbox_status_name(status));
@@ -308,6 +313,7 @@ int sandbox_reserve_memory(struct sandbox *sb, uint64_t bytes, sbx_err_t *err)
 static void sandbox_free(struct sandbox *sb)
 {
     memory_release(sb);
+    adoption_sandbox_end(sb);
     ev_timer_stop(D->loop, &sb->life_timer);
     ev_timer_stop(D->loop, &sb->idle_timer);
     ev_timer_stop(D->loop, &sb->op_timer);
@@ -662,6 +668,7 @@ void sandbox_start(struct sandbox *sb, sbx_result_cb cb, void *privdata)
     }
     add_waiter(sb, cb, privdata, OP_START);
     sb->op = OP_START;
+    adoption_sandbox_end(sb); /* the start takes over a reconnect in progress */
     set_status(sb, SB_STARTING, NULL);
     op_deadline_start(sb);
     if (sb->prov->ops->sb_start(sb->prov->cookie, sb, &err) < 0)
@@ -1029,6 +1036,7 @@ void sandbox_op_done(struct sandbox *sb, sbx_err_t *err, json_t *result)
 void sandbox_lost(struct sandbox *sb, const char *reason)
 {
     log_warn("sandbox %s lost: %s", sb->id, reason);
+    adoption_sandbox_end(sb);
     for (struct process *p = sb->procs; p; p = p->next)
         if (p->state != P_EXITED)
             process_fail(p, reason);

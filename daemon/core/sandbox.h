@@ -85,6 +85,7 @@ struct sandbox {
     /* Memory its provider gives it (sandbox_reserve_memory), counted in the
      * owner's limits.memory_per_uid until it stops or goes (issue 16). */
     uint64_t mem_reserved;
+    int adopting; /* adopted running; its processes are not back yet (adoption.h) */
 
     void *pdata; /* the provider's */
 };

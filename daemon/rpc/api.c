@@ -15,6 +15,7 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "adoption.h"
 #include "call.h"
 #include "conn.h"
 #include "daemon.h"
@@ -136,6 +137,40 @@ static int not_found(struct call *c, const char *id)
     return -1;
 }
 
+/* -- the restart window (issue 16, item 12) ------------------------------------- */
+
+/* A call that found nothing while providers still adopt what they had
+ * before a restart: it runs again, whole, once they are done (or after
+ * limits.adopt_wait_ms), instead of telling a reconnecting client that its
+ * sandbox is gone. Handlers park before any side effect. */
+struct parked {
+    struct call *c;
+    method_fn fn;
+    json_t *params; /* a reference of its own */
+};
+
+static void parked_run(void *data)
+{
+    struct parked *pk = data;
+    pk->fn(pk->c, pk->params);
+    json_decref(pk->params);
+    free(pk);
+}
+
+/* 1 = c waits for the adoption (answered later); 0 = answer it now. */
+static int park(struct call *c, json_t *params)
+{
+    method_fn fn = adoption_pending() ? c->fn : NULL;
+    if (!fn)
+        return 0;
+    struct parked *pk = xcalloc(1, sizeof(*pk));
+    pk->c = c;
+    pk->fn = fn;
+    pk->params = json_incref(params);
+    adoption_wait(parked_run, pk);
+    return 1;
+}
+
 /* The sandbox named by params[key], visible to the caller; NULL = answered. */
 static struct sandbox *get_sandbox(struct call *c, json_t *params, const char *key)
 {
@@ -144,7 +179,8 @@ static struct sandbox *get_sandbox(struct call *c, json_t *params, const char *k
         return NULL;
     struct sandbox *sb = sandbox_find(caller_uid(c), caller_admin(c), id);
     if (!sb) {
-        not_found(c, id);
+        if (!park(c, params))
+            not_found(c, id);
         return NULL;
     }
     return sb;
@@ -164,6 +200,8 @@ static struct process *get_process(struct call *c, json_t *params,
         return NULL;
     }
     struct process *p = process_find(sb, (uint32_t)json_integer_value(pid));
+    if (!p && sb->adopting && park(c, params))
+        return NULL;
     if (!p || json_integer_value(pid) <= 0) {
         call_error(c, SBX_E_NO_PROCESS,
                    json_pack("{s:s, s:O}", "sandbox", sb->id, "pid", pid),
@@ -571,6 +609,10 @@ static void m_create(struct call *c, json_t *params)
         bad_param(c, "id", "must match [A-Za-z0-9][A-Za-z0-9_.-]{0,62}");
         return;
     }
+    /* A create naming an id not adopted yet must not make a second sandbox
+     * of it: it reconnects once the adoption is done. */
+    if (id && !sandbox_find_any(id) && park(c, params))
+        return;
     if (id) {
         struct sandbox *old = sandbox_find_any(id);
         if (old && old->owner == uid) {
@@ -760,6 +802,8 @@ static void m_list(struct call *c, json_t *params)
     if (opt_str(c, params, "provider", &prov) < 0 ||
         opt_str(c, params, "status", &status) < 0)
         return;
+    if (park(c, params))
+        return; /* the whole list comes once it is known */
     json_t *arr = json_array();
     for (struct sandbox *sb = D->sandboxes; sb; sb = sb->next) {
         if (!sandbox_visible(caller_uid(c), caller_admin(c), sb))

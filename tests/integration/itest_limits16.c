@@ -58,8 +58,8 @@ static int start(const char *limits)
         _exit(127);
     }
     struct stat st;
-    for (int i = 0; i < 200 && stat(sockp, &st) != 0; i++)
-        usleep(25000);
+    for (int i = 0; i < 800 && stat(sockp, &st) != 0; i++)
+        usleep(25000); /* up to 20 s: a loaded machine starts slowly */
     return stat(sockp, &st) == 0 ? 0 : -1;
 }
 
@@ -151,6 +151,8 @@ static void as_uid(uid_t uid, void (*fn)(char *res, size_t n), char *res, size_t
 static void other_queues(char *res, size_t n)
 {
     conn *c = cn_open(sockp);
+    if (!c)
+        return;
     json_t *r = cn_call(c, "sandbox.create",
                         json_pack("{s:s, s:s}", "id", "q2", "provider", "duktape"));
     json_decref(r);
@@ -177,6 +179,11 @@ static void test_queued_bytes(void)
         return;
     }
     conn *c = cn_open(sockp);
+    if (!c) {
+        test_cond("queued: sbxd answers", 0);
+        stop();
+        return;
+    }
     json_decref(cn_call(c, "sandbox.create",
                         json_pack("{s:s, s:s}", "id", "q", "provider", "duktape")));
     /* The one running slot is held, so every spawn after it queues. */
@@ -191,7 +198,7 @@ static void test_queued_bytes(void)
     int ok = 0, refused = 0, other = 0, max_ok = 0;
     json_int_t last = 0;
     for (int i = 0; i < 48; i++) {
-        r = cn_call_t(c, 30000, "process.spawn",
+        r = cn_call_t(c, 60000, "process.spawn",
                       json_pack("{s:s, s:s, s:s%}", "sandbox", "q", "command", "1",
                                 "stdin", in, (size_t)BIG_STDIN));
         if (res_of(r)) {
@@ -204,7 +211,10 @@ static void test_queued_bytes(void)
                          json_object_get(json_object_get(r, "error"), "data"), "max")) ==
                      64 * 1024 * 1024;
         } else {
-            other++;
+            if (!other++)
+                printf("      unexpected answer: %s\n",
+                       json_string_value(
+                           json_object_get(json_object_get(r, "error"), "message")));
         }
         json_decref(r);
     }
@@ -262,6 +272,8 @@ static json_t *create_mem(conn *c, const char *id, int mb)
 static void other_fills_memory(char *res, size_t n)
 {
     conn *c = cn_open(sockp);
+    if (!c)
+        return;
     json_t *r1 = create_mem(c, "m1", 100), *r2 = create_mem(c, "m2", 100);
     json_t *r3 = create_mem(c, "m3", 100);
     int first_two = res_of(r1) && res_of(r2);
@@ -307,7 +319,7 @@ static void test_memory_per_uid(void)
     test_cond("memory: starting it again past the total is refused", res[5] == '1');
     test_cond("memory: a destroyed one gives its share back", res[6] == '1');
     conn *c = cn_open(sockp);
-    json_t *r = create_mem(c, "root-m", 100);
+    json_t *r = c ? create_mem(c, "root-m", 100) : NULL;
     test_cond("memory: another uid is not affected", res_of(r) != NULL);
     json_decref(r);
     cn_close(c);
@@ -365,6 +377,13 @@ static void test_waiting_ops(void)
         return;
     }
     conn *a = cn_open(sockp), *b = cn_open(sockp);
+    if (!a || !b) {
+        test_cond("lifecycle: sbxd answers", 0);
+        cn_close(a);
+        cn_close(b);
+        stop();
+        return;
+    }
     double t0 = now_ms();
     json_t *r = cn_call(a, "sandbox.create",
                         json_pack("{s:s, s:s, s:s, s:s}", "id", "r", "provider",
