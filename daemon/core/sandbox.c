@@ -177,6 +177,8 @@ static void arm_timers(struct sandbox *sb)
 
 /* -- creation ---------------------------------------------------------------- */
 
+static void next_op_cb(struct ev_loop *loop, ev_timer *t, int revents);
+
 int sandbox_new(struct sandbox **out, const char *id, struct provider_inst *prov,
                 uid_t owner, json_t *conf, sbx_err_t *err)
 {
@@ -198,6 +200,8 @@ int sandbox_new(struct sandbox **out, const char *id, struct provider_inst *prov
     sb->idle_timer.data = sb;
     ev_timer_init(&sb->op_timer, op_deadline_cb, 1., 0.);
     sb->op_timer.data = sb;
+    ev_timer_init(&sb->next_op, next_op_cb, 0., 0.);
+    sb->next_op.data = sb;
     sandbox_touch(sb);
     const char *snap = json_string_value(json_object_get(conf, "snapshot"));
     if (snap) {
@@ -317,6 +321,7 @@ static void sandbox_free(struct sandbox *sb)
     ev_timer_stop(D->loop, &sb->life_timer);
     ev_timer_stop(D->loop, &sb->idle_timer);
     ev_timer_stop(D->loop, &sb->op_timer);
+    ev_timer_stop(D->loop, &sb->next_op);
     while (sb->waiters) {
         struct op_waiter *w = sb->waiters;
         sb->waiters = w->next;
@@ -963,28 +968,38 @@ static void finish_op(struct sandbox *sb, sbx_err_t *err)
         break;
     }
     err_clear(err);
-    /* A destroy asked for while another op ran. */
-    if (sb->op == OP_NONE) {
-        for (struct op_waiter *w = sb->waiters; w; w = w->next)
-            if (w->op == OP_DESTROY) {
-                continue_destroy(sb);
-                return;
-            }
+    /* Ops asked for while this one ran go next, from the loop: finish_op may
+     * run inside process_exited of a hook, and the next op's hook would free
+     * that record under it (prune_exited). */
+    if (sb->op == OP_NONE && sb->waiters && !ev_is_active(&sb->next_op)) {
+        ev_timer_set(&sb->next_op, 0., 0.);
+        ev_timer_start(D->loop, &sb->next_op);
     }
-    /* A start or stop asked for while this op ran: the oldest one goes now
-     * (others of its kind join it as its waiters; the rest wait their turn). */
-    if (sb->op == OP_NONE && sb->waiters) {
-        struct op_waiter *w = sb->waiters;
-        sb->waiters = w->next;
-        sbx_result_cb cb = w->cb;
-        void *privdata = w->privdata;
-        enum sb_op next = w->op;
-        free(w);
-        if (next == OP_START)
-            sandbox_start(sb, cb, privdata);
-        else if (next == OP_STOP)
-            sandbox_stop(sb, cb, privdata);
-    }
+}
+
+static void next_op_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    struct sandbox *sb = t->data;
+    if (sb->op != OP_NONE || !sb->waiters)
+        return; /* an op began meanwhile: its finish_op comes back here */
+    /* A destroy asked for while another op ran goes first. */
+    for (struct op_waiter *w = sb->waiters; w; w = w->next)
+        if (w->op == OP_DESTROY) {
+            continue_destroy(sb);
+            return;
+        }
+    /* Else the oldest start or stop (others of its kind join it as its
+     * waiters; the rest wait for its end). */
+    struct op_waiter *w = sb->waiters;
+    sb->waiters = w->next;
+    sbx_result_cb cb = w->cb;
+    void *privdata = w->privdata;
+    enum sb_op next = w->op;
+    free(w);
+    if (next == OP_START)
+        sandbox_start(sb, cb, privdata);
+    else if (next == OP_STOP)
+        sandbox_stop(sb, cb, privdata);
 }
 
 void sandbox_op_done(struct sandbox *sb, sbx_err_t *err, json_t *result)

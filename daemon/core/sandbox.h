@@ -66,7 +66,8 @@ struct sandbox {
 
     ev_timer life_timer;
     ev_timer idle_timer;
-    ev_timer op_timer;          /* limits.op_timeout_ms for the provider op in flight */
+    ev_timer op_timer; /* limits.op_timeout_ms for the provider op in flight */
+    ev_timer next_op;  /* runs an op asked for while another ran, from the loop */
     struct log_limit agent_log; /* its agent's LOG/ERROR lines */
 
     struct process *procs;
