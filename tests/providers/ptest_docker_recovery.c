@@ -19,6 +19,9 @@
 #include "testhelp.h"
 
 static const char *sbxd_bin, *bdir, *tmpdir, *docker_host;
+/* Ids carry the test's pid: a container another run left behind with the
+ * same id must not be found instead (another sbxd's, by label). */
+static char id_rw1[64], id_rw2[64], id_m1[64], id_m2[64], id_m3[64];
 static char sockp[108], cfgp[512], logp[512], notifyp[108];
 static pid_t sbxd_pid;
 
@@ -149,7 +152,7 @@ static void test_restart_window(void)
         test_cond("window: sbxd answers", 0);
         return;
     }
-    json_t *r = create(c, "rw1");
+    json_t *r = create(c, id_rw1);
     int made = res_of(r) != NULL;
     json_decref(r);
     test_cond("window: a docker sandbox is created", made);
@@ -158,7 +161,7 @@ static void test_restart_window(void)
         return;
     }
     r = cn_call(c, "process.spawn",
-                json_pack("{s:s, s:s}", "sandbox", "rw1", "command",
+                json_pack("{s:s, s:s}", "sandbox", id_rw1, "command",
                           "sleep 4; echo done; exit 5"));
     json_int_t pid = res_int(r, "pid");
     json_decref(r);
@@ -175,7 +178,7 @@ static void test_restart_window(void)
         return;
     }
     /* At once, as a reconnecting client does on seeing the socket. */
-    r = cn_call_t(c, 30000, "sandbox.get", json_pack("{s:s}", "id", "rw1"));
+    r = cn_call_t(c, 30000, "sandbox.get", json_pack("{s:s}", "id", id_rw1));
     double took = now_ms() - t0;
     printf("      sandbox.get right after the restart: %s in %.0f ms\n",
            res_of(r) ? res_str(r, "status") : "error", took);
@@ -186,7 +189,7 @@ static void test_restart_window(void)
     json_decref(r);
     r = cn_call_t(
         c, 30000, "process.wait",
-        json_pack("{s:s, s:I, s:i}", "sandbox", "rw1", "pid", pid, "timeout_ms", 20000));
+        json_pack("{s:s, s:I, s:i}", "sandbox", id_rw1, "pid", pid, "timeout_ms", 20000));
     printf("      process.wait: %s\n", res_of(r) ? "exit record" : "error");
     test_eq_int("window: process.wait on the adopted process gets its exit", 5,
                 res_int(r, "exit_code"));
@@ -199,7 +202,7 @@ static void test_restart_window(void)
     json_decref(r);
     test_eq_int("memory: the adopted running container counts 512m again", memory_used(c),
                 512LL * 1024 * 1024);
-    destroy(c, "rw1");
+    destroy(c, id_rw1);
     if (nfd >= 0)
         close(nfd);
     cn_close(c);
@@ -213,7 +216,7 @@ static void test_ready_after_adoption(void)
         test_cond("ready: sbxd answers", 0);
         return;
     }
-    json_t *r = create(c, "rw2");
+    json_t *r = create(c, id_rw2);
     json_decref(r);
     cn_close(c);
     stop_sbxd(SIGKILL);
@@ -226,13 +229,13 @@ static void test_ready_after_adoption(void)
         return;
     }
     double t0 = now_ms();
-    r = cn_call_t(c, 30000, "process.list", json_pack("{s:s}", "sandbox", "rw2"));
+    r = cn_call_t(c, 30000, "process.list", json_pack("{s:s}", "sandbox", id_rw2));
     double took = now_ms() - t0;
     test_cond("ready: READY=1 is sent", ready >= 0);
     test_cond("ready: after READY=1 the adopted sandbox answers at once (< 1 s)",
               res_of(r) != NULL && took < 1000);
     json_decref(r);
-    destroy(c, "rw2");
+    destroy(c, id_rw2);
     if (nfd >= 0)
         close(nfd);
     cn_close(c);
@@ -247,7 +250,7 @@ static void test_memory_total(void)
         test_cond("memory: sbxd answers", 0);
         return;
     }
-    json_t *a = create(c, "mem1"), *b = create(c, "mem2"), *d = create(c, "mem3");
+    json_t *a = create(c, id_m1), *b = create(c, id_m2), *d = create(c, id_m3);
     test_cond("memory: two containers of 512m fit in memory_per_uid 1G",
               res_of(a) && res_of(b));
     const char *lim = json_string_value(
@@ -257,11 +260,11 @@ static void test_memory_total(void)
     json_decref(a);
     json_decref(b);
     json_decref(d);
-    json_t *l = cn_call(c, "sandbox.get", json_pack("{s:s}", "id", "mem3"));
+    json_t *l = cn_call(c, "sandbox.get", json_pack("{s:s}", "id", id_m3));
     test_cond("memory: the refused create left no sandbox", err_code(l) == -32000);
     json_decref(l);
-    destroy(c, "mem1");
-    destroy(c, "mem2");
+    destroy(c, id_m1);
+    destroy(c, id_m2);
     test_eq_int("memory: destroyed containers give their share back", memory_used(c), 0);
     cn_close(c);
 }
@@ -285,6 +288,11 @@ int main(int argc, char **argv)
     snprintf(notifyp, sizeof(notifyp), "%.90s/notify", tmpdir);
     snprintf(cfgp, sizeof(cfgp), "%s/rec.yaml", tmpdir);
     snprintf(logp, sizeof(logp), "%s/sbxd-rec.log", tmpdir);
+    snprintf(id_rw1, sizeof(id_rw1), "rw1-%d", (int)getpid());
+    snprintf(id_rw2, sizeof(id_rw2), "rw2-%d", (int)getpid());
+    snprintf(id_m1, sizeof(id_m1), "mem1-%d", (int)getpid());
+    snprintf(id_m2, sizeof(id_m2), "mem2-%d", (int)getpid());
+    snprintf(id_m3, sizeof(id_m3), "mem3-%d", (int)getpid());
     write_config(NULL);
     start_sbxd();
     /* The engine's first ping is asynchronous. */
