@@ -1030,9 +1030,9 @@ static int d_sb_start(void *cookie, struct sandbox *sb, sbx_err_t *err)
     if (req_rt && !dk_opt_str(req_opts, "runtime"))
         json_object_set_new(opts, "runtime", json_string(req_rt));
     if (policy_check(dp->policy, sb->owner, dp->conf, opts, err) < 0 ||
-        dks_disk_total(dp, sb, opts, err) < 0 ||
         sandbox_reserve_memory(
-            sb, (uint64_t)json_integer_value(json_object_get(opts, "memory")), err) < 0) {
+            sb, (uint64_t)json_integer_value(json_object_get(opts, "memory")), err) < 0 ||
+        dks_disk_total(dp, sb, opts, err) < 0) {
         json_decref(opts);
         return -1;
     }
