@@ -216,14 +216,15 @@ static void prune_exited(struct sandbox *sb, struct process *keep)
     struct process *p = sb->procs;
     while (p) {
         struct process *next = p->next;
-        if (p != keep && p->internal && p->state == P_EXITED)
+        if (p != keep && p->internal && p->state == P_EXITED && !p->in_exit)
             process_free(p);
         p = next;
     }
     while (sb->nexited > MAX_EXITED_KEPT) {
         struct process *victim = NULL;
         for (p = sb->procs; p; p = p->next)
-            if (p != keep && p->state == P_EXITED && !p->waiters && !p->subs) {
+            if (p != keep && p->state == P_EXITED && !p->waiters && !p->subs &&
+                !p->in_exit) {
                 victim = p;
                 break;
             }
@@ -666,6 +667,9 @@ void process_exited(struct process *p, json_t *rec)
     }
     p->exit = e;
     queued_release(p);
+    /* Its callbacks below (a hook's done, an exec's answer) may start an op
+     * whose hook adds a process: that must not free this record under us. */
+    p->in_exit = 1;
     int was_running = p->state == P_RUNNING;
     p->state = P_EXITED;
     p->sb->nlive--;
@@ -723,6 +727,7 @@ void process_exited(struct process *p, json_t *rec)
         p->in_retained = 1;
     }
     retained_enforce(p->sb);
+    p->in_exit = 0;
     sandbox_process_gone(p->sb);
 }
 

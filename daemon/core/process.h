@@ -65,6 +65,7 @@ struct process {
     /* While queued: its command, env and pending stdin, counted against the
      * owner's limits.queued_bytes_per_uid (issue 16, item 3). */
     size_t queued_bytes;
+    int in_exit; /* process_exited runs for it: prune_exited must not free it */
 };
 
 /* What to run, checked by the caller (api.c parses process.exec/spawn

@@ -968,9 +968,17 @@ static void finish_op(struct sandbox *sb, sbx_err_t *err)
         break;
     }
     err_clear(err);
-    /* Ops asked for while this one ran go next, from the loop: finish_op may
-     * run inside process_exited of a hook, and the next op's hook would free
-     * that record under it (prune_exited). */
+    /* A destroy asked for while another op ran goes ahead at once. */
+    if (sb->op == OP_NONE) {
+        for (struct op_waiter *w = sb->waiters; w; w = w->next)
+            if (w->op == OP_DESTROY) {
+                continue_destroy(sb);
+                return;
+            }
+    }
+    /* A start or stop asked for meanwhile goes next, from the loop: finish_op
+     * may run inside the provider's own start or inside process_exited of a
+     * hook, and the next op would run its provider call and hook there. */
     if (sb->op == OP_NONE && sb->waiters && !ev_is_active(&sb->next_op)) {
         ev_timer_set(&sb->next_op, 0., 0.);
         ev_timer_start(D->loop, &sb->next_op);

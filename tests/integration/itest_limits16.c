@@ -373,6 +373,14 @@ static const char *status_of(json_t *resp)
                      : "no answer");
 }
 
+static int cn_call_ok(conn *c)
+{
+    json_t *r = cn_call_t(c, 5000, "daemon.ping", NULL);
+    int ok = json_is_true(json_object_get(res_of(r), "pong"));
+    json_decref(r);
+    return ok;
+}
+
 #define SPIN "var t = Date.now(); while (Date.now() - t < 800) {}"
 
 static void test_waiting_ops(void)
@@ -449,6 +457,24 @@ static void test_waiting_ops(void)
     r = cn_call(a, "sandbox.get", json_pack("{s:s}", "id", "r"));
     test_eq_int("lifecycle: and it is gone afterwards", err_code(r), SBX_E_NOT_FOUND);
     json_decref(r);
+
+    /* The same with an on_destroy hook: it runs from the end of the on_start
+     * hook's process (ASan found that record freed under it). */
+    json_decref(
+        cn_call(a, "sandbox.create",
+                json_pack("{s:s, s:s, s:s, s:s, s:b}", "id", "r2", "provider", "duktape",
+                          "on_start", SPIN, "on_destroy", "1", "start", 0)));
+    ida = send_req(a, "sandbox.start", json_pack("{s:s}", "id", "r2"));
+    usleep(150000);
+    idb = send_req(b, "sandbox.destroy", json_pack("{s:s}", "id", "r2"));
+    ra = wait_resp(a, ida, 15000);
+    rb = wait_resp(b, idb, 15000);
+    test_cond("lifecycle: with on_destroy too, the start answers and the destroy runs",
+              strcmp(status_of(ra), "running") == 0 &&
+                  strcmp(status_of(rb), "destroyed") == 0);
+    json_decref(ra);
+    json_decref(rb);
+    test_cond("lifecycle: sbxd still serves", cn_call_ok(a));
     cn_close(a);
     cn_close(b);
     stop();
