@@ -103,6 +103,10 @@ static const struct core_key core_keys[] = {
     /* issue 18: sandbox.stats streams */
     {"limits", "stats_interval_ms", K_INT, F(stats_interval_ms), 1000, 3600000, 0},
     {"limits", "stats_streams_per_session", K_INT, F(stats_streams_per_session), 0, 1000, 0},
+    /* issue 16 (seccore) */
+    {"limits", "queued_bytes_per_uid", K_SIZE, F(queued_bytes_per_uid), 64 * KIB, 64 * GIB, 0},
+    {"limits", "memory_per_uid", K_SIZE, F(memory_per_uid), MIB, 64 * 1024 * GIB, 0},
+    {"limits", "adopt_wait_ms", K_INT, F(adopt_wait_ms), 0, 600000, 0},
     {"defaults", "provider", K_STR, F(default_provider), 1, 64, 0},
     {"defaults", "timeout_ms", K_INT, F(default_timeout_ms), 1, 86400000, 0},
     {"defaults", "idle_timeout_ms", K_INT, F(default_idle_timeout_ms), 0, 86400000, 0},
@@ -118,6 +122,24 @@ static const char *const sections[] = {"socket", "limits", "defaults", "instruct
 static const char *const level_names[] = {"error", "warn", "info", "debug"};
 
 /* ---- defaults, copy, free ------------------------------------------------ */
+
+/* The built-in limits.memory_per_uid: half of the host's memory, so that one
+ * uid cannot reserve all of it with sandboxes' memory limits (issue 16, item
+ * 6). 8 GiB when /proc/meminfo cannot be read. */
+static int64_t default_memory_per_uid(void)
+{
+    int64_t kb = 0;
+    char line[128];
+    FILE *f = fopen("/proc/meminfo", "r");
+    while (f && fgets(line, sizeof(line), f))
+        if (strncmp(line, "MemTotal:", 9) == 0) {
+            kb = strtoll(line + 9, NULL, 10);
+            break;
+        }
+    if (f)
+        fclose(f);
+    return kb > 0 ? kb * KIB / 2 : 8 * GIB;
+}
 
 int config_init_defaults(struct sbx_config *cfg)
 {
@@ -155,6 +177,9 @@ int config_init_defaults(struct sbx_config *cfg)
     cfg->agent_log_lines_per_s = 50;
     cfg->stats_interval_ms = 5000;
     cfg->stats_streams_per_session = 8;
+    cfg->queued_bytes_per_uid = 64 * MIB;
+    cfg->memory_per_uid = default_memory_per_uid();
+    cfg->adopt_wait_ms = 10000;
     cfg->default_timeout_ms = 300000;
     cfg->default_idle_timeout_ms = 0;
     cfg->default_command_timeout_ms = 300000;

@@ -87,6 +87,11 @@ struct sbx_config {
                                 */
     int64_t stats_interval_ms; /* default 5000: sandbox.stats stream period */
     int64_t stats_streams_per_session; /* default 8: stats streams a session may hold */
+    /* issue 16 (seccore): */
+    int64_t queued_bytes_per_uid; /* default 64 MiB: command, env, stdin of queued procs
+                                   */
+    int64_t memory_per_uid;       /* default half of MemTotal: sandboxes' memory limits */
+    int64_t adopt_wait_ms;        /* default 10000: calls wait this long for adoption */
 
     /* defaults: */
     char *default_provider;          /* default "duktape" */

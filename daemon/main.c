@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "adoption.h"
 #include "daemon.h"
 #include "log.h"
 #include "process.h"
@@ -271,6 +272,9 @@ static void apply_reload(struct sbx_config *next)
     D->cfg.fs_event_queue = next->fs_event_queue;
     D->cfg.fs_list_max = next->fs_list_max;
     D->cfg.fs_handle_idle_ms = next->fs_handle_idle_ms;
+    D->cfg.queued_bytes_per_uid = next->queued_bytes_per_uid;
+    D->cfg.memory_per_uid = next->memory_per_uid;
+    D->cfg.adopt_wait_ms = next->adopt_wait_ms;
     log_set_level(next->log_level);
 }
 
@@ -332,6 +336,11 @@ static void hup_cb(struct ev_loop *loop, ev_signal *w, int revents)
     start_reload();
 }
 
+static void ready_cb(void *privdata)
+{
+    notify_systemd("READY=1\nSTATUS=serving");
+}
+
 static void load_providers(void)
 {
     for (size_t i = 0; sbx_providers[i] && D->nproviders < MAX_PROVIDERS; i++) {
@@ -344,7 +353,11 @@ static void load_providers(void)
         if (!pi->enabled)
             continue;
         sbx_err_t err = {0};
+        /* Before load: a provider may finish its listing inside it. */
+        if (ops->adopts_at_load)
+            adoption_begin(ops->name);
         if (ops->load(conf, &pi->cookie, &err) < 0) {
+            sandbox_adoption_done(ops->name);
             pi->load_error = strdup(err.msg ? err.msg : "failed to load");
             log_warn("provider %s unavailable: %s", ops->name, pi->load_error);
             err_clear(&err);
@@ -497,13 +510,16 @@ int main(int argc, char **argv)
     log_info("sbxd %s listening on %s (pid %d)", SBX_VERSION,
              D->listen_activated ? "the activated socket" : D->cfg.socket_path,
              (int)getpid());
-    notify_systemd("READY=1\nSTATUS=serving");
+    /* Ready once the providers have adopted what they had before a restart:
+     * until then calls naming an id wait (issue 16, item 12). */
+    adoption_wait(ready_cb, NULL);
     ev_run(D->loop, 0);
 
     parse_shutdown();
     reload_finish(); /* a reload still parsing: its result is dropped */
     err_clear(&reload.err);
     config_deinit(&reload.next);
+    adoption_free_all();
     session_free_all();
     sandbox_free_all();
     usage_free_all();

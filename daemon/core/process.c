@@ -16,6 +16,7 @@
 #include "log.h"
 #include "sandbox.h"
 #include "sbx_proto.h"
+#include "usage.h"
 #include "utf8.h"
 #include "xalloc.h"
 
@@ -157,6 +158,35 @@ static void retained_enforce(struct sandbox *sb)
         evict(rhead);
 }
 
+/* -- queued bytes ---------------------------------------------------------- */
+
+/*
+ * A queued process holds its command, its whole env and the stdin given with
+ * the call until it runs: 48 queued spawns with 8 MiB of stdin each took sbxd
+ * from 10 to 443 MiB (issue 16, item 3). They are counted per owner uid from
+ * process_new until the process leaves the queue (spawned, killed, failed).
+ */
+static size_t queued_cost(const struct process *p)
+{
+    size_t n = sizeof(*p) + strlen(p->display) + 1;
+    n += json_dumpb(p->spec, NULL, 0, JSON_COMPACT);
+    if (p->stdin_pending)
+        n += json_string_length(p->stdin_pending);
+    return n;
+}
+
+static void queued_release(struct process *p)
+{
+    if (!p->queued_bytes)
+        return;
+    struct uid_usage *u = usage_find(p->sb->owner);
+    if (u) {
+        u->queued_bytes -= p->queued_bytes;
+        usage_release(u);
+    }
+    p->queued_bytes = 0;
+}
+
 /* -- tool calls ------------------------------------------------------------ */
 
 void process_tool_result(struct process *p, int64_t call, json_t *result, int code,
@@ -186,14 +216,15 @@ static void prune_exited(struct sandbox *sb, struct process *keep)
     struct process *p = sb->procs;
     while (p) {
         struct process *next = p->next;
-        if (p != keep && p->internal && p->state == P_EXITED)
+        if (p != keep && p->internal && p->state == P_EXITED && !p->in_exit)
             process_free(p);
         p = next;
     }
     while (sb->nexited > MAX_EXITED_KEPT) {
         struct process *victim = NULL;
         for (p = sb->procs; p; p = p->next)
-            if (p != keep && p->state == P_EXITED && !p->waiters && !p->subs) {
+            if (p != keep && p->state == P_EXITED && !p->waiters && !p->subs &&
+                !p->in_exit) {
                 victim = p;
                 break;
             }
@@ -326,8 +357,30 @@ int process_new(struct process **out, struct sandbox *sb, const struct proc_opts
         return err_make(err, SBX_E_INTERNAL, "out of memory");
     }
 
+    size_t cost = 0;
+    if (!o->internal) {
+        struct process probe = {
+            .display = display, .spec = spec, .stdin_pending = o->stdin_data};
+        cost = queued_cost(&probe);
+        struct uid_usage *u = usage_find(sb->owner);
+        size_t used = u ? u->queued_bytes : 0;
+        if (used + cost > (size_t)D->cfg.queued_bytes_per_uid) {
+            json_decref(spec);
+            free(display);
+            return err_make_data(
+                err, SBX_E_LIMIT,
+                json_pack("{s:s, s:I, s:I, s:I}", "limit", "queued_bytes_per_uid", "max",
+                          (json_int_t)D->cfg.queued_bytes_per_uid, "used",
+                          (json_int_t)used, "requested", (json_int_t)cost),
+                "queued processes of uid %d would hold %zu bytes (limit %lld)",
+                (int)sb->owner, used + cost, (long long)D->cfg.queued_bytes_per_uid);
+        }
+        usage_of(sb->owner)->queued_bytes += cost;
+    }
+
     prune_exited(sb, NULL);
     struct process *p = xcalloc(1, sizeof(*p));
+    p->queued_bytes = cost;
     p->sb = sb;
     p->pid = ++sb->next_pid;
     p->state = P_QUEUED;
@@ -405,6 +458,7 @@ void process_started(struct process *p, long os_pid)
 
 static int spawn_now(struct process *p, sbx_err_t *err)
 {
+    queued_release(p);
     p->state = P_RUNNING;
     p->started_at = daemon_now();
     p->t0 = ev_now(D->loop);
@@ -612,6 +666,10 @@ void process_exited(struct process *p, json_t *rec)
         json_object_set_new(e, "sandbox_restarted", json_boolean(p->t0 > 0));
     }
     p->exit = e;
+    queued_release(p);
+    /* Its callbacks below (a hook's done, an exec's answer) may start an op
+     * whose hook adds a process: that must not free this record under us. */
+    p->in_exit = 1;
     int was_running = p->state == P_RUNNING;
     p->state = P_EXITED;
     p->sb->nlive--;
@@ -669,6 +727,7 @@ void process_exited(struct process *p, json_t *rec)
         p->in_retained = 1;
     }
     retained_enforce(p->sb);
+    p->in_exit = 0;
     sandbox_process_gone(p->sb);
 }
 

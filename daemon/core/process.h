@@ -62,6 +62,10 @@ struct process {
     int in_retained;
     size_t result_bytes; /* encoded size of exit.result, while kept */
     int pty;             /* runs on a terminal (spec "pty": {cols, rows}); terminal.c */
+    /* While queued: its command, env and pending stdin, counted against the
+     * owner's limits.queued_bytes_per_uid (issue 16, item 3). */
+    size_t queued_bytes;
+    int in_exit; /* process_exited runs for it: prune_exited must not free it */
 };
 
 /* What to run, checked by the caller (api.c parses process.exec/spawn
@@ -81,7 +85,8 @@ struct proc_opts {
     unsigned pty_cols, pty_rows; /* a terminal of this size (terminal.h); 0: none */
 };
 
-/* A queued process record from o; -32005 past max_queued_per_sandbox. */
+/* A queued process record from o; -32005 past max_queued_per_sandbox or past
+ * the owner's limits.queued_bytes_per_uid (its command, env and stdin). */
 int process_new(struct process **out, struct sandbox *sb, const struct proc_opts *o,
                 sbx_err_t *err);
 /*

@@ -54,6 +54,12 @@ struct sbx_provider {
      * Docker and Modal do in sb_start. */
     int takes_image;
     const char *const *option_keys;
+    /* issue 16 (seccore): 1, after load the provider lists its backend and
+     * adopts what it finds (sandbox_adopt), then calls
+     * sandbox_adoption_done(name); each sandbox adopted running calls
+     * sandbox_adopted() once its processes are back. Until then calls
+     * naming an unknown id wait (core/adoption.h). */
+    int adopts_at_load;
 
     /* conf: providers.<name>, borrowed. Fills *cookie. An error here means
      * the provider is unavailable (the daemon still runs). */
@@ -190,6 +196,19 @@ void sandbox_lost(struct sandbox *sb, const char *reason);
  * data stolen. See snapshot_list above. */
 void snapshot_register(const char *id, const char *provider, uid_t owner,
                        double created_at, const char *sandbox, json_t *data);
+/* issue 16 (seccore): the memory sb is about to be given (its memory limit
+ * in bytes: a container's Memory, an isolate worker's ceiling; 0 = none), to
+ * be counted against the owner's limits.memory_per_uid together with every
+ * other sandbox it holds. Call it from sb_start before the backend is asked
+ * for anything; on -32005 (err filled) fail the start with it. err NULL
+ * (adoption: the memory is already in use) counts without refusing. The
+ * reservation replaces sb's previous one and ends when sb stops or goes. */
+int sandbox_reserve_memory(struct sandbox *sb, uint64_t bytes, sbx_err_t *err);
+/* issue 16 (seccore): an adopts_at_load provider finished its listing at
+ * load (whatever it found is registered, or the listing failed). */
+void sandbox_adoption_done(const char *provider);
+/* A sandbox adopted running has its processes back (or they are lost). */
+void sandbox_adopted(struct sandbox *sb);
 /* A progress notification to the sandbox's owner sessions; params stolen. */
 void sandbox_progress(struct sandbox *sb, json_t *params);
 /* Any notification (method) to the sandbox's owner sessions, params stolen

@@ -10,12 +10,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "adoption.h"
 #include "daemon.h"
 #include "fs.h"
 #include "log.h"
 #include "process.h"
 #include "sbx_proto.h"
 #include "snapshot.h"
+#include "usage.h"
 #include "xalloc.h"
 
 #define HOOK_TIMEOUT_MS 60000
@@ -175,6 +177,8 @@ static void arm_timers(struct sandbox *sb)
 
 /* -- creation ---------------------------------------------------------------- */
 
+static void next_op_cb(struct ev_loop *loop, ev_timer *t, int revents);
+
 int sandbox_new(struct sandbox **out, const char *id, struct provider_inst *prov,
                 uid_t owner, json_t *conf, sbx_err_t *err)
 {
@@ -196,6 +200,8 @@ int sandbox_new(struct sandbox **out, const char *id, struct provider_inst *prov
     sb->idle_timer.data = sb;
     ev_timer_init(&sb->op_timer, op_deadline_cb, 1., 0.);
     sb->op_timer.data = sb;
+    ev_timer_init(&sb->next_op, next_op_cb, 0., 0.);
+    sb->next_op.data = sb;
     sandbox_touch(sb);
     const char *snap = json_string_value(json_object_get(conf, "snapshot"));
     if (snap) {
@@ -236,6 +242,10 @@ int sandbox_adopt(struct sandbox **out, const char *id, struct provider_inst *pr
     if (status == SB_RUNNING) {
         sb->started_at = daemon_now();
         arm_timers(sb);
+        /* Its processes come back with the provider's reconnect: calls on
+         * them wait for it (issue 16, item 12). */
+        if (prov->ops->adopts_at_load)
+            adoption_sandbox_begin(sb);
     }
     log_info("sandbox %s adopted from provider %s (%s)", id, prov->ops->name,
              sandbox_status_name(status));
@@ -265,20 +275,61 @@ static void sandbox_destroy_now(struct sandbox *sb)
     free(sb);
 }
 
+/* -- memory per uid (issue 16, item 6) ------------------------------------------- */
+
+static void memory_release(struct sandbox *sb)
+{
+    if (!sb->mem_reserved)
+        return;
+    struct uid_usage *u = usage_find(sb->owner);
+    if (u) {
+        u->memory_bytes -= sb->mem_reserved;
+        usage_release(u);
+    }
+    sb->mem_reserved = 0;
+}
+
+/* One uid held 64 x 512 MiB = 32 GiB of memory limits, more than the host:
+ * the sum of a uid's reservations is capped by limits.memory_per_uid. */
+int sandbox_reserve_memory(struct sandbox *sb, uint64_t bytes, sbx_err_t *err)
+{
+    memory_release(sb);
+    struct uid_usage *u = usage_find(sb->owner);
+    uint64_t used = u ? u->memory_bytes : 0, max = (uint64_t)D->cfg.memory_per_uid;
+    if (err && bytes > 0 && used + bytes > max)
+        return err_make_data(
+            err, SBX_E_LIMIT,
+            json_pack("{s:s, s:I, s:I, s:I}", "limit", "memory_per_uid", "max",
+                      (json_int_t)max, "used", (json_int_t)used, "requested",
+                      (json_int_t)bytes),
+            "sandbox %s: memory limits of uid %d would total %llu MiB (limit %llu MiB)",
+            sb->id, (int)sb->owner, (unsigned long long)((used + bytes) >> 20),
+            (unsigned long long)(max >> 20));
+    if (bytes == 0)
+        return 0;
+    usage_of(sb->owner)->memory_bytes += bytes;
+    sb->mem_reserved = bytes;
+    return 0;
+}
+
 /* Removes sb from the registry at once (lookups stop finding it, its id is
  * free again) and frees it before the loop sleeps. */
 static void sandbox_free(struct sandbox *sb)
 {
+    memory_release(sb);
+    adoption_sandbox_end(sb);
     ev_timer_stop(D->loop, &sb->life_timer);
     ev_timer_stop(D->loop, &sb->idle_timer);
     ev_timer_stop(D->loop, &sb->op_timer);
+    ev_timer_stop(D->loop, &sb->next_op);
     while (sb->waiters) {
         struct op_waiter *w = sb->waiters;
         sb->waiters = w->next;
         sbx_err_t err = {0};
         err_make_data(&err, SBX_E_NOT_FOUND, json_pack("{s:s}", "sandbox", sb->id),
                       "sandbox %s is gone", sb->id);
-        w->cb(&err, NULL, w->privdata);
+        if (w->cb)
+            w->cb(&err, NULL, w->privdata);
         err_clear(&err);
         free(w);
     }
@@ -453,11 +504,11 @@ static void answer_err(sbx_result_cb cb, void *privdata, sbx_err_t *err)
     err_clear(err);
 }
 
+/* A waiter with no cb still counts: a start or stop queued behind another op
+ * (issue 16, item 11) is run from its waiter record when that op ends. */
 static void add_waiter(struct sandbox *sb, sbx_result_cb cb, void *privdata,
                        enum sb_op op)
 {
-    if (!cb)
-        return;
     struct op_waiter *w = xcalloc(1, sizeof(*w));
     w->cb = cb;
     w->privdata = privdata;
@@ -481,7 +532,9 @@ static void answer_waiters(struct sandbox *sb, enum sb_op op, sbx_err_t *err,
             continue;
         }
         *pp = w->next;
-        if (err && err->msg) {
+        if (!w->cb) {
+            /* nobody waits for the answer */
+        } else if (err && err->msg) {
             w->cb(err, NULL, w->privdata);
         } else {
             json_t *r = result ? json_incref(result) : sandbox_to_json(sb);
@@ -595,8 +648,14 @@ void sandbox_start(struct sandbox *sb, sbx_result_cb cb, void *privdata)
         add_waiter(sb, cb, privdata, OP_START);
         return;
     }
-    if (sb->op != OP_NONE || (sb->status != SB_PENDING && sb->status != SB_STOPPED &&
-                              sb->status != SB_ERROR)) {
+    if (sb->op != OP_NONE) {
+        /* A stop or snapshot is in flight: start when it ends (finish_op),
+         * rather than answer "it is stopping" to a reconnecting client. */
+        add_waiter(sb, cb, privdata, OP_START);
+        return;
+    }
+    if ((sb->status != SB_PENDING && sb->status != SB_STOPPED &&
+         sb->status != SB_ERROR)) {
         wrong_state(cb, privdata, sb, "start");
         return;
     }
@@ -614,6 +673,7 @@ void sandbox_start(struct sandbox *sb, sbx_result_cb cb, void *privdata)
     }
     add_waiter(sb, cb, privdata, OP_START);
     sb->op = OP_START;
+    adoption_sandbox_end(sb); /* the start takes over a reconnect in progress */
     set_status(sb, SB_STARTING, NULL);
     op_deadline_start(sb);
     if (sb->prov->ops->sb_start(sb->prov->cookie, sb, &err) < 0)
@@ -632,7 +692,13 @@ void sandbox_stop(struct sandbox *sb, sbx_result_cb cb, void *privdata)
         add_waiter(sb, cb, privdata, OP_STOP);
         return;
     }
-    if (sb->op != OP_NONE || (sb->status != SB_RUNNING && sb->status != SB_ERROR)) {
+    if (sb->op != OP_NONE) {
+        /* A start (or snapshot) is in flight: stop once it ends, instead of
+         * -32001 "it is starting" (issue 16, item 11). */
+        add_waiter(sb, cb, privdata, OP_STOP);
+        return;
+    }
+    if (sb->status != SB_RUNNING && sb->status != SB_ERROR) {
         wrong_state(cb, privdata, sb, "stop");
         return;
     }
@@ -843,6 +909,7 @@ static void finish_op(struct sandbox *sb, sbx_err_t *err)
     case OP_START:
         sb->op = OP_NONE;
         if (failed) {
+            memory_release(sb);
             set_status(sb, SB_ERROR, err->msg);
             for (struct process *p = sb->procs; p; p = p->next)
                 if (p->state == P_QUEUED)
@@ -868,10 +935,12 @@ static void finish_op(struct sandbox *sb, sbx_err_t *err)
     case OP_STOP:
         sb->op = OP_NONE;
         ev_timer_stop(D->loop, &sb->idle_timer);
-        if (failed)
+        if (failed) {
             set_status(sb, SB_ERROR, err->msg);
-        else
+        } else {
+            memory_release(sb);
             set_status(sb, SB_STOPPED, NULL);
+        }
         answer_waiters(sb, OP_STOP, err, NULL);
         break;
     case OP_SNAPSHOT:
@@ -899,7 +968,7 @@ static void finish_op(struct sandbox *sb, sbx_err_t *err)
         break;
     }
     err_clear(err);
-    /* A destroy asked for while another op ran. */
+    /* A destroy asked for while another op ran goes ahead at once. */
     if (sb->op == OP_NONE) {
         for (struct op_waiter *w = sb->waiters; w; w = w->next)
             if (w->op == OP_DESTROY) {
@@ -907,6 +976,38 @@ static void finish_op(struct sandbox *sb, sbx_err_t *err)
                 return;
             }
     }
+    /* A start or stop asked for meanwhile goes next, from the loop: finish_op
+     * may run inside the provider's own start or inside process_exited of a
+     * hook, and the next op would run its provider call and hook there. */
+    if (sb->op == OP_NONE && sb->waiters && !ev_is_active(&sb->next_op)) {
+        ev_timer_set(&sb->next_op, 0., 0.);
+        ev_timer_start(D->loop, &sb->next_op);
+    }
+}
+
+static void next_op_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    struct sandbox *sb = t->data;
+    if (sb->op != OP_NONE || !sb->waiters)
+        return; /* an op began meanwhile: its finish_op comes back here */
+    /* A destroy asked for while another op ran goes first. */
+    for (struct op_waiter *w = sb->waiters; w; w = w->next)
+        if (w->op == OP_DESTROY) {
+            continue_destroy(sb);
+            return;
+        }
+    /* Else the oldest start or stop (others of its kind join it as its
+     * waiters; the rest wait for its end). */
+    struct op_waiter *w = sb->waiters;
+    sb->waiters = w->next;
+    sbx_result_cb cb = w->cb;
+    void *privdata = w->privdata;
+    enum sb_op next = w->op;
+    free(w);
+    if (next == OP_START)
+        sandbox_start(sb, cb, privdata);
+    else if (next == OP_STOP)
+        sandbox_stop(sb, cb, privdata);
 }
 
 void sandbox_op_done(struct sandbox *sb, sbx_err_t *err, json_t *result)
@@ -958,6 +1059,7 @@ void sandbox_op_done(struct sandbox *sb, sbx_err_t *err, json_t *result)
 void sandbox_lost(struct sandbox *sb, const char *reason)
 {
     log_warn("sandbox %s lost: %s", sb->id, reason);
+    adoption_sandbox_end(sb);
     for (struct process *p = sb->procs; p; p = p->next)
         if (p->state != P_EXITED)
             process_fail(p, reason);

@@ -66,7 +66,8 @@ struct sandbox {
 
     ev_timer life_timer;
     ev_timer idle_timer;
-    ev_timer op_timer;          /* limits.op_timeout_ms for the provider op in flight */
+    ev_timer op_timer; /* limits.op_timeout_ms for the provider op in flight */
+    ev_timer next_op;  /* runs an op asked for while another ran, from the loop */
     struct log_limit agent_log; /* its agent's LOG/ERROR lines */
 
     struct process *procs;
@@ -82,6 +83,10 @@ struct sandbox {
     int id_generated;        /* sbxd chose the id: no backend can have it yet */
     int backend_reconnected; /* the first start found an existing backend */
     int hook_phase;          /* running on_start/on_stop/on_destroy */
+    /* Memory its provider gives it (sandbox_reserve_memory), counted in the
+     * owner's limits.memory_per_uid until it stops or goes (issue 16). */
+    uint64_t mem_reserved;
+    int adopting; /* adopted running; its processes are not back yet (adoption.h) */
 
     void *pdata; /* the provider's */
 };

@@ -33,7 +33,7 @@ struct uid_usage *usage_of(uid_t uid)
 void usage_release(struct uid_usage *u)
 {
     if (!u || u->sessions || u->input_bytes || u->snapshots || u->snapshot_bytes ||
-        u->fs_transfers || u->fs_bytes)
+        u->fs_transfers || u->fs_bytes || u->queued_bytes || u->memory_bytes)
         return;
     for (struct uid_usage **pp = &all; *pp; pp = &(*pp)->next)
         if (*pp == u) {

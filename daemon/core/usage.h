@@ -1,7 +1,7 @@
 /*
  * usage.h - what each uid holds, against its per-uid limits: sessions,
- * unparsed input, snapshots. One record per uid that holds anything; it goes
- * when everything it counts is back to zero.
+ * unparsed input, snapshots, queued processes, reserved memory. One record per uid that
+ * holds anything; it goes when everything it counts is back to zero.
  */
 #ifndef SBXD_USAGE_H
 #define SBXD_USAGE_H
@@ -19,6 +19,10 @@ struct uid_usage {
     size_t snapshot_bytes; /* encoded size of its snapshots' data */
     int fs_transfers;      /* fs calls in flight + open write handles (core/fs.c) */
     size_t fs_bytes;       /* file bytes those hold in sbxd */
+    /* issue 16: what its queued processes hold (command, env, stdin) */
+    size_t queued_bytes;
+    /* issue 16: memory its sandboxes reserve (sandbox_reserve_memory) */
+    uint64_t memory_bytes;
 };
 
 /* The record of uid, created if missing (aborts on OOM: it is tiny). */

@@ -15,6 +15,7 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "adoption.h"
 #include "call.h"
 #include "conn.h"
 #include "daemon.h"
@@ -26,6 +27,7 @@
 #include "snapshot.h"
 #include "usage.h"
 #include "utf8.h"
+#include "xalloc.h"
 
 /* -- callers ----------------------------------------------------------------- */
 
@@ -135,6 +137,40 @@ static int not_found(struct call *c, const char *id)
     return -1;
 }
 
+/* -- the restart window (issue 16, item 12) ------------------------------------- */
+
+/* A call that found nothing while providers still adopt what they had
+ * before a restart: it runs again, whole, once they are done (or after
+ * limits.adopt_wait_ms), instead of telling a reconnecting client that its
+ * sandbox is gone. Handlers park before any side effect. */
+struct parked {
+    struct call *c;
+    method_fn fn;
+    json_t *params; /* a reference of its own */
+};
+
+static void parked_run(void *data)
+{
+    struct parked *pk = data;
+    pk->fn(pk->c, pk->params);
+    json_decref(pk->params);
+    free(pk);
+}
+
+/* 1 = c waits for the adoption (answered later); 0 = answer it now. */
+static int park(struct call *c, json_t *params)
+{
+    method_fn fn = adoption_pending() ? c->fn : NULL;
+    if (!fn)
+        return 0;
+    struct parked *pk = xcalloc(1, sizeof(*pk));
+    pk->c = c;
+    pk->fn = fn;
+    pk->params = json_incref(params);
+    adoption_wait(parked_run, pk);
+    return 1;
+}
+
 /* The sandbox named by params[key], visible to the caller; NULL = answered. */
 static struct sandbox *get_sandbox(struct call *c, json_t *params, const char *key)
 {
@@ -143,7 +179,8 @@ static struct sandbox *get_sandbox(struct call *c, json_t *params, const char *k
         return NULL;
     struct sandbox *sb = sandbox_find(caller_uid(c), caller_admin(c), id);
     if (!sb) {
-        not_found(c, id);
+        if (!park(c, params))
+            not_found(c, id);
         return NULL;
     }
     return sb;
@@ -163,6 +200,8 @@ static struct process *get_process(struct call *c, json_t *params,
         return NULL;
     }
     struct process *p = process_find(sb, (uint32_t)json_integer_value(pid));
+    if (!p && sb->adopting && park(c, params))
+        return NULL;
     if (!p || json_integer_value(pid) <= 0) {
         call_error(c, SBX_E_NO_PROCESS,
                    json_pack("{s:s, s:O}", "sandbox", sb->id, "pid", pid),
@@ -230,6 +269,29 @@ static void create_done(sbx_err_t *err, json_t *result, void *c)
     call_reply(c, r);
 }
 
+/* sandbox.create that named an existing sandbox of the caller: answered by
+ * the start that brings it back (or at once when it runs). */
+struct reconnect {
+    struct call *c;
+    json_t *warnings; /* what the request asked that it does not have, or NULL */
+};
+
+static void reconnect_done(sbx_err_t *err, json_t *result, void *data)
+{
+    struct reconnect *rc = data;
+    if (err) {
+        call_done(err, NULL, rc->c);
+    } else {
+        json_t *o = json_copy(result);
+        json_object_set_new(o, "reconnected", json_true());
+        if (rc->warnings)
+            json_object_set(o, "warnings", rc->warnings);
+        call_reply(rc->c, o);
+    }
+    json_decref(rc->warnings);
+    free(rc);
+}
+
 /* -- daemon.* ------------------------------------------------------------------- */
 
 static void m_ping(struct call *c, json_t *params)
@@ -274,6 +336,9 @@ static json_t *limits_json(void)
     L(fs_event_queue);
     L(fs_list_max);
     L(fs_handle_idle_ms);
+    L(queued_bytes_per_uid);
+    L(memory_per_uid);
+    L(adopt_wait_ms);
 #undef L
     return o;
 }
@@ -308,6 +373,10 @@ static json_t *usage_json(struct rpc_conn *k, uid_t uid)
     put_usage(o, "max_snapshots_per_uid", nsnap, g->max_snapshots_per_uid);
     put_usage(o, "snapshot_bytes_per_uid", (json_int_t)snap_bytes,
               g->snapshot_bytes_per_uid);
+    put_usage(o, "queued_bytes_per_uid", u ? (json_int_t)u->queued_bytes : 0,
+              g->queued_bytes_per_uid);
+    put_usage(o, "memory_per_uid", u ? (json_int_t)u->memory_bytes : 0,
+              g->memory_per_uid);
     return o;
 }
 
@@ -540,22 +609,22 @@ static void m_create(struct call *c, json_t *params)
         bad_param(c, "id", "must match [A-Za-z0-9][A-Za-z0-9_.-]{0,62}");
         return;
     }
+    /* A create naming an id not adopted yet must not make a second sandbox
+     * of it: it reconnects once the adoption is done. */
+    if (id && !sandbox_find_any(id) && park(c, params))
+        return;
     if (id) {
         struct sandbox *old = sandbox_find_any(id);
         if (old && old->owner == uid) {
             /* Reconnect: the caller's own sandbox comes back, started if
              * needed (an errored one is restarted), with warnings for what
              * the request asks that it does not have. */
-            if (old->status == SB_STOPPED || old->status == SB_PENDING ||
-                (old->status == SB_ERROR && old->op == OP_NONE)) {
-                sandbox_start(old, NULL, NULL);
-            }
-            json_t *o = sandbox_to_json(old);
-            json_object_set_new(o, "reconnected", json_true());
-            json_t *w = sandbox_reconnect_warnings(old, params);
-            if (w)
-                json_object_set_new(o, "warnings", w);
-            call_reply(c, o);
+            struct reconnect *rc = xcalloc(1, sizeof(*rc));
+            rc->c = c;
+            rc->warnings = sandbox_reconnect_warnings(old, params);
+            /* Answered once it runs (or with why it cannot): a reconnecting
+             * framework's next call must find it running (issue 16, item 11). */
+            sandbox_start(old, reconnect_done, rc);
             return;
         }
         if (old) {
@@ -733,6 +802,8 @@ static void m_list(struct call *c, json_t *params)
     if (opt_str(c, params, "provider", &prov) < 0 ||
         opt_str(c, params, "status", &status) < 0)
         return;
+    if (park(c, params))
+        return; /* the whole list comes once it is known */
     json_t *arr = json_array();
     for (struct sandbox *sb = D->sandboxes; sb; sb = sb->next) {
         if (!sandbox_visible(caller_uid(c), caller_admin(c), sb))

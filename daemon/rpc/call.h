@@ -32,6 +32,9 @@ struct call {
     int batch_index;
     const char *method;
     call_finish_fn finish; /* set by whoever made the call */
+    /* Its method's handler (api.h: method_fn), so that it can run again
+     * later (api.c: calls that wait for the restart's adoption). */
+    void (*fn)(struct call *c, json_t *params);
 };
 
 /* result stolen (NULL = {}). Frees c. */

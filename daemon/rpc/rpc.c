@@ -404,6 +404,7 @@ static void handle_one(struct rpc_conn *k, json_t *req, struct batch *b, int ind
     }
     json_t *p = params ? json_incref(params) : json_object();
     c->method = NULL; /* the string lives in req, which may go before the call ends */
+    c->fn = fn;
     fn(c, p);
     json_decref(p);
 }

@@ -800,6 +800,7 @@ void dk_lc_ok(struct dk_sb *ds)
     if (why == WHY_RECOVER) {
         ds->recovering = 0;
         log_info("docker %s: reconnected to container %.12s", ds->sb->id, ds->cid);
+        sandbox_adopted(ds->sb); /* its processes are back */
         /* Anything queued meanwhile goes out now. */
         for (struct dk_proc *x = ds->procs; x; x = x->next)
             if (!x->spawned && !x->exited && x->p && x->p->state == P_RUNNING &&
@@ -1029,6 +1030,8 @@ static int d_sb_start(void *cookie, struct sandbox *sb, sbx_err_t *err)
     if (req_rt && !dk_opt_str(req_opts, "runtime"))
         json_object_set_new(opts, "runtime", json_string(req_rt));
     if (policy_check(dp->policy, sb->owner, dp->conf, opts, err) < 0 ||
+        sandbox_reserve_memory(
+            sb, (uint64_t)json_integer_value(json_object_get(opts, "memory")), err) < 0 ||
         dks_disk_total(dp, sb, opts, err) < 0) {
         json_decref(opts);
         return -1;
@@ -1504,6 +1507,9 @@ static void adopt_one(struct dk_prov *dp, json_t *c)
     json_t *opts = NULL;
     if (dk_options(&opts, dp->conf, sb->conf, &e2) == 0)
         ds->opts = opts;
+    sandbox_reserve_memory(
+        sb, running ? (uint64_t)json_integer_value(json_object_get(opts, "memory")) : 0,
+        NULL);
     err_clear(&e2);
     if (running) {
         /* Reconnect in the background: attach, PING, adopt the agent's
@@ -1527,12 +1533,14 @@ static void adopt_list_done(struct dk_resp *r, void *data)
         log_warn("docker: listing sbxd containers failed: %s",
                  r->errmsg ? r->errmsg : "?");
         dp->adopted_once = 0;
+        sandbox_adoption_done("docker");
         return;
     }
     size_t i;
     json_t *c;
     json_array_foreach(r->json, i, c)
         adopt_one(dp, c);
+    sandbox_adoption_done("docker"); /* calls waiting for the restart go on */
 }
 
 static void snap_boot_done(struct dk_resp *r, void *data)
@@ -1546,6 +1554,13 @@ static void snap_boot_done(struct dk_resp *r, void *data)
 }
 
 static void ensure_holder(struct dk_prov *dp);
+
+/* No engine to list: nothing to wait for after a restart (issue 16). What
+ * it holds is adopted when it comes up, as before. */
+static void engine_down(struct dk_engine *e, void *data)
+{
+    sandbox_adoption_done("docker");
+}
 
 static void engine_up(struct dk_engine *e, void *data)
 {
@@ -1564,8 +1579,10 @@ static void engine_up(struct dk_engine *e, void *data)
     char *path = dk_path(e, "/containers/json?all=1&filters=%s", fe);
     free(fe);
     if (!dk_call(e, &dp->misc, "GET", path, NULL, DK_CALL_TIMEOUT_MS, adopt_list_done,
-                 dp))
+                 dp)) {
         dp->adopted_once = 0;
+        sandbox_adoption_done("docker");
+    }
     free(path);
 }
 
@@ -1768,6 +1785,7 @@ static int d_load(json_t *conf, void **cookie, sbx_err_t *err)
     }
     dp->eng.misc = &dp->misc;
     dp->eng.on_up = engine_up;
+    dp->eng.on_down = engine_down;
     dp->eng.on_up_data = dp;
     load_agent(dp);
     /* agent_mount: auto (a read-only bind on a local engine, one shared
@@ -1914,6 +1932,7 @@ const struct sbx_provider sbx_provider_docker = {
     .sb_metadata = d_sb_metadata,
     .sb_instructions = sandbox_shell_instructions,
     .sb_release = d_sb_release,
+    .adopts_at_load = 1,
     .snapshot_list = d_snapshot_list,
     .snapshot_delete = d_snapshot_delete,
     .proc_spawn = d_proc_spawn,

@@ -382,6 +382,8 @@ static void set_down(struct dk_engine *e, const char *fmt, ...)
         log_warn("docker: engine at %s unavailable: %s", e->host, why);
     e->up = 0;
     snprintf(e->reason, sizeof(e->reason), "%s", why);
+    if (e->on_down)
+        e->on_down(e, e->on_up_data);
 }
 
 static void version_done(struct dk_resp *r, void *data)

@@ -62,6 +62,8 @@ struct dk_engine {
     /* Called once after each transition to up (adoption, waking sandboxes). */
     void (*on_up)(struct dk_engine *e, void *data);
     void *on_up_data;
+    /* A ping failed (the engine is down or unreachable); on_up_data too. */
+    void (*on_down)(struct dk_engine *e, void *data);
     struct dk_reqlist *misc; /* provider-level requests (ping, adoption) */
 };
 

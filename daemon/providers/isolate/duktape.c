@@ -1236,6 +1236,8 @@ static void d_sb_cancel(void *cookie, struct sandbox *sb)
 static int d_sb_start(void *cookie, struct sandbox *sb, sbx_err_t *err)
 {
     struct duk_sb *ds = sb->pdata;
+    if (sandbox_reserve_memory(sb, (uint64_t)sb_mem(cookie, sb) << 20, err) < 0)
+        return -1;
     if (!ds) {
         ds = calloc(1, sizeof(*ds));
         if (!ds)
