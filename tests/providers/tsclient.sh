@@ -149,6 +149,8 @@ fi
         echo '    token_secret: as-test'
         echo '    app_name: sbxd-tsclient'
         echo '    image: ubuntu:22.04'
+        # the fake's command router speaks TLS only, under a CA of its own
+        echo "    ca_file: $T/fake-state/tls/ca.pem"
     fi
     if [ -n "$ENGINE" ]; then
         echo '  docker:'
