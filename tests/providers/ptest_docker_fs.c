@@ -796,6 +796,90 @@ static void test_stopped(conn *c)
     json_decref(r);
 }
 
+/* metadata.<key> of sandbox.get on c, copied into out ("" when absent). */
+static void meta_of(conn *c, const char *id, const char *key, char *out, size_t n)
+{
+    json_t *r = call(c, "sandbox.get", json_pack("{s:s}", "id", id));
+    const char *v =
+        json_string_value(json_object_get(json_object_get(res_of(r), "metadata"), key));
+    snprintf(out, n, "%s", v ? v : "");
+    json_decref(r);
+}
+
+/*
+ * A second sbxd on the same engine (its own socket) with a sandbox of the
+ * same id: it gets a container of its own, and ours keeps its agent. Before
+ * the lookup by id was limited to this sbxd's containers, the second one
+ * attached to ours: two daemons wrote frames into one agent's stdin, each
+ * PING took the agent from the other, and fs transfers came out misaligned
+ * (what concurrent runs of this test on a shared engine did to each other).
+ */
+static void test_two_daemons(conn *c)
+{
+    char sock2[108], log2[600], cfg[600];
+    snprintf(sock2, sizeof(sock2), "%.90s/fs2.sock", tmpdir);
+    snprintf(log2, sizeof(log2), "%s/sbxd-fs2.log", tmpdir);
+    snprintf(cfg, sizeof(cfg), "%s/fs.yaml", tmpdir);
+    unlink(sock2);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fd = open(log2, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        setenv("SBXD_SOCKET", sock2, 1);
+        execl(sbxd_bin, "sbxd", "-c", cfg, (char *)NULL);
+        _exit(127);
+    }
+    conn *c2 = NULL;
+    for (int i = 0; i < 200 && !c2; i++) {
+        usleep(25000);
+        c2 = cn_open(sock2);
+    }
+    for (int i = 0; c2 && i < 100; i++) {
+        json_t *info = call(c2, "daemon.info", NULL);
+        char *t = json_dumps(info, 0);
+        int up = t && strstr(t, "\"api_version\"");
+        free(t);
+        json_decref(info);
+        if (up)
+            break;
+        usleep(100000);
+    }
+    char cid1[80], cid2[80] = "", ch1[16], ch_after[16];
+    json_decref(call(c, "fs.write",
+                     json_pack("{s:s, s:s, s:s}", "sandbox", "fs1", "path", "two.txt",
+                               "data", "ours\n")));
+    meta_of(c, "fs1", "container_id", cid1, sizeof(cid1));
+    meta_of(c, "fs1", "channel", ch1, sizeof(ch1));
+    json_t *r = c2 ? create(c2, "fs1", NULL) : NULL;
+    test_cond("a second sbxd creates a sandbox of the same id", res_of(r) != NULL);
+    if (!res_of(r)) {
+        char *t = json_dumps(r, 0);
+        printf("      create on the second sbxd: %s (log %s)\n", t ? t : "(none)", log2);
+        free(t);
+    }
+    json_decref(r);
+    if (c2)
+        meta_of(c2, "fs1", "container_id", cid2, sizeof(cid2));
+    test_cond("in a container of its own, not ours",
+              cid1[0] && cid2[0] && strcmp(cid1, cid2) != 0);
+    test_cond("whose commands run there",
+              c2 && sh_eq(c2, "fs1", "test -e /workspace/two.txt || echo none", "none"));
+    if (c2)
+        destroy(c2, "fs1");
+    meta_of(c, "fs1", "container_id", cid2, sizeof(cid2));
+    meta_of(c, "fs1", "channel", ch_after, sizeof(ch_after));
+    test_cond("ours keeps its container and its channel",
+              !strcmp(cid1, cid2) && !strcmp(ch1, ch_after));
+    r = call(c, "fs.read", json_pack("{s:s, s:s}", "sandbox", "fs1", "path", "two.txt"));
+    test_eq_str("and its files", res_str(r, "data"), "ours\n");
+    json_decref(r);
+    if (c2)
+        cn_close(c2);
+    kill(pid, SIGTERM);
+    waitpid(pid, NULL, 0);
+}
+
 /* sbxctl cp and fs against this sbxd: shell commands, checked by exit status. */
 static int run_ok(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static int run_ok(const char *fmt, ...)
@@ -1015,6 +1099,7 @@ int main(int argc, char **argv)
     STEP(test_isolates(c));
     STEP(test_sbxctl(c));
     STEP(test_stopped(c));
+    STEP(test_two_daemons(c));
     destroy(c, "fs1");
     cn_close(c);
     kill(sbxd_pid, SIGTERM);

@@ -209,7 +209,21 @@ static void lookup_done(struct dk_resp *r, void *data)
         step_error(ds, r, "list containers");
         return;
     }
-    json_t *c = json_array_get(r->json, 0);
+    /* Only a container of this sbxd is this sandbox's. Another sbxd on the
+     * same engine (another socket) may hold a sandbox of the same id: taking
+     * its container would attach two daemons to one agent, whose frames then
+     * interleave on its stdin and each of whose PINGs takes the agent from
+     * the other. Adoption and snapshots skip them the same way. */
+    json_t *c = NULL, *x;
+    size_t i;
+    json_array_foreach(r->json, i, x) {
+        const char *sock = json_string_value(
+            json_object_get(json_object_get(x, "Labels"), "sbxd.socket"));
+        if (!sock || !strcmp(sock, sb_label_socket())) {
+            c = x;
+            break;
+        }
+    }
     const char *id = json_string_value(json_object_get(c, "Id"));
     const char *own =
         json_string_value(json_object_get(json_object_get(c, "Labels"), "sbxd.owner"));
@@ -477,11 +491,35 @@ static void pull_done(struct dk_resp *r, void *data)
     dk_lc_next(ds);
 }
 
+/* The container name sbx-<id> is another's (a second sbxd on the engine with
+ * a sandbox of the same id): this sbxd's own name for it, the same on every
+ * create, sbx-<id>-<hash of our socket>. Names are for people reading
+ * `docker ps`; sbxd finds its containers by label. 1 when it tries again. */
+static int name_taken(struct dk_sb *ds, struct dk_resp *r)
+{
+    const char *want = dk_opt_str(ds->opts, "name");
+    char *dflt = dk_name(NULL, ds->sb->id);
+    int retry = r->status == 409 && r->errmsg && strstr(r->errmsg, "already in use") &&
+                (!want || !want[0]) && ds->name && !strcmp(ds->name, dflt);
+    free(dflt);
+    if (!retry)
+        return 0;
+    uint32_t h = 2166136261u; /* FNV-1a */
+    for (const char *p = sb_label_socket(); *p; p++)
+        h = (h ^ (uint8_t)*p) * 16777619u;
+    char *n = xasprintf("%s-%08x", ds->name, (unsigned)h);
+    free(ds->name);
+    ds->name = n;
+    ds->phase = PH_CREATE;
+    dk_lc_next(ds);
+    return 1;
+}
+
 static void create_done(struct dk_resp *r, void *data)
 {
     struct dk_sb *ds = data;
     if (r->status != 201 || !json_string_value(json_object_get(r->json, "Id"))) {
-        if (dks_create_failed(ds, r))
+        if (dks_create_failed(ds, r) || name_taken(ds, r))
             return;
         step_error(ds, r, "create container");
         return;
