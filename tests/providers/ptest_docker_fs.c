@@ -28,6 +28,9 @@
 
 static const char *sbxd_bin, *bdir, *tmpdir;
 static char sock[108];
+/* Sandbox ids carry our pid: other runs of this test on a shared engine use
+ * the same names, and an sbxd without the lookup by socket would take ours. */
+static char FS1[32], FSU[32];
 static pid_t sbxd_pid;
 
 /* ---- helpers ------------------------------------------------------------------ */
@@ -184,29 +187,28 @@ static void destroy(conn *c, const char *id)
 static void test_text(conn *c)
 {
     json_t *r = call(c, "fs.write",
-                     json_pack("{s:s, s:s, s:s}", "sandbox", "fs1", "path", "hello.txt",
+                     json_pack("{s:s, s:s, s:s}", "sandbox", FS1, "path", "hello.txt",
                                "data", "héllo wörld\n"));
     test_cond("fs.write text answers size", res_int(r, "size") == 14);
     test_eq_str("a relative path joins the working dir", res_str(r, "path"),
                 "/workspace/hello.txt");
     json_decref(r);
     test_cond("the command sees the same bytes",
-              sh_eq(c, "fs1", "cat /workspace/hello.txt", "héllo wörld"));
-    r = call(c, "fs.read",
-             json_pack("{s:s, s:s}", "sandbox", "fs1", "path", "hello.txt"));
+              sh_eq(c, FS1, "cat /workspace/hello.txt", "héllo wörld"));
+    r = call(c, "fs.read", json_pack("{s:s, s:s}", "sandbox", FS1, "path", "hello.txt"));
     test_eq_str("fs.read gives the text back", res_str(r, "data"), "héllo wörld\n");
     test_cond("eof and size", json_is_true(json_object_get(res_of(r), "eof")) &&
                                   res_int(r, "size") == 14);
     json_decref(r);
     r = call(c, "fs.read",
-             json_pack("{s:s, s:s, s:i, s:i}", "sandbox", "fs1", "path", "hello.txt",
+             json_pack("{s:s, s:s, s:i, s:i}", "sandbox", FS1, "path", "hello.txt",
                        "offset", 7, "length", 4));
     test_eq_str("offset and length (in bytes)", res_str(r, "data"), "wör");
     test_cond("not eof in the middle", json_is_false(json_object_get(res_of(r), "eof")));
     json_decref(r);
     r = call(c, "fs.read",
-             json_pack("{s:s, s:s, s:s}", "sandbox", "fs1", "path", "hello.txt",
-                       "encoding", "base64"));
+             json_pack("{s:s, s:s, s:s}", "sandbox", FS1, "path", "hello.txt", "encoding",
+                       "base64"));
     test_cond("encoding base64 gives data_b64", json_object_get(res_of(r), "data_b64") &&
                                                     !json_object_get(res_of(r), "data"));
     json_decref(r);
@@ -230,24 +232,24 @@ static void test_binary_50mb(conn *c)
     write_local(lf, d, n);
     local_sha(lf, want);
     double t = now_ms();
-    json_t *r = put(c, "fs1", "/workspace/up.bin", d, n);
+    json_t *r = put(c, FS1, "/workspace/up.bin", d, n);
     double up = now_ms() - t;
     test_cond("50 MB random upload answers its size",
               res_of(r) && res_int(r, "size") == (json_int_t)n);
     json_decref(r);
-    char *s = sh(c, "fs1", "sha256sum /workspace/up.bin");
+    char *s = sh(c, FS1, "sha256sum /workspace/up.bin");
     test_cond("upload: the digest inside the sandbox is the local one",
               s && strncmp(s, want, 64) == 0);
     free(s);
     free(d);
     /* the other way: bytes the sandbox made, read out by fs.read */
-    s = sh(c, "fs1",
+    s = sh(c, FS1,
            "head -c 52428800 /dev/urandom > /workspace/down.bin && "
            "sha256sum /workspace/down.bin");
     uint8_t *back = NULL;
     size_t bn = 0;
     t = now_ms();
-    int rc = get(c, "fs1", "/workspace/down.bin", &back, &bn);
+    int rc = get(c, FS1, "/workspace/down.bin", &back, &bn);
     double down = now_ms() - t;
     test_cond("50 MB download reads every byte", rc == 0 && bn == n);
     snprintf(lf, sizeof(lf), "%s/down.bin", tmpdir);
@@ -279,7 +281,7 @@ static void test_gib_rss(conn *c)
     for (size_t off = 0; off < total && ok; off += CHUNK) {
         int more = off + CHUNK < total;
         json_t *p =
-            json_pack("{s:s, s:s, s:b}", "sandbox", "fs1", "data_b64", b64, "more", more);
+            json_pack("{s:s, s:s, s:b}", "sandbox", FS1, "data_b64", b64, "more", more);
         if (h)
             json_object_set_new(p, "handle", json_integer(h));
         else
@@ -293,11 +295,11 @@ static void test_gib_rss(conn *c)
     }
     test_cond("1 GiB written in chunks", ok);
     test_cond("the file inside has 1 GiB",
-              sh_eq(c, "fs1", "stat -c %s /workspace/gib.bin", "1073741824"));
+              sh_eq(c, FS1, "stat -c %s /workspace/gib.bin", "1073741824"));
     size_t off = 0;
     for (; off < total && ok; off += CHUNK) {
         json_t *r = call(c, "fs.read",
-                         json_pack("{s:s, s:s, s:I, s:s}", "sandbox", "fs1", "path",
+                         json_pack("{s:s, s:s, s:I, s:s}", "sandbox", FS1, "path",
                                    "/workspace/gib.bin", "offset", (json_int_t)off,
                                    "encoding", "base64"));
         const char *d = json_string_value(json_object_get(res_of(r), "data_b64"));
@@ -311,7 +313,7 @@ static void test_gib_rss(conn *c)
     test_cond("sbxd's RSS stays flat (under 64 MiB of growth)", peak - base < 64 * 1024);
     json_decref(
         call(c, "fs.remove",
-             json_pack("{s:s, s:s}", "sandbox", "fs1", "path", "/workspace/gib.bin")));
+             json_pack("{s:s, s:s}", "sandbox", FS1, "path", "/workspace/gib.bin")));
     free(chunk);
     free(b64);
 }
@@ -321,53 +323,51 @@ static void test_paths(conn *c)
     const char *names[] = {"/workspace/with space/a b.txt", "/workspace/ünï/çødé ✓.txt"};
     for (int i = 0; i < 2; i++) {
         json_t *r = call(c, "fs.write",
-                         json_pack("{s:s, s:s, s:s, s:b}", "sandbox", "fs1", "path",
+                         json_pack("{s:s, s:s, s:s, s:b}", "sandbox", FS1, "path",
                                    names[i], "data", names[i], "mkdir_parents", 1));
         test_cond(i ? "unicode path written" : "path with spaces written", res_of(r));
         json_decref(r);
-        r = call(c, "fs.read",
-                 json_pack("{s:s, s:s}", "sandbox", "fs1", "path", names[i]));
+        r = call(c, "fs.read", json_pack("{s:s, s:s}", "sandbox", FS1, "path", names[i]));
         test_eq_str("and read back", res_str(r, "data"), names[i]);
         json_decref(r);
     }
     json_t *r = call(c, "fs.list",
-                     json_pack("{s:s, s:s}", "sandbox", "fs1", "path", "/workspace/ünï"));
+                     json_pack("{s:s, s:s}", "sandbox", FS1, "path", "/workspace/ünï"));
     json_t *e = json_array_get(json_object_get(res_of(r), "entries"), 0);
     test_eq_str("the listing names it", json_string_value(json_object_get(e, "name")),
                 "çødé ✓.txt");
     json_decref(r);
     /* symlinks */
-    free(sh(c, "fs1",
+    free(sh(c, FS1,
             "ln -sf hello.txt /workspace/link && ln -sf /nowhere /workspace/dangling"));
-    r = call(c, "fs.read", json_pack("{s:s, s:s}", "sandbox", "fs1", "path", "link"));
+    r = call(c, "fs.read", json_pack("{s:s, s:s}", "sandbox", FS1, "path", "link"));
     test_eq_str("a read follows a symlink", res_str(r, "data"), "héllo wörld\n");
     json_decref(r);
     r = call(c, "fs.stat",
-             json_pack("{s:s, s:s, s:b}", "sandbox", "fs1", "path", "link", "follow", 0));
+             json_pack("{s:s, s:s, s:b}", "sandbox", FS1, "path", "link", "follow", 0));
     test_eq_str("stat follow:false sees the link", res_str(r, "type"), "symlink");
     test_eq_str("and its target", res_str(r, "target"), "hello.txt");
     json_decref(r);
-    r = call(c, "fs.stat", json_pack("{s:s, s:s}", "sandbox", "fs1", "path", "link"));
+    r = call(c, "fs.stat", json_pack("{s:s, s:s}", "sandbox", FS1, "path", "link"));
     test_eq_str("stat follows by default", res_str(r, "type"), "file");
     json_decref(r);
-    r = call(c, "fs.read", json_pack("{s:s, s:s}", "sandbox", "fs1", "path", "dangling"));
+    r = call(c, "fs.read", json_pack("{s:s, s:s}", "sandbox", FS1, "path", "dangling"));
     test_cond("a dangling link reads as ENOENT",
               err_code(r) == -32010 && !strcmp(errno_of(r), "ENOENT"));
     json_decref(r);
     /* .. and relative forms, resolved inside the sandbox */
-    r = call(
-        c, "fs.read",
-        json_pack("{s:s, s:s}", "sandbox", "fs1", "path", "with space/../hello.txt"));
+    r = call(c, "fs.read",
+             json_pack("{s:s, s:s}", "sandbox", FS1, "path", "with space/../hello.txt"));
     test_eq_str("a relative path with ..", res_str(r, "data"), "héllo wörld\n");
     json_decref(r);
-    r = call(c, "fs.read",
-             json_pack("{s:s, s:s}", "sandbox", "fs1", "path",
-                       "/../../workspace/./hello.txt"));
+    r = call(
+        c, "fs.read",
+        json_pack("{s:s, s:s}", "sandbox", FS1, "path", "/../../workspace/./hello.txt"));
     test_eq_str(".. above / stays at the sandbox's root", res_str(r, "data"),
                 "héllo wörld\n");
     json_decref(r);
     r = call(c, "fs.read",
-             json_pack("{s:s, s:s}", "sandbox", "fs1", "path", "/etc/hostname"));
+             json_pack("{s:s, s:s}", "sandbox", FS1, "path", "/etc/hostname"));
     test_cond("an absolute path is the container's, not the host's",
               res_of(r) && strlen(res_str(r, "data")) > 0);
     json_decref(r);
@@ -384,33 +384,32 @@ static void test_errors(conn *c)
         {"fs.remove", "gone", "ENOENT"},      {"fs.stat", "nope", "ENOENT"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        json_t *r =
-            call(c, cases[i].m,
-                 json_pack("{s:s, s:s}", "sandbox", "fs1", "path", cases[i].path));
+        json_t *r = call(c, cases[i].m,
+                         json_pack("{s:s, s:s}", "sandbox", FS1, "path", cases[i].path));
         char d[200];
         snprintf(d, sizeof(d), "%s %s: -32010 %s", cases[i].m, cases[i].path,
                  cases[i].want);
         test_cond(d, err_code(r) == -32010 && !strcmp(errno_of(r), cases[i].want));
         json_decref(r);
     }
-    json_t *r = call(c, "fs.read", json_pack("{s:s, s:s}", "sandbox", "fs1", "path", ""));
+    json_t *r = call(c, "fs.read", json_pack("{s:s, s:s}", "sandbox", FS1, "path", ""));
     test_cond("an empty path is -32602", err_code(r) == -32602);
     json_decref(r);
-    r = call(c, "fs.read", json_pack("{s:s, s:i}", "sandbox", "fs1", "path", 3));
+    r = call(c, "fs.read", json_pack("{s:s, s:i}", "sandbox", FS1, "path", 3));
     test_cond("a path of the wrong type is -32602", err_code(r) == -32602);
     json_decref(r);
     r = call(c, "fs.write",
-             json_pack("{s:s, s:s, s:s, s:s}", "sandbox", "fs1", "path", "x", "data", "a",
+             json_pack("{s:s, s:s, s:s, s:s}", "sandbox", FS1, "path", "x", "data", "a",
                        "data_b64", "YQ=="));
     test_cond("data and data_b64 together are -32602", err_code(r) == -32602);
     json_decref(r);
     r = call(
         c, "fs.write",
-        json_pack("{s:s, s:s, s:s}", "sandbox", "fs1", "path", "x", "data_b64", "@@@"));
+        json_pack("{s:s, s:s, s:s}", "sandbox", FS1, "path", "x", "data_b64", "@@@"));
     test_cond("bad base64 is -32602", err_code(r) == -32602);
     json_decref(r);
     r = call(c, "fs.write",
-             json_pack("{s:s, s:I, s:s}", "sandbox", "fs1", "handle", (json_int_t)999999,
+             json_pack("{s:s, s:I, s:s}", "sandbox", FS1, "handle", (json_int_t)999999,
                        "data", "x"));
     test_cond("an unknown handle is -32602", err_code(r) == -32602);
     json_decref(r);
@@ -418,7 +417,7 @@ static void test_errors(conn *c)
     memset(big, 'a', CHUNK + 1);
     big[CHUNK + 1] = '\0';
     r = call(c, "fs.write",
-             json_pack("{s:s, s:s, s:s}", "sandbox", "fs1", "path", "big", "data", big));
+             json_pack("{s:s, s:s, s:s}", "sandbox", FS1, "path", "big", "data", big));
     free(big);
     test_cond(
         "a chunk over fs_chunk_bytes is -32005",
@@ -436,12 +435,12 @@ static void test_ops(conn *c)
 {
     json_t *r = call(
         c, "fs.mkdir",
-        json_pack("{s:s, s:s, s:b}", "sandbox", "fs1", "path", "tree/a/b", "parents", 1));
+        json_pack("{s:s, s:s, s:b}", "sandbox", FS1, "path", "tree/a/b", "parents", 1));
     test_cond("mkdir parents", json_is_true(json_object_get(res_of(r), "created")));
     json_decref(r);
     r = call(
         c, "fs.mkdir",
-        json_pack("{s:s, s:s, s:b}", "sandbox", "fs1", "path", "tree/a/b", "parents", 1));
+        json_pack("{s:s, s:s, s:b}", "sandbox", FS1, "path", "tree/a/b", "parents", 1));
     test_cond("mkdir -p of an existing dir: created false",
               res_of(r) && json_is_false(json_object_get(res_of(r), "created")));
     json_decref(r);
@@ -450,14 +449,14 @@ static void test_ops(conn *c)
         snprintf(p, sizeof(p), "tree/f%02d", i);
         json_decref(
             call(c, "fs.write",
-                 json_pack("{s:s, s:s, s:s}", "sandbox", "fs1", "path", p, "data", "x")));
+                 json_pack("{s:s, s:s, s:s}", "sandbox", FS1, "path", p, "data", "x")));
     }
     /* pages of 10: 26 entries (25 files and a), then b under a at depth 3 */
     int seen = 0, pages = 0;
     const char *cursor = NULL;
     json_t *last = NULL;
     do {
-        json_t *p = json_pack("{s:s, s:s, s:i, s:i}", "sandbox", "fs1", "path", "tree",
+        json_t *p = json_pack("{s:s, s:s, s:i, s:i}", "sandbox", FS1, "path", "tree",
                               "limit", 10, "depth", 3);
         if (cursor)
             json_object_set_new(p, "cursor", json_string(cursor));
@@ -469,7 +468,7 @@ static void test_ops(conn *c)
     } while (cursor && pages < 10);
     json_decref(last);
     test_cond("fs.list pages with a cursor reach every entry", seen == 27 && pages == 3);
-    r = call(c, "fs.list", json_pack("{s:s, s:s}", "sandbox", "fs1", "path", "tree"));
+    r = call(c, "fs.list", json_pack("{s:s, s:s}", "sandbox", FS1, "path", "tree"));
     json_t *e0 = json_array_get(json_object_get(res_of(r), "entries"), 0);
     test_cond("entries are sorted and typed",
               !strcmp(json_string_value(json_object_get(e0, "name")), "a") &&
@@ -477,46 +476,45 @@ static void test_ops(conn *c)
                   json_is_string(json_object_get(e0, "mtime")));
     json_decref(r);
     r = call(c, "fs.rename",
-             json_pack("{s:s, s:s, s:s}", "sandbox", "fs1", "path", "tree/f00", "to",
+             json_pack("{s:s, s:s, s:s}", "sandbox", FS1, "path", "tree/f00", "to",
                        "tree/a/moved"));
-    test_cond("rename", res_of(r) && sh_eq(c, "fs1", "cat /workspace/tree/a/moved", "x"));
+    test_cond("rename", res_of(r) && sh_eq(c, FS1, "cat /workspace/tree/a/moved", "x"));
     json_decref(r);
     r = call(c, "fs.rename",
-             json_pack("{s:s, s:s, s:s, s:b}", "sandbox", "fs1", "path", "tree/f01", "to",
+             json_pack("{s:s, s:s, s:s, s:b}", "sandbox", FS1, "path", "tree/f01", "to",
                        "tree/f02", "overwrite", 0));
     test_cond("rename overwrite:false refuses an existing target",
               err_code(r) == -32010 && !strcmp(errno_of(r), "EEXIST"));
     json_decref(r);
-    r = call(c, "fs.remove", json_pack("{s:s, s:s}", "sandbox", "fs1", "path", "tree"));
+    r = call(c, "fs.remove", json_pack("{s:s, s:s}", "sandbox", FS1, "path", "tree"));
     test_cond("remove of a full dir without recursive: ENOTEMPTY",
               !strcmp(errno_of(r), "ENOTEMPTY"));
     json_decref(r);
     r = call(
         c, "fs.remove",
-        json_pack("{s:s, s:s, s:b}", "sandbox", "fs1", "path", "tree", "recursive", 1));
+        json_pack("{s:s, s:s, s:b}", "sandbox", FS1, "path", "tree", "recursive", 1));
     test_cond("remove recursive",
-              res_of(r) &&
-                  sh_eq(c, "fs1", "test -e /workspace/tree || echo gone", "gone"));
+              res_of(r) && sh_eq(c, FS1, "test -e /workspace/tree || echo gone", "gone"));
     json_decref(r);
     r = call(c, "fs.write",
-             json_pack("{s:s, s:s, s:s, s:i}", "sandbox", "fs1", "path", "mode.sh",
-                       "data", "#!/bin/sh\necho run\n", "mode", 0755));
-    test_cond("mode applies", res_of(r) && sh_eq(c, "fs1", "/workspace/mode.sh", "run"));
+             json_pack("{s:s, s:s, s:s, s:i}", "sandbox", FS1, "path", "mode.sh", "data",
+                       "#!/bin/sh\necho run\n", "mode", 0755));
+    test_cond("mode applies", res_of(r) && sh_eq(c, FS1, "/workspace/mode.sh", "run"));
     json_decref(r);
     r = call(c, "fs.write",
-             json_pack("{s:s, s:s, s:s, s:b}", "sandbox", "fs1", "path", "mode.sh",
-                       "data", "echo more\n", "append", 1));
+             json_pack("{s:s, s:s, s:s, s:b}", "sandbox", FS1, "path", "mode.sh", "data",
+                       "echo more\n", "append", 1));
     test_cond("append adds to the end",
               res_int(r, "size") == 29 &&
-                  sh_eq(c, "fs1", "tail -n 1 /workspace/mode.sh", "echo more"));
+                  sh_eq(c, FS1, "tail -n 1 /workspace/mode.sh", "echo more"));
     json_decref(r);
     test_cond("no temporary files are left",
-              sh_eq(c, "fs1", "ls -a /workspace | grep -c '\\.sbx-' || true", "0"));
+              sh_eq(c, FS1, "ls -a /workspace | grep -c '\\.sbx-' || true", "0"));
 }
 
 static void test_owner(conn *c)
 {
-    json_t *r = create(c, "fsu", json_pack("{s:s}", "user", "1234:2345"));
+    json_t *r = create(c, FSU, json_pack("{s:s}", "user", "1234:2345"));
     if (!res_of(r)) {
         test_cond("a sandbox with user 1234:2345 starts", 0);
         json_decref(r);
@@ -525,24 +523,23 @@ static void test_owner(conn *c)
     json_decref(r);
     r = call(
         c, "fs.write",
-        json_pack("{s:s, s:s, s:s}", "sandbox", "fsu", "path", "/tmp/mine", "data", "m"));
+        json_pack("{s:s, s:s, s:s}", "sandbox", FSU, "path", "/tmp/mine", "data", "m"));
     test_cond("the command user writes /tmp", res_of(r));
     json_decref(r);
     test_cond("its file belongs to the command's uid:gid",
-              sh_eq(c, "fsu", "echo $(stat -c %u:%g /tmp/mine) $(id -u):$(id -g)",
+              sh_eq(c, FSU, "echo $(stat -c %u:%g /tmp/mine) $(id -u):$(id -g)",
                     "1234:2345 1234:2345"));
-    r = call(c, "fs.stat",
-             json_pack("{s:s, s:s}", "sandbox", "fsu", "path", "/tmp/mine"));
+    r = call(c, "fs.stat", json_pack("{s:s, s:s}", "sandbox", FSU, "path", "/tmp/mine"));
     test_cond("fs.stat says so too",
               res_int(r, "uid") == 1234 && res_int(r, "gid") == 2345);
     json_decref(r);
-    r = call(c, "fs.write",
-             json_pack("{s:s, s:s, s:s}", "sandbox", "fsu", "path", "/etc/passwd", "data",
-                       "x"));
+    r = call(
+        c, "fs.write",
+        json_pack("{s:s, s:s, s:s}", "sandbox", FSU, "path", "/etc/passwd", "data", "x"));
     test_cond("what the user may not write is EACCES",
               err_code(r) == -32010 && !strcmp(errno_of(r), "EACCES"));
     json_decref(r);
-    destroy(c, "fsu");
+    destroy(c, FSU);
 }
 
 static void test_enospc(conn *c)
@@ -550,16 +547,16 @@ static void test_enospc(conn *c)
     /* /tmp is a 16 MiB tmpfs in this config */
     size_t n = 24u << 20;
     uint8_t *d = calloc(1, n);
-    json_t *r = put(c, "fs1", "/tmp/full.bin", d, n);
+    json_t *r = put(c, FS1, "/tmp/full.bin", d, n);
     test_cond("a write past a full tmpfs is -32010 ENOSPC",
               err_code(r) == -32010 && !strcmp(errno_of(r), "ENOSPC"));
     json_decref(r);
     free(d);
     test_cond("nothing is left of it",
-              sh_eq(c, "fs1", "ls -a /tmp | grep -c 'full' || true", "0"));
-    r = call(c, "fs.write",
-             json_pack("{s:s, s:s, s:s}", "sandbox", "fs1", "path", "/tmp/small", "data",
-                       "ok"));
+              sh_eq(c, FS1, "ls -a /tmp | grep -c 'full' || true", "0"));
+    r = call(
+        c, "fs.write",
+        json_pack("{s:s, s:s, s:s}", "sandbox", FS1, "path", "/tmp/small", "data", "ok"));
     test_cond("the space is back afterwards", res_of(r) != NULL);
     json_decref(r);
 }
@@ -579,8 +576,8 @@ static void test_concurrent(void)
         for (int w = 0; w < 2; w++) {
             conn *c = w ? b : a;
             json_int_t *h = w ? &hb : &ha;
-            json_t *p = json_pack("{s:s, s:s, s:b}", "sandbox", "fs1", "data",
-                                  w ? db : da, "more", i < 2);
+            json_t *p = json_pack("{s:s, s:s, s:b}", "sandbox", FS1, "data", w ? db : da,
+                                  "more", i < 2);
             if (*h)
                 json_object_set_new(p, "handle", json_integer(*h));
             else
@@ -592,24 +589,24 @@ static void test_concurrent(void)
         }
     }
     test_cond("concurrent writers: the file is one writer's whole",
-              sh_eq(a, "fs1", "tr -d A < /workspace/race.txt | wc -c", "0") ||
-                  sh_eq(a, "fs1", "tr -d B < /workspace/race.txt | wc -c", "0"));
+              sh_eq(a, FS1, "tr -d A < /workspace/race.txt | wc -c", "0") ||
+                  sh_eq(a, FS1, "tr -d B < /workspace/race.txt | wc -c", "0"));
     test_cond("and has one writer's size",
-              sh_eq(a, "fs1", "stat -c %s /workspace/race.txt", "3145728"));
+              sh_eq(a, FS1, "stat -c %s /workspace/race.txt", "3145728"));
     /* a handle is its session's */
-    json_t *p = json_pack("{s:s, s:s, s:s, s:b}", "sandbox", "fs1", "path", "mine",
-                          "data", "x", "more", 1);
+    json_t *p = json_pack("{s:s, s:s, s:s, s:b}", "sandbox", FS1, "path", "mine", "data",
+                          "x", "more", 1);
     json_t *r = call(a, "fs.write", p);
     json_int_t h = res_int(r, "handle");
     json_decref(r);
     r = call(b, "fs.write",
-             json_pack("{s:s, s:I, s:s}", "sandbox", "fs1", "handle", h, "data", "y"));
+             json_pack("{s:s, s:I, s:s}", "sandbox", FS1, "handle", h, "data", "y"));
     test_cond("another session cannot use a write handle", err_code(r) == -32602);
     json_decref(r);
     cn_close(a);
     usleep(300000);
     test_cond("a session that leaves aborts its write (no file, no temporary)",
-              sh_eq(b, "fs1", "ls -a /workspace | grep -c mine || true", "0"));
+              sh_eq(b, FS1, "ls -a /workspace | grep -c mine || true", "0"));
     cn_close(b);
     free(da);
     free(db);
@@ -634,20 +631,20 @@ static int count_events(conn *c, const char *path, const char *kind)
 static void test_watch(conn *c)
 {
     conn *w = cn_open(sock);
-    free(sh(c, "fs1", "mkdir -p /workspace/w/sub"));
+    free(sh(c, FS1, "mkdir -p /workspace/w/sub"));
     json_t *r = call(w, "fs.watch",
-                     json_pack("{s:s, s:s, s:b}", "sandbox", "fs1", "path",
-                               "/workspace/w", "recursive", 1));
+                     json_pack("{s:s, s:s, s:b}", "sandbox", FS1, "path", "/workspace/w",
+                               "recursive", 1));
     json_int_t id = res_int(r, "watch");
     test_cond("fs.watch answers a watch id", id > 0);
     json_decref(r);
     free(sh(
-        c, "fs1",
+        c, FS1,
         "echo 1 > /workspace/w/new; echo 2 >> /workspace/w/new; "
         "mkdir /workspace/w/sub/deeper; sleep 0.2; echo x > /workspace/w/sub/deeper/f; "
         "rm /workspace/w/new"));
     json_decref(call(w, "fs.write",
-                     json_pack("{s:s, s:s, s:s}", "sandbox", "fs1", "path",
+                     json_pack("{s:s, s:s, s:s}", "sandbox", FS1, "path",
                                "/workspace/w/api.txt", "data", "via fs.write")));
     /* events come within 50 ms batches: wait for them with a ping loop */
     for (int i = 0; i < 20 && count_events(w, "/workspace/w/api.txt", "create") == 0;
@@ -672,27 +669,27 @@ static void test_watch(conn *c)
             tmp++;
     }
     test_cond("no temporary names in events", tmp == 0);
-    r = call(w, "fs.unwatch", json_pack("{s:s, s:I}", "sandbox", "fs1", "watch", id));
+    r = call(w, "fs.unwatch", json_pack("{s:s, s:I}", "sandbox", FS1, "watch", id));
     test_cond("unwatch", res_of(r) != NULL);
     json_decref(r);
     size_t before = json_array_size(w->notes);
-    free(sh(c, "fs1", "echo late > /workspace/w/late"));
+    free(sh(c, FS1, "echo late > /workspace/w/late"));
     usleep(200000);
     json_decref(call(w, "daemon.ping", NULL));
     test_cond("no events after unwatch", json_array_size(w->notes) == before);
-    r = call(w, "fs.unwatch", json_pack("{s:s, s:I}", "sandbox", "fs1", "watch", id));
+    r = call(w, "fs.unwatch", json_pack("{s:s, s:I}", "sandbox", FS1, "watch", id));
     test_cond("a second unwatch is -32602", err_code(r) == -32602);
     json_decref(r);
-    r = call(w, "fs.watch", json_pack("{s:s, s:s}", "sandbox", "fs1", "path", "nope"));
+    r = call(w, "fs.watch", json_pack("{s:s, s:s}", "sandbox", FS1, "path", "nope"));
     test_cond("watching a missing dir is ENOENT", !strcmp(errno_of(r), "ENOENT"));
     json_decref(r);
     /* the per-sandbox cap (fs_watches_per_sandbox: 2 in this config) */
     json_t *r1 =
-        call(w, "fs.watch", json_pack("{s:s, s:s}", "sandbox", "fs1", "path", "/"));
+        call(w, "fs.watch", json_pack("{s:s, s:s}", "sandbox", FS1, "path", "/"));
     json_t *r2 =
-        call(w, "fs.watch", json_pack("{s:s, s:s}", "sandbox", "fs1", "path", "/tmp"));
+        call(w, "fs.watch", json_pack("{s:s, s:s}", "sandbox", FS1, "path", "/tmp"));
     json_t *r3 =
-        call(w, "fs.watch", json_pack("{s:s, s:s}", "sandbox", "fs1", "path", "/etc"));
+        call(w, "fs.watch", json_pack("{s:s, s:s}", "sandbox", FS1, "path", "/etc"));
     test_cond("watches past fs_watches_per_sandbox are -32005",
               res_of(r1) && res_of(r2) && err_code(r3) == -32005);
     json_decref(r1);
@@ -741,7 +738,7 @@ static void test_cross_uid(void)
     for (size_t i = 0; i < sizeof(methods) / sizeof(methods[0]); i++) {
         int code =
             code_as_uid(4321, methods[i],
-                        json_pack("{s:s, s:s, s:s, s:s}", "sandbox", "fs1", "path",
+                        json_pack("{s:s, s:s, s:s, s:s}", "sandbox", FS1, "path",
                                   "/workspace/hello.txt", "data", "x", "to", "/y"));
         if (code != -32000) {
             printf("      %s as uid 4321: %d\n", methods[i], code);
@@ -783,14 +780,13 @@ static void test_isolates(conn *c)
 
 static void test_stopped(conn *c)
 {
-    json_decref(call(c, "sandbox.stop", json_pack("{s:s}", "id", "fs1")));
-    json_t *r = call(c, "fs.read",
-                     json_pack("{s:s, s:s}", "sandbox", "fs1", "path", "hello.txt"));
+    json_decref(call(c, "sandbox.stop", json_pack("{s:s}", "id", FS1)));
+    json_t *r =
+        call(c, "fs.read", json_pack("{s:s, s:s}", "sandbox", FS1, "path", "hello.txt"));
     test_cond("a stopped sandbox is -32001", err_code(r) == -32001);
     json_decref(r);
-    json_decref(call(c, "sandbox.start", json_pack("{s:s}", "id", "fs1")));
-    r = call(c, "fs.read",
-             json_pack("{s:s, s:s}", "sandbox", "fs1", "path", "hello.txt"));
+    json_decref(call(c, "sandbox.start", json_pack("{s:s}", "id", FS1)));
+    r = call(c, "fs.read", json_pack("{s:s, s:s}", "sandbox", FS1, "path", "hello.txt"));
     test_eq_str("started again, the files are there", res_str(r, "data"),
                 "héllo wörld\n");
     json_decref(r);
@@ -847,11 +843,11 @@ static void test_two_daemons(conn *c)
     }
     char cid1[80], cid2[80] = "", ch1[16], ch_after[16];
     json_decref(call(c, "fs.write",
-                     json_pack("{s:s, s:s, s:s}", "sandbox", "fs1", "path", "two.txt",
+                     json_pack("{s:s, s:s, s:s}", "sandbox", FS1, "path", "two.txt",
                                "data", "ours\n")));
-    meta_of(c, "fs1", "container_id", cid1, sizeof(cid1));
-    meta_of(c, "fs1", "channel", ch1, sizeof(ch1));
-    json_t *r = c2 ? create(c2, "fs1", NULL) : NULL;
+    meta_of(c, FS1, "container_id", cid1, sizeof(cid1));
+    meta_of(c, FS1, "channel", ch1, sizeof(ch1));
+    json_t *r = c2 ? create(c2, FS1, NULL) : NULL;
     test_cond("a second sbxd creates a sandbox of the same id", res_of(r) != NULL);
     if (!res_of(r)) {
         char *t = json_dumps(r, 0);
@@ -860,18 +856,18 @@ static void test_two_daemons(conn *c)
     }
     json_decref(r);
     if (c2)
-        meta_of(c2, "fs1", "container_id", cid2, sizeof(cid2));
+        meta_of(c2, FS1, "container_id", cid2, sizeof(cid2));
     test_cond("in a container of its own, not ours",
               cid1[0] && cid2[0] && strcmp(cid1, cid2) != 0);
     test_cond("whose commands run there",
-              c2 && sh_eq(c2, "fs1", "test -e /workspace/two.txt || echo none", "none"));
+              c2 && sh_eq(c2, FS1, "test -e /workspace/two.txt || echo none", "none"));
     if (c2)
-        destroy(c2, "fs1");
-    meta_of(c, "fs1", "container_id", cid2, sizeof(cid2));
-    meta_of(c, "fs1", "channel", ch_after, sizeof(ch_after));
+        destroy(c2, FS1);
+    meta_of(c, FS1, "container_id", cid2, sizeof(cid2));
+    meta_of(c, FS1, "channel", ch_after, sizeof(ch_after));
     test_cond("ours keeps its container and its channel",
               !strcmp(cid1, cid2) && !strcmp(ch1, ch_after));
-    r = call(c, "fs.read", json_pack("{s:s, s:s}", "sandbox", "fs1", "path", "two.txt"));
+    r = call(c, "fs.read", json_pack("{s:s, s:s}", "sandbox", FS1, "path", "two.txt"));
     test_eq_str("and its files", res_str(r, "data"), "ours\n");
     json_decref(r);
     if (c2)
@@ -905,27 +901,26 @@ static void test_sbxctl(conn *c)
                      "head -c 300000 /dev/urandom > '%s/up/sub dir/bin'",
                      d, d, d, d));
     test_cond("sbxctl cp DIR ID:PATH and back: the same tree",
-              run_ok("%s cp %s/up fs1:/workspace && %s cp fs1:/workspace/up %s/down && "
+              run_ok("%s cp %s/up %s:/workspace && %s cp %s:/workspace/up %s/down && "
                      "diff -r %s/up %s/down",
-                     x, d, x, d, d, d));
-    test_cond(
-        "sbxctl cp ID:PATH - writes a tar that tar reads",
-        run_ok("%s cp fs1:/workspace/up - | tar tf - | grep -q '^up/sub dir/bin$'", x));
-    test_cond(
-        "sbxctl cp - ID:DIR extracts a tar",
-        run_ok("%s fs mkdir fs1 /workspace/fromtar && tar cf - -C %s/up . | %s cp - "
-               "fs1:/workspace/fromtar && %s fs cat fs1 /workspace/fromtar/a.txt | "
-               "grep -qx one",
-               x, d, x, x));
+                     x, d, FS1, x, FS1, d, d, d));
+    test_cond("sbxctl cp ID:PATH - writes a tar that tar reads",
+              run_ok("%s cp %s:/workspace/up - | tar tf - | grep -q '^up/sub dir/bin$'",
+                     x, FS1));
+    test_cond("sbxctl cp - ID:DIR extracts a tar",
+              run_ok("%s fs mkdir %s /workspace/fromtar && tar cf - -C %s/up . | %s cp - "
+                     "%s:/workspace/fromtar && %s fs cat %s /workspace/fromtar/a.txt | "
+                     "grep -qx one",
+                     x, FS1, d, x, FS1, x, FS1));
     test_cond(
         "sbxctl fs write/cat/stat/mv/rm",
-        run_ok("echo hi | %s fs write fs1 ctl.txt && %s fs cat fs1 ctl.txt | grep -qx hi "
-               "&& %s fs stat fs1 ctl.txt | grep -q '\"size\":3' && %s fs mv fs1 "
-               "ctl.txt ctl2.txt && %s fs rm fs1 ctl2.txt && ! %s fs cat fs1 ctl2.txt "
+        run_ok("echo hi | %s fs write %s ctl.txt && %s fs cat %s ctl.txt | grep -qx hi "
+               "&& %s fs stat %s ctl.txt | grep -q '\"size\":3' && %s fs mv %s "
+               "ctl.txt ctl2.txt && %s fs rm %s ctl2.txt && ! %s fs cat %s ctl2.txt "
                "2>/dev/null",
-               x, x, x, x, x, x));
+               x, FS1, x, FS1, x, FS1, x, FS1, x, FS1, x, FS1));
     test_cond("sbxctl fs ls lists",
-              run_ok("%s fs ls fs1 /workspace/up | grep -q 'a.txt'", x));
+              run_ok("%s fs ls %s /workspace/up | grep -q 'a.txt'", x, FS1));
     (void)c;
 }
 
@@ -946,7 +941,7 @@ static void test_bounds(conn *c)
         char p[64];
         snprintf(p, sizeof(p), "/workspace/open%d", i);
         json_t *r = call(c, "fs.write",
-                         json_pack("{s:s, s:s, s:s, s:b}", "sandbox", "fs1", "path", p,
+                         json_pack("{s:s, s:s, s:s, s:b}", "sandbox", FS1, "path", p,
                                    "data", "x", "more", 1));
         hs[i] = res_int(r, "handle");
         if (i == 16)
@@ -958,21 +953,23 @@ static void test_bounds(conn *c)
     for (int i = 0; i < 16; i++)
         json_decref(call(
             c, "fs.write",
-            json_pack("{s:s, s:I, s:b}", "sandbox", "fs1", "handle", hs[i], "abort", 1)));
-    json_t *r = call(
-        c, "fs.write",
-        json_pack("{s:s, s:s, s:s}", "sandbox", "fs1", "path", "after", "data", "y"));
+            json_pack("{s:s, s:I, s:b}", "sandbox", FS1, "handle", hs[i], "abort", 1)));
+    json_t *r =
+        call(c, "fs.write",
+             json_pack("{s:s, s:s, s:s}", "sandbox", FS1, "path", "after", "data", "y"));
     test_cond("aborting them gives the slots back", res_of(r) != NULL);
     json_decref(r);
     /* fs_bytes_in_flight_per_uid (8M here): three 4 MiB reads in one batch */
-    free(sh(c, "fs1", "head -c 12582912 /dev/zero > /workspace/z12"));
-    const char *batch =
-        "[{\"jsonrpc\":\"2.0\",\"id\":901,\"method\":\"fs.read\",\"params\":{"
-        "\"sandbox\":\"fs1\",\"path\":\"/workspace/z12\"}},"
-        "{\"jsonrpc\":\"2.0\",\"id\":902,\"method\":\"fs.read\",\"params\":{"
-        "\"sandbox\":\"fs1\",\"path\":\"/workspace/z12\",\"offset\":4194304}},"
-        "{\"jsonrpc\":\"2.0\",\"id\":903,\"method\":\"fs.read\",\"params\":{"
-        "\"sandbox\":\"fs1\",\"path\":\"/workspace/z12\",\"offset\":8388608}}]\n";
+    free(sh(c, FS1, "head -c 12582912 /dev/zero > /workspace/z12"));
+    char batch[600];
+    snprintf(batch, sizeof(batch),
+             "[{\"jsonrpc\":\"2.0\",\"id\":901,\"method\":\"fs.read\",\"params\":{"
+             "\"sandbox\":\"%s\",\"path\":\"/workspace/z12\"}},"
+             "{\"jsonrpc\":\"2.0\",\"id\":902,\"method\":\"fs.read\",\"params\":{"
+             "\"sandbox\":\"%s\",\"path\":\"/workspace/z12\",\"offset\":4194304}},"
+             "{\"jsonrpc\":\"2.0\",\"id\":903,\"method\":\"fs.read\",\"params\":{"
+             "\"sandbox\":\"%s\",\"path\":\"/workspace/z12\",\"offset\":8388608}}]\n",
+             FS1, FS1, FS1);
     cn_send_raw(c, batch, strlen(batch));
     json_t *arr = NULL;
     for (int i = 0; i < 100 && !json_is_array(arr); i++) {
@@ -993,7 +990,7 @@ static void test_bounds(conn *c)
     test_cond("reads past fs_bytes_in_flight_per_uid are -32005, the others answered",
               ok == 2 && over == 1);
     r = call(c, "fs.read",
-             json_pack("{s:s, s:s, s:I}", "sandbox", "fs1", "path", "/workspace/z12",
+             json_pack("{s:s, s:s, s:I}", "sandbox", FS1, "path", "/workspace/z12",
                        "offset", (json_int_t)8388608));
     test_cond("and the bytes are free again afterwards", res_int(r, "length") == 4194304);
     json_decref(r);
@@ -1008,6 +1005,8 @@ int main(int argc, char **argv)
         return 2;
     }
     signal(SIGPIPE, SIG_IGN);
+    snprintf(FS1, sizeof(FS1), "fs1-%d", (int)getpid());
+    snprintf(FSU, sizeof(FSU), "fsu-%d", (int)getpid());
     sbxd_bin = argv[1];
     bdir = argv[2];
     tmpdir = argv[3];
@@ -1064,7 +1063,7 @@ int main(int argc, char **argv)
             break;
         usleep(100000);
     }
-    json_t *r = c ? create(c, "fs1", NULL) : NULL;
+    json_t *r = c ? create(c, FS1, NULL) : NULL;
     if (!res_of(r)) {
         char *t = json_dumps(r, 0);
         printf("create: %s\n", t ? t : "(no answer)");
@@ -1100,7 +1099,7 @@ int main(int argc, char **argv)
     STEP(test_sbxctl(c));
     STEP(test_stopped(c));
     STEP(test_two_daemons(c));
-    destroy(c, "fs1");
+    destroy(c, FS1);
     cn_close(c);
     kill(sbxd_pid, SIGTERM);
     waitpid(sbxd_pid, NULL, 0);
