@@ -20,6 +20,7 @@
 #include <sys/un.h>
 #include <sys/wait.h>
 
+#include "dk_kit.h"
 #include "itest.h"
 #include "sbx/sbx.h"
 #include "testhelp.h"
@@ -152,31 +153,14 @@ static void write_local(const char *file, const uint8_t *d, size_t n)
     }
 }
 
-static long rss_kb(pid_t pid)
-{
-    char p[64], line[256];
-    snprintf(p, sizeof(p), "/proc/%d/status", (int)pid);
-    FILE *f = fopen(p, "r");
-    long kb = -1;
-    while (f && fgets(line, sizeof(line), f))
-        if (!strncmp(line, "VmRSS:", 6))
-            kb = atol(line + 6);
-    if (f)
-        fclose(f);
-    return kb;
-}
-
 static json_t *create(conn *c, const char *id, json_t *opts)
 {
-    json_t *p = json_pack("{s:s, s:s}", "id", id, "provider", "docker");
-    if (opts)
-        json_object_set_new(p, "options", opts);
-    return call(c, "sandbox.create", p);
+    return dk_create(c, id, opts ? json_pack("{s:o}", "options", opts) : NULL, 120000);
 }
 
 static void destroy(conn *c, const char *id)
 {
-    json_decref(call(c, "sandbox.destroy", json_pack("{s:s}", "id", id)));
+    dk_destroy(c, id, 120000);
 }
 
 /* ---- tests ------------------------------------------------------------------------ */
@@ -273,7 +257,7 @@ static void test_gib_rss(conn *c)
         chunk[i] = (uint8_t)(i * 2654435761u >> 13);
     char *b64 = malloc(sbx_base64_encoded_len(CHUNK) + 1);
     sbx_base64_encode(b64, chunk, CHUNK);
-    long base = rss_kb(sbxd_pid), peak = base;
+    long base = dk_rss_kb(sbxd_pid), peak = base;
     json_int_t h = 0;
     int ok = 1;
     for (size_t off = 0; off < total && ok; off += CHUNK) {
@@ -288,7 +272,7 @@ static void test_gib_rss(conn *c)
         ok = res_of(r) != NULL;
         h = json_integer_value(json_object_get(res_of(r), "handle"));
         json_decref(r);
-        long now = rss_kb(sbxd_pid);
+        long now = dk_rss_kb(sbxd_pid);
         peak = now > peak ? now : peak;
     }
     test_cond("1 GiB written in chunks", ok);
@@ -303,7 +287,7 @@ static void test_gib_rss(conn *c)
         const char *d = json_string_value(json_object_get(res_of(r), "data_b64"));
         ok = d && strcmp(d, b64) == 0;
         json_decref(r);
-        long now = rss_kb(sbxd_pid);
+        long now = dk_rss_kb(sbxd_pid);
         peak = now > peak ? now : peak;
     }
     test_cond("1 GiB read back, every chunk exact", ok && off == total);
@@ -704,29 +688,7 @@ static void test_watch(conn *c)
 /* One call as another uid (a forked child that drops to it). */
 static int code_as_uid(uid_t uid, const char *method, json_t *params)
 {
-    int fds[2];
-    if (pipe(fds) < 0)
-        return 0;
-    pid_t pid = fork();
-    if (pid == 0) {
-        close(fds[0]);
-        if (setgroups(0, NULL) < 0 || setgid(uid) < 0 || setuid(uid) < 0)
-            _exit(3);
-        conn *c = cn_open(sock);
-        json_t *r = c ? cn_call(c, method, params) : NULL;
-        int code = r ? err_code(r) : 2;
-        if (write(fds[1], &code, sizeof(code)) < 0)
-            _exit(4);
-        _exit(0);
-    }
-    json_decref(params);
-    close(fds[1]);
-    int code = 0;
-    if (read(fds[0], &code, sizeof(code)) != sizeof(code))
-        code = 0;
-    close(fds[0]);
-    waitpid(pid, NULL, 0);
-    return code;
+    return dk_code_as_uid(uid, sock, method, params);
 }
 
 static void test_cross_uid(void)
@@ -932,6 +894,7 @@ int main(int argc, char **argv)
         printf("DOCKER_HOST must be unix://...\n0 passed, 1 failed\n");
         return 1;
     }
+    dk_kit_init(sbxd_bin, host, 60);
     char cfg[600], log[600];
     snprintf(cfg, sizeof(cfg), "%s/fs.yaml", tmpdir);
     snprintf(log, sizeof(log), "%s/sbxd-fs.log", tmpdir);
@@ -954,32 +917,10 @@ int main(int argc, char **argv)
             "    tmpfs:\n      /tmp: \"rw,nosuid,nodev,size=16m\"\n",
             host, bdir);
     fclose(f);
-    unlink(sock);
-    sbxd_pid = fork();
-    if (sbxd_pid == 0) {
-        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-        dup2(fd, 1);
-        dup2(fd, 2);
-        setenv("SBXD_SOCKET", sock, 1);
-        execl(sbxd_bin, "sbxd", "-c", cfg, (char *)NULL);
-        _exit(127);
-    }
-    conn *c = NULL;
-    for (int i = 0; i < 200 && !c; i++) {
-        usleep(25000);
-        c = cn_open(sock);
-    }
+    sbxd_pid = dk_sbxd_start(cfg, sock, log, NULL);
+    conn *c = dk_connect(sock, 5000);
     /* The engine is pinged asynchronously: wait until daemon.info shows it. */
-    for (int i = 0; c && i < 100; i++) {
-        json_t *info = call(c, "daemon.info", NULL);
-        char *t = json_dumps(info, 0);
-        int up = t && strstr(t, "\"api_version\"");
-        free(t);
-        json_decref(info);
-        if (up)
-            break;
-        usleep(100000);
-    }
+    dk_docker_up(c, 10000);
     json_t *r = c ? create(c, "fs1", NULL) : NULL;
     if (!res_of(r)) {
         char *t = json_dumps(r, 0);
