@@ -13,11 +13,36 @@
 static const char *kit_sbxd, *kit_host;
 static long kit_timeout_s = 60;
 
-void dk_kit_init(const char *sbxd_bin, const char *docker_host, long engine_timeout_s)
+void dk_kit_init(const char *sbxd_bin, const char *docker_host)
 {
     kit_sbxd = sbxd_bin;
     kit_host = docker_host;
-    kit_timeout_s = engine_timeout_s;
+}
+
+void dk_engine_timeout(long seconds)
+{
+    kit_timeout_s = seconds;
+}
+
+int dk_main_args(int argc, char **argv, const char **sbxd_bin, const char **bdir,
+                 const char **tmpdir, const char **docker_host)
+{
+    const char *name = strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0];
+    if (argc < 4) {
+        fprintf(stderr, "usage: %s SBXD BUILD_DIR TMPDIR\n", name);
+        return 2;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    *sbxd_bin = argv[1];
+    *bdir = argv[2];
+    *tmpdir = argv[3];
+    *docker_host = getenv("DOCKER_HOST");
+    if (!*docker_host || strncmp(*docker_host, "unix://", 7) != 0) {
+        printf("DOCKER_HOST must be unix://...\n0 passed, 1 failed\n");
+        return 1;
+    }
+    dk_kit_init(*sbxd_bin, *docker_host);
+    return 0;
 }
 
 /* ---- the engine, directly ---- */

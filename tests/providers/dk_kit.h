@@ -13,9 +13,32 @@
 
 #include "itest.h"
 
-/* The sbxd binary and the engine (DOCKER_HOST, unix://...) the kit uses;
- * engine_timeout_s bounds each direct engine call. */
-void dk_kit_init(const char *sbxd_bin, const char *docker_host, long engine_timeout_s);
+/* The sbxd binary and the engine (DOCKER_HOST, unix://...) the kit uses. */
+void dk_kit_init(const char *sbxd_bin, const char *docker_host);
+
+/* How long one direct engine call may take (60 s unless set). */
+void dk_engine_timeout(long seconds);
+
+/*
+ * What every ptest_docker* main starts with: SBXD BUILD_DIR TMPDIR from argv,
+ * DOCKER_HOST (unix://...) from the environment, SIGPIPE ignored, the kit
+ * initialised. 0, or the exit status once it printed why not (2: usage;
+ * 1: DOCKER_HOST is not unix://, with a "0 passed, 1 failed" tally).
+ */
+int dk_main_args(int argc, char **argv, const char **sbxd_bin, const char **bdir,
+                 const char **tmpdir, const char **docker_host);
+
+/* Runs one test step, timed, unless SBX_PTEST_ONLY=name names others (it
+ * runs the steps whose call text contains name). */
+#define DK_STEP(x)                                                                       \
+    do {                                                                                 \
+        const char *_only = getenv("SBX_PTEST_ONLY");                                    \
+        if (_only && !strstr(#x, _only))                                                 \
+            break;                                                                       \
+        double _t = now_ms();                                                            \
+        x;                                                                               \
+        printf("    (%s: %.1f s)\n", #x, (now_ms() - _t) / 1000);                        \
+    } while (0)
 
 /* ---- the engine, directly ---- */
 

@@ -2655,27 +2655,15 @@ static void test_engine_stops(conn *c)
 
 int main(int argc, char **argv)
 {
-    if (argc < 4) {
-        fprintf(stderr, "usage: ptest_docker SBXD BUILD_DIR TMPDIR\n");
-        return 2;
-    }
-    signal(SIGPIPE, SIG_IGN);
-    sbxd_bin = argv[1];
-    bdir = argv[2];
-    tmpdir = argv[3];
-    docker_host = getenv("DOCKER_HOST");
+    int st = dk_main_args(argc, argv, &sbxd_bin, &bdir, &tmpdir, &docker_host);
+    if (st)
+        return st;
     tls_host = getenv("DOCKER_TLS_HOST");
     tls_ca = getenv("DOCKER_TLS_CA");
     tls_cert = getenv("DOCKER_TLS_CERT");
     tls_key = getenv("DOCKER_TLS_KEY");
     private_engine = getenv("SBX_DOCKERD_PRIVATE") && atoi(getenv("SBX_DOCKERD_PRIVATE"));
-    if (!docker_host || strncmp(docker_host, "unix://", 7) != 0) {
-        printf("DOCKER_HOST must be unix://...\n");
-        printf("0 passed, 1 failed\n");
-        return 1;
-    }
     curl_global_init(CURL_GLOBAL_DEFAULT);
-    dk_kit_init(sbxd_bin, docker_host, 60);
     snprintf(main_sock, sizeof(main_sock), "%.90s/main.sock", tmpdir);
     snprintf(main_cfg, sizeof(main_cfg), "%s/main.yaml", tmpdir);
     snprintf(main_log, sizeof(main_log), "%s/sbxd-main.log", tmpdir);
@@ -2698,52 +2686,43 @@ int main(int argc, char **argv)
         usleep(100000);
     }
     double t0 = now_ms();
-    /* SBX_PTEST_ONLY=name runs the steps whose call text contains name. */
-    const char *only = getenv("SBX_PTEST_ONLY");
-#define STEP(x)                                                                          \
-    do {                                                                                 \
-        if (only && !strstr(#x, only))                                                   \
-            break;                                                                       \
-        double _t = now_ms();                                                            \
-        x;                                                                               \
-        printf("    (%s: %.1f s)\n", #x, (now_ms() - _t) / 1000);                        \
-    } while (0)
-    STEP(test_info(c));
-    STEP(test_options(c));
-    STEP(test_processes(c));
-    STEP(test_lifecycle(c));
-    STEP(test_noshell(c));
-    STEP(test_exec_mode(c));
-    STEP(test_killed_outside(c));
-    STEP(test_lost_mid_op(c));
-    STEP(test_misbehaving(c));
-    STEP(test_lifetime_env(c));
-    STEP(test_snapshots_last());
-    STEP(test_policy_uid());
-    STEP(test_agent_mount(c));
-    STEP(test_pools());
-    STEP(test_restart(&c));
-    STEP(test_created_label());
+    const char *only = getenv("SBX_PTEST_ONLY"); /* as DK_STEP reads it */
+    DK_STEP(test_info(c));
+    DK_STEP(test_options(c));
+    DK_STEP(test_processes(c));
+    DK_STEP(test_lifecycle(c));
+    DK_STEP(test_noshell(c));
+    DK_STEP(test_exec_mode(c));
+    DK_STEP(test_killed_outside(c));
+    DK_STEP(test_lost_mid_op(c));
+    DK_STEP(test_misbehaving(c));
+    DK_STEP(test_lifetime_env(c));
+    DK_STEP(test_snapshots_last());
+    DK_STEP(test_policy_uid());
+    DK_STEP(test_agent_mount(c));
+    DK_STEP(test_pools());
+    DK_STEP(test_restart(&c));
+    DK_STEP(test_created_label());
     /* the TLS pass (a private engine only) reconnects to it from a second sbxd */
     if (c && tls_host && tls_host[0] && (!only || strstr("test_tls", only))) {
         /* a container of the main sbxd that the TLS sbxd reconnects to by label */
         json_decref(create(c, "shared1", NULL));
         exec_ok(c, "shared1", "echo shared > /workspace/shared.txt", NULL);
     }
-    STEP(test_tls());
+    DK_STEP(test_tls());
     /* only the TLS pass's second sbxd took shared1 away */
     if (c && tls_host && tls_host[0] && (!only || strstr("test_tls", only))) {
         test_cond("removed by another sbxd: status error here",
                   wait_status(c, "shared1", "error", 10000));
         destroy(c, "shared1");
     }
-    STEP(test_attach_only());
-    STEP(test_no_engine());
-    STEP(test_fake_engine());
+    DK_STEP(test_attach_only());
+    DK_STEP(test_no_engine());
+    DK_STEP(test_fake_engine());
     if (c)
-        STEP(test_stream(c));
+        DK_STEP(test_stream(c));
     if (c)
-        STEP(test_engine_stops(c));
+        DK_STEP(test_engine_stops(c));
     printf("    total %.1f s\n", (now_ms() - t0) / 1000);
     cn_close(c);
     stop_sbxd(main_pid, SIGTERM);

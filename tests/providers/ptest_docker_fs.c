@@ -881,20 +881,10 @@ static void test_bounds(conn *c)
 
 int main(int argc, char **argv)
 {
-    if (argc < 4) {
-        fprintf(stderr, "usage: ptest_docker_fs SBXD BUILD_DIR TMPDIR\n");
-        return 2;
-    }
-    signal(SIGPIPE, SIG_IGN);
-    sbxd_bin = argv[1];
-    bdir = argv[2];
-    tmpdir = argv[3];
-    const char *host = getenv("DOCKER_HOST");
-    if (!host || strncmp(host, "unix://", 7) != 0) {
-        printf("DOCKER_HOST must be unix://...\n0 passed, 1 failed\n");
-        return 1;
-    }
-    dk_kit_init(sbxd_bin, host, 60);
+    const char *host;
+    int st = dk_main_args(argc, argv, &sbxd_bin, &bdir, &tmpdir, &host);
+    if (st)
+        return st;
     char cfg[600], log[600];
     snprintf(cfg, sizeof(cfg), "%s/fs.yaml", tmpdir);
     snprintf(log, sizeof(log), "%s/sbxd-fs.log", tmpdir);
@@ -932,30 +922,21 @@ int main(int argc, char **argv)
         return 1;
     }
     json_decref(r);
-    const char *only = getenv("SBX_PTEST_ONLY");
-#define STEP(x)                                                                          \
-    do {                                                                                 \
-        if (only && !strstr(#x, only))                                                   \
-            break;                                                                       \
-        double _t = now_ms();                                                            \
-        x;                                                                               \
-        printf("    (%s: %.1f s)\n", #x, (now_ms() - _t) / 1000);                        \
-    } while (0)
-    STEP(test_text(c));
-    STEP(test_paths(c));
-    STEP(test_errors(c));
-    STEP(test_ops(c));
-    STEP(test_binary_50mb(c));
-    STEP(test_gib_rss(c));
-    STEP(test_owner(c));
-    STEP(test_enospc(c));
-    STEP(test_concurrent());
-    STEP(test_bounds(c));
-    STEP(test_watch(c));
-    STEP(test_cross_uid());
-    STEP(test_isolates(c));
-    STEP(test_sbxctl(c));
-    STEP(test_stopped(c));
+    DK_STEP(test_text(c));
+    DK_STEP(test_paths(c));
+    DK_STEP(test_errors(c));
+    DK_STEP(test_ops(c));
+    DK_STEP(test_binary_50mb(c));
+    DK_STEP(test_gib_rss(c));
+    DK_STEP(test_owner(c));
+    DK_STEP(test_enospc(c));
+    DK_STEP(test_concurrent());
+    DK_STEP(test_bounds(c));
+    DK_STEP(test_watch(c));
+    DK_STEP(test_cross_uid());
+    DK_STEP(test_isolates(c));
+    DK_STEP(test_sbxctl(c));
+    DK_STEP(test_stopped(c));
     destroy(c, "fs1");
     cn_close(c);
     kill(sbxd_pid, SIGTERM);

@@ -434,21 +434,11 @@ static const char *const names[] = {
 
 int main(int argc, char **argv)
 {
-    if (argc < 4) {
-        fprintf(stderr, "usage: ptest_docker_runsc SBXD BUILD_DIR TMPDIR\n");
-        return 2;
-    }
-    signal(SIGPIPE, SIG_IGN);
-    sbxd_bin = argv[1];
-    bdir = argv[2];
-    tmpdir = argv[3];
-    docker_host = getenv("DOCKER_HOST");
-    if (!docker_host || strncmp(docker_host, "unix://", 7) != 0) {
-        printf("DOCKER_HOST must be unix://...\n0 passed, 1 failed\n");
-        return 1;
-    }
+    int st = dk_main_args(argc, argv, &sbxd_bin, &bdir, &tmpdir, &docker_host);
+    if (st)
+        return st;
     curl_global_init(CURL_GLOBAL_DEFAULT);
-    dk_kit_init(sbxd_bin, docker_host, 120);
+    dk_engine_timeout(120); /* runsc containers start slower */
     const char *why = runsc_usable();
     if (why) {
         for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)

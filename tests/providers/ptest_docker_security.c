@@ -703,7 +703,7 @@ int main(int argc, char **argv)
     }
     chmod(tmpdir, 0755); /* the second uid must reach the sockets */
     curl_global_init(CURL_GLOBAL_ALL);
-    dk_kit_init(sbxd_bin, docker_host, 60);
+    dk_kit_init(sbxd_bin, docker_host);
     const char *only = getenv("SBX_PTEST_ONLY");
 #define PART(name, fn)                                                                   \
     do {                                                                                 \

@@ -970,20 +970,9 @@ static void test_egress(void)
 
 int main(int argc, char **argv)
 {
-    if (argc < 4) {
-        fprintf(stderr, "usage: ptest_docker_ws SBXD BUILD_DIR TMPDIR\n");
-        return 2;
-    }
-    signal(SIGPIPE, SIG_IGN);
-    sbxd_bin = argv[1];
-    bdir = argv[2];
-    tmpdir = argv[3];
-    docker_host = getenv("DOCKER_HOST");
-    if (!docker_host || strncmp(docker_host, "unix://", 7) != 0) {
-        printf("DOCKER_HOST must be unix://...\n0 passed, 1 failed\n");
-        return 1;
-    }
-    dk_kit_init(sbxd_bin, docker_host, 60);
+    int st = dk_main_args(argc, argv, &sbxd_bin, &bdir, &tmpdir, &docker_host);
+    if (st)
+        return st;
     chmod(tmpdir, 0755); /* the second uid reaches the socket */
     snprintf(sock, sizeof(sock), "%.90s/ws.sock", tmpdir);
     snprintf(cfg, sizeof(cfg), "%s/ws.yaml", tmpdir);
