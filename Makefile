@@ -127,7 +127,14 @@ $(B)/tests/%: tests/integration/%.c $(B)/libsbx.a tests/testhelp.h
 	$(CC) $(CFLAGS_ALL) $(SAN) -Itests -Iclient -o $@ $< $(B)/libsbx.a $(PKG_LIBS) -lev -lm
 $(B)/tests/%: tests/providers/%.c $(B)/libsbx.a tests/testhelp.h tests/itest.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) $(SAN) -Itests -Iclient -o $@ $< $(B)/libsbx.a $(PKG_LIBS) -lev -lm
+	$(CC) $(CFLAGS_ALL) $(SAN) -Itests -Iclient -o $@ $< $(filter %/dk_kit.o,$^) $(B)/libsbx.a \
+		$(PKG_LIBS) -lev -lm
+# The Docker provider tests' shared kit (tests/providers/dk_kit.h), linked into
+# each ptest_docker* binary.
+DK_KIT_OBJ = $(B)/obj/tests/providers/dk_kit.o
+$(DK_KIT_OBJ): CFLAGS_ALL += -Itests -Iclient
+$(DK_KIT_OBJ): tests/providers/dk_kit.h tests/itest.h
+$(filter $(B)/tests/ptest_docker%,$(PTEST_BIN)): $(DK_KIT_OBJ) tests/providers/dk_kit.h
 $(B)/bench/%: tests/bench/%.c $(B)/libsbx.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) $(SAN) -Itests -Iclient -o $@ $< $(B)/libsbx.a $(PKG_LIBS) -lev -lm

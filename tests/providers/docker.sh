@@ -13,25 +13,11 @@
 PTEST=${SBX_PTEST_BIN:-ptest_docker}
 B=${1:-build}
 T=${2:-$(mktemp -d /tmp/sbxd-docker.XXXXXX)}
-ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-cd "$ROOT" || exit 1
-mkdir -p "$T"
-T=$(cd "$T" && pwd)
+DK_WHAT="docker tests"
+# shellcheck source=tests/docker/runner.sh
+. "$(dirname "$0")/../docker/runner.sh"
 
-skip_or_fail() { # reason
-    if [ "${CI:-}" = true ]; then
-        echo "docker tests cannot run: $1"
-        echo "0 passed, 1 failed"
-        exit 1
-    fi
-    echo "docker tests skipped: $1"
-    echo "0 passed, 0 failed, 1 skipped"
-    exit 0
-}
-
-for f in "$B/sbxd" "$B/sbx-init" "$B/tests/$PTEST"; do
-    [ -x "$f" ] || skip_or_fail "$f is not built (make $f)"
-done
+need_built "$B/sbxd" "$B/sbx-init" "$B/tests/$PTEST"
 
 # A short directory for the private engine: unix socket paths are limited.
 DK=$(mktemp -d /tmp/sbxdk.XXXXXX)
@@ -45,19 +31,9 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-ping_unix() { curl -s --max-time 3 --unix-socket "$1" http://localhost/_ping 2>/dev/null | grep -q OK; }
-
-ENGINE=""
-case "${DOCKER_HOST:-}" in
-unix://*) ping_unix "${DOCKER_HOST#unix://}" && ENGINE=$DOCKER_HOST ;;
-esac
-if [ -z "$ENGINE" ] && ping_unix /var/run/docker.sock; then
-    ENGINE=unix:///var/run/docker.sock
-fi
+find_engine
 if [ -n "$ENGINE" ]; then
-    echo "using the engine at $ENGINE"
-    DOCKER_HOST=$ENGINE
-    export DOCKER_HOST
+    use_engine
 else
     [ "$(id -u)" = 0 ] || skip_or_fail "no Docker engine answers and starting one needs root"
     env -u DOCKER_HOST sh tests/docker/dockerd.sh start "$DK" --tls >"$T/dockerd.env" 2>"$T/dockerd-start.log" ||
@@ -69,12 +45,11 @@ else
     echo "private engine: $DOCKER_HOST (TLS ${DOCKER_TLS_HOST:-none})"
 fi
 
-sh tests/docker/images.sh "$DOCKER_HOST" >"$T/images.log" 2>&1 ||
-    { tail -n 20 "$T/images.log"; skip_or_fail "the test images could not be built"; }
+build_images
 
 "$B/tests/$PTEST" "$B/sbxd" "$B" "$T" | tee "$T/ptest.out"
 st=0
-tally=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$T/ptest.out" | tail -n 1)
+tally=$(last_tally "$T/ptest.out")
 case "$tally" in
 "" | *", 0 failed" | *", 0 failed, "*) [ -n "$tally" ] || { tally="0 passed, 1 failed"; st=1; } ;;
 *) st=1 ;;
@@ -92,7 +67,7 @@ fi
 if [ "$PTEST" = ptest_docker ] && [ -x "$B/tests/ptest_docker_runsc" ]; then
     echo "--- runsc pass (tests/providers/ptest_docker_runsc.c)"
     "$B/tests/ptest_docker_runsc" "$B/sbxd" "$B" "$T/runsc" | tee "$T/runsc.out"
-    rt=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$T/runsc.out" | tail -n 1)
+    rt=$(last_tally "$T/runsc.out")
     [ -n "$rt" ] || rt="0 passed, 1 failed"
     num() { # TALLY WORD: the count before WORD, 0 when absent
         v=$(echo "$1" | sed -n "s/.*\([^0-9]\|^\)\([0-9][0-9]*\) $2.*/\2/p")

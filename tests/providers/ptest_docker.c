@@ -25,6 +25,7 @@
 #include <sys/un.h>
 #include <sys/wait.h>
 
+#include "dk_kit.h"
 #include "itest.h"
 #include "testhelp.h"
 
@@ -36,71 +37,13 @@ static pid_t main_pid;
 
 /* ---- the engine, directly --------------------------------------------------------- */
 
-struct membuf {
-    char *d;
-    size_t n;
-};
-
-static size_t mb_write(char *p, size_t s, size_t n, void *u)
-{
-    struct membuf *b = u;
-    size_t k = s * n;
-    char *nd = realloc(b->d, b->n + k + 1);
-    if (!nd)
-        return 0;
-    b->d = nd;
-    memcpy(b->d + b->n, p, k);
-    b->n += k;
-    b->d[b->n] = '\0';
-    return k;
-}
-
-/* Blocking engine call (tests only). Returns the HTTP status; *out the parsed body. */
-static long engine(const char *method, const char *path, const char *body, json_t **out)
-{
-    CURL *e = curl_easy_init();
-    char url[1024];
-    snprintf(url, sizeof(url), "http://localhost/v1.41%s", path);
-    curl_easy_setopt(e, CURLOPT_URL, url);
-    curl_easy_setopt(e, CURLOPT_UNIX_SOCKET_PATH, docker_host + 7);
-    curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, method);
-    curl_easy_setopt(e, CURLOPT_TIMEOUT, 60L);
-    struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
-    curl_easy_setopt(e, CURLOPT_HTTPHEADER, h);
-    if (body)
-        curl_easy_setopt(e, CURLOPT_POSTFIELDS, body);
-    else if (strcmp(method, "POST") == 0)
-        curl_easy_setopt(e, CURLOPT_POSTFIELDS, "");
-    struct membuf b = {0};
-    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, mb_write);
-    curl_easy_setopt(e, CURLOPT_WRITEDATA, &b);
-    long status = 0;
-    if (curl_easy_perform(e) == CURLE_OK)
-        curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
-    curl_slist_free_all(h);
-    curl_easy_cleanup(e);
-    if (out)
-        *out = b.d ? json_loads(b.d, JSON_DECODE_ANY, NULL) : NULL;
-    free(b.d);
-    return status;
-}
-
-static json_t *inspect(const char *cid)
-{
-    char p[256];
-    snprintf(p, sizeof(p), "/containers/%s/json", cid);
-    json_t *j = NULL;
-    engine("GET", p, NULL, &j);
-    return j;
-}
-
 /* Does the container's process table (docker top) show a command matching s? */
 static int top_has(const char *cid, const char *s)
 {
     char p[256];
     snprintf(p, sizeof(p), "/containers/%s/top?ps_args=-eo%%20pid,args", cid);
     json_t *j = NULL;
-    long st = engine("GET", p, NULL, &j);
+    long st = dk_engine("GET", p, NULL, &j);
     int found = 0;
     size_t i;
     json_t *row;
@@ -120,39 +63,12 @@ static int top_has(const char *cid, const char *s)
 
 static pid_t start_sbxd(const char *cfg, const char *sock, const char *log)
 {
-    unlink(sock);
-    pid_t pid = fork();
-    if (pid == 0) {
-        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-        }
-        setenv("SBXD_SOCKET", sock, 1);
-        execl(sbxd_bin, "sbxd", "-c", cfg, "--log-level", "debug", (char *)NULL);
-        _exit(127);
-    }
-    for (int i = 0; i < 200; i++) {
-        struct stat st;
-        if (stat(sock, &st) == 0)
-            return pid;
-        usleep(25000);
-    }
-    return pid;
+    return dk_sbxd_start(cfg, sock, log, "debug");
 }
 
 static void stop_sbxd(pid_t pid, int sig)
 {
-    if (pid <= 0)
-        return;
-    kill(pid, sig);
-    for (int i = 0; i < 200; i++) {
-        if (waitpid(pid, NULL, WNOHANG) == pid)
-            return;
-        usleep(25000);
-    }
-    kill(pid, SIGKILL);
-    waitpid(pid, NULL, 0);
+    dk_sbxd_stop(pid, sig, 5000);
 }
 
 static void write_config(const char *path, const char *host, const char *extra)
@@ -209,37 +125,28 @@ static conn *start_other(const char *name, const char *host, const char *extra,
 
 static conn *connect_main(void)
 {
-    for (int i = 0; i < 100; i++) {
-        conn *c = cn_open(main_sock);
-        if (c)
-            return c;
-        usleep(50000);
-    }
-    return NULL;
+    return dk_connect(main_sock, 5000);
 }
 
+/* Docker's create with a 30 min lifetime unless extra says otherwise. */
 static json_t *create(conn *c, const char *id, json_t *extra)
 {
-    json_t *p = json_pack("{s:s, s:s, s:i}", "id", id, "provider", "docker", "timeout_ms",
-                          1800000);
+    json_t *p = json_pack("{s:i}", "timeout_ms", 1800000);
     if (extra) {
         json_object_update(p, extra);
         json_decref(extra);
     }
-    return cn_call_t(c, 120000, "sandbox.create", p);
+    return dk_create(c, id, p, 120000);
 }
 
 static const char *cid_of(json_t *resp)
 {
-    const char *s = json_string_value(
-        json_object_get(json_object_get(res_of(resp), "metadata"), "container_id"));
-    return s ? s : "";
+    return dk_meta(resp, "container_id");
 }
 
 static json_t *exec_t(conn *c, const char *sb, const char *cmd, int timeout_ms)
 {
-    return cn_call_t(c, timeout_ms + 30000, "process.exec",
-                     json_pack("{s:s, s:s}", "sandbox", sb, "command", cmd));
+    return dk_exec(c, sb, cmd, timeout_ms + 30000);
 }
 
 static json_t *exec(conn *c, const char *sb, const char *cmd)
@@ -249,29 +156,18 @@ static json_t *exec(conn *c, const char *sb, const char *cmd)
 
 static int exec_ok(conn *c, const char *sb, const char *cmd, const char *want_stdout)
 {
-    json_t *r = exec(c, sb, cmd);
-    int ok = res_of(r) && res_int(r, "exit_code") == 0 &&
-             (!want_stdout || strcmp(res_str(r, "stdout"), want_stdout) == 0);
-    if (!ok) {
-        char *s = json_dumps(r, JSON_COMPACT);
-        printf("      exec %s -> %.600s\n", cmd, s);
-        free(s);
-    }
-    json_decref(r);
-    return ok;
+    return dk_exec_is(c, sb, cmd, want_stdout, 60000);
 }
 
 static void destroy(conn *c, const char *id)
 {
-    json_decref(cn_call_t(c, 60000, "sandbox.destroy", json_pack("{s:s}", "id", id)));
+    dk_destroy(c, id, 60000);
 }
 
 /* metadata.channel of a sandbox object in a response, or "". */
 static const char *channel_of(json_t *resp)
 {
-    const char *ch = json_string_value(
-        json_object_get(json_object_get(res_of(resp), "metadata"), "channel"));
-    return ch ? ch : "";
+    return dk_meta(resp, "channel");
 }
 
 static const char *status_of(conn *c, const char *id)
@@ -359,20 +255,6 @@ static int has_note(conn *c, const char *method, const char *key, const char *va
     return 0;
 }
 
-static long rss_kb(pid_t pid)
-{
-    char p[64], line[256];
-    snprintf(p, sizeof(p), "/proc/%d/status", (int)pid);
-    FILE *f = fopen(p, "r");
-    long kb = -1;
-    while (f && fgets(line, sizeof(line), f))
-        if (strncmp(line, "VmRSS:", 6) == 0)
-            kb = atol(line + 6);
-    if (f)
-        fclose(f);
-    return kb;
-}
-
 /* ---- tests
  * ----------------------------------------------------------------------------- */
 
@@ -430,7 +312,7 @@ static void test_options(conn *c)
         printf("      %.800s\n", s);
         free(s);
     }
-    json_t *in = inspect(cid_of(r));
+    json_t *in = dk_inspect(cid_of(r));
     json_t *hc = json_object_get(in, "HostConfig"), *cf = json_object_get(in, "Config");
     test_cond("options: memory 200m -> HostConfig.Memory",
               json_integer_value(json_object_get(hc, "Memory")) == 200 * 1024 * 1024);
@@ -498,7 +380,7 @@ static void test_options(conn *c)
      * without every capability) cannot start privileged containers: then
      * the engine's own message must come back. */
     r = create(c, "priv1", json_pack("{s:{s:b}}", "options", "privileged", 1));
-    in = res_of(r) ? inspect(cid_of(r)) : NULL;
+    in = res_of(r) ? dk_inspect(cid_of(r)) : NULL;
     const char *em =
         json_string_value(json_object_get(json_object_get(r, "error"), "message"));
     if (!res_of(r) && err_code(r) == -32006 && em && strstr(em, "start container"))
@@ -513,7 +395,7 @@ static void test_options(conn *c)
 
     /* config defaults apply when the request says nothing */
     r = create(c, "dflt1", NULL);
-    in = inspect(cid_of(r));
+    in = dk_inspect(cid_of(r));
     hc = json_object_get(in, "HostConfig");
     test_cond(
         "defaults: config hardening applied (memory, pids, cap_drop, tmpfs, ulimits)",
@@ -535,7 +417,7 @@ static void test_options(conn *c)
                json_pack("{s:{s:[s,s]}}", "options", "command", "sleep", "100042"));
     char ccid[100];
     snprintf(ccid, sizeof(ccid), "%s", cid_of(r));
-    in = inspect(ccid);
+    in = dk_inspect(ccid);
     json_t *ep = json_object_get(json_object_get(in, "Config"), "Entrypoint");
     test_cond("options.command: sbx-init -- CMD, running beside the agent",
               json_array_size(ep) == 4 &&
@@ -671,7 +553,7 @@ static void test_lifecycle(conn *c)
     exec_ok(c, "life1", "echo kept > /workspace/f.txt", NULL);
 
     r = cn_call_t(c, 60000, "sandbox.stop", json_pack("{s:s}", "id", "life1"));
-    json_t *in = inspect(cid);
+    json_t *in = dk_inspect(cid);
     test_cond(
         "stop: status stopped, container stopped (kept)",
         strcmp(res_str(r, "status"), "stopped") == 0 &&
@@ -704,7 +586,7 @@ static void test_lifecycle(conn *c)
     json_decref(r);
     char p[256];
     snprintf(p, sizeof(p), "/containers/%s/json", cid);
-    test_cond("destroy: the container is gone", engine("GET", p, NULL, NULL) == 404);
+    test_cond("destroy: the container is gone", dk_engine("GET", p, NULL, NULL) == 404);
     destroy(c, "life2");
 }
 
@@ -857,7 +739,7 @@ static void test_created_label(void)
                  i, sock, vals[i]);
         snprintf(name, sizeof(name), "/containers/create?name=sbx-lbl%d-%d", i,
                  (int)getpid());
-        made &= engine("POST", name, body, NULL) == 201;
+        made &= dk_engine("POST", name, body, NULL) == 201;
     }
     test_cond("created label: four containers labelled inf, 1e300, nan, -inf", made);
     pid_t pid;
@@ -1096,7 +978,7 @@ static void test_snapshots_last(void)
     char path[256];
     snprintf(path, sizeof(path), "/images/%s/json", image);
     test_cond("snapshots: the image is removed from the engine",
-              image[0] && engine("GET", path, NULL, NULL) == 404);
+              image[0] && dk_engine("GET", path, NULL, NULL) == 404);
     test_cond("snapshots: no longer listed", !snapshot_listed(c, snap));
     r = cn_call_t(c, 60000, "snapshot.delete", json_pack("{s:s}", "snapshot", snap));
     test_eq_int("snapshots: deleting it again is -32000", err_code(r), -32000);
@@ -1107,48 +989,6 @@ static void test_snapshots_last(void)
 
 /* ---- issue 10: the policy, proven by a second uid ---------------------------------- */
 
-/* One call as another uid (a forked child that drops to uid:gid). */
-static json_t *as_uid(uid_t uid, gid_t gid, const char *sock, const char *method,
-                      json_t *params, int timeout_ms)
-{
-    int fds[2];
-    if (pipe(fds) < 0) {
-        json_decref(params);
-        return NULL;
-    }
-    pid_t pid = fork();
-    if (pid == 0) {
-        close(fds[0]);
-        if (setgroups(0, NULL) < 0 || setgid(gid) < 0 || setuid(uid) < 0)
-            _exit(3);
-        conn *c = cn_open(sock);
-        json_t *r =
-            c ? cn_call_t(c, timeout_ms, method, params)
-              : json_pack("{s:{s:i, s:s}}", "error", "code", 2, "message", "connect");
-        char *t = json_dumps(r, JSON_COMPACT);
-        size_t n = strlen(t), off = 0;
-        while (off < n) {
-            ssize_t w = write(fds[1], t + off, n - off);
-            if (w <= 0)
-                break;
-            off += (size_t)w;
-        }
-        _exit(0);
-    }
-    json_decref(params);
-    close(fds[1]);
-    struct membuf b = {0};
-    char buf[4096];
-    ssize_t n;
-    while ((n = read(fds[0], buf, sizeof(buf))) > 0)
-        mb_write(buf, 1, (size_t)n, &b);
-    close(fds[0]);
-    waitpid(pid, NULL, 0);
-    json_t *r = b.d ? json_loads(b.d, 0, NULL) : NULL;
-    free(b.d);
-    return r;
-}
-
 /* A create as uid with options (JSON text) that must be refused by the policy. */
 static int refused(uid_t uid, const char *sock, const char *id, const char *opts_json,
                    const char *want_reason)
@@ -1158,10 +998,10 @@ static int refused(uid_t uid, const char *sock, const char *id, const char *opts
         printf("      bad test options: %s\n", opts_json);
         return 0;
     }
-    json_t *r =
-        as_uid(uid, uid, sock, "sandbox.create",
-               json_pack("{s:s, s:s, s:o}", "id", id, "provider", "docker", "options", o),
-               60000);
+    json_t *r = dk_as_uid(
+        uid, uid, sock, "sandbox.create",
+        json_pack("{s:s, s:s, s:o}", "id", id, "provider", "docker", "options", o),
+        60000);
     json_t *data = json_object_get(json_object_get(r, "error"), "data");
     const char *reason = json_string_value(json_object_get(data, "reason"));
     int ok = err_code(r) == -32003 &&
@@ -1172,8 +1012,8 @@ static int refused(uid_t uid, const char *sock, const char *id, const char *opts
         free(t);
     }
     if (res_of(r)) /* it must not exist: clean up what slipped through */
-        json_decref(as_uid(uid, uid, sock, "sandbox.destroy",
-                           json_pack("{s:s}", "id", id), 60000));
+        json_decref(dk_as_uid(uid, uid, sock, "sandbox.destroy",
+                              json_pack("{s:s}", "id", id), 60000));
     json_decref(r);
     return ok;
 }
@@ -1189,8 +1029,8 @@ static void test_policy_uid(void)
     snprintf(net, sizeof(net), "sbxnet-%d", (int)getpid());
     char body[200];
     snprintf(body, sizeof(body), "{\"Name\":\"%s\",\"Driver\":\"bridge\"}", net);
-    int have_net = engine("POST", "/networks/create", body, NULL) == 201;
-    int have_bridge = engine("GET", "/networks/bridge", NULL, NULL) == 200;
+    int have_net = dk_engine("POST", "/networks/create", body, NULL) == 201;
+    int have_bridge = dk_engine("GET", "/networks/bridge", NULL, NULL) == 200;
     snprintf(extra, sizeof(extra),
              "    cpu_quota: 100000\n"
              "    policy:\n"
@@ -1214,7 +1054,7 @@ static void test_policy_uid(void)
             break;
         usleep(100000);
     }
-    json_t *r = as_uid(A, A, sock, "daemon.info", NULL, 10000);
+    json_t *r = dk_as_uid(A, A, sock, "daemon.info", NULL, 10000);
     test_cond("policy: the second uid is served as itself (uid 65534, not admin)",
               res_int(r, "uid") == (json_int_t)A &&
                   !json_is_true(json_object_get(res_of(r), "admin")));
@@ -1277,14 +1117,14 @@ static void test_policy_uid(void)
         "{\"volumes\": [\"%s:/project\"], \"memory\": \"1g\", \"memory_swap\": \"1g\", \"pids_limit\": 512}",
         proj);
     json_t *opts = json_loads(o, 0, NULL);
-    r = as_uid(
+    r = dk_as_uid(
         A, A, sock, "sandbox.create",
         json_pack("{s:s, s:s, s:o}", "id", "pa", "provider", "docker", "options", opts),
         120000);
     test_eq_str("policy: the granted bind mount, memory 1g and pids 512 are allowed",
                 res_str(r, "status"), "running");
     json_decref(r);
-    r = as_uid(
+    r = dk_as_uid(
         A, A, sock, "process.exec",
         json_pack(
             "{s:s, s:s}", "sandbox", "pa", "command",
@@ -1306,7 +1146,7 @@ static void test_policy_uid(void)
     json_decref(r);
 
     /* hole 2: another user's snapshot image by any name */
-    r = as_uid(A, A, sock, "sandbox.snapshot", json_pack("{s:s}", "id", "pa"), 120000);
+    r = dk_as_uid(A, A, sock, "sandbox.snapshot", json_pack("{s:s}", "id", "pa"), 120000);
     char snap[64], image[128] = "", tag[256] = "";
     snprintf(snap, sizeof(snap), "%s", res_str(r, "snapshot"));
     json_decref(r);
@@ -1316,7 +1156,7 @@ static void test_policy_uid(void)
         path, sizeof(path),
         "/images/json?filters=%%7B%%22label%%22%%3A%%5B%%22sbxd.snapshot%%3D%s%%22%%5D%%7D",
         snap);
-    if (engine("GET", path, NULL, &list) == 200 && json_array_size(list) == 1) {
+    if (dk_engine("GET", path, NULL, &list) == 200 && json_array_size(list) == 1) {
         json_t *im = json_array_get(list, 0);
         snprintf(image, sizeof(image), "%s",
                  json_string_value(json_object_get(im, "Id")));
@@ -1325,7 +1165,7 @@ static void test_policy_uid(void)
     }
     json_decref(list);
     test_cond("policy: the snapshot image carries its owner", image[0] && tag[0]);
-    r = as_uid(
+    r = dk_as_uid(
         B, B, sock, "sandbox.create",
         json_pack("{s:s, s:s, s:s}", "id", "pb1", "provider", "docker", "snapshot", snap),
         60000);
@@ -1333,15 +1173,15 @@ static void test_policy_uid(void)
         "policy: another uid cannot create from the snapshot id (-32602 no such snapshot)",
         err_code(r), -32602);
     json_decref(r);
-    r = as_uid(
+    r = dk_as_uid(
         B, B, sock, "sandbox.create",
         json_pack("{s:s, s:s, s:s}", "id", "pb2", "provider", "docker", "image", tag),
         60000);
     test_eq_int("policy: another uid cannot use the snapshot image by its tag (-32003)",
                 err_code(r), -32003);
     if (res_of(r))
-        json_decref(as_uid(B, B, sock, "sandbox.destroy", json_pack("{s:s}", "id", "pb2"),
-                           60000));
+        json_decref(dk_as_uid(B, B, sock, "sandbox.destroy",
+                              json_pack("{s:s}", "id", "pb2"), 60000));
     json_decref(r);
     char ref[200];
     snprintf(ref, sizeof(ref), "{\"image\": \"sha256:%.1s\"}",
@@ -1353,16 +1193,16 @@ static void test_policy_uid(void)
               refused(B, sock, "pb4", ref, "denied"));
     snprintf(ref, sizeof(ref), "{\"image\": \"%s\"}", image);
     test_cond("policy: image by full id refused", refused(B, sock, "pb5", ref, "denied"));
-    r = as_uid(A, A, sock, "snapshot.list", NULL, 60000);
+    r = dk_as_uid(A, A, sock, "snapshot.list", NULL, 60000);
     test_eq_int("policy: the owner lists its snapshot",
                 json_array_size(json_object_get(res_of(r), "snapshots")), 1);
     json_decref(r);
-    r = as_uid(B, B, sock, "snapshot.list", NULL, 60000);
+    r = dk_as_uid(B, B, sock, "snapshot.list", NULL, 60000);
     test_cond("policy: another uid does not see it",
               res_of(r) && json_array_size(json_object_get(res_of(r), "snapshots")) == 0);
     json_decref(r);
-    r = as_uid(B, B, sock, "snapshot.delete", json_pack("{s:s}", "snapshot", snap),
-               60000);
+    r = dk_as_uid(B, B, sock, "snapshot.delete", json_pack("{s:s}", "snapshot", snap),
+                  60000);
     test_eq_int("policy: another uid cannot delete it (-32000)", err_code(r), -32000);
     json_decref(r);
 
@@ -1370,47 +1210,47 @@ static void test_policy_uid(void)
     if (have_net) {
         snprintf(o, sizeof(o), "{\"network\": \"%s\"}", net);
         opts = json_loads(o, 0, NULL);
-        r = as_uid(A, A, sock, "sandbox.create",
-                   json_pack("{s:s, s:s, s:o}", "id", "pn", "provider", "docker",
-                             "options", opts),
-                   120000);
+        r = dk_as_uid(A, A, sock, "sandbox.create",
+                      json_pack("{s:s, s:s, s:o}", "id", "pn", "provider", "docker",
+                                "options", opts),
+                      120000);
         test_eq_str("policy: a named network granted by a group rule",
                     res_str(r, "status"), "running");
         json_decref(r);
-        r = as_uid(A, A, sock, "process.exec",
-                   json_pack("{s:s, s:s}", "sandbox", "pn", "command",
-                             "ip -4 addr show eth0 | grep -c inet"),
-                   30000);
+        r = dk_as_uid(A, A, sock, "process.exec",
+                      json_pack("{s:s, s:s}", "sandbox", "pn", "command",
+                                "ip -4 addr show eth0 | grep -c inet"),
+                      30000);
         test_eq_str("policy: the sandbox has an address on it (eth0)",
                     res_str(r, "stdout"), "1\n");
         json_decref(r);
-        json_decref(
-            as_uid(A, A, sock, "sandbox.destroy", json_pack("{s:s}", "id", "pn"), 60000));
+        json_decref(dk_as_uid(A, A, sock, "sandbox.destroy",
+                              json_pack("{s:s}", "id", "pn"), 60000));
     } else {
         test_skip("policy: a named network granted by a group rule",
                   "the engine cannot create a network");
     }
     if (have_bridge) {
-        r = as_uid(A, A, sock, "sandbox.create",
-                   json_pack("{s:s, s:s, s:{s:s}}", "id", "pbr", "provider", "docker",
-                             "options", "network", "bridge"),
-                   120000);
+        r = dk_as_uid(A, A, sock, "sandbox.create",
+                      json_pack("{s:s, s:s, s:{s:s}}", "id", "pbr", "provider", "docker",
+                                "options", "network", "bridge"),
+                      120000);
         test_eq_str("policy: network bridge granted by a group rule",
                     res_str(r, "status"), "running");
         json_decref(r);
-        json_decref(as_uid(A, A, sock, "sandbox.destroy", json_pack("{s:s}", "id", "pbr"),
-                           60000));
+        json_decref(dk_as_uid(A, A, sock, "sandbox.destroy",
+                              json_pack("{s:s}", "id", "pbr"), 60000));
     } else {
         test_skip("policy: network bridge granted by a group rule",
                   "the private engine runs --bridge=none: no default bridge network");
     }
     json_decref(
-        as_uid(A, A, sock, "sandbox.destroy", json_pack("{s:s}", "id", "pa"), 60000));
-    json_decref(as_uid(A, A, sock, "snapshot.delete",
-                       json_pack("{s:s}", "snapshot", snap), 60000));
+        dk_as_uid(A, A, sock, "sandbox.destroy", json_pack("{s:s}", "id", "pa"), 60000));
+    json_decref(dk_as_uid(A, A, sock, "snapshot.delete",
+                          json_pack("{s:s}", "snapshot", snap), 60000));
     if (have_net) {
         snprintf(path, sizeof(path), "/networks/%s", net);
-        engine("DELETE", path, NULL, NULL);
+        dk_engine("DELETE", path, NULL, NULL);
     }
     cn_close(c);
     stop_sbxd(pid, SIGTERM);
@@ -1424,7 +1264,7 @@ static void test_agent_mount(conn *c)
     char cid[100];
     snprintf(cid, sizeof(cid), "%s", cid_of(r));
     json_decref(r);
-    json_t *ins = inspect(cid);
+    json_t *ins = dk_inspect(cid);
     json_t *mounts = json_object_get(ins, "Mounts");
     int agent_ro = 0, volumes = 0;
     size_t i;
@@ -1529,7 +1369,7 @@ static json_t *pool_ids(const char *name)
         "/containers/json?filters=%%7B%%22label%%22%%3A%%5B%%22sbxd.pool%%3D%s%%22%%5D%%7D",
         name);
     json_t *l = NULL, *ids = json_array();
-    engine("GET", path, NULL, &l);
+    dk_engine("GET", path, NULL, &l);
     /* only this run's pool sbxd's: other runs on a shared engine have pools
      * of the same name */
     char sock[200];
@@ -1606,40 +1446,40 @@ static void test_pools(void)
     snprintf(path, sizeof(path), "/containers/%s/json", cid);
     json_t *after = pool_ids("warm");
     test_cond("pools: a used container is removed with its sandbox, never pooled again",
-              engine("GET", path, NULL, NULL) == 404 && !in_ids(after, cid));
+              dk_engine("GET", path, NULL, NULL) == 404 && !in_ids(after, cid));
     json_decref(after);
 
     /* two owners: never the same container */
-    r = as_uid(65534, 65534, sock, "sandbox.create",
-               json_pack("{s:s, s:s}", "id", "pa1", "provider", "docker"), 60000);
+    r = dk_as_uid(65534, 65534, sock, "sandbox.create",
+                  json_pack("{s:s, s:s}", "id", "pa1", "provider", "docker"), 60000);
     char cida[100];
     snprintf(cida, sizeof(cida), "%s", cid_of(r));
     int froma = json_object_get(json_object_get(res_of(r), "metadata"), "pool") != NULL;
     json_decref(r);
-    json_t *x = as_uid(65534, 65534, sock, "process.exec",
-                       json_pack("{s:s, s:s}", "sandbox", "pa1", "command",
-                                 "echo secret > /workspace/a"),
-                       30000);
+    json_t *x = dk_as_uid(65534, 65534, sock, "process.exec",
+                          json_pack("{s:s, s:s}", "sandbox", "pa1", "command",
+                                    "echo secret > /workspace/a"),
+                          30000);
     json_decref(x);
-    json_decref(as_uid(65534, 65534, sock, "sandbox.destroy",
-                       json_pack("{s:s}", "id", "pa1"), 60000));
+    json_decref(dk_as_uid(65534, 65534, sock, "sandbox.destroy",
+                          json_pack("{s:s}", "id", "pa1"), 60000));
     wait_pool(c, "warm", 2, 60000);
-    r = as_uid(65533, 65533, sock, "sandbox.create",
-               json_pack("{s:s, s:s}", "id", "pb1", "provider", "docker"), 60000);
+    r = dk_as_uid(65533, 65533, sock, "sandbox.create",
+                  json_pack("{s:s, s:s}", "id", "pb1", "provider", "docker"), 60000);
     char cidb[100];
     snprintf(cidb, sizeof(cidb), "%s", cid_of(r));
     int fromb = json_object_get(json_object_get(res_of(r), "metadata"), "pool") != NULL;
     json_decref(r);
-    x = as_uid(65533, 65533, sock, "process.exec",
-               json_pack("{s:s, s:s}", "sandbox", "pb1", "command",
-                         "cat /workspace/a 2>/dev/null || echo clean"),
-               30000);
+    x = dk_as_uid(65533, 65533, sock, "process.exec",
+                  json_pack("{s:s, s:s}", "sandbox", "pb1", "command",
+                            "cat /workspace/a 2>/dev/null || echo clean"),
+                  30000);
     test_cond("pools: two owners get different fresh containers, nothing of the first",
               froma && fromb && cida[0] && cidb[0] && strcmp(cida, cidb) != 0 &&
                   !strcmp(res_str(x, "stdout"), "clean\n"));
     json_decref(x);
-    json_decref(as_uid(65533, 65533, sock, "sandbox.destroy",
-                       json_pack("{s:s}", "id", "pb1"), 60000));
+    json_decref(dk_as_uid(65533, 65533, sock, "sandbox.destroy",
+                          json_pack("{s:s}", "id", "pb1"), 60000));
 
     /* the policy applies to what a pool holds */
     test_cond("pools: a pool's options above the taker's ceiling are refused (-32003)",
@@ -1717,7 +1557,7 @@ static void test_pools(void)
     json_array_extend(rest, rest2);
     json_array_foreach(rest, i, id) {
         snprintf(path, sizeof(path), "/containers/%s?force=1&v=1", json_string_value(id));
-        engine("DELETE", path, NULL, NULL);
+        dk_engine("DELETE", path, NULL, NULL);
     }
     json_decref(rest);
     json_decref(rest2);
@@ -1850,7 +1690,7 @@ static void test_killed_outside(conn *c)
     json_decref(r);
     char p[256];
     snprintf(p, sizeof(p), "/containers/%s/kill", cid);
-    engine("POST", p, NULL, NULL);
+    dk_engine("POST", p, NULL, NULL);
     test_cond("killed outside: status error", wait_status(c, "kill1", "error", 10000));
     r = cn_call(c, "sandbox.get", json_pack("{s:s}", "id", "kill1"));
     test_cond("killed outside: the error says why",
@@ -1875,7 +1715,7 @@ static void test_killed_outside(conn *c)
     json_decref(r);
 
     /* sandbox.create on an errored id restarts it */
-    engine("POST", p, NULL, NULL);
+    dk_engine("POST", p, NULL, NULL);
     wait_status(c, "kill1", "error", 10000);
     r = create(c, "kill1", NULL);
     test_cond("docker kill: sandbox.create on the errored id reconnects and restarts it",
@@ -1886,7 +1726,7 @@ static void test_killed_outside(conn *c)
 
     /* removed behind our back */
     snprintf(p, sizeof(p), "/containers/%s?force=1", cid);
-    engine("DELETE", p, NULL, NULL);
+    dk_engine("DELETE", p, NULL, NULL);
     test_cond("removed outside: status error", wait_status(c, "kill1", "error", 10000));
     r = cn_call(c, "sandbox.get", json_pack("{s:s}", "id", "kill1"));
     test_cond("removed outside: the error says so",
@@ -1908,14 +1748,14 @@ static void test_killed_outside(conn *c)
     destroy(c, "kill1");
 
     /* one retry only: a restart that cannot work fails the call once */
-    engine("POST", "/images/sbx-test%2Fbusybox/tag?repo=sbx-test%2Fretry2&tag=latest",
-           NULL, NULL);
+    dk_engine("POST", "/images/sbx-test%2Fbusybox/tag?repo=sbx-test%2Fretry2&tag=latest",
+              NULL, NULL);
     r = create(c, "retry2", json_pack("{s:s}", "image", "sbx-test/retry2"));
     snprintf(cid, sizeof(cid), "%s", cid_of(r));
     json_decref(r);
     snprintf(p, sizeof(p), "/containers/%s?force=1", cid);
-    engine("DELETE", p, NULL, NULL);
-    engine("DELETE", "/images/sbx-test%2Fretry2:latest", NULL, NULL);
+    dk_engine("DELETE", p, NULL, NULL);
+    dk_engine("DELETE", "/images/sbx-test%2Fretry2:latest", NULL, NULL);
     wait_status(c, "retry2", "error", 10000);
     json_array_clear(c->notes);
     r = exec_t(c, "retry2", "echo never", 60000);
@@ -1935,7 +1775,7 @@ static void test_killed_outside(conn *c)
     snprintf(cid, sizeof(cid), "%s", cid_of(r));
     json_decref(r);
     snprintf(p, sizeof(p), "/containers/%s/pause", cid);
-    engine("POST", p, NULL, NULL);
+    dk_engine("POST", p, NULL, NULL);
     /* the SPAWN reaches a frozen agent; then the container dies */
     int id = ++c->next_id;
     char req[256];
@@ -1947,7 +1787,7 @@ static void test_killed_outside(conn *c)
     cn_send_raw(c, req, strlen(req));
     usleep(300000);
     snprintf(p, sizeof(p), "/containers/%s/kill", cid);
-    engine("POST", p, NULL, NULL);
+    dk_engine("POST", p, NULL, NULL);
     json_t *ans = NULL;
     double until = now_ms() + 30000;
     while (!ans && now_ms() < until) {
@@ -2055,7 +1895,7 @@ static void test_exec_mode(conn *c)
     /* the container dies; the next exec restarts it and says so */
     char p[256];
     snprintf(p, sizeof(p), "/containers/%s/kill", cid);
-    engine("POST", p, NULL, NULL);
+    dk_engine("POST", p, NULL, NULL);
     usleep(300000);
     r = exec(c, "xm1", "echo again");
     test_cond("docker-exec: an exec into a dead container restarts it, retries, says so",
@@ -2132,7 +1972,7 @@ static void stream_slow_reader(conn *c, pid_t spid, const char *id, int mb,
     json_decref(r);
     /* A slow reader: nothing for 3 s. sbxd must push back, not buffer. */
     sleep(3);
-    long rss = rss_kb(spid);
+    long rss = dk_rss_kb(spid);
     snprintf(name, sizeof(name),
              "%s: sbxd memory stays bounded while the client does not read", what);
     test_cond(name, rss > 0 && rss < rss_limit);
@@ -2158,8 +1998,8 @@ static void stream_slow_reader(conn *c, pid_t spid, const char *id, int mb,
             json_integer_value(json_object_get(p, "pid")) == pid) {
             if (slow_msgs-- > 0) {
                 usleep(2000);
-                if (slow_msgs % 100 == 0 && rss_kb(spid) > max_rss)
-                    max_rss = rss_kb(spid);
+                if (slow_msgs % 100 == 0 && dk_rss_kb(spid) > max_rss)
+                    max_rss = dk_rss_kb(spid);
             }
             const char *d = json_string_value(json_object_get(p, "data"));
             size_t n = json_string_length(json_object_get(p, "data"));
@@ -2277,7 +2117,7 @@ static void test_tls(void)
         test_cond("remote engine: the agent holder is made once (agent_mount shared)",
                   shared);
         r = create(c, "tls2", NULL);
-        json_t *ins = inspect(cid_of(r));
+        json_t *ins = dk_inspect(cid_of(r));
         json_decref(r);
         json_t *vf = json_object_get(json_object_get(ins, "HostConfig"), "VolumesFrom");
         const char *v0 = json_string_value(json_array_get(vf, 0));
@@ -2592,7 +2432,7 @@ static void test_lost_mid_op(conn *c)
     usleep(300000);
     double t = now_ms();
     snprintf(p, sizeof(p), "/containers/%s?force=1", cid);
-    engine("DELETE", p, NULL, NULL);
+    dk_engine("DELETE", p, NULL, NULL);
     json_t *ans = await_id(c, id, 120000);
     double took = now_ms() - t;
     print_answer("snapshot, container removed meanwhile", ans, took);
@@ -2622,7 +2462,7 @@ static void test_lost_mid_op(conn *c)
     usleep(100000);
     t = now_ms();
     snprintf(p, sizeof(p), "/containers/%s?force=1", cid);
-    engine("DELETE", p, NULL, NULL);
+    dk_engine("DELETE", p, NULL, NULL);
     ans = await_id(c, id, 120000);
     took = now_ms() - t;
     print_answer("stop, container removed meanwhile", ans, took);
@@ -2815,25 +2655,14 @@ static void test_engine_stops(conn *c)
 
 int main(int argc, char **argv)
 {
-    if (argc < 4) {
-        fprintf(stderr, "usage: ptest_docker SBXD BUILD_DIR TMPDIR\n");
-        return 2;
-    }
-    signal(SIGPIPE, SIG_IGN);
-    sbxd_bin = argv[1];
-    bdir = argv[2];
-    tmpdir = argv[3];
-    docker_host = getenv("DOCKER_HOST");
+    int st = dk_main_args(argc, argv, &sbxd_bin, &bdir, &tmpdir, &docker_host);
+    if (st)
+        return st;
     tls_host = getenv("DOCKER_TLS_HOST");
     tls_ca = getenv("DOCKER_TLS_CA");
     tls_cert = getenv("DOCKER_TLS_CERT");
     tls_key = getenv("DOCKER_TLS_KEY");
     private_engine = getenv("SBX_DOCKERD_PRIVATE") && atoi(getenv("SBX_DOCKERD_PRIVATE"));
-    if (!docker_host || strncmp(docker_host, "unix://", 7) != 0) {
-        printf("DOCKER_HOST must be unix://...\n");
-        printf("0 passed, 1 failed\n");
-        return 1;
-    }
     curl_global_init(CURL_GLOBAL_DEFAULT);
     snprintf(main_sock, sizeof(main_sock), "%.90s/main.sock", tmpdir);
     snprintf(main_cfg, sizeof(main_cfg), "%s/main.yaml", tmpdir);
@@ -2857,52 +2686,43 @@ int main(int argc, char **argv)
         usleep(100000);
     }
     double t0 = now_ms();
-    /* SBX_PTEST_ONLY=name runs the steps whose call text contains name. */
-    const char *only = getenv("SBX_PTEST_ONLY");
-#define STEP(x)                                                                          \
-    do {                                                                                 \
-        if (only && !strstr(#x, only))                                                   \
-            break;                                                                       \
-        double _t = now_ms();                                                            \
-        x;                                                                               \
-        printf("    (%s: %.1f s)\n", #x, (now_ms() - _t) / 1000);                        \
-    } while (0)
-    STEP(test_info(c));
-    STEP(test_options(c));
-    STEP(test_processes(c));
-    STEP(test_lifecycle(c));
-    STEP(test_noshell(c));
-    STEP(test_exec_mode(c));
-    STEP(test_killed_outside(c));
-    STEP(test_lost_mid_op(c));
-    STEP(test_misbehaving(c));
-    STEP(test_lifetime_env(c));
-    STEP(test_snapshots_last());
-    STEP(test_policy_uid());
-    STEP(test_agent_mount(c));
-    STEP(test_pools());
-    STEP(test_restart(&c));
-    STEP(test_created_label());
+    const char *only = getenv("SBX_PTEST_ONLY"); /* as DK_STEP reads it */
+    DK_STEP(test_info(c));
+    DK_STEP(test_options(c));
+    DK_STEP(test_processes(c));
+    DK_STEP(test_lifecycle(c));
+    DK_STEP(test_noshell(c));
+    DK_STEP(test_exec_mode(c));
+    DK_STEP(test_killed_outside(c));
+    DK_STEP(test_lost_mid_op(c));
+    DK_STEP(test_misbehaving(c));
+    DK_STEP(test_lifetime_env(c));
+    DK_STEP(test_snapshots_last());
+    DK_STEP(test_policy_uid());
+    DK_STEP(test_agent_mount(c));
+    DK_STEP(test_pools());
+    DK_STEP(test_restart(&c));
+    DK_STEP(test_created_label());
     /* the TLS pass (a private engine only) reconnects to it from a second sbxd */
     if (c && tls_host && tls_host[0] && (!only || strstr("test_tls", only))) {
         /* a container of the main sbxd that the TLS sbxd reconnects to by label */
         json_decref(create(c, "shared1", NULL));
         exec_ok(c, "shared1", "echo shared > /workspace/shared.txt", NULL);
     }
-    STEP(test_tls());
+    DK_STEP(test_tls());
     /* only the TLS pass's second sbxd took shared1 away */
     if (c && tls_host && tls_host[0] && (!only || strstr("test_tls", only))) {
         test_cond("removed by another sbxd: status error here",
                   wait_status(c, "shared1", "error", 10000));
         destroy(c, "shared1");
     }
-    STEP(test_attach_only());
-    STEP(test_no_engine());
-    STEP(test_fake_engine());
+    DK_STEP(test_attach_only());
+    DK_STEP(test_no_engine());
+    DK_STEP(test_fake_engine());
     if (c)
-        STEP(test_stream(c));
+        DK_STEP(test_stream(c));
     if (c)
-        STEP(test_engine_stops(c));
+        DK_STEP(test_engine_stops(c));
     printf("    total %.1f s\n", (now_ms() - t0) / 1000);
     cn_close(c);
     stop_sbxd(main_pid, SIGTERM);

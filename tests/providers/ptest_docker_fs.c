@@ -20,6 +20,7 @@
 #include <sys/un.h>
 #include <sys/wait.h>
 
+#include "dk_kit.h"
 #include "itest.h"
 #include "sbx/sbx.h"
 #include "testhelp.h"
@@ -155,31 +156,14 @@ static void write_local(const char *file, const uint8_t *d, size_t n)
     }
 }
 
-static long rss_kb(pid_t pid)
-{
-    char p[64], line[256];
-    snprintf(p, sizeof(p), "/proc/%d/status", (int)pid);
-    FILE *f = fopen(p, "r");
-    long kb = -1;
-    while (f && fgets(line, sizeof(line), f))
-        if (!strncmp(line, "VmRSS:", 6))
-            kb = atol(line + 6);
-    if (f)
-        fclose(f);
-    return kb;
-}
-
 static json_t *create(conn *c, const char *id, json_t *opts)
 {
-    json_t *p = json_pack("{s:s, s:s}", "id", id, "provider", "docker");
-    if (opts)
-        json_object_set_new(p, "options", opts);
-    return call(c, "sandbox.create", p);
+    return dk_create(c, id, opts ? json_pack("{s:o}", "options", opts) : NULL, 120000);
 }
 
 static void destroy(conn *c, const char *id)
 {
-    json_decref(call(c, "sandbox.destroy", json_pack("{s:s}", "id", id)));
+    dk_destroy(c, id, 120000);
 }
 
 /* ---- tests ------------------------------------------------------------------------ */
@@ -275,7 +259,7 @@ static void test_gib_rss(conn *c)
         chunk[i] = (uint8_t)(i * 2654435761u >> 13);
     char *b64 = malloc(sbx_base64_encoded_len(CHUNK) + 1);
     sbx_base64_encode(b64, chunk, CHUNK);
-    long base = rss_kb(sbxd_pid), peak = base;
+    long base = dk_rss_kb(sbxd_pid), peak = base;
     json_int_t h = 0;
     int ok = 1;
     for (size_t off = 0; off < total && ok; off += CHUNK) {
@@ -290,7 +274,7 @@ static void test_gib_rss(conn *c)
         ok = res_of(r) != NULL;
         h = json_integer_value(json_object_get(res_of(r), "handle"));
         json_decref(r);
-        long now = rss_kb(sbxd_pid);
+        long now = dk_rss_kb(sbxd_pid);
         peak = now > peak ? now : peak;
     }
     test_cond("1 GiB written in chunks", ok);
@@ -305,7 +289,7 @@ static void test_gib_rss(conn *c)
         const char *d = json_string_value(json_object_get(res_of(r), "data_b64"));
         ok = d && strcmp(d, b64) == 0;
         json_decref(r);
-        long now = rss_kb(sbxd_pid);
+        long now = dk_rss_kb(sbxd_pid);
         peak = now > peak ? now : peak;
     }
     test_cond("1 GiB read back, every chunk exact", ok && off == total);
@@ -701,29 +685,7 @@ static void test_watch(conn *c)
 /* One call as another uid (a forked child that drops to it). */
 static int code_as_uid(uid_t uid, const char *method, json_t *params)
 {
-    int fds[2];
-    if (pipe(fds) < 0)
-        return 0;
-    pid_t pid = fork();
-    if (pid == 0) {
-        close(fds[0]);
-        if (setgroups(0, NULL) < 0 || setgid(uid) < 0 || setuid(uid) < 0)
-            _exit(3);
-        conn *c = cn_open(sock);
-        json_t *r = c ? cn_call(c, method, params) : NULL;
-        int code = r ? err_code(r) : 2;
-        if (write(fds[1], &code, sizeof(code)) < 0)
-            _exit(4);
-        _exit(0);
-    }
-    json_decref(params);
-    close(fds[1]);
-    int code = 0;
-    if (read(fds[0], &code, sizeof(code)) != sizeof(code))
-        code = 0;
-    close(fds[0]);
-    waitpid(pid, NULL, 0);
-    return code;
+    return dk_code_as_uid(uid, sock, method, params);
 }
 
 static void test_cross_uid(void)
@@ -1000,21 +962,12 @@ static void test_bounds(conn *c)
 
 int main(int argc, char **argv)
 {
-    if (argc < 4) {
-        fprintf(stderr, "usage: ptest_docker_fs SBXD BUILD_DIR TMPDIR\n");
-        return 2;
-    }
-    signal(SIGPIPE, SIG_IGN);
+    const char *host;
+    int st = dk_main_args(argc, argv, &sbxd_bin, &bdir, &tmpdir, &host);
+    if (st)
+        return st;
     snprintf(FS1, sizeof(FS1), "fs1-%d", (int)getpid());
     snprintf(FSU, sizeof(FSU), "fsu-%d", (int)getpid());
-    sbxd_bin = argv[1];
-    bdir = argv[2];
-    tmpdir = argv[3];
-    const char *host = getenv("DOCKER_HOST");
-    if (!host || strncmp(host, "unix://", 7) != 0) {
-        printf("DOCKER_HOST must be unix://...\n0 passed, 1 failed\n");
-        return 1;
-    }
     char cfg[600], log[600];
     snprintf(cfg, sizeof(cfg), "%s/fs.yaml", tmpdir);
     snprintf(log, sizeof(log), "%s/sbxd-fs.log", tmpdir);
@@ -1037,32 +990,10 @@ int main(int argc, char **argv)
             "    tmpfs:\n      /tmp: \"rw,nosuid,nodev,size=16m\"\n",
             host, bdir);
     fclose(f);
-    unlink(sock);
-    sbxd_pid = fork();
-    if (sbxd_pid == 0) {
-        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-        dup2(fd, 1);
-        dup2(fd, 2);
-        setenv("SBXD_SOCKET", sock, 1);
-        execl(sbxd_bin, "sbxd", "-c", cfg, (char *)NULL);
-        _exit(127);
-    }
-    conn *c = NULL;
-    for (int i = 0; i < 200 && !c; i++) {
-        usleep(25000);
-        c = cn_open(sock);
-    }
+    sbxd_pid = dk_sbxd_start(cfg, sock, log, NULL);
+    conn *c = dk_connect(sock, 5000);
     /* The engine is pinged asynchronously: wait until daemon.info shows it. */
-    for (int i = 0; c && i < 100; i++) {
-        json_t *info = call(c, "daemon.info", NULL);
-        char *t = json_dumps(info, 0);
-        int up = t && strstr(t, "\"api_version\"");
-        free(t);
-        json_decref(info);
-        if (up)
-            break;
-        usleep(100000);
-    }
+    dk_docker_up(c, 10000);
     json_t *r = c ? create(c, FS1, NULL) : NULL;
     if (!res_of(r)) {
         char *t = json_dumps(r, 0);
@@ -1074,31 +1005,22 @@ int main(int argc, char **argv)
         return 1;
     }
     json_decref(r);
-    const char *only = getenv("SBX_PTEST_ONLY");
-#define STEP(x)                                                                          \
-    do {                                                                                 \
-        if (only && !strstr(#x, only))                                                   \
-            break;                                                                       \
-        double _t = now_ms();                                                            \
-        x;                                                                               \
-        printf("    (%s: %.1f s)\n", #x, (now_ms() - _t) / 1000);                        \
-    } while (0)
-    STEP(test_text(c));
-    STEP(test_paths(c));
-    STEP(test_errors(c));
-    STEP(test_ops(c));
-    STEP(test_binary_50mb(c));
-    STEP(test_gib_rss(c));
-    STEP(test_owner(c));
-    STEP(test_enospc(c));
-    STEP(test_concurrent());
-    STEP(test_bounds(c));
-    STEP(test_watch(c));
-    STEP(test_cross_uid());
-    STEP(test_isolates(c));
-    STEP(test_sbxctl(c));
-    STEP(test_stopped(c));
-    STEP(test_two_daemons(c));
+    DK_STEP(test_text(c));
+    DK_STEP(test_paths(c));
+    DK_STEP(test_errors(c));
+    DK_STEP(test_ops(c));
+    DK_STEP(test_binary_50mb(c));
+    DK_STEP(test_gib_rss(c));
+    DK_STEP(test_owner(c));
+    DK_STEP(test_enospc(c));
+    DK_STEP(test_concurrent());
+    DK_STEP(test_bounds(c));
+    DK_STEP(test_watch(c));
+    DK_STEP(test_cross_uid());
+    DK_STEP(test_isolates(c));
+    DK_STEP(test_sbxctl(c));
+    DK_STEP(test_stopped(c));
+    DK_STEP(test_two_daemons(c));
     destroy(c, FS1);
     cn_close(c);
     kill(sbxd_pid, SIGTERM);

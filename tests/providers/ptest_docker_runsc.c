@@ -18,6 +18,7 @@
 #include <sys/utsname.h>
 #include <sys/wait.h>
 
+#include "dk_kit.h"
 #include "itest.h"
 #include "testhelp.h"
 
@@ -25,64 +26,6 @@ static const char *sbxd_bin, *bdir, *tmpdir, *docker_host;
 static char sock[108], cfg[512], sbxd_log[512];
 static pid_t spid;
 static const char *want_channel = "attach";
-
-/* ---- the engine, directly ---------------------------------------------------------- */
-
-struct membuf {
-    char *d;
-    size_t n;
-};
-
-static size_t mb_write(char *p, size_t s, size_t n, void *u)
-{
-    struct membuf *b = u;
-    size_t k = s * n;
-    char *nd = realloc(b->d, b->n + k + 1);
-    if (!nd)
-        return 0;
-    b->d = nd;
-    memcpy(b->d + b->n, p, k);
-    b->n += k;
-    b->d[b->n] = '\0';
-    return k;
-}
-
-/* Blocking engine call; the HTTP status, *out the parsed body (may be NULL). */
-static long engine(const char *method, const char *path, const char *body, json_t **out)
-{
-    CURL *e = curl_easy_init();
-    char url[1024];
-    snprintf(url, sizeof(url), "http://localhost/v1.41%s", path);
-    curl_easy_setopt(e, CURLOPT_URL, url);
-    curl_easy_setopt(e, CURLOPT_UNIX_SOCKET_PATH, docker_host + 7);
-    curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, method);
-    curl_easy_setopt(e, CURLOPT_TIMEOUT, 120L);
-    struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
-    curl_easy_setopt(e, CURLOPT_HTTPHEADER, h);
-    if (body || strcmp(method, "POST") == 0)
-        curl_easy_setopt(e, CURLOPT_POSTFIELDS, body ? body : "");
-    struct membuf b = {0};
-    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, mb_write);
-    curl_easy_setopt(e, CURLOPT_WRITEDATA, &b);
-    long status = 0;
-    if (curl_easy_perform(e) == CURLE_OK)
-        curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
-    curl_slist_free_all(h);
-    curl_easy_cleanup(e);
-    if (out)
-        *out = b.d ? json_loads(b.d, JSON_DECODE_ANY, NULL) : NULL;
-    free(b.d);
-    return status;
-}
-
-static json_t *inspect(const char *cid)
-{
-    char p[256];
-    snprintf(p, sizeof(p), "/containers/%s/json", cid);
-    json_t *j = NULL;
-    engine("GET", p, NULL, &j);
-    return j;
-}
 
 /*
  * Can runsc run here? NULL when it can, else why not. Sets want_channel from
@@ -92,7 +35,7 @@ static const char *runsc_usable(void)
 {
     static char why[300];
     json_t *info = NULL;
-    if (engine("GET", "/info", NULL, &info) != 200) {
+    if (dk_engine("GET", "/info", NULL, &info) != 200) {
         json_decref(info);
         return "GET /info failed";
     }
@@ -112,11 +55,12 @@ static const char *runsc_usable(void)
     }
     json_decref(info);
     json_t *r = NULL;
-    long st = engine("POST", "/containers/create",
-                     "{\"Image\":\"sbx-test/busybox\",\"Cmd\":[\"true\"],"
-                     "\"Labels\":{\"sbxtest.runsc_probe\":\"1\"},"
-                     "\"HostConfig\":{\"Runtime\":\"runsc\",\"NetworkMode\":\"none\"}}",
-                     &r);
+    long st =
+        dk_engine("POST", "/containers/create",
+                  "{\"Image\":\"sbx-test/busybox\",\"Cmd\":[\"true\"],"
+                  "\"Labels\":{\"sbxtest.runsc_probe\":\"1\"},"
+                  "\"HostConfig\":{\"Runtime\":\"runsc\",\"NetworkMode\":\"none\"}}",
+                  &r);
     const char *id = json_string_value(json_object_get(r, "Id"));
     char cid[80] = "";
     if (st == 201 && id)
@@ -127,7 +71,7 @@ static const char *runsc_usable(void)
     char p[200];
     snprintf(p, sizeof(p), "/containers/%s/start", cid);
     json_t *e = NULL;
-    st = engine("POST", p, NULL, &e);
+    st = dk_engine("POST", p, NULL, &e);
     const char *res = NULL;
     if (st != 204) {
         snprintf(why, sizeof(why), "a runsc container does not start here: %.200s",
@@ -138,14 +82,14 @@ static const char *runsc_usable(void)
     } else {
         snprintf(p, sizeof(p), "/containers/%s/wait", cid);
         json_t *w = NULL;
-        engine("POST", p, NULL, &w);
+        dk_engine("POST", p, NULL, &w);
         if (json_integer_value(json_object_get(w, "StatusCode")) != 0)
             res = "`true` in a runsc container does not exit 0 here";
         json_decref(w);
     }
     json_decref(e);
     snprintf(p, sizeof(p), "/containers/%s?force=1&v=1", cid);
-    engine("DELETE", p, NULL, NULL);
+    dk_engine("DELETE", p, NULL, NULL);
     return res;
 }
 
@@ -174,52 +118,15 @@ static void write_config(void)
 
 static conn *start_sbxd(void)
 {
-    unlink(sock);
-    spid = fork();
-    if (spid == 0) {
-        int fd = open(sbxd_log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-        }
-        setenv("SBXD_SOCKET", sock, 1);
-        execl(sbxd_bin, "sbxd", "-c", cfg, "--log-level", "debug", (char *)NULL);
-        _exit(127);
-    }
-    conn *c = NULL;
-    for (int i = 0; i < 200 && !c; i++) {
-        c = cn_open(sock);
-        if (!c)
-            usleep(50000);
-    }
-    /* the engine's first ping is asynchronous */
-    for (int i = 0; c && i < 100; i++) {
-        json_t *r = cn_call(c, "daemon.info", NULL);
-        char *s = json_dumps(r, 0);
-        int up = s && strstr(s, "\"api_version\"");
-        free(s);
-        json_decref(r);
-        if (up)
-            break;
-        usleep(100000);
-    }
+    spid = dk_sbxd_start(cfg, sock, sbxd_log, "debug");
+    conn *c = dk_connect(sock, 10000);
+    dk_docker_up(c, 10000);
     return c;
 }
 
 static void stop_sbxd(int sig)
 {
-    if (spid <= 0)
-        return;
-    kill(spid, sig);
-    for (int i = 0; i < 400; i++) {
-        if (waitpid(spid, NULL, WNOHANG) == spid) {
-            spid = 0;
-            return;
-        }
-        usleep(25000);
-    }
-    kill(spid, SIGKILL);
-    waitpid(spid, NULL, 0);
+    dk_sbxd_stop(spid, sig, 10000);
     spid = 0;
 }
 
@@ -227,44 +134,27 @@ static void stop_sbxd(int sig)
 
 static json_t *create(conn *c, const char *id, json_t *extra)
 {
-    json_t *p = json_pack("{s:s, s:s}", "id", id, "provider", "docker");
-    if (extra) {
-        json_object_update(p, extra);
-        json_decref(extra);
-    }
-    return cn_call_t(c, 180000, "sandbox.create", p);
+    return dk_create(c, id, extra, 180000);
 }
 
 static json_t *exec(conn *c, const char *sb, const char *cmd)
 {
-    return cn_call_t(c, 150000, "process.exec",
-                     json_pack("{s:s, s:s}", "sandbox", sb, "command", cmd));
+    return dk_exec(c, sb, cmd, 150000);
 }
 
 static int exec_is(conn *c, const char *sb, const char *cmd, const char *want)
 {
-    json_t *r = exec(c, sb, cmd);
-    int ok =
-        res_of(r) && res_int(r, "exit_code") == 0 && !strcmp(res_str(r, "stdout"), want);
-    if (!ok) {
-        char *s = json_dumps(r, JSON_COMPACT);
-        printf("      exec %s -> %.600s\n", cmd, s);
-        free(s);
-    }
-    json_decref(r);
-    return ok;
+    return dk_exec_is(c, sb, cmd, want, 150000);
 }
 
 static void destroy(conn *c, const char *id)
 {
-    json_decref(cn_call_t(c, 120000, "sandbox.destroy", json_pack("{s:s}", "id", id)));
+    dk_destroy(c, id, 120000);
 }
 
 static const char *meta_str(json_t *resp, const char *k, char *out, size_t n)
 {
-    const char *s =
-        json_string_value(json_object_get(json_object_get(res_of(resp), "metadata"), k));
-    snprintf(out, n, "%s", s ? s : "");
+    snprintf(out, n, "%s", dk_meta(resp, k));
     return out;
 }
 
@@ -298,7 +188,7 @@ static void test_lifecycle(conn *c)
     meta_str(r, "container_id", cid, sizeof(cid));
     meta_str(r, "channel", ch, sizeof(ch));
     json_decref(r);
-    json_t *ins = inspect(cid);
+    json_t *ins = dk_inspect(cid);
     test_eq_str(
         "runsc lifecycle: the container runs under runsc",
         json_string_value(json_object_get(json_object_get(ins, "HostConfig"), "Runtime")),
@@ -334,11 +224,11 @@ static void test_lifecycle(conn *c)
     char p[200];
     snprintf(p, sizeof(p), "/containers/%s/json", cid);
     test_eq_int("runsc lifecycle: destroy removes the container",
-                engine("GET", p, NULL, NULL), 404);
+                dk_engine("GET", p, NULL, NULL), 404);
     if (vol[0]) {
         snprintf(p, sizeof(p), "/volumes/%s", vol);
         test_eq_int("runsc lifecycle: and the agent's run volume with it",
-                    engine("GET", p, NULL, NULL), 404);
+                    dk_engine("GET", p, NULL, NULL), 404);
     } else
         test_cond("runsc lifecycle: the agent's run directory is a volume", 0);
 }
@@ -490,7 +380,7 @@ static void test_snapshot(conn *c)
     meta_str(r, "container_id", cid, sizeof(cid));
     test_eq_str("runsc snapshot: create from it", res_str(r, "status"), "running");
     json_decref(r);
-    json_t *ins = inspect(cid);
+    json_t *ins = dk_inspect(cid);
     test_eq_str(
         "runsc snapshot: the new sandbox runs under runsc too",
         json_string_value(json_object_get(json_object_get(ins, "HostConfig"), "Runtime")),
@@ -544,20 +434,11 @@ static const char *const names[] = {
 
 int main(int argc, char **argv)
 {
-    if (argc < 4) {
-        fprintf(stderr, "usage: ptest_docker_runsc SBXD BUILD_DIR TMPDIR\n");
-        return 2;
-    }
-    signal(SIGPIPE, SIG_IGN);
-    sbxd_bin = argv[1];
-    bdir = argv[2];
-    tmpdir = argv[3];
-    docker_host = getenv("DOCKER_HOST");
-    if (!docker_host || strncmp(docker_host, "unix://", 7) != 0) {
-        printf("DOCKER_HOST must be unix://...\n0 passed, 1 failed\n");
-        return 1;
-    }
+    int st = dk_main_args(argc, argv, &sbxd_bin, &bdir, &tmpdir, &docker_host);
+    if (st)
+        return st;
     curl_global_init(CURL_GLOBAL_DEFAULT);
+    dk_engine_timeout(120); /* runsc containers start slower */
     const char *why = runsc_usable();
     if (why) {
         for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)

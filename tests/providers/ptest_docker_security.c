@@ -23,6 +23,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
+#include "dk_kit.h"
 #include "itest.h"
 #include "testhelp.h"
 
@@ -31,59 +32,11 @@ static const uid_t A = 65534, B = 65533; /* two users without rules */
 
 /* ---- the engine, directly (tests only: blocking) -------------------------------- */
 
-struct membuf {
-    char *d;
-    size_t n;
-};
-
-static size_t mb_write(char *p, size_t s, size_t n, void *u)
-{
-    struct membuf *b = u;
-    size_t k = s * n;
-    char *nd = realloc(b->d, b->n + k + 1);
-    if (!nd)
-        return 0;
-    b->d = nd;
-    memcpy(b->d + b->n, p, k);
-    b->n += k;
-    b->d[b->n] = '\0';
-    return k;
-}
-
-static long engine(const char *method, const char *path, const char *body, json_t **out)
-{
-    CURL *e = curl_easy_init();
-    char url[2048];
-    snprintf(url, sizeof(url), "http://localhost/v1.41%s", path);
-    curl_easy_setopt(e, CURLOPT_URL, url);
-    curl_easy_setopt(e, CURLOPT_UNIX_SOCKET_PATH, docker_host + 7);
-    curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, method);
-    curl_easy_setopt(e, CURLOPT_TIMEOUT, 60L);
-    struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
-    curl_easy_setopt(e, CURLOPT_HTTPHEADER, h);
-    if (body)
-        curl_easy_setopt(e, CURLOPT_POSTFIELDS, body);
-    else if (strcmp(method, "POST") == 0)
-        curl_easy_setopt(e, CURLOPT_POSTFIELDS, "");
-    struct membuf b = {0};
-    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, mb_write);
-    curl_easy_setopt(e, CURLOPT_WRITEDATA, &b);
-    long status = 0;
-    if (curl_easy_perform(e) == CURLE_OK)
-        curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
-    curl_slist_free_all(h);
-    curl_easy_cleanup(e);
-    if (out)
-        *out = b.d ? json_loads(b.d, JSON_DECODE_ANY, NULL) : NULL;
-    free(b.d);
-    return status;
-}
-
 static void engine_rm(const char *cid)
 {
     char p[300];
     snprintf(p, sizeof(p), "/containers/%s?force=1&v=1", cid);
-    engine("DELETE", p, NULL, NULL);
+    dk_engine("DELETE", p, NULL, NULL);
 }
 
 /* ---- sbxd instances --------------------------------------------------------------- */
@@ -95,45 +48,13 @@ struct inst {
 
 static void inst_start(struct inst *in)
 {
-    unlink(in->sock);
-    pid_t pid = fork();
-    if (pid == 0) {
-        int fd = open(in->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-        }
-        setenv("SBXD_SOCKET", in->sock, 1);
-        if (in->cfg[0])
-            execl(sbxd_bin, "sbxd", "-c", in->cfg, "--log-level", "debug", (char *)NULL);
-        else
-            execl(sbxd_bin, "sbxd", "--log-level", "debug", (char *)NULL);
-        _exit(127);
-    }
-    in->pid = pid;
-    for (int i = 0; i < 200; i++) {
-        struct stat st;
-        if (stat(in->sock, &st) == 0)
-            break;
-        usleep(25000);
-    }
+    in->pid = dk_sbxd_start(in->cfg[0] ? in->cfg : NULL, in->sock, in->log, "debug");
     chmod(in->sock, 0666);
 }
 
 static void inst_stop(struct inst *in)
 {
-    if (in->pid <= 0)
-        return;
-    kill(in->pid, SIGTERM);
-    for (int i = 0; i < 400; i++) {
-        if (waitpid(in->pid, NULL, WNOHANG) == in->pid) {
-            in->pid = 0;
-            return;
-        }
-        usleep(25000);
-    }
-    kill(in->pid, SIGKILL);
-    waitpid(in->pid, NULL, 0);
+    dk_sbxd_stop(in->pid, SIGTERM, 10000);
     in->pid = 0;
 }
 
@@ -166,61 +87,17 @@ static void inst_make(struct inst *in, const char *name, const char *extra, int 
 /* Waits until the docker provider reports the engine (api_version known). */
 static int inst_docker_up(struct inst *in)
 {
-    for (int i = 0; i < 100; i++) {
-        conn *c = cn_open(in->sock);
-        json_t *r = c ? cn_call(c, "daemon.info", NULL) : NULL;
-        char *t = r ? json_dumps(r, 0) : NULL;
-        int up = t && strstr(t, "\"api_version\"");
-        free(t);
-        json_decref(r);
-        cn_close(c);
-        if (up)
-            return 1;
-        usleep(100000);
-    }
-    return 0;
+    conn *c = dk_connect(in->sock, 10000);
+    int up = dk_docker_up(c, 10000);
+    cn_close(c);
+    return up;
 }
 
 /* One call as uid (a forked child that drops to uid:uid); NULL if no answer. */
 static json_t *as_uid(uid_t uid, const char *sock, const char *method, json_t *params,
                       int timeout_ms)
 {
-    int fds[2];
-    if (pipe(fds) < 0) {
-        json_decref(params);
-        return NULL;
-    }
-    pid_t pid = fork();
-    if (pid == 0) {
-        close(fds[0]);
-        if (uid != 0 && (setgroups(0, NULL) < 0 || setgid(uid) < 0 || setuid(uid) < 0))
-            _exit(3);
-        conn *c = cn_open(sock);
-        json_t *r =
-            c ? cn_call_t(c, timeout_ms, method, params)
-              : json_pack("{s:{s:i, s:s}}", "error", "code", 2, "message", "connect");
-        char *t = json_dumps(r, JSON_COMPACT);
-        size_t n = t ? strlen(t) : 0, off = 0;
-        while (off < n) {
-            ssize_t w = write(fds[1], t + off, n - off);
-            if (w <= 0)
-                break;
-            off += (size_t)w;
-        }
-        _exit(0);
-    }
-    json_decref(params);
-    close(fds[1]);
-    struct membuf b = {0};
-    char buf[4096];
-    ssize_t n;
-    while ((n = read(fds[0], buf, sizeof(buf))) > 0)
-        mb_write(buf, 1, (size_t)n, &b);
-    close(fds[0]);
-    waitpid(pid, NULL, 0);
-    json_t *r = b.d ? json_loads(b.d, 0, NULL) : NULL;
-    free(b.d);
-    return r;
+    return dk_as_uid(uid, uid, sock, method, params, timeout_ms);
 }
 
 static json_t *create_as(uid_t uid, struct inst *in, const char *id, const char *opts)
@@ -283,9 +160,7 @@ static json_t *exec_as(uid_t uid, struct inst *in, const char *id, const char *c
 
 static const char *cid_of(json_t *r)
 {
-    const char *s = json_string_value(
-        json_object_get(json_object_get(res_of(r), "metadata"), "container_id"));
-    return s ? s : "";
+    return dk_meta(r, "container_id");
 }
 
 /* ---- item 1: ownership ------------------------------------------------------------ */
@@ -304,13 +179,13 @@ static char *plant(const char *sock, const char *name, const char *owner_label)
     char path[300];
     snprintf(path, sizeof(path), "/containers/create?name=%s", name);
     json_t *j = NULL;
-    long st = engine("POST", path, body, &j);
+    long st = dk_engine("POST", path, body, &j);
     const char *id = json_string_value(json_object_get(j, "Id"));
     char *cid = st == 201 && id ? strdup(id) : NULL;
     json_decref(j);
     if (cid) {
         snprintf(path, sizeof(path), "/containers/%s/start", cid);
-        engine("POST", path, NULL, NULL);
+        dk_engine("POST", path, NULL, NULL);
     }
     return cid;
 }
@@ -380,7 +255,7 @@ static void test_owner(void)
     for (int i = 0; i < 100; i++) {
         json_decref(vol);
         vol = NULL;
-        if (engine("GET", vpath, NULL, &vol) == 200)
+        if (dk_engine("GET", vpath, NULL, &vol) == 200)
             break;
         usleep(100000);
     }
@@ -471,7 +346,7 @@ static void test_owner(void)
     char p1[200];
     snprintf(p1, sizeof(p1), "/containers/%s/json", c1 ? c1 : "none");
     long st = 0;
-    for (int k = 0; k < 50 && (st = engine("GET", p1, NULL, &j)) == 200; k++) {
+    for (int k = 0; k < 50 && (st = dk_engine("GET", p1, NULL, &j)) == 200; k++) {
         json_decref(j);
         j = NULL;
         usleep(100000);
@@ -480,7 +355,7 @@ static void test_owner(void)
     test_cond("owner: an unclaimed pool container is removed, not adopted", st == 404);
     destroy_as(B, &in, "bpool");
     long vst = 0;
-    for (int k = 0; k < 50 && (vst = engine("GET", vpath, NULL, NULL)) != 404; k++)
+    for (int k = 0; k < 50 && (vst = dk_engine("GET", vpath, NULL, NULL)) != 404; k++)
         usleep(100000);
     test_cond("owner: B's claim goes with its sandbox", vst == 404);
     destroy_as(A, &in, aid);
@@ -494,9 +369,9 @@ static void test_owner(void)
     /* the unused pool containers this sbxd leaves (the next one on its socket
      * would remove them) */
     json_t *left = NULL;
-    engine("GET",
-           "/containers/json?all=1&filters=%7B%22label%22%3A%5B%22sbxd.pool%22%5D%7D",
-           NULL, &left);
+    dk_engine("GET",
+              "/containers/json?all=1&filters=%7B%22label%22%3A%5B%22sbxd.pool%22%5D%7D",
+              NULL, &left);
     json_array_foreach(left, i, x) {
         const char *so = json_string_value(
             json_object_get(json_object_get(x, "Labels"), "sbxd.socket"));
@@ -548,9 +423,10 @@ static void test_user(void)
     destroy_as(A, &in, "unum");
     /* no container is left behind by a refusal after create */
     json_t *list = NULL;
-    engine("GET",
-           "/containers/json?all=1&filters=%7B%22label%22%3A%5B%22sbxd.id%3Dun1%22%5D%7D",
-           NULL, &list);
+    dk_engine(
+        "GET",
+        "/containers/json?all=1&filters=%7B%22label%22%3A%5B%22sbxd.id%3Dun1%22%5D%7D",
+        NULL, &list);
     test_cond("user: the container made before the image check is removed",
               json_array_size(list) == 0);
     json_decref(list);
@@ -788,7 +664,7 @@ static void test_runsc(void)
         char p[200];
         snprintf(p, sizeof(p), "/containers/%s/json", cid);
         json_t *j = NULL;
-        engine("GET", p, NULL, &j);
+        dk_engine("GET", p, NULL, &j);
         used = !strcmp(json_string_value(
                            json_object_get(json_object_get(j, "HostConfig"), "Runtime"))
                            ?: "",
@@ -827,6 +703,7 @@ int main(int argc, char **argv)
     }
     chmod(tmpdir, 0755); /* the second uid must reach the sockets */
     curl_global_init(CURL_GLOBAL_ALL);
+    dk_kit_init(sbxd_bin, docker_host);
     const char *only = getenv("SBX_PTEST_ONLY");
 #define PART(name, fn)                                                                   \
     do {                                                                                 \

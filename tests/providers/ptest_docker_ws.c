@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
+#include "dk_kit.h"
 #include "itest.h"
 #include "testhelp.h"
 
@@ -26,37 +27,12 @@ static pid_t sbxd_pid;
 
 static pid_t start_sbxd(void)
 {
-    unlink(sock);
-    pid_t pid = fork();
-    if (pid == 0) {
-        int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-        }
-        setenv("SBXD_SOCKET", sock, 1);
-        execl(sbxd_bin, "sbxd", "-c", cfg, "--log-level", "debug", (char *)NULL);
-        _exit(127);
-    }
-    for (int i = 0; i < 200; i++) {
-        struct stat st;
-        if (stat(sock, &st) == 0)
-            break;
-        usleep(25000);
-    }
-    return pid;
+    return dk_sbxd_start(cfg, sock, log_path, "debug");
 }
 
 static void stop_sbxd(pid_t pid)
 {
-    kill(pid, SIGTERM);
-    for (int i = 0; i < 400; i++) {
-        if (waitpid(pid, NULL, WNOHANG) == pid)
-            return;
-        usleep(25000);
-    }
-    kill(pid, SIGKILL);
-    waitpid(pid, NULL, 0);
+    dk_sbxd_stop(pid, SIGTERM, 10000);
 }
 
 static void write_config(void)
@@ -83,13 +59,7 @@ static void write_config(void)
 
 static conn *connect_sbxd(void)
 {
-    for (int i = 0; i < 100; i++) {
-        conn *c = cn_open(sock);
-        if (c)
-            return c;
-        usleep(50000);
-    }
-    return NULL;
+    return dk_connect(sock, 5000);
 }
 
 /* ---- helpers ---------------------------------------------------------------------- */
@@ -153,29 +123,7 @@ static int write_str(conn *c, const char *sb, int pid, const char *s)
 /* One call as another uid (a forked child that drops to it). */
 static int code_as_uid(uid_t uid, const char *method, json_t *params)
 {
-    int fds[2];
-    if (pipe(fds) < 0)
-        return 0;
-    pid_t pid = fork();
-    if (pid == 0) {
-        close(fds[0]);
-        if (setgroups(0, NULL) < 0 || setgid(uid) < 0 || setuid(uid) < 0)
-            _exit(3);
-        conn *c = cn_open(sock);
-        json_t *r = c ? cn_call(c, method, params) : NULL;
-        int code = r ? err_code(r) : 2;
-        ssize_t w = write(fds[1], &code, sizeof(code));
-        (void)w;
-        _exit(0);
-    }
-    json_decref(params);
-    close(fds[1]);
-    int code = 0;
-    if (read(fds[0], &code, sizeof(code)) != (ssize_t)sizeof(code))
-        code = 0;
-    close(fds[0]);
-    waitpid(pid, NULL, 0);
-    return code;
+    return dk_code_as_uid(uid, sock, method, params);
 }
 
 /* ---- terminals ------------------------------------------------------------------- */
@@ -862,37 +810,13 @@ static pid_t start_other(const char *name, const char *docker_extra, char *osock
             "%s",
             docker_host, bdir, docker_extra);
     fclose(f);
-    unlink(osock);
-    pid_t pid = fork();
-    if (pid == 0) {
-        int fd = open(olog, O_WRONLY | O_CREAT | O_APPEND, 0644);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-        }
-        setenv("SBXD_SOCKET", osock, 1);
-        execl(sbxd_bin, "sbxd", "-c", ocfg, "--log-level", "debug", (char *)NULL);
-        _exit(127);
-    }
-    return pid;
+    return dk_sbxd_start(ocfg, osock, olog, "debug");
 }
 
 static conn *connect_ready(const char *osock)
 {
-    conn *c = NULL;
-    for (int i = 0; i < 100 && !c; i++)
-        if (!(c = cn_open(osock)))
-            usleep(50000);
-    for (int i = 0; c && i < 100; i++) {
-        json_t *info = cn_call(c, "daemon.info", NULL);
-        char *t = json_dumps(info, 0);
-        int ready = t && strstr(t, "\"api_version\"");
-        free(t);
-        json_decref(info);
-        if (ready)
-            break;
-        usleep(100000);
-    }
+    conn *c = dk_connect(osock, 5000);
+    dk_docker_up(c, 10000);
     return c;
 }
 
@@ -1046,19 +970,9 @@ static void test_egress(void)
 
 int main(int argc, char **argv)
 {
-    if (argc < 4) {
-        fprintf(stderr, "usage: ptest_docker_ws SBXD BUILD_DIR TMPDIR\n");
-        return 2;
-    }
-    signal(SIGPIPE, SIG_IGN);
-    sbxd_bin = argv[1];
-    bdir = argv[2];
-    tmpdir = argv[3];
-    docker_host = getenv("DOCKER_HOST");
-    if (!docker_host || strncmp(docker_host, "unix://", 7) != 0) {
-        printf("DOCKER_HOST must be unix://...\n0 passed, 1 failed\n");
-        return 1;
-    }
+    int st = dk_main_args(argc, argv, &sbxd_bin, &bdir, &tmpdir, &docker_host);
+    if (st)
+        return st;
     chmod(tmpdir, 0755); /* the second uid reaches the socket */
     snprintf(sock, sizeof(sock), "%.90s/ws.sock", tmpdir);
     snprintf(cfg, sizeof(cfg), "%s/ws.yaml", tmpdir);
@@ -1071,18 +985,8 @@ int main(int argc, char **argv)
         return 1;
     }
     /* The engine is contacted asynchronously: wait for its version. */
-    for (int i = 0; i < 100; i++) {
-        json_t *info = cn_call(c, "daemon.info", NULL);
-        char *s = json_dumps(info, 0);
-        int ready = s && strstr(s, "\"api_version\"");
-        free(s);
-        json_decref(info);
-        if (ready)
-            break;
-        usleep(100000);
-    }
-    json_t *r = cn_call_t(c, 120000, "sandbox.create",
-                          json_pack("{s:s, s:s}", "id", "ws1", "provider", "docker"));
+    dk_docker_up(c, 10000);
+    json_t *r = dk_create(c, "ws1", NULL, 120000);
     int up = res_of(r) != NULL;
     if (!up)
         show("sandbox.create", r);
@@ -1101,8 +1005,7 @@ int main(int argc, char **argv)
         test_egress();
         test_sbxctl_tty();
         test_sbxctl_detach(c);
-        json_decref(
-            cn_call_t(c, 60000, "sandbox.destroy", json_pack("{s:s}", "id", "ws1")));
+        dk_destroy(c, "ws1", 60000);
     }
     cn_close(c);
     stop_sbxd(sbxd_pid);
