@@ -116,6 +116,32 @@ static int get_path(struct call *c, struct sandbox *sb, json_t *params, const ch
     return 0;
 }
 
+/* What every path method starts with: the sandbox (*sb) and its args with
+ * params.path made absolute. NULL, answered, when either is wrong. */
+static json_t *path_args(struct call *c, json_t *params, struct sandbox **sb)
+{
+    *sb = get_sb(c, params);
+    if (!*sb)
+        return NULL;
+    json_t *args = json_object();
+    if (get_path(c, *sb, params, "path", args) < 0) {
+        json_decref(args);
+        return NULL;
+    }
+    return args;
+}
+
+/* params[key], a boolean (def when absent), set into args. 0, or -1 answered. */
+static int set_bool(struct call *c, json_t *params, const char *key, int def,
+                    json_t *args)
+{
+    int v = def;
+    if (get_bool(c, params, key, &v) < 0)
+        return -1;
+    json_object_set_new(args, key, json_boolean(v));
+    return 0;
+}
+
 /* -- answers ------------------------------------------------------------------ */
 
 static void done(sbx_err_t *err, json_t *result, void *privdata)
@@ -151,15 +177,14 @@ static void start(struct call *c, struct sandbox *sb, enum fs_op op, json_t *arg
 
 void m_fs_read(struct call *c, json_t *params)
 {
-    struct sandbox *sb = get_sb(c, params);
-    if (!sb)
+    struct sandbox *sb;
+    json_t *args = path_args(c, params, &sb);
+    if (!args)
         return;
-    json_t *args = json_object();
     int64_t off = 0, len = 0;
     json_t *enc = json_object_get(params, "encoding");
     json_t *fmt = json_object_get(params, "format");
-    if (get_path(c, sb, params, "path", args) < 0 ||
-        get_int(c, params, "offset", 0, INT64_MAX, &off) < 0 ||
+    if (get_int(c, params, "offset", 0, INT64_MAX, &off) < 0 ||
         get_int(c, params, "length", 0, INT64_MAX, &len) < 0)
         goto out;
     if (enc && !json_is_null(enc) &&
@@ -293,14 +318,13 @@ void m_fs_write(struct call *c, json_t *params)
 
 void m_fs_list(struct call *c, json_t *params)
 {
-    struct sandbox *sb = get_sb(c, params);
-    if (!sb)
+    struct sandbox *sb;
+    json_t *args = path_args(c, params, &sb);
+    if (!args)
         return;
-    json_t *args = json_object();
     int64_t depth = 1, limit = D->cfg.fs_list_max, skip = 0;
     json_t *cur = json_object_get(params, "cursor");
-    if (get_path(c, sb, params, "path", args) < 0 ||
-        get_int(c, params, "depth", 1, 16, &depth) < 0 ||
+    if (get_int(c, params, "depth", 1, 16, &depth) < 0 ||
         get_int(c, params, "limit", 1, INT64_MAX, &limit) < 0)
         goto out;
     if (cur && !json_is_null(cur)) {
@@ -325,35 +349,25 @@ out:
 
 void m_fs_stat(struct call *c, json_t *params)
 {
-    struct sandbox *sb = get_sb(c, params);
-    if (!sb)
-        return;
-    json_t *args = json_object();
-    int follow = 1;
-    if (get_path(c, sb, params, "path", args) < 0 ||
-        get_bool(c, params, "follow", &follow) < 0) {
+    struct sandbox *sb;
+    json_t *args = path_args(c, params, &sb);
+    if (!args || set_bool(c, params, "follow", 1, args) < 0) {
         json_decref(args);
         return;
     }
-    json_object_set_new(args, "follow", json_boolean(follow));
     start(c, sb, FS_OP_STAT, args);
 }
 
 void m_fs_mkdir(struct call *c, json_t *params)
 {
-    struct sandbox *sb = get_sb(c, params);
-    if (!sb)
-        return;
-    json_t *args = json_object();
-    int parents = 0;
+    struct sandbox *sb;
+    json_t *args = path_args(c, params, &sb);
     int64_t mode = -1;
-    if (get_path(c, sb, params, "path", args) < 0 ||
-        get_bool(c, params, "parents", &parents) < 0 ||
+    if (!args || set_bool(c, params, "parents", 0, args) < 0 ||
         get_int(c, params, "mode", 0, 07777, &mode) < 0) {
         json_decref(args);
         return;
     }
-    json_object_set_new(args, "parents", json_boolean(parents));
     if (mode >= 0)
         json_object_set_new(args, "mode", json_integer(mode));
     start(c, sb, FS_OP_MKDIR, args);
@@ -361,46 +375,32 @@ void m_fs_mkdir(struct call *c, json_t *params)
 
 void m_fs_remove(struct call *c, json_t *params)
 {
-    struct sandbox *sb = get_sb(c, params);
-    if (!sb)
-        return;
-    json_t *args = json_object();
-    int rec = 0;
-    if (get_path(c, sb, params, "path", args) < 0 ||
-        get_bool(c, params, "recursive", &rec) < 0) {
+    struct sandbox *sb;
+    json_t *args = path_args(c, params, &sb);
+    if (!args || set_bool(c, params, "recursive", 0, args) < 0) {
         json_decref(args);
         return;
     }
-    json_object_set_new(args, "recursive", json_boolean(rec));
     start(c, sb, FS_OP_REMOVE, args);
 }
 
 void m_fs_rename(struct call *c, json_t *params)
 {
-    struct sandbox *sb = get_sb(c, params);
-    if (!sb)
-        return;
-    json_t *args = json_object();
-    int over = 1;
-    if (get_path(c, sb, params, "path", args) < 0 ||
-        get_path(c, sb, params, "to", args) < 0 ||
-        get_bool(c, params, "overwrite", &over) < 0) {
+    struct sandbox *sb;
+    json_t *args = path_args(c, params, &sb);
+    if (!args || get_path(c, sb, params, "to", args) < 0 ||
+        set_bool(c, params, "overwrite", 1, args) < 0) {
         json_decref(args);
         return;
     }
-    json_object_set_new(args, "overwrite", json_boolean(over));
     start(c, sb, FS_OP_RENAME, args);
 }
 
 void m_fs_watch(struct call *c, json_t *params)
 {
-    struct sandbox *sb = get_sb(c, params);
-    if (!sb)
-        return;
-    json_t *args = json_object();
-    int rec = 0;
-    if (get_path(c, sb, params, "path", args) < 0 ||
-        get_bool(c, params, "recursive", &rec) < 0) {
+    struct sandbox *sb;
+    json_t *args = path_args(c, params, &sb);
+    if (!args || set_bool(c, params, "recursive", 0, args) < 0) {
         json_decref(args);
         return;
     }
@@ -409,7 +409,6 @@ void m_fs_watch(struct call *c, json_t *params)
         call_reply(c, NULL);
         return;
     }
-    json_object_set_new(args, "recursive", json_boolean(rec));
     json_object_set_new(args, "queue", json_integer(D->cfg.fs_event_queue));
     start(c, sb, FS_OP_WATCH, args);
 }
