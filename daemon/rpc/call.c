@@ -18,6 +18,10 @@ void call_reply(struct call *c, json_t *result)
 {
     if (!result)
         result = json_object();
+    if (c->id && c->finish_result) {
+        c->finish_result(c, result);
+        return;
+    }
     json_t *msg = NULL;
     if (c->id) {
         /* Every answer comes through here: no json_pack format parsing. */
