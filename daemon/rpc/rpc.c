@@ -12,6 +12,7 @@
 
 #include "api.h"
 #include "daemon.h"
+#include "jfast.h"
 #include "log.h"
 #include "parse.h"
 #include "sbx_proto.h"
@@ -499,7 +500,11 @@ void rpc_handle_line(struct rpc_conn *k, const char *line, size_t len)
     if (len == 0)
         return;
     json_error_t jerr;
-    json_t *v = json_loadb(line, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &jerr);
+    jerr.text[0] = '\0'; /* read only when parsing failed, but copied */
+    jerr.position = 0;
+    json_t *v = jfast_load(line, len);
+    if (!v)
+        v = json_loadb(line, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &jerr);
     rpc_handle_value(k, v, v && parse_depth_ok(v, 0), &jerr);
 }
 
