@@ -5,6 +5,7 @@
  * encoding byte for byte with sorted keys. Inputs it gives up on are fine.
  */
 #include <jansson.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
