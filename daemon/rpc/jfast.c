@@ -60,11 +60,13 @@ static json_t *integer(struct scan *s)
     const char *d = s->p;
     long long v = 0;
     while (s->p < s->end && *s->p >= '0' && *s->p <= '9') {
+        if (s->p - d == 18)
+            return NULL; /* a 19th digit: could overflow, jansson's to check */
         v = v * 10 + (*s->p - '0');
         s->p++;
     }
     size_t n = (size_t)(s->p - d);
-    if (n == 0 || n > 18 || (n > 1 && *d == '0'))
+    if (n == 0 || (n > 1 && *d == '0'))
         return NULL;
     if (s->p < s->end && (*s->p == '.' || *s->p == 'e' || *s->p == 'E'))
         return NULL; /* a real: jansson's conversion decides its value */

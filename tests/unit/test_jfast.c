@@ -62,6 +62,8 @@ int main(void)
     left("a real", "{\"id\":1.5}");
     left("an exponent", "{\"id\":1e3}");
     left("an integer of 19 digits", "{\"id\":1234567890123456789}");
+    left("a run of digits far past 18 (no overflow on the way)",
+         "{\"x\":199999999999999999999999999999999999999999999999999999999997}");
     left("a leading zero", "{\"id\":01}");
     left("a lone minus", "[-]");
     left("a trailing comma in an object", "{\"a\":1,}");
