@@ -35,13 +35,12 @@ struct daemon {
     int listen_activated; /* socket came from systemd: don't unlink it */
     ev_io listen_io;
     ev_prepare prepare;
-    ev_check check;
     /* How long the loop's turns take in the loop thread's own CPU time
      * (wall time would count the host's other load): one client's work
      * must not hold the others' up (issue 11). Cumulative, so that a
      * caller can diff two daemon.info readings. */
     struct {
-        double cpu0; /* at the start of the current turn */
+        double cpu0; /* the thread's CPU time when the last turn ended */
         uint64_t turns;
         uint64_t over[5]; /* turns over 1, 2, 4, 8, 16 ms */
         double longest_ms;

@@ -149,8 +149,19 @@ static inline json_t *cn_call_t(conn *c, int timeout_ms, const char *method,
                             method, "params", params ? params : json_object());
     char *s = json_dumps(req, JSON_COMPACT);
     json_decref(req);
-    cn_send_raw(c, s, strlen(s));
-    cn_send_raw(c, "\n", 1);
+    /* One send with its newline, as a client does: two would cost the
+     * daemon a second wakeup whenever it reads between them. */
+    size_t n = strlen(s);
+    char *line = realloc(s, n + 2);
+    if (line) {
+        s = line;
+        s[n++] = '\n';
+        s[n] = '\0';
+        cn_send_raw(c, s, n);
+    } else {
+        cn_send_raw(c, s, n);
+        cn_send_raw(c, "\n", 1);
+    }
     free(s);
     double deadline = now_ms() + timeout_ms;
     for (;;) {

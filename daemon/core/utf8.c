@@ -218,6 +218,16 @@ size_t json_plain_run(const uint8_t *s, size_t len)
     return i;
 }
 
+/* The escaped length of each byte: \" \\ \n \t \r take two bytes, other
+ * controls \u00XX six, the rest one. */
+#define ESC_LEN(c)                                                                       \
+    ((c) < 0x20 ? ((c) == '\n' || (c) == '\t' || (c) == '\r' ? 2 : 6)                    \
+                : ((c) == '"' || (c) == '\\' ? 2 : 1))
+#define ESC4(c) ESC_LEN(c), ESC_LEN((c) + 1), ESC_LEN((c) + 2), ESC_LEN((c) + 3)
+#define ESC16(c) ESC4(c), ESC4((c) + 4), ESC4((c) + 8), ESC4((c) + 12)
+#define ESC64(c) ESC16(c), ESC16((c) + 16), ESC16((c) + 32), ESC16((c) + 48)
+static const uint8_t esc_len[256] = {ESC64(0), ESC64(64), ESC64(128), ESC64(192)};
+
 size_t json_escaped_len(const uint8_t *s, size_t len, size_t limit)
 {
     size_t out = 0;
@@ -225,13 +235,14 @@ size_t json_escaped_len(const uint8_t *s, size_t len, size_t limit)
         size_t run = json_plain_run(s + i, len - i);
         out += run;
         i += run;
-        if (i == len)
-            break;
-        uint8_t ch = s[i++];
-        /* \" \\ \n \t \r take two bytes, other controls \u00XX six. */
-        out += ch == '"' || ch == '\\' || ch == '\n' || ch == '\t' || ch == '\r' ? 2 : 6;
-        if (out > limit)
-            return limit + 1;
+        /* A run of bytes that need escaping (NUL-heavy output is mostly
+         * that) byte by byte, not a plain-run call per byte: deciding
+         * between escaping and base64 cost the daemon more than the base64. */
+        while (i < len && esc_len[s[i]] != 1) {
+            out += esc_len[s[i++]];
+            if (out > limit)
+                return limit + 1;
+        }
     }
     return out;
 }

@@ -297,8 +297,11 @@ static void reconnect_done(sbx_err_t *err, json_t *result, void *data)
 static void m_ping(struct call *c, json_t *params)
 {
     char ts[40];
-    call_reply(c, json_pack("{s:b, s:s}", "pong", 1, "time",
-                            daemon_timestamp(daemon_now(), ts)));
+    /* Built directly: json_pack reads its format string on every call. */
+    json_t *r = json_object();
+    json_object_set_new(r, "pong", json_true());
+    json_object_set_new(r, "time", json_string(daemon_timestamp(daemon_now(), ts)));
+    call_reply(c, r);
 }
 
 /* Every configured limit, by its config key (limits.*). */

@@ -35,6 +35,11 @@ struct call {
     /* Its method's handler (api.h: method_fn), so that it can run again
      * later (api.c: calls that wait for the restart's adoption). */
     void (*fn)(struct call *c, json_t *params);
+    /* Optional (NULL: finish gets the whole response): takes call_reply's
+     * result (stolen) and frees c, writing the response around the result's
+     * text without building a wrapper object to encode (rpc.c, calls that
+     * are not in a batch). */
+    void (*finish_result)(struct call *c, json_t *result);
 };
 
 /* result stolen (NULL = {}). Frees c. */

@@ -43,6 +43,12 @@ static void session_update_watcher_ex(struct session *s, int flush_coming);
 
 static size_t out_total; /* obuf bytes of all sessions */
 
+/* One initial input buffer kept back from the last session that dropped
+ * one: a client sending one request at a time would otherwise cost a 16 KiB
+ * malloc and free (and malloc's consolidation of its small free chunks) per
+ * request. It counts against nobody while spare: one buffer, bounded. */
+static char *spare_ibuf;
+
 /* Sessions with request work left over (SESS_BUSY), run by an ev_idle. */
 static struct session **busy;
 static size_t nbusy, capbusy;
@@ -490,6 +496,8 @@ void session_free_all(void)
         session_free(D->sessions);
     npending = 0;
     nbusy = 0;
+    free(spare_ibuf);
+    spare_ibuf = NULL;
     free(busy);
     busy = NULL;
     capbusy = 0;
@@ -567,7 +575,10 @@ static void session_write(struct session *s)
 static void drop_ibuf(struct session *s)
 {
     s->usage->input_bytes -= s->icap;
-    free(s->ibuf);
+    if (!spare_ibuf && s->icap == IBUF_INITIAL)
+        spare_ibuf = s->ibuf;
+    else
+        free(s->ibuf);
     s->ibuf = NULL;
     s->icap = 0;
     s->ilen = 0;
@@ -675,7 +686,13 @@ static void session_read(struct session *s)
                                "too much unparsed input for this uid");
                     return;
                 }
-                char *nb = realloc(s->ibuf, ncap);
+                char *nb;
+                if (!s->ibuf && ncap == IBUF_INITIAL && spare_ibuf) {
+                    nb = spare_ibuf;
+                    spare_ibuf = NULL;
+                } else {
+                    nb = realloc(s->ibuf, ncap);
+                }
                 if (!nb) {
                     session_close(s, 0);
                     return;
