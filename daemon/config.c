@@ -100,6 +100,7 @@ static const struct core_key core_keys[] = {
     {"limits", "fs_event_queue", K_INT, F(fs_event_queue), 1, 65536, 0},
     {"limits", "fs_list_max", K_INT, F(fs_list_max), 1, 4096, 0},
     {"limits", "fs_handle_idle_ms", K_INT, F(fs_handle_idle_ms), 1000, 86400000, 0},
+    {"limits", "fs_stream_token_ms", K_INT, F(fs_stream_token_ms), 100, 600000, 0},
     /* issue 18: sandbox.stats streams */
     {"limits", "stats_interval_ms", K_INT, F(stats_interval_ms), 1000, 3600000, 0},
     {"limits", "stats_streams_per_session", K_INT, F(stats_streams_per_session), 0, 1000, 0},
@@ -172,6 +173,7 @@ int config_init_defaults(struct sbx_config *cfg)
     cfg->fs_event_queue = 1024;
     cfg->fs_list_max = 1000;
     cfg->fs_handle_idle_ms = 60000;
+    cfg->fs_stream_token_ms = 10000;
     cfg->max_memory_limit_mb = 512;
     cfg->op_timeout_ms = 300000;
     cfg->agent_log_lines_per_s = 50;

@@ -85,7 +85,8 @@ struct sbx_config {
     int64_t fs_list_max;                /* default 1000: entries per fs.list answer */
     int64_t fs_handle_idle_ms; /* default 60000: an open write unused this long is aborted
                                 */
-    int64_t stats_interval_ms; /* default 5000: sandbox.stats stream period */
+    int64_t fs_stream_token_ms; /* default 10000: a raw transfer token lives this long */
+    int64_t stats_interval_ms;  /* default 5000: sandbox.stats stream period */
     int64_t stats_streams_per_session; /* default 8: stats streams a session may hold */
     /* issue 16 (seccore): */
     int64_t queued_bytes_per_uid; /* default 64 MiB: command, env, stdin of queued procs

@@ -26,6 +26,7 @@
 #include "sandbox.h"
 #include "sbx_proto.h"
 #include "parse.h"
+#include "fs_stream.h"
 #include "session.h"
 #include "usage.h"
 
@@ -521,6 +522,7 @@ int main(int argc, char **argv)
     config_deinit(&reload.next);
     adoption_free_all();
     session_free_all();
+    fs_stream_free_all();
     sandbox_free_all();
     usage_free_all();
     for (int i = 0; i < D->nproviders; i++)

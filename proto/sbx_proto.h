@@ -80,6 +80,7 @@
 #define SBX_M_FS_RENAME "fs.rename"
 #define SBX_M_FS_WATCH "fs.watch"
 #define SBX_M_FS_UNWATCH "fs.unwatch"
+#define SBX_M_FS_STREAM "fs.stream" /* a raw transfer's connection (fs_stream.c) */
 /* issue 18: terminals, ports, stats */
 #define SBX_M_RESIZE "process.resize"
 #define SBX_M_STATS "sandbox.stats"

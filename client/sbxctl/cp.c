@@ -110,9 +110,8 @@ static int up_file(sbx_ctx *c, const char *id, const char *local, const char *re
     }
     json_t *opts = json_pack("{s:i}", "mode", (int)(mode & 07777));
     sbx_rpc_error *e = NULL;
-    int rc = sbx_fs_write_stream(c, NULL, &e, id, remote, opts, source_fd, &fd) == SBX_OK
-                 ? 0
-                 : fail_rpc(c, e);
+    int rc =
+        sbx_fs_write_fd(c, NULL, &e, id, remote, opts, fd) == SBX_OK ? 0 : fail_rpc(c, e);
     json_decref(opts);
     close(fd);
     return rc;

@@ -5,8 +5,11 @@
  * so memory stays at a chunk on both sides whatever the file's size; the
  * daemon's answer to each chunk is the backpressure.
  */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "sbx/sbx.h"
 #include "sbx/sbx_async.h"
@@ -52,6 +55,11 @@ int sbx_fs_read_stream(sbx_ctx *c, sbx_rpc_error **err_out, const char *sandbox,
     uint64_t off = 0;
     if (err_out)
         *err_out = NULL;
+    if (sbx__fs_raw_wanted()) {
+        int r = sbx__fs_read_raw(c, err_out, sandbox, path, sink, privdata);
+        if (r != 1)
+            return r;
+    }
     for (;;) {
         json_t *res = NULL;
         if (sbx_call_new(c, &res, err_out, SBX_M_FS_READ,
@@ -196,8 +204,56 @@ int sbx_fs_write(sbx_ctx *c, json_t **result_out, sbx_rpc_error **err_out,
                  json_t *opts)
 {
     struct memsrc m = {data, len, 0};
+    if (len >= SBX_FS_RAW_MIN && sbx__fs_raw_wanted()) {
+        if (result_out)
+            *result_out = NULL;
+        if (err_out)
+            *err_out = NULL;
+        int r = sbx__fs_write_raw(c, result_out, err_out, sandbox, path, opts, len,
+                                  mem_source, &m);
+        if (r != 1)
+            return r;
+    }
     return sbx_fs_write_stream(c, result_out, err_out, sandbox, path, opts, mem_source,
                                &m);
+}
+
+static long fd_source(void *buf, size_t cap, void *privdata)
+{
+    int fd = *(int *)privdata;
+    size_t got = 0;
+    while (got < cap) {
+        ssize_t r = read(fd, (char *)buf + got, cap - got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            return -1;
+        if (r == 0)
+            break;
+        got += (size_t)r;
+    }
+    return (long)got;
+}
+
+int sbx_fs_write_fd(sbx_ctx *c, json_t **result_out, sbx_rpc_error **err_out,
+                    const char *sandbox, const char *path, json_t *opts, int fd)
+{
+    struct stat st;
+    if (result_out)
+        *result_out = NULL;
+    if (err_out)
+        *err_out = NULL;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size >= SBX_FS_RAW_MIN &&
+        sbx__fs_raw_wanted()) {
+        off_t pos = lseek(fd, 0, SEEK_CUR);
+        uint64_t size = pos >= 0 && pos < st.st_size ? (uint64_t)(st.st_size - pos) : 0;
+        int r = sbx__fs_write_raw(c, result_out, err_out, sandbox, path, opts, size,
+                                  fd_source, &fd);
+        if (r != 1)
+            return r;
+    }
+    return sbx_fs_write_stream(c, result_out, err_out, sandbox, path, opts, fd_source,
+                               &fd);
 }
 
 /* -- async -------------------------------------------------------------------------- */

@@ -60,6 +60,10 @@ struct fs_call {
     struct fs_handle *h;
     fs_done_cb done;
     void *privdata;
+    /* FS_OP_READ for a raw stream (rpc/fs_stream.c): the answer has no
+     * data; the bytes go to raw_done, which takes buf over. */
+    void (*raw_done)(sbx_err_t *err, json_t *result, uint8_t *buf, size_t len,
+                     void *privdata);
 };
 
 /* Starts op on sb for uid (the sandbox's owner or an admin: checked by the
@@ -72,6 +76,16 @@ void fs_start(struct sandbox *sb, uid_t uid, enum fs_op op, json_t *args, uint8_
               size_t len, int more, struct fs_handle *h, void *owner,
               fs_event_cb on_event, fs_done_cb done, void *privdata);
 
+/* A read whose bytes are handed over raw (buf malloc'd, the callee's) instead
+ * of encoded into the answer: the raw stream's (rpc/fs_stream.c). */
+void fs_start_raw_read(struct sandbox *sb, uid_t uid, json_t *args,
+                       void (*raw_done)(sbx_err_t *err, json_t *result, uint8_t *buf,
+                                        size_t len, void *privdata),
+                       void *privdata);
+/* The per-uid bounds, for what holds bytes or a slot outside a call (a raw
+ * stream's token and its socket buffer). 0, or -1 with err (-32005). */
+int fs_charge(uid_t uid, int slot, size_t bytes, sbx_err_t *err);
+void fs_uncharge(uid_t uid, int slot, size_t bytes);
 /* The handle `id` of kind op owned by owner, or NULL. */
 struct fs_handle *fs_handle_find(uint64_t id, void *owner, enum fs_op op);
 /* The json args of a write handle (borrowed): what its first call asked. */

@@ -339,6 +339,7 @@ static json_t *limits_json(void)
     L(fs_event_queue);
     L(fs_list_max);
     L(fs_handle_idle_ms);
+    L(fs_stream_token_ms);
     L(queued_bytes_per_uid);
     L(memory_per_uid);
     L(adopt_wait_ms);

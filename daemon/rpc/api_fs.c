@@ -13,6 +13,7 @@
 #include "conn.h"
 #include "daemon.h"
 #include "fs.h"
+#include "fs_stream.h"
 #include "sandbox.h"
 #include "sbx_proto.h"
 #include "utf8.h"
@@ -173,6 +174,20 @@ static void start(struct call *c, struct sandbox *sb, enum fs_op op, json_t *arg
     fs_start(sb, uid_of(c), op, args, NULL, 0, 0, NULL, c->conn, on_event, done, c);
 }
 
+/* transport: absent or "json" 0, "raw" 1; -1 answered. */
+static int get_transport(struct call *c, json_t *params)
+{
+    json_t *v = json_object_get(params, "transport");
+    if (!v || json_is_null(v))
+        return 0;
+    const char *s = json_string_value(v);
+    if (s && !strcmp(s, "json"))
+        return 0;
+    if (s && !strcmp(s, "raw"))
+        return 1;
+    return bad(c, "transport", "must be \"json\" or \"raw\"");
+}
+
 /* -- methods ------------------------------------------------------------------ */
 
 void m_fs_read(struct call *c, json_t *params)
@@ -200,8 +215,16 @@ void m_fs_read(struct call *c, json_t *params)
             "format is not supported yet: read files one by one");
         goto out;
     }
+    int raw = get_transport(c, params);
+    if (raw < 0)
+        goto out;
     json_object_set_new(args, "offset", json_integer(off));
     json_object_set_new(args, "length", json_integer(len));
+    if (raw) {
+        /* length here is the whole transfer's (0: to the end), not a chunk's */
+        fs_stream_offer(c, sb, FS_OP_READ, args);
+        return;
+    }
     if (enc && json_is_string(enc))
         json_object_set(args, "encoding", enc);
     start(c, sb, FS_OP_READ, args);
@@ -297,6 +320,37 @@ void m_fs_write(struct call *c, json_t *params)
         get_bool(c, params, "append", &append) < 0 ||
         get_bool(c, params, "mkdir_parents", &parents) < 0) {
         json_decref(args);
+        return;
+    }
+    int raw = get_transport(c, params);
+    if (raw < 0) {
+        json_decref(args);
+        return;
+    }
+    if (raw) {
+        int64_t size = -1;
+        if (get_int(c, params, "size", 0, INT64_MAX, &size) < 0) {
+            json_decref(args);
+            return;
+        }
+        if (size < 0 ||
+            (json_object_get(params, "data") &&
+             !json_is_null(json_object_get(params, "data"))) ||
+            (json_object_get(params, "data_b64") &&
+             !json_is_null(json_object_get(params, "data_b64"))) ||
+            more) {
+            bad(c, "size",
+                "transport raw takes size (the byte count) and no data, data_b64 or more");
+            json_decref(args);
+            return;
+        }
+        if (mode >= 0)
+            json_object_set_new(args, "mode", json_integer(mode));
+        json_object_set_new(args, "append", json_boolean(append));
+        json_object_set_new(args, "mkdir_parents", json_boolean(parents));
+        json_object_set_new(args, "size", json_integer(size));
+        json_object_del(args, "sandbox_id"); /* fs_stream_offer sets it */
+        fs_stream_offer(c, sb, FS_OP_WRITE, args);
         return;
     }
     uint8_t *data;

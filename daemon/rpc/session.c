@@ -16,6 +16,7 @@
 
 #include "daemon.h"
 #include "fs.h"
+#include "fs_stream.h"
 #include "log.h"
 #include "parse.h"
 #include "rpc.h"
@@ -472,7 +473,8 @@ static void session_free(struct session *s)
     fs_drop_owner(&s->conn); /* its open writes and watches */
     conn_deinit(&s->conn);
     ev_io_stop(D->loop, &s->io);
-    close(s->fd);
+    if (s->fd >= 0)
+        close(s->fd);
     if (s->prev)
         s->prev->next = s->next;
     else
@@ -628,6 +630,17 @@ static int process_lines(struct session *s)
             /* Over the limit even though the newline arrived. */
             s->iscan = start;
             break;
+        }
+        if (!s->lines_seen++ && len < 1024 &&
+            fs_stream_take(s->fd, s->uid, s->ibuf + start, len, nl + 1,
+                           s->ilen - (end + 1))) {
+            /* A raw transfer's connection (fs_stream.c) has the socket now:
+             * this session ends without touching it. */
+            s->fd = -1;
+            s->ilen = 0;
+            s->iscan = 0;
+            session_close(s, 0);
+            return 0;
         }
         if (len >= PARSE_OFFLOOP_MIN &&
             parse_submit(s->id, s->ibuf + start, len, line_parsed) == 0)

@@ -50,6 +50,7 @@ struct session {
     struct uid_usage *usage; /* its uid's counters (sessions, input bytes) */
     ev_tstamp last_active;   /* last byte read, for session_idle_timeout_ms */
     int parsing;             /* a large line is with the parser thread (parse.c) */
+    int lines_seen;          /* a first line may be fs.stream (fs_stream.c) */
 };
 
 void session_accept(int fd);

@@ -64,6 +64,9 @@ best() { # command...: the best of 3 runs, in MB/s
     done
     echo "$b"
 }
+# base64 chunks (the path before raw transfers), for the before/after
+up_j=$(best env SBX_FS_TRANSPORT=json $X cp "$T/big" fsb:/workspace/big)
+down_j=$(best env SBX_FS_TRANSPORT=json $X cp fsb:/workspace/big "$T/back.s")
 up_s=$(best $X cp "$T/big" fsb:/workspace/big)
 up_d=$(best "$CLI" cp "$T/big" "$CID:/workspace/big.d")
 down_s=$(best $X cp fsb:/workspace/big "$T/back.s")
@@ -71,6 +74,8 @@ down_d=$(best "$CLI" cp "$CID:/workspace/big.d" "$T/back.d")
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'; }
 echo "  upload ${MB} MB:   sbxctl cp ${up_s} MB/s, docker cp ${up_d} MB/s (x$(ratio "$up_s" "$up_d"))"
 echo "  download ${MB} MB: sbxctl cp ${down_s} MB/s, docker cp ${down_d} MB/s (x$(ratio "$down_s" "$down_d"))"
+echo "  (base64 chunks, SBX_FS_TRANSPORT=json: upload ${up_j} MB/s (x$(ratio "$up_j" "$up_d")), download ${down_j} MB/s (x$(ratio "$down_j" "$down_d")))"
+cmp -s "$T/big" "$T/back.s" || echo "  (warning: the downloaded copy differs from the upload)"
 N=50
 lib=$("$B/bench/fs_bench" "$T/sbxd.sock" fsb $N)
 head -c 1024 /dev/zero | tr '\0' x >"$T/small"

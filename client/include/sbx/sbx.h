@@ -328,6 +328,16 @@ SBX_API int sbx_fs_write_stream(sbx_ctx *c, json_t **result_out, sbx_rpc_error *
                                 const char *sandbox, const char *path, json_t *opts,
                                 sbx_fs_source_cb source, void *privdata);
 
+/* Writes from this size up go through the raw path (PROTOCOL.md "Raw
+ * transfers") when the daemon offers it; smaller ones as base64 chunks. */
+#define SBX_FS_RAW_MIN (256u << 10)
+
+/** As sbx_fs_write_stream, the bytes read from fd to its end. A regular file
+ *  of SBX_FS_RAW_MIN bytes or more goes through the raw path when the daemon
+ *  offers it (size known up front); else base64 chunks. fd is not closed. */
+SBX_API int sbx_fs_write_fd(sbx_ctx *c, json_t **result_out, sbx_rpc_error **err_out,
+                            const char *sandbox, const char *path, json_t *opts, int fd);
+
 /* ---- terminals (issue 18) ------------------------------------------------- */
 
 /**
