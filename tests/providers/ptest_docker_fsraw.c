@@ -335,7 +335,7 @@ static int present_as(uid_t uid, const char *tok)
 
 static void test_tokens(conn *c)
 {
-    sh(c, "raw1", "printf hello > /workspace/t.txt");
+    free(sh(c, "raw1", "printf hello > /workspace/t.txt"));
     json_t *p = json_pack("{s:s, s:s}", "sandbox", "raw1", "path", "/workspace/t.txt");
     char *tok = token_for(c, "fs.read", p);
     if (getuid() == 0)
@@ -446,7 +446,7 @@ static void test_dropped(conn *c)
 {
     size_t size = 20u << 20, half = 10u << 20;
     uint8_t *d = random_bytes(size);
-    sh(c, "raw1", "rm -f /workspace/half.bin");
+    free(sh(c, "raw1", "rm -f /workspace/half.bin"));
     for (int k = 0; k < 3; k++) {
         char *tok = token_for(c, "fs.write",
                               json_pack("{s:s, s:s, s:I}", "sandbox", "raw1", "path",
