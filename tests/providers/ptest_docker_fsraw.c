@@ -26,6 +26,9 @@
 
 static char sock[108];
 static const char *tmpdir;
+/* the sandbox; its id carries the pid, so another run's container on the
+ * shared engine is never this one */
+static char sbid[32];
 static pid_t sbxd_pid;
 
 static json_t *call(conn *c, const char *m, json_t *p)
@@ -228,7 +231,7 @@ static void test_both_ways(conn *c)
     char want[65], have[65];
     sha_of(d, MB50, want);
     char *tok = token_for(c, "fs.write",
-                          json_pack("{s:s, s:s, s:I}", "sandbox", "raw1", "path",
+                          json_pack("{s:s, s:s, s:I}", "sandbox", sbid, "path",
                                     "/workspace/up.bin", "size", (json_int_t)MB50));
     int fd = tok ? stream_open(tok) : -1;
     double t = now_ms();
@@ -242,16 +245,16 @@ static void test_both_ways(conn *c)
                                                          "size")) == (json_int_t)MB50);
     json_decref(r);
     free(tok);
-    char *s = sh(c, "raw1", "sha256sum /workspace/up.bin");
+    char *s = sh(c, sbid, "sha256sum /workspace/up.bin");
     test_cond("raw write: the digest inside the sandbox is the local one",
               s && strncmp(s, want, 64) == 0);
     free(s);
-    s = sh(c, "raw1",
+    s = sh(c, sbid,
            "head -c 52428800 /dev/urandom > /workspace/down.bin && "
            "sha256sum /workspace/down.bin");
     tok = token_for(
         c, "fs.read",
-        json_pack("{s:s, s:s}", "sandbox", "raw1", "path", "/workspace/down.bin"));
+        json_pack("{s:s, s:s}", "sandbox", sbid, "path", "/workspace/down.bin"));
     fd = tok ? stream_open(tok) : -1;
     t = now_ms();
     json_t *head = fd >= 0 ? line_in(fd) : NULL;
@@ -281,7 +284,7 @@ static void test_libsbx(void)
     uint8_t *d = random_bytes(n);
     json_t *res = NULL;
     sbx_rpc_error *e = NULL;
-    int rc = x ? sbx_fs_write(x, &res, &e, "raw1", "/workspace/lib.bin", d, n, NULL) : -1;
+    int rc = x ? sbx_fs_write(x, &res, &e, sbid, "/workspace/lib.bin", d, n, NULL) : -1;
     test_cond("libsbx sbx_fs_write of 9 MB (raw path) answers its size",
               rc == SBX_OK &&
                   json_integer_value(json_object_get(res, "size")) == (json_int_t)n);
@@ -290,13 +293,13 @@ static void test_libsbx(void)
     char *back = NULL;
     size_t bn = 0;
     e = NULL;
-    rc = x ? sbx_fs_read(x, &back, &bn, &e, "raw1", "/workspace/lib.bin") : -1;
+    rc = x ? sbx_fs_read(x, &back, &bn, &e, sbid, "/workspace/lib.bin") : -1;
     test_cond("libsbx sbx_fs_read gives the same 9 MB back",
               rc == SBX_OK && bn == n && !memcmp(back, d, n));
     free(back);
     sbx_rpc_error_free(e);
     e = NULL;
-    rc = x ? sbx_fs_read(x, &back, &bn, &e, "raw1", "/workspace/missing") : -1;
+    rc = x ? sbx_fs_read(x, &back, &bn, &e, sbid, "/workspace/missing") : -1;
     test_cond(
         "libsbx raw read of a missing file: -32010 ENOENT",
         rc != SBX_OK && e && e->code == -32010 &&
@@ -335,8 +338,8 @@ static int present_as(uid_t uid, const char *tok)
 
 static void test_tokens(conn *c)
 {
-    free(sh(c, "raw1", "printf hello > /workspace/t.txt"));
-    json_t *p = json_pack("{s:s, s:s}", "sandbox", "raw1", "path", "/workspace/t.txt");
+    free(sh(c, sbid, "printf hello > /workspace/t.txt"));
+    json_t *p = json_pack("{s:s, s:s}", "sandbox", sbid, "path", "/workspace/t.txt");
     char *tok = token_for(c, "fs.read", p);
     if (getuid() == 0)
         test_eq_int("another uid's fs.stream with a token: -32602", present_as(4321, tok),
@@ -363,9 +366,8 @@ static void test_tokens(conn *c)
     test_eq_int("an unknown token: -32602", err_code_of(h), -32602);
     json_decref(h);
     close(fd);
-    tok =
-        token_for(c, "fs.read",
-                  json_pack("{s:s, s:s}", "sandbox", "raw1", "path", "/workspace/t.txt"));
+    tok = token_for(c, "fs.read",
+                    json_pack("{s:s, s:s}", "sandbox", sbid, "path", "/workspace/t.txt"));
     usleep(1500 * 1000); /* fs_stream_token_ms: 1000 */
     fd = stream_open(tok);
     h = line_in(fd);
@@ -374,12 +376,12 @@ static void test_tokens(conn *c)
     close(fd);
     free(tok);
     json_t *r = call(c, "fs.write",
-                     json_pack("{s:s, s:s, s:s, s:s}", "sandbox", "raw1", "path",
+                     json_pack("{s:s, s:s, s:s, s:s}", "sandbox", sbid, "path",
                                "/workspace/x", "transport", "raw", "data", "x"));
     test_eq_int("raw write with data instead of size: -32602", err_code(r), -32602);
     json_decref(r);
     r = call(c, "fs.read",
-             json_pack("{s:s, s:s, s:s}", "sandbox", "raw1", "path", "/workspace/t.txt",
+             json_pack("{s:s, s:s, s:s}", "sandbox", sbid, "path", "/workspace/t.txt",
                        "transport", "carrier-pigeon"));
     test_eq_int("an unknown transport: -32602", err_code(r), -32602);
     json_decref(r);
@@ -394,10 +396,10 @@ static void test_tokens(conn *c)
  * file; others are served meanwhile; reading again gets every byte. */
 static void test_backpressure(conn *c)
 {
-    char *want = sh(c, "raw1", "sha256sum /workspace/down.bin");
+    char *want = sh(c, sbid, "sha256sum /workspace/down.bin");
     char *tok = token_for(
         c, "fs.read",
-        json_pack("{s:s, s:s}", "sandbox", "raw1", "path", "/workspace/down.bin"));
+        json_pack("{s:s, s:s}", "sandbox", sbid, "path", "/workspace/down.bin"));
     int fd = tok ? stream_open(tok) : -1;
     int rcv = 4096;
     setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcv, sizeof(rcv));
@@ -411,7 +413,7 @@ static void test_backpressure(conn *c)
     double t = now_ms();
     json_t *r =
         call(c, "fs.stat",
-             json_pack("{s:s, s:s}", "sandbox", "raw1", "path", "/workspace/t.txt"));
+             json_pack("{s:s, s:s}", "sandbox", sbid, "path", "/workspace/t.txt"));
     test_cond("meanwhile fs.stat on another connection answers within 2 s",
               res_of(r) && now_ms() - t < 2000);
     json_decref(r);
@@ -420,8 +422,7 @@ static void test_backpressure(conn *c)
     uint8_t *d = random_bytes(5u << 20);
     sbx_rpc_error *e = NULL;
     t = now_ms();
-    int rc =
-        sbx_fs_write(x, NULL, &e, "raw1", "/workspace/beside.bin", d, 5u << 20, NULL);
+    int rc = sbx_fs_write(x, NULL, &e, sbid, "/workspace/beside.bin", d, 5u << 20, NULL);
     test_cond("meanwhile a 5 MB raw write completes within 10 s",
               rc == SBX_OK && now_ms() - t < 10000);
     sbx_rpc_error_free(e);
@@ -446,10 +447,10 @@ static void test_dropped(conn *c)
 {
     size_t size = 20u << 20, half = 10u << 20;
     uint8_t *d = random_bytes(size);
-    free(sh(c, "raw1", "rm -f /workspace/half.bin"));
+    free(sh(c, sbid, "rm -f /workspace/half.bin"));
     for (int k = 0; k < 3; k++) {
         char *tok = token_for(c, "fs.write",
-                              json_pack("{s:s, s:s, s:I}", "sandbox", "raw1", "path",
+                              json_pack("{s:s, s:s, s:I}", "sandbox", sbid, "path",
                                         "/workspace/half.bin", "size", (json_int_t)size));
         int fd = tok ? stream_open(tok) : -1;
         if (fd >= 0) {
@@ -463,7 +464,7 @@ static void test_dropped(conn *c)
     for (int k = 0; k < 2; k++) {
         char *tok = token_for(
             c, "fs.read",
-            json_pack("{s:s, s:s}", "sandbox", "raw1", "path", "/workspace/down.bin"));
+            json_pack("{s:s, s:s}", "sandbox", sbid, "path", "/workspace/down.bin"));
         int fd = tok ? stream_open(tok) : -1;
         json_decref(fd >= 0 ? line_in(fd) : NULL);
         if (fd >= 0)
@@ -471,7 +472,7 @@ static void test_dropped(conn *c)
         free(tok);
     }
     usleep(500 * 1000);
-    char *s = sh(c, "raw1",
+    char *s = sh(c, sbid,
                  "ls -a /workspace | grep -c 'half' ; test -e /workspace/half.bin && "
                  "echo there || echo none");
     test_cond("writes dropped mid-way leave no file and no temporary file",
@@ -485,13 +486,13 @@ static void test_dropped(conn *c)
     for (int k = 0; k < 4; k++) {
         toks[k] = token_for(
             c, "fs.read",
-            json_pack("{s:s, s:s}", "sandbox", "raw1", "path", "/workspace/t.txt"));
+            json_pack("{s:s, s:s}", "sandbox", sbid, "path", "/workspace/t.txt"));
         all &= toks[k] != NULL;
     }
     test_cond("after 5 dropped streams all 4 fs_transfers_per_uid slots are free", all);
     char *fifth =
         token_for(c, "fs.read",
-                  json_pack("{s:s, s:s}", "sandbox", "raw1", "path", "/workspace/t.txt"));
+                  json_pack("{s:s, s:s}", "sandbox", sbid, "path", "/workspace/t.txt"));
     test_cond("a fifth token at once is refused (-32005)", fifth == NULL);
     free(fifth);
     for (int k = 0; k < 4; k++)
@@ -499,7 +500,7 @@ static void test_dropped(conn *c)
     usleep(1300 * 1000); /* the tokens expire and give their slots back */
     sbx_ctx *x = sbx_connect_unix(sock, 5000);
     sbx_rpc_error *e = NULL;
-    int rc = sbx_fs_write(x, NULL, &e, "raw1", "/workspace/half.bin", d, size, NULL);
+    int rc = sbx_fs_write(x, NULL, &e, sbid, "/workspace/half.bin", d, size, NULL);
     test_cond("then a 20 MB raw write fits fs_bytes_in_flight_per_uid (nothing leaked)",
               rc == SBX_OK);
     if (e)
@@ -516,6 +517,7 @@ int main(int argc, char **argv)
         return 2;
     }
     signal(SIGPIPE, SIG_IGN);
+    snprintf(sbid, sizeof(sbid), "raw%d", (int)getpid());
     const char *sbxd_bin = argv[1], *bdir = argv[2];
     tmpdir = argv[3];
     const char *host = getenv("DOCKER_HOST");
@@ -570,7 +572,7 @@ int main(int argc, char **argv)
         usleep(100000);
     }
     json_t *r = c ? call(c, "sandbox.create",
-                         json_pack("{s:s, s:s}", "id", "raw1", "provider", "docker"))
+                         json_pack("{s:s, s:s}", "id", sbid, "provider", "docker"))
                   : NULL;
     if (!res_of(r)) {
         printf("no docker sandbox (log %s)\n0 passed, 1 failed\n", log);
@@ -584,7 +586,7 @@ int main(int argc, char **argv)
     test_tokens(c);
     test_backpressure(c);
     test_dropped(c);
-    json_decref(call(c, "sandbox.destroy", json_pack("{s:s}", "id", "raw1")));
+    json_decref(call(c, "sandbox.destroy", json_pack("{s:s}", "id", sbid)));
     cn_close(c);
     kill(sbxd_pid, SIGTERM);
     waitpid(sbxd_pid, NULL, 0);
