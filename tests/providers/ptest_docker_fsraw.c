@@ -443,6 +443,34 @@ static void test_backpressure(conn *c)
     free(tok);
 }
 
+/* A raw write the sandbox cannot take (a full tmpfs): the error comes on
+ * the stream at once, with its errno, and nothing is left behind. */
+static void test_enospc(conn *c)
+{
+    size_t size = 24u << 20;
+    uint8_t *d = random_bytes(size);
+    char *tok = token_for(c, "fs.write",
+                          json_pack("{s:s, s:s, s:I}", "sandbox", sbid, "path",
+                                    "/tmp/full.bin", "size", (json_int_t)size));
+    int fd = tok ? stream_open(tok) : -1;
+    if (fd >= 0)
+        send_all(fd, d, size); /* may stop early: the daemon gave up */
+    json_t *r = fd >= 0 ? line_in(fd) : NULL;
+    const char *en = json_string_value(
+        json_object_get(json_object_get(json_object_get(r, "error"), "data"), "errno"));
+    test_cond("a raw write past a full tmpfs: -32010 ENOSPC on the stream",
+              err_code_of(r) == -32010 && en && !strcmp(en, "ENOSPC"));
+    json_decref(r);
+    if (fd >= 0)
+        close(fd);
+    free(tok);
+    free(d);
+    usleep(300 * 1000);
+    char *s = sh(c, sbid, "ls -a /tmp | grep -c full || true");
+    test_cond("and leaves no file or temporary file", s && !strcmp(s, "0"));
+    free(s);
+}
+
 static void test_dropped(conn *c)
 {
     size_t size = 20u << 20, half = 10u << 20;
@@ -543,7 +571,8 @@ int main(int argc, char **argv)
             "    memory: 1g\n"
             "    memory_swap: 1g\n"
             "    cap_drop: [ALL]\n"
-            "    security_opt: [no-new-privileges]\n",
+            "    security_opt: [no-new-privileges]\n"
+            "    tmpfs:\n      /tmp: \"rw,nosuid,nodev,size=16m\"\n",
             host, bdir);
     fclose(f);
     unlink(sock);
@@ -585,6 +614,7 @@ int main(int argc, char **argv)
     test_libsbx();
     test_tokens(c);
     test_backpressure(c);
+    test_enospc(c);
     test_dropped(c);
     json_decref(call(c, "sandbox.destroy", json_pack("{s:s}", "id", sbid)));
     cn_close(c);
