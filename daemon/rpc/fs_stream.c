@@ -33,6 +33,10 @@
 #include "sbx_proto.h"
 #include "xalloc.h"
 
+/* Bytes a stream moves per event at most, so one big transfer takes turns
+ * with every other client instead of holding the loop for a whole chunk. */
+#define SLICE_BYTES (1u << 20)
+
 struct token {
     struct token *next;
     char tok[33];
@@ -438,8 +442,12 @@ static void write_send(struct stream *s)
 
 static void write_in(struct stream *s)
 {
+    size_t budget = SLICE_BYTES;
     while (s->ilen < s->icap) {
-        ssize_t r = recv(s->fd, s->in + s->ilen, s->icap - s->ilen, MSG_DONTWAIT);
+        if (!budget)
+            return; /* the rest on the next turn: others get theirs first */
+        size_t want = s->icap - s->ilen < budget ? s->icap - s->ilen : budget;
+        ssize_t r = recv(s->fd, s->in + s->ilen, want, MSG_DONTWAIT);
         if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR)) {
             log_debug("fs stream: the client left with %lld bytes unsent",
                       (long long)s->to_read);
@@ -450,6 +458,7 @@ static void write_in(struct stream *s)
             return;
         s->ilen += (size_t)r;
         s->to_read -= r;
+        budget -= (size_t)r;
     }
     /* full (or all there): on to the sandbox unless a call is out */
     set_events(s, 0);
@@ -459,28 +468,34 @@ static void write_in(struct stream *s)
 
 /* -- io ------------------------------------------------------------------------------ */
 
-static int send_part(struct stream *s, const void *p, size_t len, size_t *pos)
+static int send_part(struct stream *s, const void *p, size_t len, size_t *pos,
+                     size_t *budget)
 {
     while (*pos < len) {
+        if (!*budget)
+            return 1; /* the rest on the next turn */
+        size_t want = len - *pos < *budget ? len - *pos : *budget;
         ssize_t r =
-            send(s->fd, (const char *)p + *pos, len - *pos, MSG_DONTWAIT | MSG_NOSIGNAL);
+            send(s->fd, (const char *)p + *pos, want, MSG_DONTWAIT | MSG_NOSIGNAL);
         if (r < 0) {
             if (errno == EAGAIN || errno == EINTR)
                 return 1;
             return -1;
         }
         *pos += (size_t)r;
+        *budget -= (size_t)r;
     }
     return 0;
 }
 
 static void stream_out(struct stream *s)
 {
-    int r = send_part(s, s->pre, s->prelen, &s->prepos);
+    size_t budget = SLICE_BYTES;
+    int r = send_part(s, s->pre, s->prelen, &s->prepos, &budget);
     if (r == 0)
-        r = send_part(s, s->data, s->dlen, &s->dpos);
+        r = send_part(s, s->data, s->dlen, &s->dpos, &budget);
     if (r == 0)
-        r = send_part(s, s->post, s->postlen, &s->postpos);
+        r = send_part(s, s->post, s->postlen, &s->postpos, &budget);
     if (r < 0) {
         stream_end(s);
         return;
