@@ -12,6 +12,7 @@
  * its own, closed by kill() / close() / disposal.
  */
 import { SbxdClient, type ClientOptions } from './client.js';
+import type { SbxdFiles } from './files.js';
 import type { SbxdProcess } from './process.js';
 import type { CreateParams, EnvMap, ExitRecord, Json, ProcessInfo, Sandbox as SandboxRecord } from './protocol.js';
 
@@ -334,6 +335,8 @@ export class Commands {
 /** A sandbox of sbxd. */
 export class Sandbox {
     readonly commands: Commands;
+    /** The sandbox's files (fs.*) in E2B's shape: read, write, list, getInfo, ... */
+    readonly files: SbxdFiles;
     private killed = false;
 
     private constructor(
@@ -344,6 +347,7 @@ export class Sandbox {
         private readonly ownsClient: boolean,
     ) {
         this.commands = new Commands(client, id);
+        this.files = client.files(id);
     }
 
     /** Creates a sandbox (started; sbxd's default provider when none is named). */

@@ -133,6 +133,14 @@ group('sandbox', () => {
         assert.equal(w.stdout, '/tmp\n');
         assert.equal((await sb.getInfo()).image, DIMAGE);
     }), { skip: DOCKER_SKIP, timeout: 120000 });
+    test('docker: sb.files writes what a command reads, and reads what a command wrote', disposed(async () => {
+        const sb = own(await Sandbox.create({ provider: 'docker', image: DIMAGE, socketPath: DSOCK, options: { memory: '128m' } }));
+        await sb.files.write('/tmp/in.txt', 'from files\n');
+        assert.equal((await sb.commands.run('cat /tmp/in.txt')).stdout, 'from files\n');
+        await sb.commands.run('printf "from sh" > /tmp/out.txt');
+        assert.equal(await sb.files.read('/tmp/out.txt'), 'from sh');
+        assert.ok((await sb.files.list('/tmp')).some((e) => e.name === 'out.txt'));
+    }), { skip: DOCKER_SKIP, timeout: 120000 });
 });
 
 group('mastra instructions', () => {
