@@ -579,10 +579,14 @@ static const char *default_provider_for(struct call *c, json_t *params)
     if (!why)
         return name;
     struct provider_inst *dk = daemon_provider("docker");
-    if (dk && dk->enabled && dk->loaded)
+    /* loaded but its engine not answering: the same clear error, with the
+     * engine's reason, rather than "docker is unavailable" from the create */
+    const char *down = NULL;
+    if (dk && dk->enabled && dk->loaded && dk->ops->available(dk->cookie, &down))
         return "docker";
     const char *reason = !dk              ? "not built in"
                          : !dk->enabled   ? "disabled in config"
+                         : dk->loaded     ? (down ? down : "its engine does not answer")
                          : dk->load_error ? dk->load_error
                                           : "failed to load";
     call_error(c, SBX_E_UNAVAILABLE,
