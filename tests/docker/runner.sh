@@ -51,6 +51,26 @@ use_engine() {
     export DOCKER_HOST
 }
 
+# The engine of find_engine, else (as root) a private dockerd in $T/dk, as a
+# fresh machine or CI needs; it is stopped when the runner exits.
+engine_or_private() {
+    find_engine
+    if [ -n "$ENGINE" ]; then
+        use_engine
+        return
+    fi
+    [ "$(id -u)" = 0 ] || skip_or_fail "no Docker engine answers and starting one needs root"
+    DK_PRIVATE_DIR="$T/dk"
+    env -u DOCKER_HOST sh tests/docker/dockerd.sh start "$DK_PRIVATE_DIR" >"$T/dockerd.env" \
+        2>"$T/dockerd-start.log" ||
+        { tail -n 20 "$T/dockerd-start.log"; skip_or_fail "the private dockerd did not start"; }
+    trap 'sh tests/docker/dockerd.sh stop "$DK_PRIVATE_DIR" >/dev/null 2>&1' EXIT
+    trap 'exit 130' INT TERM
+    # shellcheck disable=SC2046
+    export $(cat "$T/dockerd.env")
+    echo "private engine: $DOCKER_HOST"
+}
+
 # The test images, built offline (tests/docker/images.sh) on $DOCKER_HOST.
 build_images() {
     sh tests/docker/images.sh "$DOCKER_HOST" >"$T/images.log" 2>&1 ||

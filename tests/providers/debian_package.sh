@@ -23,7 +23,11 @@ bad() { echo "FAILED - $1"; [ -n "${2:-}" ] && echo "$2" | sed 's/^/    /' | hea
 skip() { echo "skipped - $1: $2"; SKIPPED=$((SKIPPED + 1)); }
 finish() { echo "$PASSED passed, $FAILED failed, $SKIPPED skipped"; [ "$FAILED" -eq 0 ]; exit $?; }
 CIDS=""
-cleanup() { for c in $CIDS; do docker rm -f "$c" >/dev/null 2>&1; done; }
+DK_PRIVATE=""
+cleanup() {
+    for c in $CIDS; do docker rm -f "$c" >/dev/null 2>&1; done
+    [ -n "$DK_PRIVATE" ] && sh tests/docker/dockerd.sh stop "$DK_PRIVATE" >/dev/null 2>&1
+}
 trap cleanup EXIT
 NAMES="installs cleanly with dpkg -i; sbxd and sbxctl run; man pages, completions, units and config in place; the group sbxd exists; sbxd starts by hand and runs a command; sbxd starts under systemd"
 skip_all() { # reason
@@ -35,7 +39,17 @@ command -v dpkg-deb >/dev/null 2>&1 || skip_all "no dpkg-deb"
 # A package of sanitizer-built binaries (make asan) would need the sanitizer
 # runtimes inside the container and is not what ships; make test checks it.
 [ -n "${SBX_SANITIZED:-}" ] && skip_all "the binaries are sanitizer builds (make asan)"
-command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1 || skip_all "no Docker engine answers"
+command -v docker >/dev/null 2>&1 || skip_all "no docker CLI"
+# No engine at the usual places (a fresh machine, CI): a private one, as the
+# Docker provider's tests start it.
+if ! docker info >/dev/null 2>&1; then
+    DK_PRIVATE="$T/dk"
+    env -u DOCKER_HOST sh tests/docker/dockerd.sh start "$DK_PRIVATE" >"$T/dockerd.env" \
+        2>"$T/dockerd.log" || skip_all "no Docker engine: $(tail -n 1 "$T/dockerd.log")"
+    . "$T/dockerd.env"
+    export DOCKER_HOST
+fi
+docker info >/dev/null 2>&1 || skip_all "no Docker engine answers"
 
 VERSION=$(sed -n 's/^VERSION = //p' Makefile)
 if ! sh packaging/deb.sh "$B" "$VERSION" >"$T/deb.log" 2>&1; then

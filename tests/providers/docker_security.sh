@@ -1,8 +1,8 @@
 #!/bin/sh
 # docker_security.sh BUILD_DIR TMPDIR - issue 16's Docker reproductions
 # (tests/providers/ptest_docker_security.c) against a real engine: the one at
-# $DOCKER_HOST (unix://) or /var/run/docker.sock. No engine = a counted skip
-# (a failure with CI=true). Needs root: the attacker is a second uid.
+# $DOCKER_HOST (unix://) or /var/run/docker.sock, else a private one it starts
+# (tests/docker/dockerd.sh). Needs root: the attacker is a second uid.
 #
 # Prints the test binary's lines and a final "N passed, N failed[, N skipped]".
 B=${1:-build}
@@ -13,9 +13,7 @@ DK_WHAT="docker security tests"
 
 need_built "$B/sbxd" "$B/sbx-init" "$B/tests/ptest_docker_security"
 [ "$(id -u)" = 0 ] || skip_or_fail "a second uid needs root"
-find_engine
-[ -n "$ENGINE" ] || skip_or_fail "no Docker engine answers"
-use_engine
+engine_or_private
 build_images
 
 # the second uid reaches the sockets and configs in here
