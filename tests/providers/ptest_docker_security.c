@@ -620,9 +620,9 @@ static void test_small(void)
 static void test_defaults(void)
 {
     struct inst in;
-    if (strcmp(docker_host, "unix:///var/run/docker.sock") != 0) {
-        test_skip("defaults: no config file",
-                  "the built-in engine address is not the test engine's");
+    /* with no config file sbxd takes the engine from DOCKER_HOST (ours) */
+    if (strncmp(docker_host, "unix://", 7) != 0) {
+        test_skip("defaults: no config file", "the test engine is not on a unix socket");
         return;
     }
     inst_make(&in, "noconf", NULL, 1);
