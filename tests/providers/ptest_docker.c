@@ -588,6 +588,12 @@ static void test_lifecycle(conn *c)
     snprintf(p, sizeof(p), "/containers/%s/json", cid);
     test_cond("destroy: the container is gone", dk_engine("GET", p, NULL, NULL) == 404);
     destroy(c, "life2");
+    /* A user snapshot outlives its sandbox by design: delete it, or every run
+     * of the suite leaves an image on a shared engine. */
+    r = cn_call_t(c, 60000, "snapshot.delete", json_pack("{s:s}", "snapshot", snapid));
+    test_cond("snapshot.delete: the test's snapshot is deleted",
+              json_is_true(json_object_get(json_object_get(r, "result"), "deleted")));
+    json_decref(r);
 }
 
 /* Code in the sandbox can write to PID 1's stdout, i.e. forge agent frames:
