@@ -92,6 +92,7 @@
 /* Notifications (daemon -> client). */
 #define SBX_N_OUTPUT "process.output"
 #define SBX_N_EXIT "process.exit"
+#define SBX_N_STARTED "process.started"
 #define SBX_N_PROGRESS "sandbox.progress"
 #define SBX_N_STATUS "sandbox.status"
 #define SBX_N_FS_EVENT "fs.event"

@@ -34,7 +34,6 @@
 
 #define IN_CHUNK (64 * 1024)
 #define OUT_HIGH (8u << 20)
-#define BACKLOG_MAX 256
 #define OFFSETS_MAX 1024
 #define QUIT_GRACE 10.0
 
@@ -471,19 +470,21 @@ const char *mcp_errtext(struct mcp *m, const sbx_rpc_error *err)
     return buf;
 }
 
-/* process.* notifications go to the call that follows the process. One that
- * comes before the spawn reply that names its pid is held until then. */
+/* process.* notifications go to the call that follows the process (its pid
+ * known from the process.started that precedes them). */
 static void route_notify(sbx_async *ac, const char *method, json_t *params,
                          void *privdata)
 {
     struct mcp *m = privdata;
     (void)ac;
     if (strcmp(method, SBX_N_OUTPUT) == 0 || strcmp(method, SBX_N_EXIT) == 0) {
-        if (mcp_tool_route(m, method, params))
-            return;
-        if (m->spawns_pending > 0 && json_array_size(m->backlog) < BACKLOG_MAX)
-            json_array_append_new(
-                m->backlog, json_pack("{s:s, s:O}", "method", method, "params", params));
+        /* No call of ours: another client's process, or one of a call
+         * that is gone. Ours are named by process.started first. */
+        mcp_tool_route(m, method, params);
+        return;
+    }
+    if (strcmp(method, SBX_N_STARTED) == 0) {
+        mcp_tool_started(m, params);
         return;
     }
     if (strcmp(method, SBX_N_PROGRESS) == 0) {
@@ -516,20 +517,6 @@ static void route_notify(sbx_async *ac, const char *method, json_t *params,
             }
         }
     }
-}
-
-void mcp_replay_backlog(struct mcp *m)
-{
-    if (json_array_size(m->backlog) == 0)
-        return;
-    json_t *held = m->backlog;
-    m->backlog = json_array();
-    size_t i;
-    json_t *n;
-    json_array_foreach(held, i, n)
-        route_notify(NULL, json_string_value(json_object_get(n, "method")),
-                     json_object_get(n, "params"), m);
-    json_decref(held);
 }
 
 /* ---- sandboxes --------------------------------------------------------------------- */
@@ -1270,7 +1257,6 @@ int cmd_mcp(int argc, char **argv)
     m->loop = EV_DEFAULT;
     m->cmd.what = "command";
     m->code.what = "code";
-    m->backlog = json_array();
     snprintf(m->version, sizeof(m->version), "%s", versions[0]);
     m->structured = m->annotated = 1;
     m->tools_json = mcp_tools_list(m, 1, 1);
@@ -1315,7 +1301,6 @@ int cmd_mcp(int argc, char **argv)
         fcntl(1, F_SETFL, m->out_flags0);
     mbuf_free(&m->in);
     mbuf_free(&m->out);
-    json_decref(m->backlog);
     json_decref(m->tools_json);
     json_decref(m->sb_env);
     json_decref(m->sb_opts);

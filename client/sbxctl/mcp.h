@@ -52,11 +52,11 @@ struct call {
     /* a process of ours: exec_command, run_code, process_output */
     char *sandbox;
     json_int_t pid; /* -1 until known */
-    int spawning;   /* process.spawn sent, no reply yet */
     int following;  /* routed process.output goes here */
     int attaching;  /* process_output: process.attach in flight */
     int blocked;    /* process_output: another call attaches to this pid */
     int kill_sent;
+    json_int_t token; /* exec_command/run_code: process.exec's start_token, 0 none */
     json_int_t timeout_ms;
     struct mbuf out[2]; /* stdout, stderr */
     struct mbuf logs;   /* run_code: both streams in arrival order */
@@ -101,13 +101,12 @@ struct mcp {
     sbx_async *ac;
     char conn_err[256]; /* why the last connect failed */
     int outstanding;    /* daemon calls in flight */
-    int spawns_pending;
-    json_t *backlog; /* process.* notifications that beat their spawn reply */
     struct slot cmd, code;
     struct call *calls;
     size_t ncalls;
     struct offsets *offsets;
     size_t noffsets;
+    json_int_t next_token; /* start_token of the next exec */
 
     /* leaving */
     int quitting, signals, status;
@@ -133,8 +132,6 @@ void mcp_slot_lost(struct mcp *m, struct slot *s);
 void mcp_answer(struct call *c, json_t *structured, int is_error, const char *text);
 void mcp_answer_error(struct call *c, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
-/* Replays held process.* notifications (after a spawn reply). */
-void mcp_replay_backlog(struct mcp *m);
 /* Frees c when it is done and nothing is outstanding. */
 void mcp_call_maybe_free(struct call *c);
 /* Remembered process_output offsets per (sandbox, pid). */
@@ -162,6 +159,8 @@ void mcp_tool_start(struct call *c);
 void mcp_tool_cancel(struct call *c);
 /* Routes a process.output/process.exit to the call it belongs to. 1 if taken. */
 int mcp_tool_route(struct mcp *m, const char *method, json_t *params);
+/* A process.started: the pid of an exec of ours, before its output. */
+void mcp_tool_started(struct mcp *m, json_t *params);
 /* Whether a tool reports progress while it runs. */
 int mcp_tool_has_progress(const struct tool *t);
 /* A progress message for c (malloc'd). */

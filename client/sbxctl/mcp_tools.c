@@ -6,7 +6,8 @@
  * two cannot drift. Bad arguments are a tool error (isError), as MCP asks,
  * with a message that names the argument.
  *
- *   exec_command    process.spawn (streamed into this call) -> process.wait
+ *   exec_command    process.exec (streamed into this call; process.started names
+ *                   its pid first, so a cancel can kill it)
  *   run_code        the same, in the code sandbox; the answer is result + logs
  *   spawn_process   process.spawn without streaming
  *   process_output  [process.wait with a timeout] -> process.attach, follow false
@@ -680,29 +681,42 @@ char *mcp_tool_progress_text(struct call *c)
 
 static void exec_waited(struct call *c, json_t *result, const sbx_rpc_error *err);
 
-static void exec_spawned(struct call *c, json_t *result, const sbx_rpc_error *err)
+/* One process.exec, one round trip: its process.started (before any output)
+ * gives the pid a cancel kills, its result (after every process.output) is
+ * the exit record. Issue 21: the spawn + wait pair it replaces cost a second
+ * round trip per call. */
+void mcp_tool_started(struct mcp *m, json_t *params)
 {
-    struct mcp *m = c->m;
-    json_t *pid = json_object_get(result, "pid");
-    c->spawning = 0;
-    m->spawns_pending--;
-    if (!json_is_integer(pid)) {
-        mcp_replay_backlog(m);
-        answer_failed(c, err, "cannot start the command");
+    const char *tok = json_string_value(json_object_get(params, "token"));
+    json_t *pid = json_object_get(params, "pid");
+    char *end;
+    if (!tok || tok[0] != 'm' || !json_is_integer(pid))
+        return;
+    long long t = strtoll(tok + 1, &end, 10);
+    if (*end || t <= 0)
+        return;
+    /* Done (cancelled) calls are still listed while their exec is outstanding. */
+    for (struct call *c = m->calls; c; c = c->next) {
+        if (c->token != t || c->following)
+            continue;
+        c->pid = json_integer_value(pid);
+        c->following = 1;
+        if (c->done) /* cancelled before its pid was known */
+            send_kill(c);
         return;
     }
-    c->pid = json_integer_value(pid);
-    c->following = 1;
-    mcp_replay_backlog(m);
-    if (c->done) { /* cancelled while the spawn was on its way */
-        send_kill(c);
+}
+
+static void exec_done(struct call *c, json_t *rec, const sbx_rpc_error *err)
+{
+    c->token = 0;
+    if (!rec) {
+        c->following = 0;
+        if (!c->done)
+            answer_failed(c, err, "cannot run the command");
         return;
     }
-    /* Its reply comes after every process.output of the process. */
-    if (mcp_dcall(c, SBX_M_WAIT,
-                  json_pack("{s:s, s:I}", "sandbox", c->sandbox, "pid", c->pid),
-                  exec_waited) < 0)
-        mcp_answer_error(c, "lost the connection to sbxd");
+    exec_waited(c, rec, err);
 }
 
 static void exec_ready(struct call *c)
@@ -725,11 +739,12 @@ static void exec_ready(struct call *c)
         json_object_set_new(p, "timeout_ms", json_integer(c->timeout_ms));
     json_object_set_new(p, "sandbox", json_string(c->sandbox));
     json_object_set_new(p, "stream", json_true());
-    c->spawning = 1;
-    m->spawns_pending++;
-    if (mcp_dcall(c, SBX_M_SPAWN, p, exec_spawned) < 0) {
-        c->spawning = 0;
-        m->spawns_pending--;
+    char tok[32];
+    c->token = ++m->next_token;
+    snprintf(tok, sizeof(tok), "m%" JSON_INTEGER_FORMAT, c->token);
+    json_object_set_new(p, "start_token", json_string(tok));
+    if (mcp_dcall(c, SBX_M_EXEC, p, exec_done) < 0) {
+        c->token = 0;
         mcp_answer_error(c, "cannot reach sbxd");
     }
 }

@@ -1113,6 +1113,15 @@ static void start_process(struct call *c, json_t *params, int is_exec)
         o.exec_cb = call_done;
         o.exec_data = c;
     }
+    /* start_token: the session learns the pid of an exec before its result
+     * (process.started precedes the process's output), so a client that
+     * must be able to cancel it (sbxctl mcp) needs no spawn + wait pair. */
+    json_t *tok = json_object_get(params, "start_token");
+    if (tok && (!json_is_string(tok) || json_string_length(tok) == 0 ||
+                json_string_length(tok) > 128)) {
+        bad_param(c, "start_token", "must be a string of 1 to 128 bytes");
+        return;
+    }
     int stream = 1;
     if (proc_opts_parse(c, params, sb, &o, &stream) < 0)
         return;
@@ -1127,6 +1136,10 @@ static void start_process(struct call *c, json_t *params, int is_exec)
     if (stream)
         process_subscribe(p, c->conn ? &c->conn->fol : NULL, enc);
     uint32_t pid = p->pid;
+    if (tok && c->conn)
+        conn_notify(c->conn, SBX_N_STARTED,
+                    json_pack("{s:s, s:I, s:O}", "sandbox", sb->id, "pid",
+                              (json_int_t)pid, "token", tok));
     if (process_launch(p, &err) < 0) {
         call_fail(c, &err);
         return;

@@ -382,6 +382,62 @@ static void test_batch_order(void)
     cn_close(c);
 }
 
+/* start_token: process.started names the pid before any output and before
+ * the result (what sbxctl mcp relies on to cancel an exec it has no result
+ * of); a token that is not a 1..128-byte string is -32602. */
+static void test_start_token(void)
+{
+    conn *c = cn_open(sock);
+    json_decref(cn_call(c, "sandbox.create",
+                        json_pack("{s:s, s:s}", "provider", "duktape", "id", "stok")));
+    json_t *r =
+        cn_call(c, "process.exec",
+                json_pack("{s:s, s:s, s:s}", "sandbox", "stok", "command",
+                          "print('one'); print('two'); 3", "start_token", "tk-1"));
+    json_int_t pid = res_int(r, "pid");
+    json_decref(r);
+    long started = -1, first_out = -1;
+    size_t i;
+    json_t *n;
+    json_array_foreach(c->notes, i, n) {
+        const char *meth = json_string_value(json_object_get(n, "method"));
+        json_t *p = json_object_get(n, "params");
+        if (json_integer_value(json_object_get(p, "pid")) != pid)
+            continue;
+        if (!strcmp(meth, "process.started") && started < 0 &&
+            !strcmp(json_string_value(json_object_get(p, "token")), "tk-1") &&
+            !strcmp(json_string_value(json_object_get(p, "sandbox")), "stok"))
+            started = (long)i;
+        if (!strcmp(meth, "process.output") && first_out < 0)
+            first_out = (long)i;
+    }
+    test_cond("start_token: process.started with the token, the sandbox and the pid",
+              started >= 0);
+    test_cond("start_token: process.started precedes the process's output",
+              started >= 0 && first_out > started);
+    json_array_clear(c->notes);
+    r = cn_call(c, "process.exec",
+                json_pack("{s:s, s:s}", "sandbox", "stok", "command", "1"));
+    int none = 1;
+    json_array_foreach(c->notes, i, n)
+        none &= strcmp(json_string_value(json_object_get(n, "method")),
+                       "process.started") != 0;
+    test_cond("no start_token: no process.started", none && res_int(r, "pid") > 0);
+    json_decref(r);
+    r = cn_call(c, "process.exec",
+                json_pack("{s:s, s:s, s:i}", "sandbox", "stok", "command", "1",
+                          "start_token", 7));
+    test_eq_int("start_token: a number is -32602", err_code(r), SBX_E_PARAMS);
+    json_decref(r);
+    r = cn_call(c, "process.exec",
+                json_pack("{s:s, s:s, s:s}", "sandbox", "stok", "command", "1",
+                          "start_token", ""));
+    test_eq_int("start_token: an empty one is -32602", err_code(r), SBX_E_PARAMS);
+    json_decref(r);
+    json_decref(cn_call(c, "sandbox.destroy", json_pack("{s:s}", "id", "stok")));
+    cn_close(c);
+}
+
 /* A second uid: sees nothing of root's, can't take its ids. */
 static void test_second_uid(void)
 {
@@ -489,6 +545,7 @@ int main(int argc, char **argv)
     test_errors();
     test_strictness();
     test_batch_order();
+    test_start_token();
     test_second_uid();
     test_limits();
     test_cond("the daemon still answers at the end", ping_ok());
