@@ -119,6 +119,11 @@ $(B)/sbx-init: $(AGENT_SRC) $(wildcard agent/*.h) proto/sbx_chan.c proto/sbx_cha
 	$(CC) -std=gnu11 -Os $(WARN) -D_GNU_SOURCE -Iproto -static -s \
 		-o $@ $(AGENT_SRC) proto/sbx_chan.c
 
+# sbxctl mcp's bottom floors, tested on their own (no daemon objects).
+MCP_UNIT_OBJ = $(B)/obj/client/sbxctl/mcp_util.o $(B)/obj/client/sbxctl/mcp_stdio.o
+$(B)/tests/test_mcp_stdio: tests/unit/test_mcp_stdio.c $(MCP_UNIT_OBJ) tests/testhelp.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) $(SAN) -Itests -Iclient -o $@ $< $(MCP_UNIT_OBJ) $(PKG_LIBS) -lev -lm
 $(B)/tests/%: tests/unit/%.c $(DAEMON_LIB_OBJ) $(WORKER_OBJ) $(B)/libsbx.a tests/testhelp.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) $(SAN) -Itests -o $@ $< $(DAEMON_LIB_OBJ) $(WORKER_OBJ) $(B)/libsbx.a $(LDLIBS_D)

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "mcp.h"
+#include "mcp_tools.h"
 #include "sbxctl.h"
 
 static const char *arg_str(struct call *c, const char *key)
@@ -59,7 +59,7 @@ static void read_done(struct call *c, json_t *r, const sbx_rpc_error *err)
 
 static void read_ready(struct call *c)
 {
-    json_int_t len = (json_int_t)c->m->max_output;
+    json_int_t len = (json_int_t)c->m->conf.max_output;
     json_t *l = json_object_get(c->args, "length");
     if (json_is_integer(l) && json_integer_value(l) < len)
         len = json_integer_value(l);
@@ -72,7 +72,7 @@ static void read_ready(struct call *c)
 
 void mcpf_read_start(struct call *c)
 {
-    mcp_slot_use(c, &c->m->cmd, read_ready);
+    mcp_slot_use(c, &c->m->sb.cmd, read_ready);
 }
 
 /* ---- write_file -------------------------------------------------------------------- */
@@ -103,7 +103,7 @@ static void write_ready(struct call *c)
 
 void mcpf_write_start(struct call *c)
 {
-    mcp_slot_use(c, &c->m->cmd, write_ready);
+    mcp_slot_use(c, &c->m->sb.cmd, write_ready);
 }
 
 /* ---- edit_file: read, one exact replacement, write (atomic) ------------------------ */
@@ -119,7 +119,7 @@ static void edit_read(struct call *c, json_t *r, const sbx_rpc_error *err)
         mcp_answer_error(c,
                          "%s is not a text file that fits one read (%zu bytes): use "
                          "exec_command to edit it",
-                         arg_str(c, "path"), c->m->max_output);
+                         arg_str(c, "path"), c->m->conf.max_output);
         return;
     }
     size_t tl = json_string_length(json_object_get(r, "data"));
@@ -170,13 +170,13 @@ static void edit_ready(struct call *c)
 {
     call_sb(c, SBX_M_FS_READ,
             json_pack("{s:s, s:I}", "path", arg_str(c, "path"), "length",
-                      (json_int_t)c->m->max_output),
+                      (json_int_t)c->m->conf.max_output),
             edit_read);
 }
 
 void mcpf_edit_start(struct call *c)
 {
-    mcp_slot_use(c, &c->m->cmd, edit_ready);
+    mcp_slot_use(c, &c->m->sb.cmd, edit_ready);
 }
 
 /* ---- list_directory, directory_tree, search_files ---------------------------------- */
@@ -189,7 +189,7 @@ static void list_done(struct call *c, json_t *r, const sbx_rpc_error *err)
     }
     const char *pattern = arg_str(c, "pattern");
     int tree = json_object_get(c->args, "depth") != NULL ||
-               !strcmp(mcp_tool_name(c->tool), "directory_tree");
+               !strcmp(c->tool->name, "directory_tree");
     json_t *ents = json_array();
     size_t i, len = 0, cap = 4096;
     char *text = malloc(cap);
@@ -231,7 +231,7 @@ static void list_done(struct call *c, json_t *r, const sbx_rpc_error *err)
 
 static void list_ready(struct call *c)
 {
-    const char *tool = mcp_tool_name(c->tool);
+    const char *tool = c->tool->name;
     json_int_t depth = 1;
     if (!strcmp(tool, "directory_tree")) {
         json_t *d = json_object_get(c->args, "depth");
@@ -246,7 +246,7 @@ static void list_ready(struct call *c)
 
 void mcpf_list_start(struct call *c)
 {
-    mcp_slot_use(c, &c->m->cmd, list_ready);
+    mcp_slot_use(c, &c->m->sb.cmd, list_ready);
 }
 
 /* ---- move_file, get_file_info ---------------------------------------------------- */
@@ -274,7 +274,7 @@ static void move_ready(struct call *c)
 
 void mcpf_move_start(struct call *c)
 {
-    mcp_slot_use(c, &c->m->cmd, move_ready);
+    mcp_slot_use(c, &c->m->sb.cmd, move_ready);
 }
 
 static void info_done(struct call *c, json_t *r, const sbx_rpc_error *err)
@@ -294,5 +294,5 @@ static void stat_ready(struct call *c)
 
 void mcpf_info_start(struct call *c)
 {
-    mcp_slot_use(c, &c->m->cmd, stat_ready);
+    mcp_slot_use(c, &c->m->sb.cmd, stat_ready);
 }
