@@ -178,6 +178,9 @@ export interface ExecParams {
     output_encoding?: OutputEncoding;
     /** Run on a terminal of this size (true: 80x24); all output is stdout. */
     pty?: PtySize | boolean;
+    /** Asks for a `process.started` notification carrying this token and the pid,
+     * before any output and before the result (so an exec can be killed early). */
+    start_token?: string;
 }
 
 /** A terminal's window size (PROTOCOL.md, Terminals). */
@@ -393,7 +396,14 @@ export interface StatusNotification {
     status: SandboxStatus;
     error?: string;
 }
+/** The pid of a process.exec/spawn that passed `start_token`, before its output. */
+export interface StartedNotification {
+    sandbox: string;
+    pid: number;
+    token: string;
+}
 export interface Notifications {
+    'process.started': StartedNotification;
     'process.output': OutputNotification;
     'process.exit': ExitNotification;
     'sandbox.progress': ProgressNotification;
@@ -425,7 +435,7 @@ export interface ToolCallParams {
 
 const EXEC_PARAMS = [
     'sandbox', 'command', 'env', 'cwd', 'timeout_ms', 'stdin', 'stdin_b64', 'stream', 'output_encoding',
-    'pty',
+    'pty', 'start_token',
 ] as const;
 
 export const METHOD_PARAMS = {
@@ -474,6 +484,7 @@ export const METHOD_PARAMS = {
 } as const;
 
 export const NOTIFICATION_PARAMS = {
+    'process.started': ['sandbox', 'pid', 'token'],
     'process.output': ['sandbox', 'pid', 'stream', 'offset', 'data', 'data_b64'],
     'process.exit': ['sandbox', 'pid', 'exit_code', 'signal', 'timed_out', 'killed', 'error'],
     'sandbox.progress': ['sandbox', 'stage', 'message', 'current', 'total'],
