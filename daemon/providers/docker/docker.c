@@ -1946,6 +1946,10 @@ static const struct cfg_key docker_keys[] = {
     {"expose", CFG_BOOL},
     {"expose_max_ports", CFG_INT},
     {"expose_max_connections", CFG_INT},
+    /* net18: addresses, host ports, bytes (policy_expose.c); egress lookups */
+    {"expose_addresses", CFG_LIST},
+    {"expose_host_ports", CFG_ANY},
+    {"expose_max_bytes", CFG_ANY},
     {"egress", CFG_ANY}, /* {allow: [patterns], allow_private_addresses: false} */
     {NULL, 0},
 };
@@ -1986,4 +1990,5 @@ const struct sbx_provider sbx_provider_docker = {
     .sb_stats = dk_sb_stats,
     .sb_expose = dk_sb_expose,
     .sb_unexpose = dk_sb_unexpose,
+    .sb_expose_req = dk_sb_expose_req,
 };
