@@ -629,13 +629,18 @@ int dk_sb_unexpose(void *cookie, struct sandbox *sb, int port, sbx_err_t *err)
 {
     struct dk_sb *ds = sb->pdata;
     (void)cookie;
-    for (struct dkn_port **pp = ds ? &ds->ports : NULL; pp && *pp; pp = &(*pp)->next)
-        if ((*pp)->port == port) {
+    int found = 0;
+    for (struct dkn_port **pp = ds ? &ds->ports : NULL; pp && *pp;)
+        if ((*pp)->port == port) { /* on TCP and on a Unix socket: both go */
             struct dkn_port *pt = *pp;
             *pp = pt->next;
             port_free(pt);
-            return 0;
+            found = 1;
+        } else {
+            pp = &(*pp)->next;
         }
+    if (found)
+        return 0;
     return err_make_data(err, SBX_E_PARAMS, json_pack("{s:s}", "param", "port"),
                          "port %d is not exposed", port);
 }
@@ -733,13 +738,13 @@ static const char *lk_full(struct dk_sb *ds, int *max)
     int per_uid = egress_int(ds, "lookups_per_uid", 16, 1, all);
     int per_sb = egress_int(ds, "lookups_per_sandbox", 8, 1, per_uid);
     int *mine = lk_uid_count(ds->sb->owner, 0);
-    if (ds->lookups >= per_sb) {
-        *max = per_sb;
-        return "providers.docker.egress.lookups_per_sandbox";
-    }
     if (mine && *mine >= per_uid) {
         *max = per_uid;
         return "providers.docker.egress.lookups_per_uid";
+    }
+    if (ds->lookups >= per_sb) {
+        *max = per_sb;
+        return "providers.docker.egress.lookups_per_sandbox";
     }
     *max = all;
     return lk_inflight >= all ? "providers.docker.egress.lookups_max" : NULL;

@@ -129,7 +129,7 @@ int egress_rule_covers(const char *ceil, const char *want)
     return host_match(ch, wh);
 }
 
-/* ---- address classes ---------------------------------------------------------------- */
+/* ---- address classes -------------------------------------------------------------- */
 
 static int private_v4(uint32_t a)
 {
