@@ -193,10 +193,37 @@ static void test_grants(void)
     json_decref(pconf);
 }
 
+static void test_conf(void)
+{
+    static const char *const bad[] = {
+        "{\"expose_addresses\": [\"localhost\"]}", "{\"expose_host_ports\": [\"0-10\"]}",
+        "{\"expose_host_ports\": \"80\"}",         "{\"expose_max_bytes\": \"lots\"}",
+        "{\"egress\": {\"lookups_per_uid\": 0}}",  NULL};
+    int refused = 0, n = 0;
+    sbx_err_t err = {0};
+    for (; bad[n]; n++) {
+        json_t *c = json_loads(bad[n], 0, NULL);
+        refused += policy_expose_conf(c, &err) < 0 && err.code == SBX_E_PARAMS;
+        err_clear(&err);
+        json_decref(c);
+    }
+    test_eq_int("conf: malformed expose_* and egress.lookups_* keys are -32602", refused,
+                n);
+    json_t *ok = json_loads("{\"expose_addresses\": [\"127.0.0.1\", \"::1\"], "
+                            "\"expose_host_ports\": [\"1024-65535\", 80], "
+                            "\"expose_max_bytes\": \"16g\", \"egress\": "
+                            "{\"lookups_max\": 64}}",
+                            0, NULL);
+    test_eq_int("conf: the documented keys load", policy_expose_conf(ok, &err), 0);
+    err_clear(&err);
+    json_decref(ok);
+}
+
 int main(void)
 {
     test_entries();
     test_addresses();
     test_grants();
+    test_conf();
     return test_report();
 }

@@ -1810,7 +1810,8 @@ static int d_load(json_t *conf, void **cookie, sbx_err_t *err)
     }
     json_t *dc = json_object_get(conf, "direct_channel");
     dp->direct = !json_is_false(dc);
-    if (policy_parse(&dp->policy, json_object_get(conf, "policy"), err) < 0) {
+    if (policy_expose_conf(conf, err) < 0 || /* net18 */
+        policy_parse(&dp->policy, json_object_get(conf, "policy"), err) < 0) {
         json_decref(dp->conf);
         free(dp);
         return -1;

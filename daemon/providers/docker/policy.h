@@ -112,5 +112,8 @@ struct policy_expose {
 int policy_expose_check(const struct policy *pol, uid_t uid, json_t *pconf,
                         const char *host, int host_port, int unix_sock,
                         struct policy_expose *lim, sbx_err_t *err);
+/* providers.docker's expose_addresses, expose_host_ports, expose_max_bytes
+ * and egress.lookups_* (pconf borrowed) well formed? 0, or -1 with -32602. */
+int policy_expose_conf(json_t *pconf, sbx_err_t *err);
 
 #endif

@@ -271,3 +271,41 @@ out:
     json_decref(all);
     return ret;
 }
+
+/* ---- the config's keys, checked at load ------------------------------------------- */
+
+static int conf_bad(sbx_err_t *err, const char *key, const char *what)
+{
+    return err_make_data(err, SBX_E_PARAMS, json_pack("{s:s}", "param", key),
+                         "providers.docker.%s: %s", key, what);
+}
+
+int policy_expose_conf(json_t *pconf, sbx_err_t *err)
+{
+    json_t *v, *x;
+    size_t i;
+    unsigned char a[16];
+    int lo, hi;
+    int64_t n;
+    json_array_foreach(json_object_get(pconf, "expose_addresses"), i, x)
+        if (!json_is_string(x) || !addr_of(json_string_value(x), a))
+            return conf_bad(err, "expose_addresses", "entries are IPv4 or IPv6 literals");
+    v = json_object_get(pconf, "expose_host_ports");
+    if (v && !json_is_array(v))
+        return conf_bad(err, "expose_host_ports", "a list of ports or \"lo-hi\"");
+    json_array_foreach(v, i, x)
+        if (!port_range(x, &lo, &hi))
+            return conf_bad(err, "expose_host_ports", "a list of ports or \"lo-hi\"");
+    v = json_object_get(pconf, "expose_max_bytes");
+    if (v && !size_of(v, &n))
+        return conf_bad(err, "expose_max_bytes", "a positive size, or -1 (unlimited)");
+    static const char *const lk[] = {"lookups_max", "lookups_per_uid",
+                                     "lookups_per_sandbox", NULL};
+    json_t *eg = json_object_get(pconf, "egress");
+    for (size_t k = 0; lk[k]; k++) {
+        x = json_object_get(eg, lk[k]);
+        if (x && (!json_is_integer(x) || json_integer_value(x) < 1))
+            return conf_bad(err, "egress", "lookups_* are positive integers");
+    }
+    return 0;
+}
