@@ -297,7 +297,10 @@ export interface Methods {
     'fs.unwatch': { params: { sandbox: string; watch: number }; result: Record<string, never> };
     'process.resize': { params: { sandbox: string; pid: number } & PtySize; result: PtySize };
     'sandbox.stats': { params: { id: string; stream?: boolean; size?: boolean }; result: SandboxStats };
-    'sandbox.expose': { params: { id: string; port: number; host_port?: number }; result: ExposedPort };
+    'sandbox.expose': {
+        params: { id: string; port: number; host_port?: number; host?: string; unix?: boolean };
+        result: ExposedPort;
+    };
     'sandbox.unexpose': { params: { id: string; port: number }; result: { port: number } };
 }
 
@@ -311,6 +314,8 @@ export interface ExposedPort {
     connections_total?: number;
     bytes_in?: number;
     bytes_out?: number;
+    /** the socket's path when exposed with unix: true (host is then "unix") */
+    unix?: string;
 }
 
 /** A resource sample (PROTOCOL.md, Resource stats); also the sandbox.stats notification. */
@@ -469,7 +474,7 @@ export const METHOD_PARAMS = {
     'fs.unwatch': ['sandbox', 'watch'],
     'process.resize': ['sandbox', 'pid', 'cols', 'rows'],
     'sandbox.stats': ['id', 'stream', 'size'],
-    'sandbox.expose': ['id', 'port', 'host_port'],
+    'sandbox.expose': ['id', 'port', 'host_port', 'host', 'unix'],
     'sandbox.unexpose': ['id', 'port'],
 } as const;
 

@@ -1188,6 +1188,7 @@ static int d_sb_destroy(void *cookie, struct sandbox *sb, sbx_err_t *err)
         return 0;
     }
     quiesce(ds);
+    dkn_release(ds); /* net18: exposed ports (and Unix socket files) go at once */
     ds->phase = PH_DESTROY;
     char *path = dk_path(&dp->eng, "/containers/%s?force=1&v=1", ds->cid);
     struct dk_req *rq = dk_call(&dp->eng, &ds->reqs, "DELETE", path, NULL,
