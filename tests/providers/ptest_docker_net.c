@@ -277,6 +277,27 @@ static int listed_unix(uid_t uid, const char *id, const char *path)
     return found;
 }
 
+/* sbxctl port-forward --keep --unix, as the owner: the path it prints serves. */
+static void test_sbxctl_unix(void)
+{
+    char cmd[700], out[1024], path[300] = "", args[400], want[64];
+    snprintf(want, sizeof(want), "page-of-%s", sa);
+    snprintf(cmd, sizeof(cmd), "%s/sbxctl -s %s port-forward --keep --unix %s 8080", bdir,
+             sock, sa);
+    int st = run_as(UA, cmd, out, sizeof(out));
+    const char *q = strstr(out, "Forwarding from ");
+    if (q)
+        sscanf(q + 16, "%299s", path);
+    test_cond("sbxctl port-forward --unix: prints the socket's path",
+              st == 0 && path[0] == '/' && strstr(out, "unix://"));
+    if (!path[0])
+        printf("      sbxctl said: %.300s\n", out);
+    snprintf(args, sizeof(args), "--unix-socket %s http://sandbox/", path);
+    test_cond("sbxctl port-forward --unix: the page comes through it",
+              path[0] && fetch_has(UA, args, want));
+    unexpose_as(UA, sa);
+}
+
 static void test_expose_unix(void)
 {
     char path[256] = "", args[400], want[64], dir[256];
@@ -767,6 +788,7 @@ int main(int argc, char **argv)
         DK_STEP(test_expose_addresses());
         DK_STEP(test_cross_uid());
         DK_STEP(test_expose_bounds());
+        DK_STEP(test_sbxctl_unix());
         DK_STEP(test_expose_unix());
     }
     json_decref(as(UA, "sandbox.destroy", json_pack("{s:s}", "id", sa)));
