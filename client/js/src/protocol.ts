@@ -415,6 +415,9 @@ export interface EgressNotification {
     port: number;
     decision: 'refused';
     reason: string;
+    /** the config key of the lookup bound that refused it, and its value */
+    limit?: string;
+    max?: number;
 }
 export type NotificationName = keyof Notifications;
 
@@ -485,7 +488,7 @@ export const NOTIFICATION_PARAMS = {
     'sandbox.status': ['sandbox', 'status', 'error'],
     'fs.event': ['sandbox', 'watch', 'path', 'kind', 'ended'],
     'sandbox.stats': ['id', 'time', 'cpu', 'memory', 'pids', 'block_io', 'network', 'disk', 'worker_pid', 'egress'],
-    'sandbox.egress': ['sandbox', 'host', 'port', 'decision', 'reason'],
+    'sandbox.egress': ['sandbox', 'host', 'port', 'decision', 'reason', 'limit', 'max'],
 } as const;
 
 export const TOOL_CALL_PARAMS = ['sandbox', 'pid', 'name', 'args'] as const;
