@@ -10,6 +10,7 @@
  * while the connection has credit and the channel's queue is below its
  * soft mark; bytes from the daemon are buffered at most one window.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -171,23 +172,40 @@ static void answer_and_close(struct nconn *c, int status, const char *reason,
     c->state = N_DEAD;
 }
 
-/* host[:port] of an authority into host (cap bytes) and *port. */
+/* host[:port] or [v6]:port of an authority into host (cap bytes, brackets
+ * dropped) and *port. The daemon decides what the host may be; here only
+ * its shape: an IPv6 literal holds hex digits, ':' and '.' (an embedded
+ * IPv4) and nothing else. */
 static int split_authority(const char *a, size_t n, char *host, size_t cap, int *port)
 {
-    const char *colon = NULL;
-    if (n > 0 && a[0] == '[') /* [v6]:port: not taken */
-        return -1;
-    for (size_t i = 0; i < n; i++)
-        if (a[i] == ':')
-            colon = a + i;
-    size_t hl = colon ? (size_t)(colon - a) : n;
+    const char *colon = NULL, *hs = a;
+    size_t hl;
+    if (n > 0 && a[0] == '[') {
+        const char *rb = memchr(a, ']', n);
+        if (!rb || (rb + 1 < a + n && rb[1] != ':'))
+            return -1;
+        hs = a + 1;
+        hl = (size_t)(rb - hs);
+        for (size_t i = 0; i < hl; i++)
+            if (!isxdigit((unsigned char)hs[i]) && hs[i] != ':' && hs[i] != '.')
+                return -1;
+        colon = rb + 1 < a + n ? rb + 1 : NULL;
+    } else {
+        for (size_t i = 0; i < n; i++)
+            if (a[i] == ':') {
+                if (colon)
+                    return -1; /* an IPv6 literal needs its brackets */
+                colon = a + i;
+            }
+        hl = colon ? (size_t)(colon - a) : n;
+    }
     if (hl == 0 || hl >= cap)
         return -1;
-    memcpy(host, a, hl);
+    memcpy(host, hs, hl);
     host[hl] = '\0';
     if (colon) {
         char num[8];
-        size_t pl = n - hl - 1;
+        size_t pl = n - (size_t)(colon - a) - 1;
         if (pl == 0 || pl >= sizeof(num))
             return -1;
         memcpy(num, colon + 1, pl);

@@ -124,10 +124,13 @@ static const struct verb verbs[] = {
      "limit, network and block I/O, pids (all your running sandboxes without IDs).\n"
      "Redraws as new samples come (limits.stats_interval_ms) until Ctrl-C;\n"
      "--no-stream prints one table (with --json, the samples) and exits."},
-    {"port-forward", cmd_port_forward, "port-forward ID [HOSTPORT:]PORT [--keep]",
+    {"port-forward", cmd_port_forward,
+     "port-forward ID [HOSTPORT:]PORT [--keep] [--address ADDR | --unix]",
      "Makes PORT inside the sandbox reachable on 127.0.0.1:HOSTPORT (any free port\n"
      "without HOSTPORT) through sbxd, also with network: none, until Ctrl-C; --keep\n"
-     "leaves it exposed and exits (sandbox.unexpose ends it)."},
+     "leaves it exposed and exits (sandbox.unexpose ends it). --address listens on\n"
+     "another host address (if the policy grants it), --unix on a Unix socket only\n"
+     "the sandbox's owner can open."},
     {"mcp", cmd_mcp,
      "mcp [--provider P] [--image I] [--sandbox ID] [--code-provider P] [--env K=V]...\n"
      "              [--opt KEY=VALUE]... [--timeout MS] [--lifetime MS] [--idle-timeout MS]\n"

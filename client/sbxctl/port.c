@@ -2,7 +2,9 @@
  * port.c - sbxctl port-forward ID [HOSTPORT:]PORT: sandbox.expose, then
  * wait until Ctrl-C (or SIGTERM) and sandbox.unexpose, as kubectl
  * port-forward does. sbxd does the relaying; sbxctl only holds the
- * exposure open. --keep leaves it exposed and exits at once.
+ * exposure open. --keep leaves it exposed and exits at once. --address ADDR
+ * listens on another host address (the policy decides who may), --unix on a
+ * Unix socket only the sandbox's owner can open.
  */
 #include <signal.h>
 #include <stdio.h>
@@ -21,14 +23,16 @@ static void on_stop(int sig)
 
 static const struct opt port_opts[] = {
     {"keep", 0, 0, 1},
+    {"address", 0, 1, 2},
+    {"unix", 0, 0, 3},
     {NULL, 0, 0, 0},
 };
 
 int cmd_port_forward(int argc, char **argv)
 {
     struct parser p;
-    const char *id = NULL, *spec = NULL;
-    int o, keep = 0;
+    const char *id = NULL, *spec = NULL, *address = NULL;
+    int o, keep = 0, unix_sock = 0;
 
     parser_init(&p, argc, argv);
     while ((o = opt_next(&p, port_opts)) != OPT_END) {
@@ -36,6 +40,10 @@ int cmd_port_forward(int argc, char **argv)
             verb_help();
         if (o == 1)
             keep = 1;
+        else if (o == 2)
+            address = p.arg;
+        else if (o == 3)
+            unix_sock = 1;
         else if (!id)
             id = p.arg;
         else if (!spec)
@@ -67,6 +75,10 @@ int cmd_port_forward(int argc, char **argv)
     json_t *params = json_pack("{s:s, s:I}", "id", id, "port", port);
     if (host_port)
         json_object_set_new(params, "host_port", json_integer(host_port));
+    if (address)
+        json_object_set_new(params, "host", json_string(address));
+    if (unix_sock)
+        json_object_set_new(params, "unix", json_true());
     int rc = ctl_call(c, SBX_M_EXPOSE, params, &r);
     if (rc) {
         sbx_free(c);
@@ -74,6 +86,10 @@ int cmd_port_forward(int argc, char **argv)
     }
     if (g.json)
         print_json(r);
+    else if (json_is_string(json_object_get(r, "unix")))
+        printf("Forwarding from %s -> %lld (%s)\n",
+               json_string_value(json_object_get(r, "unix")), (long long)port,
+               json_string_value(json_object_get(r, "url")));
     else
         printf("Forwarding from %s:%lld -> %lld (%s)\n",
                json_string_value(json_object_get(r, "host")),

@@ -25,6 +25,14 @@ struct sandbox;
 struct process;
 struct fs_call;
 
+/* net18 (issue 18): what sandbox.expose asks for (provider.sb_expose_req). */
+struct sbx_expose_req {
+    int port, host_port;
+    const char *host; /* an address literal, or NULL: 127.0.0.1 */
+    int unix_socket;  /* 1: a Unix socket under sbxd's runtime directory */
+    uid_t uid;        /* the caller's */
+};
+
 struct sbx_provider {
     const char *name;
     const struct cfg_key *config_keys; /* allowed keys of providers.<name> */
@@ -184,6 +192,11 @@ struct sbx_provider {
     int (*sb_expose)(void *cookie, struct sandbox *sb, int port, int host_port,
                      json_t **out, sbx_err_t *err);
     int (*sb_unexpose)(void *cookie, struct sandbox *sb, int port, sbx_err_t *err);
+    /* net18 (issue 18): sandbox.expose with a host address or on a Unix
+     * socket. When present it is called instead of sb_expose, with req
+     * (borrowed, valid during the call) as api_ws.c checked it. */
+    int (*sb_expose_req)(void *cookie, struct sandbox *sb,
+                         const struct sbx_expose_req *req, json_t **out, sbx_err_t *err);
 };
 
 /* -- provider-facing core functions ---------------------------------------- */

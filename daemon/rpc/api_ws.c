@@ -255,6 +255,23 @@ static int port_arg(struct call *c, json_t *params, const char *key, int lo, int
     return 0;
 }
 
+/* net18: sandbox.expose's host (an address literal) and unix (a Unix socket). */
+static int expose_req_args(struct call *c, json_t *params, struct sbx_expose_req *rq)
+{
+    json_t *h = json_object_get(params, "host"), *u = json_object_get(params, "unix");
+    rq->uid = c->conn ? c->conn->uid : 0;
+    if (h && !json_is_null(h) &&
+        (!json_is_string(h) || json_string_length(h) == 0 || json_string_length(h) > 45))
+        return ws_param(c, "host", "must be an IPv4 or IPv6 address literal");
+    if (u && !json_is_null(u) && !json_is_boolean(u))
+        return ws_param(c, "unix", "must be true or false");
+    rq->host = json_is_string(h) ? json_string_value(h) : NULL;
+    rq->unix_socket = json_is_true(u);
+    if (rq->unix_socket && (rq->host || rq->host_port))
+        return ws_param(c, "unix", "a Unix socket takes no host or host_port");
+    return 0;
+}
+
 static void m_expose(struct call *c, json_t *params)
 {
     struct sandbox *sb = api_sandbox_arg(c, params, "id");
@@ -262,17 +279,23 @@ static void m_expose(struct call *c, json_t *params)
     if (!sb || port_arg(c, params, "port", 1, &port) < 0 ||
         port_arg(c, params, "host_port", 0, &host_port) < 0)
         return;
+    struct sbx_expose_req rq = {.port = port, .host_port = host_port};
+    if (expose_req_args(c, params, &rq) < 0)
+        return;
     sbx_err_t err = {0};
     json_t *out = NULL;
-    if (!sb->prov->ops->sb_expose)
-        terminal_unsupported(&err, sb, "expose");
+    int extra = rq.host || rq.unix_socket;
+    if (!sb->prov->ops->sb_expose || (extra && !sb->prov->ops->sb_expose_req))
+        terminal_unsupported(&err, sb, rq.unix_socket ? "expose.unix" : "expose");
     else if (sb->status != SB_RUNNING)
         err_make_data(&err, SBX_E_STATE,
                       json_pack("{s:s, s:s}", "sandbox", sb->id, "status",
                                 sandbox_status_name(sb->status)),
                       "sandbox %s is %s", sb->id, sandbox_status_name(sb->status));
-    else if (sb->prov->ops->sb_expose(sb->prov->cookie, sb, port, host_port, &out,
-                                      &err) == 0) {
+    else if ((sb->prov->ops->sb_expose_req
+                  ? sb->prov->ops->sb_expose_req(sb->prov->cookie, sb, &rq, &out, &err)
+                  : sb->prov->ops->sb_expose(sb->prov->cookie, sb, port, host_port, &out,
+                                             &err)) == 0) {
         sandbox_touch(sb);
         call_reply(c, out);
         return;

@@ -617,14 +617,32 @@ export class SbxdClient {
     stats(id: string, options: { stream?: boolean; size?: boolean } = {}): Promise<Result<'sandbox.stats'>> {
         return this.call('sandbox.stats', { id, ...options });
     }
-    /** sandbox.expose / sandbox.unexpose: ports of a sandbox reachable on 127.0.0.1. */
+    /** sandbox.expose / sandbox.unexpose: ports of a sandbox reachable on 127.0.0.1 (or
+     * another host address the policy grants: {host}; or a Unix socket only the owner
+     * can open: {unix: true}). */
     readonly ports = {
-        expose: (id: string, port: number, hostPort?: number): Promise<Result<'sandbox.expose'>> =>
-            this.call('sandbox.expose', hostPort === undefined ? { id, port } : { id, port, host_port: hostPort }),
+        expose: (
+            id: string,
+            port: number,
+            hostPort?: number | { hostPort?: number; host?: string; unix?: boolean },
+        ): Promise<Result<'sandbox.expose'>> => {
+            const o = typeof hostPort === 'object' ? hostPort : { hostPort };
+            return this.call('sandbox.expose', {
+                id,
+                port,
+                ...(o.hostPort === undefined ? {} : { host_port: o.hostPort }),
+                ...(o.host === undefined ? {} : { host: o.host }),
+                ...(o.unix === undefined ? {} : { unix: o.unix }),
+            });
+        },
         unexpose: (id: string, port: number): Promise<Result<'sandbox.unexpose'>> =>
             this.call('sandbox.unexpose', { id, port }),
     };
-    expose(id: string, port: number, hostPort?: number): Promise<Result<'sandbox.expose'>> {
+    expose(
+        id: string,
+        port: number,
+        hostPort?: number | { hostPort?: number; host?: string; unix?: boolean },
+    ): Promise<Result<'sandbox.expose'>> {
         return this.ports.expose(id, port, hostPort);
     }
     unexpose(id: string, port: number): Promise<Result<'sandbox.unexpose'>> {

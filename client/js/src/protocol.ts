@@ -300,7 +300,10 @@ export interface Methods {
     'fs.unwatch': { params: { sandbox: string; watch: number }; result: Record<string, never> };
     'process.resize': { params: { sandbox: string; pid: number } & PtySize; result: PtySize };
     'sandbox.stats': { params: { id: string; stream?: boolean; size?: boolean }; result: SandboxStats };
-    'sandbox.expose': { params: { id: string; port: number; host_port?: number }; result: ExposedPort };
+    'sandbox.expose': {
+        params: { id: string; port: number; host_port?: number; host?: string; unix?: boolean };
+        result: ExposedPort;
+    };
     'sandbox.unexpose': { params: { id: string; port: number }; result: { port: number } };
 }
 
@@ -314,6 +317,8 @@ export interface ExposedPort {
     connections_total?: number;
     bytes_in?: number;
     bytes_out?: number;
+    /** the socket's path when exposed with unix: true (host is then "unix") */
+    unix?: string;
 }
 
 /** A resource sample (PROTOCOL.md, Resource stats); also the sandbox.stats notification. */
@@ -420,6 +425,9 @@ export interface EgressNotification {
     port: number;
     decision: 'refused';
     reason: string;
+    /** the config key of the lookup bound that refused it, and its value */
+    limit?: string;
+    max?: number;
 }
 export type NotificationName = keyof Notifications;
 
@@ -479,7 +487,7 @@ export const METHOD_PARAMS = {
     'fs.unwatch': ['sandbox', 'watch'],
     'process.resize': ['sandbox', 'pid', 'cols', 'rows'],
     'sandbox.stats': ['id', 'stream', 'size'],
-    'sandbox.expose': ['id', 'port', 'host_port'],
+    'sandbox.expose': ['id', 'port', 'host_port', 'host', 'unix'],
     'sandbox.unexpose': ['id', 'port'],
 } as const;
 
@@ -491,7 +499,7 @@ export const NOTIFICATION_PARAMS = {
     'sandbox.status': ['sandbox', 'status', 'error'],
     'fs.event': ['sandbox', 'watch', 'path', 'kind', 'ended'],
     'sandbox.stats': ['id', 'time', 'cpu', 'memory', 'pids', 'block_io', 'network', 'disk', 'worker_pid', 'egress'],
-    'sandbox.egress': ['sandbox', 'host', 'port', 'decision', 'reason'],
+    'sandbox.egress': ['sandbox', 'host', 'port', 'decision', 'reason', 'limit', 'max'],
 } as const;
 
 export const TOOL_CALL_PARAMS = ['sandbox', 'pid', 'name', 'args'] as const;

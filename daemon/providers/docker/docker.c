@@ -1188,6 +1188,7 @@ static int d_sb_destroy(void *cookie, struct sandbox *sb, sbx_err_t *err)
         return 0;
     }
     quiesce(ds);
+    dkn_release(ds); /* net18: exposed ports (and Unix socket files) go at once */
     ds->phase = PH_DESTROY;
     char *path = dk_path(&dp->eng, "/containers/%s?force=1&v=1", ds->cid);
     struct dk_req *rq = dk_call(&dp->eng, &ds->reqs, "DELETE", path, NULL,
@@ -1810,7 +1811,8 @@ static int d_load(json_t *conf, void **cookie, sbx_err_t *err)
     }
     json_t *dc = json_object_get(conf, "direct_channel");
     dp->direct = !json_is_false(dc);
-    if (policy_parse(&dp->policy, json_object_get(conf, "policy"), err) < 0) {
+    if (policy_expose_conf(conf, err) < 0 || /* net18 */
+        policy_parse(&dp->policy, json_object_get(conf, "policy"), err) < 0) {
         json_decref(dp->conf);
         free(dp);
         return -1;
@@ -1946,6 +1948,10 @@ static const struct cfg_key docker_keys[] = {
     {"expose", CFG_BOOL},
     {"expose_max_ports", CFG_INT},
     {"expose_max_connections", CFG_INT},
+    /* net18: addresses, host ports, bytes (policy_expose.c); egress lookups */
+    {"expose_addresses", CFG_LIST},
+    {"expose_host_ports", CFG_ANY},
+    {"expose_max_bytes", CFG_ANY},
     {"egress", CFG_ANY}, /* {allow: [patterns], allow_private_addresses: false} */
     {NULL, 0},
 };
@@ -1986,4 +1992,5 @@ const struct sbx_provider sbx_provider_docker = {
     .sb_stats = dk_sb_stats,
     .sb_expose = dk_sb_expose,
     .sb_unexpose = dk_sb_unexpose,
+    .sb_expose_req = dk_sb_expose_req,
 };

@@ -319,6 +319,11 @@ struct dk_sb {
     uint32_t next_conn;      /* their connections' ids on the channel */
     struct dkn_port *egress; /* docker_net.c: the egress proxy's connections */
     uint64_t egress_refused;
+    /* net18: the per-sandbox bounds of exposed ports (policy_expose.c) */
+    int64_t expose_max_conns, expose_max_bytes; /* -1 unlimited */
+    uint64_t expose_bytes, expose_refused;
+    int lookups;             /* egress names being resolved for it */
+    uint64_t egress_limited; /* egress refused by a lookup bound (503) */
 };
 
 /* The image of a create that names none and has none in config. */
@@ -477,9 +482,16 @@ int dk_proc_resize(void *cookie, struct process *p, unsigned cols, unsigned rows
 
 /* ---- docker_net.c: sandbox.expose, connections over the channel ---- */
 struct dkn_port;
+struct sbx_expose_req;
 int dk_sb_expose(void *cookie, struct sandbox *sb, int port, int host_port, json_t **out,
                  sbx_err_t *err);
 int dk_sb_unexpose(void *cookie, struct sandbox *sb, int port, sbx_err_t *err);
+/* net18: provider op sb_expose_req (host address, Unix socket, policy). */
+int dk_sb_expose_req(void *cookie, struct sandbox *sb, const struct sbx_expose_req *req,
+                     json_t **out, sbx_err_t *err);
+/* sandbox.stats' ports member: {exposed, connections, connections_total,
+ * refused, bytes_in, bytes_out, max_connections, max_bytes} (new). */
+json_t *dkn_stats(struct dk_sb *ds);
 /* A NET_* frame from the agent. */
 void dkn_frame(struct dk_sb *ds, uint8_t type, uint32_t id, const uint8_t *p, size_t n);
 /* The channel is gone: its connections end (listeners stay). */

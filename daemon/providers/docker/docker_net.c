@@ -27,11 +27,15 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "daemon.h"
 #include "docker_int.h"
+#include "egress_rule.h"
 #include "log.h"
+#include "policy.h"
 #include "provider.h"
 #include "sandbox.h"
 #include "sbx_proto.h"
@@ -63,6 +67,8 @@ struct dkn_port {
     struct dkn_port *next;
     struct dk_sb *ds;
     int port, host_port;
+    char host[48];   /* the address listened on */
+    char *unix_path; /* or a Unix socket (owned), unlinked at the end */
     int fd;
     ev_io io;
     ev_timer retry; /* re-reads host sockets after the channel drained */
@@ -139,6 +145,26 @@ static void conn_watch(struct dkn_conn *k)
     }
 }
 
+/* Counts n relayed bytes of an exposed port's connection against the
+ * sandbox's expose_max_bytes; past it the connection ends (1: k was freed)
+ * and new ones are refused. */
+static int over_bytes(struct dkn_conn *k, uint64_t n)
+{
+    struct dk_sb *ds = k->port->ds;
+    if (k->port == ds->egress)
+        return 0;
+    ds->expose_bytes += n;
+    if (ds->expose_max_bytes < 0 || ds->expose_bytes < (uint64_t)ds->expose_max_bytes)
+        return 0;
+    if (log_limit_take(&ds->sb->agent_log, ds->sb->id))
+        log_info("docker %s: port %d: connection closed: %llu bytes relayed "
+                 "(expose_max_bytes %lld)",
+                 ds->sb->id, k->port->port, (unsigned long long)ds->expose_bytes,
+                 (long long)ds->expose_max_bytes);
+    conn_free(k, NULL, 1);
+    return 1;
+}
+
 /* Writes what the agent sent; returns credit; shuts down after its EOF. 0, or
  * -1 when k was freed. */
 static int conn_flush(struct dkn_conn *k)
@@ -151,6 +177,8 @@ static int conn_flush(struct dkn_conn *k)
             obuf_consume(&k->wbuf, (size_t)w);
             k->owed += (uint32_t)w;
             k->port->bytes_out += (uint64_t)w;
+            if (over_bytes(k, (uint64_t)w))
+                return -1;
             continue;
         }
         if (w < 0 && (errno == EAGAIN || errno == EINTR))
@@ -189,6 +217,8 @@ static void conn_read(struct dkn_conn *k)
             }
             k->credit -= r;
             k->port->bytes_in += (uint64_t)r;
+            if (over_bytes(k, (uint64_t)r))
+                return;
             continue;
         }
         if (r < 0 && (errno == EAGAIN || errno == EINTR))
@@ -319,14 +349,22 @@ static void accept_cb(struct ev_loop *loop, ev_io *w, int revents)
         int fd = accept4(pt->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0)
             return;
-        int max = conf_int(ds, "expose_max_connections", DEFAULT_MAX_CONNS), total = 0;
+        int total = 0;
         for (struct dkn_port *q = ds->ports; q; q = q->next)
             total += q->nconns;
-        if (!ds->ready || ds->exec_mode || total >= max) {
-            if (total >= max && log_limit_take(&ds->sb->agent_log, ds->sb->id))
-                log_info("docker %s: port %d: connection refused (%d of "
-                         "expose_max_connections)",
-                         ds->sb->id, pt->port, total);
+        const char *full = ds->expose_max_conns >= 0 && total >= ds->expose_max_conns
+                               ? "expose_max_connections"
+                           : ds->expose_max_bytes >= 0 &&
+                                   ds->expose_bytes >= (uint64_t)ds->expose_max_bytes
+                               ? "expose_max_bytes"
+                               : NULL;
+        if (!ds->ready || ds->exec_mode || full) {
+            if (full) {
+                ds->expose_refused++;
+                if (log_limit_take(&ds->sb->agent_log, ds->sb->id))
+                    log_info("docker %s: port %d: connection refused (%s reached)",
+                             ds->sb->id, pt->port, full);
+            }
             close(fd);
             continue;
         }
@@ -366,73 +404,186 @@ static void port_free(struct dkn_port *pt)
     ev_timer_stop(D->loop, &pt->retry);
     if (pt->fd >= 0)
         close(pt->fd);
+    if (pt->unix_path)
+        unlink(pt->unix_path);
+    free(pt->unix_path);
     free(pt);
 }
 
 static json_t *port_json(struct dkn_port *pt)
 {
-    char url[64];
-    snprintf(url, sizeof(url), "http://127.0.0.1:%d/", pt->host_port);
-    return json_pack("{s:i, s:s, s:i, s:s, s:i, s:I, s:I, s:I}", "port", pt->port, "host",
-                     "127.0.0.1", "host_port", pt->host_port, "url", url, "connections",
-                     pt->nconns, "connections_total", (json_int_t)pt->connections,
-                     "bytes_in", (json_int_t)pt->bytes_in, "bytes_out",
-                     (json_int_t)pt->bytes_out);
+    char url[700];
+    if (pt->unix_path)
+        snprintf(url, sizeof(url), "unix://%s", pt->unix_path);
+    else if (strchr(pt->host, ':'))
+        snprintf(url, sizeof(url), "http://[%s]:%d/", pt->host, pt->host_port);
+    else
+        snprintf(url, sizeof(url), "http://%s:%d/", pt->host, pt->host_port);
+    json_t *o = json_pack(
+        "{s:i, s:s, s:i, s:s, s:i, s:I, s:I, s:I}", "port", pt->port, "host",
+        pt->unix_path ? "unix" : pt->host, "host_port", pt->host_port, "url", url,
+        "connections", pt->nconns, "connections_total", (json_int_t)pt->connections,
+        "bytes_in", (json_int_t)pt->bytes_in, "bytes_out", (json_int_t)pt->bytes_out);
+    if (pt->unix_path)
+        json_object_set_new(o, "unix", json_string(pt->unix_path));
+    return o;
 }
 
-int dk_sb_expose(void *cookie, struct sandbox *sb, int port, int host_port, json_t **out,
-                 sbx_err_t *err)
+static int listen_failed(sbx_err_t *err, int fd, const char *where)
+{
+    int e = errno;
+    if (fd >= 0)
+        close(fd);
+    return err_make_data(
+        err, SBX_E_PROVIDER,
+        json_pack("{s:s, s:s}", "provider", "docker", "message", strerror(e)),
+        "cannot listen on %s: %s", where, strerror(e));
+}
+
+/* A directory only uid (and root) may enter: made, or checked to be ours. */
+static int private_dir(const char *path, mode_t mode, uid_t uid)
+{
+    struct stat st;
+    if (mkdir(path, mode) < 0 && errno != EEXIST)
+        return -1;
+    if (lstat(path, &st) < 0)
+        return -1;
+    if (!S_ISDIR(st.st_mode)) {
+        errno = ENOTDIR;
+        return -1;
+    }
+    if (st.st_uid != uid && chown(path, uid, (gid_t)-1) < 0)
+        return -1;
+    return chmod(path, mode);
+}
+
+/*
+ * The Unix socket of an exposed port: SOCKETDIR/sbxd-ports/UID/SANDBOX-PORT.sock,
+ * where SOCKETDIR holds sbxd's own socket. sbxd owns sbxd-ports (0711); UID's
+ * directory and the socket belong to the sandbox's owner (0700, 0600), so only
+ * the owner (and root) can connect. sbxd decides it all: nothing a container
+ * or client writes names the path.
+ */
+static int unix_listen(struct dk_sb *ds, int port, char **path_out, sbx_err_t *err)
+{
+    char dir[512], udir[560], path[700];
+    const char *sp = D->cfg.socket_path ? D->cfg.socket_path : "/tmp/sbxd.sock";
+    const char *slash = strrchr(sp, '/');
+    int dl = slash ? (int)(slash - sp) : 1;
+    snprintf(dir, sizeof(dir), "%.*s/sbxd-ports", dl, slash ? sp : ".");
+    uid_t owner = ds->sb->owner;
+    snprintf(udir, sizeof(udir), "%s/%u", dir, (unsigned)owner);
+    snprintf(path, sizeof(path), "%s/%s-%d.sock", udir, ds->sb->id, port);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    if (strlen(path) >= sizeof(sa.sun_path)) {
+        errno = ENAMETOOLONG;
+        return listen_failed(err, -1, path);
+    }
+    if (private_dir(dir, 0711, geteuid()) < 0 || private_dir(udir, 0700, owner) < 0)
+        return listen_failed(err, -1, udir);
+    memcpy(sa.sun_path, path, strlen(path) + 1);
+    unlink(path); /* a stale one of an earlier sbxd */
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+        return listen_failed(err, fd, path);
+    if ((geteuid() != owner && chown(path, owner, (gid_t)-1) < 0) ||
+        chmod(path, 0600) < 0 || listen(fd, 64) < 0) {
+        int e = errno;
+        unlink(path);
+        errno = e;
+        return listen_failed(err, fd, path);
+    }
+    *path_out = xstrdup(path);
+    return fd;
+}
+
+/* host:host_port (v4 or v6); the port taken is written back. */
+static int tcp_listen(const char *host, int *host_port, sbx_err_t *err)
+{
+    struct sockaddr_storage ss = {0};
+    socklen_t sl;
+    struct sockaddr_in *s4 = (struct sockaddr_in *)&ss;
+    struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&ss;
+    char where[80];
+    snprintf(where, sizeof(where), "%s port %d", host, *host_port);
+    if (inet_pton(AF_INET, host, &s4->sin_addr) == 1) {
+        s4->sin_family = AF_INET;
+        s4->sin_port = htons((uint16_t)*host_port);
+        sl = sizeof(*s4);
+    } else if (inet_pton(AF_INET6, host, &s6->sin6_addr) == 1) {
+        s6->sin6_family = AF_INET6;
+        s6->sin6_port = htons((uint16_t)*host_port);
+        sl = sizeof(*s6);
+    } else {
+        return err_make_data(err, SBX_E_PARAMS, json_pack("{s:s}", "param", "host"),
+                             "host must be an IPv4 or IPv6 address literal");
+    }
+    int one = 1, fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd >= 0) {
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        if (ss.ss_family == AF_INET6)
+            setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+    }
+    if (fd < 0 || bind(fd, (struct sockaddr *)&ss, sl) < 0 || listen(fd, 64) < 0)
+        return listen_failed(err, fd, where);
+    getsockname(fd, (struct sockaddr *)&ss, &sl);
+    *host_port = ntohs(ss.ss_family == AF_INET ? s4->sin_port : s6->sin6_port);
+    return fd;
+}
+
+/* An exposed port again: the same answer, or -32001 for another place. */
+static int exposed_again(struct dkn_port *pt, const struct sbx_expose_req *rq,
+                         const char *host, json_t **out, sbx_err_t *err)
+{
+    if ((rq->host_port && rq->host_port != pt->host_port) || strcmp(host, pt->host) != 0)
+        return err_make_data(
+            err, SBX_E_STATE,
+            json_pack("{s:s, s:i}", "sandbox", pt->ds->sb->id, "port", rq->port),
+            "port %d is already exposed on %s port %d", rq->port, pt->host,
+            pt->host_port);
+    *out = port_json(pt);
+    return 0;
+}
+
+int dk_sb_expose_req(void *cookie, struct sandbox *sb, const struct sbx_expose_req *rq,
+                     json_t **out, sbx_err_t *err)
 {
     struct dk_prov *dp = cookie;
     struct dk_sb *ds = sb->pdata;
-    if (json_is_false(json_object_get(dp->conf, "expose")))
-        return err_make_data(err, SBX_E_PERMISSION, json_object(),
-                             "providers.docker.expose is false: ports cannot be exposed");
+    struct policy_expose lim;
+    if (policy_expose_check(dp->policy, rq->uid, dp->conf, rq->host, rq->host_port,
+                            rq->unix_socket, &lim, err) < 0)
+        return -1;
     if (!ds || ds->exec_mode)
         return err_make_data(
             err, SBX_E_UNSUPPORTED,
             json_pack("{s:s, s:s}", "provider", "docker", "feature", "expose"),
             "ports are relayed by the agent: not in exec_mode docker-exec");
+    const char *host = rq->unix_socket ? "unix" : rq->host ? rq->host : "127.0.0.1";
     int n = 0;
     for (struct dkn_port *pt = ds->ports; pt; pt = pt->next, n++)
-        if (pt->port == port) {
-            if (host_port && host_port != pt->host_port)
-                return err_make_data(
-                    err, SBX_E_STATE,
-                    json_pack("{s:s, s:i}", "sandbox", sb->id, "port", port),
-                    "port %d is already exposed on host port %d", port, pt->host_port);
-            *out = port_json(pt);
-            return 0;
-        }
+        if (pt->port == rq->port && !pt->unix_path == !rq->unix_socket)
+            return exposed_again(pt, rq, host, out, err);
     int max = conf_int(ds, "expose_max_ports", DEFAULT_MAX_PORTS);
     if (n >= max)
         return err_make_data(err, SBX_E_LIMIT,
                              json_pack("{s:s, s:i}", "limit",
                                        "providers.docker.expose_max_ports", "max", max),
                              "sandbox %s already exposes %d ports", sb->id, n);
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET,
-                             .sin_port = htons((uint16_t)host_port),
-                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    int one = 1;
-    if (fd >= 0)
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
-        listen(fd, 64) < 0) {
-        int e = errno;
-        if (fd >= 0)
-            close(fd);
-        return err_make_data(
-            err, SBX_E_PROVIDER,
-            json_pack("{s:s, s:s}", "provider", "docker", "message", strerror(e)),
-            "cannot listen on 127.0.0.1:%d: %s", host_port, strerror(e));
-    }
-    socklen_t sl = sizeof(sa);
-    getsockname(fd, (struct sockaddr *)&sa, &sl);
+    char *path = NULL;
+    int host_port = rq->host_port;
+    int fd = rq->unix_socket ? unix_listen(ds, rq->port, &path, err)
+                             : tcp_listen(host, &host_port, err);
+    if (fd < 0)
+        return -1;
+    ds->expose_max_conns = lim.max_connections;
+    ds->expose_max_bytes = lim.max_bytes;
     struct dkn_port *pt = xcalloc(1, sizeof(*pt));
     pt->ds = ds;
-    pt->port = port;
-    pt->host_port = ntohs(sa.sin_port);
+    pt->port = rq->port;
+    pt->host_port = rq->unix_socket ? 0 : host_port;
+    snprintf(pt->host, sizeof(pt->host), "%s", host);
+    pt->unix_path = path;
     pt->fd = fd;
     ev_io_init(&pt->io, accept_cb, fd, EV_READ);
     pt->io.data = pt;
@@ -441,22 +592,55 @@ int dk_sb_expose(void *cookie, struct sandbox *sb, int port, int host_port, json
     pt->retry.data = pt;
     pt->next = ds->ports;
     ds->ports = pt;
-    log_info("docker %s: port %d exposed on 127.0.0.1:%d", sb->id, port, pt->host_port);
+    if (path)
+        log_info("docker %s: port %d exposed on %s", sb->id, rq->port, path);
+    else
+        log_info("docker %s: port %d exposed on %s port %d", sb->id, rq->port, host,
+                 pt->host_port);
     *out = port_json(pt);
     return 0;
+}
+
+int dk_sb_expose(void *cookie, struct sandbox *sb, int port, int host_port, json_t **out,
+                 sbx_err_t *err)
+{
+    struct sbx_expose_req rq = {.port = port, .host_port = host_port, .uid = sb->owner};
+    return dk_sb_expose_req(cookie, sb, &rq, out, err);
+}
+
+json_t *dkn_stats(struct dk_sb *ds)
+{
+    json_int_t open = 0, total = 0, in = 0, outb = 0, n = 0;
+    for (struct dkn_port *pt = ds->ports; pt; pt = pt->next, n++) {
+        open += pt->nconns;
+        total += (json_int_t)pt->connections;
+        in += (json_int_t)pt->bytes_in;
+        outb += (json_int_t)pt->bytes_out;
+    }
+    return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "exposed", n,
+                     "connections", open, "connections_total", total, "refused",
+                     (json_int_t)ds->expose_refused, "bytes",
+                     (json_int_t)ds->expose_bytes, "bytes_in", in, "bytes_out", outb,
+                     "max_connections", (json_int_t)ds->expose_max_conns, "max_bytes",
+                     (json_int_t)ds->expose_max_bytes);
 }
 
 int dk_sb_unexpose(void *cookie, struct sandbox *sb, int port, sbx_err_t *err)
 {
     struct dk_sb *ds = sb->pdata;
     (void)cookie;
-    for (struct dkn_port **pp = ds ? &ds->ports : NULL; pp && *pp; pp = &(*pp)->next)
-        if ((*pp)->port == port) {
+    int found = 0;
+    for (struct dkn_port **pp = ds ? &ds->ports : NULL; pp && *pp;)
+        if ((*pp)->port == port) { /* on TCP and on a Unix socket: both go */
             struct dkn_port *pt = *pp;
             *pp = pt->next;
             port_free(pt);
-            return 0;
+            found = 1;
+        } else {
+            pp = &(*pp)->next;
         }
+    if (found)
+        return 0;
     return err_make_data(err, SBX_E_PARAMS, json_pack("{s:s}", "param", "port"),
                          "port %d is not exposed", port);
 }
@@ -492,6 +676,7 @@ void dkn_release(struct dk_sb *ds)
  * are the addresses connected to (no second resolution: no rebinding).
  */
 struct lookup {
+    uid_t uid;
     char sb_id[64];
     char cid[80];
     uint32_t id;
@@ -503,33 +688,66 @@ struct lookup {
 
 static int lk_pipe[2] = {-1, -1};
 static ev_io lk_io;
-/* Lookups in flight, daemon-wide: an agent is untrusted and could ask for
- * names faster than they resolve; past this many the answer is 503. */
-#define LOOKUPS_MAX 64
+/*
+ * Lookups in flight, bounded daemon-wide, per uid and per sandbox
+ * (providers.docker.egress.lookups_max, lookups_per_uid,
+ * lookups_per_sandbox): an agent is untrusted and could ask for names faster
+ * than they resolve, and one uid's flood must leave slots to the others.
+ * Past a bound the answer is 503 and a sandbox.egress notification names it.
+ */
+#define LOOKUPS_CEIL 1024
 static int lk_inflight;
+static struct {
+    uid_t uid;
+    int n;
+} lk_uid[LOOKUPS_CEIL];
+static int lk_nuid;
 
-/* "host", "*.domain", either with ":port"; ports default to 80 and 443. */
-static int pattern_match(const char *pat, const char *host, int port)
+static int *lk_uid_count(uid_t uid, int make)
 {
-    char ph[256];
-    int pport = 0;
-    const char *colon = strrchr(pat, ':');
-    size_t hl = colon ? (size_t)(colon - pat) : strlen(pat);
-    if (hl == 0 || hl >= sizeof(ph))
-        return 0;
-    memcpy(ph, pat, hl);
-    ph[hl] = '\0';
-    if (colon)
-        pport = atoi(colon + 1);
-    if (pport ? port != pport : port != 80 && port != 443)
-        return 0;
-    if (strcmp(ph, "*") == 0)
-        return 1;
-    if (ph[0] == '*' && ph[1] == '.') {
-        size_t n = strlen(host), m = strlen(ph + 1);
-        return n > m && strcasecmp(host + n - m, ph + 1) == 0;
+    for (int i = 0; i < lk_nuid; i++)
+        if (lk_uid[i].uid == uid)
+            return &lk_uid[i].n;
+    if (!make || lk_nuid >= LOOKUPS_CEIL)
+        return NULL;
+    lk_uid[lk_nuid].uid = uid;
+    lk_uid[lk_nuid].n = 0;
+    return &lk_uid[lk_nuid++].n;
+}
+
+static void lk_uid_done(uid_t uid)
+{
+    for (int i = 0; i < lk_nuid; i++)
+        if (lk_uid[i].uid == uid && --lk_uid[i].n <= 0) {
+            lk_uid[i] = lk_uid[--lk_nuid];
+            return;
+        }
+}
+
+static int egress_int(struct dk_sb *ds, const char *key, int def, int lo, int hi)
+{
+    json_t *v = json_object_get(json_object_get(ds->dp->conf, "egress"), key);
+    json_int_t n = json_is_integer(v) ? json_integer_value(v) : def;
+    return n < lo ? lo : n > hi ? hi : (int)n;
+}
+
+/* The bound a new lookup of ds would pass (its config key, *max), or NULL. */
+static const char *lk_full(struct dk_sb *ds, int *max)
+{
+    int all = egress_int(ds, "lookups_max", 64, 1, LOOKUPS_CEIL);
+    int per_uid = egress_int(ds, "lookups_per_uid", 16, 1, all);
+    int per_sb = egress_int(ds, "lookups_per_sandbox", 8, 1, per_uid);
+    int *mine = lk_uid_count(ds->sb->owner, 0);
+    if (mine && *mine >= per_uid) {
+        *max = per_uid;
+        return "providers.docker.egress.lookups_per_uid";
     }
-    return strcasecmp(ph, host) == 0;
+    if (ds->lookups >= per_sb) {
+        *max = per_sb;
+        return "providers.docker.egress.lookups_per_sandbox";
+    }
+    *max = all;
+    return lk_inflight >= all ? "providers.docker.egress.lookups_max" : NULL;
 }
 
 static int allowed_name(struct dk_sb *ds, const char *host, int port)
@@ -538,32 +756,9 @@ static int allowed_name(struct dk_sb *ds, const char *host, int port)
     json_t *v;
     json_array_foreach(json_object_get(json_object_get(ds->opts, "egress"), "allow"), i,
                        v)
-        if (json_is_string(v) && pattern_match(json_string_value(v), host, port))
+        if (json_is_string(v) && egress_rule_match(json_string_value(v), host, port))
             return 1;
     return 0;
-}
-
-/* Loopback, private, link-local, CGNAT, multicast, unspecified, ULA... */
-static int private_addr(const struct sockaddr *sa)
-{
-    if (sa->sa_family == AF_INET) {
-        uint32_t a = ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr);
-        return (a >> 24) == 0 || (a >> 24) == 10 || (a >> 24) == 127 ||
-               (a >> 16) == 0xa9fe || (a >> 20) == 0xac1 || (a >> 16) == 0xc0a8 ||
-               (a >> 22) == (100u << 2 | 1) || (a >> 28) >= 0xe;
-    }
-    if (sa->sa_family == AF_INET6) {
-        const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
-        if (IN6_IS_ADDR_V4MAPPED(a)) {
-            struct sockaddr_in v4 = {.sin_family = AF_INET};
-            memcpy(&v4.sin_addr, a->s6_addr + 12, 4);
-            return private_addr((const struct sockaddr *)&v4);
-        }
-        return IN6_IS_ADDR_LOOPBACK(a) || IN6_IS_ADDR_UNSPECIFIED(a) ||
-               IN6_IS_ADDR_LINKLOCAL(a) || IN6_IS_ADDR_MULTICAST(a) ||
-               (a->s6_addr[0] & 0xfe) == 0xfc;
-    }
-    return 1;
 }
 
 /* A refusal: 403 in the sandbox, a sandbox.egress notification, a log line. */
@@ -586,6 +781,26 @@ static void refuse(struct dk_sb *ds, uint32_t id, const char *host, int port, in
                                  "decision", "refused", "reason", why));
 }
 
+/* A lookup bound reached: 503 in the sandbox, a sandbox.egress notification
+ * naming the bound (config key and value), a log line. */
+static void refuse_limit(struct dk_sb *ds, uint32_t id, const char *host, int port,
+                         const char *key, int max)
+{
+    char why[160];
+    snprintf(why, sizeof(why), "too many names being resolved (%s: %d)", key, max);
+    json_t *m = json_pack("{s:i, s:s}", "status", 503, "error", why);
+    dk_send_json(ds, SBX_CHAN_NET_CLOSE, id, m);
+    json_decref(m);
+    ds->egress_limited++;
+    if (!log_limit_take(&ds->sb->agent_log, ds->sb->id))
+        return;
+    log_info("docker %s: egress to %s:%d refused: %s", ds->sb->id, host, port, why);
+    sandbox_notify(ds->sb, SBX_N_EGRESS,
+                   json_pack("{s:s, s:i, s:s, s:s, s:s, s:i}", "host", host, "port", port,
+                             "decision", "refused", "reason", why, "limit", key, "max",
+                             max));
+}
+
 static struct dkn_port *egress_port(struct dk_sb *ds)
 {
     if (!ds->egress) {
@@ -603,8 +818,11 @@ static struct dkn_port *egress_port(struct dk_sb *ds)
 static void lookup_done(struct lookup *q)
 {
     lk_inflight--;
+    lk_uid_done(q->uid);
     struct sandbox *sb = sandbox_find_any(q->sb_id);
     struct dk_sb *ds = sb && sb->prov->ops == &sbx_provider_docker ? sb->pdata : NULL;
+    if (ds && strcmp(ds->cid, q->cid) == 0 && ds->lookups > 0)
+        ds->lookups--;
     if (!ds || strcmp(ds->cid, q->cid) != 0 || !ds->ready || conn_find(ds, q->id))
         goto out;
     if (q->rc != 0 || !q->res) {
@@ -615,7 +833,7 @@ static void lookup_done(struct lookup *q)
         json_object_get(ds->dp->conf, "egress"), "allow_private_addresses"));
     const struct addrinfo *use = NULL;
     for (const struct addrinfo *a = q->res; a; a = a->ai_next) {
-        if (!allow_private && private_addr(a->ai_addr)) {
+        if (!allow_private && egress_addr_private(a->ai_addr)) {
             refuse(ds, q->id, q->host, q->port, 403,
                    "the name resolves to a loopback, private or link-local address");
             goto out;
@@ -714,8 +932,10 @@ static void egress_open(struct dk_sb *ds, uint32_t id, const uint8_t *p, size_t 
         ev_io_init(&lk_io, lk_cb, lk_pipe[0], EV_READ);
         ev_io_start(D->loop, &lk_io);
     }
-    if (lk_inflight >= LOOKUPS_MAX) {
-        refuse(ds, id, host, port, 503, "too many names being resolved");
+    int lmax;
+    const char *full = lk_full(ds, &lmax);
+    if (full) {
+        refuse_limit(ds, id, host, port, full, lmax);
         json_decref(v);
         return;
     }
@@ -736,6 +956,9 @@ static void egress_open(struct dk_sb *ds, uint32_t id, const uint8_t *p, size_t 
         free(q);
     } else {
         lk_inflight++;
+        ds->lookups++;
+        q->uid = ds->sb->owner;
+        (*lk_uid_count(q->uid, 1))++;
     }
     pthread_attr_destroy(&at);
 }
@@ -751,42 +974,13 @@ json_t *dke_stats(struct dk_sb *ds)
     if (!json_is_object(json_object_get(ds->opts, "egress")))
         return NULL;
     struct dkn_port *pt = ds->egress;
-    return json_pack(
-        "{s:I, s:I, s:I, s:I, s:I}", "connections", (json_int_t)(pt ? pt->nconns : 0),
-        "connections_total", (json_int_t)(pt ? pt->connections : 0), "refused",
-        (json_int_t)ds->egress_refused, "bytes_in", (json_int_t)(pt ? pt->bytes_out : 0),
-        "bytes_out", (json_int_t)(pt ? pt->bytes_in : 0));
-}
-
-/* A request entry covered by a ceiling entry: the same name, or under the
- * ceiling's wildcard; the same port, or no port on either. */
-static int covers(const char *ceil, const char *want)
-{
-    const char *cc = strrchr(ceil, ':'), *wc = strrchr(want, ':');
-    size_t cl = cc ? (size_t)(cc - ceil) : strlen(ceil);
-    size_t wl = wc ? (size_t)(wc - want) : strlen(want);
-    if (cc && (!wc || strcmp(cc, wc) != 0))
-        return 0;
-    if (cl == 1 && ceil[0] == '*')
-        return 1;
-    if (cl > 2 && ceil[0] == '*' && ceil[1] == '.')
-        return wl > cl - 1 && strncasecmp(want + wl - (cl - 1), ceil + 1, cl - 1) == 0;
-    return cl == wl && strncasecmp(ceil, want, cl) == 0;
-}
-
-static int valid_pattern(const char *s)
-{
-    size_t n = strlen(s);
-    if (n == 0 || n > 260)
-        return 0;
-    for (size_t i = 0; i < n; i++) {
-        char ch = s[i];
-        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
-              (ch >= '0' && ch <= '9') || ch == '.' || ch == '-' || ch == ':' ||
-              (ch == '*' && i == 0)))
-            return 0;
-    }
-    return !(s[0] == '*' && n > 1 && s[1] != '.');
+    return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:i}", "connections",
+                     (json_int_t)(pt ? pt->nconns : 0), "connections_total",
+                     (json_int_t)(pt ? pt->connections : 0), "refused",
+                     (json_int_t)ds->egress_refused, "limited",
+                     (json_int_t)ds->egress_limited, "bytes_in",
+                     (json_int_t)(pt ? pt->bytes_out : 0), "bytes_out",
+                     (json_int_t)(pt ? pt->bytes_in : 0), "lookups", ds->lookups);
 }
 
 int dke_options(json_t *req, json_t *pconf, json_t *o, sbx_err_t *err)
@@ -809,13 +1003,13 @@ int dke_options(json_t *req, json_t *pconf, json_t *o, sbx_err_t *err)
             "options.egress.allow has more than 100 entries");
     json_array_foreach(allow, i, v) {
         const char *w = json_string_value(v);
-        if (!w || !valid_pattern(w))
+        if (!w || !egress_rule_valid(w))
             return err_make_data(
                 err, SBX_E_PARAMS, json_pack("{s:s}", "param", "options.egress.allow"),
                 "options.egress.allow: not a host pattern: %s", w ? w : "(not a string)");
         int ok = 0;
         json_array_foreach(ceil, j, c)
-            ok |= json_is_string(c) && covers(json_string_value(c), w);
+            ok |= json_is_string(c) && egress_rule_covers(json_string_value(c), w);
         if (!ok)
             return err_make_data(err, SBX_E_PERMISSION,
                                  json_pack("{s:s, s:s, s:s}", "option", "egress",

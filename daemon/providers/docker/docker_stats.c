@@ -175,6 +175,8 @@ static void stats_done(struct dk_resp *r, void *data)
     json_t *eg = ds ? dke_stats(ds) : NULL;
     if (eg)
         json_object_set_new(s, "egress", eg);
+    if (ds) /* net18: exposed ports, their bounds */
+        json_object_set_new(s, "ports", dkn_stats(ds));
     json_int_t plim = jint(pids, "limit");
     if (plim > 0 && plim < ((json_int_t)1 << 53))
         json_object_set_new(json_object_get(s, "pids"), "limit", json_integer(plim));

@@ -263,6 +263,12 @@ static int parse_rule(struct rule *r, json_t *o, size_t i, sbx_err_t *err)
             if (!json_is_string(v) || !json_string_value(v)[0])
                 return fail(err, i, k, "must be a runtime name (e.g. runsc)", NULL);
             json_object_set(r->grants, k, v);
+        } else if (!strcmp(k, "expose")) { /* net18: policy_expose.c */
+            json_t *g;
+            const char *why;
+            if (policy_expose_parse(v, &g, &why) < 0)
+                return fail(err, i, k, why, NULL);
+            json_object_set_new(r->grants, k, g);
         } else if (!strcmp(k, "privileged")) {
             if (!json_is_boolean(v))
                 return fail(err, i, k, "must be true or false", NULL);
@@ -366,6 +372,10 @@ json_t *policy_grants(const struct policy *pol, uid_t uid)
                 /* -1 (unlimited) wins; else the larger */
                 if (!have || n == -1 || (h != -1 && n > h))
                     json_object_set(g, k, v);
+            } else if (json_is_object(v)) { /* expose: policy_expose.c */
+                if (!have)
+                    json_object_set_new(g, k, have = json_object());
+                policy_expose_merge(have, v);
             } else if (json_is_true(v)) {
                 json_object_set(g, k, v);
             } else if (json_is_string(v) && !have) {
@@ -1125,78 +1135,4 @@ const char *policy_required_runtime(const struct policy *pol, uid_t uid)
                 return rt;
     }
     return NULL;
-}
-
-/* ---- what only sbxd names ---------------------------------------------------------- */
-
-static int reserved_key(const char *k, size_t n)
-{
-    while (n > 0 && isspace((unsigned char)*k)) {
-        k++;
-        n--;
-    }
-    return n >= 5 && !strncasecmp(k, "sbxd.", 5);
-}
-
-static int reserved(sbx_err_t *err, const char *option, json_t *v, const char *what)
-{
-    json_t *data = json_pack("{s:s, s:s, s:O}", "option", option, "reason", "reserved",
-                             "requested", v);
-    return err_make_data(err, SBX_E_PERMISSION, data,
-                         "docker: policy: options.%s: %s is reserved for sbxd's own "
-                         "bookkeeping (ownership is sbxd's to record)",
-                         option, what);
-}
-
-int policy_reserved(json_t *req, sbx_err_t *err)
-{
-    json_t *l = json_object_get(req, "labels");
-    const char *k;
-    json_t *v;
-    size_t i;
-    if (json_is_object(l)) {
-        json_object_foreach(l, k, v)
-            if (reserved_key(k, strlen(k)))
-                return reserved(err, "labels", l, "label key sbxd.*");
-    } else if (json_is_array(l) || json_is_string(l)) {
-        /* "k=v" entries, or "k=v,k2=v2" */
-        json_t *one = json_is_string(l) ? json_pack("[O]", l) : json_incref(l);
-        json_array_foreach(one, i, v) {
-            const char *s = json_string_value(v);
-            while (s && *s) {
-                size_t n = strcspn(s, json_is_string(l) ? "," : "");
-                size_t kl = strcspn(s, "=");
-                if (kl > n)
-                    kl = n;
-                if (reserved_key(s, kl)) {
-                    json_decref(one);
-                    return reserved(err, "labels", l, "label key sbxd.*");
-                }
-                s += n;
-                if (*s == ',')
-                    s++;
-            }
-        }
-        json_decref(one);
-    }
-    json_t *nm = json_object_get(req, "name");
-    const char *name = json_string_value(nm);
-    if (name && name[0]) {
-        static const char *const pre[] = {"sbxp.", "sbxpool-", "sbxd-", "sbx-", NULL};
-        char *san = dk_name(name, "");
-        const char *p = name;
-        while (*p == '/')
-            p++; /* the engine drops a leading slash */
-        for (size_t j = 0; pre[j]; j++)
-            if (!strncasecmp(p, pre[j], strlen(pre[j])) ||
-                (san && !strncasecmp(san, pre[j], strlen(pre[j])) &&
-                 strcmp(pre[j], "sbx-") != 0)) {
-                free(san);
-                return reserved(
-                    err, "name", nm,
-                    "a container name starting sbx-, sbxp., sbxpool- or sbxd-");
-            }
-        free(san);
-    }
-    return 0;
 }
