@@ -11,6 +11,7 @@
  *   proc.c      SPAWN: fork/exec, per-process pipes, output rings, exit records
  *   direct.c    the direct socket: listener, key check (CHANNEL.md, Direct socket)
  *   fs.c        file requests: stat, list, read, atomic write, watch (CHANNEL.md, Files)
+ *   fs_tar.c    archive requests (tar_get, tar_put) on tar.c's writer and extractor
  *   pty.c       terminals: the master/slave pair, window size, controlling tty
  *   net.c       connections relayed over the channel (sandbox.expose)
  *   json.c      a small strict JSON parser and a JSON string writer
@@ -112,6 +113,19 @@ void fs_ready(uint32_t id);
 int fs_timers(int64_t now);
 /* Drops every request, open write (its temporary file too) and watch. */
 void fs_reset(void);
+
+/* ---- fs_tar.c: tar_get/tar_more/tar_put (fs.c hands them over) ------------ */
+
+struct jval;
+/* An FS_REQ op of an archive (or a flush/commit of a put): true if taken. */
+bool fs_tar_req(uint32_t id, const char *op, const struct jval *q);
+/* FS_DATA / FS_CANCEL for an archive request: true if id is one. */
+bool fs_tar_data(uint32_t id, const uint8_t *payload, size_t n);
+bool fs_tar_cancel(uint32_t id);
+bool fs_tar_has_output(void);
+void fs_tar_pump(void);
+void fs_tar_timers(int64_t now);
+void fs_tar_reset(void);
 /* ---- pty.c --------------------------------------------------------------- */
 
 #define AGENT_PTY_MAX_DIM 10000 /* cols and rows a SPAWN or RESIZE may ask for */

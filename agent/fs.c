@@ -798,6 +798,10 @@ static void on_req(uint32_t id, const uint8_t *payload, size_t n)
         json_free(q);
         return;
     }
+    if (fs_tar_req(id, op, q)) {
+        json_free(q);
+        return;
+    }
     struct fs_req *r = find_req(id);
     if (!strcmp(op, "flush") || !strcmp(op, "commit")) {
         if (!r || r->kind != FSK_WRITE)
@@ -847,11 +851,14 @@ void fs_frame(uint8_t type, uint32_t id, const uint8_t *payload, size_t n)
         on_req(id, payload, n);
         return;
     case SBX_CHAN_FS_DATA:
+        if (fs_tar_data(id, payload, n))
+            return;
         if (r && r->kind == FSK_WRITE)
             write_data(r, payload, n);
         /* else a write that failed or was cancelled: its bytes go nowhere */
         return;
     case SBX_CHAN_FS_CANCEL: {
+        fs_tar_cancel(id);
         if (r)
             free_req(r);
         struct fs_watch *w = find_watch(id);
@@ -864,6 +871,8 @@ void fs_frame(uint8_t type, uint32_t id, const uint8_t *payload, size_t n)
 
 bool fs_has_output(void)
 {
+    if (fs_tar_has_output())
+        return true;
     for (size_t i = 0; i < nreqs; i++)
         if (reqs[i]->kind == FSK_READ)
             return true;
@@ -873,6 +882,7 @@ bool fs_has_output(void)
 void fs_pump(void)
 {
     static uint8_t chunk[SBX_CHAN_FS_FRAME];
+    fs_tar_pump();
     for (size_t i = 0; i < nreqs && agent_out_room();) {
         struct fs_req *r = reqs[i];
         if (r->kind != FSK_READ) {
@@ -932,6 +942,7 @@ void fs_ready(uint32_t id)
 int fs_timers(int64_t now)
 {
     int64_t next = -1;
+    fs_tar_timers(now);
     for (size_t i = 0; i < nreqs;) {
         struct fs_req *r = reqs[i];
         if (r->kind == FSK_WRITE && now - r->last_ms > FS_WRITE_IDLE_MS) {
@@ -956,6 +967,7 @@ int fs_timers(int64_t now)
 
 void fs_reset(void)
 {
+    fs_tar_reset();
     while (nreqs)
         free_req(reqs[0]);
     while (nwatches)

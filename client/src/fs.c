@@ -56,7 +56,7 @@ int sbx_fs_read_stream(sbx_ctx *c, sbx_rpc_error **err_out, const char *sandbox,
     if (err_out)
         *err_out = NULL;
     if (sbx__fs_raw_wanted()) {
-        int r = sbx__fs_read_raw(c, err_out, sandbox, path, sink, privdata);
+        int r = sbx__fs_read_raw(c, err_out, sandbox, path, NULL, sink, privdata);
         if (r != 1)
             return r;
     }

@@ -181,12 +181,14 @@ int sbx__fs_raw_wanted(void)
 }
 
 int sbx__fs_read_raw(sbx_ctx *c, sbx_rpc_error **err_out, const char *sandbox,
-                     const char *path, sbx_fs_sink_cb sink, void *privdata)
+                     const char *path, json_t *opts, sbx_fs_sink_cb sink, void *privdata)
 {
     json_t *res = NULL;
-    if (sbx_call_new(c, &res, err_out, SBX_M_FS_READ,
-                     json_pack("{s:s, s:s, s:s}", "sandbox", sandbox, "path", path,
-                               "transport", "raw")) != SBX_OK)
+    json_t *p = opts ? json_deep_copy(opts) : json_object();
+    json_object_set_new(p, "sandbox", json_string(sandbox));
+    json_object_set_new(p, "path", json_string(path));
+    json_object_set_new(p, "transport", json_string("raw"));
+    if (sbx_call_new(c, &res, err_out, SBX_M_FS_READ, p) != SBX_OK)
         return SBX_ERR;
     const char *tok = json_string_value(json_object_get(res, "token"));
     if (!tok) {

@@ -120,7 +120,7 @@ sbx_rpc_error *sbx__rpc_error_new(json_t *error);
 /* ---- fs_raw.c: the raw path; 1 when the daemon does not offer it ---- */
 int sbx__fs_raw_wanted(void);
 int sbx__fs_read_raw(sbx_ctx *c, sbx_rpc_error **err_out, const char *sandbox,
-                     const char *path, sbx_fs_sink_cb sink, void *privdata);
+                     const char *path, json_t *opts, sbx_fs_sink_cb sink, void *privdata);
 int sbx__fs_write_raw(sbx_ctx *c, json_t **result_out, sbx_rpc_error **err_out,
                       const char *sandbox, const char *path, json_t *opts, uint64_t size,
                       sbx_fs_source_cb source, void *privdata);

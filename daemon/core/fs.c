@@ -46,6 +46,19 @@ static uint64_t next_handle = 1;
 static ev_timer idle_timer;
 static int idle_timer_on;
 
+/* A read or write of a tar stream (`format: "tar"`): a handle across calls. */
+static int is_tar(json_t *args)
+{
+    const char *f = json_string_value(json_object_get(args, "format"));
+    return f && !strcmp(f, "tar");
+}
+
+/* Handles that hold a transfer slot and expire when idle. */
+static int is_transfer(enum fs_op op)
+{
+    return op == FS_OP_WRITE || op == FS_OP_READ;
+}
+
 /* -- bounds --------------------------------------------------------------------- */
 
 static int limit_err(sbx_err_t *err, const char *limit, int64_t max)
@@ -118,7 +131,7 @@ static struct fs_handle *handle_new(struct sandbox *sb, uid_t uid, enum fs_op op
     if (handles)
         handles->prev = h;
     handles = h;
-    if (op == FS_OP_WRITE && !idle_timer_on) {
+    if (is_transfer(op) && !idle_timer_on) {
         ev_timer_init(&idle_timer, idle_cb, 1.0, 1.0);
         ev_timer_start(D->loop, &idle_timer);
         idle_timer_on = 1;
@@ -137,13 +150,13 @@ static void handle_free(struct fs_handle *h, int tell)
         h->next->prev = h->prev;
     if (tell && h->open && h->sb->prov->ops->fs_release)
         h->sb->prov->ops->fs_release(h->sb->prov->cookie, h->sb, h->id, h->hdata);
-    if (h->op == FS_OP_WRITE)
+    if (is_transfer(h->op))
         uncharge(h->uid, 1, 0);
     json_decref(h->args);
     free(h);
     int writes = 0;
     for (struct fs_handle *x = handles; x; x = x->next)
-        writes += x->op == FS_OP_WRITE;
+        writes += is_transfer(x->op);
     if (!writes && idle_timer_on) {
         ev_timer_stop(D->loop, &idle_timer);
         idle_timer_on = 0;
@@ -212,7 +225,7 @@ void fs_expire(double now)
     struct fs_handle *h = handles, *next;
     for (; h; h = next) {
         next = h->next;
-        if (h->op == FS_OP_WRITE && !h->busy &&
+        if (is_transfer(h->op) && !h->busy &&
             now - h->last_used > (double)D->cfg.fs_handle_idle_ms / 1000.0) {
             log_debug("sandbox %s: write handle %llu idle: aborted", h->sb->id,
                       (unsigned long long)h->id);
@@ -250,6 +263,21 @@ static json_t *answer(struct fs_call *fc, json_t *res)
     switch (fc->op) {
     case FS_OP_READ: {
         const char *enc = json_string_value(json_object_get(fc->args, "encoding"));
+        if (fc->h) {
+            /* a tar stream: bytes, its handle until the end */
+            if (!fc->raw_done) {
+                char *s = base64_encode(fc->buf, fc->blen);
+                json_object_set_new(out, "data_b64", json_string_nocheck(s));
+                free(s);
+            }
+            json_object_set_new(out, "format", json_string("tar"));
+            json_object_set_new(out, "length", json_integer((json_int_t)fc->blen));
+            json_object_set(out, "eof", json_object_get(res, "eof"));
+            json_object_set(out, "entries", json_object_get(res, "entries"));
+            if (!json_is_true(json_object_get(res, "eof")))
+                json_object_set_new(out, "handle", json_integer((json_int_t)fc->handle));
+            break;
+        }
         if (fc->raw_done)
             goto read_meta;
         int b64 = (enc && !strcmp(enc, "base64")) || !utf8_valid(fc->buf, fc->blen);
@@ -273,6 +301,10 @@ static json_t *answer(struct fs_call *fc, json_t *res)
     }
     case FS_OP_WRITE:
         json_object_set(out, "size", json_object_get(res, "size"));
+        if (json_object_get(res, "entries")) {
+            json_object_set(out, "entries", json_object_get(res, "entries"));
+            json_object_set(out, "skipped", json_object_get(res, "skipped"));
+        }
         if (fc->more)
             json_object_set_new(out, "handle", json_integer((json_int_t)fc->handle));
         break;
@@ -335,7 +367,8 @@ void fs_call_done(struct fs_call *fc, sbx_err_t *err, json_t *result)
             h->open = 1;
         /* A write ends with its commit or its first failure (the provider
          * has dropped it then); a watch ends only if it failed to start. */
-        int gone = err || (fc->op == FS_OP_WRITE && !fc->more);
+        int gone = err || (fc->op == FS_OP_WRITE && !fc->more) ||
+                   (fc->op == FS_OP_READ && json_is_true(json_object_get(result, "eof")));
         if (!gone && !h->owner)
             handle_free(h, 1); /* its owner left meanwhile */
         else if (gone)
@@ -447,6 +480,7 @@ static void raw_fail(sbx_err_t *err, json_t *result, void *privdata)
 }
 
 void fs_start_raw_read(struct sandbox *sb, uid_t uid, json_t *args,
+                       struct fs_handle *h, void *owner,
                        void (*raw_done)(sbx_err_t *err, json_t *result, uint8_t *buf,
                                         size_t len, void *privdata),
                        void *privdata)
@@ -454,7 +488,7 @@ void fs_start_raw_read(struct sandbox *sb, uid_t uid, json_t *args,
     /* fs_start answers a refusal through done before any call exists; the
      * call it makes otherwise is found through the hook below. */
     next_raw = raw_done;
-    fs_start(sb, uid, FS_OP_READ, args, NULL, 0, 0, NULL, NULL, NULL, raw_fail, privdata);
+    fs_start(sb, uid, FS_OP_READ, args, NULL, 0, 0, h, owner, NULL, raw_fail, privdata);
     next_raw = NULL;
 }
 
@@ -516,7 +550,7 @@ void fs_start(struct sandbox *sb, uid_t uid, enum fs_op op, json_t *args, uint8_
             goto fail;
         }
     }
-    if (op == FS_OP_WRITE || op == FS_OP_WATCH) {
+    if (op == FS_OP_WRITE || op == FS_OP_WATCH || (op == FS_OP_READ && is_tar(args))) {
         if (!h) {
             h = handle_new(sb, uid, op, args, owner, on_event);
             fc->first = 1;

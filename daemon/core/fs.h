@@ -48,10 +48,12 @@ struct fs_call {
     json_t *args;        /* validated params, "path" absolute; owned by the call */
     const uint8_t *data; /* FS_OP_WRITE: this call's bytes */
     size_t len;
-    int first;       /* FS_OP_WRITE: the handle's first call: open it */
+    /* A read with args.format "tar" (an archive, PROTOCOL.md fs.read) has a
+     * handle like a write: first, handle and hdata are set; it ends at eof. */
+    int first;       /* FS_OP_WRITE, tar read: the handle's first call: open it */
     int more;        /* FS_OP_WRITE: more calls follow; 0 = commit */
-    uint64_t handle; /* FS_OP_WRITE, FS_OP_WATCH: the handle's id */
-    void **hdata;    /* FS_OP_WRITE, FS_OP_WATCH: the provider's per-handle pointer */
+    uint64_t handle; /* FS_OP_WRITE, FS_OP_WATCH, tar read: the handle's id */
+    void **hdata;    /* ... the provider's per-handle pointer */
     /* -- the core's -- */
     uid_t uid;
     uint8_t *buf; /* FS_OP_READ: bytes so far; FS_OP_WRITE: the decoded chunk */
@@ -76,9 +78,11 @@ void fs_start(struct sandbox *sb, uid_t uid, enum fs_op op, json_t *args, uint8_
               size_t len, int more, struct fs_handle *h, void *owner,
               fs_event_cb on_event, fs_done_cb done, void *privdata);
 
-/* A read whose bytes are handed over raw (buf malloc'd, the callee's) instead
+/* A read whose bytes are handed over raw (h and owner: a tar read's handle
+ * after its first call, and whose it is) (buf malloc'd, the callee's) instead
  * of encoded into the answer: the raw stream's (rpc/fs_stream.c). */
 void fs_start_raw_read(struct sandbox *sb, uid_t uid, json_t *args,
+                       struct fs_handle *h, void *owner,
                        void (*raw_done)(sbx_err_t *err, json_t *result, uint8_t *buf,
                                         size_t len, void *privdata),
                        void *privdata);

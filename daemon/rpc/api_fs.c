@@ -188,10 +188,83 @@ static int get_transport(struct call *c, json_t *params)
     return bad(c, "transport", "must be \"json\" or \"raw\"");
 }
 
+/* -- archives (format "tar") ----------------------------------------------------- */
+
+/* fs.read {sandbox, path, format: "tar", follow?, name?, transport?} starts
+ * an archive of path; fs.read {sandbox, handle} takes its next chunk. */
+static void archive_read(struct call *c, json_t *params)
+{
+    struct sandbox *sb = get_sb(c, params);
+    if (!sb)
+        return;
+    int64_t hid = 0, len = 0;
+    if (get_int(c, params, "handle", 1, INT64_MAX, &hid) < 0 ||
+        get_int(c, params, "length", 0, INT64_MAX, &len) < 0)
+        return;
+    if (hid) {
+        struct fs_handle *h =
+            c->conn ? fs_handle_find((uint64_t)hid, c->conn, FS_OP_READ) : NULL;
+        const char *hsb =
+            h ? json_string_value(json_object_get(fs_handle_args(h), "sandbox_id")) : NULL;
+        if (!hsb || strcmp(hsb, sb->id) != 0) {
+            bad(c, "handle", "no archive being read with this handle in this session");
+            return;
+        }
+        if (fs_handle_busy(h)) {
+            bad(c, "handle", "busy: wait for the answer to the previous chunk");
+            return;
+        }
+        json_t *args = json_deep_copy(fs_handle_args(h));
+        json_object_set_new(args, "length", json_integer(len));
+        fs_start(sb, uid_of(c), FS_OP_READ, args, NULL, 0, 0, h, c->conn, NULL, done, c);
+        return;
+    }
+    json_t *fmt = json_object_get(params, "format");
+    if (!json_is_string(fmt) || strcmp(json_string_value(fmt), "tar") != 0) {
+        bad(c, "format", "must be \"tar\" (or give a handle)");
+        return;
+    }
+    if (json_object_get(params, "offset")) {
+        bad(c, "offset", "an archive is read from its start, by its handle");
+        return;
+    }
+    json_t *args = json_pack("{s:s, s:s}", "sandbox_id", sb->id, "format", "tar");
+    json_t *name = json_object_get(params, "name");
+    if (get_path(c, sb, params, "path", args) < 0 ||
+        set_bool(c, params, "follow", 0, args) < 0)
+        goto out;
+    if (name && !json_is_null(name)) {
+        const char *n = json_string_value(name);
+        if (!n || !*n || strchr(n, '/') || strlen(n) != json_string_length(name) ||
+            !strcmp(n, "..")) {
+            bad(c, "name", "must be one path component (the top entry's name)");
+            goto out;
+        }
+        json_object_set(args, "name", name);
+    }
+    int raw = get_transport(c, params);
+    if (raw < 0)
+        goto out;
+    json_object_set_new(args, "length", json_integer(len));
+    if (raw) {
+        json_object_del(args, "sandbox_id"); /* fs_stream_offer sets it */
+        fs_stream_offer(c, sb, FS_OP_READ, args);
+        return;
+    }
+    fs_start(sb, uid_of(c), FS_OP_READ, args, NULL, 0, 0, NULL, c->conn, NULL, done, c);
+    return;
+out:
+    json_decref(args);
+}
+
 /* -- methods ------------------------------------------------------------------ */
 
 void m_fs_read(struct call *c, json_t *params)
 {
+    if (json_object_get(params, "handle") || json_object_get(params, "format")) {
+        archive_read(c, params);
+        return;
+    }
     struct sandbox *sb;
     json_t *args = path_args(c, params, &sb);
     if (!args)
@@ -208,13 +281,7 @@ void m_fs_read(struct call *c, json_t *params)
         bad(c, "encoding", "must be \"utf8\" or \"base64\"");
         goto out;
     }
-    if (fmt && !json_is_null(fmt)) {
-        call_error(
-            c, SBX_E_UNSUPPORTED,
-            json_pack("{s:s, s:s}", "provider", sb->prov->ops->name, "feature", "fs.tar"),
-            "format is not supported yet: read files one by one");
-        goto out;
-    }
+    (void)fmt; /* null: the plain read */
     int raw = get_transport(c, params);
     if (raw < 0)
         goto out;
@@ -306,15 +373,21 @@ void m_fs_write(struct call *c, json_t *params)
                  more, h, c->conn, NULL, done, c);
         return;
     }
-    if (json_object_get(params, "format") &&
-        !json_is_null(json_object_get(params, "format"))) {
-        call_error(
-            c, SBX_E_UNSUPPORTED,
-            json_pack("{s:s, s:s}", "provider", sb->prov->ops->name, "feature", "fs.tar"),
-            "format is not supported yet: write files one by one");
-        return;
-    }
     json_t *args = json_pack("{s:s}", "sandbox_id", sb->id);
+    json_t *fmt = json_object_get(params, "format");
+    if (fmt && !json_is_null(fmt)) {
+        if (!json_is_string(fmt) || strcmp(json_string_value(fmt), "tar") != 0) {
+            json_decref(args);
+            bad(c, "format", "must be \"tar\"");
+            return;
+        }
+        if (json_object_get(params, "append") || json_object_get(params, "mode")) {
+            json_decref(args);
+            bad(c, "format", "a tar write takes no append or mode (the entries have theirs)");
+            return;
+        }
+        json_object_set_new(args, "format", json_string("tar"));
+    }
     if (get_path(c, sb, params, "path", args) < 0 ||
         get_int(c, params, "mode", 0, 07777, &mode) < 0 ||
         get_bool(c, params, "append", &append) < 0 ||
@@ -349,6 +422,7 @@ void m_fs_write(struct call *c, json_t *params)
         json_object_set_new(args, "append", json_boolean(append));
         json_object_set_new(args, "mkdir_parents", json_boolean(parents));
         json_object_set_new(args, "size", json_integer(size));
+
         json_object_del(args, "sandbox_id"); /* fs_stream_offer sets it */
         fs_stream_offer(c, sb, FS_OP_WRITE, args);
         return;

@@ -70,6 +70,7 @@ struct stream {
     char *post;
     size_t postlen, postpos;
     /* read */
+    int tar; /* an archive (format "tar"): by its handle, to its end */
     int64_t offset, remaining;
     int header_sent;
     /* write */
@@ -306,6 +307,8 @@ static void read_done(sbx_err_t *err, json_t *result, uint8_t *buf, size_t len,
         err_clear(&e2);
         return;
     }
+    if (s->tar && !s->handle)
+        s->handle = (uint64_t)json_integer_value(json_object_get(result, "handle"));
     s->dcharged = len;
     s->data = buf;
     s->dlen = len;
@@ -316,6 +319,8 @@ static void read_done(sbx_err_t *err, json_t *result, uint8_t *buf, size_t len,
         json_t *r = json_deep_copy(result);
         json_object_del(r, "length");
         json_object_del(r, "eof");
+        json_object_del(r, "handle");
+        json_object_del(r, "entries");
         json_t *msg = reply_msg(s->id, r); /* steals r */
         head = line_of(msg, &hlen);
         json_decref(msg);
@@ -355,15 +360,22 @@ static void read_next(struct stream *s)
     struct sandbox *sb = stream_sb(s);
     if (!sb)
         return;
-    json_t *a = json_deep_copy(s->args);
-    json_object_del(a, "sandbox_id");
+    struct fs_handle *h = NULL;
+    if (s->tar && s->handle && !(h = fs_handle_find(s->handle, s, FS_OP_READ))) {
+        fail_msg(s, SBX_E_INTERNAL, NULL, "the archive's handle is gone");
+        return;
+    }
+    json_t *a = h ? json_deep_copy(fs_handle_args(h)) : json_deep_copy(s->args);
+    if (!s->tar)
+        json_object_del(a, "sandbox_id");
     int64_t want =
         s->remaining < D->cfg.fs_chunk_bytes ? s->remaining : D->cfg.fs_chunk_bytes;
-    json_object_set_new(a, "offset", json_integer(s->offset));
+    if (!s->tar)
+        json_object_set_new(a, "offset", json_integer(s->offset));
     json_object_set_new(a, "length", json_integer(want));
     s->busy = 1;
     set_events(s, 0);
-    fs_start_raw_read(sb, s->uid, a, read_done, s);
+    fs_start_raw_read(sb, s->uid, a, h, s, read_done, s);
 }
 
 /* -- write ------------------------------------------------------------------------- */
@@ -603,6 +615,11 @@ int fs_stream_take(int fd, uid_t uid, const char *line, size_t len, const char *
         json_t *l = json_object_get(s->args, "length");
         s->offset = json_integer_value(json_object_get(s->args, "offset"));
         s->remaining = json_integer_value(l) > 0 ? json_integer_value(l) : INT64_MAX;
+        s->tar = json_object_get(s->args, "format") != NULL;
+        if (s->tar) {
+            s->offset = 0;
+            s->remaining = INT64_MAX;
+        }
         if (restlen)
             log_debug("fs stream: %zu bytes after a read's fs.stream ignored", restlen);
         read_next(s);

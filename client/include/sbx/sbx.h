@@ -338,6 +338,20 @@ SBX_API int sbx_fs_write_stream(sbx_ctx *c, json_t **result_out, sbx_rpc_error *
 SBX_API int sbx_fs_write_fd(sbx_ctx *c, json_t **result_out, sbx_rpc_error **err_out,
                             const char *sandbox, const char *path, json_t *opts, int fd);
 
+/* ---- archives (fs.read/fs.write format "tar"; client/src/fs_archive.c) ----- */
+
+/**
+ * Streams a tar archive of sandbox:path (a file or a directory; its top entry
+ * named after path's base name, or opts.name) to sink, as `docker cp` makes
+ * one: over the raw path when the daemon offers it, else in SBX_FS_CHUNK
+ * calls. opts (borrowed, may be NULL): fs.read params (follow, name).
+ * Extracting one into a sandbox directory: sbx_fs_write_stream or
+ * sbx_fs_write_fd with opts {"format": "tar"}. Not callable from a callback.
+ */
+SBX_API int sbx_fs_archive_read(sbx_ctx *c, sbx_rpc_error **err_out, const char *sandbox,
+                                const char *path, json_t *opts, sbx_fs_sink_cb sink,
+                                void *privdata);
+
 /* ---- terminals (issue 18) ------------------------------------------------- */
 
 /**

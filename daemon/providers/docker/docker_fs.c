@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "daemon.h"
+#include "docker_archive.h"
 #include "docker_int.h"
 #include "fs.h"
 #include "log.h"
@@ -32,6 +33,7 @@ struct dkf_req {
     struct fs_call *fc; /* the call in flight, or NULL */
     int results;        /* FS_RESULTs still expected for fc */
     int write, watch;
+    int archive; /* a tar read (tar_get, then tar_more): lives until its eof */
     int failed;  /* fc already answered with an error; swallow the rest */
     int pending; /* not sent yet: the agent was not reached */
     uint64_t handle;
@@ -93,12 +95,15 @@ static void finish(struct dkf_req *r, sbx_err_t *err, json_t *res)
 {
     struct fs_call *fc = r->fc;
     r->fc = NULL;
-    int over = !r->watch && !r->write;
+    int over = !r->watch && !r->write && !r->archive;
+    if (r->archive && (err || json_is_true(json_object_get(res, "eof"))))
+        over = 1;
     if (r->write && (err || !fc->more))
         over = 1;
     if (r->watch && err)
         over = 1;
-    if (over && (r->write || r->watch) && r->results == 0 && err && r->ds->ch_live)
+    if (over && (r->write || r->watch || r->archive) && r->results == 0 && err &&
+        r->ds->ch_live)
         dka_send_frame(r->ds, SBX_CHAN_FS_CANCEL, r->id, NULL, 0);
     if (over && r->results == 0)
         unlink_req(r);
@@ -128,10 +133,13 @@ static int send_call(struct dkf_req *r)
     r->last = ev_now(D->loop);
     r->pending = 0;
     if (!r->write || fc->first) {
-        json_t *q = json_deep_copy(fc->args);
-        json_object_del(q, "sandbox_id");
-        json_object_del(q, "encoding");
-        json_object_set_new(q, "op", json_string(op_names[fc->op]));
+        json_t *q = dkf_tar_req(fc);
+        if (!q) {
+            q = json_deep_copy(fc->args);
+            json_object_del(q, "sandbox_id");
+            json_object_del(q, "encoding");
+            json_object_set_new(q, "op", json_string(op_names[fc->op]));
+        }
         int rc = dk_send_json(ds, SBX_CHAN_FS_REQ, r->id, q);
         json_decref(q);
         if (rc < 0)
@@ -170,13 +178,15 @@ int dkf_call(void *cookie, struct fs_call *fc, sbx_err_t *err)
                              json_pack("{s:s, s:s}", "provider", "docker", "feature",
                                        "fs (exec_mode docker-exec)"),
                              "files need the agent: exec_mode docker-exec has no fs.*");
-    struct dkf_req *r = fc->op == FS_OP_WRITE && !fc->first ? *fc->hdata : NULL;
-    if (fc->op == FS_OP_WRITE && !fc->first && !r)
-        return err_make(err, SBX_E_INTERNAL, "write handle without its request");
+    int cont = fc->hdata && !fc->first && fc->op != FS_OP_WATCH; /* a handle's later call */
+    struct dkf_req *r = cont ? *fc->hdata : NULL;
+    if (cont && !r)
+        return err_make(err, SBX_E_INTERNAL, "file handle without its request");
     if (!r) {
         r = new_req(ds);
         r->write = fc->op == FS_OP_WRITE;
         r->watch = fc->op == FS_OP_WATCH;
+        r->archive = fc->op == FS_OP_READ && fc->hdata;
         r->handle = fc->handle;
         if (fc->hdata)
             *fc->hdata = r;
@@ -191,7 +201,7 @@ int dkf_call(void *cookie, struct fs_call *fc, sbx_err_t *err)
     }
     if (send_call(r) < 0) {
         r->fc = NULL;
-        if (fc->first || !r->write)
+        if (fc->first || !cont)
             unlink_req(r);
         if (fc->hdata && fc->first)
             *fc->hdata = NULL;

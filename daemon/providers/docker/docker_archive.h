@@ -1,0 +1,18 @@
+/*
+ * docker_archive.h - tar streams of Docker sandboxes (fs.read/fs.write with
+ * `format: "tar"`, PROTOCOL.md "Archives"): the agent's requests for a
+ * running sandbox (docker_fs.c sends them), and the Engine API's archive
+ * endpoints for a stopped one.
+ */
+#ifndef SBXD_DOCKER_ARCHIVE_H
+#define SBXD_DOCKER_ARCHIVE_H
+
+#include <jansson.h>
+
+struct fs_call;
+
+/* The FS_REQ payload of an archive call (tar_get, tar_more, tar_put; new
+ * reference), or NULL when fc is not one. */
+json_t *dkf_tar_req(const struct fs_call *fc);
+
+#endif
