@@ -110,8 +110,9 @@ $(B)/libsbx.a: $(CLIENT_OBJ)
 $(B)/libsbx.so.$(SOVERSION): $(CLIENT_OBJ)
 	$(CC) $(SAN) -shared -Wl,-soname,libsbx.so.$(SOVERSION) -o $@ $^ $(shell pkg-config --libs jansson)
 	ln -sf libsbx.so.$(SOVERSION) $(B)/libsbx.so
-$(B)/sbxctl: $(CTL_OBJ) $(B)/libsbx.a
-	$(CC) $(SAN) -o $@ $(CTL_OBJ) $(B)/libsbx.a $(PKG_LIBS) -lev -lm
+# sbxctl cp makes and extracts its side of a tar stream with the agent's code.
+$(B)/sbxctl: $(CTL_OBJ) $(B)/obj/agent/tar.o $(B)/libsbx.a
+	$(CC) $(SAN) -o $@ $(CTL_OBJ) $(B)/obj/agent/tar.o $(B)/libsbx.a $(PKG_LIBS) -lev -lm
 
 # The Docker agent is static: it must run in images with no libc at all.
 $(B)/sbx-init: $(AGENT_SRC) $(wildcard agent/*.h) proto/sbx_chan.c proto/sbx_chan.h

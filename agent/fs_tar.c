@@ -146,7 +146,9 @@ static void op_put(uint32_t id, const char *path)
         return;
     }
     add(id)->in = in;
-    agent_send_buf(SBX_CHAN_FS_RESULT, id, &(struct buf){0});
+    struct buf b = {0};
+    buf_puts(&b, "{}");
+    agent_send_buf(SBX_CHAN_FS_RESULT, id, &b);
 }
 
 static void answer_put(struct tar_req *r, int commit)

@@ -127,7 +127,7 @@ static void free_names(struct dir_frame *f)
 
 static int fail_out(struct tar_out *t, int e, const char *what)
 {
-    snprintf(t->msg, sizeof(t->msg), "%s: %s", what, strerror(e));
+    snprintf(t->msg, sizeof(t->msg), "%.200s: %s", what, strerror(e));
     errno = e;
     return -1;
 }
@@ -257,7 +257,7 @@ static int make_entry(struct tar_out *t, int follow)
     } else {
         return 0; /* a socket: tar has no such entry */
     }
-    char name[TAR_NAME_MAX + 256];
+    char name[TAR_NAME_MAX + 258];
     snprintf(name, sizeof(name), "%s%s", t->aname, type == '5' ? "/" : "");
     char pax[3 * (TAR_NAME_MAX + 64)];
     size_t plen = 0;
@@ -461,6 +461,8 @@ struct tar_in {
     int fd;              /* the file being written, or -1: data skipped */
     int64_t mtime;
     mode_t mode;
+    int owners;       /* chown entries to uid/gid */
+    int64_t uid, gid; /* of the entry, from its header */
     char *meta;          /* a record's data so far */
     size_t mlen;
     char *long_name, *long_link; /* from the records before an entry */
@@ -644,11 +646,21 @@ static int make(struct tar_in *t, const char *name, const char *link)
     } else {
         t->skipped++; /* devices need privileges we do not have; sockets, others */
     }
+    if (r == 0 && t->owners && (type == '5' || type == '2' || type == '6') &&
+        fchownat(dir, base, (uid_t)t->uid, (gid_t)t->gid, AT_SYMLINK_NOFOLLOW) < 0)
+        r = -1;
+    if (r == 0 && t->owners && t->fd >= 0 && fchown(t->fd, (uid_t)t->uid, (gid_t)t->gid) < 0)
+        r = -1;
     int e = errno;
     close(dir);
     if (r < 0)
         return fail_in(t, e, name, "cannot be made here");
     return 0;
+}
+
+void tar_in_set_owners(struct tar_in *t, int on)
+{
+    t->owners = on;
 }
 
 static char *take_meta_str(struct tar_in *t)
@@ -760,6 +772,10 @@ static int on_header(struct tar_in *t)
     int64_t mode = get_num(t->blk + 100, 8), mt = get_num(t->blk + 136, 12);
     t->mode = mode < 0 ? 0644 : (mode_t)(mode & 07777);
     t->mtime = mt < 0 ? 0 : mt;
+    t->uid = get_num(t->blk + 108, 8);
+    t->gid = get_num(t->blk + 116, 8);
+    if (t->uid < 0 || t->gid < 0)
+        t->uid = t->gid = 0;
     int has_data = t->type == '0' || t->type == '7' || t->type == '\0';
     t->left = has_data ? (uint64_t)size : (t->type == '5' || t->type == '2' ||
                                            t->type == '1' || t->type == '6' ||

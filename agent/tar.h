@@ -54,6 +54,9 @@ int tar_in_feed(struct tar_in *t, const void *data, size_t n);
 /* The archive is over: 0 if it ended where an entry may end (its end
  * blocks, or none), else -1 (cut inside an entry). Sets deferred modes. */
 int tar_in_finish(struct tar_in *t);
+/* on: entries take the uid/gid the archive gives them (sbxctl cp -a; needs
+ * the privilege to chown), failing the extraction where that is refused. */
+void tar_in_set_owners(struct tar_in *t, int on);
 int tar_in_errno(const struct tar_in *t);
 const char *tar_in_message(const struct tar_in *t);
 uint64_t tar_in_entries(const struct tar_in *t);

@@ -1,12 +1,24 @@
 /*
- * cp.c - sbxctl cp SRC DEST: files and directories between this machine and
- * a sandbox, `docker cp` style. One side is ID:PATH; the other a local path,
- * or `-`: a tar stream on standard input (extracted into ID:PATH, a
- * directory) or standard output (ID:PATH as an archive whose top entry is
- * its base name). Directories are copied recursively over fs.list, fs.read,
- * fs.mkdir and fs.write, each file streamed in chunks.
+ * cp.c - sbxctl cp [-a] [-L] SRC DEST: files and directories between this
+ * machine and a sandbox with `docker cp`'s rules. One side is ID:PATH; the
+ * other a local path, or `-`: a tar stream on standard input (extracted
+ * into ID:PATH, a directory) or standard output (ID:PATH as an archive
+ * whose top entry is its base name).
+ *
+ * Everything moves as one tar stream (PROTOCOL.md "Archives"): the sandbox
+ * makes and extracts its side (sbx-init, as the command user), and this
+ * side uses the same code (agent/tar.c), so a tree is one transfer, not a
+ * call per file. Which directory receives the stream and under which top
+ * name is decided here, from whether DEST exists, is a directory, or ends
+ * in `/`, and whether SRC ends in `/.` (its contents):
+ *
+ *   SRC file -> DEST missing or a file: DEST (DEST/ missing: an error)
+ *            -> DEST a directory:       DEST/basename(SRC)
+ *   SRC dir  -> DEST missing:           DEST, made, with SRC's contents
+ *            -> DEST a directory:       DEST/basename(SRC), or with SRC/.
+ *                                       the contents straight into DEST
+ *            -> DEST a file:            an error
  */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -15,6 +27,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../../agent/tar.h"
 #include "sbxctl.h"
 
 /* ---- helpers ------------------------------------------------------------------- */
@@ -29,40 +42,72 @@ static int fail_rpc(sbx_ctx *c, sbx_rpc_error *e)
     return EXIT_RPC;
 }
 
-static const char *base_of(const char *p)
+/* p's last component (trailing slashes ignored) into out. */
+static void base_into(const char *p, char *out, size_t cap)
 {
     size_t n = strlen(p);
     while (n > 1 && p[n - 1] == '/')
         n--;
-    const char *s = p + n;
-    while (s > p && s[-1] != '/')
+    size_t s = n;
+    while (s > 0 && p[s - 1] != '/')
         s--;
-    return s;
+    snprintf(out, cap, "%.*s", (int)(n - s), p + s);
 }
 
-/* "a/" + "b" without doubling the slash; malloc'd. */
-static char *join(const char *a, const char *b)
+/* p's directory (trailing slashes ignored) into out: "." when it has none. */
+static void dir_into(const char *p, char *out, size_t cap)
 {
-    size_t n = strlen(a);
-    char *s = ctl_nonnull(malloc(n + strlen(b) + 2));
-    snprintf(s, n + strlen(b) + 2, "%s%s%s", a, n && a[n - 1] == '/' ? "" : "/", b);
-    return s;
+    size_t n = strlen(p);
+    while (n > 1 && p[n - 1] == '/')
+        n--;
+    while (n > 0 && p[n - 1] != '/')
+        n--;
+    while (n > 1 && p[n - 1] == '/')
+        n--;
+    if (n == 0)
+        snprintf(out, cap, "%s", p[0] == '/' ? "/" : ".");
+    else
+        snprintf(out, cap, "%.*s", (int)n, p);
 }
 
-/* The type of sandbox path ("file", "dir", ...), or NULL when missing. */
-static char *remote_type(sbx_ctx *c, const char *id, const char *path)
+static int ends_with(const char *s, const char *tail)
+{
+    size_t n = strlen(s), t = strlen(tail);
+    return n >= t && !strcmp(s + n - t, tail);
+}
+
+/* "x/." (or "x/./"): the contents of x. Strips the mark from a copy. */
+static int contents_only(const char *p, char *out, size_t cap)
+{
+    snprintf(out, cap, "%s", p);
+    size_t n = strlen(out);
+    while (n > 1 && out[n - 1] == '/')
+        out[--n] = '\0';
+    if (!(n >= 2 && !strcmp(out + n - 2, "/.")) && strcmp(out, "."))
+        return 0;
+    if (!strcmp(out, "."))
+        return 1;
+    out[n - 2] = '\0';
+    if (!out[0])
+        snprintf(out, cap, "/");
+    return 1;
+}
+
+/* The type of sandbox path ("file", "dir", ...) into t, or "" when missing. */
+static void remote_type(sbx_ctx *c, const char *id, const char *path, int follow,
+                        char *t, size_t cap)
 {
     json_t *r = NULL;
     sbx_rpc_error *e = NULL;
+    t[0] = '\0';
     if (sbx_call_new(c, &r, &e, SBX_M_FS_STAT,
-                     json_pack("{s:s, s:s}", "sandbox", id, "path", path)) != SBX_OK) {
+                     json_pack("{s:s, s:s, s:b}", "sandbox", id, "path", path, "follow",
+                               follow)) != SBX_OK) {
         sbx_rpc_error_free(e);
-        return NULL;
+        return;
     }
-    const char *t = json_string_value(json_object_get(r, "type"));
-    char *s = t ? ctl_nonnull(strdup(t)) : NULL;
+    snprintf(t, cap, "%s", json_string_value(json_object_get(r, "type")) ?: "");
     json_decref(r);
-    return s;
 }
 
 static int sink_fd(const void *data, size_t len, void *privdata)
@@ -81,346 +126,124 @@ static int sink_fd(const void *data, size_t len, void *privdata)
     return 0;
 }
 
-static long source_fd(void *buf, size_t cap, void *privdata)
+static long source_tar(void *buf, size_t cap, void *privdata)
 {
-    int fd = *(int *)privdata;
-    size_t n = 0;
-    while (n < cap) {
-        ssize_t r = read(fd, (char *)buf + n, cap - n);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0)
-            return -1;
-        if (r == 0)
-            break;
-        n += (size_t)r;
-    }
-    return (long)n;
+    return tar_out_read(privdata, buf, cap);
 }
 
-/* ---- upload -------------------------------------------------------------------- */
-
-static int up_file(sbx_ctx *c, const char *id, const char *local, const char *remote,
-                   mode_t mode)
+static int sink_tar(const void *data, size_t len, void *privdata)
 {
-    int fd = open(local, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        warnx_("%s: %s", local, strerror(errno));
-        return EXIT_RPC;
-    }
-    json_t *opts = json_pack("{s:i}", "mode", (int)(mode & 07777));
-    sbx_rpc_error *e = NULL;
-    int rc =
-        sbx_fs_write_fd(c, NULL, &e, id, remote, opts, fd) == SBX_OK ? 0 : fail_rpc(c, e);
-    json_decref(opts);
-    close(fd);
-    return rc;
+    return tar_in_feed(privdata, data, len);
 }
 
-static int up_tree(sbx_ctx *c, const char *id, const char *local, const char *remote)
-{
-    struct stat st;
-    if (lstat(local, &st) < 0) {
-        warnx_("%s: %s", local, strerror(errno));
-        return EXIT_RPC;
-    }
-    if (S_ISREG(st.st_mode))
-        return up_file(c, id, local, remote, st.st_mode);
-    if (!S_ISDIR(st.st_mode)) {
-        warnx_("%s: skipped (not a file or directory)", local);
-        return 0;
-    }
-    sbx_rpc_error *e = NULL;
-    if (sbx_call_new(c, NULL, &e, SBX_M_FS_MKDIR,
-                     json_pack("{s:s, s:s, s:b, s:i}", "sandbox", id, "path", remote,
-                               "parents", 1, "mode", (int)(st.st_mode & 07777))) !=
-        SBX_OK)
-        return fail_rpc(c, e);
-    DIR *d = opendir(local);
-    if (!d) {
-        warnx_("%s: %s", local, strerror(errno));
-        return EXIT_RPC;
-    }
-    int rc = 0;
-    struct dirent *de;
-    while (!rc && (de = readdir(d))) {
-        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
-            continue;
-        char *l = join(local, de->d_name), *r = join(remote, de->d_name);
-        rc = up_tree(c, id, l, r);
-        free(l);
-        free(r);
-    }
-    closedir(d);
-    return rc;
-}
+/* ---- the two directions ---------------------------------------------------------- */
 
-/* ---- download -------------------------------------------------------------------- */
-
-static int down_file(sbx_ctx *c, const char *id, const char *remote, const char *local,
-                     int mode)
-{
-    int fd = open(local, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode ? mode : 0644);
-    if (fd < 0) {
-        warnx_("%s: %s", local, strerror(errno));
-        return EXIT_RPC;
-    }
-    sbx_rpc_error *e = NULL;
-    int rc = sbx_fs_read_stream(c, &e, id, remote, sink_fd, &fd) == SBX_OK
-                 ? 0
-                 : fail_rpc(c, e);
-    close(fd);
-    return rc;
-}
-
-static int down_tree(sbx_ctx *c, const char *id, const char *remote, const char *local)
-{
-    char *t = remote_type(c, id, remote);
-    if (!t) {
-        warnx_("%s:%s: no such file or directory", id, remote);
-        return EXIT_RPC;
-    }
-    int is_dir = !strcmp(t, "dir");
-    free(t);
-    if (!is_dir)
-        return down_file(c, id, remote, local, 0);
-    if (mkdir(local, 0755) < 0 && errno != EEXIST) {
-        warnx_("%s: %s", local, strerror(errno));
-        return EXIT_RPC;
-    }
-    int rc = 0;
-    const char *cursor = NULL;
-    json_t *page = NULL;
-    do {
-        json_t *q = json_pack("{s:s, s:s}", "sandbox", id, "path", remote);
-        if (cursor)
-            json_object_set_new(q, "cursor", json_string(cursor));
-        json_decref(page);
-        page = NULL;
-        sbx_rpc_error *e = NULL;
-        if (sbx_call_new(c, &page, &e, SBX_M_FS_LIST, q) != SBX_OK) {
-            rc = fail_rpc(c, e);
-            break;
-        }
-        size_t i;
-        json_t *ent;
-        json_array_foreach(json_object_get(page, "entries"), i, ent) {
-            const char *name = json_string_value(json_object_get(ent, "name"));
-            const char *type = json_string_value(json_object_get(ent, "type"));
-            if (!name || !type || strchr(name, '/') || !strcmp(name, "..") ||
-                !strcmp(name, "."))
-                continue; /* never write outside local */
-            char *r = join(remote, name), *l = join(local, name);
-            if (!strcmp(type, "dir"))
-                rc = down_tree(c, id, r, l);
-            else if (!strcmp(type, "file"))
-                rc = down_file(c, id, r, l,
-                               (int)json_integer_value(json_object_get(ent, "mode")));
-            else if (!strcmp(type, "symlink") && json_object_get(ent, "target"))
-                rc = symlink(json_string_value(json_object_get(ent, "target")), l) < 0 &&
-                             errno != EEXIST
-                         ? (warnx_("%s: %s", l, strerror(errno)), EXIT_RPC)
-                         : 0;
-            free(r);
-            free(l);
-            if (rc)
-                break;
-        }
-        cursor = rc ? NULL : json_string_value(json_object_get(page, "cursor"));
-    } while (cursor);
-    json_decref(page);
-    return rc;
-}
-
-/* ---- tar (ustar) on stdin / stdout ------------------------------------------------- */
-
-static void octal(char *f, size_t n, unsigned long long v)
-{
-    snprintf(f, n, "%0*llo", (int)n - 1, v);
-}
-
-static int tar_header(int fd, const char *name, char type, unsigned mode,
-                      unsigned long long size, const char *link)
-{
-    char h[512] = {0};
-    size_t nl = strlen(name);
-    if (nl > 100) {
-        /* split into prefix/name at a slash */
-        const char *s = name + nl - 100;
-        s = strchr(s, '/');
-        if (!s || s - name > 155) {
-            warnx_("%s: name too long for ustar: skipped", name);
-            return 1;
-        }
-        memcpy(h + 345, name, (size_t)(s - name));
-        memcpy(h, s + 1, strlen(s + 1));
-    } else {
-        memcpy(h, name, nl);
-    }
-    octal(h + 100, 8, mode & 07777);
-    octal(h + 108, 8, 0);
-    octal(h + 116, 8, 0);
-    octal(h + 124, 12, size);
-    octal(h + 136, 12, 0);
-    h[156] = type;
-    if (link)
-        snprintf(h + 157, 100, "%s", link);
-    memcpy(h + 257, "ustar", 6);
-    memcpy(h + 263, "00", 2);
-    memset(h + 148, ' ', 8);
-    unsigned sum = 0;
-    for (int i = 0; i < 512; i++)
-        sum += (unsigned char)h[i];
-    snprintf(h + 148, 8, "%06o", sum);
-    return sink_fd(h, 512, &fd) ? -1 : 0;
-}
-
-static int tar_out(sbx_ctx *c, const char *id, const char *remote, const char *name,
-                   int fd)
-{
-    json_t *st = NULL;
-    sbx_rpc_error *e = NULL;
-    if (sbx_call_new(c, &st, &e, SBX_M_FS_STAT,
-                     json_pack("{s:s, s:s, s:b}", "sandbox", id, "path", remote, "follow",
-                               0)) != SBX_OK)
-        return fail_rpc(c, e);
-    const char *type = json_string_value(json_object_get(st, "type"));
-    unsigned mode = (unsigned)json_integer_value(json_object_get(st, "mode"));
-    unsigned long long size =
-        (unsigned long long)json_integer_value(json_object_get(st, "size"));
-    int rc = 0;
-    if (type && !strcmp(type, "file")) {
-        rc = tar_header(fd, name, '0', mode, size, NULL);
-        if (rc == 0) {
-            int ffd = fd;
-            if (sbx_fs_read_stream(c, &e, id, remote, sink_fd, &ffd) != SBX_OK)
-                rc = fail_rpc(c, e);
-            static const char zero[512];
-            if (!rc && size % 512)
-                rc = sink_fd(zero, 512 - size % 512, &ffd) ? EXIT_RPC : 0;
-        }
-    } else if (type && !strcmp(type, "symlink")) {
-        rc = tar_header(fd, name, '2', mode, 0,
-                        json_string_value(json_object_get(st, "target")));
-    } else if (type && !strcmp(type, "dir")) {
-        char *dn = join(name, "");
-        rc = tar_header(fd, dn, '5', mode, 0, NULL);
-        free(dn);
-        const char *cursor = NULL;
-        json_t *page = NULL;
-        while (rc <= 0) {
-            json_t *q = json_pack("{s:s, s:s}", "sandbox", id, "path", remote);
-            if (cursor)
-                json_object_set_new(q, "cursor", json_string(cursor));
-            json_decref(page);
-            page = NULL;
-            if (sbx_call_new(c, &page, &e, SBX_M_FS_LIST, q) != SBX_OK) {
-                rc = fail_rpc(c, e);
-                break;
-            }
-            size_t i;
-            json_t *ent;
-            json_array_foreach(json_object_get(page, "entries"), i, ent) {
-                const char *n = json_string_value(json_object_get(ent, "name"));
-                char *r = join(remote, n), *l = join(name, n);
-                rc = tar_out(c, id, r, l, fd);
-                free(r);
-                free(l);
-                if (rc > 0)
-                    break;
-            }
-            cursor = json_string_value(json_object_get(page, "cursor"));
-            if (!cursor)
-                break;
-        }
-        json_decref(page);
-    }
-    json_decref(st);
-    return rc > 0 ? rc : 0;
-}
-
-/* Reads exactly n bytes from fd (0 ok, -1 short). */
-static int read_full(int fd, void *buf, size_t n)
-{
-    return source_fd(buf, n, &fd) == (long)n ? 0 : -1;
-}
-
-struct bounded {
-    int fd;
-    unsigned long long left;
+struct cp {
+    int follow, archive;
+    const char *id;
 };
 
-static long source_bounded(void *buf, size_t cap, void *privdata)
+/* Local src into the sandbox at dest (docker cp's rules, above). */
+static int upload(sbx_ctx *c, const struct cp *o, const char *src, const char *dest)
 {
-    struct bounded *b = privdata;
-    size_t n = b->left < cap ? (size_t)b->left : cap;
-    if (n && read_full(b->fd, buf, n) < 0)
-        return -1;
-    b->left -= n;
-    return (long)n;
+    char spath[PATH_MAX], name[NAME_MAX + 1], dir[PATH_MAX + 2], t[16];
+    int contents = contents_only(src, spath, sizeof(spath));
+    struct stat st;
+    if ((o->follow ? stat(spath, &st) : lstat(spath, &st)) < 0) {
+        warnx_("%s: %s", src, strerror(errno));
+        return EXIT_RPC;
+    }
+    int sdir = S_ISDIR(st.st_mode);
+    remote_type(c, o->id, dest, 1, t, sizeof(t));
+    if (!strcmp(t, "dir")) {
+        snprintf(dir, sizeof(dir), "%s", dest);
+        if (contents && sdir)
+            snprintf(name, sizeof(name), ".");
+        else
+            base_into(spath, name, sizeof(name));
+    } else if (t[0] && sdir) {
+        warnx_("%s:%s: cannot copy a directory to a file", o->id, dest);
+        return EXIT_RPC;
+    } else if (!t[0] && !sdir && ends_with(dest, "/")) {
+        warnx_("%s:%s: no such directory", o->id, dest);
+        return EXIT_RPC;
+    } else {
+        dir_into(dest, dir, sizeof(dir));
+        base_into(dest, name, sizeof(name));
+    }
+    struct tar_out *to = tar_out_new(spath, name, o->follow);
+    if (!to) {
+        warnx_("%s: %s", src, strerror(errno));
+        return EXIT_RPC;
+    }
+    json_t *opts = json_pack("{s:s}", "format", "tar");
+    sbx_rpc_error *e = NULL;
+    int rc = sbx_fs_write_stream(c, NULL, &e, o->id, dir, opts, source_tar, to) == SBX_OK
+                 ? 0
+                 : EXIT_RPC;
+    if (rc && !e && tar_out_message(to)[0])
+        warnx_("%s", tar_out_message(to));
+    else if (rc)
+        fail_rpc(c, e);
+    json_decref(opts);
+    tar_out_free(to);
+    return rc;
 }
 
-static int tar_in(sbx_ctx *c, const char *id, const char *dir, int fd)
+/* The sandbox's src to local dest (docker cp's rules, above). */
+static int download(sbx_ctx *c, const struct cp *o, const char *src, const char *dest)
 {
-    char h[512];
-    for (;;) {
-        if (read_full(fd, h, 512) < 0) {
-            warnx_("the tar stream ends early");
-            return EXIT_RPC;
-        }
-        int zero = 1;
-        for (int i = 0; i < 512 && zero; i++)
-            zero = h[i] == 0;
-        if (zero)
-            return 0;
-        char name[260] = {0};
-        if (h[345])
-            snprintf(name, sizeof(name), "%.155s/%.100s", h + 345, h);
-        else
-            snprintf(name, sizeof(name), "%.100s", h);
-        unsigned long long orig = strtoull(h + 124, NULL, 8), size = orig;
-        unsigned mode = (unsigned)strtoul(h + 100, NULL, 8) & 07777;
-        char type = h[156];
-        size_t nl = strlen(name);
-        while (nl && name[nl - 1] == '/')
-            name[--nl] = '\0';
-        if (strstr(name, "..") || name[0] == '/') {
-            warnx_("%s: refused (outside the target directory)", name);
-            return EXIT_RPC;
-        }
-        char *remote = join(dir, name);
-        sbx_rpc_error *e = NULL;
-        int rc = 0;
-        if (type == '5') {
-            if (sbx_call_new(c, NULL, &e, SBX_M_FS_MKDIR,
-                             json_pack("{s:s, s:s, s:b, s:i}", "sandbox", id, "path",
-                                       remote, "parents", 1, "mode", (int)mode)) !=
-                SBX_OK)
-                rc = fail_rpc(c, e);
-        } else if (type == '0' || type == '\0') {
-            struct bounded b = {fd, size};
-            json_t *opts = json_pack("{s:i, s:b}", "mode", (int)mode, "mkdir_parents", 1);
-            if (sbx_fs_write_stream(c, NULL, &e, id, remote, opts, source_bounded, &b) !=
-                SBX_OK)
-                rc = fail_rpc(c, e);
-            json_decref(opts);
-            size = b.left; /* what is still unread of this entry */
-        } else {
-            warnx_("%s: tar entry type '%c' skipped", name, type);
-        }
-        free(remote);
-        if (rc)
-            return rc;
-        /* the rest of the entry and its padding */
-        unsigned long long skip = size + (512 - orig % 512) % 512;
-        char junk[4096];
-        while (skip) {
-            size_t n = skip < sizeof(junk) ? (size_t)skip : sizeof(junk);
-            if (read_full(fd, junk, n) < 0)
-                return EXIT_RPC;
-            skip -= n;
-        }
+    char spath[PATH_MAX], dir[PATH_MAX + 2], top[NAME_MAX + 1], t[16];
+    int contents = contents_only(src, spath, sizeof(spath));
+    remote_type(c, o->id, spath, o->follow, t, sizeof(t));
+    if (!t[0]) {
+        warnx_("%s:%s: no such file or directory", o->id, src);
+        return EXIT_RPC;
     }
+    int sdir = !strcmp(t, "dir");
+    struct stat st;
+    int dexists = stat(dest, &st) == 0, ddir = dexists && S_ISDIR(st.st_mode);
+    const char *topp = NULL;
+    if (ddir) {
+        snprintf(dir, sizeof(dir), "%s", dest);
+        topp = contents && sdir ? "" : NULL;
+    } else if (dexists && sdir) {
+        warnx_("%s: cannot copy a directory to a file", dest);
+        return EXIT_RPC;
+    } else if (!dexists && !sdir && ends_with(dest, "/")) {
+        warnx_("%s: no such directory", dest);
+        return EXIT_RPC;
+    } else {
+        dir_into(dest, dir, sizeof(dir));
+        base_into(dest, top, sizeof(top));
+        topp = top;
+    }
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0) {
+        warnx_("%s: %s", dir, strerror(errno));
+        return EXIT_RPC;
+    }
+    struct tar_in *ti = tar_in_new(dfd, topp);
+    if (!ti) {
+        close(dfd);
+        warnx_("out of memory");
+        return EXIT_RPC;
+    }
+    tar_in_set_owners(ti, o->archive);
+    json_t *opts = json_pack("{s:b}", "follow", o->follow);
+    sbx_rpc_error *e = NULL;
+    int rc = 0;
+    if (sbx_fs_archive_read(c, &e, o->id, spath, opts, sink_tar, ti) != SBX_OK ||
+        tar_in_finish(ti) < 0) {
+        if (tar_in_errno(ti))
+            warnx_("%s: %s (%s)", dest, tar_in_message(ti), strerror(tar_in_errno(ti)));
+        else
+            fail_rpc(c, e);
+        rc = EXIT_RPC;
+    }
+    json_decref(opts);
+    tar_in_free(ti);
+    return rc;
 }
 
 /* ---- the verb ------------------------------------------------------------------- */
@@ -429,7 +252,7 @@ static int tar_in(sbx_ctx *c, const char *id, const char *dir, int fd)
 static char *split_remote(const char *s, const char **path)
 {
     const char *colon = strchr(s, ':');
-    if (!colon || colon == s || strchr(s, '/') < colon)
+    if (!colon || colon == s)
         return NULL;
     if (strchr(s, '/') && strchr(s, '/') < colon)
         return NULL;
@@ -437,18 +260,65 @@ static char *split_remote(const char *s, const char **path)
     return ctl_nonnull(strndup(s, (size_t)(colon - s)));
 }
 
+static const struct opt cp_opts[] = {
+    {"archive", 'a', 0, 1},
+    {"follow-link", 'L', 0, 2},
+    {NULL, 0, 0, 0},
+};
+
+static int run(sbx_ctx *c, struct cp *o, const char *src, const char *spath,
+               const char *dest, const char *dpath)
+{
+    sbx_rpc_error *e = NULL;
+    if (!strcmp(src, "-")) {
+        /* a tar stream into an existing directory, as docker cp - does */
+        char t[16];
+        remote_type(c, o->id, dpath, 1, t, sizeof(t));
+        if (strcmp(t, "dir")) {
+            warnx_("%s:%s: %s", o->id, dpath, t[0] ? "not a directory" : "no such directory");
+            return EXIT_RPC;
+        }
+        json_t *opts = json_pack("{s:s}", "format", "tar");
+        int rc = sbx_fs_write_fd(c, NULL, &e, o->id, dpath, opts, 0) == SBX_OK
+                     ? 0
+                     : fail_rpc(c, e);
+        json_decref(opts);
+        return rc;
+    }
+    if (!strcmp(dest, "-")) {
+        json_t *opts = json_pack("{s:b}", "follow", o->follow);
+        int rc = sbx_fs_archive_read(c, &e, o->id, spath, opts, sink_fd, &(int){1}) == SBX_OK
+                     ? 0
+                     : fail_rpc(c, e);
+        json_decref(opts);
+        return rc;
+    }
+    return spath ? download(c, o, spath, dest) : upload(c, o, src, dpath);
+}
+
 int cmd_cp(int argc, char **argv)
 {
     struct parser p;
     const char *pos[2] = {0};
     int n = 0, o;
+    struct cp opts = {0};
     parser_init(&p, argc, argv);
-    while ((o = opt_next(&p, NULL)) != OPT_END) {
-        if (o == OPT_HELP)
+    while ((o = opt_next(&p, cp_opts)) != OPT_END) {
+        switch (o) {
+        case OPT_HELP:
             verb_help();
-        if (n == 2)
-            usage_error("unexpected argument: %s", p.arg);
-        pos[n++] = p.arg;
+        case OPT_ARG:
+            if (n == 2)
+                usage_error("unexpected argument: %s", p.arg);
+            pos[n++] = p.arg;
+            break;
+        case 1:
+            opts.archive = 1;
+            break;
+        case 2:
+            opts.follow = 1;
+            break;
+        }
     }
     if (n < 2)
         usage_error("missing %s", n ? "DEST" : "SRC");
@@ -460,38 +330,9 @@ int cmd_cp(int argc, char **argv)
         free(did);
         usage_error("exactly one of SRC and DEST is ID:PATH");
     }
+    opts.id = sid ? sid : did;
     sbx_ctx *c = ctl_connect();
-    int rc;
-    if (did) {
-        char *t = remote_type(c, did, dpath);
-        if (!strcmp(pos[0], "-")) {
-            /* a tar stream into an existing directory */
-            if (!t || strcmp(t, "dir")) {
-                warnx_("%s:%s: not a directory", did, dpath);
-                rc = EXIT_RPC;
-            } else {
-                rc = tar_in(c, did, dpath, 0);
-            }
-        } else {
-            char *dest = t && !strcmp(t, "dir") ? join(dpath, base_of(pos[0]))
-                                                : ctl_nonnull(strdup(dpath));
-            rc = up_tree(c, did, pos[0], dest);
-            free(dest);
-        }
-        free(t);
-    } else if (!strcmp(pos[1], "-")) {
-        rc = tar_out(c, sid, spath, base_of(spath), 1);
-        static const char end[1024];
-        if (!rc && sink_fd(end, sizeof(end), &(int){1}))
-            rc = EXIT_RPC;
-    } else {
-        struct stat st;
-        char *dest = stat(pos[1], &st) == 0 && S_ISDIR(st.st_mode)
-                         ? join(pos[1], base_of(spath))
-                         : ctl_nonnull(strdup(pos[1]));
-        rc = down_tree(c, sid, spath, dest);
-        free(dest);
-    }
+    int rc = run(c, &opts, pos[0], spath, pos[1], dpath);
     free(sid);
     free(did);
     sbx_free(c);
