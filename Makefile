@@ -176,6 +176,11 @@ $(B)/fuzz/fuzz_agent_init: tests/fuzz/fuzz_agent_init.c $(AGENT_SRC) $(wildcard 
 	@mkdir -p $(dir $@)
 	$(CC) -std=gnu11 $(OPT) $(WARN) $(SAN) -fsanitize=fuzzer -D_GNU_SOURCE -Iproto \
 		-Iagent -o $@ $< $(FUZZ_AGENT_SRC)
+# sbx-init's tar extractor alone (agent/tar.h).
+$(B)/fuzz/fuzz_agent_tar: tests/fuzz/fuzz_agent_tar.c agent/tar.c agent/tar.h
+	@mkdir -p $(dir $@)
+	$(CC) -std=gnu11 $(OPT) $(WARN) $(SAN) -fsanitize=fuzzer -D_GNU_SOURCE -Iagent -o $@ $< \
+		agent/tar.c
 $(B)/fuzz/%: tests/fuzz/%.c tests/fuzz/fuzz_daemon.h $(DAEMON_LIB_OBJ) $(B)/libsbx.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -fsanitize=fuzzer -Itests/fuzz -Idaemon/providers/docker -Idaemon/providers/modal -o $@ $< \

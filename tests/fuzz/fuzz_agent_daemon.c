@@ -111,6 +111,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
              &fs_owner, NULL, fs_done, NULL);
     fs_start(sb, 0, FS_OP_WATCH, json_pack("{s:s, s:b}", "path", "/", "recursive", 1),
              NULL, 0, 0, NULL, &fs_owner, fs_on_event, fs_done, NULL);
+    /* And two archives (ids 5-6): a tar read by handle, a tar write. */
+    fs_start(sb, 0, FS_OP_READ,
+             json_pack("{s:s, s:s, s:i}", "path", "/t", "format", "tar", "length", 4096),
+             NULL, 0, 0, NULL, &fs_owner, NULL, fs_done, NULL);
+    chunk = malloc(8);
+    memcpy(chunk, "tartarta", 8);
+    fs_start(sb, 0, FS_OP_WRITE, json_pack("{s:s, s:s}", "path", "/u", "format", "tar"),
+             chunk, 8, 1, NULL, &fs_owner, NULL, fs_done, NULL);
 
     /* [stream][len hi][len lo][bytes], each cut into pieces. */
     size_t off = 0;
@@ -130,7 +138,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     fs_drop_owner(&fs_owner);
     fz_daemon_reset(); /* releases ds through d_sb_release */
     /* Every call was answered exactly once, however the agent behaved. */
-    if (fs_answers != 4)
+    if (fs_answers != 6)
         abort();
     return 0;
 }
