@@ -37,6 +37,7 @@ struct fs_handle {
     void *hdata;  /* the provider's */
     int busy;     /* a call of it is in flight */
     int open;     /* the provider holds it (the first call succeeded) */
+    int stopped;  /* opened on a stopped sandbox: fs_call_stopped's */
     int dropped;  /* watch: events lost since the last delivered one */
     double last_used;
 };
@@ -148,8 +149,11 @@ static void handle_free(struct fs_handle *h, int tell)
         handles = h->next;
     if (h->next)
         h->next->prev = h->prev;
-    if (tell && h->open && h->sb->prov->ops->fs_release)
-        h->sb->prov->ops->fs_release(h->sb->prov->cookie, h->sb, h->id, h->hdata);
+    const struct sbx_provider *ops = h->sb->prov->ops;
+    if (tell && h->open && h->stopped && ops->fs_release_stopped)
+        ops->fs_release_stopped(h->sb->prov->cookie, h->sb, h->id, h->hdata);
+    else if (tell && h->open && !h->stopped && ops->fs_release)
+        ops->fs_release(h->sb->prov->cookie, h->sb, h->id, h->hdata);
     if (is_transfer(h->op))
         uncharge(h->uid, 1, 0);
     json_decref(h->args);
@@ -505,11 +509,21 @@ void fs_start(struct sandbox *sb, uid_t uid, enum fs_op op, json_t *args, uint8_
                       ops->name);
         goto fail;
     }
-    if (sb->status != SB_RUNNING) {
+    /* A stopped sandbox's files can still be read where the provider can
+     * (Docker: from the engine); a handle stays with the side that opened it. */
+    int stopped = h ? h->stopped
+                    : sb->status == SB_STOPPED && ops->fs_call_stopped &&
+                          (op == FS_OP_READ || op == FS_OP_STAT || op == FS_OP_LIST);
+    if (sb->status != SB_RUNNING && !stopped) {
+        int ro = ops->fs_call_stopped && sb->status == SB_STOPPED;
         err_make_data(&err, SBX_E_STATE,
                       json_pack("{s:s, s:s}", "sandbox", sb->id, "status",
                                 sandbox_status_name(sb->status)),
-                      "sandbox %s is %s", sb->id, sandbox_status_name(sb->status));
+                      "sandbox %s is %s%s", sb->id, sandbox_status_name(sb->status),
+                      ro ? ": only reads (fs.read, fs.stat, fs.list) work while it is "
+                           "stopped; start it to change files (files made by the "
+                           "engine would not belong to the command user)"
+                         : "");
         goto fail;
     }
     if (op == FS_OP_WATCH && count_watches(sb) >= D->cfg.fs_watches_per_sandbox) {
@@ -553,6 +567,7 @@ void fs_start(struct sandbox *sb, uid_t uid, enum fs_op op, json_t *args, uint8_
     if (op == FS_OP_WRITE || op == FS_OP_WATCH || (op == FS_OP_READ && is_tar(args))) {
         if (!h) {
             h = handle_new(sb, uid, op, args, owner, on_event);
+            h->stopped = stopped;
             fc->first = 1;
         }
         h->busy = 1;
@@ -570,7 +585,7 @@ void fs_start(struct sandbox *sb, uid_t uid, enum fs_op op, json_t *args, uint8_
     }
     args = NULL;
     sandbox_touch(sb);
-    if (ops->fs_call(sb->prov->cookie, fc, &err) < 0) {
+    if ((stopped ? ops->fs_call_stopped : ops->fs_call)(sb->prov->cookie, fc, &err) < 0) {
         /* The provider took nothing: undo as fs_call_done would. */
         fs_call_done(fc, &err, NULL);
         return;

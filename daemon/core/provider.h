@@ -170,6 +170,13 @@ struct sbx_provider {
      * timeout, sandbox stopped. hdata is what the provider kept in
      * *fc->hdata. No fs_call of that handle is in flight. */
     void (*fs_release)(void *cookie, struct sandbox *sb, uint64_t handle, void *hdata);
+    /* Optional: fs_call for a sandbox that is stopped (its files kept), for
+     * the reads only (FS_OP_READ plain or tar, FS_OP_STAT, FS_OP_LIST); the
+     * calls of a handle it opened come here too, and fs_release_stopped
+     * drops it. Docker: the Engine API's archive endpoints. */
+    int (*fs_call_stopped)(void *cookie, struct fs_call *fc, sbx_err_t *err);
+    void (*fs_release_stopped)(void *cookie, struct sandbox *sb, uint64_t handle,
+                               void *hdata);
     /* -- issue 18: terminals, ports, stats (all optional) -- */
     /* Present: processes may run on a terminal (p->spec "pty": {cols, rows},
      * all output on stdout). Sets a running p's window size. */

@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include "daemon.h"
+#include "docker_archive.h"
 #include "docker_int.h"
 #include "log.h"
 #include "process.h"
@@ -1988,6 +1989,8 @@ const struct sbx_provider sbx_provider_docker = {
     .proc_release = d_proc_release,
     .fs_call = dkf_call,
     .fs_release = dkf_release,
+    .fs_call_stopped = dka_call_stopped, /* docker_archive.c: the engine's archives */
+    .fs_release_stopped = dka_release_stopped,
     .proc_resize = dk_proc_resize,
     .sb_stats = dk_sb_stats,
     .sb_expose = dk_sb_expose,
