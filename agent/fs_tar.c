@@ -21,8 +21,8 @@
 #include "agent.h"
 #include "tar.h"
 
-#define TAR_REQS_MAX 16                  /* gets and puts at once */
-#define TAR_IDLE_MS (10 * 60 * 1000)     /* forgotten by the daemon: dropped */
+#define TAR_REQS_MAX 16              /* gets and puts at once */
+#define TAR_IDLE_MS (10 * 60 * 1000) /* forgotten by the daemon: dropped */
 
 struct tar_req {
     uint32_t id;

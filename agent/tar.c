@@ -100,6 +100,7 @@ struct tar_out {
     char path[TAR_NAME_MAX + 256], aname[TAR_NAME_MAX + 256];
     char *top_path, *top_name;
     int follow, started, ended;
+    int dry; /* tar_out_size: count file data, do not read it */
     struct dir_frame stack[TAR_DEPTH_MAX];
     int depth;
     /* the entry being sent: its header blocks, then data, then padding */
@@ -375,7 +376,7 @@ long tar_out_read(struct tar_out *t, void *buf, size_t cap)
             n += k;
         } else if (t->data_left) {
             size_t want = t->data_left < cap - n ? (size_t)t->data_left : cap - n;
-            ssize_t r = read(t->fd, o + n, want);
+            ssize_t r = t->dry ? (ssize_t)want : read(t->fd, o + n, want);
             if (r < 0 && errno == EINTR)
                 continue;
             if (r < 0)
@@ -413,6 +414,23 @@ long tar_out_read(struct tar_out *t, void *buf, size_t cap)
         }
     }
     return (long)n;
+}
+
+int64_t tar_out_size(const char *path, const char *name, int follow)
+{
+    struct tar_out *t = tar_out_new(path, name, follow);
+    if (!t)
+        return -1;
+    t->dry = 1;
+    static uint8_t scratch[1 << 16];
+    int64_t total = 0;
+    long n;
+    while ((n = tar_out_read(t, scratch, sizeof(scratch))) > 0)
+        total += n;
+    int e = errno;
+    tar_out_free(t);
+    errno = e;
+    return n < 0 ? -1 : total;
 }
 
 const char *tar_out_message(const struct tar_out *t)
@@ -454,16 +472,16 @@ struct tar_in {
     enum in_state st;
     char blk[BLOCK];
     size_t blen;
-    char hdr[BLOCK];     /* the header of the entry whose data comes now */
-    char type;           /* of that entry, or of the record being read */
-    uint64_t left, pad;  /* data still to come, then padding */
-    int zeros;           /* zero blocks in a row */
-    int fd;              /* the file being written, or -1: data skipped */
+    char hdr[BLOCK];    /* the header of the entry whose data comes now */
+    char type;          /* of that entry, or of the record being read */
+    uint64_t left, pad; /* data still to come, then padding */
+    int zeros;          /* zero blocks in a row */
+    int fd;             /* the file being written, or -1: data skipped */
     int64_t mtime;
     mode_t mode;
     int owners;       /* chown entries to uid/gid */
     int64_t uid, gid; /* of the entry, from its header */
-    char *meta;          /* a record's data so far */
+    char *meta;       /* a record's data so far */
     size_t mlen;
     char *long_name, *long_link; /* from the records before an entry */
     int64_t pax_size;
@@ -478,8 +496,8 @@ struct tar_in {
 static int fail_in(struct tar_in *t, int e, const char *name, const char *what)
 {
     if (t->st != IN_FAILED) {
-        snprintf(t->msg, sizeof(t->msg), "%.*s%s%s", TAR_NAME_MAX / 16,
-                 name ? name : "", name ? ": " : "", what);
+        snprintf(t->msg, sizeof(t->msg), "%.*s%s%s", TAR_NAME_MAX / 16, name ? name : "",
+                 name ? ": " : "", what);
         t->err = e;
         t->st = IN_FAILED;
         if (t->fd >= 0)
@@ -617,9 +635,9 @@ static int make(struct tar_in *t, const char *name, const char *link)
             defer_mode(t, name, mode);
     } else if (type == '0' || type == '7' || type == '\0') {
         if (clear_name(dir, base) == 0)
-            t->fd = openat(dir, base,
-                           O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY,
-                           0600);
+            t->fd = openat(
+                dir, base,
+                O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY, 0600);
         r = t->fd < 0 ? -1 : 0;
     } else if (type == '2') {
         r = clear_name(dir, base) < 0 || symlinkat(link, dir, base) < 0 ? -1 : 0;
@@ -649,7 +667,8 @@ static int make(struct tar_in *t, const char *name, const char *link)
     if (r == 0 && t->owners && (type == '5' || type == '2' || type == '6') &&
         fchownat(dir, base, (uid_t)t->uid, (gid_t)t->gid, AT_SYMLINK_NOFOLLOW) < 0)
         r = -1;
-    if (r == 0 && t->owners && t->fd >= 0 && fchown(t->fd, (uid_t)t->uid, (gid_t)t->gid) < 0)
+    if (r == 0 && t->owners && t->fd >= 0 &&
+        fchown(t->fd, (uid_t)t->uid, (gid_t)t->gid) < 0)
         r = -1;
     int e = errno;
     close(dir);
@@ -682,7 +701,8 @@ static int parse_pax(struct tar_in *t)
     size_t i = 0;
     while (i < t->mlen) {
         size_t len = 0, j = i;
-        while (j < t->mlen && t->meta[j] >= '0' && t->meta[j] <= '9' && len < TAR_META_MAX)
+        while (j < t->mlen && t->meta[j] >= '0' && t->meta[j] <= '9' &&
+               len < TAR_META_MAX)
             len = len * 10 + (size_t)(t->meta[j++] - '0');
         if (j == i || j >= t->mlen || t->meta[j] != ' ' || len < j - i + 3 ||
             len > t->mlen - i || t->meta[i + len - 1] != '\n')
@@ -735,7 +755,8 @@ static int on_header(struct tar_in *t)
     }
     t->zeros = 0;
     if (!cksum_ok(t->blk))
-        return fail_in(t, EINVAL, NULL, "not a tar archive (a header's checksum is wrong)");
+        return fail_in(t, EINVAL, NULL,
+                       "not a tar archive (a header's checksum is wrong)");
     memcpy(t->hdr, t->blk, BLOCK);
     t->type = t->blk[156];
     int64_t size = get_num(t->blk + 124, 12);
@@ -777,11 +798,11 @@ static int on_header(struct tar_in *t)
     if (t->uid < 0 || t->gid < 0)
         t->uid = t->gid = 0;
     int has_data = t->type == '0' || t->type == '7' || t->type == '\0';
-    t->left = has_data ? (uint64_t)size : (t->type == '5' || t->type == '2' ||
-                                           t->type == '1' || t->type == '6' ||
-                                           t->type == '3' || t->type == '4')
-                                              ? 0
-                                              : (uint64_t)size;
+    t->left = has_data ? (uint64_t)size
+              : (t->type == '5' || t->type == '2' || t->type == '1' || t->type == '6' ||
+                 t->type == '3' || t->type == '4')
+                  ? 0
+                  : (uint64_t)size;
     t->pad = (BLOCK - t->left % BLOCK) % BLOCK;
     t->entries++;
     if (make(t, name, link) < 0)
@@ -868,7 +889,8 @@ int tar_in_feed(struct tar_in *t, const void *data, size_t n)
                     if (w < 0 && errno == EINTR)
                         continue;
                     if (w <= 0)
-                        return fail_in(t, w < 0 ? errno : EIO, NULL, "writing a file failed");
+                        return fail_in(t, w < 0 ? errno : EIO, NULL,
+                                       "writing a file failed");
                     off += (size_t)w;
                 }
             }

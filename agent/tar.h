@@ -19,10 +19,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define TAR_NAME_MAX 4096          /* bytes of an entry's name or link target */
-#define TAR_META_MAX (64u << 10)   /* a PAX or GNU long-name record's data */
-#define TAR_DEPTH_MAX 256          /* directory levels made or walked */
-#define TAR_DEFER_MAX 4096         /* directories whose mode is set at the end */
+#define TAR_NAME_MAX 4096        /* bytes of an entry's name or link target */
+#define TAR_META_MAX (64u << 10) /* a PAX or GNU long-name record's data */
+#define TAR_DEPTH_MAX 256        /* directory levels made or walked */
+#define TAR_DEFER_MAX 4096       /* directories whose mode is set at the end */
 
 /* ---- making an archive ---------------------------------------------------- */
 
@@ -36,6 +36,10 @@ struct tar_out *tar_out_new(const char *path, const char *name, int follow);
 /* The next bytes of the archive: n > 0, 0 at its end (after the two zero
  * blocks), -1 with errno when it cannot go on (tar_out_message says what). */
 long tar_out_read(struct tar_out *t, void *buf, size_t cap);
+/* The archive's exact size, by the same walk without reading file data (so
+ * a raw upload can announce it); -1 with errno. A file that changes size
+ * between this and the real read changes it. */
+int64_t tar_out_size(const char *path, const char *name, int follow);
 const char *tar_out_message(const struct tar_out *t);
 uint64_t tar_out_entries(const struct tar_out *t);
 void tar_out_free(struct tar_out *t);

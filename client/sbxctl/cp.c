@@ -94,8 +94,8 @@ static int contents_only(const char *p, char *out, size_t cap)
 }
 
 /* The type of sandbox path ("file", "dir", ...) into t, or "" when missing. */
-static void remote_type(sbx_ctx *c, const char *id, const char *path, int follow,
-                        char *t, size_t cap)
+static void remote_type(sbx_ctx *c, const char *id, const char *path, int follow, char *t,
+                        size_t cap)
 {
     json_t *r = NULL;
     sbx_rpc_error *e = NULL;
@@ -171,14 +171,17 @@ static int upload(sbx_ctx *c, const struct cp *o, const char *src, const char *d
         dir_into(dest, dir, sizeof(dir));
         base_into(dest, name, sizeof(name));
     }
-    struct tar_out *to = tar_out_new(spath, name, o->follow);
+    /* measured first, so the stream can go raw (its size said up front) */
+    int64_t size = tar_out_size(spath, name, o->follow);
+    struct tar_out *to = size >= 0 ? tar_out_new(spath, name, o->follow) : NULL;
     if (!to) {
         warnx_("%s: %s", src, strerror(errno));
         return EXIT_RPC;
     }
     json_t *opts = json_pack("{s:s}", "format", "tar");
     sbx_rpc_error *e = NULL;
-    int rc = sbx_fs_write_stream(c, NULL, &e, o->id, dir, opts, source_tar, to) == SBX_OK
+    int rc = sbx_fs_write_sized(c, NULL, &e, o->id, dir, opts, (uint64_t)size, source_tar,
+                                to) == SBX_OK
                  ? 0
                  : EXIT_RPC;
     if (rc && !e && tar_out_message(to)[0])
@@ -275,7 +278,8 @@ static int run(sbx_ctx *c, struct cp *o, const char *src, const char *spath,
         char t[16];
         remote_type(c, o->id, dpath, 1, t, sizeof(t));
         if (strcmp(t, "dir")) {
-            warnx_("%s:%s: %s", o->id, dpath, t[0] ? "not a directory" : "no such directory");
+            warnx_("%s:%s: %s", o->id, dpath,
+                   t[0] ? "not a directory" : "no such directory");
             return EXIT_RPC;
         }
         json_t *opts = json_pack("{s:s}", "format", "tar");
@@ -287,9 +291,10 @@ static int run(sbx_ctx *c, struct cp *o, const char *src, const char *spath,
     }
     if (!strcmp(dest, "-")) {
         json_t *opts = json_pack("{s:b}", "follow", o->follow);
-        int rc = sbx_fs_archive_read(c, &e, o->id, spath, opts, sink_fd, &(int){1}) == SBX_OK
-                     ? 0
-                     : fail_rpc(c, e);
+        int rc =
+            sbx_fs_archive_read(c, &e, o->id, spath, opts, sink_fd, &(int){1}) == SBX_OK
+                ? 0
+                : fail_rpc(c, e);
         json_decref(opts);
         return rc;
     }

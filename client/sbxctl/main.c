@@ -114,8 +114,8 @@ static const struct verb verbs[] = {
      "working directory, --rm is accepted (the sandbox is always removed). With --detach (-d), Ctrl-C leaves the sandbox and the command running\n"
      "and prints how to attach. --tool registers a tool; with =COMMAND sbxctl\n"
      "answers its calls as on exec, e.g. --tool lookup='jq .id'."},
-    {"cp", cmd_cp, "cp SRC DEST",
-     "Copies files or directories between here and a sandbox (ID:PATH on one side;\n`-` is a tar stream on stdin/stdout), as docker cp."},
+    {"cp", cmd_cp, "cp [-a] [-L] SRC DEST",
+     "Copies files or directories between here and a sandbox (ID:PATH on one side;\n`-` is a tar stream on stdin/stdout), as docker cp: one tar stream each way.\n-L follows a symlink SRC; -a keeps uid/gid on a download."},
     {"fs", cmd_fs,
      "fs ls|cat|write|stat|rm|mkdir|mv|watch ID PATH [-r] [-p] [--depth N] [--mode OCT] [-a]",
      "Files in a sandbox: list, print, write (stdin or FILE), stat, remove (-r),\nmkdir (-p), rename (mv ID PATH TO), watch for changes (-r: subdirectories)."},

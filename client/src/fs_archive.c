@@ -46,11 +46,30 @@ int sbx_fs_archive_read(sbx_ctx *c, sbx_rpc_error **err_out, const char *sandbox
         free(d);
         if (r != 0 || (!eof && !h)) {
             sbx__ctx_seterr(c, SBX_ERR_USAGE, "%s",
-                            r ? "the sink stopped the read" : "an archive without handle");
+                            r ? "the sink stopped the read"
+                              : "an archive without handle");
             return SBX_ERR; /* the daemon drops the handle with the session */
         }
         if (eof)
             return SBX_OK;
         p = json_pack("{s:s, s:I}", "sandbox", sandbox, "handle", h);
     }
+}
+
+int sbx_fs_write_sized(sbx_ctx *c, json_t **result_out, sbx_rpc_error **err_out,
+                       const char *sandbox, const char *path, json_t *opts, uint64_t size,
+                       sbx_fs_source_cb source, void *privdata)
+{
+    if (result_out)
+        *result_out = NULL;
+    if (err_out)
+        *err_out = NULL;
+    if (size >= SBX_FS_RAW_MIN && sbx__fs_raw_wanted()) {
+        int r = sbx__fs_write_raw(c, result_out, err_out, sandbox, path, opts, size,
+                                  source, privdata);
+        if (r != 1)
+            return r;
+    }
+    return sbx_fs_write_stream(c, result_out, err_out, sandbox, path, opts, source,
+                               privdata);
 }

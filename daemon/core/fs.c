@@ -483,8 +483,8 @@ static void raw_fail(sbx_err_t *err, json_t *result, void *privdata)
     next_raw(err, NULL, NULL, 0, privdata);
 }
 
-void fs_start_raw_read(struct sandbox *sb, uid_t uid, json_t *args,
-                       struct fs_handle *h, void *owner,
+void fs_start_raw_read(struct sandbox *sb, uid_t uid, json_t *args, struct fs_handle *h,
+                       void *owner,
                        void (*raw_done)(sbx_err_t *err, json_t *result, uint8_t *buf,
                                         size_t len, void *privdata),
                        void *privdata)

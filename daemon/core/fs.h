@@ -81,8 +81,8 @@ void fs_start(struct sandbox *sb, uid_t uid, enum fs_op op, json_t *args, uint8_
 /* A read whose bytes are handed over raw (h and owner: a tar read's handle
  * after its first call, and whose it is) (buf malloc'd, the callee's) instead
  * of encoded into the answer: the raw stream's (rpc/fs_stream.c). */
-void fs_start_raw_read(struct sandbox *sb, uid_t uid, json_t *args,
-                       struct fs_handle *h, void *owner,
+void fs_start_raw_read(struct sandbox *sb, uid_t uid, json_t *args, struct fs_handle *h,
+                       void *owner,
                        void (*raw_done)(sbx_err_t *err, json_t *result, uint8_t *buf,
                                         size_t len, void *privdata),
                        void *privdata);

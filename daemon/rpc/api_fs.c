@@ -205,7 +205,8 @@ static void archive_read(struct call *c, json_t *params)
         struct fs_handle *h =
             c->conn ? fs_handle_find((uint64_t)hid, c->conn, FS_OP_READ) : NULL;
         const char *hsb =
-            h ? json_string_value(json_object_get(fs_handle_args(h), "sandbox_id")) : NULL;
+            h ? json_string_value(json_object_get(fs_handle_args(h), "sandbox_id"))
+              : NULL;
         if (!hsb || strcmp(hsb, sb->id) != 0) {
             bad(c, "handle", "no archive being read with this handle in this session");
             return;
@@ -383,7 +384,8 @@ void m_fs_write(struct call *c, json_t *params)
         }
         if (json_object_get(params, "append") || json_object_get(params, "mode")) {
             json_decref(args);
-            bad(c, "format", "a tar write takes no append or mode (the entries have theirs)");
+            bad(c, "format",
+                "a tar write takes no append or mode (the entries have theirs)");
             return;
         }
         json_object_set_new(args, "format", json_string("tar"));

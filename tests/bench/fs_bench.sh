@@ -3,7 +3,8 @@
 # thing through the docker CLI in the same run: upload and download
 # throughput of one file (sbxctl cp against docker cp), and small-file
 # write+read round trips (libsbx fs.write+fs.read, and sbxctl fs write+cat,
-# against docker exec cat). Prints; never fails. BENCH_QUICK=quick: 64 MB.
+# against docker exec cat); the file and a directory tree beside dockerode's
+# putArchive/getArchive too. Prints; never fails. BENCH_QUICK=quick: 64 MB.
 B=${1:-build}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT" || exit 0
@@ -76,6 +77,67 @@ echo "  upload ${MB} MB:   sbxctl cp ${up_s} MB/s, docker cp ${up_d} MB/s (x$(ra
 echo "  download ${MB} MB: sbxctl cp ${down_s} MB/s, docker cp ${down_d} MB/s (x$(ratio "$down_s" "$down_d"))"
 echo "  (base64 chunks, SBX_FS_TRANSPORT=json: upload ${up_j} MB/s (x$(ratio "$up_j" "$up_d")), download ${down_j} MB/s (x$(ratio "$down_j" "$down_d")))"
 cmp -s "$T/big" "$T/back.s" || echo "  (warning: the downloaded copy differs from the upload)"
+# dockerode's putArchive/getArchive (tests/bench/dockerode, pinned) beside
+# them, and the same three for a directory tree (one tar stream each way).
+DN=tests/bench/dockerode
+SOCK=${ENGINE#unix://}
+HAVE_NODE=0
+if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 &&
+    { [ -d "$DN/node_modules/dockerode" ] ||
+        (cd "$DN" && npm ci --no-audit --no-fund >"$T/npm.log" 2>&1); }; then
+    HAVE_NODE=1
+fi
+node_best() { # MB put TAR DIR | MB get PATH: the best of 3, MB/s
+    [ "$HAVE_NODE" = 1 ] || { echo "-"; return; }
+    m=$1
+    shift
+    b=0
+    for k in 1 2 3; do
+        s=$(node "$DN/archive.mjs" "$SOCK" "$CID" "$@" 2>/dev/null | awk '{print $2}')
+        [ -n "$s" ] || { echo 0; return; }
+        r=$(awk -v mb="$m" -v s="$s" 'BEGIN { printf "%.0f", mb / s }')
+        [ "$r" -gt "$b" ] && b=$r
+    done
+    echo "$b"
+}
+tar -C "$T" -cf "$T/big.tar" big
+$X fs mkdir -p fsb /workspace/n >/dev/null 2>&1
+up_n=$(node_best "$MB" put "$T/big.tar" /workspace/n)
+down_n=$(node_best "$MB" get /workspace/big)
+echo "  dockerode putArchive/getArchive ${MB} MB: ${up_n} / ${down_n} MB/s" \
+    "(sbxctl cp x$(ratio "$up_s" "$up_n") / x$(ratio "$down_s" "$down_n"))"
+# a tree: 40 directories of 50 files of 32 KiB (64 MB in 2000 files)
+mkdir -p "$T/tree"
+for d in $(seq 40); do
+    mkdir -p "$T/tree/d$d"
+    for f in $(seq 50); do head -c 32768 /dev/urandom >"$T/tree/d$d/f$f"; done
+done
+TMB=$(du -sm "$T/tree" | awk '{print $1}')
+tbest() { # command...: best of 3 in MB/s for the tree
+    b=0
+    for k in 1 2 3; do
+        X exec fsb -- rm -rf /workspace/tree >/dev/null 2>&1
+        rm -rf "$T/tree.back"
+        t0=$(now); "$@" >/dev/null 2>&1 || { echo 0; return; }; t1=$(now)
+        r=$(awk -v mb="$TMB" -v a="$t0" -v b="$t1" 'BEGIN { printf "%.0f", mb / (b - a) }')
+        [ "$r" -gt "$b" ] && b=$r
+    done
+    echo "$b"
+}
+X_="$B/sbxctl"
+X() { "$X_" -s "$T/sbxd.sock" "$@"; }
+tup_s=$(tbest X cp "$T/tree" fsb:/workspace)
+tup_d=$(tbest "$CLI" cp "$T/tree" "$CID:/workspace")
+X cp "$T/tree" fsb:/workspace >/dev/null 2>&1
+tdown_s=$(tbest X cp fsb:/workspace/tree "$T/tree.back")
+tdown_d=$(tbest "$CLI" cp "$CID:/workspace/tree" "$T/tree.back")
+tar -C "$T" -cf "$T/tree.tar" tree
+tup_n=$(node_best "$TMB" put "$T/tree.tar" /workspace/n)
+tdown_n=$(node_best "$TMB" get /workspace/tree)
+echo "  tree (2000 files, ${TMB} MB) upload:   sbxctl cp ${tup_s} MB/s, docker cp ${tup_d} MB/s" \
+    "(x$(ratio "$tup_s" "$tup_d")), dockerode putArchive ${tup_n} MB/s (x$(ratio "$tup_s" "$tup_n"))"
+echo "  tree (2000 files, ${TMB} MB) download: sbxctl cp ${tdown_s} MB/s, docker cp ${tdown_d} MB/s" \
+    "(x$(ratio "$tdown_s" "$tdown_d")), dockerode getArchive ${tdown_n} MB/s (x$(ratio "$tdown_s" "$tdown_n"))"
 N=50
 lib=$("$B/bench/fs_bench" "$T/sbxd.sock" fsb $N)
 head -c 1024 /dev/zero | tr '\0' x >"$T/small"

@@ -42,7 +42,7 @@ static const char *errno_of(json_t *r)
 
 /* The commands that list a tree the same way here and in busybox. */
 #define MANIFEST                                                                         \
-    "find . | sort; find . -type f -exec sha256sum {} \\; | sort; "                     \
+    "find . | sort; find . -type f -exec sha256sum {} \\; | sort; "                      \
     "find . -type l | sort | while read -r l; do echo \"$l -> $(readlink \"$l\")\"; done"
 
 /* stdout of a shell command in sandbox sb (malloc'd), or NULL. */
@@ -133,7 +133,10 @@ static void ustar(uint8_t *h, const char *name, char t, const char *l, size_t n)
     h[156] = (uint8_t)t;
     if (l)
         snprintf((char *)h + 157, 100, "%s", l);
-    memcpy(h + 257, "ustar\0" "00", 8);
+    memcpy(h + 257,
+           "ustar\0"
+           "00",
+           8);
     memset(h + 148, ' ', 8);
     unsigned s = 0;
     for (int i = 0; i < 512; i++)
@@ -217,14 +220,16 @@ static void test_rules(conn *c)
               !strcmp(l, "hello\nx\n"));
     free(l);
     int st;
-    free(sh_here(&st, "%s/sbxctl -s %s cp %s:/workspace/newdir - | tar -t | sort >%s/t.lst",
+    free(sh_here(&st,
+                 "%s/sbxctl -s %s cp %s:/workspace/newdir - | tar -t | sort >%s/t.lst",
                  bdir, sock, AR1, tmpdir));
     char *lst = sh_here(NULL, "cat %s/t.lst", tmpdir);
     test_cond("cp ID:DIR - writes a tar whose top entry is the base name",
               st == 0 && strstr(lst, "newdir/\n") && strstr(lst, "newdir/x\n"));
     free(lst);
-    free(sh_here(&st, "tar -C '%s' -cf - a.txt zero | %s/sbxctl -s %s cp - %s:/workspace/newdir",
-                 src, bdir, sock, AR1));
+    free(sh_here(
+        &st, "tar -C '%s' -cf - a.txt zero | %s/sbxctl -s %s cp - %s:/workspace/newdir",
+        src, bdir, sock, AR1));
     char *z = sh_in(c, AR1, "cd /workspace/newdir && cat a.txt && wc -c <zero");
     test_cond("cp - ID:DIR extracts a tar from stdin",
               st == 0 && z && !strcmp(z, "hello\n0\n"));
@@ -235,8 +240,9 @@ static void test_follow(conn *c)
 {
     char src[600];
     snprintf(src, sizeof(src), "%s/ltree", tmpdir);
-    free(sh_here(NULL, "rm -rf '%s' && mkdir -p '%s/real' && echo in >'%s/real/f' && "
-                       "ln -s real '%s/ln'",
+    free(sh_here(NULL,
+                 "rm -rf '%s' && mkdir -p '%s/real' && echo in >'%s/real/f' && "
+                 "ln -s real '%s/ln'",
                  src, src, src, src));
     ctl("cp '%s/ln' %s:/workspace/nofollow", src, AR1);
     ctl("cp -L '%s/ln' %s:/workspace/followed", src, AR1);
@@ -286,14 +292,16 @@ static void test_escapes(conn *c)
         {"a hard link out of the target", "h", '1', "../../etc/passwd", "/workspace/e/h"},
     };
     call(c, "fs.mkdir",
-         json_pack("{s:s, s:s, s:b}", "sandbox", AR1, "path", "/workspace/e", "parents", 1));
+         json_pack("{s:s, s:s, s:b}", "sandbox", AR1, "path", "/workspace/e", "parents",
+                   1));
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         uint8_t t[512 * 4] = {0};
         ustar(t, cases[i].name, cases[i].type, cases[i].link, cases[i].type == '0');
         t[512] = 'x';
         json_t *r = put_tar(c, AR1, "/workspace/e", t, sizeof(t));
         char d[120], probe[300];
-        snprintf(d, sizeof(d), "%s is refused (-32010 EPERM), nothing made", cases[i].what);
+        snprintf(d, sizeof(d), "%s is refused (-32010 EPERM), nothing made",
+                 cases[i].what);
         snprintf(probe, sizeof(probe), "ls %s 2>/dev/null; echo", cases[i].probe);
         char *s = sh_in(c, AR1, probe);
         test_cond(d, err_code(r) == -32010 && !strcmp(errno_of(r), "EPERM") && s &&
@@ -331,8 +339,9 @@ static void test_garbage(conn *c)
     test_cond("an archive cut inside an entry is -32010 EINVAL",
               err_code(r) == -32010 && !strcmp(errno_of(r), "EINVAL"));
     json_decref(r);
-    r = call(c, "fs.read",
-             json_pack("{s:s, s:s, s:s}", "sandbox", AR1, "path", "/nope", "format", "tar"));
+    r = call(
+        c, "fs.read",
+        json_pack("{s:s, s:s, s:s}", "sandbox", AR1, "path", "/nope", "format", "tar"));
     test_cond("an archive of a missing path is -32010 ENOENT",
               err_code(r) == -32010 && !strcmp(errno_of(r), "ENOENT"));
     json_decref(r);
@@ -359,8 +368,8 @@ static void test_handles_bounds(conn *c)
     test_cond("a tar read answers a chunk of at most length and a handle",
               h > 0 && json_integer_value(json_object_get(res_of(r), "length")) == 1000);
     json_decref(r);
-    r = call(c, "fs.read", json_pack("{s:s, s:I, s:i}", "sandbox", AR1, "handle", h,
-                                      "length", 1000));
+    r = call(c, "fs.read",
+             json_pack("{s:s, s:I, s:i}", "sandbox", AR1, "handle", h, "length", 1000));
     test_cond("the next chunk comes by the handle",
               json_integer_value(json_object_get(res_of(r), "length")) == 1000);
     json_decref(r);
@@ -386,9 +395,9 @@ static void test_cross_uid(conn *c)
         test_skip("another uid's archives are -32000", "needs root to switch uid");
         return;
     }
-    int rd = dk_code_as_uid(4321, sock, "fs.read",
-                            json_pack("{s:s, s:s, s:s}", "sandbox", AR1, "path", "/",
-                                      "format", "tar"));
+    int rd = dk_code_as_uid(
+        4321, sock, "fs.read",
+        json_pack("{s:s, s:s, s:s}", "sandbox", AR1, "path", "/", "format", "tar"));
     int wr = dk_code_as_uid(4321, sock, "fs.write",
                             json_pack("{s:s, s:s, s:s, s:s}", "sandbox", AR1, "path", "/",
                                       "format", "tar", "data", ""));
@@ -435,8 +444,8 @@ static void test_stopped(conn *c)
               manifests_eq("manifests", before,
                            sh_here(NULL, "cd '%s' || exit 1; " MANIFEST, back)));
     r = call(c, "fs.list",
-             json_pack("{s:s, s:s, s:i}", "sandbox", AR1, "path", "/workspace/tree", "depth",
-                       2));
+             json_pack("{s:s, s:s, s:i}", "sandbox", AR1, "path", "/workspace/tree",
+                       "depth", 2));
     json_t *e0 = json_array_get(json_object_get(res_of(r), "entries"), 0);
     test_cond("fs.list of a stopped sandbox: sorted, depth 2, absolute paths",
               json_array_size(json_object_get(res_of(r), "entries")) >= 8 &&
@@ -445,7 +454,8 @@ static void test_stopped(conn *c)
     json_decref(r);
     r = call(c, "fs.read",
              json_pack("{s:s, s:s, s:i, s:i, s:s}", "sandbox", AR1, "path",
-                       "/workspace/tree/a.txt", "offset", 1, "length", 3, "encoding", "utf8"));
+                       "/workspace/tree/a.txt", "offset", 1, "length", 3, "encoding",
+                       "utf8"));
     test_cond("a window of a file (offset 1, length 3) of a stopped sandbox",
               !strcmp(res_str(r, "data") ? res_str(r, "data") : "", "ell") &&
                   json_is_false(json_object_get(res_of(r), "eof")));

@@ -743,9 +743,11 @@ static void test_isolates(conn *c)
 static void test_stopped(conn *c)
 {
     json_decref(call(c, "sandbox.stop", json_pack("{s:s}", "id", FS1)));
+    /* reads come from the engine then (ptest_docker_archive.c); writes wait */
     json_t *r =
-        call(c, "fs.read", json_pack("{s:s, s:s}", "sandbox", FS1, "path", "hello.txt"));
-    test_cond("a stopped sandbox is -32001", err_code(r) == -32001);
+        call(c, "fs.write",
+             json_pack("{s:s, s:s, s:s}", "sandbox", FS1, "path", "x.txt", "data", "x"));
+    test_cond("a write to a stopped sandbox is -32001", err_code(r) == -32001);
     json_decref(r);
     json_decref(call(c, "sandbox.start", json_pack("{s:s}", "id", FS1)));
     r = call(c, "fs.read", json_pack("{s:s, s:s}", "sandbox", FS1, "path", "hello.txt"));

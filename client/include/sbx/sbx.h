@@ -29,6 +29,7 @@
 #define SBX_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include <jansson.h>
 
@@ -351,6 +352,16 @@ SBX_API int sbx_fs_write_fd(sbx_ctx *c, json_t **result_out, sbx_rpc_error **err
 SBX_API int sbx_fs_archive_read(sbx_ctx *c, sbx_rpc_error **err_out, const char *sandbox,
                                 const char *path, json_t *opts, sbx_fs_sink_cb sink,
                                 void *privdata);
+
+/**
+ * As sbx_fs_write_stream when the byte count is known up front (size: what
+ * source gives in all): from SBX_FS_RAW_MIN up it goes over the raw path
+ * when the daemon offers it. A tar upload of a tree whose size was measured
+ * (sbxctl cp). Not callable from a callback.
+ */
+SBX_API int sbx_fs_write_sized(sbx_ctx *c, json_t **result_out, sbx_rpc_error **err_out,
+                               const char *sandbox, const char *path, json_t *opts,
+                               uint64_t size, sbx_fs_source_cb source, void *privdata);
 
 /* ---- terminals (issue 18) ------------------------------------------------- */
 

@@ -29,8 +29,9 @@ json_t *dkf_tar_req(const struct fs_call *fc)
     json_t *len = json_object_get(fc->args, "length");
     if (!fc->first)
         return json_pack("{s:s, s:O}", "op", "tar_more", "length", len);
-    json_t *q = json_pack("{s:s, s:O, s:O, s:b}", "op", "tar_get", "path", path, "length",
-                          len, "follow", json_is_true(json_object_get(fc->args, "follow")));
+    json_t *q =
+        json_pack("{s:s, s:O, s:O, s:b}", "op", "tar_get", "path", path, "length", len,
+                  "follow", json_is_true(json_object_get(fc->args, "follow")));
     json_t *name = json_object_get(fc->args, "name");
     if (json_is_string(name))
         json_object_set(q, "name", name);
@@ -233,8 +234,7 @@ static int x_start(struct dka_x *x, const char *method)
     return 0;
 }
 
-static void on_header(struct curlev_req *cr, const char *line, size_t len,
-                      void *privdata)
+static void on_header(struct curlev_req *cr, const char *line, size_t len, void *privdata)
 {
     (void)cr;
     struct dka_x *x = privdata;
@@ -268,11 +268,10 @@ static void on_header(struct curlev_req *cr, const char *line, size_t len,
 static json_t *stat_result(json_t *st)
 {
     uint64_t m = (uint64_t)json_integer_value(json_object_get(st, "mode"));
-    json_t *r = json_pack("{s:s, s:I, s:i, s:I}", "type", go_type(m), "size",
-                          json_integer_value(json_object_get(st, "size")), "mode",
-                          go_perm(m), "mtime_ms",
-                          (json_int_t)rfc3339_ms(
-                              json_string_value(json_object_get(st, "mtime"))));
+    json_t *r = json_pack(
+        "{s:s, s:I, s:i, s:I}", "type", go_type(m), "size",
+        json_integer_value(json_object_get(st, "size")), "mode", go_perm(m), "mtime_ms",
+        (json_int_t)rfc3339_ms(json_string_value(json_object_get(st, "mtime"))));
     const char *t = json_string_value(json_object_get(st, "linkTarget"));
     if (t && !strcmp(go_type(m), "symlink"))
         json_object_set_new(r, "target", json_string(t));
@@ -329,10 +328,15 @@ static void list_entry(struct dka_x *x, const char *name)
     const char *base = strrchr(r, '/') ? strrchr(r, '/') + 1 : r;
     const char *dir = json_string_value(json_object_get(x->fc->args, "path"));
     char full[8400];
-    snprintf(full, sizeof(full), "%s%s%s", dir, dir[strlen(dir) - 1] == '/' ? "" : "/", r);
+    snprintf(full, sizeof(full), "%s%s%s", dir, dir[strlen(dir) - 1] == '/' ? "" : "/",
+             r);
     char t = x->type;
-    const char *type = t == '5' ? "dir" : t == '2' ? "symlink" : t == '6' ? "fifo"
-                       : t == '3' ? "char" : t == '4' ? "block" : "file";
+    const char *type = t == '5'   ? "dir"
+                       : t == '2' ? "symlink"
+                       : t == '6' ? "fifo"
+                       : t == '3' ? "char"
+                       : t == '4' ? "block"
+                                  : "file";
     int64_t size = tar_num(x->hdr + 124, 12), mt = tar_num(x->hdr + 136, 12);
     json_t *e = json_pack("{s:s, s:s, s:s, s:I, s:I, s:I}", "name", base, "path", full,
                           "type", type, "size", (json_int_t)(t == '0' ? size : 0), "mode",
@@ -371,7 +375,8 @@ static int on_tar_header(struct dka_x *x)
     if (x->lname)
         snprintf(name, sizeof(name), "%s", x->lname);
     else if (x->hdr[345])
-        snprintf(name, sizeof(name), "%.155s/%.100s", (char *)x->hdr + 345, (char *)x->hdr);
+        snprintf(name, sizeof(name), "%.155s/%.100s", (char *)x->hdr + 345,
+                 (char *)x->hdr);
     else
         snprintf(name, sizeof(name), "%.100s", (char *)x->hdr);
     x->in_meta = 0;
@@ -456,7 +461,8 @@ static int tar_feed(struct dka_x *x, const uint8_t *d, size_t n)
             } else if (x->kind == DKA_READ) {
                 /* the window [off, off + want) of the file */
                 int64_t s = x->pos, e = x->pos + (int64_t)k;
-                int64_t a = s > x->off ? s : x->off, b = e < x->off + x->want ? e : x->off + x->want;
+                int64_t a = s > x->off ? s : x->off,
+                        b = e < x->off + x->want ? e : x->off + x->want;
                 if (b > a && fs_call_data(x->fc, d + (a - s), (size_t)(b - a)) < 0)
                     return -1;
                 x->pos = e;
@@ -485,7 +491,7 @@ static int tar_feed(struct dka_x *x, const uint8_t *d, size_t n)
     return 0;
 }
 
-/* ---- transfers ---------------------------------------------------------------------- */
+/* ---- transfers ------------------------------------------------------------------- */
 
 static json_t *read_result(struct dka_x *x)
 {
@@ -533,7 +539,8 @@ static size_t tar_data(struct dka_x *x, const char *d, size_t n)
         x->slen += n - k;
     }
     if (fc->blen == fc->bmax)
-        x_finish(x, NULL, json_pack("{s:I, s:b}", "n", (json_int_t)fc->blen, "eof", 0), 0);
+        x_finish(x, NULL, json_pack("{s:I, s:b}", "n", (json_int_t)fc->blen, "eof", 0),
+                 0);
     return n;
 }
 
@@ -564,8 +571,8 @@ static size_t on_data(struct curlev_req *cr, const char *d, size_t n, void *priv
     else if (x->kind == DKA_READ)
         x_finish(x, NULL, read_result(x), 1);
     else
-        x_finish(x, NULL,
-                 json_pack("{s:O, s:b}", "entries", x->entries, "more", x->more), 1);
+        x_finish(x, NULL, json_pack("{s:O, s:b}", "entries", x->entries, "more", x->more),
+                 1);
     return 0;
 }
 
@@ -584,7 +591,9 @@ static void engine_fail(struct dka_x *x, CURLcode rc, const char *errmsg)
         x_fail(x, m);
     } else {
         snprintf(m, sizeof(m), "the engine's archive: %s",
-                 em ? em : x->elen ? x->err : "the transfer failed");
+                 em        ? em
+                 : x->elen ? x->err
+                           : "the transfer failed");
         x_fail(x, m);
     }
     json_decref(j);
@@ -625,8 +634,8 @@ static void on_done(struct curlev_req *cr, CURLcode rc, long status, const char 
     else if (x->kind == DKA_READ)
         x_fail(x, "the engine's archive has no file");
     else
-        x_finish(x, NULL,
-                 json_pack("{s:O, s:b}", "entries", x->entries, "more", x->more), 1);
+        x_finish(x, NULL, json_pack("{s:O, s:b}", "entries", x->entries, "more", x->more),
+                 1);
 }
 
 /* After a stat: follow a link, answer the stat, or start the GET. */
@@ -635,7 +644,8 @@ static void x_next(struct dka_x *x)
     json_t *st = x->st;
     uint64_t m = (uint64_t)json_integer_value(json_object_get(st, "mode"));
     const char *t = json_string_value(json_object_get(st, "linkTarget"));
-    int follow = x->kind != DKA_STAT || json_is_true(json_object_get(x->fc->args, "follow"));
+    int follow =
+        x->kind != DKA_STAT || json_is_true(json_object_get(x->fc->args, "follow"));
     if (!strcmp(go_type(m), "symlink") && follow && t && *t) {
         if (++x->links > DKA_LINKS) {
             x_fail_errno(x, "ELOOP", "Too many levels of symbolic links");
@@ -700,7 +710,7 @@ int dka_call_stopped(void *cookie, struct fs_call *fc, sbx_err_t *err)
     struct dka_x *x = xcalloc(1, sizeof(*x));
     x->ds = ds;
     x->fc = fc;
-    x->kind = tar ? DKA_TAR
+    x->kind = tar                    ? DKA_TAR
               : fc->op == FS_OP_STAT ? DKA_STAT
               : fc->op == FS_OP_LIST ? DKA_LIST
                                      : DKA_READ;

@@ -178,7 +178,8 @@ int dkf_call(void *cookie, struct fs_call *fc, sbx_err_t *err)
                              json_pack("{s:s, s:s}", "provider", "docker", "feature",
                                        "fs (exec_mode docker-exec)"),
                              "files need the agent: exec_mode docker-exec has no fs.*");
-    int cont = fc->hdata && !fc->first && fc->op != FS_OP_WATCH; /* a handle's later call */
+    int cont =
+        fc->hdata && !fc->first && fc->op != FS_OP_WATCH; /* a handle's later call */
     struct dkf_req *r = cont ? *fc->hdata : NULL;
     if (cont && !r)
         return err_make(err, SBX_E_INTERNAL, "file handle without its request");
