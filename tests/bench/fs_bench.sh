@@ -113,10 +113,12 @@ for d in $(seq 40); do
     for f in $(seq 50); do head -c 32768 /dev/urandom >"$T/tree/d$d/f$f"; done
 done
 TMB=$(du -sm "$T/tree" | awk '{print $1}')
-tbest() { # command...: best of 3 in MB/s for the tree
+tbest() { # up|down command...: best of 3 in MB/s for the tree
     b=0
+    way=$1
+    shift
     for k in 1 2 3; do
-        X exec fsb -- rm -rf /workspace/tree >/dev/null 2>&1
+        if [ "$way" = up ]; then X exec fsb -- rm -rf /workspace/tree >/dev/null 2>&1; fi
         rm -rf "$T/tree.back"
         t0=$(now); "$@" >/dev/null 2>&1 || { echo 0; return; }; t1=$(now)
         r=$(awk -v mb="$TMB" -v a="$t0" -v b="$t1" 'BEGIN { printf "%.0f", mb / (b - a) }')
@@ -126,11 +128,11 @@ tbest() { # command...: best of 3 in MB/s for the tree
 }
 X_="$B/sbxctl"
 X() { "$X_" -s "$T/sbxd.sock" "$@"; }
-tup_s=$(tbest X cp "$T/tree" fsb:/workspace)
-tup_d=$(tbest "$CLI" cp "$T/tree" "$CID:/workspace")
+tup_s=$(tbest up X cp "$T/tree" fsb:/workspace)
+tup_d=$(tbest up "$CLI" cp "$T/tree" "$CID:/workspace")
 X cp "$T/tree" fsb:/workspace >/dev/null 2>&1
-tdown_s=$(tbest X cp fsb:/workspace/tree "$T/tree.back")
-tdown_d=$(tbest "$CLI" cp "$CID:/workspace/tree" "$T/tree.back")
+tdown_s=$(tbest down X cp fsb:/workspace/tree "$T/tree.back")
+tdown_d=$(tbest down "$CLI" cp "$CID:/workspace/tree" "$T/tree.back")
 tar -C "$T" -cf "$T/tree.tar" tree
 tup_n=$(node_best "$TMB" put "$T/tree.tar" /workspace/n)
 tdown_n=$(node_best "$TMB" get /workspace/tree)
