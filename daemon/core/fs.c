@@ -509,6 +509,13 @@ void fs_start(struct sandbox *sb, uid_t uid, enum fs_op op, json_t *args, uint8_
                       ops->name);
         goto fail;
     }
+    if (is_tar(args) && !ops->fs_tar) {
+        err_make_data(&err, SBX_E_UNSUPPORTED,
+                      json_pack("{s:s, s:s}", "provider", ops->name, "feature", "fs.tar"),
+                      "the %s provider has no tar archives: copy files one by one",
+                      ops->name);
+        goto fail;
+    }
     /* A stopped sandbox's files can still be read where the provider can
      * (Docker: from the engine); a handle stays with the side that opened it. */
     int stopped = h ? h->stopped

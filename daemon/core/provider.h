@@ -175,6 +175,9 @@ struct sbx_provider {
      * calls of a handle it opened come here too, and fs_release_stopped
      * drops it. Docker: the Engine API's archive endpoints. */
     int (*fs_call_stopped)(void *cookie, struct fs_call *fc, sbx_err_t *err);
+    /* 1: fs_call serves args.format "tar" (PROTOCOL.md "Archives"); else a
+     * tar read or write is -32011 {provider, feature: "fs.tar"} (Modal). */
+    int fs_tar;
     void (*fs_release_stopped)(void *cookie, struct sandbox *sb, uint64_t handle,
                                void *hdata);
     /* -- issue 18: terminals, ports, stats (all optional) -- */

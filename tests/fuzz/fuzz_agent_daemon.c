@@ -63,6 +63,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         dk_fuzz_ops.sb_release = d_sb_release;
         dk_fuzz_ops.fs_call = dkf_call;
         dk_fuzz_ops.fs_release = dkf_release;
+        dk_fuzz_ops.fs_tar = 1;
         dk_fuzz_inst.ops = &dk_fuzz_ops;
         dk_fuzz_inst.cookie = &dk_fuzz_prov;
         dk_fuzz_inst.enabled = dk_fuzz_inst.loaded = 1;

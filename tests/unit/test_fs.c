@@ -272,6 +272,20 @@ static void test_unsupported(void)
                   !strcmp(sget(json_object_get(ans, "data"), "feature"), "fs"));
 }
 
+/* format "tar" on a provider with files but no archives (Modal): -32011. */
+static void test_no_tar(struct sandbox *sb)
+{
+    run(sb, FS_OP_READ, json_pack("{s:s, s:s}", "path", "/d", "format", "tar"), NULL, 0,
+        0, NULL, &owner_a);
+    test_cond("a tar read without fs_tar: -32011 feature fs.tar",
+              ans_code == SBX_E_UNSUPPORTED &&
+                  !strcmp(sget(json_object_get(ans, "data"), "feature"), "fs.tar"));
+    run(sb, FS_OP_WRITE, json_pack("{s:s, s:s}", "path", "/d", "format", "tar"), "x", 1,
+        0, NULL, &owner_a);
+    test_cond("a tar write too, and nothing was written",
+              ans_code == SBX_E_UNSUPPORTED && written == 0);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -289,8 +303,12 @@ int main(void)
     test_bounds(sb);
     test_watches(sb);
     test_unsupported();
+    size_t w = written;
+    written = 0;
+    test_no_tar(sb);
+    written = w;
     int n = answers;
-    test_cond("every call was answered once", n == 15);
+    test_cond("every call was answered once", n == 17);
     json_decref(ans);
     sandbox_free_all();
     json_decref(d.snapshots);

@@ -1991,6 +1991,7 @@ const struct sbx_provider sbx_provider_docker = {
     .fs_release = dkf_release,
     .fs_call_stopped = dka_call_stopped, /* docker_archive.c: the engine's archives */
     .fs_release_stopped = dka_release_stopped,
+    .fs_tar = 1,
     .proc_resize = dk_proc_resize,
     .sb_stats = dk_sb_stats,
     .sb_expose = dk_sb_expose,
