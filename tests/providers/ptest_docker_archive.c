@@ -483,6 +483,57 @@ static void test_stopped(conn *c)
     json_decref(call(c, "sandbox.start", json_pack("{s:s}", "id", AR1)));
 }
 
+/* A 256 MB tree as one tar stream, down over the raw path, while sbxd's RSS is
+ * sampled: it stays within a few chunks (running: the agent makes it; stopped:
+ * the engine's transfer is paused between calls). */
+static long peak_rss_during(const char *cmd, long base, int *lines)
+{
+    FILE *p = popen(cmd, "r");
+    long peak = base;
+    char buf[256];
+    *lines = 0;
+    while (p && fgets(buf, sizeof(buf), p)) {
+        (*lines)++;
+        long now = dk_rss_kb(sbxd_pid);
+        if (now > peak)
+            peak = now;
+    }
+    if (p)
+        pclose(p);
+    return peak;
+}
+
+static void test_rss(conn *c, int stopped)
+{
+    const char *what = stopped ? "stopped" : "running";
+    char d[120];
+    snprintf(d, sizeof(d), "a 256 MB archive (%s sandbox) keeps sbxd's RSS flat", what);
+    if (getenv("SBX_SANITIZED") || getenv("SBX_VALGRIND")) {
+        test_skip(d, "the allocator's own overhead under sanitizers");
+        return;
+    }
+    if (!stopped)
+        free(sh_in(c, AR1,
+                   "mkdir -p /workspace/fat && for i in 1 2 3 4; do dd if=/dev/urandom "
+                   "of=/workspace/fat/f$i bs=1048576 count=64 2>/dev/null; done; echo"));
+    else
+        json_decref(call(c, "sandbox.stop", json_pack("{s:s}", "id", AR1)));
+    long base = dk_rss_kb(sbxd_pid);
+    char cmd[1200];
+    /* a line per 8 MiB that passed: sample as the stream goes */
+    snprintf(cmd, sizeof(cmd),
+             "%s/sbxctl -s %s cp %s:/workspace/fat - | "
+             "while dd bs=1048576 count=8 of=/dev/null iflag=fullblock status=none && "
+             "[ -n \"$(dd bs=1 count=1 2>/dev/null | od -An -c)\" ]; do echo; done",
+             bdir, sock, AR1);
+    int mib8 = 0;
+    long peak = peak_rss_during(cmd, base, &mib8);
+    printf("      RSS %ld -> %ld KiB over %d x 8 MiB\n", base, peak, mib8);
+    test_cond(d, base > 0 && peak - base < 48 * 1024 && mib8 >= 31);
+    if (stopped)
+        json_decref(call(c, "sandbox.start", json_pack("{s:s}", "id", AR1)));
+}
+
 /* ---- main ----------------------------------------------------------------------- */
 
 int main(int argc, char **argv)
@@ -531,6 +582,8 @@ int main(int argc, char **argv)
     cn_close(c);
     c = dk_connect(sock, 5000); /* the open handles go with the session */
     DK_STEP(test_stopped(c));
+    DK_STEP(test_rss(c, 0));
+    DK_STEP(test_rss(c, 1));
     dk_destroy(c, AR1, 120000);
     cn_close(c);
     kill(sbxd_pid, SIGTERM);
