@@ -1,13 +1,19 @@
 /*
  * files.ts - files in a sandbox (fs.*, proto/PROTOCOL.md "Files") in the
  * shape of E2B's `sandbox.files`: read, write (one file or many), list,
- * exists, getInfo, makeDir, remove, rename, watchDir. Big files move in
- * chunks (one fs call per FS_CHUNK bytes, one in flight), so neither side
- * holds more than a chunk; `read(path, { format: 'stream' })` gives a web
- * ReadableStream and `write` takes one.
+ * exists, getInfo, makeDir, remove, rename, watchDir. Big files move over
+ * the raw transport (files_raw.ts) where the daemon offers it, else in
+ * base64 chunks (one fs call per FS_CHUNK bytes, one in flight); either way
+ * neither side holds more than a bounded piece. `read(path, { format:
+ * 'stream' })` gives a web ReadableStream and `write` takes one or a Node
+ * Readable.
  */
 import type { FsEntry, FsEventNotification, FsStat } from './protocol.js';
+import * as posix from 'node:path/posix';
+import { randomBytes } from 'node:crypto';
+import { SbxdError } from './client.js';
 import type { SbxdClient } from './client.js';
+import { rawRead, rawWrite } from './files_raw.js';
 
 /** Bytes per call: the daemon's default limits.fs_chunk_bytes. */
 export const FS_CHUNK = 4 << 20;
@@ -22,7 +28,21 @@ export interface EntryInfo {
     symlinkTarget?: string;
 }
 
-export type WriteData = string | ArrayBuffer | Uint8Array | Blob | ReadableStream<Uint8Array>;
+/** What write takes: text, bytes, a Blob, a web ReadableStream or a Node Readable (any async iterable of bytes). */
+export type WriteData = string | ArrayBuffer | Uint8Array | Blob | ReadableStream<Uint8Array> | AsyncIterable<Uint8Array | string>;
+
+export interface WriteOptions {
+    mode?: number;
+    /** The exact byte count of a stream, when known: it then goes as one raw transfer. */
+    size?: number;
+}
+
+/** From this size up, bytes go over the raw transport (as libsbx's SBX_FS_RAW_MIN). */
+export const RAW_MIN = 256 << 10;
+/** Bytes handed to the raw socket at a time. */
+const RAW_PART = 1 << 20;
+/** A stream of unknown length goes in segments of this many bytes (the memory it costs here). */
+export const RAW_SEGMENT = 8 << 20;
 
 export interface FilesystemEvent {
     name: string; // the path, as E2B names it
@@ -45,32 +65,32 @@ function entry(e: FsEntry): EntryInfo {
     };
 }
 
-async function* chunksOf(data: WriteData): AsyncGenerator<Uint8Array> {
+/** The source in pieces of exactly `size` bytes (the last one shorter); nothing buffered beyond one piece. */
+async function* chunksOf(data: WriteData, size: number): AsyncGenerator<Uint8Array> {
     if (typeof data === 'string') data = new TextEncoder().encode(data);
     if (data instanceof ArrayBuffer) data = new Uint8Array(data);
     if (data instanceof Uint8Array) {
-        for (let o = 0; o < data.length; o += FS_CHUNK) yield data.subarray(o, o + FS_CHUNK);
+        for (let o = 0; o < data.length; o += size) yield data.subarray(o, o + size);
         return;
     }
-    const stream = data instanceof Blob ? data.stream() : data;
-    const reader = stream.getReader();
+    // Web streams are async iterable in Node (the DOM typings do not say so).
+    const source = (data instanceof Blob ? data.stream() : data) as AsyncIterable<Uint8Array | string>;
     let pend: Uint8Array[] = [];
     let n = 0;
-    for (;;) {
-        const { value, done } = await reader.read();
-        if (value) {
-            pend.push(value);
-            n += value.length;
-        }
-        while (n >= FS_CHUNK || (done && n > 0)) {
-            const all = Buffer.concat(pend);
-            yield all.subarray(0, FS_CHUNK);
-            const rest = all.subarray(FS_CHUNK);
+    for await (const v of source) {
+        const b = typeof v === 'string' ? Buffer.from(v) : v;
+        if (!b.length) continue;
+        pend.push(b);
+        n += b.length;
+        while (n >= size) {
+            const all = pend.length === 1 ? pend[0]! : Buffer.concat(pend);
+            yield all.subarray(0, size);
+            const rest = all.subarray(size);
             pend = rest.length ? [rest] : [];
             n = rest.length;
         }
-        if (done) return;
     }
+    if (n > 0) yield pend.length === 1 ? pend[0]! : Buffer.concat(pend);
 }
 
 export class SbxdFiles {
@@ -79,20 +99,37 @@ export class SbxdFiles {
         readonly sandbox: string,
     ) {}
 
-    /** The whole file: text (default), bytes, a Blob, or a web ReadableStream read chunk by chunk. */
+    /** SBXD_FS_TRANSPORT=json keeps big files on base64 chunks (as libsbx's SBX_FS_TRANSPORT). */
+    private readonly jsonOnly = process.env.SBXD_FS_TRANSPORT === 'json';
+
+    /**
+     * The whole file: text (default), bytes, a Blob, or a web ReadableStream.
+     * A stream comes over the raw transport where the daemon offers it (the
+     * bytes as they are, with backpressure: a consumer that stops reading
+     * stops the transfer), else chunk by chunk in base64.
+     */
     read(path: string, opts?: { format?: 'text' }): Promise<string>;
     read(path: string, opts: { format: 'bytes' }): Promise<Uint8Array>;
     read(path: string, opts: { format: 'blob' }): Promise<Blob>;
     read(path: string, opts: { format: 'stream' }): Promise<ReadableStream<Uint8Array>>;
     async read(path: string, opts: { format?: 'text' | 'bytes' | 'blob' | 'stream' } = {}): Promise<unknown> {
-        const stream = this.stream(path);
-        if (opts.format === 'stream') return stream;
-        const parts: Uint8Array[] = [];
-        const reader = stream.getReader();
-        for (;;) {
-            const { value, done } = await reader.read();
-            if (value) parts.push(value);
-            if (done) break;
+        if (opts.format === 'stream') return this.stream(path, 0);
+        // A small file in one call; the rest of a big one over the raw transport.
+        const first = await this.client.call('fs.read', {
+            sandbox: this.sandbox,
+            path,
+            length: RAW_MIN,
+            encoding: 'base64',
+        });
+        const head = Buffer.from(first.data_b64 ?? '', 'base64');
+        const parts: Uint8Array[] = [head];
+        if (!first.eof && head.length) {
+            const reader = (await this.stream(path, head.length)).getReader();
+            for (;;) {
+                const { value, done } = await reader.read();
+                if (value) parts.push(value);
+                if (done) break;
+            }
         }
         const bytes = new Uint8Array(Buffer.concat(parts));
         if (opts.format === 'bytes') return bytes;
@@ -100,19 +137,29 @@ export class SbxdFiles {
         return new TextDecoder().decode(bytes);
     }
 
-    private stream(path: string): ReadableStream<Uint8Array> {
-        let offset = 0;
+    /** From offset on: raw where offered, else JSON chunks (one call in flight, each its own credit). */
+    private async stream(path: string, start: number): Promise<ReadableStream<Uint8Array>> {
+        const fallback: { first?: { data_b64?: string; eof: boolean; length: number } } = {};
+        if (!this.jsonOnly) {
+            const raw = await rawRead(this.client, this.sandbox, path, start, fallback);
+            if (raw) return raw;
+        }
+        let offset = start;
         let eof = false;
+        let pre = fallback.first;
         return new ReadableStream<Uint8Array>({
             pull: async (ctl) => {
                 if (eof) return ctl.close();
-                const r = await this.client.call('fs.read', {
-                    sandbox: this.sandbox,
-                    path,
-                    offset,
-                    length: FS_CHUNK,
-                    encoding: 'base64',
-                });
+                const r =
+                    pre ??
+                    (await this.client.call('fs.read', {
+                        sandbox: this.sandbox,
+                        path,
+                        offset,
+                        length: FS_CHUNK,
+                        encoding: 'base64',
+                    }));
+                pre = undefined;
                 const bytes = Buffer.from(r.data_b64 ?? '', 'base64');
                 offset += bytes.length;
                 eof = r.eof || bytes.length === 0;
@@ -122,19 +169,85 @@ export class SbxdFiles {
         });
     }
 
-    /** Writes one file atomically (it appears whole), or several: [{ path, data }]. */
-    write(path: string, data: WriteData, opts?: { mode?: number }): Promise<EntryInfo>;
+    /**
+     * Writes one file atomically (it appears whole), or several: [{ path, data }].
+     * `data` may be a web ReadableStream or a Node Readable (any async
+     * iterable of bytes): big data goes over the raw transport where the
+     * daemon offers it, read from the source only as fast as the sandbox
+     * takes it. A stream of unknown length is sent in segments to a
+     * temporary name beside `path`, renamed over it when complete; give
+     * `size` when it is known to send it as one.
+     */
+    write(path: string, data: WriteData, opts?: WriteOptions): Promise<EntryInfo>;
     write(files: Array<{ path: string; data: WriteData; mode?: number }>): Promise<EntryInfo[]>;
     async write(
         a: string | Array<{ path: string; data: WriteData; mode?: number }>,
         data?: WriteData,
-        opts: { mode?: number } = {},
+        opts: WriteOptions = {},
     ): Promise<unknown> {
         if (Array.isArray(a)) {
             const out: EntryInfo[] = [];
             for (const f of a) out.push(await this.write(f.path, f.data, f.mode !== undefined ? { mode: f.mode } : {}));
             return out;
         }
+        const extra = { mkdir_parents: true, ...(opts.mode !== undefined ? { mode: opts.mode } : {}) };
+        let d: WriteData = data ?? '';
+        if (typeof d === 'string') d = new TextEncoder().encode(d);
+        if (d instanceof ArrayBuffer) d = new Uint8Array(d);
+        const size = d instanceof Uint8Array ? d.length : d instanceof Blob ? d.size : opts.size;
+        if (size !== undefined && size >= RAW_MIN && !this.jsonOnly) {
+            const r = await rawWrite(this.client, this.sandbox, a, size, chunksOf(d, RAW_PART), extra);
+            if (r) return this.getInfo(r.path);
+        } else if (size === undefined && !this.jsonOnly) {
+            const r = await this.writeSegments(a, d, extra);
+            if (r) return this.getInfo(r);
+        }
+        return this.getInfo(await this.writeJson(a, chunksOf(d, FS_CHUNK), extra));
+    }
+
+    /**
+     * A source of unknown length over the raw transport: the first segment
+     * decides (it ends within one: a plain write); then segments appended to
+     * a temporary name, renamed into place at the end. Null: raw not offered
+     * (nothing was written; the source is not consumed beyond the first
+     * segment, which is lost, so the caller falls back only before that).
+     */
+    private async writeSegments(path: string, d: WriteData, extra: Record<string, unknown>): Promise<string | null> {
+        const it = chunksOf(d, RAW_SEGMENT)[Symbol.asyncIterator]();
+        let cur = await it.next();
+        const one = (b: Uint8Array) => (async function* () {
+            for (let o = 0; o < b.length; o += RAW_PART) yield b.subarray(o, o + RAW_PART);
+        })();
+        if (cur.done) cur = { value: new Uint8Array(0), done: false };
+        let next = await it.next();
+        if (next.done) {
+            // All of it fit in one segment.
+            const seg = cur.value;
+            if (seg.length < RAW_MIN) return this.writeJson(path, one(seg), extra);
+            const r = await rawWrite(this.client, this.sandbox, path, seg.length, one(seg), extra);
+            return r ? r.path : this.writeJson(path, one(seg), extra);
+        }
+        const tmp = posix.join(posix.dirname(path), `.${posix.basename(path)}.sbx-${randomBytes(6).toString('hex')}`);
+        try {
+            let first = true;
+            for (;;) {
+                const seg = cur.value;
+                const r = await rawWrite(this.client, this.sandbox, tmp, seg.length, one(seg), first ? extra : { append: true });
+                if (!r) throw new SbxdError('fs.write', -32011, 'raw transport not offered for a segmented write');
+                first = false;
+                if (next.done) break;
+                cur = next;
+                next = await it.next();
+            }
+            return (await this.client.call('fs.rename', { sandbox: this.sandbox, path: tmp, to: path })).to;
+        } catch (e) {
+            await this.client.call('fs.remove', { sandbox: this.sandbox, path: tmp }).catch(() => {});
+            throw e;
+        }
+    }
+
+    /** Base64 chunks through a write handle; each call answered before the next (the backpressure). */
+    private async writeJson(path: string, chunks: AsyncIterable<Uint8Array>, extra: Record<string, unknown>): Promise<string> {
         let handle: number | undefined;
         let last: { path: string } | undefined;
         let prev: Uint8Array | undefined;
@@ -142,9 +255,7 @@ export class SbxdFiles {
             const b64 = Buffer.from(chunk.buffer, chunk.byteOffset, chunk.length).toString('base64');
             const r = await this.client.call('fs.write', {
                 sandbox: this.sandbox,
-                ...(handle
-                    ? { handle }
-                    : { path: a, mkdir_parents: true, ...(opts.mode !== undefined ? { mode: opts.mode } : {}) }),
+                ...(handle ? { handle } : { path, ...extra }),
                 data_b64: b64,
                 more,
             });
@@ -152,7 +263,7 @@ export class SbxdFiles {
             last = r;
         };
         try {
-            for await (const chunk of chunksOf(data ?? '')) {
+            for await (const chunk of chunks) {
                 if (prev) await send(prev, true);
                 prev = chunk;
             }
@@ -161,7 +272,7 @@ export class SbxdFiles {
             if (handle) await this.client.call('fs.write', { sandbox: this.sandbox, handle, abort: true }).catch(() => {});
             throw e;
         }
-        return this.getInfo(last?.path ?? a);
+        return last?.path ?? path;
     }
 
     /** Entries of a directory (depth 1 by default), every page. */

@@ -266,8 +266,17 @@ export interface Methods {
     'process.detach': { params: { sandbox: string; pid: number }; result: Record<string, never> };
     /* files (PROTOCOL.md "Files") */
     'fs.read': {
-        params: { sandbox: string; path: string; offset?: number; length?: number; encoding?: 'utf8' | 'base64'; format?: 'tar' };
-        result: FsReadResult;
+        params: {
+            sandbox: string;
+            path: string;
+            offset?: number;
+            length?: number;
+            encoding?: 'utf8' | 'base64';
+            format?: 'tar';
+            /** "Raw transfers": answered with a token for an fs.stream connection. */
+            transport?: 'json' | 'raw';
+        };
+        result: FsReadResult & Partial<FsRawToken>;
     };
     'fs.write': {
         params: {
@@ -282,8 +291,11 @@ export interface Methods {
             handle?: number;
             abort?: boolean;
             format?: 'tar';
+            /** With transport "raw": the exact byte count the fs.stream connection sends. */
+            size?: number;
+            transport?: 'json' | 'raw';
         };
-        result: { path: string; size: number; handle?: number; aborted?: boolean };
+        result: { path: string; size: number; handle?: number; aborted?: boolean } & Partial<FsRawToken>;
     };
     'fs.list': {
         params: { sandbox: string; path: string; depth?: number; cursor?: string; limit?: number };
@@ -347,6 +359,12 @@ export interface FsEntry {
 export interface FsStat extends FsEntry {
     uid: number;
     gid: number;
+}
+/** The answer to a transport "raw" fs.read/fs.write (PROTOCOL.md "Raw transfers"). */
+export interface FsRawToken {
+    transport: 'raw';
+    token: string;
+    expires_ms: number;
 }
 export interface FsReadResult {
     path: string;
@@ -474,9 +492,10 @@ export const METHOD_PARAMS = {
     'process.list': ['sandbox'],
     'process.attach': ['sandbox', 'pid', 'offset', 'stdout_offset', 'stderr_offset', 'follow', 'output_encoding'],
     'process.detach': ['sandbox', 'pid'],
-    'fs.read': ['sandbox', 'path', 'offset', 'length', 'encoding', 'format'],
+    'fs.read': ['sandbox', 'path', 'offset', 'length', 'encoding', 'format', 'transport'],
     'fs.write': [
         'sandbox', 'path', 'data', 'data_b64', 'mode', 'append', 'mkdir_parents', 'more', 'handle', 'abort', 'format',
+        'size', 'transport',
     ],
     'fs.list': ['sandbox', 'path', 'depth', 'cursor', 'limit'],
     'fs.stat': ['sandbox', 'path', 'follow'],
