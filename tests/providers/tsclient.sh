@@ -132,6 +132,7 @@ if [ -n "$MODAL_SKIP" ] && [ "${CI:-}" = true ]; then
 fi
 
 # -- sbxd ---------------------------------------------------------------------------------
+mkdir -p "$T/granted"
 {
     echo 'socket:'
     echo '  mode: "0666"'
@@ -162,6 +163,12 @@ fi
         echo '    pids_limit: 256'
         echo '    cap_drop: [ALL]'
         echo '    security_opt: [no-new-privileges]'
+        # mastra_mount.test.mjs: a client of uid 65534 may bind $T/granted only
+        echo '    policy:'
+        echo '      rules:'
+        echo '        - users: [65534]'
+        echo '          volumes:'
+        echo "            - \"$T/granted:rw\""
     fi
 } >"$T/sbxd.yaml"
 SOCK="$T/sbxd.sock"
@@ -188,6 +195,9 @@ SBXD_PID=$(cat "$T/sbxd.pid")
 # -- the tests ------------------------------------------------------------------------------
 export SBXD_SOCKET="$SOCK" SBXD_PROTOCOL_MD="$ROOT/proto/PROTOCOL.md" SBXD_BUILD_DIR="$B"
 export SBXD_RESTART_CMD="sh $T/restart.sh"
+# The mount test's client of uid 65534 reaches the socket through $T.
+chmod 711 "$T"
+export SBXD_MOUNT_GRANTED="$T/granted"
 if [ -n "$ENGINE" ]; then
     export SBXD_DOCKER_SOCKET="$SOCK" SBXD_DOCKER_HOST="$ENGINE"
 else

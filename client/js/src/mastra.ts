@@ -7,9 +7,12 @@
  *   SbxdCodeModeTransport  Mastra's CodeModeTransport on sbxd's JavaScript
  *                          isolate provider: createCodeMode({tools}, new SbxdCodeModeTransport()).
  */
-import { MastraSandbox, ProcessHandle, SandboxProcessManager } from '@mastra/core/workspace';
+import { MastraSandbox, MountError, ProcessHandle, SandboxProcessManager } from '@mastra/core/workspace';
 import type {
     CommandResult,
+    MountManager,
+    MountResult,
+    WorkspaceFilesystem,
     MastraSandboxOptions,
     ProcessInfo,
     ProviderStatus,
@@ -24,6 +27,7 @@ import type { CodeModeToolResult, CodeModeTransport } from '@mastra/core/tools';
 import { SbxdClient, SbxdError } from './client.js';
 import { ErrorCode, type CreateParams, type ExitRecord, type Sandbox } from './protocol.js';
 import type { SbxdProcess } from './process.js';
+import { bindOf, isMountPoint, targetOf, volumeList, volumeOf, type SbxdBind } from './mastra_mount.js';
 
 const LOG_PREFIX = '[SbxdSandbox]';
 
@@ -284,6 +288,7 @@ export class SbxdSandbox extends MastraSandbox {
     readonly provider = 'sbxd';
     status: ProviderStatus = 'pending';
     declare readonly processes: SbxdProcessManager;
+    declare readonly mounts: MountManager;
 
     /** The sbxd provider this sandbox runs on. */
     readonly sbxdProvider: string;
@@ -294,6 +299,9 @@ export class SbxdSandbox extends MastraSandbox {
     private info: Sandbox | null = null;
     /** Warnings sbxd gave when start() reconnected to an existing sandbox. */
     reconnectWarnings: string[] = [];
+    /** Binds of mounts requested at create (by target), and the mounts sbxd's policy refused (target -> its words). */
+    private readonly binds = new Map<string, SbxdBind>();
+    private readonly refused = new Map<string, string>();
 
     constructor(options: SbxdSandboxOptions = {}) {
         const pm = new SbxdProcessManager({ env: options.env ?? {}, defaultTimeout: options.timeout ?? 300_000 });
@@ -337,7 +345,7 @@ export class SbxdSandbox extends MastraSandbox {
 
     override async start(): Promise<void> {
         this.logger.debug(`${LOG_PREFIX} Starting sandbox ${this.id} on ${this.sbxdProvider}...`);
-        const sb = await this.client.createSandbox(this.createParams());
+        const sb = await this.createWithMounts();
         this.info = sb;
         if (sb.reconnected) {
             const ws = [...(sb.warnings ?? []), ...(((sb.metadata?.warnings as string[] | undefined) ?? []).filter((w) => !(sb.warnings ?? []).includes(w)))];
@@ -349,6 +357,90 @@ export class SbxdSandbox extends MastraSandbox {
                 );
             this.logger.debug(`${LOG_PREFIX} Reconnected to sandbox ${this.id}`);
         }
+    }
+
+    /**
+     * sandbox.create with the pending mounts' binds; a bind the policy refuses
+     * (-32003 naming it) is dropped and remembered with the policy's words,
+     * and the create is tried again without it, so one ungranted mount does
+     * not keep the sandbox from starting.
+     */
+    private async createWithMounts(): Promise<Sandbox> {
+        this.binds.clear();
+        this.refused.clear();
+        if (this.sbxdProvider === 'docker')
+            for (const [path, e] of this.mounts.entries) {
+                if (e.state !== 'pending') continue;
+                const b = bindOf(e.filesystem, path, this.workingDirectory);
+                if (typeof b !== 'string') this.binds.set(b.target, b);
+            }
+        for (;;) {
+            try {
+                return await this.client.createSandbox(this.createParams());
+            } catch (e) {
+                const req = e instanceof SbxdError && e.code === ErrorCode.PermissionDenied ? e.data.requested : undefined;
+                const hit = [...this.binds.values()].find((b) => volumeOf(b) === req);
+                if (!hit) throw e;
+                this.binds.delete(hit.target);
+                this.refused.set(hit.target, (e as Error).message);
+                this.logger.warn(`${LOG_PREFIX} sbxd refused the mount at ${hit.target}: ${(e as Error).message}`);
+            }
+        }
+    }
+
+    /* ---- mounts ----------------------------------------------------------------------- */
+
+    /**
+     * Mastra's mount: a LocalFilesystem's host directory, bound at the mount
+     * path when sbxd created the container (Workspace mounts are known by
+     * then). Resolves {success: false, error} with sbxd's policy's words for
+     * an ungranted path, and with the reason for what cannot be a bind.
+     */
+    override async mount(filesystem: WorkspaceFilesystem, mountPath: string): Promise<MountResult> {
+        const b = bindOf(filesystem, mountPath, this.workingDirectory);
+        if (typeof b === 'string') return { success: false, mountPath, error: b };
+        if (this.sbxdProvider !== 'docker')
+            return { success: false, mountPath, error: `sbxd's ${this.sbxdProvider} provider has no bind mounts` };
+        const refusal = this.refused.get(b.target);
+        if (refusal) return { success: false, mountPath, error: refusal };
+        if (this.info?.status !== 'running') {
+            // Bound when the sandbox starts (processPending then checks it).
+            this.mounts.set(mountPath, { filesystem, state: 'pending' });
+            return { success: false, mountPath, error: 'the sandbox is not running: the bind is made at start()' };
+        }
+        const have = this.binds.get(b.target);
+        if (!have)
+            return {
+                success: false,
+                mountPath,
+                error:
+                    `${b.target} was not bound when the sandbox was created (Docker cannot add a bind to a running ` +
+                    'container): give the mount to the Workspace, or call mount() before start()',
+            };
+        if (have.host !== b.host || have.readOnly !== b.readOnly)
+            return { success: false, mountPath, error: `${b.target} is bound to ${volumeOf(have)}, not ${volumeOf(b)}` };
+        const mi = await this.client.exec({ sandbox: this.id, command: ['cat', '/proc/self/mountinfo'] });
+        const st = isMountPoint(mi.stdout ?? '', b.target);
+        if (!st.mounted || st.readOnly !== b.readOnly)
+            return { success: false, mountPath, error: `${b.target} is not ${b.readOnly ? 'a read-only' : 'a'} mount in the sandbox` };
+        return { success: true, mountPath };
+    }
+
+    /**
+     * Mastra's unmount: a mount not yet made (or refused) is forgotten. A live
+     * bind cannot be detached from a running container, so that is a
+     * MountError: destroy the sandbox (a new one is created without it).
+     */
+    override async unmount(mountPath: string): Promise<void> {
+        const target = targetOf(mountPath, this.workingDirectory);
+        if (this.binds.has(target) && this.info?.status === 'running')
+            throw new MountError(
+                `${target} is a bind of the running container ${this.id}; Docker cannot detach it: destroy the sandbox to drop it`,
+                mountPath,
+            );
+        this.binds.delete(target);
+        this.refused.delete(target);
+        this.mounts.delete(mountPath);
     }
 
     override async stop(): Promise<void> {
@@ -404,11 +496,15 @@ export class SbxdSandbox extends MastraSandbox {
         }
         const sb = this.info;
         const resources = sb?.status === 'running' ? await this.resources() : undefined;
+        const mounts = [...this.mounts.entries]
+            .filter(([, e]) => e.state === 'mounted')
+            .map(([path, e]) => ({ path, filesystem: e.filesystem.provider }));
         return {
             id: this.id,
             name: this.name,
             provider: this.provider,
             status: this.status,
+            mounts,
             ...(resources ? { resources } : {}),
             createdAt: sb ? new Date(sb.created_at) : new Date(),
             ...(sb?.expires_at ? { timeoutAt: new Date(sb.expires_at) } : {}),
@@ -507,7 +603,8 @@ export class SbxdSandbox extends MastraSandbox {
         if (this.sbxdProvider === 'docker') {
             set('name', o.name);
             set('command', o.command);
-            set('volumes', o.volumes && (Array.isArray(o.volumes) || Object.keys(o.volumes).length) ? o.volumes : undefined);
+            const vols = [...volumeList(o.volumes), ...[...this.binds.values()].map(volumeOf)];
+            set('volumes', vols.length ? vols : undefined);
             set('network', o.network);
             set('privileged', o.privileged);
             set('memory', toBytesOption(o.memory));
