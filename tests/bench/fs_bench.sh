@@ -4,7 +4,8 @@
 # throughput of one file (sbxctl cp against docker cp), and small-file
 # write+read round trips (libsbx fs.write+fs.read, and sbxctl fs write+cat,
 # against docker exec cat); the file and a directory tree beside dockerode's
-# putArchive/getArchive too. Prints; never fails. BENCH_QUICK=quick: 64 MB.
+# putArchive/getArchive too, and the TypeScript client's streams. Prints;
+# never fails. BENCH_QUICK=quick: 64 MB.
 B=${1:-build}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT" || exit 0
@@ -140,6 +141,16 @@ echo "  tree (2000 files, ${TMB} MB) upload:   sbxctl cp ${tup_s} MB/s, docker c
     "(x$(ratio "$tup_s" "$tup_d")), dockerode putArchive ${tup_n} MB/s (x$(ratio "$tup_s" "$tup_n"))"
 echo "  tree (2000 files, ${TMB} MB) download: sbxctl cp ${tdown_s} MB/s, docker cp ${tdown_d} MB/s" \
     "(x$(ratio "$tdown_s" "$tdown_d")), dockerode getArchive ${tdown_n} MB/s (x$(ratio "$tdown_s" "$tdown_n"))"
+# The TypeScript client's streams (Node Readable up, web stream down), same run
+if command -v node >/dev/null 2>&1 && [ -f client/js/dist/index.js ]; then
+    up_t=$(best node tests/bench/fs_bench_ts.mjs "$T/sbxd.sock" fsb "$T/big" up)
+    down_t=$(best node tests/bench/fs_bench_ts.mjs "$T/sbxd.sock" fsb "$T/big" down)
+    echo "  TypeScript streams ${MB} MB: upload ${up_t} MB/s (x$(ratio "$up_t" "$up_d") docker cp)," \
+        "download ${down_t} MB/s (x$(ratio "$down_t" "$down_d") docker cp)"
+    cmp -s "$T/big" "$T/big.down" || echo "  (warning: the TypeScript download differs from the upload)"
+else
+    echo "  (TypeScript row skipped: needs node and client/js/dist, tests/providers/tsclient.sh builds it)"
+fi
 N=50
 lib=$("$B/bench/fs_bench" "$T/sbxd.sock" fsb $N)
 head -c 1024 /dev/zero | tr '\0' x >"$T/small"
