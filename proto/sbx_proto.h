@@ -87,6 +87,9 @@
 #define SBX_N_STATS "sandbox.stats"
 #define SBX_M_EXPOSE "sandbox.expose"
 #define SBX_M_UNEXPOSE "sandbox.unexpose"
+/* issue 17 (ts17): host directories bound into a running sandbox */
+#define SBX_M_MOUNT "sandbox.mount"
+#define SBX_M_UNMOUNT "sandbox.unmount"
 #define SBX_N_EGRESS "sandbox.egress"
 
 /* Notifications (daemon -> client). */

@@ -207,6 +207,21 @@ struct sbx_provider {
      * (borrowed, valid during the call) as api_ws.c checked it. */
     int (*sb_expose_req)(void *cookie, struct sandbox *sb,
                          const struct sbx_expose_req *req, json_t **out, sbx_err_t *err);
+    /* issue 17 (ts17). Present: sandbox.mount / sandbox.unmount work. Binds
+     * the host directory source (absolute) at target (absolute) inside the
+     * running sb, read-only when ro, once the provider's policy grants it to
+     * sb's owner (-32003 in its words otherwise); unmount undoes only a
+     * mount made so. done(data, result, NULL) or done(data, NULL, err)
+     * exactly once, later (never before it returns 0; <0 = failed at once,
+     * done is not called); result (stolen) {source, target, read_only} or
+     * {target}. sb may be gone when done runs. */
+    int (*sb_mount)(void *cookie, struct sandbox *sb, const char *source,
+                    const char *target, int ro,
+                    void (*done)(void *data, json_t *result, sbx_err_t *err), void *data,
+                    sbx_err_t *err);
+    int (*sb_unmount)(void *cookie, struct sandbox *sb, const char *target,
+                      void (*done)(void *data, json_t *result, sbx_err_t *err),
+                      void *data, sbx_err_t *err);
 };
 
 /* -- provider-facing core functions ---------------------------------------- */

@@ -1358,7 +1358,8 @@ method_fn api_lookup(const char *method)
     for (size_t i = 0; i < sizeof(methods) / sizeof(methods[0]); i++)
         if (strcmp(methods[i].name, method) == 0)
             return methods[i].fn;
-    return api_ws_lookup(method);
+    method_fn ws = api_ws_lookup(method);
+    return ws ? ws : api_mount_lookup(method);
 }
 
 struct sandbox *api_sandbox_arg(struct call *c, json_t *params, const char *key)

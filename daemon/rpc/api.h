@@ -31,5 +31,7 @@ int api_ws_pty_param(struct call *c, json_t *params, struct sandbox *sb,
                      struct proc_opts *o);
 /* The handler of an issue-18 method, or NULL. */
 method_fn api_ws_lookup(const char *method);
+/* sandbox.mount / sandbox.unmount (api_mount.c), or NULL. */
+method_fn api_mount_lookup(const char *method);
 
 #endif

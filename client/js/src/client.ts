@@ -648,6 +648,14 @@ export class SbxdClient {
     unexpose(id: string, port: number): Promise<Result<'sandbox.unexpose'>> {
         return this.ports.unexpose(id, port);
     }
+    /** sandbox.mount: the host directory source bound at target inside the running sandbox (as sbxd's policy grants). */
+    mount(id: string, source: string, target: string, opts: { readOnly?: boolean } = {}): Promise<Result<'sandbox.mount'>> {
+        return this.call('sandbox.mount', { id, source, target, ...(opts.readOnly ? { read_only: true } : {}) });
+    }
+    /** sandbox.unmount: undoes a sandbox.mount. */
+    unmount(id: string, target: string): Promise<Result<'sandbox.unmount'>> {
+        return this.call('sandbox.unmount', { id, target });
+    }
     /** process.resize: the window size of a process started with `pty`. */
     resize(sandbox: string, pid: number, cols: number, rows: number): Promise<Result<'process.resize'>> {
         return this.call('process.resize', { sandbox, pid, cols, rows });
@@ -722,6 +730,8 @@ export const CLIENT_METHODS = {
     'sandbox.stats': 'stats',
     'sandbox.expose': 'expose',
     'sandbox.unexpose': 'unexpose',
+    'sandbox.mount': 'mount',
+    'sandbox.unmount': 'unmount',
 } as const satisfies Record<Method, keyof SbxdClient>;
 
 function key(sandbox: string, pid: number): string {

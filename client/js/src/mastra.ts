@@ -90,6 +90,14 @@ export interface SbxdSandboxOptions extends Omit<MastraSandboxOptions, 'processe
     memoryMb?: number;
     /** Extra provider options passed through to sbxd as is. */
     providerOptions?: Record<string, unknown>;
+    /**
+     * Mounts (Mastra's `mount()`, a Workspace's `mounts`): bind them when the
+     * container is created (`volumes`) instead of into the running one
+     * (sandbox.mount, the default). For gVisor (runtime runsc) and an sbxd
+     * that does not run as root; such binds cannot be unmounted while the
+     * sandbox lives.
+     */
+    mountAtCreate?: boolean;
     instructions?: InstructionsOption;
 }
 
@@ -299,9 +307,11 @@ export class SbxdSandbox extends MastraSandbox {
     private info: Sandbox | null = null;
     /** Warnings sbxd gave when start() reconnected to an existing sandbox. */
     reconnectWarnings: string[] = [];
-    /** Binds of mounts requested at create (by target), and the mounts sbxd's policy refused (target -> its words). */
+    /** Binds of mounts requested at create (by target), and the mounts sbxd's policy refused then (target -> its words). */
     private readonly binds = new Map<string, SbxdBind>();
     private readonly refused = new Map<string, string>();
+    /** Mounts made in the running sandbox with sandbox.mount (by target). */
+    private readonly live = new Map<string, SbxdBind>();
 
     constructor(options: SbxdSandboxOptions = {}) {
         const pm = new SbxdProcessManager({ env: options.env ?? {}, defaultTimeout: options.timeout ?? 300_000 });
@@ -368,7 +378,8 @@ export class SbxdSandbox extends MastraSandbox {
     private async createWithMounts(): Promise<Sandbox> {
         this.binds.clear();
         this.refused.clear();
-        if (this.sbxdProvider === 'docker')
+        this.live.clear();
+        if (this.sbxdProvider === 'docker' && this.opts.mountAtCreate)
             for (const [path, e] of this.mounts.entries) {
                 if (e.state !== 'pending') continue;
                 const b = bindOf(e.filesystem, path, this.workingDirectory);
@@ -391,10 +402,11 @@ export class SbxdSandbox extends MastraSandbox {
     /* ---- mounts ----------------------------------------------------------------------- */
 
     /**
-     * Mastra's mount: a LocalFilesystem's host directory, bound at the mount
-     * path when sbxd created the container (Workspace mounts are known by
-     * then). Resolves {success: false, error} with sbxd's policy's words for
-     * an ungranted path, and with the reason for what cannot be a bind.
+     * Mastra's mount: a LocalFilesystem's host directory bound at the mount
+     * path, by sbxd (sandbox.mount) in the running container, or at create
+     * with `mountAtCreate`. sbxd's Docker policy decides either way: an
+     * ungranted path resolves {success: false, error} in the policy's
+     * words, as does what cannot be a bind (with the reason).
      */
     override async mount(filesystem: WorkspaceFilesystem, mountPath: string): Promise<MountResult> {
         const b = bindOf(filesystem, mountPath, this.workingDirectory);
@@ -404,38 +416,47 @@ export class SbxdSandbox extends MastraSandbox {
         const refusal = this.refused.get(b.target);
         if (refusal) return { success: false, mountPath, error: refusal };
         if (this.info?.status !== 'running') {
-            // Bound when the sandbox starts (processPending then checks it).
+            // Made when the sandbox starts (processPending mounts what is pending).
             this.mounts.set(mountPath, { filesystem, state: 'pending' });
-            return { success: false, mountPath, error: 'the sandbox is not running: the bind is made at start()' };
+            return { success: false, mountPath, error: 'the sandbox is not running: the mount is made at start()' };
         }
+        const same = (x: SbxdBind) => x.host === b.host && x.readOnly === b.readOnly;
         const have = this.binds.get(b.target);
-        if (!have)
-            return {
-                success: false,
-                mountPath,
-                error:
-                    `${b.target} was not bound when the sandbox was created (Docker cannot add a bind to a running ` +
-                    'container): give the mount to the Workspace, or call mount() before start()',
-            };
-        if (have.host !== b.host || have.readOnly !== b.readOnly)
-            return { success: false, mountPath, error: `${b.target} is bound to ${volumeOf(have)}, not ${volumeOf(b)}` };
-        const mi = await this.client.exec({ sandbox: this.id, command: ['cat', '/proc/self/mountinfo'] });
-        const st = isMountPoint(mi.stdout ?? '', b.target);
-        if (!st.mounted || st.readOnly !== b.readOnly)
-            return { success: false, mountPath, error: `${b.target} is not ${b.readOnly ? 'a read-only' : 'a'} mount in the sandbox` };
+        if (have) {
+            if (!same(have)) return { success: false, mountPath, error: `${b.target} is bound to ${volumeOf(have)}, not ${volumeOf(b)}` };
+            const mi = await this.client.exec({ sandbox: this.id, command: ['cat', '/proc/self/mountinfo'] });
+            const st = isMountPoint(mi.stdout ?? '', b.target);
+            if (!st.mounted || st.readOnly !== b.readOnly)
+                return { success: false, mountPath, error: `${b.target} is not ${b.readOnly ? 'a read-only' : 'a'} mount in the sandbox` };
+            return { success: true, mountPath };
+        }
+        try {
+            await this.client.mount(this.id, b.host, b.target, { readOnly: b.readOnly });
+        } catch (e) {
+            if (!(e instanceof SbxdError)) throw e;
+            // Made already (e.g. by this sandbox before a reconnect): fine if it is this one.
+            const d = e.data as { param?: string; source?: string; read_only?: boolean };
+            if (!(e.code === ErrorCode.InvalidParams && d.source === b.host && d.read_only === b.readOnly))
+                return { success: false, mountPath, error: e.message };
+        }
+        this.live.set(b.target, b);
         return { success: true, mountPath };
     }
 
     /**
-     * Mastra's unmount: a mount not yet made (or refused) is forgotten. A live
-     * bind cannot be detached from a running container, so that is a
-     * MountError: destroy the sandbox (a new one is created without it).
+     * Mastra's unmount: a mount made in the running sandbox is detached
+     * (sandbox.unmount); one not made yet (or refused) is forgotten. A bind
+     * made at create (`mountAtCreate`) cannot be detached while the
+     * container lives: a MountError (destroy the sandbox to drop it).
      */
     override async unmount(mountPath: string): Promise<void> {
         const target = targetOf(mountPath, this.workingDirectory);
-        if (this.binds.has(target) && this.info?.status === 'running')
+        if (this.live.has(target)) {
+            await this.client.unmount(this.id, target);
+            this.live.delete(target);
+        } else if (this.binds.has(target) && this.info?.status === 'running')
             throw new MountError(
-                `${target} is a bind of the running container ${this.id}; Docker cannot detach it: destroy the sandbox to drop it`,
+                `${target} is a bind of the running container ${this.id} (made at create); Docker cannot detach it: destroy the sandbox to drop it`,
                 mountPath,
             );
         this.binds.delete(target);
@@ -450,6 +471,10 @@ export class SbxdSandbox extends MastraSandbox {
             if (!(e instanceof SbxdError && e.code === ErrorCode.SandboxNotFound)) throw e;
         }
         this.processes.reset();
+        // Mounts made in the container end with it: made again at the next start.
+        for (const [p, e] of this.mounts.entries)
+            if (this.live.has(targetOf(p, this.workingDirectory))) this.mounts.set(p, { state: 'pending' });
+        this.live.clear();
     }
 
     override async destroy(): Promise<void> {

@@ -317,6 +317,12 @@ export interface Methods {
         result: ExposedPort;
     };
     'sandbox.unexpose': { params: { id: string; port: number }; result: { port: number } };
+    /* host directories in a running sandbox (PROTOCOL.md "Mounts") */
+    'sandbox.mount': {
+        params: { id: string; source: string; target: string; read_only?: boolean };
+        result: { source: string; target: string; read_only: boolean };
+    };
+    'sandbox.unmount': { params: { id: string; target: string }; result: { target: string } };
 }
 
 /** A port of a sandbox reachable from the host (sandbox.expose; metadata.ports). */
@@ -508,6 +514,8 @@ export const METHOD_PARAMS = {
     'sandbox.stats': ['id', 'stream', 'size'],
     'sandbox.expose': ['id', 'port', 'host_port', 'host', 'unix'],
     'sandbox.unexpose': ['id', 'port'],
+    'sandbox.mount': ['id', 'source', 'target', 'read_only'],
+    'sandbox.unmount': ['id', 'target'],
 } as const;
 
 export const NOTIFICATION_PARAMS = {

@@ -37,6 +37,7 @@
 #include "daemon.h"
 #include "docker_archive.h"
 #include "docker_int.h"
+#include "docker_mount.h"
 #include "log.h"
 #include "process.h"
 #include "provider.h"
@@ -1995,6 +1996,8 @@ const struct sbx_provider sbx_provider_docker = {
     .proc_resize = dk_proc_resize,
     .sb_stats = dk_sb_stats,
     .sb_expose = dk_sb_expose,
+    .sb_mount = dkm_mount, /* docker_mount.c */
+    .sb_unmount = dkm_unmount,
     .sb_unexpose = dk_sb_unexpose,
     .sb_expose_req = dk_sb_expose_req,
 };
