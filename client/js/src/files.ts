@@ -228,6 +228,11 @@ export class SbxdFiles {
             return r ? r.path : this.writeJson(path, one(seg), extra);
         }
         const tmp = posix.join(posix.dirname(path), `.${posix.basename(path)}.sbx-${randomBytes(6).toString('hex')}`);
+        if (extra.mode === undefined) {
+            // As a write in place would: a replaced file keeps its mode.
+            const cur = await this.client.call('fs.stat', { sandbox: this.sandbox, path }).catch(() => null);
+            if (cur?.type === 'file') extra = { ...extra, mode: cur.mode };
+        }
         try {
             let first = true;
             for (;;) {

@@ -62,8 +62,10 @@ group('files streams (docker)', () => {
         assert.ok(raw() >= 2, `raw transfers used (${raw()})`);
     }, { timeout: 120000 });
     test('a Node Readable up (unknown length: segments renamed into place) and bytes back', async () => {
+        await sh('mkdir -p /workspace/s && echo old > /workspace/s/node.bin && chmod 600 /workspace/s/node.bin');
         await f.write('/workspace/s/node.bin', Readable.from([big.subarray(0, 20 * MB), big.subarray(20 * MB)]));
         assert.equal((await sh('sha256sum /workspace/s/node.bin')).split(' ')[0], sha(big));
+        assert.equal(await sh('stat -c %a /workspace/s/node.bin'), '600', 'the replaced file keeps its mode');
         assert.equal(await sh('ls -a /workspace/s | grep -c sbx- || true'), '0', 'no temporary file left');
         assert.equal(sha(await f.read('/workspace/s/node.bin', { format: 'bytes' })), sha(big));
     }, { timeout: 120000 });
