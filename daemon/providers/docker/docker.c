@@ -1955,6 +1955,9 @@ static const struct cfg_key docker_keys[] = {
     {"expose_host_ports", CFG_ANY},
     {"expose_max_bytes", CFG_ANY},
     {"egress", CFG_ANY}, /* {allow: [patterns], allow_private_addresses: false} */
+    /* issue 17 (ts17): sandbox.mount (docker_mount.c) */
+    {"mount", CFG_BOOL},
+    {"mount_max", CFG_INT},
     {NULL, 0},
 };
 

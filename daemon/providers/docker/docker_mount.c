@@ -41,8 +41,8 @@
 
 extern const struct sbx_provider sbx_provider_docker;
 
-/* Mounts sbxd made and may undo, per container. */
-#define DKM_MAX_PER_CONTAINER 32
+/* Mounts sbxd may make per container, unless providers.docker.mount_max says. */
+#define DKM_DEFAULT_MAX 32
 
 struct dkm_rec {
     struct dkm_rec *next;
@@ -372,14 +372,23 @@ int dkm_mount(void *cookie, struct sandbox *sb, const char *source, const char *
 {
     struct dk_prov *dp = cookie;
     struct dk_sb *ds = sb->pdata;
+    if (json_is_false(json_object_get(dp->conf, "mount")))
+        return err_make_data(
+            err, SBX_E_PERMISSION,
+            json_pack("{s:s, s:s}", "option", "mount", "reason", "denied"),
+            "sandbox.mount is off (providers.docker.mount: false)");
+    json_t *jmax = json_object_get(dp->conf, "mount_max");
+    int max = json_is_integer(jmax) && json_integer_value(jmax) >= 0 &&
+                      json_integer_value(jmax) <= 4096
+                  ? (int)json_integer_value(jmax)
+                  : DKM_DEFAULT_MAX;
     rec_prune();
     if (ds && ds->cid[0]) {
-        if (rec_count(ds->cid) >= DKM_MAX_PER_CONTAINER)
+        if (rec_count(ds->cid) >= max)
             return err_make_data(err, SBX_E_LIMIT,
-                                 json_pack("{s:s, s:i}", "limit", "mounts_per_sandbox",
-                                           "max", DKM_MAX_PER_CONTAINER),
-                                 "sandbox %s has %d mounts already", sb->id,
-                                 DKM_MAX_PER_CONTAINER);
+                                 json_pack("{s:s, s:i}", "limit",
+                                           "providers.docker.mount_max", "max", max),
+                                 "sandbox %s has %d mounts already", sb->id, max);
     }
     /* The grant, in the policy's words: this bind as a create's only volume. */
     json_t *eff = ds && ds->opts ? json_deep_copy(ds->opts) : json_object();
