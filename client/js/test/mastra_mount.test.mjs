@@ -48,12 +48,16 @@ group('sandbox.mount (docker)', () => {
         assert.equal((await sh('ls -A /mnt/a/b')).stdout, '', 'nothing there once unmounted');
         assert.ok(fs.existsSync(path.join(dir, 's.txt')), 'the host keeps its files');
     });
-    test('refusals: bad params, a target mounted already, a path sbxd did not mount, a missing source', async () => {
+    test('refusals: bad params, a target mounted already (or twice at once), a path sbxd did not mount, a missing source', async () => {
         const bad = (e, code, re) => e.code === code && (!re || re.test(e.message));
         await assert.rejects(c.mount(sb.id, 'rel/dir', '/x'), (e) => bad(e, ErrorCode.InvalidParams, /source/));
         await assert.rejects(c.mount(sb.id, dir, 'x'), (e) => bad(e, ErrorCode.InvalidParams, /target/));
         await assert.rejects(c.call('sandbox.mount', { id: sb.id, source: dir, target: '/x', read_only: 'yes' }), (e) => bad(e, ErrorCode.InvalidParams));
         await assert.rejects(c.mount(sb.id, dir, '/ro'), (e) => bad(e, ErrorCode.InvalidParams) && e.data.source === fs.realpathSync(dir) && e.data.read_only === true);
+        const both = await Promise.allSettled([c.mount(sb.id, dir, '/twice'), c.mount(sb.id, dir, '/twice')]);
+        assert.equal(both.filter((r) => r.status === 'fulfilled').length, 1, 'two at once: one mount');
+        assert.equal(both.find((r) => r.status === 'rejected').reason.code, ErrorCode.InvalidParams);
+        assert.equal((await sh('grep -c " /twice " /proc/self/mountinfo')).stdout.trim(), '1');
         await assert.rejects(c.unmount(sb.id, '/etc'), (e) => bad(e, ErrorCode.InvalidParams, /not a mount sandbox.mount made/));
         await assert.rejects(c.unmount(sb.id, '/mnt/a/b'), (e) => bad(e, ErrorCode.InvalidParams), 'unmounted already');
         await assert.rejects(c.mount(sb.id, '/nonexistent-sbxd-dir', '/y'), (e) => e.code === ErrorCode.PermissionDenied || e.code === ErrorCode.FileOperationFailed);

@@ -52,6 +52,7 @@ struct dkm_rec {
     char started[48]; /* State.StartedAt of the container run it was made in */
 };
 static struct dkm_rec *recs;
+static struct dkm_req *inflight; /* mounts and unmounts on their way */
 
 static const char *ename(int e)
 {
@@ -70,10 +71,16 @@ struct dkm_req {
     ev_child child;
     dkm_done_fn done;
     void *data;
+    struct dkm_req *next; /* in inflight */
 };
 
 static void req_free(struct dkm_req *q)
 {
+    for (struct dkm_req **p = &inflight; *p; p = &(*p)->next)
+        if (*p == q) {
+            *p = q->next;
+            break;
+        }
     free(q->sb_id);
     free(q->source);
     free(q->target);
@@ -356,7 +363,16 @@ static struct dkm_req *req_new(struct dk_prov *dp, struct sandbox *sb, const cha
                       "docker: sandbox.mount is not supported under runtime %s", rt);
         return NULL;
     }
+    for (struct dkm_req *o = inflight; o; o = o->next)
+        if (!strcmp(o->cid, ds->cid) && !strcmp(o->target, target)) {
+            /* Two at once would stack two mounts under one record. */
+            err_make_data(err, SBX_E_PARAMS, json_pack("{s:s}", "param", "target"),
+                          "a mount or unmount of %s is in progress", target);
+            return NULL;
+        }
     struct dkm_req *q = xcalloc(1, sizeof(*q));
+    q->next = inflight;
+    inflight = q;
     q->dp = dp;
     q->sb_id = xstrdup(sb->id);
     snprintf(q->cid, sizeof(q->cid), "%s", ds->cid);
