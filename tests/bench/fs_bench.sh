@@ -144,9 +144,11 @@ echo "  tree (2000 files, ${TMB} MB) download: sbxctl cp ${tdown_s} MB/s, docker
 # The TypeScript client's streams (Node Readable up, web stream down), same run
 if command -v node >/dev/null 2>&1 && [ -f client/js/dist/index.js ]; then
     up_t=$(best node tests/bench/fs_bench_ts.mjs "$T/sbxd.sock" fsb "$T/big" up)
+    up_w=$(best node tests/bench/fs_bench_ts.mjs "$T/sbxd.sock" fsb "$T/big" upweb)
     down_t=$(best node tests/bench/fs_bench_ts.mjs "$T/sbxd.sock" fsb "$T/big" down)
     echo "  TypeScript streams ${MB} MB: upload ${up_t} MB/s (x$(ratio "$up_t" "$up_d") docker cp)," \
-        "download ${down_t} MB/s (x$(ratio "$down_t" "$down_d") docker cp)"
+        "from a web stream ${up_w} MB/s (x$(ratio "$up_w" "$up_d")), download ${down_t} MB/s" \
+        "(x$(ratio "$down_t" "$down_d") docker cp)"
     cmp -s "$T/big" "$T/big.down" || echo "  (warning: the TypeScript download differs from the upload)"
 else
     echo "  (TypeScript row skipped: needs node and client/js/dist, tests/providers/tsclient.sh builds it)"

@@ -10,6 +10,8 @@
  */
 import type { FsEntry, FsEventNotification, FsStat } from './protocol.js';
 import * as posix from 'node:path/posix';
+import { ReadStream } from 'node:fs';
+import { stat } from 'node:fs/promises';
 import { randomBytes } from 'node:crypto';
 import { SbxdError } from './client.js';
 import type { SbxdClient } from './client.js';
@@ -63,6 +65,24 @@ function entry(e: FsEntry): EntryInfo {
         modifiedTime: new Date(e.mtime),
         ...(e.target !== undefined ? { symlinkTarget: e.target } : {}),
     };
+}
+
+/**
+ * The length of a Node fs.ReadStream of a whole regular file, not read yet
+ * (fs.createReadStream(path)): its file's size, so it goes as one raw
+ * transfer. A file that changes size meanwhile fails the write (the byte
+ * count is exact), leaving nothing. Else undefined.
+ */
+async function fileSize(d: unknown): Promise<number | undefined> {
+    if (!(d instanceof ReadStream) || d.bytesRead !== 0 || typeof d.path !== 'string') return undefined;
+    const r = d as unknown as { start?: number; end?: number };
+    if (r.start !== undefined || (r.end !== undefined && r.end !== Infinity)) return undefined;
+    try {
+        const st = await stat(d.path);
+        return st.isFile() ? st.size : undefined;
+    } catch {
+        return undefined;
+    }
 }
 
 /** The source in pieces of exactly `size` bytes (the last one shorter); nothing buffered beyond one piece. */
@@ -194,7 +214,7 @@ export class SbxdFiles {
         let d: WriteData = data ?? '';
         if (typeof d === 'string') d = new TextEncoder().encode(d);
         if (d instanceof ArrayBuffer) d = new Uint8Array(d);
-        const size = d instanceof Uint8Array ? d.length : d instanceof Blob ? d.size : opts.size;
+        const size = d instanceof Uint8Array ? d.length : d instanceof Blob ? d.size : (opts.size ?? (await fileSize(d)));
         if (size !== undefined && size >= RAW_MIN && !this.jsonOnly) {
             const r = await rawWrite(this.client, this.sandbox, a, size, chunksOf(d, RAW_PART), extra);
             if (r) return this.getInfo(r.path);
@@ -230,8 +250,8 @@ export class SbxdFiles {
         const tmp = posix.join(posix.dirname(path), `.${posix.basename(path)}.sbx-${randomBytes(6).toString('hex')}`);
         if (extra.mode === undefined) {
             // As a write in place would: a replaced file keeps its mode.
-            const cur = await this.client.call('fs.stat', { sandbox: this.sandbox, path }).catch(() => null);
-            if (cur?.type === 'file') extra = { ...extra, mode: cur.mode };
+            const old = await this.client.call('fs.stat', { sandbox: this.sandbox, path }).catch(() => null);
+            if (old?.type === 'file') extra = { ...extra, mode: old.mode };
         }
         try {
             let first = true;

@@ -6,6 +6,9 @@
 import assert from 'node:assert/strict';
 import { randomBytes, createHash } from 'node:crypto';
 import { Readable } from 'node:stream';
+import { createReadStream, writeFileSync, unlinkSync } from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
 import { group, test, sleep } from './harness.mjs';
 import { SbxdClient, ErrorCode } from '../dist/index.js';
 
@@ -69,6 +72,21 @@ group('files streams (docker)', () => {
         assert.equal(await sh('ls -a /workspace/s | grep -c sbx- || true'), '0', 'no temporary file left');
         assert.equal(sha(await f.read('/workspace/s/node.bin', { format: 'bytes' })), sha(big));
     }, { timeout: 120000 });
+    test('fs.createReadStream of a host file goes as one transfer (its size from the file)', async () => {
+        const tmp = path.join(os.tmpdir(), `sbxd-fst-${process.pid}.bin`);
+        writeFileSync(tmp, big.subarray(0, 5 * MB));
+        try {
+            const raw = countRaw(c);
+            await f.write('/workspace/s/rs.bin', createReadStream(tmp));
+            assert.equal(raw(), 1);
+            assert.equal((await sh('sha256sum /workspace/s/rs.bin')).split(' ')[0], sha(big.subarray(0, 5 * MB)));
+            const part = createReadStream(tmp, { start: 10 });
+            await f.write('/workspace/s/rs2.bin', part); // a window: length not known up front, segments
+            assert.equal((await f.getInfo('/workspace/s/rs2.bin')).size, 5 * MB - 10);
+        } finally {
+            unlinkSync(tmp);
+        }
+    }, { timeout: 60000 });
     test('a stream with its size given goes as one transfer; a Uint8Array and a Blob over raw too', async () => {
         const raw = countRaw(c);
         await f.write('/workspace/s/sized.bin', webStream(big.subarray(0, 3 * MB)), { size: 3 * MB });
