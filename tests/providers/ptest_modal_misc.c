@@ -431,6 +431,37 @@ static void test_ttl(conn *c)
     json_decref(call(c, "sandbox.start", json_pack("{s:s}", "id", SB)));
 }
 
+/* 1 if the fake still has image id. */
+static int fake_has_image(const char *id)
+{
+    json_t *imgs = ctl_get("/images");
+    int found = 0;
+    size_t i;
+    json_t *im;
+    json_array_foreach(imgs, i, im)
+        found |= !strcmp(json_string_value(json_object_get(im, "image_id")), id);
+    json_decref(imgs);
+    return found;
+}
+
+/* The image stop saved lives (never expiring) until its sandbox is destroyed. */
+static void test_stop_image_destroyed(conn *c)
+{
+    json_t *r = call(c, "sandbox.get", json_pack("{s:s}", "id", SB));
+    const char *img = json_string_value(
+        json_object_get(json_object_get(res_of(r), "metadata"), "saved_image_id"));
+    char id[128] = "";
+    snprintf(id, sizeof(id), "%s", img ? img : "");
+    json_decref(r);
+    test_cond("stop's image is still there while the sandbox lives",
+              id[0] && fake_has_image(id));
+    json_decref(call(c, "sandbox.destroy", json_pack("{s:s}", "id", SB)));
+    int gone = 0;
+    for (int i = 0; i < 50 && !(gone = !fake_has_image(id)); i++)
+        usleep(100000); /* ImageDelete goes out after the destroy's answer */
+    test_cond("... and deleted (ImageDelete) when the sandbox is destroyed", gone);
+}
+
 /* Providers whose snapshots never expire take ttl -1 only. */
 static void test_ttl_elsewhere(conn *c)
 {
@@ -470,6 +501,15 @@ static pid_t spawn_sbxd(const char *cmd, const char *sock)
     for (int i = 0; i < 400 && stat(sock, &st) != 0; i++)
         usleep(50000);
     return pid;
+}
+
+/* The socket file appears at bind(2), before listen(2): connect until it answers. */
+static conn *open_retry(const char *sock)
+{
+    conn *c = NULL;
+    for (int i = 0; i < 200 && !(c = cn_open(sock)); i++)
+        usleep(50000);
+    return c;
 }
 
 static int stop_sbxd(pid_t pid, int sig)
@@ -537,16 +577,17 @@ static void test_stdin_restart(const char *cmd, const char *tmp)
     char sock[104];
     snprintf(sock, sizeof(sock), "%s/mrst.sock", tmp);
     pid_t pid = spawn_sbxd(cmd, sock);
-    conn *c = cn_open(sock);
-    json_t *r = c ? call(c, "sandbox.create",
-                         json_pack("{s:s, s:s}", "id", "mrst", "provider", "modal"))
-                  : NULL;
-    int pr = -1;
-    json_decref(r);
-    r = c ? call(c, "process.spawn",
-                 json_pack("{s:s, s:s}", "sandbox", "mrst", "command", "cat"))
-          : NULL;
-    pr = (int)res_int(r, "pid");
+    conn *c = open_retry(sock);
+    if (!c) {
+        test_cond("stdin restart: sbxd started", 0);
+        stop_sbxd(pid, SIGTERM);
+        return;
+    }
+    json_decref(call(c, "sandbox.create",
+                     json_pack("{s:s, s:s}", "id", "mrst", "provider", "modal")));
+    json_t *r = call(c, "process.spawn",
+                     json_pack("{s:s, s:s}", "sandbox", "mrst", "command", "cat"));
+    int pr = (int)res_int(r, "pid");
     json_decref(r);
     json_decref(stdin_write(c, "mrst", pr, "one\n", 0));
     test_cond("stdin restart: a cat on Modal echoes its stdin",
@@ -556,7 +597,12 @@ static void test_stdin_restart(const char *cmd, const char *tmp)
     int st = stop_sbxd(pid, SIGKILL);
     test_cond("stdin restart: sbxd is killed (SIGKILL, no shutdown write)", st == 137);
     pid = spawn_sbxd(cmd, sock);
-    c = cn_open(sock);
+    c = open_retry(sock);
+    if (!c) {
+        test_cond("stdin restart: sbxd started again", 0);
+        stop_sbxd(pid, SIGTERM);
+        return;
+    }
     usleep(500000); /* adoption on the first loop iteration */
     json_decref(
         call(c, "process.attach",
@@ -672,7 +718,7 @@ int main(int argc, char **argv)
     }
     test_ttl_elsewhere(c);
     free(root);
-    json_decref(call(c, "sandbox.destroy", json_pack("{s:s}", "id", SB)));
+    test_stop_image_destroyed(c);
     cn_close(c);
     const char *cmd = getenv("PTEST_SBXD_CMD"), *tmp = getenv("PTEST_TMP");
     if (cmd && tmp)

@@ -33,8 +33,15 @@ static void status_done(struct grpc_call *c, const struct grpc_status *st,
     }
     m->stdin_off = r->num_bytes_written;
     m->stdin_inflight = 0;
-    if (r->closed)
+    if (r->closed) {
+        /* Closed before the restart: what was queued meanwhile cannot go. */
+        if (m->stdin_q.bytes)
+            log_warn("modal: pid %u: stdin was closed before the restart: %zu bytes "
+                     "written since are dropped",
+                     m->p ? m->p->pid : 0, m->stdin_q.bytes);
+        obuf_consume(&m->stdin_q, m->stdin_q.bytes);
         m->stdin_eof = m->stdin_eof_sent = 1; /* a write now: "stdin is closed" */
+    }
     log_debug("modal: pid %u: stdin resumes at byte %llu%s", m->p ? m->p->pid : 0,
               (unsigned long long)m->stdin_off, r->closed ? " (closed)" : "");
     modal_reply_free(r);
