@@ -21,6 +21,7 @@
 #include <grp.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -208,6 +209,27 @@ static void test_rename_errors(conn *c)
     r = mv(c, "/mv/f3", "/mv/f3", 1);
     test_cond("fs.rename onto itself is a no-op (rename(2))", res_of(r) != NULL);
     json_decref(r);
+}
+
+/* Across file systems: a small tmpfs on the fake's side (the fake's sandbox
+ * is a folder on this host), unmounted again right after. */
+static void test_rename_exdev(conn *c, const char *root)
+{
+    char dir[1024];
+    snprintf(dir, sizeof(dir), "%s/mv/xd", root);
+    mkdir(dir, 0755);
+    if (getuid() != 0 || mount("none", dir, "tmpfs", 0, "size=1m") < 0) {
+        test_skip("fs.rename across file systems: EXDEV", "cannot mount a tmpfs here");
+        return;
+    }
+    json_t *r = mv(c, "/mv/f3", "/mv/xd/f3", -1);
+    test_cond("fs.rename across file systems: -32010 EXDEV (never a copy)",
+              err_code(r) == -32010 && !strcmp(errno_of(r), "EXDEV") &&
+                  host_exists(root, "/mv/f3") && !host_exists(root, "/mv/xd/f3"));
+    json_decref(r);
+    if (umount2(dir, MNT_DETACH) < 0)
+        printf("      umount %s: %s\n", dir, strerror(errno));
+    rmdir(dir);
 }
 
 /* ---- fs.watch -------------------------------------------------------------------- */
@@ -710,6 +732,7 @@ int main(int argc, char **argv)
     if (root) {
         test_rename_ok(c, root);
         test_rename_errors(c);
+        test_rename_exdev(c, root);
         test_watch_errors(c);
         test_watch_events(c);
         test_watch_transport();

@@ -9,6 +9,9 @@
  *   modal_router.c the link to the command router: access (URL + JWT) per
  *                 task, refreshed before it expires, and one TLS HTTP/2
  *                 channel per worker URL
+ *   modal_fs.c    fs.* through the filesystem tool; modal_fsmv.c fs.rename's
+ *                 helper, modal_fswatch.c fs.watch (the tool's Watch)
+ *   modal_snap.c  snapshot ttls; modal_stdin.c stdin of re-adopted processes
  * Not a public header: only these files include it.
  */
 #ifndef SBXD_MODAL_INT_H
