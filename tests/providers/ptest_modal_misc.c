@@ -611,6 +611,12 @@ static void test_stdin_restart(const char *cmd, const char *tmp)
                      json_pack("{s:s, s:s}", "sandbox", "mrst", "command", "cat"));
     int pr = (int)res_int(r, "pid");
     json_decref(r);
+    /* A second one whose stdin is closed before the restart (it keeps running). */
+    r = call(c, "process.spawn",
+             json_pack("{s:s, s:s}", "sandbox", "mrst", "command", "sleep 120"));
+    int pc = (int)res_int(r, "pid");
+    json_decref(r);
+    json_decref(stdin_write(c, "mrst", pc, NULL, 1));
     json_decref(stdin_write(c, "mrst", pr, "one\n", 0));
     test_cond("stdin restart: a cat on Modal echoes its stdin",
               pr > 0 && await_output(c, pr, "one\n", 20000));
@@ -639,6 +645,11 @@ static void test_stdin_restart(const char *cmd, const char *tmp)
     test_cond("stdin restart: ... at the right offset: echoed once, nothing lost or "
               "repeated",
               await_output(c, pr, "one\ntwo\n", 20000));
+    usleep(300000);
+    r = stdin_write(c, "mrst", pc, "late\n", 0);
+    test_cond("stdin restart: a stdin closed before the restart stays closed (-32001)",
+              err_code(r) == -32001);
+    json_decref(r);
     if (getuid() == 0)
         test_cond("stdin restart: another uid's process.write is -32000",
                   cross_uid_code(sock, "process.write",
