@@ -298,6 +298,14 @@ if [ -x "$B/sbxctl" ]; then
     else
         fail "sbxctl exec on Modal: the command was not killed (wait: $st $out)"
     fi
+    # sbxctl snapshot --ttl (modalmisc): the ttl asked, and "never" clamped by
+    # the default ceiling providers.modal.snapshot_ttl_max_s (30 days).
+    a=$($C --json snapshot ctlm --ttl 120 2>&1 | tr -d ' \n')
+    b=$($C --json snapshot ctlm --ttl never 2>&1 | tr -d ' \n')
+    case "$a|$b" in
+    *'"ttl_s":120'*'|'*'"ttl_s":2592000'*) pass "sbxctl snapshot --ttl on Modal: 120 as asked, never clamped to 30 days" ;;
+    *) fail "sbxctl snapshot --ttl on Modal ($a | $b)" ;;
+    esac
     $C rm ctlm >/dev/null 2>&1
 fi
 
