@@ -92,8 +92,9 @@ static const struct verb verbs[] = {
     {"rm", cmd_rm, "rm [-f] ID...",
      "Destroys sandboxes, running ones included (-f is accepted and changes nothing),\n"
      "and prints each id destroyed; exits 125 if any could not be."},
-    {"snapshot", cmd_snapshot, "snapshot ID",
-     "Snapshots a sandbox and prints the snapshot id."},
+    {"snapshot", cmd_snapshot, "snapshot ID [--ttl SECONDS|never]",
+     "Snapshots a sandbox and prints the snapshot id (--ttl: how long its image "
+     "lives, where the provider's images expire: Modal)."},
     {"snapshots", cmd_snapshots, "snapshots [--provider P]",
      "Lists your snapshots (all of them for an admin)."},
     {"snapshot-rm", cmd_snapshot_rm, "snapshot-rm SNAP",

@@ -433,9 +433,45 @@ int cmd_rm(int argc, char **argv)
     return rc;
 }
 
+static const struct opt snapshot_opts[] = {
+    {"ttl", 0, 1, 1}, /* seconds the snapshot's image lives, or "never" */
+    {NULL, 0, 0, 0},
+};
+
 int cmd_snapshot(int argc, char **argv)
 {
-    return id_verb(argc, argv, SBX_M_SNAPSHOT, "snapshot");
+    struct parser p;
+    const char *id = NULL;
+    json_t *params = json_object(), *r;
+    int o;
+    parser_init(&p, argc, argv);
+    while ((o = opt_next(&p, snapshot_opts)) != OPT_END) {
+        if (o == OPT_HELP)
+            verb_help();
+        if (o == OPT_ARG && id)
+            usage_error("unexpected argument: %s", p.arg);
+        if (o == OPT_ARG)
+            id = p.arg;
+        else
+            json_object_set_new(
+                params, "ttl",
+                json_integer(strcmp(p.arg, "never") == 0 ? -1 : arg_int("--ttl", p.arg)));
+    }
+    if (!id)
+        usage_error("missing sandbox ID");
+    json_object_set_new(params, "id", json_string(id));
+    sbx_ctx *c = ctl_connect();
+    sbx_set_notify_cb(c, progress_cb, NULL);
+    int rc = ctl_call(c, SBX_M_SNAPSHOT, params, &r);
+    sbx_free(c);
+    if (rc)
+        return rc;
+    if (g.json)
+        print_json(r);
+    else
+        printf("%s\n", json_string_value(json_object_get(r, "snapshot")));
+    json_decref(r);
+    return 0;
 }
 
 /* ---- snapshots --------------------------------------------------------------------- */

@@ -68,6 +68,10 @@ struct sbx_provider {
      * sandbox_adopted() once its processes are back. Until then calls
      * naming an unknown id wait (core/adoption.h). */
     int adopts_at_load;
+    /* issue 20 (modalmisc): 1, sb_snapshot honours sb->snap_ttl (seconds the
+     * snapshot lives, -1 never, 0 the provider's default). 0: its snapshots
+     * never expire, and sandbox.snapshot takes only ttl -1 (else -32011). */
+    int snapshot_ttl;
 
     /* conf: providers.<name>, borrowed. Fills *cookie. An error here means
      * the provider is unavailable (the daemon still runs). */

@@ -807,6 +807,12 @@ static void keep_snapshot_data(json_t *rec, json_t *data)
 
 void sandbox_snapshot(struct sandbox *sb, sbx_result_cb cb, void *privdata)
 {
+    sandbox_snapshot_ttl(sb, 0, cb, privdata);
+}
+
+void sandbox_snapshot_ttl(struct sandbox *sb, int64_t ttl, sbx_result_cb cb,
+                          void *privdata)
+{
     sandbox_touch(sb);
     if (sb->op != OP_NONE || (sb->status != SB_RUNNING && sb->status != SB_STOPPED)) {
         wrong_state(cb, privdata, sb, "snapshot");
@@ -821,6 +827,16 @@ void sandbox_snapshot(struct sandbox *sb, sbx_result_cb cb, void *privdata)
         answer_err(cb, privdata, &err);
         return;
     }
+    if (ttl != 0 && ttl != -1 && !sb->prov->ops->snapshot_ttl) {
+        err_make_data(&err, SBX_E_UNSUPPORTED,
+                      json_pack("{s:s, s:s}", "provider", sb->prov->ops->name, "feature",
+                                "snapshot ttl"),
+                      "%s snapshots never expire: ttl takes only -1",
+                      sb->prov->ops->name);
+        answer_err(cb, privdata, &err);
+        return;
+    }
+    sb->snap_ttl = ttl;
     int count;
     size_t bytes;
     snapshot_usage(sb->owner, &count, &bytes);
@@ -1045,11 +1061,21 @@ void sandbox_op_done(struct sandbox *sb, sbx_err_t *err, json_t *result)
         json_t *rec = json_pack("{s:s, s:I, s:s, s:s}", "provider", sb->prov->ops->name,
                                 "owner", (json_int_t)sb->owner, "created_at",
                                 daemon_timestamp(daemon_now(), ts), "sandbox", sb->id);
-        keep_snapshot_data(rec, result ? result : json_object());
-        json_object_set_new(D->snapshots, id, rec);
         sb->op_result =
             json_pack("{s:s, s:s, s:s, s:s}", "snapshot", id, "provider",
                       sb->prov->ops->name, "sandbox", sb->id, "created_at", ts);
+        /* The lifetime a provider gave it (issue 20: Modal's ttl): in the
+         * answer and in snapshot.list. */
+        static const char *const life[] = {"ttl_s", "expires_at", "ttl"};
+        for (size_t k = 0; k < 3; k++) {
+            json_t *v = json_object_get(result, life[k]);
+            if (v) {
+                json_object_set(sb->op_result, life[k], v);
+                json_object_set(rec, life[k], v);
+            }
+        }
+        keep_snapshot_data(rec, result ? result : json_object());
+        json_object_set_new(D->snapshots, id, rec);
         result = NULL;
     }
     json_decref(result);

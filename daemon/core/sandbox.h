@@ -62,6 +62,7 @@ struct sandbox {
     json_t *runtime_env;    /* sandbox.set_env layer, owned object */
     json_t *snapshot;       /* snapshot data to start from (a reference of its own) */
     char snap_id[64];       /* OP_SNAPSHOT: the id the new snapshot gets */
+    int64_t snap_ttl;       /* OP_SNAPSHOT: its ttl asked (seconds, -1 never, 0 none) */
     json_t *start_warnings; /* the last start's provider warnings (array) or NULL */
 
     ev_timer life_timer;
@@ -129,6 +130,11 @@ void sandbox_start(struct sandbox *sb, sbx_result_cb cb, void *privdata);
 void sandbox_stop(struct sandbox *sb, sbx_result_cb cb, void *privdata);
 void sandbox_destroy(struct sandbox *sb, sbx_result_cb cb, void *privdata);
 void sandbox_snapshot(struct sandbox *sb, sbx_result_cb cb, void *privdata);
+/* sandbox.snapshot with a ttl (seconds, -1 never, 0 the provider's default):
+ * a provider without snapshot_ttl takes only -1 (its snapshots never expire)
+ * and answers anything else -32011 {provider, feature: "snapshot ttl"}. */
+void sandbox_snapshot_ttl(struct sandbox *sb, int64_t ttl, sbx_result_cb cb,
+                          void *privdata);
 /* Records activity for the idle timer. */
 void sandbox_touch(struct sandbox *sb);
 /* Final env of a process: provider defaults < conf.env < runtime_env < cmd_env (borrowed,

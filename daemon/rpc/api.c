@@ -851,7 +851,17 @@ static void m_destroy(struct call *c, json_t *params)
 
 static void m_snapshot(struct call *c, json_t *params)
 {
-    lifecycle(c, params, sandbox_snapshot);
+    /* ttl (issue 20): seconds the image lives, -1 never; the provider clamps it. */
+    int64_t ttl = 0;
+    if (opt_int(c, params, "ttl", -1, INT32_MAX, &ttl) < 0)
+        return;
+    if (ttl == 0 && json_is_integer(json_object_get(params, "ttl"))) {
+        bad_param(c, "ttl", "seconds (1 or more), or -1 for never");
+        return;
+    }
+    struct sandbox *sb = get_sandbox(c, params, "id");
+    if (sb)
+        sandbox_snapshot_ttl(sb, ttl, call_done, c);
 }
 
 static void m_snapshot_list(struct call *c, json_t *params)

@@ -308,6 +308,50 @@ for (const v2 of [true, false]) {
       assert.ok(im.ttl_seconds > 0);
     });
 
+    // modalmisc (issue 20): what sbxd's fs.watch and sandbox.snapshot {ttl} use.
+    it('filesystem.watch: the tool\'s Watch streams Create/Modify/Remove; closing the iterator ends it', async () => {
+      await run(s, ['mkdir', '-p', 'wdir']);
+      const since = await lastSeq();
+      const it = s.filesystem.watch('/workspace/wdir', { recursive: true })[Symbol.asyncIterator]();
+      const seen = [];
+      const want = ['Create', 'Modify', 'Remove'];
+      const next = it.next();
+      await new Promise((r) => setTimeout(r, 1000)); // the tool says nothing when it is ready
+      await run(s, ['sh', '-c', 'echo a > wdir/f; sleep 0.2; echo b >> wdir/f; sleep 0.2; rm wdir/f']);
+      for (let ev = await next; !ev.done; ev = await it.next()) {
+        seen.push(ev.value.eventType);
+        assert.deepEqual(ev.value.paths, ['/workspace/wdir/f']);
+        if (want.every((k) => seen.includes(k))) break;
+      }
+      await it.return();
+      assert.ok(want.every((k) => seen.includes(k)), `events: ${seen}`);
+      const start = (await callsSince(since, 'TaskExecStart'))
+        .find((x) => x.request.command_args[0] === '/__modal/.bin/modal-sandbox-fs-tools');
+      const cmd = JSON.parse(start.request.command_args[1]);
+      assert.deepEqual([cmd.Watch.path, cmd.Watch.recursive], ['/workspace/wdir', true]);
+      const eof = await callsSince(since, 'TaskExecStdinWrite');
+      assert.ok(eof.some((x) => x.request.exec_id === start.request.exec_id && x.request.eof));
+      let ex;
+      for (let i = 0; i < 50; i++) {
+        ex = (await ctl('GET', '/execs')).find((e) => e.exec_id === start.request.exec_id);
+        if (ex.exit_code !== null) break;
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      assert.equal(ex.exit_code, 0);
+    });
+
+    it('snapshotFilesystem({ttlMs}) sends ttl_seconds; ttlMs null is -1 (never expires)', async () => {
+      const since = await lastSeq();
+      const a = await s.snapshotFilesystem({ ttlMs: 60000 });
+      const b = await s.snapshotFilesystem({ ttlMs: null });
+      const got = await callsSince(since, 'TaskSnapshotFilesystem');
+      assert.deepEqual(got.map((x) => Number(x.request.ttl_seconds)), [60, -1]);
+      const ims = await ctl('GET', '/images');
+      assert.equal(ims.find((x) => x.image_id === a.imageId).ttl_seconds, 60);
+      const never = ims.find((x) => x.image_id === b.imageId);
+      assert.deepEqual([never.ttl_seconds, never.expires_at], [-1, null]);
+    });
+
     it('terminate: the sandbox ends, wait() gives 137, a running exec is killed (signal 9)', async () => {
       const p = await s.exec(['sleep', '30']);
       await s.terminate();

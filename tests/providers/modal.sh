@@ -2,7 +2,8 @@
 # modal.sh BUILD_DIR TMPDIR - the Modal provider against the local fake Modal
 # control plane (tests/modal/fake/server.js):
 #   1. the official JS SDK's faithfulness test of the fake (run_sdk_test.sh)
-#   2. the C provider tests (ptest_modal) through a real sbxd, and fs.* (ptest_modal_fs)
+#   2. the C provider tests (ptest_modal) through a real sbxd, and fs.* (ptest_modal_fs),
+#      and fs.rename/fs.watch, snapshot ttl, stdin after a restart (ptest_modal_misc)
 #   3. `sbxctl run --provider modal -- echo hi`, and Ctrl-C on `sbxctl exec`
 # Everything started here is stopped on exit, even on failure. Prints
 # "N passed, N failed" last; exits non-zero on any failure.
@@ -210,6 +211,54 @@ else
     fail "$B/tests/ptest_modal_fs is not built"
 fi
 
+# -- 2c. fs.rename, fs.watch, snapshot ttl, stdin after a restart (ptest_modal_misc) -------
+# Its own sbxd: a small event queue and watch count (to reach them), and a
+# snapshot ttl default and ceiling; PTEST_SBXD_CMD restarts one like it.
+{
+    echo 'socket:'
+    echo '  mode: "0666"'
+    echo 'limits:'
+    echo '  op_timeout_ms: 60000'
+    echo '  fs_event_queue: 4'
+    echo '  fs_watches_per_sandbox: 2'
+    echo 'providers:'
+    echo '  duktape:'
+    echo '    pool_size: 1'
+    echo '  modal:'
+    echo "    server_url: http://127.0.0.1:$PORT"
+    echo '    token_id: ak-test'
+    echo '    token_secret: as-test'
+    echo '    app_name: sbxd-misc'
+    echo "    ca_file: $CA"
+    echo '    snapshot_ttl_s: 600'
+    echo '    snapshot_ttl_max_s: 3600'
+} >"$T/misc.yaml"
+if [ -x "$B/tests/ptest_modal_misc" ] && start_sbxd misc; then
+    PTEST_SBXD_CMD="exec $VG $B/sbxd -c $T/misc.yaml --log-level debug" PTEST_TMP="$T" \
+        "$B/tests/ptest_modal_misc" "$T/misc.sock" "$CPORT" >"$T/ptest_misc.log" 2>&1
+    st=$?
+    cat "$T/ptest_misc.log"
+    out=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$T/ptest_misc.log" | tail -n 1)
+    if [ -n "$out" ]; then
+        p=${out%% passed*}
+        f=${out#*, }
+        f=${f%% failed*}
+        PASSED=$((PASSED + p))
+        FAILED=$((FAILED + f))
+        case "$out" in
+        *skipped*)
+            s=${out##*failed, }
+            SKIPPED=$((SKIPPED + ${s%% skipped*}))
+            ;;
+        esac
+        [ "$st" -ne 0 ] && [ "$f" -eq 0 ] && fail "ptest_modal_misc exited $st"
+    else
+        fail "ptest_modal_misc printed no result (exit $st)"
+    fi
+else
+    fail "ptest_modal_misc is not built or its sbxd did not start"
+fi
+
 # -- 3. sbxctl ----------------------------------------------------------------------------
 if [ -x "$B/sbxctl" ]; then
     out=$(timeout 60 "$B/sbxctl" -s "$T/main.sock" run --provider modal -- echo hi 2>"$T/sbxctl.err")
@@ -249,6 +298,14 @@ if [ -x "$B/sbxctl" ]; then
     else
         fail "sbxctl exec on Modal: the command was not killed (wait: $st $out)"
     fi
+    # sbxctl snapshot --ttl (modalmisc): the ttl asked, and "never" clamped by
+    # the default ceiling providers.modal.snapshot_ttl_max_s (30 days).
+    a=$($C --json snapshot ctlm --ttl 120 2>&1 | tr -d ' \n')
+    b=$($C --json snapshot ctlm --ttl never 2>&1 | tr -d ' \n')
+    case "$a|$b" in
+    *'"ttl_s":120'*'|'*'"ttl_s":2592000'*) pass "sbxctl snapshot --ttl on Modal: 120 as asked, never clamped to 30 days" ;;
+    *) fail "sbxctl snapshot --ttl on Modal ($a | $b)" ;;
+    esac
     $C rm ctlm >/dev/null 2>&1
 fi
 

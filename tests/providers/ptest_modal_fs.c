@@ -128,12 +128,6 @@ static const char *errno_of(json_t *r)
     return s ? s : "";
 }
 
-static const char *feature_of(json_t *r)
-{
-    const char *s = json_string_value(json_object_get(err_data(r), "feature"));
-    return s ? s : "";
-}
-
 static json_t *fs(conn *c, const char *m, const char *path, json_t *extra)
 {
     json_t *p = json_pack("{s:s, s:s}", "sandbox", "mfs", "path", path);
@@ -442,16 +436,7 @@ static void test_errors(conn *c)
     test_cond("fs.list of a file: ENOTDIR",
               err_code(r) == -32010 && !strcmp(errno_of(r), "ENOTDIR"));
     json_decref(r);
-    r = call(c, "fs.rename",
-             json_pack("{s:s, s:s, s:s}", "sandbox", "mfs", "path", "/work/bin.dat", "to",
-                       "/work/b2"));
-    test_cond("fs.rename: -32011 {provider modal, feature fs.rename} (the tool has none)",
-              err_code(r) == -32011 && !strcmp(feature_of(r), "fs.rename"));
-    json_decref(r);
-    r = call(c, "fs.watch", json_pack("{s:s, s:s}", "sandbox", "mfs", "path", "/work"));
-    test_cond("fs.watch: -32011 {feature fs.watch}",
-              err_code(r) == -32011 && !strcmp(feature_of(r), "fs.watch"));
-    json_decref(r);
+    /* fs.rename and fs.watch are served now: tests/providers/ptest_modal_misc.c. */
     r = call(c, "process.exec",
              json_pack("{s:s, s:s}", "sandbox", "mfs", "command", "echo still"));
     test_cond("the sandbox still runs commands after the errors",

@@ -979,6 +979,7 @@ static int m_load(json_t *conf, void **cookie, sbx_err_t *err)
     mp->builder_version = bv && bv[0] ? xstrdup(bv) : NULL;
     if (mp->snapshot_ttl_s < -1)
         mp->snapshot_ttl_s = -1;
+    modal_snapshot_ttl_load(mp, conf);
     *cookie = mp;
     if (!tid || !tid[0] || !tsec || !tsec[0]) {
         snprintf(mp->reason, sizeof(mp->reason),
@@ -1107,6 +1108,8 @@ static const struct cfg_key modal_keys[] = {
     {"ca_file", CFG_STR},
     /* sandbox.snapshot images: -1 never expire, 0 Modal's default */
     {"snapshot_ttl_s", CFG_INT},
+    /* the longest ttl sandbox.snapshot may ask; -1: no ceiling (modal_snap.c) */
+    {"snapshot_ttl_max_s", CFG_INT},
     /* auto (the command router, ContainerExec if refused) | container_exec */
     {"exec_transport", CFG_STR},
     /* default: the workspace's (EnvironmentGetOrCreate) */
@@ -1118,6 +1121,7 @@ static const struct cfg_key modal_keys[] = {
 
 const struct sbx_provider sbx_provider_modal = {
     .takes_image = 1,
+    .snapshot_ttl = 1,
     .name = "modal",
     .config_keys = modal_keys,
     .shell_commands = 1,

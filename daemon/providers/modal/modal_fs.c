@@ -11,9 +11,9 @@
  *   MakeDirectory {path, parents}
  *   Remove {path, recursive}
  * A failure exits non-zero with {"error_kind","message","detail"} on stderr;
- * the kinds become errno names (-32010). The tool has no rename; its watch
- * streams events for as long as the exec lives and is not served here yet:
- * fs.rename and fs.watch answer -32011.
+ * the kinds become errno names (-32010). The tool has no rename: fs.rename
+ * runs a shell script instead (modal_fsmv.c) through the same steps; its
+ * Watch streams events for as long as the exec lives (modal_fswatch.c).
  *
  * One mfs per operation (a write: per handle, alive between its calls). The
  * steps: TaskExecStart (our exec id), [stdin by offset, EOF on commit],
@@ -354,7 +354,8 @@ static void out_done(struct grpc_call *c, const struct grpc_status *st,
     /* stderr of a failed run: the tool's error, or its exit code. */
     const char *en;
     char m[256];
-    if (modal_fs_parse_error(f->buf, f->blen, &en, m, sizeof(m)) < 0)
+    if ((f->op == FS_OP_RENAME ? modal_fs_mv_error : modal_fs_parse_error)(
+            f->buf, f->blen, &en, m, sizeof(m)) < 0)
         snprintf(m, sizeof(m), "modal-sandbox-fs-tools exited %d", f->exit_code);
     if (advance(f, en))
         return;
@@ -569,6 +570,15 @@ static void start_exec(struct mfs *f)
     req.exec_id = f->exec_id;
     req.command_args = argv;
     req.n_command_args = 2;
+    char **mv = NULL;
+    if (f->op == FS_OP_RENAME) {
+        /* The tool has no rename: a shell script from / (modal_fsmv.c). */
+        mv = modal_fs_mv_argv(f->fc, &req.n_command_args);
+        req.command_args = mv;
+        req._workdir_case =
+            MODAL__TASK_COMMAND_ROUTER__TASK_EXEC_START_REQUEST___WORKDIR_WORKDIR;
+        req.workdir = (char *)"/";
+    }
     req._timeout_secs_case =
         MODAL__TASK_COMMAND_ROUTER__TASK_EXEC_START_REQUEST___TIMEOUT_SECS_TIMEOUT_SECS;
     req.timeout_secs = f->op == FS_OP_WRITE && f->phase == PH_MAIN ? MFS_WRITE_TIMEOUT_S
@@ -579,6 +589,7 @@ static void start_exec(struct mfs *f)
         MODAL__TASK_COMMAND_ROUTER__TASK_EXEC_STDERR_CONFIG__TASK_EXEC_STDERR_CONFIG_PIPE;
     f->call = modal_router_unary(ms, "TaskExecStart", &req.base, UNARY_TIMEOUT_S,
                                  exec_started, f);
+    modal_fs_mv_argv_free(mv, req.n_command_args);
     /* Our exec id makes a retried start run the tool once. */
     grpc_call_retry_budget(f->call, ms->mp->retry_budget_s);
 }
@@ -679,6 +690,7 @@ static void go(struct mfs *f, const char *failure)
 
 void modal_fs_router_ready(struct msb *ms, const char *failure)
 {
+    modal_fswatch_router_ready(ms, failure);
     struct mfs *f = ms->fs_ops, *next;
     for (; f; f = next) {
         next = f->next;
@@ -715,6 +727,11 @@ static char *command_of(struct fs_call *fc)
         c = json_pack("{s:{s:O, s:b}}", "Remove", "path", path, "recursive",
                       json_is_true(json_object_get(a, "recursive")));
         break;
+    case FS_OP_RENAME:
+        c = json_pack("{s:{s:O, s:O}}", "sbxd-mv", "path", path, "to",
+                      json_object_get(a, "to")); /* a log's words: argv is modal_fsmv.c's
+                                                  */
+        break;
     default:
         break;
     }
@@ -739,11 +756,11 @@ int modal_fs_call(void *cookie, struct fs_call *fc, sbx_err_t *err)
     json_t *a = fc->args;
     switch (fc->op) {
     case FS_OP_WATCH:
-        return unsupported(err, "fs.watch", "fs.watch is not served on Modal yet");
+        return modal_fswatch_call(ms, fc, err); /* modal_fswatch.c */
     case FS_OP_RENAME:
-        return unsupported(err, "fs.rename",
-                           "Modal's filesystem tool has no rename: fs.rename is not "
-                           "supported");
+        if (!modal_fs_mv_argv_ok(fc))
+            return err_make(err, SBX_E_PARAMS, "fs.rename: path and to must be absolute");
+        break;
     case FS_OP_LIST:
         if (json_integer_value(json_object_get(a, "depth")) > 1)
             return unsupported(err, "fs.list depth",
@@ -832,10 +849,12 @@ void modal_fs_release(void *cookie, struct sandbox *sb, uint64_t handle, void *h
                 mfs_free(f);
             return;
         }
+    modal_fswatch_release(ms, hdata); /* an fs.unwatch: hdata may be a watch */
 }
 
 void modal_fs_release_all(struct msb *ms, const char *why)
 {
+    modal_fswatch_release_all(ms);
     while (ms->fs_ops) {
         struct mfs *f = ms->fs_ops;
         if (f->fc) {

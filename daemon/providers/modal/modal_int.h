@@ -9,6 +9,9 @@
  *   modal_router.c the link to the command router: access (URL + JWT) per
  *                 task, refreshed before it expires, and one TLS HTTP/2
  *                 channel per worker URL
+ *   modal_fs.c    fs.* through the filesystem tool; modal_fsmv.c fs.rename's
+ *                 helper, modal_fswatch.c fs.watch (the tool's Watch)
+ *   modal_snap.c  snapshot ttls; modal_stdin.c stdin of re-adopted processes
  * Not a public header: only these files include it.
  */
 #ifndef SBXD_MODAL_INT_H
@@ -54,6 +57,7 @@ struct mrouter {
 };
 
 struct mfs;
+struct mwatch;
 
 enum rt_mode { RT_UNKNOWN, RT_FETCHING, RT_ON, RT_OFF };
 
@@ -74,10 +78,11 @@ struct mprov {
     double retry_budget_s; /* how long exec streams and waits retry in an outage */
     /* sandbox.snapshot images: -1 never expire, 0 Modal's default */
     int64_t snapshot_ttl_s;
-    json_t *apps;          /* "env/name" -> app_id */
-    json_t *images;        /* tag -> image_id */
-    char *builder_version; /* providers.modal.image_builder_version (NULL: ask) */
-    json_t *builders;      /* environment -> the workspace's image builder version */
+    int64_t snapshot_ttl_max_s; /* the ceiling of a ttl asked; -1 none (modal_snap.c) */
+    json_t *apps;               /* "env/name" -> app_id */
+    json_t *images;             /* tag -> image_id */
+    char *builder_version;      /* providers.modal.image_builder_version (NULL: ask) */
+    json_t *builders;           /* environment -> the workspace's image builder version */
     char last_error[512];
     /* Output flow control: 1 = pause the HTTP/2 stream (CURL_WRITEFUNC_PAUSE,
      * resumed with curl_easy_pause), the default. 0 (SBXD_MODAL_CURL_PAUSE=0) =
@@ -186,7 +191,8 @@ struct msb {
 
     /* fs.* (modal_fs.c): operations in flight and open writes. */
     struct mfs *fs_ops;
-    int rt_fs_waiting; /* some of them wait for the router access */
+    int rt_fs_waiting;      /* some of them wait for the router access */
+    struct mwatch *watches; /* fs.watch (modal_fswatch.c) */
 };
 
 struct mproc {
@@ -240,6 +246,9 @@ struct mproc {
     int unauth_tries;
     struct mproc *rt_next; /* ms->rt_waiters */
     int rt_waiting;
+    /* Adopted on the router: stdin waits for TaskExecStdinStatus (modal_stdin.c)
+     * to say how many bytes the exec has, and whether it is closed. */
+    int stdin_recovering;
 };
 
 /* ---- modal.c: helpers ----------------------------------------------------------- */
@@ -394,7 +403,56 @@ json_t *modal_fs_parse_stat(const uint8_t *buf, size_t len);
 /** ListFiles' array as {entries, more} from skip, at most limit, or NULL. */
 json_t *modal_fs_parse_list(const uint8_t *buf, size_t len, int64_t skip, int64_t limit);
 
+/* ---- modal_fsmv.c, modal_fswatch.c: fs.rename and fs.watch ----------------------- */
+
+/** 1 if fc (an fs.rename) has the absolute path and to the helper needs. */
+int modal_fs_mv_argv_ok(struct fs_call *fc);
+/** The exec's argv for fs.rename fc (a shell script), n in *n_out; NULL if bad. */
+char **modal_fs_mv_argv(struct fs_call *fc, size_t *n_out);
+void modal_fs_mv_argv_free(char **argv, size_t n);
+/** The helper's stderr (untrusted): 0 with an errno name and msg, or -1 (EIO). */
+int modal_fs_mv_error(const uint8_t *buf, size_t len, const char **errno_name, char *msg,
+                      size_t msgsz);
+/** One Watch line of the tool (untrusted) as [{path, kind}], or NULL. New reference. */
+json_t *modal_fs_parse_watch(const uint8_t *buf, size_t len);
+/** fs.watch fc on ms: 0 (answered later), or -1 with err. */
+int modal_fswatch_call(struct msb *ms, struct fs_call *fc, sbx_err_t *err);
+/** The router access is settled (failure: why not) for watches that waited. */
+void modal_fswatch_router_ready(struct msb *ms, const char *failure);
+/** hdata, if it is one of ms's watches, is unwatched (its tool stopped). */
+void modal_fswatch_release(struct msb *ms, void *hdata);
+/** Every watch of ms ends (it is released). */
+void modal_fswatch_release_all(struct msb *ms);
+
+/* ---- modal_snap.c: snapshot lifetimes --------------------------------------------- */
+
+/** providers.modal.snapshot_ttl_max_s (and the default's clamp) from conf. */
+void modal_snapshot_ttl_load(struct mprov *mp, json_t *conf);
+
+/**
+ * TaskSnapshotFilesystem.ttl_seconds for the step ms is at: -1 for stop's
+ * images (sbxd deletes them with the sandbox), else the ttl sandbox.snapshot
+ * asked or snapshot_ttl_s, clamped by snapshot_ttl_max_s; 0: leave it out
+ * (Modal's default).
+ */
+int64_t modal_snapshot_ttl(const struct msb *ms);
+
+/** sandbox.snapshot's result for image_id made by via (new reference). */
+json_t *modal_snapshot_result(const struct msb *ms, const char *image_id,
+                              const char *via);
+
+/* ---- modal_stdin.c: stdin of a re-adopted process ---------------------------------- */
+
+/**
+ * m was adopted on the router and its access is there: asks the router where
+ * m's stdin stands (bytes taken, closed) and goes on writing from there.
+ */
+void modal_stdin_recover(struct mproc *m);
+
 /* ---- modal_proc.c: processes ------------------------------------------------------- */
+
+/** Sends m's next stdin piece (or its EOF) when nothing is in flight. */
+void modal_stdin_pump(struct mproc *m);
 
 /**
  * The router access m waited for is there (failure NULL) or could not be had

@@ -980,7 +980,7 @@ static int send_task_snapshot(struct msb *ms)
         MODAL__TASK_COMMAND_ROUTER__TASK_SNAPSHOT_FILESYSTEM_REQUEST__INIT;
     req.task_id = ms->task_id;
     req.snapshot_id = ms->snap_uuid;
-    int64_t ttl = ms->step == ST_STOP_TSNAP ? -1 : ms->mp->snapshot_ttl_s;
+    int64_t ttl = modal_snapshot_ttl(ms);
     if (ttl != 0) {
         req._ttl_seconds_case =
             MODAL__TASK_COMMAND_ROUTER__TASK_SNAPSHOT_FILESYSTEM_REQUEST___TTL_SECONDS_TTL_SECONDS;
@@ -1047,8 +1047,7 @@ static void on_tsnap(struct msb *ms, const struct grpc_status *st, void *reply)
     Modal__TaskCommandRouter__TaskSnapshotFilesystemResponse *r = reply;
     if (r && r->image_id[0]) {
         job_end(ms, NULL,
-                json_pack("{s:s, s:s, s:s}", "image_id", r->image_id, "modal_sandbox_id",
-                          nz(ms->sandbox_id), "via", "TaskSnapshotFilesystem"));
+                modal_snapshot_result(ms, r->image_id, "TaskSnapshotFilesystem"));
         return;
     }
     if (task_snapshot_fallback(ms, st))
@@ -1136,9 +1135,7 @@ static void on_snapshot(struct msb *ms, const struct grpc_status *st, void *repl
 {
     Modal__Client__SandboxSnapshotFsResponse *r = reply;
     if (snapshot_ok(r)) {
-        job_end(ms, NULL,
-                json_pack("{s:s, s:s}", "image_id", r->image_id, "modal_sandbox_id",
-                          nz(ms->sandbox_id)));
+        job_end(ms, NULL, modal_snapshot_result(ms, r->image_id, "SandboxSnapshotFs"));
         return;
     }
     if (st->code != GRPC_OK) {

@@ -662,8 +662,6 @@ static void wait_open(struct mproc *m)
                               POLL_S + POLL_SLACK_S, wait_done, m);
 }
 
-static void stdin_pump(struct mproc *m);
-
 static void stdin_done(struct grpc_call *c, const struct grpc_status *st,
                        const uint8_t *msg, size_t len, void *privdata)
 {
@@ -677,12 +675,13 @@ static void stdin_done(struct grpc_call *c, const struct grpc_status *st,
     }
     m->stdin_off += m->stdin_inflight;
     m->stdin_inflight = 0;
-    stdin_pump(m);
+    modal_stdin_pump(m);
 }
 
-static void stdin_pump(struct mproc *m)
+void modal_stdin_pump(struct mproc *m)
 {
-    if (!m->exec_id || m->stdin_call || m->stdin_broken || m->reported || !m->ms)
+    if (!m->exec_id || m->stdin_call || m->stdin_broken || m->stdin_recovering ||
+        m->reported || !m->ms)
         return;
     Modal__Client__RuntimeInputMessage in = MODAL__CLIENT__RUNTIME_INPUT_MESSAGE__INIT;
     Modal__Client__ContainerExecPutInputRequest req =
@@ -1014,6 +1013,7 @@ void modal_proc_router_ready(struct mproc *m, const char *failure)
                 out_open(m, fd);
         if (!m->have_exit && !m->wait_call)
             wait_open(m);
+        modal_stdin_recover(m);
         return;
     }
     exec_start(m);
@@ -1124,7 +1124,7 @@ static void exec_done(struct grpc_call *c, const struct grpc_status *st,
         out_open(m, 1);
         out_open(m, 2);
         wait_open(m);
-        stdin_pump(m);
+        modal_stdin_pump(m);
         if (m->kill_sig)
             send_kill(m);
         return;
@@ -1289,8 +1289,7 @@ int modal_proc_write(void *cookie, struct process *p, const void *data, size_t l
         return err_make(err, SBX_E_STATE, "stdin of process %u is closed", p->pid);
     if (m->stdin_broken)
         return modal_plain_err(err, m->adopted
-                                        ? "stdin of a process re-adopted after an sbxd "
-                                          "restart cannot be written"
+                                        ? "stdin of this re-adopted process is lost"
                                         : "stdin of the Modal exec failed earlier");
     if (m->stdin_q.bytes + len > STDIN_LIMIT)
         return err_make_data(
@@ -1299,7 +1298,7 @@ int modal_proc_write(void *cookie, struct process *p, const void *data, size_t l
             "stdin buffer of process %u is full", p->pid);
     if (obuf_append(&m->stdin_q, data, len) < 0)
         return err_make(err, SBX_E_INTERNAL, "out of memory");
-    stdin_pump(m);
+    modal_stdin_pump(m);
     return 0;
 }
 
@@ -1309,7 +1308,7 @@ int modal_proc_close_stdin(void *cookie, struct process *p, sbx_err_t *err)
     if (!m || m->stdin_eof)
         return 0;
     m->stdin_eof = 1;
-    stdin_pump(m);
+    modal_stdin_pump(m);
     return 0;
 }
 
@@ -1449,8 +1448,9 @@ void modal_proc_adopt(struct msb *ms, json_t *pe)
         return;
     }
     modal_set_str(&m->exec_id, exec_id);
-    m->stdin_broken = 1; /* the next stdin index is not known */
     const char *rtask = json_string_value(json_object_get(pe, "router_task"));
+    m->stdin_broken = !rtask;      /* ContainerExec: its next stdin index is not known */
+    m->stdin_recovering = !!rtask; /* the router says where it stands (modal_stdin.c) */
     if (rtask) {
         /* On the router: output again from byte 0, once the access is there. */
         m->router = 1;

@@ -8,6 +8,12 @@
 //   {"Stat":{"path"}}                   one JSON entry on stdout
 //   {"MakeDirectory":{"path","parents"}}
 //   {"Remove":{"path","recursive"}}
+//   {"Watch":{"path","recursive","filter","timeout_secs"}}  one JSON line per
+//                                       change on stdout, {"event_type":
+//                                       Create|Modify|Remove, "paths":[...]},
+//                                       until stdin ends or timeout_secs
+//                                       (then exit 0); filter null = all
+//                                       types, [] = none (the SDK's shapes)
 // An entry is {name, path, type: file|directory|symlink, size, mode,
 // permissions, owner, group, modified_time, symlink_target}. A failure exits
 // 1 with {"error_kind","message","detail"} on stderr; the kinds are those the
@@ -70,6 +76,32 @@ function entry(p) {
     modified_time: Math.floor(st.mtimeMs / 1000),
     symlink_target: type === 'symlink' ? fs.readlinkSync(hostPath(p)) : null,
   };
+}
+
+// Watch through fs.watch (inotify): it cannot tell a rename from a create or
+// a delete, so renames come as Remove + Create (Modal's tool, built on Rust's
+// notify, may also say Rename/RenameFrom/RenameTo).
+function watch(a) {
+  const hp = hostPath(a.path);
+  fs.statSync(hp); // NotFound before anything is watched
+  const allow = Array.isArray(a.filter) ? new Set(a.filter) : null;
+  const emit = (type, p) => {
+    if (allow && !allow.has(type)) return;
+    process.stdout.write(JSON.stringify({ event_type: type, paths: [p] }) + '\n');
+  };
+  const w = fs.watch(hp, { recursive: !!a.recursive }, (ev, name) => {
+    if (!name) return;
+    const host = fs.statSync(hp).isDirectory() ? path.join(hp, name) : hp;
+    const p = path.posix.join('/', path.relative(root, host));
+    if (ev === 'change') emit('Modify', p);
+    else emit(fs.existsSync(host) ? 'Create' : 'Remove', p);
+  });
+  w.on('error', (e) => fail(e));
+  const stop = () => { w.close(); process.exit(0); };
+  process.stdin.on('end', stop);
+  process.stdin.on('error', stop);
+  process.stdin.resume();
+  if (Number(a.timeout_secs) > 0) setTimeout(stop, Number(a.timeout_secs) * 1000);
 }
 
 function main() {
@@ -135,6 +167,9 @@ function main() {
         }
         return;
       }
+      case 'Watch':
+        watch(a);
+        return;
       default:
         die('NotSupported', `the fake's fs-tools has no command ${JSON.stringify(op)}`);
     }
