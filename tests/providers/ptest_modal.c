@@ -1525,10 +1525,15 @@ static pid_t spawn_sbxd(const char *cmd, const char *sock)
         execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
         _exit(127);
     }
-    struct stat st;
+    /* Ready when it accepts a connection: the socket file exists a moment
+     * before sbxd listens on it, and a test that connected in that moment
+     * failed under load. */
     for (int i = 0; i < 400; i++) {
-        if (stat(sock, &st) == 0)
+        conn *probe = cn_open(sock);
+        if (probe) {
+            cn_close(probe);
             return pid;
+        }
         usleep(50000);
     }
     return pid;
