@@ -84,7 +84,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         struct process *p = fz_process(sb);
         struct dk_proc *dpp = dk_proc_new(ds, p);
         dpp->spawned = i < 2;
-        dpp->started = i == 0;
+        dpp->pc.started = i == 0;
     }
     if (mode & 1) {
         ds->phase = PH_HANDSHAKE;

@@ -254,7 +254,7 @@ static void lookup_done(struct dk_resp *r, void *data)
 static int has_unstarted(struct dk_sb *ds)
 {
     for (struct dk_proc *x = ds->procs; x; x = x->next)
-        if (!x->exited && x->spawned && !x->started && !x->retried && x->p &&
+        if (!x->exited && x->spawned && !x->pc.started && !x->retried && x->p &&
             x->p->state == P_RUNNING)
             return 1;
     return 0;

@@ -27,14 +27,15 @@
 #include "daemon.h"
 #include "docker_int.h"
 #include "log.h"
+#include "pchan.h"
 #include "process.h"
+#include "process_pchan.h"
 #include "sandbox.h"
 #include "sbx_proto.h"
 
 /* Never above the agent's replay ring (1 MiB): all bytes in flight when the
  * channel moves or sbxd restarts can then be replayed. */
 #define DK_WINDOW (1024u * 1024)
-#define CREDIT_BATCH (DK_WINDOW / 4)
 #define HS_PING_S 1.0
 #define HS_PINGS 10
 #define MAX_ADOPT 256
@@ -244,12 +245,7 @@ void dka_close_attach(struct dk_sb *ds)
 
 void dka_send_credit(struct dk_sb *ds, struct dk_proc *dpp, int force)
 {
-    if (dpp->owed == 0 || (!force && dpp->owed < CREDIT_BATCH) || !dpp->p)
-        return;
-    if (process_output_blocked(dpp->p))
-        return;
-    if (dka_send_u32(ds, SBX_CHAN_CREDIT, dpp->pid, dpp->owed) == 0)
-        dpp->owed = 0;
+    pchan_credit(&ds->pc, &dpp->pc, dpp->p, dpp->pid, force);
 }
 
 /* An EXIT record from the agent, reduced to fields of known types. */
@@ -287,6 +283,8 @@ void dka_proc_gone(struct dk_sb *ds, struct dk_proc *dpp, json_t *rec)
     process_exited(p, rec);
 }
 
+/* ---- frames from the agent, through the process channel (io/pchan.h) ---- */
+
 void dk_agent_frame(struct chan *ch, const struct sbx_chan_hdr *h, const uint8_t *payload,
                     void *data)
 {
@@ -299,123 +297,145 @@ void dk_agent_frame(struct chan *ch, const struct sbx_chan_hdr *h, const uint8_t
     }
     if (ch != ds->cur)
         return; /* the direct socket before it proved itself */
-    switch (h->type) {
-    case SBX_CHAN_PONG:
-        if (ds->phase == PH_HANDSHAKE)
-            ds->pong = 1;
+    pchan_dispatch(&ds->pc, h, payload);
+}
+
+static struct pchan_proc *a_lookup(uint32_t pid, void **proc_out, void *data)
+{
+    struct dk_proc *dpp = find_dpp(data, pid);
+    if (!dpp || !dpp->p || dpp->exited)
+        dpp = NULL;
+    *proc_out = dpp ? dpp->p : NULL;
+    return dpp ? &dpp->pc : NULL;
+}
+
+static int a_send(uint8_t type, uint32_t proc, const void *d, size_t n, void *data)
+{
+    return dka_send_frame(data, type, proc, d, n);
+}
+
+static void f_pong(struct pchan *pc, const struct sbx_chan_hdr *h, const uint8_t *payload,
+                   struct pchan_proc *pp, void *proc, void *data)
+{
+    struct dk_sb *ds = data;
+    if (ds->phase == PH_HANDSHAKE)
+        ds->pong = 1;
+}
+
+static void f_hello(struct pchan *pc, const struct sbx_chan_hdr *h,
+                    const uint8_t *payload, struct pchan_proc *pp, void *proc, void *data)
+{
+    struct dk_sb *ds = data;
+    if (ds->phase != PH_HANDSHAKE || !ds->pong)
         return;
-    case SBX_CHAN_HELLO:
-        if (ds->phase == PH_HANDSHAKE && ds->pong) {
-            json_t *v = chan_json(payload, h->len);
-            json_t *procs = json_object_get(v, "procs");
-            if (!json_is_object(v) || !json_is_array(procs)) {
-                json_decref(v);
-                log_warn("docker %s: invalid HELLO from the agent", ds->sb->id);
-                return;
-            }
-            json_decref(ds->hello);
-            ds->hello = v;
-            handshake_done(ds);
-        }
+    json_t *v = chan_json(payload, h->len);
+    json_t *procs = json_object_get(v, "procs");
+    if (!json_is_object(v) || !json_is_array(procs)) {
+        json_decref(v);
+        log_warn("docker %s: invalid HELLO from the agent", ds->sb->id);
         return;
-    case SBX_CHAN_LOG:
-        /* The agent is inside the container: rate-limited, so a replaced or
-         * forged one cannot flood the daemon's log (issue 11, reproduction 7). */
-        if (log_limit_take(&ds->sb->agent_log, ds->sb->id))
-            log_info("docker %s agent: %.*s", ds->sb->id,
-                     (int)(h->len > 300 ? 300 : h->len), (const char *)payload);
-        return;
-    case SBX_CHAN_ERROR:
-        if (log_limit_take(&ds->sb->agent_log, ds->sb->id))
-            log_warn("docker %s: agent error: %.*s; resynchronising", ds->sb->id,
-                     (int)(h->len > 300 ? 300 : h->len), (const char *)payload);
-        if (ds->phase == PH_IDLE && ds->att) {
-            ds->ready = 0;
-            ds->why = WHY_RECOVER;
-            ds->phase = PH_HANDSHAKE;
-            dk_lc_next(ds);
-        }
-        return;
-    case SBX_CHAN_SNAP_DATA:
-        return;
-    case SBX_CHAN_FS_DATA:
-    case SBX_CHAN_FS_RESULT:
-    case SBX_CHAN_FS_EVENT:
-        dkf_frame(ds, h, payload);
-        return;
-    case SBX_CHAN_NET_OPENED:
-    case SBX_CHAN_NET_DATA:
-    case SBX_CHAN_NET_EOF:
-    case SBX_CHAN_NET_CLOSE:
-    case SBX_CHAN_NET_CREDIT:
-    case SBX_CHAN_EGRESS_OPEN:
-        dkn_frame(ds, h->type, h->proc, payload, h->len);
-        return;
-    default:
-        break;
     }
+    json_decref(ds->hello);
+    ds->hello = v;
+    handshake_done(ds);
+}
+
+static void f_error(struct pchan *pc, const struct sbx_chan_hdr *h,
+                    const uint8_t *payload, struct pchan_proc *pp, void *proc, void *data)
+{
+    struct dk_sb *ds = data;
+    /* The agent is inside the container: rate-limited with its LOG lines, so a
+     * replaced or forged one cannot flood the daemon's log (issue 11). */
+    if (pchan_log_take(pc))
+        log_warn("docker %s: agent error: %.*s; resynchronising", ds->sb->id,
+                 (int)(h->len > 300 ? 300 : h->len), (const char *)payload);
+    if (ds->phase == PH_IDLE && ds->att) {
+        ds->ready = 0;
+        ds->why = WHY_RECOVER;
+        ds->phase = PH_HANDSHAKE;
+        dk_lc_next(ds);
+    }
+}
+
+static void f_ignore(struct pchan *pc, const struct sbx_chan_hdr *h,
+                     const uint8_t *payload, struct pchan_proc *pp, void *proc,
+                     void *data)
+{
+}
+
+static void f_fs(struct pchan *pc, const struct sbx_chan_hdr *h, const uint8_t *payload,
+                 struct pchan_proc *pp, void *proc, void *data)
+{
+    dkf_frame(data, h, payload);
+}
+
+static void f_net(struct pchan *pc, const struct sbx_chan_hdr *h, const uint8_t *payload,
+                  struct pchan_proc *pp, void *proc, void *data)
+{
+    dkn_frame(data, h->type, h->proc, payload, h->len);
+}
+
+static void f_exit(struct pchan *pc, const struct sbx_chan_hdr *h, const uint8_t *payload,
+                   struct pchan_proc *pp, void *proc, void *data)
+{
+    struct dk_sb *ds = data;
     struct dk_proc *dpp = find_dpp(ds, h->proc);
-    if (!dpp || !dpp->p || dpp->exited) {
-        log_debug("docker %s: %s frame for unknown pid %u ignored", ds->sb->id,
-                  sbx_chan_type_name(h->type), h->proc);
-        return;
-    }
-    struct process *p = dpp->p;
-    switch (h->type) {
-    case SBX_CHAN_STDOUT:
-    case SBX_CHAN_STDERR:
-        /* Sent before the agent saw our REPLAY: it sends them again. */
-        if (dpp->await_replay)
-            return;
-        process_output(p,
-                       h->type == SBX_CHAN_STDERR ? SBX_STREAM_STDERR : SBX_STREAM_STDOUT,
-                       payload, h->len);
-        dpp->owed += h->len;
-        dka_send_credit(ds, dpp, 0);
-        return;
-    case SBX_CHAN_STARTED: {
-        json_t *v = chan_json(payload, h->len);
-        json_t *op = json_object_get(v, "os_pid");
-        dpp->started = 1;
-        if (json_is_integer(op))
-            process_started(p, (long)json_integer_value(op));
-        json_decref(v);
-        return;
-    }
-    case SBX_CHAN_EXIT: {
-        if (dpp->await_replay)
-            return; /* repeated after the replayed bytes */
-        json_t *v = chan_json(payload, h->len);
-        json_t *rec = clean_exit(v);
-        json_decref(v);
-        uint32_t pid = dpp->pid;
-        /* The caller's answer first: FORGET wakes the agent, which on a
-         * small machine competes with the caller for a CPU. */
-        dka_proc_gone(ds, dpp, rec);
-        json_decref(rec);
-        if (!ds->dead)
-            dka_send_frame(ds, SBX_CHAN_FORGET, pid, NULL, 0);
-        return;
-    }
-    case SBX_CHAN_REPLAY: {
-        dpp->await_replay = 0;
-        json_t *v = chan_json(payload, h->len);
-        static const char *const names[2] = {"stdout", "stderr"};
-        for (int s = 0; s < 2; s++) {
-            json_t *o = json_object_get(v, names[s]);
-            /* An adopted process starts where the agent's ring starts. */
-            if (json_is_integer(o) && json_integer_value(o) > 0 && p->out[s].total == 0) {
-                p->out[s].total = (uint64_t)json_integer_value(o);
-                p->out[s].emitted = p->out[s].total;
-            }
+    if (pp->mute)
+        return; /* repeated after the replayed bytes */
+    json_t *v = chan_json(payload, h->len);
+    json_t *rec = clean_exit(v);
+    json_decref(v);
+    uint32_t pid = dpp->pid;
+    /* The caller's answer first: FORGET wakes the agent, which on a
+     * small machine competes with the caller for a CPU. */
+    dka_proc_gone(ds, dpp, rec);
+    json_decref(rec);
+    if (!ds->dead)
+        dka_send_frame(ds, SBX_CHAN_FORGET, pid, NULL, 0);
+}
+
+static void f_replay(struct pchan *pc, const struct sbx_chan_hdr *h,
+                     const uint8_t *payload, struct pchan_proc *pp, void *proc,
+                     void *data)
+{
+    struct process *p = proc;
+    pp->mute = 0;
+    json_t *v = chan_json(payload, h->len);
+    static const char *const names[2] = {"stdout", "stderr"};
+    for (int s = 0; s < 2; s++) {
+        json_t *o = json_object_get(v, names[s]);
+        /* An adopted process starts where the agent's ring starts. */
+        if (json_is_integer(o) && json_integer_value(o) > 0 && p->out[s].total == 0) {
+            p->out[s].total = (uint64_t)json_integer_value(o);
+            p->out[s].emitted = p->out[s].total;
         }
-        json_decref(v);
-        return;
     }
-    default:
-        log_debug("docker %s: unexpected frame %s", ds->sb->id,
-                  sbx_chan_type_name(h->type));
-    }
+    json_decref(v);
+}
+
+/* The frames of the agent link beyond pchan's own (output, STARTED, LOG):
+ * files (0x60-0x6f) to docker_fs.c, connections (0x80-0x9f) to docker_net.c. */
+static void agent_frames(struct dk_sb *ds)
+{
+    char tag[128];
+    snprintf(tag, sizeof(tag), "docker %s agent", ds->sb ? ds->sb->id : "?");
+    pchan_init(&ds->pc, &process_pchan_sink, DK_WINDOW, a_lookup, a_send, ds, tag);
+    if (ds->sb)
+        pchan_set_log(&ds->pc, &ds->sb->agent_log, ds->sb->id, 300);
+    pchan_on(&ds->pc, SBX_CHAN_PONG, 0, f_pong, ds);
+    pchan_on(&ds->pc, SBX_CHAN_HELLO, 0, f_hello, ds);
+    pchan_on(&ds->pc, SBX_CHAN_ERROR, 0, f_error, ds);
+    pchan_on(&ds->pc, SBX_CHAN_SNAP_DATA, 0, f_ignore, ds);
+    pchan_on(&ds->pc, SBX_CHAN_EXIT, PCHAN_PROC, f_exit, ds);
+    pchan_on(&ds->pc, SBX_CHAN_REPLAY, PCHAN_PROC, f_replay, ds);
+    static const uint8_t fs[] = {SBX_CHAN_FS_DATA, SBX_CHAN_FS_RESULT, SBX_CHAN_FS_EVENT};
+    for (size_t i = 0; i < sizeof(fs); i++)
+        pchan_on(&ds->pc, fs[i], 0, f_fs, ds);
+    static const uint8_t net[] = {SBX_CHAN_NET_OPENED, SBX_CHAN_NET_DATA,
+                                  SBX_CHAN_NET_EOF,    SBX_CHAN_NET_CLOSE,
+                                  SBX_CHAN_NET_CREDIT, SBX_CHAN_EGRESS_OPEN};
+    for (size_t i = 0; i < sizeof(net); i++)
+        pchan_on(&ds->pc, net[i], 0, f_net, ds);
 }
 
 static void agent_chan_closed(struct chan *ch, const char *why, void *data)
@@ -495,9 +515,9 @@ static void replay(struct dk_sb *ds, struct dk_proc *dpp)
 {
     json_t *r = json_pack("{s:I, s:I}", "stdout", (json_int_t)dpp->p->out[0].total,
                           "stderr", (json_int_t)dpp->p->out[1].total);
-    dpp->owed = 0;
+    dpp->pc.owed = 0;
     if (send_json(ds, SBX_CHAN_REPLAY, dpp->pid, r) == 0)
-        dpp->await_replay = 1;
+        dpp->pc.mute = 1;
     json_decref(r);
 }
 
@@ -526,14 +546,14 @@ static void reconcile(struct dk_sb *ds, json_t *hello)
             dpp->spawned = 1;
             /* Its STARTED may have been left on a channel we no longer read. */
             json_t *op = json_object_get(found, "os_pid");
-            if (!dpp->started && json_is_integer(op) && json_integer_value(op) > 0) {
-                dpp->started = 1;
+            if (!dpp->pc.started && json_is_integer(op) && json_integer_value(op) > 0) {
+                dpp->pc.started = 1;
                 process_started(dpp->p, (long)json_integer_value(op));
             }
             replay(ds, dpp);
         } else if (!dpp->spawned) {
             dka_send_spawn(ds, dpp);
-        } else if (!dpp->started && !dpp->retried) {
+        } else if (!dpp->pc.started && !dpp->retried) {
             dpp->retried = 1;
             log_info("docker %s: pid %u never started; spawning it again", ds->sb->id,
                      dpp->pid);
@@ -585,7 +605,7 @@ static void reconcile(struct dk_sb *ds, json_t *hello)
         if (json_is_integer(op))
             process_started(p, (long)json_integer_value(op));
         struct dk_proc *dpp = dk_proc_new(ds, p);
-        dpp->spawned = dpp->started = dpp->adopted = 1;
+        dpp->spawned = dpp->pc.started = dpp->adopted = 1;
         adopted++;
         replay(ds, dpp);
     }
@@ -661,6 +681,7 @@ void dka_init(struct dk_sb *ds)
     ev_timer_init(&ds->hs_timer, hs_timer_cb, HS_PING_S, 0.);
     ds->hs_timer.data = ds;
     ds->cur = &ds->ch;
+    agent_frames(ds);
 }
 
 int dka_attach(struct dk_sb *ds)

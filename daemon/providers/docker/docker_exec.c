@@ -60,9 +60,9 @@ static void inspect_done(struct dk_resp *r, void *data)
         return;
     }
     if (json_is_true(json_object_get(r->json, "Running")) &&
-        dpp->owed < INSPECT_RETRIES) {
+        dpp->inspect_tries < INSPECT_RETRIES) {
         /* The streams closed a moment before the engine saw the exit. */
-        dpp->owed++;
+        dpp->inspect_tries++;
         char *path = dk_path(&dpp->ds->dp->eng, "/exec/%s/json", dpp->exec_id);
         if (!dk_call(&dpp->ds->dp->eng, &dpp->reqs, "GET", path, NULL, DK_CALL_TIMEOUT_MS,
                      inspect_done, dpp))
@@ -100,7 +100,7 @@ static void stream_closed(struct hj *h, const char *why, void *data)
     dpp->hj = NULL;
     if (dpp->exited)
         return;
-    dpp->owed = 0;
+    dpp->inspect_tries = 0;
     char *path = dk_path(&dpp->ds->dp->eng, "/exec/%s/json", dpp->exec_id);
     if (!dk_call(&dpp->ds->dp->eng, &dpp->reqs, "GET", path, NULL, DK_CALL_TIMEOUT_MS,
                  inspect_done, dpp))
@@ -118,7 +118,7 @@ static void stream_open(struct hj *h, long status, const char *msg, void *data)
         fail_proc(dpp, m);
         return;
     }
-    dpp->started = 1;
+    dpp->pc.started = 1;
     process_started(dpp->p, 0);
     if (dpp->stdin_eof)
         hj_shutdown_write(h);
@@ -304,7 +304,7 @@ static void kill_created(struct dk_resp *r, void *data)
 int dkx_kill(struct dk_proc *dpp, int sig, sbx_err_t *err)
 {
     struct dk_sb *ds = dpp->ds;
-    if (!dpp->exec_id[0] && !dpp->started) {
+    if (!dpp->exec_id[0] && !dpp->pc.started) {
         /* Not created yet: never let it start. */
         dk_reqlist_cancel(&dpp->reqs);
         json_t *rec = json_pack("{s:i, s:i, s:b}", "exit_code", 128 + sig, "signal", sig,

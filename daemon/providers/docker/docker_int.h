@@ -26,6 +26,7 @@
 #include "curlev.h"
 #include "err.h"
 #include "obuf.h"
+#include "pchan.h"
 
 struct sandbox;
 struct process;
@@ -218,13 +219,11 @@ struct dk_proc {
     struct process *p;
     struct dk_sb *ds;
     uint32_t pid;
-    uint32_t owed; /* output bytes not yet returned as credit */
-    int spawned;   /* SPAWN sent (agent) / exec started (exec mode) */
-    int started;   /* STARTED seen */
-    int exited;    /* EXIT seen (agent) or stream over (exec mode) */
-    int retried;   /* respawned once after the container was restarted */
+    struct pchan_proc pc; /* credit owed, STARTED seen, output muted (io/pchan.h) */
+    int spawned;          /* SPAWN sent (agent) / exec started (exec mode) */
+    int exited;           /* EXIT seen (agent) or stream over (exec mode) */
+    int retried;          /* respawned once after the container was restarted */
     int adopted;
-    int await_replay;      /* REPLAY sent: output frames until its answer are stale */
     struct obuf stdin_buf; /* exec mode: bytes for the exec's stdin */
     int stdin_eof;
     /* exec mode */
@@ -233,6 +232,7 @@ struct dk_proc {
     struct hj *hj;
     struct dk_reqlist reqs;
     int out_paused;
+    int inspect_tries; /* exec mode: inspects of a finished exec */
 };
 
 struct dk_sb {
@@ -265,6 +265,7 @@ struct dk_sb {
     struct hj *att;
     struct chan ch; /* fed by the attach stream */
     int ch_live;
+    struct pchan pc;  /* the frames of ch and dch (io/pchan.h) */
     struct chan *cur; /* where frames go and come from: &ch or &dch */
     int att_sync;     /* attach: skipping to an exact PONG header (CHANNEL.md Resync) */
     int sync_k;       /* bytes of that header matched so far */

@@ -27,10 +27,12 @@
 #include <unistd.h>
 
 #include "chan.h"
+#include "pchan.h"
 #include "daemon.h"
 #include "log.h"
 #include "isolate_stats.h"
 #include "process.h"
+#include "process_pchan.h"
 #include "provider.h"
 #include "sandbox.h"
 #include "sbx_proto.h"
@@ -42,7 +44,6 @@ extern char **environ;
 #define DEFAULT_MEM_MB 128
 /* How often a running js worker's RSS is read. */
 #define RSS_INTERVAL_S 0.02
-#define CREDIT_BATCH (SBX_CHAN_WINDOW / 4)
 #define STDIN_LIMIT (16u * 1024 * 1024)
 /* Per-user worker uids (README "Security"): worker uid = base + socket uid,
  * for socket uids below count. 0x70000000 is above every range that
@@ -76,18 +77,14 @@ struct worker {
     /* js: resident pages when the first program after a HELLO started (the
      * engine's own baseline, not the program's), -1 until then */
     long base_pages;
-    ev_timer rss; /* js: the memory watchdog while a program runs */
-    /* MORE frames (CHANNEL.md) waiting for the frame they prefix */
-    uint8_t *more;
-    size_t more_len, more_cap;
-    uint32_t more_proc;
-    int more_over; /* the message outgrew the limit: dropped */
+    ev_timer rss;    /* js: the memory watchdog while a program runs */
+    struct pchan pc; /* the frames from the worker (io/pchan.h) */
 };
 
 struct duk_proc {
     struct process *p;
     struct duk_proc *qnext;
-    uint32_t owed;         /* credit withheld or not yet returned */
+    struct pchan_proc pcp; /* output credit owed (io/pchan.h) */
     struct obuf stdin_buf; /* stdin given before the SPAWN was sent */
     int stdin_eof;
     int spawned;
@@ -132,6 +129,8 @@ struct duk_prov {
 
 static void worker_frame(struct chan *ch, const struct sbx_chan_hdr *h,
                          const uint8_t *payload, void *data);
+static void worker_frames(struct worker *w);
+static void worker_log_to(struct worker *w);
 static void worker_closed(struct chan *ch, const char *why, void *data);
 static void pump(struct duk_sb *ds);
 static void rss_cb(struct ev_loop *loop, ev_timer *t, int revents);
@@ -146,7 +145,7 @@ static void worker_free(struct worker *w)
     ev_timer_stop(D->loop, &w->rss);
     if (w->statm_fd >= 0)
         close(w->statm_fd);
-    free(w->more);
+    pchan_deinit(&w->pc);
     chan_deinit(&w->ch);
     free(w);
 }
@@ -280,6 +279,7 @@ static struct worker *worker_spawn(struct duk_prov *dp, int64_t mem_mb, int jit,
         w->statm_fd = open(path, O_RDONLY | O_CLOEXEC);
     }
     chan_init_fd(&w->ch, sv[0], worker_frame, worker_closed, w);
+    worker_frames(w);
     ev_child_init(&w->child, child_cb, pid, 0);
     w->child.data = w;
     ev_child_start(D->loop, &w->child);
@@ -305,6 +305,7 @@ static void drop_worker(struct duk_sb *ds)
         return;
     w->owner = NULL;
     w->running = NULL;
+    worker_log_to(w);
     worker_kill(w);
     ds->w = NULL;
 }
@@ -433,6 +434,7 @@ static int recycle(struct duk_prov *dp, struct worker *w, uid_t owner)
         return 0;
     w->ready = 0; /* until the new HELLO */
     w->owner = NULL;
+    worker_log_to(w);
     w->bound_uid = owner;
     w->next = dp->pool;
     dp->pool = w;
@@ -524,6 +526,7 @@ static void attach_worker(struct duk_sb *ds, struct worker *w)
 {
     ds->w = w;
     w->owner = ds;
+    worker_log_to(w);
     w->mem_mb = sb_mem(ds->sb->prov->cookie, ds->sb);
     if (w->ready)
         finish_start(ds);
@@ -531,16 +534,6 @@ static void attach_worker(struct duk_sb *ds, struct worker *w)
 }
 
 /* -- processes ----------------------------------------------------------------- */
-
-static void send_credit(struct worker *w, struct duk_proc *dpp, int force)
-{
-    if (dpp->owed == 0 || (!force && dpp->owed < CREDIT_BATCH))
-        return;
-    if (process_output_blocked(dpp->p))
-        return;
-    chan_send_u32(&w->ch, SBX_CHAN_CREDIT, dpp->p->pid, dpp->owed);
-    dpp->owed = 0;
-}
 
 static void flush_stdin(struct worker *w, struct duk_proc *dpp)
 {
@@ -783,7 +776,7 @@ static void d_proc_resume(void *cookie, struct process *p)
     struct duk_proc *dpp = p->pdata;
     struct duk_sb *ds = p->sb->pdata;
     if (dpp && ds->w && ds->w->running == p)
-        send_credit(ds->w, dpp, 1);
+        pchan_credit(&ds->w->pc, &dpp->pcp, p, p->pid, 1);
 }
 
 /* A message larger than one frame goes out as MORE frames and a last frame
@@ -918,7 +911,7 @@ static void on_exit_frame(struct worker *w, const uint8_t *payload, size_t len)
     }
     struct duk_proc *dpp = p->pdata;
     if (dpp)
-        dpp->owed = 0;
+        dpp->pcp.owed = 0;
     /* The worker ends right after this EXIT (CHANNEL.md): nothing more may
      * be sent to it, so the sandbox moves on to a fresh one now. */
     int exiting = json_is_true(json_object_get(rec, "exiting"));
@@ -934,173 +927,138 @@ static void on_exit_frame(struct worker *w, const uint8_t *payload, size_t len)
         pump(ds);
 }
 
-static void whole_frame(struct worker *w, const struct sbx_chan_hdr *h,
-                        const uint8_t *payload);
+/* ---- the worker's frames, through the process channel (io/pchan.h) ---- */
 
-/* Frames as they come: MORE frames are collected (up to the largest message
- * plus the logs an exit record may carry) and prefixed to the next frame of
- * the same proc. */
+static struct log_limit pool_log; /* workers not (yet) bound to a sandbox */
+
+/* LOG frames count against the sandbox's agent_log once the worker has one. */
+static void worker_log_to(struct worker *w)
+{
+    struct duk_sb *ds = w->owner;
+    pchan_set_log(&w->pc, ds ? &ds->sb->agent_log : &pool_log,
+                  ds ? ds->sb->id : "isolate pool", 500);
+}
+
+/* The running program, if pid names it. */
+static struct pchan_proc *w_lookup(uint32_t pid, void **proc_out, void *data)
+{
+    struct worker *w = data;
+    struct process *p = w->running;
+    struct duk_proc *dpp = p && p->pid == pid ? p->pdata : NULL;
+    *proc_out = dpp ? p : NULL;
+    return dpp ? &dpp->pcp : NULL;
+}
+
+static int w_send(uint8_t type, uint32_t proc, const void *d, size_t n, void *data)
+{
+    struct worker *w = data;
+    return chan_send(&w->ch, type, proc, d, n);
+}
+
 static void worker_frame(struct chan *ch, const struct sbx_chan_hdr *h,
                          const uint8_t *payload, void *data)
 {
     struct worker *w = data;
     if (w->dead)
         return;
-    if (h->type != SBX_CHAN_MORE && !w->more_len && !w->more_over) {
-        whole_frame(w, h, payload);
-        return;
-    }
-    if (w->more_proc != h->proc && (w->more_len || w->more_over)) {
-        log_warn("%s worker %d: MORE frames for proc %u dropped", w->dp->name,
-                 (int)w->pid, w->more_proc);
-        w->more_len = 0;
-        w->more_over = 0;
-    }
-    w->more_proc = h->proc;
-    size_t need = w->more_len + h->len;
-    if (need > (size_t)D->cfg.max_message_bytes + 2 * SBX_CHAN_MAX_PAYLOAD)
-        w->more_over = 1;
-    if (!w->more_over) {
-        if (need > w->more_cap) {
-            size_t cap = w->more_cap ? w->more_cap : 65536;
-            while (cap < need)
-                cap *= 2;
-            w->more = xrealloc(w->more, cap);
-            w->more_cap = cap;
-        }
-        memcpy(w->more + w->more_len, payload, h->len);
-        w->more_len = need;
-    }
-    if (h->type == SBX_CHAN_MORE)
-        return;
-    struct sbx_chan_hdr whole = *h;
-    if (w->more_over) {
-        w->more_over = 0;
-        w->more_len = 0;
-        log_warn("%s worker %d: a %s message over the limit dropped", w->dp->name,
-                 (int)w->pid, sbx_chan_type_name(h->type));
-        if (h->type != SBX_CHAN_EXIT)
-            return;
-        static const char big[] =
-            "{\"exit_code\":1,\"error\":\"the exit record is too large\"}";
-        whole.len = sizeof(big) - 1;
-        whole_frame(w, &whole, (const uint8_t *)big);
-        return;
-    }
-    uint8_t *buf = w->more;
-    whole.len = (uint32_t)need;
-    /* the buffer is ours again before anything re-enters */
-    w->more = NULL;
-    w->more_len = w->more_cap = 0;
-    whole_frame(w, &whole, buf);
-    free(buf);
+    /* up to the largest message plus the logs an exit record may carry */
+    pchan_set_more(&w->pc, (size_t)D->cfg.max_message_bytes + 2 * SBX_CHAN_MAX_PAYLOAD);
+    pchan_dispatch(&w->pc, h, payload);
 }
 
-static void whole_frame(struct worker *w, const struct sbx_chan_hdr *h,
-                        const uint8_t *payload)
+static void f_hello(struct pchan *pc, const struct sbx_chan_hdr *h,
+                    const uint8_t *payload, struct pchan_proc *pp, void *proc, void *data)
 {
-    struct chan *ch = &w->ch;
+    struct worker *w = data;
     struct duk_sb *ds = w->owner;
-    switch (h->type) {
-    case SBX_CHAN_HELLO:
-        if (!w->ready) {
-            w->ready = 1;
-            w->base_pages = -1; /* a fresh isolate: measured again at its first run */
-            if (ds && ds->w == w)
-                finish_start(ds);
-        }
-        return;
-    case SBX_CHAN_STDOUT:
-    case SBX_CHAN_STDERR: {
-        struct process *p = w->running;
-        if (!p || p->pid != h->proc)
-            return;
-        struct duk_proc *dpp = p->pdata;
-        int stream = h->type == SBX_CHAN_STDERR ? SBX_STREAM_STDERR : SBX_STREAM_STDOUT;
-        process_output(p, stream, payload, h->len);
-        if (w->running == p && dpp) {
-            dpp->owed += h->len;
-            send_credit(w, dpp, 0);
-        }
-        return;
+    if (!w->ready) {
+        w->ready = 1;
+        w->base_pages = -1; /* a fresh isolate: measured again at its first run */
+        if (ds && ds->w == w)
+            finish_start(ds);
     }
-    case SBX_CHAN_EXIT:
-        if (w->running && w->running->pid == h->proc)
-            on_exit_frame(w, payload, h->len);
-        return;
-    case SBX_CHAN_STARTED: {
-        json_t *v = chan_json(payload, h->len);
-        if (w->running && w->running->pid == h->proc)
-            process_started(w->running,
-                            (long)json_integer_value(json_object_get(v, "os_pid")));
+}
+
+static void f_exit(struct pchan *pc, const struct sbx_chan_hdr *h, const uint8_t *payload,
+                   struct pchan_proc *pp, void *proc, void *data)
+{
+    on_exit_frame(data, payload, h->len);
+}
+
+static void f_tool_call(struct pchan *pc, const struct sbx_chan_hdr *h,
+                        const uint8_t *payload, struct pchan_proc *pp, void *proc,
+                        void *data)
+{
+    json_t *v = chan_json(payload, h->len);
+    const char *name = json_string_value(json_object_get(v, "name"));
+    json_t *call = json_object_get(v, "call");
+    if (name && json_is_integer(call))
+        process_tool_call(proc, json_integer_value(call), name,
+                          json_object_get(v, "args"));
+    json_decref(v);
+}
+
+static void f_snap_data(struct pchan *pc, const struct sbx_chan_hdr *h,
+                        const uint8_t *payload, struct pchan_proc *pp, void *proc,
+                        void *data)
+{
+    struct worker *w = data;
+    struct duk_sb *ds = w->owner;
+    json_t *v = chan_json(payload, h->len);
+    int why = w->snapshot_wanted;
+    w->snapshot_wanted = 0;
+    if (ds)
+        ev_timer_stop(D->loop, &ds->state_timer);
+    if (!ds || !why) {
         json_decref(v);
         return;
     }
-    case SBX_CHAN_TOOL_CALL: {
-        struct process *p = w->running;
-        json_t *v = chan_json(payload, h->len);
-        const char *name = json_string_value(json_object_get(v, "name"));
-        json_t *call = json_object_get(v, "call");
-        if (p && p->pid == h->proc && name && json_is_integer(call))
-            process_tool_call(p, json_integer_value(call), name,
-                              json_object_get(v, "args"));
+    const char *e = json_string_value(json_object_get(v, "error"));
+    if (why == 2) {
+        /* stop: keep the state, end the worker */
+        json_decref(ds->saved);
+        ds->saved = e || !v ? NULL : v;
+        if (e || !v)
+            json_decref(v);
+        drop_worker(ds);
+        sandbox_op_done(ds->sb, NULL, NULL);
+        return;
+    }
+    if (e || !v) {
+        sbx_err_t err = {0};
+        err_make_data(&err, SBX_E_PROVIDER,
+                      json_pack("{s:s, s:s}", "provider", w->dp->name, "message",
+                                e ? e : "invalid snapshot"),
+                      "snapshot failed: %s", e ? e : "invalid snapshot");
         json_decref(v);
+        sandbox_op_done(ds->sb, &err, NULL);
+        err_clear(&err);
         return;
     }
-    case SBX_CHAN_SNAP_DATA: {
-        json_t *v = chan_json(payload, h->len);
-        int why = w->snapshot_wanted;
-        w->snapshot_wanted = 0;
-        if (ds)
-            ev_timer_stop(D->loop, &ds->state_timer);
-        if (!ds || !why) {
-            json_decref(v);
-            return;
-        }
-        const char *e = json_string_value(json_object_get(v, "error"));
-        if (why == 2) {
-            /* stop: keep the state, end the worker */
-            json_decref(ds->saved);
-            ds->saved = e || !v ? NULL : v;
-            if (e || !v)
-                json_decref(v);
-            drop_worker(ds);
-            sandbox_op_done(ds->sb, NULL, NULL);
-            return;
-        }
-        if (e || !v) {
-            sbx_err_t err = {0};
-            err_make_data(&err, SBX_E_PROVIDER,
-                          json_pack("{s:s, s:s}", "provider", w->dp->name, "message",
-                                    e ? e : "invalid snapshot"),
-                          "snapshot failed: %s", e ? e : "invalid snapshot");
-            json_decref(v);
-            sandbox_op_done(ds->sb, &err, NULL);
-            err_clear(&err);
-            return;
-        }
-        sandbox_op_done(ds->sb, NULL, v);
-        return;
-    }
-    case SBX_CHAN_LOG: {
-        static struct log_limit pool_log; /* workers not (yet) bound to a sandbox */
-        struct log_limit *l = ds ? &ds->sb->agent_log : &pool_log;
-        if (log_limit_take(l, ds ? ds->sb->id : "isolate pool"))
-            log_info("%s worker %d: %.*s", w->dp->name, (int)w->pid,
-                     (int)(h->len > 500 ? 500 : h->len), (const char *)payload);
-        return;
-    }
-    case SBX_CHAN_ERROR:
-        log_warn("%s worker %d gave up: %.*s", w->dp->name, (int)w->pid,
-                 (int)(h->len > 500 ? 500 : h->len), (const char *)payload);
-        worker_closed(ch, "isolate worker reported an error", w);
-        return;
-    case SBX_CHAN_PONG:
-        return;
-    default:
-        log_debug("%s worker %d: unexpected frame %s", w->dp->name, (int)w->pid,
-                  sbx_chan_type_name(h->type));
-    }
+    sandbox_op_done(ds->sb, NULL, v);
+}
+
+static void f_error(struct pchan *pc, const struct sbx_chan_hdr *h,
+                    const uint8_t *payload, struct pchan_proc *pp, void *proc, void *data)
+{
+    struct worker *w = data;
+    log_warn("%s worker %d gave up: %.*s", w->dp->name, (int)w->pid,
+             (int)(h->len > 500 ? 500 : h->len), (const char *)payload);
+    worker_closed(&w->ch, "isolate worker reported an error", w);
+}
+
+/* The frames an isolate worker sends beyond pchan's own (output, STARTED, LOG). */
+static void worker_frames(struct worker *w)
+{
+    char tag[48];
+    snprintf(tag, sizeof(tag), "%s worker %d", w->dp->name, (int)w->pid);
+    pchan_init(&w->pc, &process_pchan_sink, SBX_CHAN_WINDOW, w_lookup, w_send, w, tag);
+    worker_log_to(w);
+    pchan_on(&w->pc, SBX_CHAN_HELLO, 0, f_hello, w);
+    pchan_on(&w->pc, SBX_CHAN_EXIT, PCHAN_PROC, f_exit, w);
+    pchan_on(&w->pc, SBX_CHAN_TOOL_CALL, PCHAN_PROC, f_tool_call, w);
+    pchan_on(&w->pc, SBX_CHAN_SNAP_DATA, 0, f_snap_data, w);
+    pchan_on(&w->pc, SBX_CHAN_ERROR, 0, f_error, w);
 }
 
 /* The worker is gone (crash, memory fatal, EOF): fail what it ran and give
@@ -1122,6 +1080,7 @@ static void worker_closed(struct chan *ch, const char *why, void *data)
     }
     w->owner = NULL;
     w->running = NULL;
+    worker_log_to(w);
     ds->w = NULL;
     if (p) {
         json_t *rec =
