@@ -27,8 +27,9 @@
 #include <unistd.h>
 
 #include "chan.h"
-#include "pchan.h"
 #include "daemon.h"
+#include "iso_int.h"
+#include "pchan.h"
 #include "log.h"
 #include "isolate_stats.h"
 #include "process.h"
@@ -38,12 +39,8 @@
 #include "sbx_proto.h"
 #include "xalloc.h"
 
-extern char **environ;
-
 #define DEFAULT_POOL 2
 #define DEFAULT_MEM_MB 128
-/* How often a running js worker's RSS is read. */
-#define RSS_INTERVAL_S 0.02
 #define STDIN_LIMIT (16u * 1024 * 1024)
 /* Per-user worker uids (README "Security"): worker uid = base + socket uid,
  * for socket uids below count. 0x70000000 is above every range that
@@ -53,249 +50,14 @@ extern char **environ;
 /* How long a snapshot or stop may take to read an isolate's globals. */
 #define DEFAULT_STATE_TIMEOUT_S 5
 
-struct duk_prov;
-struct duk_sb;
-
-struct worker {
-    struct worker *next; /* in the pool, or the graveyard */
-    struct duk_prov *dp;
-    pid_t pid;
-    struct chan ch;
-    ev_child child;
-    int64_t mem_mb;
-    int ready; /* HELLO seen */
-    int dead;  /* killed or lost: no more frames are acted on */
-    struct duk_sb *owner;
-    struct process *running;
-    /* A recycled worker ran code of this uid and only serves it again;
-     * (uid_t)-1 for a worker that never ran anything. */
-    uid_t bound_uid;
-    int snapshot_wanted; /* 1 = snapshot op, 2 = stop op */
-    int jit;             /* js: started with the JIT on */
-    uid_t os_uid;        /* the OS uid it runs as, (uid_t)-1 = the shared worker_user */
-    int statm_fd;        /* js: /proc/PID/statm, -1 if none */
-    /* js: resident pages when the first program after a HELLO started (the
-     * engine's own baseline, not the program's), -1 until then */
-    long base_pages;
-    ev_timer rss;    /* js: the memory watchdog while a program runs */
-    struct pchan pc; /* the frames from the worker (io/pchan.h) */
-};
-
-struct duk_proc {
-    struct process *p;
-    struct duk_proc *qnext;
-    struct pchan_proc pcp; /* output credit owed (io/pchan.h) */
-    struct obuf stdin_buf; /* stdin given before the SPAWN was sent */
-    int stdin_eof;
-    int spawned;
-};
-
-struct duk_sb {
-    struct sandbox *sb;
-    struct worker *w;
-    struct duk_proc *queue, *queue_tail;
-    json_t *saved;        /* global state kept across stop/start */
-    ev_timer state_timer; /* the budget of a snapshot or stop (snapshot_timeout_s) */
-    int starting;
-    int reset_pending; /* the next exit result says isolate_reset */
-};
-
-struct duk_prov {
-    const char *name;
-    int js; /* the js provider (JavaScriptCore) */
-    int jit;
-    long page_size;
-    char *worker_path;
-    int pool_size;
-    int64_t mem_mb;
-    char *user;
-    int fresh;
-    int persistent; /* js: the default of sandbox.create's `persistent` */
-    /* Per-user worker uids: uid_mode when sbxd is root and worker_uid_base
-     * is not 0; uid_off says why not otherwise (daemon.info). */
-    int uid_mode;
-    uid_t uid_base;
-    uid_t uid_count;
-    const char *uid_off;
-    uid_t refill_uid; /* uid_mode: whom the idle refill warms workers for */
-    double state_timeout_s;
-    struct worker *pool;
-    int npool;
-    /* Refills happen when the loop is idle: a process start (vfork+exec)
-     * costs a millisecond or more, and the create that took the worker
-     * should get its answer first. */
-    ev_idle refill;
-};
-
 static void worker_frame(struct chan *ch, const struct sbx_chan_hdr *h,
                          const uint8_t *payload, void *data);
 static void worker_frames(struct worker *w);
-static void worker_log_to(struct worker *w);
 static void worker_closed(struct chan *ch, const char *why, void *data);
 static void pump(struct duk_sb *ds);
 static void rss_cb(struct ev_loop *loop, ev_timer *t, int revents);
 static long read_rss_pages(struct worker *w);
-static void pool_fill(struct duk_prov *dp);
 static void attach_worker(struct duk_sb *ds, struct worker *w);
-
-/* -- workers ------------------------------------------------------------------ */
-
-static void worker_free(struct worker *w)
-{
-    ev_timer_stop(D->loop, &w->rss);
-    if (w->statm_fd >= 0)
-        close(w->statm_fd);
-    pchan_deinit(&w->pc);
-    chan_deinit(&w->ch);
-    free(w);
-}
-
-static void child_cb(struct ev_loop *loop, ev_child *c, int revents)
-{
-    struct worker *w = c->data;
-    ev_child_stop(loop, c);
-    if (!w->dead) {
-        char why[64];
-        if (WIFSIGNALED(c->rstatus))
-            snprintf(why, sizeof(why), "isolate worker died (signal %d)",
-                     WTERMSIG(c->rstatus));
-        else
-            snprintf(why, sizeof(why), "isolate worker exited (%d)",
-                     WEXITSTATUS(c->rstatus));
-        worker_closed(&w->ch, why, w);
-    }
-    worker_free(w);
-}
-
-/*
- * The OS uid of socket user `uid`'s workers: base + uid (README "Security").
- * One socket uid, one worker uid, so no user's process can signal another
- * user's worker; a uid beyond the range gets no worker at all rather than a
- * shared one. Returns 0, or -1 with err set (-32005, limit worker_uid_count).
- */
-static int worker_uid(struct duk_prov *dp, uid_t uid, uid_t *out, sbx_err_t *err)
-{
-    if (uid >= dp->uid_count)
-        return err_make_data(
-            err, SBX_E_LIMIT,
-            json_pack("{s:s, s:I, s:s, s:I, s:I}", "limit", "worker_uid_count", "max",
-                      (json_int_t)dp->uid_count, "provider", dp->name, "uid",
-                      (json_int_t)uid, "base", (json_int_t)dp->uid_base),
-            "%s: no isolate worker uid for uid %u: the range "
-            "providers.%s.worker_uid_base %u + worker_uid_count %u covers socket "
-            "uids 0..%u only",
-            dp->name, (unsigned)uid, dp->name, (unsigned)dp->uid_base,
-            (unsigned)dp->uid_count, (unsigned)(dp->uid_count - 1));
-    *out = dp->uid_base + uid;
-    return 0;
-}
-
-/* Starts a worker for socket user `for_uid` ((uid_t)-1: any user, only
- * without uid_mode). NULL with err set when it cannot. */
-static struct worker *worker_spawn(struct duk_prov *dp, int64_t mem_mb, int jit,
-                                   uid_t for_uid, sbx_err_t *err)
-{
-    uid_t os_uid = (uid_t)-1;
-    if (dp->uid_mode && worker_uid(dp, for_uid, &os_uid, err) < 0)
-        return NULL;
-    int sv[2];
-    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
-        err_make(err, SBX_E_PROVIDER, "%s: cannot start a worker: %s", dp->name,
-                 strerror(errno));
-        return NULL;
-    }
-    char mem[32], a0[] = "sbxd-worker", a1[] = "--worker", a2[] = "--fd", a3[] = "3",
-                  a4[] = "--memory-limit-mb", a6[] = "--user", a7[] = "--uid",
-                  j0[] = "sbxd-jsworker", idbuf[24];
-    snprintf(mem, sizeof(mem), "%lld", (long long)mem_mb);
-    snprintf(idbuf, sizeof(idbuf), "%u", (unsigned)os_uid);
-    char *who_opt = dp->uid_mode ? a7 : dp->user ? a6 : NULL;
-    char *who = dp->uid_mode ? idbuf : dp->user;
-    char *argv[] = {a0, a1, a2, a3, a4, mem, who_opt, who, NULL};
-    /* The js worker needs no memory option: its limit is watched from here. */
-    char *jargv[] = {j0, a2, a3, who_opt, who, NULL};
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    /* dup2 clears CLOEXEC on fd 3; everything else of ours is CLOEXEC. */
-    posix_spawn_file_actions_adddup2(&fa, sv[1], 3);
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-    posix_spawnattr_t at;
-    posix_spawnattr_init(&at);
-    sigset_t none, all;
-    sigemptyset(&none);
-    sigfillset(&all);
-    /* libev blocks/handles signals in the parent; the worker starts clean. */
-    posix_spawnattr_setsigmask(&at, &none);
-    posix_spawnattr_setsigdefault(&at, &all);
-    posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-    char noseccomp[] = "SBX_NO_SECCOMP=1", nojit[] = "JSC_useJIT=false";
-    char *envp[5] = {NULL, NULL, NULL, NULL, NULL};
-    int ne = 0;
-    if (getenv("SBX_NO_SECCOMP"))
-        envp[ne++] = noseccomp;
-    if (dp->js && !jit)
-        envp[ne++] = nojit;
-    /* A sanitized build's workers get the suite's sanitizer options; a js
-     * worker's RSS is watched against its limit, so ASan's quarantine of
-     * freed memory (256 MB by default) is kept small there. */
-    char *asan = NULL, *ubsan = NULL;
-    if (getenv("SBX_SANITIZED") && getenv("ASAN_OPTIONS") &&
-        asprintf(&asan, "ASAN_OPTIONS=%s%s", getenv("ASAN_OPTIONS"),
-                 dp->js ? ":quarantine_size_mb=8:thread_local_quarantine_size_kb=64"
-                        : "") > 0)
-        envp[ne++] = asan;
-    if (getenv("SBX_SANITIZED") && getenv("UBSAN_OPTIONS") &&
-        asprintf(&ubsan, "UBSAN_OPTIONS=%s", getenv("UBSAN_OPTIONS")) > 0)
-        envp[ne++] = ubsan;
-    pid_t pid;
-    int r = posix_spawn(&pid, dp->worker_path, &fa, &at, dp->js ? jargv : argv, envp);
-    free(asan);
-    free(ubsan);
-    posix_spawn_file_actions_destroy(&fa);
-    posix_spawnattr_destroy(&at);
-    close(sv[1]);
-    if (r != 0) {
-        err_make(err, SBX_E_PROVIDER, "%s: cannot start a worker: %s", dp->name,
-                 strerror(r));
-        close(sv[0]);
-        return NULL;
-    }
-    struct worker *w = xcalloc(1, sizeof(*w));
-    w->dp = dp;
-    w->pid = pid;
-    w->mem_mb = mem_mb;
-    w->jit = jit;
-    /* A worker of a uid of its own serves that socket user only, from birth. */
-    w->bound_uid = dp->uid_mode ? for_uid : (uid_t)-1;
-    w->os_uid = os_uid;
-    w->statm_fd = -1;
-    w->base_pages = -1;
-    ev_timer_init(&w->rss, rss_cb, RSS_INTERVAL_S, RSS_INTERVAL_S);
-    w->rss.data = w;
-    if (dp->js) {
-        char path[64];
-        snprintf(path, sizeof(path), "/proc/%d/statm", (int)pid);
-        w->statm_fd = open(path, O_RDONLY | O_CLOEXEC);
-    }
-    chan_init_fd(&w->ch, sv[0], worker_frame, worker_closed, w);
-    worker_frames(w);
-    ev_child_init(&w->child, child_cb, pid, 0);
-    w->child.data = w;
-    ev_child_start(D->loop, &w->child);
-    return w;
-}
-
-/* Ends a worker. The struct lives until the child is reaped. */
-static void worker_kill(struct worker *w)
-{
-    if (w->dead)
-        return;
-    w->dead = 1;
-    kill(w->pid, SIGKILL);
-    ev_timer_stop(D->loop, &w->rss);
-    chan_close(&w->ch);
-}
 
 /* Takes the sandbox's worker away from it and ends it. */
 static void drop_worker(struct duk_sb *ds)
@@ -305,141 +67,9 @@ static void drop_worker(struct duk_sb *ds)
         return;
     w->owner = NULL;
     w->running = NULL;
-    worker_log_to(w);
-    worker_kill(w);
+    iso_pool_log_to(w);
+    iso_pool_kill(w);
     ds->w = NULL;
-}
-
-static void pool_remove(struct duk_prov *dp, struct worker *w)
-{
-    for (struct worker **pp = &dp->pool; *pp; pp = &(*pp)->next)
-        if (*pp == w) {
-            *pp = w->next;
-            w->next = NULL;
-            dp->npool--;
-            return;
-        }
-}
-
-/* Without uid_mode the pool's workers serve anyone (until first used); with
- * it, each is born for one socket user, so the pool warms workers for the
- * user who last took one (refill_uid) and counts only theirs. */
-static int pool_count(struct duk_prov *dp)
-{
-    if (!dp->uid_mode)
-        return dp->npool;
-    int n = 0;
-    for (struct worker *w = dp->pool; w; w = w->next)
-        n += w->bound_uid == dp->refill_uid;
-    return n;
-}
-
-/* The pool holds at most 2 * pool_size workers. With uid_mode, room for
- * user `uid` is made by ending an idle worker of another user (the pool's
- * oldest): workers of a user who went away must not keep the active one
- * from recycling its own. Returns 1 when there is room. */
-static int pool_room(struct duk_prov *dp, uid_t uid)
-{
-    if (dp->npool < 2 * dp->pool_size)
-        return 1;
-    if (!dp->uid_mode)
-        return 0;
-    struct worker *victim = NULL;
-    for (struct worker *w = dp->pool; w; w = w->next)
-        if (w->bound_uid != uid && w->ready)
-            victim = w; /* the last one: the pool's oldest */
-    if (!victim)
-        return 0;
-    pool_remove(dp, victim);
-    worker_kill(victim);
-    return 1;
-}
-
-static int pool_add_one(struct duk_prov *dp)
-{
-    sbx_err_t err = {0};
-    if (dp->uid_mode && (dp->refill_uid == (uid_t)-1 || !pool_room(dp, dp->refill_uid)))
-        return -1;
-    struct worker *w = worker_spawn(dp, dp->mem_mb, dp->jit,
-                                    dp->uid_mode ? dp->refill_uid : (uid_t)-1, &err);
-    if (!w) {
-        log_error("%s", err.msg ? err.msg : "cannot start a worker");
-        err_clear(&err);
-        return -1;
-    }
-    w->next = dp->pool;
-    dp->pool = w;
-    dp->npool++;
-    return 0;
-}
-
-static void pool_fill_now(struct duk_prov *dp)
-{
-    while (!D->draining && pool_count(dp) < dp->pool_size && pool_add_one(dp) == 0)
-        ;
-}
-
-static void refill_cb(struct ev_loop *loop, ev_idle *w, int revents)
-{
-    struct duk_prov *dp = w->data;
-    ev_idle_stop(loop, w);
-    /* one per idle turn, so a burst of creates is not held up by a burst of spawns */
-    if (pool_count(dp) < dp->pool_size && !D->draining && pool_add_one(dp) == 0 &&
-        pool_count(dp) < dp->pool_size)
-        ev_idle_start(loop, w);
-}
-
-static void pool_fill(struct duk_prov *dp)
-{
-    if (pool_count(dp) < dp->pool_size && !D->draining)
-        ev_idle_start(D->loop, &dp->refill);
-}
-
-static int usable_by(const struct worker *w, uid_t uid)
-{
-    return !w->dead && (w->bound_uid == (uid_t)-1 || w->bound_uid == uid);
-}
-
-/* Whether a pool worker can serve a sandbox with this limit and JIT setting:
- * a Duktape worker is started for its heap limit; a js worker's limit is
- * watched from here, so only the JIT setting (its environment) must match. */
-static int fits(struct duk_prov *dp, int64_t mem_mb, int jit)
-{
-    return dp->js ? jit == dp->jit : mem_mb == dp->mem_mb;
-}
-
-/* A ready pool worker of the default size that this uid may use, or NULL. */
-static struct worker *pool_take(struct duk_prov *dp, int64_t mem_mb, int jit, uid_t uid)
-{
-    if (!fits(dp, mem_mb, jit))
-        return NULL;
-    for (struct worker *w = dp->pool; w; w = w->next)
-        if (w->ready && usable_by(w, uid)) {
-            pool_remove(dp, w);
-            return w;
-        }
-    return NULL;
-}
-
-/* Gives a healthy worker back to the pool after a RESET instead of killing
- * it: a process start costs far more than a fresh heap. Only the same owner
- * gets it again, so whatever an escape left in the process stays with the
- * uid that put it there. Returns 0 if the worker can't be recycled. */
-static int recycle(struct duk_prov *dp, struct worker *w, uid_t owner)
-{
-    if (w->dead || !w->ready || w->running || w->snapshot_wanted ||
-        !fits(dp, w->mem_mb, w->jit) || D->draining || !pool_room(dp, owner))
-        return 0;
-    if (chan_send(&w->ch, SBX_CHAN_RESET, 0, NULL, 0) < 0)
-        return 0;
-    w->ready = 0; /* until the new HELLO */
-    w->owner = NULL;
-    worker_log_to(w);
-    w->bound_uid = owner;
-    w->next = dp->pool;
-    dp->pool = w;
-    dp->npool++;
-    return 1;
 }
 
 /* The sandbox's memory limit (the core clamped it to the configured
@@ -473,23 +103,23 @@ static int get_worker(struct duk_sb *ds, sbx_err_t *err)
     struct duk_prov *dp = ds->sb->prov->cookie;
     int64_t mem = sb_mem(dp, ds->sb);
     int jit = sb_jit(dp, ds->sb);
-    struct worker *w = pool_take(dp, mem, jit, ds->sb->owner);
+    struct worker *w = iso_pool_take(dp, mem, jit, ds->sb->owner);
     if (!w) {
-        if (fits(dp, mem, jit)) {
+        if (iso_pool_fits(dp, mem, jit)) {
             /* Take a starting pool worker rather than start one more. */
             for (struct worker *x = dp->pool; x; x = x->next)
-                if (usable_by(x, ds->sb->owner)) {
+                if (iso_pool_usable_by(x, ds->sb->owner)) {
                     w = x;
-                    pool_remove(dp, x);
+                    iso_pool_remove(dp, x);
                     break;
                 }
         }
         if (!w)
-            w = worker_spawn(dp, mem, jit, ds->sb->owner, err);
+            w = iso_pool_spawn(dp, mem, jit, ds->sb->owner, err);
     }
     if (dp->uid_mode && w)
         dp->refill_uid = ds->sb->owner;
-    pool_fill(dp);
+    iso_pool_fill(dp);
     if (!w)
         return -1;
     attach_worker(ds, w);
@@ -526,7 +156,7 @@ static void attach_worker(struct duk_sb *ds, struct worker *w)
 {
     ds->w = w;
     w->owner = ds;
-    worker_log_to(w);
+    iso_pool_log_to(w);
     w->mem_mb = sb_mem(ds->sb->prov->cookie, ds->sb);
     if (w->ready)
         finish_start(ds);
@@ -839,60 +469,6 @@ static void d_proc_release(void *cookie, struct process *p)
 
 /* -- frames from the worker ----------------------------------------------------- */
 
-/* -- the shell-looking program (issue 19) ------------------------------------- */
-
-/* 1 when code that failed to parse as JavaScript reads like a shell command:
- * it starts with a common command name followed by a space or its end, or
- * with "#!" / "./" / "/". A guess, only used to add a hint to the error. */
-static int looks_like_shell(const char *code)
-{
-    static const char *const cmds[] = {
-        "echo",   "ls",      "cat",     "cd",    "pwd",   "grep", "sed",   "awk",
-        "find",   "apt",     "apt-get", "pip",   "pip3",  "npm",  "npx",   "node",
-        "python", "python3", "curl",    "wget",  "git",   "make", "mkdir", "rm",
-        "cp",     "mv",      "touch",   "chmod", "sh",    "bash", "uname", "whoami",
-        "id",     "env",     "export",  "exit",  "sleep", "head", "tail",  "wc",
-        "sort",   "ps",      "kill",    "df",    "du",    "tar",  "which", "true",
-        "false",  "printf",  "date",    "test",  NULL};
-    if (!code)
-        return 0;
-    while (*code == ' ' || *code == '\t' || *code == '\n')
-        code++;
-    if (!strncmp(code, "#!", 2) || !strncmp(code, "./", 2) || code[0] == '/')
-        return code[0] != '/' || code[1] != '/';
-    for (size_t i = 0; cmds[i]; i++) {
-        size_t n = strlen(cmds[i]);
-        if (!strncmp(code, cmds[i], n) &&
-            (code[n] == ' ' || code[n] == '\0' || code[n] == '\n' || code[n] == ';'))
-            return 1;
-    }
-    return 0;
-}
-
-/* A SyntaxError (or a ReferenceError: `ls` alone parses) on a program that
- * reads like shell: say which provider ran
- * it and how to get a shell, on stderr and as the exit record's hint. */
-static void shell_hint(struct process *p, json_t *rec)
-{
-    json_t *exc = json_object_get(rec, "exception");
-    const char *name = json_string_value(json_object_get(exc, "name"));
-    if (!name ||
-        (strcmp(name, "SyntaxError") != 0 && strcmp(name, "ReferenceError") != 0) ||
-        !looks_like_shell(json_string_value(json_object_get(p->spec, "code"))))
-        return;
-    char hint[256];
-    snprintf(hint, sizeof(hint),
-             "this ran as JavaScript on the %s provider; to run shell commands use a "
-             "shell provider, e.g. sbxctl run --provider docker -- CMD",
-             p->sb->prov->ops->name);
-    char line[300];
-    int n = snprintf(line, sizeof(line), "sbxd: %s\n", hint);
-    if (n > 0)
-        process_output(p, SBX_STREAM_STDERR, line,
-                       (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1);
-    json_object_set_new(rec, "hint", json_string(hint));
-}
-
 static void on_exit_frame(struct worker *w, const uint8_t *payload, size_t len)
 {
     struct process *p = w->running;
@@ -915,7 +491,7 @@ static void on_exit_frame(struct worker *w, const uint8_t *payload, size_t len)
     /* The worker ends right after this EXIT (CHANNEL.md): nothing more may
      * be sent to it, so the sandbox moves on to a fresh one now. */
     int exiting = json_is_true(json_object_get(rec, "exiting"));
-    shell_hint(p, rec);
+    iso_text_shell_hint(p, rec);
     process_exited(p, rec);
     json_decref(rec);
     if (ds && exiting && ds->w == w) {
@@ -928,16 +504,6 @@ static void on_exit_frame(struct worker *w, const uint8_t *payload, size_t len)
 }
 
 /* ---- the worker's frames, through the process channel (io/pchan.h) ---- */
-
-static struct log_limit pool_log; /* workers not (yet) bound to a sandbox */
-
-/* LOG frames count against the sandbox's agent_log once the worker has one. */
-static void worker_log_to(struct worker *w)
-{
-    struct duk_sb *ds = w->owner;
-    pchan_set_log(&w->pc, ds ? &ds->sb->agent_log : &pool_log,
-                  ds ? ds->sb->id : "isolate pool", 500);
-}
 
 /* The running program, if pid names it. */
 static struct pchan_proc *w_lookup(uint32_t pid, void **proc_out, void *data)
@@ -1053,7 +619,7 @@ static void worker_frames(struct worker *w)
     char tag[48];
     snprintf(tag, sizeof(tag), "%s worker %d", w->dp->name, (int)w->pid);
     pchan_init(&w->pc, &process_pchan_sink, SBX_CHAN_WINDOW, w_lookup, w_send, w, tag);
-    worker_log_to(w);
+    iso_pool_log_to(w);
     pchan_on(&w->pc, SBX_CHAN_HELLO, 0, f_hello, w);
     pchan_on(&w->pc, SBX_CHAN_EXIT, PCHAN_PROC, f_exit, w);
     pchan_on(&w->pc, SBX_CHAN_TOOL_CALL, PCHAN_PROC, f_tool_call, w);
@@ -1071,16 +637,16 @@ static void worker_closed(struct chan *ch, const char *why, void *data)
     struct duk_sb *ds = w->owner;
     struct process *p = w->running;
     int snap = w->snapshot_wanted;
-    worker_kill(w);
+    iso_pool_kill(w);
     struct duk_prov *dp = w->dp;
     if (!ds) {
-        pool_remove(dp, w);
-        pool_fill(dp);
+        iso_pool_remove(dp, w);
+        iso_pool_fill(dp);
         return;
     }
     w->owner = NULL;
     w->running = NULL;
-    worker_log_to(w);
+    iso_pool_log_to(w);
     ds->w = NULL;
     if (p) {
         json_t *rec =
@@ -1242,7 +808,7 @@ static int d_sb_destroy(void *cookie, struct sandbox *sb, sbx_err_t *err)
 {
     struct duk_sb *ds = sb->pdata;
     if (ds && ds->w) {
-        if (recycle(cookie, ds->w, sb->owner))
+        if (iso_pool_recycle(cookie, ds->w, sb->owner))
             ds->w = NULL;
         else
             drop_worker(ds);
@@ -1314,67 +880,14 @@ static void d_sb_release(void *cookie, struct sandbox *sb)
     sb->pdata = NULL;
 }
 
-/* duktape: the tools as the isolate names them, external_<name>(args). */
 static char *duk_instructions(void *cookie, struct sandbox *sb)
 {
-    struct duk_prov *dp = cookie;
-    char tools[1024] = "";
-    size_t i, off = 0;
-    json_t *t;
-    json_array_foreach(json_object_get(sb->conf, "tools"), i, t) {
-        off +=
-            (size_t)snprintf(tools + off, off < sizeof(tools) ? sizeof(tools) - off : 0,
-                             "%sexternal_%s(args)", i ? ", " : "", json_string_value(t));
-        if (off >= sizeof(tools))
-            break;
-    }
-    return xasprintf(
-        "Run JavaScript (ES5 with some ES2015+, Duktape) in sandbox %s. There is "
-        "no filesystem, network, module loader or process access. The value of "
-        "the last expression is returned as JSON; console.log/info write to "
-        "stdout and console.warn/error to stderr. Global variables persist "
-        "between runs unless the isolate is reset (after a timeout or the memory "
-        "limit of %lld MiB). Process environment: process.env.%s%s",
-        sb->id, (long long)sb_mem(dp, sb),
-        tools[0] ? " Host tools (synchronous, take and return JSON): " : "", tools);
+    return iso_text_duk(sb, sb_mem(cookie, sb));
 }
 
-/* js: the names sanitised as the engine exposes them. */
 static char *js_instructions(void *cookie, struct sandbox *sb)
 {
-    struct duk_prov *dp = cookie;
-    char *t = NULL, list[1024] = "";
-    const char *tools;
-    size_t i, off = 0;
-    json_t *v;
-    json_array_foreach(json_object_get(sb->conf, "tools"), i, v) {
-        if (off >= sizeof(list) - 8)
-            break;
-        off += (size_t)snprintf(list + off, sizeof(list) - off, "%sexternal_",
-                                i ? ", " : "");
-        for (const char *q = json_string_value(v); *q && off < sizeof(list) - 8; q++)
-            list[off++] = isalnum((unsigned char)*q) || *q == '_' || *q == '$' ? *q : '_';
-        off += (size_t)snprintf(list + off, sizeof(list) - off, "(args)");
-    }
-    tools = list;
-    if (asprintf(
-            &t,
-            "Run JavaScript or TypeScript (ES2023, JavaScriptCore) in sandbox %s. The "
-            "program is the body of an async function: use await at the top level and "
-            "return a JSON-serializable value, which is the result. TypeScript types are "
-            "stripped before it runs. console.log/info/debug write to stdout and "
-            "console.warn/error to stderr; the lines are also returned as logs. There is no "
-            "filesystem, network, timers, module loader or process access.%s%s%s%s Memory "
-            "limit %lld MiB; a timeout or the limit ends the program with an exception.",
-            sb->id,
-            sb_persistent(dp, sb)
-                ? " Globals (globalThis.x = ...) persist between runs; top-level const/let "
-                  "are local to a run."
-                : " Every run starts with a fresh global.",
-            tools[0] ? " Host tools (each returns a Promise; pass and get JSON): " : "",
-            tools, tools[0] ? "." : "", (long long)sb_mem(dp, sb)) < 0)
-        return NULL;
-    return t;
+    return iso_text_js(sb, sb_mem(cookie, sb), sb_persistent(cookie, sb));
 }
 
 /* -- provider ---------------------------------------------------------------------- */
@@ -1474,9 +987,12 @@ static int load(json_t *conf, void **cookie, sbx_err_t *err, int js)
                         : DEFAULT_STATE_TIMEOUT_S;
     dp->state_timeout_s = st > 0 && st <= 3600 ? (double)st : DEFAULT_STATE_TIMEOUT_S;
     *cookie = dp;
-    ev_idle_init(&dp->refill, refill_cb);
-    dp->refill.data = dp;
-    pool_fill_now(dp);
+    dp->on_frame = worker_frame;
+    dp->on_closed = worker_closed;
+    dp->on_rss = rss_cb;
+    dp->on_new = worker_frames;
+    iso_pool_init(dp);
+    iso_pool_fill_now(dp);
     return 0;
 }
 
@@ -1497,11 +1013,11 @@ static void d_unload(void *cookie)
     while (dp->pool) {
         struct worker *w = dp->pool;
         dp->pool = w->next;
-        worker_kill(w);
+        iso_pool_kill(w);
         /* reap now: the loop is about to go */
         ev_child_stop(D->loop, &w->child);
         waitpid(w->pid, NULL, 0);
-        worker_free(w);
+        iso_pool_worker_free(w);
     }
     free(dp->user);
     free(dp->worker_path);
