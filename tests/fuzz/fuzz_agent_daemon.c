@@ -10,8 +10,8 @@
  * core/fs.c and docker_fs.c: a read (channel request 1), a stat (2), a
  * write's first chunk (3, two answers expected) and a watch (4), so that
  * garbage answers, short and long reads, unknown ids and forged events all
- * land somewhere real. docker.c and
- * docker_agent.c are included to reach their static state; there is no
+ * land somewhere real. The provider's internals are reached through its
+ * internal header (docker_int.h) and its provider table; there is no
  * engine: the sandbox has no container id, so a channel failure ends in
  * "sandbox lost" without an engine call.
  *
@@ -23,8 +23,9 @@
 #include "fuzz_daemon.h"
 #include "fs.h"
 
-#include "../../daemon/providers/docker/docker.c"
-#include "../../daemon/providers/docker/docker_agent.c"
+#include "docker_int.h"
+
+extern const struct sbx_provider sbx_provider_docker;
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -59,8 +60,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
          * so that the core frees its records as it would Docker's. */
         dk_fuzz_ops = fz_provider;
         dk_fuzz_ops.name = "docker";
-        dk_fuzz_ops.proc_release = d_proc_release;
-        dk_fuzz_ops.sb_release = d_sb_release;
+        dk_fuzz_ops.proc_release = sbx_provider_docker.proc_release;
+        dk_fuzz_ops.sb_release = sbx_provider_docker.sb_release;
         dk_fuzz_ops.fs_call = dkf_call;
         dk_fuzz_ops.fs_release = dkf_release;
         dk_fuzz_ops.fs_tar = 1;
@@ -77,7 +78,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     struct sandbox *sb = fz_sandbox("dk");
     sb->prov = &dk_fuzz_inst;
-    struct dk_sb *ds = ds_new(&dk_fuzz_prov, sb);
+    struct dk_sb *ds = dk_ds_new(&dk_fuzz_prov, sb);
     dka_open_channel(ds);
     /* Two processes the daemon spawned (pids 1 and 2), one not yet. */
     for (int i = 0; i < 3; i++) {
@@ -131,7 +132,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             len = size - off;
         for (size_t k = 0; k < len && sb->pdata == ds;) {
             size_t n = len - k < piece ? len - k : piece;
-            att_data(NULL, stream, data + off + k, n, ds);
+            dka_att_data(NULL, stream, data + off + k, n, ds);
             k += n;
         }
         off += len;

@@ -48,841 +48,11 @@
 #include "terminal.h"
 #include "xalloc.h"
 
-#define STDIN_LIMIT (16u * 1024 * 1024)
 #define STOP_WAIT_S 3
 #define SNAP_REPO "sbxd-snapshot"
 
-static const char *sb_label_socket(void)
-{
-    return D->cfg.socket_path ? D->cfg.socket_path : "";
-}
-
 /* ---- small helpers --------------------------------------------------------------------
  */
-
-static void progress(struct dk_sb *ds, const char *stage, const char *msg)
-{
-    sandbox_progress(ds->sb, json_pack("{s:s, s:s}", "stage", stage, "message", msg));
-}
-
-json_t *dk_spawn_env(struct dk_sb *ds, struct process *p)
-{
-    json_t *env = ds->base_env ? json_deep_copy(ds->base_env) : json_object();
-    /* The container's env holds the create-time env: the sandbox's layers
-     * (create env, set_env) come back from the spec, so a key they set and
-     * a null removed is absent from the spec and must go here too. */
-    const char *k;
-    json_t *v;
-    json_object_foreach(json_object_get(ds->sb->conf, "env"), k, v)
-        json_object_del(env, k);
-    json_object_foreach(ds->sb->runtime_env, k, v)
-        json_object_del(env, k);
-    json_t *se = json_object_get(p->spec, "env");
-    if (json_is_object(se))
-        json_object_update(env, se);
-    return env;
-}
-
-const char *dk_spawn_cwd(struct dk_sb *ds, struct process *p)
-{
-    const char *c = json_string_value(json_object_get(p->spec, "cwd"));
-    if (c)
-        return c;
-    c = json_string_value(json_object_get(ds->opts, "working_dir"));
-    return c ? c : "/workspace";
-}
-
-/* ---- lifecycle steps
- * -------------------------------------------------------------------- */
-
-static void step_error(struct dk_sb *ds, struct dk_resp *r, const char *what)
-{
-    sbx_err_t err = {0};
-    dk_err(&err, r, what);
-    dk_lc_fail(ds, &err);
-}
-
-static void cleanup_done(struct dk_resp *r, void *data);
-static json_t *create_labels(struct dk_sb *ds);
-
-static void renamed(struct dk_resp *r, void *data)
-{
-    if (r->status >= 300)
-        log_warn("docker: renaming a pooled container failed: %s",
-                 r->errmsg ? r->errmsg : "?");
-}
-
-/* A pooled container's labels were set before it had an owner, and labels
- * cannot change. Its owner, id and config go into a claim that only sbxd
- * writes: a volume sbxd-claim-<container id> whose labels say them (a
- * restarted sbxd adopts the container from the claim, never from its name
- * or anything inside it; docker_pool.c). The rename to sbxp.<owner>.<id> is
- * for people reading `docker ps` only. */
-static void pool_record(struct dk_sb *ds)
-{
-    ds->pool_record = 0;
-    free(ds->name);
-    ds->name = xasprintf("sbxp.%u.%s", (unsigned)ds->sb->owner, ds->sb->id);
-    json_t *labels = create_labels(ds);
-    char own[32];
-    snprintf(own, sizeof(own), "%u", (unsigned)ds->sb->owner);
-    json_object_set_new(labels, "sbxd.claim", json_string(ds->cid));
-    json_object_set_new(labels, "sbxd.id", json_string(ds->sb->id));
-    json_object_set_new(labels, "sbxd.owner", json_string(own));
-    json_object_set_new(labels, "sbxd.exec_mode", json_string("agent"));
-    char vname[120];
-    snprintf(vname, sizeof(vname), "%s%s", DK_CLAIM_PREFIX, ds->cid);
-    json_t *body = json_pack("{s:s, s:o}", "Name", vname, "Labels", labels);
-    char *vp = dk_path(&ds->dp->eng, "/volumes/create");
-    dk_call(&ds->dp->eng, &ds->dp->misc, "POST", vp, body, DK_CALL_TIMEOUT_MS, renamed,
-            NULL);
-    free(vp);
-    json_decref(body);
-    char *ne = dk_escape(ds->name);
-    char *path = dk_path(&ds->dp->eng, "/containers/%s/rename?name=%s", ds->cid, ne);
-    dk_call(&ds->dp->eng, &ds->dp->misc, "POST", path, NULL, DK_CALL_TIMEOUT_MS, renamed,
-            NULL);
-    free(ne);
-    free(path);
-}
-
-static void claim_removed(struct dk_resp *r, void *data)
-{
-    struct dk_sb *ds = data;
-    if (r->status >= 300 && r->status != 404)
-        log_warn("docker: removing the pool claim of %.12s: %s (the next start removes "
-                 "it)",
-                 ds->cid, r->errmsg ? r->errmsg : "?");
-    ds->cid[0] = '\0';
-    sandbox_op_done(ds->sb, NULL, NULL); /* frees sb and ds */
-}
-
-/* The claim of a pooled container goes with it, before the destroy answers;
- * 0 when the request cannot start (an orphan claim is removed at the next
- * start). */
-static int claim_remove(struct dk_sb *ds)
-{
-    char *path = dk_path(&ds->dp->eng, "/volumes/%s%s", DK_CLAIM_PREFIX, ds->cid);
-    struct dk_req *rq = dk_call(&ds->dp->eng, &ds->reqs, "DELETE", path, NULL,
-                                DK_CALL_TIMEOUT_MS, claim_removed, ds);
-    free(path);
-    return rq != NULL;
-}
-
-/* A started container of a warm pool with the same options: the start is
- * answered now; the attach and handshake follow in the background (calls
- * meanwhile wait for the agent, as after an adoption). */
-static int take_pooled(struct dk_sb *ds)
-{
-    json_t *env = NULL;
-    /* a user the image must resolve is checked between create and start: a
-     * started pool container has no such moment */
-    if (dks_user_needed(ds))
-        return 0;
-    const char *pool = dkp_take(ds->dp, ds->opts, ds->cid, sizeof(ds->cid), &env);
-    if (!pool)
-        return 0;
-    free(ds->pool);
-    ds->pool = strdup(pool);
-    json_decref(ds->base_env);
-    ds->base_env = env ? env : json_object();
-    log_info("docker %s: container %.12s from pool %s", ds->sb->id, ds->cid, pool);
-    /* recorded (renamed, config file) once the agent answers: the engine
-     * serves the attach first */
-    ds->pool_record = 1;
-    ds->running = 1;
-    ds->need_start = 0;
-    ds->why = WHY_RECOVER;
-    ds->recovering = 1;
-    ds->phase = PH_ATTACH;
-    struct sandbox *sb = ds->sb;
-    sandbox_op_done(sb, NULL, NULL);
-    /* ds outlives this call chain (sandbox frees are deferred); a destroy
-     * asked for meanwhile has taken the machine over. */
-    if (sb->pdata == ds && ds->phase == PH_ATTACH && ds->why == WHY_RECOVER)
-        dk_lc_next(ds);
-    return 1;
-}
-
-static void lookup_done(struct dk_resp *r, void *data)
-{
-    struct dk_sb *ds = data;
-    if (r->status != 200 || !json_is_array(r->json)) {
-        step_error(ds, r, "list containers");
-        return;
-    }
-    /* Only a container of this sbxd is this sandbox's. Another sbxd on the
-     * same engine (another socket) may hold a sandbox of the same id: taking
-     * its container would attach two daemons to one agent, whose frames then
-     * interleave on its stdin and each of whose PINGs takes the agent from
-     * the other. Adoption and snapshots skip them the same way. */
-    json_t *c = NULL, *x;
-    size_t i;
-    json_array_foreach(r->json, i, x) {
-        const char *sock = json_string_value(
-            json_object_get(json_object_get(x, "Labels"), "sbxd.socket"));
-        if (!sock || !strcmp(sock, sb_label_socket())) {
-            c = x;
-            break;
-        }
-    }
-    const char *id = json_string_value(json_object_get(c, "Id"));
-    const char *own =
-        json_string_value(json_object_get(json_object_get(c, "Labels"), "sbxd.owner"));
-    if (id && (!own || strtoul(own, NULL, 10) != (unsigned long)ds->sb->owner)) {
-        sbx_err_t err = {0};
-        err_make_data(
-            &err, SBX_E_PERMISSION, json_pack("{s:s}", "sandbox", ds->sb->id),
-            "docker: container %.12s labelled sbxd.id=%s belongs to another user", id,
-            ds->sb->id);
-        dk_lc_fail(ds, &err);
-        return;
-    }
-    if (id) {
-        snprintf(ds->cid, sizeof(ds->cid), "%s", id);
-        ds->reconnected = 1;
-        ds->first_hello = 1;
-        ds->phase = PH_INSPECT;
-    } else if (!ds->sb->snapshot && !ds->exec_mode && take_pooled(ds)) {
-        return;
-    } else {
-        ds->phase = PH_IMAGE;
-    }
-    dk_lc_next(ds);
-}
-
-static int has_unstarted(struct dk_sb *ds)
-{
-    for (struct dk_proc *x = ds->procs; x; x = x->next)
-        if (!x->exited && x->spawned && !x->pc.started && !x->retried && x->p &&
-            x->p->state == P_RUNNING)
-            return 1;
-    return 0;
-}
-
-static void inspect_done(struct dk_resp *r, void *data)
-{
-    struct dk_sb *ds = data;
-    if (r->status == 404) {
-        ds->cid[0] = '\0';
-        if (ds->why == WHY_RECOVER) {
-            /* Its file system is gone: the sandbox is in error until the next
-             * call or start makes a new container from its config. */
-            sbx_err_t err = {0};
-            err_make_data(&err, SBX_E_PROVIDER,
-                          json_pack("{s:s, s:s, s:i}", "provider", "docker", "message",
-                                    "container removed", "status", 404),
-                          "the container was removed behind sbxd's back");
-            dk_lc_fail(ds, &err);
-            return;
-        }
-        if (ds->sb->started_once) {
-            log_warn("docker %s: the container was removed; creating a new one from the "
-                     "sandbox's config",
-                     ds->sb->id);
-            progress(ds, "recreate", "the container was removed; creating a new one");
-            if (!ds->warnings)
-                ds->warnings = json_array();
-            json_array_append_new(
-                ds->warnings, json_string("the container was removed behind sbxd's back; "
-                                          "a new one was made from the sandbox's config "
-                                          "(its files are gone)"));
-            ds->reconnected = 0;
-            ds->recreated++;
-        }
-        ds->phase = PH_IMAGE;
-        dk_lc_next(ds);
-        return;
-    }
-    if (r->status != 200 || !json_is_object(r->json)) {
-        step_error(ds, r, "inspect container");
-        return;
-    }
-    json_t *st = json_object_get(r->json, "State");
-    json_t *cfg = json_object_get(r->json, "Config");
-    ds->running = json_is_true(json_object_get(st, "Running"));
-    ds->paused = json_is_true(json_object_get(st, "Paused"));
-    json_decref(ds->base_env);
-    ds->base_env = dk_env_to_obj(json_object_get(cfg, "Env"));
-    if (!ds->name) {
-        const char *nm = json_string_value(json_object_get(r->json, "Name"));
-        if (nm)
-            ds->name = strdup(nm[0] == '/' ? nm + 1 : nm);
-    }
-    /* A container made without the agent runs in exec mode. */
-    json_t *ep = json_object_get(cfg, "Entrypoint");
-    const char *e0 = json_string_value(json_array_get(ep, 0));
-    const char *lm = json_string_value(
-        json_object_get(json_object_get(cfg, "Labels"), "sbxd.exec_mode"));
-    if (lm && strcmp(lm, "docker-exec") == 0)
-        ds->exec_mode = 1;
-    else if (!e0 || strcmp(e0, DK_AGENT_IN) != 0)
-        ds->exec_mode = 1;
-    else
-        ds->exec_mode = 0;
-    if (ds->reconnected && ds->why == WHY_START && !ds->warnings && ds->opts)
-        ds->warnings = dk_warnings(ds->opts, r->json);
-    const char *sstat = json_string_value(json_object_get(st, "Status"));
-    if (ds->why == WHY_RECOVER && sstat &&
-        (strcmp(sstat, "removing") == 0 || strcmp(sstat, "dead") == 0)) {
-        sbx_err_t err = {0};
-        err_make(&err, SBX_E_PROVIDER,
-                 "the container was removed behind sbxd's back (%s)", sstat);
-        dk_lc_fail(ds, &err);
-        return;
-    }
-    if (ds->why == WHY_RECOVER && !ds->running) {
-        char why[300];
-        json_t *code = json_object_get(st, "ExitCode");
-        snprintf(why, sizeof(why),
-                 "the container stopped behind sbxd's back (exit code %lld%s%s%s)",
-                 (long long)json_integer_value(code),
-                 json_is_true(json_object_get(st, "OOMKilled")) ? ", out of memory" : "",
-                 json_string_value(json_object_get(st, "Error")) &&
-                         json_string_value(json_object_get(st, "Error"))[0]
-                     ? ": "
-                     : "",
-                 json_string_value(json_object_get(st, "Error"))
-                     ? json_string_value(json_object_get(st, "Error"))
-                     : "");
-        if (has_unstarted(ds) && ds->restarts < 3 && !ds->exec_mode) {
-            ds->restarts++;
-            log_warn("docker %s: %s; restarting it to retry a call", ds->sb->id, why);
-            progress(ds, "restart",
-                     "the container died; restarting it to retry the call");
-        } else {
-            sbx_err_t err = {0};
-            err_make(&err, SBX_E_PROVIDER, "%s", why);
-            dk_lc_fail(ds, &err);
-            return;
-        }
-    }
-    if (ds->paused) {
-        ds->phase = PH_UNPAUSE;
-    } else if (ds->exec_mode) {
-        ds->need_start = !ds->running;
-        ds->phase = ds->running ? PH_IDLE : PH_START;
-        if (ds->running) {
-            dk_lc_ok(ds);
-            return;
-        }
-    } else {
-        ds->need_start = !ds->running;
-        ds->phase = PH_ATTACH;
-    }
-    dk_lc_next(ds);
-}
-
-static void image_done(struct dk_resp *r, void *data)
-{
-    struct dk_sb *ds = data;
-    if (r->status == 404) {
-        if (ds->sb->snapshot) {
-            sbx_err_t err = {0};
-            err_make_data(&err, SBX_E_PROVIDER,
-                          json_pack("{s:s, s:s, s:i}", "provider", "docker", "message",
-                                    "snapshot image not found", "status", 404),
-                          "docker: the snapshot's image %s is gone",
-                          ds->image_id ? ds->image_id : "?");
-            dk_lc_fail(ds, &err);
-            return;
-        }
-        if (ds->pull_t < 0) { /* pulled already and still missing */
-            step_error(ds, r, "image after pull");
-            return;
-        }
-        ds->phase = PH_PULL;
-        dk_lc_next(ds);
-        return;
-    }
-    if (r->status != 200 || !json_is_object(r->json)) {
-        step_error(ds, r, "inspect image");
-        return;
-    }
-    /* A snapshot image holds its owner's files and env: only they (or root)
-     * may start from it, whichever name it is reached by. */
-    json_t *il = json_object_get(json_object_get(r->json, "Config"), "Labels");
-    const char *iown = json_string_value(json_object_get(il, "sbxd.owner"));
-    if (json_object_get(il, "sbxd.snapshot") && ds->sb->owner != 0 &&
-        (!iown || strtoul(iown, NULL, 10) != (unsigned long)ds->sb->owner)) {
-        sbx_err_t err = {0};
-        err_make_data(&err, SBX_E_PERMISSION, json_pack("{s:s}", "param", "image"),
-                      "docker: image %s is another user's snapshot",
-                      json_string_value(json_object_get(ds->opts, "image")));
-        dk_lc_fail(ds, &err);
-        return;
-    }
-    json_decref(ds->image_env);
-    ds->image_env =
-        dk_env_to_obj(json_object_get(json_object_get(r->json, "Config"), "Env"));
-    const char *id = json_string_value(json_object_get(r->json, "Id"));
-    if (id && !ds->image_id)
-        ds->image_id = strdup(id);
-    ds->phase = PH_CREATE;
-    dk_lc_next(ds);
-}
-
-static int pull_line(const char *line, size_t len, void *data)
-{
-    struct dk_sb *ds = data;
-    json_t *v = json_loadb(line, len, 0, NULL);
-    if (!json_is_object(v)) {
-        json_decref(v);
-        return 0;
-    }
-    const char *e = json_string_value(json_object_get(v, "error"));
-    if (!e)
-        e = json_string_value(
-            json_object_get(json_object_get(v, "errorDetail"), "message"));
-    /* A pull refused before it streams is one {"message": ...}: the engine's
-     * own words, not "HTTP status 500". */
-    if (!e)
-        e = json_string_value(json_object_get(v, "message"));
-    if (e) {
-        json_decref(ds->pull_last);
-        ds->pull_last = json_pack("{s:s}", "error", e);
-        json_decref(v);
-        return 0;
-    }
-    const char *status = json_string_value(json_object_get(v, "status"));
-    const char *id = json_string_value(json_object_get(v, "id"));
-    json_t *pd = json_object_get(v, "progressDetail");
-    double now = ev_now(D->loop);
-    int has_num = json_is_integer(json_object_get(pd, "total"));
-    /* Throttled: byte counts at most every 200 ms, status changes always. */
-    if (status && (!has_num || now - ds->pull_t >= 0.2)) {
-        ds->pull_t = now;
-        char msg[300];
-        snprintf(msg, sizeof(msg), "%s%s%s", id ? id : "", id ? ": " : "", status);
-        json_t *n = json_pack("{s:s, s:s}", "stage", "pull", "message", msg);
-        if (has_num) {
-            json_object_set(n, "current", json_object_get(pd, "current"));
-            json_object_set(n, "total", json_object_get(pd, "total"));
-        }
-        sandbox_progress(ds->sb, n);
-    }
-    json_decref(v);
-    return 0;
-}
-
-static void pull_done(struct dk_resp *r, void *data)
-{
-    struct dk_sb *ds = data;
-    const char *e = json_string_value(json_object_get(ds->pull_last, "error"));
-    if (r->status != 200 || e) {
-        char what[300];
-        snprintf(what, sizeof(what), "pull %s",
-                 json_string_value(json_object_get(ds->opts, "image")));
-        struct dk_resp r2 = *r;
-        if (e) {
-            if (r2.status == 200)
-                r2.status = 404;
-            r2.errmsg = e;
-        }
-        json_t *keep = ds->pull_last;
-        ds->pull_last = NULL;
-        step_error(ds, &r2, what);
-        json_decref(keep);
-        return;
-    }
-    json_decref(ds->pull_last);
-    ds->pull_last = NULL;
-    ds->pull_t = -1; /* pulled: a second 404 is an error */
-    progress(ds, "pull", "image pulled");
-    ds->phase = PH_IMAGE;
-    dk_lc_next(ds);
-}
-
-/* The container name sbx-<id> is another's (a second sbxd on the engine with
- * a sandbox of the same id): this sbxd's own name for it, the same on every
- * create, sbx-<id>-<hash of our socket>. Names are for people reading
- * `docker ps`; sbxd finds its containers by label. 1 when it tries again. */
-static int name_taken(struct dk_sb *ds, struct dk_resp *r)
-{
-    const char *want = dk_opt_str(ds->opts, "name");
-    char *dflt = dk_name(NULL, ds->sb->id);
-    int retry = r->status == 409 && r->errmsg && strstr(r->errmsg, "already in use") &&
-                (!want || !want[0]) && ds->name && !strcmp(ds->name, dflt);
-    free(dflt);
-    if (!retry)
-        return 0;
-    uint32_t h = 2166136261u; /* FNV-1a */
-    for (const char *p = sb_label_socket(); *p; p++)
-        h = (h ^ (uint8_t)*p) * 16777619u;
-    char *n = xasprintf("%s-%08x", ds->name, (unsigned)h);
-    free(ds->name);
-    ds->name = n;
-    ds->phase = PH_CREATE;
-    dk_lc_next(ds);
-    return 1;
-}
-
-static void create_done(struct dk_resp *r, void *data)
-{
-    struct dk_sb *ds = data;
-    if (r->status != 201 || !json_string_value(json_object_get(r->json, "Id"))) {
-        if (dks_create_failed(ds, r) || name_taken(ds, r))
-            return;
-        step_error(ds, r, "create container");
-        return;
-    }
-    snprintf(ds->cid, sizeof(ds->cid), "%s",
-             json_string_value(json_object_get(r->json, "Id")));
-    json_t *w = json_object_get(r->json, "Warnings");
-    size_t i;
-    json_t *x;
-    json_array_foreach(w, i, x) {
-        if (!json_is_string(x))
-            continue;
-        if (!ds->warnings)
-            ds->warnings = json_array();
-        json_array_append(ds->warnings, x);
-    }
-    /* The container's env is the image's with ours over it. */
-    json_decref(ds->base_env);
-    ds->base_env = ds->image_env ? json_deep_copy(ds->image_env) : json_object();
-    json_object_update(ds->base_env, json_object_get(ds->opts, "env"));
-    ds->running = 0;
-    ds->need_start = 1;
-    if (ds->agent_mounted)
-        ds->phase = ds->exec_mode ? PH_START : PH_ATTACH; /* the agent is mounted */
-    else
-        ds->phase = ds->dp->agent_tar ? PH_UPLOAD : PH_START;
-    if (ds->user_check) {
-        /* who runs is decided by the image's files: read them before a start */
-        ds->user_then = ds->phase;
-        ds->user_step = 0;
-        ds->phase = PH_USER;
-    }
-    dk_lc_next(ds);
-}
-
-static void upload_done(struct dk_resp *r, void *data)
-{
-    struct dk_sb *ds = data;
-    if (r->status != 200) {
-        step_error(ds, r, "upload the agent");
-        return;
-    }
-    ds->phase = ds->exec_mode ? PH_START : PH_ATTACH;
-    dk_lc_next(ds);
-}
-
-static void unpause_done(struct dk_resp *r, void *data)
-{
-    struct dk_sb *ds = data;
-    if (r->status != 204 && r->status != 304) {
-        step_error(ds, r, "unpause container");
-        return;
-    }
-    ds->paused = 0;
-    ds->need_start = !ds->running;
-    ds->phase = ds->exec_mode ? (ds->running ? PH_IDLE : PH_START) : PH_ATTACH;
-    if (ds->phase == PH_IDLE) {
-        dk_lc_ok(ds);
-        return;
-    }
-    dk_lc_next(ds);
-}
-
-static void start_done(struct dk_resp *r, void *data)
-{
-    struct dk_sb *ds = data;
-    if (r->status != 204 && r->status != 304) {
-        step_error(ds, r, "start container");
-        return;
-    }
-    ds->running = 1;
-    ds->need_start = 0;
-    if (ds->exec_mode) {
-        ds->phase = PH_IDLE;
-        ds->ready = 1;
-        dk_lc_ok(ds);
-        return;
-    }
-    /* The attach made before the start may have ended meanwhile: again. */
-    ds->phase = ds->att ? PH_HANDSHAKE : PH_ATTACH;
-    dk_lc_next(ds);
-}
-
-static json_t *create_labels(struct dk_sb *ds)
-{
-    json_t *conf = json_deep_copy(ds->sb->conf);
-    json_object_del(conf, "snapshot");
-    char *cs = json_dumps(conf, JSON_COMPACT);
-    json_decref(conf);
-    char created[64];
-    snprintf(created, sizeof(created), "%.3f", ds->sb->created_at);
-    json_t *l = json_pack("{s:s, s:s, s:s, s:s}", "sbxd.socket", sb_label_socket(),
-                          "sbxd.conf", cs ? cs : "{}", "sbxd.created", created,
-                          "sbxd.exec_mode", ds->exec_mode ? "docker-exec" : "agent");
-    free(cs);
-    return l;
-}
-
-/* The agent reaches the container without an upload: on a local engine the
- * installed sbx-init is bind-mounted read-only (container root cannot
- * replace it: the mount is read-only and remounting needs CAP_SYS_ADMIN);
- * on a remote one the volume of a never-started holder container that got
- * the agent by one upload is shared read-only (VolumesFrom). No anonymous
- * volume is made per create; the direct socket's directory is a small tmpfs.
- * body's Binds/Tmpfs may be the options' own arrays: replaced, not changed. */
-void dk_agent_mount(struct dk_prov *dp, json_t *body)
-{
-    json_t *hc = json_object_get(body, "HostConfig");
-    json_object_del(body, "Volumes");
-    if (dp->agent_bind) {
-        json_t *binds = json_is_array(json_object_get(hc, "Binds"))
-                            ? json_copy(json_object_get(hc, "Binds"))
-                            : json_array();
-        char *b = xasprintf("%s:%s:ro", dp->agent_path, DK_AGENT_IN);
-        json_array_append_new(binds, json_string(b));
-        free(b);
-        json_object_set_new(hc, "Binds", binds);
-    } else {
-        char *v = xasprintf("%s:ro", dp->agent_holder);
-        json_object_set_new(hc, "VolumesFrom", json_pack("[s]", v));
-        free(v);
-    }
-    /* The run directory is ours unless the options mount something there. */
-    size_t i;
-    json_t *b;
-    json_array_foreach(json_object_get(hc, "Binds"), i, b) {
-        const char *s = json_string_value(b), *c = s ? strchr(s, ':') : NULL;
-        size_t n = strlen(DK_AGENT_DIR "/run");
-        if (c && !strncmp(c + 1, DK_AGENT_DIR "/run", n) &&
-            (c[1 + n] == '\0' || c[1 + n] == ':'))
-            return;
-    }
-    if (dkd_run_volume(dp, body))
-        return;
-    json_t *tmpfs = json_is_object(json_object_get(hc, "Tmpfs"))
-                        ? json_copy(json_object_get(hc, "Tmpfs"))
-                        : json_object();
-    if (!json_object_get(tmpfs, DK_AGENT_DIR "/run"))
-        json_object_set_new(tmpfs, DK_AGENT_DIR "/run",
-                            json_string("rw,nosuid,nodev,noexec,size=1m,mode=0700"));
-    json_object_set_new(hc, "Tmpfs", tmpfs);
-}
-
-/* Runs the current phase: one engine call, whose answer moves on. */
-void dk_lc_next(struct dk_sb *ds)
-{
-    struct dk_prov *dp = ds->dp;
-    struct dk_engine *e = &dp->eng;
-    int ok = 1;
-    char *path = NULL;
-    switch (ds->phase) {
-    case PH_IDLE:
-        return;
-    case PH_LOOKUP: {
-        char *f = xasprintf("{\"label\":[\"sbxd.id=%s\"]}", ds->sb->id);
-        char *fe = dk_escape(f);
-        free(f);
-        path = dk_path(e, "/containers/json?all=1&filters=%s", fe);
-        free(fe);
-        ok = NULL != dk_call(e, &ds->reqs, "GET", path, NULL, DK_CALL_TIMEOUT_MS,
-                             lookup_done, ds);
-        break;
-    }
-    case PH_INSPECT:
-        path = dk_path(e, "/containers/%s/json", ds->cid);
-        ok = NULL != dk_call(e, &ds->reqs, "GET", path, NULL, DK_CALL_TIMEOUT_MS,
-                             inspect_done, ds);
-        break;
-    case PH_IMAGE: {
-        const char *img = ds->image_id && ds->sb->snapshot
-                              ? ds->image_id
-                              : json_string_value(json_object_get(ds->opts, "image"));
-        char *ref = dk_image_ref(img);
-        char *re = dk_escape(ref);
-        path = dk_path(e, "/images/%s/json", re);
-        free(ref);
-        free(re);
-        ok = NULL !=
-             dk_call(e, &ds->reqs, "GET", path, NULL, DK_CALL_TIMEOUT_MS, image_done, ds);
-        break;
-    }
-    case PH_PULL: {
-        char *ref = dk_image_ref(json_string_value(json_object_get(ds->opts, "image")));
-        char *re = dk_escape(ref);
-        path = dk_path(e, "/images/create?fromImage=%s", re);
-        char msg[300];
-        snprintf(msg, sizeof(msg), "pulling %s", ref);
-        progress(ds, "pull", msg);
-        free(ref);
-        free(re);
-        ds->pull_t = 0;
-        ok = NULL != dk_call_lines(e, &ds->reqs, "POST", path, DK_PULL_TIMEOUT_MS,
-                                   pull_line, pull_done, ds);
-        break;
-    }
-    case PH_CREATE: {
-        json_t *body = NULL;
-        sbx_err_t err = {0};
-        json_t *labels = create_labels(ds);
-        if (ds->sb->snapshot && ds->image_id) {
-            json_t *o2 = json_deep_copy(ds->opts);
-            json_object_set_new(o2, "image", json_string(ds->image_id));
-            json_decref(ds->opts);
-            ds->opts = o2;
-        }
-        if (dk_create_body(&body, ds->opts, ds->sb->id, ds->sb->owner,
-                           dp->agent_tar ? DK_AGENT_IN : NULL, labels, &err) < 0) {
-            json_decref(labels);
-            dk_lc_fail(ds, &err);
-            return;
-        }
-        json_decref(labels);
-        /* Decided here, once: the holder may become ready before create_done. */
-        ds->agent_mounted = dp->agent_tar && (dp->agent_bind || dp->agent_holder[0]);
-        if (ds->agent_mounted)
-            dk_agent_mount(dp, body);
-        dks_create_body(ds, body);
-        ds->user_check = dks_user_needed(ds);
-        char *ne = dk_escape(ds->name);
-        path = dk_path(e, "/containers/create?name=%s", ne);
-        free(ne);
-        progress(ds, "create", "creating the container");
-        ok = NULL != dk_call(e, &ds->reqs, "POST", path, body, DK_CALL_TIMEOUT_MS,
-                             create_done, ds);
-        json_decref(body);
-        break;
-    }
-    case PH_UPLOAD:
-        path = dk_path(e, "/containers/%s/archive?path=%s", ds->cid, DK_AGENT_DIR);
-        ok = NULL != dk_call_raw(e, &ds->reqs, "PUT", path, "application/x-tar",
-                                 dp->agent_tar, dp->agent_tar_len, DK_CALL_TIMEOUT_MS,
-                                 upload_done, ds);
-        break;
-    case PH_UNPAUSE:
-        path = dk_path(e, "/containers/%s/unpause", ds->cid);
-        ok = NULL != dk_call(e, &ds->reqs, "POST", path, NULL, DK_CALL_TIMEOUT_MS,
-                             unpause_done, ds);
-        break;
-    case PH_ATTACH:
-        ok = dka_attach(ds) == 0;
-        break;
-    case PH_START:
-        path = dk_path(e, "/containers/%s/start", ds->cid);
-        progress(ds, "start", "starting the container");
-        ok = NULL != dk_call(e, &ds->reqs, "POST", path, NULL, DK_CALL_TIMEOUT_MS,
-                             start_done, ds);
-        break;
-    case PH_HANDSHAKE:
-        dka_handshake(ds);
-        return;
-    case PH_USER:
-        dks_user_next(ds);
-        return;
-    default:
-        return;
-    }
-    free(path);
-    if (!ok) {
-        sbx_err_t err = {0};
-        err_make_data(&err, SBX_E_UNAVAILABLE,
-                      json_pack("{s:s, s:s}", "provider", "docker", "reason",
-                                "cannot start a request"),
-                      "docker: cannot start an engine request");
-        dk_lc_fail(ds, &err);
-    }
-}
-
-static void cleanup_done(struct dk_resp *r, void *data)
-{
-    if (r->status >= 300 && r->status != 404)
-        log_warn("docker: removing a half-made container: %s",
-                 r->errmsg ? r->errmsg : "?");
-}
-
-void dk_lc_fail(struct dk_sb *ds, sbx_err_t *err)
-{
-    enum dk_why why = ds->why;
-    ds->why = WHY_NONE;
-    ds->phase = PH_IDLE;
-    dk_reqlist_cancel(&ds->reqs);
-    ev_timer_stop(D->loop, &ds->hs_timer);
-    dka_close_attach(ds);
-    struct sandbox *sb = ds->sb;
-    if (why == WHY_RECOVER) {
-        char msg[400];
-        snprintf(msg, sizeof(msg), "%s", err->msg ? err->msg : "container lost");
-        err_clear(err);
-        ds->recovering = 0;
-        sandbox_lost(sb, msg);
-        return;
-    }
-    if (why != WHY_START) {
-        err_clear(err);
-        return;
-    }
-    if (sb->discard_on_fail && !sb->started_once && ds->cid[0] && !ds->reconnected) {
-        /* A create that failed leaves no container behind. */
-        char *path = dk_path(&ds->dp->eng, "/containers/%s?force=1&v=1", ds->cid);
-        dk_call(&ds->dp->eng, &ds->dp->misc, "DELETE", path, NULL, DK_CALL_TIMEOUT_MS,
-                cleanup_done, NULL);
-        free(path);
-        ds->cid[0] = '\0';
-    }
-    sandbox_op_done(sb, err, NULL); /* may free sb and ds */
-    err_clear(err);
-}
-
-void dk_lc_ok(struct dk_sb *ds)
-{
-    enum dk_why why = ds->why;
-    ds->why = WHY_NONE;
-    ds->phase = PH_IDLE;
-    ev_timer_stop(D->loop, &ds->hs_timer);
-    if (ds->pool_record && ds->cid[0])
-        pool_record(ds);
-    if (why == WHY_RECOVER) {
-        ds->recovering = 0;
-        log_info("docker %s: reconnected to container %.12s", ds->sb->id, ds->cid);
-        sandbox_adopted(ds->sb); /* its processes are back */
-        /* Anything queued meanwhile goes out now. */
-        for (struct dk_proc *x = ds->procs; x; x = x->next)
-            if (!x->spawned && !x->exited && x->p && x->p->state == P_RUNNING &&
-                !ds->exec_mode)
-                dka_send_spawn(ds, x);
-        return;
-    }
-    if (why != WHY_START)
-        return;
-    json_t *res = json_object();
-    if (ds->reconnected)
-        json_object_set_new(res, "reconnected", json_true());
-    if (ds->warnings)
-        json_object_set(res, "warnings", ds->warnings);
-    sandbox_op_done(ds->sb, NULL, res);
-}
-
-void dk_container_trouble(struct dk_sb *ds, const char *why)
-{
-    if (ds->recovering || ds->phase != PH_IDLE)
-        return;
-    struct sandbox *sb = ds->sb;
-    if (sb->status != SB_RUNNING) {
-        dka_close_attach(ds);
-        return;
-    }
-    log_warn("docker %s: %s; checking the container", sb->id, why);
-    dka_close_attach(ds);
-    ds->recovering = 1;
-    ds->why = WHY_RECOVER;
-    ds->phase = ds->cid[0] ? PH_INSPECT : PH_IDLE;
-    if (ds->phase == PH_IDLE) {
-        sbx_err_t err = {0};
-        err_make(&err, SBX_E_PROVIDER, "container unknown");
-        dk_lc_fail(ds, &err);
-        return;
-    }
-    dk_lc_next(ds);
-}
-
-/* ---- processes
- * ------------------------------------------------------------------------------ */
 
 struct dk_proc *dk_proc_new(struct dk_sb *ds, struct process *p)
 {
@@ -899,6 +69,11 @@ struct dk_proc *dk_proc_new(struct dk_sb *ds, struct process *p)
     return dpp;
 }
 
+static const struct dk_ptrans *transport(struct dk_sb *ds)
+{
+    return ds->exec_mode ? &dkx_ptrans : &dka_ptrans;
+}
+
 static int d_proc_spawn(void *cookie, struct process *p, sbx_err_t *err)
 {
     struct dk_sb *ds = p->sb->pdata;
@@ -907,12 +82,7 @@ static int d_proc_spawn(void *cookie, struct process *p, sbx_err_t *err)
     if (p->pty && ds->exec_mode) /* docker_pty.c: sbx-init holds terminals */
         return terminal_unsupported(err, p->sb, "pty");
     struct dk_proc *dpp = dk_proc_new(ds, p);
-    if (ds->exec_mode)
-        return dkx_spawn(ds, dpp, err);
-    if (ds->ready)
-        dka_send_spawn(ds, dpp);
-    /* else: sent when the agent is back (recovery) */
-    return 0;
+    return transport(ds)->spawn(ds, dpp, err);
 }
 
 static int d_proc_write(void *cookie, struct process *p, const void *data, size_t len,
@@ -922,28 +92,7 @@ static int d_proc_write(void *cookie, struct process *p, const void *data, size_
     struct dk_sb *ds = p->sb->pdata;
     if (!dpp || dpp->stdin_eof)
         return err_make(err, SBX_E_STATE, "stdin of process %u is closed", p->pid);
-    if (ds->exec_mode)
-        return dkx_write(dpp, data, len, err);
-    size_t pending =
-        dpp->stdin_buf.bytes + (ds->ch_live ? chan_pending_output(ds->cur) : 0);
-    if (pending + len > STDIN_LIMIT)
-        return err_make_data(
-            err, SBX_E_LIMIT,
-            json_pack("{s:s, s:i}", "limit", "stdin_buffer", "max", (int)STDIN_LIMIT),
-            "stdin buffer of process %u is full", p->pid);
-    const uint8_t *d = data;
-    while (len > 0) {
-        size_t k = len < SBX_CHAN_MAX_PAYLOAD ? len : SBX_CHAN_MAX_PAYLOAD;
-        if (dpp->spawned && ds->ready) {
-            if (dka_send_frame(ds, SBX_CHAN_STDIN, p->pid, d, k) < 0)
-                return err_make(err, SBX_E_PROVIDER, "docker: the agent channel failed");
-        } else {
-            obuf_append(&dpp->stdin_buf, d, k);
-        }
-        d += k;
-        len -= k;
-    }
-    return 0;
+    return transport(ds)->write(dpp, data, len, err);
 }
 
 static int d_proc_close_stdin(void *cookie, struct process *p, sbx_err_t *err)
@@ -952,12 +101,7 @@ static int d_proc_close_stdin(void *cookie, struct process *p, sbx_err_t *err)
     struct dk_sb *ds = p->sb->pdata;
     if (!dpp || dpp->stdin_eof)
         return 0;
-    if (ds->exec_mode)
-        return dkx_close_stdin(dpp, err);
-    dpp->stdin_eof = 1;
-    if (dpp->spawned && ds->ready)
-        dka_send_frame(ds, SBX_CHAN_STDIN_EOF, p->pid, NULL, 0);
-    return 0;
+    return transport(ds)->close_stdin(dpp, err);
 }
 
 static int d_proc_kill(void *cookie, struct process *p, int sig, sbx_err_t *err)
@@ -966,20 +110,7 @@ static int d_proc_kill(void *cookie, struct process *p, int sig, sbx_err_t *err)
     struct dk_sb *ds = p->sb->pdata;
     if (!dpp)
         return 0;
-    if (ds->exec_mode)
-        return dkx_kill(dpp, sig, err);
-    if (!dpp->spawned) {
-        json_t *rec = json_pack("{s:i, s:i, s:b}", "exit_code", 128 + sig, "signal", sig,
-                                "killed", 1);
-        dka_proc_gone(ds, dpp, rec);
-        json_decref(rec);
-        return 0;
-    }
-    if (dka_send_u32(ds, SBX_CHAN_KILL, p->pid, (uint32_t)sig) < 0 && !ds->recovering)
-        return err_make(err, SBX_E_PROVIDER, "docker: the agent channel is closed");
-    /* During recovery the kill goes out after the re-attach: REPLAY then
-     * KILL would need ordering we don't have; the core's grace timer ends it. */
-    return 0;
+    return transport(ds)->kill(dpp, sig, err);
 }
 
 static void d_proc_resume(void *cookie, struct process *p)
@@ -988,12 +119,7 @@ static void d_proc_resume(void *cookie, struct process *p)
     struct dk_sb *ds = p->sb->pdata;
     if (!dpp || !ds)
         return;
-    if (ds->exec_mode) {
-        dkx_resume(dpp);
-        return;
-    }
-    if (ds->ready)
-        dka_send_credit(ds, dpp, 1);
+    transport(ds)->resume(dpp);
 }
 
 static void d_proc_release(void *cookie, struct process *p)
@@ -1003,12 +129,7 @@ static void d_proc_release(void *cookie, struct process *p)
     if (!dpp)
         return;
     if (ds) {
-        if (ds->exec_mode)
-            dkx_release(dpp);
-        else if (!dpp->exited && dpp->spawned && ds->ready &&
-                 p->sb->status == SB_RUNNING && !D->draining)
-            /* The core gave up on it (it never confirmed a kill): end it anyway. */
-            dka_send_u32(ds, SBX_CHAN_KILL, dpp->pid, SIGKILL);
+        transport(ds)->release(dpp);
         if (dpp->prev)
             dpp->prev->next = dpp->next;
         else
@@ -1034,12 +155,56 @@ static void dtimer_cb(struct ev_loop *loop, ev_timer *w, int revents)
     dkd_timer(ds);
 }
 
-static struct dk_sb *ds_new(struct dk_prov *dp, struct sandbox *sb)
+/* ---- what the agent link reports (struct dk_link_ev), and the frames of
+ * files and connections it carries ---- */
+
+static void link_linked(struct dk_sb *ds)
+{
+    dkf_kick(ds);
+}
+
+static const struct dk_link_ev link_ev = {
+    .step = dk_lc_next,
+    .ok = dk_lc_ok,
+    .fail = dk_lc_fail,
+    .trouble = dk_container_trouble,
+    .release = dk_ds_free,
+    .adopt = dk_proc_new,
+    .ready = dke_ready,
+    .linked = link_linked,
+    .reset = dkf_reset,
+    .lost = dkn_channel_lost,
+};
+
+static void f_fs(struct pchan *pc, const struct sbx_chan_hdr *h, const uint8_t *payload,
+                 struct pchan_proc *pp, void *proc, void *data)
+{
+    dkf_frame(data, h, payload);
+}
+
+static void f_net(struct pchan *pc, const struct sbx_chan_hdr *h, const uint8_t *payload,
+                  struct pchan_proc *pp, void *proc, void *data)
+{
+    dkn_frame(data, h->type, h->proc, payload, h->len);
+}
+
+struct dk_sb *dk_ds_new(struct dk_prov *dp, struct sandbox *sb)
 {
     struct dk_sb *ds = xcalloc(1, sizeof(*ds));
     ds->sb = sb;
     ds->dp = dp;
+    ds->up = &link_ev;
     dka_init(ds);
+    /* files (0x60-0x6f) to docker_fs.c, connections (0x80-0x9f) to docker_net.c */
+    static const uint8_t fs[] = {SBX_CHAN_FS_DATA, SBX_CHAN_FS_RESULT, SBX_CHAN_FS_EVENT};
+    for (size_t i = 0; i < sizeof(fs); i++)
+        pchan_on(&ds->pc, fs[i], 0, f_fs, ds);
+    static const uint8_t net[] = {SBX_CHAN_NET_OPENED, SBX_CHAN_NET_DATA,
+                                  SBX_CHAN_NET_EOF,    SBX_CHAN_NET_CLOSE,
+                                  SBX_CHAN_NET_CREDIT, SBX_CHAN_EGRESS_OPEN};
+    for (size_t i = 0; i < sizeof(net); i++)
+        pchan_on(&ds->pc, net[i], 0, f_net, ds);
+
     ev_timer_init(&ds->dtimer, dtimer_cb, 0., 0.);
     ds->dtimer.data = ds;
     sb->pdata = ds;
@@ -1051,7 +216,7 @@ static int d_sb_start(void *cookie, struct sandbox *sb, sbx_err_t *err)
     struct dk_prov *dp = cookie;
     struct dk_sb *ds = sb->pdata;
     if (!ds)
-        ds = ds_new(dp, sb);
+        ds = dk_ds_new(dp, sb);
     if (ds->phase != PH_IDLE) {
         /* recovery in progress: take it over as the start */
         dk_reqlist_cancel(&ds->reqs);
@@ -1101,18 +266,7 @@ static int d_sb_start(void *cookie, struct sandbox *sb, sbx_err_t *err)
     ds->disk_exceeded = 0;
     ds->exec_mode = exec_mode;
     ds->dtries = 0;
-    /* A known container (stop/start, adoption) is inspected; else looked up by
-     * label, unless sbxd just made the id up (nothing can carry it yet). */
-    if (ds->cid[0]) {
-        ds->phase = PH_INSPECT;
-    } else if (sb->id_generated && !sb->started_once) {
-        if (!sb->snapshot && !ds->exec_mode && take_pooled(ds))
-            return 0;
-        ds->phase = PH_IMAGE;
-    } else {
-        ds->phase = PH_LOOKUP;
-    }
-    dk_lc_next(ds);
+    dk_lc_start(ds);
     return 0;
 }
 
@@ -1175,7 +329,7 @@ static void destroy_done(struct dk_resp *r, void *data)
         op_error(ds, r, "remove container");
         return;
     }
-    if (ds->pool && claim_remove(ds))
+    if (ds->pool && dk_lc_claim_remove(ds))
         return; /* the destroy answers once the claim is gone too */
     ds->cid[0] = '\0';
     sandbox_op_done(ds->sb, NULL, NULL); /* frees sb and ds */
@@ -1243,7 +397,7 @@ static int d_sb_snapshot(void *cookie, struct sandbox *sb, sbx_err_t *err)
     json_t *ours =
         json_pack("{s:s, s:s, s:s, s:s, s:s}", "sbxd.snapshot", sb->snap_id,
                   "sbxd.snapshot_of", sb->id, "sbxd.owner", own, "sbxd.snapshot_created",
-                  created, "sbxd.socket", sb_label_socket());
+                  created, "sbxd.socket", dk_lc_label_socket());
     json_object_update(labels, ours);
     json_decref(ours);
     json_t *body = json_pack("{s:o}", "Labels", labels);
@@ -1279,7 +433,7 @@ static void register_images(struct dk_prov *dp, json_t *list)
         const char *id = json_string_value(json_object_get(im, "Id"));
         if (!sid || !own || !id || strncmp(sid, "snap-", 5) != 0 || strlen(sid) > 63)
             continue;
-        if (sock && strcmp(sock, sb_label_socket()) != 0)
+        if (sock && strcmp(sock, dk_lc_label_socket()) != 0)
             continue; /* another sbxd's */
         snapshot_register(
             sid, "docker", (uid_t)strtoul(own, NULL, 10),
@@ -1486,7 +640,7 @@ static void adopt_one(struct dk_prov *dp, json_t *c)
     const char *state = json_string_value(json_object_get(c, "State"));
     if (!id || !own || !cid || strlen(id) > 63 || strlen(cid) >= 80)
         return;
-    if (sock && strcmp(sock, sb_label_socket()) != 0)
+    if (sock && strcmp(sock, dk_lc_label_socket()) != 0)
         return; /* another sbxd's */
     if (sandbox_find_any(id))
         return;
@@ -1537,7 +691,7 @@ static void adopt_one(struct dk_prov *dp, json_t *c)
     }
     if (created > 0)
         sb->created_at = created;
-    struct dk_sb *ds = ds_new(dp, sb);
+    struct dk_sb *ds = dk_ds_new(dp, sb);
     snprintf(ds->cid, sizeof(ds->cid), "%s", cid);
     const char *pool = json_string_value(json_object_get(labels, "sbxd.pool"));
     if (pool && json_object_get(labels, "sbxd.claim"))
@@ -1826,6 +980,7 @@ static int d_load(json_t *conf, void **cookie, sbx_err_t *err)
         return -1;
     }
     dp->eng.misc = &dp->misc;
+    dp->adopt_entry = dk_adopt_entry;
     dp->eng.on_up = engine_up;
     dp->eng.on_down = engine_down;
     dp->eng.on_up_data = dp;

@@ -15,9 +15,10 @@
  * LOG and ERROR, rate-limited); the handshake (PING until PONG, then HELLO)
  * and the reconciliation of the agent's process list with ours after every
  * (re)attach: ours are replayed, respawned once or ended, theirs adopted
- * after an sbxd restart. The lifecycle (docker.c) calls dka_attach() and
- * dka_handshake() as its steps and hears back through dk_lc_next(),
- * dk_lc_ok() and dk_lc_fail().
+ * after an sbxd restart. The lifecycle (docker_lc.c) calls dka_attach() and
+ * dka_handshake() as its steps and hears back through the events it set in
+ * ds->up (struct dk_link_ev): this file never calls the lifecycle by name.
+ * It is also the agent's process transport (dka_ptrans).
  */
 #include <signal.h>
 #include <stdio.h>
@@ -37,6 +38,7 @@
  * channel moves or sbxd restarts can then be replayed. */
 #define DK_WINDOW (1024u * 1024)
 #define HS_PING_S 1.0
+#define STDIN_LIMIT (16u * 1024 * 1024)
 #define HS_PINGS 10
 #define MAX_ADOPT 256
 #define AGENT_LOG_LINES 200
@@ -82,6 +84,15 @@ int dk_send_json(struct dk_sb *ds, uint8_t type, uint32_t pid, json_t *v)
 {
     return send_json(ds, type, pid, v);
 }
+
+static void rehandshake(struct dk_sb *ds);
+
+/* What the direct socket (docker_direct.c, below this file) reports here. */
+static const struct dkd_ev direct_ev = {
+    .frame = dk_agent_frame,
+    .resync = rehandshake,
+    .send_json = send_json,
+};
 
 int dka_send_u32(struct dk_sb *ds, uint8_t type, uint32_t pid, uint32_t v)
 {
@@ -136,7 +147,7 @@ static size_t skip_to_pong(struct dk_sb *ds, const uint8_t *d, size_t n)
     return n;
 }
 
-static void att_data(struct hj *h, int stream, const uint8_t *d, size_t n, void *data)
+void dka_att_data(struct hj *h, int stream, const uint8_t *d, size_t n, void *data)
 {
     struct dk_sb *ds = data;
     if (ds->dead)
@@ -155,7 +166,7 @@ static void att_data(struct hj *h, int stream, const uint8_t *d, size_t n, void 
         ds->in_feed--;
         if (ds->dead) {
             if (!ds->in_feed)
-                dk_ds_free(ds);
+                ds->up->release(ds);
             return;
         }
         d += k;
@@ -169,7 +180,7 @@ static void att_data(struct hj *h, int stream, const uint8_t *d, size_t n, void 
             chan_feed(&ds->ch, d, n);
             ds->in_feed--;
             if (ds->dead && !ds->in_feed)
-                dk_ds_free(ds);
+                ds->up->release(ds);
         }
         return;
     }
@@ -183,7 +194,7 @@ static void fail_step(struct dk_sb *ds, const char *msg)
     err_make_data(&err, SBX_E_PROVIDER,
                   json_pack("{s:s, s:s}", "provider", "docker", "message", msg),
                   "docker: %s", msg);
-    dk_lc_fail(ds, &err);
+    ds->up->fail(ds, &err);
 }
 
 static void att_closed(struct hj *h, const char *why, void *data)
@@ -198,7 +209,7 @@ static void att_closed(struct hj *h, const char *why, void *data)
         fail_step(ds, msg);
         return;
     }
-    dk_container_trouble(ds, msg);
+    ds->up->trouble(ds, msg);
 }
 
 static void handshake_done(struct dk_sb *ds);
@@ -213,11 +224,11 @@ static void att_open(struct hj *h, long status, const char *msg, void *data)
         dk_err(&err, &r, "attach");
         if (status == 404)
             ds->cid[0] = '\0';
-        dk_lc_fail(ds, &err);
+        ds->up->fail(ds, &err);
         return;
     }
     ds->phase = ds->need_start ? PH_START : PH_HANDSHAKE;
-    dk_lc_next(ds);
+    ds->up->step(ds);
 }
 
 void dka_open_channel(struct dk_sb *ds)
@@ -231,9 +242,9 @@ void dka_open_channel(struct dk_sb *ds)
 void dka_close_attach(struct dk_sb *ds)
 {
     if (ds->sb)
-        dkf_reset(ds, "the agent channel closed");
+        ds->up->reset(ds, "the agent channel closed");
     ds->ready = 0;
-    dkn_channel_lost(ds);
+    ds->up->lost(ds);
     dkd_close(ds);
     ds->att_sync = 0;
     if (ds->att) {
@@ -353,7 +364,7 @@ static void f_error(struct pchan *pc, const struct sbx_chan_hdr *h,
         ds->ready = 0;
         ds->why = WHY_RECOVER;
         ds->phase = PH_HANDSHAKE;
-        dk_lc_next(ds);
+        ds->up->step(ds);
     }
 }
 
@@ -361,18 +372,6 @@ static void f_ignore(struct pchan *pc, const struct sbx_chan_hdr *h,
                      const uint8_t *payload, struct pchan_proc *pp, void *proc,
                      void *data)
 {
-}
-
-static void f_fs(struct pchan *pc, const struct sbx_chan_hdr *h, const uint8_t *payload,
-                 struct pchan_proc *pp, void *proc, void *data)
-{
-    dkf_frame(data, h, payload);
-}
-
-static void f_net(struct pchan *pc, const struct sbx_chan_hdr *h, const uint8_t *payload,
-                  struct pchan_proc *pp, void *proc, void *data)
-{
-    dkn_frame(data, h->type, h->proc, payload, h->len);
 }
 
 static void f_exit(struct pchan *pc, const struct sbx_chan_hdr *h, const uint8_t *payload,
@@ -413,8 +412,8 @@ static void f_replay(struct pchan *pc, const struct sbx_chan_hdr *h,
     json_decref(v);
 }
 
-/* The frames of the agent link beyond pchan's own (output, STARTED, LOG):
- * files (0x60-0x6f) to docker_fs.c, connections (0x80-0x9f) to docker_net.c. */
+/* The frames of the agent link beyond pchan's own (output, STARTED, LOG); the
+ * lifecycle registers those of files and connections (docker.c ds_new). */
 static void agent_frames(struct dk_sb *ds)
 {
     char tag[128];
@@ -428,14 +427,6 @@ static void agent_frames(struct dk_sb *ds)
     pchan_on(&ds->pc, SBX_CHAN_SNAP_DATA, 0, f_ignore, ds);
     pchan_on(&ds->pc, SBX_CHAN_EXIT, PCHAN_PROC, f_exit, ds);
     pchan_on(&ds->pc, SBX_CHAN_REPLAY, PCHAN_PROC, f_replay, ds);
-    static const uint8_t fs[] = {SBX_CHAN_FS_DATA, SBX_CHAN_FS_RESULT, SBX_CHAN_FS_EVENT};
-    for (size_t i = 0; i < sizeof(fs); i++)
-        pchan_on(&ds->pc, fs[i], 0, f_fs, ds);
-    static const uint8_t net[] = {SBX_CHAN_NET_OPENED, SBX_CHAN_NET_DATA,
-                                  SBX_CHAN_NET_EOF,    SBX_CHAN_NET_CLOSE,
-                                  SBX_CHAN_NET_CREDIT, SBX_CHAN_EGRESS_OPEN};
-    for (size_t i = 0; i < sizeof(net); i++)
-        pchan_on(&ds->pc, net[i], 0, f_net, ds);
 }
 
 static void agent_chan_closed(struct chan *ch, const char *why, void *data)
@@ -468,7 +459,7 @@ static void hs_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
                                 "the agent in the container does not answer"),
                       "docker: the agent (sbx-init) in container %.12s does not answer",
                       ds->cid);
-        dk_lc_fail(ds, &err);
+        ds->up->fail(ds, &err);
         return;
     }
     dka_send_frame(ds, SBX_CHAN_PING, 0, NULL, 0);
@@ -476,18 +467,9 @@ static void hs_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
     ev_timer_start(loop, w);
 }
 
-void dk_direct_frame(struct chan *ch, const struct sbx_chan_hdr *h,
-                     const uint8_t *payload, void *data)
+static void rehandshake(struct dk_sb *ds)
 {
-    struct dk_sb *ds = data;
-    ds->in_direct++;
-    dk_agent_frame(ch, h, payload, data);
-    ds->in_direct--;
-}
-
-void dk_rehandshake(struct dk_sb *ds)
-{
-    dkf_reset(ds, "the agent channel is being resynchronised");
+    ds->up->reset(ds, "the agent channel is being resynchronised");
     if (ds->cur == &ds->ch) {
         /* The agent may have left the attach stream in the middle of a frame. */
         ds->att_sync = 1;
@@ -497,14 +479,14 @@ void dk_rehandshake(struct dk_sb *ds)
     case PH_DIRECT:
     case PH_HANDSHAKE:
         ds->phase = PH_HANDSHAKE;
-        dk_lc_next(ds);
+        ds->up->step(ds);
         return;
     case PH_IDLE:
         /* The socket was lost but the container lives: the attach stream again. */
         ds->ready = 0;
         ds->why = WHY_RECOVER;
         ds->phase = PH_HANDSHAKE;
-        dk_lc_next(ds);
+        ds->up->step(ds);
         return;
     default:
         return; /* stopping, destroying or recovering: they see to it */
@@ -604,7 +586,7 @@ static void reconcile(struct dk_sb *ds, json_t *hello)
         json_t *op = json_object_get(e, "os_pid");
         if (json_is_integer(op))
             process_started(p, (long)json_integer_value(op));
-        struct dk_proc *dpp = dk_proc_new(ds, p);
+        struct dk_proc *dpp = ds->up->adopt(ds, p);
         dpp->spawned = dpp->pc.started = dpp->adopted = 1;
         adopted++;
         replay(ds, dpp);
@@ -625,12 +607,12 @@ static void handshake_done(struct dk_sb *ds)
     }
     ds->ready = 1;
     ds->phase = PH_IDLE;
-    dke_ready(ds);
+    ds->up->ready(ds);
     reconcile(ds, hello);
     json_decref(hello);
-    dk_lc_ok(ds);
+    ds->up->ok(ds);
     if (!ds->dead && ds->sb)
-        dkf_kick(ds);
+        ds->up->linked(ds);
 }
 
 void dka_send_spawn(struct dk_sb *ds, struct dk_proc *dpp)
@@ -681,6 +663,7 @@ void dka_init(struct dk_sb *ds)
     ev_timer_init(&ds->hs_timer, hs_timer_cb, HS_PING_S, 0.);
     ds->hs_timer.data = ds;
     ds->cur = &ds->ch;
+    ds->dev = &direct_ev;
     agent_frames(ds);
 }
 
@@ -691,8 +674,8 @@ int dka_attach(struct dk_sb *ds)
     dka_open_channel(ds);
     char *path =
         dk_path(e, "/containers/%s/attach?stream=1&stdin=1&stdout=1&stderr=1", ds->cid);
-    ds->att =
-        hj_open(e, "POST", path, NULL, &ds->ch.wbuf, att_open, att_data, att_closed, ds);
+    ds->att = hj_open(e, "POST", path, NULL, &ds->ch.wbuf, att_open, dka_att_data,
+                      att_closed, ds);
     free(path);
     return ds->att ? 0 : -1;
 }
@@ -707,10 +690,96 @@ void dka_handshake(struct dk_sb *ds)
             return; /* the direct socket failed: dtimer falls back */
         sbx_err_t err = {0};
         err_make(&err, SBX_E_PROVIDER, "docker: the agent channel is closed");
-        dk_lc_fail(ds, &err);
+        ds->up->fail(ds, &err);
         return;
     }
     ev_timer_stop(D->loop, &ds->hs_timer);
     ev_timer_set(&ds->hs_timer, HS_PING_S, 0.);
     ev_timer_start(D->loop, &ds->hs_timer);
 }
+
+/* ---- the agent as a process transport (struct dk_ptrans) ---- */
+
+static int ap_spawn(struct dk_sb *ds, struct dk_proc *dpp, sbx_err_t *err)
+{
+    if (ds->ready)
+        dka_send_spawn(ds, dpp);
+    /* else: sent when the agent is back (recovery) */
+    return 0;
+}
+
+static int ap_write(struct dk_proc *dpp, const void *data, size_t len, sbx_err_t *err)
+{
+    struct dk_sb *ds = dpp->ds;
+    struct process *p = dpp->p;
+    size_t pending =
+        dpp->stdin_buf.bytes + (ds->ch_live ? chan_pending_output(ds->cur) : 0);
+    if (pending + len > STDIN_LIMIT)
+        return err_make_data(
+            err, SBX_E_LIMIT,
+            json_pack("{s:s, s:i}", "limit", "stdin_buffer", "max", (int)STDIN_LIMIT),
+            "stdin buffer of process %u is full", p->pid);
+    const uint8_t *d = data;
+    while (len > 0) {
+        size_t k = len < SBX_CHAN_MAX_PAYLOAD ? len : SBX_CHAN_MAX_PAYLOAD;
+        if (dpp->spawned && ds->ready) {
+            if (dka_send_frame(ds, SBX_CHAN_STDIN, p->pid, d, k) < 0)
+                return err_make(err, SBX_E_PROVIDER, "docker: the agent channel failed");
+        } else {
+            obuf_append(&dpp->stdin_buf, d, k);
+        }
+        d += k;
+        len -= k;
+    }
+    return 0;
+}
+
+static int ap_close_stdin(struct dk_proc *dpp, sbx_err_t *err)
+{
+    struct dk_sb *ds = dpp->ds;
+    dpp->stdin_eof = 1;
+    if (dpp->spawned && ds->ready)
+        dka_send_frame(ds, SBX_CHAN_STDIN_EOF, dpp->pid, NULL, 0);
+    return 0;
+}
+
+static int ap_kill(struct dk_proc *dpp, int sig, sbx_err_t *err)
+{
+    struct dk_sb *ds = dpp->ds;
+    if (!dpp->spawned) {
+        json_t *rec = json_pack("{s:i, s:i, s:b}", "exit_code", 128 + sig, "signal", sig,
+                                "killed", 1);
+        dka_proc_gone(ds, dpp, rec);
+        json_decref(rec);
+        return 0;
+    }
+    if (dka_send_u32(ds, SBX_CHAN_KILL, dpp->pid, (uint32_t)sig) < 0 && !ds->recovering)
+        return err_make(err, SBX_E_PROVIDER, "docker: the agent channel is closed");
+    /* During recovery the kill goes out after the re-attach: REPLAY then
+     * KILL would need ordering we don't have; the core's grace timer ends it. */
+    return 0;
+}
+
+static void ap_resume(struct dk_proc *dpp)
+{
+    if (dpp->ds->ready)
+        dka_send_credit(dpp->ds, dpp, 1);
+}
+
+static void ap_release(struct dk_proc *dpp)
+{
+    struct dk_sb *ds = dpp->ds;
+    if (!dpp->exited && dpp->spawned && ds->ready && ds->sb->status == SB_RUNNING &&
+        !D->draining)
+        /* The core gave up on it (it never confirmed a kill): end it anyway. */
+        dka_send_u32(ds, SBX_CHAN_KILL, dpp->pid, SIGKILL);
+}
+
+const struct dk_ptrans dka_ptrans = {
+    .spawn = ap_spawn,
+    .write = ap_write,
+    .close_stdin = ap_close_stdin,
+    .kill = ap_kill,
+    .resume = ap_resume,
+    .release = ap_release,
+};

@@ -270,7 +270,7 @@ static void fall_back(struct dk_sb *ds, const char *why)
         /* The other client's PONG may have gone by on our attach stream
          * before this notice: resync on a PONG of our own, or every frame
          * after it would be skipped. */
-        dk_rehandshake(ds);
+        ds->dev->resync(ds);
         return;
     }
     log_info("docker %s: %s %s; the attach stream is the agent channel", ds->sb->id,
@@ -289,7 +289,7 @@ static void fall_back(struct dk_sb *ds, const char *why)
         ev_timer_start(D->loop, &ds->dtimer);
         return;
     }
-    dk_rehandshake(ds);
+    ds->dev->resync(ds);
 }
 
 int dkd_begin(struct dk_sb *ds)
@@ -301,7 +301,7 @@ int dkd_begin(struct dk_sb *ds)
     if (make_token(ds->dkey) < 0 || make_token(ds->danswer) < 0)
         return -1;
     json_t *req = json_pack("{s:s, s:s}", "key", ds->dkey, "answer", ds->danswer);
-    int r = dk_send_json(ds, SBX_CHAN_DIRECT, 0, req);
+    int r = ds->dev->send_json(ds, SBX_CHAN_DIRECT, 0, req);
     json_decref(req);
     if (r < 0)
         return -1;
@@ -312,6 +312,17 @@ int dkd_begin(struct dk_sb *ds)
     ev_timer_set(&ds->dtimer, DIRECT_TIMEOUT_S, 0.);
     ev_timer_start(D->loop, &ds->dtimer);
     return 0;
+}
+
+/* Frames of the direct socket go to the agent link's handler; frees are
+ * deferred around it (dtimer). */
+static void direct_frame(struct chan *ch, const struct sbx_chan_hdr *h,
+                         const uint8_t *payload, void *data)
+{
+    struct dk_sb *ds = data;
+    ds->in_direct++;
+    ds->dev->frame(ch, h, payload, data);
+    ds->in_direct--;
 }
 
 static void pid_done(struct dk_resp *r, void *data)
@@ -333,7 +344,7 @@ static void pid_done(struct dk_resp *r, void *data)
         fall_back(ds, err);
         return;
     }
-    chan_init_fd(&ds->dch, fd, dk_direct_frame, dk_direct_closed, ds);
+    chan_init_fd(&ds->dch, fd, direct_frame, dk_direct_closed, ds);
     ds->dch_live = 1;
     ds->dstate = DKD_PROVE;
     json_t *hello = json_pack("{s:s}", "key", ds->dkey);
@@ -379,7 +390,7 @@ void dkd_frame(struct dk_sb *ds, struct chan *ch, const uint8_t *payload, size_t
         ds->cur = &ds->dch;
         memset(ds->dkey, 0, sizeof(ds->dkey));
         memset(ds->danswer, 0, sizeof(ds->danswer));
-        dk_rehandshake(ds);
+        ds->dev->resync(ds);
         return;
     }
     if (ch == &ds->dch && ds->dstate == DKD_ON &&
@@ -409,7 +420,7 @@ void dkd_timer(struct dk_sb *ds)
     }
     if (ds->dstate == DKD_LOST) {
         ds->dstate = DKD_OFF;
-        dk_rehandshake(ds);
+        ds->dev->resync(ds);
         return;
     }
     if (ds->dstate != DKD_OFF && ds->dstate != DKD_ON)

@@ -170,7 +170,7 @@ static void created(struct dk_resp *r, void *data)
         int gone = r->status == 404 || r->transport;
         fail_proc(dpp, msg);
         if (gone)
-            dk_container_trouble(ds, msg);
+            ds->up->trouble(ds, msg);
         return;
     }
     snprintf(dpp->exec_id, sizeof(dpp->exec_id), "%s", id);
@@ -352,3 +352,12 @@ void dkx_release(struct dk_proc *dpp)
         dpp->hj = NULL;
     }
 }
+
+const struct dk_ptrans dkx_ptrans = {
+    .spawn = dkx_spawn,
+    .write = dkx_write,
+    .close_stdin = dkx_close_stdin,
+    .kill = dkx_kill,
+    .resume = dkx_resume,
+    .release = dkx_release,
+};

@@ -210,6 +210,48 @@ enum dk_phase {
 enum dk_why { WHY_NONE, WHY_START, WHY_RECOVER };
 
 struct dk_prov;
+struct dk_sb;
+struct dk_proc;
+
+/*
+ * What the agent link (docker_agent.c, docker_direct.c), the engine exec
+ * (docker_exec.c) and the user check (docker_sec.c) report to the lifecycle
+ * above them. The provider (docker.c) sets ds->up; they call these, never the
+ * lifecycle by name.
+ */
+struct dk_link_ev {
+    void (*step)(struct dk_sb *ds); /* the current phase's work is done: run the next */
+    void (*ok)(struct dk_sb *ds);   /* the machine's run succeeded */
+    void (*fail)(struct dk_sb *ds, sbx_err_t *err);     /* it failed with err (taken) */
+    void (*trouble)(struct dk_sb *ds, const char *why); /* the link ended while idle */
+    void (*release)(struct dk_sb *ds); /* a deferred free of a released sandbox is due */
+    /* a process record for a process the agent still runs (adopted) */
+    struct dk_proc *(*adopt)(struct dk_sb *ds, struct process *p);
+    void (*ready)(struct dk_sb *ds);  /* handshake done, before the reconciliation */
+    void (*linked)(struct dk_sb *ds); /* handshake done and reported */
+    void (*reset)(struct dk_sb *ds, const char *why); /* frames in flight are lost */
+    void (*lost)(struct dk_sb *ds);                   /* the channel is gone */
+};
+
+/* What the direct socket (docker_direct.c) reports to the agent link above it. */
+struct dkd_ev {
+    chan_frame_cb frame;
+    void (*resync)(struct dk_sb *ds); /* the channel moved (or failed to): handshake */
+    int (*send_json)(struct dk_sb *ds, uint8_t type, uint32_t pid, json_t *v);
+};
+
+/* One way of running a sandbox's processes: the agent's channel (dka_ptrans,
+ * docker_agent.c) or the engine's exec API (dkx_ptrans, docker_exec.c). The
+ * provider's process ops do the common part, then call ds's transport. */
+struct dk_ptrans {
+    int (*spawn)(struct dk_sb *ds, struct dk_proc *dpp, sbx_err_t *err);
+    int (*write)(struct dk_proc *dpp, const void *data, size_t len, sbx_err_t *err);
+    int (*close_stdin)(struct dk_proc *dpp, sbx_err_t *err);
+    int (*kill)(struct dk_proc *dpp, int sig, sbx_err_t *err);
+    void (*resume)(struct dk_proc *dpp);
+    void (*release)(struct dk_proc *dpp); /* before the record is freed */
+};
+extern const struct dk_ptrans dka_ptrans, dkx_ptrans;
 
 enum dkd_state { DKD_OFF, DKD_ASKED, DKD_INSPECT, DKD_PROVE, DKD_ON, DKD_LOST };
 #define DKD_TOKEN 32 /* hex digits of the one-time key and answer */
@@ -238,7 +280,9 @@ struct dk_proc {
 struct dk_sb {
     struct sandbox *sb;
     struct dk_prov *dp;
-    char cid[80]; /* container id, "" = none known */
+    const struct dk_link_ev *up; /* the lifecycle's events (docker.c) */
+    const struct dkd_ev *dev;    /* the agent link's, for the direct socket */
+    char cid[80];                /* container id, "" = none known */
     char *name;
     int exec_mode;    /* 1 = docker-exec */
     json_t *opts;     /* effective options of the last start */
@@ -361,6 +405,8 @@ struct dk_prov {
     ev_timer disk_timer;
     /* docker_pool.c: claims of taken pool containers, by container id */
     json_t *claims; /* cid -> claim volume labels, while listing after a restart */
+    /* docker.c: adopts a container the pool listing found claimed */
+    void (*adopt_entry)(struct dk_prov *dp, json_t *c);
 };
 
 #define DKS_DISK_UNKNOWN 0
@@ -421,8 +467,13 @@ const char *dkp_take(struct dk_prov *dp, json_t *opts, char *cid, size_t n, json
 json_t *dkp_info(struct dk_prov *dp);
 /* Adopts a container from a /containers/json entry (labels sbxd.id, owner, conf). */
 void dk_adopt_entry(struct dk_prov *dp, json_t *c);
+
+/* docker_spawn.c: what sbxd adds to a create body and a process */
 /* Mounts the agent into a create body without an upload (bind or holder). */
-void dk_agent_mount(struct dk_prov *dp, json_t *body);
+void dk_spawn_agent_mount(struct dk_prov *dp, json_t *body);
+/* A process's environment (new reference) and working directory (borrowed). */
+json_t *dk_spawn_env(struct dk_sb *ds, struct process *p);
+const char *dk_spawn_cwd(struct dk_sb *ds, struct process *p);
 
 /* docker_exec.c */
 int dkx_spawn(struct dk_sb *ds, struct dk_proc *dpp, sbx_err_t *err);
@@ -450,7 +501,16 @@ int dkd_connect(long pid, const char *path, char *err, size_t errlen);
 int dkd_run_volume(struct dk_prov *dp, json_t *body);
 void dk_direct_closed(struct chan *ch, const char *why, void *data);
 
-/* docker.c: the lifecycle machine, for docker_agent.c, docker_exec.c, docker_direct.c */
+/* docker_lc.c: the lifecycle machine */
+/* The value of every container's sbxd.socket label: which sbxd it is of. */
+const char *dk_lc_label_socket(void);
+/* Removes a pooled container's claim, then answers the destroy; 0 when the
+ * request cannot start. */
+int dk_lc_claim_remove(struct dk_sb *ds);
+/* The core's start op, its options set in ds: the machine's first phase
+ * (inspect a known container, look one up by label, or make one; a warm
+ * pool container answers at once). */
+void dk_lc_start(struct dk_sb *ds);
 void dk_container_trouble(struct dk_sb *ds, const char *why);
 /* Runs the current phase; ends the machine's run with success or err. */
 void dk_lc_next(struct dk_sb *ds);
@@ -458,10 +518,10 @@ void dk_lc_ok(struct dk_sb *ds);
 void dk_lc_fail(struct dk_sb *ds, sbx_err_t *err);
 /* Frees the provider state of a released sandbox (deferred while in_feed/in_direct). */
 void dk_ds_free(struct dk_sb *ds);
+/* The provider state of a sandbox (sb->pdata), with its agent link set up. */
+struct dk_sb *dk_ds_new(struct dk_prov *dp, struct sandbox *sb);
 /* A process record of the sandbox, linked to p (p->pdata). */
 struct dk_proc *dk_proc_new(struct dk_sb *ds, struct process *p);
-json_t *dk_spawn_env(struct dk_sb *ds, struct process *p);
-const char *dk_spawn_cwd(struct dk_sb *ds, struct process *p);
 
 /* docker_agent.c: the agent channel */
 void dka_init(struct dk_sb *ds); /* timers of a new dk_sb */
@@ -470,6 +530,9 @@ int dka_attach(struct dk_sb *ds);
 /* PH_HANDSHAKE: PING until PONG and HELLO; then reconcile and dk_lc_ok(). */
 void dka_handshake(struct dk_sb *ds);
 void dka_open_channel(struct dk_sb *ds);
+/* The attach stream's data callback (docker_hijack.c): stream 1 = channel
+ * frames (with the PONG resync), 2 = the agent's diagnostics. */
+void dka_att_data(struct hj *h, int stream, const uint8_t *d, size_t n, void *data);
 void dka_close_attach(struct dk_sb *ds);
 /* Frames on ds->cur; -1 when the channel is closed or full. */
 int dka_send_frame(struct dk_sb *ds, uint8_t type, uint32_t pid, const void *d, size_t n);
@@ -522,10 +585,5 @@ void dka_send_credit(struct dk_sb *ds, struct dk_proc *dpp, int force);
 void dka_proc_gone(struct dk_sb *ds, struct dk_proc *dpp, json_t *rec);
 void dk_agent_frame(struct chan *ch, const struct sbx_chan_hdr *h, const uint8_t *payload,
                     void *data);
-/* The same for the direct socket's chan (frees are deferred around it). */
-void dk_direct_frame(struct chan *ch, const struct sbx_chan_hdr *h,
-                     const uint8_t *payload, void *data);
-/* The channel moved (or failed to): handshake again on ds->cur. */
-void dk_rehandshake(struct dk_sb *ds);
 
 #endif

@@ -279,7 +279,7 @@ static void fill_next(struct fill *f)
         json_object_set_new(l, "sbxd.exec_mode", json_string("agent"));
         f->mounted = dp->agent_bind || dp->agent_holder[0];
         if (f->mounted)
-            dk_agent_mount(dp, body);
+            dk_spawn_agent_mount(dp, body);
         char name[96], rnd[64];
         daemon_random_id("", rnd, sizeof(rnd));
         snprintf(name, sizeof(name), "sbxpool-%s-%.12s", f->pl->name, rnd);
@@ -348,7 +348,7 @@ static void readopt(struct dk_prov *dp, json_t *c, json_t *claim)
         else
             json_object_del(labels, keys[i]);
     }
-    dk_adopt_entry(dp, entry);
+    dp->adopt_entry(dp, entry);
     json_decref(entry);
 }
 

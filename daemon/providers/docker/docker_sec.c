@@ -103,7 +103,7 @@ static void user_fail(struct dk_sb *ds, sbx_err_t *err)
             user_removed, NULL);
     free(path);
     ds->cid[0] = '\0';
-    dk_lc_fail(ds, err);
+    ds->up->fail(ds, err);
 }
 
 static void user_decide(struct dk_sb *ds)
@@ -140,7 +140,7 @@ static void user_decide(struct dk_sb *ds)
               spec ? spec : "", u.ruid, u.rgid);
     ds->user_check = 0;
     ds->phase = ds->user_then;
-    dk_lc_next(ds);
+    ds->up->step(ds);
 }
 
 static void user_file_done(struct dk_resp *r, void *data)
@@ -319,7 +319,7 @@ int dks_create_failed(struct dk_sb *ds, struct dk_resp *r)
     ds->dp->disk_mode = DKS_DISK_MEASURED;
     ds->disk_quota = 0;
     ds->phase = PH_CREATE;
-    dk_lc_next(ds);
+    ds->up->step(ds);
     return 1;
 }
 
