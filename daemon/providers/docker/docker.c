@@ -13,14 +13,13 @@
  * (docker_direct.c); ds->cur is whichever carries it. The channel itself
  * (attach stream, frames, handshake, reconciliation) is docker_agent.c.
  *
- * The lifecycle runs as a small machine (enum dk_phase) whose steps are
- * engine calls; each answer moves it on. It serves the core's start op and
- * our own recovery when the attach stream ends while the sandbox runs (the
- * container died, was removed, or the engine went away): recovery inspects
- * the container, re-attaches to a live one, restarts a dead one once when a
- * process had been sent but never started (that process is then spawned
- * again and its result says "isolate_reset"), and otherwise reports the
- * sandbox lost with the reason.
+ * Here: the provider table, the sandbox and process ops, the snapshot
+ * registry, adoption after a restart and loading. Below it, each reporting up
+ * only through callbacks it was given: the lifecycle (docker_lc.c, a step
+ * table of engine calls that also serves our own recovery), the agent link
+ * (docker_agent.c, docker_direct.c; struct dk_link_ev in ds->up), the two
+ * process transports (struct dk_ptrans: the agent's, dka_ptrans, and the
+ * engine exec's, dkx_ptrans), the pool and the policy leaves.
  *
  * exec_mode docker-exec runs processes through the Engine's exec API
  * instead (docker_exec.c).

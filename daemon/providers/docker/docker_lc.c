@@ -3,7 +3,9 @@
  * that takes a sandbox to a running container with a live agent link, for
  * the core's start op and for our own recovery when the link ends while the
  * sandbox runs (the container died, was removed, or the engine went away).
- * Its steps are engine calls; each answer moves it on: lookup by label,
+ * The phases are a step table (dk_lc_steps[]: name, what starts the step,
+ * the handler of the engine's answer), as Modal's jobs are (modal_life.c);
+ * each answer moves it on: lookup by label,
  * inspect, image (pull), create, upload the agent, unpause, attach, start,
  * handshake (docker_agent.c), user check (docker_sec.c). Recovery re-attaches
  * to a live container, restarts a dead one once when a process had been sent
@@ -579,128 +581,197 @@ void dk_lc_start(struct dk_sb *ds)
     dk_lc_next(ds);
 }
 
-/* Runs the current phase: one engine call, whose answer moves on. */
-void dk_lc_next(struct dk_sb *ds)
+/* ---- the step table ---- */
+
+/* What a step's send says: a call runs (its answer moves on), the step drives
+ * itself (or has ended the run), or no request could start. */
+enum { STEP_CALL, STEP_OWN, STEP_FAIL };
+
+/* One phase of the machine: its name, what starts it, and the handler of the
+ * engine's answer (NULL for a step that is not one engine call). */
+struct dk_lc_step {
+    const char *name;
+    int (*send)(struct dk_sb *ds, const struct dk_lc_step *st);
+    dk_cb on_reply;
+};
+
+static int call_result(struct dk_req *rq, char *path)
+{
+    free(path);
+    return rq ? STEP_CALL : STEP_FAIL;
+}
+
+static int send_lookup(struct dk_sb *ds, const struct dk_lc_step *st)
+{
+    struct dk_engine *e = &ds->dp->eng;
+    char *f = xasprintf("{\"label\":[\"sbxd.id=%s\"]}", ds->sb->id);
+    char *fe = dk_escape(f);
+    free(f);
+    char *path = dk_path(e, "/containers/json?all=1&filters=%s", fe);
+    free(fe);
+    return call_result(
+        dk_call(e, &ds->reqs, "GET", path, NULL, DK_CALL_TIMEOUT_MS, st->on_reply, ds),
+        path);
+}
+
+static int send_inspect(struct dk_sb *ds, const struct dk_lc_step *st)
+{
+    struct dk_engine *e = &ds->dp->eng;
+    char *path = dk_path(e, "/containers/%s/json", ds->cid);
+    return call_result(
+        dk_call(e, &ds->reqs, "GET", path, NULL, DK_CALL_TIMEOUT_MS, st->on_reply, ds),
+        path);
+}
+
+static int send_image(struct dk_sb *ds, const struct dk_lc_step *st)
+{
+    struct dk_engine *e = &ds->dp->eng;
+    const char *img = ds->image_id && ds->sb->snapshot
+                          ? ds->image_id
+                          : json_string_value(json_object_get(ds->opts, "image"));
+    char *ref = dk_image_ref(img);
+    char *re = dk_escape(ref);
+    char *path = dk_path(e, "/images/%s/json", re);
+    free(ref);
+    free(re);
+    return call_result(
+        dk_call(e, &ds->reqs, "GET", path, NULL, DK_CALL_TIMEOUT_MS, st->on_reply, ds),
+        path);
+}
+
+static int send_pull(struct dk_sb *ds, const struct dk_lc_step *st)
+{
+    struct dk_engine *e = &ds->dp->eng;
+    char *ref = dk_image_ref(json_string_value(json_object_get(ds->opts, "image")));
+    char *re = dk_escape(ref);
+    char *path = dk_path(e, "/images/create?fromImage=%s", re);
+    char msg[300];
+    snprintf(msg, sizeof(msg), "pulling %s", ref);
+    progress(ds, "pull", msg);
+    free(ref);
+    free(re);
+    ds->pull_t = 0;
+    return call_result(dk_call_lines(e, &ds->reqs, "POST", path, DK_PULL_TIMEOUT_MS,
+                                     pull_line, st->on_reply, ds),
+                       path);
+}
+
+static int send_create(struct dk_sb *ds, const struct dk_lc_step *st)
 {
     struct dk_prov *dp = ds->dp;
     struct dk_engine *e = &dp->eng;
-    int ok = 1;
-    char *path = NULL;
-    switch (ds->phase) {
-    case PH_IDLE:
-        return;
-    case PH_LOOKUP: {
-        char *f = xasprintf("{\"label\":[\"sbxd.id=%s\"]}", ds->sb->id);
-        char *fe = dk_escape(f);
-        free(f);
-        path = dk_path(e, "/containers/json?all=1&filters=%s", fe);
-        free(fe);
-        ok = NULL != dk_call(e, &ds->reqs, "GET", path, NULL, DK_CALL_TIMEOUT_MS,
-                             lookup_done, ds);
-        break;
+    json_t *body = NULL;
+    sbx_err_t err = {0};
+    json_t *labels = create_labels(ds);
+    if (ds->sb->snapshot && ds->image_id) {
+        json_t *o2 = json_deep_copy(ds->opts);
+        json_object_set_new(o2, "image", json_string(ds->image_id));
+        json_decref(ds->opts);
+        ds->opts = o2;
     }
-    case PH_INSPECT:
-        path = dk_path(e, "/containers/%s/json", ds->cid);
-        ok = NULL != dk_call(e, &ds->reqs, "GET", path, NULL, DK_CALL_TIMEOUT_MS,
-                             inspect_done, ds);
-        break;
-    case PH_IMAGE: {
-        const char *img = ds->image_id && ds->sb->snapshot
-                              ? ds->image_id
-                              : json_string_value(json_object_get(ds->opts, "image"));
-        char *ref = dk_image_ref(img);
-        char *re = dk_escape(ref);
-        path = dk_path(e, "/images/%s/json", re);
-        free(ref);
-        free(re);
-        ok = NULL !=
-             dk_call(e, &ds->reqs, "GET", path, NULL, DK_CALL_TIMEOUT_MS, image_done, ds);
-        break;
-    }
-    case PH_PULL: {
-        char *ref = dk_image_ref(json_string_value(json_object_get(ds->opts, "image")));
-        char *re = dk_escape(ref);
-        path = dk_path(e, "/images/create?fromImage=%s", re);
-        char msg[300];
-        snprintf(msg, sizeof(msg), "pulling %s", ref);
-        progress(ds, "pull", msg);
-        free(ref);
-        free(re);
-        ds->pull_t = 0;
-        ok = NULL != dk_call_lines(e, &ds->reqs, "POST", path, DK_PULL_TIMEOUT_MS,
-                                   pull_line, pull_done, ds);
-        break;
-    }
-    case PH_CREATE: {
-        json_t *body = NULL;
-        sbx_err_t err = {0};
-        json_t *labels = create_labels(ds);
-        if (ds->sb->snapshot && ds->image_id) {
-            json_t *o2 = json_deep_copy(ds->opts);
-            json_object_set_new(o2, "image", json_string(ds->image_id));
-            json_decref(ds->opts);
-            ds->opts = o2;
-        }
-        if (dk_create_body(&body, ds->opts, ds->sb->id, ds->sb->owner,
-                           dp->agent_tar ? DK_AGENT_IN : NULL, labels, &err) < 0) {
-            json_decref(labels);
-            dk_lc_fail(ds, &err);
-            return;
-        }
+    if (dk_create_body(&body, ds->opts, ds->sb->id, ds->sb->owner,
+                       dp->agent_tar ? DK_AGENT_IN : NULL, labels, &err) < 0) {
         json_decref(labels);
-        /* Decided here, once: the holder may become ready before create_done. */
-        ds->agent_mounted = dp->agent_tar && (dp->agent_bind || dp->agent_holder[0]);
-        if (ds->agent_mounted)
-            dk_spawn_agent_mount(dp, body);
-        dks_create_body(ds, body);
-        ds->user_check = dks_user_needed(ds);
-        char *ne = dk_escape(ds->name);
-        path = dk_path(e, "/containers/create?name=%s", ne);
-        free(ne);
-        progress(ds, "create", "creating the container");
-        ok = NULL != dk_call(e, &ds->reqs, "POST", path, body, DK_CALL_TIMEOUT_MS,
-                             create_done, ds);
-        json_decref(body);
-        break;
-    }
-    case PH_UPLOAD:
-        path = dk_path(e, "/containers/%s/archive?path=%s", ds->cid, DK_AGENT_DIR);
-        ok = NULL != dk_call_raw(e, &ds->reqs, "PUT", path, "application/x-tar",
-                                 dp->agent_tar, dp->agent_tar_len, DK_CALL_TIMEOUT_MS,
-                                 upload_done, ds);
-        break;
-    case PH_UNPAUSE:
-        path = dk_path(e, "/containers/%s/unpause", ds->cid);
-        ok = NULL != dk_call(e, &ds->reqs, "POST", path, NULL, DK_CALL_TIMEOUT_MS,
-                             unpause_done, ds);
-        break;
-    case PH_ATTACH:
-        ok = dka_attach(ds) == 0;
-        break;
-    case PH_START:
-        path = dk_path(e, "/containers/%s/start", ds->cid);
-        progress(ds, "start", "starting the container");
-        ok = NULL != dk_call(e, &ds->reqs, "POST", path, NULL, DK_CALL_TIMEOUT_MS,
-                             start_done, ds);
-        break;
-    case PH_HANDSHAKE:
-        dka_handshake(ds);
-        return;
-    case PH_USER:
-        dks_user_next(ds);
-        return;
-    default:
-        return;
-    }
-    free(path);
-    if (!ok) {
-        sbx_err_t err = {0};
-        err_make_data(&err, SBX_E_UNAVAILABLE,
-                      json_pack("{s:s, s:s}", "provider", "docker", "reason",
-                                "cannot start a request"),
-                      "docker: cannot start an engine request");
         dk_lc_fail(ds, &err);
+        return STEP_OWN;
     }
+    json_decref(labels);
+    /* Decided here, once: the holder may become ready before create_done. */
+    ds->agent_mounted = dp->agent_tar && (dp->agent_bind || dp->agent_holder[0]);
+    if (ds->agent_mounted)
+        dk_spawn_agent_mount(dp, body);
+    dks_create_body(ds, body);
+    ds->user_check = dks_user_needed(ds);
+    char *ne = dk_escape(ds->name);
+    char *path = dk_path(e, "/containers/create?name=%s", ne);
+    free(ne);
+    progress(ds, "create", "creating the container");
+    struct dk_req *rq =
+        dk_call(e, &ds->reqs, "POST", path, body, DK_CALL_TIMEOUT_MS, st->on_reply, ds);
+    json_decref(body);
+    return call_result(rq, path);
+}
+
+static int send_upload(struct dk_sb *ds, const struct dk_lc_step *st)
+{
+    struct dk_prov *dp = ds->dp;
+    char *path =
+        dk_path(&dp->eng, "/containers/%s/archive?path=%s", ds->cid, DK_AGENT_DIR);
+    return call_result(dk_call_raw(&dp->eng, &ds->reqs, "PUT", path, "application/x-tar",
+                                   dp->agent_tar, dp->agent_tar_len, DK_CALL_TIMEOUT_MS,
+                                   st->on_reply, ds),
+                       path);
+}
+
+static int send_unpause(struct dk_sb *ds, const struct dk_lc_step *st)
+{
+    struct dk_engine *e = &ds->dp->eng;
+    char *path = dk_path(e, "/containers/%s/unpause", ds->cid);
+    return call_result(
+        dk_call(e, &ds->reqs, "POST", path, NULL, DK_CALL_TIMEOUT_MS, st->on_reply, ds),
+        path);
+}
+
+static int send_attach(struct dk_sb *ds, const struct dk_lc_step *st)
+{
+    return dka_attach(ds) == 0 ? STEP_CALL : STEP_FAIL;
+}
+
+static int send_start(struct dk_sb *ds, const struct dk_lc_step *st)
+{
+    struct dk_engine *e = &ds->dp->eng;
+    char *path = dk_path(e, "/containers/%s/start", ds->cid);
+    progress(ds, "start", "starting the container");
+    return call_result(
+        dk_call(e, &ds->reqs, "POST", path, NULL, DK_CALL_TIMEOUT_MS, st->on_reply, ds),
+        path);
+}
+
+static int send_handshake(struct dk_sb *ds, const struct dk_lc_step *st)
+{
+    dka_handshake(ds);
+    return STEP_OWN;
+}
+
+static int send_user(struct dk_sb *ds, const struct dk_lc_step *st)
+{
+    dks_user_next(ds);
+    return STEP_OWN;
+}
+
+/* The phases the machine runs, in the order a first start meets them. The
+ * others (PH_IDLE, PH_DIRECT, PH_STOP, PH_DESTROY) are not steps of its own:
+ * the direct socket (docker_direct.c) and the core's stop and destroy
+ * (docker.c) drive those. */
+static const struct dk_lc_step dk_lc_steps[] = {
+    [PH_LOOKUP] = {"lookup", send_lookup, lookup_done},
+    [PH_INSPECT] = {"inspect", send_inspect, inspect_done},
+    [PH_IMAGE] = {"image", send_image, image_done},
+    [PH_PULL] = {"pull", send_pull, pull_done},
+    [PH_CREATE] = {"create", send_create, create_done},
+    [PH_USER] = {"user", send_user, NULL},
+    [PH_UPLOAD] = {"upload", send_upload, upload_done},
+    [PH_UNPAUSE] = {"unpause", send_unpause, unpause_done},
+    [PH_ATTACH] = {"attach", send_attach, NULL},
+    [PH_START] = {"start", send_start, start_done},
+    [PH_HANDSHAKE] = {"handshake", send_handshake, NULL},
+};
+
+/* Runs the current phase: one engine call, whose answer moves on. */
+void dk_lc_next(struct dk_sb *ds)
+{
+    size_t n = sizeof(dk_lc_steps) / sizeof(dk_lc_steps[0]);
+    if ((size_t)ds->phase >= n || !dk_lc_steps[ds->phase].send)
+        return;
+    const struct dk_lc_step *st = &dk_lc_steps[ds->phase];
+    if (st->send(ds, st) != STEP_FAIL)
+        return;
+    sbx_err_t err = {0};
+    err_make_data(
+        &err, SBX_E_UNAVAILABLE,
+        json_pack("{s:s, s:s}", "provider", "docker", "reason", "cannot start a request"),
+        "docker: cannot start an engine request");
+    dk_lc_fail(ds, &err);
 }
 
 static void cleanup_done(struct dk_resp *r, void *data)
