@@ -72,14 +72,6 @@ static void drop_worker(struct duk_sb *ds)
     ds->w = NULL;
 }
 
-/* The sandbox's memory limit (the core clamped it to the configured
- * ceiling) or the provider's default. */
-static int64_t sb_mem(struct duk_prov *dp, struct sandbox *sb)
-{
-    json_int_t m = json_integer_value(json_object_get(sb->conf, "memory_limit_mb"));
-    return m > 0 ? m : dp->mem_mb;
-}
-
 /* js: create's `persistent`, else options.persistent, else the config's. */
 static int sb_persistent(struct duk_prov *dp, struct sandbox *sb)
 {
@@ -101,7 +93,7 @@ static int sb_jit(struct duk_prov *dp, struct sandbox *sb)
 static int get_worker(struct duk_sb *ds, sbx_err_t *err)
 {
     struct duk_prov *dp = ds->sb->prov->cookie;
-    int64_t mem = sb_mem(dp, ds->sb);
+    int64_t mem = iso_pool_sb_mem(dp, ds->sb);
     int jit = sb_jit(dp, ds->sb);
     struct worker *w = iso_pool_take(dp, mem, jit, ds->sb->owner);
     if (!w) {
@@ -157,7 +149,7 @@ static void attach_worker(struct duk_sb *ds, struct worker *w)
     ds->w = w;
     w->owner = ds;
     iso_pool_log_to(w);
-    w->mem_mb = sb_mem(ds->sb->prov->cookie, ds->sb);
+    w->mem_mb = iso_pool_sb_mem(ds->sb->prov->cookie, ds->sb);
     if (w->ready)
         finish_start(ds);
     /* else: worker_frame(HELLO) finishes it */
@@ -761,7 +753,7 @@ static void d_sb_cancel(void *cookie, struct sandbox *sb)
 static int d_sb_start(void *cookie, struct sandbox *sb, sbx_err_t *err)
 {
     struct duk_sb *ds = sb->pdata;
-    if (sandbox_reserve_memory(sb, (uint64_t)sb_mem(cookie, sb) << 20, err) < 0)
+    if (sandbox_reserve_memory(sb, (uint64_t)iso_pool_sb_mem(cookie, sb) << 20, err) < 0)
         return -1;
     if (!ds) {
         ds = calloc(1, sizeof(*ds));
@@ -844,7 +836,8 @@ static json_t *d_sb_metadata(void *cookie, struct sandbox *sb)
 {
     struct duk_sb *ds = sb->pdata;
     struct duk_prov *dp = cookie;
-    json_t *o = json_pack("{s:I}", "memory_limit_mb", (json_int_t)sb_mem(dp, sb));
+    json_t *o =
+        json_pack("{s:I}", "memory_limit_mb", (json_int_t)iso_pool_sb_mem(dp, sb));
     if (ds && ds->w && !ds->w->dead)
         json_object_set_new(o, "worker_pid", json_integer(ds->w->pid));
     int q = 0;
@@ -856,16 +849,6 @@ static json_t *d_sb_metadata(void *cookie, struct sandbox *sb)
         json_object_set_new(o, "jit", json_boolean(sb_jit(dp, sb)));
     }
     return o;
-}
-
-int iso_worker_of(void *cookie, struct sandbox *sb, pid_t *pid, int64_t *mem_mb)
-{
-    struct duk_sb *ds = sb->pdata;
-    if (!ds || !ds->w || ds->w->dead || ds->w->pid <= 0)
-        return -1;
-    *pid = ds->w->pid;
-    *mem_mb = sb_mem(cookie, sb);
-    return 0;
 }
 
 static void d_sb_release(void *cookie, struct sandbox *sb)
@@ -882,12 +865,12 @@ static void d_sb_release(void *cookie, struct sandbox *sb)
 
 static char *duk_instructions(void *cookie, struct sandbox *sb)
 {
-    return iso_text_duk(sb, sb_mem(cookie, sb));
+    return iso_text_duk(sb, iso_pool_sb_mem(cookie, sb));
 }
 
 static char *js_instructions(void *cookie, struct sandbox *sb)
 {
-    return iso_text_js(sb, sb_mem(cookie, sb), sb_persistent(cookie, sb));
+    return iso_text_js(sb, iso_pool_sb_mem(cookie, sb), sb_persistent(cookie, sb));
 }
 
 /* -- provider ---------------------------------------------------------------------- */

@@ -120,6 +120,9 @@ int iso_pool_fits(struct duk_prov *dp, int64_t mem_mb, int jit);
 struct worker *iso_pool_take(struct duk_prov *dp, int64_t mem_mb, int jit, uid_t uid);
 /* Gives a healthy worker back to the pool (RESET); 0 if it can't be. */
 int iso_pool_recycle(struct duk_prov *dp, struct worker *w, uid_t owner);
+/* The sandbox's memory limit (the core clamped it to the configured ceiling)
+ * or the provider's default. */
+int64_t iso_pool_sb_mem(struct duk_prov *dp, struct sandbox *sb);
 /* LOG frames of w count against its owner's limit, or the pool's. */
 void iso_pool_log_to(struct worker *w);
 

@@ -330,3 +330,11 @@ void iso_pool_init(struct duk_prov *dp)
     ev_idle_init(&dp->refill, refill_cb);
     dp->refill.data = dp;
 }
+
+/* The sandbox's memory limit (the core clamped it to the configured
+ * ceiling) or the provider's default. */
+int64_t iso_pool_sb_mem(struct duk_prov *dp, struct sandbox *sb)
+{
+    json_int_t m = json_integer_value(json_object_get(sb->conf, "memory_limit_mb"));
+    return m > 0 ? m : dp->mem_mb;
+}

@@ -18,6 +18,8 @@
 #include <ev.h>
 
 #include "daemon.h"
+#include "iso_int.h"
+#include "sandbox.h"
 #include "sbx_proto.h"
 #include "xalloc.h"
 
@@ -38,6 +40,17 @@ struct iso_req {
     void (*done)(void *data, json_t *stats, sbx_err_t *err);
     void *data;
 };
+
+/* The worker of sb (0, *pid and its memory limit in MiB), or -1. */
+static int worker_of(void *cookie, struct sandbox *sb, pid_t *pid, int64_t *mem_mb)
+{
+    struct duk_sb *ds = sb->pdata;
+    if (!ds || !ds->w || ds->w->dead || ds->w->pid <= 0)
+        return -1;
+    *pid = ds->w->pid;
+    *mem_mb = iso_pool_sb_mem(cookie, sb);
+    return 0;
+}
 
 /* The whole of a small /proc file into buf (NUL-terminated); -1 if unreadable. */
 static int read_proc(pid_t pid, const char *name, char *buf, size_t cap)
@@ -129,7 +142,7 @@ int iso_sb_stats(void *cookie, struct sandbox *sb, int with_size,
     (void)with_size; /* an isolate has no disk */
     pid_t pid;
     int64_t mem_mb;
-    if (iso_worker_of(cookie, sb, &pid, &mem_mb) < 0)
+    if (worker_of(cookie, sb, &pid, &mem_mb) < 0)
         return err_make(err, SBX_E_STATE, "sandbox has no worker now");
     struct iso_req *q = xcalloc(1, sizeof(*q));
     q->pid = pid;
