@@ -174,6 +174,14 @@ static void flush_stdin(struct worker *w, struct duk_proc *dpp)
 
 static void pump(struct duk_sb *ds)
 {
+    if (ds->shared && !ds->w && ds->queue && !js_share_attach(ds))
+        return;
+    /* a shared sandbox with nothing to run holds no worker (its program
+     * ended while the worker was still starting) */
+    if (ds->shared && ds->w && ds->w->ready && !ds->w->running && !ds->queue) {
+        js_share_done(ds, ds->w);
+        return;
+    }
     struct worker *w = ds->w;
     if (!w || !w->ready || w->dead || w->running || !ds->queue || ds->starting)
         return;
@@ -213,8 +221,14 @@ static void pump(struct duk_sb *ds)
     /* js: what the engine holds before the first program of this isolate
      * (the heap, the TypeScript stripper, its caches) is the baseline; the
      * program's memory is what comes on top (issue 16, item 10). */
-    if (dp->js && w->statm_fd >= 0 && w->base_pages < 0)
-        w->base_pages = read_rss_pages(w);
+    if (dp->js && w->statm_fd >= 0 && (w->base_pages < 0 || ds->shared)) {
+        /* shared (js_share.c): the lowest RSS any run started at, since
+         * the engine gives pages back between runs (a baseline above the
+         * RSS a run starts at gives it that much more) */
+        long r = read_rss_pages(w);
+        if (w->base_pages < 0 || (r > 0 && r < w->base_pages))
+            w->base_pages = r;
+    }
     if (dp->js && w->statm_fd >= 0)
         ev_timer_start(D->loop, &w->rss);
     flush_stdin(w, dpp);
@@ -303,6 +317,11 @@ static void unqueue(struct duk_sb *ds, struct duk_proc *dpp)
 static void replace_worker(struct duk_sb *ds)
 {
     drop_worker(ds);
+    if (ds->shared) { /* nothing of the sandbox was in that worker */
+        if (ds->sb->status == SB_RUNNING)
+            pump(ds);
+        return;
+    }
     ds->reset_pending = 1;
     if (ds->sb->status == SB_RUNNING || ds->sb->status == SB_STARTING)
         get_worker_or_log(ds);
@@ -370,8 +389,11 @@ static void rss_cb(struct ev_loop *loop, ev_timer *t, int revents)
     if (res < 0)
         return;
     /* The limit is the program's own memory: above the engine's baseline. */
-    long base = w->base_pages > 0 && w->base_pages < res ? w->base_pages : 0;
-    int64_t used_mb = (int64_t)(res - base) * dp->page_size / (1024 * 1024);
+    /* RSS below the baseline (the engine gave pages back) is no use at all,
+     * not all of RSS */
+    long base = w->base_pages > 0 ? w->base_pages : 0;
+    int64_t used_mb =
+        (int64_t)(res > base ? res - base : 0) * dp->page_size / (1024 * 1024);
     if (used_mb < w->mem_mb)
         return;
     struct duk_sb *ds = w->owner;
@@ -426,6 +448,8 @@ static void d_proc_tool_result(void *cookie, struct process *p, json_t *reply)
     struct duk_sb *ds = p->sb->pdata;
     if (!ds->w || ds->w->running != p)
         return;
+    if (ds->w->tools_out > 0)
+        ds->w->tools_out--;
     char *s = json_dumps(reply, JSON_COMPACT | JSON_ENCODE_ANY);
     size_t len = s ? strlen(s) : 0;
     size_t max = (size_t)D->cfg.max_message_bytes;
@@ -491,7 +515,9 @@ static void on_exit_frame(struct worker *w, const uint8_t *payload, size_t len)
         ds->reset_pending = 0; /* this EXIT said so */
         return;
     }
-    if (ds)
+    if (ds && ds->shared && ds->w == w)
+        js_share_done(ds, w);
+    else if (ds)
         pump(ds);
 }
 
@@ -550,9 +576,11 @@ static void f_tool_call(struct pchan *pc, const struct sbx_chan_hdr *h,
     json_t *v = chan_json(payload, h->len);
     const char *name = json_string_value(json_object_get(v, "name"));
     json_t *call = json_object_get(v, "call");
-    if (name && json_is_integer(call))
+    if (name && json_is_integer(call)) {
+        ((struct worker *)data)->tools_out++; /* js_share.c: waits for the client */
         process_tool_call(proc, json_integer_value(call), name,
                           json_object_get(v, "args"));
+    }
     json_decref(v);
 }
 
@@ -666,7 +694,9 @@ static void worker_closed(struct chan *ch, const char *why, void *data)
         err_clear(&err);
         return;
     }
-    if (ds->sb->status == SB_RUNNING) {
+    if (ds->shared)
+        pump(ds);
+    else if (ds->sb->status == SB_RUNNING) {
         ds->reset_pending = 1;
         get_worker_or_log(ds);
     }
@@ -764,8 +794,13 @@ static int d_sb_start(void *cookie, struct sandbox *sb, sbx_err_t *err)
         ev_timer_init(&ds->state_timer, state_timeout_cb, 0., 0.);
         ds->state_timer.data = ds;
     }
-    if (ds->w && !ds->w->dead) {
+    struct duk_prov *dp = cookie;
+    ds->shared = dp->share && !sb_persistent(dp, sb) && sb_jit(dp, sb) == dp->jit;
+    if (ds->shared)
+        js_share_start(ds);
+    if ((ds->w && !ds->w->dead) || ds->shared) {
         sandbox_op_done(sb, NULL, NULL);
+        pump(ds);
         return 0;
     }
     ds->starting = 1;
@@ -783,8 +818,10 @@ static int d_sb_stop(void *cookie, struct sandbox *sb, sbx_err_t *err)
     struct duk_sb *ds = sb->pdata;
     if (!ds || !ds->w || ds->w->dead || !ds->w->ready || ds->w->running) {
         /* No isolate to ask for its state (or it is busy): it is lost. */
-        if (ds)
+        if (ds) {
+            js_share_forget(ds);
             drop_worker(ds);
+        }
         sandbox_op_done(sb, NULL, NULL);
         return 0;
     }
@@ -815,7 +852,9 @@ static int d_sb_snapshot(void *cookie, struct sandbox *sb, sbx_err_t *err)
     if (!ds || !ds->w || ds->w->dead) {
         /* stopped: the saved state is the snapshot */
         sandbox_op_done(sb, NULL,
-                        ds && ds->saved ? json_deep_copy(ds->saved) : json_object());
+                        ds && ds->saved    ? json_deep_copy(ds->saved)
+                        : ds && ds->shared ? json_pack("{s:{}}", "globals")
+                                           : json_object());
         return 0;
     }
     if (ds->w->running)
@@ -840,6 +879,8 @@ static json_t *d_sb_metadata(void *cookie, struct sandbox *sb)
         json_pack("{s:I}", "memory_limit_mb", (json_int_t)iso_pool_sb_mem(dp, sb));
     if (ds && ds->w && !ds->w->dead)
         json_object_set_new(o, "worker_pid", json_integer(ds->w->pid));
+    else if (ds && ds->shared && js_share_last_pid(ds) > 0)
+        json_object_set_new(o, "worker_pid", json_integer(js_share_last_pid(ds)));
     int q = 0;
     for (struct duk_proc *x = ds ? ds->queue : NULL; x; x = x->qnext)
         q++;
@@ -857,6 +898,7 @@ static void d_sb_release(void *cookie, struct sandbox *sb)
     if (!ds)
         return;
     ev_timer_stop(D->loop, &ds->state_timer);
+    js_share_forget(ds);
     drop_worker(ds);
     json_decref(ds->saved);
     free(ds);
@@ -969,6 +1011,7 @@ static int load(json_t *conf, void **cookie, sbx_err_t *err, int js)
                         ? json_integer_value(v)
                         : DEFAULT_STATE_TIMEOUT_S;
     dp->state_timeout_s = st > 0 && st <= 3600 ? (double)st : DEFAULT_STATE_TIMEOUT_S;
+    js_share_load(dp, conf);
     *cookie = dp;
     dp->on_frame = worker_frame;
     dp->on_closed = worker_closed;
@@ -993,6 +1036,7 @@ static void d_unload(void *cookie)
 {
     struct duk_prov *dp = cookie;
     ev_idle_stop(D->loop, &dp->refill);
+    js_share_unload(dp);
     while (dp->pool) {
         struct worker *w = dp->pool;
         dp->pool = w->next;
@@ -1051,8 +1095,11 @@ static json_t *d_info(void *cookie)
         {"snapshot_timeout_s", CFG_INT}, {NULL, 0},
 
 static const struct cfg_key duk_keys[] = {{"fresh_isolate", CFG_BOOL}, ISOLATE_KEYS};
-static const struct cfg_key js_keys[] = {
-    {"jit", CFG_BOOL}, {"persistent", CFG_BOOL}, ISOLATE_KEYS};
+static const struct cfg_key js_keys[] = {{"jit", CFG_BOOL},
+                                         {"persistent", CFG_BOOL},
+                                         {"share_workers", CFG_BOOL},
+                                         {"shared_workers", CFG_INT},
+                                         ISOLATE_KEYS};
 
 /* Both providers are this file, one engine binary or the other (dp->js):
  * they differ only in name, keys, load and the instructions text. */
@@ -1089,3 +1136,9 @@ const struct sbx_provider sbx_provider_js = {
     .sb_instructions = js_instructions,
     ISOLATE_OPS,
 };
+
+/* ---- for js_share.c (iso_int.h) ---- */
+void iso_pump(struct duk_sb *ds)
+{
+    pump(ds);
+}

@@ -47,6 +47,10 @@ struct worker {
     long base_pages;
     ev_timer rss;    /* js: the memory watchdog while a program runs */
     struct pchan pc; /* the frames from the worker (io/pchan.h) */
+    /* js_share.c: on the provider's list of shared workers running a program */
+    struct worker *snext;
+    int sbusy;
+    int tools_out; /* tool calls it made that wait for the client */
 };
 
 struct duk_proc {
@@ -66,6 +70,13 @@ struct duk_sb {
     ev_timer state_timer; /* the budget of a snapshot or stop (snapshot_timeout_s) */
     int starting;
     int reset_pending; /* the next exit result says isolate_reset */
+    /* js_share.c: a non-persistent js sandbox holds a worker only while one of
+     * its programs runs (ds->w); between runs any idle worker of its uid
+     * serves it. */
+    int shared;
+    int waiting; /* on the provider's queue for a worker */
+    struct duk_sb *wnext;
+    pid_t last_pid; /* the worker of its last run (metadata, stats) */
 };
 
 struct duk_prov {
@@ -98,6 +109,13 @@ struct duk_prov {
      * costs a millisecond or more, and the create that took the worker
      * should get its answer first. */
     ev_idle refill;
+    /* js_share.c */
+    int share;     /* providers.js.share_workers */
+    int share_max; /* shared workers running programs of one uid before the queue */
+    struct worker *sbusy;
+    struct duk_sb *waitq, *waitq_tail;
+    ev_timer stall;
+    double last_free; /* ev_now when a shared worker last came free */
 };
 
 /* ---- iso_pool.c: the workers and their pool ---- */
@@ -125,6 +143,38 @@ int iso_pool_recycle(struct duk_prov *dp, struct worker *w, uid_t owner);
 int64_t iso_pool_sb_mem(struct duk_prov *dp, struct sandbox *sb);
 /* LOG frames of w count against its owner's limit, or the pool's. */
 void iso_pool_log_to(struct worker *w);
+
+/* js_share.c: a ready (or, `ready` 0, a starting) pool worker usable by uid,
+ * the one of pid `prefer` if it is there; taken off the pool. */
+struct worker *iso_pool_take_any(struct duk_prov *dp, uid_t uid, int ready, pid_t prefer);
+/* Puts an idle, ready worker back on the pool for uid without a RESET; 0 if
+ * there is no room. */
+int iso_pool_keep(struct duk_prov *dp, struct worker *w, uid_t uid);
+
+/* ---- duktape.c, for js_share.c ---- */
+void iso_pump(struct duk_sb *ds);
+
+/* ---- js_share.c: shared js workers ---- */
+/* providers.js.share_workers / shared_workers; the stall timer. */
+void js_share_load(struct duk_prov *dp, json_t *conf);
+void js_share_unload(struct duk_prov *dp);
+/* A shared sandbox starts: its uid's pool is warmed. */
+void js_share_start(struct duk_sb *ds);
+/* Gives a shared sandbox with a program queued a worker (1) or puts it on
+ * the provider's queue (0). */
+int js_share_attach(struct duk_sb *ds);
+/* The run on w (ds->w) ended: w goes to the next waiting sandbox of the uid
+ * or back to the pool; ds's next program is pumped. */
+void js_share_done(struct duk_sb *ds, struct worker *w);
+/* Off the queue (stop, release). */
+void js_share_forget(struct duk_sb *ds);
+/* Shared workers running a program of uid ((uid_t)-1: of anyone), tool
+ * waiters included. */
+int js_share_busy(struct duk_prov *dp, uid_t uid);
+/* Off the list of busy shared workers (the worker is ending). */
+void js_share_unbusy(struct worker *w);
+/* A live worker of the sandbox's last run, or 0. */
+pid_t js_share_last_pid(struct duk_sb *ds);
 
 /* ---- iso_text.c: the texts of the isolate providers ---- */
 /* The instructions of sandbox.create's answer, malloc'd. */

@@ -188,6 +188,7 @@ void iso_pool_kill(struct worker *w)
     if (w->dead)
         return;
     w->dead = 1;
+    js_share_unbusy(w);
     kill(w->pid, SIGKILL);
     ev_timer_stop(D->loop, &w->rss);
     chan_close(&w->ch);
@@ -209,9 +210,10 @@ void iso_pool_remove(struct duk_prov *dp, struct worker *w)
  * user who last took one (refill_uid) and counts only theirs. */
 static int pool_count(struct duk_prov *dp)
 {
+    /* shared workers running a program come back to the pool (js_share.c) */
     if (!dp->uid_mode)
-        return dp->npool;
-    int n = 0;
+        return dp->npool + js_share_busy(dp, (uid_t)-1);
+    int n = js_share_busy(dp, dp->refill_uid);
     for (struct worker *w = dp->pool; w; w = w->next)
         n += w->bound_uid == dp->refill_uid;
     return n;
@@ -337,4 +339,27 @@ int64_t iso_pool_sb_mem(struct duk_prov *dp, struct sandbox *sb)
 {
     json_int_t m = json_integer_value(json_object_get(sb->conf, "memory_limit_mb"));
     return m > 0 ? m : dp->mem_mb;
+}
+
+struct worker *iso_pool_take_any(struct duk_prov *dp, uid_t uid, int ready, pid_t prefer)
+{
+    struct worker *got = NULL;
+    for (struct worker *w = dp->pool; w && !(got && got->pid == prefer); w = w->next)
+        if (!w->ready == !ready && iso_pool_usable_by(w, uid) &&
+            (!got || w->pid == prefer))
+            got = w;
+    if (got)
+        iso_pool_remove(dp, got);
+    return got;
+}
+
+int iso_pool_keep(struct duk_prov *dp, struct worker *w, uid_t uid)
+{
+    if (w->dead || !w->ready || w->running || D->draining || !pool_room(dp, uid))
+        return 0;
+    w->bound_uid = uid;
+    w->next = dp->pool;
+    dp->pool = w;
+    dp->npool++;
+    return 1;
 }

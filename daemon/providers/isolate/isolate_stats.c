@@ -45,6 +45,12 @@ struct iso_req {
 static int worker_of(void *cookie, struct sandbox *sb, pid_t *pid, int64_t *mem_mb)
 {
     struct duk_sb *ds = sb->pdata;
+    /* a shared sandbox between runs: the worker of its last run (js_share.c) */
+    if (ds && ds->shared && !ds->w && js_share_last_pid(ds) > 0) {
+        *pid = js_share_last_pid(ds);
+        *mem_mb = iso_pool_sb_mem(cookie, sb);
+        return 0;
+    }
     if (!ds || !ds->w || ds->w->dead || ds->w->pid <= 0)
         return -1;
     *pid = ds->w->pid;
