@@ -412,6 +412,11 @@ static JSGlobalContextRef new_context(struct jsw *w, int keep, JSObjectRef *api_
     apiv = JSObjectCallAsFunction(ctx, (JSObjectRef)fnv, NULL, 5, args, &exc);
     if (!apiv || !JSValueIsObject(ctx, apiv))
         goto fail;
+    n = name_ref("console");
+    JSObjectSetProperty(ctx, JSContextGetGlobalObject(ctx), n,
+                        JSObjectGetProperty(ctx, (JSObjectRef)apiv, n, NULL),
+                        kJSPropertyAttributeDontEnum, NULL);
+    JSStringRelease(n);
     JSValueProtect(ctx, apiv);
     *api_out = (JSObjectRef)apiv;
     return ctx;
@@ -706,10 +711,15 @@ void jsw_engine_spawn(struct jsw *w, uint32_t proc, json_t *req)
     w->proc = proc;
     w->credit = (v = json_object_get(req, "window")) ? (uint64_t)json_integer_value(v)
                                                      : SBX_CHAN_WINDOW;
+    unsigned last_mb = w->memory_mb;
     w->memory_mb = (v = json_object_get(req, "memory_limit_mb")) && json_is_integer(v) &&
                            json_integer_value(v) > 0
                        ? (unsigned)json_integer_value(v)
                        : 0;
+    /* A shared worker (js_share.c) may come from a sandbox with a higher
+     * limit: what its runs left must not count against this one's. */
+    if (w->memory_mb && (!last_mb || w->memory_mb < last_mb))
+        collect_if_big(w);
     w->max_message = (v = json_object_get(req, "max_message")) &&
                              (size_t)json_integer_value(v) < JSW_MESSAGE_MAX
                          ? (size_t)json_integer_value(v)
