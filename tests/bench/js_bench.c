@@ -17,6 +17,7 @@
  * usage: js_bench SOCKET WORKER [quick]
  * BENCH_ONLY=worker,roundtrip,concurrent runs only those sections.
  */
+#include <dirent.h>
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -145,6 +146,78 @@ static void bench_roundtrip(void)
            "duktape: create + exec(1 + 1) + destroy, same run", d50, d99, p50 / d50);
 }
 
+/* CPU seconds of sbxd (SBXD_PID, set by js_bench.sh) and of its children
+ * (live ones from /proc, reaped ones in sbxd's cutime), so the concurrent
+ * rows can say where the time per run goes; -1 when unknown. */
+static void tree_cpu(double *daemon, double *kids)
+{
+    const char *ps = getenv("SBXD_PID");
+    long hz = sysconf(_SC_CLK_TCK);
+    *daemon = *kids = -1;
+    if (!ps || hz <= 0)
+        return;
+    long want = atol(ps);
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+    double k = 0;
+    while (d && (e = readdir(d))) {
+        char path[300], buf[1024];
+        if (e->d_name[0] < '0' || e->d_name[0] > '9')
+            continue;
+        snprintf(path, sizeof(path), "/proc/%s/stat", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue;
+        size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+        fclose(f);
+        buf[n] = '\0';
+        char *p = strrchr(buf, ')');
+        long ppid;
+        unsigned long ut, st;
+        long cut, cst;
+        if (!p ||
+            sscanf(p + 2, "%*c %ld %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu %ld %ld",
+                   &ppid, &ut, &st, &cut, &cst) != 5)
+            continue;
+        if (atol(e->d_name) == want) {
+            *daemon = (double)(ut + st) / (double)hz;
+            k += (double)(cut + cst) / (double)hz;
+        } else if (ppid == want) {
+            k += (double)(ut + st) / (double)hz;
+        }
+    }
+    if (d)
+        closedir(d);
+    if (*daemon >= 0)
+        *kids = k;
+}
+
+/* CPU seconds (all threads) of process pid, or -1. */
+static double proc_cpu(pid_t pid)
+{
+    char path[64], buf[1024];
+    long hz = sysconf(_SC_CLK_TCK);
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f || hz <= 0) {
+        if (f)
+            fclose(f);
+        return -1;
+    }
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')');
+    unsigned long ut, st;
+    if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut,
+                     &st) != 2)
+        return -1;
+    return (double)(ut + st) / (double)hz;
+}
+
+/* CPU per counted run of the last concurrent() (µs), or -1. */
+static double last_daemon_us = -1, last_worker_us = -1;
+
 /* `nc` clients (at most 64), each with its own sandbox of `provider` (with
  * the tool `echo`, answered here, if `tools`), each keeping one exec in
  * flight for `ms`.
@@ -184,7 +257,7 @@ static double concurrent(const char *provider, const char *code, int nc, int too
     /* The first second warms every worker up (JIT, caches) and is not
      * counted. */
     long done = 0;
-    double t0 = now_ms(), warm = t0 + 1000;
+    double t0 = now_ms(), warm = t0 + 1000, d0 = -1, k0 = -1, d1, k1;
     int counting = 0;
     struct pollfd pf[N];
     while (!counting || now_ms() - t0 < ms) {
@@ -192,6 +265,7 @@ static double concurrent(const char *provider, const char *code, int nc, int too
             counting = 1;
             done = 0;
             t0 = now_ms();
+            tree_cpu(&d0, &k0);
         }
         for (int i = 0; i < nc; i++)
             pf[i] = (struct pollfd){.fd = cs[i]->fd, .events = POLLIN};
@@ -215,6 +289,9 @@ static double concurrent(const char *provider, const char *code, int nc, int too
         }
     }
     double secs = (now_ms() - t0) / 1000.0;
+    tree_cpu(&d1, &k1);
+    last_daemon_us = d0 >= 0 && done > 0 ? (d1 - d0) * 1e6 / (double)done : -1;
+    last_worker_us = k0 >= 0 && done > 0 ? (k1 - k0) * 1e6 / (double)done : -1;
     for (int i = 0; i < nc; i++) {
         json_decref(cn_call(cs[i], "sandbox.destroy", json_pack("{s:s}", "id", id[i])));
         cn_close(cs[i]);
@@ -222,15 +299,26 @@ static double concurrent(const char *provider, const char *code, int nc, int too
     return done / secs;
 }
 
+/* "  CPU per run: sbxd N us, its workers M us" after a concurrent row. */
+static void print_cpu(const char *who)
+{
+    if (last_daemon_us >= 0)
+        printf("%-58s sbxd %4.0f us, workers %4.0f us (CPU per run)\n", who,
+               last_daemon_us, last_worker_us);
+}
+
 static void bench_concurrent(void)
 {
     int ms = quick ? 1000 : 3000;
     double js = concurrent("js", "return 1 + 1", 64, 0, ms);
+    print_cpu("  js, 64 clients");
     double duk = concurrent("duktape", "1+1", 64, 0, ms);
+    print_cpu("  duktape, 64 clients");
     printf("%-58s js %6.0f execs/s   duktape %6.0f execs/s (%.2fx, target >= 0.5x)\n",
            "64 concurrent clients, short programs", js, duk, js / duk);
     double jt = concurrent("js", "const r = await external_echo({a: 1}); return r.a + 1",
                            16, 1, ms);
+    print_cpu("  js, 16 clients, one tool call");
     printf("%-58s js %6.0f execs/s (%.2fx duktape's 64-client rate, target >= 0.25x)\n",
            "16 concurrent clients, one external_* call per run", jt, jt / duk);
 }
@@ -387,6 +475,20 @@ static void bench_worker(const char *path)
     }
     free(code);
     free(big);
+
+    /* The worker alone, no daemon: its CPU (all threads, /proc) per
+     * `return 1 + 1` run back to back, fresh global and all. */
+    {
+        int runs = quick ? 300 : 2000;
+        double c0 = proc_cpu(k.pid), t0 = now_ms();
+        for (int i = 0; i < runs; i++)
+            json_decref(wk_run(&k, proc++, "return 1 + 1"));
+        double c1 = proc_cpu(k.pid), dt = now_ms() - t0;
+        if (c0 >= 0 && c1 >= 0)
+            printf("%-58s %4.0f us of CPU per run, %4.0f us wall\n",
+                   "js: one worker alone, `return 1 + 1` back to back",
+                   (c1 - c0) * 1e6 / runs, dt * 1e3 / runs);
+    }
 
     int loops = quick ? 3 : 7;
     const char *loop =

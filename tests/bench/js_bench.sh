@@ -45,16 +45,18 @@ start() { # start BUILD_DIR NAME: a private sbxd of that build
 }
 start "$B" new
 if [ -z "$SBX_BENCH_OLD" ]; then
-    SBX_IVM="$IVM" "$B/bench/js_bench" "$T/new.sock" "$B/sbxd-jsworker" $BENCH_QUICK
+    SBXD_PID=$(cat "$T/new.pid") SBX_IVM="$IVM" "$B/bench/js_bench" "$T/new.sock" \
+        "$B/sbxd-jsworker" $BENCH_QUICK
 else
     start "$SBX_BENCH_OLD" old
     r=1
     while [ $r -le "${SBX_BENCH_ROUNDS:-2}" ]; do
         echo "-- round $r: old ($SBX_BENCH_OLD)"
-        SBX_IVM="$IVM" "$B/bench/js_bench" "$T/old.sock" "$SBX_BENCH_OLD/sbxd-jsworker" \
-            $BENCH_QUICK
+        SBXD_PID=$(cat "$T/old.pid") SBX_IVM="$IVM" "$B/bench/js_bench" "$T/old.sock" \
+            "$SBX_BENCH_OLD/sbxd-jsworker" $BENCH_QUICK
         echo "-- round $r: new ($B)"
-        SBX_IVM="$IVM" "$B/bench/js_bench" "$T/new.sock" "$B/sbxd-jsworker" $BENCH_QUICK
+        SBXD_PID=$(cat "$T/new.pid") SBX_IVM="$IVM" "$B/bench/js_bench" "$T/new.sock" \
+            "$B/sbxd-jsworker" $BENCH_QUICK
         r=$((r + 1))
     done
     kill "$(cat "$T/old.pid")"

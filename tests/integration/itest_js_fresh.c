@@ -102,33 +102,38 @@ static void test_prepared_global(conn *c)
     json_decref(cn_call(c, "sandbox.create",
                         json_pack("{s:s, s:s, s:[s]}", "id", "jsf-a", "provider", "js",
                                   "tools", "echo")));
-    long pid = worker_pid(c, "jsf-a");
-    int polluted_ok = 1, clean_ok = 1, logs_ok = 1;
+    long pid = 0;
+    int polluted_ok = 1, clean_ok = 1, logs_ok = 1, same = 1;
     /* Several rounds: the first checker gets the global prepared right after
-     * the polluter's run, the later ones globals prepared after checkers. */
+     * the polluter's run, the later ones globals prepared after checkers. The
+     * worker is read after each run (a non-persistent sandbox holds one only
+     * while it runs; an idle one of its last run is preferred). */
     for (int i = 0; i < 5; i++) {
         json_t *r = run(c, "jsf-a", polluter);
         polluted_ok &= result_is(r, "\"done\"");
         json_decref(r);
+        if (i == 0)
+            pid = worker_pid(c, "jsf-a");
+        same &= pid > 0 && worker_pid(c, "jsf-a") == pid;
         r = run(c, "jsf-a", checker);
         clean_ok &= result_is(r, clean);
         json_t *logs = json_object_get(res_of(r), "logs");
         logs_ok &= json_array_size(logs) == 1 &&
                    strcmp(json_string_value(json_array_get(logs, 0)), "checked") == 0;
         json_decref(r);
+        same &= worker_pid(c, "jsf-a") == pid;
     }
     test_cond("the polluting program runs (5 times)", polluted_ok);
     test_cond("the next run's prepared global has nothing of the polluter's run",
               clean_ok);
     test_cond("console and the tool of the next run are its own", logs_ok);
-    test_cond("all of it on the same worker process",
-              pid > 0 && worker_pid(c, "jsf-a") == pid);
+    test_cond("all of it on the same worker process", same);
     json_decref(cn_call(c, "sandbox.destroy", json_pack("{s:s}", "id", "jsf-a")));
 }
 
-/* A destroyed sandbox's worker goes back to the pool (RESET) with the global
- * it prepared after its last run; the next sandbox to get that worker must
- * see nothing of the polluter either. */
+/* A destroyed sandbox's worker goes back to the pool with the global it
+ * prepared after its last run; the next sandbox to get that worker must see
+ * nothing of the polluter either. */
 static void test_recycled_worker(conn *c)
 {
     int same = 0, ok = 0;
@@ -136,19 +141,19 @@ static void test_recycled_worker(conn *c)
         json_decref(cn_call(c, "sandbox.create",
                             json_pack("{s:s, s:s, s:[s]}", "id", "jsf-r1", "provider",
                                       "js", "tools", "echo")));
-        long pid = worker_pid(c, "jsf-r1");
         json_decref(run(c, "jsf-r1", polluter));
+        long pid = worker_pid(c, "jsf-r1");
         json_decref(cn_call(c, "sandbox.destroy", json_pack("{s:s}", "id", "jsf-r1")));
-        usleep(100 * 1000); /* the worker's HELLO after its RESET */
+        usleep(100 * 1000); /* a dedicated worker's HELLO after its RESET */
         json_decref(cn_call(c, "sandbox.create",
                             json_pack("{s:s, s:s, s:[s]}", "id", "jsf-r2", "provider",
                                       "js", "tools", "echo")));
+        json_t *r = run(c, "jsf-r2", checker);
         if (pid > 0 && worker_pid(c, "jsf-r2") == pid) {
             same = 1;
-            json_t *r = run(c, "jsf-r2", checker);
             ok = result_is(r, clean);
-            json_decref(r);
         }
+        json_decref(r);
         json_decref(cn_call(c, "sandbox.destroy", json_pack("{s:s}", "id", "jsf-r2")));
     }
     if (same)
@@ -156,6 +161,42 @@ static void test_recycled_worker(conn *c)
     else
         test_skip("a recycled worker's next sandbox sees nothing of the last one",
                   "the pool never handed the same worker back in 10 tries");
+}
+
+/* Shared workers (js_share.c): two live non-persistent sandboxes of one uid
+ * take turns on one worker process. A polluter in one and a checker in the
+ * other, alternating: the checker's sandbox must see nothing, and both must
+ * really have run on the same process (else the check says nothing). */
+static void test_shared_worker(conn *c)
+{
+    const char *ids[] = {"jsf-s1", "jsf-s2"};
+    for (int i = 0; i < 2; i++)
+        json_decref(cn_call(c, "sandbox.create",
+                            json_pack("{s:s, s:s, s:[s]}", "id", ids[i], "provider", "js",
+                                      "tools", "echo")));
+    int shared = 0, ok = 1;
+    for (int i = 0; i < 6; i++) {
+        json_t *r = run(c, "jsf-s1", polluter);
+        json_decref(r);
+        long p1 = worker_pid(c, "jsf-s1");
+        r = run(c, "jsf-s2", checker);
+        long p2 = worker_pid(c, "jsf-s2");
+        if (p1 > 0 && p1 == p2) {
+            shared++;
+            ok &= result_is(r, clean);
+        }
+        json_decref(r);
+    }
+    if (shared)
+        test_cond("a program of another sandbox on the same worker sees nothing of the "
+                  "polluter's run",
+                  ok);
+    else
+        test_skip("a program of another sandbox on the same worker sees nothing of the "
+                  "polluter's run",
+                  "the two sandboxes never ran on one worker (share_workers off?)");
+    for (int i = 0; i < 2; i++)
+        json_decref(cn_call(c, "sandbox.destroy", json_pack("{s:s}", "id", ids[i])));
 }
 
 static void test_strip_cache(conn *c)
@@ -236,6 +277,7 @@ int main(int argc, char **argv)
     c->tool = echo;
     test_prepared_global(c);
     test_recycled_worker(c);
+    test_shared_worker(c);
     test_strip_cache(c);
     cn_close(c);
     return test_report();
