@@ -53,4 +53,4 @@ if ! up_to_date; then
     (cd "$fake" && npm ci --ignore-scripts --no-audit --no-fund --prefer-offline) >&2
 fi
 
-exec node --test "$@" "$here/sdk_test.mjs"
+exec node --test "$@" "$here/sdk_test.mjs" "$here/sdk_ws_test.mjs"

@@ -275,7 +275,9 @@ for (const v2 of [true, false]) {
       await s.setTags({ owner: 'sbxd', kind: 'test' });
       assert.deepEqual(await s.getTags(), { owner: 'sbxd', kind: 'test' });
       const t = await s.tunnels();
-      assert.equal(t[18080].unencryptedPort, 18080);
+      // The fake's own listeners (workspace.js); sdk_ws_test.mjs goes through them.
+      assert.equal(t[18080].unencryptedHost, '127.0.0.1');
+      assert.ok(t[18080].unencryptedPort > 0 && t[18080].port > 0);
     });
 
     it('files through the filesystem tool: write, read, stat, list, mkdir, remove', async () => {

@@ -33,6 +33,7 @@
 
 #include "log.h"
 #include "modal_int.h"
+#include "modal_ws.h"
 #include "sbx_proto.h"
 #include "xalloc.h"
 
@@ -938,6 +939,7 @@ static int m_load(json_t *conf, void **cookie, sbx_err_t *err)
     mp->apps = json_object();
     mp->images = json_object();
     mp->builders = json_object();
+    modal_ws_load(mp, conf);
     ev_init(&mp->adopt_timer, adopt_timer_cb);
     mp->adopt_timer.data = mp;
     ev_init(&mp->save_timer, save_timer_cb);
@@ -1054,6 +1056,7 @@ static void m_unload(void *cookie)
     json_decref(mp->apps);
     json_decref(mp->images);
     json_decref(mp->builders);
+    modal_ws_unload(mp);
     free(mp->builder_version);
     free(mp->url);
     free(mp->app_name);
@@ -1116,6 +1119,10 @@ static const struct cfg_key modal_keys[] = {
     {"image_builder_version", CFG_STR},
     /* v1 | v2 | auto (V2, as today's SDKs): the backend of new sandboxes */
     {"backend", CFG_STR},
+    /* issue 18 (modal_ws.c): tunnels of options.ports, NetworkAccess ceiling */
+    {"expose", CFG_BOOL},
+    {"expose_max_ports", CFG_INT},
+    {"egress", CFG_ANY}, /* {allow: [hosts, *.domains, CIDRs], allow_private_addresses} */
     {NULL, 0},
 };
 
@@ -1150,4 +1157,9 @@ const struct sbx_provider sbx_provider_modal = {
     .fs_release = modal_fs_release,
     .snapshot_list = m_snapshot_list,
     .snapshot_delete = m_snapshot_delete,
+    /* issue 18 (modal_ws.c) */
+    .proc_resize = modal_ws_resize,
+    .sb_stats = modal_ws_stats,
+    .sb_expose = modal_ws_expose,
+    .sb_unexpose = modal_ws_unexpose,
 };

@@ -58,6 +58,7 @@ struct mrouter {
 
 struct mfs;
 struct mwatch;
+struct mws; /* modal_ws.c: ports, egress, stats (issue 18) */
 
 enum rt_mode { RT_UNKNOWN, RT_FETCHING, RT_ON, RT_OFF };
 
@@ -91,6 +92,7 @@ struct mprov {
      * 10988, 16955). Either way a stuck stream ends at its transfer timeout
      * and is reopened from the last batch. */
     int curl_pause;
+    json_t *ws_conf; /* modal_ws.c: expose, expose_max_ports, egress */
 
     /* What survives an sbxd restart (see "state file" below). */
     char *state_path; /* NULL: nothing is kept */
@@ -193,6 +195,7 @@ struct msb {
     struct mfs *fs_ops;
     int rt_fs_waiting;      /* some of them wait for the router access */
     struct mwatch *watches; /* fs.watch (modal_fswatch.c) */
+    struct mws *ws;         /* modal_ws.c: declared ports, egress, stats (NULL: none) */
 };
 
 struct mproc {

@@ -36,6 +36,7 @@
 
 #include "log.h"
 #include "modal_int.h"
+#include "modal_ws.h"
 #include "sbx_proto.h"
 #include "xalloc.h"
 
@@ -148,6 +149,8 @@ static void job_end(struct msb *ms, sbx_err_t *err, json_t *result)
     /* Processes that wanted a restart while another op ran. */
     if (ms->waiters && ms->job == J_NONE && job == J_SNAPSHOT)
         modal_start_restart(ms);
+    if (!failed && job == J_START && modal_ws_start_done(ms, result))
+        return; /* it ends the op once the tunnels are known */
     sandbox_op_done(ms->sb, failed ? err : NULL, result);
     err_clear(err);
 }
@@ -725,6 +728,7 @@ static int send_create(struct msb *ms)
     def.open_ports_oneof_case = MODAL__CLIENT__SANDBOX__OPEN_PORTS_ONEOF_OPEN_PORTS;
     def.open_ports = &ports;
     def.network_access = &net;
+    modal_ws_create(ms, &def); /* options.ports and options.egress */
     def._name_case = MODAL__CLIENT__SANDBOX___NAME_NAME;
     def.name = ms->sb->id;
     int64_t idle = json_integer_value(json_object_get(ms->sb->conf, "idle_timeout_ms"));
@@ -1359,8 +1363,9 @@ static const char *opt_string(json_t *opts, const char *key)
 }
 
 /* The options a Modal sandbox takes; anything else is -32602, as on Docker. */
-static const char *const option_keys[] = {"app_name",  "environment", "image", "cpu",
-                                          "memory_mb", "memory",      NULL};
+static const char *const option_keys[] = {"app_name", "environment", "image",
+                                          "cpu",      "memory_mb",   "memory",
+                                          "ports",    "egress",      NULL};
 
 static int check_options(json_t *opts, sbx_err_t *err)
 {
@@ -1378,7 +1383,7 @@ static int check_options(json_t *opts, sbx_err_t *err)
             snprintf(param, sizeof(param), "options.%s", k);
             return err_make_data(err, SBX_E_PARAMS, json_pack("{s:s}", "param", param),
                                  "%s: not a Modal option (known: app_name, environment, "
-                                 "image, cpu, memory_mb, memory)",
+                                 "image, cpu, memory_mb, memory, ports, egress)",
                                  param);
         }
     }
@@ -1424,9 +1429,13 @@ struct msb *modal_msb_new(struct mprov *mp, struct sandbox *sb, sbx_err_t *err)
             return NULL;
         }
     }
+    struct mws *ws;
+    if (modal_ws_new(mp, opts, &ws, err) < 0)
+        return NULL;
     struct msb *ms = xcalloc(1, sizeof(*ms));
     ms->sb = sb;
     ms->mp = mp;
+    ms->ws = ws;
     ms->app_name = xstrdup(opt_string(opts, "app_name") ? opt_string(opts, "app_name")
                                                         : mp->app_name);
     const char *env = opt_string(opts, "environment") ? opt_string(opts, "environment")
@@ -1547,6 +1556,7 @@ json_t *modal_sb_metadata(void *cookie, struct sandbox *sb)
     if (ms->dead)
         json_object_set_new(o, "dead", json_string(nz(ms->dead_reason)));
     modal_router_metadata(ms, o);
+    modal_ws_metadata(ms, o);
     return o;
 }
 
@@ -1572,6 +1582,7 @@ void modal_sb_release(void *cookie, struct sandbox *sb)
     ev_timer_stop(D->loop, &ms->timer);
     ev_timer_stop(D->loop, &ms->lost_timer);
     modal_fs_release_all(ms, "the sandbox is released");
+    modal_ws_free(ms);
     modal_router_reset(ms);
     for (struct mproc *m = ms->procs; m; m = m->next) {
         m->rt_waiting = 0;

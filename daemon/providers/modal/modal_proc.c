@@ -32,6 +32,7 @@
 
 #include "log.h"
 #include "modal_int.h"
+#include "modal_ws.h"
 #include "sbx_proto.h"
 #include "xalloc.h"
 
@@ -988,6 +989,8 @@ static void router_exec_start(struct mproc *m)
     }
     req.env = eps;
     req.n_env = k;
+    Modal__Client__PTYInfo pty;
+    modal_ws_pty_router(spec, &req, &pty);
     m->exec_call =
         modal_router_unary(ms, "TaskExecStart", &req.base, UNARY_TIMEOUT_S, exec_done, m);
     grpc_call_retry_budget(m->exec_call, ms->mp->retry_budget_s);
@@ -1077,6 +1080,8 @@ static void exec_start(struct mproc *m)
         req._workdir_case = MODAL__CLIENT__CONTAINER_EXEC_REQUEST___WORKDIR_WORKDIR;
         req.workdir = (char *)cwd;
     }
+    Modal__Client__PTYInfo pty;
+    modal_ws_pty_ce(spec, &req, &pty);
     m->exec_call = grpc_unary(&ms->mp->ch, "ContainerExec", &req.base, UNARY_TIMEOUT_S,
                               exec_done, m);
     /* Modal may or may not honour x-idempotency-key for ContainerExec: never risk

@@ -939,6 +939,7 @@ function finishSandbox(sb, status, result, { killed = false } = {}) {
   sb.killed = killed;
   if (sb.timer) clearTimeout(sb.timer);
   sb.timer = null;
+  ws.closeTunnels(sb); // workspace.js
   killGroup(sb.entrypoint && sb.entrypoint.pid);
   for (const id of sb.execs) {
     const ex = execs.get(id);
@@ -999,6 +1000,7 @@ function sandboxInfo(sb) {
     tags: Object.fromEntries(sb.tags),
     v2: !!sb.v2,
     open_ports: sb.open_ports,
+    tunnels: sb.tunnels || [],
     execs: [...sb.execs],
     created_at: sb.created_at,
     finished_at: sb.finished_at,
@@ -1151,6 +1153,7 @@ function startExec(sb, req, over = {}) {
     exec_id: execId, sandbox_id: sb.sandbox_id, task_id: sb.task_id, command,
     workdir: req.workdir === undefined ? null : req.workdir, cwd,
     timeout_secs: req.timeout_secs || 0, pty: !!(req.pty_info && req.pty_info.enabled),
+    pty_info: req.pty_info || null,
     stdout_output: req.stdout_output || 0, stderr_output: req.stderr_output || 0,
     env_keys: Object.keys(execEnv),
     pid: null, child: null, started_at: Date.now(), exited_at: null,
@@ -1172,8 +1175,9 @@ function startExec(sb, req, over = {}) {
   };
 
   // Modal's filesystem tool is played by fs-tools.js (same JSON commands).
-  const argv = command[0] === FS_TOOLS_PATH
+  const argv0 = command[0] === FS_TOOLS_PATH
     ? [process.execPath, path.join(__dirname, 'fs-tools.js'), ...command.slice(1)] : command;
+  const argv = ex.pty ? ws.ptyArgv(argv0, req.pty_info) : argv0; // workspace.js
   let child;
   try {
     child = spawn(argv[0], argv.slice(1), {
@@ -1225,7 +1229,7 @@ function getExec(id) {
 function execInfo(ex) {
   return {
     exec_id: ex.exec_id, sandbox_id: ex.sandbox_id, task_id: ex.task_id, command: ex.command,
-    workdir: ex.workdir, cwd: ex.cwd, timeout_secs: ex.timeout_secs, pty: ex.pty,
+    workdir: ex.workdir, cwd: ex.cwd, timeout_secs: ex.timeout_secs, pty: ex.pty, pty_info: ex.pty_info,
     env_keys: ex.env_keys, pid: ex.pid, started_at: ex.started_at, exited_at: ex.exited_at,
     exit_code: ex.exit_code, exit_signal: ex.exit_signal, timed_out: ex.timed_out,
     spawn_error: ex.spawn_error, gone: ex.gone, via: ex.via, client: ex.client,
@@ -1267,6 +1271,7 @@ function createSandbox(req, v2, extraEnv = {}) {
   if (def.workdir !== undefined && !def.workdir.startsWith('/')) {
     fail(STATUS.INVALID_ARGUMENT, `workdir must be an absolute path, got '${def.workdir}'`);
   }
+  ws.checkNetworkAccess(def.network_access); // workspace.js
   const env = { ...secretsEnv(def.secret_ids), ...extraEnv };
   const name = def.name === undefined || def.name === '' ? null : def.name;
   if (name !== null) {
@@ -1305,6 +1310,7 @@ function createSandbox(req, v2, extraEnv = {}) {
   };
   sandboxes.set(id, sb);
   tasks.set(sb.task_id, sb);
+  ws.openTunnels(sb, def.open_ports && def.open_ports.ports); // workspace.js
   sb.timer = setTimeout(() => {
     finishSandbox(sb, 'timeout', { status: GS.TIMEOUT, exception: `Sandbox timed out after ${sb.timeout_secs}s` });
   }, sb.timeout_secs * 1000);
@@ -1357,6 +1363,9 @@ function fromName(req, v2) {
   fail(STATUS.NOT_FOUND, `No running sandbox named '${req.sandbox_name}' in app '${req.app_name}'`);
 }
 
+
+// Terminals, tunnels, network access and resource usage (sbxd issue 18).
+const ws = require('./workspace')({ fail, STATUS, log, creds: () => tls });
 
 const handlers = {
   AuthTokenGet: unary('AuthTokenGet', (req, ctx, call) => ({
@@ -1628,10 +1637,9 @@ function routerAccess(sb, md) {
   return { jwt: makeRouterToken(sb.task_id, clientOf(md)), url: routerUrl() };
 }
 
+// The tunnels workspace.js opened for the declared ports (those listening yet).
 function tunnelsOf(sb) {
-  return sb.open_ports.map((p) => ({
-    host: '127.0.0.1', port: p, unencrypted_host: '127.0.0.1', unencrypted_port: p, container_port: p,
-  }));
+  return sb.tunnels || [];
 }
 
 function sourcesEnv(sources) {
@@ -1660,9 +1668,17 @@ Object.assign(handlers, {
     return { ...routerAccess(sb, call.metadata), worker_ipv4_address: '127.0.0.1' };
   }),
 
-  SandboxGetTunnels: unary('SandboxGetTunnels', (req) => {
+  SandboxGetTunnels: unary('SandboxGetTunnels', async (req) => {
     const sb = getSandbox(req.sandbox_id);
+    await sb.tunnelsReady;
     return { ...waitResult(sb), tunnels: tunnelsOf(sb) };
+  }),
+
+  // Any sandbox, V1 or V2 (workspace.js).
+  SandboxGetResourceUsage: unary('SandboxGetResourceUsage', (req) => {
+    const sb = sandboxes.get(req.sandbox_id);
+    if (!sb) fail(STATUS.NOT_FOUND, `Sandbox ${req.sandbox_id} not found`);
+    return ws.resourceUsage(sb);
   }),
 
   // One environment per name; the image builder version is --image-builder-version.
@@ -1702,8 +1718,9 @@ Object.assign(handlers, {
     return isRunning(sb) ? { task_id: sb.task_id } : { task_id: sb.task_id, task_result: sb.result };
   }),
 
-  SandboxGetTunnelsV2: unary('SandboxGetTunnelsV2', (req) => {
+  SandboxGetTunnelsV2: unary('SandboxGetTunnelsV2', async (req) => {
     const sb = getSandbox(req.sandbox_id, true);
+    await sb.tunnelsReady;
     return { ...waitResult(sb), tunnels: tunnelsOf(sb) };
   }),
 
