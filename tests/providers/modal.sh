@@ -117,8 +117,10 @@ write_cfg() { # file, then the providers.modal lines
 }
 # The fake's command router is TLS only, with the fake's own CA.
 CA="$T/fake-state/tls/ca.pem"
+# egress: the ceiling ptest_modal_ws's options.egress is clamped by.
 write_cfg "$T/main.yaml" "server_url: http://127.0.0.1:$PORT" "token_id: ak-test" \
-    "token_secret: as-test" "app_name: sbxd-test" "image: ubuntu:22.04" "ca_file: $CA"
+    "token_secret: as-test" "app_name: sbxd-test" "image: ubuntu:22.04" "ca_file: $CA" \
+    'egress: {allow: ["pypi.org", "*.example.com", "203.0.113.0/24", "10.1.0.0/16"]}'
 write_cfg "$T/short.yaml" "server_url: http://127.0.0.1:$PORT" "token_id: ak-test" \
     "token_secret: as-test" "app_name: sbxd-test" "retry_budget_ms: 5000" "ca_file: $CA" \
     "backend: v1"
@@ -257,6 +259,32 @@ if [ -x "$B/tests/ptest_modal_misc" ] && start_sbxd misc; then
     fi
 else
     fail "ptest_modal_misc is not built or its sbxd did not start"
+fi
+
+# -- 2d. terminals, tunnels, egress and stats (issue 18) ----------------------------------
+if [ -x "$B/tests/ptest_modal_ws" ]; then
+    "$B/tests/ptest_modal_ws" "$T/main.sock" "$CPORT" "$CA" >"$T/ptest_ws.log" 2>&1
+    st=$?
+    cat "$T/ptest_ws.log"
+    out=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$T/ptest_ws.log" | tail -n 1)
+    if [ -n "$out" ]; then
+        p=${out%% passed*}
+        f=${out#*, }
+        f=${f%% failed*}
+        PASSED=$((PASSED + p))
+        FAILED=$((FAILED + f))
+        case "$out" in
+        *skipped*)
+            s=${out##*failed, }
+            SKIPPED=$((SKIPPED + ${s%% skipped*}))
+            ;;
+        esac
+        [ "$st" -ne 0 ] && [ "$f" -eq 0 ] && fail "ptest_modal_ws exited $st"
+    else
+        fail "ptest_modal_ws printed no result (exit $st)"
+    fi
+else
+    fail "$B/tests/ptest_modal_ws is not built"
 fi
 
 # -- 3. sbxctl ----------------------------------------------------------------------------
