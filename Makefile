@@ -159,6 +159,7 @@ FUZZ_BIN = $(patsubst tests/fuzz/%.c,$(B)/fuzz/%,$(FUZZ_SRC))
 FUZZ_OMIT_fuzz_grpc = $(B)/obj/daemon/providers/modal/grpc.o
 FUZZ_OMIT_fuzz_modal = $(B)/obj/daemon/providers/modal/modal.o \
 	$(B)/obj/daemon/providers/modal/modal_proc.o
+FUZZ_OMIT_fuzz_modal_ws = $(B)/obj/daemon/providers/modal/modal_ws.o
 FUZZ_AGENT_SRC = $(filter-out agent/sbx_init.c,$(AGENT_SRC)) proto/sbx_chan.c
 
 fuzz-build:

@@ -468,6 +468,7 @@ static void adopt_check_done(struct grpc_call *c, const struct grpc_status *st,
                    MODAL__CLIENT__SANDBOX_GET_TASK_ID_RESPONSE___TASK_ID_TASK_ID &&
                r->task_id && r->task_id[0]) {
         modal_set_str(&ms->task_id, r->task_id);
+        modal_ws_refresh(ms); /* the tunnels of its declared ports */
         log_info("modal: sandbox %s: Modal sandbox %s is still running", ms->sb->id,
                  ms->sandbox_id);
     } else if (st->code != GRPC_OK) {

@@ -111,6 +111,7 @@ static void job_end(struct msb *ms, sbx_err_t *err, json_t *result)
         if (!failed) {
             ms->restarts++;
             ms->dead = 0;
+            modal_ws_refresh(ms); /* a new Modal sandbox has new tunnels */
         }
         char why[600] = "";
         if (failed)

@@ -57,6 +57,7 @@ struct mws {
     size_t ncidrs, ndomains;
     json_t *allow;       /* the request's list, for sandbox.get */
     char *tunnels_of;    /* the Modal sandbox id the tunnel data is of */
+    char *fetching;      /* the Modal sandbox id tcall asks about */
     char *tunnels_error; /* why they are not known */
     struct grpc_call *tcall;
     json_t *start_result; /* a start waiting for its tunnels (owned) */
@@ -340,6 +341,7 @@ static void ws_free(struct mws *w)
     free(w->specp);
     json_decref(w->allow);
     free(w->tunnels_of);
+    free(w->fetching);
     free(w->tunnels_error);
     free(w);
 }
@@ -405,6 +407,8 @@ static void start_finish(struct msb *ms)
     sandbox_op_done(ms->sb, NULL, result);
 }
 
+static void tunnels_fetch(struct msb *ms);
+
 static void tunnels_done(struct grpc_call *c, const struct grpc_status *st,
                          const uint8_t *msg, size_t len, void *privdata)
 {
@@ -445,12 +449,16 @@ static void tunnels_done(struct grpc_call *c, const struct grpc_status *st,
                         : 0;
             }
         }
-        modal_set_str(&w->tunnels_of, ms->sandbox_id);
+        modal_set_str(&w->tunnels_of, w->fetching);
     }
     if (w->tunnels_error)
         log_warn("modal: sandbox %s: %s", ms->sb->id, w->tunnels_error);
     modal_reply_free(r);
-    start_finish(ms);
+    /* The Modal sandbox changed (a restart) while this was asked: again. */
+    if (ms->sandbox_id && strcmp(nz(w->fetching), ms->sandbox_id) != 0)
+        tunnels_fetch(ms);
+    else
+        start_finish(ms);
 }
 
 static void tunnels_fetch(struct msb *ms)
@@ -462,6 +470,7 @@ static void tunnels_fetch(struct msb *ms)
         MODAL__CLIENT__SANDBOX_GET_TUNNELS_REQUEST__INIT;
     req.sandbox_id = ms->sandbox_id;
     req.timeout = (float)TUNNELS_WAIT_S;
+    modal_set_str(&w->fetching, ms->sandbox_id);
     w->tcall = grpc_unary(&ms->mp->ch, modal_rpc(ms, "SandboxGetTunnels"), &req.base,
                           TUNNELS_WAIT_S + POLL_SLACK_S, tunnels_done, ms);
 }
@@ -475,6 +484,12 @@ int modal_ws_start_done(struct msb *ms, json_t *result)
     w->start_waits = 1;
     tunnels_fetch(ms);
     return 1;
+}
+
+void modal_ws_refresh(struct msb *ms)
+{
+    if (ms->ws && ms->ws->nports)
+        tunnels_fetch(ms);
 }
 
 static int tunnels_known(const struct msb *ms)

@@ -35,6 +35,9 @@ void modal_ws_create(struct msb *ms, Modal__Client__Sandbox *def);
  */
 int modal_ws_start_done(struct msb *ms, json_t *result);
 
+/** ms runs another Modal sandbox (restart, adoption): its tunnels are fetched anew. */
+void modal_ws_refresh(struct msb *ms);
+
 /** Sets req's pty_info from spec's "pty" (pty is the storage it points to). */
 void modal_ws_pty_router(json_t *spec,
                          Modal__TaskCommandRouter__TaskExecStartRequest *req,
