@@ -374,6 +374,8 @@ void modal_ws_create(struct msb *ms, Modal__Client__Sandbox *def)
         return;
     def->open_ports->ports = w->specp;
     def->open_ports->n_ports = w->nports;
+    if (w->net == MODAL__CLIENT__NETWORK_ACCESS__NETWORK_ACCESS_TYPE__OPEN)
+        return; /* "*": the lists would mean nothing (and OPEN is the default) */
     if (w->net) {
         def->network_access->network_access_type = w->net;
         def->network_access->allowed_cidrs = w->cidrs;
@@ -711,6 +713,13 @@ void modal_ws_metadata(struct msb *ms, json_t *o)
         json_t *a = json_array();
         for (size_t i = 0; i < w->nports; i++) {
             json_t *p = port_json(&w->ports[i]);
+            if (!tunnels_known(ms)) {
+                /* Not (yet) of the current Modal sandbox: nothing to show. */
+                json_object_del(p, "host");
+                json_object_del(p, "host_port");
+                json_object_del(p, "url");
+            }
+            json_object_set_new(p, "known", json_boolean(tunnels_known(ms)));
             json_object_set_new(p, "exposed", json_boolean(w->ports[i].exposed));
             json_object_set_new(p, "unencrypted", json_boolean(w->ports[i].unencrypted));
             json_array_append_new(a, p);
