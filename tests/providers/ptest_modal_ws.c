@@ -296,6 +296,31 @@ static void test_expose_refusals(conn *c, int tport)
     json_decref(r);
 }
 
+/* stop + start runs a new Modal sandbox: expose answers its new tunnel. */
+static void test_expose_after_restart(conn *c, int tport)
+{
+    json_t *r =
+        call(c, "sandbox.expose", json_pack("{s:s, s:i}", "id", SB, "port", tport));
+    int before = (int)res_int(r, "host_port");
+    json_decref(r);
+    json_decref(call(c, "sandbox.stop", json_pack("{s:s}", "id", SB)));
+    r = call(c, "sandbox.start", json_pack("{s:s}", "id", SB));
+    int started = res_of(r) != NULL;
+    json_decref(r);
+    r = call(c, "sandbox.expose", json_pack("{s:s, s:i}", "id", SB, "port", tport));
+    int after = (int)res_int(r, "host_port");
+    json_decref(r);
+    json_t *fs = fake_sandbox(c, SB), *t;
+    size_t i;
+    int same = 0;
+    json_array_foreach(json_object_get(fs, "tunnels"), i, t)
+        same |= json_integer_value(json_object_get(t, "container_port")) == tport &&
+                json_integer_value(json_object_get(t, "unencrypted_port")) == after;
+    json_decref(fs);
+    test_cond("expose after stop/start: the new Modal sandbox's tunnel, not the old one",
+              started && before > 0 && after > 0 && after != before && same);
+}
+
 /* ---- stats ---------------------------------------------------------------------- */
 
 static void test_stats(conn *c)
@@ -537,6 +562,7 @@ int main(int argc, char **argv)
     test_expose_tcp(c, tport);
     test_expose_tls(c, c2, eport);
     test_expose_refusals(c, tport);
+    test_expose_after_restart(c, tport);
     test_stats(c);
     test_stats_stream(c2);
     test_egress_mapped(c);
