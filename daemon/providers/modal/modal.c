@@ -521,7 +521,9 @@ static void adopt_sandbox(struct mprov *mp, const char *id, json_t *e)
         ev_timer_set(&sb->life_timer, expires - now, 0.);
         ev_timer_start(D->loop, &sb->life_timer);
     }
+    mp->ws_adopting = 1; /* its Modal sandbox has its network already */
     struct msb *ms = modal_msb_new(mp, sb, &err);
+    mp->ws_adopting = 0;
     if (!ms) {
         log_warn("modal: sandbox %s: %s", id, err.msg ? err.msg : "?");
         err_clear(&err);

@@ -93,6 +93,7 @@ struct mprov {
      * and is reopened from the last batch. */
     int curl_pause;
     json_t *ws_conf; /* modal_ws.c: expose, expose_max_ports, egress */
+    int ws_adopting; /* modal_ws.c: options of a sandbox adopted at load */
 
     /* What survives an sbxd restart (see "state file" below). */
     char *state_path; /* NULL: nothing is kept */

@@ -109,13 +109,14 @@ static int parse_ports(struct mprov *mp, json_t *req, struct mws *w, sbx_err_t *
     if (!json_is_array(req))
         return ports_err(err, "must be an array of ports (8080 or "
                               "{\"port\": 8080, \"unencrypted\": true})");
-    if (json_is_false(json_object_get(mp->ws_conf, "expose")))
+    /* Adopted (its tunnels exist): not refused again, see egress_entry. */
+    if (json_is_false(json_object_get(mp->ws_conf, "expose")) && !mp->ws_adopting)
         return err_make(err, SBX_E_PERMISSION,
                         "providers.modal.expose is false: ports cannot be declared");
     json_int_t max = json_integer_value(json_object_get(mp->ws_conf, "expose_max_ports"));
     if (max <= 0)
         max = DEFAULT_MAX_PORTS;
-    if ((json_int_t)json_array_size(req) > max)
+    if ((json_int_t)json_array_size(req) > max && !mp->ws_adopting)
         return err_make_data(err, SBX_E_LIMIT,
                              json_pack("{s:s, s:I}", "limit",
                                        "providers.modal.expose_max_ports", "max", max),
@@ -253,10 +254,34 @@ static int egress_err(sbx_err_t *err, const char *entry, const char *why)
         "options.egress.allow: %s: %s", entry, why);
 }
 
-/* One entry: checked, clamped, and put in w's CIDR or domain list. */
-static int egress_entry(struct mprov *mp, struct mws *w, const char *e, sbx_err_t *err)
+/* The config's word on entry e (c: its CIDR, or NULL for a name): 0, or -32003. */
+static int clamp(struct mprov *mp, const char *e, const struct cidr *c, sbx_err_t *err)
 {
     json_t *conf = json_object_get(mp->ws_conf, "egress");
+    if (c && private_cidr(c) &&
+        !json_is_true(json_object_get(conf, "allow_private_addresses")))
+        return err_make_data(err, SBX_E_PERMISSION,
+                             json_pack("{s:s, s:s, s:s}", "option", "egress", "reason",
+                                       "private", "requested", e),
+                             "egress to %s reaches private, loopback or link-local "
+                             "addresses (providers.modal.egress.allow_private_addresses)",
+                             e);
+    size_t i;
+    json_t *v;
+    json_array_foreach(json_object_get(conf, "allow"), i, v)
+        if (json_is_string(v) && covers(json_string_value(v), e, c))
+            return 0;
+    return err_make_data(err, SBX_E_PERMISSION,
+                         json_pack("{s:s, s:s, s:s}", "option", "egress", "reason",
+                                   "ceiling", "requested", e),
+                         "egress to %s is beyond providers.modal.egress.allow", e);
+}
+
+/* One entry: checked, clamped, and put in w's CIDR or domain list. A sandbox
+ * adopted from the state file is not clamped again: Modal already runs it
+ * with this list, which a narrower ceiling since then does not take back. */
+static int egress_entry(struct mprov *mp, struct mws *w, const char *e, sbx_err_t *err)
+{
     struct cidr c;
     int is_cidr = parse_cidr(e, &c);
     if (!is_cidr && strcmp(e, "*") != 0 && strchr(e, ':'))
@@ -265,24 +290,8 @@ static int egress_entry(struct mprov *mp, struct mws *w, const char *e, sbx_err_
                           "not by port: give the host without :port");
     if (!is_cidr && strcmp(e, "*") != 0 && !valid_domain(e))
         return egress_err(err, e, "not a host name, *.domain, address or CIDR");
-    if (is_cidr && private_cidr(&c) &&
-        !json_is_true(json_object_get(conf, "allow_private_addresses")))
-        return err_make_data(err, SBX_E_PERMISSION,
-                             json_pack("{s:s, s:s, s:s}", "option", "egress", "reason",
-                                       "private", "requested", e),
-                             "egress to %s reaches private, loopback or link-local "
-                             "addresses (providers.modal.egress.allow_private_addresses)",
-                             e);
-    int ok = 0;
-    size_t i;
-    json_t *v;
-    json_array_foreach(json_object_get(conf, "allow"), i, v)
-        ok |= json_is_string(v) && covers(json_string_value(v), e, is_cidr ? &c : NULL);
-    if (!ok)
-        return err_make_data(err, SBX_E_PERMISSION,
-                             json_pack("{s:s, s:s, s:s}", "option", "egress", "reason",
-                                       "ceiling", "requested", e),
-                             "egress to %s is beyond providers.modal.egress.allow", e);
+    if (!mp->ws_adopting && clamp(mp, e, is_cidr ? &c : NULL, err) < 0)
+        return -1;
     if (strcmp(e, "*") == 0)
         w->net = MODAL__CLIENT__NETWORK_ACCESS__NETWORK_ACCESS_TYPE__OPEN;
     else if (is_cidr)
