@@ -263,7 +263,8 @@ fi
 
 # -- 2d. terminals, tunnels, egress and stats (issue 18) ----------------------------------
 if [ -x "$B/tests/ptest_modal_ws" ]; then
-    "$B/tests/ptest_modal_ws" "$T/main.sock" "$CPORT" "$CA" >"$T/ptest_ws.log" 2>&1
+    PTEST_WS_SBXD="$VG $B/sbxd" PTEST_WS_CFG="$T/main.yaml" PTEST_TMP="$T" \
+        "$B/tests/ptest_modal_ws" "$T/main.sock" "$CPORT" "$CA" >"$T/ptest_ws.log" 2>&1
     st=$?
     cat "$T/ptest_ws.log"
     out=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$T/ptest_ws.log" | tail -n 1)

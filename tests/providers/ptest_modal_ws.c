@@ -10,9 +10,13 @@
  * made which RPC). The tunnels are the fake's real listeners, so an exposed
  * port is fetched through them from a server the test starts in the sandbox.
  * The config (modal.sh, main.yaml) has providers.modal.egress.allow =
- * [pypi.org, *.example.com, 203.0.113.0/24, 10.1.0.0/16].
+ * [pypi.org, *.example.com, 203.0.113.0/24, 10.1.0.0/16]. With
+ * PTEST_WS_SBXD (a command prefix that runs sbxd), PTEST_WS_CFG (main.yaml)
+ * and PTEST_TMP, a second sbxd with a state file is restarted with a
+ * narrower ceiling to check what adoption keeps.
  */
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <grp.h>
 #include <math.h>
 #include <netinet/in.h>
@@ -20,6 +24,7 @@
 #include <signal.h>
 #include <stdint.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include "itest.h"
@@ -533,6 +538,120 @@ static void test_log(void)
               t > 0 && u >= 2);
 }
 
+/* ---- adoption by a restarted sbxd --------------------------------------------- */
+
+/* base's lines but its egress and state_file, then state_file and egress_line, into out.
+ */
+static int adopt_cfg(const char *base, const char *out, const char *state,
+                     const char *egress_line)
+{
+    FILE *in = fopen(base, "r"), *o = fopen(out, "w");
+    char line[1024];
+    while (in && o && fgets(line, sizeof(line), in))
+        if (strncmp(line, "    egress:", 11) != 0 &&
+            strncmp(line, "    state_file:", 15) != 0)
+            fputs(line, o);
+    if (o)
+        fprintf(o, "    state_file: %s\n    %s\n", state, egress_line);
+    int ok = in && o;
+    if (in)
+        fclose(in);
+    if (o)
+        fclose(o);
+    return ok ? 0 : -1;
+}
+
+static pid_t adopt_sbxd(const char *prefix, const char *cfg, const char *sock)
+{
+    char cmd[1024], logp[600];
+    snprintf(cmd, sizeof(cmd), "exec %s -c %s --log-level debug", prefix, cfg);
+    snprintf(logp, sizeof(logp), "%s.log", sock);
+    unlink(sock);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fd = open(logp, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+        }
+        setenv("SBXD_SOCKET", sock, 1);
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    struct stat st;
+    for (int i = 0; i < 400 && stat(sock, &st) != 0; i++)
+        usleep(50000);
+    return pid;
+}
+
+static void adopt_stop(pid_t pid)
+{
+    kill(pid, SIGTERM);
+    waitpid(pid, NULL, 0);
+}
+
+/* sandbox.expose until the tunnels are known (an adoption fetches them). */
+static json_t *expose_retry(conn *c, const char *id, int port)
+{
+    json_t *r = NULL;
+    for (int i = 0; i < 100; i++) {
+        json_decref(r);
+        r = call(c, "sandbox.expose", json_pack("{s:s, s:i}", "id", id, "port", port));
+        if (err_code(r) != -32006 && err_code(r) != -32000)
+            break;
+        usleep(100000);
+    }
+    return r;
+}
+
+static void test_adopt(const char *prefix, const char *base, const char *tmp, int port)
+{
+    char cfg1[600], cfg2[600], state[600], sock[200];
+    snprintf(cfg1, sizeof(cfg1), "%s/ws-adopt1.yaml", tmp);
+    snprintf(cfg2, sizeof(cfg2), "%s/ws-adopt2.yaml", tmp);
+    snprintf(state, sizeof(state), "%s/ws-adopt.state.json", tmp);
+    snprintf(sock, sizeof(sock), "%s/ws-adopt.sock", tmp);
+    adopt_cfg(base, cfg1, state, "egress: {allow: [\"203.0.113.0/24\"]}");
+    adopt_cfg(base, cfg2, state, "egress: {allow: [\"pypi.org\"]}");
+    pid_t pid = adopt_sbxd(prefix, cfg1, sock);
+    conn *c = cn_open(sock);
+    json_t *r =
+        c ? call(c, "sandbox.create",
+                 json_pack("{s:s, s:s, s:{s:[{s:i, s:b}], s:{s:[s]}}}", "id", "mwa",
+                           "provider", "modal", "options", "ports", "port", port,
+                           "unencrypted", 1, "egress", "allow", "203.0.113.0/24"))
+          : NULL;
+    json_decref(r);
+    r = c ? call(c, "sandbox.expose", json_pack("{s:s, s:i}", "id", "mwa", "port", port))
+          : NULL;
+    int before = (int)res_int(r, "host_port");
+    json_decref(r);
+    if (c)
+        cn_close(c);
+    adopt_stop(pid);
+    pid = adopt_sbxd(prefix, cfg2, sock); /* the ceiling no longer covers it */
+    c = cn_open(sock);
+    r = c ? expose_retry(c, "mwa", port) : NULL;
+    int after = (int)res_int(r, "host_port");
+    json_decref(r);
+    r = c ? call(c, "sandbox.get", json_pack("{s:s}", "id", "mwa")) : NULL;
+    json_t *na =
+        json_object_get(json_object_get(res_of(r), "metadata"), "network_access");
+    printf("      tunnel port %d before, %d after the restart\n", before, after);
+    test_cond("adoption: a restarted sbxd (narrower ceiling) keeps the sandbox, its "
+              "tunnel and egress list",
+              before > 0 && after == before &&
+                  !strcmp(json_string_value(
+                              json_array_get(json_object_get(na, "allowed_cidrs"), 0)),
+                          "203.0.113.0/24"));
+    json_decref(r);
+    if (c) {
+        json_decref(call(c, "sandbox.destroy", json_pack("{s:s}", "id", "mwa")));
+        cn_close(c);
+    }
+    adopt_stop(pid);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 4) {
@@ -569,6 +688,12 @@ int main(int argc, char **argv)
     test_egress_refused(c);
     test_cross_uid(spid, tport);
     test_log();
+    const char *prefix = getenv("PTEST_WS_SBXD"), *base = getenv("PTEST_WS_CFG"),
+               *tmp = getenv("PTEST_TMP");
+    if (prefix && base && tmp)
+        test_adopt(prefix, base, tmp, free_port());
+    else
+        test_skip("adoption keeps tunnels and egress", "PTEST_WS_SBXD/CFG/TMP not set");
     json_decref(call(c, "sandbox.destroy", json_pack("{s:s}", "id", SB)));
     cn_close(c);
     cn_close(c2);
