@@ -78,10 +78,12 @@ static const struct verb verbs[] = {
     {"ps", cmd_ps, "ps [-q] ID",
      "Lists the processes of a sandbox with their commands as given; -q prints only\n"
      "their pids."},
-    {"logs", cmd_logs, "logs [-f] [-n|--tail N|all] ID PID",
+    {"logs", cmd_logs, "logs [-f] [-t] [--since T] [-n|--tail N|all] ID PID",
      "Prints the buffered output of a process. With -f it follows the output until\n"
      "the process exits and then exits with its exit status; --tail N prints only\n"
-     "the last N lines of what is buffered (then, with -f, everything new)."},
+     "the last N lines of what is buffered (then, with -f, everything new);\n"
+     "--since T only what arrived since T (10m, 2h, 2026-12-01T16:25:00Z, a Unix\n"
+     "time); -t puts the time each line arrived before it, as docker logs -t does."},
     {"kill", cmd_kill, "kill [-s|--signal SIG] ID PID",
      "Sends a signal to a process group (default KILL); SIG is a name (TERM, SIGTERM)\n"
      "or a number."},

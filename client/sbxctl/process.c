@@ -1,7 +1,7 @@
 /*
- * process.c - sbxctl verbs about processes: spawn, ps, logs, kill, wait,
- * write, close-stdin. (exec, run and attach, which stream and handle Ctrl-C,
- * live in exec.c.)
+ * process.c - sbxctl verbs about processes: spawn, ps, kill, wait, write,
+ * close-stdin. (logs is logs.c; exec, run and attach, which stream and
+ * handle Ctrl-C, live in exec.c.)
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -134,8 +134,8 @@ static const struct opt kill_opts[] = {
     {NULL, 0, 0, 0},
 };
 
-/* Collects the positionals "ID PID". */
-static void two_args(const char *arg, const char **id, const char **pid)
+/* Collects the positionals "ID PID" (sbxctl.h). */
+void args_id_pid(const char *arg, const char **id, const char **pid)
 {
     if (!*id)
         *id = arg;
@@ -156,7 +156,7 @@ int cmd_kill(int argc, char **argv)
         if (o == OPT_HELP)
             verb_help();
         if (o == OPT_ARG)
-            two_args(p.arg, &id, &pid);
+            args_id_pid(p.arg, &id, &pid);
         else
             sig = p.arg;
     }
@@ -191,7 +191,7 @@ int cmd_wait(int argc, char **argv)
         if (o == OPT_HELP)
             verb_help();
         if (o == OPT_ARG)
-            two_args(p.arg, &id, &pid);
+            args_id_pid(p.arg, &id, &pid);
         else
             timeout = arg_int("--timeout", p.arg);
     }
@@ -209,192 +209,6 @@ int cmd_wait(int argc, char **argv)
         printf("%d\n", status);
     json_decref(r);
     return status;
-}
-
-/* ---- logs -------------------------------------------------------------------------- */
-
-struct logs_state {
-    const char *sandbox;
-    json_int_t pid;
-    json_int_t end[3]; /* per stream: offset after the last byte received */
-    int exited;
-    int status; /* the exit status from process.exit */
-    /* --tail N: the replay is held (as chunks in arrival order, bounded by
-     * what sbxd replays) and only its last N lines printed. */
-    long tail; /* -1: all */
-    int holding;
-    struct chunk {
-        int stream;
-        char *data;
-        size_t len;
-    } * held;
-    size_t nheld, capheld;
-};
-
-/* Prints the held replay's last s->tail lines (counted over both streams,
- * in the order they arrived), then stops holding. */
-static void logs_flush(struct logs_state *s)
-{
-    size_t from_chunk = 0, from_off = 0;
-    long need = s->tail;
-    int first = 1, found = 0;
-    if (need == 0) {
-        from_chunk = s->nheld;
-        found = 1;
-    }
-    /* Back from the end: the tail-th newline before the last byte starts it. */
-    for (size_t ci = s->nheld; !found && ci-- > 0;) {
-        const struct chunk *k = &s->held[ci];
-        for (size_t j = k->len; j-- > 0;) {
-            int nl = k->data[j] == '\n';
-            if (first) {
-                first = 0;
-                if (nl)
-                    continue; /* the newline that ends the last line */
-            }
-            if (nl && --need == 0) {
-                from_chunk = ci;
-                from_off = j + 1;
-                found = 1;
-                break;
-            }
-        }
-    }
-    for (size_t i = from_chunk; i < s->nheld; i++) {
-        const struct chunk *k = &s->held[i];
-        size_t off = i == from_chunk ? from_off : 0;
-        FILE *f = k->stream == SBX_STDERR ? stderr : stdout;
-        fwrite(k->data + off, 1, k->len - off, f);
-        fflush(f);
-    }
-    for (size_t i = 0; i < s->nheld; i++)
-        free(s->held[i].data);
-    free(s->held);
-    s->held = NULL;
-    s->nheld = s->capheld = 0;
-    s->holding = 0;
-}
-
-static void logs_note(struct logs_state *s, const char *method, json_t *params)
-{
-    const char *sb = json_string_value(json_object_get(params, "sandbox"));
-    json_t *pid = json_object_get(params, "pid");
-
-    if (!sb || strcmp(sb, s->sandbox) != 0 || !json_is_integer(pid) ||
-        json_integer_value(pid) != s->pid)
-        return;
-    if (strcmp(method, SBX_N_EXIT) == 0) {
-        s->exited = 1;
-        s->status = exit_status(params);
-        return;
-    }
-    if (strcmp(method, SBX_N_OUTPUT) != 0)
-        return;
-    int stream;
-    char *data;
-    size_t len;
-    if (sbx_output_decode(&stream, &data, &len, params) != SBX_OK)
-        return;
-    if (s->holding) {
-        if (s->nheld == s->capheld) {
-            s->capheld = s->capheld ? 2 * s->capheld : 64;
-            s->held = ctl_nonnull(realloc(s->held, s->capheld * sizeof(*s->held)));
-        }
-        s->held[s->nheld++] = (struct chunk){stream, data, len};
-    } else {
-        FILE *f = stream == SBX_STDERR ? stderr : stdout;
-        fwrite(data, 1, len, f);
-        fflush(f);
-        free(data);
-    }
-    json_int_t end =
-        json_integer_value(json_object_get(params, "offset")) + (json_int_t)len;
-    if (end > s->end[stream])
-        s->end[stream] = end;
-}
-
-static void logs_cb(sbx_ctx *c, const char *method, json_t *params, void *privdata)
-{
-    (void)c;
-    logs_note(privdata, method, params);
-}
-
-static const struct opt logs_opts[] = {
-    {"follow", 'f', 0, 1},
-    {"tail", 'n', 1, 2},
-    {NULL, 0, 0, 0},
-};
-
-int cmd_logs(int argc, char **argv)
-{
-    struct parser p;
-    const char *id = NULL, *pid = NULL;
-    int follow = 0, o;
-    long tail = -1;
-    json_t *r;
-
-    parser_init(&p, argc, argv);
-    while ((o = opt_next(&p, logs_opts)) != OPT_END) {
-        if (o == OPT_HELP)
-            verb_help();
-        if (o == OPT_ARG)
-            two_args(p.arg, &id, &pid);
-        else if (o == 1)
-            follow = 1;
-        else if (strcmp(p.arg, "all") != 0 && (tail = (long)arg_int("--tail", p.arg)) < 0)
-            usage_error("--tail: a number of lines, or all");
-    }
-    if (!id || !pid)
-        usage_error("missing %s", id ? "PID" : "sandbox ID");
-
-    struct logs_state s = {id,   arg_int("PID", pid), {0, 0, 0}, 0, 0,
-                           tail, tail >= 0,           NULL,      0, 0};
-    sbx_ctx *c = ctl_connect();
-    sbx_set_notify_cb(c, logs_cb, &s);
-    int rc = ctl_call(
-        c, SBX_M_ATTACH,
-        json_pack("{s:s, s:I, s:b}", "sandbox", id, "pid", s.pid, "follow", follow), &r);
-    if (rc) {
-        sbx_free(c);
-        return rc;
-    }
-    int running = json_is_true(json_object_get(r, "running"));
-    json_int_t want[3] = {0, json_integer_value(json_object_get(r, "stdout_offset")),
-                          json_integer_value(json_object_get(r, "stderr_offset"))};
-    json_int_t start[3] = {0, json_integer_value(json_object_get(r, "stdout_start")),
-                           json_integer_value(json_object_get(r, "stderr_start"))};
-    if (g.json)
-        print_json(r);
-    json_decref(r);
-
-    /* A finished process: the replay ends with its process.exit. A running one
-     * without -f: the replay ends at the offsets of the attach result. */
-    for (;;) {
-        int replayed = (s.end[1] >= want[1] || want[1] <= start[1]) &&
-                       (s.end[2] >= want[2] || want[2] <= start[2]);
-        if (s.holding && (s.exited || replayed))
-            logs_flush(&s); /* --tail: the replay is complete, live output follows */
-        if (s.exited)
-            break;
-        if (running && !follow && replayed)
-            break;
-        json_t *n;
-        if (sbx_read_notification(c, &n, follow || !running ? -1 : 5000) != SBX_OK) {
-            if (c->err == SBX_ERR_TIMEOUT)
-                break;
-            warnx_("%s", c->errstr);
-            sbx_free(c);
-            return EXIT_RPC;
-        }
-        logs_note(&s, json_string_value(json_object_get(n, "method")),
-                  json_object_get(n, "params"));
-        json_decref(n);
-    }
-    if (s.holding)
-        logs_flush(&s);
-    sbx_free(c);
-    /* -f follows to the end: exit with the process's status, as wait does. */
-    return follow && s.exited ? s.status : 0;
 }
 
 /* ---- write, close-stdin ------------------------------------------------------------ */
@@ -493,7 +307,7 @@ int cmd_close_stdin(int argc, char **argv)
     while ((o = opt_next(&p, NULL)) != OPT_END) {
         if (o == OPT_HELP)
             verb_help();
-        two_args(p.arg, &id, &pid);
+        args_id_pid(p.arg, &id, &pid);
     }
     if (!id || !pid)
         usage_error("missing %s", id ? "PID" : "sandbox ID");

@@ -101,6 +101,8 @@ void warnx_(const char *fmt, ...) SBXCTL_PRINTF(1, 2);
 
 /* ---- argument helpers (usage_error on bad input) ---- */
 json_int_t arg_int(const char *what, const char *s);
+/* Collects the positionals "ID PID" one at a time (process.c). */
+void args_id_pid(const char *arg, const char **id, const char **pid);
 /* K=V into obj; with null_if_empty, "K=" stores null. */
 void arg_env(json_t *obj, const char *kv, int null_if_empty);
 /* key=value into obj; value parsed as JSON if it parses, else a string. */

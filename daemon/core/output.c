@@ -20,6 +20,7 @@
 #include "sandbox.h"
 #include "sbx_proto.h"
 #include "utf8.h"
+#include "wallclock.h"
 #include "xalloc.h"
 
 #define NOTIFY_PIECE (256 * 1024)
@@ -98,6 +99,95 @@ static void ring_copy(const struct ring *r, uint64_t total, uint64_t from, uint6
         out[o - from] = r->buf[(r->head + (size_t)(o - first)) % r->cap];
 }
 
+/* -- time marks ------------------------------------------------------------ */
+
+size_t output_marks_bytes(const struct pstream *st)
+{
+    return st->marks.cap * sizeof(struct tmark);
+}
+
+void output_stream_drop(struct pstream *st)
+{
+    free(st->ring.buf);
+    memset(&st->ring, 0, sizeof(st->ring));
+    free(st->marks.m);
+    memset(&st->marks, 0, sizeof(st->marks));
+}
+
+/* Merges the oldest half of the marks pairwise (each pair: the first's
+ * offset, the second's time, an upper bound for both chunks), so that a
+ * process printing a byte at a time keeps times for its whole ring. */
+static void marks_merge_old(struct tmarks *mk)
+{
+    struct tmark *m = mk->m + mk->start;
+    size_t half = mk->len / 2 & ~(size_t)1, o = 0;
+    for (size_t i = 0; i < half; i += 2)
+        m[o++] = (struct tmark){m[i].off, m[i + 1].ns};
+    memmove(m + o, m + half, (mk->len - half) * sizeof(*m));
+    mk->len -= half - o;
+}
+
+/* A chunk starting at stream offset off arrived at ns; oldest is the offset
+ * of the ring's oldest byte. Returns how many bytes the marks grew by. */
+static size_t marks_add(struct tmarks *mk, size_t ring_max, uint64_t oldest, uint64_t off,
+                        int64_t ns)
+{
+    if (ring_max == 0)
+        return 0;
+    if (mk->max == 0)
+        mk->max = ring_max / TMARK_GRAIN > 16 ? ring_max / TMARK_GRAIN : 16;
+    /* Marks whose bytes all left the ring go (the first one left covers it). */
+    while (mk->len >= 2 && mk->m[mk->start + 1].off <= oldest) {
+        mk->start++;
+        mk->len--;
+    }
+    if (mk->len > 0 && mk->m[mk->start + mk->len - 1].ns >= ns)
+        return 0; /* same time (or a clock step back): the last mark covers it */
+    if (mk->len == mk->max)
+        marks_merge_old(mk);
+    size_t grew = 0;
+    if (mk->start + mk->len == mk->cap) {
+        if (mk->start > 0) {
+            memmove(mk->m, mk->m + mk->start, mk->len * sizeof(*mk->m));
+            mk->start = 0;
+        } else {
+            size_t ncap = mk->cap ? 2 * mk->cap : 16;
+            if (ncap > mk->max)
+                ncap = mk->max;
+            struct tmark *nm = realloc(mk->m, ncap * sizeof(*nm));
+            if (!nm)
+                return 0; /* no time for this chunk: the previous mark covers it */
+            grew = (ncap - mk->cap) * sizeof(*nm);
+            mk->m = nm;
+            mk->cap = ncap;
+        }
+    }
+    mk->m[mk->start + mk->len++] = (struct tmark){off, ns};
+    return grew;
+}
+
+/* Index (from start) of the mark covering offset off: the last one at or
+ * before it, else the first. mk->len > 0. */
+static size_t mark_index(const struct tmarks *mk, uint64_t off)
+{
+    const struct tmark *m = mk->m + mk->start;
+    size_t lo = 0, hi = mk->len; /* the answer is the last i with m[i].off <= off */
+    while (hi - lo > 1) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (m[mid].off <= off)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* The time of the byte at offset off (0 when none is known). */
+static int64_t mark_ns(const struct tmarks *mk, uint64_t off)
+{
+    return mk->len ? mk->m[mk->start + mark_index(mk, off)].ns : 0;
+}
+
 /* -- notifications --------------------------------------------------------- */
 
 /* 1 when bytes that are valid UTF-8 still go as base64 for enc: escaping
@@ -109,11 +199,14 @@ static int b64_cheaper(enum out_enc enc, const uint8_t *d, size_t n)
 
 /* params for one process.output; data is sent as a string when valid UTF-8. */
 static json_t *output_params(struct process *p, int stream, uint64_t offset,
-                             const uint8_t *d, size_t n, enum out_enc enc)
+                             const uint8_t *d, size_t n, enum out_enc enc,
+                             const char *time)
 {
     json_t *params =
         json_pack("{s:s, s:I, s:s, s:I}", "sandbox", p->sb->id, "pid", (json_int_t)p->pid,
                   "stream", stream_name[stream], "offset", (json_int_t)offset);
+    if (time)
+        json_object_set_new(params, "time", json_string(time));
     if (utf8_valid(d, n) && !b64_cheaper(enc, d, n)) {
         json_object_set_new(params, "data", json_stringn((const char *)d, n));
     } else {
@@ -168,19 +261,30 @@ static char *line_buffer(size_t cap)
     return line;
 }
 
-/* Writes one process.output line with d as "data" (escaped) or "data_b64"
- * (as_b64) and sends it to the followers whose encoding gives that choice:
- * utf8_b64 for "utf8" followers, auto_b64 for "auto" ones. */
-static void send_output_line(struct process *p, int stream, uint64_t offset,
-                             const uint8_t *d, size_t n, int as_b64, int utf8_b64,
-                             int auto_b64)
+/* Which line a follower gets for a piece: base64 or not, with a time or
+ * not (bit 0: base64, bit 1: time). */
+static int variant_of(const struct sub *sb, int utf8_b64, int auto_b64)
 {
-    char head[200];
+    return (sb->enc == ENC_AUTO ? auto_b64 : utf8_b64) | (sb->timestamps ? 2 : 0);
+}
+
+/* Writes one process.output line with d as "data" (escaped) or "data_b64"
+ * (variant bit 0), with "time" (bit 1), and sends it to the followers of
+ * that variant. */
+static void send_output_line(struct process *p, int stream, uint64_t offset,
+                             const uint8_t *d, size_t n, int variant, int utf8_b64,
+                             int auto_b64, int64_t ns)
+{
+    int as_b64 = variant & 1;
+    char head[240], ts[WALLCLOCK_TEXT] = "";
+    if (variant & 2)
+        wallclock_format(ts, ns);
     int hl = snprintf(
         head, sizeof(head),
         "{\"jsonrpc\":\"2.0\",\"method\":\"process.output\",\"params\":{\"sandbox\":\"%s\","
-        "\"pid\":%u,\"stream\":\"%s\",\"offset\":%llu,\"%s\":\"",
+        "\"pid\":%u,\"stream\":\"%s\",\"offset\":%llu,%s%s%s\"%s\":\"",
         p->sb->id, p->pid, stream_name[stream], (unsigned long long)offset,
+        variant & 2 ? "\"time\":\"" : "", ts, variant & 2 ? "\"," : "",
         as_b64 ? "data_b64" : "data");
     char *line = line_buffer((size_t)hl + (as_b64 ? base64_len(n) + 1 : n * 6) + 8);
     if (!line)
@@ -191,32 +295,34 @@ static void send_output_line(struct process *p, int stream, uint64_t offset,
     memcpy(line + o, "\"}}", 3);
     o += 3;
     for (struct sub *sb = p->subs; sb; sb = sb->pnext)
-        if ((sb->enc == ENC_AUTO ? auto_b64 : utf8_b64) == as_b64)
+        if (variant_of(sb, utf8_b64, auto_b64) == variant)
             sb->f->send_line(sb->f, line, o);
 }
 
 /* The hot path of streaming: the process.output line is written by hand.
  * jansson would copy the bytes into a string, check their UTF-8 again and
  * escape them into a third buffer; here they are checked once (the caller
- * did) and escaped once. Ids are [A-Za-z0-9_.-], safe to embed. At most two
- * lines are built: text for the followers that get text, base64 for the
- * others (invalid UTF-8, or "auto" followers when base64 is shorter). */
+ * did) and escaped once. Ids are [A-Za-z0-9_.-], safe to embed. At most one
+ * line per variant is built: text for the followers that get text, base64
+ * for the others (invalid UTF-8, or "auto" followers when base64 is
+ * shorter), each with or without its time. */
 static void notify_output(struct process *p, int stream, uint64_t offset,
                           const uint8_t *d, size_t n, int valid_utf8)
 {
-    int have_utf8 = 0, have_auto = 0;
-    for (struct sub *sb = p->subs; sb; sb = sb->pnext) {
-        if (sb->enc == ENC_AUTO)
-            have_auto = 1;
-        else
-            have_utf8 = 1;
-    }
+    int have_auto = 0;
+    for (struct sub *sb = p->subs; sb; sb = sb->pnext)
+        have_auto |= sb->enc == ENC_AUTO;
     int utf8_b64 = !valid_utf8;
     int auto_b64 = !valid_utf8 || (have_auto && b64_cheaper(ENC_AUTO, d, n));
-    if ((have_utf8 && !utf8_b64) || (have_auto && !auto_b64))
-        send_output_line(p, stream, offset, d, n, 0, utf8_b64, auto_b64);
-    if ((have_utf8 && utf8_b64) || (have_auto && auto_b64))
-        send_output_line(p, stream, offset, d, n, 1, utf8_b64, auto_b64);
+    unsigned need = 0;
+    for (struct sub *sb = p->subs; sb; sb = sb->pnext)
+        need |= 1u << variant_of(sb, utf8_b64, auto_b64);
+    int64_t ns = need & 0xc ? mark_ns(&p->out[stream].marks, offset) : 0;
+    if (need & 0xc && ns == 0)
+        ns = wallclock_now_ns(); /* no ring (replay_bytes 0), so no marks */
+    for (int v = 0; v < 4; v++)
+        if (need & (1u << v))
+            send_output_line(p, stream, offset, d, n, v, utf8_b64, auto_b64, ns);
 }
 
 /* Emits bytes [emitted, total) minus an incomplete UTF-8 tail (unless final). */
@@ -263,8 +369,11 @@ void process_output(struct process *p, int stream, const void *data, size_t len)
     struct pstream *st = &p->out[stream];
     size_t cap0 = st->ring.cap;
     ring_append(&st->ring, data, len);
-    if (st->ring.cap != cap0)
-        process_retained_grew(p, st->ring.cap - cap0);
+    size_t grew = st->ring.cap - cap0;
+    uint64_t oldest = st->total + len - st->ring.len;
+    grew += marks_add(&st->marks, st->ring.max, oldest, st->total, wallclock_now_ns());
+    if (grew)
+        process_retained_grew(p, grew);
     if (p->exec_cb || p->internal) {
         size_t cap = (size_t)D->cfg.exec_output_bytes;
         size_t room = st->acc_len < cap ? cap - st->acc_len : 0;
@@ -311,19 +420,22 @@ void output_follower_writable(struct follower *f)
 
 /* -- followers ------------------------------------------------------------- */
 
-void process_subscribe(struct process *p, struct follower *f, enum out_enc enc)
+void process_subscribe(struct process *p, struct follower *f, enum out_enc enc,
+                       int timestamps)
 {
     if (!f)
         return;
     for (struct sub *x = p->subs; x; x = x->pnext)
         if (x->f == f) {
             x->enc = enc;
+            x->timestamps = timestamps;
             return;
         }
     struct sub *n = xcalloc(1, sizeof(*n));
     n->p = p;
     n->f = f;
     n->enc = enc;
+    n->timestamps = timestamps;
     n->pnext = p->subs;
     if (p->subs)
         p->subs->pprev = n;
@@ -410,41 +522,94 @@ void output_put_result(json_t *o, const char *key, struct pstream *st, enum out_
     }
 }
 
-static uint64_t replay_stream(struct process *p, struct follower *f, int stream,
-                              uint64_t from, enum out_enc enc)
+/* Where one stream's replay stands. */
+struct replay_cur {
+    int stream;
+    uint64_t pos, end;
+};
+
+/* The first offset at or after from whose bytes arrived at or after since. */
+static uint64_t since_start(const struct pstream *st, uint64_t from, uint64_t end,
+                            int64_t since)
 {
-    struct pstream *st = &p->out[stream];
-    uint64_t oldest = st->total - st->ring.len;
-    uint64_t end = st->emitted; /* the live stream continues from here */
-    if (from < oldest)
-        from = oldest;
-    if (from > end)
-        from = end;
-    uint64_t start = from;
-    while (from < end) {
-        size_t n = (size_t)(end - from < NOTIFY_PIECE ? end - from : NOTIFY_PIECE);
-        uint8_t *buf = xmalloc(n);
-        ring_copy(&st->ring, st->total, from, from + n, buf);
-        size_t hold = from + n < end ? utf8_incomplete_tail(buf, n) : 0;
-        if (hold == n)
-            hold = 0;
-        char *text = notification_text(
-            SBX_N_OUTPUT, output_params(p, stream, from, buf, n - hold, enc));
-        if (text) {
-            f->send_line(f, text, strlen(text));
-            free(text);
-        }
-        from += n - hold;
-        free(buf);
-    }
-    return start;
+    const struct tmarks *mk = &st->marks;
+    if (since <= 0 || from >= end)
+        return from;
+    const struct tmark *m = mk->m + mk->start;
+    for (size_t i = mk->len; i-- > 0;) /* usually near the end: walk back */
+        if (m[i].ns < since)
+            return i + 1 < mk->len ? (m[i + 1].off > from ? m[i + 1].off : from) : end;
+    return from; /* every mark is new enough (or none is known) */
 }
 
-json_t *process_replay(struct process *p, struct follower *f, uint64_t off_out,
-                       uint64_t off_err, enum out_enc enc)
+/* Sends the next piece of cur to f: at most NOTIFY_PIECE, not past the next
+ * mark when timed (so each piece has one time), never ending inside a UTF-8
+ * sequence unless the stream's emitted end is there. */
+static void replay_piece(struct process *p, struct follower *f, struct replay_cur *cur,
+                         const struct replay_opts *o)
 {
-    uint64_t s0 = replay_stream(p, f, 0, off_out, enc);
-    uint64_t s1 = replay_stream(p, f, 1, off_err, enc);
+    struct pstream *st = &p->out[cur->stream];
+    uint64_t lim =
+        cur->end - cur->pos < NOTIFY_PIECE ? cur->end : cur->pos + NOTIFY_PIECE;
+    int64_t ns = 0;
+    if (o->timestamps && st->marks.len) {
+        size_t i = mark_index(&st->marks, cur->pos);
+        ns = st->marks.m[st->marks.start + i].ns;
+        if (i + 1 < st->marks.len && st->marks.m[st->marks.start + i + 1].off < lim)
+            lim = st->marks.m[st->marks.start + i + 1].off;
+    }
+    size_t n = (size_t)(lim - cur->pos);
+    uint8_t *buf = xmalloc(n);
+    ring_copy(&st->ring, st->total, cur->pos, lim, buf);
+    size_t hold = lim < cur->end ? utf8_incomplete_tail(buf, n) : 0;
+    if (hold == n)
+        hold = 0;
+    char ts[WALLCLOCK_TEXT];
+    if (o->timestamps)
+        wallclock_format(ts, ns ? ns : wallclock_now_ns());
+    char *text = notification_text(SBX_N_OUTPUT,
+                                   output_params(p, cur->stream, cur->pos, buf, n - hold,
+                                                 o->enc, o->timestamps ? ts : NULL));
+    if (text) {
+        f->send_line(f, text, strlen(text));
+        free(text);
+    }
+    cur->pos += n - hold;
+    free(buf);
+}
+
+/* The time of cur's next piece, for ordering the two streams. */
+static int64_t next_ns(struct process *p, const struct replay_cur *cur)
+{
+    return mark_ns(&p->out[cur->stream].marks, cur->pos);
+}
+
+json_t *process_replay(struct process *p, struct follower *f, const struct replay_opts *o)
+{
+    struct replay_cur cur[2];
+    for (int i = 0; i < 2; i++) {
+        struct pstream *st = &p->out[i];
+        uint64_t oldest = st->total - st->ring.len;
+        uint64_t end = st->emitted; /* the live stream continues from here */
+        uint64_t from = o->off[i] < oldest ? oldest : o->off[i];
+        if (from > end)
+            from = end;
+        uint64_t start = since_start(st, from, end, o->since_ns);
+        cur[i] = (struct replay_cur){i, start < end ? start : end, end};
+    }
+    uint64_t s0 = cur[0].pos, s1 = cur[1].pos;
+    /* Untimed: all of stdout, then stderr, as ever. Timed: in arrival order. */
+    for (int i = 0; i < 2;) {
+        if (cur[i].pos >= cur[i].end) {
+            i++;
+            continue;
+        }
+        int k = i;
+        if (o->timestamps && i == 0 && cur[1].pos < cur[1].end &&
+            next_ns(p, &cur[1]) < next_ns(p, &cur[0]))
+            k = 1;
+        replay_piece(p, f, &cur[k], o);
+    }
     return json_pack("{s:b, s:I, s:I, s:I, s:I}", "running", p->state != P_EXITED,
                      "stdout_start", (json_int_t)s0, "stderr_start", (json_int_t)s1,
                      "stdout_offset", (json_int_t)p->out[0].emitted, "stderr_offset",

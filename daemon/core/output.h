@@ -21,13 +21,32 @@ struct ring {
     size_t head;     /* index of the oldest byte */
 };
 
+/*
+ * When output arrived: one mark per chunk the provider reported, the stream
+ * offset of its first byte and the wall-clock time (ns). At most max marks
+ * (ring.max / TMARK_GRAIN); past that the oldest half is merged pairwise,
+ * each pair keeping the later time, so old output keeps an upper bound of
+ * its time and recent output its exact one. Bytes before the first mark
+ * carry its time. Counted in the retained bytes with the ring.
+ */
+struct tmark {
+    uint64_t off;
+    int64_t ns;
+};
+struct tmarks {
+    struct tmark *m; /* entries m[start, start + len) */
+    size_t cap, max, start, len;
+};
+#define TMARK_GRAIN 128 /* replay bytes per mark of room */
+
 struct pstream {
     uint64_t total;   /* bytes received */
     uint64_t emitted; /* bytes sent in notifications (total - held tail) */
     uint8_t tail[4];  /* incomplete UTF-8 sequence held back */
     size_t ntail;
     struct ring ring; /* last replay_bytes */
-    char *acc;        /* exec result accumulation */
+    struct tmarks marks;
+    char *acc; /* exec result accumulation */
     size_t acc_len;
     int truncated;
 };
@@ -58,16 +77,27 @@ struct sub {
     struct process *p;
     struct follower *f;
     enum out_enc enc;
+    int timestamps; /* each process.output carries its "time" */
 };
 
-/* Adds f as a follower of p (f NULL: nothing), or changes its encoding if
- * it follows already. */
-void process_subscribe(struct process *p, struct follower *f, enum out_enc enc);
+/* What process.attach asks of the replay. */
+struct replay_opts {
+    uint64_t off[2]; /* stdout, stderr: replay from these offsets */
+    enum out_enc enc;
+    int64_t since_ns; /* > 0: only output that arrived at or after it */
+    int timestamps;   /* each piece carries its time; stdout and stderr pieces
+                         then come in the order they arrived */
+};
+
+/* Adds f as a follower of p (f NULL: nothing), or changes its encoding and
+ * timestamps if it follows already. */
+void process_subscribe(struct process *p, struct follower *f, enum out_enc enc,
+                       int timestamps);
 void process_unsubscribe(struct process *p, struct follower *f);
-/* Replays p's buffered output from the offsets to f; the answer for
+/* Replays p's buffered output as o asks to f; the answer for
  * process.attach {running, stdout_start, ...}, a new reference. */
-json_t *process_replay(struct process *p, struct follower *f, uint64_t off_out,
-                       uint64_t off_err, enum out_enc enc);
+json_t *process_replay(struct process *p, struct follower *f,
+                       const struct replay_opts *o);
 /* f drained below its low mark: the processes it held back may go on. */
 void output_follower_writable(struct follower *f);
 /* f goes away: it follows nothing any more. */
@@ -79,6 +109,10 @@ void output_follower_gone(struct follower *f);
 void output_flush(struct process *p);
 /* Sends process.exit (params stolen) to p's followers. */
 void output_notify_exit(struct process *p, json_t *params);
+/* Bytes the marks of st hold (counted with the ring). */
+size_t output_marks_bytes(const struct pstream *st);
+/* Frees the ring and the marks of st. */
+void output_stream_drop(struct pstream *st);
 /* Drops every follower of p. */
 void output_unfollow_all(struct process *p);
 /* Puts a stream's accumulated exec output into o as key or key_b64. */

@@ -57,7 +57,8 @@ size_t process_retained_total(void)
 
 static size_t proc_bytes(const struct process *p)
 {
-    return p->out[0].ring.cap + p->out[1].ring.cap + p->result_bytes;
+    return p->out[0].ring.cap + p->out[1].ring.cap + output_marks_bytes(&p->out[0]) +
+           output_marks_bytes(&p->out[1]) + p->result_bytes;
 }
 
 static void retained_unlink(struct process *p)
@@ -123,10 +124,8 @@ static size_t drop_members(struct process *p, int all)
 static void evict(struct process *p)
 {
     retained_total -= proc_bytes(p);
-    for (int i = 0; i < 2; i++) {
-        free(p->out[i].ring.buf);
-        memset(&p->out[i].ring, 0, sizeof(p->out[i].ring));
-    }
+    for (int i = 0; i < 2; i++)
+        output_stream_drop(&p->out[i]);
     if (p->result_bytes && p->exit)
         drop_members(p, 1);
     p->result_bytes = 0;
@@ -776,7 +775,7 @@ void process_free(struct process *p)
     retained_total -= proc_bytes(p);
     retained_unlink(p);
     for (int i = 0; i < 2; i++) {
-        free(p->out[i].ring.buf);
+        output_stream_drop(&p->out[i]);
         free(p->out[i].acc);
     }
     json_decref(p->spec);

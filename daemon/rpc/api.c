@@ -27,6 +27,7 @@
 #include "snapshot.h"
 #include "usage.h"
 #include "utf8.h"
+#include "wallclock.h"
 #include "xalloc.h"
 
 /* -- callers ----------------------------------------------------------------- */
@@ -117,6 +118,33 @@ static int opt_encoding(struct call *c, json_t *params, enum out_enc *out)
     else if (!e || strcmp(e, "utf8") != 0 || json_string_length(v) != 4)
         return bad_param(c, "output_encoding", "must be \"utf8\" or \"auto\"");
     return 0;
+}
+
+/* since: a Unix time in seconds (a number, fractions kept to the ns) or an
+ * RFC 3339 string (PROTOCOL.md, process.attach), into ns since the epoch. */
+static int opt_since(struct call *c, json_t *params, int64_t *out)
+{
+    json_t *v = json_object_get(params, "since");
+    *out = 0;
+    if (!v || json_is_null(v))
+        return 0;
+    const double max_s = 253402300799.0; /* 9999-12-31T23:59:59Z */
+    if (json_is_integer(v) && json_integer_value(v) >= 0 &&
+        json_integer_value(v) <= (json_int_t)max_s) {
+        *out = (int64_t)json_integer_value(v) * 1000000000;
+        return 0;
+    }
+    if (json_is_real(v) && json_real_value(v) >= 0 && json_real_value(v) <= max_s) {
+        *out = (int64_t)(json_real_value(v) * 1e9);
+        return 0;
+    }
+    if (json_is_string(v) &&
+        wallclock_parse(out, json_string_value(v), json_string_length(v)) == 0 &&
+        *out >= 0)
+        return 0;
+    return bad_param(c, "since",
+                     "must be a Unix time in seconds (>= 0) or an RFC 3339 date-time "
+                     "such as \"2026-12-01T16:25:00.5Z\"");
 }
 
 static int valid_id(const char *s)
@@ -1144,7 +1172,7 @@ static void start_process(struct call *c, json_t *params, int is_exec)
         return;
     }
     if (stream)
-        process_subscribe(p, c->conn ? &c->conn->fol : NULL, enc);
+        process_subscribe(p, c->conn ? &c->conn->fol : NULL, enc, 0);
     uint32_t pid = p->pid;
     if (tok && c->conn)
         conn_notify(c->conn, SBX_N_STARTED,
@@ -1283,19 +1311,22 @@ static void m_attach(struct call *c, json_t *params)
         return;
     int64_t off = 0, o1 = -1, o2 = -1;
     int follow = 1;
-    enum out_enc enc;
-    if (opt_encoding(c, params, &enc) < 0 ||
+    struct replay_opts ro = {0};
+    if (opt_encoding(c, params, &ro.enc) < 0 ||
         opt_int(c, params, "offset", 0, INT64_MAX, &off) < 0 ||
         opt_int(c, params, "stdout_offset", 0, INT64_MAX, &o1) < 0 ||
         opt_int(c, params, "stderr_offset", 0, INT64_MAX, &o2) < 0 ||
-        opt_bool(c, params, "follow", &follow) < 0)
+        opt_bool(c, params, "follow", &follow) < 0 ||
+        opt_since(c, params, &ro.since_ns) < 0 ||
+        opt_bool(c, params, "timestamps", &ro.timestamps) < 0)
         return;
     if (!c->conn) {
         call_reply(c, NULL);
         return;
     }
-    json_t *res = process_replay(p, &c->conn->fol, (uint64_t)(o1 >= 0 ? o1 : off),
-                                 (uint64_t)(o2 >= 0 ? o2 : off), enc);
+    ro.off[0] = (uint64_t)(o1 >= 0 ? o1 : off);
+    ro.off[1] = (uint64_t)(o2 >= 0 ? o2 : off);
+    json_t *res = process_replay(p, &c->conn->fol, &ro);
     if (p->state == P_EXITED) {
         json_t *e = p->exit;
         conn_notify(c->conn, SBX_N_EXIT,
@@ -1307,7 +1338,7 @@ static void m_attach(struct call *c, json_t *params)
                               json_object_get(e, "killed"), "error",
                               json_object_get(e, "error")));
     } else if (follow) {
-        process_subscribe(p, c->conn ? &c->conn->fol : NULL, enc);
+        process_subscribe(p, c->conn ? &c->conn->fol : NULL, ro.enc, ro.timestamps);
     }
     call_reply(c, res);
 }

@@ -401,7 +401,7 @@ static void test_core_callbacks(void)
     json_decref(cmd);
     struct answers w = {0};
     if (ok) {
-        process_subscribe(p, &l.f, ENC_UTF8);
+        process_subscribe(p, &l.f, ENC_UTF8, 0);
         process_output(p, SBX_STREAM_STDOUT, "abc", 3);
         test_cond("a follower gets process.output as one line",
                   l.n == 1 && strstr(l.last, "\"method\":\"process.output\"") &&

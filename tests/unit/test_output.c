@@ -1,0 +1,242 @@
+/*
+ * test_output.c - daemon/core/output.c in-process, with a provider of a
+ * few lines whose processes print only what the test hands them: the time
+ * marks of the replay ring (issue 19) stay within their bound and are
+ * counted in the retained bytes, recent output keeps its exact time and
+ * old output an upper bound, since starts the replay where it should, and
+ * a timed replay carries times and orders the two streams as they came.
+ */
+#include <signal.h>
+#include <time.h>
+
+#include "daemon.h"
+#include "process.h"
+#include "sandbox.h"
+#include "sbx_proto.h"
+#include "testhelp.h"
+#include "wallclock.h"
+
+/* -- a provider whose processes run until killed ----------------------------- */
+
+static int f_load(json_t *conf, void **cookie, sbx_err_t *err)
+{
+    return 0;
+}
+static int f_available(void *cookie, const char **reason)
+{
+    return 1;
+}
+static int f_op(void *cookie, struct sandbox *sb, sbx_err_t *err)
+{
+    sandbox_op_done(sb, NULL, NULL);
+    return 0;
+}
+static int f_spawn(void *cookie, struct process *p, sbx_err_t *err)
+{
+    return 0;
+}
+static int f_write(void *c, struct process *p, const void *d, size_t n, sbx_err_t *e)
+{
+    return 0;
+}
+static int f_close(void *c, struct process *p, sbx_err_t *e)
+{
+    return 0;
+}
+static int f_kill(void *c, struct process *p, int sig, sbx_err_t *e)
+{
+    json_t *rec = json_pack("{s:i, s:i}", "exit_code", 128 + sig, "signal", sig);
+    process_exited(p, rec);
+    json_decref(rec);
+    return 0;
+}
+
+static const struct sbx_provider fake = {
+    .name = "fake",
+    .load = f_load,
+    .available = f_available,
+    .sb_start = f_op,
+    .sb_stop = f_op,
+    .sb_destroy = f_op,
+    .proc_spawn = f_spawn,
+    .proc_write = f_write,
+    .proc_close_stdin = f_close,
+    .proc_kill = f_kill,
+};
+
+static struct daemon d;
+
+static void setup(void)
+{
+    D = &d;
+    config_init_defaults(&d.cfg);
+    d.cfg.replay_bytes = 4096; /* room for max(16, 4096 / 128) = 32 marks */
+    d.loop = EV_DEFAULT;
+    d.snapshots = json_object();
+    d.providers[0].ops = &fake;
+    d.providers[0].enabled = 1;
+    d.providers[0].loaded = 1;
+    d.nproviders = 1;
+}
+
+static struct sandbox *mk(const char *id)
+{
+    struct sandbox *sb = NULL;
+    sbx_err_t err = {0};
+    json_t *conf = json_pack("{s:i, s:i, s:i}", "timeout_ms", 60000, "idle_timeout_ms", 0,
+                             "command_timeout_ms", 60000);
+    sandbox_new(&sb, id, &d.providers[0], 0, conf, &err);
+    sandbox_start(sb, NULL, NULL);
+    return sb;
+}
+
+static struct process *spawn(struct sandbox *sb)
+{
+    json_t *cmd = json_string("run");
+    struct proc_opts o = {.command = cmd};
+    struct process *p = NULL;
+    sbx_err_t err = {0};
+    if (process_new(&p, sb, &o, &err) < 0 || process_launch(p, &err) < 0)
+        p = NULL;
+    err_clear(&err);
+    json_decref(cmd);
+    return p;
+}
+
+/* Waits until the wall clock has moved past t, so each chunk has a time of
+ * its own. */
+static int64_t after(int64_t t)
+{
+    int64_t n;
+    while ((n = wallclock_now_ns()) <= t)
+        ;
+    return n;
+}
+
+/* A follower that keeps the lines it gets. */
+struct lines {
+    struct follower f;
+    char text[8][512];
+    int n;
+};
+static void keep_line(struct follower *f, const char *text, size_t len)
+{
+    struct lines *l = (struct lines *)f;
+    if (l->n < 8)
+        snprintf(l->text[l->n], sizeof(l->text[0]), "%.*s", (int)len, text);
+    l->n++;
+}
+
+/* -- tests ----------------------------------------------------------------- */
+
+static int marks_ordered(const struct tmarks *mk)
+{
+    for (size_t i = 1; i < mk->len; i++) {
+        const struct tmark *a = &mk->m[mk->start + i - 1], *b = a + 1;
+        if (a->off >= b->off || a->ns >= b->ns)
+            return 0;
+    }
+    return 1;
+}
+
+static void test_marks_bounded(void)
+{
+    struct sandbox *sb = mk("marks");
+    struct process *p = spawn(sb);
+    size_t r0 = process_retained_total();
+    int64_t t = 0, t600 = 0, t990 = 0;
+    for (int i = 0; i < 1000; i++) {
+        t = after(t);
+        if (i == 600)
+            t600 = t;
+        if (i == 990)
+            t990 = t;
+        process_output(p, SBX_STREAM_STDOUT, "x", 1);
+    }
+    const struct pstream *st = &p->out[0];
+    test_cond("a thousand one-byte chunks keep at most max marks",
+              st->marks.max == 32 && st->marks.len <= 32 && st->marks.cap <= 32);
+    test_eq_int("the marks are counted in the retained bytes",
+                process_retained_total() - r0, st->ring.cap + output_marks_bytes(st));
+    test_cond("marks stay ordered by offset and time", marks_ordered(&st->marks));
+    test_cond("the first mark covers the oldest byte",
+              st->marks.m[st->marks.start].off <= st->total - st->ring.len);
+
+    struct lines l = {.f.send_line = keep_line};
+    struct replay_opts o = {.since_ns = t990};
+    json_t *r = process_replay(p, &l.f, &o);
+    test_eq_int("since a recent chunk: the replay starts exactly there",
+                json_integer_value(json_object_get(r, "stdout_start")), 990);
+    json_decref(r);
+    o.since_ns = t600;
+    r = process_replay(p, &l.f, &o);
+    json_int_t s600 = json_integer_value(json_object_get(r, "stdout_start"));
+    test_cond("since an old chunk: never later than it (an upper bound of its time)",
+              s600 <= 600);
+    json_decref(r);
+    o.since_ns = after(t);
+    r = process_replay(p, &l.f, &o);
+    test_eq_int("since now: nothing, the start at the end",
+                json_integer_value(json_object_get(r, "stdout_start")), 1000);
+    json_decref(r);
+
+    sbx_err_t err = {0};
+    process_kill(p, SIGKILL, &err);
+    test_cond("an exited record still holds them",
+              process_retained_total() - r0 >= st->ring.cap + output_marks_bytes(st));
+    process_free(p);
+    test_eq_int("freeing the record gives the bytes back", process_retained_total(), r0);
+    sandbox_destroy(sb, NULL, NULL);
+}
+
+static void test_timed_replay(void)
+{
+    struct sandbox *sb = mk("timed");
+    struct process *p = spawn(sb);
+    int64_t t = after(0);
+    process_output(p, SBX_STREAM_STDOUT, "a\n", 2);
+    t = after(t);
+    process_output(p, SBX_STREAM_STDERR, "b\n", 2);
+    t = after(t);
+    process_output(p, SBX_STREAM_STDOUT, "c\n", 2);
+
+    struct lines l = {.f.send_line = keep_line};
+    struct replay_opts o = {.timestamps = 1};
+    json_decref(process_replay(p, &l.f, &o));
+    test_cond("timed: three pieces, stdout and stderr in the order they came",
+              l.n == 3 && strstr(l.text[0], "\"data\":\"a\\n\"") &&
+                  strstr(l.text[1], "\"data\":\"b\\n\"") &&
+                  strstr(l.text[2], "\"data\":\"c\\n\""));
+    test_cond("each timed piece carries its time",
+              strstr(l.text[0], "\"time\":\"20") && strstr(l.text[2], "Z\""));
+    struct lines u = {.f.send_line = keep_line};
+    struct replay_opts uo = {0};
+    json_decref(process_replay(p, &u.f, &uo));
+    test_cond("untimed: stdout whole, then stderr, without times",
+              u.n == 2 && strstr(u.text[0], "\"data\":\"a\\nc\\n\"") &&
+                  !strstr(u.text[0], "\"time\""));
+
+    /* Live: a timed and an untimed follower each get their own line. */
+    struct lines lt = {.f.send_line = keep_line}, lu = {.f.send_line = keep_line};
+    process_subscribe(p, &lt.f, ENC_UTF8, 1);
+    process_subscribe(p, &lu.f, ENC_UTF8, 0);
+    process_output(p, SBX_STREAM_STDOUT, "d", 1);
+    test_cond("live: the timed follower's line has a time, the other's not",
+              lt.n == 1 && lu.n == 1 && strstr(lt.text[0], "\"time\"") &&
+                  !strstr(lu.text[0], "\"time\""));
+    sbx_err_t err = {0};
+    process_kill(p, SIGKILL, &err);
+    sandbox_destroy(sb, NULL, NULL);
+}
+
+int main(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    setup();
+    test_marks_bounded();
+    test_timed_replay();
+    sandbox_free_all();
+    json_decref(d.snapshots);
+    config_deinit(&d.cfg);
+    return test_report();
+}
