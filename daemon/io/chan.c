@@ -10,8 +10,9 @@
 #include <unistd.h>
 
 #include "daemon.h"
+#include "jdepth.h"
 #include "log.h"
-#include "rpc.h"
+#include "sbx_proto.h"
 
 #define CHAN_WLIMIT (32u * 1024 * 1024)
 #define CHAN_READ_ROUNDS 16
@@ -253,7 +254,7 @@ json_t *chan_json(const uint8_t *payload, size_t len)
 {
     json_t *v =
         json_loadb((const char *)payload, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
-    if (v && !rpc_json_depth_ok(v, 0)) {
+    if (v && !jdepth_ok(v, 0, SBX_MAX_JSON_DEPTH)) {
         json_decref(v);
         return NULL;
     }

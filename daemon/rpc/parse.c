@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "daemon.h"
+#include "jdepth.h"
 #include "log.h"
 #include "sbx_proto.h"
 
@@ -88,22 +89,7 @@ static void *parser_main(void *arg)
 
 int parse_depth_ok(json_t *v, int depth)
 {
-    if (depth > SBX_MAX_JSON_DEPTH)
-        return 0;
-    if (json_is_object(v)) {
-        const char *k;
-        json_t *x;
-        json_object_foreach(v, k, x)
-            if (!parse_depth_ok(x, depth + 1))
-                return 0;
-    } else if (json_is_array(v)) {
-        size_t i;
-        json_t *x;
-        json_array_foreach(v, i, x)
-            if (!parse_depth_ok(x, depth + 1))
-                return 0;
-    }
-    return 1;
+    return jdepth_ok(v, depth, SBX_MAX_JSON_DEPTH);
 }
 
 /* On the loop: hand parsed values to their owners, in submission order. */
