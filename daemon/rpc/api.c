@@ -5,6 +5,7 @@
  */
 #include "api.h"
 #include "api_fs.h"
+#include "params.h"
 
 #include <ctype.h>
 #include <signal.h>
@@ -27,7 +28,6 @@
 #include "snapshot.h"
 #include "usage.h"
 #include "utf8.h"
-#include "wallclock.h"
 #include "xalloc.h"
 
 /* -- callers ----------------------------------------------------------------- */
@@ -42,109 +42,6 @@ static uid_t caller_uid(struct call *c)
 static int caller_admin(struct call *c)
 {
     return !c->conn || c->conn->admin;
-}
-
-/* -- params ------------------------------------------------------------------- */
-
-static int bad_param(struct call *c, const char *param, const char *msg)
-{
-    call_error(c, SBX_E_PARAMS, json_pack("{s:s}", "param", param), "%s: %s", param, msg);
-    return -1;
-}
-
-/* Optional string. 0 ok (out may stay NULL), -1 answered. */
-static int opt_str(struct call *c, json_t *params, const char *key, const char **out)
-{
-    json_t *v = json_object_get(params, key);
-    *out = NULL;
-    if (!v || json_is_null(v))
-        return 0;
-    if (!json_is_string(v))
-        return bad_param(c, key, "must be a string");
-    /* Strings here name things (ids, providers, paths): "a\u0000zz" must not
-     * quietly become "a". */
-    if (strlen(json_string_value(v)) != json_string_length(v))
-        return bad_param(c, key, "must not contain a NUL byte");
-    *out = json_string_value(v);
-    return 0;
-}
-
-static int req_str(struct call *c, json_t *params, const char *key, const char **out)
-{
-    if (opt_str(c, params, key, out) < 0)
-        return -1;
-    if (!*out)
-        return bad_param(c, key, "is required");
-    return 0;
-}
-
-static int opt_int(struct call *c, json_t *params, const char *key, int64_t lo,
-                   int64_t hi, int64_t *out)
-{
-    json_t *v = json_object_get(params, key);
-    if (!v || json_is_null(v))
-        return 0;
-    if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi) {
-        char msg[96];
-        snprintf(msg, sizeof(msg), "must be an integer in %lld..%lld", (long long)lo,
-                 (long long)hi);
-        return bad_param(c, key, msg);
-    }
-    *out = json_integer_value(v);
-    return 0;
-}
-
-static int opt_bool(struct call *c, json_t *params, const char *key, int *out)
-{
-    json_t *v = json_object_get(params, key);
-    if (!v || json_is_null(v))
-        return 0;
-    if (!json_is_boolean(v))
-        return bad_param(c, key, "must be a boolean");
-    *out = json_is_true(v);
-    return 0;
-}
-
-/* output_encoding: "utf8" (the default) or "auto" (PROTOCOL.md). */
-static int opt_encoding(struct call *c, json_t *params, enum out_enc *out)
-{
-    json_t *v = json_object_get(params, "output_encoding");
-    *out = ENC_UTF8;
-    if (!v || json_is_null(v))
-        return 0;
-    const char *e = json_string_value(v);
-    if (e && strcmp(e, "auto") == 0 && json_string_length(v) == 4)
-        *out = ENC_AUTO;
-    else if (!e || strcmp(e, "utf8") != 0 || json_string_length(v) != 4)
-        return bad_param(c, "output_encoding", "must be \"utf8\" or \"auto\"");
-    return 0;
-}
-
-/* since: a Unix time in seconds (a number, fractions kept to the ns) or an
- * RFC 3339 string (PROTOCOL.md, process.attach), into ns since the epoch. */
-static int opt_since(struct call *c, json_t *params, int64_t *out)
-{
-    json_t *v = json_object_get(params, "since");
-    *out = 0;
-    if (!v || json_is_null(v))
-        return 0;
-    const double max_s = 253402300799.0; /* 9999-12-31T23:59:59Z */
-    if (json_is_integer(v) && json_integer_value(v) >= 0 &&
-        json_integer_value(v) <= (json_int_t)max_s) {
-        *out = (int64_t)json_integer_value(v) * 1000000000;
-        return 0;
-    }
-    if (json_is_real(v) && json_real_value(v) >= 0 && json_real_value(v) <= max_s) {
-        *out = (int64_t)(json_real_value(v) * 1e9);
-        return 0;
-    }
-    if (json_is_string(v) &&
-        wallclock_parse(out, json_string_value(v), json_string_length(v)) == 0 &&
-        *out >= 0)
-        return 0;
-    return bad_param(c, "since",
-                     "must be a Unix time in seconds (>= 0) or an RFC 3339 date-time "
-                     "such as \"2026-12-01T16:25:00.5Z\"");
 }
 
 static int valid_id(const char *s)
@@ -203,7 +100,7 @@ static int park(struct call *c, json_t *params)
 static struct sandbox *get_sandbox(struct call *c, json_t *params, const char *key)
 {
     const char *id;
-    if (req_str(c, params, key, &id) < 0)
+    if (param_req_str(c, params, key, &id) < 0)
         return NULL;
     struct sandbox *sb = sandbox_find(caller_uid(c), caller_admin(c), id);
     if (!sb) {
@@ -224,7 +121,7 @@ static struct process *get_process(struct call *c, json_t *params,
     if (!json_is_integer(pid) || json_integer_value(pid) < 1 ||
         json_integer_value(pid) > (json_int_t)UINT32_MAX) {
         /* Out of range is not "not found": 2^32+1 must not alias pid 1. */
-        bad_param(c, "pid", "must be an integer in 1..4294967295");
+        param_bad(c, "pid", "must be an integer in 1..4294967295");
         return NULL;
     }
     struct process *p = process_find(sb, (uint32_t)json_integer_value(pid));
@@ -243,23 +140,17 @@ static struct process *get_process(struct call *c, json_t *params,
     return p;
 }
 
-/* A JSON string with a NUL inside (JSON_ALLOW_NUL lets "\u0000" through). */
-static int has_nul(json_t *v)
-{
-    return json_is_string(v) && strlen(json_string_value(v)) != json_string_length(v);
-}
-
 /* A hook command: what process.exec would take as command. */
 static int valid_command(json_t *v)
 {
     if (json_is_string(v))
-        return json_string_length(v) > 0 && !has_nul(v);
+        return json_string_length(v) > 0 && !param_has_nul(v);
     if (!json_is_array(v) || json_array_size(v) == 0)
         return 0;
     size_t i;
     json_t *a;
     json_array_foreach(v, i, a) {
-        if (!json_is_string(a) || has_nul(a))
+        if (!json_is_string(a) || param_has_nul(a))
             return 0;
     }
     return 1;
@@ -268,7 +159,7 @@ static int valid_command(json_t *v)
 /* -- answers from the core ----------------------------------------------------- */
 
 /* A core completion (sandbox.h, sbx_result_cb) answering the call c. */
-static void call_done(sbx_err_t *err, json_t *result, void *c)
+void api_call_done(sbx_err_t *err, json_t *result, void *c)
 {
     if (err) {
         sbx_err_t copy = {0};
@@ -287,7 +178,7 @@ static void create_done(sbx_err_t *err, json_t *result, void *c)
     const char *id = json_string_value(json_object_get(result, "id"));
     struct sandbox *sb = err ? NULL : sandbox_find_any(id);
     if (!sb) {
-        call_done(err, result, c);
+        api_call_done(err, result, c);
         return;
     }
     json_t *r = json_copy(result);
@@ -308,7 +199,7 @@ static void reconnect_done(sbx_err_t *err, json_t *result, void *data)
 {
     struct reconnect *rc = data;
     if (err) {
-        call_done(err, NULL, rc->c);
+        api_call_done(err, NULL, rc->c);
     } else {
         json_t *o = json_copy(result);
         json_object_set_new(o, "reconnected", json_true());
@@ -473,15 +364,15 @@ static int over_sandbox_cap(struct call *c, uid_t uid)
 static int conf_common(struct call *c, json_t *params, json_t *conf)
 {
     const char *s;
-    if (opt_str(c, params, "working_dir", &s) < 0)
+    if (param_str(c, params, "working_dir", &s) < 0)
         return -1;
     if (s) {
         if (s[0] != '/')
-            return bad_param(c, "working_dir", "must be an absolute path");
+            return param_bad(c, "working_dir", "must be an absolute path");
         json_object_set_new(conf, "working_dir", json_string(s));
     }
     int64_t v = -1;
-    if (opt_int(c, params, "idle_timeout_ms", 0, 86400000, &v) < 0)
+    if (param_int(c, params, "idle_timeout_ms", 0, 86400000, &v) < 0)
         return -1;
     if (v >= 0)
         json_object_set_new(conf, "idle_timeout_ms", json_integer(v));
@@ -637,12 +528,12 @@ static void m_create(struct call *c, json_t *params)
 {
     uid_t uid = c->conn ? c->conn->uid : 0;
     const char *id, *prov_name, *snap, *str;
-    if (opt_str(c, params, "id", &id) < 0 ||
-        opt_str(c, params, "provider", &prov_name) < 0 ||
-        opt_str(c, params, "snapshot", &snap) < 0)
+    if (param_str(c, params, "id", &id) < 0 ||
+        param_str(c, params, "provider", &prov_name) < 0 ||
+        param_str(c, params, "snapshot", &snap) < 0)
         return;
     if (id && !valid_id(id)) {
-        bad_param(c, "id", "must match [A-Za-z0-9][A-Za-z0-9_.-]{0,62}");
+        param_bad(c, "id", "must match [A-Za-z0-9][A-Za-z0-9_.-]{0,62}");
         return;
     }
     /* A create naming an id not adopted yet must not make a second sandbox
@@ -675,12 +566,12 @@ static void m_create(struct call *c, json_t *params)
         if (!snaprec ||
             (!(c->conn && c->conn->admin) &&
              json_integer_value(json_object_get(snaprec, "owner")) != (json_int_t)uid)) {
-            bad_param(c, "snapshot", "no such snapshot");
+            param_bad(c, "snapshot", "no such snapshot");
             return;
         }
         const char *sp = json_string_value(json_object_get(snaprec, "provider"));
         if (prov_name && strcmp(prov_name, sp) != 0) {
-            bad_param(c, "snapshot", "snapshot belongs to another provider");
+            param_bad(c, "snapshot", "snapshot belongs to another provider");
             return;
         }
         prov_name = sp;
@@ -720,12 +611,12 @@ static void m_create(struct call *c, json_t *params)
     ctimeout = json_is_integer(pct) ? json_integer_value(pct)
                                     : D->cfg.default_command_timeout_ms;
     int start = 1, fresh = 0, persistent = -1;
-    if (opt_int(c, params, "timeout_ms", 1, 86400000, &timeout) < 0 ||
-        opt_int(c, params, "command_timeout_ms", 1, 86400000, &ctimeout) < 0 ||
-        opt_int(c, params, "memory_limit_mb", 1, 65536, &mem) < 0 ||
-        opt_bool(c, params, "start", &start) < 0 ||
-        opt_bool(c, params, "fresh_isolate", &fresh) < 0 ||
-        opt_bool(c, params, "persistent", &persistent) < 0)
+    if (param_int(c, params, "timeout_ms", 1, 86400000, &timeout) < 0 ||
+        param_int(c, params, "command_timeout_ms", 1, 86400000, &ctimeout) < 0 ||
+        param_int(c, params, "memory_limit_mb", 1, 65536, &mem) < 0 ||
+        param_bool(c, params, "start", &start) < 0 ||
+        param_bool(c, params, "fresh_isolate", &fresh) < 0 ||
+        param_bool(c, params, "persistent", &persistent) < 0)
         goto fail;
     json_object_set_new(conf, "timeout_ms", json_integer(timeout));
     json_object_set_new(conf, "idle_timeout_ms", json_integer(idle));
@@ -747,13 +638,13 @@ static void m_create(struct call *c, json_t *params)
         json_object_set_new(conf, "persistent", json_boolean(persistent));
     if (conf_common(c, params, conf) < 0)
         goto fail;
-    if (opt_str(c, params, "image", &str) < 0)
+    if (param_str(c, params, "image", &str) < 0)
         goto fail;
     if (str)
         json_object_set_new(conf, "image", json_string(str));
     const char *texts[] = {"instructions", "instructions_append"};
     for (int i = 0; i < 2; i++) {
-        if (opt_str(c, params, texts[i], &str) < 0)
+        if (param_str(c, params, texts[i], &str) < 0)
             goto fail;
         if (str)
             json_object_set_new(conf, texts[i], json_string(str));
@@ -764,7 +655,7 @@ static void m_create(struct call *c, json_t *params)
         if (!h || json_is_null(h))
             continue;
         if (!valid_command(h)) {
-            bad_param(c, hooks[i], "must be a command (string or array of strings)");
+            param_bad(c, hooks[i], "must be a command (string or array of strings)");
             goto fail;
         }
         json_object_set(conf, hooks[i], h);
@@ -774,7 +665,7 @@ static void m_create(struct call *c, json_t *params)
         size_t i;
         json_t *t;
         if (!json_is_array(tools) || json_array_size(tools) > 64) {
-            bad_param(c, "tools", "must be an array of at most 64 names");
+            param_bad(c, "tools", "must be an array of at most 64 names");
             goto fail;
         }
         json_array_foreach(tools, i, t) {
@@ -786,7 +677,7 @@ static void m_create(struct call *c, json_t *params)
             for (const char *q = n; ok && *q; q++)
                 ok = isalnum((unsigned char)*q) || strchr("_$.:/@-", *q);
             if (!ok) {
-                bad_param(c, "tools", "names are 1-63 characters of [A-Za-z0-9_$.:/@-]");
+                param_bad(c, "tools", "names are 1-63 characters of [A-Za-z0-9_$.:/@-]");
                 goto fail;
             }
         }
@@ -795,7 +686,7 @@ static void m_create(struct call *c, json_t *params)
     json_t *opts = json_object_get(params, "options");
     if (opts && !json_is_null(opts)) {
         if (!json_is_object(opts)) {
-            bad_param(c, "options", "must be an object");
+            param_bad(c, "options", "must be an object");
             goto fail;
         }
         json_object_set(conf, "options", opts);
@@ -835,8 +726,8 @@ static void m_get(struct call *c, json_t *params)
 static void m_list(struct call *c, json_t *params)
 {
     const char *prov, *status;
-    if (opt_str(c, params, "provider", &prov) < 0 ||
-        opt_str(c, params, "status", &status) < 0)
+    if (param_str(c, params, "provider", &prov) < 0 ||
+        param_str(c, params, "status", &status) < 0)
         return;
     if (park(c, params))
         return; /* the whole list comes once it is known */
@@ -859,7 +750,7 @@ static void lifecycle(struct call *c, json_t *params,
 {
     struct sandbox *sb = get_sandbox(c, params, "id");
     if (sb)
-        op(sb, call_done, c);
+        op(sb, api_call_done, c);
 }
 
 static void m_start(struct call *c, json_t *params)
@@ -881,35 +772,35 @@ static void m_snapshot(struct call *c, json_t *params)
 {
     /* ttl (issue 20): seconds the image lives, -1 never; the provider clamps it. */
     int64_t ttl = 0;
-    if (opt_int(c, params, "ttl", -1, INT32_MAX, &ttl) < 0)
+    if (param_int(c, params, "ttl", -1, INT32_MAX, &ttl) < 0)
         return;
     if (ttl == 0 && json_is_integer(json_object_get(params, "ttl"))) {
-        bad_param(c, "ttl", "seconds (1 or more), or -1 for never");
+        param_bad(c, "ttl", "seconds (1 or more), or -1 for never");
         return;
     }
     struct sandbox *sb = get_sandbox(c, params, "id");
     if (sb)
-        sandbox_snapshot_ttl(sb, ttl, call_done, c);
+        sandbox_snapshot_ttl(sb, ttl, api_call_done, c);
 }
 
 static void m_snapshot_list(struct call *c, json_t *params)
 {
     const char *prov;
-    if (opt_str(c, params, "provider", &prov) < 0)
+    if (param_str(c, params, "provider", &prov) < 0)
         return;
     if (prov && !daemon_provider(prov)) {
         unknown_provider(c, prov);
         return;
     }
-    snapshot_list(prov, caller_uid(c), caller_admin(c), call_done, c);
+    snapshot_list(prov, caller_uid(c), caller_admin(c), api_call_done, c);
 }
 
 static void m_snapshot_delete(struct call *c, json_t *params)
 {
     const char *id;
-    if (req_str(c, params, "snapshot", &id) < 0)
+    if (param_req_str(c, params, "snapshot", &id) < 0)
         return;
-    snapshot_delete(id, caller_uid(c), caller_admin(c), call_done, c);
+    snapshot_delete(id, caller_uid(c), caller_admin(c), api_call_done, c);
 }
 
 static void m_clone(struct call *c, json_t *params)
@@ -919,10 +810,10 @@ static void m_clone(struct call *c, json_t *params)
         return;
     uid_t uid = c->conn ? c->conn->uid : 0;
     const char *nid;
-    if (opt_str(c, params, "new_id", &nid) < 0)
+    if (param_str(c, params, "new_id", &nid) < 0)
         return;
     if (nid && !valid_id(nid)) {
-        bad_param(c, "new_id", "must match [A-Za-z0-9][A-Za-z0-9_.-]{0,62}");
+        param_bad(c, "new_id", "must match [A-Za-z0-9][A-Za-z0-9_.-]{0,62}");
         return;
     }
     if (nid && sandbox_find_any(nid)) {
@@ -939,7 +830,7 @@ static void m_clone(struct call *c, json_t *params)
     env_merge(env, src->runtime_env, NULL);
     json_object_set_new(conf, "env", env);
     int start = 0;
-    if (conf_common(c, params, conf) < 0 || opt_bool(c, params, "start", &start) < 0) {
+    if (conf_common(c, params, conf) < 0 || param_bool(c, params, "start", &start) < 0) {
         json_decref(conf);
         return;
     }
@@ -955,7 +846,7 @@ static void m_clone(struct call *c, json_t *params)
         return;
     }
     if (start)
-        sandbox_start(sb, call_done, c);
+        sandbox_start(sb, api_call_done, c);
     else
         call_reply(c, sandbox_to_json(sb));
 }
@@ -967,7 +858,7 @@ static void m_set_env(struct call *c, json_t *params)
         return;
     json_t *patch = json_object_get(params, "env");
     if (!json_is_object(patch)) {
-        bad_param(c, "env", "must be an object");
+        param_bad(c, "env", "must be an object");
         return;
     }
     json_t *next = json_deep_copy(sb->runtime_env);
@@ -1001,358 +892,6 @@ static void m_instructions(struct call *c, json_t *params)
 
 /* -- process.* -------------------------------------------------------------------- */
 
-static int proc_param(struct call *c, const char *param, const char *msg)
-{
-    call_error(c, SBX_E_PARAMS, json_pack("{s:s}", "param", param), "%s", msg);
-    return -1;
-}
-
-/* process.exec/spawn params into o (borrowing from params; o->stdin_data is
- * a new reference) and *stream. 0 ok, -1 answered. */
-static int proc_opts_parse(struct call *c, json_t *params, struct sandbox *sb,
-                           struct proc_opts *o, int *stream)
-{
-    json_t *cmd = json_object_get(params, "command");
-    if (json_is_string(cmd)) {
-        if (json_string_length(cmd) == 0)
-            return proc_param(c, "command", "command is empty");
-        if (has_nul(cmd))
-            return proc_param(c, "command", "command contains a NUL byte");
-    } else if (json_is_array(cmd) && json_array_size(cmd) > 0) {
-        size_t i;
-        json_t *a;
-        json_array_foreach(cmd, i, a) {
-            if (!json_is_string(a))
-                return proc_param(c, "command", "command array must hold strings");
-            if (has_nul(a))
-                return proc_param(c, "command", "command contains a NUL byte");
-        }
-    } else {
-        return proc_param(c, "command", "command must be a string or a non-empty array");
-    }
-    o->command = cmd;
-    json_t *env = json_object_get(params, "env");
-    if (env && !json_is_object(env) && !json_is_null(env))
-        return proc_param(c, "env", "env must be an object");
-    sbx_err_t err = {0};
-    if (env_check(env, &err) < 0) {
-        call_fail(c, &err);
-        return -1;
-    }
-    o->env = env;
-    json_t *jcwd = json_object_get(params, "cwd");
-    if (jcwd && !json_is_null(jcwd)) {
-        if (!json_is_string(jcwd) || json_string_value(jcwd)[0] != '/' || has_nul(jcwd))
-            return proc_param(c, "cwd", "cwd must be an absolute path");
-        o->cwd = json_string_value(jcwd);
-    }
-    json_t *jt = json_object_get(params, "timeout_ms");
-    if (jt && !json_is_null(jt)) {
-        if (!json_is_integer(jt) || json_integer_value(jt) < 0 ||
-            json_integer_value(jt) > 86400000)
-            return proc_param(c, "timeout_ms",
-                              "timeout_ms must be an integer 0..86400000");
-        o->timeout_ms = json_integer_value(jt);
-    }
-    json_t *js = json_object_get(params, "stdin"),
-           *jb = json_object_get(params, "stdin_b64");
-    if (js && !json_is_null(js)) {
-        if (!json_is_string(js))
-            return proc_param(c, "stdin", "stdin must be a string");
-        o->stdin_data = json_incref(js);
-    } else if (jb && !json_is_null(jb)) {
-        size_t n = 0;
-        uint8_t *b = json_is_string(jb) ? base64_decode(json_string_value(jb),
-                                                        json_string_length(jb), &n)
-                                        : NULL;
-        if (!b)
-            return proc_param(c, "stdin_b64", "stdin_b64 must be base64");
-        o->stdin_data = json_stringn_nocheck((const char *)b, n);
-        free(b);
-    }
-    json_t *jst = json_object_get(params, "stream");
-    if (jst && !json_is_boolean(jst)) {
-        json_decref(o->stdin_data);
-        o->stdin_data = NULL;
-        return proc_param(c, "stream", "stream must be a boolean");
-    }
-    *stream = !jst || json_is_true(jst);
-    if (api_ws_pty_param(c, params, sb, o) < 0) {
-        json_decref(o->stdin_data);
-        o->stdin_data = NULL;
-        return -1;
-    }
-    return 0;
-}
-
-/* process.kill's signal: a name (KILL, SIGTERM, ...) or a number 1..64. */
-static int signal_from_json(json_t *v, int *out)
-{
-    static const struct {
-        const char *name;
-        int sig;
-    } names[] = {{"KILL", SIGKILL}, {"TERM", SIGTERM}, {"INT", SIGINT},
-                 {"HUP", SIGHUP},   {"QUIT", SIGQUIT}, {"USR1", SIGUSR1},
-                 {"USR2", SIGUSR2}, {"STOP", SIGSTOP}, {"CONT", SIGCONT},
-                 {"ALRM", SIGALRM}, {"PIPE", SIGPIPE}};
-    if (!v || json_is_null(v)) {
-        *out = SIGKILL;
-        return 0;
-    }
-    if (json_is_integer(v)) {
-        json_int_t n = json_integer_value(v);
-        if (n < 1 || n > 64)
-            return -1;
-        *out = (int)n;
-        return 0;
-    }
-    if (!json_is_string(v) || has_nul(v))
-        return -1;
-    const char *s = json_string_value(v);
-    if (strncasecmp(s, "SIG", 3) == 0)
-        s += 3;
-    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
-        if (strcasecmp(s, names[i].name) == 0) {
-            *out = names[i].sig;
-            return 0;
-        }
-    return -1;
-}
-
-static void start_process(struct call *c, json_t *params, int is_exec)
-{
-    struct sandbox *sb = get_sandbox(c, params, "sandbox");
-    if (!sb)
-        return;
-    sandbox_touch(sb);
-    enum out_enc enc;
-    if (opt_encoding(c, params, &enc) < 0)
-        return;
-    /* A backend that died behind our back: this call restarts it and runs
-     * once more (the provider's choice, restart_on_call). */
-    int restart = sandbox_restarts_on_call(sb);
-    if (restart) {
-        log_info("sandbox %s is in error (%s): restarting it for a %s", sb->id,
-                 sb->error ? sb->error : "?", c->method ? c->method : "call");
-        sandbox_start(sb, NULL, NULL);
-    }
-    if (sb->status != SB_RUNNING && sb->status != SB_PENDING &&
-        sb->status != SB_STARTING) {
-        call_error(c, SBX_E_STATE,
-                   json_pack("{s:s, s:s}", "sandbox", sb->id, "status",
-                             sandbox_status_name(sb->status)),
-                   "sandbox %s is %s", sb->id, sandbox_status_name(sb->status));
-        return;
-    }
-    struct proc_opts o = {.origin = c->conn ? c->conn->id : 0,
-                          .sandbox_restarted = restart,
-                          .result_enc = enc};
-    if (is_exec) {
-        o.exec_cb = call_done;
-        o.exec_data = c;
-    }
-    /* start_token: the session learns the pid of an exec before its result
-     * (process.started precedes the process's output), so a client that
-     * must be able to cancel it (sbxctl mcp) needs no spawn + wait pair. */
-    json_t *tok = json_object_get(params, "start_token");
-    if (tok && (!json_is_string(tok) || json_string_length(tok) == 0 ||
-                json_string_length(tok) > 128)) {
-        bad_param(c, "start_token", "must be a string of 1 to 128 bytes");
-        return;
-    }
-    int stream = 1;
-    if (proc_opts_parse(c, params, sb, &o, &stream) < 0)
-        return;
-    struct process *p = NULL;
-    sbx_err_t err = {0};
-    int r = process_new(&p, sb, &o, &err);
-    json_decref(o.stdin_data);
-    if (r < 0) {
-        call_fail(c, &err);
-        return;
-    }
-    if (stream)
-        process_subscribe(p, c->conn ? &c->conn->fol : NULL, enc, 0);
-    uint32_t pid = p->pid;
-    if (tok && c->conn)
-        conn_notify(c->conn, SBX_N_STARTED,
-                    json_pack("{s:s, s:I, s:O}", "sandbox", sb->id, "pid",
-                              (json_int_t)pid, "token", tok));
-    if (process_launch(p, &err) < 0) {
-        call_fail(c, &err);
-        return;
-    }
-    /* Its start's completion spawns the process, maybe right here. */
-    if (sb->status == SB_PENDING)
-        sandbox_start(sb, NULL, NULL);
-    if (!is_exec)
-        call_reply(c, json_pack("{s:I}", "pid", (json_int_t)pid));
-}
-
-static void m_exec(struct call *c, json_t *params)
-{
-    start_process(c, params, 1);
-}
-
-static void m_spawn(struct call *c, json_t *params)
-{
-    start_process(c, params, 0);
-}
-
-static void m_write(struct call *c, json_t *params)
-{
-    struct sandbox *sb;
-    struct process *p = get_process(c, params, &sb);
-    if (!p)
-        return;
-    json_t *d = json_object_get(params, "data"), *b = json_object_get(params, "data_b64");
-    uint8_t *bytes = NULL;
-    size_t n = 0;
-    const void *src;
-    if (json_is_string(d)) {
-        src = json_string_value(d);
-        n = json_string_length(d);
-    } else if (json_is_string(b)) {
-        bytes = base64_decode(json_string_value(b), json_string_length(b), &n);
-        if (!bytes) {
-            bad_param(c, "data_b64", "must be base64");
-            return;
-        }
-        src = bytes;
-    } else {
-        bad_param(c, "data", "data (string) or data_b64 is required");
-        return;
-    }
-    if (p->state != P_RUNNING) {
-        free(bytes);
-        call_error(c, SBX_E_STATE,
-                   json_pack("{s:s, s:I, s:s}", "sandbox", sb->id, "pid",
-                             (json_int_t)p->pid, "status",
-                             p->state == P_EXITED ? "exited" : "queued"),
-                   "process %u is not running", p->pid);
-        return;
-    }
-    sbx_err_t err = {0};
-    int r = process_write(p, src, n, &err);
-    free(bytes);
-    if (r < 0)
-        call_fail(c, &err);
-    else
-        call_reply(c, json_pack("{s:I}", "written", (json_int_t)n));
-}
-
-static void m_close_stdin(struct call *c, json_t *params)
-{
-    struct sandbox *sb;
-    struct process *p = get_process(c, params, &sb);
-    if (!p)
-        return;
-    if (p->state != P_RUNNING) {
-        call_reply(c, NULL);
-        return;
-    }
-    sbx_err_t err = {0};
-    if (process_close_stdin(p, &err) < 0)
-        call_fail(c, &err);
-    else
-        call_reply(c, NULL);
-}
-
-static void m_kill(struct call *c, json_t *params)
-{
-    struct sandbox *sb;
-    struct process *p = get_process(c, params, &sb);
-    if (!p)
-        return;
-    int sig;
-    if (signal_from_json(json_object_get(params, "signal"), &sig) < 0) {
-        bad_param(c, "signal", "must be a signal name (KILL, TERM, ...) or number 1..64");
-        return;
-    }
-    int was_exited = p->state == P_EXITED;
-    sbx_err_t err = {0};
-    if (process_kill(p, sig, &err) < 0)
-        call_fail(c, &err);
-    else
-        call_reply(c, json_pack("{s:b}", "already_exited", was_exited));
-}
-
-static void m_wait(struct call *c, json_t *params)
-{
-    struct process *p = get_process(c, params, NULL);
-    if (!p)
-        return;
-    int64_t t = 0;
-    if (opt_int(c, params, "timeout_ms", 0, 86400000, &t) < 0)
-        return;
-    if (p->state == P_EXITED) {
-        call_reply(c, process_exit_json(p, 0));
-        return;
-    }
-    process_add_waiter(p, t, call_done, c);
-}
-
-static void m_plist(struct call *c, json_t *params)
-{
-    struct sandbox *sb = get_sandbox(c, params, "sandbox");
-    if (!sb)
-        return;
-    json_t *arr = json_array();
-    for (struct process *p = sb->procs; p; p = p->next)
-        if (!p->internal)
-            json_array_append_new(arr, process_list_json(p));
-    call_reply(c, json_pack("{s:o}", "processes", arr));
-}
-
-static void m_attach(struct call *c, json_t *params)
-{
-    struct process *p = get_process(c, params, NULL);
-    if (!p)
-        return;
-    int64_t off = 0, o1 = -1, o2 = -1;
-    int follow = 1;
-    struct replay_opts ro = {0};
-    if (opt_encoding(c, params, &ro.enc) < 0 ||
-        opt_int(c, params, "offset", 0, INT64_MAX, &off) < 0 ||
-        opt_int(c, params, "stdout_offset", 0, INT64_MAX, &o1) < 0 ||
-        opt_int(c, params, "stderr_offset", 0, INT64_MAX, &o2) < 0 ||
-        opt_bool(c, params, "follow", &follow) < 0 ||
-        opt_since(c, params, &ro.since_ns) < 0 ||
-        opt_bool(c, params, "timestamps", &ro.timestamps) < 0)
-        return;
-    if (!c->conn) {
-        call_reply(c, NULL);
-        return;
-    }
-    ro.off[0] = (uint64_t)(o1 >= 0 ? o1 : off);
-    ro.off[1] = (uint64_t)(o2 >= 0 ? o2 : off);
-    json_t *res = process_replay(p, &c->conn->fol, &ro);
-    if (p->state == P_EXITED) {
-        json_t *e = p->exit;
-        conn_notify(c->conn, SBX_N_EXIT,
-                    json_pack("{s:s, s:I, s:O, s:O, s:O, s:O, s:O}", "sandbox", p->sb->id,
-                              "pid", (json_int_t)p->pid, "exit_code",
-                              json_object_get(e, "exit_code"), "signal",
-                              json_object_get(e, "signal"), "timed_out",
-                              json_object_get(e, "timed_out"), "killed",
-                              json_object_get(e, "killed"), "error",
-                              json_object_get(e, "error")));
-    } else if (follow) {
-        process_subscribe(p, c->conn ? &c->conn->fol : NULL, ro.enc, ro.timestamps);
-    }
-    call_reply(c, res);
-}
-
-static void m_detach(struct call *c, json_t *params)
-{
-    struct process *p = get_process(c, params, NULL);
-    if (!p)
-        return;
-    if (c->conn)
-        process_unsubscribe(p, &c->conn->fol);
-    call_reply(c, NULL);
-}
-
 /* -- table --------------------------------------------------------------------------- */
 
 static const struct {
@@ -1373,15 +912,6 @@ static const struct {
     {SBX_M_CLONE, m_clone},
     {SBX_M_SET_ENV, m_set_env},
     {SBX_M_INSTRUCTIONS, m_instructions},
-    {SBX_M_EXEC, m_exec},
-    {SBX_M_SPAWN, m_spawn},
-    {SBX_M_WRITE, m_write},
-    {SBX_M_CLOSE_STDIN, m_close_stdin},
-    {SBX_M_KILL, m_kill},
-    {SBX_M_WAIT, m_wait},
-    {SBX_M_PLIST, m_plist},
-    {SBX_M_ATTACH, m_attach},
-    {SBX_M_DETACH, m_detach},
     /* files (api_fs.c) */
     {SBX_M_FS_READ, m_fs_read},
     {SBX_M_FS_WRITE, m_fs_write},
@@ -1399,8 +929,10 @@ method_fn api_lookup(const char *method)
     for (size_t i = 0; i < sizeof(methods) / sizeof(methods[0]); i++)
         if (strcmp(methods[i].name, method) == 0)
             return methods[i].fn;
-    method_fn ws = api_ws_lookup(method);
-    return ws ? ws : api_mount_lookup(method);
+    method_fn fn = api_process_lookup(method);
+    if (!fn)
+        fn = api_ws_lookup(method);
+    return fn ? fn : api_mount_lookup(method);
 }
 
 struct sandbox *api_sandbox_arg(struct call *c, json_t *params, const char *key)

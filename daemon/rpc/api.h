@@ -9,6 +9,8 @@
 
 #include <jansson.h>
 
+#include "err.h"
+
 struct call;
 
 /* A method handler: answers c exactly once, now or later. params: a
@@ -16,6 +18,12 @@ struct call;
 typedef void (*method_fn)(struct call *c, json_t *params);
 /* The handler of method, or NULL when there is none. */
 method_fn api_lookup(const char *method);
+
+/* A core completion (sandbox.h, sbx_result_cb) answering the call c (the
+ * result borrowed). */
+void api_call_done(sbx_err_t *err, json_t *result, void *c);
+/* The handler of a process.* method (api_process.c), or NULL. */
+method_fn api_process_lookup(const char *method);
 
 /* ---- issue 18 (api_ws.c): terminals, ports, stats ---- */
 struct sandbox;
