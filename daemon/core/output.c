@@ -1,12 +1,13 @@
 /*
- * output.c - what a process prints, on its way out: the replay ring, the
- * exec result accumulation, process.output lines (UTF-8-safe, built by
- * hand on the hot path) to every follower, replay for attach, and flow
- * control: a congested follower holds its processes back through the
- * provider (process_output_blocked / proc_resume).
+ * output.c - what a process prints, on its way out: the replay ring and its
+ * time marks, the exec result accumulation, UTF-8-safe pieces for every
+ * follower and for replay (handed to the events table: the protocol floor
+ * encodes them), and flow control: a congested follower holds its
+ * processes back through the provider (process_output_blocked /
+ * proc_resume).
  *
  * A follower is the protocol layer's reader (a session embeds one): this
- * file only writes whole lines to it and reads its congested flag, so the
+ * file only reads its congested flag and names it in replay events, so the
  * core needs nothing of sessions or JSON-RPC framing.
  */
 #include "output.h"
@@ -15,17 +16,14 @@
 #include <string.h>
 
 #include "daemon.h"
-#include "log.h"
+#include "events.h"
 #include "process.h"
-#include "sandbox.h"
 #include "sbx_proto.h"
 #include "utf8.h"
 #include "wallclock.h"
 #include "xalloc.h"
 
 #define NOTIFY_PIECE (256 * 1024)
-
-static const char *stream_name[2] = {"stdout", "stderr"};
 
 static const struct sbx_provider *ops_of(struct process *p)
 {
@@ -188,144 +186,33 @@ static int64_t mark_ns(const struct tmarks *mk, uint64_t off)
     return mk->len ? mk->m[mk->start + mark_index(mk, off)].ns : 0;
 }
 
-/* -- notifications --------------------------------------------------------- */
+/* -- to the followers -------------------------------------------------------- */
 
-/* 1 when bytes that are valid UTF-8 still go as base64 for enc: escaping
- * them (control characters become \u00XX) would be longer. */
-static int b64_cheaper(enum out_enc enc, const uint8_t *d, size_t n)
+int output_b64_cheaper(enum out_enc enc, const uint8_t *d, size_t n)
 {
     return enc == ENC_AUTO && json_escaped_len(d, n, base64_len(n)) > base64_len(n);
 }
 
-/* params for one process.output; data is sent as a string when valid UTF-8. */
-static json_t *output_params(struct process *p, int stream, uint64_t offset,
-                             const uint8_t *d, size_t n, enum out_enc enc,
-                             const char *time)
-{
-    json_t *params =
-        json_pack("{s:s, s:I, s:s, s:I}", "sandbox", p->sb->id, "pid", (json_int_t)p->pid,
-                  "stream", stream_name[stream], "offset", (json_int_t)offset);
-    if (time)
-        json_object_set_new(params, "time", json_string(time));
-    if (utf8_valid(d, n) && !b64_cheaper(enc, d, n)) {
-        json_object_set_new(params, "data", json_stringn((const char *)d, n));
-    } else {
-        char *b = base64_encode(d, n);
-        json_object_set_new(params, "data_b64", json_string(b ? b : ""));
-        free(b);
-    }
-    return params;
-}
-
-/* A notification as one line (params stolen); malloc'd, NULL if it cannot
- * be encoded. */
-static char *notification_text(const char *method, json_t *params)
-{
-    json_t *msg = json_pack("{s:s, s:s, s:o}", "jsonrpc", "2.0", "method", method,
-                            "params", params);
-    char *text = msg ? json_dumps(msg, JSON_COMPACT) : NULL;
-    json_decref(msg);
-    if (!text)
-        log_error("cannot encode a %s notification", method);
-    return text;
-}
-
-static void notify_subs(struct process *p, const char *method, json_t *params)
-{
-    /* Build the line once, send to every follower. */
-    char *text = notification_text(method, params);
-    if (!text)
-        return;
-    size_t len = strlen(text);
-    for (struct sub *sb = p->subs; sb; sb = sb->pnext)
-        sb->f->send_line(sb->f, text, len);
-    free(text);
-}
-
-/*
- * One line buffer for the daemon, kept between calls: at streaming rates
- * a fresh malloc of up to 6 x NOTIFY_PIECE per piece was an mmap, a
- * page-fault storm and an munmap every time. Bounded by that size.
- */
-static char *line_buffer(size_t cap)
-{
-    static char *line;
-    static size_t line_cap;
-    if (cap > line_cap) {
-        char *nl = realloc(line, cap);
-        if (!nl)
-            return NULL;
-        line = nl;
-        line_cap = cap;
-    }
-    return line;
-}
-
-/* Which line a follower gets for a piece: base64 or not, with a time or
- * not (bit 0: base64, bit 1: time). */
-static int variant_of(const struct sub *sb, int utf8_b64, int auto_b64)
-{
-    return (sb->enc == ENC_AUTO ? auto_b64 : utf8_b64) | (sb->timestamps ? 2 : 0);
-}
-
-/* Writes one process.output line with d as "data" (escaped) or "data_b64"
- * (variant bit 0), with "time" (bit 1), and sends it to the followers of
- * that variant. */
-static void send_output_line(struct process *p, int stream, uint64_t offset,
-                             const uint8_t *d, size_t n, int variant, int utf8_b64,
-                             int auto_b64, int64_t ns)
-{
-    int as_b64 = variant & 1;
-    char head[240], ts[WALLCLOCK_TEXT] = "";
-    if (variant & 2)
-        wallclock_format(ts, ns);
-    int hl = snprintf(
-        head, sizeof(head),
-        "{\"jsonrpc\":\"2.0\",\"method\":\"process.output\",\"params\":{\"sandbox\":\"%s\","
-        "\"pid\":%u,\"stream\":\"%s\",\"offset\":%llu,%s%s%s\"%s\":\"",
-        p->sb->id, p->pid, stream_name[stream], (unsigned long long)offset,
-        variant & 2 ? "\"time\":\"" : "", ts, variant & 2 ? "\"," : "",
-        as_b64 ? "data_b64" : "data");
-    char *line = line_buffer((size_t)hl + (as_b64 ? base64_len(n) + 1 : n * 6) + 8);
-    if (!line)
-        return;
-    memcpy(line, head, (size_t)hl);
-    size_t o = (size_t)hl;
-    o += as_b64 ? base64_encode_to(line + o, d, n) : json_escape_to(line + o, d, n);
-    memcpy(line + o, "\"}}", 3);
-    o += 3;
-    for (struct sub *sb = p->subs; sb; sb = sb->pnext)
-        if (variant_of(sb, utf8_b64, auto_b64) == variant)
-            sb->f->send_line(sb->f, line, o);
-}
-
-/* The hot path of streaming: the process.output line is written by hand.
- * jansson would copy the bytes into a string, check their UTF-8 again and
- * escape them into a third buffer; here they are checked once (the caller
- * did) and escaped once. Ids are [A-Za-z0-9_.-], safe to embed. At most one
- * line per variant is built: text for the followers that get text, base64
- * for the others (invalid UTF-8, or "auto" followers when base64 is
- * shorter), each with or without its time. */
+/* Hands a piece of live output to the events table, with its time when a
+ * follower asked for times. */
 static void notify_output(struct process *p, int stream, uint64_t offset,
                           const uint8_t *d, size_t n, int valid_utf8)
 {
-    int have_auto = 0;
-    for (struct sub *sb = p->subs; sb; sb = sb->pnext)
-        have_auto |= sb->enc == ENC_AUTO;
-    int utf8_b64 = !valid_utf8;
-    int auto_b64 = !valid_utf8 || (have_auto && b64_cheaper(ENC_AUTO, d, n));
-    unsigned need = 0;
-    for (struct sub *sb = p->subs; sb; sb = sb->pnext)
-        need |= 1u << variant_of(sb, utf8_b64, auto_b64);
-    int64_t ns = need & 0xc ? mark_ns(&p->out[stream].marks, offset) : 0;
-    if (need & 0xc && ns == 0)
-        ns = wallclock_now_ns(); /* no ring (replay_bytes 0), so no marks */
-    for (int v = 0; v < 4; v++)
-        if (need & (1u << v))
-            send_output_line(p, stream, offset, d, n, v, utf8_b64, auto_b64, ns);
+    const struct core_events *ev = core_events();
+    if (!ev->output)
+        return;
+    int timed = 0;
+    for (struct sub *sb = p->subs; sb && !timed; sb = sb->pnext)
+        timed = sb->timestamps;
+    struct out_piece piece = {stream, offset, d, n, valid_utf8, 0};
+    if (timed) {
+        piece.ns = mark_ns(&p->out[stream].marks, offset);
+        if (piece.ns == 0)
+            piece.ns = wallclock_now_ns(); /* no ring (replay_bytes 0), so no marks */
+    }
+    ev->output(p, &piece);
 }
 
-/* Emits bytes [emitted, total) minus an incomplete UTF-8 tail (unless final). */
 static void emit_stream(struct process *p, int stream, const uint8_t *d, size_t n,
                         int final)
 {
@@ -359,22 +246,16 @@ static void emit_stream(struct process *p, int stream, const uint8_t *d, size_t 
         free(buf);
 }
 
-void process_output(struct process *p, int stream, const void *data, size_t len)
+size_t output_append(struct process *p, int stream, const void *data, size_t len,
+                     int accumulate)
 {
-    if (p->state == P_EXITED || len == 0)
-        return;
-    if (stream != SBX_STREAM_STDOUT && stream != SBX_STREAM_STDERR)
-        return;
-    stream -= SBX_STREAM_STDOUT; /* p->out[] and the helpers below index 0, 1 */
     struct pstream *st = &p->out[stream];
     size_t cap0 = st->ring.cap;
     ring_append(&st->ring, data, len);
     size_t grew = st->ring.cap - cap0;
     uint64_t oldest = st->total + len - st->ring.len;
     grew += marks_add(&st->marks, st->ring.max, oldest, st->total, wallclock_now_ns());
-    if (grew)
-        process_retained_grew(p, grew);
-    if (p->exec_cb || p->internal) {
+    if (accumulate) {
         size_t cap = (size_t)D->cfg.exec_output_bytes;
         size_t room = st->acc_len < cap ? cap - st->acc_len : 0;
         size_t take = len < room ? len : room;
@@ -398,7 +279,7 @@ void process_output(struct process *p, int stream, const void *data, size_t len)
         d += k;
         len -= k;
     }
-    sandbox_touch(p->sb);
+    return grew;
 }
 
 int process_output_blocked(struct process *p)
@@ -486,9 +367,11 @@ void output_flush(struct process *p)
             emit_stream(p, i, NULL, 0, 1);
 }
 
-void output_notify_exit(struct process *p, json_t *params)
+void output_notify_exit(struct process *p, const struct exit_note *e)
 {
-    notify_subs(p, SBX_N_EXIT, params);
+    const struct core_events *ev = core_events();
+    if (p->subs && ev->exit)
+        ev->exit(p, e);
 }
 
 void output_unfollow_all(struct process *p)
@@ -511,7 +394,7 @@ void output_put_result(json_t *o, const char *key, struct pstream *st, enum out_
     size_t n = st->acc_len;
     if (st->truncated && !utf8_valid(d, n))
         n -= utf8_incomplete_tail(d, n); /* a cut inside a character */
-    if (utf8_valid(d, n) && !b64_cheaper(enc, d, n)) {
+    if (utf8_valid(d, n) && !output_b64_cheaper(enc, d, n)) {
         json_object_set_new(o, key, json_stringn((const char *)d, n));
     } else {
         char k2[32];
@@ -564,15 +447,13 @@ static void replay_piece(struct process *p, struct follower *f, struct replay_cu
     size_t hold = lim < cur->end ? utf8_incomplete_tail(buf, n) : 0;
     if (hold == n)
         hold = 0;
-    char ts[WALLCLOCK_TEXT];
-    if (o->timestamps)
-        wallclock_format(ts, ns ? ns : wallclock_now_ns());
-    char *text = notification_text(SBX_N_OUTPUT,
-                                   output_params(p, cur->stream, cur->pos, buf, n - hold,
-                                                 o->enc, o->timestamps ? ts : NULL));
-    if (text) {
-        f->send_line(f, text, strlen(text));
-        free(text);
+    const struct core_events *ev = core_events();
+    if (ev->replay) {
+        struct out_piece piece = {
+            cur->stream, cur->pos, buf, n - hold, utf8_valid(buf, n - hold), 0};
+        if (o->timestamps)
+            piece.ns = ns ? ns : wallclock_now_ns();
+        ev->replay(f, p, &piece, o->enc, o->timestamps);
     }
     cur->pos += n - hold;
     free(buf);

@@ -3,7 +3,8 @@
  * the replay ring, exec result accumulation, process.output lines to
  * followers, replay, and the flow control that holds a process back while
  * a follower cannot take more. The provider-facing entry points
- * (process_output, process_output_blocked) are declared in provider.h.
+ * (process_output in process.c, process_output_blocked) are declared in
+ * provider.h; what goes to followers leaves through events.h.
  */
 #ifndef SBXD_OUTPUT_H
 #define SBXD_OUTPUT_H
@@ -60,14 +61,12 @@ enum out_enc {
 /*
  * A reader of process output: the protocol layer embeds one in each client
  * connection and keeps congested up to date (set over its high mark,
- * cleared below the low one, then output_follower_writable()). send_line
- * queues one complete message (text without the newline); it must not call
- * back into the core.
+ * cleared below the low one, then output_follower_writable()). What it is
+ * sent comes through the events table (events.h: output, replay, exit).
  */
 struct follower {
     struct sub *subs; /* the processes it follows */
     int congested;
-    void (*send_line)(struct follower *f, const char *text, size_t len);
 };
 
 /* A follower following one process. */
@@ -105,16 +104,26 @@ void output_follower_gone(struct follower *f);
 
 /* -- for process.c ----------------------------------------------------------- */
 
+struct exit_note;
+/* Takes len bytes (> 0) of stream (0 stdout, 1 stderr) of p: ring, marks,
+ * the exec result when accumulate, pieces to the followers. Returns how many
+ * bytes the ring and marks grew by (for limits.retained_bytes_*). */
+size_t output_append(struct process *p, int stream, const void *data, size_t len,
+                     int accumulate);
+
 /* Emits the UTF-8 tails held back, at the exit. */
 void output_flush(struct process *p);
-/* Sends process.exit (params stolen) to p's followers. */
-void output_notify_exit(struct process *p, json_t *params);
+/* Tells p's followers how it ended (events.h: exit). */
+void output_notify_exit(struct process *p, const struct exit_note *e);
 /* Bytes the marks of st hold (counted with the ring). */
 size_t output_marks_bytes(const struct pstream *st);
 /* Frees the ring and the marks of st. */
 void output_stream_drop(struct pstream *st);
 /* Drops every follower of p. */
 void output_unfollow_all(struct process *p);
+/* 1 when bytes that are valid UTF-8 still go as base64 for enc: escaping
+ * them (control characters become \u00XX) would be longer. */
+int output_b64_cheaper(enum out_enc enc, const uint8_t *d, size_t n);
 /* Puts a stream's accumulated exec output into o as key or key_b64. */
 void output_put_result(json_t *o, const char *key, struct pstream *st, enum out_enc enc);
 

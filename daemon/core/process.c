@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "daemon.h"
+#include "events.h"
 #include "log.h"
 #include "sandbox.h"
 #include "sbx_proto.h"
@@ -136,7 +137,7 @@ static void evict(struct process *p)
 
 static void retained_enforce(struct sandbox *sb);
 
-void process_retained_grew(struct process *p, size_t n)
+static void retained_grew(struct process *p, size_t n)
 {
     retained_total += n;
     retained_enforce(p->sb);
@@ -186,7 +187,43 @@ static void queued_release(struct process *p)
     p->queued_bytes = 0;
 }
 
+/* -- output ---------------------------------------------------------------- */
+
+void process_output(struct process *p, int stream, const void *data, size_t len)
+{
+    if (p->state == P_EXITED || len == 0)
+        return;
+    if (stream != SBX_STREAM_STDOUT && stream != SBX_STREAM_STDERR)
+        return;
+    /* p->out[] and output.c index 0, 1 */
+    size_t grew = output_append(p, stream - SBX_STREAM_STDOUT, data, len,
+                                p->exec_cb || p->internal);
+    if (grew)
+        retained_grew(p, grew);
+    sandbox_touch(p->sb);
+}
+
 /* -- tool calls ------------------------------------------------------------ */
+
+void process_tool_call(struct process *p, int64_t call, const char *name, json_t *args)
+{
+    json_t *tools = json_object_get(p->sb->conf, "tools");
+    int known = 0;
+    size_t i;
+    json_t *t;
+    json_array_foreach(tools, i, t) {
+        if (json_is_string(t) && strcmp(json_string_value(t), name) == 0)
+            known = 1;
+    }
+    const struct core_events *ev = core_events();
+    if (!known)
+        process_tool_result(p, call, NULL, SBX_E_TOOL, "unknown tool", NULL);
+    else if (!ev->tool_call)
+        process_tool_result(p, call, NULL, SBX_E_TOOL, "no client can answer tool calls",
+                            NULL);
+    else
+        ev->tool_call(p, call, name, args);
+}
 
 void process_tool_result(struct process *p, int64_t call, json_t *result, int code,
                          const char *msg, const char *ename)
@@ -678,13 +715,14 @@ void process_exited(struct process *p, json_t *rec)
         queue_kick();
 
     if (p->subs) {
-        json_t *n =
-            json_pack("{s:s, s:I, s:i, s:i, s:b, s:b, s:O}", "sandbox", p->sb->id, "pid",
-                      (json_int_t)p->pid, "exit_code", code, "signal", sig, "timed_out",
-                      timed_out, "killed", killed, "error", json_object_get(e, "error"));
-        if (json_object_get(e, "output_incomplete"))
-            json_object_set_new(n, "output_incomplete", json_true());
-        output_notify_exit(p, n);
+        json_t *er2 = json_object_get(e, "error");
+        struct exit_note note = {code,
+                                 sig,
+                                 timed_out,
+                                 killed,
+                                 json_is_string(er2) ? json_string_value(er2) : NULL,
+                                 json_object_get(e, "output_incomplete") != NULL};
+        output_notify_exit(p, &note);
     }
     if (p->exec_cb) {
         sbx_result_cb cb = p->exec_cb;
@@ -727,7 +765,7 @@ void process_exited(struct process *p, json_t *rec)
     }
     retained_enforce(p->sb);
     p->in_exit = 0;
-    sandbox_process_gone(p->sb);
+    sandbox_touch(p->sb); /* a process of sb finished: the idle timer starts over */
 }
 
 void process_fail(struct process *p, const char *why)

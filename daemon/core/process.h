@@ -126,8 +126,6 @@ void process_add_waiter(struct process *p, int64_t timeout_ms, sbx_result_cb cb,
  */
 void process_tool_result(struct process *p, int64_t call, json_t *result, int code,
                          const char *msg, const char *ename);
-/* output.c: the ring of p grew by n bytes (limits.retained_bytes_*). */
-void process_retained_grew(struct process *p, size_t n);
 /* Replay and result bytes held by every process record (daemon.info). */
 size_t process_retained_total(void);
 

@@ -1,7 +1,7 @@
 /*
  * sandbox.c - the provider-independent life of a sandbox: registry and
  * ownership, the status machine around provider ops, lifecycle hooks,
- * wall-clock and idle timeouts, env and cwd precedence.
+ * wall-clock and idle timeouts (env and cwd precedence: sandbox_env.c).
  */
 #include "sandbox.h"
 
@@ -12,6 +12,7 @@
 
 #include "adoption.h"
 #include "daemon.h"
+#include "events.h"
 #include "fs.h"
 #include "log.h"
 #include "process.h"
@@ -21,14 +22,6 @@
 #include "xalloc.h"
 
 #define HOOK_TIMEOUT_MS 60000
-
-static const char *status_names[] = {"pending", "starting",   "running",   "stopping",
-                                     "stopped", "destroying", "destroyed", "error"};
-
-const char *sandbox_status_name(enum sb_status s)
-{
-    return status_names[s];
-}
 
 int sandbox_visible(uid_t uid, int admin, struct sandbox *sb)
 {
@@ -62,24 +55,11 @@ int sandbox_count_owned(uid_t uid)
 
 /* -- status ----------------------------------------------------------------- */
 
-static sandbox_notify_fn notifier;
-
-void sandbox_set_notifier(sandbox_notify_fn fn)
-{
-    notifier = fn;
-}
-
 static void notify_owner(struct sandbox *sb)
 {
-    if (!notifier)
-        return;
-    /* Not xjson: a failing allocation (tests/unit's chaos allocator) only
-     * loses the notification. */
-    json_t *params = json_pack("{s:s, s:s}", "sandbox", sb->id, "status",
-                               sandbox_status_name(sb->status));
-    if (sb->status == SB_ERROR && sb->error)
-        json_object_set_new(params, "error", json_string(sb->error));
-    notifier(sb->owner, SBX_N_STATUS, params);
+    const struct core_events *ev = core_events();
+    if (ev->status)
+        ev->status(sb);
 }
 
 static void set_status(struct sandbox *sb, enum sb_status st, const char *error)
@@ -103,22 +83,16 @@ static void set_status(struct sandbox *sb, enum sb_status st, const char *error)
 
 void sandbox_progress(struct sandbox *sb, json_t *params)
 {
-    if (!notifier) {
-        json_decref(params);
-        return;
-    }
-    json_object_set_new(params, "sandbox", json_string(sb->id));
-    notifier(sb->owner, SBX_N_PROGRESS, params);
+    sandbox_notify(sb, NULL, params);
 }
 
 void sandbox_notify(struct sandbox *sb, const char *method, json_t *params)
 {
-    if (!notifier) {
+    const struct core_events *ev = core_events();
+    if (ev->note)
+        ev->note(sb, method, params);
+    else
         json_decref(params);
-        return;
-    }
-    json_object_set_new(params, "sandbox", json_string(sb->id));
-    notifier(sb->owner, method, params);
 }
 
 /* -- timers ----------------------------------------------------------------- */
@@ -146,16 +120,6 @@ static void idle_cb(struct ev_loop *loop, ev_timer *w, int revents)
     }
     log_info("sandbox %s: idle for %.0f s, destroying", sb->id, idle);
     sandbox_destroy(sb, NULL, NULL);
-}
-
-void sandbox_touch(struct sandbox *sb)
-{
-    sb->last_activity = ev_now(D->loop);
-}
-
-void sandbox_process_gone(struct sandbox *sb)
-{
-    sandbox_touch(sb);
 }
 
 static void arm_timers(struct sandbox *sb)
@@ -395,95 +359,6 @@ json_t *sandbox_to_json(struct sandbox *sb)
                        : NULL;
     json_object_set_new(o, "metadata", meta ? meta : json_object());
     return o;
-}
-
-/* -- env and cwd ------------------------------------------------------------- */
-
-/* A params error naming env. A macro so that each literal format is checked. */
-#define env_param(err, fmt, k)                                                           \
-    err_make_data((err), SBX_E_PARAMS, json_pack("{s:s}", "param", "env"), fmt, (k))
-
-/* Bytes an env takes: every "K=V\0". */
-static size_t env_size(json_t *env)
-{
-    size_t n = 0;
-    const char *k;
-    json_t *v;
-    json_object_foreach(env, k, v)
-        n += strlen(k) + json_string_length(v) + 2;
-    return n;
-}
-
-int env_check(json_t *patch, sbx_err_t *err)
-{
-    if (!patch || json_is_null(patch))
-        return 0;
-    if (!json_is_object(patch))
-        return env_param(err, "env must be an object%s", "");
-    const char *k;
-    json_t *v;
-    json_object_foreach(patch, k, v) {
-        if (k[0] == '\0' || strchr(k, '='))
-            return env_param(err, "invalid env name '%s'", k);
-        if (!json_is_string(v) && !json_is_null(v))
-            return env_param(err, "env value of '%s' must be a string or null", k);
-        /* An environment cannot hold NUL: "A\u0000B" would silently become "A". */
-        if (json_is_string(v) && strlen(json_string_value(v)) != json_string_length(v))
-            return env_param(err, "env value of '%s' contains a NUL byte", k);
-    }
-    size_t n = env_size(patch);
-    if (n > (size_t)D->cfg.env_bytes)
-        return err_make_data(
-            err, SBX_E_LIMIT,
-            json_pack("{s:s, s:I, s:I}", "limit", "env_bytes", "max",
-                      (json_int_t)D->cfg.env_bytes, "size", (json_int_t)n),
-            "env too large: %zu bytes (limit %lld)", n, (long long)D->cfg.env_bytes);
-    return 0;
-}
-
-int env_merge(json_t *env, json_t *patch, sbx_err_t *err)
-{
-    if (err && env_check(patch, err) < 0)
-        return -1;
-    if (!json_is_object(patch))
-        return 0;
-    const char *k;
-    json_t *v;
-    json_object_foreach(patch, k, v) {
-        if (json_is_null(v))
-            json_object_del(env, k);
-        else if (json_is_string(v))
-            json_object_set(env, k, v);
-    }
-    if (err && env_size(env) > (size_t)D->cfg.env_bytes) {
-        size_t n = env_size(env);
-        return err_make_data(
-            err, SBX_E_LIMIT,
-            json_pack("{s:s, s:I, s:I}", "limit", "env_bytes", "max",
-                      (json_int_t)D->cfg.env_bytes, "size", (json_int_t)n),
-            "env too large: %zu bytes (limit %lld)", n, (long long)D->cfg.env_bytes);
-    }
-    return 0;
-}
-
-json_t *sandbox_env_for(struct sandbox *sb, json_t *cmd_env)
-{
-    json_t *env = json_object();
-    env_merge(env, json_object_get(sb->conf, "env"), NULL);
-    env_merge(env, sb->runtime_env, NULL);
-    if (cmd_env)
-        env_merge(env, cmd_env, NULL);
-    return env;
-}
-
-const char *sandbox_cwd_for(struct sandbox *sb, const char *cmd_cwd)
-{
-    if (cmd_cwd)
-        return cmd_cwd;
-    const char *wd = json_string_value(json_object_get(sb->conf, "working_dir"));
-    if (wd)
-        return wd;
-    return sb->prov->ops->default_cwd;
 }
 
 /* -- ops ---------------------------------------------------------------------- */

@@ -92,20 +92,20 @@ struct sandbox {
     void *pdata; /* the provider's */
 };
 
-const char *sandbox_status_name(enum sb_status s);
+/* The status as the protocol spells it ("running"). Inline, so that the
+ * files below this one (process.c, fs.c) need not call up into it. */
+static inline const char *sandbox_status_name(enum sb_status s)
+{
+    static const char *const names[] = {"pending", "starting",   "running",   "stopping",
+                                        "stopped", "destroying", "destroyed", "error"};
+    return (unsigned)s < sizeof(names) / sizeof(names[0]) ? names[s] : "?";
+}
 
 /* Lookup honouring ownership: another uid's sandbox is "not found" (admin
  * sees every uid's). */
 struct sandbox *sandbox_find(uid_t uid, int admin, const char *id);
 struct sandbox *sandbox_find_any(const char *id);
 int sandbox_visible(uid_t uid, int admin, struct sandbox *sb);
-
-/* How the core reaches a sandbox owner's clients: sends a notification
- * (method, params stolen) to every live client of uid. */
-typedef void (*sandbox_notify_fn)(uid_t uid, const char *method, json_t *params);
-/* Installed by the protocol layer (session.c) before its first client; while
- * none is, status and progress notifications are dropped. */
-void sandbox_set_notifier(sandbox_notify_fn fn);
 
 /* Creates from normalised conf (stolen). Status pending. */
 int sandbox_new(struct sandbox **out, const char *id, struct provider_inst *prov,
@@ -135,8 +135,13 @@ void sandbox_snapshot(struct sandbox *sb, sbx_result_cb cb, void *privdata);
  * and answers anything else -32011 {provider, feature: "snapshot ttl"}. */
 void sandbox_snapshot_ttl(struct sandbox *sb, int64_t ttl, sbx_result_cb cb,
                           void *privdata);
-/* Records activity for the idle timer. */
-void sandbox_touch(struct sandbox *sb);
+/* Records activity for the idle timer (inline: process.c and fs.c, below
+ * this file, record it too). */
+static inline void sandbox_touch(struct sandbox *sb)
+{
+    sb->last_activity = ev_now(EV_DEFAULT);
+}
+/* -- sandbox_env.c: env and cwd precedence -- */
 /* Final env of a process: provider defaults < conf.env < runtime_env < cmd_env (borrowed,
  * may be NULL). New ref. */
 json_t *sandbox_env_for(struct sandbox *sb, json_t *cmd_env);
@@ -166,7 +171,5 @@ int64_t sandbox_default_timeout(struct provider_inst *prov);
 json_t *sandbox_reconnect_warnings(struct sandbox *sb, json_t *params);
 /* Count of sandboxes owned by uid. */
 int sandbox_count_owned(uid_t uid);
-/* A process of sb finished: lets the idle timer and waiters move on. */
-void sandbox_process_gone(struct sandbox *sb);
 
 #endif

@@ -44,6 +44,22 @@ void conn_notify(struct rpc_conn *k, const char *method, json_t *params)
     }
 }
 
+void conn_notify_uid(uid_t uid, const char *method, json_t *params)
+{
+    json_t *msg = params ? json_pack("{s:s, s:s, s:o}", "jsonrpc", "2.0", "method",
+                                     method, "params", params)
+                         : NULL;
+    char *text = msg ? json_dumps(msg, JSON_COMPACT) : NULL;
+    json_decref(msg);
+    if (!text)
+        return;
+    size_t len = strlen(text);
+    for (struct rpc_conn *k = conns; k; k = k->next)
+        if (k->uid == uid && !k->closing)
+            k->ops->send_line(k, text, len);
+    free(text);
+}
+
 void conn_deinit(struct rpc_conn *k)
 {
     json_decref(k->tool_calls);

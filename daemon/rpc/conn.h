@@ -68,5 +68,8 @@ struct rpc_conn *conn_by_id(uint64_t id);
 void conn_send(struct rpc_conn *k, json_t *msg);
 /* Sends a notification (params stolen) to k. */
 void conn_notify(struct rpc_conn *k, const char *method, json_t *params);
+/* Sends a notification (params stolen; NULL: nothing) to every live
+ * connection of uid. */
+void conn_notify_uid(uid_t uid, const char *method, json_t *params);
 
 #endif

@@ -18,6 +18,7 @@
 #include "fs.h"
 #include "fs_stream.h"
 #include "log.h"
+#include "notify.h"
 #include "parse.h"
 #include "rpc.h"
 #include "sandbox.h"
@@ -58,9 +59,7 @@ static ev_timer idle_timer;
 static int watchers_ready;
 
 static void work_cb(struct ev_loop *loop, ev_idle *w, int revents);
-static void follower_send_line(struct follower *f, const char *text, size_t len);
 static void idle_check_cb(struct ev_loop *loop, ev_timer *w, int revents);
-static void notify_uid(uid_t uid, const char *method, json_t *params);
 static const struct rpc_conn_ops conn_ops;
 static void line_parsed(uint64_t id, json_t *v, int depth_ok, const json_error_t *jerr);
 
@@ -72,7 +71,7 @@ static void init_watchers(void)
     ev_timer_init(&idle_timer, idle_check_cb, IDLE_CHECK_S, IDLE_CHECK_S);
     ev_timer_start(D->loop, &idle_timer);
     ev_unref(D->loop); /* the sweep alone must not keep a loop alive */
-    sandbox_set_notifier(notify_uid);
+    notify_init();
     watchers_ready = 1;
 }
 
@@ -245,7 +244,6 @@ void session_accept(int fd)
     s->last_active = ev_now(D->loop);
     obuf_init(&s->obuf);
     conn_init(&s->conn, s->id, uid, admin, &conn_ops);
-    s->conn.fol.send_line = follower_send_line;
     s->next = D->sessions;
     if (D->sessions)
         D->sessions->prev = s;
@@ -301,24 +299,6 @@ static const struct rpc_conn_ops conn_ops = {
 
 /* The core's status and progress notifications (sandbox.h): the line is
  * built once for all of the owner's sessions. params stolen. */
-static void notify_uid(uid_t uid, const char *method, json_t *params)
-{
-    json_t *msg = json_pack("{s:s, s:s, s:o}", "jsonrpc", "2.0", "method", method,
-                            "params", params);
-    for (struct session *s = D->sessions; s; s = s->next)
-        if (s->uid == uid && !(s->flags & SESS_CLOSE_ASAP))
-            session_send(s, msg);
-    json_decref(msg);
-}
-
-/* Process output for a session that follows it (output.h). */
-static void follower_send_line(struct follower *f, const char *text, size_t len)
-{
-    struct session *s =
-        (struct session *)((char *)f - offsetof(struct session, conn.fol));
-    session_send_line(s, text, len);
-}
-
 struct session *session_by_id(uint64_t id)
 {
     for (struct session *s = D->sessions; s; s = s->next)

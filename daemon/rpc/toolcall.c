@@ -13,28 +13,15 @@
 
 #include "log.h"
 #include "process.h"
-#include "provider.h"
 #include "conn.h"
 #include "sandbox.h"
 #include "sbx_proto.h"
 
 #define GONE "the session that started this process is gone"
 
-void process_tool_call(struct process *p, int64_t call, const char *name, json_t *args)
+void toolcall_request(struct process *p, int64_t call, const char *name, json_t *args)
 {
     struct rpc_conn *conn = conn_by_id(p->origin);
-    json_t *tools = json_object_get(p->sb->conf, "tools");
-    int known = 0;
-    size_t i;
-    json_t *t;
-    json_array_foreach(tools, i, t) {
-        if (json_is_string(t) && strcmp(json_string_value(t), name) == 0)
-            known = 1;
-    }
-    if (!known) {
-        process_tool_result(p, call, NULL, SBX_E_TOOL, "unknown tool", NULL);
-        return;
-    }
     if (!conn) {
         process_tool_result(p, call, NULL, SBX_E_TOOL, GONE, NULL);
         return;

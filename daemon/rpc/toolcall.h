@@ -1,16 +1,24 @@
 /*
  * toolcall.h - tool.call, the daemon's own request to a client: a process
  * inside a sandbox calls a host tool, the session that started the process
- * answers it. The process side is process_tool_call() (provider.h) and
- * process_tool_result() (process.h); this is the protocol side between.
+ * answers it. The process side is process_tool_call() (provider.h, in
+ * core/process.c, which checks the tool is the sandbox's and hands it here
+ * through the events table) and process_tool_result() (process.h); this is
+ * the protocol side between.
  */
 #ifndef SBXD_TOOLCALL_H
 #define SBXD_TOOLCALL_H
 
 #include <jansson.h>
 #include <stddef.h>
+#include <stdint.h>
 
 struct rpc_conn;
+struct process;
+
+/* The core's tool_call event (core/events.h): sends tool.call to the
+ * session that started p, or answers p at once when it is gone. */
+void toolcall_request(struct process *p, int64_t call, const char *name, json_t *args);
 
 /* A response from the client (msg borrowed) to one of our tool.call
  * requests: the answer goes to the process that asked. */

@@ -5,11 +5,14 @@
  * counted in the retained bytes, recent output keeps its exact time and
  * old output an upper bound, since starts the replay where it should, and
  * a timed replay carries times and orders the two streams as they came.
+ * What leaves the core is checked as the typed events (events.h) a
+ * recording table here gets, not as wire text (that is rpc/notify.c's).
  */
 #include <signal.h>
 #include <time.h>
 
 #include "daemon.h"
+#include "events.h"
 #include "process.h"
 #include "sandbox.h"
 #include "sbx_proto.h"
@@ -113,19 +116,37 @@ static int64_t after(int64_t t)
     return n;
 }
 
-/* A follower that keeps the lines it gets. */
+/* A follower that keeps the pieces the events table gets for it. */
 struct lines {
     struct follower f;
-    char text[8][512];
+    struct piece {
+        int stream;
+        char data[64];
+        int64_t ns;
+    } got[8];
     int n;
 };
-static void keep_line(struct follower *f, const char *text, size_t len)
+static void keep(struct lines *l, const struct out_piece *pc)
 {
-    struct lines *l = (struct lines *)f;
-    if (l->n < 8)
-        snprintf(l->text[l->n], sizeof(l->text[0]), "%.*s", (int)len, text);
+    if (l->n < 8) {
+        struct piece *g = &l->got[l->n];
+        g->stream = pc->stream;
+        snprintf(g->data, sizeof(g->data), "%.*s", (int)pc->len, (const char *)pc->data);
+        g->ns = pc->ns;
+    }
     l->n++;
 }
+static void ev_replay(struct follower *f, struct process *p, const struct out_piece *pc,
+                      enum out_enc enc, int timed)
+{
+    keep((struct lines *)f, pc);
+}
+static void ev_output(struct process *p, const struct out_piece *pc)
+{
+    for (struct sub *s = p->subs; s; s = s->pnext)
+        keep((struct lines *)s->f, pc);
+}
+static const struct core_events test_events = {.output = ev_output, .replay = ev_replay};
 
 /* -- tests ----------------------------------------------------------------- */
 
@@ -162,7 +183,7 @@ static void test_marks_bounded(void)
     test_cond("the first mark covers the oldest byte",
               st->marks.m[st->marks.start].off <= st->total - st->ring.len);
 
-    struct lines l = {.f.send_line = keep_line};
+    struct lines l = {0};
     struct replay_opts o = {.since_ns = t990};
     json_t *r = process_replay(p, &l.f, &o);
     test_eq_int("since a recent chunk: the replay starts exactly there",
@@ -200,30 +221,32 @@ static void test_timed_replay(void)
     t = after(t);
     process_output(p, SBX_STREAM_STDOUT, "c\n", 2);
 
-    struct lines l = {.f.send_line = keep_line};
+    struct lines l = {0};
     struct replay_opts o = {.timestamps = 1};
     json_decref(process_replay(p, &l.f, &o));
     test_cond("timed: three pieces, stdout and stderr in the order they came",
-              l.n == 3 && strstr(l.text[0], "\"data\":\"a\\n\"") &&
-                  strstr(l.text[1], "\"data\":\"b\\n\"") &&
-                  strstr(l.text[2], "\"data\":\"c\\n\""));
-    test_cond("each timed piece carries its time",
-              strstr(l.text[0], "\"time\":\"20") && strstr(l.text[2], "Z\""));
-    struct lines u = {.f.send_line = keep_line};
+              l.n == 3 && strcmp(l.got[0].data, "a\n") == 0 && l.got[1].stream == 1 &&
+                  strcmp(l.got[1].data, "b\n") == 0 && strcmp(l.got[2].data, "c\n") == 0);
+    test_cond("each timed piece carries its time, in order",
+              l.got[0].ns > 0 && l.got[0].ns < l.got[1].ns && l.got[1].ns < l.got[2].ns &&
+                  l.got[2].ns <= wallclock_now_ns());
+    struct lines u = {0};
     struct replay_opts uo = {0};
     json_decref(process_replay(p, &u.f, &uo));
     test_cond("untimed: stdout whole, then stderr, without times",
-              u.n == 2 && strstr(u.text[0], "\"data\":\"a\\nc\\n\"") &&
-                  !strstr(u.text[0], "\"time\""));
+              u.n == 2 && strcmp(u.got[0].data, "a\nc\n") == 0 && u.got[0].ns == 0 &&
+                  strcmp(u.got[1].data, "b\n") == 0);
 
-    /* Live: a timed and an untimed follower each get their own line. */
-    struct lines lt = {.f.send_line = keep_line}, lu = {.f.send_line = keep_line};
-    process_subscribe(p, &lt.f, ENC_UTF8, 1);
+    /* Live: a time only when a follower asked for times. */
+    struct lines lu = {0}, lt = {0};
     process_subscribe(p, &lu.f, ENC_UTF8, 0);
     process_output(p, SBX_STREAM_STDOUT, "d", 1);
-    test_cond("live: the timed follower's line has a time, the other's not",
-              lt.n == 1 && lu.n == 1 && strstr(lt.text[0], "\"time\"") &&
-                  !strstr(lu.text[0], "\"time\""));
+    test_cond("live, no follower asked: no time", lu.n == 1 && lu.got[0].ns == 0);
+    process_subscribe(p, &lt.f, ENC_UTF8, 1);
+    int64_t before = wallclock_now_ns();
+    process_output(p, SBX_STREAM_STDOUT, "e", 1);
+    test_cond("live, a follower asked: the piece's time",
+              lt.n == 1 && lt.got[0].ns >= before && lu.n == 2);
     sbx_err_t err = {0};
     process_kill(p, SIGKILL, &err);
     sandbox_destroy(sb, NULL, NULL);
@@ -233,6 +256,7 @@ int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
     setup();
+    core_events_set(&test_events);
     test_marks_bounded();
     test_timed_replay();
     sandbox_free_all();
