@@ -24,6 +24,7 @@
 #include "process.h"
 #include "provider.h"
 #include "sandbox.h"
+#include "sandbox_create.h"
 #include "sbx_proto.h"
 #include "snapshot.h"
 #include "usage.h"
@@ -169,46 +170,6 @@ void api_call_done(sbx_err_t *err, json_t *result, void *c)
         return;
     }
     call_reply(c, result ? json_incref(result) : NULL);
-}
-
-/* sandbox.create's start: the answer also says whether the backend was
- * there already, and how it differs from what was asked for. */
-static void create_done(sbx_err_t *err, json_t *result, void *c)
-{
-    const char *id = json_string_value(json_object_get(result, "id"));
-    struct sandbox *sb = err ? NULL : sandbox_find_any(id);
-    if (!sb) {
-        api_call_done(err, result, c);
-        return;
-    }
-    json_t *r = json_copy(result);
-    json_object_set_new(r, "reconnected", json_boolean(sb->backend_reconnected));
-    if (sb->start_warnings)
-        json_object_set(r, "warnings", sb->start_warnings);
-    call_reply(c, r);
-}
-
-/* sandbox.create that named an existing sandbox of the caller: answered by
- * the start that brings it back (or at once when it runs). */
-struct reconnect {
-    struct call *c;
-    json_t *warnings; /* what the request asked that it does not have, or NULL */
-};
-
-static void reconnect_done(sbx_err_t *err, json_t *result, void *data)
-{
-    struct reconnect *rc = data;
-    if (err) {
-        api_call_done(err, NULL, rc->c);
-    } else {
-        json_t *o = json_copy(result);
-        json_object_set_new(o, "reconnected", json_true());
-        if (rc->warnings)
-            json_object_set(o, "warnings", rc->warnings);
-        call_reply(rc->c, o);
-    }
-    json_decref(rc->warnings);
-    free(rc);
 }
 
 /* -- daemon.* ------------------------------------------------------------------- */
@@ -517,13 +478,6 @@ static const char *default_provider_for(struct call *c, json_t *params)
     return NULL;
 }
 
-static void reply_sandbox(struct call *c, struct sandbox *sb, int reconnected)
-{
-    json_t *o = sandbox_to_json(sb);
-    json_object_set_new(o, "reconnected", json_boolean(reconnected));
-    call_reply(c, o);
-}
-
 static void m_create(struct call *c, json_t *params)
 {
     uid_t uid = c->conn ? c->conn->uid : 0;
@@ -540,41 +494,17 @@ static void m_create(struct call *c, json_t *params)
      * of it: it reconnects once the adoption is done. */
     if (id && !sandbox_find_any(id) && park(c, params))
         return;
-    if (id) {
-        struct sandbox *old = sandbox_find_any(id);
-        if (old && old->owner == uid) {
-            /* Reconnect: the caller's own sandbox comes back, started if
-             * needed (an errored one is restarted), with warnings for what
-             * the request asks that it does not have. */
-            struct reconnect *rc = xcalloc(1, sizeof(*rc));
-            rc->c = c;
-            rc->warnings = sandbox_reconnect_warnings(old, params);
-            /* Answered once it runs (or with why it cannot): a reconnecting
-             * framework's next call must find it running (issue 16, item 11). */
-            sandbox_start(old, reconnect_done, rc);
-            return;
-        }
-        if (old) {
-            call_error(c, SBX_E_PERMISSION, json_pack("{s:s}", "sandbox", id),
-                       "sandbox id %s is not available", id);
-            return;
-        }
+    sbx_err_t err = {0};
+    int claimed = sandbox_create_claim(uid, id, params, api_call_done, c, &err);
+    if (claimed != 0) {
+        if (claimed < 0)
+            call_fail(c, &err);
+        return; /* 1: the reconnect answers */
     }
-    json_t *snaprec = NULL;
-    if (snap) {
-        snaprec = json_object_get(D->snapshots, snap);
-        if (!snaprec ||
-            (!(c->conn && c->conn->admin) &&
-             json_integer_value(json_object_get(snaprec, "owner")) != (json_int_t)uid)) {
-            param_bad(c, "snapshot", "no such snapshot");
-            return;
-        }
-        const char *sp = json_string_value(json_object_get(snaprec, "provider"));
-        if (prov_name && strcmp(prov_name, sp) != 0) {
-            param_bad(c, "snapshot", "snapshot belongs to another provider");
-            return;
-        }
-        prov_name = sp;
+    if (snap && sandbox_create_snapshot(uid, c->conn && c->conn->admin, snap, &prov_name,
+                                        &err) < 0) {
+        call_fail(c, &err);
+        return;
     }
     if (!prov_name && !(prov_name = default_provider_for(c, params)))
         return;
@@ -585,20 +515,10 @@ static void m_create(struct call *c, json_t *params)
     }
     if (refuse_foreign(c, pi->ops, params) < 0)
         return;
-    if (!pi->enabled || !pi->loaded) {
-        call_error(c, SBX_E_UNAVAILABLE,
-                   json_pack("{s:s, s:s}", "provider", prov_name, "reason",
-                             !pi->enabled     ? "disabled in config"
-                             : pi->load_error ? pi->load_error
-                                              : "failed to load"),
-                   "provider %s is unavailable: %s", prov_name,
-                   !pi->enabled     ? "disabled in config"
-                   : pi->load_error ? pi->load_error
-                                    : "failed to load");
+    if (sandbox_create_check(pi, prov_name, uid, &err) < 0) {
+        call_fail(c, &err);
         return;
     }
-    if (over_sandbox_cap(c, uid) < 0)
-        return;
 
     json_t *conf = json_object();
     json_object_set_new(conf, "provider", json_string(prov_name));
@@ -692,25 +612,8 @@ static void m_create(struct call *c, json_t *params)
         json_object_set(conf, "options", opts);
     }
 
-    char gen[64];
-    if (!id) {
-        daemon_random_id("sb-", gen, sizeof(gen));
-        id = gen;
-    }
-    struct sandbox *sb = NULL;
-    sbx_err_t err = {0};
-    if (sandbox_new(&sb, id, pi, uid, conf, &err) < 0) {
+    if (sandbox_create(id, pi, uid, conf, start, api_call_done, c, &err) < 0)
         call_fail(c, &err);
-        return;
-    }
-    sb->id_generated = id == gen;
-    log_info("sandbox %s created (provider %s, uid %d)", sb->id, prov_name, (int)uid);
-    if (!start) {
-        reply_sandbox(c, sb, 0);
-        return;
-    }
-    sb->discard_on_fail = 1;
-    sandbox_start(sb, create_done, c);
     return;
 fail:
     json_decref(conf);
