@@ -6,6 +6,7 @@
  */
 #include "wallclock.h"
 
+#include <stdint.h>
 #include <time.h>
 
 int64_t wallclock_now_ns(void)
@@ -171,6 +172,11 @@ int wallclock_parse(int64_t *out, const char *s, size_t len)
         return -1;
     int64_t t = days_from_civil(y, (unsigned)mo, (unsigned)d) * 86400 + h * 3600 +
                 mi * 60 + sec - off;
-    *out = t * 1000000000 + frac;
+    /* ns since the epoch fit in int64 only from 1677 to 2262. */
+    int64_t ns;
+    if (__builtin_mul_overflow(t, (int64_t)1000000000, &ns) ||
+        __builtin_add_overflow(ns, frac, &ns))
+        return -1;
+    *out = ns;
     return 0;
 }

@@ -22,7 +22,8 @@ size_t wallclock_format(char *buf, int64_t ns);
 /* Parses an RFC 3339 date-time (YYYY-MM-DDTHH:MM:SS[.frac](Z|+HH:MM|-HH:MM);
  * 't', 'z' and a space for 'T' accepted; at most nine fraction digits are
  * kept) of exactly len bytes into *out (ns since the epoch). Returns 0, or
- * -1 when it is not one. Never reads past len. */
+ * -1 when it is not one or lies outside what int64 ns hold (1677..2262).
+ * Never reads past len. */
 int wallclock_parse(int64_t *out, const char *s, size_t len);
 
 #endif

@@ -92,13 +92,15 @@ int param_since(struct call *c, json_t *params, int64_t *out)
     *out = 0;
     if (!v || json_is_null(v))
         return 0;
-    const double max_s = 253402300799.0; /* 9999-12-31T23:59:59Z */
+    /* ns since the epoch in int64: up to 2262-04-11 */
+    const json_int_t max_s = INT64_MAX / 1000000000 - 1;
     if (json_is_integer(v) && json_integer_value(v) >= 0 &&
-        json_integer_value(v) <= (json_int_t)max_s) {
+        json_integer_value(v) <= max_s) {
         *out = (int64_t)json_integer_value(v) * 1000000000;
         return 0;
     }
-    if (json_is_real(v) && json_real_value(v) >= 0 && json_real_value(v) <= max_s) {
+    if (json_is_real(v) && json_real_value(v) >= 0 &&
+        json_real_value(v) <= (double)max_s) {
         *out = (int64_t)(json_real_value(v) * 1e9);
         return 0;
     }
@@ -107,8 +109,8 @@ int param_since(struct call *c, json_t *params, int64_t *out)
         *out >= 0)
         return 0;
     return param_bad(c, "since",
-                     "must be a Unix time in seconds (>= 0) or an RFC 3339 date-time "
-                     "such as \"2026-12-01T16:25:00.5Z\"");
+                     "must be a Unix time in seconds (0 to 9223372035) or an RFC 3339 "
+                     "date-time such as \"2026-12-01T16:25:00.5Z\" (1970 to 2262)");
 }
 
 /* A JSON string with a NUL inside (JSON_ALLOW_NUL lets "\u0000" through). */

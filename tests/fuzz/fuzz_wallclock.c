@@ -1,8 +1,8 @@
 /*
  * fuzz_wallclock.c - daemon/wallclock.c's RFC 3339 parser takes a client's
- * bytes (process.attach since): it reads exactly the bytes it is given, and
- * whatever it accepts in the years format writes comes back the same
- * through wallclock_format and wallclock_parse.
+ * bytes (process.attach since): it reads exactly the bytes it is given,
+ * never overflows, and whatever it accepts comes back the same through
+ * wallclock_format and wallclock_parse.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -19,8 +19,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     memcpy(s, data, size);
     int64_t v;
-    if (wallclock_parse(&v, s, size) == 0 && v >= -62167219200LL * 1000000000 &&
-        v < 253402300800LL * 1000000000) {
+    if (wallclock_parse(&v, s, size) == 0) {
         char b[WALLCLOCK_TEXT];
         size_t n = wallclock_format(b, v);
         int64_t w;
