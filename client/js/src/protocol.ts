@@ -260,6 +260,10 @@ export interface Methods {
             stderr_offset?: number;
             follow?: boolean;
             output_encoding?: OutputEncoding;
+            /** Only output that arrived at or after this time: Unix seconds, or RFC 3339. */
+            since?: number | string;
+            /** Each process.output carries `time` (RFC 3339, nine fraction digits). */
+            timestamps?: boolean;
         };
         result: AttachResult;
     };
@@ -401,6 +405,8 @@ export interface OutputNotification {
     pid: number;
     stream: 'stdout' | 'stderr';
     offset: number;
+    /** When sbxd received it, with process.attach's timestamps. */
+    time?: string;
     data?: string;
     data_b64?: string;
 }
@@ -496,7 +502,9 @@ export const METHOD_PARAMS = {
     'process.kill': ['sandbox', 'pid', 'signal'],
     'process.wait': ['sandbox', 'pid', 'timeout_ms'],
     'process.list': ['sandbox'],
-    'process.attach': ['sandbox', 'pid', 'offset', 'stdout_offset', 'stderr_offset', 'follow', 'output_encoding'],
+    'process.attach': [
+        'sandbox', 'pid', 'offset', 'stdout_offset', 'stderr_offset', 'follow', 'output_encoding', 'since', 'timestamps',
+    ],
     'process.detach': ['sandbox', 'pid'],
     'fs.read': ['sandbox', 'path', 'offset', 'length', 'encoding', 'format', 'transport'],
     'fs.write': [
@@ -520,7 +528,7 @@ export const METHOD_PARAMS = {
 
 export const NOTIFICATION_PARAMS = {
     'process.started': ['sandbox', 'pid', 'token'],
-    'process.output': ['sandbox', 'pid', 'stream', 'offset', 'data', 'data_b64'],
+    'process.output': ['sandbox', 'pid', 'stream', 'offset', 'time', 'data', 'data_b64'],
     'process.exit': ['sandbox', 'pid', 'exit_code', 'signal', 'timed_out', 'killed', 'error'],
     'sandbox.progress': ['sandbox', 'stage', 'message', 'current', 'total'],
     'sandbox.status': ['sandbox', 'status', 'error'],
