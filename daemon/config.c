@@ -24,6 +24,7 @@
 #include <unistd.h>
 #include <yaml.h>
 
+#include "config_int.h"
 #include "sbx_proto.h"
 
 #define KIB INT64_C(1024)
@@ -36,10 +37,7 @@
  * the quadratic part, so a load (and a SIGHUP reload on the loop) stays
  * bounded by the file size cap. */
 #define YAML_MAX_DEPTH 64
-#define ANY_MAX_DEPTH 32     /* also stops recursive aliases (&a [*a]) */
-#define ANY_MAX_NODES 100000 /* stops alias bombs ("billion laughs") */
-#define PATH_BUF 256         /* dotted key paths in messages; truncation is harmless */
-#define SUN_PATH_MAX 107     /* sizeof(sockaddr_un.sun_path) - 1 */
+#define SUN_PATH_MAX 107 /* sizeof(sockaddr_un.sun_path) - 1 */
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -265,23 +263,6 @@ json_t *config_provider(const struct sbx_config *cfg, const char *name)
 
 /* ---- the loader's state and its errors ------------------------------------ */
 
-struct ld {
-    const char *file;
-    yaml_document_t *doc;
-    sbx_err_t *err;
-    struct sbx_config *cfg; /* the working copy */
-    const struct cfg_schema *schemas;
-    size_t nschemas;
-    size_t any_nodes;         /* CFG_ANY nodes converted so far */
-    yaml_mark_t mark[N_CORE]; /* where each core key was set */
-    unsigned char set[N_CORE];
-    /* Errors so far: each_pair goes on past a bad key so that --check-config
-     * reports every one (issue 19), up to MAX_ERRORS, one per line of
-     * err->msg; fatal (out of memory) stops at once. */
-    int nerr;
-    int fatal;
-};
-
 #define MAX_ERRORS 32
 
 /* Sets ld->err to msg (malloc'd, taken), after the earlier errors. */
@@ -302,15 +283,15 @@ static int add_error(struct ld *ld, char *msg)
     return -1;
 }
 
-static int oom(struct ld *ld)
+int cfg_oom(struct ld *ld)
 {
     ld->fatal = 1;
     return err_make(ld->err, SBX_E_PARAMS, "%s: out of memory", ld->file);
 }
 
 /* "FILE:LINE:COL: message"; libyaml marks are 0-based. */
-__attribute__((format(printf, 3, 4))) static int fail_at(struct ld *ld, yaml_mark_t m,
-                                                         const char *fmt, ...)
+__attribute__((format(printf, 3, 4))) int cfg_fail_at(struct ld *ld, yaml_mark_t m,
+                                                      const char *fmt, ...)
 {
     char *msg = NULL;
     va_list ap;
@@ -318,12 +299,12 @@ __attribute__((format(printf, 3, 4))) static int fail_at(struct ld *ld, yaml_mar
     int n = vasprintf(&msg, fmt, ap);
     va_end(ap);
     if (n < 0)
-        return oom(ld);
+        return cfg_oom(ld);
     char *full = NULL;
     n = asprintf(&full, "%s:%zu:%zu: %s", ld->file, m.line + 1, m.column + 1, msg);
     free(msg);
     if (n < 0)
-        return oom(ld);
+        return cfg_oom(ld);
     return add_error(ld, full);
 }
 
@@ -337,33 +318,33 @@ __attribute__((format(printf, 2, 3))) static int fail_file(struct ld *ld, const 
     int n = vasprintf(&msg, fmt, ap);
     va_end(ap);
     if (n < 0)
-        return oom(ld);
+        return cfg_oom(ld);
     char *full = NULL;
     n = asprintf(&full, "%s: %s", ld->file, msg);
     free(msg);
     if (n < 0)
-        return oom(ld);
+        return cfg_oom(ld);
     return add_error(ld, full);
 }
 
 /* ---- node helpers ------------------------------------------------------- */
 
-static const char *sval(const yaml_node_t *n)
+const char *cfg_sval(const yaml_node_t *n)
 {
     return (const char *)n->data.scalar.value;
 }
 
-static int is_plain(const yaml_node_t *n)
+int cfg_is_plain(const yaml_node_t *n)
 {
     return n->data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
 }
 
 /* A plain empty, ~ or null scalar (YAML 1.2 core schema). Quoted "null" is a string. */
-static int is_null(const yaml_node_t *n)
+int cfg_is_null(const yaml_node_t *n)
 {
-    if (n->type != YAML_SCALAR_NODE || !is_plain(n))
+    if (n->type != YAML_SCALAR_NODE || !cfg_is_plain(n))
         return 0;
-    const char *s = sval(n);
+    const char *s = cfg_sval(n);
     return !*s || !strcmp(s, "~") || !strcmp(s, "null") || !strcmp(s, "Null") ||
            !strcmp(s, "NULL");
 }
@@ -375,7 +356,7 @@ static void describe(const yaml_node_t *n, char *buf, size_t size)
         snprintf(buf, size, "a mapping");
     } else if (n->type == YAML_SEQUENCE_NODE) {
         snprintf(buf, size, "a sequence");
-    } else if (is_null(n)) {
+    } else if (cfg_is_null(n)) {
         snprintf(buf, size, "null");
     } else {
         char text[48];
@@ -390,8 +371,7 @@ static void describe(const yaml_node_t *n, char *buf, size_t size)
 }
 
 /* Key paths are for messages only: truncating a silly long one is fine. */
-__attribute__((format(printf, 2, 3))) static void path_fmt(char *buf, const char *fmt,
-                                                           ...)
+__attribute__((format(printf, 2, 3))) void cfg_path_fmt(char *buf, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -402,24 +382,24 @@ __attribute__((format(printf, 2, 3))) static void path_fmt(char *buf, const char
 static void join_path(char *buf, const char *path, const char *key)
 {
     if (path && *path)
-        path_fmt(buf, "%s.%s", path, key);
+        cfg_path_fmt(buf, "%s.%s", path, key);
     else
-        path_fmt(buf, "%s", key);
+        cfg_path_fmt(buf, "%s", key);
 }
 
-static int expected(struct ld *ld, const char *path, const yaml_node_t *n,
-                    const char *what)
+int cfg_expected(struct ld *ld, const char *path, const yaml_node_t *n, const char *what)
 {
     char got[64];
     describe(n, got, sizeof(got));
-    return fail_at(ld, n->start_mark, "key '%s': expected %s, got %s", path, what, got);
+    return cfg_fail_at(ld, n->start_mark, "key '%s': expected %s, got %s", path, what,
+                       got);
 }
 
 /* Scalars may carry NUL through "\0" escapes; we hand out C strings, so refuse. */
-static int check_nul(struct ld *ld, const char *path, const yaml_node_t *n)
+int cfg_check_nul(struct ld *ld, const char *path, const yaml_node_t *n)
 {
-    if (strlen(sval(n)) != n->data.scalar.length)
-        return fail_at(ld, n->start_mark, "key '%s': contains a NUL character", path);
+    if (strlen(cfg_sval(n)) != n->data.scalar.length)
+        return cfg_fail_at(ld, n->start_mark, "key '%s': contains a NUL character", path);
     return 0;
 }
 
@@ -437,12 +417,6 @@ static void fmt_size(int64_t v, char *buf, size_t size)
 }
 
 /* ---- "did you mean" ---------------------------------------------------------- */
-
-struct suggest {
-    const char *key;
-    const char *best;
-    size_t dist;
-};
 
 /* Optimal string alignment distance, for short keys only (SIZE_MAX past 63
  * characters). Also the daemon's provider-name suggestions (api.c). */
@@ -473,7 +447,7 @@ size_t config_edit_distance(const char *a, const char *b)
     return d[la][lb];
 }
 
-static void suggest_try(struct suggest *s, const char *cand)
+void cfg_suggest_try(struct suggest *s, const char *cand)
 {
     size_t limit = strlen(cand) >= 6 ? 2 : 1;
     size_t d = config_edit_distance(s->key, cand);
@@ -483,30 +457,27 @@ static void suggest_try(struct suggest *s, const char *cand)
     }
 }
 
-static int unknown_key(struct ld *ld, const yaml_node_t *k, const char *path,
-                       const struct suggest *s)
+int cfg_unknown_key(struct ld *ld, const yaml_node_t *k, const char *path,
+                    const struct suggest *s)
 {
     if (s && s->best)
-        return fail_at(ld, k->start_mark, "unknown key '%s' (did you mean '%s'?)", path,
-                       s->best);
-    return fail_at(ld, k->start_mark, "unknown key '%s'", path);
+        return cfg_fail_at(ld, k->start_mark, "unknown key '%s' (did you mean '%s'?)",
+                           path, s->best);
+    return cfg_fail_at(ld, k->start_mark, "unknown key '%s'", path);
 }
 
 /* ---- mappings ------------------------------------------------------------- */
-
-typedef int (*pair_fn)(struct ld *ld, const char *path, const char *key, yaml_node_t *k,
-                       yaml_node_t *v, void *privdata);
 
 /*
  * Calls fn for each pair of `map` (a mapping node at `path`), after checking
  * that the key is a scalar and not a duplicate.
  */
-static int each_pair(struct ld *ld, yaml_node_t *map, const char *path, pair_fn fn,
-                     void *privdata)
+int cfg_each_pair(struct ld *ld, yaml_node_t *map, const char *path, pair_fn fn,
+                  void *privdata)
 {
     json_t *seen = json_object(); /* key -> index of its first pair */
     if (!seen)
-        return oom(ld);
+        return cfg_oom(ld);
     int ret = 0, failed = 0;
     yaml_node_pair_t *start = map->data.mapping.pairs.start;
     for (yaml_node_pair_t *p = start; p < map->data.mapping.pairs.top; p++) {
@@ -514,25 +485,25 @@ static int each_pair(struct ld *ld, yaml_node_t *map, const char *path, pair_fn 
         yaml_node_t *v = yaml_document_get_node(ld->doc, p->value);
         char kpath[PATH_BUF];
         if (k->type != YAML_SCALAR_NODE) {
-            ret = fail_at(ld, k->start_mark, "%s%s%smapping keys must be scalars",
-                          path ? "key '" : "", path ? path : "", path ? "': " : "");
+            ret = cfg_fail_at(ld, k->start_mark, "%s%s%smapping keys must be scalars",
+                              path ? "key '" : "", path ? path : "", path ? "': " : "");
             break;
         }
-        const char *key = sval(k);
+        const char *key = cfg_sval(k);
         join_path(kpath, path, key);
-        if ((ret = check_nul(ld, kpath, k)) < 0)
+        if ((ret = cfg_check_nul(ld, kpath, k)) < 0)
             break;
         json_t *first = json_object_get(seen, key);
         if (first) {
             yaml_node_t *fk =
                 yaml_document_get_node(ld->doc, start[json_integer_value(first)].key);
-            ret = fail_at(ld, k->start_mark,
-                          "duplicate key '%s' (first defined at %zu:%zu)", kpath,
-                          fk->start_mark.line + 1, fk->start_mark.column + 1);
+            ret = cfg_fail_at(ld, k->start_mark,
+                              "duplicate key '%s' (first defined at %zu:%zu)", kpath,
+                              fk->start_mark.line + 1, fk->start_mark.column + 1);
             break;
         }
         if (json_object_set_new(seen, key, json_integer(p - start)) < 0) {
-            ret = oom(ld);
+            ret = cfg_oom(ld);
             break;
         }
         if (fn(ld, kpath, key, k, v, privdata) < 0) {
@@ -548,14 +519,12 @@ static int each_pair(struct ld *ld, yaml_node_t *map, const char *path, pair_fn 
 
 /* ---- scalar parsing -------------------------------------------------------- */
 
-enum { NUM_OK = 0, NUM_SYNTAX = -1, NUM_RANGE = -2, NUM_LEADING_ZERO = -3 };
-
 /*
  * Integers: [+-]digits, 0x hex, 0o octal; with `suffix`, decimal may end in
  * k/K/m/M/g/G (powers of 1024). A leading 0 on a decimal is refused: YAML 1.1
  * reads 010 as 8, YAML 1.2 as 10, and a config must not depend on which.
  */
-static int parse_int(const char *s, int suffix, int64_t *out)
+int cfg_parse_int(const char *s, int suffix, int64_t *out)
 {
     const char *p = s;
     int neg = 0, base = 10, leading_zero = 0;
@@ -633,7 +602,7 @@ static int parse_mode(const char *s, unsigned *out)
     return NUM_OK;
 }
 
-static int parse_bool(const char *s, int *out)
+int cfg_parse_bool(const char *s, int *out)
 {
     static const char *const yes[] = {"true", "yes", "on"};
     static const char *const no[] = {"false", "no", "off"};
@@ -647,7 +616,7 @@ static int parse_bool(const char *s, int *out)
 }
 
 /* YAML 1.2 core floats with a '.' or an exponent: 1.5, .5, 1e3, -2.5E-3. */
-static int looks_float(const char *s)
+int cfg_looks_float(const char *s)
 {
     const char *p = s;
     int mant = 0, dot = 0, exp = 0;
@@ -677,36 +646,36 @@ static int looks_float(const char *s)
 }
 
 /* An integer (or byte size) scalar, range-checked. */
-static int get_int(struct ld *ld, const char *path, const yaml_node_t *n, int size,
-                   int64_t min, int64_t max, int64_t *out)
+int cfg_get_int(struct ld *ld, const char *path, const yaml_node_t *n, int size,
+                int64_t min, int64_t max, int64_t *out)
 {
     const char *what = size ? "a byte size (e.g. 65536, 512k, 16M, 1G)" : "an integer";
-    if (n->type != YAML_SCALAR_NODE || is_null(n))
-        return expected(ld, path, n, what);
+    if (n->type != YAML_SCALAR_NODE || cfg_is_null(n))
+        return cfg_expected(ld, path, n, what);
     int64_t v = 0;
     char got[64];
-    switch (parse_int(sval(n), size, &v)) {
+    switch (cfg_parse_int(cfg_sval(n), size, &v)) {
     case NUM_OK:
         break;
     case NUM_RANGE:
         describe(n, got, sizeof(got));
-        return fail_at(ld, n->start_mark, "key '%s': %s is too large", path, got);
+        return cfg_fail_at(ld, n->start_mark, "key '%s': %s is too large", path, got);
     case NUM_LEADING_ZERO:
         describe(n, got, sizeof(got));
-        return fail_at(
+        return cfg_fail_at(
             ld, n->start_mark,
             "key '%s': expected %s, got %s (a leading zero is ambiguous in YAML; "
             "drop it, or write 0o for octal)",
             path, what, got);
     default:
-        return expected(ld, path, n, what);
+        return cfg_expected(ld, path, n, what);
     }
     if (v < min || v > max) {
         describe(n, got, sizeof(got));
         if (max == INT64_MAX)
-            return fail_at(ld, n->start_mark,
-                           "key '%s': %s is out of range (must be >= %" PRId64 ")", path,
-                           got, min);
+            return cfg_fail_at(ld, n->start_mark,
+                               "key '%s': %s is out of range (must be >= %" PRId64 ")",
+                               path, got, min);
         char lo[32], hi[32];
         if (size) {
             fmt_size(min, lo, sizeof(lo));
@@ -715,8 +684,8 @@ static int get_int(struct ld *ld, const char *path, const yaml_node_t *n, int si
             snprintf(lo, sizeof(lo), "%" PRId64, min);
             snprintf(hi, sizeof(hi), "%" PRId64, max);
         }
-        return fail_at(ld, n->start_mark, "key '%s': %s is out of range (%s..%s)", path,
-                       got, lo, hi);
+        return cfg_fail_at(ld, n->start_mark, "key '%s': %s is out of range (%s..%s)",
+                           path, got, lo, hi);
     }
     *out = v;
     return 0;
@@ -745,60 +714,61 @@ static int set_core(struct ld *ld, const struct core_key *ck, const char *path,
     switch (ck->kind) {
     case K_STR: {
         char **sp = field;
-        if (is_null(v)) {
+        if (cfg_is_null(v)) {
             if (!ck->nullable)
-                return expected(ld, path, v, "a string");
+                return cfg_expected(ld, path, v, "a string");
             free(*sp);
             *sp = NULL;
             break;
         }
         if (v->type != YAML_SCALAR_NODE)
-            return expected(ld, path, v, "a string");
-        if ((ret = check_nul(ld, path, v)) < 0)
+            return cfg_expected(ld, path, v, "a string");
+        if ((ret = cfg_check_nul(ld, path, v)) < 0)
             return ret;
         size_t len = v->data.scalar.length;
         if (len < (size_t)ck->min)
-            return fail_at(ld, v->start_mark, "key '%s': must not be empty", path);
+            return cfg_fail_at(ld, v->start_mark, "key '%s': must not be empty", path);
         if (len > (size_t)ck->max)
-            return fail_at(ld, v->start_mark,
-                           "key '%s': too long (%zu bytes, at most %" PRId64 ")", path,
-                           len, ck->max);
-        char *copy = strdup(sval(v));
+            return cfg_fail_at(ld, v->start_mark,
+                               "key '%s': too long (%zu bytes, at most %" PRId64 ")",
+                               path, len, ck->max);
+        char *copy = strdup(cfg_sval(v));
         if (!copy)
-            return oom(ld);
+            return cfg_oom(ld);
         free(*sp);
         *sp = copy;
         break;
     }
     case K_INT:
     case K_SIZE:
-        ret =
-            get_int(ld, path, v, ck->kind == K_SIZE, ck->min, ck->max, (int64_t *)field);
+        ret = cfg_get_int(ld, path, v, ck->kind == K_SIZE, ck->min, ck->max,
+                          (int64_t *)field);
         break;
     case K_MODE: {
-        if (v->type != YAML_SCALAR_NODE || is_null(v))
-            return expected(ld, path, v, "an octal mode such as \"0660\"");
-        int r = parse_mode(sval(v), (unsigned *)field);
+        if (v->type != YAML_SCALAR_NODE || cfg_is_null(v))
+            return cfg_expected(ld, path, v, "an octal mode such as \"0660\"");
+        int r = parse_mode(cfg_sval(v), (unsigned *)field);
         if (r == NUM_RANGE) {
             char got[64];
             describe(v, got, sizeof(got));
-            return fail_at(ld, v->start_mark,
-                           "key '%s': mode %s is out of range (at most 0777)", path, got);
+            return cfg_fail_at(ld, v->start_mark,
+                               "key '%s': mode %s is out of range (at most 0777)", path,
+                               got);
         }
         if (r != NUM_OK)
-            return expected(ld, path, v, "an octal mode such as \"0660\"");
+            return cfg_expected(ld, path, v, "an octal mode such as \"0660\"");
         break;
     }
     case K_LEVEL: {
         if (v->type == YAML_SCALAR_NODE) {
             for (size_t i = 0; i < ARRAY_SIZE(level_names); i++) {
-                if (!strcasecmp(sval(v), level_names[i])) {
+                if (!strcasecmp(cfg_sval(v), level_names[i])) {
                     *(enum log_level *)field = (enum log_level)i;
                     goto done;
                 }
             }
         }
-        return expected(ld, path, v, "one of error, warn, info, debug");
+        return cfg_expected(ld, path, v, "one of error, warn, info, debug");
     }
     }
 done:
@@ -819,327 +789,8 @@ static int on_section_key(struct ld *ld, const char *path, const char *key,
     struct suggest s = {key, NULL, SIZE_MAX};
     for (size_t i = 0; i < N_CORE; i++)
         if (core_keys[i].section && !strcmp(core_keys[i].section, section))
-            suggest_try(&s, core_keys[i].name);
-    return unknown_key(ld, k, path, &s);
-}
-
-/* ---- provider sections ----------------------------------------------------- */
-
-static const struct cfg_schema *find_schema(struct ld *ld, const char *name)
-{
-    for (size_t i = 0; i < ld->nschemas; i++)
-        if (ld->schemas[i].provider && !strcmp(ld->schemas[i].provider, name))
-            return &ld->schemas[i];
-    return NULL;
-}
-
-/* "duktape, docker, modal" (or "none"), shortened if absurdly long. */
-static void known_providers(struct ld *ld, char *buf, size_t size)
-{
-    size_t o = 0;
-    buf[0] = '\0';
-    for (size_t i = 0; i < ld->nschemas && o < size; i++) {
-        int n =
-            snprintf(buf + o, size - o, "%s%s", o ? ", " : "", ld->schemas[i].provider);
-        if (n < 0)
-            break;
-        o += (size_t)n;
-    }
-    if (!buf[0])
-        snprintf(buf, size, "none");
-}
-
-static int ends_with(const char *s, const char *suffix)
-{
-    size_t ls = strlen(s), lx = strlen(suffix);
-    return ls >= lx && !strcmp(s + ls - lx, suffix);
-}
-
-static int to_json(struct ld *ld, const char *path, yaml_node_t *n, int depth,
-                   json_t **out);
-
-/* Converts one item of a sequence (to_json, or a string for CFG_LIST). */
-typedef int (*item_fn)(struct ld *ld, const char *path, yaml_node_t *n, int depth,
-                       json_t **out);
-
-/* The items of sequence node n as a JSON array in *out (caller owns), each
- * converted by fn at `depth`, with paths "path[i]". Nothing in *out on failure. */
-static int seq_to_array(struct ld *ld, const char *path, const yaml_node_t *n, item_fn fn,
-                        int depth, json_t **out)
-{
-    int ret = 0;
-    json_t *arr = json_array();
-    if (!arr)
-        return oom(ld);
-    yaml_node_item_t *start = n->data.sequence.items.start;
-    for (yaml_node_item_t *it = start; it < n->data.sequence.items.top; it++) {
-        char ipath[PATH_BUF];
-        json_t *val = NULL;
-        path_fmt(ipath, "%s[%td]", path, it - start);
-        ret = fn(ld, ipath, yaml_document_get_node(ld->doc, *it), depth, &val);
-        if (ret < 0)
-            break;
-        if (json_array_append_new(arr, val) < 0) {
-            ret = oom(ld);
-            break;
-        }
-    }
-    if (ret < 0) {
-        json_decref(arr);
-        return ret;
-    }
-    *out = arr;
-    return 0;
-}
-
-struct any_ctx {
-    json_t *obj;
-    int depth;
-};
-
-static int on_any_pair(struct ld *ld, const char *path, const char *key, yaml_node_t *k,
-                       yaml_node_t *v, void *privdata)
-{
-    struct any_ctx *ac = privdata;
-    json_t *val = NULL;
-    (void)k;
-    int ret = to_json(ld, path, v, ac->depth + 1, &val);
-    if (ret < 0)
-        return ret;
-    if (json_object_set_new(ac->obj, key, val) < 0)
-        return oom(ld);
-    return 0;
-}
-
-/* Plain scalars are typed (null, bool, int, float); quoted ones stay strings. */
-static json_t *scalar_to_json(const yaml_node_t *n)
-{
-    const char *s = sval(n);
-    size_t len = n->data.scalar.length;
-    int64_t iv;
-    if (!is_plain(n))
-        return json_stringn(s, len);
-    if (is_null(n))
-        return json_null();
-    if (!strcmp(s, "true") || !strcmp(s, "True") || !strcmp(s, "TRUE"))
-        return json_true();
-    if (!strcmp(s, "false") || !strcmp(s, "False") || !strcmp(s, "FALSE"))
-        return json_false();
-    /* Leading-zero and overflowing numbers stay strings: lossless, and the
-     * provider can decide what "0755" means. */
-    if (parse_int(s, 0, &iv) == NUM_OK)
-        return json_integer(iv);
-    if (looks_float(s)) {
-        double d = strtod(s, NULL);
-        if (isfinite(d))
-            return json_real(d);
-    }
-    return json_stringn(s, len);
-}
-
-static int to_json(struct ld *ld, const char *path, yaml_node_t *n, int depth,
-                   json_t **out)
-{
-    int ret = 0;
-    *out = NULL;
-    if (depth > ANY_MAX_DEPTH)
-        return fail_at(ld, n->start_mark,
-                       "key '%s': nested more than %d levels deep (a recursive alias?)",
-                       path, ANY_MAX_DEPTH);
-    if (++ld->any_nodes > ANY_MAX_NODES)
-        return fail_at(ld, n->start_mark,
-                       "key '%s': more than %d nodes (aliases expanding too much?)", path,
-                       ANY_MAX_NODES);
-
-    switch (n->type) {
-    case YAML_SCALAR_NODE:
-        if ((ret = check_nul(ld, path, n)) < 0)
-            return ret;
-        *out = scalar_to_json(n);
-        return *out ? 0 : oom(ld);
-    case YAML_SEQUENCE_NODE:
-        return seq_to_array(ld, path, n, to_json, depth + 1, out);
-    case YAML_MAPPING_NODE: {
-        struct any_ctx ac = {json_object(), depth};
-        if (!ac.obj)
-            return oom(ld);
-        ret = each_pair(ld, n, path, on_any_pair, &ac);
-        if (ret < 0) {
-            json_decref(ac.obj);
-            return ret;
-        }
-        *out = ac.obj;
-        return 0;
-    }
-    default:
-        return fail_at(ld, n->start_mark, "key '%s': empty YAML node", path);
-    }
-}
-
-/* A scalar that must be a non-null string, for CFG_STR and the items of MAP and LIST. */
-static int string_value(struct ld *ld, const char *path, const yaml_node_t *n,
-                        json_t **out)
-{
-    int ret;
-    if (n->type != YAML_SCALAR_NODE || is_null(n))
-        return expected(ld, path, n, "a string");
-    if ((ret = check_nul(ld, path, n)) < 0)
-        return ret;
-    *out = json_stringn(sval(n), n->data.scalar.length);
-    return *out ? 0 : oom(ld);
-}
-
-static int string_item(struct ld *ld, const char *path, yaml_node_t *n, int depth,
-                       json_t **out)
-{
-    return string_value(ld, path, n, out);
-}
-
-static int on_map_pair(struct ld *ld, const char *path, const char *key, yaml_node_t *k,
-                       yaml_node_t *v, void *privdata)
-{
-    json_t *val = NULL;
-    int ret = string_value(ld, path, v, &val);
-    (void)k;
-    if (ret < 0)
-        return ret;
-    if (json_object_set_new(privdata, key, val) < 0)
-        return oom(ld);
-    return 0;
-}
-
-/* Converts a provider value according to its type; *out is NULL for a null value. */
-static int convert(struct ld *ld, const char *path, const char *key, enum cfg_type type,
-                   yaml_node_t *v, json_t **out)
-{
-    int ret = 0;
-    *out = NULL;
-    if (is_null(v))
-        return 0; /* "not set": the provider's default applies */
-
-    switch (type) {
-    case CFG_STR:
-        return string_value(ld, path, v, out);
-    case CFG_INT: {
-        int64_t iv = 0;
-        ret = get_int(ld, path, v, ends_with(key, "_bytes"), 0, INT64_MAX, &iv);
-        if (ret < 0)
-            return ret;
-        *out = json_integer(iv);
-        return *out ? 0 : oom(ld);
-    }
-    case CFG_BOOL: {
-        int b = 0;
-        if (v->type != YAML_SCALAR_NODE || parse_bool(sval(v), &b) != NUM_OK)
-            return expected(ld, path, v, "a boolean (true or false)");
-        *out = json_boolean(b);
-        return 0;
-    }
-    case CFG_MAP: {
-        if (v->type != YAML_MAPPING_NODE)
-            return expected(ld, path, v, "a mapping of strings");
-        json_t *obj = json_object();
-        if (!obj)
-            return oom(ld);
-        if ((ret = each_pair(ld, v, path, on_map_pair, obj)) < 0) {
-            json_decref(obj);
-            return ret;
-        }
-        *out = obj;
-        return 0;
-    }
-    case CFG_LIST: {
-        if (v->type != YAML_SEQUENCE_NODE)
-            return expected(ld, path, v, "a sequence of strings");
-        return seq_to_array(ld, path, v, string_item, 0, out);
-    }
-    case CFG_ANY:
-        return to_json(ld, path, v, 0, out);
-    }
-    return err_make(ld->err, SBX_E_INTERNAL,
-                    "%s: key '%s': bad type %d in the provider schema", ld->file, path,
-                    (int)type);
-}
-
-struct provider_ctx {
-    const struct cfg_schema *schema;
-    json_t *obj;
-};
-
-static int on_provider_key(struct ld *ld, const char *path, const char *key,
-                           yaml_node_t *k, yaml_node_t *v, void *privdata)
-{
-    struct provider_ctx *pc = privdata;
-    enum cfg_type type = CFG_BOOL;
-    int found = !strcmp(key, "enabled");
-
-    for (const struct cfg_key *ck = pc->schema->keys; !found && ck && ck->name; ck++) {
-        if (!strcmp(ck->name, key)) {
-            type = ck->type;
-            found = 1;
-        }
-    }
-    if (!found) {
-        struct suggest s = {key, NULL, SIZE_MAX};
-        suggest_try(&s, "enabled");
-        for (const struct cfg_key *ck = pc->schema->keys; ck && ck->name; ck++)
-            suggest_try(&s, ck->name);
-        return unknown_key(ld, k, path, &s);
-    }
-
-    json_t *val = NULL;
-    int ret = convert(ld, path, key, type, v, &val);
-    if (ret < 0)
-        return ret;
-    if (!val) {
-        json_object_del(pc->obj, key);
-        return 0;
-    }
-    if (json_object_set_new(pc->obj, key, val) < 0)
-        return oom(ld);
-    return 0;
-}
-
-/* The providers object holds an entry for every known provider. */
-static int provider_obj(struct ld *ld, const char *name, json_t **out)
-{
-    json_t *obj = json_object_get(ld->cfg->providers, name);
-    if (!json_is_object(obj)) {
-        obj = json_object();
-        if (!obj || json_object_set_new(ld->cfg->providers, name, obj) < 0)
-            return oom(ld);
-    }
-    *out = obj;
-    return 0;
-}
-
-static int on_provider(struct ld *ld, const char *path, const char *key, yaml_node_t *k,
-                       yaml_node_t *v, void *privdata)
-{
-    const struct cfg_schema *schema = find_schema(ld, key);
-    (void)privdata;
-    if (!schema) {
-        char known[512];
-        known_providers(ld, known, sizeof(known));
-        struct suggest s = {key, NULL, SIZE_MAX};
-        for (size_t i = 0; i < ld->nschemas; i++)
-            suggest_try(&s, ld->schemas[i].provider);
-        if (s.best)
-            return fail_at(ld, k->start_mark,
-                           "unknown provider '%s' (did you mean '%s'? known: %s)", key,
-                           s.best, known);
-        return fail_at(ld, k->start_mark, "unknown provider '%s' (known: %s)", key,
-                       known);
-    }
-    struct provider_ctx pc = {schema, NULL};
-    int ret = provider_obj(ld, key, &pc.obj);
-    if (ret < 0)
-        return ret;
-    if (is_null(v))
-        return 0;
-    if (v->type != YAML_MAPPING_NODE)
-        return expected(ld, path, v, "a mapping");
-    return each_pair(ld, v, path, on_provider_key, &pc);
+            cfg_suggest_try(&s, core_keys[i].name);
+    return cfg_unknown_key(ld, k, path, &s);
 }
 
 /* ---- the top level ---------------------------------------------------------- */
@@ -1149,33 +800,33 @@ static int on_top_key(struct ld *ld, const char *path, const char *key, yaml_nod
 {
     (void)privdata;
     if (!strcmp(key, "providers")) {
-        if (is_null(v))
+        if (cfg_is_null(v))
             return 0;
         if (v->type != YAML_MAPPING_NODE)
-            return expected(ld, path, v, "a mapping of provider names");
-        return each_pair(ld, v, path, on_provider, NULL);
+            return cfg_expected(ld, path, v, "a mapping of provider names");
+        return cfg_each_pair(ld, v, path, cfg_on_provider, NULL);
     }
     for (size_t i = 0; i < ARRAY_SIZE(sections); i++) {
         if (strcmp(key, sections[i]))
             continue;
-        if (is_null(v))
+        if (cfg_is_null(v))
             return 0;
         if (v->type != YAML_MAPPING_NODE)
-            return expected(ld, path, v, "a mapping");
-        return each_pair(ld, v, path, on_section_key, (void *)sections[i]);
+            return cfg_expected(ld, path, v, "a mapping");
+        return cfg_each_pair(ld, v, path, on_section_key, (void *)sections[i]);
     }
     const struct core_key *ck = find_core(NULL, key);
     if (ck)
         return set_core(ld, ck, path, v);
 
     struct suggest s = {key, NULL, SIZE_MAX};
-    suggest_try(&s, "providers");
+    cfg_suggest_try(&s, "providers");
     for (size_t i = 0; i < ARRAY_SIZE(sections); i++)
-        suggest_try(&s, sections[i]);
+        cfg_suggest_try(&s, sections[i]);
     for (size_t i = 0; i < N_CORE; i++)
         if (!core_keys[i].section)
-            suggest_try(&s, core_keys[i].name);
-    return unknown_key(ld, k, path, &s);
+            cfg_suggest_try(&s, core_keys[i].name);
+    return cfg_unknown_key(ld, k, path, &s);
 }
 
 /* Tags would change what a scalar means behind our back (!!binary, !!int "x"). */
@@ -1190,9 +841,9 @@ static int check_tags(struct ld *ld)
         if (!tag || !strcmp(tag, dflt))
             continue;
         if (!strncmp(tag, yaml_prefix, sizeof(yaml_prefix) - 1))
-            return fail_at(ld, n->start_mark, "unsupported YAML tag '!!%s'",
-                           tag + sizeof(yaml_prefix) - 1);
-        return fail_at(ld, n->start_mark, "unsupported YAML tag '%s'", tag);
+            return cfg_fail_at(ld, n->start_mark, "unsupported YAML tag '!!%s'",
+                               tag + sizeof(yaml_prefix) - 1);
+        return cfg_fail_at(ld, n->start_mark, "unsupported YAML tag '%s'", tag);
     }
     return 0;
 }
@@ -1225,7 +876,7 @@ static int check_consistency(struct ld *ld)
         static const char msg[] = "limits.session_output_high (%s) must be below "
                                   "limits.session_output_hard (%s)";
         if (ld->set[at - core_keys])
-            return fail_at(ld, ld->mark[at - core_keys], msg, a, b);
+            return cfg_fail_at(ld, ld->mark[at - core_keys], msg, a, b);
         return fail_file(ld, msg, a, b);
     }
 
@@ -1234,31 +885,32 @@ static int check_consistency(struct ld *ld)
     const char *name = cfg->default_provider;
     int pset = ld->set[prov - core_keys];
     yaml_mark_t pmark = ld->mark[prov - core_keys];
-    if (!find_schema(ld, name)) {
+    if (!cfg_find_schema(ld, name)) {
         char known[512];
-        known_providers(ld, known, sizeof(known));
+        cfg_known_providers(ld, known, sizeof(known));
         struct suggest sg = {name, NULL, SIZE_MAX};
         for (size_t i = 0; i < ld->nschemas; i++)
-            suggest_try(&sg, ld->schemas[i].provider);
+            cfg_suggest_try(&sg, ld->schemas[i].provider);
         if (pset && sg.best)
-            return fail_at(ld, pmark,
-                           "key 'defaults.provider': unknown provider '%s' (did you mean "
-                           "'%s'? known: %s)",
-                           name, sg.best, known);
+            return cfg_fail_at(
+                ld, pmark,
+                "key 'defaults.provider': unknown provider '%s' (did you mean "
+                "'%s'? known: %s)",
+                name, sg.best, known);
         if (pset)
-            return fail_at(ld, pmark,
-                           "key 'defaults.provider': unknown provider '%s' (known: %s)",
-                           name, known);
+            return cfg_fail_at(
+                ld, pmark, "key 'defaults.provider': unknown provider '%s' (known: %s)",
+                name, known);
         return fail_file(ld, "key 'defaults.provider': unknown provider '%s' (known: %s)",
                          name, known);
     }
     json_t *enabled = json_object_get(config_provider(cfg, name), "enabled");
     if (json_is_false(enabled)) {
         if (pset)
-            return fail_at(ld, pmark,
-                           "key 'defaults.provider': provider '%s' is disabled "
-                           "(providers.%s.enabled is false)",
-                           name, name);
+            return cfg_fail_at(ld, pmark,
+                               "key 'defaults.provider': provider '%s' is disabled "
+                               "(providers.%s.enabled is false)",
+                               name, name);
         return fail_file(ld,
                          "key 'defaults.provider': the default provider '%s' is disabled "
                          "(providers.%s.enabled is false); set defaults.provider",
@@ -1444,6 +1096,11 @@ int config_load_file(struct sbx_config *cfg, const char *path,
         goto out;
     }
     memset(&ld, 0, sizeof(ld));
+    yaml_mark_t marks[N_CORE];
+    unsigned char set[N_CORE];
+    memset(set, 0, sizeof(set));
+    ld.mark = marks;
+    ld.set = set;
     ld.file = path;
     ld.doc = &doc;
     ld.err = err;
@@ -1454,21 +1111,21 @@ int config_load_file(struct sbx_config *cfg, const char *path,
         goto out;
 
     yaml_node_t *root = yaml_document_get_root_node(&doc);
-    if (root && !is_null(root)) {
+    if (root && !cfg_is_null(root)) {
         if (root->type != YAML_MAPPING_NODE) {
             char got[64];
             describe(root, got, sizeof(got));
-            ret = fail_at(&ld, root->start_mark,
-                          "the top level must be a mapping, got %s", got);
+            ret = cfg_fail_at(&ld, root->start_mark,
+                              "the top level must be a mapping, got %s", got);
             goto out;
         }
-        if ((ret = each_pair(&ld, root, NULL, on_top_key, NULL)) < 0)
+        if ((ret = cfg_each_pair(&ld, root, NULL, on_top_key, NULL)) < 0)
             goto out;
     }
     for (size_t i = 0; i < nschemas; i++) {
         json_t *unused;
         if (schemas[i].provider &&
-            (ret = provider_obj(&ld, schemas[i].provider, &unused)) < 0)
+            (ret = cfg_provider_obj(&ld, schemas[i].provider, &unused)) < 0)
             goto out;
     }
     if ((ret = check_consistency(&ld)) < 0)
@@ -1476,7 +1133,7 @@ int config_load_file(struct sbx_config *cfg, const char *path,
 
     free(tmp.path);
     if (!(tmp.path = strdup(path))) {
-        ret = oom(&ld);
+        ret = cfg_oom(&ld);
         goto out;
     }
     config_deinit(cfg);
