@@ -217,8 +217,18 @@ export interface Methods {
     'sandbox.stop': { params: { id: string }; result: Sandbox };
     'sandbox.destroy': { params: { id: string }; result: { id: string; status: 'destroyed' } };
     'sandbox.snapshot': {
-        params: { id: string };
-        result: { snapshot: string; provider: string; created_at: string };
+        /** ttl: seconds the backend image lives (-1 never); Modal only, others take -1 alone. */
+        params: { id: string; ttl?: number };
+        result: {
+            snapshot: string;
+            provider: string;
+            created_at: string;
+            /** Modal: the TTL applied (after the config's clamp), -1 for never. */
+            ttl_s?: number;
+            expires_at?: string;
+            /** "modal default" on the SandboxSnapshotFs fallback, which has no TTL. */
+            ttl?: string;
+        };
     };
     'snapshot.list': {
         params: { provider?: string };
@@ -489,7 +499,7 @@ export const METHOD_PARAMS = {
     'sandbox.start': ['id'],
     'sandbox.stop': ['id'],
     'sandbox.destroy': ['id'],
-    'sandbox.snapshot': ['id'],
+    'sandbox.snapshot': ['id', 'ttl'],
     'snapshot.list': ['provider'],
     'snapshot.delete': ['snapshot'],
     'sandbox.clone': ['id', 'new_id', 'env', 'working_dir', 'idle_timeout_ms', 'start'],
