@@ -127,7 +127,15 @@ $(B)/tests/test_mcp_stdio: tests/unit/test_mcp_stdio.c $(MCP_UNIT_OBJ) tests/tes
 	$(CC) $(CFLAGS_ALL) $(SAN) -Itests -Iclient -o $@ $< $(MCP_UNIT_OBJ) $(PKG_LIBS) -lev -lm
 $(B)/tests/%: tests/unit/%.c $(DAEMON_LIB_OBJ) $(WORKER_OBJ) $(B)/libsbx.a tests/testhelp.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) $(SAN) -Itests -o $@ $< $(DAEMON_LIB_OBJ) $(WORKER_OBJ) $(B)/libsbx.a $(LDLIBS_D)
+	$(CC) $(CFLAGS_ALL) $(SAN) -Itests -o $@ $< $(filter %/fakeprov.o,$^) $(DAEMON_LIB_OBJ) \
+		$(WORKER_OBJ) $(B)/libsbx.a $(LDLIBS_D)
+# unit22 (issue 22): the fake-provider kit (tests/unit/fakeprov.h), linked
+# into the unit tests that drive the core or rpc/ through it.
+FAKEPROV_OBJ = $(B)/obj/tests/unit/fakeprov.o
+FAKEPROV_TESTS = test_chan
+$(FAKEPROV_OBJ): CFLAGS_ALL += -Itests
+$(FAKEPROV_OBJ): tests/unit/fakeprov.h
+$(patsubst %,$(B)/tests/%,$(FAKEPROV_TESTS)): $(FAKEPROV_OBJ) tests/unit/fakeprov.h
 $(B)/tests/%: tests/integration/%.c $(B)/libsbx.a tests/testhelp.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) $(SAN) -Itests -Iclient -o $@ $< $(B)/libsbx.a $(PKG_LIBS) -lev -lm

@@ -1,0 +1,67 @@
+/*
+ * fakeprov.h - a provider for unit tests of the core and rpc/ that finishes
+ * its operations when the test says so (the kit of issue 22, item 5).
+ *
+ * fakeprov_setup() makes a daemon (D) with this provider as the only one,
+ * loaded, named "fake" and the default. Lifecycle ops (start, stop,
+ * destroy, snapshot) finish at once unless fakeprov.defer is set: then they
+ * wait in a queue until fakeprov_finish() ends the oldest. fail_now makes
+ * the next op fail before it returns (the provider's "<0 at once");
+ * fail_code makes it finish with that error code.
+ *
+ * Processes understand a tiny command language (p->spec "code", or the
+ * shell string):
+ *   out TEXT   prints TEXT on stdout, exits 0
+ *   err TEXT   prints TEXT on stderr, exits 1
+ *   exit N     exits with N
+ *   anything else runs until killed (proc_kill reports 128+sig).
+ * Writes to stdin are appended to fakeprov.stdin_bytes.
+ */
+#ifndef SBX_TEST_FAKEPROV_H
+#define SBX_TEST_FAKEPROV_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+#include "daemon.h"
+#include "provider.h"
+
+#define FAKEPROV_MAX_PENDING 16
+
+struct fakeprov_state {
+    /* controls, read by the next op */
+    int defer;     /* 1: lifecycle ops wait for fakeprov_finish() */
+    int fail_now;  /* non-zero: the next lifecycle op fails at once with this code */
+    int fail_code; /* non-zero: lifecycle ops finish with this error code */
+    json_t *start_result; /* stolen by the next successful start (e.g. reconnected) */
+    /* what happened */
+    int n_start, n_stop, n_destroy, n_snapshot, n_cancel, n_release;
+    int n_spawn, n_write, n_close_stdin, n_kill;
+    int last_signal;
+    char stdin_bytes[4096];
+    size_t stdin_len;
+    /* deferred ops, oldest first */
+    struct sandbox *pending[FAKEPROV_MAX_PENDING];
+    int npending;
+};
+
+extern struct fakeprov_state fakeprov;
+extern const struct sbx_provider fakeprov_provider;
+/* The daemon fakeprov_setup() made (D points at it). */
+extern struct daemon fakeprov_daemon;
+
+/* D, the config's defaults, EV_DEFAULT, the provider in slot 0, the loop's
+ * prepare watcher (sessions and sandboxes flushed before it sleeps). */
+void fakeprov_setup(void);
+/* Frees sessions, sandboxes, the snapshot registry and the config. */
+void fakeprov_teardown(void);
+/* Forgets the counters and controls (not the pending queue). */
+void fakeprov_reset(void);
+/* Ends the oldest deferred op: code 0 succeeds, else fails with code and
+ * msg. Returns 0, or -1 when nothing was pending. */
+int fakeprov_finish(int code, const char *msg);
+/* A sandbox of the fake provider owned by uid, made and started (conf
+ * stolen, may be NULL). NULL when the core refused. */
+struct sandbox *fakeprov_sandbox(const char *id, uid_t owner, json_t *conf);
+
+#endif
