@@ -404,7 +404,7 @@ void modal_state_dirty(struct mprov *mp)
 }
 
 /* Reads the state file; a missing file is an empty state. */
-static void state_read(struct mprov *mp)
+void modal_state_read(struct mprov *mp)
 {
     mp->snaps = json_object();
     if (!mp->state_path)
@@ -1031,7 +1031,7 @@ static int m_load(json_t *conf, void **cookie, sbx_err_t *err)
     mp->curl_pause = cp ? atoi(cp) != 0 : 1;
     mp->ready = 1;
     mp->state_path = state_path_for(conf);
-    state_read(mp);
+    modal_state_read(mp);
     if (mp->saved || json_object_size(mp->snaps) > 0) {
         /* The provider table is complete only once every provider loaded. */
         ev_timer_set(&mp->adopt_timer, 0., 0.);

@@ -315,6 +315,13 @@ void modal_state_dirty(struct mprov *mp);
 /** Writes the state file now if a write is pending (shutdown, release). */
 void modal_state_flush(struct mprov *mp);
 
+/** At load: mp->state_path's file into mp->snaps (always made) and mp->saved
+ * (its sandboxes, or NULL). A missing file is an empty state; a file not
+ * owned by this user, writable by others, unreadable, or for another
+ * server_url or version is ignored with a warning. Reachable for
+ * tests/unit/test_modal.c. */
+void modal_state_read(struct mprov *mp);
+
 /* ---- modal_life.c: lifecycle ------------------------------------------------------- */
 
 /** The Modal record of sb (sb->pdata), from sb->conf; NULL with err for bad options. */
