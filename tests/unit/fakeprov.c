@@ -7,10 +7,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "output.h"
 #include "process.h"
+#include "rpc.h"
 #include "sandbox.h"
 #include "sbx_proto.h"
 #include "session.h"
+#include "toolcall.h"
 
 struct fakeprov_state fakeprov;
 struct daemon fakeprov_daemon;
@@ -257,4 +260,89 @@ struct sandbox *fakeprov_sandbox(const char *id, uid_t owner, json_t *conf)
     }
     sandbox_start(sb, NULL, NULL);
     return sb;
+}
+
+/* ---- a client connection without a socket ------------------------------------ */
+
+static void fc_send_line(struct rpc_conn *k, const char *text, size_t len)
+{
+    struct fakeconn *c = (struct fakeconn *)k;
+    json_t *v = json_loadb(text, len, JSON_DECODE_ANY, NULL);
+    json_array_append_new(c->got, v ? v : json_null());
+}
+
+static void fc_send_line_owned(struct rpc_conn *k, char *text, size_t len)
+{
+    fc_send_line(k, text, len);
+    free(text);
+}
+
+static size_t fc_reply_room(const struct rpc_conn *k)
+{
+    return ((const struct fakeconn *)k)->room;
+}
+
+static size_t fc_queued(const struct rpc_conn *k)
+{
+    return 0;
+}
+
+static const struct rpc_conn_ops fc_ops = {
+    .send_line = fc_send_line,
+    .send_line_owned = fc_send_line_owned,
+    .reply_room = fc_reply_room,
+    .queued = fc_queued,
+    .queued_all = fc_queued,
+};
+
+/* Process output for a follower that is this connection. */
+static void fc_follower_line(struct follower *f, const char *text, size_t len)
+{
+    struct fakeconn *c =
+        (struct fakeconn *)((char *)f - offsetof(struct fakeconn, k.fol));
+    fc_send_line(&c->k, text, len);
+}
+
+static uint64_t fc_next_id = 1u << 30; /* apart from the sessions' ids */
+
+void fakeconn_init(struct fakeconn *c, uid_t uid, int admin)
+{
+    memset(c, 0, sizeof(*c));
+    c->got = json_array();
+    c->room = 64u << 20;
+    conn_init(&c->k, fc_next_id++, uid, admin, &fc_ops);
+    c->k.fol.send_line = fc_follower_line;
+}
+
+void fakeconn_deinit(struct fakeconn *c)
+{
+    c->k.closing = 1;
+    rpc_conn_gone(&c->k);
+    output_follower_gone(&c->k.fol);
+    toolcall_conn_gone(&c->k);
+    conn_deinit(&c->k);
+    json_decref(c->got);
+    c->got = NULL;
+}
+
+void fakeprov_spin(int n)
+{
+    for (int i = 0; i < n; i++)
+        ev_run(D->loop, EVRUN_NOWAIT);
+}
+
+json_t *fakeconn_line(struct fakeconn *c, const char *line)
+{
+    size_t before = json_array_size(c->got);
+    rpc_handle_line(&c->k, line, strlen(line));
+    for (int i = 0; i < 100000 && rpc_batch_resume(&c->k); i++)
+        ;
+    fakeprov_spin(3);
+    size_t n = json_array_size(c->got);
+    return n > before ? json_array_get(c->got, n - 1) : NULL;
+}
+
+size_t fakeconn_count(const struct fakeconn *c)
+{
+    return json_array_size(c->got);
 }

@@ -16,6 +16,10 @@
  *   exit N     exits with N
  *   anything else runs until killed (proc_kill reports 128+sig).
  * Writes to stdin are appended to fakeprov.stdin_bytes.
+ *
+ * For rpc/ tests the kit also has a client connection without a socket
+ * (struct fakeconn): lines go in through rpc_handle_line, and what the
+ * protocol layer writes back is kept, parsed, in order.
  */
 #ifndef SBX_TEST_FAKEPROV_H
 #define SBX_TEST_FAKEPROV_H
@@ -23,6 +27,7 @@
 #include <jansson.h>
 #include <stddef.h>
 
+#include "conn.h"
 #include "daemon.h"
 #include "provider.h"
 
@@ -63,5 +68,27 @@ int fakeprov_finish(int code, const char *msg);
 /* A sandbox of the fake provider owned by uid, made and started (conf
  * stolen, may be NULL). NULL when the core refused. */
 struct sandbox *fakeprov_sandbox(const char *id, uid_t owner, json_t *conf);
+
+/* ---- a client connection without a socket ------------------------------------ */
+
+struct fakeconn {
+    struct rpc_conn k; /* first: the ops get &k */
+    json_t *got;       /* every line written to the client, parsed (null if not JSON) */
+    size_t room;       /* what reply_room answers (default 64 MiB) */
+};
+
+/* Links c as client id (uid, admin); c may be on the stack. */
+void fakeconn_init(struct fakeconn *c, uid_t uid, int admin);
+/* What a session does when its client goes: calls detached, followers and
+ * tool calls dropped, the conn unlinked. */
+void fakeconn_deinit(struct fakeconn *c);
+/* Sends one line (without its newline), dispatches a batch to its end and
+ * runs the loop a little. Returns the last message written back since
+ * (borrowed, valid until the next call), or NULL when nothing came. */
+json_t *fakeconn_line(struct fakeconn *c, const char *line);
+/* How many messages came back in all. */
+size_t fakeconn_count(const struct fakeconn *c);
+/* Runs the loop without sleeping, n times. */
+void fakeprov_spin(int n);
 
 #endif
