@@ -255,12 +255,37 @@ static void test_through_provider(struct fakeconn *c)
     test_cond("destroy answers", result_of(m) && !sandbox_find_any("mine"));
 }
 
+/* conn.c: the registry of connections and whole messages written to one. */
+static void test_conn(struct fakeconn *c)
+{
+    test_cond("a live connection is found by its id", conn_by_id(c->k.id) == &c->k);
+    c->k.closing = 1;
+    test_cond("a closing one is not", conn_by_id(c->k.id) == NULL);
+    c->k.closing = 0;
+    test_cond("an unknown id is nobody", conn_by_id(c->k.id + 12345) == NULL);
+    size_t n = fakeconn_count(c);
+    conn_notify(&c->k, "test.note", json_pack("{s:i}", "x", 1));
+    json_t *m = json_array_get(c->got, n);
+    test_cond(
+        "a notification: jsonrpc, method and params, no id",
+        fakeconn_count(c) == n + 1 && !strcmp(str(m, "jsonrpc"), "2.0") &&
+            !strcmp(str(m, "method"), "test.note") &&
+            json_integer_value(json_object_get(json_object_get(m, "params"), "x")) == 1 &&
+            !json_object_get(m, "id"));
+    conn_notify(&c->k, "test.empty", NULL);
+    m = json_array_get(c->got, n + 1);
+    test_cond("without params it has an empty object",
+              json_is_object(json_object_get(m, "params")) &&
+                  json_object_size(json_object_get(m, "params")) == 0);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
     fakeprov_setup();
     struct fakeconn c;
     fakeconn_init(&c, getuid(), 0);
+    test_conn(&c);
     test_ids(&c);
     test_errors(&c);
     test_batches(&c);

@@ -113,6 +113,41 @@ static void test_framing(void)
     test_eq_int("a hang-up frees the session", D->nsessions, before - 1);
 }
 
+/* A line past PARSE_OFFLOOP_MIN is parsed on a parser thread (parse.c); the
+ * lines after it wait, so answers keep the requests' order. */
+static void test_offloop_parse(void)
+{
+    size_t pad = 100 * 1024;
+    char *line = malloc(pad + 200);
+    int n = snprintf(line, pad + 200,
+                     "{\"jsonrpc\":\"2.0\",\"id\":20,\"method\":\"daemon.ping\","
+                     "\"params\":{\"pad\":\"");
+    memset(line + n, 'x', pad);
+    snprintf(line + n + pad, 200,
+             "\"}}\n" PING(21) "{\"jsonrpc\":\"2.0\",\"id\":22,"
+                               "\"method\":\"daemon.ping\",\"params\":{\"pad\":\"");
+    int fd = client(0);
+    put(fd, line);
+    /* The third request, as long as the first, ends with bad JSON. */
+    memset(line, 'y', pad);
+    snprintf(line + pad, 200, "\"\n");
+    put(fd, line);
+    json_t *a = NULL, *all = json_array();
+    for (int i = 0; i < 100 && json_array_size(all) < 3; i++) {
+        a = read_answers(fd, 3, NULL);
+        json_array_extend(all, a);
+        json_decref(a);
+    }
+    test_cond("a 100 kB line parsed off the loop is answered before the next line",
+              json_array_size(all) == 3 && id_at(all, 0) == 20 && code_at(all, 0) == 0 &&
+                  id_at(all, 1) == 21);
+    test_eq_int("and a long line of bad JSON is -32700", code_at(all, 2), SBX_E_PARSE);
+    json_decref(all);
+    free(line);
+    close(fd);
+    fakeprov_spin(3);
+}
+
 static void test_too_large(void)
 {
     int64_t saved = D->cfg.max_message_bytes;
@@ -248,6 +283,7 @@ int main(void)
     signal(SIGPIPE, SIG_IGN);
     fakeprov_setup();
     test_framing();
+    test_offloop_parse();
     test_too_large();
     test_backpressure();
     test_session_cap();
