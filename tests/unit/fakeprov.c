@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "output.h"
+#include "parse.h"
 #include "process.h"
 #include "rpc.h"
 #include "sandbox.h"
@@ -236,6 +237,7 @@ void fakeprov_teardown(void)
     while (fakeprov_finish(0, NULL) == 0)
         ;
     session_free_all();
+    parse_shutdown(); /* the off-loop parser's thread, as main.c ends it */
     sandbox_free_all();
     ev_prepare_stop(D->loop, &prepare);
     json_decref(D->snapshots);
