@@ -322,7 +322,10 @@ static void test_small_parts(void)
         free(r);
     }
     test_cond("image refs get :latest unless tagged or pinned", refs_ok);
+}
 
+static void test_env_and_tar(void)
+{
     json_t *arr = J("[\"A=1\",\"B=x=y\",\"=bad\",\"NOEQ\"]");
     json_t *obj = dk_env_to_obj(arr);
     test_cond("env K=V to an object: the first = splits, malformed entries dropped",
@@ -368,5 +371,6 @@ int main(void)
     test_create_body();
     test_warnings();
     test_small_parts();
+    test_env_and_tar();
     return test_report();
 }
