@@ -7,14 +7,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "output.h"
-#include "parse.h"
-#include "process.h"
-#include "rpc.h"
-#include "sandbox.h"
+#include "core/fs.h"
+#include "rpc/notify.h"
+#include "core/output.h"
+#include "rpc/parse.h"
+#include "core/process.h"
+#include "rpc/rpc.h"
+#include "core/sandbox.h"
 #include "sbx_proto.h"
-#include "session.h"
-#include "toolcall.h"
+#include "rpc/session.h"
+#include "rpc/toolcall.h"
 
 struct fakeprov_state fakeprov;
 struct daemon fakeprov_daemon;
@@ -297,14 +299,6 @@ static const struct rpc_conn_ops fc_ops = {
     .queued_all = fc_queued,
 };
 
-/* Process output for a follower that is this connection. */
-static void fc_follower_line(struct follower *f, const char *text, size_t len)
-{
-    struct fakeconn *c =
-        (struct fakeconn *)((char *)f - offsetof(struct fakeconn, k.fol));
-    fc_send_line(&c->k, text, len);
-}
-
 static uint64_t fc_next_id = 1u << 30; /* apart from the sessions' ids */
 
 void fakeconn_init(struct fakeconn *c, uid_t uid, int admin)
@@ -313,7 +307,7 @@ void fakeconn_init(struct fakeconn *c, uid_t uid, int admin)
     c->got = json_array();
     c->room = 64u << 20;
     conn_init(&c->k, fc_next_id++, uid, admin, &fc_ops);
-    c->k.fol.send_line = fc_follower_line;
+    notify_init(); /* the core's events reach connections through rpc/notify.c */
 }
 
 void fakeconn_deinit(struct fakeconn *c)
@@ -322,6 +316,7 @@ void fakeconn_deinit(struct fakeconn *c)
     rpc_conn_gone(&c->k);
     output_follower_gone(&c->k.fol);
     toolcall_conn_gone(&c->k);
+    fs_drop_owner(&c->k);
     conn_deinit(&c->k);
     json_decref(c->got);
     c->got = NULL;
@@ -333,6 +328,11 @@ void fakeprov_spin(int n)
         ev_run(D->loop, EVRUN_NOWAIT);
 }
 
+static int is_answer(json_t *m)
+{
+    return json_is_array(m) || json_object_get(m, "id") != NULL;
+}
+
 json_t *fakeconn_line(struct fakeconn *c, const char *line)
 {
     size_t before = json_array_size(c->got);
@@ -340,8 +340,37 @@ json_t *fakeconn_line(struct fakeconn *c, const char *line)
     for (int i = 0; i < 100000 && rpc_batch_resume(&c->k); i++)
         ;
     fakeprov_spin(3);
-    size_t n = json_array_size(c->got);
-    return n > before ? json_array_get(c->got, n - 1) : NULL;
+    for (size_t i = json_array_size(c->got); i > before; i--)
+        if (is_answer(json_array_get(c->got, i - 1)))
+            return json_array_get(c->got, i - 1);
+    return NULL;
+}
+
+size_t fakeconn_answers(const struct fakeconn *c)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < json_array_size(c->got); i++)
+        n += is_answer(json_array_get(c->got, i));
+    return n;
+}
+
+json_t *fakeconn_last_answer(const struct fakeconn *c)
+{
+    for (size_t i = json_array_size(c->got); i > 0; i--)
+        if (is_answer(json_array_get(c->got, i - 1)))
+            return json_array_get(c->got, i - 1);
+    return NULL;
+}
+
+json_t *fakeconn_notification(const struct fakeconn *c, const char *method)
+{
+    for (size_t i = json_array_size(c->got); i > 0; i--) {
+        json_t *m = json_array_get(c->got, i - 1);
+        const char *mm = json_string_value(json_object_get(m, "method"));
+        if (!is_answer(m) && mm && !strcmp(mm, method))
+            return m;
+    }
+    return NULL;
 }
 
 size_t fakeconn_count(const struct fakeconn *c)

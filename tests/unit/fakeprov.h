@@ -27,9 +27,9 @@
 #include <jansson.h>
 #include <stddef.h>
 
-#include "conn.h"
+#include "rpc/conn.h"
 #include "daemon.h"
-#include "provider.h"
+#include "core/provider.h"
 
 #define FAKEPROV_MAX_PENDING 16
 
@@ -83,11 +83,17 @@ void fakeconn_init(struct fakeconn *c, uid_t uid, int admin);
  * tool calls dropped, the conn unlinked. */
 void fakeconn_deinit(struct fakeconn *c);
 /* Sends one line (without its newline), dispatches a batch to its end and
- * runs the loop a little. Returns the last message written back since
- * (borrowed, valid until the next call), or NULL when nothing came. */
+ * runs the loop a little. Returns the last answer (a response or a batch's
+ * array, not a notification) written back since (borrowed, valid until the
+ * next call), or NULL when none came. */
 json_t *fakeconn_line(struct fakeconn *c, const char *line);
-/* How many messages came back in all. */
+/* How many messages came back in all; how many of them are answers. */
 size_t fakeconn_count(const struct fakeconn *c);
+size_t fakeconn_answers(const struct fakeconn *c);
+/* The last answer in all (borrowed), or NULL. */
+json_t *fakeconn_last_answer(const struct fakeconn *c);
+/* The last notification of that method (borrowed), or NULL. */
+json_t *fakeconn_notification(const struct fakeconn *c, const char *method);
 /* Runs the loop without sleeping, n times. */
 void fakeprov_spin(int n);
 

@@ -10,7 +10,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "chan.h"
+#include "io/chan.h"
 #include "fakeprov.h"
 #include "sbx_proto.h"
 #include "testhelp.h"

@@ -8,7 +8,7 @@
  */
 #include <stdlib.h>
 
-#include "obuf.h"
+#include "io/obuf.h"
 #include "testhelp.h"
 
 static int chunks(const struct obuf *b)

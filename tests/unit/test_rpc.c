@@ -12,7 +12,7 @@
 #include <stdlib.h>
 
 #include "fakeprov.h"
-#include "sandbox.h"
+#include "core/sandbox.h"
 #include "sbx_proto.h"
 #include "testhelp.h"
 
@@ -214,6 +214,13 @@ static void test_ownership(struct fakeconn *c)
               result_of(m) && !strcmp(str(result_of(m), "id"), "theirs"));
     fakeconn_deinit(&admin);
     sandbox_destroy(theirs, NULL, NULL);
+    fakeprov_spin(2);
+    int leaked = 0;
+    for (size_t i = 0; i < fakeconn_count(c); i++) {
+        json_t *p = json_object_get(json_array_get(c->got, i), "params");
+        leaked |= str(p, "sandbox") && !strcmp(str(p, "sandbox"), "theirs");
+    }
+    test_cond("its status changes are never sent to another uid", !leaked);
 }
 
 static void test_through_provider(struct fakeconn *c)
@@ -223,21 +230,25 @@ static void test_through_provider(struct fakeconn *c)
     test_cond("sandbox.create through the provider: running, the caller's",
               result_of(m) && !strcmp(str(result_of(m), "status"), "running") &&
                   fakeprov.n_start == 1);
+    json_t *note = fakeconn_notification(c, "sandbox.status");
+    test_cond("and its owner's connection hears sandbox.status running",
+              note && !strcmp(str(json_object_get(note, "params"), "sandbox"), "mine") &&
+                  !strcmp(str(json_object_get(note, "params"), "status"), "running"));
     m = fakeconn_line(
         c, REQ("2", "process.exec", "{\"sandbox\":\"mine\",\"command\":\"out hi\"}"));
     test_cond("process.exec answers with the exit and the output",
               result_of(m) && !strcmp(str(result_of(m), "stdout"), "hi") &&
                   json_integer_value(json_object_get(result_of(m), "exit_code")) == 0);
     fakeprov.defer = 1;
-    size_t n = fakeconn_count(c);
+    size_t n = fakeconn_answers(c);
     m = fakeconn_line(c, REQ("3", "sandbox.stop", "{\"id\":\"mine\"}"));
     test_cond("a provider op still under way: no answer yet",
-              fakeconn_count(c) == n && fakeprov.npending == 1);
+              fakeconn_answers(c) == n && fakeprov.npending == 1);
     fakeprov_finish(SBX_E_PROVIDER, "backend said no");
     fakeprov_spin(3);
-    m = json_array_get(c->got, fakeconn_count(c) - 1);
+    m = fakeconn_last_answer(c);
     test_cond("its failure answers the call, in the provider's words",
-              fakeconn_count(c) == n + 1 && code_of(m) == SBX_E_PROVIDER &&
+              fakeconn_answers(c) == n + 1 && code_of(m) == SBX_E_PROVIDER &&
                   strstr(str(json_object_get(m, "error"), "message"), "backend said no"));
 
     /* A call whose client leaves before the provider answers. */

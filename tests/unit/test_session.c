@@ -14,7 +14,7 @@
 
 #include "fakeprov.h"
 #include "sbx_proto.h"
-#include "session.h"
+#include "rpc/session.h"
 #include "testhelp.h"
 
 #define PING(id) "{\"jsonrpc\":\"2.0\",\"id\":" #id ",\"method\":\"daemon.ping\"}\n"
