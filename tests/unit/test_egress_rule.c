@@ -9,6 +9,7 @@
 
 #include "providers/docker/egress_rule.h"
 #include "providers/docker/policy.h"
+#include "providers/docker/policy_expose.h"
 #include "sbx_proto.h"
 #include "testhelp.h"
 
@@ -126,7 +127,9 @@ static int check(struct policy *pol, uid_t uid, json_t *pconf, const char *host,
                  int unix_sock, struct policy_expose *lim)
 {
     sbx_err_t err = {0};
-    int rc = policy_expose_check(pol, uid, pconf, host, hp, unix_sock, lim, &err);
+    json_t *grants = policy_grants(pol, uid);
+    int rc = policy_expose_check(grants, uid, pconf, host, hp, unix_sock, lim, &err);
+    json_decref(grants);
     int code = rc < 0 ? err.code : 0;
     err_clear(&err);
     return code;

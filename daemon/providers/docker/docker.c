@@ -43,6 +43,7 @@
 #include "sandbox.h"
 #include "sbx_proto.h"
 #include "policy.h"
+#include "policy_expose.h"
 #include "snapshot.h"
 #include "terminal.h"
 #include "xalloc.h"

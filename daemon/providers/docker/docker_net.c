@@ -36,6 +36,7 @@
 #include "egress_rule.h"
 #include "log.h"
 #include "policy.h"
+#include "policy_expose.h"
 #include "provider.h"
 #include "sandbox.h"
 #include "sbx_proto.h"
@@ -551,8 +552,11 @@ int dk_sb_expose_req(void *cookie, struct sandbox *sb, const struct sbx_expose_r
     struct dk_prov *dp = cookie;
     struct dk_sb *ds = sb->pdata;
     struct policy_expose lim;
-    if (policy_expose_check(dp->policy, rq->uid, dp->conf, rq->host, rq->host_port,
-                            rq->unix_socket, &lim, err) < 0)
+    json_t *grants = policy_grants(dp->policy, rq->uid);
+    int allowed = policy_expose_check(grants, rq->uid, dp->conf, rq->host, rq->host_port,
+                                      rq->unix_socket, &lim, err);
+    json_decref(grants);
+    if (allowed < 0)
         return -1;
     if (!ds || ds->exec_mode)
         return err_make_data(

@@ -39,6 +39,7 @@
 #include <string.h>
 
 #include "docker_int.h"
+#include "policy_expose.h"
 #include "sbx_proto.h"
 
 struct rule {

@@ -87,33 +87,7 @@ int policy_user_ids_check(const char *spec, const struct policy_user *u, sbx_err
  * from the policy. */
 const char *policy_required_runtime(const struct policy *pol, uid_t uid);
 
-/* ---- net18 (issue 18): who may expose ports, where (policy_expose.c) ---- */
-
-/* A rule's "expose" value (borrowed): true | false | {allow?, addresses?,
- * host_ports?, max_connections?, max_bytes?}, normalised into *out (new).
- * -1 with *why (static text) when malformed. */
-int policy_expose_parse(json_t *v, json_t **out, const char **why);
-/* Folds a rule's normalised expose grant (borrowed) into have (the merged
- * grant so far, modified): a false allow wins, lists are joined, the larger
- * bound wins (-1 = unlimited). */
-void policy_expose_merge(json_t *have, json_t *v);
-
-/* What sandbox.expose may do for one uid: from providers.docker (pconf) and
- * the rules naming the uid. */
-struct policy_expose {
-    int64_t max_connections; /* open at once, per sandbox; -1 unlimited */
-    int64_t max_bytes;       /* relayed both ways, per sandbox; -1 unlimited */
-};
-/* May uid expose on host (an IPv4/IPv6 literal; NULL: 127.0.0.1) and
- * host_port (0: the kernel picks one) — or on a Unix socket (unix_sock)?
- * 0 with *lim filled, or -1 with err -32003 {option, reason, requested?}
- * (-32602 {param "host"} for a host that is not an address literal). Uid 0
- * is held to providers.docker.expose only. */
-int policy_expose_check(const struct policy *pol, uid_t uid, json_t *pconf,
-                        const char *host, int host_port, int unix_sock,
-                        struct policy_expose *lim, sbx_err_t *err);
-/* providers.docker's expose_addresses, expose_host_ports, expose_max_bytes
- * and egress.lookups_* (pconf borrowed) well formed? 0, or -1 with -32602. */
-int policy_expose_conf(json_t *pconf, sbx_err_t *err);
+/* The expose grants of the rules (policy_expose.c, a leaf below this file):
+ * policy_expose.h. */
 
 #endif
