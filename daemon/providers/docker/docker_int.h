@@ -568,9 +568,6 @@ void dkn_release(struct dk_sb *ds);
 void dke_ready(struct dk_sb *ds);
 /* sandbox.stats' egress member, or NULL without egress (new reference). */
 json_t *dke_stats(struct dk_sb *ds);
-/* docker_spec.c: options.egress {allow} checked against providers.docker.egress into
- * o (egress, and the proxy env added to o's env). 0, or -1 with err. */
-int dke_options(json_t *req, json_t *pconf, json_t *o, sbx_err_t *err);
 
 /* ---- docker_stats.c: sandbox.stats from the engine's stats endpoint ---- */
 int dk_sb_stats(void *cookie, struct sandbox *sb, int with_size,

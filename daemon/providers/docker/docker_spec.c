@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 
 #include "docker_int.h"
+#include "egress_rule.h"
 #include "sbx_proto.h"
 #include "xalloc.h"
 
@@ -475,6 +476,55 @@ static json_t *to_command(json_t *v)
     return NULL;
 }
 
+/* options.egress {allow} (req, borrowed) checked against providers.docker.egress
+ * into o: its egress, and the proxy env added to o's env. 0, or -1 with err. */
+static int egress_options(json_t *req, json_t *pconf, json_t *o, sbx_err_t *err)
+{
+    if (!req || json_is_null(req))
+        return 0;
+    json_t *allow = json_object_get(req, "allow");
+    if (!json_is_object(req) || !json_is_array(allow) || json_object_size(req) != 1)
+        return err_make_data(
+            err, SBX_E_PARAMS, json_pack("{s:s}", "param", "options.egress"),
+            "options.egress must be {\"allow\": [\"host\", \"*.domain\", "
+            "\"host:port\", ...]}");
+    json_t *ceil = json_object_get(json_object_get(pconf, "egress"), "allow");
+    size_t i, j;
+    json_t *v, *c;
+    if (json_array_size(allow) > 100)
+        return err_make_data(
+            err, SBX_E_LIMIT,
+            json_pack("{s:s, s:i}", "limit", "options.egress.allow", "max", 100),
+            "options.egress.allow has more than 100 entries");
+    json_array_foreach(allow, i, v) {
+        const char *w = json_string_value(v);
+        if (!w || !egress_rule_valid(w))
+            return err_make_data(
+                err, SBX_E_PARAMS, json_pack("{s:s}", "param", "options.egress.allow"),
+                "options.egress.allow: not a host pattern: %s", w ? w : "(not a string)");
+        int ok = 0;
+        json_array_foreach(ceil, j, c)
+            ok |= json_is_string(c) && egress_rule_covers(json_string_value(c), w);
+        if (!ok)
+            return err_make_data(err, SBX_E_PERMISSION,
+                                 json_pack("{s:s, s:s, s:s}", "option", "egress",
+                                           "reason", "ceiling", "requested", w),
+                                 "egress to %s is beyond providers.docker.egress.allow",
+                                 w);
+    }
+    json_object_set_new(o, "egress", json_pack("{s:O}", "allow", allow));
+    json_t *env = json_object_get(o, "env");
+    static const char *const keys[] = {"HTTP_PROXY", "HTTPS_PROXY", "http_proxy",
+                                       "https_proxy"};
+    for (size_t k = 0; env && k < 4; k++)
+        json_object_set_new(env, keys[k], json_string("http://127.0.0.1:3128"));
+    if (env) {
+        json_object_set_new(env, "NO_PROXY", json_string("localhost,127.0.0.1"));
+        json_object_set_new(env, "no_proxy", json_string("localhost,127.0.0.1"));
+    }
+    return 0;
+}
+
 int dk_options(json_t **out, json_t *pconf, json_t *sbconf, sbx_err_t *err)
 {
     json_t *req = json_object_get(sbconf, "options");
@@ -540,7 +590,7 @@ int dk_options(json_t **out, json_t *pconf, json_t *sbconf, sbx_err_t *err)
         if (!json_is_string(ev))
             json_object_del(env, ek);
     json_object_set_new(o, "env", env);
-    if (dke_options(json_object_get(req, "egress"), pconf, o, err) < 0)
+    if (egress_options(json_object_get(req, "egress"), pconf, o, err) < 0)
         goto out;
 
     json_t *vols = json_object_get(raw, "volumes");
