@@ -221,19 +221,18 @@ int policy_expose_check(json_t *grants, uid_t uid, json_t *pconf, const char *ho
 {
     json_t *g = json_object_get(grants, "expose");
     json_t *ga = json_object_get(g, "allow");
-    int ret = -1;
     unsigned char want[16];
     if (json_is_false(ga) || (!ga && json_is_false(json_object_get(pconf, "expose")))) {
         denied(err, "expose", NULL,
                json_is_false(ga) ? "a providers.docker.policy rule denies you expose"
                                  : "providers.docker.expose is false: ports cannot be "
                                    "exposed");
-        goto out;
+        return -1;
     }
     if (!unix_sock && host && !addr_of(host, want)) {
         err_make_data(err, SBX_E_PARAMS, json_pack("{s:s}", "param", "host"),
                       "host must be an IPv4 or IPv6 address literal");
-        goto out;
+        return -1;
     }
     if (!unix_sock && uid != 0) {
         json_t *cl = json_object_get(pconf, "expose_addresses");
@@ -249,7 +248,7 @@ int policy_expose_check(json_t *grants, uid_t uid, json_t *pconf, const char *ho
                      "policy rule that lists it",
                      host);
             denied(err, "expose.host", json_string(host), msg);
-            goto out;
+            return -1;
         }
         json_t *cp = json_object_get(pconf, "expose_host_ports");
         json_t *dp = json_pack("[s]", "1024-65535");
@@ -263,15 +262,13 @@ int policy_expose_check(json_t *grants, uid_t uid, json_t *pconf, const char *ho
                      "the policy's grants",
                      host_port);
             denied(err, "expose.host_port", json_integer(host_port), msg);
-            goto out;
+            return -1;
         }
     }
     lim->max_connections =
         bound(pconf, "expose_max_connections", g, "max_connections", DEFAULT_MAX_CONNS);
     lim->max_bytes = bound(pconf, "expose_max_bytes", g, "max_bytes", DEFAULT_MAX_BYTES);
-    ret = 0;
-out:
-    return ret;
+    return 0;
 }
 
 /* ---- the config's keys, checked at load ------------------------------------------- */
