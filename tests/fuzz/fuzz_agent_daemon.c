@@ -3,7 +3,7 @@
  * is what a (hostile) sbx-init writes to Docker's attach stream. It goes
  * through docker_agent.c's own attach handler (att_data: stdout = channel
  * frames, with the PONG resync; stderr = agent diagnostics), chan.c's frame
- * parser and dk_agent_frame: PONG/HELLO handshakes with process
+ * parser and dka_frame: PONG/HELLO handshakes with process
  * reconciliation and adoption, STDOUT/STDERR into the core's process output,
  * STARTED, EXIT, REPLAY, LOG, ERROR (resync) and DIRECT, and the file
  * frames (FS_DATA, FS_RESULT, FS_EVENT) of four fs calls in flight through

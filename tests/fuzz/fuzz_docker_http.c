@@ -27,7 +27,7 @@ static const uint8_t *answer;
 static size_t answer_len;
 static int done;
 static size_t got;
-static struct hj *live; /* the attach stream until it freed itself */
+static struct dkh *live; /* the attach stream until it freed itself */
 
 static void *engine_thread(void *arg)
 {
@@ -62,7 +62,7 @@ static void *engine_thread(void *arg)
     return NULL;
 }
 
-static void on_open(struct hj *h, long status, const char *msg, void *data)
+static void on_open(struct dkh *h, long status, const char *msg, void *data)
 {
     if (status != 101 && status != 200) {
         if (!msg)
@@ -71,13 +71,13 @@ static void on_open(struct hj *h, long status, const char *msg, void *data)
         live = NULL; /* freed after this callback */
     }
 }
-static void on_data(struct hj *h, int stream, const uint8_t *d, size_t n, void *data)
+static void on_data(struct dkh *h, int stream, const uint8_t *d, size_t n, void *data)
 {
     if (stream < 0 || stream > 2)
         abort();
     got += n;
 }
-static void on_close(struct hj *h, const char *why, void *data)
+static void on_close(struct dkh *h, const char *why, void *data)
 {
     done = 1;
     live = NULL; /* freed after this callback */
@@ -111,7 +111,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort();
         json_t *conf = json_pack("{s:s+}", "host", "unix://", sa.sun_path);
         sbx_err_t err = {0};
-        if (dk_engine_init(&eng, conf, &err) < 0)
+        if (dkapi_engine_init(&eng, conf, &err) < 0)
             abort();
         json_decref(conf);
         snprintf(eng.version, sizeof(eng.version), "1.43");
@@ -130,17 +130,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct obuf out;
     obuf_init(&out);
     obuf_append(&out, "\x01\0\0\0\0\0\0\x04ping", 12);
-    struct hj *h = NULL;
+    struct dkh *h = NULL;
     struct dk_req *req = NULL;
     struct dk_reqlist list = {0};
-    char *path = dk_path(&eng, "/containers/%s/attach?stream=1", "fuzz");
+    char *path = dkapi_path(&eng, "/containers/%s/attach?stream=1", "fuzz");
     if (mode == 0)
         live = h =
-            hj_open(&eng, "POST", path, NULL, &out, on_open, on_data, on_close, NULL);
+            dkh_open(&eng, "POST", path, NULL, &out, on_open, on_data, on_close, NULL);
     else if (mode == 1)
-        req = dk_call(&eng, &list, "GET", path, NULL, 5000, on_resp, NULL);
+        req = dkapi_call(&eng, &list, "GET", path, NULL, 5000, on_resp, NULL);
     else
-        req = dk_call_lines(&eng, &list, "POST", path, 5000, on_line, on_resp, NULL);
+        req = dkapi_call_lines(&eng, &list, "POST", path, 5000, on_line, on_resp, NULL);
     free(path);
     if (!h && !req)
         done = 1;
@@ -151,9 +151,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         ev_run(D->loop, EVRUN_ONCE);
     ev_timer_stop(D->loop, &guard);
     if (live)
-        hj_close(live);
+        dkh_close(live);
     live = NULL;
-    dk_reqlist_cancel(&list);
+    dkapi_reqlist_cancel(&list);
     obuf_deinit(&out);
     pthread_join(t, NULL);
     return 0;

@@ -40,6 +40,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     (void)m;
     struct sockaddr_in6 s6 = {.sin6_family = AF_INET6};
     if (inet_pton(AF_INET6, host, &s6.sin6_addr) == 1)
-        egress_addr_private((struct sockaddr *)&s6);
+        egress_rule_addr_private((struct sockaddr *)&s6);
     return 0;
 }

@@ -32,10 +32,10 @@ struct seen {
     char out[300000], err[300];
     size_t nout, nerr;
     int pause_after; /* >0: pause once this many stdout bytes are in */
-    struct hj *h;
+    struct dkh *h;
 };
 
-static void on_open(struct hj *h, long status, const char *msg, void *data)
+static void on_open(struct dkh *h, long status, const char *msg, void *data)
 {
     struct seen *s = data;
     s->opens++;
@@ -43,7 +43,7 @@ static void on_open(struct hj *h, long status, const char *msg, void *data)
     snprintf(s->msg, sizeof(s->msg), "%s", msg ? msg : "");
 }
 
-static void on_data(struct hj *h, int stream, const uint8_t *d, size_t n, void *data)
+static void on_data(struct dkh *h, int stream, const uint8_t *d, size_t n, void *data)
 {
     struct seen *s = data;
     char *dst = stream == 1 ? s->out : s->err;
@@ -54,11 +54,11 @@ static void on_data(struct hj *h, int stream, const uint8_t *d, size_t n, void *
     *len += k;
     if (s->pause_after && s->nout >= (size_t)s->pause_after) {
         s->pause_after = 0;
-        hj_pause(h, 1);
+        dkh_pause(h, 1);
     }
 }
 
-static void on_close(struct hj *h, const char *why, void *data)
+static void on_close(struct dkh *h, const char *why, void *data)
 {
     struct seen *s = data;
     s->closes++;
@@ -127,11 +127,11 @@ static void answer(int cfd, const uint8_t *ans, size_t len, size_t cut, int keep
     }
 }
 
-static struct hj *open_one(struct seen *s, struct obuf *out)
+static struct dkh *open_one(struct seen *s, struct obuf *out)
 {
     memset(s, 0, sizeof(*s));
-    s->h = hj_open(&eng, "POST", "/containers/c1/attach?stream=1", NULL, out, on_open,
-                   on_data, on_close, s);
+    s->h = dkh_open(&eng, "POST", "/containers/c1/attach?stream=1", NULL, out, on_open,
+                    on_data, on_close, s);
     return s->h;
 }
 
@@ -277,8 +277,8 @@ static void test_big_and_pause(void)
     }
     size_t at_pause = s.nout;
     test_cond("while paused no more bytes are handed on",
-              at_pause >= 1000 && at_pause < big && hj_streaming(s.h));
-    hj_pause(s.h, 0);
+              at_pause >= 1000 && at_pause < big && dkh_streaming(s.h));
+    dkh_pause(s.h, 0);
     for (int i = 0; i < 8000 && s.nout < big; i++) {
         ssize_t w = off < n ? send(cfd, ans + off, n - off, MSG_NOSIGNAL) : 0;
         if (w > 0)
@@ -287,8 +287,8 @@ static void test_big_and_pause(void)
     }
     test_cond("after resume the 200 kB frame arrives whole and in order",
               s.nout == big && !memcmp(s.out, payload, big));
-    hj_close(s.h);
-    test_eq_int("hj_close runs no callback", s.closes, 0);
+    dkh_close(s.h);
+    test_eq_int("dkh_close runs no callback", s.closes, 0);
     close(cfd);
     spin(5);
     free(ans);

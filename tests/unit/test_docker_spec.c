@@ -22,11 +22,11 @@ static json_t *J(const char *text)
     return v;
 }
 
-/* dk_options of sbconf under config pconf (JSON texts; NULL = {}). */
+/* dkspec_options of sbconf under config pconf (JSON texts; NULL = {}). */
 static json_t *opts(const char *pconf, const char *sbconf, sbx_err_t *err)
 {
     json_t *p = J(pconf), *s = J(sbconf), *o = NULL;
-    if (dk_options(&o, p, s, err) < 0)
+    if (dkspec_options(&o, p, s, err) < 0)
         o = NULL;
     json_decref(p);
     json_decref(s);
@@ -215,7 +215,8 @@ static void test_create_body(void)
         &err);
     json_t *b = NULL, *extra = json_pack("{s:s}", "sbxd.socket", "/run/s");
     test_eq_int("a create body is built",
-                dk_create_body(&b, o, "sb-1", 1234, "/.sbx/sbx-init", extra, &err), 0);
+                dkspec_create_body(&b, o, "sb-1", 1234, "/.sbx/sbx-init", extra, &err),
+                0);
     json_t *ep = json_object_get(b, "Entrypoint"), *lab = json_object_get(b, "Labels");
     json_t *hc = json_object_get(b, "HostConfig");
     test_cond("the agent is the entrypoint, the command after --",
@@ -241,7 +242,7 @@ static void test_create_body(void)
                   json_is_false(json_object_get(b, "Tty")) &&
                   !strcmp(S(hc, "NetworkMode"), "none"));
     json_decref(b);
-    dk_create_body(&b, o, "sb-1", 1234, NULL, NULL, &err);
+    dkspec_create_body(&b, o, "sb-1", 1234, NULL, NULL, &err);
     test_cond("without the agent the command is Cmd",
               !json_object_get(b, "Entrypoint") &&
                   json_array_size(json_object_get(b, "Cmd")) == 2);
@@ -258,13 +259,13 @@ static void test_warnings(void)
     json_t *same = J("{\"HostConfig\":{\"Privileged\":false,\"ReadonlyRootfs\":false,"
                      "\"NetworkMode\":\"none\",\"CapDrop\":[\"CAP_all\"],\"CapAdd\":null,"
                      "\"SecurityOpt\":null},\"Config\":{\"User\":\"1000\"}}");
-    json_t *w = dk_warnings(o, same);
+    json_t *w = dkspec_warnings(o, same);
     test_cond("a container as asked: no warnings (CAP_ prefix and case aside)",
               w == NULL);
     json_decref(w);
     json_object_set_new(json_object_get(same, "HostConfig"), "Privileged", json_true());
     json_object_set_new(json_object_get(same, "Config"), "User", json_string("root"));
-    w = dk_warnings(o, same);
+    w = dkspec_warnings(o, same);
     char *t = w ? json_dumps(w, 0) : NULL;
     test_cond("a privileged container and another user are both reported",
               json_array_size(w) == 2 && t && strstr(t, "privileged") &&
@@ -278,36 +279,36 @@ static void test_warnings(void)
 static void test_small_parts(void)
 {
     json_t *v = json_string("512m");
-    test_eq_int("512m", dk_parse_size(v), 512 << 20);
+    test_eq_int("512m", dkspec_parse_size(v), 512 << 20);
     json_decref(v);
     v = json_string("1.5gb");
-    test_eq_int("1.5gb", dk_parse_size(v), 3LL << 29);
+    test_eq_int("1.5gb", dkspec_parse_size(v), 3LL << 29);
     json_decref(v);
     static const char *bad[] = {"", "abc", "5q", "-3", "1mx"};
     int all_bad = 1;
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         v = json_string(bad[i]);
-        all_bad &= dk_parse_size(v) == -2;
+        all_bad &= dkspec_parse_size(v) == -2;
         json_decref(v);
     }
     test_cond("sizes that are not sizes are -2", all_bad);
     v = json_integer(-5);
-    test_eq_int("an integer below -1 is -2", dk_parse_size(v), -2);
+    test_eq_int("an integer below -1 is -2", dkspec_parse_size(v), -2);
     json_decref(v);
 
-    char *n = dk_name(NULL, "sb-1");
+    char *n = dkspec_name(NULL, "sb-1");
     test_eq_str("no name: sbx-<id>", n, "sbx-sb-1");
     free(n);
-    n = dk_name("my box/1", "x");
+    n = dkspec_name("my box/1", "x");
     test_eq_str("a name keeps only what Docker allows", n, "my_box_1");
     free(n);
-    n = dk_name("-lead", "x");
+    n = dkspec_name("-lead", "x");
     test_eq_str("a name must start alphanumeric", n, "sbx--lead");
     free(n);
     char longname[300];
     memset(longname, 'a', sizeof(longname) - 1);
     longname[299] = 0;
-    n = dk_name(longname, "x");
+    n = dkspec_name(longname, "x");
     test_eq_int("a name is at most 100 characters", strlen(n), 100);
     free(n);
 
@@ -317,7 +318,7 @@ static void test_small_parts(void)
                                     {"img@sha256:ab", "img@sha256:ab"}};
     int refs_ok = 1;
     for (size_t i = 0; i < 4; i++) {
-        char *r = dk_image_ref(refs[i][0]);
+        char *r = dkspec_image_ref(refs[i][0]);
         refs_ok &= strcmp(r, refs[i][1]) == 0;
         free(r);
     }
@@ -327,24 +328,24 @@ static void test_small_parts(void)
 static void test_env_and_tar(void)
 {
     json_t *arr = J("[\"A=1\",\"B=x=y\",\"=bad\",\"NOEQ\"]");
-    json_t *obj = dk_env_to_obj(arr);
+    json_t *obj = dkspec_env_to_obj(arr);
     test_cond("env K=V to an object: the first = splits, malformed entries dropped",
               json_object_size(obj) == 2 && !strcmp(S(obj, "B"), "x=y"));
-    json_t *back = dk_env_to_arr(obj);
+    json_t *back = dkspec_env_to_arr(obj);
     test_eq_int("and back", json_array_size(back), 2);
     json_decref(back);
     json_decref(obj);
     json_decref(arr);
     json_t *b = J("{\"a\":\"on\",\"b\":\"OFF\",\"c\":1,\"d\":\"maybe\"}");
     test_cond("lenient booleans: on/OFF/1, anything else the default",
-              dk_opt_bool(b, "a", 0) == 1 && dk_opt_bool(b, "b", 1) == 0 &&
-                  dk_opt_bool(b, "c", 0) == 1 && dk_opt_bool(b, "d", 7) == 7 &&
-                  dk_opt_bool(b, "none", 5) == 5);
+              dkspec_opt_bool(b, "a", 0) == 1 && dkspec_opt_bool(b, "b", 1) == 0 &&
+                  dkspec_opt_bool(b, "c", 0) == 1 && dkspec_opt_bool(b, "d", 7) == 7 &&
+                  dkspec_opt_bool(b, "none", 5) == 5);
     json_decref(b);
 
     uint8_t *t = NULL;
     size_t tl = 0;
-    dk_tar_one(&t, &tl, "f.txt", 0644, (const uint8_t *)"hello", 5);
+    dkspec_tar_one(&t, &tl, "f.txt", 0644, (const uint8_t *)"hello", 5);
     unsigned sum = 0;
     for (int i = 0; i < 512; i++)
         sum += i >= 148 && i < 156 ? ' ' : t[i];
@@ -354,7 +355,7 @@ static void test_env_and_tar(void)
                   strtoul((char *)t + 124, NULL, 8) == 5);
     test_eq_int("its header checksum is right", strtoul((char *)t + 148, NULL, 8), sum);
     free(t);
-    dk_tar_agent_tree(&t, &tl, (const uint8_t *)"ELF", 3);
+    dkspec_tar_agent_tree(&t, &tl, (const uint8_t *)"ELF", 3);
     test_cond("the agent tree: .sbx/, .sbx/run/ (0700), .sbx/sbx-init",
               tl == 3 * 512 + 512 + 1024 && !strcmp((char *)t, ".sbx/") &&
                   t[156] == '5' && !strcmp((char *)t + 512, ".sbx/run/") &&

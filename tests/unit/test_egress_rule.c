@@ -18,9 +18,9 @@ static int priv(const char *lit)
     struct sockaddr_in s4 = {.sin_family = AF_INET};
     struct sockaddr_in6 s6 = {.sin6_family = AF_INET6};
     if (inet_pton(AF_INET, lit, &s4.sin_addr) == 1)
-        return egress_addr_private((struct sockaddr *)&s4);
+        return egress_rule_addr_private((struct sockaddr *)&s4);
     if (inet_pton(AF_INET6, lit, &s6.sin6_addr) == 1)
-        return egress_addr_private((struct sockaddr *)&s6);
+        return egress_rule_addr_private((struct sockaddr *)&s6);
     return -1;
 }
 

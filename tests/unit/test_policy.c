@@ -2,7 +2,7 @@
  * test_policy.c - daemon/providers/docker/policy.c case by case: what a uid may ask for
  * (allowed), what needs a rule it does not have (denied), and what is above a ceiling.
  * The effective options come from the Docker provider's own normalisation
- * (dk_options), so the cases see what a real create would check.
+ * (dkspec_options), so the cases see what a real create would check.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -21,7 +21,7 @@ static json_t *pconf;
 static struct policy *pol;
 
 /* Evaluates options (a JSON text, may be NULL) for uid: 0 allowed, else the
- * reason ("denied"/"ceiling"), or "error: ..." when dk_options refused them. */
+ * reason ("denied"/"ceiling"), or "error: ..." when dkspec_options refused them. */
 static const char *verdict(uid_t uid, const char *options_json)
 {
     static char buf[300];
@@ -50,7 +50,7 @@ static const char *verdict(uid_t uid, const char *options_json)
     }
     json_t *eff = NULL;
     sbx_err_t err = {0};
-    if (dk_options(&eff, pconf, conf, &err) < 0) {
+    if (dkspec_options(&eff, pconf, conf, &err) < 0) {
         snprintf(buf, sizeof(buf), "error: %s", err.msg);
         err_clear(&err);
         json_decref(conf);
@@ -263,7 +263,7 @@ static void test_secdock(void)
               ALLOWED(2000, "{\"user\": \"\"}"));
     json_t *eff = NULL;
     json_t *conf = json_pack("{s:{s:s}}", "options", "user", "");
-    dk_options(&eff, pconf, conf, &err);
+    dkspec_options(&eff, pconf, conf, &err);
     test_cond(
         "user: \"\" becomes 65534:65534, not the image's USER",
         !strcmp(json_string_value(json_object_get(eff, "user")) ?: "", "65534:65534"));

@@ -164,13 +164,13 @@ static void link_linked(struct dk_sb *ds)
 }
 
 static const struct dk_link_ev link_ev = {
-    .step = dk_lc_next,
-    .ok = dk_lc_ok,
-    .fail = dk_lc_fail,
-    .trouble = dk_container_trouble,
+    .step = dklc_next,
+    .ok = dklc_ok,
+    .fail = dklc_fail,
+    .trouble = dklc_container_trouble,
     .release = dk_ds_free,
     .adopt = dk_proc_new,
-    .ready = dke_ready,
+    .ready = dkn_egress_ready,
     .linked = link_linked,
     .reset = dkf_reset,
     .lost = dkn_channel_lost,
@@ -219,7 +219,7 @@ static int d_sb_start(void *cookie, struct sandbox *sb, sbx_err_t *err)
         ds = dk_ds_new(dp, sb);
     if (ds->phase != PH_IDLE) {
         /* recovery in progress: take it over as the start */
-        dk_reqlist_cancel(&ds->reqs);
+        dkapi_reqlist_cancel(&ds->reqs);
         dka_close_attach(ds);
         ds->phase = PH_IDLE;
         ds->recovering = 0;
@@ -228,11 +228,11 @@ static int d_sb_start(void *cookie, struct sandbox *sb, sbx_err_t *err)
     json_t *req_opts = json_object_get(sb->conf, "options");
     if (policy_reserved(req_opts, err) < 0)
         return -1;
-    if (dk_options(&opts, dp->conf, sb->conf, err) < 0)
+    if (dkspec_options(&opts, dp->conf, sb->conf, err) < 0)
         return -1;
     /* A rule's required runtime is what a request without one gets. */
     const char *req_rt = policy_required_runtime(dp->policy, sb->owner);
-    if (req_rt && !dk_opt_str(req_opts, "runtime"))
+    if (req_rt && !dkspec_opt_str(req_opts, "runtime"))
         json_object_set_new(opts, "runtime", json_string(req_rt));
     if (policy_check(dp->policy, sb->owner, dp->conf, opts, err) < 0 ||
         sandbox_reserve_memory(
@@ -241,7 +241,7 @@ static int d_sb_start(void *cookie, struct sandbox *sb, sbx_err_t *err)
         json_decref(opts);
         return -1;
     }
-    const char *mode = dk_opt_str(opts, "exec_mode");
+    const char *mode = dkspec_opt_str(opts, "exec_mode");
     int exec_mode = mode ? strcmp(mode, "docker-exec") == 0 : dp->exec_mode;
     if (!exec_mode && !dp->agent_tar) {
         json_decref(opts);
@@ -255,7 +255,7 @@ static int d_sb_start(void *cookie, struct sandbox *sb, sbx_err_t *err)
     if (!json_object_get(sb->conf, "working_dir"))
         json_object_set(sb->conf, "working_dir", json_object_get(opts, "working_dir"));
     if (!ds->name)
-        ds->name = dk_name(dk_opt_str(opts, "name"), sb->id);
+        ds->name = dkspec_name(dkspec_opt_str(opts, "name"), sb->id);
     if (sb->snapshot && !ds->image_id) {
         const char *img = json_string_value(json_object_get(sb->snapshot, "image"));
         if (img)
@@ -266,7 +266,7 @@ static int d_sb_start(void *cookie, struct sandbox *sb, sbx_err_t *err)
     ds->disk_exceeded = 0;
     ds->exec_mode = exec_mode;
     ds->dtries = 0;
-    dk_lc_start(ds);
+    dklc_start(ds);
     return 0;
 }
 
@@ -274,7 +274,7 @@ static int d_sb_start(void *cookie, struct sandbox *sb, sbx_err_t *err)
 static void op_error(struct dk_sb *ds, struct dk_resp *r, const char *what)
 {
     sbx_err_t err = {0};
-    dk_err(&err, r, what);
+    dkapi_err(&err, r, what);
     sandbox_op_done(ds->sb, &err, NULL);
     err_clear(&err);
 }
@@ -295,7 +295,7 @@ static void stop_done(struct dk_resp *r, void *data)
 
 static void quiesce(struct dk_sb *ds)
 {
-    dk_reqlist_cancel(&ds->reqs);
+    dkapi_reqlist_cancel(&ds->reqs);
     dka_close_attach(ds);
     ds->phase = PH_IDLE;
     ds->why = WHY_NONE;
@@ -312,9 +312,10 @@ static int d_sb_stop(void *cookie, struct sandbox *sb, sbx_err_t *err)
     }
     quiesce(ds);
     ds->phase = PH_STOP;
-    char *path = dk_path(&dp->eng, "/containers/%s/stop?t=%d", ds->cid, STOP_WAIT_S);
-    struct dk_req *rq = dk_call(&dp->eng, &ds->reqs, "POST", path, NULL,
-                                DK_CALL_TIMEOUT_MS + STOP_WAIT_S * 1000, stop_done, ds);
+    char *path = dkapi_path(&dp->eng, "/containers/%s/stop?t=%d", ds->cid, STOP_WAIT_S);
+    struct dk_req *rq =
+        dkapi_call(&dp->eng, &ds->reqs, "POST", path, NULL,
+                   DK_CALL_TIMEOUT_MS + STOP_WAIT_S * 1000, stop_done, ds);
     free(path);
     if (!rq)
         return err_make(err, SBX_E_UNAVAILABLE, "docker: cannot start an engine request");
@@ -329,7 +330,7 @@ static void destroy_done(struct dk_resp *r, void *data)
         op_error(ds, r, "remove container");
         return;
     }
-    if (ds->pool && dk_lc_claim_remove(ds))
+    if (ds->pool && dklc_claim_remove(ds))
         return; /* the destroy answers once the claim is gone too */
     ds->cid[0] = '\0';
     sandbox_op_done(ds->sb, NULL, NULL); /* frees sb and ds */
@@ -346,9 +347,9 @@ static int d_sb_destroy(void *cookie, struct sandbox *sb, sbx_err_t *err)
     quiesce(ds);
     dkn_release(ds); /* net18: exposed ports (and Unix socket files) go at once */
     ds->phase = PH_DESTROY;
-    char *path = dk_path(&dp->eng, "/containers/%s?force=1&v=1", ds->cid);
-    struct dk_req *rq = dk_call(&dp->eng, &ds->reqs, "DELETE", path, NULL,
-                                DK_CALL_TIMEOUT_MS, destroy_done, ds);
+    char *path = dkapi_path(&dp->eng, "/containers/%s?force=1&v=1", ds->cid);
+    struct dk_req *rq = dkapi_call(&dp->eng, &ds->reqs, "DELETE", path, NULL,
+                                   DK_CALL_TIMEOUT_MS, destroy_done, ds);
     free(path);
     if (!rq)
         return err_make(err, SBX_E_UNAVAILABLE, "docker: cannot start an engine request");
@@ -380,9 +381,9 @@ static int d_sb_snapshot(void *cookie, struct sandbox *sb, sbx_err_t *err)
         if (!(*c >= 'a' && *c <= 'z') && !(*c >= 'A' && *c <= 'Z') &&
             !(*c >= '0' && *c <= '9') && *c != '_' && *c != '.' && *c != '-')
             *c = '_';
-    char *te = dk_escape(tag);
-    char *path = dk_path(&dp->eng, "/commit?container=%s&repo=%s&tag=%s&pause=1", ds->cid,
-                         SNAP_REPO, te);
+    char *te = dkapi_escape(tag);
+    char *path = dkapi_path(&dp->eng, "/commit?container=%s&repo=%s&tag=%s&pause=1",
+                            ds->cid, SNAP_REPO, te);
     free(te);
     /* Not part of the lifecycle machine: a recovery may run meanwhile. The
      * labels make the image the registry's record: after an sbxd restart
@@ -397,12 +398,12 @@ static int d_sb_snapshot(void *cookie, struct sandbox *sb, sbx_err_t *err)
     json_t *ours =
         json_pack("{s:s, s:s, s:s, s:s, s:s}", "sbxd.snapshot", sb->snap_id,
                   "sbxd.snapshot_of", sb->id, "sbxd.owner", own, "sbxd.snapshot_created",
-                  created, "sbxd.socket", dk_lc_label_socket());
+                  created, "sbxd.socket", dklc_label_socket());
     json_object_update(labels, ours);
     json_decref(ours);
     json_t *body = json_pack("{s:o}", "Labels", labels);
-    struct dk_req *rq = dk_call(&dp->eng, &ds->snap_reqs, "POST", path, body,
-                                DK_COMMIT_TIMEOUT_MS, commit_done, ds);
+    struct dk_req *rq = dkapi_call(&dp->eng, &ds->snap_reqs, "POST", path, body,
+                                   DK_COMMIT_TIMEOUT_MS, commit_done, ds);
     json_decref(body);
     free(path);
     if (!rq)
@@ -433,7 +434,7 @@ static void register_images(struct dk_prov *dp, json_t *list)
         const char *id = json_string_value(json_object_get(im, "Id"));
         if (!sid || !own || !id || strncmp(sid, "snap-", 5) != 0 || strlen(sid) > 63)
             continue;
-        if (sock && strcmp(sock, dk_lc_label_socket()) != 0)
+        if (sock && strcmp(sock, dklc_label_socket()) != 0)
             continue; /* another sbxd's */
         snapshot_register(
             sid, "docker", (uid_t)strtoul(own, NULL, 10),
@@ -444,8 +445,8 @@ static void register_images(struct dk_prov *dp, json_t *list)
 
 static char *snap_images_path(struct dk_engine *e)
 {
-    char *fe = dk_escape("{\"label\":[\"sbxd.snapshot\"]}");
-    char *path = dk_path(e, "/images/json?filters=%s", fe);
+    char *fe = dkapi_escape("{\"label\":[\"sbxd.snapshot\"]}");
+    char *path = dkapi_path(e, "/images/json?filters=%s", fe);
     free(fe);
     return path;
 }
@@ -455,7 +456,7 @@ static void snap_list_done(struct dk_resp *r, void *data)
     struct snap_job *j = data;
     sbx_err_t err = {0};
     if (r->status != 200 || !json_is_array(r->json))
-        dk_err(&err, r, "list snapshot images");
+        dkapi_err(&err, r, "list snapshot images");
     else
         register_images(j->dp, r->json);
     j->done(j->data, err.msg ? &err : NULL);
@@ -472,8 +473,8 @@ static int d_snapshot_list(void *cookie, void (*done)(void *data, sbx_err_t *err
         return err_make(err, SBX_E_INTERNAL, "out of memory");
     *j = (struct snap_job){dp, done, data};
     char *path = snap_images_path(&dp->eng);
-    struct dk_req *rq = dk_call(&dp->eng, &dp->misc, "GET", path, NULL,
-                                DK_CALL_TIMEOUT_MS, snap_list_done, j);
+    struct dk_req *rq = dkapi_call(&dp->eng, &dp->misc, "GET", path, NULL,
+                                   DK_CALL_TIMEOUT_MS, snap_list_done, j);
     free(path);
     if (!rq) {
         free(j);
@@ -487,7 +488,7 @@ static void snap_delete_done(struct dk_resp *r, void *data)
     struct snap_job *j = data;
     sbx_err_t err = {0};
     if (r->status != 200 && r->status != 404)
-        dk_err(&err, r, "remove the snapshot image");
+        dkapi_err(&err, r, "remove the snapshot image");
     j->done(j->data, err.msg ? &err : NULL);
     err_clear(&err);
     free(j);
@@ -508,12 +509,12 @@ static int d_snapshot_delete(void *cookie, const char *id, json_t *rec,
     if (!j)
         return err_make(err, SBX_E_INTERNAL, "out of memory");
     *j = (struct snap_job){dp, done, data};
-    char *ie = dk_escape(img);
+    char *ie = dkapi_escape(img);
     /* force: the image has its repo tag besides the id. */
-    char *path = dk_path(&dp->eng, "/images/%s?force=1", ie);
+    char *path = dkapi_path(&dp->eng, "/images/%s?force=1", ie);
     free(ie);
-    struct dk_req *rq = dk_call(&dp->eng, &dp->misc, "DELETE", path, NULL,
-                                DK_CALL_TIMEOUT_MS, snap_delete_done, j);
+    struct dk_req *rq = dkapi_call(&dp->eng, &dp->misc, "DELETE", path, NULL,
+                                   DK_CALL_TIMEOUT_MS, snap_delete_done, j);
     free(path);
     if (!rq) {
         free(j);
@@ -586,9 +587,9 @@ static void d_sb_release(void *cookie, struct sandbox *sb)
     if (!ds)
         return;
     dkf_release_all(ds);
-    dk_reqlist_cancel(&ds->reqs);
-    dk_reqlist_cancel(&ds->snap_reqs);
-    dk_reqlist_cancel(&ds->disk_reqs);
+    dkapi_reqlist_cancel(&ds->reqs);
+    dkapi_reqlist_cancel(&ds->snap_reqs);
+    dkapi_reqlist_cancel(&ds->disk_reqs);
     dka_close_attach(ds);
     dkn_release(ds);
     ev_timer_stop(D->loop, &ds->hs_timer);
@@ -640,7 +641,7 @@ static void adopt_one(struct dk_prov *dp, json_t *c)
     const char *state = json_string_value(json_object_get(c, "State"));
     if (!id || !own || !cid || strlen(id) > 63 || strlen(cid) >= 80)
         return;
-    if (sock && strcmp(sock, dk_lc_label_socket()) != 0)
+    if (sock && strcmp(sock, dklc_label_socket()) != 0)
         return; /* another sbxd's */
     if (sandbox_find_any(id))
         return;
@@ -700,7 +701,7 @@ static void adopt_one(struct dk_prov *dp, json_t *c)
     ds->reconnected = 1;
     sbx_err_t e2 = {0};
     json_t *opts = NULL;
-    if (dk_options(&opts, dp->conf, sb->conf, &e2) == 0)
+    if (dkspec_options(&opts, dp->conf, sb->conf, &e2) == 0)
         ds->opts = opts;
     sandbox_reserve_memory(
         sb, running ? (uint64_t)json_integer_value(json_object_get(opts, "memory")) : 0,
@@ -712,7 +713,7 @@ static void adopt_one(struct dk_prov *dp, json_t *c)
         ds->why = WHY_RECOVER;
         ds->recovering = 1;
         ds->phase = PH_INSPECT;
-        dk_lc_next(ds);
+        dklc_next(ds);
     }
 }
 
@@ -768,13 +769,13 @@ static void engine_up(struct dk_engine *e, void *data)
     dp->adopted_once = 1;
     /* The snapshots this sbxd made before a restart are usable again. */
     char *sp = snap_images_path(e);
-    dk_call(e, &dp->misc, "GET", sp, NULL, DK_CALL_TIMEOUT_MS, snap_boot_done, dp);
+    dkapi_call(e, &dp->misc, "GET", sp, NULL, DK_CALL_TIMEOUT_MS, snap_boot_done, dp);
     free(sp);
-    char *fe = dk_escape("{\"label\":[\"sbxd.id\"]}");
-    char *path = dk_path(e, "/containers/json?all=1&filters=%s", fe);
+    char *fe = dkapi_escape("{\"label\":[\"sbxd.id\"]}");
+    char *path = dkapi_path(e, "/containers/json?all=1&filters=%s", fe);
     free(fe);
-    if (!dk_call(e, &dp->misc, "GET", path, NULL, DK_CALL_TIMEOUT_MS, adopt_list_done,
-                 dp)) {
+    if (!dkapi_call(e, &dp->misc, "GET", path, NULL, DK_CALL_TIMEOUT_MS, adopt_list_done,
+                    dp)) {
         dp->adopted_once = 0;
         sandbox_adoption_done("docker");
     }
@@ -839,8 +840,9 @@ static void load_agent(struct dk_prov *dp)
     }
     close(fd);
     if (!bin || got != (size_t)st.st_size ||
-        dk_tar_one(&dp->agent_tar, &dp->agent_tar_len, "sbx-init", 0755, bin, got) < 0 ||
-        dk_tar_agent_tree(&dp->agent_tree, &dp->agent_tree_len, bin, got) < 0) {
+        dkspec_tar_one(&dp->agent_tar, &dp->agent_tar_len, "sbx-init", 0755, bin, got) <
+            0 ||
+        dkspec_tar_agent_tree(&dp->agent_tree, &dp->agent_tree_len, bin, got) < 0) {
         snprintf(dp->agent_err, sizeof(dp->agent_err), "the agent %s cannot be read",
                  dp->agent_path);
         free(dp->agent_tar);
@@ -896,9 +898,9 @@ static void holder_imported(struct dk_resp *r, void *data)
         json_pack("{s:s, s:[s], s:{s:{}}, s:{s:s}, s:{s:s}}", "Image", image, "Cmd",
                   DK_AGENT_IN, "Volumes", DK_AGENT_DIR, "Labels", "sbxd.agent",
                   dp->agent_hash, "HostConfig", "NetworkMode", "none");
-    char *path = dk_path(&dp->eng, "/containers/create?name=%s", name);
-    if (!dk_call(&dp->eng, &dp->misc, "POST", path, body, DK_CALL_TIMEOUT_MS,
-                 holder_created, dp))
+    char *path = dkapi_path(&dp->eng, "/containers/create?name=%s", name);
+    if (!dkapi_call(&dp->eng, &dp->misc, "POST", path, body, DK_CALL_TIMEOUT_MS,
+                    holder_created, dp))
         dp->holder_busy = 0;
     free(path);
     json_decref(body);
@@ -917,11 +919,11 @@ static void holder_inspected(struct dk_resp *r, void *data)
         dp->holder_busy = 0;
         return;
     }
-    char *path = dk_path(&dp->eng, "/images/create?fromSrc=-&repo=sbxd-agent&tag=%s",
-                         dp->agent_hash);
-    if (!dk_call_raw(&dp->eng, &dp->misc, "POST", path, "application/x-tar",
-                     dp->agent_tree, dp->agent_tree_len, DK_CALL_TIMEOUT_MS,
-                     holder_imported, dp))
+    char *path = dkapi_path(&dp->eng, "/images/create?fromSrc=-&repo=sbxd-agent&tag=%s",
+                            dp->agent_hash);
+    if (!dkapi_call_raw(&dp->eng, &dp->misc, "POST", path, "application/x-tar",
+                        dp->agent_tree, dp->agent_tree_len, DK_CALL_TIMEOUT_MS,
+                        holder_imported, dp))
         dp->holder_busy = 0;
     free(path);
 }
@@ -932,9 +934,9 @@ static void ensure_holder(struct dk_prov *dp)
         !dp->agent_share)
         return;
     dp->holder_busy = 1;
-    char *path = dk_path(&dp->eng, "/containers/sbxd-agent-%s/json", dp->agent_hash);
-    if (!dk_call(&dp->eng, &dp->misc, "GET", path, NULL, DK_CALL_TIMEOUT_MS,
-                 holder_inspected, dp))
+    char *path = dkapi_path(&dp->eng, "/containers/sbxd-agent-%s/json", dp->agent_hash);
+    if (!dkapi_call(&dp->eng, &dp->misc, "GET", path, NULL, DK_CALL_TIMEOUT_MS,
+                    holder_inspected, dp))
         dp->holder_busy = 0;
     free(path);
 }
@@ -973,7 +975,7 @@ static int d_load(json_t *conf, void **cookie, sbx_err_t *err)
         free(dp);
         return -1;
     }
-    if (dk_engine_init(&dp->eng, dp->conf, err) < 0) {
+    if (dkapi_engine_init(&dp->eng, dp->conf, err) < 0) {
         policy_free(dp->policy);
         json_decref(dp->conf);
         free(dp);
@@ -1004,7 +1006,7 @@ static int d_load(json_t *conf, void **cookie, sbx_err_t *err)
     if (!dp->agent_tar)
         log_warn("docker: %s%s", dp->agent_err,
                  dp->exec_mode ? "" : "; sandboxes in agent mode cannot be created");
-    dk_engine_start(&dp->eng);
+    dkapi_engine_start(&dp->eng);
     *cookie = dp;
     return 0;
 }
@@ -1012,8 +1014,8 @@ static int d_load(json_t *conf, void **cookie, sbx_err_t *err)
 static void d_unload(void *cookie)
 {
     struct dk_prov *dp = cookie;
-    dk_reqlist_cancel(&dp->misc);
-    dk_engine_deinit(&dp->eng);
+    dkapi_reqlist_cancel(&dp->misc);
+    dkapi_engine_deinit(&dp->eng);
     dkp_unload(dp);
     dks_unload(dp);
     policy_free(dp->policy);
@@ -1148,14 +1150,14 @@ const struct sbx_provider sbx_provider_docker = {
     .proc_release = d_proc_release,
     .fs_call = dkf_call,
     .fs_release = dkf_release,
-    .fs_call_stopped = dka_call_stopped, /* docker_archive.c: the engine's archives */
-    .fs_release_stopped = dka_release_stopped,
+    .fs_call_stopped = dkar_call_stopped, /* docker_archive.c: the engine's archives */
+    .fs_release_stopped = dkar_release_stopped,
     .fs_tar = 1,
-    .proc_resize = dk_proc_resize,
-    .sb_stats = dk_sb_stats,
-    .sb_expose = dk_sb_expose,
+    .proc_resize = dkpty_proc_resize,
+    .sb_stats = dkstats_sb_stats,
+    .sb_expose = dkn_sb_expose,
     .sb_mount = dkm_mount, /* docker_mount.c */
     .sb_unmount = dkm_unmount,
-    .sb_unexpose = dk_sb_unexpose,
-    .sb_expose_req = dk_sb_expose_req,
+    .sb_unexpose = dkn_sb_unexpose,
+    .sb_expose_req = dkn_sb_expose_req,
 };

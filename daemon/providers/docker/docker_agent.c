@@ -7,7 +7,7 @@
  * stream, and its stderr is diagnostics, logged line by line. On a local
  * engine it may move to a Unix socket inside the container afterwards
  * (docker_direct.c); ds->cur is whichever chan carries it, and frames from
- * both arrive at dk_agent_frame().
+ * both arrive at dka_frame().
  *
  * Here: sending frames; the attach stream's callbacks, with the resync to an
  * exact PONG after the agent left the stream mid-frame; the frames of running
@@ -59,7 +59,7 @@ static struct dk_proc *find_dpp(struct dk_sb *ds, uint32_t pid)
 static void flush_attach(struct dk_sb *ds)
 {
     if (ds->att && ds->cur == &ds->ch)
-        hj_flush(ds->att);
+        dkh_flush(ds->att);
 }
 
 int dka_send_frame(struct dk_sb *ds, uint8_t type, uint32_t pid, const void *d, size_t n)
@@ -80,7 +80,7 @@ static int send_json(struct dk_sb *ds, uint8_t type, uint32_t pid, json_t *v)
     return r;
 }
 
-int dk_send_json(struct dk_sb *ds, uint8_t type, uint32_t pid, json_t *v)
+int dka_send_json(struct dk_sb *ds, uint8_t type, uint32_t pid, json_t *v)
 {
     return send_json(ds, type, pid, v);
 }
@@ -89,7 +89,7 @@ static void rehandshake(struct dk_sb *ds);
 
 /* What the direct socket (docker_direct.c, below this file) reports here. */
 static const struct dkd_ev direct_ev = {
-    .frame = dk_agent_frame,
+    .frame = dka_frame,
     .resync = rehandshake,
     .send_json = send_json,
 };
@@ -147,7 +147,7 @@ static size_t skip_to_pong(struct dk_sb *ds, const uint8_t *d, size_t n)
     return n;
 }
 
-void dka_att_data(struct hj *h, int stream, const uint8_t *d, size_t n, void *data)
+void dka_att_data(struct dkh *h, int stream, const uint8_t *d, size_t n, void *data)
 {
     struct dk_sb *ds = data;
     if (ds->dead)
@@ -197,7 +197,7 @@ static void fail_step(struct dk_sb *ds, const char *msg)
     ds->up->fail(ds, &err);
 }
 
-static void att_closed(struct hj *h, const char *why, void *data)
+static void att_closed(struct dkh *h, const char *why, void *data)
 {
     struct dk_sb *ds = data;
     ds->att = NULL;
@@ -214,14 +214,14 @@ static void att_closed(struct hj *h, const char *why, void *data)
 
 static void handshake_done(struct dk_sb *ds);
 
-static void att_open(struct hj *h, long status, const char *msg, void *data)
+static void att_open(struct dkh *h, long status, const char *msg, void *data)
 {
     struct dk_sb *ds = data;
     if (status != 101 && status != 200) {
         ds->att = NULL;
         struct dk_resp r = {.status = status, .errmsg = msg, .transport = status == 0};
         sbx_err_t err = {0};
-        dk_err(&err, &r, "attach");
+        dkapi_err(&err, &r, "attach");
         if (status == 404)
             ds->cid[0] = '\0';
         ds->up->fail(ds, &err);
@@ -235,7 +235,7 @@ void dka_open_channel(struct dk_sb *ds)
 {
     if (ds->ch_live)
         chan_deinit(&ds->ch);
-    chan_init_fed(&ds->ch, dk_agent_frame, agent_chan_closed, ds);
+    chan_init_fed(&ds->ch, dka_frame, agent_chan_closed, ds);
     ds->ch_live = 1;
 }
 
@@ -248,7 +248,7 @@ void dka_close_attach(struct dk_sb *ds)
     dkd_close(ds);
     ds->att_sync = 0;
     if (ds->att) {
-        hj_close(ds->att);
+        dkh_close(ds->att);
         ds->att = NULL;
     }
     ev_timer_stop(D->loop, &ds->hs_timer);
@@ -296,8 +296,8 @@ void dka_proc_gone(struct dk_sb *ds, struct dk_proc *dpp, json_t *rec)
 
 /* ---- frames from the agent, through the process channel (io/pchan.h) ---- */
 
-void dk_agent_frame(struct chan *ch, const struct sbx_chan_hdr *h, const uint8_t *payload,
-                    void *data)
+void dka_frame(struct chan *ch, const struct sbx_chan_hdr *h, const uint8_t *payload,
+               void *data)
 {
     struct dk_sb *ds = data;
     if (ds->dead)
@@ -626,8 +626,8 @@ void dka_send_spawn(struct dk_sb *ds, struct dk_proc *dpp)
         json_object_set(msg, "shell", v);
     else
         json_object_set(msg, "argv", json_object_get(p->spec, "argv"));
-    json_object_set_new(msg, "env", dk_spawn_env(ds, p));
-    json_object_set_new(msg, "cwd", json_string(dk_spawn_cwd(ds, p)));
+    json_object_set_new(msg, "env", dkspawn_env(ds, p));
+    json_object_set_new(msg, "cwd", json_string(dkspawn_cwd(ds, p)));
     json_object_set(msg, "timeout_ms", json_object_get(p->spec, "timeout_ms"));
     json_object_set_new(msg, "window", json_integer(DK_WINDOW));
     if ((v = json_object_get(p->spec, "pty")))
@@ -672,10 +672,10 @@ int dka_attach(struct dk_sb *ds)
     struct dk_engine *e = &ds->dp->eng;
     dka_close_attach(ds);
     dka_open_channel(ds);
-    char *path =
-        dk_path(e, "/containers/%s/attach?stream=1&stdin=1&stdout=1&stderr=1", ds->cid);
-    ds->att = hj_open(e, "POST", path, NULL, &ds->ch.wbuf, att_open, dka_att_data,
-                      att_closed, ds);
+    char *path = dkapi_path(e, "/containers/%s/attach?stream=1&stdin=1&stdout=1&stderr=1",
+                            ds->cid);
+    ds->att = dkh_open(e, "POST", path, NULL, &ds->ch.wbuf, att_open, dka_att_data,
+                       att_closed, ds);
     free(path);
     return ds->att ? 0 : -1;
 }

@@ -43,7 +43,7 @@ struct dk_req {
 
 /* ---- helpers ------------------------------------------------------------------ */
 
-char *dk_escape(const char *s)
+char *dkapi_escape(const char *s)
 {
     static const char hex[] = "0123456789ABCDEF";
     size_t n = strlen(s);
@@ -61,7 +61,7 @@ char *dk_escape(const char *s)
     return o;
 }
 
-char *dk_path(struct dk_engine *e, const char *fmt, ...)
+char *dkapi_path(struct dk_engine *e, const char *fmt, ...)
 {
     char *tail = NULL, *out = NULL;
     va_list ap;
@@ -222,7 +222,7 @@ static void on_done(struct curlev_req *cr, CURLcode rc, long status, const char 
     }
     resp.errmsg = msg[0] ? msg : NULL;
     if (resp.transport && e)
-        dk_engine_failed(e, msg);
+        dkapi_engine_failed(e, msg);
     resp.api_version = r->api_hdr[0] ? r->api_hdr : NULL;
     if (r->cb)
         r->cb(&resp, r->data);
@@ -244,7 +244,7 @@ static struct dk_req *req_make(struct dk_engine *e, struct dk_reqlist *list,
     free(url);
     if (e->unix_path)
         curlev_req_unix_socket(r->cr, e->unix_path);
-    dk_engine_tls(e, curlev_req_easy(r->cr));
+    dkapi_engine_tls(e, curlev_req_easy(r->cr));
     curlev_req_timeouts(r->cr, timeout_ms, DK_CONNECT_TIMEOUT_MS);
     curlev_req_header(r->cr, "Expect:");
     curlev_req_callbacks(r->cr, on_data, on_header, on_done, r);
@@ -269,9 +269,9 @@ static struct dk_req *req_go(struct dk_req *r)
     return r;
 }
 
-struct dk_req *dk_call(struct dk_engine *e, struct dk_reqlist *list, const char *method,
-                       const char *path, json_t *body, long timeout_ms, dk_cb cb,
-                       void *data)
+struct dk_req *dkapi_call(struct dk_engine *e, struct dk_reqlist *list,
+                          const char *method, const char *path, json_t *body,
+                          long timeout_ms, dk_cb cb, void *data)
 {
     struct dk_req *r = req_make(e, list, method, path, timeout_ms, cb, data);
     if (body) {
@@ -285,10 +285,10 @@ struct dk_req *dk_call(struct dk_engine *e, struct dk_reqlist *list, const char 
     return req_go(r);
 }
 
-struct dk_req *dk_call_raw(struct dk_engine *e, struct dk_reqlist *list,
-                           const char *method, const char *path, const char *ctype,
-                           const void *body, size_t len, long timeout_ms, dk_cb cb,
-                           void *data)
+struct dk_req *dkapi_call_raw(struct dk_engine *e, struct dk_reqlist *list,
+                              const char *method, const char *path, const char *ctype,
+                              const void *body, size_t len, long timeout_ms, dk_cb cb,
+                              void *data)
 {
     struct dk_req *r = req_make(e, list, method, path, timeout_ms, cb, data);
     char h[128];
@@ -302,16 +302,16 @@ struct dk_req *dk_call_raw(struct dk_engine *e, struct dk_reqlist *list,
     return req_go(r);
 }
 
-struct dk_req *dk_call_lines(struct dk_engine *e, struct dk_reqlist *list,
-                             const char *method, const char *path, long timeout_ms,
-                             dk_line_cb on_line, dk_cb cb, void *data)
+struct dk_req *dkapi_call_lines(struct dk_engine *e, struct dk_reqlist *list,
+                                const char *method, const char *path, long timeout_ms,
+                                dk_line_cb on_line, dk_cb cb, void *data)
 {
     struct dk_req *r = req_make(e, list, method, path, timeout_ms, cb, data);
     r->on_line = on_line;
     return req_go(r);
 }
 
-void dk_req_cancel(struct dk_req *r)
+void dkapi_req_cancel(struct dk_req *r)
 {
     if (!r)
         return;
@@ -319,19 +319,19 @@ void dk_req_cancel(struct dk_req *r)
     req_free(r);
 }
 
-void dk_reqlist_cancel(struct dk_reqlist *l)
+void dkapi_reqlist_cancel(struct dk_reqlist *l)
 {
     /* Bounded: each pass removes one. */
     while (l->head)
-        dk_req_cancel(l->head);
+        dkapi_req_cancel(l->head);
 }
 
-int dk_reqlist_busy(const struct dk_reqlist *l)
+int dkapi_reqlist_busy(const struct dk_reqlist *l)
 {
     return l->head != NULL;
 }
 
-int dk_err(sbx_err_t *err, struct dk_resp *r, const char *what)
+int dkapi_err(sbx_err_t *err, struct dk_resp *r, const char *what)
 {
     const char *m = r->errmsg ? r->errmsg : "unexpected answer";
     if (r->transport)
@@ -344,7 +344,7 @@ int dk_err(sbx_err_t *err, struct dk_resp *r, const char *what)
                          "docker: %s: %s", what, m);
 }
 
-void dk_engine_tls(struct dk_engine *e, CURL *easy)
+void dkapi_engine_tls(struct dk_engine *e, CURL *easy)
 {
     if (!e->tls)
         return;
@@ -457,8 +457,8 @@ static void ping_done(struct dk_resp *r, void *data)
         log_info("docker: the engine now speaks API %s: negotiating again",
                  r->api_version);
     /* Was down (or never up): negotiate again; the engine may have changed. */
-    e->ping =
-        dk_call(e, e->misc, "GET", "/version", NULL, DK_PING_TIMEOUT_MS, version_done, e);
+    e->ping = dkapi_call(e, e->misc, "GET", "/version", NULL, DK_PING_TIMEOUT_MS,
+                         version_done, e);
     if (!e->ping)
         ping_later(e, DK_PING_DOWN_S);
 }
@@ -468,7 +468,7 @@ static void ping_start(struct dk_engine *e)
     if (e->ping)
         return;
     e->ping =
-        dk_call(e, e->misc, "GET", "/_ping", NULL, DK_PING_TIMEOUT_MS, ping_done, e);
+        dkapi_call(e, e->misc, "GET", "/_ping", NULL, DK_PING_TIMEOUT_MS, ping_done, e);
     if (!e->ping)
         ping_later(e, DK_PING_DOWN_S);
 }
@@ -478,7 +478,7 @@ static void ping_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
     ping_start(w->data);
 }
 
-void dk_engine_failed(struct dk_engine *e, const char *why)
+void dkapi_engine_failed(struct dk_engine *e, const char *why)
 {
     if (e->up)
         set_down(e, "%s", why);
@@ -486,7 +486,7 @@ void dk_engine_failed(struct dk_engine *e, const char *why)
         ping_later(e, 0.2);
 }
 
-void dk_engine_start(struct dk_engine *e)
+void dkapi_engine_start(struct dk_engine *e)
 {
     ping_start(e);
 }
@@ -506,7 +506,7 @@ static char *cert_file(const char *dir, const char *name)
     return p;
 }
 
-int dk_engine_init(struct dk_engine *e, json_t *conf, sbx_err_t *err)
+int dkapi_engine_init(struct dk_engine *e, json_t *conf, sbx_err_t *err)
 {
     memset(e, 0, sizeof(*e));
     const char *host = json_string_value(json_object_get(conf, "host"));
@@ -562,14 +562,14 @@ int dk_engine_init(struct dk_engine *e, json_t *conf, sbx_err_t *err)
         if (parse_version(v, &a, &b) < 0) {
             err_make(err, SBX_E_UNAVAILABLE, "docker: api_version %s is not MAJOR.MINOR",
                      av);
-            dk_engine_deinit(e);
+            dkapi_engine_deinit(e);
             return -1;
         }
         snprintf(e->cfg_version, sizeof(e->cfg_version), "%d.%d", a, b);
     }
     if (curlev_init(&e->ce, D->loop) < 0) {
         err_make(err, SBX_E_UNAVAILABLE, "docker: libcurl multi handle failed");
-        dk_engine_deinit(e);
+        dkapi_engine_deinit(e);
         return -1;
     }
     e->up = 0;
@@ -579,12 +579,12 @@ int dk_engine_init(struct dk_engine *e, json_t *conf, sbx_err_t *err)
     return 0;
 }
 
-void dk_engine_deinit(struct dk_engine *e)
+void dkapi_engine_deinit(struct dk_engine *e)
 {
     if (D && D->loop)
         ev_timer_stop(D->loop, &e->ping_timer);
     if (e->misc)
-        dk_reqlist_cancel(e->misc);
+        dkapi_reqlist_cancel(e->misc);
     e->ping = NULL;
     if (e->ce.multi)
         curlev_deinit(&e->ce);

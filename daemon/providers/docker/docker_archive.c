@@ -17,7 +17,7 @@ static int is_tar(const struct fs_call *fc)
     return f && !strcmp(f, "tar");
 }
 
-json_t *dkf_tar_req(const struct fs_call *fc)
+json_t *dkar_tar_req(const struct fs_call *fc)
 {
     if (!is_tar(fc))
         return NULL;
@@ -210,8 +210,8 @@ static void on_done(struct curlev_req *cr, CURLcode rc, long status, const char 
 static int x_start(struct dka_x *x, const char *method)
 {
     struct dk_engine *e = &x->ds->dp->eng;
-    char *esc = dk_escape(x->path);
-    char *path = dk_path(e, "/containers/%s/archive?path=%s", x->ds->cid, esc);
+    char *esc = dkapi_escape(x->path);
+    char *path = dkapi_path(e, "/containers/%s/archive?path=%s", x->ds->cid, esc);
     char *url = xasprintf("%s%s", e->base, path);
     free(esc);
     free(path);
@@ -224,7 +224,7 @@ static int x_start(struct dka_x *x, const char *method)
     free(url);
     if (e->unix_path)
         curlev_req_unix_socket(x->cr, e->unix_path);
-    dk_engine_tls(e, curlev_req_easy(x->cr));
+    dkapi_engine_tls(e, curlev_req_easy(x->cr));
     curlev_req_timeouts(x->cr, DKA_TIMEOUT_MS, DK_CONNECT_TIMEOUT_MS);
     curlev_req_callbacks(x->cr, on_data, on_header, on_done, x);
     if (curlev_req_start(x->cr) < 0) {
@@ -587,7 +587,7 @@ static void engine_fail(struct dka_x *x, CURLcode rc, const char *errmsg)
     } else if (rc != CURLE_OK && x->status == 0) {
         snprintf(m, sizeof(m), "cannot reach the Docker engine: %s",
                  errmsg && *errmsg ? errmsg : curl_easy_strerror(rc));
-        dk_engine_failed(&x->ds->dp->eng, m);
+        dkapi_engine_failed(&x->ds->dp->eng, m);
         x_fail(x, m);
     } else {
         snprintf(m, sizeof(m), "the engine's archive: %s",
@@ -686,7 +686,7 @@ static void x_next(struct dka_x *x)
 
 /* ---- the provider's ops ------------------------------------------------------------ */
 
-int dka_call_stopped(void *cookie, struct fs_call *fc, sbx_err_t *err)
+int dkar_call_stopped(void *cookie, struct fs_call *fc, sbx_err_t *err)
 {
     (void)cookie;
     struct dk_sb *ds = fc->sb->pdata;
@@ -735,7 +735,7 @@ int dka_call_stopped(void *cookie, struct fs_call *fc, sbx_err_t *err)
     return 0;
 }
 
-void dka_release_stopped(void *cookie, struct sandbox *sb, uint64_t handle, void *hdata)
+void dkar_release_stopped(void *cookie, struct sandbox *sb, uint64_t handle, void *hdata)
 {
     (void)cookie;
     (void)sb;

@@ -16,12 +16,12 @@ struct fs_call;
 
 /* The FS_REQ payload of an archive call (tar_get, tar_more, tar_put; new
  * reference), or NULL when fc is not one. */
-json_t *dkf_tar_req(const struct fs_call *fc);
+json_t *dkar_tar_req(const struct fs_call *fc);
 
 /* fs_call_stopped / fs_release_stopped of the provider table: reads of a
  * stopped sandbox from the engine (stat, read, list, tar). */
-int dka_call_stopped(void *cookie, struct fs_call *fc, sbx_err_t *err);
+int dkar_call_stopped(void *cookie, struct fs_call *fc, sbx_err_t *err);
 struct sandbox;
-void dka_release_stopped(void *cookie, struct sandbox *sb, uint64_t handle, void *hdata);
+void dkar_release_stopped(void *cookie, struct sandbox *sb, uint64_t handle, void *hdata);
 
 #endif

@@ -240,7 +240,7 @@ static int connect_volume(const char *dir, const char *path, char *err, size_t e
 
 void dkd_close(struct dk_sb *ds)
 {
-    dk_reqlist_cancel(&ds->dreqs);
+    dkapi_reqlist_cancel(&ds->dreqs);
     ev_timer_stop(D->loop, &ds->dtimer);
     if (ds->dch_live) {
         chan_deinit(&ds->dch);
@@ -344,7 +344,7 @@ static void pid_done(struct dk_resp *r, void *data)
         fall_back(ds, err);
         return;
     }
-    chan_init_fd(&ds->dch, fd, direct_frame, dk_direct_closed, ds);
+    chan_init_fd(&ds->dch, fd, direct_frame, dkd_closed, ds);
     ds->dch_live = 1;
     ds->dstate = DKD_PROVE;
     json_t *hello = json_pack("{s:s}", "key", ds->dkey);
@@ -370,9 +370,9 @@ void dkd_frame(struct dk_sb *ds, struct chan *ch, const uint8_t *payload, size_t
         snprintf(ds->dpath, sizeof(ds->dpath), "%s", path);
         json_decref(v);
         ds->dstate = DKD_INSPECT;
-        char *p = dk_path(&ds->dp->eng, "/containers/%s/json", ds->cid);
-        if (!dk_call(&ds->dp->eng, &ds->dreqs, "GET", p, NULL, DK_CALL_TIMEOUT_MS,
-                     pid_done, ds))
+        char *p = dkapi_path(&ds->dp->eng, "/containers/%s/json", ds->cid);
+        if (!dkapi_call(&ds->dp->eng, &ds->dreqs, "GET", p, NULL, DK_CALL_TIMEOUT_MS,
+                        pid_done, ds))
             fall_back(ds, "cannot start an engine request");
         free(p);
         return;
@@ -403,7 +403,7 @@ void dkd_frame(struct dk_sb *ds, struct chan *ch, const uint8_t *payload, size_t
 
 /* chan callback: may run inside chan_send deep in a call chain, so the
  * switch back happens from the timer. */
-void dk_direct_closed(struct chan *ch, const char *why, void *data)
+void dkd_closed(struct chan *ch, const char *why, void *data)
 {
     struct dk_sb *ds = data;
     ds->dlost = 1;

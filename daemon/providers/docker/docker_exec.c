@@ -63,9 +63,9 @@ static void inspect_done(struct dk_resp *r, void *data)
         dpp->inspect_tries < INSPECT_RETRIES) {
         /* The streams closed a moment before the engine saw the exit. */
         dpp->inspect_tries++;
-        char *path = dk_path(&dpp->ds->dp->eng, "/exec/%s/json", dpp->exec_id);
-        if (!dk_call(&dpp->ds->dp->eng, &dpp->reqs, "GET", path, NULL, DK_CALL_TIMEOUT_MS,
-                     inspect_done, dpp))
+        char *path = dkapi_path(&dpp->ds->dp->eng, "/exec/%s/json", dpp->exec_id);
+        if (!dkapi_call(&dpp->ds->dp->eng, &dpp->reqs, "GET", path, NULL,
+                        DK_CALL_TIMEOUT_MS, inspect_done, dpp))
             fail_proc(dpp, "docker: cannot inspect the exec");
         free(path);
         return;
@@ -82,7 +82,7 @@ static void inspect_done(struct dk_resp *r, void *data)
     json_decref(rec);
 }
 
-static void stream_data(struct hj *h, int stream, const uint8_t *d, size_t n, void *data)
+static void stream_data(struct dkh *h, int stream, const uint8_t *d, size_t n, void *data)
 {
     struct dk_proc *dpp = data;
     if (dpp->exited || stream < 1 || stream > 2)
@@ -90,25 +90,25 @@ static void stream_data(struct hj *h, int stream, const uint8_t *d, size_t n, vo
     process_output(dpp->p, stream, d, n); /* Docker frames use 1, 2 too */
     if (process_output_blocked(dpp->p) && !dpp->out_paused) {
         dpp->out_paused = 1;
-        hj_pause(h, 1);
+        dkh_pause(h, 1);
     }
 }
 
-static void stream_closed(struct hj *h, const char *why, void *data)
+static void stream_closed(struct dkh *h, const char *why, void *data)
 {
     struct dk_proc *dpp = data;
     dpp->hj = NULL;
     if (dpp->exited)
         return;
     dpp->inspect_tries = 0;
-    char *path = dk_path(&dpp->ds->dp->eng, "/exec/%s/json", dpp->exec_id);
-    if (!dk_call(&dpp->ds->dp->eng, &dpp->reqs, "GET", path, NULL, DK_CALL_TIMEOUT_MS,
-                 inspect_done, dpp))
+    char *path = dkapi_path(&dpp->ds->dp->eng, "/exec/%s/json", dpp->exec_id);
+    if (!dkapi_call(&dpp->ds->dp->eng, &dpp->reqs, "GET", path, NULL, DK_CALL_TIMEOUT_MS,
+                    inspect_done, dpp))
         fail_proc(dpp, "docker: cannot inspect the exec");
     free(path);
 }
 
-static void stream_open(struct hj *h, long status, const char *msg, void *data)
+static void stream_open(struct dkh *h, long status, const char *msg, void *data)
 {
     struct dk_proc *dpp = data;
     if (status != 101 && status != 200) {
@@ -121,7 +121,7 @@ static void stream_open(struct hj *h, long status, const char *msg, void *data)
     dpp->pc.started = 1;
     process_started(dpp->p, 0);
     if (dpp->stdin_eof)
-        hj_shutdown_write(h);
+        dkh_shutdown_write(h);
 }
 
 /* ---- create and start
@@ -156,9 +156,9 @@ static void created(struct dk_resp *r, void *data)
         sandbox_progress(
             ds->sb, json_pack("{s:s, s:s}", "stage", "restart", "message",
                               "the container was not running; restarting it to retry"));
-        char *path = dk_path(&ds->dp->eng, "/containers/%s/start", ds->cid);
-        if (!dk_call(&ds->dp->eng, &dpp->reqs, "POST", path, NULL, DK_CALL_TIMEOUT_MS,
-                     restart_done, dpp))
+        char *path = dkapi_path(&ds->dp->eng, "/containers/%s/start", ds->cid);
+        if (!dkapi_call(&ds->dp->eng, &dpp->reqs, "POST", path, NULL, DK_CALL_TIMEOUT_MS,
+                        restart_done, dpp))
             fail_proc(dpp, "docker: cannot restart the container");
         free(path);
         return;
@@ -174,10 +174,10 @@ static void created(struct dk_resp *r, void *data)
         return;
     }
     snprintf(dpp->exec_id, sizeof(dpp->exec_id), "%s", id);
-    char *path = dk_path(&ds->dp->eng, "/exec/%s/start", id);
+    char *path = dkapi_path(&ds->dp->eng, "/exec/%s/start", id);
     json_t *body = json_pack("{s:b, s:b}", "Detach", 0, "Tty", 0);
-    dpp->hj = hj_open(&ds->dp->eng, "POST", path, body, &dpp->stdin_buf, stream_open,
-                      stream_data, stream_closed, dpp);
+    dpp->hj = dkh_open(&ds->dp->eng, "POST", path, body, &dpp->stdin_buf, stream_open,
+                       stream_data, stream_closed, dpp);
     json_decref(body);
     free(path);
     if (!dpp->hj)
@@ -218,21 +218,21 @@ static void exec_create(struct dk_proc *dpp)
     json_t *cmd = json_object_get(p->spec, "shell");
     json_t *argv = cmd ? json_pack("[s, s, O]", "/bin/sh", "-c", cmd)
                        : json_incref(json_object_get(p->spec, "argv"));
-    json_t *env = dk_spawn_env(ds, p);
+    json_t *env = dkspawn_env(ds, p);
     argv = unset_removed(ds, env, argv);
     snprintf(dpp->marker, sizeof(dpp->marker), "%s.%u.%llx", ds->sb->id, p->pid,
              (unsigned long long)(daemon_now() * 1e6));
     json_object_set_new(env, "SBX_PROC", json_string(dpp->marker));
     json_t *body =
         json_pack("{s:b, s:b, s:b, s:b, s:o, s:o, s:s}", "AttachStdin", 1, "AttachStdout",
-                  1, "AttachStderr", 1, "Tty", 0, "Cmd", argv, "Env", dk_env_to_arr(env),
-                  "WorkingDir", dk_spawn_cwd(ds, p));
+                  1, "AttachStderr", 1, "Tty", 0, "Cmd", argv, "Env",
+                  dkspec_env_to_arr(env), "WorkingDir", dkspawn_cwd(ds, p));
     json_decref(env);
     if (json_object_get(ds->opts, "user"))
         json_object_set(body, "User", json_object_get(ds->opts, "user"));
-    char *path = dk_path(&ds->dp->eng, "/containers/%s/exec", ds->cid);
-    if (!dk_call(&ds->dp->eng, &dpp->reqs, "POST", path, body, DK_CALL_TIMEOUT_MS,
-                 created, dpp))
+    char *path = dkapi_path(&ds->dp->eng, "/containers/%s/exec", ds->cid);
+    if (!dkapi_call(&ds->dp->eng, &dpp->reqs, "POST", path, body, DK_CALL_TIMEOUT_MS,
+                    created, dpp))
         fail_proc(dpp, "docker: cannot start an engine request");
     free(path);
     json_decref(body);
@@ -260,7 +260,7 @@ int dkx_write(struct dk_proc *dpp, const void *data, size_t len, sbx_err_t *err)
     if (obuf_append(&dpp->stdin_buf, data, len) < 0)
         return err_make(err, SBX_E_INTERNAL, "out of memory");
     if (dpp->hj)
-        hj_flush(dpp->hj);
+        dkh_flush(dpp->hj);
     return 0;
 }
 
@@ -273,8 +273,8 @@ int dkx_close_stdin(struct dk_proc *dpp, sbx_err_t *err)
                       "closing stdin is not possible over TLS in docker-exec mode"),
             "docker: closing stdin is not possible over TLS in docker-exec mode");
     dpp->stdin_eof = 1;
-    if (dpp->hj && hj_streaming(dpp->hj))
-        hj_shutdown_write(dpp->hj);
+    if (dpp->hj && dkh_streaming(dpp->hj))
+        dkh_shutdown_write(dpp->hj);
     return 0;
 }
 
@@ -293,10 +293,10 @@ static void kill_created(struct dk_resp *r, void *data)
                  r->errmsg ? r->errmsg : "?");
         return;
     }
-    char *path = dk_path(&dpp->ds->dp->eng, "/exec/%s/start", id);
+    char *path = dkapi_path(&dpp->ds->dp->eng, "/exec/%s/start", id);
     json_t *body = json_pack("{s:b, s:b}", "Detach", 1, "Tty", 0);
-    dk_call(&dpp->ds->dp->eng, &dpp->reqs, "POST", path, body, DK_CALL_TIMEOUT_MS,
-            kill_started, dpp);
+    dkapi_call(&dpp->ds->dp->eng, &dpp->reqs, "POST", path, body, DK_CALL_TIMEOUT_MS,
+               kill_started, dpp);
     json_decref(body);
     free(path);
 }
@@ -306,7 +306,7 @@ int dkx_kill(struct dk_proc *dpp, int sig, sbx_err_t *err)
     struct dk_sb *ds = dpp->ds;
     if (!dpp->exec_id[0] && !dpp->pc.started) {
         /* Not created yet: never let it start. */
-        dk_reqlist_cancel(&dpp->reqs);
+        dkapi_reqlist_cancel(&dpp->reqs);
         json_t *rec = json_pack("{s:i, s:i, s:b}", "exit_code", 128 + sig, "signal", sig,
                                 "killed", 1);
         dpp->exited = 1;
@@ -326,9 +326,9 @@ int dkx_kill(struct dk_proc *dpp, int sig, sbx_err_t *err)
                   "AttachStderr", 0, "Cmd", "/bin/sh", "-c", script);
     if (json_object_get(ds->opts, "user"))
         json_object_set(body, "User", json_object_get(ds->opts, "user"));
-    char *path = dk_path(&ds->dp->eng, "/containers/%s/exec", ds->cid);
-    struct dk_req *rq = dk_call(&ds->dp->eng, &dpp->reqs, "POST", path, body,
-                                DK_CALL_TIMEOUT_MS, kill_created, dpp);
+    char *path = dkapi_path(&ds->dp->eng, "/containers/%s/exec", ds->cid);
+    struct dk_req *rq = dkapi_call(&ds->dp->eng, &dpp->reqs, "POST", path, body,
+                                   DK_CALL_TIMEOUT_MS, kill_created, dpp);
     free(path);
     json_decref(body);
     if (!rq)
@@ -340,15 +340,15 @@ void dkx_resume(struct dk_proc *dpp)
 {
     if (dpp->out_paused && dpp->hj && !process_output_blocked(dpp->p)) {
         dpp->out_paused = 0;
-        hj_pause(dpp->hj, 0);
+        dkh_pause(dpp->hj, 0);
     }
 }
 
 void dkx_release(struct dk_proc *dpp)
 {
-    dk_reqlist_cancel(&dpp->reqs);
+    dkapi_reqlist_cancel(&dpp->reqs);
     if (dpp->hj) {
-        hj_close(dpp->hj);
+        dkh_close(dpp->hj);
         dpp->hj = NULL;
     }
 }

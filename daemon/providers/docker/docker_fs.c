@@ -133,14 +133,14 @@ static int send_call(struct dkf_req *r)
     r->last = ev_now(D->loop);
     r->pending = 0;
     if (!r->write || fc->first) {
-        json_t *q = dkf_tar_req(fc);
+        json_t *q = dkar_tar_req(fc);
         if (!q) {
             q = json_deep_copy(fc->args);
             json_object_del(q, "sandbox_id");
             json_object_del(q, "encoding");
             json_object_set_new(q, "op", json_string(op_names[fc->op]));
         }
-        int rc = dk_send_json(ds, SBX_CHAN_FS_REQ, r->id, q);
+        int rc = dka_send_json(ds, SBX_CHAN_FS_REQ, r->id, q);
         json_decref(q);
         if (rc < 0)
             return -1;
@@ -157,7 +157,7 @@ static int send_call(struct dkf_req *r)
         off += n;
     }
     json_t *q = json_pack("{s:s}", "op", fc->more ? "flush" : "commit");
-    int rc = dk_send_json(ds, SBX_CHAN_FS_REQ, r->id, q);
+    int rc = dka_send_json(ds, SBX_CHAN_FS_REQ, r->id, q);
     json_decref(q);
     if (rc < 0)
         return -1;

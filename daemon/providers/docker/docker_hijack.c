@@ -39,13 +39,13 @@
 #define HJ_EBODY_MAX (64u * 1024)
 #define HJ_ANSWER_TIMEOUT_S 60.0 /* connect + the engine's answer to the request */
 
-enum hj_state { HJ_CONNECTING, HJ_REQUEST, HJ_HEAD, HJ_ERRBODY, HJ_STREAM, HJ_DEAD };
+enum dkh_state { HJ_CONNECTING, HJ_REQUEST, HJ_HEAD, HJ_ERRBODY, HJ_STREAM, HJ_DEAD };
 
-struct hj {
+struct dkh {
     struct dk_engine *e;
     struct curlev ce;       /* the connect; then it holds the connection */
     struct curlev_req *req; /* connect-only, held once connected */
-    enum hj_state st;
+    enum dkh_state st;
     curl_socket_t fd;
     ev_io io;
     int io_events;
@@ -71,24 +71,24 @@ struct hj {
     int wshut_wanted, wshut_done;
     int in_cb;
     int closing;
-    hj_open_cb on_open;
-    hj_data_cb on_data;
-    hj_close_cb on_close;
+    dkh_open_cb on_open;
+    dkh_data_cb on_data;
+    dkh_close_cb on_close;
     void *data;
     char errbuf[CURL_ERROR_SIZE];
 };
 
-static void hj_free(struct hj *h);
-static void update_io(struct hj *h);
-static void do_read(struct hj *h);
-static void flush_inner(struct hj *h);
-static void fail_stream(struct hj *h, const char *why);
+static void dkh_free(struct dkh *h);
+static void update_io(struct dkh *h);
+static void do_read(struct dkh *h);
+static void flush_inner(struct dkh *h);
+static void fail_stream(struct dkh *h, const char *why);
 
 /* ---- connect phase ----------------------------------------------------------------- */
 
 /* Calls the open callback. A failure marks h closing; it is freed when the
  * outermost of our own callbacks returns (callers always hold in_cb). */
-static void open_result(struct hj *h, long status, const char *msg)
+static void open_result(struct dkh *h, long status, const char *msg)
 {
     int ok = status == 101 || status == 200;
     ev_timer_stop(D->loop, &h->answer);
@@ -104,7 +104,7 @@ static void open_result(struct hj *h, long status, const char *msg)
 
 /* Our own callbacks may close h; it is freed on the next iteration (kick),
  * never inside curlev's done callback: curlev still uses h->ce after it. */
-static void reap_later(struct hj *h)
+static void reap_later(struct dkh *h)
 {
     if (h->io_events)
         ev_io_stop(D->loop, &h->io);
@@ -117,7 +117,7 @@ static void reap_later(struct hj *h)
 static void connected(struct curlev_req *r, CURLcode rc, long status, const char *errmsg,
                       void *data)
 {
-    struct hj *h = data;
+    struct dkh *h = data;
     h->in_cb++;
     if (rc != CURLE_OK) {
         h->req = NULL; /* curlev frees it when we return */
@@ -126,7 +126,7 @@ static void connected(struct curlev_req *r, CURLcode rc, long status, const char
             snprintf(msg, sizeof(msg), "cannot reach the Docker engine at %.200s: %s",
                      h->e->host, curl_easy_strerror(rc));
             h->st = HJ_DEAD;
-            dk_engine_failed(h->e, msg);
+            dkapi_engine_failed(h->e, msg);
             open_result(h, 0, msg);
         } else {
             fail_stream(h, errmsg); /* the multi handle failed under a held connection */
@@ -152,7 +152,7 @@ static void connected(struct curlev_req *r, CURLcode rc, long status, const char
 /* ---- raw phase ------------------------------------------------------------------------
  */
 
-static int send_some(struct hj *h, const char *p, size_t n, size_t *sent)
+static int send_some(struct dkh *h, const char *p, size_t n, size_t *sent)
 {
     if (h->again_len && h->again_len <= n)
         n = h->again_len;
@@ -170,11 +170,11 @@ static int send_some(struct hj *h, const char *p, size_t n, size_t *sent)
     return 0;
 }
 
-static void fail_stream(struct hj *h, const char *why)
+static void fail_stream(struct dkh *h, const char *why)
 {
     if (h->st == HJ_DEAD)
         return;
-    enum hj_state was = h->st;
+    enum dkh_state was = h->st;
     h->st = HJ_DEAD;
     if (was != HJ_STREAM) {
         open_result(h, h->status ? h->status : 0, why);
@@ -187,7 +187,7 @@ static void fail_stream(struct hj *h, const char *why)
     h->closing = 1;
 }
 
-void hj_flush(struct hj *h)
+void dkh_flush(struct dkh *h)
 {
     if (!h || h->closing)
         return;
@@ -195,10 +195,10 @@ void hj_flush(struct hj *h)
     flush_inner(h);
     h->in_cb--;
     if (h->closing && !h->in_cb)
-        hj_free(h);
+        dkh_free(h);
 }
 
-static void flush_inner(struct hj *h)
+static void flush_inner(struct dkh *h)
 {
     if (h->closing || h->st == HJ_DEAD || h->st == HJ_CONNECTING)
         return;
@@ -241,12 +241,12 @@ static void flush_inner(struct hj *h)
 
 /* Leaving a callback: a close asked for inside it happens now, else the
  * watchers follow the stream's state. */
-static void cb_leave(struct hj *h)
+static void cb_leave(struct dkh *h)
 {
     h->in_cb--;
     if (h->closing) {
         if (!h->in_cb)
-            hj_free(h);
+            dkh_free(h);
         return;
     }
     update_io(h);
@@ -254,10 +254,10 @@ static void cb_leave(struct hj *h)
 
 static void io_cb(struct ev_loop *loop, ev_io *w, int revents)
 {
-    struct hj *h = w->data;
+    struct dkh *h = w->data;
     h->in_cb++;
     if (revents & EV_WRITE)
-        hj_flush(h);
+        dkh_flush(h);
     if ((revents & EV_READ) && !h->closing && h->st != HJ_DEAD)
         do_read(h);
     cb_leave(h);
@@ -266,7 +266,7 @@ static void io_cb(struct ev_loop *loop, ev_io *w, int revents)
 /* An engine that takes the connection but never answers must not hang us. */
 static void answer_cb(struct ev_loop *loop, ev_timer *w, int revents)
 {
-    struct hj *h = w->data;
+    struct dkh *h = w->data;
     h->in_cb++;
     if (h->st == HJ_CONNECTING) {
         h->st = HJ_DEAD;
@@ -276,18 +276,18 @@ static void answer_cb(struct ev_loop *loop, ev_timer *w, int revents)
     }
     h->in_cb--;
     if (h->closing && !h->in_cb)
-        hj_free(h);
+        dkh_free(h);
 }
 
 static void kick_cb(struct ev_loop *loop, ev_timer *w, int revents)
 {
-    struct hj *h = w->data;
+    struct dkh *h = w->data;
     h->in_cb++;
     do_read(h);
     cb_leave(h);
 }
 
-static void update_io(struct hj *h)
+static void update_io(struct dkh *h)
 {
     if (h->closing || h->st == HJ_DEAD || h->st == HJ_CONNECTING)
         return;
@@ -312,7 +312,7 @@ static void update_io(struct hj *h)
 
 /* Parses the response head; returns 0 when complete, 1 when more is needed, -1 on error.
  */
-static int parse_head(struct hj *h)
+static int parse_head(struct dkh *h)
 {
     h->head[h->head_len] = '\0';
     char *end = strstr(h->head, "\r\n\r\n");
@@ -337,7 +337,7 @@ static int parse_head(struct hj *h)
     return 0;
 }
 
-static void finish_error(struct hj *h)
+static void finish_error(struct dkh *h)
 {
     char msg[512];
     json_t *j = h->ebody ? json_loadb(h->ebody, h->elen, 0, NULL) : NULL;
@@ -358,7 +358,7 @@ static void finish_error(struct hj *h)
 }
 
 /* Hands buffered stream bytes to the owner frame by frame; stops on pause. */
-static void demux(struct hj *h)
+static void demux(struct dkh *h)
 {
     while (h->rpos < h->rlen && !h->paused && !h->closing && h->st == HJ_STREAM) {
         if (h->fhl < 8) {
@@ -405,7 +405,7 @@ static void demux(struct hj *h)
     }
 }
 
-static void do_read(struct hj *h)
+static void do_read(struct dkh *h)
 {
     for (int round = 0; round < HJ_READ_ROUNDS; round++) {
         if (h->closing || h->st == HJ_DEAD || h->st == HJ_REQUEST)
@@ -464,7 +464,7 @@ static void do_read(struct hj *h)
                 open_result(h, h->status, NULL);
                 if (h->closing)
                     return;
-                hj_flush(h);
+                dkh_flush(h);
                 continue;
             }
             h->st = HJ_ERRBODY;
@@ -502,11 +502,11 @@ static void do_read(struct hj *h)
 /* ---- public
  * ---------------------------------------------------------------------------------- */
 
-struct hj *hj_open(struct dk_engine *e, const char *method, const char *path,
-                   json_t *body, struct obuf *out, hj_open_cb on_open, hj_data_cb on_data,
-                   hj_close_cb on_close, void *data)
+struct dkh *dkh_open(struct dk_engine *e, const char *method, const char *path,
+                     json_t *body, struct obuf *out, dkh_open_cb on_open,
+                     dkh_data_cb on_data, dkh_close_cb on_close, void *data)
 {
-    struct hj *h = xcalloc(1, sizeof(*h));
+    struct dkh *h = xcalloc(1, sizeof(*h));
     h->e = e;
     h->out = out;
     h->on_open = on_open;
@@ -538,7 +538,7 @@ struct hj *hj_open(struct dk_engine *e, const char *method, const char *path,
     CURL *easy = curlev_req_easy(h->req);
     if (e->unix_path)
         curlev_req_unix_socket(h->req, e->unix_path);
-    dk_engine_tls(e, easy);
+    dkapi_engine_tls(e, easy);
     curlev_req_connect_only(h->req);
     curlev_req_timeouts(h->req, 0, DK_CONNECT_TIMEOUT_MS);
     curl_easy_setopt(easy, CURLOPT_TCP_NODELAY, 1L);
@@ -550,14 +550,14 @@ struct hj *hj_open(struct dk_engine *e, const char *method, const char *path,
     if (curlev_req_start(h->req) < 0) {
         h->req = NULL; /* freed by curlev */
         h->st = HJ_DEAD;
-        hj_free(h);
+        dkh_free(h);
         return NULL;
     }
     /* libcurl armed its timer (0 ms): the connect starts on the next iteration. */
     return h;
 }
 
-void hj_pause(struct hj *h, int paused)
+void dkh_pause(struct dkh *h, int paused)
 {
     if (!h || h->closing || h->paused == !!paused)
         return;
@@ -571,7 +571,7 @@ void hj_pause(struct hj *h, int paused)
         update_io(h);
 }
 
-int hj_shutdown_write(struct hj *h)
+int dkh_shutdown_write(struct dkh *h)
 {
     if (!h || h->closing)
         return -1;
@@ -579,16 +579,16 @@ int hj_shutdown_write(struct hj *h)
         return -1;
     h->wshut_wanted = 1;
     if (!h->in_cb)
-        hj_flush(h);
+        dkh_flush(h);
     return 0;
 }
 
-int hj_streaming(const struct hj *h)
+int dkh_streaming(const struct dkh *h)
 {
     return h && h->st == HJ_STREAM && !h->closing;
 }
 
-void hj_close(struct hj *h)
+void dkh_close(struct dkh *h)
 {
     if (!h || h->closing)
         return;
@@ -597,10 +597,10 @@ void hj_close(struct hj *h)
     h->on_data = NULL;
     h->on_close = NULL;
     if (!h->in_cb)
-        hj_free(h);
+        dkh_free(h);
 }
 
-static void hj_free(struct hj *h)
+static void dkh_free(struct dkh *h)
 {
     ev_timer_stop(D->loop, &h->answer);
     ev_timer_stop(D->loop, &h->kick);

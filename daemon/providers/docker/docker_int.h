@@ -90,101 +90,102 @@ struct dk_reqlist {
     struct dk_req *head;
 };
 
-int dk_engine_init(struct dk_engine *e, json_t *conf, sbx_err_t *err);
-void dk_engine_deinit(struct dk_engine *e);
+int dkapi_engine_init(struct dk_engine *e, json_t *conf, sbx_err_t *err);
+void dkapi_engine_deinit(struct dk_engine *e);
 /* Starts pinging (at load); on_up runs after each successful ping that follows a failure.
  */
-void dk_engine_start(struct dk_engine *e);
+void dkapi_engine_start(struct dk_engine *e);
 /* A transport failure seen somewhere: mark the engine down and ping soon. */
-void dk_engine_failed(struct dk_engine *e, const char *why);
+void dkapi_engine_failed(struct dk_engine *e, const char *why);
 /* "/v1.41" + path; malloc'd. */
-char *dk_path(struct dk_engine *e, const char *fmt, ...)
+char *dkapi_path(struct dk_engine *e, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 /* Percent-encodes s for a query string or path segment; malloc'd. */
-char *dk_escape(const char *s);
+char *dkapi_escape(const char *s);
 
-/* Starts a request. path is complete (use dk_path). body: JSON (borrowed) or
+/* Starts a request. path is complete (use dkapi_path). body: JSON (borrowed) or
  * NULL. list may be NULL. Returns NULL when libcurl refuses (cb not called). */
-struct dk_req *dk_call(struct dk_engine *e, struct dk_reqlist *list, const char *method,
-                       const char *path, json_t *body, long timeout_ms, dk_cb cb,
-                       void *data);
+struct dk_req *dkapi_call(struct dk_engine *e, struct dk_reqlist *list,
+                          const char *method, const char *path, json_t *body,
+                          long timeout_ms, dk_cb cb, void *data);
 /* Same with a raw body and content type (archive upload). */
-struct dk_req *dk_call_raw(struct dk_engine *e, struct dk_reqlist *list,
-                           const char *method, const char *path, const char *ctype,
-                           const void *body, size_t len, long timeout_ms, dk_cb cb,
-                           void *data);
+struct dk_req *dkapi_call_raw(struct dk_engine *e, struct dk_reqlist *list,
+                              const char *method, const char *path, const char *ctype,
+                              const void *body, size_t len, long timeout_ms, dk_cb cb,
+                              void *data);
 /* Same, the answer streamed as JSON lines to on_line (nothing is buffered). */
-struct dk_req *dk_call_lines(struct dk_engine *e, struct dk_reqlist *list,
-                             const char *method, const char *path, long timeout_ms,
-                             dk_line_cb on_line, dk_cb cb, void *data);
-void dk_req_cancel(struct dk_req *r);
-void dk_reqlist_cancel(struct dk_reqlist *l);
-int dk_reqlist_busy(const struct dk_reqlist *l);
+struct dk_req *dkapi_call_lines(struct dk_engine *e, struct dk_reqlist *list,
+                                const char *method, const char *path, long timeout_ms,
+                                dk_line_cb on_line, dk_cb cb, void *data);
+void dkapi_req_cancel(struct dk_req *r);
+void dkapi_reqlist_cancel(struct dk_reqlist *l);
+int dkapi_reqlist_busy(const struct dk_reqlist *l);
 
 /* Fills err from a failed answer: -32002 when the engine was not reached,
  * else -32006 {provider, message, status}. what = the step ("create container").
  * Returns -1. */
-int dk_err(sbx_err_t *err, struct dk_resp *r, const char *what);
+int dkapi_err(sbx_err_t *err, struct dk_resp *r, const char *what);
 /* Applies the engine's TLS settings to an easy handle. */
-void dk_engine_tls(struct dk_engine *e, CURL *easy);
+void dkapi_engine_tls(struct dk_engine *e, CURL *easy);
 
 /* ---- hijacked connections (docker_hijack.c) ------------------------------------ */
 
-struct hj;
+struct dkh;
 /* The request was answered: status 101/200 = streaming; anything else is an
  * error (msg = the engine's message or a transport error) and h is freed
  * after the callback. */
-typedef void (*hj_open_cb)(struct hj *h, long status, const char *msg, void *data);
+typedef void (*dkh_open_cb)(struct dkh *h, long status, const char *msg, void *data);
 /* Demultiplexed bytes: stream 1 stdout, 2 stderr. Valid during the call only. */
-typedef void (*hj_data_cb)(struct hj *h, int stream, const uint8_t *d, size_t n,
-                           void *data);
+typedef void (*dkh_data_cb)(struct dkh *h, int stream, const uint8_t *d, size_t n,
+                            void *data);
 /* The stream ended (EOF, error, protocol error); h is freed after the callback. */
-typedef void (*hj_close_cb)(struct hj *h, const char *why, void *data);
+typedef void (*dkh_close_cb)(struct dkh *h, const char *why, void *data);
 
 /* Connects, sends `method path` with Upgrade: tcp and the JSON body (borrowed,
  * may be NULL). out: the bytes to send once upgraded (borrowed, may be NULL;
- * call hj_flush after appending). NULL when libcurl refuses at once. */
-struct hj *hj_open(struct dk_engine *e, const char *method, const char *path,
-                   json_t *body, struct obuf *out, hj_open_cb on_open, hj_data_cb on_data,
-                   hj_close_cb on_close, void *data);
+ * call dkh_flush after appending). NULL when libcurl refuses at once. */
+struct dkh *dkh_open(struct dk_engine *e, const char *method, const char *path,
+                     json_t *body, struct obuf *out, dkh_open_cb on_open,
+                     dkh_data_cb on_data, dkh_close_cb on_close, void *data);
 /* Writes what it can of *out now; the rest when the socket is writable. */
-void hj_flush(struct hj *h);
+void dkh_flush(struct dkh *h);
 /* Stops/starts reading (flow control). */
-void hj_pause(struct hj *h, int paused);
+void dkh_pause(struct dkh *h, int paused);
 /* Half-closes the sending side once *out is empty (plain sockets only; -1 on TLS). */
-int hj_shutdown_write(struct hj *h);
+int dkh_shutdown_write(struct dkh *h);
 /* Ends the connection: no callback runs after this. Safe inside callbacks. */
-void hj_close(struct hj *h);
-int hj_streaming(const struct hj *h);
+void dkh_close(struct dkh *h);
+int dkh_streaming(const struct dkh *h);
 
 /* ---- options and container specs (docker_spec.c) -------------------------------- */
 
 /* Effective options: config defaults (providers.docker), then conf.options,
  * then the top-level conf image/env/working_dir. New reference; -1 = err filled. */
-int dk_options(json_t **out, json_t *pconf, json_t *sbconf, sbx_err_t *err);
+int dkspec_options(json_t **out, json_t *pconf, json_t *sbconf, sbx_err_t *err);
 /* The container create body from effective options. argv0: entrypoint
  * (agent path inside the container) or NULL (exec mode without agent). */
-int dk_create_body(json_t **out, json_t *opts, const char *sandbox_id, uid_t owner,
-                   const char *entry, json_t *labels_extra, sbx_err_t *err);
+int dkspec_create_body(json_t **out, json_t *opts, const char *sandbox_id, uid_t owner,
+                       const char *entry, json_t *labels_extra, sbx_err_t *err);
 /* Differences between requested hardening (opts) and a container's inspect JSON. */
-json_t *dk_warnings(json_t *opts, json_t *inspect);
+json_t *dkspec_warnings(json_t *opts, json_t *inspect);
 /* Sanitised container name; malloc'd. */
-char *dk_name(const char *want, const char *sandbox_id);
+char *dkspec_name(const char *want, const char *sandbox_id);
 /* "512m" -> bytes; -1 if invalid. Integers pass through. */
-int64_t dk_parse_size(json_t *v);
+int64_t dkspec_parse_size(json_t *v);
 /* image ref with a tag (":latest" added when none and no digest); malloc'd. */
-char *dk_image_ref(const char *image);
+char *dkspec_image_ref(const char *image);
 /* A one-file ustar archive in memory: name (no '/'), mode, data. malloc'd. */
-int dk_tar_one(uint8_t **out, size_t *out_len, const char *name, unsigned mode,
-               const uint8_t *data, size_t len);
+int dkspec_tar_one(uint8_t **out, size_t *out_len, const char *name, unsigned mode,
+                   const uint8_t *data, size_t len);
 /* The agent as an image tree: .sbx/, .sbx/run/, .sbx/sbx-init. malloc'd. */
-int dk_tar_agent_tree(uint8_t **out, size_t *out_len, const uint8_t *data, size_t len);
+int dkspec_tar_agent_tree(uint8_t **out, size_t *out_len, const uint8_t *data,
+                          size_t len);
 /* ["K=V", ...] <-> {"K": "V"} */
-json_t *dk_env_to_obj(json_t *arr);
-json_t *dk_env_to_arr(json_t *obj);
+json_t *dkspec_env_to_obj(json_t *arr);
+json_t *dkspec_env_to_arr(json_t *obj);
 /* Bool/int/string leniency for --opt values. */
-int dk_opt_bool(json_t *opts, const char *key, int dflt);
-const char *dk_opt_str(json_t *opts, const char *key);
+int dkspec_opt_bool(json_t *opts, const char *key, int dflt);
+const char *dkspec_opt_str(json_t *opts, const char *key);
 
 /* ---- the provider (docker.c) ------------------------------------------------------- */
 
@@ -271,7 +272,7 @@ struct dk_proc {
     /* exec mode */
     char exec_id[80];
     char marker[96]; /* SBX_PROC value: kill finds the process tree by it */
-    struct hj *hj;
+    struct dkh *hj;
     struct dk_reqlist reqs;
     int out_paused;
     int inspect_tries; /* exec mode: inspects of a finished exec */
@@ -306,7 +307,7 @@ struct dk_sb {
     int need_start;
 
     /* agent channel */
-    struct hj *att;
+    struct dkh *att;
     struct chan ch; /* fed by the attach stream */
     int ch_live;
     struct pchan pc;  /* the frames of ch and dch (io/pchan.h) */
@@ -470,10 +471,10 @@ void dk_adopt_entry(struct dk_prov *dp, json_t *c);
 
 /* docker_spawn.c: what sbxd adds to a create body and a process */
 /* Mounts the agent into a create body without an upload (bind or holder). */
-void dk_spawn_agent_mount(struct dk_prov *dp, json_t *body);
+void dkspawn_agent_mount(struct dk_prov *dp, json_t *body);
 /* A process's environment (new reference) and working directory (borrowed). */
-json_t *dk_spawn_env(struct dk_sb *ds, struct process *p);
-const char *dk_spawn_cwd(struct dk_sb *ds, struct process *p);
+json_t *dkspawn_env(struct dk_sb *ds, struct process *p);
+const char *dkspawn_cwd(struct dk_sb *ds, struct process *p);
 
 /* docker_exec.c */
 int dkx_spawn(struct dk_sb *ds, struct dk_proc *dpp, sbx_err_t *err);
@@ -499,23 +500,23 @@ int dkd_connect(long pid, const char *path, char *err, size_t errlen);
  * directory as a local tmpfs volume, so that its socket can be seen from the
  * host (runsc --host-uds=create). 1 when the run directory is seen to. */
 int dkd_run_volume(struct dk_prov *dp, json_t *body);
-void dk_direct_closed(struct chan *ch, const char *why, void *data);
+void dkd_closed(struct chan *ch, const char *why, void *data);
 
 /* docker_lc.c: the lifecycle machine */
 /* The value of every container's sbxd.socket label: which sbxd it is of. */
-const char *dk_lc_label_socket(void);
+const char *dklc_label_socket(void);
 /* Removes a pooled container's claim, then answers the destroy; 0 when the
  * request cannot start. */
-int dk_lc_claim_remove(struct dk_sb *ds);
+int dklc_claim_remove(struct dk_sb *ds);
 /* The core's start op, its options set in ds: the machine's first phase
  * (inspect a known container, look one up by label, or make one; a warm
  * pool container answers at once). */
-void dk_lc_start(struct dk_sb *ds);
-void dk_container_trouble(struct dk_sb *ds, const char *why);
+void dklc_start(struct dk_sb *ds);
+void dklc_container_trouble(struct dk_sb *ds, const char *why);
 /* Runs the current phase; ends the machine's run with success or err. */
-void dk_lc_next(struct dk_sb *ds);
-void dk_lc_ok(struct dk_sb *ds);
-void dk_lc_fail(struct dk_sb *ds, sbx_err_t *err);
+void dklc_next(struct dk_sb *ds);
+void dklc_ok(struct dk_sb *ds);
+void dklc_fail(struct dk_sb *ds, sbx_err_t *err);
 /* Frees the provider state of a released sandbox (deferred while in_feed/in_direct). */
 void dk_ds_free(struct dk_sb *ds);
 /* The provider state of a sandbox (sb->pdata), with its agent link set up. */
@@ -527,12 +528,12 @@ struct dk_proc *dk_proc_new(struct dk_sb *ds, struct process *p);
 void dka_init(struct dk_sb *ds); /* timers of a new dk_sb */
 /* PH_ATTACH: a new chan and the attach stream; -1 when libcurl refuses. */
 int dka_attach(struct dk_sb *ds);
-/* PH_HANDSHAKE: PING until PONG and HELLO; then reconcile and dk_lc_ok(). */
+/* PH_HANDSHAKE: PING until PONG and HELLO; then reconcile and dklc_ok(). */
 void dka_handshake(struct dk_sb *ds);
 void dka_open_channel(struct dk_sb *ds);
 /* The attach stream's data callback (docker_hijack.c): stream 1 = channel
  * frames (with the PONG resync), 2 = the agent's diagnostics. */
-void dka_att_data(struct hj *h, int stream, const uint8_t *d, size_t n, void *data);
+void dka_att_data(struct dkh *h, int stream, const uint8_t *d, size_t n, void *data);
 void dka_close_attach(struct dk_sb *ds);
 /* Frames on ds->cur; -1 when the channel is closed or full. */
 int dka_send_frame(struct dk_sb *ds, uint8_t type, uint32_t pid, const void *d, size_t n);
@@ -541,18 +542,18 @@ int dka_send_u32(struct dk_sb *ds, uint8_t type, uint32_t pid, uint32_t v);
 /* ---- docker_pty.c: terminals held by sbx-init (issue 18) ---- */
 /* provider op proc_resize: RESIZE to the agent, or kept in the spec until
  * the SPAWN goes out. */
-int dk_proc_resize(void *cookie, struct process *p, unsigned cols, unsigned rows,
-                   sbx_err_t *err);
+int dkpty_proc_resize(void *cookie, struct process *p, unsigned cols, unsigned rows,
+                      sbx_err_t *err);
 
 /* ---- docker_net.c: sandbox.expose, connections over the channel ---- */
 struct dkn_port;
 struct sbx_expose_req;
-int dk_sb_expose(void *cookie, struct sandbox *sb, int port, int host_port, json_t **out,
-                 sbx_err_t *err);
-int dk_sb_unexpose(void *cookie, struct sandbox *sb, int port, sbx_err_t *err);
+int dkn_sb_expose(void *cookie, struct sandbox *sb, int port, int host_port, json_t **out,
+                  sbx_err_t *err);
+int dkn_sb_unexpose(void *cookie, struct sandbox *sb, int port, sbx_err_t *err);
 /* net18: provider op sb_expose_req (host address, Unix socket, policy). */
-int dk_sb_expose_req(void *cookie, struct sandbox *sb, const struct sbx_expose_req *req,
-                     json_t **out, sbx_err_t *err);
+int dkn_sb_expose_req(void *cookie, struct sandbox *sb, const struct sbx_expose_req *req,
+                      json_t **out, sbx_err_t *err);
 /* sandbox.stats' ports member: {exposed, connections, connections_total,
  * refused, bytes_in, bytes_out, max_connections, max_bytes} (new). */
 json_t *dkn_stats(struct dk_sb *ds);
@@ -565,22 +566,22 @@ json_t *dkn_ports_json(struct dk_sb *ds);
 /* The sandbox is released: listeners and connections end. */
 void dkn_release(struct dk_sb *ds);
 /* After a handshake: the agent serves the egress proxy when the sandbox has one. */
-void dke_ready(struct dk_sb *ds);
+void dkn_egress_ready(struct dk_sb *ds);
 /* sandbox.stats' egress member, or NULL without egress (new reference). */
-json_t *dke_stats(struct dk_sb *ds);
+json_t *dkn_egress_stats(struct dk_sb *ds);
 
 /* ---- docker_stats.c: sandbox.stats from the engine's stats endpoint ---- */
-int dk_sb_stats(void *cookie, struct sandbox *sb, int with_size,
-                void (*done)(void *data, json_t *stats, sbx_err_t *err), void *data,
-                sbx_err_t *err);
-int dk_send_json(struct dk_sb *ds, uint8_t type, uint32_t pid, json_t *v);
+int dkstats_sb_stats(void *cookie, struct sandbox *sb, int with_size,
+                     void (*done)(void *data, json_t *stats, sbx_err_t *err), void *data,
+                     sbx_err_t *err);
+int dka_send_json(struct dk_sb *ds, uint8_t type, uint32_t pid, json_t *v);
 /* SPAWN (then buffered stdin) once the agent is ready. */
 void dka_send_spawn(struct dk_sb *ds, struct dk_proc *dpp);
 /* Returns output credit (at CREDIT_BATCH, or any when force). */
 void dka_send_credit(struct dk_sb *ds, struct dk_proc *dpp, int force);
 /* The process ended with rec (borrowed); may free dpp. */
 void dka_proc_gone(struct dk_sb *ds, struct dk_proc *dpp, json_t *rec);
-void dk_agent_frame(struct chan *ch, const struct sbx_chan_hdr *h, const uint8_t *payload,
-                    void *data);
+void dka_frame(struct chan *ch, const struct sbx_chan_hdr *h, const uint8_t *payload,
+               void *data);
 
 #endif

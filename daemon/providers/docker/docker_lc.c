@@ -3,7 +3,7 @@
  * that takes a sandbox to a running container with a live agent link, for
  * the core's start op and for our own recovery when the link ends while the
  * sandbox runs (the container died, was removed, or the engine went away).
- * The phases are a step table (dk_lc_steps[]: name, what starts the step,
+ * The phases are a step table (dklc_steps[]: name, what starts the step,
  * the handler of the engine's answer), as Modal's jobs are (modal_life.c);
  * each answer moves it on: lookup by label,
  * inspect, image (pull), create, upload the agent, unpause, attach, start,
@@ -26,7 +26,7 @@
 #include "xalloc.h"
 
 /* The value of every container's sbxd.socket label: which sbxd it is of. */
-const char *dk_lc_label_socket(void)
+const char *dklc_label_socket(void)
 {
     return D->cfg.socket_path ? D->cfg.socket_path : "";
 }
@@ -42,8 +42,8 @@ static void progress(struct dk_sb *ds, const char *stage, const char *msg)
 static void step_error(struct dk_sb *ds, struct dk_resp *r, const char *what)
 {
     sbx_err_t err = {0};
-    dk_err(&err, r, what);
-    dk_lc_fail(ds, &err);
+    dkapi_err(&err, r, what);
+    dklc_fail(ds, &err);
 }
 
 static void cleanup_done(struct dk_resp *r, void *data);
@@ -77,15 +77,15 @@ static void pool_record(struct dk_sb *ds)
     char vname[120];
     snprintf(vname, sizeof(vname), "%s%s", DK_CLAIM_PREFIX, ds->cid);
     json_t *body = json_pack("{s:s, s:o}", "Name", vname, "Labels", labels);
-    char *vp = dk_path(&ds->dp->eng, "/volumes/create");
-    dk_call(&ds->dp->eng, &ds->dp->misc, "POST", vp, body, DK_CALL_TIMEOUT_MS, renamed,
-            NULL);
+    char *vp = dkapi_path(&ds->dp->eng, "/volumes/create");
+    dkapi_call(&ds->dp->eng, &ds->dp->misc, "POST", vp, body, DK_CALL_TIMEOUT_MS, renamed,
+               NULL);
     free(vp);
     json_decref(body);
-    char *ne = dk_escape(ds->name);
-    char *path = dk_path(&ds->dp->eng, "/containers/%s/rename?name=%s", ds->cid, ne);
-    dk_call(&ds->dp->eng, &ds->dp->misc, "POST", path, NULL, DK_CALL_TIMEOUT_MS, renamed,
-            NULL);
+    char *ne = dkapi_escape(ds->name);
+    char *path = dkapi_path(&ds->dp->eng, "/containers/%s/rename?name=%s", ds->cid, ne);
+    dkapi_call(&ds->dp->eng, &ds->dp->misc, "POST", path, NULL, DK_CALL_TIMEOUT_MS,
+               renamed, NULL);
     free(ne);
     free(path);
 }
@@ -104,11 +104,11 @@ static void claim_removed(struct dk_resp *r, void *data)
 /* The claim of a pooled container goes with it, before the destroy answers;
  * 0 when the request cannot start (an orphan claim is removed at the next
  * start). */
-int dk_lc_claim_remove(struct dk_sb *ds)
+int dklc_claim_remove(struct dk_sb *ds)
 {
-    char *path = dk_path(&ds->dp->eng, "/volumes/%s%s", DK_CLAIM_PREFIX, ds->cid);
-    struct dk_req *rq = dk_call(&ds->dp->eng, &ds->reqs, "DELETE", path, NULL,
-                                DK_CALL_TIMEOUT_MS, claim_removed, ds);
+    char *path = dkapi_path(&ds->dp->eng, "/volumes/%s%s", DK_CLAIM_PREFIX, ds->cid);
+    struct dk_req *rq = dkapi_call(&ds->dp->eng, &ds->reqs, "DELETE", path, NULL,
+                                   DK_CALL_TIMEOUT_MS, claim_removed, ds);
     free(path);
     return rq != NULL;
 }
@@ -144,7 +144,7 @@ static int take_pooled(struct dk_sb *ds)
     /* ds outlives this call chain (sandbox frees are deferred); a destroy
      * asked for meanwhile has taken the machine over. */
     if (sb->pdata == ds && ds->phase == PH_ATTACH && ds->why == WHY_RECOVER)
-        dk_lc_next(ds);
+        dklc_next(ds);
     return 1;
 }
 
@@ -165,7 +165,7 @@ static void lookup_done(struct dk_resp *r, void *data)
     json_array_foreach(r->json, i, x) {
         const char *sock = json_string_value(
             json_object_get(json_object_get(x, "Labels"), "sbxd.socket"));
-        if (!sock || !strcmp(sock, dk_lc_label_socket())) {
+        if (!sock || !strcmp(sock, dklc_label_socket())) {
             c = x;
             break;
         }
@@ -179,7 +179,7 @@ static void lookup_done(struct dk_resp *r, void *data)
             &err, SBX_E_PERMISSION, json_pack("{s:s}", "sandbox", ds->sb->id),
             "docker: container %.12s labelled sbxd.id=%s belongs to another user", id,
             ds->sb->id);
-        dk_lc_fail(ds, &err);
+        dklc_fail(ds, &err);
         return;
     }
     if (id) {
@@ -192,7 +192,7 @@ static void lookup_done(struct dk_resp *r, void *data)
     } else {
         ds->phase = PH_IMAGE;
     }
-    dk_lc_next(ds);
+    dklc_next(ds);
 }
 
 static int has_unstarted(struct dk_sb *ds)
@@ -217,7 +217,7 @@ static void inspect_done(struct dk_resp *r, void *data)
                           json_pack("{s:s, s:s, s:i}", "provider", "docker", "message",
                                     "container removed", "status", 404),
                           "the container was removed behind sbxd's back");
-            dk_lc_fail(ds, &err);
+            dklc_fail(ds, &err);
             return;
         }
         if (ds->sb->started_once) {
@@ -235,7 +235,7 @@ static void inspect_done(struct dk_resp *r, void *data)
             ds->recreated++;
         }
         ds->phase = PH_IMAGE;
-        dk_lc_next(ds);
+        dklc_next(ds);
         return;
     }
     if (r->status != 200 || !json_is_object(r->json)) {
@@ -247,7 +247,7 @@ static void inspect_done(struct dk_resp *r, void *data)
     ds->running = json_is_true(json_object_get(st, "Running"));
     ds->paused = json_is_true(json_object_get(st, "Paused"));
     json_decref(ds->base_env);
-    ds->base_env = dk_env_to_obj(json_object_get(cfg, "Env"));
+    ds->base_env = dkspec_env_to_obj(json_object_get(cfg, "Env"));
     if (!ds->name) {
         const char *nm = json_string_value(json_object_get(r->json, "Name"));
         if (nm)
@@ -265,14 +265,14 @@ static void inspect_done(struct dk_resp *r, void *data)
     else
         ds->exec_mode = 0;
     if (ds->reconnected && ds->why == WHY_START && !ds->warnings && ds->opts)
-        ds->warnings = dk_warnings(ds->opts, r->json);
+        ds->warnings = dkspec_warnings(ds->opts, r->json);
     const char *sstat = json_string_value(json_object_get(st, "Status"));
     if (ds->why == WHY_RECOVER && sstat &&
         (strcmp(sstat, "removing") == 0 || strcmp(sstat, "dead") == 0)) {
         sbx_err_t err = {0};
         err_make(&err, SBX_E_PROVIDER,
                  "the container was removed behind sbxd's back (%s)", sstat);
-        dk_lc_fail(ds, &err);
+        dklc_fail(ds, &err);
         return;
     }
     if (ds->why == WHY_RECOVER && !ds->running) {
@@ -297,7 +297,7 @@ static void inspect_done(struct dk_resp *r, void *data)
         } else {
             sbx_err_t err = {0};
             err_make(&err, SBX_E_PROVIDER, "%s", why);
-            dk_lc_fail(ds, &err);
+            dklc_fail(ds, &err);
             return;
         }
     }
@@ -307,14 +307,14 @@ static void inspect_done(struct dk_resp *r, void *data)
         ds->need_start = !ds->running;
         ds->phase = ds->running ? PH_IDLE : PH_START;
         if (ds->running) {
-            dk_lc_ok(ds);
+            dklc_ok(ds);
             return;
         }
     } else {
         ds->need_start = !ds->running;
         ds->phase = PH_ATTACH;
     }
-    dk_lc_next(ds);
+    dklc_next(ds);
 }
 
 static void image_done(struct dk_resp *r, void *data)
@@ -328,7 +328,7 @@ static void image_done(struct dk_resp *r, void *data)
                                     "snapshot image not found", "status", 404),
                           "docker: the snapshot's image %s is gone",
                           ds->image_id ? ds->image_id : "?");
-            dk_lc_fail(ds, &err);
+            dklc_fail(ds, &err);
             return;
         }
         if (ds->pull_t < 0) { /* pulled already and still missing */
@@ -336,7 +336,7 @@ static void image_done(struct dk_resp *r, void *data)
             return;
         }
         ds->phase = PH_PULL;
-        dk_lc_next(ds);
+        dklc_next(ds);
         return;
     }
     if (r->status != 200 || !json_is_object(r->json)) {
@@ -353,17 +353,17 @@ static void image_done(struct dk_resp *r, void *data)
         err_make_data(&err, SBX_E_PERMISSION, json_pack("{s:s}", "param", "image"),
                       "docker: image %s is another user's snapshot",
                       json_string_value(json_object_get(ds->opts, "image")));
-        dk_lc_fail(ds, &err);
+        dklc_fail(ds, &err);
         return;
     }
     json_decref(ds->image_env);
     ds->image_env =
-        dk_env_to_obj(json_object_get(json_object_get(r->json, "Config"), "Env"));
+        dkspec_env_to_obj(json_object_get(json_object_get(r->json, "Config"), "Env"));
     const char *id = json_string_value(json_object_get(r->json, "Id"));
     if (id && !ds->image_id)
         ds->image_id = strdup(id);
     ds->phase = PH_CREATE;
-    dk_lc_next(ds);
+    dklc_next(ds);
 }
 
 static int pull_line(const char *line, size_t len, void *data)
@@ -434,7 +434,7 @@ static void pull_done(struct dk_resp *r, void *data)
     ds->pull_t = -1; /* pulled: a second 404 is an error */
     progress(ds, "pull", "image pulled");
     ds->phase = PH_IMAGE;
-    dk_lc_next(ds);
+    dklc_next(ds);
 }
 
 /* The container name sbx-<id> is another's (a second sbxd on the engine with
@@ -443,21 +443,21 @@ static void pull_done(struct dk_resp *r, void *data)
  * `docker ps`; sbxd finds its containers by label. 1 when it tries again. */
 static int name_taken(struct dk_sb *ds, struct dk_resp *r)
 {
-    const char *want = dk_opt_str(ds->opts, "name");
-    char *dflt = dk_name(NULL, ds->sb->id);
+    const char *want = dkspec_opt_str(ds->opts, "name");
+    char *dflt = dkspec_name(NULL, ds->sb->id);
     int retry = r->status == 409 && r->errmsg && strstr(r->errmsg, "already in use") &&
                 (!want || !want[0]) && ds->name && !strcmp(ds->name, dflt);
     free(dflt);
     if (!retry)
         return 0;
     uint32_t h = 2166136261u; /* FNV-1a */
-    for (const char *p = dk_lc_label_socket(); *p; p++)
+    for (const char *p = dklc_label_socket(); *p; p++)
         h = (h ^ (uint8_t)*p) * 16777619u;
     char *n = xasprintf("%s-%08x", ds->name, (unsigned)h);
     free(ds->name);
     ds->name = n;
     ds->phase = PH_CREATE;
-    dk_lc_next(ds);
+    dklc_next(ds);
     return 1;
 }
 
@@ -498,7 +498,7 @@ static void create_done(struct dk_resp *r, void *data)
         ds->user_step = 0;
         ds->phase = PH_USER;
     }
-    dk_lc_next(ds);
+    dklc_next(ds);
 }
 
 static void upload_done(struct dk_resp *r, void *data)
@@ -509,7 +509,7 @@ static void upload_done(struct dk_resp *r, void *data)
         return;
     }
     ds->phase = ds->exec_mode ? PH_START : PH_ATTACH;
-    dk_lc_next(ds);
+    dklc_next(ds);
 }
 
 static void unpause_done(struct dk_resp *r, void *data)
@@ -523,10 +523,10 @@ static void unpause_done(struct dk_resp *r, void *data)
     ds->need_start = !ds->running;
     ds->phase = ds->exec_mode ? (ds->running ? PH_IDLE : PH_START) : PH_ATTACH;
     if (ds->phase == PH_IDLE) {
-        dk_lc_ok(ds);
+        dklc_ok(ds);
         return;
     }
-    dk_lc_next(ds);
+    dklc_next(ds);
 }
 
 static void start_done(struct dk_resp *r, void *data)
@@ -541,12 +541,12 @@ static void start_done(struct dk_resp *r, void *data)
     if (ds->exec_mode) {
         ds->phase = PH_IDLE;
         ds->ready = 1;
-        dk_lc_ok(ds);
+        dklc_ok(ds);
         return;
     }
     /* The attach made before the start may have ended meanwhile: again. */
     ds->phase = ds->att ? PH_HANDSHAKE : PH_ATTACH;
-    dk_lc_next(ds);
+    dklc_next(ds);
 }
 
 static json_t *create_labels(struct dk_sb *ds)
@@ -557,14 +557,14 @@ static json_t *create_labels(struct dk_sb *ds)
     json_decref(conf);
     char created[64];
     snprintf(created, sizeof(created), "%.3f", ds->sb->created_at);
-    json_t *l = json_pack("{s:s, s:s, s:s, s:s}", "sbxd.socket", dk_lc_label_socket(),
+    json_t *l = json_pack("{s:s, s:s, s:s, s:s}", "sbxd.socket", dklc_label_socket(),
                           "sbxd.conf", cs ? cs : "{}", "sbxd.created", created,
                           "sbxd.exec_mode", ds->exec_mode ? "docker-exec" : "agent");
     free(cs);
     return l;
 }
 
-void dk_lc_start(struct dk_sb *ds)
+void dklc_start(struct dk_sb *ds)
 {
     struct sandbox *sb = ds->sb;
     /* A known container (stop/start, adoption) is inspected; else looked up by
@@ -578,7 +578,7 @@ void dk_lc_start(struct dk_sb *ds)
     } else {
         ds->phase = PH_LOOKUP;
     }
-    dk_lc_next(ds);
+    dklc_next(ds);
 }
 
 /* ---- the step table ---- */
@@ -589,9 +589,9 @@ enum { STEP_CALL, STEP_OWN, STEP_FAIL };
 
 /* One phase of the machine: its name, what starts it, and the handler of the
  * engine's answer (NULL for a step that is not one engine call). */
-struct dk_lc_step {
+struct dklc_step {
     const char *name;
-    int (*send)(struct dk_sb *ds, const struct dk_lc_step *st);
+    int (*send)(struct dk_sb *ds, const struct dklc_step *st);
     dk_cb on_reply;
 };
 
@@ -601,62 +601,62 @@ static int call_result(struct dk_req *rq, char *path)
     return rq ? STEP_CALL : STEP_FAIL;
 }
 
-static int send_lookup(struct dk_sb *ds, const struct dk_lc_step *st)
+static int send_lookup(struct dk_sb *ds, const struct dklc_step *st)
 {
     struct dk_engine *e = &ds->dp->eng;
     char *f = xasprintf("{\"label\":[\"sbxd.id=%s\"]}", ds->sb->id);
-    char *fe = dk_escape(f);
+    char *fe = dkapi_escape(f);
     free(f);
-    char *path = dk_path(e, "/containers/json?all=1&filters=%s", fe);
+    char *path = dkapi_path(e, "/containers/json?all=1&filters=%s", fe);
     free(fe);
     return call_result(
-        dk_call(e, &ds->reqs, "GET", path, NULL, DK_CALL_TIMEOUT_MS, st->on_reply, ds),
+        dkapi_call(e, &ds->reqs, "GET", path, NULL, DK_CALL_TIMEOUT_MS, st->on_reply, ds),
         path);
 }
 
-static int send_inspect(struct dk_sb *ds, const struct dk_lc_step *st)
+static int send_inspect(struct dk_sb *ds, const struct dklc_step *st)
 {
     struct dk_engine *e = &ds->dp->eng;
-    char *path = dk_path(e, "/containers/%s/json", ds->cid);
+    char *path = dkapi_path(e, "/containers/%s/json", ds->cid);
     return call_result(
-        dk_call(e, &ds->reqs, "GET", path, NULL, DK_CALL_TIMEOUT_MS, st->on_reply, ds),
+        dkapi_call(e, &ds->reqs, "GET", path, NULL, DK_CALL_TIMEOUT_MS, st->on_reply, ds),
         path);
 }
 
-static int send_image(struct dk_sb *ds, const struct dk_lc_step *st)
+static int send_image(struct dk_sb *ds, const struct dklc_step *st)
 {
     struct dk_engine *e = &ds->dp->eng;
     const char *img = ds->image_id && ds->sb->snapshot
                           ? ds->image_id
                           : json_string_value(json_object_get(ds->opts, "image"));
-    char *ref = dk_image_ref(img);
-    char *re = dk_escape(ref);
-    char *path = dk_path(e, "/images/%s/json", re);
+    char *ref = dkspec_image_ref(img);
+    char *re = dkapi_escape(ref);
+    char *path = dkapi_path(e, "/images/%s/json", re);
     free(ref);
     free(re);
     return call_result(
-        dk_call(e, &ds->reqs, "GET", path, NULL, DK_CALL_TIMEOUT_MS, st->on_reply, ds),
+        dkapi_call(e, &ds->reqs, "GET", path, NULL, DK_CALL_TIMEOUT_MS, st->on_reply, ds),
         path);
 }
 
-static int send_pull(struct dk_sb *ds, const struct dk_lc_step *st)
+static int send_pull(struct dk_sb *ds, const struct dklc_step *st)
 {
     struct dk_engine *e = &ds->dp->eng;
-    char *ref = dk_image_ref(json_string_value(json_object_get(ds->opts, "image")));
-    char *re = dk_escape(ref);
-    char *path = dk_path(e, "/images/create?fromImage=%s", re);
+    char *ref = dkspec_image_ref(json_string_value(json_object_get(ds->opts, "image")));
+    char *re = dkapi_escape(ref);
+    char *path = dkapi_path(e, "/images/create?fromImage=%s", re);
     char msg[300];
     snprintf(msg, sizeof(msg), "pulling %s", ref);
     progress(ds, "pull", msg);
     free(ref);
     free(re);
     ds->pull_t = 0;
-    return call_result(dk_call_lines(e, &ds->reqs, "POST", path, DK_PULL_TIMEOUT_MS,
-                                     pull_line, st->on_reply, ds),
+    return call_result(dkapi_call_lines(e, &ds->reqs, "POST", path, DK_PULL_TIMEOUT_MS,
+                                        pull_line, st->on_reply, ds),
                        path);
 }
 
-static int send_create(struct dk_sb *ds, const struct dk_lc_step *st)
+static int send_create(struct dk_sb *ds, const struct dklc_step *st)
 {
     struct dk_prov *dp = ds->dp;
     struct dk_engine *e = &dp->eng;
@@ -669,71 +669,72 @@ static int send_create(struct dk_sb *ds, const struct dk_lc_step *st)
         json_decref(ds->opts);
         ds->opts = o2;
     }
-    if (dk_create_body(&body, ds->opts, ds->sb->id, ds->sb->owner,
-                       dp->agent_tar ? DK_AGENT_IN : NULL, labels, &err) < 0) {
+    if (dkspec_create_body(&body, ds->opts, ds->sb->id, ds->sb->owner,
+                           dp->agent_tar ? DK_AGENT_IN : NULL, labels, &err) < 0) {
         json_decref(labels);
-        dk_lc_fail(ds, &err);
+        dklc_fail(ds, &err);
         return STEP_OWN;
     }
     json_decref(labels);
     /* Decided here, once: the holder may become ready before create_done. */
     ds->agent_mounted = dp->agent_tar && (dp->agent_bind || dp->agent_holder[0]);
     if (ds->agent_mounted)
-        dk_spawn_agent_mount(dp, body);
+        dkspawn_agent_mount(dp, body);
     dks_create_body(ds, body);
     ds->user_check = dks_user_needed(ds);
-    char *ne = dk_escape(ds->name);
-    char *path = dk_path(e, "/containers/create?name=%s", ne);
+    char *ne = dkapi_escape(ds->name);
+    char *path = dkapi_path(e, "/containers/create?name=%s", ne);
     free(ne);
     progress(ds, "create", "creating the container");
-    struct dk_req *rq =
-        dk_call(e, &ds->reqs, "POST", path, body, DK_CALL_TIMEOUT_MS, st->on_reply, ds);
+    struct dk_req *rq = dkapi_call(e, &ds->reqs, "POST", path, body, DK_CALL_TIMEOUT_MS,
+                                   st->on_reply, ds);
     json_decref(body);
     return call_result(rq, path);
 }
 
-static int send_upload(struct dk_sb *ds, const struct dk_lc_step *st)
+static int send_upload(struct dk_sb *ds, const struct dklc_step *st)
 {
     struct dk_prov *dp = ds->dp;
     char *path =
-        dk_path(&dp->eng, "/containers/%s/archive?path=%s", ds->cid, DK_AGENT_DIR);
-    return call_result(dk_call_raw(&dp->eng, &ds->reqs, "PUT", path, "application/x-tar",
-                                   dp->agent_tar, dp->agent_tar_len, DK_CALL_TIMEOUT_MS,
-                                   st->on_reply, ds),
+        dkapi_path(&dp->eng, "/containers/%s/archive?path=%s", ds->cid, DK_AGENT_DIR);
+    return call_result(dkapi_call_raw(&dp->eng, &ds->reqs, "PUT", path,
+                                      "application/x-tar", dp->agent_tar,
+                                      dp->agent_tar_len, DK_CALL_TIMEOUT_MS, st->on_reply,
+                                      ds),
                        path);
 }
 
-static int send_unpause(struct dk_sb *ds, const struct dk_lc_step *st)
+static int send_unpause(struct dk_sb *ds, const struct dklc_step *st)
 {
     struct dk_engine *e = &ds->dp->eng;
-    char *path = dk_path(e, "/containers/%s/unpause", ds->cid);
-    return call_result(
-        dk_call(e, &ds->reqs, "POST", path, NULL, DK_CALL_TIMEOUT_MS, st->on_reply, ds),
-        path);
+    char *path = dkapi_path(e, "/containers/%s/unpause", ds->cid);
+    return call_result(dkapi_call(e, &ds->reqs, "POST", path, NULL, DK_CALL_TIMEOUT_MS,
+                                  st->on_reply, ds),
+                       path);
 }
 
-static int send_attach(struct dk_sb *ds, const struct dk_lc_step *st)
+static int send_attach(struct dk_sb *ds, const struct dklc_step *st)
 {
     return dka_attach(ds) == 0 ? STEP_CALL : STEP_FAIL;
 }
 
-static int send_start(struct dk_sb *ds, const struct dk_lc_step *st)
+static int send_start(struct dk_sb *ds, const struct dklc_step *st)
 {
     struct dk_engine *e = &ds->dp->eng;
-    char *path = dk_path(e, "/containers/%s/start", ds->cid);
+    char *path = dkapi_path(e, "/containers/%s/start", ds->cid);
     progress(ds, "start", "starting the container");
-    return call_result(
-        dk_call(e, &ds->reqs, "POST", path, NULL, DK_CALL_TIMEOUT_MS, st->on_reply, ds),
-        path);
+    return call_result(dkapi_call(e, &ds->reqs, "POST", path, NULL, DK_CALL_TIMEOUT_MS,
+                                  st->on_reply, ds),
+                       path);
 }
 
-static int send_handshake(struct dk_sb *ds, const struct dk_lc_step *st)
+static int send_handshake(struct dk_sb *ds, const struct dklc_step *st)
 {
     dka_handshake(ds);
     return STEP_OWN;
 }
 
-static int send_user(struct dk_sb *ds, const struct dk_lc_step *st)
+static int send_user(struct dk_sb *ds, const struct dklc_step *st)
 {
     dks_user_next(ds);
     return STEP_OWN;
@@ -743,7 +744,7 @@ static int send_user(struct dk_sb *ds, const struct dk_lc_step *st)
  * others (PH_IDLE, PH_DIRECT, PH_STOP, PH_DESTROY) are not steps of its own:
  * the direct socket (docker_direct.c) and the core's stop and destroy
  * (docker.c) drive those. */
-static const struct dk_lc_step dk_lc_steps[] = {
+static const struct dklc_step dklc_steps[] = {
     [PH_LOOKUP] = {"lookup", send_lookup, lookup_done},
     [PH_INSPECT] = {"inspect", send_inspect, inspect_done},
     [PH_IMAGE] = {"image", send_image, image_done},
@@ -758,12 +759,12 @@ static const struct dk_lc_step dk_lc_steps[] = {
 };
 
 /* Runs the current phase: one engine call, whose answer moves on. */
-void dk_lc_next(struct dk_sb *ds)
+void dklc_next(struct dk_sb *ds)
 {
-    size_t n = sizeof(dk_lc_steps) / sizeof(dk_lc_steps[0]);
-    if ((size_t)ds->phase >= n || !dk_lc_steps[ds->phase].send)
+    size_t n = sizeof(dklc_steps) / sizeof(dklc_steps[0]);
+    if ((size_t)ds->phase >= n || !dklc_steps[ds->phase].send)
         return;
-    const struct dk_lc_step *st = &dk_lc_steps[ds->phase];
+    const struct dklc_step *st = &dklc_steps[ds->phase];
     if (st->send(ds, st) != STEP_FAIL)
         return;
     sbx_err_t err = {0};
@@ -771,7 +772,7 @@ void dk_lc_next(struct dk_sb *ds)
         &err, SBX_E_UNAVAILABLE,
         json_pack("{s:s, s:s}", "provider", "docker", "reason", "cannot start a request"),
         "docker: cannot start an engine request");
-    dk_lc_fail(ds, &err);
+    dklc_fail(ds, &err);
 }
 
 static void cleanup_done(struct dk_resp *r, void *data)
@@ -781,12 +782,12 @@ static void cleanup_done(struct dk_resp *r, void *data)
                  r->errmsg ? r->errmsg : "?");
 }
 
-void dk_lc_fail(struct dk_sb *ds, sbx_err_t *err)
+void dklc_fail(struct dk_sb *ds, sbx_err_t *err)
 {
     enum dk_why why = ds->why;
     ds->why = WHY_NONE;
     ds->phase = PH_IDLE;
-    dk_reqlist_cancel(&ds->reqs);
+    dkapi_reqlist_cancel(&ds->reqs);
     ev_timer_stop(D->loop, &ds->hs_timer);
     dka_close_attach(ds);
     struct sandbox *sb = ds->sb;
@@ -804,9 +805,9 @@ void dk_lc_fail(struct dk_sb *ds, sbx_err_t *err)
     }
     if (sb->discard_on_fail && !sb->started_once && ds->cid[0] && !ds->reconnected) {
         /* A create that failed leaves no container behind. */
-        char *path = dk_path(&ds->dp->eng, "/containers/%s?force=1&v=1", ds->cid);
-        dk_call(&ds->dp->eng, &ds->dp->misc, "DELETE", path, NULL, DK_CALL_TIMEOUT_MS,
-                cleanup_done, NULL);
+        char *path = dkapi_path(&ds->dp->eng, "/containers/%s?force=1&v=1", ds->cid);
+        dkapi_call(&ds->dp->eng, &ds->dp->misc, "DELETE", path, NULL, DK_CALL_TIMEOUT_MS,
+                   cleanup_done, NULL);
         free(path);
         ds->cid[0] = '\0';
     }
@@ -814,7 +815,7 @@ void dk_lc_fail(struct dk_sb *ds, sbx_err_t *err)
     err_clear(err);
 }
 
-void dk_lc_ok(struct dk_sb *ds)
+void dklc_ok(struct dk_sb *ds)
 {
     enum dk_why why = ds->why;
     ds->why = WHY_NONE;
@@ -843,7 +844,7 @@ void dk_lc_ok(struct dk_sb *ds)
     sandbox_op_done(ds->sb, NULL, res);
 }
 
-void dk_container_trouble(struct dk_sb *ds, const char *why)
+void dklc_container_trouble(struct dk_sb *ds, const char *why)
 {
     if (ds->recovering || ds->phase != PH_IDLE)
         return;
@@ -860,8 +861,8 @@ void dk_container_trouble(struct dk_sb *ds, const char *why)
     if (ds->phase == PH_IDLE) {
         sbx_err_t err = {0};
         err_make(&err, SBX_E_PROVIDER, "container unknown");
-        dk_lc_fail(ds, &err);
+        dklc_fail(ds, &err);
         return;
     }
-    dk_lc_next(ds);
+    dklc_next(ds);
 }

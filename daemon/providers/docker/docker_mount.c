@@ -275,7 +275,7 @@ static void pid_known(struct dk_resp *r, void *data)
     json_t *pid = json_object_get(json_object_get(r->json, "State"), "Pid");
     if (r->status != 200 || !json_is_integer(pid) || json_integer_value(pid) <= 0) {
         if (r->status != 200)
-            dk_err(&err, r, "inspect container");
+            dkapi_err(&err, r, "inspect container");
         else
             err_make(&err, SBX_E_STATE, "the container of %s is not running", q->sb_id);
         finish(q, NULL, &err);
@@ -335,9 +335,9 @@ static void pid_known(struct dk_resp *r, void *data)
 
 static int start(struct dkm_req *q, sbx_err_t *err)
 {
-    char *path = dk_path(&q->dp->eng, "/containers/%s/json", q->cid);
-    struct dk_req *rq = dk_call(&q->dp->eng, &q->dp->misc, "GET", path, NULL,
-                                DK_CALL_TIMEOUT_MS, pid_known, q);
+    char *path = dkapi_path(&q->dp->eng, "/containers/%s/json", q->cid);
+    struct dk_req *rq = dkapi_call(&q->dp->eng, &q->dp->misc, "GET", path, NULL,
+                                   DK_CALL_TIMEOUT_MS, pid_known, q);
     free(path);
     if (!rq) {
         req_free(q);
@@ -354,7 +354,7 @@ static struct dkm_req *req_new(struct dk_prov *dp, struct sandbox *sb, const cha
         err_make(err, SBX_E_STATE, "sandbox %s has no container", sb->id);
         return NULL;
     }
-    const char *rt = dk_opt_str(ds->opts, "runtime");
+    const char *rt = dkspec_opt_str(ds->opts, "runtime");
     if (rt && strstr(rt, "runsc")) {
         /* gVisor's guest has a file system of its own: a host mount never reaches it. */
         err_make_data(err, SBX_E_UNSUPPORTED,

@@ -546,8 +546,8 @@ static int exposed_again(struct dkn_port *pt, const struct sbx_expose_req *rq,
     return 0;
 }
 
-int dk_sb_expose_req(void *cookie, struct sandbox *sb, const struct sbx_expose_req *rq,
-                     json_t **out, sbx_err_t *err)
+int dkn_sb_expose_req(void *cookie, struct sandbox *sb, const struct sbx_expose_req *rq,
+                      json_t **out, sbx_err_t *err)
 {
     struct dk_prov *dp = cookie;
     struct dk_sb *ds = sb->pdata;
@@ -605,11 +605,11 @@ int dk_sb_expose_req(void *cookie, struct sandbox *sb, const struct sbx_expose_r
     return 0;
 }
 
-int dk_sb_expose(void *cookie, struct sandbox *sb, int port, int host_port, json_t **out,
-                 sbx_err_t *err)
+int dkn_sb_expose(void *cookie, struct sandbox *sb, int port, int host_port, json_t **out,
+                  sbx_err_t *err)
 {
     struct sbx_expose_req rq = {.port = port, .host_port = host_port, .uid = sb->owner};
-    return dk_sb_expose_req(cookie, sb, &rq, out, err);
+    return dkn_sb_expose_req(cookie, sb, &rq, out, err);
 }
 
 json_t *dkn_stats(struct dk_sb *ds)
@@ -629,7 +629,7 @@ json_t *dkn_stats(struct dk_sb *ds)
                      (json_int_t)ds->expose_max_bytes);
 }
 
-int dk_sb_unexpose(void *cookie, struct sandbox *sb, int port, sbx_err_t *err)
+int dkn_sb_unexpose(void *cookie, struct sandbox *sb, int port, sbx_err_t *err)
 {
     struct dk_sb *ds = sb->pdata;
     (void)cookie;
@@ -770,7 +770,7 @@ static void refuse(struct dk_sb *ds, uint32_t id, const char *host, int port, in
                    const char *why)
 {
     json_t *m = json_pack("{s:i, s:s}", "status", status, "error", why);
-    dk_send_json(ds, SBX_CHAN_NET_CLOSE, id, m);
+    dka_send_json(ds, SBX_CHAN_NET_CLOSE, id, m);
     json_decref(m);
     if (status == 403)
         ds->egress_refused++;
@@ -793,7 +793,7 @@ static void refuse_limit(struct dk_sb *ds, uint32_t id, const char *host, int po
     char why[160];
     snprintf(why, sizeof(why), "too many names being resolved (%s: %d)", key, max);
     json_t *m = json_pack("{s:i, s:s}", "status", 503, "error", why);
-    dk_send_json(ds, SBX_CHAN_NET_CLOSE, id, m);
+    dka_send_json(ds, SBX_CHAN_NET_CLOSE, id, m);
     json_decref(m);
     ds->egress_limited++;
     if (!log_limit_take(&ds->sb->agent_log, ds->sb->id))
@@ -837,7 +837,7 @@ static void lookup_done(struct lookup *q)
         json_object_get(ds->dp->conf, "egress"), "allow_private_addresses"));
     const struct addrinfo *use = NULL;
     for (const struct addrinfo *a = q->res; a; a = a->ai_next) {
-        if (!allow_private && egress_addr_private(a->ai_addr)) {
+        if (!allow_private && egress_rule_addr_private(a->ai_addr)) {
             refuse(ds, q->id, q->host, q->port, 403,
                    "the name resolves to a loopback, private or link-local address");
             goto out;
@@ -967,13 +967,13 @@ static void egress_open(struct dk_sb *ds, uint32_t id, const uint8_t *p, size_t 
     pthread_attr_destroy(&at);
 }
 
-void dke_ready(struct dk_sb *ds)
+void dkn_egress_ready(struct dk_sb *ds)
 {
     if (json_is_object(json_object_get(ds->opts, "egress")))
         dka_send_frame(ds, SBX_CHAN_NET_LISTEN, 0, "{\"port\":3128}", 13);
 }
 
-json_t *dke_stats(struct dk_sb *ds)
+json_t *dkn_egress_stats(struct dk_sb *ds)
 {
     if (!json_is_object(json_object_get(ds->opts, "egress")))
         return NULL;

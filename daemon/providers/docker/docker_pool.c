@@ -36,7 +36,7 @@ struct pool_item {
 struct dk_pool {
     char name[48];
     json_t *conf; /* the sandbox conf it stands for: {image?, options?} */
-    json_t *opts; /* its effective options (dk_options) */
+    json_t *opts; /* its effective options (dkspec_options) */
     int size, ready, filling;
     struct pool_item *items;
     int taken, failed;
@@ -123,13 +123,13 @@ int dkp_load(struct dk_prov *dp, json_t *conf, sbx_err_t *err)
             json_object_set(pl->conf, "image", json_object_get(p, "image"));
         if (json_is_object(json_object_get(p, "options")))
             json_object_set(pl->conf, "options", json_object_get(p, "options"));
-        if (dk_options(&pl->opts, conf, pl->conf, err) < 0) {
+        if (dkspec_options(&pl->opts, conf, pl->conf, err) < 0) {
             char msg[400];
             snprintf(msg, sizeof(msg), "docker: pools[%zu]: %s", i, err->msg);
             err_clear(err);
             return err_make(err, SBX_E_UNAVAILABLE, "%s", msg);
         }
-        const char *mode = dk_opt_str(pl->opts, "exec_mode");
+        const char *mode = dkspec_opt_str(pl->opts, "exec_mode");
         if ((mode && !strcmp(mode, "docker-exec")) || (!mode && dp->exec_mode))
             return err_make(err, SBX_E_UNAVAILABLE,
                             "docker: pools[%zu]: pools need exec_mode agent", i);
@@ -179,8 +179,9 @@ static void removed(struct dk_resp *r, void *data)
 
 static void remove_container(struct dk_prov *dp, const char *cid)
 {
-    char *path = dk_path(&dp->eng, "/containers/%s?force=1&v=1", cid);
-    dk_call(&dp->eng, &dp->misc, "DELETE", path, NULL, DK_CALL_TIMEOUT_MS, removed, NULL);
+    char *path = dkapi_path(&dp->eng, "/containers/%s?force=1&v=1", cid);
+    dkapi_call(&dp->eng, &dp->misc, "DELETE", path, NULL, DK_CALL_TIMEOUT_MS, removed,
+               NULL);
     free(path);
 }
 
@@ -236,7 +237,7 @@ static void fill_done(struct dk_resp *r, void *data)
         struct pool_item *it = calloc(1, sizeof(*it));
         snprintf(it->cid, sizeof(it->cid), "%s", f->cid);
         it->env =
-            dk_env_to_obj(json_object_get(json_object_get(r->json, "Config"), "Env"));
+            dkspec_env_to_obj(json_object_get(json_object_get(r->json, "Config"), "Env"));
         /* FIFO: the oldest ready container goes first */
         struct pool_item **pp = &f->pl->items;
         while (*pp)
@@ -265,7 +266,8 @@ static void fill_next(struct fill *f)
         sbx_err_t err = {0};
         json_t *labels = json_pack("{s:s, s:s}", "sbxd.pool", f->pl->name, "sbxd.socket",
                                    our_socket());
-        if (dk_create_body(&body, f->pl->opts, "", 0, DK_AGENT_IN, labels, &err) < 0) {
+        if (dkspec_create_body(&body, f->pl->opts, "", 0, DK_AGENT_IN, labels, &err) <
+            0) {
             json_decref(labels);
             log_warn("docker: pool %s: %s", f->pl->name, err.msg);
             err_clear(&err);
@@ -279,27 +281,30 @@ static void fill_next(struct fill *f)
         json_object_set_new(l, "sbxd.exec_mode", json_string("agent"));
         f->mounted = dp->agent_bind || dp->agent_holder[0];
         if (f->mounted)
-            dk_spawn_agent_mount(dp, body);
+            dkspawn_agent_mount(dp, body);
         char name[96], rnd[64];
         daemon_random_id("", rnd, sizeof(rnd));
         snprintf(name, sizeof(name), "sbxpool-%s-%.12s", f->pl->name, rnd);
-        path = dk_path(e, "/containers/create?name=%s", name);
-        rq = dk_call(e, &dp->misc, "POST", path, body, DK_CALL_TIMEOUT_MS, fill_done, f);
+        path = dkapi_path(e, "/containers/create?name=%s", name);
+        rq = dkapi_call(e, &dp->misc, "POST", path, body, DK_CALL_TIMEOUT_MS, fill_done,
+                        f);
         json_decref(body);
         break;
     }
     case 1:
-        path = dk_path(e, "/containers/%s/archive?path=%s", f->cid, DK_AGENT_DIR);
-        rq = dk_call_raw(e, &dp->misc, "PUT", path, "application/x-tar", dp->agent_tar,
-                         dp->agent_tar_len, DK_CALL_TIMEOUT_MS, fill_done, f);
+        path = dkapi_path(e, "/containers/%s/archive?path=%s", f->cid, DK_AGENT_DIR);
+        rq = dkapi_call_raw(e, &dp->misc, "PUT", path, "application/x-tar", dp->agent_tar,
+                            dp->agent_tar_len, DK_CALL_TIMEOUT_MS, fill_done, f);
         break;
     case 2:
-        path = dk_path(e, "/containers/%s/start", f->cid);
-        rq = dk_call(e, &dp->misc, "POST", path, NULL, DK_CALL_TIMEOUT_MS, fill_done, f);
+        path = dkapi_path(e, "/containers/%s/start", f->cid);
+        rq = dkapi_call(e, &dp->misc, "POST", path, NULL, DK_CALL_TIMEOUT_MS, fill_done,
+                        f);
         break;
     case 3:
-        path = dk_path(e, "/containers/%s/json", f->cid);
-        rq = dk_call(e, &dp->misc, "GET", path, NULL, DK_CALL_TIMEOUT_MS, fill_done, f);
+        path = dkapi_path(e, "/containers/%s/json", f->cid);
+        rq =
+            dkapi_call(e, &dp->misc, "GET", path, NULL, DK_CALL_TIMEOUT_MS, fill_done, f);
         break;
     }
     free(path);
@@ -394,9 +399,9 @@ static void old_listed(struct dk_resp *r, void *data)
         json_t *v;
         json_object_foreach(claims, k, v)
             if (!json_object_get(seen, k)) {
-                char *path = dk_path(&dp->eng, "/volumes/%s%s", DK_CLAIM_PREFIX, k);
-                dk_call(&dp->eng, &dp->misc, "DELETE", path, NULL, DK_CALL_TIMEOUT_MS,
-                        volume_removed, NULL);
+                char *path = dkapi_path(&dp->eng, "/volumes/%s%s", DK_CLAIM_PREFIX, k);
+                dkapi_call(&dp->eng, &dp->misc, "DELETE", path, NULL, DK_CALL_TIMEOUT_MS,
+                           volume_removed, NULL);
                 free(path);
             }
     }
@@ -408,11 +413,11 @@ static void old_listed(struct dk_resp *r, void *data)
 
 static void list_pool_containers(struct dk_prov *dp)
 {
-    char *fe = dk_escape("{\"label\":[\"sbxd.pool\"]}");
-    char *path = dk_path(&dp->eng, "/containers/json?all=1&filters=%s", fe);
+    char *fe = dkapi_escape("{\"label\":[\"sbxd.pool\"]}");
+    char *path = dkapi_path(&dp->eng, "/containers/json?all=1&filters=%s", fe);
     free(fe);
-    if (!dk_call(&dp->eng, &dp->misc, "GET", path, NULL, DK_CALL_TIMEOUT_MS, old_listed,
-                 dp))
+    if (!dkapi_call(&dp->eng, &dp->misc, "GET", path, NULL, DK_CALL_TIMEOUT_MS,
+                    old_listed, dp))
         dp->pools_clean = 1;
     free(path);
 }
@@ -458,11 +463,11 @@ void dkp_engine_up(struct dk_prov *dp)
         dkp_refill(dp);
         return;
     }
-    char *fe = dk_escape("{\"label\":[\"sbxd.claim\"]}");
-    char *path = dk_path(&dp->eng, "/volumes?filters=%s", fe);
+    char *fe = dkapi_escape("{\"label\":[\"sbxd.claim\"]}");
+    char *path = dkapi_path(&dp->eng, "/volumes?filters=%s", fe);
     free(fe);
-    if (!dk_call(&dp->eng, &dp->misc, "GET", path, NULL, DK_CALL_TIMEOUT_MS,
-                 claims_listed, dp))
+    if (!dkapi_call(&dp->eng, &dp->misc, "GET", path, NULL, DK_CALL_TIMEOUT_MS,
+                    claims_listed, dp))
         dp->pools_clean = 1;
     free(path);
 }

@@ -11,8 +11,8 @@
 #include "sbx_chan.h"
 #include "sbx_proto.h"
 
-int dk_proc_resize(void *cookie, struct process *p, unsigned cols, unsigned rows,
-                   sbx_err_t *err)
+int dkpty_proc_resize(void *cookie, struct process *p, unsigned cols, unsigned rows,
+                      sbx_err_t *err)
 {
     struct dk_proc *dpp = p->pdata;
     struct dk_sb *ds = p->sb->pdata;

@@ -98,9 +98,9 @@ static void user_removed(struct dk_resp *r, void *data)
 static void user_fail(struct dk_sb *ds, sbx_err_t *err)
 {
     /* the container was made for this start only: it goes */
-    char *path = dk_path(&ds->dp->eng, "/containers/%s?force=1&v=1", ds->cid);
-    dk_call(&ds->dp->eng, &ds->dp->misc, "DELETE", path, NULL, DK_CALL_TIMEOUT_MS,
-            user_removed, NULL);
+    char *path = dkapi_path(&ds->dp->eng, "/containers/%s?force=1&v=1", ds->cid);
+    dkapi_call(&ds->dp->eng, &ds->dp->misc, "DELETE", path, NULL, DK_CALL_TIMEOUT_MS,
+               user_removed, NULL);
     free(path);
     ds->cid[0] = '\0';
     ds->up->fail(ds, err);
@@ -108,7 +108,7 @@ static void user_fail(struct dk_sb *ds, sbx_err_t *err)
 
 static void user_decide(struct dk_sb *ds)
 {
-    const char *spec = dk_opt_str(ds->opts, "user");
+    const char *spec = dkspec_opt_str(ds->opts, "user");
     struct policy_user u;
     char why[300] = "";
     sbx_err_t err = {0};
@@ -148,7 +148,7 @@ static void user_file_done(struct dk_resp *r, void *data)
     struct dk_sb *ds = data;
     if (r->status != 200 && r->status != 404) {
         sbx_err_t err = {0};
-        dk_err(&err, r, "read the image's user files");
+        dkapi_err(&err, r, "read the image's user files");
         user_fail(ds, &err);
         return;
     }
@@ -179,7 +179,7 @@ static void user_file_done(struct dk_resp *r, void *data)
 int dks_user_needed(struct dk_sb *ds)
 {
     struct policy_user u;
-    const char *spec = dk_opt_str(ds->opts, "user");
+    const char *spec = dkspec_opt_str(ds->opts, "user");
     if (!policy_root_forbidden(ds->sb->owner, ds->dp->conf, ds->opts))
         return 0;
     return !policy_user_spell(spec ? spec : "", &u);
@@ -195,11 +195,11 @@ void dks_user_next(struct dk_sb *ds)
         ds->user_passwd_len = ds->user_group_len = 0;
         ds->user_link = 0;
     }
-    char *fe = dk_escape(files[ds->user_step]);
-    char *path = dk_path(&ds->dp->eng, "/containers/%s/archive?path=%s", ds->cid, fe);
+    char *fe = dkapi_escape(files[ds->user_step]);
+    char *path = dkapi_path(&ds->dp->eng, "/containers/%s/archive?path=%s", ds->cid, fe);
     free(fe);
-    struct dk_req *rq = dk_call(&ds->dp->eng, &ds->reqs, "GET", path, NULL,
-                                DK_CALL_TIMEOUT_MS, user_file_done, ds);
+    struct dk_req *rq = dkapi_call(&ds->dp->eng, &ds->reqs, "GET", path, NULL,
+                                   DK_CALL_TIMEOUT_MS, user_file_done, ds);
     free(path);
     if (!rq) {
         sbx_err_t err = {0};
@@ -268,8 +268,8 @@ static void disk_timer_cb(struct ev_loop *loop, ev_timer *w, int revents);
 
 void dks_engine_up(struct dk_prov *dp)
 {
-    char *path = dk_path(&dp->eng, "/info");
-    dk_call(&dp->eng, &dp->misc, "GET", path, NULL, DK_CALL_TIMEOUT_MS, info_done, dp);
+    char *path = dkapi_path(&dp->eng, "/info");
+    dkapi_call(&dp->eng, &dp->misc, "GET", path, NULL, DK_CALL_TIMEOUT_MS, info_done, dp);
     free(path);
     if (!ev_is_active(&dp->disk_timer)) {
         json_t *ms = json_object_get(dp->conf, "disk_check_ms");
@@ -327,7 +327,7 @@ int dks_disk_total(struct dk_prov *dp, struct sandbox *sb, json_t *opts, sbx_err
 {
     int64_t want = disk_of(opts);
     json_t *pu = json_object_get(dp->conf, "disk_per_uid");
-    int64_t max = pu ? dk_parse_size(pu) : 0;
+    int64_t max = pu ? dkspec_parse_size(pu) : 0;
     if (sb->owner == 0 || want <= 0 || max <= 0)
         return 0;
     int64_t sum = 0;
@@ -372,9 +372,9 @@ static void size_done(struct dk_resp *r, void *data)
              "options.disk %lld; its processes were killed",
              (long long)used, (long long)lim);
     ds->disk_exceeded = 1;
-    char *path = dk_path(&ds->dp->eng, "/containers/%s/kill", ds->cid);
-    dk_call(&ds->dp->eng, &ds->dp->misc, "POST", path, NULL, DK_CALL_TIMEOUT_MS, killed,
-            NULL);
+    char *path = dkapi_path(&ds->dp->eng, "/containers/%s/kill", ds->cid);
+    dkapi_call(&ds->dp->eng, &ds->dp->misc, "POST", path, NULL, DK_CALL_TIMEOUT_MS,
+               killed, NULL);
     free(path);
     sandbox_lost(ds->sb, why);
 }
@@ -392,9 +392,9 @@ static void disk_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
             ds->disk_busy || ds->disk_quota || sb->status != SB_RUNNING ||
             disk_of(ds->opts) <= 0)
             continue;
-        char *path = dk_path(&dp->eng, "/containers/%s/json?size=1", ds->cid);
-        if (dk_call(&dp->eng, &ds->disk_reqs, "GET", path, NULL, DK_CALL_TIMEOUT_MS,
-                    size_done, ds))
+        char *path = dkapi_path(&dp->eng, "/containers/%s/json?size=1", ds->cid);
+        if (dkapi_call(&dp->eng, &ds->disk_reqs, "GET", path, NULL, DK_CALL_TIMEOUT_MS,
+                       size_done, ds))
             ds->disk_busy = 1;
         free(path);
     }
@@ -405,8 +405,8 @@ json_t *dks_info(struct dk_prov *dp)
     json_t *d =
         json_pack("{s:s, s:s, s:s}", "driver", dp->disk_driver, "backing_filesystem",
                   dp->disk_backing, "enforcement", disk_mode_name(dp->disk_mode));
-    int64_t c = dk_parse_size(json_object_get(dp->conf, "disk"));
-    int64_t u = dk_parse_size(json_object_get(dp->conf, "disk_per_uid"));
+    int64_t c = dkspec_parse_size(json_object_get(dp->conf, "disk"));
+    int64_t u = dkspec_parse_size(json_object_get(dp->conf, "disk_per_uid"));
     json_object_set_new(d, "default", json_integer(c > 0 ? c : 0));
     json_object_set_new(d, "per_uid", json_integer(u > 0 ? u : 0));
     json_t *ms = json_object_get(dp->conf, "disk_check_ms");

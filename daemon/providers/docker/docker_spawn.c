@@ -12,7 +12,7 @@
 #include "sandbox.h"
 #include "xalloc.h"
 
-json_t *dk_spawn_env(struct dk_sb *ds, struct process *p)
+json_t *dkspawn_env(struct dk_sb *ds, struct process *p)
 {
     json_t *env = ds->base_env ? json_deep_copy(ds->base_env) : json_object();
     /* The container's env holds the create-time env: the sandbox's layers
@@ -30,7 +30,7 @@ json_t *dk_spawn_env(struct dk_sb *ds, struct process *p)
     return env;
 }
 
-const char *dk_spawn_cwd(struct dk_sb *ds, struct process *p)
+const char *dkspawn_cwd(struct dk_sb *ds, struct process *p)
 {
     const char *c = json_string_value(json_object_get(p->spec, "cwd"));
     if (c)
@@ -49,7 +49,7 @@ const char *dk_spawn_cwd(struct dk_sb *ds, struct process *p)
  * the agent by one upload is shared read-only (VolumesFrom). No anonymous
  * volume is made per create; the direct socket's directory is a small tmpfs.
  * body's Binds/Tmpfs may be the options' own arrays: replaced, not changed. */
-void dk_spawn_agent_mount(struct dk_prov *dp, json_t *body)
+void dkspawn_agent_mount(struct dk_prov *dp, json_t *body)
 {
     json_t *hc = json_object_get(body, "HostConfig");
     json_object_del(body, "Volumes");

@@ -62,7 +62,7 @@ static const char *or_empty(const char *s)
 
 /* ---- lenient scalars ------------------------------------------------------------- */
 
-int dk_opt_bool(json_t *opts, const char *key, int dflt)
+int dkspec_opt_bool(json_t *opts, const char *key, int dflt)
 {
     json_t *v = json_object_get(opts, key);
     if (json_is_boolean(v))
@@ -81,7 +81,7 @@ int dk_opt_bool(json_t *opts, const char *key, int dflt)
     return dflt;
 }
 
-const char *dk_opt_str(json_t *opts, const char *key)
+const char *dkspec_opt_str(json_t *opts, const char *key)
 {
     const char *s = json_string_value(json_object_get(opts, key));
     return s && s[0] ? s : NULL;
@@ -95,7 +95,7 @@ static int to_bool(json_t *v, int *out)
     }
     json_t *tmp = json_object();
     json_object_set(tmp, "v", v);
-    int r = dk_opt_bool(tmp, "v", -1);
+    int r = dkspec_opt_bool(tmp, "v", -1);
     json_decref(tmp);
     if (r < 0)
         return -1;
@@ -121,7 +121,7 @@ static int to_int(json_t *v, int64_t *out)
     return 0;
 }
 
-int64_t dk_parse_size(json_t *v)
+int64_t dkspec_parse_size(json_t *v)
 {
     if (json_is_integer(v))
         return json_integer_value(v) < -1 ? -2 : json_integer_value(v);
@@ -244,7 +244,7 @@ static json_t *to_map(json_t *v, char sep)
     return o;
 }
 
-json_t *dk_env_to_obj(json_t *arr)
+json_t *dkspec_env_to_obj(json_t *arr)
 {
     json_t *o = json_object();
     size_t i;
@@ -261,7 +261,7 @@ json_t *dk_env_to_obj(json_t *arr)
     return o;
 }
 
-json_t *dk_env_to_arr(json_t *obj)
+json_t *dkspec_env_to_arr(json_t *obj)
 {
     json_t *a = json_array();
     const char *k;
@@ -525,7 +525,7 @@ static int egress_options(json_t *req, json_t *pconf, json_t *o, sbx_err_t *err)
     return 0;
 }
 
-int dk_options(json_t **out, json_t *pconf, json_t *sbconf, sbx_err_t *err)
+int dkspec_options(json_t **out, json_t *pconf, json_t *sbconf, sbx_err_t *err)
 {
     json_t *req = json_object_get(sbconf, "options");
     if (req && !json_is_object(req) && !json_is_null(req))
@@ -551,14 +551,14 @@ int dk_options(json_t **out, json_t *pconf, json_t *sbconf, sbx_err_t *err)
             json_object_set(raw, option_keys[i], c);
     }
     json_t *o = json_object();
-    int local = !dk_opt_str(pconf, "host") ||
-                strncmp(dk_opt_str(pconf, "host"), "unix://", 7) == 0;
+    int local = !dkspec_opt_str(pconf, "host") ||
+                strncmp(dkspec_opt_str(pconf, "host"), "unix://", 7) == 0;
     int ret = -1;
 
     /* image: create --image, then options, then config, then built-in. */
     const char *img = json_string_value(json_object_get(sbconf, "image"));
     if (!img || !img[0])
-        img = dk_opt_str(raw, "image");
+        img = dkspec_opt_str(raw, "image");
     json_object_set_new(o, "image", json_string(img ? img : DK_DEFAULT_IMAGE));
 
     json_t *cmd = json_object_get(raw, "command");
@@ -571,8 +571,8 @@ int dk_options(json_t **out, json_t *pconf, json_t *sbconf, sbx_err_t *err)
         }
         json_object_set_new(o, "command", c);
     }
-    if (dk_opt_str(raw, "name"))
-        json_object_set_new(o, "name", json_string(dk_opt_str(raw, "name")));
+    if (dkspec_opt_str(raw, "name"))
+        json_object_set_new(o, "name", json_string(dkspec_opt_str(raw, "name")));
 
     json_t *env = to_map(json_object_get(raw, "env"), '=');
     if (!env) {
@@ -600,7 +600,7 @@ int dk_options(json_t **out, json_t *pconf, json_t *sbconf, sbx_err_t *err)
         goto out;
     json_object_set_new(o, "volumes", binds);
 
-    const char *net = dk_opt_str(raw, "network");
+    const char *net = dkspec_opt_str(raw, "network");
     json_object_set_new(o, "network", json_string(net ? net : "none"));
 
     static const char *const bools[] = {"privileged", "readonly_rootfs", NULL};
@@ -619,7 +619,7 @@ int dk_options(json_t **out, json_t *pconf, json_t *sbconf, sbx_err_t *err)
         json_t *x = json_object_get(raw, sizes[i]);
         if (!x || json_is_null(x))
             continue;
-        int64_t n = dk_parse_size(x);
+        int64_t n = dkspec_parse_size(x);
         if (n < -1 || (n == -1 && i != 1)) {
             bad(err, sizes[i], "options.%s: must be a size like 512m or 2g%s", NULL);
             goto out;
@@ -669,7 +669,7 @@ int dk_options(json_t **out, json_t *pconf, json_t *sbconf, sbx_err_t *err)
 
     const char *wd = json_string_value(json_object_get(sbconf, "working_dir"));
     if (!wd)
-        wd = dk_opt_str(raw, "working_dir");
+        wd = dkspec_opt_str(raw, "working_dir");
     if (wd && wd[0] != '/') {
         bad(err, "working_dir", "options.%s: must be an absolute path%s", NULL);
         goto out;
@@ -682,9 +682,9 @@ int dk_options(json_t **out, json_t *pconf, json_t *sbconf, sbx_err_t *err)
         bad(err, "user", "options.%s: must be a string (\"uid:gid\" or a name)%s", NULL);
         goto out;
     }
-    const char *user = dk_opt_str(req, "user");
+    const char *user = dkspec_opt_str(req, "user");
     if (!user)
-        user = dk_opt_str(pconf, "user");
+        user = dkspec_opt_str(pconf, "user");
     if (user)
         json_object_set_new(o, "user", json_string(user));
     /* Labels add up: the config's (site markers) and the request's. */
@@ -699,7 +699,7 @@ int dk_options(json_t **out, json_t *pconf, json_t *sbconf, sbx_err_t *err)
     json_object_update(labels, rl);
     json_decref(rl);
     json_object_set_new(o, "labels", labels);
-    const char *mode = dk_opt_str(raw, "exec_mode");
+    const char *mode = dkspec_opt_str(raw, "exec_mode");
     if (mode && strcmp(mode, "agent") != 0 && strcmp(mode, "docker-exec") != 0) {
         bad(err, "exec_mode", "options.%s: must be agent or docker-exec%s", NULL);
         goto out;
@@ -707,8 +707,8 @@ int dk_options(json_t **out, json_t *pconf, json_t *sbconf, sbx_err_t *err)
     if (mode)
         json_object_set_new(o, "exec_mode", json_string(mode));
 
-    if (dk_opt_str(raw, "runtime"))
-        json_object_set_new(o, "runtime", json_string(dk_opt_str(raw, "runtime")));
+    if (dkspec_opt_str(raw, "runtime"))
+        json_object_set_new(o, "runtime", json_string(dkspec_opt_str(raw, "runtime")));
     /* Whether the owner may have all this is policy_check's (policy.c). */
     *out = o;
     o = NULL;
@@ -722,8 +722,8 @@ out:
 /* ---- create body ----------------------------------------------------------------------
  */
 
-int dk_create_body(json_t **out, json_t *opts, const char *sandbox_id, uid_t owner,
-                   const char *entry, json_t *labels_extra, sbx_err_t *err)
+int dkspec_create_body(json_t **out, json_t *opts, const char *sandbox_id, uid_t owner,
+                       const char *entry, json_t *labels_extra, sbx_err_t *err)
 {
     json_t *b = json_object();
     json_object_set(b, "Image", json_object_get(opts, "image"));
@@ -738,7 +738,7 @@ int dk_create_body(json_t **out, json_t *opts, const char *sandbox_id, uid_t own
     } else if (cmd) {
         json_object_set(b, "Cmd", cmd);
     }
-    json_object_set_new(b, "Env", dk_env_to_arr(json_object_get(opts, "env")));
+    json_object_set_new(b, "Env", dkspec_env_to_arr(json_object_get(opts, "env")));
     json_object_set(b, "WorkingDir", json_object_get(opts, "working_dir"));
     if (json_object_get(opts, "user"))
         json_object_set(b, "User", json_object_get(opts, "user"));
@@ -833,7 +833,7 @@ static void warn(json_t *w, const char *what, json_t *want, json_t *have)
     free(b);
 }
 
-json_t *dk_warnings(json_t *opts, json_t *inspect)
+json_t *dkspec_warnings(json_t *opts, json_t *inspect)
 {
     json_t *w = json_array();
     json_t *hc = json_object_get(inspect, "HostConfig");
@@ -885,7 +885,7 @@ json_t *dk_warnings(json_t *opts, json_t *inspect)
 /* ---- names, images, tar ---------------------------------------------------------------
  */
 
-char *dk_name(const char *want, const char *sandbox_id)
+char *dkspec_name(const char *want, const char *sandbox_id)
 {
     char buf[NAME_MAX_LEN + 8];
     const char *src = want && want[0] ? want : NULL;
@@ -906,7 +906,7 @@ char *dk_name(const char *want, const char *sandbox_id)
     return strdup(buf);
 }
 
-char *dk_image_ref(const char *image)
+char *dkspec_image_ref(const char *image)
 {
     const char *slash = strrchr(image, '/');
     const char *last = slash ? slash + 1 : image;
@@ -947,8 +947,8 @@ static void tar_header(char *h, const char *name, unsigned mode, char type, size
     h[155] = ' ';
 }
 
-int dk_tar_one(uint8_t **out, size_t *out_len, const char *name, unsigned mode,
-               const uint8_t *data, size_t len)
+int dkspec_tar_one(uint8_t **out, size_t *out_len, const char *name, unsigned mode,
+                   const uint8_t *data, size_t len)
 {
     size_t padded = (len + 511) / 512 * 512;
     size_t total = 512 + padded + 1024;
@@ -962,7 +962,7 @@ int dk_tar_one(uint8_t **out, size_t *out_len, const char *name, unsigned mode,
     return 0;
 }
 
-int dk_tar_agent_tree(uint8_t **out, size_t *out_len, const uint8_t *data, size_t len)
+int dkspec_tar_agent_tree(uint8_t **out, size_t *out_len, const uint8_t *data, size_t len)
 {
     size_t padded = (len + 511) / 512 * 512;
     size_t total = 3 * 512 + padded + 1024;

@@ -143,7 +143,7 @@ static void size_done(struct dk_resp *r, void *data)
     struct st_req *q = data;
     if (r->status != 200 || !r->json) {
         sbx_err_t err = {0};
-        dk_err(&err, r, "inspect container size");
+        dkapi_err(&err, r, "inspect container size");
         st_finish(q, NULL, &err);
         err_clear(&err);
         return;
@@ -161,7 +161,7 @@ static void stats_done(struct dk_resp *r, void *data)
     struct st_req *q = data;
     if (r->status != 200 || !json_is_object(r->json)) {
         sbx_err_t err = {0};
-        dk_err(&err, r, "container stats");
+        dkapi_err(&err, r, "container stats");
         st_finish(q, NULL, &err);
         err_clear(&err);
         return;
@@ -172,7 +172,7 @@ static void stats_done(struct dk_resp *r, void *data)
         json_pack("{s:o, s:o, s:{s:I}, s:o, s:o}", "cpu", cpu_of(r->json), "memory",
                   memory_of(r->json, ds), "pids", "current", jint(pids, "current"),
                   "block_io", blkio_of(r->json), "network", network_of(r->json));
-    json_t *eg = ds ? dke_stats(ds) : NULL;
+    json_t *eg = ds ? dkn_egress_stats(ds) : NULL;
     if (eg)
         json_object_set_new(s, "egress", eg);
     if (ds) /* net18: exposed ports, their bounds */
@@ -185,9 +185,9 @@ static void stats_done(struct dk_resp *r, void *data)
         return;
     }
     q->stats = s;
-    char *path = dk_path(&q->dp->eng, "/containers/%s/json?size=1", q->cid);
-    struct dk_req *rq = dk_call(&q->dp->eng, &q->dp->misc, "GET", path, NULL,
-                                DK_CALL_TIMEOUT_MS, size_done, q);
+    char *path = dkapi_path(&q->dp->eng, "/containers/%s/json?size=1", q->cid);
+    struct dk_req *rq = dkapi_call(&q->dp->eng, &q->dp->misc, "GET", path, NULL,
+                                   DK_CALL_TIMEOUT_MS, size_done, q);
     free(path);
     if (!rq) {
         sbx_err_t err = {0};
@@ -197,9 +197,9 @@ static void stats_done(struct dk_resp *r, void *data)
     }
 }
 
-int dk_sb_stats(void *cookie, struct sandbox *sb, int with_size,
-                void (*done)(void *data, json_t *stats, sbx_err_t *err), void *data,
-                sbx_err_t *err)
+int dkstats_sb_stats(void *cookie, struct sandbox *sb, int with_size,
+                     void (*done)(void *data, json_t *stats, sbx_err_t *err), void *data,
+                     sbx_err_t *err)
 {
     struct dk_prov *dp = cookie;
     struct dk_sb *ds = sb->pdata;
@@ -214,9 +214,9 @@ int dk_sb_stats(void *cookie, struct sandbox *sb, int with_size,
     q->data = data;
     /* Not one-shot: the engine samples twice, a second apart, so that
      * precpu_stats gives the CPU percentage of that second. */
-    char *path = dk_path(&dp->eng, "/containers/%s/stats?stream=false", ds->cid);
-    struct dk_req *rq = dk_call(&dp->eng, &dp->misc, "GET", path, NULL,
-                                DK_CALL_TIMEOUT_MS, stats_done, q);
+    char *path = dkapi_path(&dp->eng, "/containers/%s/stats?stream=false", ds->cid);
+    struct dk_req *rq = dkapi_call(&dp->eng, &dp->misc, "GET", path, NULL,
+                                   DK_CALL_TIMEOUT_MS, stats_done, q);
     free(path);
     if (!rq) {
         free(q->sb_id);

@@ -175,7 +175,7 @@ static int private_v6(const unsigned char *a)
            a[0] == 0xff;                              /* multicast */
 }
 
-int egress_addr_private(const struct sockaddr *sa)
+int egress_rule_addr_private(const struct sockaddr *sa)
 {
     if (sa->sa_family == AF_INET)
         return private_v4(ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr));

@@ -33,6 +33,6 @@ int egress_rule_covers(const char *ceiling, const char *want);
  * discard, documentation, Teredo, local-use NAT64, and any IPv4 embedded in
  * a v4-mapped, v4-compatible, v4-translated, NAT64 (64:ff9b::/96) or 6to4
  * address is judged as that IPv4. Unknown families are private. */
-int egress_addr_private(const struct sockaddr *sa);
+int egress_rule_addr_private(const struct sockaddr *sa);
 
 #endif

@@ -253,7 +253,7 @@ static int parse_rule(struct rule *r, json_t *o, size_t i, sbx_err_t *err)
             }
             json_object_set_new(r->grants, k, l);
         } else if (in_list(size_keys, k) || in_list(int_keys, k)) {
-            int64_t n = in_list(size_keys, k) ? dk_parse_size(v)
+            int64_t n = in_list(size_keys, k) ? dkspec_parse_size(v)
                         : json_is_integer(v)  ? json_integer_value(v)
                                               : -2;
             if (n < -1 || n == 0)
@@ -463,7 +463,7 @@ static int64_t num_of(json_t *o, const char *key, int size)
     if (!v || json_is_null(v))
         return INT64_MIN; /* not set */
     if (size)
-        return dk_parse_size(v);
+        return dkspec_parse_size(v);
     if (json_is_integer(v))
         return json_integer_value(v);
     if (json_is_string(v))
@@ -547,7 +547,7 @@ static int64_t tmpfs_size_of(const char *opts)
             continue;
         }
         json_t *j = json_string(v);
-        size = dk_parse_size(j);
+        size = dkspec_parse_size(j);
         json_decref(j);
         if (size < 0)
             size = -2;
@@ -973,7 +973,7 @@ int policy_user_resolve(struct policy_user *u, const char *passwd, size_t plen,
 
 int policy_root_forbidden(uid_t uid, json_t *pconf, json_t *eff)
 {
-    const char *cu = dk_opt_str(pconf, "user"), *eu = dk_opt_str(eff, "user");
+    const char *cu = dkspec_opt_str(pconf, "user"), *eu = dkspec_opt_str(eff, "user");
     /* root may; the configured user is the operator's own choice */
     return uid != 0 && cu && (!eu || strcmp(cu, eu) != 0);
 }
@@ -1005,10 +1005,10 @@ static int check_user(json_t *pconf, json_t *eff, sbx_err_t *err)
 {
     if (!policy_root_forbidden(1, pconf, eff))
         return 0;
-    const char *eu = dk_opt_str(eff, "user");
+    const char *eu = dkspec_opt_str(eff, "user");
     struct policy_user u;
     policy_user_spell(eu ? eu : "", &u);
-    const char *cu = dk_opt_str(pconf, "user");
+    const char *cu = dkspec_opt_str(pconf, "user");
     if (strlen(eu ? eu : "") >= sizeof(u.user) - 1)
         return deny(err, "user", "denied", json_object_get(eff, "user"), 0,
                     "at most %zu characters", sizeof(u.user) - 2);
@@ -1030,14 +1030,15 @@ int policy_check(const struct policy *pol, uid_t uid, json_t *pconf, json_t *eff
     size_t i;
     json_t *x;
 
-    if (dk_opt_bool(eff, "privileged", 0) && !dk_opt_bool(pconf, "privileged", 0) &&
+    if (dkspec_opt_bool(eff, "privileged", 0) &&
+        !dkspec_opt_bool(pconf, "privileged", 0) &&
         !json_is_true(json_object_get(g, "privileged"))) {
         deny(err, "privileged", "denied", json_true(), 0,
              "needs a rule with privileged: true");
         goto out;
     }
-    const char *net = dk_opt_str(eff, "network");
-    const char *cnet = dk_opt_str(pconf, "network");
+    const char *net = dkspec_opt_str(eff, "network");
+    const char *cnet = dkspec_opt_str(pconf, "network");
     if (net && strcmp(net, "none") != 0 && strcmp(net, cnet ? cnet : "none") != 0 &&
         !str_in(json_object_get(g, "network"), net, 0)) {
         deny(err, "network", "denied", json_object_get(eff, "network"), 0,
@@ -1047,8 +1048,8 @@ int policy_check(const struct policy *pol, uid_t uid, json_t *pconf, json_t *eff
                  : "");
         goto out;
     }
-    if (dk_opt_bool(pconf, "readonly_rootfs", 0) &&
-        !dk_opt_bool(eff, "readonly_rootfs", 0)) {
+    if (dkspec_opt_bool(pconf, "readonly_rootfs", 0) &&
+        !dkspec_opt_bool(eff, "readonly_rootfs", 0)) {
         deny(err, "readonly_rootfs", "denied", json_false(), 0,
              "the configured read-only root file system stays on");
         goto out;
@@ -1096,7 +1097,8 @@ int policy_check(const struct policy *pol, uid_t uid, json_t *pconf, json_t *eff
             goto out;
         }
     }
-    const char *rt = dk_opt_str(eff, "runtime"), *crt = dk_opt_str(pconf, "runtime");
+    const char *rt = dkspec_opt_str(eff, "runtime"),
+               *crt = dkspec_opt_str(pconf, "runtime");
     const char *req_rt = json_string_value(json_object_get(g, "runtime_required"));
     if (req_rt && (!rt || strcmp(rt, req_rt) != 0)) {
         deny(err, "runtime", "required", json_object_get(eff, "runtime"), 0,

@@ -76,7 +76,7 @@ static int addr_of(const char *s, unsigned char out[16])
 
 static int size_of(json_t *v, int64_t *out)
 {
-    int64_t n = dk_parse_size(v);
+    int64_t n = dkspec_parse_size(v);
     if (n < -1 || n == 0)
         return 0;
     *out = n;

@@ -69,7 +69,7 @@ int policy_reserved(json_t *req, sbx_err_t *err)
     const char *name = json_string_value(nm);
     if (name && name[0]) {
         static const char *const pre[] = {"sbxp.", "sbxpool-", "sbxd-", "sbx-", NULL};
-        char *san = dk_name(name, "");
+        char *san = dkspec_name(name, "");
         const char *p = name;
         while (*p == '/')
             p++; /* the engine drops a leading slash */
