@@ -10,6 +10,8 @@
 #      columns but what clang-format cannot break (string literals). This part runs once the tree
 #      has been formatted: the file .clang-format-enforced at the top of the
 #      tree switches it on (SBX_STYLE_FORMAT=1/0 overrides either way).
+#   3. prefixes: every function or variable a file of the Docker provider
+#      exports carries its file's prefix (tests/style/prefixes.sh).
 #
 # --list prints the files checked; --apply formats them in place (the one
 # formatting commit, and after it anyone's new code) and trims the dashes
@@ -167,6 +169,12 @@ else
         fail "line width: $(printf "%s\n" "$wide" | wc -l) line(s) over 90 columns"
     fi
 fi
+
+# -- 3. a provider's exported names carry their file's prefix (tests/style/prefixes.sh)
+out=$(sh tests/style/prefixes.sh)
+printf "%s\n" "$out"
+PASSED=$((PASSED + $(printf "%s\n" "$out" | grep -c '^ok - ')))
+FAILED=$((FAILED + $(printf "%s\n" "$out" | grep -c '^FAILED - ')))
 
 echo "$PASSED passed, $FAILED failed, $SKIPPED skipped"
 [ "$FAILED" -eq 0 ]

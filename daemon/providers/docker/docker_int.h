@@ -1,15 +1,39 @@
 /*
- * docker_int.h - the Docker provider's private interface, shared by its files:
+ * docker_int.h - the Docker provider's private interface, shared by its files.
  *
- *   docker.c         the provider table, sandbox lifecycle, process ops, adoption
- *   docker_agent.c   the agent channel: attach stream, frames, handshake, reconcile
- *   docker_api.c     the Engine API over libcurl's multi interface (curlev):
- *                    requests, JSON answers, API version negotiation, liveness
- *   docker_hijack.c  upgraded ("hijacked") connections: attach and exec streams,
- *                    raw bytes in, Docker's 8-byte stream frames out
- *   docker_spec.c    options -> container create body, names, sizes, the agent tar
- *   docker_exec.c    exec_mode docker-exec: processes through the Engine's exec API
- *   docker_direct.c  the agent channel moved to a Unix socket in a local container
+ * Every function or variable a file exports carries that file's prefix, so a
+ * name says where it lives (statics carry none, or keep the one they had).
+ * The types and constants shared through this header keep the provider's
+ * dk_/DK_ (struct dk_sb, dk_proc, dk_prov, dk_engine, dk_req, ...).
+ *
+ *   file               prefix     what it is
+ *   docker.c           dk_        the provider table, its ops, adoption, records
+ *   docker_lc.c        dklc_      the lifecycle: a step table of engine calls
+ *   docker_agent.c     dka_       the agent link: attach stream, frames,
+ *                                 handshake, reconcile (the agent's ptrans)
+ *   docker_direct.c    dkd_       the agent channel moved to a Unix socket
+ *   docker_exec.c      dkx_       exec_mode docker-exec: the engine's ptrans
+ *   docker_spawn.c     dkspawn_   what sbxd adds to a create body and a process
+ *   docker_pool.c      dkp_       warm pools
+ *   docker_fs.c        dkf_       fs.* through the agent
+ *   docker_archive.c   dkar_      tar streams (docker_archive.h)
+ *   docker_mount.c     dkm_       sandbox.mount / unmount (docker_mount.h)
+ *   docker_net.c       dkn_       sandbox.expose, the egress proxy's relay
+ *   docker_pty.c       dkpty_     terminals held by sbx-init
+ *   docker_stats.c     dkstats_   sandbox.stats from the engine
+ *   docker_sec.c       dks_       hardening: the user check, disk limits
+ *   docker_spec.c      dkspec_    options -> container create body, names,
+ *                                 sizes, the agent tar (a leaf)
+ *   docker_hijack.c    dkh_       upgraded ("hijacked") attach/exec streams
+ *                                 (struct dkh), Docker's 8-byte frames out
+ *   docker_api.c       dkapi_     the Engine API over libcurl's multi
+ *                                 interface (curlev): requests, answers,
+ *                                 version negotiation, liveness
+ *   policy.c           policy_           who may loosen the hardening (policy.h)
+ *   policy_expose.c    policy_expose_    who may expose ports (policy_expose.h),
+ *                                        a leaf below policy.c
+ *   policy_reserved.c  policy_reserved   names only sbxd sets (policy.h)
+ *   egress_rule.c      egress_rule_      egress allow-list entries (egress_rule.h)
  *
  * Nothing here blocks: every engine call is a curlev request or a hijacked
  * connection watched by the daemon's libev loop.
