@@ -169,7 +169,10 @@ FUZZ_OMIT_fuzz_grpc = $(B)/obj/daemon/providers/modal/grpc.o
 FUZZ_OMIT_fuzz_modal = $(B)/obj/daemon/providers/modal/modal.o \
 	$(B)/obj/daemon/providers/modal/modal_proc.o
 FUZZ_OMIT_fuzz_modal_ws = $(B)/obj/daemon/providers/modal/modal_ws.o
-FUZZ_AGENT_SRC = $(filter-out agent/sbx_init.c,$(AGENT_SRC)) proto/sbx_chan.c
+# fuzz_agent_init: every agent file but main.c (startup); the agent's calls to
+# proc_spawn, fs_frame and alog go to the harness's __wrap_ versions.
+FUZZ_AGENT_SRC = $(filter-out agent/main.c,$(AGENT_SRC)) proto/sbx_chan.c
+FUZZ_AGENT_WRAP = -Wl,--wrap=proc_spawn,--wrap=fs_frame,--wrap=alog
 
 fuzz-build:
 	$(MAKE) B=$(FUZZ_B) CC=$(FUZZ_CC) OPT="-O1 -g -fno-omit-frame-pointer" \
@@ -178,12 +181,12 @@ fuzz-bins: $(FUZZ_BIN)
 fuzz:
 	sh tests/fuzz/run.sh $(FUZZ_B) $(FUZZ_SECONDS) $(FUZZ_B)/corpus
 
-# sbx-init's side: its own sources (no jansson, no libev), sbx_init.c included.
+# sbx-init's side: its own sources (no jansson, no libev), through sbx_init_int.h.
 $(B)/fuzz/fuzz_agent_init: tests/fuzz/fuzz_agent_init.c $(AGENT_SRC) $(wildcard agent/*.h) proto/sbx_chan.c \
 		proto/sbx_chan.h
 	@mkdir -p $(dir $@)
 	$(CC) -std=gnu11 $(OPT) $(WARN) $(SAN) -fsanitize=fuzzer -D_GNU_SOURCE -Iproto \
-		-Iagent -o $@ $< $(FUZZ_AGENT_SRC)
+		-Iagent $(FUZZ_AGENT_WRAP) -o $@ $< $(FUZZ_AGENT_SRC)
 # sbx-init's tar extractor alone (agent/tar.h).
 $(B)/fuzz/fuzz_agent_tar: tests/fuzz/fuzz_agent_tar.c agent/tar.c agent/tar.h
 	@mkdir -p $(dir $@)

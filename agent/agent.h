@@ -7,7 +7,9 @@
  * no NSS, no shell unless a SPAWN asks for one, no locale files.
  *
  * Files:
- *   sbx_init.c  main, the poll() loop, signals, the channel (frames in/out)
+ *   main.c      startup: arguments, std fds, signal handlers, the main child
+ *   sbx_init.c  the poll() loop, signals, the channel (frames in/out); its
+ *               state and loop for main.c and the fuzzer are in sbx_init_int.h
  *   proc.c      SPAWN: fork/exec, per-process pipes, output rings, exit records
  *   direct.c    the direct socket: listener, key check (CHANNEL.md, Direct socket)
  *   fs.c        file requests: stat, list, read, atomic write, watch (CHANNEL.md, Files)

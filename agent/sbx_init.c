@@ -4,6 +4,10 @@
  *
  *   sbx-init [--] [CMD ARGS...]
  *
+ * This file is the running agent: the poll() loop, signals, children and the
+ * channel. main.c starts it (arguments, descriptors, signal handlers, the
+ * main child), then calls agent_run.
+ *
  * stdin carries frames from the daemon, stdout carries frames to it, stderr is
  * for diagnostics only. With CMD, sbx-init also behaves like tini: CMD runs as
  * the main child (stdin /dev/null, stdout and stderr to our stderr), the usual
@@ -42,38 +46,20 @@
  *     we spawned, flush what we can for up to a second and exit 0.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "agent.h"
+#include "sbx_init_int.h"
 
-extern char **environ;
-
-static struct {
-    struct proc *procs[AGENT_MAX_PROCS];
-    size_t nprocs;
-    size_t rr; /* round-robin start for output fairness */
-    struct buf ibuf, obuf;
-    bool in_open;    /* stdin still read */
-    bool in_resync;  /* discarding input until a PING frame */
-    bool out_dead;   /* stdout failed for good (EPIPE): frames are dropped */
-    int dfd;         /* the direct socket while it is the channel, else -1 */
-    struct buf dbuf; /* input from dfd */
-    int sigpipe[2];
-    pid_t main_pid;
-    bool main_exited;
-    int main_status;
-} A;
-
-#define IBUF_CAP (SBX_CHAN_HDR + SBX_CHAN_MAX_PAYLOAD + (64u << 10))
+/* The one instance (sbx_init_int.h): main.c sets it up, the loop below runs it. */
+struct agent_state agent;
 
 static const uint8_t ping_frame[SBX_CHAN_HDR] = {SBX_CHAN_PING};
 
@@ -85,12 +71,12 @@ static void drain_exited(struct proc *p);
 /* Frames go to the direct socket while there is one, else to stdout. */
 static bool out_ok(void)
 {
-    return A.dfd >= 0 || !A.out_dead;
+    return agent.dfd >= 0 || !agent.out_dead;
 }
 
 static int out_fd(void)
 {
-    return A.dfd >= 0 ? A.dfd : 1;
+    return agent.dfd >= 0 ? agent.dfd : 1;
 }
 
 static void chan_send(uint8_t type, uint32_t proc, const void *payload, size_t n)
@@ -102,15 +88,15 @@ static void chan_send(uint8_t type, uint32_t proc, const void *payload, size_t n
              sbx_chan_type_name(type), n);
         return;
     }
-    if (buf_pending(&A.obuf) + SBX_CHAN_HDR + n > AGENT_OBUF_HARD ||
-        buf_reserve(&A.obuf, SBX_CHAN_HDR + n) < 0) {
+    if (buf_pending(&agent.obuf) + SBX_CHAN_HDR + n > AGENT_OBUF_HARD ||
+        buf_reserve(&agent.obuf, SBX_CHAN_HDR + n) < 0) {
         alog("output queue full: dropping a %s frame", sbx_chan_type_name(type));
         return;
     }
     uint8_t hdr[SBX_CHAN_HDR];
     sbx_chan_hdr_encode(hdr, type, proc, (uint32_t)n);
-    buf_append(&A.obuf, hdr, sizeof(hdr));
-    buf_append(&A.obuf, payload, n);
+    buf_append(&agent.obuf, hdr, sizeof(hdr));
+    buf_append(&agent.obuf, payload, n);
 }
 
 static void chan_send_buf(uint8_t type, uint32_t proc, struct buf *b)
@@ -131,7 +117,7 @@ void agent_send_buf(uint8_t type, uint32_t id, struct buf *b)
 
 bool agent_out_room(void)
 {
-    return buf_pending(&A.obuf) < AGENT_OBUF_SOFT;
+    return buf_pending(&agent.obuf) < AGENT_OBUF_SOFT;
 }
 
 /* LOG frame for the daemon's log, and the same line on stderr. */
@@ -166,13 +152,13 @@ static void send_spawn_error(uint32_t proc, const char *msg)
     chan_send_buf(SBX_CHAN_EXIT, proc, &b);
 }
 
-static void send_hello(void)
+void agent_send_hello(void)
 {
     struct buf b = {0};
     buf_printf(&b, "{\"version\":%d,\"agent\":\"sbx-init\",\"procs\":[",
                SBX_CHAN_VERSION);
-    for (size_t k = 0; k < A.nprocs; k++) {
-        const struct proc *p = A.procs[k];
+    for (size_t k = 0; k < agent.nprocs; k++) {
+        const struct proc *p = agent.procs[k];
         buf_printf(&b,
                    "%s{\"proc\":%u,\"running\":%s,\"os_pid\":%d,\"stdout\":%llu,"
                    "\"stderr\":%llu",
@@ -197,17 +183,17 @@ static void send_hello(void)
 
 static struct proc *find_proc(uint32_t id)
 {
-    for (size_t k = 0; k < A.nprocs; k++)
-        if (A.procs[k]->id == id)
-            return A.procs[k];
+    for (size_t k = 0; k < agent.nprocs; k++)
+        if (agent.procs[k]->id == id)
+            return agent.procs[k];
     return NULL;
 }
 
-static void remove_proc(struct proc *p)
+void agent_remove_proc(struct proc *p)
 {
-    for (size_t k = 0; k < A.nprocs; k++)
-        if (A.procs[k] == p) {
-            A.procs[k] = A.procs[--A.nprocs];
+    for (size_t k = 0; k < agent.nprocs; k++)
+        if (agent.procs[k] == p) {
+            agent.procs[k] = agent.procs[--agent.nprocs];
             break;
         }
     proc_free(p);
@@ -240,33 +226,33 @@ static void flush_stdin(struct proc *p)
  * its handshake on the new one, and EXIT/STARTED are in that HELLO/REPLAY. */
 static void drop_queued_output(void)
 {
-    buf_consume(&A.obuf, buf_pending(&A.obuf));
+    buf_consume(&agent.obuf, buf_pending(&agent.obuf));
 }
 
 static void drop_direct(const char *why)
 {
-    if (A.dfd < 0)
+    if (agent.dfd < 0)
         return;
     alog("direct socket: %s; stdout is the channel again", why);
-    close(A.dfd);
-    A.dfd = -1;
+    close(agent.dfd);
+    agent.dfd = -1;
     drop_queued_output();
-    buf_consume(&A.dbuf, buf_pending(&A.dbuf));
+    buf_consume(&agent.dbuf, buf_pending(&agent.dbuf));
 }
 
 static void use_direct(int fd, struct buf *answer)
 {
-    if (A.dfd >= 0)
-        close(A.dfd);
+    if (agent.dfd >= 0)
+        close(agent.dfd);
     drop_queued_output();
-    buf_consume(&A.dbuf, buf_pending(&A.dbuf));
-    if (buf_reserve(&A.dbuf, IBUF_CAP) < 0) {
+    buf_consume(&agent.dbuf, buf_pending(&agent.dbuf));
+    if (buf_reserve(&agent.dbuf, IBUF_CAP) < 0) {
         close(fd);
-        A.dfd = -1;
+        agent.dfd = -1;
         buf_deinit(answer);
         return;
     }
-    A.dfd = fd;
+    agent.dfd = fd;
     chan_send_buf(SBX_CHAN_DIRECT, 0, answer);
 }
 
@@ -284,7 +270,7 @@ static void on_spawn(uint32_t id, const uint8_t *payload, size_t n)
         chan_log("SPAWN for proc %u, which exists, ignored", id);
         return;
     }
-    if (A.nprocs >= AGENT_MAX_PROCS) {
+    if (agent.nprocs >= AGENT_MAX_PROCS) {
         send_spawn_error(id, "too many processes");
         return;
     }
@@ -294,13 +280,13 @@ static void on_spawn(uint32_t id, const uint8_t *payload, size_t n)
     }
     struct proc *p = proc_spawn(id, &req);
     spawn_req_deinit(&req);
-    A.procs[A.nprocs++] = p;
+    agent.procs[agent.nprocs++] = p;
     if (p->state == PROC_RUNNING) {
         struct buf b = {0};
         buf_printf(&b, "{\"os_pid\":%d}", (int)p->pid);
         chan_send_buf(SBX_CHAN_STARTED, id, &b);
     }
-    /* A failed exec is PROC_EXITED already: pump_output sends its EXIT. */
+    /* A failed exec is PROC_EXITED already: agent_pump_output sends its EXIT. */
 }
 
 /* RESIZE: u32 cols, u32 rows. A process without a terminal, or one whose
@@ -387,7 +373,7 @@ static void handle_frame(const struct sbx_chan_hdr *h, const uint8_t *payload,
         net_frame(h->type, h->proc, payload, h->len);
         return;
     case SBX_CHAN_PING:
-        if (!direct && A.dfd >= 0) {
+        if (!direct && agent.dfd >= 0) {
             /* A daemon attached: the socket is not its. Tell the one on the
              * socket why it loses it, so that it does not take it back. */
             static const char moved[] = "{\"moved\":true}";
@@ -401,7 +387,7 @@ static void handle_frame(const struct sbx_chan_hdr *h, const uint8_t *payload,
         /* A (re)connecting daemon: relayed connections were the old one's. */
         net_close_all();
         chan_send(SBX_CHAN_PONG, 0, NULL, 0);
-        send_hello();
+        agent_send_hello();
         return;
     case SBX_CHAN_DIRECT: {
         if (direct) {
@@ -500,23 +486,23 @@ static void handle_frame(const struct sbx_chan_hdr *h, const uint8_t *payload,
             chan_log("FORGET for proc %u, which still runs, ignored", p->id);
             return;
         }
-        remove_proc(p);
+        agent_remove_proc(p);
         return;
     }
 }
 
 /* Handles complete frames of one input while the output queue has room. */
-static void process_buf(struct buf *in, bool direct)
+void agent_process_buf(struct buf *in, bool direct)
 {
-    while (buf_pending(&A.obuf) < AGENT_OBUF_SOFT && (!direct || A.dfd >= 0)) {
+    while (buf_pending(&agent.obuf) < AGENT_OBUF_SOFT && (!direct || agent.dfd >= 0)) {
         size_t avail = buf_pending(in);
         const uint8_t *d = in->data + in->off;
-        if (!direct && A.in_resync) {
+        if (!direct && agent.in_resync) {
             const uint8_t *hit =
                 avail >= SBX_CHAN_HDR ? memmem(d, avail, ping_frame, SBX_CHAN_HDR) : NULL;
             if (hit) {
                 buf_consume(in, (size_t)(hit - d));
-                A.in_resync = false;
+                agent.in_resync = false;
                 alog("input in sync again at a PING frame");
                 continue;
             }
@@ -537,7 +523,7 @@ static void process_buf(struct buf *in, bool direct)
                  d[0], d[1], d[2], d[3], h.len);
             send_error("malformed frame header; input discarded until the next PING");
             buf_consume(in, 1); /* the rest is scanned for a PING */
-            A.in_resync = true;
+            agent.in_resync = true;
             continue;
         }
         if (avail < SBX_CHAN_HDR + (size_t)h.len)
@@ -549,14 +535,14 @@ static void process_buf(struct buf *in, bool direct)
 
 static void process_input(void)
 {
-    process_buf(&A.ibuf, false);
-    process_buf(&A.dbuf, true);
+    agent_process_buf(&agent.ibuf, false);
+    agent_process_buf(&agent.dbuf, true);
 }
 
 static bool buf_ready(const struct buf *in, bool resync)
 {
     size_t avail = buf_pending(in);
-    if (avail < SBX_CHAN_HDR || buf_pending(&A.obuf) >= AGENT_OBUF_SOFT)
+    if (avail < SBX_CHAN_HDR || buf_pending(&agent.obuf) >= AGENT_OBUF_SOFT)
         return false;
     if (resync)
         return true;
@@ -567,7 +553,8 @@ static bool buf_ready(const struct buf *in, bool resync)
 /* process_input() would make progress right now. */
 static bool input_ready(void)
 {
-    return buf_ready(&A.ibuf, A.in_resync) || (A.dfd >= 0 && buf_ready(&A.dbuf, false));
+    return buf_ready(&agent.ibuf, agent.in_resync) ||
+           (agent.dfd >= 0 && buf_ready(&agent.dbuf, false));
 }
 
 /* ---- output ---------------------------------------------------------------- */
@@ -581,15 +568,15 @@ static bool proc_has_output(const struct proc *p)
 }
 
 /* Frames ring bytes against credit; EXIT once a finished process has sent everything. */
-static void pump_output(void)
+void agent_pump_output(void)
 {
-    size_t n = A.nprocs;
-    for (size_t k = 0; k < n && buf_pending(&A.obuf) < AGENT_OBUF_SOFT; k++) {
-        struct proc *p = A.procs[(A.rr + k) % n];
+    size_t n = agent.nprocs;
+    for (size_t k = 0; k < n && buf_pending(&agent.obuf) < AGENT_OBUF_SOFT; k++) {
+        struct proc *p = agent.procs[(agent.rr + k) % n];
         for (int s = 0; s < 2; s++) {
             struct stream *st = &p->out[s];
             while (p->credit > 0 && st->sent < st->total &&
-                   buf_pending(&A.obuf) < AGENT_OBUF_SOFT) {
+                   buf_pending(&agent.obuf) < AGENT_OBUF_SOFT) {
                 uint64_t len = st->total - st->sent;
                 if (len > (uint64_t)p->credit)
                     len = (uint64_t)p->credit;
@@ -600,36 +587,37 @@ static void pump_output(void)
                     p->credit -= (int64_t)len;
                     continue;
                 }
-                if (buf_reserve(&A.obuf, SBX_CHAN_HDR + len) < 0)
+                if (buf_reserve(&agent.obuf, SBX_CHAN_HDR + len) < 0)
                     return;
-                sbx_chan_hdr_encode(A.obuf.data + A.obuf.len,
+                sbx_chan_hdr_encode(agent.obuf.data + agent.obuf.len,
                                     s ? SBX_CHAN_STDERR : SBX_CHAN_STDOUT, p->id,
                                     (uint32_t)len);
-                proc_ring_read(p, s, st->sent, A.obuf.data + A.obuf.len + SBX_CHAN_HDR,
+                proc_ring_read(p, s, st->sent,
+                               agent.obuf.data + agent.obuf.len + SBX_CHAN_HDR,
                                (size_t)len);
-                A.obuf.len += SBX_CHAN_HDR + (size_t)len;
+                agent.obuf.len += SBX_CHAN_HDR + (size_t)len;
                 st->sent += len;
                 p->credit -= (int64_t)len;
             }
         }
         if (p->state == PROC_EXITED && !p->exit_sent && !proc_has_output(p) &&
-            buf_pending(&A.obuf) < AGENT_OBUF_SOFT) {
+            buf_pending(&agent.obuf) < AGENT_OBUF_SOFT) {
             struct buf b = {0};
             proc_exit_json(p, &b);
             chan_send_buf(SBX_CHAN_EXIT, p->id, &b);
             p->exit_sent = true;
         }
     }
-    A.rr = n ? (A.rr + 1) % n : 0;
+    agent.rr = n ? (agent.rr + 1) % n : 0;
     return;
 }
 
 static bool output_ready(void)
 {
-    if (buf_pending(&A.obuf) >= AGENT_OBUF_SOFT)
+    if (buf_pending(&agent.obuf) >= AGENT_OBUF_SOFT)
         return false;
-    for (size_t k = 0; k < A.nprocs; k++) {
-        const struct proc *p = A.procs[k];
+    for (size_t k = 0; k < agent.nprocs; k++) {
+        const struct proc *p = agent.procs[k];
         if (p->credit > 0 && proc_has_output(p))
             return true;
         if (p->state == PROC_EXITED && !p->exit_sent && !proc_has_output(p))
@@ -640,24 +628,25 @@ static bool output_ready(void)
 
 static void flush_out(void)
 {
-    while (out_ok() && buf_pending(&A.obuf) > 0) {
-        ssize_t n = write(out_fd(), A.obuf.data + A.obuf.off, buf_pending(&A.obuf));
+    while (out_ok() && buf_pending(&agent.obuf) > 0) {
+        ssize_t n =
+            write(out_fd(), agent.obuf.data + agent.obuf.off, buf_pending(&agent.obuf));
         if (n > 0) {
-            buf_consume(&A.obuf, (size_t)n);
+            buf_consume(&agent.obuf, (size_t)n);
             continue;
         }
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0 && errno == EAGAIN)
             return;
-        if (A.dfd >= 0) {
+        if (agent.dfd >= 0) {
             drop_direct(n < 0 ? strerror(errno) : "EOF");
             return;
         }
         alog("stdout: %s: frames are dropped from now on",
              n < 0 ? strerror(errno) : "EOF");
-        A.out_dead = true;
-        buf_deinit(&A.obuf);
+        agent.out_dead = true;
+        buf_deinit(&agent.obuf);
     }
 }
 
@@ -666,11 +655,11 @@ static void flush_out(void)
 /* Kills every group we started, flushes for up to a second, exits. */
 static void __attribute__((noreturn)) shutdown_exit(int code)
 {
-    for (size_t k = 0; k < A.nprocs; k++)
-        if (A.procs[k]->pid > 0)
-            kill(-A.procs[k]->pid, SIGKILL);
-    if (A.main_pid > 0)
-        kill(-A.main_pid, SIGKILL);
+    for (size_t k = 0; k < agent.nprocs; k++)
+        if (agent.procs[k]->pid > 0)
+            kill(-agent.procs[k]->pid, SIGKILL);
+    if (agent.main_pid > 0)
+        kill(-agent.main_pid, SIGKILL);
     flush_for(1000);
     exit(code);
 }
@@ -679,7 +668,7 @@ static void __attribute__((noreturn)) shutdown_exit(int code)
 static void flush_for(int ms)
 {
     int64_t until = now_ms() + ms;
-    while (out_ok() && buf_pending(&A.obuf) > 0 && now_ms() < until) {
+    while (out_ok() && buf_pending(&agent.obuf) > 0 && now_ms() < until) {
         struct pollfd pfd = {.fd = out_fd(), .events = POLLOUT};
         if (poll(&pfd, 1, (int)(until - now_ms())) < 0 && errno != EINTR)
             break;
@@ -687,26 +676,17 @@ static void flush_for(int ms)
     }
 }
 
-static void on_signal(int sig)
-{
-    int saved = errno;
-    unsigned char c = (unsigned char)sig;
-    ssize_t w = write(A.sigpipe[1], &c, 1);
-    (void)w;
-    errno = saved;
-}
-
 static void handle_signals(void)
 {
     unsigned char sigs[64];
     ssize_t n;
-    while ((n = read(A.sigpipe[0], sigs, sizeof(sigs))) > 0) {
+    while ((n = read(agent.sigpipe[0], sigs, sizeof(sigs))) > 0) {
         for (ssize_t k = 0; k < n; k++) {
             int sig = sigs[k];
             if (sig == SIGCHLD)
                 continue; /* reap() runs every iteration */
-            if (A.main_pid > 0 && !A.main_exited) {
-                kill(A.main_pid, sig);
+            if (agent.main_pid > 0 && !agent.main_exited) {
+                kill(agent.main_pid, sig);
                 continue;
             }
             if (sig == SIGTERM || sig == SIGINT) {
@@ -723,13 +703,13 @@ static void reap(void)
     int st;
     pid_t pid;
     while ((pid = waitpid(-1, &st, WNOHANG)) > 0) {
-        if (pid == A.main_pid) {
-            A.main_exited = true;
-            A.main_status = st;
+        if (pid == agent.main_pid) {
+            agent.main_exited = true;
+            agent.main_status = st;
             continue;
         }
-        for (size_t k = 0; k < A.nprocs; k++) {
-            struct proc *p = A.procs[k];
+        for (size_t k = 0; k < agent.nprocs; k++) {
+            struct proc *p = agent.procs[k];
             if (p->pid == pid && p->state == PROC_RUNNING) {
                 proc_leader_exited(p, st, now_ms());
                 drain_exited(p);
@@ -744,8 +724,8 @@ static void reap(void)
 static int run_timers(void)
 {
     int64_t now = now_ms(), next = -1;
-    for (size_t k = 0; k < A.nprocs; k++) {
-        struct proc *p = A.procs[k];
+    for (size_t k = 0; k < agent.nprocs; k++) {
+        struct proc *p = agent.procs[k];
         if (p->state == PROC_RUNNING && p->deadline) {
             if (now >= p->deadline)
                 proc_timeout(p);
@@ -770,24 +750,25 @@ static int run_timers(void)
 
 static void read_channel(void)
 {
-    if (A.ibuf.off > 0 && A.ibuf.cap - A.ibuf.len < (64u << 10)) {
-        memmove(A.ibuf.data, A.ibuf.data + A.ibuf.off, buf_pending(&A.ibuf));
-        A.ibuf.len -= A.ibuf.off;
-        A.ibuf.off = 0;
+    if (agent.ibuf.off > 0 && agent.ibuf.cap - agent.ibuf.len < (64u << 10)) {
+        memmove(agent.ibuf.data, agent.ibuf.data + agent.ibuf.off,
+                buf_pending(&agent.ibuf));
+        agent.ibuf.len -= agent.ibuf.off;
+        agent.ibuf.off = 0;
     }
-    size_t room = A.ibuf.cap - A.ibuf.len;
+    size_t room = agent.ibuf.cap - agent.ibuf.len;
     if (room == 0)
         return;
-    ssize_t n = read(0, A.ibuf.data + A.ibuf.len, room);
+    ssize_t n = read(0, agent.ibuf.data + agent.ibuf.len, room);
     if (n > 0) {
-        A.ibuf.len += (size_t)n;
+        agent.ibuf.len += (size_t)n;
         return;
     }
     if (n < 0 && (errno == EAGAIN || errno == EINTR))
         return;
     alog("channel input: %s", n < 0 ? strerror(errno) : "EOF");
-    A.in_open = false;
-    if (A.main_pid <= 0) {
+    agent.in_open = false;
+    if (agent.main_pid <= 0) {
         alog("no channel and no main child: exiting");
         shutdown_exit(0);
     }
@@ -795,13 +776,14 @@ static void read_channel(void)
 
 static void read_direct(void)
 {
-    if (A.dfd < 0)
+    if (agent.dfd < 0)
         return;
-    if (buf_reserve(&A.dbuf, 64u << 10) < 0 || buf_pending(&A.dbuf) >= IBUF_CAP)
+    if (buf_reserve(&agent.dbuf, 64u << 10) < 0 || buf_pending(&agent.dbuf) >= IBUF_CAP)
         return;
-    ssize_t n = read(A.dfd, A.dbuf.data + A.dbuf.len, A.dbuf.cap - A.dbuf.len);
+    ssize_t n = read(agent.dfd, agent.dbuf.data + agent.dbuf.len,
+                     agent.dbuf.cap - agent.dbuf.len);
     if (n > 0) {
-        A.dbuf.len += (size_t)n;
+        agent.dbuf.len += (size_t)n;
         return;
     }
     if (n < 0 && (errno == EAGAIN || errno == EINTR))
@@ -858,7 +840,7 @@ enum slot_kind {
 };
 #define SLOTS (4 + 3 * AGENT_MAX_PROCS + 8 + 64 + AGENT_MAX_CONNS)
 
-static void __attribute__((noreturn)) run(void)
+void agent_run(void)
 {
     static struct pollfd pfd[SLOTS];
     static struct {
@@ -871,30 +853,30 @@ static void __attribute__((noreturn)) run(void)
     for (;;) {
         handle_signals();
         reap();
-        if (A.main_pid > 0 && A.main_exited) {
-            int st = A.main_status;
+        if (agent.main_pid > 0 && agent.main_exited) {
+            int st = agent.main_status;
             shutdown_exit(WIFSIGNALED(st) ? 128 + WTERMSIG(st) : WEXITSTATUS(st));
         }
         process_input();
         int timeout = run_timers(); /* after SPAWNs, so new deadlines count */
-        pump_output();
+        agent_pump_output();
         fs_pump();
         flush_out();
         if (input_ready() || output_ready() || (fs_has_output() && agent_out_room()))
             timeout = 0;
 
         nfds_t n = 0;
-        bool obuf_room = buf_pending(&A.obuf) < AGENT_OBUF_SOFT;
-        if (A.in_open && obuf_room && A.ibuf.cap - buf_pending(&A.ibuf) > 0) {
+        bool obuf_room = buf_pending(&agent.obuf) < AGENT_OBUF_SOFT;
+        if (agent.in_open && obuf_room && agent.ibuf.cap - buf_pending(&agent.ibuf) > 0) {
             pfd[n] = (struct pollfd){.fd = 0, .events = POLLIN};
             slot[n++].kind = SLOT_STDIN;
         }
-        if (out_ok() && buf_pending(&A.obuf) > 0) {
+        if (out_ok() && buf_pending(&agent.obuf) > 0) {
             pfd[n] = (struct pollfd){.fd = out_fd(), .events = POLLOUT};
             slot[n++].kind = SLOT_STDOUT;
         }
-        if (A.dfd >= 0 && obuf_room && buf_pending(&A.dbuf) < IBUF_CAP) {
-            pfd[n] = (struct pollfd){.fd = A.dfd, .events = POLLIN};
+        if (agent.dfd >= 0 && obuf_room && buf_pending(&agent.dbuf) < IBUF_CAP) {
+            pfd[n] = (struct pollfd){.fd = agent.dfd, .events = POLLIN};
             slot[n++].kind = SLOT_DIRECT_IN;
         }
         int lfds[8];
@@ -903,7 +885,7 @@ static void __attribute__((noreturn)) run(void)
             pfd[n] = (struct pollfd){.fd = lfds[k], .events = POLLIN};
             slot[n++].kind = SLOT_LISTEN;
         }
-        pfd[n] = (struct pollfd){.fd = A.sigpipe[0], .events = POLLIN};
+        pfd[n] = (struct pollfd){.fd = agent.sigpipe[0], .events = POLLIN};
         slot[n++].kind = SLOT_SIG;
         int wfds[64];
         uint32_t wids[64];
@@ -913,8 +895,8 @@ static void __attribute__((noreturn)) run(void)
             slot[n].kind = SLOT_WATCH;
             slot[n++].id = wids[k];
         }
-        for (size_t k = 0; k < A.nprocs; k++) {
-            struct proc *p = A.procs[k];
+        for (size_t k = 0; k < agent.nprocs; k++) {
+            struct proc *p = agent.procs[k];
             for (int s = 0; s < 2; s++)
                 if (obuf_room && proc_read_allowance(p, s) > 0) {
                     pfd[n] = (struct pollfd){.fd = p->out[s].fd, .events = POLLIN};
@@ -983,142 +965,4 @@ static void __attribute__((noreturn)) run(void)
         }
         net_reap();
     }
-}
-
-/* ---- startup --------------------------------------------------------------- */
-
-/* Pipes must never land on 0-2, and children expect them open. */
-static void ensure_std_fds(void)
-{
-    for (int fd = 0; fd < 3; fd++)
-        if (fcntl(fd, F_GETFD) < 0 && errno == EBADF) {
-            int nfd = open("/dev/null", O_RDWR);
-            if (nfd >= 0 && nfd != fd) {
-                dup2(nfd, fd);
-                close(nfd);
-            }
-        }
-}
-
-static void setup_signals(void)
-{
-    if (pipe2(A.sigpipe, O_CLOEXEC | O_NONBLOCK) < 0) {
-        alog("pipe: %s", strerror(errno));
-        exit(1);
-    }
-    signal(SIGPIPE, SIG_IGN);
-    static const int sigs[] = {SIGCHLD, SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2};
-    for (size_t k = 0; k < sizeof(sigs) / sizeof(sigs[0]); k++) {
-        struct sigaction sa = {.sa_handler = on_signal, .sa_flags = SA_RESTART};
-        if (sigs[k] == SIGCHLD)
-            sa.sa_flags |= SA_NOCLDSTOP;
-        sigemptyset(&sa.sa_mask);
-        sigaction(sigs[k], &sa, NULL);
-    }
-}
-
-/* tini-style main child: own group, no stdin, output to our stderr. */
-static void start_main_child(char **argv)
-{
-    int ep[2];
-    if (pipe2(ep, O_CLOEXEC) < 0) {
-        alog("pipe: %s", strerror(errno));
-        exit(1);
-    }
-    pid_t pid = fork();
-    if (pid < 0) {
-        alog("fork: %s", strerror(errno));
-        exit(1);
-    }
-    if (pid == 0) {
-        child_reset_signals();
-        setpgid(0, 0);
-        int nul = open("/dev/null", O_RDONLY);
-        if (nul >= 0) {
-            dup2(nul, 0);
-            if (nul != 0)
-                close(nul);
-        } else
-            close(0);
-        dup2(2, 1);
-        close(A.sigpipe[0]);
-        close(A.sigpipe[1]);
-        exec_search(argv, environ, exec_sh_argv(argv), ep[1]);
-    }
-    setpgid(pid, pid);
-    close(ep[1]);
-    int ce[2];
-    ssize_t r;
-    do
-        r = read(ep[0], ce, sizeof(ce));
-    while (r < 0 && errno == EINTR);
-    close(ep[0]);
-    if (r == (ssize_t)sizeof(ce)) {
-        alog("exec \"%s\": %s", argv[0], strerror(ce[1]));
-        int st;
-        waitpid(pid, &st, 0);
-        exit(ce[1] == ENOENT ? 127 : 126);
-    }
-    A.main_pid = pid;
-}
-
-static void usage(void)
-{
-    static const char text[] =
-        "usage: sbx-init [--] [CMD ARGS...]\n"
-        "  Agent and init process of an sbxd Docker sandbox: speaks the worker\n"
-        "  channel (proto/CHANNEL.md) on stdin/stdout, reaps zombies and, with\n"
-        "  CMD, runs it as the main child and exits with its status.\n";
-    ssize_t w = write(2, text, sizeof(text) - 1);
-    (void)w;
-}
-
-int main(int argc, char **argv)
-{
-    int first = 1;
-    if (argc > 1 && (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)) {
-        usage();
-        return 0;
-    }
-    if (argc > 1 && strcmp(argv[1], "--version") == 0) {
-        alog("channel version %d", SBX_CHAN_VERSION);
-        return 0;
-    }
-    if (argc > 1 && strcmp(argv[1], "--") == 0)
-        first = 2;
-    else if (argc > 1 && argv[1][0] == '-') {
-        usage();
-        return 2;
-    }
-
-    A.dfd = -1;
-    net_init(chan_send);
-    ensure_std_fds();
-    setup_signals();
-    proc_note_signals();
-    /*
-     * When not PID 1, become a subreaper so orphans of our children are
-     * reparented to us and reaped here, as they would be in a container.
-     */
-    if (getpid() != 1)
-        prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
-    /*
-     * Non-dumpable: code in the container (root, but without CAP_SYS_PTRACE)
-     * can no longer open the files of /proc/1/fd to forge frames on our stdout or take
-     * the direct socket, nor read our memory. sbxd reaches /proc/PID/root
-     * from the host with CAP_SYS_PTRACE, which this does not affect; the
-     * commands we start are dumpable again after their execve.
-     */
-    prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
-    set_nonblock(0);
-    set_nonblock(1);
-    A.in_open = true;
-    if (buf_reserve(&A.ibuf, IBUF_CAP) < 0) {
-        alog("out of memory");
-        return 1;
-    }
-    if (first < argc)
-        start_main_child(argv + first);
-    send_hello();
-    run();
 }

@@ -1,44 +1,42 @@
 /*
  * fuzz_agent_init.c - sbx-init's end of the agent protocol: the input is
  * the byte stream the daemon writes to the agent's stdin, handled by
- * sbx_init.c's own frame loop (process_buf: header decode, resync on a
+ * sbx_init.c's own frame loop (agent_process_buf: header decode, resync on a
  * malformed header, SPAWN validation through the agent's JSON parser,
  * STDIN, KILL, CREDIT, REPLAY, FORGET, PING/HELLO, DIRECT, SNAPSHOT), then
- * the output pump that frames ring bytes against credit. sbx_init.c is
- * included to reach its static state; only proc_spawn is replaced, by one
- * that forks nothing: the process "runs" with pid 0 (KILL does nothing) and
- * has some output in its rings, or, for odd ids, has exited already.
- * File frames (FS_REQ, FS_DATA, FS_CANCEL) reach agent/fs.c for real, but
- * only for paths inside FUZZ_FS_ROOT (a request naming any other path, or
- * one with "..", is dropped before fs.c sees it), so the fuzzer writes,
- * lists, renames, removes and watches in a scratch directory of its own.
+ * the output pump (agent_pump_output) that frames ring bytes against credit.
+ * The agent's state and those entry points come from agent/sbx_init_int.h;
+ * the harness links every agent file but main.c (startup).
+ *
+ * Three functions are replaced at link time (the Makefile's -Wl,--wrap): the
+ * agent's calls to proc_spawn reach __wrap_proc_spawn, which forks nothing:
+ * the process "runs" with pid 0 (KILL does nothing) and has some output in
+ * its rings, or, for odd ids, has exited already. Its calls to fs_frame
+ * reach __wrap_fs_frame: file frames (FS_REQ, FS_DATA, FS_CANCEL) go on to
+ * agent/fs.c (__real_fs_frame) for real, but only for paths inside
+ * FUZZ_FS_ROOT (a request naming any other path, or one with "..", is
+ * dropped before fs.c sees it), so the fuzzer writes, lists, renames,
+ * removes and watches in a scratch directory of its own. alog is
+ * __wrap_alog: diagnostics are formatted (format bugs still show) but not
+ * printed: at fuzzing rates they would be most of the run.
  */
+#include <stdarg.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
-#include <stdarg.h>
-#include <stdio.h>
-
-/* sbx_init.c's diagnostics are formatted (format bugs still show) but not
- * printed: at fuzzing rates they would be most of the run. */
-static void fuzz_alog(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-int sbx_init_main(int argc, char **argv); /* sbx_init.c's main, renamed */
+#include "agent.h"
+#include "sbx_init_int.h"
 
 #define FUZZ_FS_ROOT "/tmp/sbx-init-fuzz-fs"
-void fuzz_fs_frame(uint8_t type, uint32_t id, const uint8_t *payload, size_t n);
 
-#define main sbx_init_main
-#define proc_spawn fuzz_proc_spawn
-#define alog fuzz_alog
-#define fs_frame fuzz_fs_frame
-#include "../../agent/sbx_init.c"
-#undef main
-#undef proc_spawn
-#undef alog
-#undef fs_frame
-void fs_frame(uint8_t type, uint32_t id, const uint8_t *payload, size_t n);
+/* The linker's names for the wrapped functions (-Wl,--wrap=NAME). */
+struct proc *__wrap_proc_spawn(uint32_t id, const struct spawn_req *req);
+void __wrap_fs_frame(uint8_t type, uint32_t id, const uint8_t *payload, size_t n);
+void __real_fs_frame(uint8_t type, uint32_t id, const uint8_t *payload, size_t n);
+void __wrap_alog(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 #include <ftw.h>
 #include <sys/stat.h>
@@ -55,7 +53,7 @@ static bool fuzz_path_ok(const struct jval *v)
            (v->str[rl] == '/' || v->str[rl] == '\0') && !strstr(v->str, "..");
 }
 
-void fuzz_fs_frame(uint8_t type, uint32_t id, const uint8_t *payload, size_t n)
+void __wrap_fs_frame(uint8_t type, uint32_t id, const uint8_t *payload, size_t n)
 {
     if (type == SBX_CHAN_FS_REQ) {
         char err[64];
@@ -66,7 +64,7 @@ void fuzz_fs_frame(uint8_t type, uint32_t id, const uint8_t *payload, size_t n)
         if (!ok)
             return;
     }
-    fs_frame(type, id, payload, n);
+    __real_fs_frame(type, id, payload, n);
 }
 
 static int fuzz_rm(const char *p, const struct stat *st, int flag, struct FTW *f)
@@ -80,7 +78,7 @@ static int fuzz_rm(const char *p, const struct stat *st, int flag, struct FTW *f
     return 0;
 }
 
-static void fuzz_alog(const char *fmt, ...)
+void __wrap_alog(const char *fmt, ...)
 {
     char line[1024];
     va_list ap;
@@ -91,7 +89,7 @@ static void fuzz_alog(const char *fmt, ...)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-struct proc *fuzz_proc_spawn(uint32_t id, const struct spawn_req *req)
+struct proc *__wrap_proc_spawn(uint32_t id, const struct spawn_req *req)
 {
     struct proc *p = xcalloc(1, sizeof(*p));
     p->id = id;
@@ -124,18 +122,18 @@ static void reset(void)
         nftw(FUZZ_FS_ROOT, fuzz_rm, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
         mkdir(FUZZ_FS_ROOT, 0700);
     }
-    while (A.nprocs > 0)
-        remove_proc(A.procs[0]);
+    while (agent.nprocs > 0)
+        agent_remove_proc(agent.procs[0]);
     direct_stop();
-    if (A.dfd >= 0)
-        close(A.dfd);
-    A.dfd = -1;
-    buf_consume(&A.ibuf, buf_pending(&A.ibuf));
-    buf_deinit(&A.obuf);
-    buf_deinit(&A.dbuf);
-    A.in_resync = false;
-    A.out_dead = false;
-    A.rr = 0;
+    if (agent.dfd >= 0)
+        close(agent.dfd);
+    agent.dfd = -1;
+    buf_consume(&agent.ibuf, buf_pending(&agent.ibuf));
+    buf_deinit(&agent.obuf);
+    buf_deinit(&agent.dbuf);
+    agent.in_resync = false;
+    agent.out_dead = false;
+    agent.rr = 0;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -148,27 +146,27 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (!mkdtemp(dir))
             abort();
         setenv("SBX_INIT_RUNDIR", dir, 1);
-        A.dfd = -1;
-        A.in_open = true;
+        agent.dfd = -1;
+        agent.in_open = true;
         /* main() sizes the input buffer once for the largest frame. */
-        if (buf_reserve(&A.ibuf, IBUF_CAP) < 0)
+        if (buf_reserve(&agent.ibuf, IBUF_CAP) < 0)
             abort();
     }
     if (size > IBUF_CAP - SBX_CHAN_HDR)
         size = IBUF_CAP - SBX_CHAN_HDR; /* what one read could bring */
-    if (buf_append(&A.ibuf, data, size) < 0)
+    if (buf_append(&agent.ibuf, data, size) < 0)
         abort();
-    /* As run() does: frames in while the output has room, output pumped and
+    /* As agent_run() does: frames in while the output has room, output pumped and
      * "written" (dropped) so that the loop goes on. */
     for (int rounds = 0; rounds < 1024; rounds++) {
-        size_t before = buf_pending(&A.ibuf);
-        process_buf(&A.ibuf, false);
-        pump_output();
+        size_t before = buf_pending(&agent.ibuf);
+        agent_process_buf(&agent.ibuf, false);
+        agent_pump_output();
         fs_pump();
         fs_timers(now_ms());
-        size_t out = buf_pending(&A.obuf);
-        buf_consume(&A.obuf, out);
-        if (buf_pending(&A.ibuf) == before && out == 0)
+        size_t out = buf_pending(&agent.obuf);
+        buf_consume(&agent.obuf, out);
+        if (buf_pending(&agent.ibuf) == before && out == 0)
             break;
     }
     reset();
