@@ -7,20 +7,22 @@
  * "response ended inside a message"), pausing and resuming a stream from
  * its message callback, and the channel's token fetch (its reply handed to
  * the owner's parse hook; Modal's own token parsing is fuzzed in
- * fuzz_modal.c). grpc.c is included to reach its static receive path;
- * calls are linked into a real channel but never sent (no retry, no token
- * fetch), so no network is used. grpc-status-details-bin header lines reach
- * the RPCRetryPolicy parser through on_header; the whole input is also given
- * to grpc_retry_policy_parse as base64 text.
+ * fuzz_modal.c). grpc.c's call record and receive path come from its
+ * internal header (grpc_int.h); calls are linked into a real channel but never sent (no
+ * retry, no token fetch), so no network is used. grpc-status-details-bin header lines
+ * reach the RPCRetryPolicy parser through on_header; the whole input is also given to
+ * grpc_retry_policy_parse as base64 text.
  *
  * Input: byte 0 = kind (0 unary, 1 stream, 2 token fetch), byte 1 = HTTP
  * status class and end code, then records [type][u16 len][bytes]: type
  * even = a header line, odd = a body chunk; a chunk whose first byte is
  * 0xff also pauses the stream at its next message and resumes after it.
  */
-#include "fuzz_daemon.h"
+#include <stdio.h>
 
-#include "../../daemon/providers/modal/grpc.c"
+#include "fuzz_daemon.h"
+#include "grpc_int.h"
+#include "xalloc.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -67,11 +69,11 @@ static struct grpc_call *fz_call(int kind)
     c->is_token = kind == 2;
     c->attempt = MAX_RETRIES; /* a retry would send */
     c->on_msg = kind == 1 ? on_msg : NULL;
-    c->on_done = kind == 2 ? token_done : on_done;
+    c->on_done = kind == 2 ? grpc_token_done : on_done;
     c->privdata = kind == 2 ? (void *)&chan : NULL;
     c->grpc_status = -1;
     c->state = CS_SENDING;
-    ev_init(&c->timer, retry_cb);
+    ev_init(&c->timer, grpc_call_retry_cb);
     c->timer.data = c;
     c->next = chan.calls;
     if (chan.calls)
@@ -83,7 +85,7 @@ static struct grpc_call *fz_call(int kind)
 }
 
 /* Resuming outside libcurl may finish (and free) the call, as it would
- * after cancelling its transfer: then there is no req_done either. */
+ * after cancelling its transfer: then there is no grpc_call_req_done either. */
 static int alive(const struct grpc_call *c)
 {
     for (struct grpc_call *x = chan.calls; x; x = x->next)
@@ -130,13 +132,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         const char *d = (const char *)data + off;
         off += len;
         if (type % 2 == 0) {
-            on_header(NULL, d, len, c);
+            grpc_call_on_header(NULL, d, len, c);
             continue;
         }
         int pausing = len > 0 && (uint8_t)d[0] == 0xff;
         if (pausing)
             pause_next = 1;
-        size_t r = on_data(NULL, d, len, c);
+        size_t r = grpc_call_on_data(NULL, d, len, c);
         if (r == CURL_WRITEFUNC_PAUSE) {
             grpc_call_resume(c); /* the owner drained its queue */
             continue;
@@ -148,7 +150,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     /* The transfer ends; a held stream finishes when resumed. */
     if (alive(c))
-        req_done(NULL, rc, http, "fuzz", c);
+        grpc_call_req_done(NULL, rc, http, "fuzz", c);
     while (chan.calls) {
         struct grpc_call *x = chan.calls;
         if (x->state == CS_HELD && x->paused) {

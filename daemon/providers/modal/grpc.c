@@ -9,6 +9,7 @@
  * raised in_cb frees it when the callback returns.
  */
 #include "grpc.h"
+#include "grpc_int.h"
 
 #include <ctype.h>
 #include <stdarg.h>
@@ -23,71 +24,9 @@
 #include "sbx_proto.h"
 #include "xalloc.h"
 
-#define MAX_RETRIES 3
 #define MAX_GRPC_MESSAGE_TEXT 4096
 #define DEFAULT_CONNECT_MS 10000
 #define TOKEN_CALL_TIMEOUT_S 30.0
-
-enum call_state {
-    CS_NEW,
-    CS_QUEUED,
-    CS_SENDING,
-    CS_RETRY_WAIT,
-    CS_HELD,
-    CS_FAILING,
-    CS_DONE
-};
-
-struct grpc_call {
-    struct grpc_chan *ch;
-    struct grpc_call *next, *prev; /* ch->calls */
-    struct grpc_call *qnext;       /* ch->token_wait, or a failing list */
-    enum call_state state;
-    char method[64];
-    char *url;
-    uint8_t *frame; /* the request: 5-byte prefix + message */
-    size_t frame_len;
-    int unary, is_token; /* is_token: the channel's token fetch */
-    double timeout_s;
-    grpc_msg_cb on_msg;
-    grpc_done_cb on_done;
-    void *privdata;
-    struct curlev_req *req;
-    ev_timer timer; /* retry backoff, or a deferred completion */
-    int attempt;
-    double t0; /* wall clock of the first attempt */
-    char idem[40];
-    int token_retried;
-    char *used_token;   /* the channel token this attempt carried */
-    char *hdr;          /* the call's own header line, or NULL */
-    double retry_after; /* this attempt's RPCRetryPolicy delay, -1 = none */
-    int throttle_retries;
-
-    /* response of the current attempt */
-    uint8_t *in;
-    size_t in_off, in_len, in_cap;
-    int grpc_status; /* -1 = not seen */
-    char *grpc_message;
-    int compressed_ok; /* a grpc-encoding header came */
-    int local_code;    /* our own failure (bad frame, too large): abort with this */
-    char *local_msg;
-    uint8_t *resp;
-    size_t resp_len;
-    int got_msg;
-
-    /* final status kept while HELD */
-    int held_code;
-    char *held_msg;
-    long held_http;
-    int held_transport;
-
-    int paused;
-    int cancelled;
-    int in_cb;
-    int no_resend;   /* repeat only attempts that surely never reached the server */
-    double budget_s; /* > 0: retry for this long (backoff up to 5 s), not 3 times */
-    int unsent;      /* the last attempt surely never reached the server */
-};
 
 static void call_send(struct grpc_call *c);
 static void call_begin(struct grpc_call *c);
@@ -597,8 +536,8 @@ static void call_finish(struct grpc_call *c, int code, const char *msg, int tran
 
 /* ---- the channel's token ---------------------------------------------------------- */
 
-static void token_done(struct grpc_call *tc, const struct grpc_status *st,
-                       const uint8_t *msg, size_t len, void *privdata)
+void grpc_token_done(struct grpc_call *tc, const struct grpc_status *st,
+                     const uint8_t *msg, size_t len, void *privdata)
 {
     struct grpc_chan *ch = privdata;
     ch->token_call = NULL;
@@ -742,7 +681,7 @@ static int parse(struct grpc_call *c)
     return 0;
 }
 
-static size_t on_data(struct curlev_req *r, const char *d, size_t n, void *privdata)
+size_t grpc_call_on_data(struct curlev_req *r, const char *d, size_t n, void *privdata)
 {
     struct grpc_call *c = privdata;
     if (c->cancelled || c->local_code)
@@ -779,11 +718,11 @@ static size_t on_data(struct curlev_req *r, const char *d, size_t n, void *privd
     if (parse(c))
         return 0; /* cancelled by its owner: the transfer goes too */
     if (c->local_code)
-        return 0; /* aborts; req_done reports local_code */
+        return 0; /* aborts; grpc_call_req_done reports local_code */
     return n;
 }
 
-static void on_header(struct curlev_req *r, const char *line, size_t n, void *privdata)
+void grpc_call_on_header(struct curlev_req *r, const char *line, size_t n, void *privdata)
 {
     struct grpc_call *c = privdata;
     const char *colon = memchr(line, ':', n);
@@ -813,7 +752,7 @@ static void on_header(struct curlev_req *r, const char *line, size_t n, void *pr
     }
 }
 
-static void retry_cb(struct ev_loop *loop, ev_timer *w, int revents)
+void grpc_call_retry_cb(struct ev_loop *loop, ev_timer *w, int revents)
 {
     struct grpc_call *c = w->data;
     if (c->state == CS_RETRY_WAIT)
@@ -822,8 +761,8 @@ static void retry_cb(struct ev_loop *loop, ev_timer *w, int revents)
         call_finish(c, GRPC_INTERNAL, "cannot start the HTTP/2 transfer", 1, 0);
 }
 
-static void req_done(struct curlev_req *r, CURLcode rc, long http, const char *errmsg,
-                     void *privdata)
+void grpc_call_req_done(struct curlev_req *r, CURLcode rc, long http, const char *errmsg,
+                        void *privdata)
 {
     struct grpc_call *c = privdata;
     struct grpc_chan *ch = c->ch;
@@ -972,7 +911,8 @@ static void call_send(struct grpc_call *c)
         curl_easy_setopt(e, CURLOPT_VERBOSE, 1L);
     curlev_req_timeouts(r, c->timeout_s > 0 ? (long)(c->timeout_s * 1000) : 0,
                         ch->connect_timeout_ms);
-    curlev_req_callbacks(r, on_data, on_header, req_done, c);
+    curlev_req_callbacks(r, grpc_call_on_data, grpc_call_on_header, grpc_call_req_done,
+                         c);
     c->req = r;
     if (curlev_req_start(r) < 0) {
         c->req = NULL;
@@ -996,11 +936,11 @@ static void start_token(struct grpc_chan *ch)
     c->unary = 1;
     c->is_token = 1;
     c->timeout_s = TOKEN_CALL_TIMEOUT_S;
-    c->on_done = token_done;
+    c->on_done = grpc_token_done;
     c->privdata = ch;
     c->t0 = wall_now();
     uuid4(c->idem);
-    ev_init(&c->timer, retry_cb);
+    ev_init(&c->timer, grpc_call_retry_cb);
     c->timer.data = c;
     c->next = ch->calls;
     if (ch->calls)
@@ -1057,7 +997,7 @@ static struct grpc_call *call_new(struct grpc_chan *ch, const char *method,
     c->t0 = wall_now();
     c->grpc_status = -1;
     uuid4(c->idem);
-    ev_init(&c->timer, retry_cb);
+    ev_init(&c->timer, grpc_call_retry_cb);
     c->timer.data = c;
     c->next = ch->calls;
     if (ch->calls)
