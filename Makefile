@@ -165,8 +165,6 @@ FUZZ_SRC = $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_BIN = $(patsubst tests/fuzz/%.c,$(B)/fuzz/%,$(FUZZ_SRC))
 # A harness that #includes a daemon file (to reach its static parsers) links
 # without that file's object.
-FUZZ_OMIT_fuzz_modal = $(B)/obj/daemon/providers/modal/modal.o \
-	$(B)/obj/daemon/providers/modal/modal_proc.o
 FUZZ_OMIT_fuzz_modal_ws = $(B)/obj/daemon/providers/modal/modal_ws.o
 # fuzz_agent_init: every agent file but main.c (startup); the agent's calls to
 # proc_spawn, fs_frame and alog go to the harness's __wrap_ versions.

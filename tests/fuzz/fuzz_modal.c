@@ -1,29 +1,35 @@
 /*
  * fuzz_modal.c - Modal's replies as the Modal provider reads them: each
  * record of the input is one protobuf message from Modal's server. Output
- * batches go through modal_proc.c's own out_msg (batch index bookkeeping,
- * file descriptor routing, raw bytes or text into the core's process
- * output, exit marks); an ExecWait reply that says completed goes through
- * wait_done (exit code, finishing); AuthTokenGet's reply goes through
- * modal.c's token hook (JWT exp); every other reply type the provider
- * decodes is unpacked and freed as it does (protobuf-c's parser on hostile
- * bytes). With bit 7 of the first byte set the process is on the command
- * router: output records are TaskExecStdioRead messages (byte offsets), wait
- * records TaskExecWait replies (code or signal). The router's access reply,
- * SandboxCreateV2's reply and RPCRetryPolicy details are parsed too.
- * modal.c and modal_proc.c are included to reach these static handlers; no
- * call is ever sent.
+ * batches go through modal_proc.c's own modal_proc_out_msg (batch index
+ * bookkeeping, file descriptor routing, raw bytes or text into the core's
+ * process output, exit marks); an ExecWait reply that says completed goes
+ * through modal_proc_wait_done (exit code, finishing); AuthTokenGet's reply
+ * goes through modal.c's token hook (modal_auth_token_parse: JWT exp);
+ * every other reply type the provider decodes is unpacked and freed as it
+ * does (protobuf-c's parser on hostile bytes). With bit 7 of the first byte
+ * set the process is on the command router: output records are
+ * TaskExecStdioRead messages (byte offsets), wait records TaskExecWait
+ * replies (code or signal). The router's access reply, SandboxCreateV2's
+ * reply and RPCRetryPolicy details are parsed too. Those three handlers and
+ * the provider's records come from its internal header (modal_int.h); no
+ * call is ever sent and the loop never runs, so the process's timers get a
+ * callback that would abort if one ever fired.
  *
  * Input: records [kind][u16 len][message bytes].
  */
 #include "fuzz_daemon.h"
-
-#include "../../daemon/providers/modal/modal.c"
-#include "../../daemon/providers/modal/modal_proc.c"
+#include "modal_int.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-/* Every response type modal.c unpacks, besides the two handled for real. */
+/* The loop never runs here: a timer that is armed never fires. */
+static void timer_never(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    abort();
+}
+
+/* Every response type the provider unpacks, besides the two handled for real. */
 static void unpack_other(int kind, const uint8_t *m, size_t n)
 {
     ProtobufCMessage *v = NULL;
@@ -87,7 +93,7 @@ static void unpack_other(int kind, const uint8_t *m, size_t n)
     default: {
         /* AuthTokenGet's reply: the token and its JWT exp. */
         double refresh = 0;
-        free(auth_token_parse(m, n, &refresh, NULL));
+        free(modal_auth_token_parse(m, n, &refresh, NULL));
         break;
     }
     }
@@ -110,12 +116,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     m.p = fz_process(sb);
     m.ms = &ms;
     obuf_init(&m.stdin_q);
-    ev_init(&m.kill_timer, kill_timer_cb);
-    ev_init(&m.grace, grace_cb);
-    ev_init(&m.report_timer, report_cb);
-    ev_init(&m.retry_timer, wait_retry_cb);
+    ev_init(&m.kill_timer, timer_never);
+    ev_init(&m.grace, timer_never);
+    ev_init(&m.report_timer, timer_never);
+    ev_init(&m.retry_timer, timer_never);
     m.kill_timer.data = m.grace.data = m.report_timer.data = m.retry_timer.data = &m;
-    /* Two stand-ins for the output calls: out_msg only compares them. */
+    /* Two stand-ins for the output calls: modal_proc_out_msg only compares them. */
     static char call_tokens[2];
     m.out[0] = (struct grpc_call *)&call_tokens[0];
     m.out[1] = (struct grpc_call *)&call_tokens[1];
@@ -133,7 +139,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         switch (kind % 4) {
         case 0:
         case 1:
-            out_msg(m.out[kind % 2], msg, len, &m);
+            modal_proc_out_msg(m.out[kind % 2], msg, len, &m);
             break;
         case 2:
             if (m.router) {
@@ -150,7 +156,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 if (done && !m.have_exit) {
                     struct grpc_status st = {
                         .code = GRPC_OK, .message = "", .method = "w"};
-                    wait_done(NULL, &st, msg, len, &m);
+                    modal_proc_wait_done(NULL, &st, msg, len, &m);
                 }
                 break;
             }
@@ -164,7 +170,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 if (completed && !m.have_exit) {
                     struct grpc_status st = {
                         .code = GRPC_OK, .message = "", .method = "w"};
-                    wait_done(NULL, &st, msg, len, &m);
+                    modal_proc_wait_done(NULL, &st, msg, len, &m);
                 }
                 break;
             }

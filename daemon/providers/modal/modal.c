@@ -897,8 +897,8 @@ double modal_jwt_exp(const char *tok)
 
 /* AuthTokenGet's reply: the token, refreshed 5 min before its exp (or half
  * way through a shorter life). */
-static char *auth_token_parse(const uint8_t *msg, size_t len, double *refresh_in_s,
-                              void *privdata)
+char *modal_auth_token_parse(const uint8_t *msg, size_t len, double *refresh_in_s,
+                             void *privdata)
 {
     Modal__Client__AuthTokenGetResponse *r =
         modal__client__auth_token_get_response__unpack(NULL, len, msg);
@@ -1026,7 +1026,7 @@ static int m_load(json_t *conf, void **cookie, sbx_err_t *err)
         log_warn("modal: exec_transport %s is neither auto nor container_exec; auto", et);
     grpc_chan_set_throttle(&mp->ch, mp->retry_budget_s);
     grpc_chan_set_headers(&mp->ch, auth_headers, mp);
-    grpc_chan_set_token(&mp->ch, "AuthTokenGet", auth_token_parse, mp);
+    grpc_chan_set_token(&mp->ch, "AuthTokenGet", modal_auth_token_parse, mp);
     const char *cp = getenv("SBXD_MODAL_CURL_PAUSE");
     mp->curl_pause = cp ? atoi(cp) != 0 : 1;
     mp->ready = 1;

@@ -12,7 +12,8 @@
  *   modal_fs.c    fs.* through the filesystem tool; modal_fsmv.c fs.rename's
  *                 helper, modal_fswatch.c fs.watch (the tool's Watch)
  *   modal_snap.c  snapshot ttls; modal_stdin.c stdin of re-adopted processes
- * Not a public header: only these files include it.
+ * Not a public header: only these files include it, and the fuzzers
+ * (tests/fuzz/fuzz_modal*.c), which reach the handlers below without a call.
  */
 #ifndef SBXD_MODAL_INT_H
 #define SBXD_MODAL_INT_H
@@ -490,5 +491,21 @@ int modal_proc_close_stdin(void *cookie, struct process *p, sbx_err_t *err);
 int modal_proc_kill(void *cookie, struct process *p, int sig, sbx_err_t *err);
 void modal_proc_resume(void *cookie, struct process *p);
 void modal_proc_release(void *cookie, struct process *p);
+
+/* ---- reached by the fuzzer (tests/fuzz/fuzz_modal.c) ------------------------------ */
+/* Non-static so that the fuzzer can hand them Modal's replies without a call. */
+
+/* modal.c: AuthTokenGet's reply (the channel's token hook): the token (caller
+ * frees), refreshed 5 min before its JWT exp. */
+char *modal_auth_token_parse(const uint8_t *msg, size_t len, double *refresh_in_s,
+                             void *privdata);
+/* modal_proc.c: one message of m's output stream c (privdata = m): a
+ * RuntimeOutputBatch, or TaskExecStdioRead bytes on the router. */
+void modal_proc_out_msg(struct grpc_call *c, const uint8_t *msg, size_t len,
+                        void *privdata);
+/* modal_proc.c: ContainerExecWait's (or the router's TaskExecWait) reply for
+ * m (privdata): the exit, or a wait again. */
+void modal_proc_wait_done(struct grpc_call *c, const struct grpc_status *st,
+                          const uint8_t *msg, size_t len, void *privdata);
 
 #endif

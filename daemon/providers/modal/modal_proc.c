@@ -360,7 +360,8 @@ static void router_out_msg(struct mproc *m, struct grpc_call *c, int fd,
     out_backpressure(m, c, fd);
 }
 
-static void out_msg(struct grpc_call *c, const uint8_t *msg, size_t len, void *privdata)
+void modal_proc_out_msg(struct grpc_call *c, const uint8_t *msg, size_t len,
+                        void *privdata)
 {
     struct mproc *m = privdata;
     int fd = m->out[0] == c ? 1 : 2;
@@ -510,9 +511,9 @@ static void out_open(struct mproc *m, int fd)
         m->reopen[fd - 1] = 0;
         m->out_got[fd - 1] = 0;
         m->out_t0[fd - 1] = ev_now(D->loop);
-        m->out[fd - 1] =
-            modal_router_stream(m->ms, "TaskExecStdioRead", &rq.base,
-                                POLL_S + POLL_SLACK_S, out_msg, out_done_cb, m);
+        m->out[fd - 1] = modal_router_stream(m->ms, "TaskExecStdioRead", &rq.base,
+                                             POLL_S + POLL_SLACK_S, modal_proc_out_msg,
+                                             out_done_cb, m);
         return;
     }
     Modal__Client__ContainerExecGetOutputRequest req =
@@ -529,8 +530,9 @@ static void out_open(struct mproc *m, int fd)
     m->reopen[fd - 1] = 0;
     m->out_got[fd - 1] = 0;
     m->out_t0[fd - 1] = ev_now(D->loop);
-    m->out[fd - 1] = grpc_stream(&m->ms->mp->ch, "ContainerExecGetOutput", &req.base,
-                                 POLL_S + POLL_SLACK_S, out_msg, out_done_cb, m);
+    m->out[fd - 1] =
+        grpc_stream(&m->ms->mp->ch, "ContainerExecGetOutput", &req.base,
+                    POLL_S + POLL_SLACK_S, modal_proc_out_msg, out_done_cb, m);
 }
 
 static void wait_open(struct mproc *m);
@@ -542,8 +544,8 @@ static void wait_retry_cb(struct ev_loop *loop, ev_timer *w, int revents)
         wait_open(m);
 }
 
-static void wait_done(struct grpc_call *c, const struct grpc_status *st,
-                      const uint8_t *msg, size_t len, void *privdata)
+void modal_proc_wait_done(struct grpc_call *c, const struct grpc_status *st,
+                          const uint8_t *msg, size_t len, void *privdata)
 {
     struct mproc *m = privdata;
     m->wait_call = NULL;
@@ -652,7 +654,7 @@ static void wait_open(struct mproc *m)
         rq.task_id = m->rexec_task;
         rq.exec_id = m->exec_id;
         m->wait_call = modal_router_unary(m->ms, "TaskExecWait", &rq.base,
-                                          UNARY_TIMEOUT_S, wait_done, m);
+                                          UNARY_TIMEOUT_S, modal_proc_wait_done, m);
         return;
     }
     Modal__Client__ContainerExecWaitRequest req =
@@ -660,7 +662,7 @@ static void wait_open(struct mproc *m)
     req.exec_id = m->exec_id;
     req.timeout = (float)POLL_S;
     m->wait_call = grpc_unary(&m->ms->mp->ch, "ContainerExecWait", &req.base,
-                              POLL_S + POLL_SLACK_S, wait_done, m);
+                              POLL_S + POLL_SLACK_S, modal_proc_wait_done, m);
 }
 
 static void stdin_done(struct grpc_call *c, const struct grpc_status *st,
