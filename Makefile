@@ -163,9 +163,6 @@ FUZZ_SAN = -fsanitize=address,undefined -fno-sanitize-recover=all
 FUZZ_SECONDS ?= 60
 FUZZ_SRC = $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_BIN = $(patsubst tests/fuzz/%.c,$(B)/fuzz/%,$(FUZZ_SRC))
-# A harness that #includes a daemon file (to reach its static parsers) links
-# without that file's object.
-FUZZ_OMIT_fuzz_modal_ws = $(B)/obj/daemon/providers/modal/modal_ws.o
 # fuzz_agent_init: every agent file but main.c (startup); the agent's calls to
 # proc_spawn, fs_frame and alog go to the harness's __wrap_ versions.
 FUZZ_AGENT_SRC = $(filter-out agent/main.c,$(AGENT_SRC)) proto/sbx_chan.c
@@ -192,7 +189,7 @@ $(B)/fuzz/fuzz_agent_tar: tests/fuzz/fuzz_agent_tar.c agent/tar.c agent/tar.h
 $(B)/fuzz/%: tests/fuzz/%.c tests/fuzz/fuzz_daemon.h $(DAEMON_LIB_OBJ) $(B)/libsbx.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -fsanitize=fuzzer -Itests/fuzz -Idaemon/providers/docker -Idaemon/providers/modal -o $@ $< \
-		$(filter-out $(FUZZ_OMIT_$*),$(DAEMON_LIB_OBJ)) $(B)/libsbx.a $(LDLIBS_D)
+		$(DAEMON_LIB_OBJ) $(B)/libsbx.a $(LDLIBS_D)
 
 -include $(shell find $(B) -name '*.d' 2>/dev/null)
 

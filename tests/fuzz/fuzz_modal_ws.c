@@ -1,19 +1,19 @@
 /*
  * fuzz_modal_ws.c - what modal_ws.c reads from Modal and from clients, on
- * hostile bytes: SandboxGetTunnels replies through tunnels_done (matching
- * TunnelData to the declared ports, their strings kept), and
- * SandboxGetResourceUsage replies through stats_done (the rates between two
- * samples: no underflow, no division by a zero window), and an
+ * hostile bytes: SandboxGetTunnels replies through modal_ws_tunnels_done
+ * (matching TunnelData to the declared ports, their strings kept), and
+ * SandboxGetResourceUsage replies through modal_ws_stats_done (the rates
+ * between two samples: no underflow, no division by a zero window), and an
  * options.egress entry through the checks a create makes (CIDR, domain,
- * ceiling, private ranges). modal_ws.c is included to reach these static
- * handlers; no call is ever sent.
+ * ceiling, private ranges). The handlers and modal_ws.c's records come
+ * from its internal header (modal_ws_int.h); no call is ever sent.
  *
  * Input: records [kind][u16 len][bytes]; kind % 3: 0 tunnels, 1 stats,
  * 2 an egress entry (the bytes as a string).
  */
 #include "fuzz_daemon.h"
-
-#include "../../daemon/providers/modal/modal_ws.c"
+#include "modal_ws_int.h"
+#include "xalloc.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -34,7 +34,7 @@ static void one_stat(struct msb *ms, const uint8_t *m, size_t n)
     s->next = ms->ws->stats;
     ms->ws->stats = s;
     struct grpc_status st = {.code = GRPC_OK, .message = "", .method = "u"};
-    stats_done(NULL, &st, m, n, s);
+    modal_ws_stats_done(NULL, &st, m, n, s);
 }
 
 static void one_entry(struct mprov *mp, const uint8_t *m, size_t n)
@@ -46,7 +46,7 @@ static void one_entry(struct mprov *mp, const uint8_t *m, size_t n)
     if (opts && modal_ws_new(mp, opts, &w, &err) < 0 && !err.msg)
         abort(); /* every refusal says why */
     err_clear(&err);
-    ws_free(w);
+    modal_ws_release(w);
     json_decref(opts);
     free(e);
 }
@@ -83,7 +83,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (kind % 3 == 0) {
             ms.ws->tcall = (struct grpc_call *)&st;         /* a stand-in: only cleared */
             modal_set_str(&ms.ws->fetching, ms.sandbox_id); /* no second fetch */
-            tunnels_done(NULL, &st, msg, len, &ms);
+            modal_ws_tunnels_done(NULL, &st, msg, len, &ms);
             json_t *md = json_object();
             modal_ws_metadata(&ms, md);
             json_decref(md);
@@ -94,7 +94,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
     }
     ms.ws->tcall = NULL;
-    ws_free(ms.ws);
+    modal_ws_release(ms.ws);
     fz_daemon_reset();
     return 0;
 }

@@ -33,47 +33,13 @@
 
 #include "log.h"
 #include "modal_ws.h"
+#include "modal_ws_int.h"
 #include "terminal.h"
 #include "xalloc.h"
 
 #define MAX_EGRESS 100       /* Modal's cap on domain lists */
 #define DEFAULT_MAX_PORTS 16 /* providers.modal.expose_max_ports */
 #define TUNNELS_WAIT_S 50.0  /* SandboxGetTunnels.timeout, the SDK's default */
-
-struct mws_port {
-    int port, unencrypted, exposed;
-    char *host, *uhost; /* NULL until SandboxGetTunnels said */
-    int host_port, uport;
-};
-
-struct mws_stat;
-
-struct mws {
-    struct mws_port *ports;
-    size_t nports;
-    Modal__Client__PortSpec *specs, **specp;
-    int net; /* 0: no egress option (OPEN, as before) */
-    char **cidrs, **domains;
-    size_t ncidrs, ndomains;
-    json_t *allow;       /* the request's list, for sandbox.get */
-    char *tunnels_of;    /* the Modal sandbox id the tunnel data is of */
-    char *fetching;      /* the Modal sandbox id tcall asks about */
-    char *tunnels_error; /* why they are not known */
-    struct grpc_call *tcall;
-    json_t *start_result; /* a start waiting for its tunnels (owned) */
-    int start_waits;
-    struct mws_stat *stats;
-    double last_t;
-    uint64_t last_cpu, last_mem;
-};
-
-struct mws_stat {
-    struct mws_stat *next;
-    struct msb *ms;
-    struct grpc_call *call;
-    void (*done)(void *data, json_t *stats, sbx_err_t *err);
-    void *data;
-};
 
 static double wall_now(void)
 {
@@ -331,7 +297,7 @@ static int parse_egress(struct mprov *mp, json_t *req, struct mws *w, sbx_err_t 
     return 0;
 }
 
-static void ws_free(struct mws *w)
+void modal_ws_release(struct mws *w)
 {
     if (!w)
         return;
@@ -369,7 +335,7 @@ int modal_ws_new(struct mprov *mp, json_t *opts, struct mws **out, sbx_err_t *er
     struct mws *w = xcalloc(1, sizeof(*w));
     if ((ports && parse_ports(mp, ports, w, err) < 0) ||
         (egress && parse_egress(mp, egress, w, err) < 0)) {
-        ws_free(w);
+        modal_ws_release(w);
         return -1;
     }
     *out = w;
@@ -420,8 +386,8 @@ static void start_finish(struct msb *ms)
 
 static void tunnels_fetch(struct msb *ms);
 
-static void tunnels_done(struct grpc_call *c, const struct grpc_status *st,
-                         const uint8_t *msg, size_t len, void *privdata)
+void modal_ws_tunnels_done(struct grpc_call *c, const struct grpc_status *st,
+                           const uint8_t *msg, size_t len, void *privdata)
 {
     (void)c;
     struct msb *ms = privdata;
@@ -483,7 +449,7 @@ static void tunnels_fetch(struct msb *ms)
     req.timeout = (float)TUNNELS_WAIT_S;
     modal_set_str(&w->fetching, ms->sandbox_id);
     w->tcall = grpc_unary(&ms->mp->ch, modal_rpc(ms, "SandboxGetTunnels"), &req.base,
-                          TUNNELS_WAIT_S + POLL_SLACK_S, tunnels_done, ms);
+                          TUNNELS_WAIT_S + POLL_SLACK_S, modal_ws_tunnels_done, ms);
 }
 
 int modal_ws_start_done(struct msb *ms, json_t *result)
@@ -660,8 +626,8 @@ static json_t *stats_json(struct msb *ms,
         "gpu_type", gpu ? r->gpu_type : NULL);
 }
 
-static void stats_done(struct grpc_call *c, const struct grpc_status *st,
-                       const uint8_t *msg, size_t len, void *privdata)
+void modal_ws_stats_done(struct grpc_call *c, const struct grpc_status *st,
+                         const uint8_t *msg, size_t len, void *privdata)
 {
     (void)c;
     struct mws_stat *s = privdata;
@@ -707,7 +673,7 @@ int modal_ws_stats(void *cookie, struct sandbox *sb, int with_size,
         MODAL__CLIENT__SANDBOX_GET_RESOURCE_USAGE_REQUEST__INIT;
     req.sandbox_id = ms->sandbox_id;
     s->call = grpc_unary(&ms->mp->ch, "SandboxGetResourceUsage", &req.base,
-                         UNARY_TIMEOUT_S, stats_done, s);
+                         UNARY_TIMEOUT_S, modal_ws_stats_done, s);
     return 0;
 }
 
@@ -773,6 +739,6 @@ void modal_ws_free(struct msb *ms)
         err_clear(&err);
         free(s);
     }
-    ws_free(w);
+    modal_ws_release(w);
     ms->ws = NULL;
 }
