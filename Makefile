@@ -142,14 +142,22 @@ $(B)/tests/%: tests/integration/%.c $(B)/libsbx.a tests/testhelp.h
 	$(CC) $(CFLAGS_ALL) $(SAN) -Itests -Iclient -o $@ $< $(B)/libsbx.a $(PKG_LIBS) -lev -lm
 $(B)/tests/%: tests/providers/%.c $(B)/libsbx.a tests/testhelp.h tests/itest.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) $(SAN) -Itests -Iclient -o $@ $< $(filter %/dk_kit.o,$^) $(B)/libsbx.a \
-		$(PKG_LIBS) -lev -lm
+	$(CC) $(CFLAGS_ALL) $(SAN) -Itests -Iclient -o $@ $< $(filter %/dk_kit.o %/dk_suite.o,$^) \
+		$(B)/libsbx.a $(PKG_LIBS) -lev -lm
 # The Docker provider tests' shared kit (tests/providers/dk_kit.h), linked into
 # each ptest_docker* binary.
 DK_KIT_OBJ = $(B)/obj/tests/providers/dk_kit.o
 $(DK_KIT_OBJ): CFLAGS_ALL += -Itests -Iclient
 $(DK_KIT_OBJ): tests/providers/dk_kit.h tests/itest.h
 $(filter $(B)/tests/ptest_docker%,$(PTEST_BIN)): $(DK_KIT_OBJ) tests/providers/dk_kit.h
+# The main Docker suite, one binary per feature (docker.sh runs them all),
+# shares its sbxd, config and calls (tests/providers/dk_suite.h).
+DK_SUITE_OBJ = $(B)/obj/tests/providers/dk_suite.o
+DK_SUITE_BIN = $(addprefix $(B)/tests/,ptest_docker ptest_docker_proc ptest_docker_policy \
+	ptest_docker_restart ptest_docker_stream ptest_docker_engine)
+$(DK_SUITE_OBJ): CFLAGS_ALL += -Itests -Iclient
+$(DK_SUITE_OBJ): tests/providers/dk_suite.h tests/providers/dk_kit.h tests/itest.h
+$(DK_SUITE_BIN): $(DK_SUITE_OBJ) tests/providers/dk_suite.h
 $(B)/bench/%: tests/bench/%.c $(B)/libsbx.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) $(SAN) -Itests -Iclient -o $@ $< $(B)/libsbx.a $(PKG_LIBS) -lev -lm
