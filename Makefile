@@ -142,7 +142,7 @@ $(B)/tests/%: tests/integration/%.c $(B)/libsbx.a tests/testhelp.h
 	$(CC) $(CFLAGS_ALL) $(SAN) -Itests -Iclient -o $@ $< $(B)/libsbx.a $(PKG_LIBS) -lev -lm
 $(B)/tests/%: tests/providers/%.c $(B)/libsbx.a tests/testhelp.h tests/itest.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) $(SAN) -Itests -Iclient -o $@ $< $(filter %/dk_kit.o %/dk_suite.o,$^) \
+	$(CC) $(CFLAGS_ALL) $(SAN) -Itests -Iclient -o $@ $< $(filter %/dk_kit.o %/dk_suite.o %/md_kit.o,$^) \
 		$(B)/libsbx.a $(PKG_LIBS) -lev -lm
 # The Docker provider tests' shared kit (tests/providers/dk_kit.h), linked into
 # each ptest_docker* binary.
@@ -158,6 +158,14 @@ DK_SUITE_BIN = $(addprefix $(B)/tests/,ptest_docker ptest_docker_proc ptest_dock
 $(DK_SUITE_OBJ): CFLAGS_ALL += -Itests -Iclient
 $(DK_SUITE_OBJ): tests/providers/dk_suite.h tests/providers/dk_kit.h tests/itest.h
 $(DK_SUITE_BIN): $(DK_SUITE_OBJ) tests/providers/dk_suite.h
+# The main Modal suite, one binary per feature (modal.sh runs them in turn),
+# shares the fake's control port and its calls (tests/providers/md_kit.h).
+MD_KIT_OBJ = $(B)/obj/tests/providers/md_kit.o
+MD_KIT_BIN = $(addprefix $(B)/tests/,ptest_modal ptest_modal_life ptest_modal_outage \
+	ptest_modal_restart)
+$(MD_KIT_OBJ): CFLAGS_ALL += -Itests -Iclient
+$(MD_KIT_OBJ): tests/providers/md_kit.h tests/itest.h
+$(MD_KIT_BIN): $(MD_KIT_OBJ) tests/providers/md_kit.h
 $(B)/bench/%: tests/bench/%.c $(B)/libsbx.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) $(SAN) -Itests -Iclient -o $@ $< $(B)/libsbx.a $(PKG_LIBS) -lev -lm

@@ -2,7 +2,8 @@
 # modal.sh BUILD_DIR TMPDIR - the Modal provider against the local fake Modal
 # control plane (tests/modal/fake/server.js):
 #   1. the official JS SDK's faithfulness test of the fake (run_sdk_test.sh)
-#   2. the C provider tests (ptest_modal) through a real sbxd, and fs.* (ptest_modal_fs),
+#   2. the C provider tests (ptest_modal and its parts _life, _outage, _restart)
+#      through a real sbxd, and fs.* (ptest_modal_fs),
 #      and fs.rename/fs.watch, snapshot ttl, stdin after a restart (ptest_modal_misc)
 #   3. `sbxctl run --provider modal -- echo hi`, and Ctrl-C on `sbxctl exec`
 # Everything started here is stopped on exit, even on failure. Prints
@@ -158,60 +159,51 @@ else
 fi
 
 # -- 2. the C provider tests ------------------------------------------------------------
-if [ -x "$B/tests/ptest_modal" ]; then
+# ptest NAME LOG ARGS...: runs build/tests/NAME ARGS (in the environment the
+# caller gives), shows its lines and adds its tally to ours.
+ptest() {
+    name=$1
+    log=$2
+    shift 2
+    if [ ! -x "$B/tests/$name" ]; then
+        fail "$B/tests/$name is not built"
+        return
+    fi
+    "$B/tests/$name" "$@" >"$log" 2>&1
+    st=$?
+    cat "$log"
+    out=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1)
+    if [ -n "$out" ]; then
+        p=${out%% passed*}
+        f=${out#*, }
+        f=${f%% failed*}
+        PASSED=$((PASSED + p))
+        FAILED=$((FAILED + f))
+        case "$out" in
+        *skipped*)
+            s=${out##*failed, }
+            SKIPPED=$((SKIPPED + ${s%% skipped*}))
+            ;;
+        esac
+        [ "$st" -ne 0 ] && [ "$f" -eq 0 ] && fail "$name exited $st"
+    else
+        fail "$name printed no result (exit $st)"
+    fi
+}
+# The main suite, one binary per feature (tests/providers/md_kit.h), in the
+# order its checks always ran, on the same sbxd and fake.
+for part in ptest_modal ptest_modal_life ptest_modal_outage ptest_modal_restart; do
+    log="$T/$part.log"
+    [ "$part" = ptest_modal ] && log="$T/ptest.log"
     PTEST_SBXD_CMD="exec $VG $B/sbxd -c $T/main.yaml --log-level debug" \
         PTEST_TMP="$T" PTEST_FAKE_STATE="$T/fake-state" \
         PTEST_NOCRED_SOCK="$T/nocred.sock" PTEST_BADCRED_SOCK="$T/badcred.sock" \
         PTEST_DOWN_SOCK="$T/down.sock" PTEST_SHORT_SOCK="$T/short.sock" \
-        "$B/tests/ptest_modal" "$T/main.sock" "$CPORT" >"$T/ptest.log" 2>&1
-    st=$?
-    cat "$T/ptest.log"
-    out=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$T/ptest.log" | tail -n 1)
-    if [ -n "$out" ]; then
-        p=${out%% passed*}
-        f=${out#*, }
-        f=${f%% failed*}
-        PASSED=$((PASSED + p))
-        FAILED=$((FAILED + f))
-        case "$out" in
-        *skipped*)
-            s=${out##*failed, }
-            SKIPPED=$((SKIPPED + ${s%% skipped*}))
-            ;;
-        esac
-        [ "$st" -ne 0 ] && [ "$f" -eq 0 ] && fail "ptest_modal exited $st"
-    else
-        fail "ptest_modal printed no result (exit $st)"
-    fi
-else
-    fail "$B/tests/ptest_modal is not built"
-fi
+        ptest "$part" "$log" "$T/main.sock" "$CPORT"
+done
 
 # -- 2b. files (fs.*) through modal-sandbox-fs-tools on the router ---------------------
-if [ -x "$B/tests/ptest_modal_fs" ]; then
-    "$B/tests/ptest_modal_fs" "$T/main.sock" "$CPORT" >"$T/ptest_fs.log" 2>&1
-    st=$?
-    cat "$T/ptest_fs.log"
-    out=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$T/ptest_fs.log" | tail -n 1)
-    if [ -n "$out" ]; then
-        p=${out%% passed*}
-        f=${out#*, }
-        f=${f%% failed*}
-        PASSED=$((PASSED + p))
-        FAILED=$((FAILED + f))
-        case "$out" in
-        *skipped*)
-            s=${out##*failed, }
-            SKIPPED=$((SKIPPED + ${s%% skipped*}))
-            ;;
-        esac
-        [ "$st" -ne 0 ] && [ "$f" -eq 0 ] && fail "ptest_modal_fs exited $st"
-    else
-        fail "ptest_modal_fs printed no result (exit $st)"
-    fi
-else
-    fail "$B/tests/ptest_modal_fs is not built"
-fi
+ptest ptest_modal_fs "$T/ptest_fs.log" "$T/main.sock" "$CPORT"
 
 # -- 2c. fs.rename, fs.watch, snapshot ttl, stdin after a restart (ptest_modal_misc) -------
 # Its own sbxd: a small event queue and watch count (to reach them), and a
@@ -235,30 +227,11 @@ fi
     echo '    snapshot_ttl_s: 600'
     echo '    snapshot_ttl_max_s: 3600'
 } >"$T/misc.yaml"
-if [ -x "$B/tests/ptest_modal_misc" ] && start_sbxd misc; then
+if start_sbxd misc; then
     PTEST_SBXD_CMD="exec $VG $B/sbxd -c $T/misc.yaml --log-level debug" PTEST_TMP="$T" \
-        "$B/tests/ptest_modal_misc" "$T/misc.sock" "$CPORT" >"$T/ptest_misc.log" 2>&1
-    st=$?
-    cat "$T/ptest_misc.log"
-    out=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$T/ptest_misc.log" | tail -n 1)
-    if [ -n "$out" ]; then
-        p=${out%% passed*}
-        f=${out#*, }
-        f=${f%% failed*}
-        PASSED=$((PASSED + p))
-        FAILED=$((FAILED + f))
-        case "$out" in
-        *skipped*)
-            s=${out##*failed, }
-            SKIPPED=$((SKIPPED + ${s%% skipped*}))
-            ;;
-        esac
-        [ "$st" -ne 0 ] && [ "$f" -eq 0 ] && fail "ptest_modal_misc exited $st"
-    else
-        fail "ptest_modal_misc printed no result (exit $st)"
-    fi
+        ptest ptest_modal_misc "$T/ptest_misc.log" "$T/misc.sock" "$CPORT"
 else
-    fail "ptest_modal_misc is not built or its sbxd did not start"
+    fail "ptest_modal_misc: its sbxd did not start"
 fi
 
 # -- 2d. terminals, tunnels, egress and stats (issue 18) ----------------------------------
