@@ -127,8 +127,8 @@ $(B)/tests/test_mcp_stdio: tests/unit/test_mcp_stdio.c $(MCP_UNIT_OBJ) tests/tes
 	$(CC) $(CFLAGS_ALL) $(SAN) -Itests -Iclient -o $@ $< $(MCP_UNIT_OBJ) $(PKG_LIBS) -lev -lm
 $(B)/tests/%: tests/unit/%.c $(DAEMON_LIB_OBJ) $(WORKER_OBJ) $(B)/libsbx.a tests/testhelp.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) $(SAN) -Itests -o $@ $< $(filter %/fakeprov.o,$^) $(DAEMON_LIB_OBJ) \
-		$(WORKER_OBJ) $(B)/libsbx.a $(LDLIBS_D)
+	$(CC) $(CFLAGS_ALL) $(SAN) -Itests -o $@ $< $(filter %/fakeprov.o %/agent_kit.o,$^) \
+		$(DAEMON_LIB_OBJ) $(WORKER_OBJ) $(B)/libsbx.a $(LDLIBS_D)
 # unit22 (issue 22): the fake-provider kit (tests/unit/fakeprov.h), linked
 # into the unit tests that drive the core or rpc/ through it.
 FAKEPROV_OBJ = $(B)/obj/tests/unit/fakeprov.o
@@ -137,6 +137,10 @@ FAKEPROV_TESTS = test_chan test_docker_hijack test_rpc test_session test_sandbox
 $(FAKEPROV_OBJ): CFLAGS_ALL += -Itests
 $(FAKEPROV_OBJ): tests/unit/fakeprov.h
 $(patsubst %,$(B)/tests/%,$(FAKEPROV_TESTS)): $(FAKEPROV_OBJ) tests/unit/fakeprov.h
+# The sbx-init tests (test_agent.c, test_agent_init.c) share tests/unit/agent_kit.h.
+AGENT_KIT_OBJ = $(B)/obj/tests/unit/agent_kit.o
+$(AGENT_KIT_OBJ): tests/unit/agent_kit.h
+$(B)/tests/test_agent $(B)/tests/test_agent_init: $(AGENT_KIT_OBJ) tests/unit/agent_kit.h
 $(B)/tests/%: tests/integration/%.c $(B)/libsbx.a tests/testhelp.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) $(SAN) -Itests -Iclient -o $@ $< $(B)/libsbx.a $(PKG_LIBS) -lev -lm
