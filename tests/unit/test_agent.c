@@ -318,7 +318,7 @@ static void test_credit(struct agent *a)
     run_free(&run);
 }
 
-static void test_ping_replay_forget(struct agent *a)
+static void ping_hello(struct agent *a)
 {
     struct frame f;
     send_str(a, SBX_CHAN_SPAWN, 50, "{\"argv\":[\"cat\"]}");
@@ -355,7 +355,14 @@ static void test_ping_replay_forget(struct agent *a)
     send_frame(a, SBX_CHAN_STDIN_EOF, 50, NULL, 0);
     collect(a, 50, &run, true, 3000);
     run_free(&run);
+}
 
+static void replay_exited(struct agent *a)
+{
+    struct frame f;
+    struct run run;
+    int r;
+    json_t *j;
     /* REPLAY of an exited process: marker, the bytes again, EXIT again. */
     send_str(a, SBX_CHAN_REPLAY, 1, "{\"stdout\":0,\"stderr\":0}");
     r = expect(a, SBX_CHAN_REPLAY, 1, &f, 3000);
@@ -380,7 +387,14 @@ static void test_ping_replay_forget(struct agent *a)
                   memcmp(run.out.data, "i\n", 2) == 0);
     json_decref(j);
     run_free(&run);
+}
 
+static void replay_ring(struct agent *a)
+{
+    struct frame f;
+    struct run run;
+    int r;
+    json_t *j;
     /* More output than the ring keeps: replay starts at the oldest byte held. */
     spawn_run(a, 51, "{\"shell\":\"seq 1 500000\"}", &run, 20000);
     size_t total = run.out.len;
@@ -400,7 +414,15 @@ static void test_ping_replay_forget(struct agent *a)
                   memcmp(run.out.data, first.data + start, run.out.len) == 0 && run.exit);
     run_free(&run);
     dbuf_free(&first);
+}
 
+static void forget(struct agent *a)
+{
+    struct frame f;
+    int r;
+    json_t *j;
+    size_t k;
+    json_t *e;
     /* FORGET drops the record. */
     send_frame(a, SBX_CHAN_FORGET, 1, NULL, 0);
     send_frame(a, SBX_CHAN_PING, 0, NULL, 0);
@@ -423,7 +445,15 @@ static void test_ping_replay_forget(struct agent *a)
     test_cond("a frame for a forgotten proc only costs a LOG", a->logs == logs + 1);
 }
 
-static void test_malformed(struct agent *a)
+static void test_ping_replay_forget(struct agent *a)
+{
+    ping_hello(a);
+    replay_exited(a);
+    replay_ring(a);
+    forget(a);
+}
+
+static void malformed_spawn(struct agent *a)
 {
     static const char *const bad[] = {
         "{\"argv\":",                           /* truncated */
@@ -466,7 +496,10 @@ static void test_malformed(struct agent *a)
         run_free(&run);
     }
     test_cond("every bad SPAWN payload gets EXIT 126 with an error", rejected == nbad);
+}
 
+static void malformed_nesting(struct agent *a)
+{
     /* Deep nesting is capped. */
     struct dbuf deep = {0};
     dbuf_add(&deep, "{\"argv\":[\"true\"],\"x\":", 21);
@@ -489,7 +522,10 @@ static void test_malformed(struct agent *a)
     test_cond("valid JSON with every value type and unknown keys is accepted",
               run.exit && jint(run.exit, "exit_code") == 0 && run.started);
     run_free(&run);
+}
 
+static void malformed_frames(struct agent *a)
+{
     int logs = a->logs;
     send_frame(a, SBX_CHAN_KILL, 141, "\0\0", 2);
     send_frame(a, 0x77, 0, "zz", 2);
@@ -530,7 +566,14 @@ static void test_malformed(struct agent *a)
     test_cond("... and the process can still be killed",
               kr.exit && jint(kr.exit, "signal") == SIGKILL);
     run_free(&kr);
+}
 
+static void malformed_header(struct agent *a)
+{
+    struct frame f;
+    int r;
+    json_t *j;
+    struct run run;
     /* A broken header: ERROR, input dropped until a PING. */
     static const uint8_t broken[SBX_CHAN_HDR] = {
         SBX_CHAN_SPAWN, 1, 0, 0, 0, 0, 0, 9, 0, 0, 0, 2};
@@ -561,7 +604,12 @@ static void test_malformed(struct agent *a)
     test_cond("... and the channel works again",
               run.out.data && strcmp((char *)run.out.data, "back\n") == 0);
     run_free(&run);
+}
 
+static void malformed_length(struct agent *a)
+{
+    struct frame f;
+    int r;
     /* Too long a length is a broken header too. */
     static const uint8_t huge[SBX_CHAN_HDR] = {SBX_CHAN_STDIN, 0, 0, 0, 0, 0, 0, 1,
                                                0x10,           0, 0, 1};
@@ -571,6 +619,15 @@ static void test_malformed(struct agent *a)
     r = expect(a, SBX_CHAN_PONG, 0, &f, 3000);
     test_cond("length over 1 MiB: ERROR, then PING resyncs",
               r == 1 && a->errors == errors + 1);
+}
+
+static void test_malformed(struct agent *a)
+{
+    malformed_spawn(a);
+    malformed_nesting(a);
+    malformed_frames(a);
+    malformed_header(a);
+    malformed_length(a);
 }
 
 static void test_reaping(struct agent *a)

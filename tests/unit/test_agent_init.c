@@ -257,6 +257,25 @@ static bool quiet(struct agent *a, int ms)
     return recv_frame(a, &f, ms) == 0;
 }
 
+static void direct_daemon_gone(struct agent *a)
+{
+    char path[300];
+    struct run run;
+    int fd;
+    /* the daemon goes away: stdout is the channel again */
+    ask_direct(a, path, sizeof(path));
+    fd = open_direct(path, a);
+    test_cond("direct: a second key opens the socket again", fd >= 0);
+    if (fd >= 0)
+        close(fd);
+    sleep_ms(100);
+    spawn_run(a, 2, "{\"shell\":\"echo back on stdout\"}", &run, 5000);
+    test_cond("direct: the socket closed by the daemon: frames on stdout again",
+              run.exit && run.out.len == 15 &&
+                  memcmp(run.out.data, "back on stdout\n", 15) == 0);
+    run_free(&run);
+}
+
 static void test_direct(void)
 {
     char rundir[300], path[300];
@@ -325,18 +344,7 @@ static void test_direct(void)
     dbuf_free(&d.rx);
     close(fd);
 
-    /* the daemon goes away: stdout is the channel again */
-    ask_direct(&a, path, sizeof(path));
-    fd = open_direct(path, &a);
-    test_cond("direct: a second key opens the socket again", fd >= 0);
-    if (fd >= 0)
-        close(fd);
-    sleep_ms(100);
-    spawn_run(&a, 2, "{\"shell\":\"echo back on stdout\"}", &run, 5000);
-    test_cond("direct: the socket closed by the daemon: frames on stdout again",
-              run.exit && run.out.len == 15 &&
-                  memcmp(run.out.data, "back on stdout\n", 15) == 0);
-    run_free(&run);
+    direct_daemon_gone(&a);
     agent_close(&a);
 }
 
