@@ -70,39 +70,9 @@ static void test_info(conn *c)
     json_decref(r);
 }
 
-static void test_options(conn *c)
+/* What the engine shows of the container options_every made with every option. */
+static void options_inspected(json_t *in)
 {
-    char vol[600];
-    snprintf(vol, sizeof(vol), "%s/vol", tmpdir);
-    mkdir(vol, 0755);
-    char f[700];
-    snprintf(f, sizeof(f), "%s/host.txt", vol);
-    FILE *fp = fopen(f, "w");
-    fputs("from the host\n", fp);
-    fclose(fp);
-    char bind[700];
-    snprintf(bind, sizeof(bind), "%s:/data:ro", vol);
-    json_t *opts = json_pack(
-        "{s:s, s:s, s:i, s:i, s:i, s:i, s:b, s:[s], s:[s,s], s:[s], s:{s:{s:i, s:i}}, "
-        "s:{s:s}, s:s, s:s, s:{s:s}, s:{s:s}, s:[s], s:s, s:b, s:s}",
-        "memory", "200m", "memory_swap", "300m", "cpu_shares", 512, "cpu_quota", 50000,
-        "cpu_period", 100000, "pids_limit", 64, "readonly_rootfs", 1, "cap_drop", "ALL",
-        "cap_add", "CHOWN", "KILL", "security_opt", "no-new-privileges", "ulimits",
-        "nofile", "soft", 100, "hard", 200, "tmpfs", "/scratch", "rw,size=8m",
-        "working_dir", "/work/dir", "user", "0:0", "labels", "test.label", "yes", "env",
-        "OPT_ENV", "from-options", "volumes", bind, "network", "none", "privileged", 0,
-        "name", "my sandbox!");
-    json_t *r =
-        create(c, "opts1",
-               json_pack("{s:o, s:{s:s}}", "options", opts, "env", "TOP_ENV", "top"));
-    test_cond("options: create with every option",
-              res_of(r) && strcmp(res_str(r, "status"), "running") == 0);
-    if (!res_of(r)) {
-        char *s = json_dumps(r, 0);
-        printf("      %.800s\n", s);
-        free(s);
-    }
-    json_t *in = dk_inspect(cid_of(r));
     json_t *hc = json_object_get(in, "HostConfig"), *cf = json_object_get(in, "Config");
     test_cond("options: memory 200m -> HostConfig.Memory",
               json_integer_value(json_object_get(hc, "Memory")) == 200 * 1024 * 1024);
@@ -157,6 +127,42 @@ static void test_options(conn *c)
               json_is_true(json_object_get(cf, "OpenStdin")) &&
                   json_is_false(json_object_get(cf, "StdinOnce")) &&
                   json_is_false(json_object_get(cf, "Tty")));
+}
+
+static void options_every(conn *c)
+{
+    char vol[600];
+    snprintf(vol, sizeof(vol), "%s/vol", tmpdir);
+    mkdir(vol, 0755);
+    char f[700];
+    snprintf(f, sizeof(f), "%s/host.txt", vol);
+    FILE *fp = fopen(f, "w");
+    fputs("from the host\n", fp);
+    fclose(fp);
+    char bind[700];
+    snprintf(bind, sizeof(bind), "%s:/data:ro", vol);
+    json_t *opts = json_pack(
+        "{s:s, s:s, s:i, s:i, s:i, s:i, s:b, s:[s], s:[s,s], s:[s], s:{s:{s:i, s:i}}, "
+        "s:{s:s}, s:s, s:s, s:{s:s}, s:{s:s}, s:[s], s:s, s:b, s:s}",
+        "memory", "200m", "memory_swap", "300m", "cpu_shares", 512, "cpu_quota", 50000,
+        "cpu_period", 100000, "pids_limit", 64, "readonly_rootfs", 1, "cap_drop", "ALL",
+        "cap_add", "CHOWN", "KILL", "security_opt", "no-new-privileges", "ulimits",
+        "nofile", "soft", 100, "hard", 200, "tmpfs", "/scratch", "rw,size=8m",
+        "working_dir", "/work/dir", "user", "0:0", "labels", "test.label", "yes", "env",
+        "OPT_ENV", "from-options", "volumes", bind, "network", "none", "privileged", 0,
+        "name", "my sandbox!");
+    json_t *r =
+        create(c, "opts1",
+               json_pack("{s:o, s:{s:s}}", "options", opts, "env", "TOP_ENV", "top"));
+    test_cond("options: create with every option",
+              res_of(r) && strcmp(res_str(r, "status"), "running") == 0);
+    if (!res_of(r)) {
+        char *s = json_dumps(r, 0);
+        printf("      %.800s\n", s);
+        free(s);
+    }
+    json_t *in = dk_inspect(cid_of(r));
+    options_inspected(in);
     json_decref(in);
     test_cond("options: env, volume, cwd, ulimit and read-only root inside",
               exec_ok(c, "opts1",
@@ -165,7 +171,11 @@ static void test_options(conn *c)
                       "from-options top\nfrom the host\n/work/dir\n100\nro\ntmpfs\n"));
     json_decref(r);
     destroy(c, "opts1");
+}
 
+static void options_privileged(conn *c)
+{
+    json_t *r, *in;
     /* privileged true maps too (root may loosen); some engines (in VMs
      * without every capability) cannot start privileged containers: then
      * the engine's own message must come back. */
@@ -182,7 +192,11 @@ static void test_options(conn *c)
     json_decref(in);
     json_decref(r);
     destroy(c, "priv1");
+}
 
+static void options_defaults(conn *c)
+{
+    json_t *r, *in, *hc;
     /* config defaults apply when the request says nothing */
     r = create(c, "dflt1", NULL);
     in = dk_inspect(cid_of(r));
@@ -201,7 +215,11 @@ static void test_options(conn *c)
     json_decref(in);
     json_decref(r);
     destroy(c, "dflt1");
+}
 
+static void options_command(conn *c)
+{
+    json_t *r, *in;
     /* options.command: the sandbox's main process, a child of the agent */
     r = create(c, "cmd1",
                json_pack("{s:{s:[s,s]}}", "options", "command", "sleep", "100042"));
@@ -217,7 +235,11 @@ static void test_options(conn *c)
     json_decref(in);
     json_decref(r);
     destroy(c, "cmd1");
+}
 
+static void options_refused(conn *c)
+{
+    json_t *r;
     r = create(c, "bad1",
                json_pack("{s:{s:s}}", "options", "volumes", "/nonexistent/sbx:/x"));
     test_cond("options: a missing host path is a clear error (-32602)",
@@ -244,6 +266,15 @@ static void test_options(conn *c)
     }
     test_cond("a failed create leaves no sandbox", !leaked);
     json_decref(l);
+}
+
+static void test_options(conn *c)
+{
+    options_every(c);
+    options_privileged(c);
+    options_defaults(c);
+    options_command(c);
+    options_refused(c);
 }
 
 static void test_lifecycle(conn *c)

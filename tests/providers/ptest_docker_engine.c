@@ -25,6 +25,48 @@
 #include "dk_suite.h"
 #include "testhelp.h"
 
+static void tls_remote_agent(conn *c)
+{
+    json_t *r;
+    /* A remote engine gets the agent by one upload into a holder's volume,
+     * shared read-only with every container. */
+    int shared = 0;
+    for (int i = 0; i < 50 && !shared; i++) {
+        json_t *info = cn_call(c, "daemon.info", NULL);
+        char *t = json_dumps(info, 0);
+        shared = t && strstr(t, "\"agent_mount\": \"shared\"");
+        free(t);
+        json_decref(info);
+        if (!shared)
+            usleep(100000);
+    }
+    test_cond("remote engine: the agent holder is made once (agent_mount shared)",
+              shared);
+    r = create(c, "tls2", NULL);
+    json_t *ins = dk_inspect(cid_of(r));
+    json_decref(r);
+    json_t *vf = json_object_get(json_object_get(ins, "HostConfig"), "VolumesFrom");
+    const char *v0 = json_string_value(json_array_get(vf, 0));
+    int ro_volume = 0;
+    size_t k;
+    json_t *m;
+    json_array_foreach(json_object_get(ins, "Mounts"), k, m)
+        if (!strcmp(json_string_value(json_object_get(m, "Destination")) ?: "",
+                    "/.sbx") &&
+            json_is_false(json_object_get(m, "RW")))
+            ro_volume = 1;
+    test_cond("remote engine: a new container mounts the holder's agent read-only, no "
+              "upload",
+              v0 && !strncmp(v0, "sbxd-agent-", 11) && strstr(v0, ":ro") && ro_volume);
+    json_decref(ins);
+    json_t *x = exec(c, "tls2",
+                     "cp /bin/busybox /.sbx/sbx-init 2>/dev/null && echo "
+                     "replaced; echo ok");
+    test_cond("remote engine: the shared agent runs and cannot be replaced",
+              !strcmp(res_str(x, "stdout"), "ok\n"));
+    json_decref(x);
+}
+
 static void test_tls(void)
 {
     if (!tls_host || !tls_host[0]) {
@@ -63,44 +105,7 @@ static void test_tls(void)
         test_cond("same id at another sbxd: the first sbxd's files are not in it",
                   exec_ok(c, "shared1", "cat /workspace/shared.txt 2>/dev/null; echo end",
                           "end\n"));
-        /* A remote engine gets the agent by one upload into a holder's volume,
-         * shared read-only with every container. */
-        int shared = 0;
-        for (int i = 0; i < 50 && !shared; i++) {
-            json_t *info = cn_call(c, "daemon.info", NULL);
-            char *t = json_dumps(info, 0);
-            shared = t && strstr(t, "\"agent_mount\": \"shared\"");
-            free(t);
-            json_decref(info);
-            if (!shared)
-                usleep(100000);
-        }
-        test_cond("remote engine: the agent holder is made once (agent_mount shared)",
-                  shared);
-        r = create(c, "tls2", NULL);
-        json_t *ins = dk_inspect(cid_of(r));
-        json_decref(r);
-        json_t *vf = json_object_get(json_object_get(ins, "HostConfig"), "VolumesFrom");
-        const char *v0 = json_string_value(json_array_get(vf, 0));
-        int ro_volume = 0;
-        size_t k;
-        json_t *m;
-        json_array_foreach(json_object_get(ins, "Mounts"), k, m)
-            if (!strcmp(json_string_value(json_object_get(m, "Destination")) ?: "",
-                        "/.sbx") &&
-                json_is_false(json_object_get(m, "RW")))
-                ro_volume = 1;
-        test_cond(
-            "remote engine: a new container mounts the holder's agent read-only, no "
-            "upload",
-            v0 && !strncmp(v0, "sbxd-agent-", 11) && strstr(v0, ":ro") && ro_volume);
-        json_decref(ins);
-        json_t *x = exec(c, "tls2",
-                         "cp /bin/busybox /.sbx/sbx-init 2>/dev/null && echo "
-                         "replaced; echo ok");
-        test_cond("remote engine: the shared agent runs and cannot be replaced",
-                  !strcmp(res_str(x, "stdout"), "ok\n"));
-        json_decref(x);
+        tls_remote_agent(c);
         destroy(c, "tls2");
         destroy(c, "tls1");
         destroy(c, "shared1");
@@ -387,6 +392,86 @@ static int engine_restart(conn *c, const char *dir)
     return up;
 }
 
+/* The engine stopped: duktape still serves; Docker creates and execs fail promptly. */
+static void engine_gone(conn *c, int dpid)
+{
+    json_t *r;
+    double t;
+    r = cn_call(c, "process.exec",
+                json_pack("{s:s, s:s}", "sandbox", "duk2", "command", "1+1"));
+    test_eq_int("engine stopped: the duktape provider still serves",
+                json_integer_value(json_object_get(res_of(r), "result")), 2);
+    json_decref(r);
+    /* wait until the engine is really gone */
+    for (int i = 0; i < 150 && kill(dpid, 0) == 0; i++)
+        usleep(100000);
+    t = now_ms();
+    r = create(c, "es2", NULL);
+    test_cond("engine stopped: create fails promptly with -32002",
+              err_code(r) == -32002 && now_ms() - t < 8000);
+    json_decref(r);
+    r = cn_call(c, "sandbox.get", json_pack("{s:s}", "id", "es1"));
+    test_eq_str("engine stopped: the sandbox is in error", res_str(r, "status"), "error");
+    json_decref(r);
+    r = exec_t(c, "es1", "echo x", 5000);
+    test_eq_int("engine stopped: an exec on it fails promptly with -32001 (engine away)",
+                err_code(r), -32001);
+    json_decref(r);
+}
+
+static void engine_back(conn *c, const char *dir)
+{
+    json_t *r;
+    /* The engine comes back (same data root): the next call restarts the
+     * stopped container and runs. */
+    test_cond("engine restarted: sbxd sees it again", engine_restart(c, dir));
+    r = exec_t(c, "es1", "echo back", 60000);
+    test_cond("engine restart: the next exec restarts the container and runs "
+              "(retried, sandbox_restarted)",
+              restarted_ok(r, "back\n"));
+    json_decref(r);
+}
+
+static void engine_killed(conn *c, const char *dir)
+{
+    json_t *r;
+    double t;
+    int dpid;
+    /* SIGKILL in the middle of a commit: the engine's connection dies under
+     * the op, which fails at once with a provider error (issue 11). A big
+     * layer keeps the commit busy for a second or more (vfs copies it). */
+    json_decref(create(c, "es4", NULL));
+    exec_ok(c, "es4", "dd if=/dev/zero of=/big bs=1M count=400 2>/dev/null && echo ok",
+            "ok\n");
+    int sid = send_call(c, "sandbox.snapshot", json_pack("{s:s}", "id", "es4"));
+    usleep(300000);
+    dpid = dockerd_pid(dir);
+    t = now_ms();
+    if (dpid > 0)
+        kill(dpid, SIGKILL);
+    json_t *kans = await_id(c, sid, 60000);
+    double kms = now_ms() - t;
+    print_answer("snapshot, engine killed meanwhile", kans, kms);
+    test_cond(
+        "engine killed mid-snapshot: the snapshot fails at once with a provider error, "
+        "not at op_timeout_ms",
+        op_answer_clear(kans) && json_object_get(kans, "error") && kms < 10000);
+    json_decref(kans);
+    t = now_ms();
+    r = cn_call_t(c, 30000, "sandbox.stop", json_pack("{s:s}", "id", "es4"));
+    test_cond("engine killed: a stop fails at once with -32002",
+              err_code(r) == -32002 && now_ms() - t < 10000);
+    json_decref(r);
+    for (int i = 0; i < 50 && kill(dpid, 0) == 0; i++)
+        usleep(100000);
+    test_cond("engine killed, started again: sbxd sees it", engine_restart(c, dir));
+    t = now_ms();
+    r = cn_call_t(c, 60000, "sandbox.destroy", json_pack("{s:s}", "id", "es4"));
+    test_cond("engine killed, started again: destroy finishes",
+              res_of(r) && now_ms() - t < 30000);
+    json_decref(r);
+}
+
 /* Last: the private engine goes away while a command runs. */
 static void test_engine_stops(conn *c)
 {
@@ -451,70 +536,9 @@ static void test_engine_stops(conn *c)
                json_string_value(json_object_get(res_of(ans), "error")) ?: "?");
     }
     json_decref(ans);
-    r = cn_call(c, "process.exec",
-                json_pack("{s:s, s:s}", "sandbox", "duk2", "command", "1+1"));
-    test_eq_int("engine stopped: the duktape provider still serves",
-                json_integer_value(json_object_get(res_of(r), "result")), 2);
-    json_decref(r);
-    /* wait until the engine is really gone */
-    for (int i = 0; i < 150 && kill(dpid, 0) == 0; i++)
-        usleep(100000);
-    t = now_ms();
-    r = create(c, "es2", NULL);
-    test_cond("engine stopped: create fails promptly with -32002",
-              err_code(r) == -32002 && now_ms() - t < 8000);
-    json_decref(r);
-    r = cn_call(c, "sandbox.get", json_pack("{s:s}", "id", "es1"));
-    test_eq_str("engine stopped: the sandbox is in error", res_str(r, "status"), "error");
-    json_decref(r);
-    r = exec_t(c, "es1", "echo x", 5000);
-    test_eq_int("engine stopped: an exec on it fails promptly with -32001 (engine away)",
-                err_code(r), -32001);
-    json_decref(r);
-
-    /* The engine comes back (same data root): the next call restarts the
-     * stopped container and runs. */
-    test_cond("engine restarted: sbxd sees it again", engine_restart(c, dir));
-    r = exec_t(c, "es1", "echo back", 60000);
-    test_cond("engine restart: the next exec restarts the container and runs "
-              "(retried, sandbox_restarted)",
-              restarted_ok(r, "back\n"));
-    json_decref(r);
-
-    /* SIGKILL in the middle of a commit: the engine's connection dies under
-     * the op, which fails at once with a provider error (issue 11). A big
-     * layer keeps the commit busy for a second or more (vfs copies it). */
-    json_decref(create(c, "es4", NULL));
-    exec_ok(c, "es4", "dd if=/dev/zero of=/big bs=1M count=400 2>/dev/null && echo ok",
-            "ok\n");
-    int sid = send_call(c, "sandbox.snapshot", json_pack("{s:s}", "id", "es4"));
-    usleep(300000);
-    dpid = dockerd_pid(dir);
-    t = now_ms();
-    if (dpid > 0)
-        kill(dpid, SIGKILL);
-    json_t *kans = await_id(c, sid, 60000);
-    double kms = now_ms() - t;
-    print_answer("snapshot, engine killed meanwhile", kans, kms);
-    test_cond(
-        "engine killed mid-snapshot: the snapshot fails at once with a provider error, "
-        "not at op_timeout_ms",
-        op_answer_clear(kans) && json_object_get(kans, "error") && kms < 10000);
-    json_decref(kans);
-    t = now_ms();
-    r = cn_call_t(c, 30000, "sandbox.stop", json_pack("{s:s}", "id", "es4"));
-    test_cond("engine killed: a stop fails at once with -32002",
-              err_code(r) == -32002 && now_ms() - t < 10000);
-    json_decref(r);
-    for (int i = 0; i < 50 && kill(dpid, 0) == 0; i++)
-        usleep(100000);
-    test_cond("engine killed, started again: sbxd sees it", engine_restart(c, dir));
-    t = now_ms();
-    r = cn_call_t(c, 60000, "sandbox.destroy", json_pack("{s:s}", "id", "es4"));
-    test_cond("engine killed, started again: destroy finishes",
-              res_of(r) && now_ms() - t < 30000);
-    json_decref(r);
-
+    engine_gone(c, dpid);
+    engine_back(c, dir);
+    engine_killed(c, dir);
     destroy(c, "es1");
     t = now_ms();
     r = cn_call_t(c, 60000, "sandbox.destroy", json_pack("{s:s}", "id", "es3"));

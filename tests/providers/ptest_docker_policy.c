@@ -54,19 +54,33 @@ static int refused(uid_t uid, const char *sock, const char *id, const char *opts
     return ok;
 }
 
-static void test_policy_uid(void)
+/* What the steps of test_policy_uid share: A (nobody, in group nogroup, whom a
+ * rule grants more) and B (no rule), the sbxd with that policy, the granted
+ * project dir and network, and A's snapshot. */
+static const uid_t A = 65534, B = 65533;
+struct pol {
+    char proj[512], net[64], sock[200];
+    int have_net, have_bridge;
+    conn *c;
+    pid_t pid;
+    char snap[64], image[128], tag[256];
+};
+
+/* The sbxd with the policy's rule for group nogroup; the second uid is itself. */
+static void policy_start(struct pol *p)
 {
-    const uid_t A = 65534, B = 65533; /* A: nobody, in group nogroup; B: no rule */
-    char proj[512], net[64], extra[1500], sock[200];
+    char extra[1500];
+    const char *proj = p->proj, *net = p->net;
+    json_t *r;
     chmod(tmpdir, 0755);
-    snprintf(proj, sizeof(proj), "%s/proj", tmpdir);
+    snprintf(p->proj, sizeof(p->proj), "%s/proj", tmpdir);
     mkdir(proj, 0777);
     chmod(proj, 0777);
-    snprintf(net, sizeof(net), "sbxnet-%d", (int)getpid());
+    snprintf(p->net, sizeof(p->net), "sbxnet-%d", (int)getpid());
     char body[200];
     snprintf(body, sizeof(body), "{\"Name\":\"%s\",\"Driver\":\"bridge\"}", net);
-    int have_net = dk_engine("POST", "/networks/create", body, NULL) == 201;
-    int have_bridge = dk_engine("GET", "/networks/bridge", NULL, NULL) == 200;
+    p->have_net = dk_engine("POST", "/networks/create", body, NULL) == 201;
+    p->have_bridge = dk_engine("GET", "/networks/bridge", NULL, NULL) == 200;
     snprintf(extra, sizeof(extra),
              "    cpu_quota: 100000\n"
              "    policy:\n"
@@ -77,26 +91,29 @@ static void test_policy_uid(void)
              "          memory: 1g\n"
              "          pids_limit: 512\n",
              net, proj);
-    pid_t pid = 0;
-    conn *c = start_other("policy", docker_host, extra, &pid);
-    snprintf(sock, sizeof(sock), "%.80s/policy.sock", tmpdir);
-    for (int i = 0; c && i < 50; i++) {
-        json_t *r = cn_call(c, "daemon.info", NULL);
-        char *t = json_dumps(r, 0);
+    p->c = start_other("policy", docker_host, extra, &p->pid);
+    snprintf(p->sock, sizeof(p->sock), "%.80s/policy.sock", tmpdir);
+    for (int i = 0; p->c && i < 50; i++) {
+        json_t *ri = cn_call(p->c, "daemon.info", NULL);
+        char *t = json_dumps(ri, 0);
         int up = t && strstr(t, "\"api_version\"");
         free(t);
-        json_decref(r);
+        json_decref(ri);
         if (up)
             break;
         usleep(100000);
     }
-    json_t *r = dk_as_uid(A, A, sock, "daemon.info", NULL, 10000);
+    r = dk_as_uid(A, A, p->sock, "daemon.info", NULL, 10000);
     test_cond("policy: the second uid is served as itself (uid 65534, not admin)",
               res_int(r, "uid") == (json_int_t)A &&
                   !json_is_true(json_object_get(res_of(r), "admin")));
     json_decref(r);
+}
 
-    /* hole 1: additive options that loosen */
+/* Hole 1: additive options that loosen, refused or held to the ceilings. */
+static void policy_loosening(struct pol *p)
+{
+    const char *proj = p->proj, *net = p->net, *sock = p->sock;
     test_cond(
         "policy: security_opt seccomp=unconfined refused",
         refused(A, sock, "pd1",
@@ -145,9 +162,15 @@ static void test_policy_uid(void)
     snprintf(o, sizeof(o), "{\"network\": \"%s\"}", net);
     test_cond("policy: the named network refused to a uid with no rule",
               refused(B, sock, "pd17", o, "denied"));
+}
 
-    /* allowed by the rule: the project dir read-write, memory and pids up to the
-     * ceilings */
+/* Allowed by the rule: the project dir read-write, memory and pids up to the
+ * ceilings. */
+static void policy_granted(struct pol *p)
+{
+    const char *proj = p->proj, *sock = p->sock;
+    char o[700];
+    json_t *r;
     snprintf(
         o, sizeof(o),
         "{\"volumes\": [\"%s:/project\"], \"memory\": \"1g\", \"memory_swap\": \"1g\", \"pids_limit\": 512}",
@@ -180,11 +203,15 @@ static void test_policy_uid(void)
     if (strcmp(res_str(r, "stdout"), "Seccomp:2\n512\nno-unshare\n") != 0)
         printf("      stdout: %s\n", res_str(r, "stdout"));
     json_decref(r);
+}
 
-    /* hole 2: another user's snapshot image by any name */
+/* Hole 2: another user's snapshot image by any name. */
+static void policy_snapshot_owner(struct pol *p)
+{
+    const char *snap = p->snap, *image = p->image, *tag = p->tag, *sock = p->sock;
+    json_t *r;
     r = dk_as_uid(A, A, sock, "sandbox.snapshot", json_pack("{s:s}", "id", "pa"), 120000);
-    char snap[64], image[128] = "", tag[256] = "";
-    snprintf(snap, sizeof(snap), "%s", res_str(r, "snapshot"));
+    snprintf(p->snap, sizeof(p->snap), "%s", res_str(r, "snapshot"));
     json_decref(r);
     json_t *list = NULL;
     char path[300];
@@ -194,9 +221,9 @@ static void test_policy_uid(void)
         snap);
     if (dk_engine("GET", path, NULL, &list) == 200 && json_array_size(list) == 1) {
         json_t *im = json_array_get(list, 0);
-        snprintf(image, sizeof(image), "%s",
+        snprintf(p->image, sizeof(p->image), "%s",
                  json_string_value(json_object_get(im, "Id")));
-        snprintf(tag, sizeof(tag), "%s",
+        snprintf(p->tag, sizeof(p->tag), "%s",
                  json_string_value(json_array_get(json_object_get(im, "RepoTags"), 0)));
     }
     json_decref(list);
@@ -241,8 +268,15 @@ static void test_policy_uid(void)
                   60000);
     test_eq_int("policy: another uid cannot delete it (-32000)", err_code(r), -32000);
     json_decref(r);
+}
 
-    /* networks the private engine can run */
+/* Networks the engine can run, granted by a group rule. */
+static void policy_networks(struct pol *p)
+{
+    const char *net = p->net, *sock = p->sock;
+    int have_net = p->have_net, have_bridge = p->have_bridge;
+    char o[700];
+    json_t *r, *opts;
     if (have_net) {
         snprintf(o, sizeof(o), "{\"network\": \"%s\"}", net);
         opts = json_loads(o, 0, NULL);
@@ -280,16 +314,33 @@ static void test_policy_uid(void)
         test_skip("policy: network bridge granted by a group rule",
                   "the private engine runs --bridge=none: no default bridge network");
     }
+}
+
+static void policy_stop(struct pol *p)
+{
+    const char *snap = p->snap, *net = p->net, *sock = p->sock;
+    char path[300];
     json_decref(
         dk_as_uid(A, A, sock, "sandbox.destroy", json_pack("{s:s}", "id", "pa"), 60000));
     json_decref(dk_as_uid(A, A, sock, "snapshot.delete",
                           json_pack("{s:s}", "snapshot", snap), 60000));
-    if (have_net) {
+    if (p->have_net) {
         snprintf(path, sizeof(path), "/networks/%s", net);
         dk_engine("DELETE", path, NULL, NULL);
     }
-    cn_close(c);
-    stop_sbxd(pid, SIGTERM);
+    cn_close(p->c);
+    stop_sbxd(p->pid, SIGTERM);
+}
+
+static void test_policy_uid(void)
+{
+    struct pol p = {0};
+    policy_start(&p);
+    policy_loosening(&p);
+    policy_granted(&p);
+    policy_snapshot_owner(&p);
+    policy_networks(&p);
+    policy_stop(&p);
 }
 
 /* ---- issue 10: warm starts --------------------------------------------------------- */
@@ -437,22 +488,10 @@ static int in_ids(json_t *ids, const char *id)
     return 0;
 }
 
-static void test_pools(void)
+/* A create with the pool's options takes a pooled container; other options do
+ * not; a used container is never pooled again. */
+static void pools_take(conn *c)
 {
-    pid_t pid = 0;
-    char sock[200];
-    const char *extra = "    pools:\n"
-                        "      - {name: warm, size: 2}\n"
-                        "      - {name: big, size: 1, options: {pids_limit: 512}}\n";
-    conn *c = start_other("pool", docker_host, extra, &pid);
-    snprintf(sock, sizeof(sock), "%.80s/pool.sock", tmpdir);
-    chmod(tmpdir, 0755);
-    test_cond("pools: filled (2 + 1 started containers ready)",
-              c && wait_pool(c, "warm", 2, 60000) && wait_pool(c, "big", 1, 60000));
-    if (!c) {
-        stop_sbxd(pid, SIGKILL);
-        return;
-    }
     json_t *before = pool_ids("warm");
     double t = now_ms();
     json_t *r = create(c, "pw1", NULL);
@@ -485,7 +524,13 @@ static void test_pools(void)
               dk_engine("GET", path, NULL, NULL) == 404 && !in_ids(after, cid));
     json_decref(after);
 
-    /* two owners: never the same container */
+    json_decref(before);
+}
+
+/* Two owners: never the same container. */
+static void pools_owners(conn *c, const char *sock)
+{
+    json_t *r;
     r = dk_as_uid(65534, 65534, sock, "sandbox.create",
                   json_pack("{s:s, s:s}", "id", "pa1", "provider", "docker"), 60000);
     char cida[100];
@@ -516,8 +561,12 @@ static void test_pools(void)
     json_decref(x);
     json_decref(dk_as_uid(65533, 65533, sock, "sandbox.destroy",
                           json_pack("{s:s}", "id", "pb1"), 60000));
+}
 
-    /* the policy applies to what a pool holds */
+/* The policy applies to what a pool holds. */
+static void pools_policy(conn *c, const char *sock)
+{
+    json_t *r;
     test_cond("pools: a pool's options above the taker's ceiling are refused (-32003)",
               refused(65533, sock, "pb2", "{\"pids_limit\": 512}", "ceiling"));
     test_cond("pools: the pool still holds its container", pool_ready(c, "big") == 1);
@@ -529,9 +578,16 @@ static void test_pools(void)
                       "big"));
     json_decref(r);
     destroy(c, "pbig");
+}
 
-    /* sbxd restarts: unused pool containers of the old one go, new ones come,
-     * a sandbox taken from the pool is found again with its config */
+/* sbxd restarts: unused pool containers of the old one go, new ones come, a
+ * sandbox taken from the pool is found again with its config. */
+static void pools_restart(conn **cp, pid_t *pid, const char *extra)
+{
+    json_t *r;
+    size_t i;
+    json_t *id;
+    conn *c = *cp;
     wait_pool(c, "warm", 2, 60000);
     r = create(c, "pkeep", json_pack("{s:{s:s}}", "env", "K", "kept"));
     test_cond(
@@ -542,13 +598,11 @@ static void test_pools(void)
     wait_pool(c, "warm", 2, 60000);
     json_t *old = pool_ids("warm");
     cn_close(c);
-    stop_sbxd(pid, SIGTERM);
-    c = start_other("pool", docker_host, extra, &pid);
+    stop_sbxd(*pid, SIGTERM);
+    c = *cp = start_other("pool", docker_host, extra, pid);
     int ok = c && wait_pool(c, "warm", 2, 60000);
     json_t *fresh = pool_ids("warm");
     int overlap = 0;
-    size_t i;
-    json_t *id;
     json_array_foreach(old, i, id)
         overlap |= in_ids(fresh, json_string_value(id));
     test_cond(
@@ -581,14 +635,16 @@ static void test_pools(void)
         free(txt);
     }
     json_decref(r);
-    if (c)
-        destroy(c, "pkeep");
     json_decref(old);
     json_decref(fresh);
-    json_decref(before);
-    cn_close(c);
-    stop_sbxd(pid, SIGTERM);
-    /* what the last sbxd left in its pools */
+}
+
+/* Removes what the last sbxd left in its pools. */
+static void pools_leftovers(void)
+{
+    char path[256];
+    size_t i;
+    json_t *id;
     json_t *rest = pool_ids("warm"), *rest2 = pool_ids("big");
     json_array_extend(rest, rest2);
     json_array_foreach(rest, i, id) {
@@ -597,6 +653,33 @@ static void test_pools(void)
     }
     json_decref(rest);
     json_decref(rest2);
+}
+
+static void test_pools(void)
+{
+    pid_t pid = 0;
+    char sock[200];
+    const char *extra = "    pools:\n"
+                        "      - {name: warm, size: 2}\n"
+                        "      - {name: big, size: 1, options: {pids_limit: 512}}\n";
+    conn *c = start_other("pool", docker_host, extra, &pid);
+    snprintf(sock, sizeof(sock), "%.80s/pool.sock", tmpdir);
+    chmod(tmpdir, 0755);
+    test_cond("pools: filled (2 + 1 started containers ready)",
+              c && wait_pool(c, "warm", 2, 60000) && wait_pool(c, "big", 1, 60000));
+    if (!c) {
+        stop_sbxd(pid, SIGKILL);
+        return;
+    }
+    pools_take(c);
+    pools_owners(c, sock);
+    pools_policy(c, sock);
+    pools_restart(&c, &pid, extra);
+    if (c)
+        destroy(c, "pkeep");
+    cn_close(c);
+    stop_sbxd(pid, SIGTERM);
+    pools_leftovers();
 }
 
 int main(int argc, char **argv)

@@ -25,14 +25,11 @@
 #include "dk_suite.h"
 #include "testhelp.h"
 
-static void test_processes(conn *c)
+/* stdin to exec and to spawn (write, close_stdin); a background child does not
+ * hold exec. */
+static void processes_stdin(conn *c)
 {
-    json_t *r = create(c, "proc1", NULL);
-    const char *cid0 = cid_of(r);
-    char cid[100];
-    snprintf(cid, sizeof(cid), "%s", cid0);
-    json_decref(r);
-
+    json_t *r;
     r = cn_call(c, "process.exec",
                 json_pack("{s:s, s:s, s:s}", "sandbox", "proc1", "command", "cat",
                           "stdin", "round trip\n"));
@@ -61,7 +58,13 @@ static void test_processes(conn *c)
     test_cond("`sleep 300 & echo started` returns at once",
               now_ms() - t < 3000 && strcmp(res_str(r, "stdout"), "started\n") == 0);
     json_decref(r);
+}
 
+/* kill ends the process and its children. */
+static void processes_kill(conn *c, const char *cid)
+{
+    json_t *r;
+    json_int_t pid;
     r = cn_call(c, "process.spawn",
                 json_pack("{s:s, s:s}", "sandbox", "proc1", "command",
                           "sleep 1001 & sleep 1002 & echo up; wait"));
@@ -82,8 +85,19 @@ static void test_processes(conn *c)
     usleep(200000);
     test_cond("kill: the process and its children left the container (docker top)",
               top_has(cid, "sleep 1001") == 0 && top_has(cid, "sleep 1002") == 0);
+}
 
-    t = now_ms();
+static void test_processes(conn *c)
+{
+    json_t *r = create(c, "proc1", NULL);
+    const char *cid0 = cid_of(r);
+    char cid[100];
+    snprintf(cid, sizeof(cid), "%s", cid0);
+    json_decref(r);
+
+    processes_stdin(c);
+    processes_kill(c, cid);
+    double t = now_ms();
     r = cn_call_t(c, 30000, "process.exec",
                   json_pack("{s:s, s:s, s:i}", "sandbox", "proc1", "command",
                             "sleep 1003 & sleep 1004; echo never", "timeout_ms", 1000));

@@ -25,6 +25,23 @@
 #include "dk_suite.h"
 #include "testhelp.h"
 
+/* After the restart: create reconnects, new execs get pids above the adopted
+ * one. */
+static void restart_after(conn *c, json_int_t pid)
+{
+    json_t *r;
+    r = create(c, "rs1", NULL);
+    test_cond("restart: sandbox.create with the id reconnects",
+              json_is_true(json_object_get(res_of(r), "reconnected")));
+    json_decref(r);
+    test_cond("restart: new execs work", exec_ok(c, "rs1", "echo after", "after\n"));
+    r = exec(c, "rs1", "echo pid");
+    test_cond("restart: new pids are higher than the adopted one",
+              res_int(r, "pid") > pid);
+    json_decref(r);
+    destroy(c, "rs1");
+}
+
 /* SIGKILL sbxd while a process runs; the new sbxd adopts the container and the process.
  */
 static void test_restart(conn **cp)
@@ -98,16 +115,7 @@ static void test_restart(conn **cp)
     if (strcmp(out, want) != 0)
         printf("      got: %.300s\n", out);
     test_cond("restart: its exit is seen", exited && code == 7);
-    r = create(c, "rs1", NULL);
-    test_cond("restart: sandbox.create with the id reconnects",
-              json_is_true(json_object_get(res_of(r), "reconnected")));
-    json_decref(r);
-    test_cond("restart: new execs work", exec_ok(c, "rs1", "echo after", "after\n"));
-    r = exec(c, "rs1", "echo pid");
-    test_cond("restart: new pids are higher than the adopted one",
-              res_int(r, "pid") > pid);
-    json_decref(r);
-    destroy(c, "rs1");
+    restart_after(c, pid);
 }
 
 static int count_status(conn *c, const char *id, const char *status)
@@ -125,12 +133,10 @@ static int count_status(conn *c, const char *id, const char *status)
     return n;
 }
 
-static void test_killed_outside(conn *c)
+/* docker kill behind sbxd's back: error, then the next exec restarts it. */
+static void killed_kill(conn *c, const char *cid)
 {
-    json_t *r = create(c, "kill1", NULL);
-    char cid[100];
-    snprintf(cid, sizeof(cid), "%s", cid_of(r));
-    json_decref(r);
+    json_t *r;
     exec_ok(c, "kill1", "echo mark > /workspace/mark", NULL);
     r = cn_call(c, "process.spawn",
                 json_pack("{s:s, s:s}", "sandbox", "kill1", "command", "sleep 100"));
@@ -171,7 +177,13 @@ static void test_killed_outside(conn *c)
                   wait_status(c, "kill1", "running", 30000) &&
                   exec_ok(c, "kill1", "cat /workspace/mark", "mark\n"));
     json_decref(r);
+}
 
+/* docker rm -f behind sbxd's back: error, then the next exec recreates it. */
+static void killed_removed(conn *c, const char *cid)
+{
+    json_t *r;
+    char p[256];
     /* removed behind our back */
     snprintf(p, sizeof(p), "/containers/%s?force=1", cid);
     dk_engine("DELETE", p, NULL, NULL);
@@ -194,7 +206,12 @@ static void test_killed_outside(conn *c)
                       json_object_get(res_of(r), "metadata"), "recreated")) == 1);
     json_decref(r);
     destroy(c, "kill1");
+}
 
+static void killed_retry_once(conn *c)
+{
+    json_t *r;
+    char cid[100], p[256];
     /* one retry only: a restart that cannot work fails the call once */
     dk_engine("POST", "/images/sbx-test%2Fbusybox/tag?repo=sbx-test%2Fretry2&tag=latest",
               NULL, NULL);
@@ -217,7 +234,12 @@ static void test_killed_outside(conn *c)
               count_status(c, "retry2", "starting") == 1 &&
                   !strcmp(status_of(c, "retry2"), "error"));
     destroy(c, "retry2");
+}
 
+static void killed_mid_call(conn *c)
+{
+    json_t *r;
+    char cid[100], p[256];
     /* a call that failed because the container died is retried after a restart */
     r = create(c, "retry1", NULL);
     snprintf(cid, sizeof(cid), "%s", cid_of(r));
@@ -256,6 +278,18 @@ static void test_killed_outside(conn *c)
     }
     json_decref(ans);
     destroy(c, "retry1");
+}
+
+static void test_killed_outside(conn *c)
+{
+    json_t *r = create(c, "kill1", NULL);
+    char cid[100];
+    snprintf(cid, sizeof(cid), "%s", cid_of(r));
+    json_decref(r);
+    killed_kill(c, cid);
+    killed_removed(c, cid);
+    killed_retry_once(c);
+    killed_mid_call(c);
 }
 
 /* ---- issue 11: losing the backend ends the pending op at once ---------------------- */

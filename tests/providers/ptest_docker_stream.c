@@ -61,21 +61,16 @@ static int gen_check(struct gen *g, const char *d, size_t n)
     return 0;
 }
 
-/* mb MB of numbered lines from sandbox `id` of the sbxd `spid`, to a reader that
- * stalls, then reads slowly, then fast: bounded memory, every byte in order. */
-static void stream_slow_reader(conn *c, pid_t spid, const char *id, int mb,
-                               const char *what)
+/* Starts the stream of mb MB in sandbox id: the chunk copied in, then a loop that
+ * prints it in numbered blocks; its pid, *total the bytes it will print. */
+static json_int_t stream_start(conn *c, const char *id, int mb, uint64_t *total)
 {
-    int slow_build = getenv("SBX_SANITIZED") || getenv("SBX_VALGRIND");
-    /* sanitizers keep freed memory in quarantine: RSS says less there */
-    long rss_limit = slow_build ? 400 * 1024 : 200 * 1024;
-    char name[120];
     chunk_len = 0;
     for (int k = 0; chunk_len + 8 < sizeof(chunk) - 64 * 1024; k++)
         chunk_len +=
             (size_t)snprintf(chunk + chunk_len, sizeof(chunk) - chunk_len, "%07d\n", k);
     uint64_t blocks = ((uint64_t)mb << 20) / (chunk_len + 10);
-    uint64_t total = blocks * (chunk_len + 10);
+    *total = blocks * (chunk_len + 10);
     json_t *r;
     json_t *in = json_pack("{s:s, s:s, s:s%}", "sandbox", id, "command",
                            "cat > /tmp/chunk", "stdin", chunk, chunk_len);
@@ -90,6 +85,20 @@ static void stream_slow_reader(conn *c, pid_t spid, const char *id, int mb,
                 json_pack("{s:s, s:s}", "sandbox", id, "command", cmd));
     json_int_t pid = res_int(r, "pid");
     json_decref(r);
+    return pid;
+}
+
+/* mb MB of numbered lines from sandbox `id` of the sbxd `spid`, to a reader that
+ * stalls, then reads slowly, then fast: bounded memory, every byte in order. */
+static void stream_slow_reader(conn *c, pid_t spid, const char *id, int mb,
+                               const char *what)
+{
+    int slow_build = getenv("SBX_SANITIZED") || getenv("SBX_VALGRIND");
+    /* sanitizers keep freed memory in quarantine: RSS says less there */
+    long rss_limit = slow_build ? 400 * 1024 : 200 * 1024;
+    char name[120];
+    uint64_t total;
+    json_int_t pid = stream_start(c, id, mb, &total);
     /* A slow reader: nothing for 3 s. sbxd must push back, not buffer. */
     sleep(3);
     long rss = dk_rss_kb(spid);
