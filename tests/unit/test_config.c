@@ -167,7 +167,7 @@ static void test_defaults(void)
 
 /* ---- every core key ----------------------------------------------------------- */
 
-static void test_core_keys(void)
+static void core_keys_all(void)
 {
     struct sbx_config cfg;
     sbx_err_t err = {0};
@@ -239,7 +239,13 @@ static void test_core_keys(void)
               cfg.max_sessions == 10 && cfg.instructions_append &&
                   !strcmp(cfg.instructions_append, "more"));
     config_deinit(&cfg);
+    err_clear(&err);
+}
 
+static void core_keys_forms(void)
+{
+    struct sbx_config cfg;
+    sbx_err_t err = {0};
     const char *levels[] = {"error", "warn", "info", "debug"};
     for (int i = 0; i < 4; i++) {
         char y[64], d[64];
@@ -274,6 +280,12 @@ static void test_core_keys(void)
                   cfg.max_sessions == 16);
     config_deinit(&cfg);
     err_clear(&err);
+}
+
+static void test_core_keys(void)
+{
+    core_keys_all();
+    core_keys_forms();
 }
 
 /* ---- size suffixes ------------------------------------------------------ */
@@ -470,7 +482,59 @@ static void test_modes(void)
     "    max_message_bytes: 1M\n"                                                        \
     "    working_dir: ~\n"
 
-static void test_providers(void)
+/* The docker section of ALL_PROVIDER_KEYS, key by key. */
+static void providers_docker_keys(struct sbx_config *cfg)
+{
+    test_cond("BOOL on", json_is_true(prov_key(cfg, "docker", "enabled")));
+    test_cond("STR host",
+              json_eq_str(prov_key(cfg, "docker", "host"), "\"tcp://127.0.0.1:2376\""));
+    test_cond("STR keeps a plain number as text",
+              json_eq_str(prov_key(cfg, "docker", "api_version"), "\"1.43\"") &&
+                  json_eq_str(prov_key(cfg, "docker", "user"), "\"1000\""));
+    test_cond("STR tls files",
+              json_eq_str(prov_key(cfg, "docker", "tls_ca"), "\"/ca.pem\"") &&
+                  json_eq_str(prov_key(cfg, "docker", "tls_cert"), "\"/cert.pem\"") &&
+                  json_eq_str(prov_key(cfg, "docker", "tls_key"), "\"/key.pem\""));
+    test_cond("BOOL True / off / FALSE",
+              json_is_true(prov_key(cfg, "docker", "tls_verify")) &&
+                  json_is_false(prov_key(cfg, "docker", "privileged")) &&
+                  json_is_false(prov_key(cfg, "docker", "readonly_rootfs")));
+    test_cond("STR exec_mode, agent_path, image, network, memory, working_dir",
+              json_eq_str(prov_key(cfg, "docker", "exec_mode"), "\"docker-exec\"") &&
+                  json_eq_str(prov_key(cfg, "docker", "agent_path"), "\"/sbx-init\"") &&
+                  json_eq_str(prov_key(cfg, "docker", "image"), "\"alpine:3.20\"") &&
+                  json_eq_str(prov_key(cfg, "docker", "network"), "\"none\"") &&
+                  json_eq_str(prov_key(cfg, "docker", "memory"), "\"512m\"") &&
+                  json_eq_str(prov_key(cfg, "docker", "memory_swap"), "\"1g\"") &&
+                  json_eq_str(prov_key(cfg, "docker", "working_dir"), "\"/work\""));
+    test_cond(
+        "ANY typing: plain scalars typed, quoted stay strings",
+        json_eq_str(prov_key(cfg, "docker", "command"),
+                    "[\"sleep\", 3600, true, \"true\", null, 1.5, \"1.5\", \"0755\","
+                    " {\"a\": \"b\"}]"));
+    test_cond("INT cpu_*, pids_limit 0, hex",
+              json_eq_str(prov_key(cfg, "docker", "cpu_shares"), "512") &&
+                  json_eq_str(prov_key(cfg, "docker", "cpu_quota"), "50000") &&
+                  json_eq_str(prov_key(cfg, "docker", "cpu_period"), "100000") &&
+                  json_eq_str(prov_key(cfg, "docker", "pids_limit"), "0") &&
+                  json_eq_str(prov_key(cfg, "docker", "command_timeout_ms"), "16"));
+    test_cond(
+        "LIST flow, block and empty",
+        json_eq_str(prov_key(cfg, "docker", "cap_drop"), "[\"ALL\"]") &&
+            json_eq_str(prov_key(cfg, "docker", "cap_add"), "[\"CHOWN\", \"SETUID\"]") &&
+            json_eq_str(prov_key(cfg, "docker", "security_opt"), "[]"));
+    test_cond("ANY nested mapping",
+              json_eq_str(prov_key(cfg, "docker", "ulimits"),
+                          "{\"nofile\": {\"soft\": 1024, \"hard\": 2048}}") &&
+                  json_eq_str(prov_key(cfg, "docker", "tmpfs"),
+                              "{\"/tmp\": \"rw,size=64m\"}") &&
+                  json_eq_str(prov_key(cfg, "docker", "volumes"), "[\"/a:/b:ro\"]"));
+    test_cond("MAP values are strings",
+              json_eq_str(prov_key(cfg, "docker", "labels"),
+                          "{\"a\": \"1\", \"b\": \"two\", \"c\": \"true\"}"));
+}
+
+static void providers_every_key(void)
 {
     struct sbx_config cfg;
     sbx_err_t err = {0};
@@ -491,53 +555,7 @@ static void test_providers(void)
                                " \"pool_size\": 2, \"worker_user\": \"nobody\","
                                " \"fresh_isolate\": true, \"worker_path\": \"/w\","
                                " \"command_timeout_ms\": 1500}"));
-    test_cond("BOOL on", json_is_true(prov_key(&cfg, "docker", "enabled")));
-    test_cond("STR host",
-              json_eq_str(prov_key(&cfg, "docker", "host"), "\"tcp://127.0.0.1:2376\""));
-    test_cond("STR keeps a plain number as text",
-              json_eq_str(prov_key(&cfg, "docker", "api_version"), "\"1.43\"") &&
-                  json_eq_str(prov_key(&cfg, "docker", "user"), "\"1000\""));
-    test_cond("STR tls files",
-              json_eq_str(prov_key(&cfg, "docker", "tls_ca"), "\"/ca.pem\"") &&
-                  json_eq_str(prov_key(&cfg, "docker", "tls_cert"), "\"/cert.pem\"") &&
-                  json_eq_str(prov_key(&cfg, "docker", "tls_key"), "\"/key.pem\""));
-    test_cond("BOOL True / off / FALSE",
-              json_is_true(prov_key(&cfg, "docker", "tls_verify")) &&
-                  json_is_false(prov_key(&cfg, "docker", "privileged")) &&
-                  json_is_false(prov_key(&cfg, "docker", "readonly_rootfs")));
-    test_cond("STR exec_mode, agent_path, image, network, memory, working_dir",
-              json_eq_str(prov_key(&cfg, "docker", "exec_mode"), "\"docker-exec\"") &&
-                  json_eq_str(prov_key(&cfg, "docker", "agent_path"), "\"/sbx-init\"") &&
-                  json_eq_str(prov_key(&cfg, "docker", "image"), "\"alpine:3.20\"") &&
-                  json_eq_str(prov_key(&cfg, "docker", "network"), "\"none\"") &&
-                  json_eq_str(prov_key(&cfg, "docker", "memory"), "\"512m\"") &&
-                  json_eq_str(prov_key(&cfg, "docker", "memory_swap"), "\"1g\"") &&
-                  json_eq_str(prov_key(&cfg, "docker", "working_dir"), "\"/work\""));
-    test_cond(
-        "ANY typing: plain scalars typed, quoted stay strings",
-        json_eq_str(prov_key(&cfg, "docker", "command"),
-                    "[\"sleep\", 3600, true, \"true\", null, 1.5, \"1.5\", \"0755\","
-                    " {\"a\": \"b\"}]"));
-    test_cond("INT cpu_*, pids_limit 0, hex",
-              json_eq_str(prov_key(&cfg, "docker", "cpu_shares"), "512") &&
-                  json_eq_str(prov_key(&cfg, "docker", "cpu_quota"), "50000") &&
-                  json_eq_str(prov_key(&cfg, "docker", "cpu_period"), "100000") &&
-                  json_eq_str(prov_key(&cfg, "docker", "pids_limit"), "0") &&
-                  json_eq_str(prov_key(&cfg, "docker", "command_timeout_ms"), "16"));
-    test_cond(
-        "LIST flow, block and empty",
-        json_eq_str(prov_key(&cfg, "docker", "cap_drop"), "[\"ALL\"]") &&
-            json_eq_str(prov_key(&cfg, "docker", "cap_add"), "[\"CHOWN\", \"SETUID\"]") &&
-            json_eq_str(prov_key(&cfg, "docker", "security_opt"), "[]"));
-    test_cond("ANY nested mapping",
-              json_eq_str(prov_key(&cfg, "docker", "ulimits"),
-                          "{\"nofile\": {\"soft\": 1024, \"hard\": 2048}}") &&
-                  json_eq_str(prov_key(&cfg, "docker", "tmpfs"),
-                              "{\"/tmp\": \"rw,size=64m\"}") &&
-                  json_eq_str(prov_key(&cfg, "docker", "volumes"), "[\"/a:/b:ro\"]"));
-    test_cond("MAP values are strings",
-              json_eq_str(prov_key(&cfg, "docker", "labels"),
-                          "{\"a\": \"1\", \"b\": \"two\", \"c\": \"true\"}"));
+    providers_docker_keys(&cfg);
     test_cond(
         "modal section (ANY float, null unsets)",
         json_eq_str(config_provider(&cfg, "modal"),
@@ -549,7 +567,14 @@ static void test_providers(void)
     test_cond("every docker key present (29 + enabled)",
               json_object_size(config_provider(&cfg, "docker")) == 30);
     config_deinit(&cfg);
+    err_clear(&err);
+}
 
+static void providers_sections(void)
+{
+    struct sbx_config cfg;
+    sbx_err_t err = {0};
+    int ret;
     ret = load_str(&cfg, "providers:\n  docker:\n    image: x\n", &err);
     test_cond("unmentioned providers get an empty entry",
               ret == 0 && json_object_size(config_provider(&cfg, "duktape")) == 0 &&
@@ -594,6 +619,12 @@ static void test_providers(void)
     unlink(tmp_path);
     config_deinit(&cfg);
     err_clear(&err);
+}
+
+static void test_providers(void)
+{
+    providers_every_key();
+    providers_sections();
 }
 
 /* ---- errors that need a setup a data file cannot give ------------------------- */

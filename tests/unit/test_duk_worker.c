@@ -420,6 +420,44 @@ static void test_text(void)
 
 /* ---- tests: the worker ------------------------------------------------------------- */
 
+/* process.*, the globals a script sees, Date and Math.random. */
+static void basic_process_and_globals(struct wk *k)
+{
+    struct run r;
+    run_code(k, 7,
+             "[process.pid, process.env.K, process.cwd, process.argv.length].join()",
+             "{\"env\": {\"K\": \"V\"}, \"cwd\": \"/w\"}", &r, NULL);
+    test_cond("process: pid, env, cwd, argv", result_is_str(&r, "7,V,/w,0"));
+    run_free(&r);
+    run_code(k, 8, "process.cwd + ',' + typeof process.env.K", NULL, &r, NULL);
+    test_cond("process: replaced by each run", result_is_str(&r, "/,undefined"));
+    run_free(&r);
+
+    run_code(k, 9,
+             "[typeof print, typeof alert, typeof require, typeof Duktape,"
+             " typeof this.Duktape, Object.getOwnPropertyNames(this).filter("
+             "function (n) { return /^duk/i.test(n); }).length].join()",
+             NULL, &r, NULL);
+    test_cond("globals: no print/alert/require, no Duktape object (Pointer, act, info)",
+              result_is_str(&r, "undefined,undefined,undefined,undefined,undefined,0"));
+    run_free(&r);
+    run_code(k, 19,
+             "var e = ''; try { Duktape.Pointer('x') } catch (x) { e = x.name }"
+             " [e, typeof Object.getPrototypeOf(function(){}).constructor].join()",
+             NULL, &r, NULL);
+    test_cond("globals: Duktape.Pointer('x') is a ReferenceError, no address",
+              result_is_str(&r, "ReferenceError,function"));
+    run_free(&r);
+
+    run_code(k, 10,
+             "new Date(0).toISOString() + ',' + typeof new Date().toString() + ',' +"
+             " (Math.random() < 1)",
+             NULL, &r, NULL);
+    test_cond("run: Date and Math.random work (allowed by the seccomp filter)",
+              result_is_str(&r, "1970-01-01T00:00:00.000Z,string,true"));
+    run_free(&r);
+}
+
 static void test_hello_and_basic_run(void)
 {
     struct wk k;
@@ -475,39 +513,7 @@ static void test_hello_and_basic_run(void)
               exit_code(&r) == 0 && json_object_get(r.exit, "result") == NULL);
     run_free(&r);
 
-    run_code(&k, 7,
-             "[process.pid, process.env.K, process.cwd, process.argv.length].join()",
-             "{\"env\": {\"K\": \"V\"}, \"cwd\": \"/w\"}", &r, NULL);
-    test_cond("process: pid, env, cwd, argv", result_is_str(&r, "7,V,/w,0"));
-    run_free(&r);
-    run_code(&k, 8, "process.cwd + ',' + typeof process.env.K", NULL, &r, NULL);
-    test_cond("process: replaced by each run", result_is_str(&r, "/,undefined"));
-    run_free(&r);
-
-    run_code(&k, 9,
-             "[typeof print, typeof alert, typeof require, typeof Duktape,"
-             " typeof this.Duktape, Object.getOwnPropertyNames(this).filter("
-             "function (n) { return /^duk/i.test(n); }).length].join()",
-             NULL, &r, NULL);
-    test_cond("globals: no print/alert/require, no Duktape object (Pointer, act, info)",
-              result_is_str(&r, "undefined,undefined,undefined,undefined,undefined,0"));
-    run_free(&r);
-    run_code(&k, 19,
-             "var e = ''; try { Duktape.Pointer('x') } catch (x) { e = x.name }"
-             " [e, typeof Object.getPrototypeOf(function(){}).constructor].join()",
-             NULL, &r, NULL);
-    test_cond("globals: Duktape.Pointer('x') is a ReferenceError, no address",
-              result_is_str(&r, "ReferenceError,function"));
-    run_free(&r);
-
-    run_code(&k, 10,
-             "new Date(0).toISOString() + ',' + typeof new Date().toString() + ',' +"
-             " (Math.random() < 1)",
-             NULL, &r, NULL);
-    test_cond("run: Date and Math.random work (allowed by the seccomp filter)",
-              result_is_str(&r, "1970-01-01T00:00:00.000Z,string,true"));
-    run_free(&r);
-
+    basic_process_and_globals(&k);
     send_frame(&k, SBX_CHAN_PING, 0, NULL, 0);
     {
         struct frame f;
