@@ -48,45 +48,10 @@ static void test_info(void)
     cn_close(c);
 }
 
-static void test_basics(conn *c)
+/* Commands in m1: output, exit codes, argv, cwd and env. */
+static void basics_exec(conn *c)
 {
-    json_t *r =
-        cn_call_t(c, LONG_MS, "sandbox.create",
-                  json_pack("{s:s, s:s, s:{s:s, s:s}, s:s, s:{s:f, s:i}}", "id", "m1",
-                            "provider", "modal", "env", "A", "1", "B", "b", "working_dir",
-                            "/work", "options", "cpu", 0.5, "memory_mb", 256));
-    errmsg(r);
-    test_eq_str("create: running", res_str(r, "status"), "running");
-    test_cond("create: metadata has Modal's sandbox id, a V2 one (backend auto)",
-              strncmp(meta_str(r, "sandbox_id"), "sbv2-", 5) == 0);
-    test_cond("create: metadata app, image, timeout",
-              strcmp(meta_str(r, "app"), "sbxd-test") == 0 &&
-                  strcmp(meta_str(r, "image"), "ubuntu:22.04") == 0 &&
-                  meta_int(r, "timeout_secs") == 300 &&
-                  strncmp(meta_str(r, "image_id"), "im-", 3) == 0);
-    test_cond("create: not a reconnect",
-              !meta_true(r, "reconnected") &&
-                  !json_is_true(json_object_get(res_of(r), "reconnected")));
-    test_cond("create: image build progress notifications",
-              count_notes(c, "sandbox.progress", "m1") >= 2);
-    json_t *fs = fake_sandbox(meta_str(r, "sandbox_id"));
-    json_t *res = json_object_get(fs, "resources");
-    test_cond(
-        "fake: named after the sbxd id, in app sbxd-test",
-        strcmp(json_string_value(json_object_get(fs, "name")), "m1") == 0 &&
-            strcmp(json_string_value(json_object_get(fs, "app_name")), "sbxd-test") == 0);
-    test_cond("fake: workdir, cpu and memory requests, timeout",
-              strcmp(json_string_value(json_object_get(fs, "workdir")), "/work") == 0 &&
-                  json_integer_value(json_object_get(res, "milli_cpu")) == 500 &&
-                  json_integer_value(json_object_get(res, "memory_mb")) == 256 &&
-                  json_integer_value(json_object_get(fs, "timeout_secs")) == 300);
-    test_cond("fake: env baked in as a secret",
-              strcmp(json_string_value(json_object_get(json_object_get(fs, "env"), "A")),
-                     "1") == 0 &&
-                  json_array_size(json_object_get(fs, "secret_ids")) == 1);
-    json_decref(fs);
-    json_decref(r);
-
+    json_t *r;
     size_t before = json_array_size(c->notes);
     r = sh(c, "m1", "echo hi");
     test_cond("exec echo hi: exit 0, stdout",
@@ -134,6 +99,48 @@ static void test_basics(conn *c)
     r = cn_call(c, "sandbox.set_env",
                 json_pack("{s:s, s:{s:n, s:n}}", "id", "m1", "env", "A", "D"));
     json_decref(r);
+}
+
+static void test_basics(conn *c)
+{
+    json_t *r =
+        cn_call_t(c, LONG_MS, "sandbox.create",
+                  json_pack("{s:s, s:s, s:{s:s, s:s}, s:s, s:{s:f, s:i}}", "id", "m1",
+                            "provider", "modal", "env", "A", "1", "B", "b", "working_dir",
+                            "/work", "options", "cpu", 0.5, "memory_mb", 256));
+    errmsg(r);
+    test_eq_str("create: running", res_str(r, "status"), "running");
+    test_cond("create: metadata has Modal's sandbox id, a V2 one (backend auto)",
+              strncmp(meta_str(r, "sandbox_id"), "sbv2-", 5) == 0);
+    test_cond("create: metadata app, image, timeout",
+              strcmp(meta_str(r, "app"), "sbxd-test") == 0 &&
+                  strcmp(meta_str(r, "image"), "ubuntu:22.04") == 0 &&
+                  meta_int(r, "timeout_secs") == 300 &&
+                  strncmp(meta_str(r, "image_id"), "im-", 3) == 0);
+    test_cond("create: not a reconnect",
+              !meta_true(r, "reconnected") &&
+                  !json_is_true(json_object_get(res_of(r), "reconnected")));
+    test_cond("create: image build progress notifications",
+              count_notes(c, "sandbox.progress", "m1") >= 2);
+    json_t *fs = fake_sandbox(meta_str(r, "sandbox_id"));
+    json_t *res = json_object_get(fs, "resources");
+    test_cond(
+        "fake: named after the sbxd id, in app sbxd-test",
+        strcmp(json_string_value(json_object_get(fs, "name")), "m1") == 0 &&
+            strcmp(json_string_value(json_object_get(fs, "app_name")), "sbxd-test") == 0);
+    test_cond("fake: workdir, cpu and memory requests, timeout",
+              strcmp(json_string_value(json_object_get(fs, "workdir")), "/work") == 0 &&
+                  json_integer_value(json_object_get(res, "milli_cpu")) == 500 &&
+                  json_integer_value(json_object_get(res, "memory_mb")) == 256 &&
+                  json_integer_value(json_object_get(fs, "timeout_secs")) == 300);
+    test_cond("fake: env baked in as a secret",
+              strcmp(json_string_value(json_object_get(json_object_get(fs, "env"), "A")),
+                     "1") == 0 &&
+                  json_array_size(json_object_get(fs, "secret_ids")) == 1);
+    json_decref(fs);
+    json_decref(r);
+
+    basics_exec(c);
 }
 
 static void test_stdin(conn *c)
@@ -213,6 +220,109 @@ static json_t *wait_pid(conn *c, const char *sb, int pid)
                      json_pack("{s:s, s:i}", "sandbox", sb, "pid", pid));
 }
 
+static void kill_at_once(conn *c)
+{
+    json_t *r, *e;
+    int pid;
+    /* Killed before Modal even answered the exec: it still ends remotely. */
+    r = cn_call(
+        c, "process.spawn",
+        json_pack("{s:s, s:s}", "sandbox", "m1", "command", "sleep 31; echo early"));
+    pid = (int)res_int(r, "pid");
+    json_decref(r);
+    json_decref(
+        cn_call(c, "process.kill", json_pack("{s:s, s:i}", "sandbox", "m1", "pid", pid)));
+    r = wait_pid(c, "m1", pid);
+    test_cond("kill at once: exit 137, killed",
+              res_int(r, "exit_code") == 137 &&
+                  json_is_true(json_object_get(res_of(r), "killed")));
+    json_decref(r);
+    e = NULL;
+    for (int i = 0; i < 60; i++) {
+        json_decref(e);
+        e = fake_exec("sleep 31; echo early");
+        if (!e || json_is_integer(json_object_get(e, "exit_code")))
+            break;
+        usleep(50000);
+    }
+    test_cond("kill at once: the remote process ended too",
+              !e || json_is_integer(json_object_get(e, "exit_code")));
+    json_decref(e);
+}
+
+static void kill_term(conn *c)
+{
+    json_t *r;
+    int pid;
+    double t0;
+    /* SIGTERM reaches the command, which dies of it: 143. */
+    r = cn_call(c, "process.spawn",
+                json_pack("{s:s, s:s}", "sandbox", "m1", "command", "echo up; sleep 32"));
+    pid = (int)res_int(r, "pid");
+    json_decref(r);
+    usleep(400000);
+    json_decref(cn_call(
+        c, "process.kill",
+        json_pack("{s:s, s:i, s:s}", "sandbox", "m1", "pid", pid, "signal", "TERM")));
+    r = wait_pid(c, "m1", pid);
+    test_cond("kill TERM: exit 143, killed",
+              res_int(r, "exit_code") == 143 &&
+                  json_is_true(json_object_get(res_of(r), "killed")));
+    json_decref(r);
+
+    /* A command that ignores SIGTERM still ends (escalated to SIGKILL). */
+    r = cn_call(c, "process.spawn",
+                json_pack("{s:s, s:s}", "sandbox", "m1", "command",
+                          "trap '' TERM; sleep 33; echo survived"));
+    pid = (int)res_int(r, "pid");
+    json_decref(r);
+    usleep(400000);
+    t0 = now_ms();
+    json_decref(cn_call(
+        c, "process.kill",
+        json_pack("{s:s, s:i, s:s}", "sandbox", "m1", "pid", pid, "signal", "TERM")));
+    r = wait_pid(c, "m1", pid);
+    char out[256] = "";
+    notes_output(c, pid, "stdout", out, sizeof(out));
+    test_cond("kill TERM ignored: escalated to KILL, the process really ends",
+              json_is_true(json_object_get(res_of(r), "killed")) &&
+                  res_int(r, "exit_code") == 137 && !strstr(out, "survived") &&
+                  now_ms() - t0 < 10000);
+    json_decref(r);
+}
+
+/* timeout_ms ends the command at the deadline, remotely too. */
+static void kill_timeout_ms(conn *c)
+{
+    json_t *r, *e;
+    double t0;
+    t0 = now_ms();
+    r = run(c, "m1", json_string("echo tick; sleep 30; echo never"),
+            json_pack("{s:i}", "timeout_ms", 1500));
+    double took = now_ms() - t0;
+    test_cond("timeout: exit 124, timed_out, killed",
+              res_int(r, "exit_code") == 124 &&
+                  json_is_true(json_object_get(res_of(r), "timed_out")) &&
+                  json_is_true(json_object_get(res_of(r), "killed")));
+    test_cond("timeout: at the deadline", took >= 1400 && took < 5000);
+    test_cond("timeout: output before the deadline kept", out_is(r, "tick\n"));
+    json_decref(r);
+    e = fake_exec("sleep 30; echo never");
+    int ended = 0;
+    for (int i = 0; i < 40; i++) {
+        json_decref(e);
+        e = fake_exec("sleep 30; echo never");
+        if ((ended = json_is_integer(json_object_get(e, "exit_code"))))
+            break;
+        usleep(50000);
+    }
+    test_cond("timeout: the remote process ended too",
+              ended && !pid_alive(json_integer_value(json_object_get(e, "pid"))));
+    test_eq_int("timeout: Modal got the per-command timeout",
+                json_integer_value(json_object_get(e, "timeout_secs")), 2);
+    json_decref(e);
+}
+
 static void test_kill_timeout(conn *c)
 {
     char *mid = modal_id_of(c, "m1");
@@ -254,91 +364,9 @@ static void test_kill_timeout(conn *c)
     test_cond("kill: done by a second exec (the killer)", k != NULL);
     json_decref(k);
 
-    /* Killed before Modal even answered the exec: it still ends remotely. */
-    r = cn_call(
-        c, "process.spawn",
-        json_pack("{s:s, s:s}", "sandbox", "m1", "command", "sleep 31; echo early"));
-    pid = (int)res_int(r, "pid");
-    json_decref(r);
-    json_decref(
-        cn_call(c, "process.kill", json_pack("{s:s, s:i}", "sandbox", "m1", "pid", pid)));
-    r = wait_pid(c, "m1", pid);
-    test_cond("kill at once: exit 137, killed",
-              res_int(r, "exit_code") == 137 &&
-                  json_is_true(json_object_get(res_of(r), "killed")));
-    json_decref(r);
-    e = NULL;
-    for (int i = 0; i < 60; i++) {
-        json_decref(e);
-        e = fake_exec("sleep 31; echo early");
-        if (!e || json_is_integer(json_object_get(e, "exit_code")))
-            break;
-        usleep(50000);
-    }
-    test_cond("kill at once: the remote process ended too",
-              !e || json_is_integer(json_object_get(e, "exit_code")));
-    json_decref(e);
-
-    /* SIGTERM reaches the command, which dies of it: 143. */
-    r = cn_call(c, "process.spawn",
-                json_pack("{s:s, s:s}", "sandbox", "m1", "command", "echo up; sleep 32"));
-    pid = (int)res_int(r, "pid");
-    json_decref(r);
-    usleep(400000);
-    json_decref(cn_call(
-        c, "process.kill",
-        json_pack("{s:s, s:i, s:s}", "sandbox", "m1", "pid", pid, "signal", "TERM")));
-    r = wait_pid(c, "m1", pid);
-    test_cond("kill TERM: exit 143, killed",
-              res_int(r, "exit_code") == 143 &&
-                  json_is_true(json_object_get(res_of(r), "killed")));
-    json_decref(r);
-
-    /* A command that ignores SIGTERM still ends (escalated to SIGKILL). */
-    r = cn_call(c, "process.spawn",
-                json_pack("{s:s, s:s}", "sandbox", "m1", "command",
-                          "trap '' TERM; sleep 33; echo survived"));
-    pid = (int)res_int(r, "pid");
-    json_decref(r);
-    usleep(400000);
-    t0 = now_ms();
-    json_decref(cn_call(
-        c, "process.kill",
-        json_pack("{s:s, s:i, s:s}", "sandbox", "m1", "pid", pid, "signal", "TERM")));
-    r = wait_pid(c, "m1", pid);
-    char out[256] = "";
-    notes_output(c, pid, "stdout", out, sizeof(out));
-    test_cond("kill TERM ignored: escalated to KILL, the process really ends",
-              json_is_true(json_object_get(res_of(r), "killed")) &&
-                  res_int(r, "exit_code") == 137 && !strstr(out, "survived") &&
-                  now_ms() - t0 < 10000);
-    json_decref(r);
-
-    t0 = now_ms();
-    r = run(c, "m1", json_string("echo tick; sleep 30; echo never"),
-            json_pack("{s:i}", "timeout_ms", 1500));
-    double took = now_ms() - t0;
-    test_cond("timeout: exit 124, timed_out, killed",
-              res_int(r, "exit_code") == 124 &&
-                  json_is_true(json_object_get(res_of(r), "timed_out")) &&
-                  json_is_true(json_object_get(res_of(r), "killed")));
-    test_cond("timeout: at the deadline", took >= 1400 && took < 5000);
-    test_cond("timeout: output before the deadline kept", out_is(r, "tick\n"));
-    json_decref(r);
-    e = fake_exec("sleep 30; echo never");
-    int ended = 0;
-    for (int i = 0; i < 40; i++) {
-        json_decref(e);
-        e = fake_exec("sleep 30; echo never");
-        if ((ended = json_is_integer(json_object_get(e, "exit_code"))))
-            break;
-        usleep(50000);
-    }
-    test_cond("timeout: the remote process ended too",
-              ended && !pid_alive(json_integer_value(json_object_get(e, "pid"))));
-    test_eq_int("timeout: Modal got the per-command timeout",
-                json_integer_value(json_object_get(e, "timeout_secs")), 2);
-    json_decref(e);
+    kill_at_once(c);
+    kill_term(c);
+    kill_timeout_ms(c);
     free(mid);
 }
 

@@ -21,38 +21,11 @@
 #include "md_kit.h"
 #include "testhelp.h"
 
-static void test_reconnect(const char *cmd, const char *tmp)
+/* As root: another uid may not adopt reco-1 after the restart, which leaves it
+ * running. */
+static void reconnect_other_uid(const char *sock, const char *first)
 {
-    char sock[104];
-    snprintf(sock, sizeof(sock), "%s/reco.sock", tmp);
-    pid_t pid = spawn_sbxd(cmd, sock);
-    conn *c = cn_open(sock);
-    if (!c) {
-        test_cond("reconnect: second sbxd started", 0);
-        stop_sbxd(pid);
-        return;
-    }
-    json_t *r = cn_call_t(c, LONG_MS, "sandbox.create",
-                          json_pack("{s:s, s:s, s:s}", "id", "reco-1", "provider",
-                                    "modal", "working_dir", "/w"));
-    errmsg(r);
-    char *first = strdup(meta_str(r, "sandbox_id"));
-    json_decref(r);
-    r = sh(c, "reco-1", "echo there > r.txt");
-    json_decref(r);
-    cn_close(c);
-    int st = stop_sbxd(pid);
-    test_cond("reconnect: sbxd stops cleanly (the Modal sandbox keeps running)", st == 0);
-    /* Without its state file the restarted sbxd finds it by name (and tags). */
-    char statef[600];
-    snprintf(statef, sizeof(statef), "%s.modal.json", sock);
-    unlink(statef);
-    json_t *fs = fake_sandbox(first);
-    test_cond("reconnect: still running in Modal",
-              strcmp(json_string_value(json_object_get(fs, "status")), "running") == 0);
-    json_decref(fs);
-
-    pid = spawn_sbxd(cmd, sock);
+    json_t *fs;
     if (geteuid() == 0) {
         /* Another uid may not adopt it: the owner is tagged on the Modal sandbox. */
         int fds[2];
@@ -89,6 +62,62 @@ static void test_reconnect(const char *cmd, const char *tmp)
                       0);
         json_decref(fs);
     }
+}
+
+/* The adopted reco-1: env, warnings on a known sandbox, files kept. */
+static void reconnect_adopted(conn *c)
+{
+    json_t *r;
+    char *ws;
+    r = sh(c, "reco-1", "echo $NEW");
+    test_cond("reconnect: the requested env reaches commands anyway", out_is(r, "1\n"));
+    json_decref(r);
+    r = cn_call_t(c, LONG_MS, "sandbox.create",
+                  json_pack("{s:s, s:s, s:{s:i}}", "id", "reco-1", "provider", "modal",
+                            "options", "memory_mb", 778));
+    ws = json_dumps(json_object_get(res_of(r), "warnings"), JSON_COMPACT);
+    test_cond("reconnect: on a sandbox sbxd knows, changed options are warnings too",
+              ws && strstr(ws, "options.memory_mb"));
+    free(ws);
+    json_decref(r);
+    r = sh(c, "reco-1", "cat r.txt");
+    test_cond("reconnect: files are still there", out_is(r, "there\n"));
+    json_decref(r);
+}
+
+static void test_reconnect(const char *cmd, const char *tmp)
+{
+    char sock[104];
+    snprintf(sock, sizeof(sock), "%s/reco.sock", tmp);
+    pid_t pid = spawn_sbxd(cmd, sock);
+    conn *c = cn_open(sock);
+    if (!c) {
+        test_cond("reconnect: second sbxd started", 0);
+        stop_sbxd(pid);
+        return;
+    }
+    json_t *r = cn_call_t(c, LONG_MS, "sandbox.create",
+                          json_pack("{s:s, s:s, s:s}", "id", "reco-1", "provider",
+                                    "modal", "working_dir", "/w"));
+    errmsg(r);
+    char *first = strdup(meta_str(r, "sandbox_id"));
+    json_decref(r);
+    r = sh(c, "reco-1", "echo there > r.txt");
+    json_decref(r);
+    cn_close(c);
+    int st = stop_sbxd(pid);
+    test_cond("reconnect: sbxd stops cleanly (the Modal sandbox keeps running)", st == 0);
+    /* Without its state file the restarted sbxd finds it by name (and tags). */
+    char statef[600];
+    snprintf(statef, sizeof(statef), "%s.modal.json", sock);
+    unlink(statef);
+    json_t *fs = fake_sandbox(first);
+    test_cond("reconnect: still running in Modal",
+              strcmp(json_string_value(json_object_get(fs, "status")), "running") == 0);
+    json_decref(fs);
+
+    pid = spawn_sbxd(cmd, sock);
+    reconnect_other_uid(sock, first);
     c = cn_open(sock);
     r = cn_call_t(c, LONG_MS, "sandbox.create",
                   json_pack("{s:s, s:s, s:s, s:{s:s}, s:{s:i}}", "id", "reco-1",
@@ -108,20 +137,7 @@ static void test_reconnect(const char *cmd, const char *tmp)
         printf("      warnings: %s\n", ws);
     free(ws);
     json_decref(r);
-    r = sh(c, "reco-1", "echo $NEW");
-    test_cond("reconnect: the requested env reaches commands anyway", out_is(r, "1\n"));
-    json_decref(r);
-    r = cn_call_t(c, LONG_MS, "sandbox.create",
-                  json_pack("{s:s, s:s, s:{s:i}}", "id", "reco-1", "provider", "modal",
-                            "options", "memory_mb", 778));
-    ws = json_dumps(json_object_get(res_of(r), "warnings"), JSON_COMPACT);
-    test_cond("reconnect: on a sandbox sbxd knows, changed options are warnings too",
-              ws && strstr(ws, "options.memory_mb"));
-    free(ws);
-    json_decref(r);
-    r = sh(c, "reco-1", "cat r.txt");
-    test_cond("reconnect: files are still there", out_is(r, "there\n"));
-    json_decref(r);
+    reconnect_adopted(c);
     r = cn_call_t(c, LONG_MS, "sandbox.destroy", json_pack("{s:s}", "id", "reco-1"));
     json_decref(r);
     fs = fake_sandbox(first);
@@ -133,6 +149,190 @@ static void test_reconnect(const char *cmd, const char *tmp)
     st = stop_sbxd(pid);
     test_cond("reconnect: restarted sbxd stops cleanly", st == 0);
     free(first);
+}
+
+/* As root: another uid neither sees, deletes nor uses the recovered snapshot. */
+static void recovery_snapshot_other_uid(const char *sock, const char *snap)
+{
+    if (geteuid() == 0) {
+        int fds[2];
+        char res[2] = "x";
+        if (pipe(fds) == 0) {
+            pid_t kid = fork();
+            if (kid == 0) {
+                close(fds[0]);
+                char ok = '0';
+                if (setgid(65534) == 0 && setuid(65534) == 0) {
+                    conn *o = cn_open(sock);
+                    json_t *l = o ? cn_call(o, "snapshot.list", NULL) : NULL;
+                    json_t *d = o ? cn_call(o, "snapshot.delete",
+                                            json_pack("{s:s}", "snapshot", snap))
+                                  : NULL;
+                    json_t *u = o ? cn_call_t(o, LONG_MS, "sandbox.create",
+                                              json_pack("{s:s, s:s}", "provider", "modal",
+                                                        "snapshot", snap))
+                                  : NULL;
+                    ok = l &&
+                                 json_array_size(
+                                     json_object_get(res_of(l), "snapshots")) == 0 &&
+                                 err_code(d) == -32000 && err_code(u) != 0
+                             ? '1'
+                             : '0';
+                    json_decref(l);
+                    json_decref(d);
+                    json_decref(u);
+                    cn_close(o);
+                }
+                if (write(fds[1], &ok, 1) != 1)
+                    _exit(1);
+                _exit(0);
+            }
+            close(fds[1]);
+            if (read(fds[0], res, 1) != 1)
+                res[0] = 'x';
+            close(fds[0]);
+            waitpid(kid, NULL, 0);
+        }
+        test_cond("recovery: another uid neither sees, deletes nor uses the snapshot",
+                  res[0] == '1');
+    }
+}
+
+/* After the restart, rec-1 and rec-2 are listed again as they were. */
+static void recovery_listed(conn *c, const char *expires)
+{
+    json_t *r;
+    r = cn_call(c, "sandbox.list", json_pack("{s:s}", "provider", "modal"));
+    json_t *got1 = NULL, *got2 = NULL;
+    size_t i;
+    json_t *x;
+    json_array_foreach(json_object_get(res_of(r), "sandboxes"), i, x) {
+        if (strcmp(json_string_value(json_object_get(x, "id")), "rec-1") == 0)
+            got1 = x;
+        if (strcmp(json_string_value(json_object_get(x, "id")), "rec-2") == 0)
+            got2 = x;
+    }
+    test_cond("recovery: both sandboxes are listed again without a create", got1 && got2);
+    const char *renv =
+        json_string_value(json_object_get(json_object_get(got1, "env"), "R"));
+    test_cond(
+        "recovery: ... with their env, working dir and lifetime",
+        got1 && renv && strcmp(renv, "one") == 0 &&
+            strcmp(json_string_value(json_object_get(got1, "working_dir")), "/w2") == 0 &&
+            json_integer_value(json_object_get(got1, "timeout_ms")) == 600000 &&
+            strcmp(json_string_value(json_object_get(got1, "expires_at")), expires) ==
+                0 &&
+            strcmp(json_string_value(json_object_get(got1, "status")), "running") == 0);
+    json_decref(r);
+}
+
+/* The processes that ran through the restart: re-adopted, replayed, or lost. */
+static void recovery_processes(conn *c, int p1, int p2, int p3)
+{
+    json_t *r;
+    r = cn_call_t(c, LONG_MS, "process.wait",
+                  json_pack("{s:s, s:i}", "sandbox", "rec-1", "pid", p1));
+    errmsg(r);
+    test_cond(
+        "recovery: the running process is re-adopted and ends with its real exit (3)",
+        res_int(r, "exit_code") == 3 &&
+            json_is_null(json_object_get(res_of(r), "error")));
+    json_decref(r);
+    json_decref(cn_call(
+        c, "process.attach",
+        json_pack("{s:s, s:i, s:b}", "sandbox", "rec-1", "pid", p1, "follow", 0)));
+    char out[256];
+    for (int k = 0; k < 10 && sb_output(c, "rec-1", p1, out, sizeof(out)) < 11; k++) {
+        json_t *m = cn_read(c, 200);
+        if (m && json_object_get(m, "method"))
+            json_array_append_new(c->notes, m);
+        else
+            json_decref(m);
+    }
+    sb_output(c, "rec-1", p1, out, sizeof(out));
+    test_cond("recovery: its whole output is replayed, from before and after the restart",
+              strcmp(out, "a\nb\nonetwo\n") == 0);
+    if (strcmp(out, "a\nb\nonetwo\n") != 0)
+        printf("      output: \"%s\"\n", out);
+    r = cn_call_t(c, LONG_MS, "process.wait",
+                  json_pack("{s:s, s:i}", "sandbox", "rec-1", "pid", p3));
+    errmsg(r);
+    const char *e3 = json_string_value(json_object_get(res_of(r), "error"));
+    test_cond("recovery: a command started just before the stop is re-adopted or "
+              "reported lost, never forgotten",
+              p3 > 0 && err_code(r) == 0 &&
+                  (res_int(r, "exit_code") == 0 || (e3 && strstr(e3, "lost"))));
+    json_decref(r);
+    r = cn_call_t(c, LONG_MS, "process.wait",
+                  json_pack("{s:s, s:i}", "sandbox", "rec-2", "pid", p2));
+    const char *e = json_string_value(json_object_get(res_of(r), "error"));
+    test_cond("recovery: the process of a sandbox that died meanwhile is reported lost",
+              e && strstr(e, "gone") && res_int(r, "exit_code") == -1);
+    json_decref(r);
+}
+
+/* The adopted sandbox runs new commands; what is destroyed leaves the state file. */
+static void recovery_after(conn *c, const char *state)
+{
+    json_t *r;
+    r = sh(c, "rec-1", "echo $R; pwd");
+    test_cond("recovery: the adopted sandbox runs new commands (env, working dir kept)",
+              res_int(r, "exit_code") == 0 && ends_with(res_str(r, "stdout"), "/w2\n") &&
+                  strncmp(res_str(r, "stdout"), "one\n", 4) == 0);
+    json_decref(r);
+    json_decref(
+        cn_call_t(c, LONG_MS, "sandbox.destroy", json_pack("{s:s}", "id", "rec-1")));
+    json_decref(
+        cn_call_t(c, LONG_MS, "sandbox.destroy", json_pack("{s:s}", "id", "rec-2")));
+    json_t *sf = NULL;
+    for (int k = 0; k < 30; k++) { /* written within a second of a change */
+        json_decref(sf);
+        sf = json_load_file(state, 0, NULL);
+        if (sf && json_object_size(json_object_get(sf, "sandboxes")) == 0 &&
+            json_object_size(json_object_get(sf, "snapshots")) == 0)
+            break;
+        usleep(100000);
+    }
+    test_cond("recovery: destroyed sandboxes and deleted snapshots leave the state file",
+              sf && json_object_size(json_object_get(sf, "sandboxes")) == 0 &&
+                  json_object_size(json_object_get(sf, "snapshots")) == 0);
+    json_decref(sf);
+}
+
+/* The snapshot taken before the restart: listed, usable, deleted. */
+static void recovery_snapshot(conn *c, const char *sock, const char *snap)
+{
+    json_t *r;
+    size_t i;
+    json_t *x;
+    r = cn_call(c, "snapshot.list", json_pack("{s:s}", "provider", "modal"));
+    int listed = 0;
+    json_array_foreach(json_object_get(res_of(r), "snapshots"), i, x)
+        if (strcmp(json_string_value(json_object_get(x, "snapshot")), snap) == 0 &&
+            json_integer_value(json_object_get(x, "owner_uid")) ==
+                (json_int_t)geteuid() &&
+            strcmp(json_string_value(json_object_get(x, "sandbox")), "rec-1") == 0)
+            listed = 1;
+    test_cond("recovery: a Modal snapshot survives the restart (snapshot.list, owner, "
+              "sandbox)",
+              snap[0] && listed);
+    json_decref(r);
+    r = cn_call_t(c, LONG_MS, "sandbox.create",
+                  json_pack("{s:s, s:s, s:s, s:s}", "id", "rec-3", "provider", "modal",
+                            "snapshot", snap, "working_dir", "/w2"));
+    errmsg(r);
+    json_decref(r);
+    r = sh(c, "rec-3", "cat snapfile");
+    test_cond("recovery: ... and a sandbox starts from it", out_is(r, "kept\n"));
+    json_decref(r);
+    recovery_snapshot_other_uid(sock, snap);
+    json_decref(
+        cn_call_t(c, LONG_MS, "sandbox.destroy", json_pack("{s:s}", "id", "rec-3")));
+    r = cn_call(c, "snapshot.delete", json_pack("{s:s}", "snapshot", snap));
+    errmsg(r);
+    test_cond("recovery: snapshot.delete of a Modal snapshot",
+              json_is_true(json_object_get(res_of(r), "deleted")));
+    json_decref(r);
 }
 
 /* An sbxd restart: the Modal sandboxes of the daemon are listed again at once
@@ -196,158 +396,10 @@ static void test_restart_recovery(const char *cmd, const char *tmp)
     pid = spawn_sbxd(cmd, sock);
     c = cn_open(sock);
     usleep(300000); /* adoption runs on the first loop iteration */
-    r = cn_call(c, "sandbox.list", json_pack("{s:s}", "provider", "modal"));
-    json_t *got1 = NULL, *got2 = NULL;
-    size_t i;
-    json_t *x;
-    json_array_foreach(json_object_get(res_of(r), "sandboxes"), i, x) {
-        if (strcmp(json_string_value(json_object_get(x, "id")), "rec-1") == 0)
-            got1 = x;
-        if (strcmp(json_string_value(json_object_get(x, "id")), "rec-2") == 0)
-            got2 = x;
-    }
-    test_cond("recovery: both sandboxes are listed again without a create", got1 && got2);
-    const char *renv =
-        json_string_value(json_object_get(json_object_get(got1, "env"), "R"));
-    test_cond(
-        "recovery: ... with their env, working dir and lifetime",
-        got1 && renv && strcmp(renv, "one") == 0 &&
-            strcmp(json_string_value(json_object_get(got1, "working_dir")), "/w2") == 0 &&
-            json_integer_value(json_object_get(got1, "timeout_ms")) == 600000 &&
-            strcmp(json_string_value(json_object_get(got1, "expires_at")), expires) ==
-                0 &&
-            strcmp(json_string_value(json_object_get(got1, "status")), "running") == 0);
-    json_decref(r);
-    r = cn_call_t(c, LONG_MS, "process.wait",
-                  json_pack("{s:s, s:i}", "sandbox", "rec-1", "pid", p1));
-    errmsg(r);
-    test_cond(
-        "recovery: the running process is re-adopted and ends with its real exit (3)",
-        res_int(r, "exit_code") == 3 &&
-            json_is_null(json_object_get(res_of(r), "error")));
-    json_decref(r);
-    json_decref(cn_call(
-        c, "process.attach",
-        json_pack("{s:s, s:i, s:b}", "sandbox", "rec-1", "pid", p1, "follow", 0)));
-    char out[256];
-    for (int k = 0; k < 10 && sb_output(c, "rec-1", p1, out, sizeof(out)) < 11; k++) {
-        json_t *m = cn_read(c, 200);
-        if (m && json_object_get(m, "method"))
-            json_array_append_new(c->notes, m);
-        else
-            json_decref(m);
-    }
-    sb_output(c, "rec-1", p1, out, sizeof(out));
-    test_cond("recovery: its whole output is replayed, from before and after the restart",
-              strcmp(out, "a\nb\nonetwo\n") == 0);
-    if (strcmp(out, "a\nb\nonetwo\n") != 0)
-        printf("      output: \"%s\"\n", out);
-    r = cn_call_t(c, LONG_MS, "process.wait",
-                  json_pack("{s:s, s:i}", "sandbox", "rec-1", "pid", p3));
-    errmsg(r);
-    const char *e3 = json_string_value(json_object_get(res_of(r), "error"));
-    test_cond("recovery: a command started just before the stop is re-adopted or "
-              "reported lost, never forgotten",
-              p3 > 0 && err_code(r) == 0 &&
-                  (res_int(r, "exit_code") == 0 || (e3 && strstr(e3, "lost"))));
-    json_decref(r);
-    r = cn_call_t(c, LONG_MS, "process.wait",
-                  json_pack("{s:s, s:i}", "sandbox", "rec-2", "pid", p2));
-    const char *e = json_string_value(json_object_get(res_of(r), "error"));
-    test_cond("recovery: the process of a sandbox that died meanwhile is reported lost",
-              e && strstr(e, "gone") && res_int(r, "exit_code") == -1);
-    json_decref(r);
-    r = cn_call(c, "snapshot.list", json_pack("{s:s}", "provider", "modal"));
-    int listed = 0;
-    json_array_foreach(json_object_get(res_of(r), "snapshots"), i, x)
-        if (strcmp(json_string_value(json_object_get(x, "snapshot")), snap) == 0 &&
-            json_integer_value(json_object_get(x, "owner_uid")) ==
-                (json_int_t)geteuid() &&
-            strcmp(json_string_value(json_object_get(x, "sandbox")), "rec-1") == 0)
-            listed = 1;
-    test_cond("recovery: a Modal snapshot survives the restart (snapshot.list, owner, "
-              "sandbox)",
-              snap[0] && listed);
-    json_decref(r);
-    r = cn_call_t(c, LONG_MS, "sandbox.create",
-                  json_pack("{s:s, s:s, s:s, s:s}", "id", "rec-3", "provider", "modal",
-                            "snapshot", snap, "working_dir", "/w2"));
-    errmsg(r);
-    json_decref(r);
-    r = sh(c, "rec-3", "cat snapfile");
-    test_cond("recovery: ... and a sandbox starts from it", out_is(r, "kept\n"));
-    json_decref(r);
-    if (geteuid() == 0) {
-        int fds[2];
-        char res[2] = "x";
-        if (pipe(fds) == 0) {
-            pid_t kid = fork();
-            if (kid == 0) {
-                close(fds[0]);
-                char ok = '0';
-                if (setgid(65534) == 0 && setuid(65534) == 0) {
-                    conn *o = cn_open(sock);
-                    json_t *l = o ? cn_call(o, "snapshot.list", NULL) : NULL;
-                    json_t *d = o ? cn_call(o, "snapshot.delete",
-                                            json_pack("{s:s}", "snapshot", snap))
-                                  : NULL;
-                    json_t *u = o ? cn_call_t(o, LONG_MS, "sandbox.create",
-                                              json_pack("{s:s, s:s}", "provider", "modal",
-                                                        "snapshot", snap))
-                                  : NULL;
-                    ok = l &&
-                                 json_array_size(
-                                     json_object_get(res_of(l), "snapshots")) == 0 &&
-                                 err_code(d) == -32000 && err_code(u) != 0
-                             ? '1'
-                             : '0';
-                    json_decref(l);
-                    json_decref(d);
-                    json_decref(u);
-                    cn_close(o);
-                }
-                if (write(fds[1], &ok, 1) != 1)
-                    _exit(1);
-                _exit(0);
-            }
-            close(fds[1]);
-            if (read(fds[0], res, 1) != 1)
-                res[0] = 'x';
-            close(fds[0]);
-            waitpid(kid, NULL, 0);
-        }
-        test_cond("recovery: another uid neither sees, deletes nor uses the snapshot",
-                  res[0] == '1');
-    }
-    json_decref(
-        cn_call_t(c, LONG_MS, "sandbox.destroy", json_pack("{s:s}", "id", "rec-3")));
-    r = cn_call(c, "snapshot.delete", json_pack("{s:s}", "snapshot", snap));
-    errmsg(r);
-    test_cond("recovery: snapshot.delete of a Modal snapshot",
-              json_is_true(json_object_get(res_of(r), "deleted")));
-    json_decref(r);
-    r = sh(c, "rec-1", "echo $R; pwd");
-    test_cond("recovery: the adopted sandbox runs new commands (env, working dir kept)",
-              res_int(r, "exit_code") == 0 && ends_with(res_str(r, "stdout"), "/w2\n") &&
-                  strncmp(res_str(r, "stdout"), "one\n", 4) == 0);
-    json_decref(r);
-    json_decref(
-        cn_call_t(c, LONG_MS, "sandbox.destroy", json_pack("{s:s}", "id", "rec-1")));
-    json_decref(
-        cn_call_t(c, LONG_MS, "sandbox.destroy", json_pack("{s:s}", "id", "rec-2")));
-    json_t *sf = NULL;
-    for (int k = 0; k < 30; k++) { /* written within a second of a change */
-        json_decref(sf);
-        sf = json_load_file(state, 0, NULL);
-        if (sf && json_object_size(json_object_get(sf, "sandboxes")) == 0 &&
-            json_object_size(json_object_get(sf, "snapshots")) == 0)
-            break;
-        usleep(100000);
-    }
-    test_cond("recovery: destroyed sandboxes and deleted snapshots leave the state file",
-              sf && json_object_size(json_object_get(sf, "sandboxes")) == 0 &&
-                  json_object_size(json_object_get(sf, "snapshots")) == 0);
-    json_decref(sf);
+    recovery_listed(c, expires);
+    recovery_processes(c, p1, p2, p3);
+    recovery_snapshot(c, sock, snap);
+    recovery_after(c, state);
     cn_close(c);
     st = stop_sbxd(pid);
     test_cond("recovery: restarted sbxd stops cleanly", st == 0);
