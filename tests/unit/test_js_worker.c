@@ -388,6 +388,53 @@ static void test_credit(void)
     stop(&k);
 }
 
+/* Big arguments, error answers, and an answer after the program returned. */
+static void tools_big_args_errors_late(struct wk *k)
+{
+    json_t *r;
+    /* arguments over 1 MiB go out as MORE frames too */
+    send_json(k, SBX_CHAN_SPAWN, 2,
+              json_pack("{s:s, s:[s]}", "code",
+                        "return await external_a('y'.repeat(2500000))", "tools", "a"));
+    struct frame f = wait_for(k, SBX_CHAN_TOOL_CALL);
+    json_t *c = json_loads(f.p ?: "", 0, NULL);
+    test_cond("a TOOL_CALL of 2.5 MB arrives whole (MORE frames)",
+              json_string_length(json_object_get(c, "args")) == 2500000);
+    free(f.p);
+    send_json(k, SBX_CHAN_TOOL_RESULT, 2,
+              json_pack("{s:O, s:{s:i, s:s, s:s}}", "call", json_object_get(c, "call"),
+                        "error", "code", 7, "message", "nope", "name", "RangeError"));
+    json_decref(c);
+    r = exit_of(k);
+    test_cond(
+        "an error answer rejects with an Error named as the tool's error",
+        strcmp(json_string_value(json_object_get(json_object_get(r, "exception"), "name"))
+                   ?: "",
+               "RangeError") == 0 &&
+            strcmp(json_string_value(
+                       json_object_get(json_object_get(r, "exception"), "message"))
+                       ?: "",
+                   "nope") == 0);
+    json_decref(r);
+
+    /* a program that returns before its call is answered: the late answer is ignored */
+    send_json(
+        k, SBX_CHAN_SPAWN, 3,
+        json_pack("{s:s, s:[s]}", "code", "external_a(1); return 'early'", "tools", "a"));
+    f = wait_for(k, SBX_CHAN_TOOL_CALL);
+    c = json_loads(f.p ?: "", 0, NULL);
+    free(f.p);
+    r = exit_of(k);
+    test_cond("a program may return with a call in flight", result_is(r, "\"early\""));
+    json_decref(r);
+    send_json(k, SBX_CHAN_TOOL_RESULT, 3,
+              json_pack("{s:O, s:i}", "call", json_object_get(c, "call"), "result", 1));
+    json_decref(c);
+    r = run(k, 4, "return 'next'");
+    test_cond("and its late answer changes nothing", result_is(r, "\"next\""));
+    json_decref(r);
+}
+
 static void test_tools_and_more(void)
 {
     struct wk k;
@@ -435,47 +482,7 @@ static void test_tools_and_more(void)
                   strcmp(json_string_value(json_array_get(res, 1)) ?: "", "two") == 0);
     json_decref(r);
 
-    /* arguments over 1 MiB go out as MORE frames too */
-    send_json(&k, SBX_CHAN_SPAWN, 2,
-              json_pack("{s:s, s:[s]}", "code",
-                        "return await external_a('y'.repeat(2500000))", "tools", "a"));
-    struct frame f = wait_for(&k, SBX_CHAN_TOOL_CALL);
-    json_t *c = json_loads(f.p ?: "", 0, NULL);
-    test_cond("a TOOL_CALL of 2.5 MB arrives whole (MORE frames)",
-              json_string_length(json_object_get(c, "args")) == 2500000);
-    free(f.p);
-    send_json(&k, SBX_CHAN_TOOL_RESULT, 2,
-              json_pack("{s:O, s:{s:i, s:s, s:s}}", "call", json_object_get(c, "call"),
-                        "error", "code", 7, "message", "nope", "name", "RangeError"));
-    json_decref(c);
-    r = exit_of(&k);
-    test_cond(
-        "an error answer rejects with an Error named as the tool's error",
-        strcmp(json_string_value(json_object_get(json_object_get(r, "exception"), "name"))
-                   ?: "",
-               "RangeError") == 0 &&
-            strcmp(json_string_value(
-                       json_object_get(json_object_get(r, "exception"), "message"))
-                       ?: "",
-                   "nope") == 0);
-    json_decref(r);
-
-    /* a program that returns before its call is answered: the late answer is ignored */
-    send_json(
-        &k, SBX_CHAN_SPAWN, 3,
-        json_pack("{s:s, s:[s]}", "code", "external_a(1); return 'early'", "tools", "a"));
-    f = wait_for(&k, SBX_CHAN_TOOL_CALL);
-    c = json_loads(f.p ?: "", 0, NULL);
-    free(f.p);
-    r = exit_of(&k);
-    test_cond("a program may return with a call in flight", result_is(r, "\"early\""));
-    json_decref(r);
-    send_json(&k, SBX_CHAN_TOOL_RESULT, 3,
-              json_pack("{s:O, s:i}", "call", json_object_get(c, "call"), "result", 1));
-    json_decref(c);
-    r = run(&k, 4, "return 'next'");
-    test_cond("and its late answer changes nothing", result_is(r, "\"next\""));
-    json_decref(r);
+    tools_big_args_errors_late(&k);
     stop(&k);
 }
 
