@@ -208,13 +208,9 @@ static const char *resolved(const char *spec)
     return buf;
 }
 
-static void test_secdock(void)
+/* Item 1: reserved label keys and names, for everyone. */
+static void secdock_reserved(void)
 {
-    struct policy *keep = pol;
-    json_t *keepc = pconf;
-    sbx_err_t err = {0};
-
-    /* item 1: reserved label keys and names, for everyone */
     test_cond("reserved: label sbxd.pool refused",
               reserved_refused("{\"labels\": {\"sbxd.pool\": \"x\"}}", "labels"));
     test_cond("reserved: label sbxd.owner as k=v list refused",
@@ -237,8 +233,13 @@ static void test_secdock(void)
               reserved_ok("{\"name\": \"mybox\", \"labels\": {\"org.x\": \"1\", "
                           "\"sbxdx\": \"2\"}}") &&
                   reserved_ok(NULL));
+}
 
-    /* item 2: root in every spelling, with a configured user */
+/* Item 2: root in every spelling, with a configured user (sets pol and pconf
+ * for the steps up to secdock_ceilings). */
+static void secdock_root_user(void)
+{
+    sbx_err_t err = {0};
     pconf = json_pack("{s:s, s:s, s:s, s:{s:s}}", "image", "sbx-test/busybox", "user",
                       "65534:65534", "disk", "1g", "tmpfs", "/tmp",
                       "rw,nosuid,nodev,size=64m");
@@ -273,6 +274,11 @@ static void test_secdock(void)
               strncmp(verdict(2000, "{\"user\": 0}"), "error", 5) == 0);
     test_cond("user: 1000:1000 allowed", ALLOWED(2000, "{\"user\": \"1000:1000\"}"));
     test_cond("user: root may be root", ALLOWED(0, "{\"user\": \"0\"}"));
+}
+
+/* Users resolved as the runtime resolves them from the image's files. */
+static void secdock_resolve(void)
+{
     struct policy_user u;
     test_cond("spell: \"1000:1000\" needs no image, \"app\" and \"1000\" do",
               policy_user_spell("1000:1000", &u) == 1 &&
@@ -348,7 +354,11 @@ static void test_secdock(void)
     char why[100];
     test_cond("resolve: no /etc/passwd: a name is an error",
               policy_user_resolve(&e, NULL, 0, NULL, 0, why, sizeof(why)) < 0);
+}
 
+/* Items 7 (tmpfs), 15 (a required runtime) and 5 (disk); frees pol and pconf. */
+static void secdock_ceilings(void)
+{
     /* item 7 (tmpfs): every size= counts */
     test_cond("tmpfs: size=1m,size=100g refused (the last size wins in the kernel)",
               DENIED(2000, "{\"tmpfs\": {\"/tmp\": \"rw,size=1m,size=100g\"}}"));
@@ -384,8 +394,12 @@ static void test_secdock(void)
               strncmp(verdict(2000, "{\"disk\": \"lots\"}"), "error", 5) == 0);
     policy_free(pol);
     json_decref(pconf);
+}
 
-    /* item 13: no config at all = the hardened ceilings */
+/* Item 13: no config at all = the hardened ceilings. */
+static void secdock_no_config(void)
+{
+    sbx_err_t err = {0};
     pconf = json_object();
     dks_defaults(pconf);
     policy_parse(&pol, NULL, &err);
@@ -414,6 +428,237 @@ static void test_secdock(void)
     json_decref(own);
     policy_free(pol);
     json_decref(pconf);
+}
+
+/* The configured defaults and root, privileged and host namespaces, networks. */
+static void rules_namespaces_networks(void)
+{
+    /* the configured defaults and root */
+    test_cond("allowed: no options at all (uid 2000, no rule)", ALLOWED(2000, NULL));
+    test_cond("allowed: tightening (memory 256m, pids 100, cap_drop ALL+more)",
+              ALLOWED(2000, "{\"memory\": \"256m\", \"pids_limit\": 100, \"cap_drop\": "
+                            "[\"ALL\", \"NET_RAW\"]}"));
+    test_cond("allowed: root may set anything (privileged, host, no limits)",
+              ALLOWED(0,
+                      "{\"privileged\": true, \"network\": \"host\", \"memory\": 0, "
+                      "\"pids_limit\": -1, \"security_opt\": [\"seccomp=unconfined\"]}"));
+
+    /* privileged and host namespaces */
+    test_cond("denied: privileged without a rule",
+              DENIED(1000, "{\"privileged\": true}"));
+    test_cond("allowed: privileged for the uid a rule names",
+              ALLOWED(1001, "{\"privileged\": true}"));
+    test_cond("denied: network host without a rule",
+              DENIED(1000, "{\"network\": \"host\"}"));
+    test_cond("allowed: network host when a rule names it",
+              ALLOWED(1001, "{\"network\": \"host\"}"));
+    test_cond("denied: network container:x",
+              DENIED(1000, "{\"network\": \"container:x\"}"));
+
+    /* networks */
+    test_cond("denied: network bridge for a uid with no rule",
+              DENIED(2000, "{\"network\": \"bridge\"}"));
+    test_cond("allowed: network bridge by a users rule",
+              ALLOWED(1000, "{\"network\": \"bridge\"}"));
+    test_cond("allowed: a named network by a rule",
+              ALLOWED(1000, "{\"network\": \"sbxnet\"}"));
+    test_cond("denied: a named network no rule lists",
+              DENIED(1000, "{\"network\": \"othernet\"}"));
+    test_cond("allowed: network bridge by a groups rule (nobody in nogroup)",
+              ALLOWED(65534, "{\"network\": \"bridge\"}"));
+    test_cond("allowed: a user named in a rule by name (root -> 0)", ALLOWED(0, NULL));
+}
+
+/* Bind mounts. */
+static void rules_binds(void)
+{
+    /* bind mounts */
+    test_cond("allowed: rw bind under a rw prefix",
+              ALLOWED(1000, "{\"volumes\": [\"@D/proj/sub:/work\"]}"));
+    test_cond("allowed: the rw prefix itself, read-only",
+              ALLOWED(1000, "{\"volumes\": [\"@D/proj:/work:ro\"]}"));
+    test_cond("allowed: ro bind under a ro prefix",
+              ALLOWED(1000, "{\"volumes\": [\"@D/ro:/data:ro\"]}"));
+    test_cond("denied: rw bind under a ro prefix",
+              DENIED(1000, "{\"volumes\": [\"@D/ro:/data\"]}"));
+    test_cond("denied: a host path under no prefix",
+              DENIED(1000, "{\"volumes\": [\"@D/other:/x:ro\"]}"));
+    test_cond("denied: .. out of the prefix",
+              DENIED(1000, "{\"volumes\": [\"@D/proj/../other:/x:ro\"]}"));
+    test_cond("denied: a symlink out of the prefix",
+              DENIED(1000, "{\"volumes\": [\"@D/proj/escape:/x:ro\"]}"));
+    test_cond("denied: a named volume", DENIED(1000, "{\"volumes\": [\"myvol:/data\"]}"));
+    test_cond("denied: rshared propagation",
+              DENIED(1000, "{\"volumes\": [\"@D/proj:/w:rshared\"]}"));
+    test_cond("denied: any bind for a uid with no rule",
+              DENIED(2000, "{\"volumes\": [\"@D/proj:/w:ro\"]}"));
+    test_cond("denied: a prefix is a path, not a string prefix (proj2 is not under proj)",
+              DENIED(1000, "{\"volumes\": [\"@D/proj2:/w:ro\"]}"));
+}
+
+/* Resource ceilings. */
+static void rules_ceilings(void)
+{
+    /* resource ceilings */
+    test_cond("allowed: memory up to the rule's ceiling (1g)",
+              ALLOWED(1000, "{\"memory\": \"1g\"}"));
+    test_cond("ceiling: memory 2g above 1g", CEILING(1000, "{\"memory\": \"2g\"}"));
+    test_cond("ceiling: memory above the configured 512m for a uid with no rule",
+              CEILING(2000, "{\"memory\": \"1g\"}"));
+    test_cond("ceiling: memory 0 (unlimited)", CEILING(2000, "{\"memory\": 0}"));
+    test_cond("allowed: memory 0 itself where a rule says -1",
+              ALLOWED(1001, "{\"memory\": 0}"));
+    test_cond("ceiling: memory_swap -1", CEILING(2000, "{\"memory_swap\": -1}"));
+    test_cond("allowed: memory_swap up to a rule's memory",
+              ALLOWED(1000, "{\"memory\": \"1g\", \"memory_swap\": \"1g\"}"));
+    test_cond("ceiling: memory_swap above it",
+              CEILING(1000, "{\"memory\": \"1g\", \"memory_swap\": \"2g\"}"));
+    test_cond("ceiling: pids_limit -1", CEILING(2000, "{\"pids_limit\": -1}"));
+    test_cond("ceiling: pids_limit 0", CEILING(2000, "{\"pids_limit\": 0}"));
+    test_cond("allowed: pids_limit 512 by a rule",
+              ALLOWED(1000, "{\"pids_limit\": 512}"));
+    test_cond("ceiling: pids_limit 300 with no rule",
+              CEILING(2000, "{\"pids_limit\": 300}"));
+    test_cond("ceiling: cpu_quota -1", CEILING(2000, "{\"cpu_quota\": -1}"));
+    test_cond("ceiling: cpu_quota above the configured one",
+              CEILING(2000, "{\"cpu_quota\": 150000}"));
+    test_cond("allowed: cpu_quota up to a rule's",
+              ALLOWED(1000, "{\"cpu_quota\": 200000}"));
+    test_cond("ceiling: a shorter cpu_period is more CPU",
+              CEILING(2000, "{\"cpu_period\": 50000}"));
+}
+
+/* Capabilities, security options, tmpfs, ulimits. */
+static void rules_caps_tmpfs_ulimits(void)
+{
+    /* capabilities, security options */
+    test_cond("allowed: cap_add a rule lists",
+              ALLOWED(1000, "{\"cap_add\": [\"CAP_NET_BIND_SERVICE\"]}"));
+    test_cond("denied: cap_add SYS_ADMIN",
+              DENIED(1000, "{\"cap_add\": [\"SYS_ADMIN\"]}"));
+    test_cond("denied: dropping the configured cap_drop",
+              DENIED(1000, "{\"cap_drop\": []}"));
+    test_cond(
+        "denied: security_opt seccomp=unconfined",
+        DENIED(2000,
+               "{\"security_opt\": [\"no-new-privileges\", \"seccomp=unconfined\"]}"));
+    test_cond(
+        "denied: security_opt apparmor=unconfined",
+        DENIED(2000,
+               "{\"security_opt\": [\"no-new-privileges\", \"apparmor=unconfined\"]}"));
+    test_cond(
+        "denied: security_opt label=disable",
+        DENIED(2000, "{\"security_opt\": [\"no-new-privileges\", \"label=disable\"]}"));
+    test_cond("denied: dropping the configured no-new-privileges",
+              DENIED(2000, "{\"security_opt\": []}"));
+    test_cond("allowed: a security_opt entry a rule lists",
+              ALLOWED(1000, "{\"security_opt\": [\"no-new-privileges\", "
+                            "\"seccomp=/etc/sbx-seccomp.json\"]}"));
+    test_cond("denied: runtime without a rule", DENIED(1000, "{\"runtime\": \"runsc\"}"));
+    test_cond("allowed: runtime a rule lists", ALLOWED(1001, "{\"runtime\": \"runsc\"}"));
+
+    /* tmpfs */
+    test_cond("denied: tmpfs rw,exec,suid,size=100g",
+              DENIED(2000, "{\"tmpfs\": {\"/tmp\": \"rw,exec,suid,size=100g\"}}"));
+    test_cond("ceiling: tmpfs size=100g",
+              CEILING(2000, "{\"tmpfs\": {\"/tmp\": \"rw,size=100g\"}}"));
+    test_cond("ceiling: tmpfs without a size (unlimited)",
+              CEILING(2000, "{\"tmpfs\": {\"/run\": \"rw\"}}"));
+    test_cond("allowed: tmpfs rw,noexec,size=32m",
+              ALLOWED(2000, "{\"tmpfs\": {\"/tmp\": \"rw,noexec,size=32m\"}}"));
+    test_cond("allowed: tmpfs exec and a larger size by a rule",
+              ALLOWED(1000, "{\"tmpfs\": {\"/tmp\": \"rw,exec,size=256m\"}}"));
+    test_cond("denied: tmpfs suid even with a rule for exec",
+              DENIED(1000, "{\"tmpfs\": {\"/tmp\": \"rw,suid,size=32m\"}}"));
+
+    /* ulimits */
+    test_cond(
+        "allowed: nofile below the configured",
+        ALLOWED(2000, "{\"ulimits\": {\"nofile\": {\"soft\": 1024, \"hard\": 2048}}}"));
+    test_cond(
+        "ceiling: nofile above the configured",
+        CEILING(2000, "{\"ulimits\": {\"nofile\": {\"soft\": 8192, \"hard\": 8192}}}"));
+    test_cond("denied: a ulimit the config does not set",
+              DENIED(2000, "{\"ulimits\": {\"memlock\": {\"soft\": -1, \"hard\": -1}}}"));
+}
+
+/* Images, the configured user, a uid's merged grants. */
+static void rules_images_user(void)
+{
+    /* images */
+    test_cond("denied: image sha256:e (an id prefix)",
+              DENIED(2000, "{\"image\": \"sha256:e\"}"));
+    test_cond("denied: image by bare hex id prefix",
+              DENIED(2000, "{\"image\": \"9b5089ab\"}"));
+    test_cond("denied: image by digest",
+              DENIED(2000, "{\"image\": \"busybox@sha256:0123abcd\"}"));
+    test_cond("allowed: any named image for a uid whose rules list none",
+              ALLOWED(2000, "{\"image\": \"alpine:3\"}"));
+    test_cond("allowed: an image under a granted prefix",
+              ALLOWED(1000, "{\"image\": \"sbx-test/noshell\"}"));
+    test_cond("allowed: a granted exact image",
+              ALLOWED(1000, "{\"image\": \"python:3.12-slim\"}"));
+    test_cond("denied: an image outside the uid's granted images",
+              DENIED(1000, "{\"image\": \"alpine:3\"}"));
+
+    /* the configured user */
+    json_object_set_new(pconf, "user", json_string("65534:65534"));
+    test_cond("denied: user root when the config names a user",
+              DENIED(2000, "{\"user\": \"0\"}"));
+    test_cond("allowed: another non-root user", ALLOWED(2000, "{\"user\": \"1000\"}"));
+    json_object_del(pconf, "user");
+    json_object_set_new(pconf, "readonly_rootfs", json_true());
+    test_cond("denied: readonly_rootfs off when configured on",
+              DENIED(2000, "{\"readonly_rootfs\": false}"));
+    json_object_del(pconf, "readonly_rootfs");
+
+    /* the grants of a uid, merged */
+    json_t *g = policy_grants(pol, 1000);
+    test_cond("grants: merged network list of uid 1000",
+              json_array_size(json_object_get(g, "network")) == 2);
+    json_decref(g);
+}
+
+/* Parse errors. */
+static void rules_parse_errors(void)
+{
+    sbx_err_t err = {0};
+    /* parse errors */
+    test_cond(
+        "parse: unknown key",
+        parse_fails("{\"rules\": [{\"users\": [1], \"netwrk\": []}]}", "unknown key"));
+    test_cond(
+        "parse: unknown user",
+        parse_fails("{\"rules\": [{\"users\": [\"no-such-user-x\"]}]}", "unknown user"));
+    test_cond("parse: unknown group",
+              parse_fails("{\"rules\": [{\"groups\": [\"no-such-group-x\"]}]}",
+                          "unknown group"));
+    test_cond("parse: a rule without users or groups",
+              parse_fails("{\"rules\": [{\"network\": [\"bridge\"]}]}", "needs users"));
+    test_cond("parse: a relative volume prefix",
+              parse_fails("{\"rules\": [{\"users\": [1], \"volumes\": [\"srv\"]}]}",
+                          "volumes"));
+    test_cond("parse: a memory ceiling of 0",
+              parse_fails("{\"rules\": [{\"users\": [1], \"memory\": 0}]}", "memory"));
+    test_cond("parse: rules must be a list",
+              parse_fails("{\"rules\": {}}", "expected a list"));
+    test_cond("parse: unknown top-level key",
+              parse_fails("{\"rulez\": []}", "unknown key"));
+    struct policy *empty = NULL;
+    test_cond("parse: no policy is no rules",
+              policy_parse(&empty, NULL, &err) == 0 && empty);
+    policy_free(empty);
+}
+
+static void test_secdock(void)
+{
+    struct policy *keep = pol;
+    json_t *keepc = pconf;
+    secdock_reserved();
+    secdock_root_user();
+    secdock_resolve();
+    secdock_ceilings();
+    secdock_no_config();
     pol = keep;
     pconf = keepc;
 }
@@ -464,201 +709,12 @@ int main(void)
     }
     json_decref(pj);
 
-    /* the configured defaults and root */
-    test_cond("allowed: no options at all (uid 2000, no rule)", ALLOWED(2000, NULL));
-    test_cond("allowed: tightening (memory 256m, pids 100, cap_drop ALL+more)",
-              ALLOWED(2000, "{\"memory\": \"256m\", \"pids_limit\": 100, \"cap_drop\": "
-                            "[\"ALL\", \"NET_RAW\"]}"));
-    test_cond("allowed: root may set anything (privileged, host, no limits)",
-              ALLOWED(0,
-                      "{\"privileged\": true, \"network\": \"host\", \"memory\": 0, "
-                      "\"pids_limit\": -1, \"security_opt\": [\"seccomp=unconfined\"]}"));
-
-    /* privileged and host namespaces */
-    test_cond("denied: privileged without a rule",
-              DENIED(1000, "{\"privileged\": true}"));
-    test_cond("allowed: privileged for the uid a rule names",
-              ALLOWED(1001, "{\"privileged\": true}"));
-    test_cond("denied: network host without a rule",
-              DENIED(1000, "{\"network\": \"host\"}"));
-    test_cond("allowed: network host when a rule names it",
-              ALLOWED(1001, "{\"network\": \"host\"}"));
-    test_cond("denied: network container:x",
-              DENIED(1000, "{\"network\": \"container:x\"}"));
-
-    /* networks */
-    test_cond("denied: network bridge for a uid with no rule",
-              DENIED(2000, "{\"network\": \"bridge\"}"));
-    test_cond("allowed: network bridge by a users rule",
-              ALLOWED(1000, "{\"network\": \"bridge\"}"));
-    test_cond("allowed: a named network by a rule",
-              ALLOWED(1000, "{\"network\": \"sbxnet\"}"));
-    test_cond("denied: a named network no rule lists",
-              DENIED(1000, "{\"network\": \"othernet\"}"));
-    test_cond("allowed: network bridge by a groups rule (nobody in nogroup)",
-              ALLOWED(65534, "{\"network\": \"bridge\"}"));
-    test_cond("allowed: a user named in a rule by name (root -> 0)", ALLOWED(0, NULL));
-
-    /* bind mounts */
-    test_cond("allowed: rw bind under a rw prefix",
-              ALLOWED(1000, "{\"volumes\": [\"@D/proj/sub:/work\"]}"));
-    test_cond("allowed: the rw prefix itself, read-only",
-              ALLOWED(1000, "{\"volumes\": [\"@D/proj:/work:ro\"]}"));
-    test_cond("allowed: ro bind under a ro prefix",
-              ALLOWED(1000, "{\"volumes\": [\"@D/ro:/data:ro\"]}"));
-    test_cond("denied: rw bind under a ro prefix",
-              DENIED(1000, "{\"volumes\": [\"@D/ro:/data\"]}"));
-    test_cond("denied: a host path under no prefix",
-              DENIED(1000, "{\"volumes\": [\"@D/other:/x:ro\"]}"));
-    test_cond("denied: .. out of the prefix",
-              DENIED(1000, "{\"volumes\": [\"@D/proj/../other:/x:ro\"]}"));
-    test_cond("denied: a symlink out of the prefix",
-              DENIED(1000, "{\"volumes\": [\"@D/proj/escape:/x:ro\"]}"));
-    test_cond("denied: a named volume", DENIED(1000, "{\"volumes\": [\"myvol:/data\"]}"));
-    test_cond("denied: rshared propagation",
-              DENIED(1000, "{\"volumes\": [\"@D/proj:/w:rshared\"]}"));
-    test_cond("denied: any bind for a uid with no rule",
-              DENIED(2000, "{\"volumes\": [\"@D/proj:/w:ro\"]}"));
-    test_cond("denied: a prefix is a path, not a string prefix (proj2 is not under proj)",
-              DENIED(1000, "{\"volumes\": [\"@D/proj2:/w:ro\"]}"));
-
-    /* resource ceilings */
-    test_cond("allowed: memory up to the rule's ceiling (1g)",
-              ALLOWED(1000, "{\"memory\": \"1g\"}"));
-    test_cond("ceiling: memory 2g above 1g", CEILING(1000, "{\"memory\": \"2g\"}"));
-    test_cond("ceiling: memory above the configured 512m for a uid with no rule",
-              CEILING(2000, "{\"memory\": \"1g\"}"));
-    test_cond("ceiling: memory 0 (unlimited)", CEILING(2000, "{\"memory\": 0}"));
-    test_cond("allowed: memory 0 itself where a rule says -1",
-              ALLOWED(1001, "{\"memory\": 0}"));
-    test_cond("ceiling: memory_swap -1", CEILING(2000, "{\"memory_swap\": -1}"));
-    test_cond("allowed: memory_swap up to a rule's memory",
-              ALLOWED(1000, "{\"memory\": \"1g\", \"memory_swap\": \"1g\"}"));
-    test_cond("ceiling: memory_swap above it",
-              CEILING(1000, "{\"memory\": \"1g\", \"memory_swap\": \"2g\"}"));
-    test_cond("ceiling: pids_limit -1", CEILING(2000, "{\"pids_limit\": -1}"));
-    test_cond("ceiling: pids_limit 0", CEILING(2000, "{\"pids_limit\": 0}"));
-    test_cond("allowed: pids_limit 512 by a rule",
-              ALLOWED(1000, "{\"pids_limit\": 512}"));
-    test_cond("ceiling: pids_limit 300 with no rule",
-              CEILING(2000, "{\"pids_limit\": 300}"));
-    test_cond("ceiling: cpu_quota -1", CEILING(2000, "{\"cpu_quota\": -1}"));
-    test_cond("ceiling: cpu_quota above the configured one",
-              CEILING(2000, "{\"cpu_quota\": 150000}"));
-    test_cond("allowed: cpu_quota up to a rule's",
-              ALLOWED(1000, "{\"cpu_quota\": 200000}"));
-    test_cond("ceiling: a shorter cpu_period is more CPU",
-              CEILING(2000, "{\"cpu_period\": 50000}"));
-
-    /* capabilities, security options */
-    test_cond("allowed: cap_add a rule lists",
-              ALLOWED(1000, "{\"cap_add\": [\"CAP_NET_BIND_SERVICE\"]}"));
-    test_cond("denied: cap_add SYS_ADMIN",
-              DENIED(1000, "{\"cap_add\": [\"SYS_ADMIN\"]}"));
-    test_cond("denied: dropping the configured cap_drop",
-              DENIED(1000, "{\"cap_drop\": []}"));
-    test_cond(
-        "denied: security_opt seccomp=unconfined",
-        DENIED(2000,
-               "{\"security_opt\": [\"no-new-privileges\", \"seccomp=unconfined\"]}"));
-    test_cond(
-        "denied: security_opt apparmor=unconfined",
-        DENIED(2000,
-               "{\"security_opt\": [\"no-new-privileges\", \"apparmor=unconfined\"]}"));
-    test_cond(
-        "denied: security_opt label=disable",
-        DENIED(2000, "{\"security_opt\": [\"no-new-privileges\", \"label=disable\"]}"));
-    test_cond("denied: dropping the configured no-new-privileges",
-              DENIED(2000, "{\"security_opt\": []}"));
-    test_cond("allowed: a security_opt entry a rule lists",
-              ALLOWED(1000, "{\"security_opt\": [\"no-new-privileges\", "
-                            "\"seccomp=/etc/sbx-seccomp.json\"]}"));
-    test_cond("denied: runtime without a rule", DENIED(1000, "{\"runtime\": \"runsc\"}"));
-    test_cond("allowed: runtime a rule lists", ALLOWED(1001, "{\"runtime\": \"runsc\"}"));
-
-    /* tmpfs */
-    test_cond("denied: tmpfs rw,exec,suid,size=100g",
-              DENIED(2000, "{\"tmpfs\": {\"/tmp\": \"rw,exec,suid,size=100g\"}}"));
-    test_cond("ceiling: tmpfs size=100g",
-              CEILING(2000, "{\"tmpfs\": {\"/tmp\": \"rw,size=100g\"}}"));
-    test_cond("ceiling: tmpfs without a size (unlimited)",
-              CEILING(2000, "{\"tmpfs\": {\"/run\": \"rw\"}}"));
-    test_cond("allowed: tmpfs rw,noexec,size=32m",
-              ALLOWED(2000, "{\"tmpfs\": {\"/tmp\": \"rw,noexec,size=32m\"}}"));
-    test_cond("allowed: tmpfs exec and a larger size by a rule",
-              ALLOWED(1000, "{\"tmpfs\": {\"/tmp\": \"rw,exec,size=256m\"}}"));
-    test_cond("denied: tmpfs suid even with a rule for exec",
-              DENIED(1000, "{\"tmpfs\": {\"/tmp\": \"rw,suid,size=32m\"}}"));
-
-    /* ulimits */
-    test_cond(
-        "allowed: nofile below the configured",
-        ALLOWED(2000, "{\"ulimits\": {\"nofile\": {\"soft\": 1024, \"hard\": 2048}}}"));
-    test_cond(
-        "ceiling: nofile above the configured",
-        CEILING(2000, "{\"ulimits\": {\"nofile\": {\"soft\": 8192, \"hard\": 8192}}}"));
-    test_cond("denied: a ulimit the config does not set",
-              DENIED(2000, "{\"ulimits\": {\"memlock\": {\"soft\": -1, \"hard\": -1}}}"));
-
-    /* images */
-    test_cond("denied: image sha256:e (an id prefix)",
-              DENIED(2000, "{\"image\": \"sha256:e\"}"));
-    test_cond("denied: image by bare hex id prefix",
-              DENIED(2000, "{\"image\": \"9b5089ab\"}"));
-    test_cond("denied: image by digest",
-              DENIED(2000, "{\"image\": \"busybox@sha256:0123abcd\"}"));
-    test_cond("allowed: any named image for a uid whose rules list none",
-              ALLOWED(2000, "{\"image\": \"alpine:3\"}"));
-    test_cond("allowed: an image under a granted prefix",
-              ALLOWED(1000, "{\"image\": \"sbx-test/noshell\"}"));
-    test_cond("allowed: a granted exact image",
-              ALLOWED(1000, "{\"image\": \"python:3.12-slim\"}"));
-    test_cond("denied: an image outside the uid's granted images",
-              DENIED(1000, "{\"image\": \"alpine:3\"}"));
-
-    /* the configured user */
-    json_object_set_new(pconf, "user", json_string("65534:65534"));
-    test_cond("denied: user root when the config names a user",
-              DENIED(2000, "{\"user\": \"0\"}"));
-    test_cond("allowed: another non-root user", ALLOWED(2000, "{\"user\": \"1000\"}"));
-    json_object_del(pconf, "user");
-    json_object_set_new(pconf, "readonly_rootfs", json_true());
-    test_cond("denied: readonly_rootfs off when configured on",
-              DENIED(2000, "{\"readonly_rootfs\": false}"));
-    json_object_del(pconf, "readonly_rootfs");
-
-    /* the grants of a uid, merged */
-    json_t *g = policy_grants(pol, 1000);
-    test_cond("grants: merged network list of uid 1000",
-              json_array_size(json_object_get(g, "network")) == 2);
-    json_decref(g);
-
-    /* parse errors */
-    test_cond(
-        "parse: unknown key",
-        parse_fails("{\"rules\": [{\"users\": [1], \"netwrk\": []}]}", "unknown key"));
-    test_cond(
-        "parse: unknown user",
-        parse_fails("{\"rules\": [{\"users\": [\"no-such-user-x\"]}]}", "unknown user"));
-    test_cond("parse: unknown group",
-              parse_fails("{\"rules\": [{\"groups\": [\"no-such-group-x\"]}]}",
-                          "unknown group"));
-    test_cond("parse: a rule without users or groups",
-              parse_fails("{\"rules\": [{\"network\": [\"bridge\"]}]}", "needs users"));
-    test_cond("parse: a relative volume prefix",
-              parse_fails("{\"rules\": [{\"users\": [1], \"volumes\": [\"srv\"]}]}",
-                          "volumes"));
-    test_cond("parse: a memory ceiling of 0",
-              parse_fails("{\"rules\": [{\"users\": [1], \"memory\": 0}]}", "memory"));
-    test_cond("parse: rules must be a list",
-              parse_fails("{\"rules\": {}}", "expected a list"));
-    test_cond("parse: unknown top-level key",
-              parse_fails("{\"rulez\": []}", "unknown key"));
-    struct policy *empty = NULL;
-    test_cond("parse: no policy is no rules",
-              policy_parse(&empty, NULL, &err) == 0 && empty);
-    policy_free(empty);
-
+    rules_namespaces_networks();
+    rules_binds();
+    rules_ceilings();
+    rules_caps_tmpfs_ulimits();
+    rules_images_user();
+    rules_parse_errors();
     test_example();
     test_secdock();
     policy_free(pol);
