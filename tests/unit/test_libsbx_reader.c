@@ -47,7 +47,7 @@ static char *nested(int depth)
     return s;
 }
 
-static void test_reader(void)
+static void reader_frames(void)
 {
     sbx_reader *r = sbx_reader_new();
     json_t *v;
@@ -104,7 +104,12 @@ static void test_reader(void)
     test_cond("reader: brackets and escaped quotes in strings do not nest", v != NULL);
     json_decref(v);
     sbx_reader_free(r);
+}
 
+static void reader_limits(void)
+{
+    sbx_reader *r;
+    json_t *v;
     /* Depth limit. */
     r = sbx_reader_new();
     char *ok = nested(SBX_MAX_JSON_DEPTH), *bad = nested(SBX_MAX_JSON_DEPTH + 1);
@@ -170,6 +175,12 @@ static void test_reader(void)
               count == 10000 && sbx_reader_buffered(r) == 0);
     sbx_reader_free(r);
     sbx_reader_free(NULL);
+}
+
+static void test_reader(void)
+{
+    reader_frames();
+    reader_limits();
 }
 
 /* ---- base64 and output ------------------------------------------------------------- */
@@ -351,6 +362,55 @@ static json_t *read_msg(FILE *f)
     return m;
 }
 
+/* serve's process.spawn: an error for sandbox "bad", else output that overtakes
+ * the answer (for pid 7 and another process), the answer, more output, the exit. */
+static void serve_spawn(FILE *out, json_t *id, json_t *params)
+{
+    const char *sb = json_string_value(json_object_get(params, "sandbox"));
+    if (strcmp(sb, "bad") == 0) {
+        send_line(out, json_pack("{s:s, s:O, s:{s:i, s:s, s:{s:s}}}", "jsonrpc", "2.0",
+                                 "id", id, "error", "code", -32000, "message",
+                                 "sandbox not found", "data", "sandbox", sb));
+        return;
+    }
+    /* Output that overtakes the response, for us and another process. */
+    send_line(out, json_pack("{s:s, s:s, s:{s:s, s:i, s:s, s:i, s:s}}", "jsonrpc", "2.0",
+                             "method", "process.output", "params", "sandbox", sb, "pid",
+                             7, "stream", "stdout", "offset", 0, "data", "early\n"));
+    send_line(out, json_pack("{s:s, s:s, s:{s:s, s:i, s:s, s:i, s:s}}", "jsonrpc", "2.0",
+                             "method", "process.output", "params", "sandbox", sb, "pid",
+                             8, "stream", "stdout", "offset", 0, "data", "other"));
+    send_line(out, json_pack("{s:s, s:O, s:{s:i}}", "jsonrpc", "2.0", "id", id, "result",
+                             "pid", 7));
+    send_line(out, json_pack("{s:s, s:s, s:{s:s, s:i, s:s, s:i, s:s}}", "jsonrpc", "2.0",
+                             "method", "process.output", "params", "sandbox", sb, "pid",
+                             7, "stream", "stderr", "offset", 6, "data_b64", "bGF0ZQo="));
+    send_line(out, json_pack("{s:s, s:s, s:{s:s, s:i, s:i}}", "jsonrpc", "2.0", "method",
+                             "process.exit", "params", "sandbox", sb, "pid", 7,
+                             "exit_code", 3));
+}
+
+/* serve's t.output: output in the daemon's shape, then the answer. */
+static void serve_output(FILE *out, json_t *id)
+{
+    /* Output in the daemon's shape (text with escapes, base64) and in
+     * another key order, then the answer. */
+    fputs("{\"jsonrpc\":\"2.0\",\"method\":\"process.output\",\"params\":{"
+          "\"sandbox\":\"sb\",\"pid\":7,\"stream\":\"stdout\",\"offset\":0,"
+          "\"data\":\"a\\u0000\\\"b\\n\"}}\n",
+          out);
+    fputs("{\"jsonrpc\":\"2.0\",\"method\":\"process.output\",\"params\":{"
+          "\"sandbox\":\"sb\",\"pid\":7,\"stream\":\"stderr\",\"offset\":0,"
+          "\"data_b64\":\"AP8K\"}}\n",
+          out);
+    fputs("{\"method\":\"process.output\",\"jsonrpc\":\"2.0\",\"params\":{"
+          "\"data\":\"end\",\"stream\":\"stdout\",\"pid\":7,\"offset\":5,"
+          "\"sandbox\":\"sb\"}}\n",
+          out);
+    fflush(out);
+    send_line(out, json_pack("{s:s, s:O, s:b}", "jsonrpc", "2.0", "id", id, "result", 1));
+}
+
 /* Answers one connection by the methods' names. */
 static void serve(int fd)
 {
@@ -389,51 +449,9 @@ static void serve(int fd)
             send_line(out, json_pack("{s:s, s:O, s:o}", "jsonrpc", "2.0", "id", id,
                                      "result", answer ? answer : json_null()));
         } else if (strcmp(method, "process.spawn") == 0) {
-            const char *sb = json_string_value(json_object_get(params, "sandbox"));
-            if (strcmp(sb, "bad") == 0) {
-                send_line(out,
-                          json_pack("{s:s, s:O, s:{s:i, s:s, s:{s:s}}}", "jsonrpc", "2.0",
-                                    "id", id, "error", "code", -32000, "message",
-                                    "sandbox not found", "data", "sandbox", sb));
-                json_decref(m);
-                continue;
-            }
-            /* Output that overtakes the response, for us and another process. */
-            send_line(out, json_pack("{s:s, s:s, s:{s:s, s:i, s:s, s:i, s:s}}", "jsonrpc",
-                                     "2.0", "method", "process.output", "params",
-                                     "sandbox", sb, "pid", 7, "stream", "stdout",
-                                     "offset", 0, "data", "early\n"));
-            send_line(out, json_pack("{s:s, s:s, s:{s:s, s:i, s:s, s:i, s:s}}", "jsonrpc",
-                                     "2.0", "method", "process.output", "params",
-                                     "sandbox", sb, "pid", 8, "stream", "stdout",
-                                     "offset", 0, "data", "other"));
-            send_line(out, json_pack("{s:s, s:O, s:{s:i}}", "jsonrpc", "2.0", "id", id,
-                                     "result", "pid", 7));
-            send_line(out, json_pack("{s:s, s:s, s:{s:s, s:i, s:s, s:i, s:s}}", "jsonrpc",
-                                     "2.0", "method", "process.output", "params",
-                                     "sandbox", sb, "pid", 7, "stream", "stderr",
-                                     "offset", 6, "data_b64", "bGF0ZQo="));
-            send_line(out, json_pack("{s:s, s:s, s:{s:s, s:i, s:i}}", "jsonrpc", "2.0",
-                                     "method", "process.exit", "params", "sandbox", sb,
-                                     "pid", 7, "exit_code", 3));
+            serve_spawn(out, id, params);
         } else if (strcmp(method, "t.output") == 0) {
-            /* Output in the daemon's shape (text with escapes, base64) and in
-             * another key order, then the answer. */
-            fputs("{\"jsonrpc\":\"2.0\",\"method\":\"process.output\",\"params\":{"
-                  "\"sandbox\":\"sb\",\"pid\":7,\"stream\":\"stdout\",\"offset\":0,"
-                  "\"data\":\"a\\u0000\\\"b\\n\"}}\n",
-                  out);
-            fputs("{\"jsonrpc\":\"2.0\",\"method\":\"process.output\",\"params\":{"
-                  "\"sandbox\":\"sb\",\"pid\":7,\"stream\":\"stderr\",\"offset\":0,"
-                  "\"data_b64\":\"AP8K\"}}\n",
-                  out);
-            fputs("{\"method\":\"process.output\",\"jsonrpc\":\"2.0\",\"params\":{"
-                  "\"data\":\"end\",\"stream\":\"stdout\",\"pid\":7,\"offset\":5,"
-                  "\"sandbox\":\"sb\"}}\n",
-                  out);
-            fflush(out);
-            send_line(out, json_pack("{s:s, s:O, s:b}", "jsonrpc", "2.0", "id", id,
-                                     "result", 1));
+            serve_output(out, id);
         } else if (strcmp(method, "t.error") == 0) {
             send_line(out, json_pack("{s:s, s:O, s:{s:i, s:s, s:{s:s}}}", "jsonrpc",
                                      "2.0", "id", id, "error", "code", -32000, "message",
@@ -543,6 +561,92 @@ static int tool_cb(sbx_ctx *c, json_t **result_out, const char *tool, json_t *ar
     return SBX_ERR;
 }
 
+/* tool.call round trips, timeouts, and a response too deep (which breaks c). */
+static void sync_tools_timeouts(sbx_ctx *c)
+{
+    json_t *r;
+    /* tool.call round trip. */
+    json_t *answer;
+    test_cond("sync: tool.call without a handler is answered with -32009",
+              sbx_call_new(c, &answer, NULL, "t.tool",
+                           json_pack("{s:s}", "tool", "add")) == SBX_OK &&
+                  json_integer_value(json_object_get(json_object_get(answer, "error"),
+                                                     "code")) == SBX_E_TOOL &&
+                  strcmp(json_string_value(json_object_get(answer, "id")), "t1") == 0);
+    json_decref(answer);
+    sbx_set_tool_cb(c, tool_cb, NULL);
+    test_cond("sync: tool.call answered by the tool callback",
+              sbx_call_new(c, &answer, NULL, "t.tool",
+                           json_pack("{s:s}", "tool", "add")) == SBX_OK &&
+                  json_integer_value(json_object_get(answer, "result")) == 3);
+    json_decref(answer);
+    test_cond("sync: tool failure becomes an error response",
+              sbx_call_new(c, &answer, NULL, "t.tool",
+                           json_pack("{s:s}", "tool", "mul")) == SBX_OK &&
+                  strcmp(json_string_value(json_object_get(
+                             json_object_get(answer, "error"), "message")),
+                         "no tool mul") == 0);
+    json_decref(answer);
+
+    /* Timeouts are not fatal; the late answer is dropped. */
+    sbx_set_timeout(c, 100);
+    test_cond("sync: call timeout", sbx_call(c, &r, NULL, "t.stall", NULL) == SBX_ERR &&
+                                        c->err == SBX_ERR_TIMEOUT);
+    sbx_set_timeout(c, 0);
+    test_cond("sync: usable after a timeout",
+              sbx_call(c, &r, NULL, "t.echo", NULL) == SBX_OK);
+    json_decref(r);
+
+    test_cond("sync: too deep a response breaks the ctx",
+              sbx_call(c, &r, NULL, "t.deep", NULL) == SBX_ERR &&
+                  c->err == SBX_ERR_PROTOCOL && (c->flags & SBX_BROKEN));
+    test_cond("sync: a broken ctx keeps its first error",
+              sbx_call(c, &r, NULL, "t.echo", NULL) == SBX_ERR &&
+                  c->err == SBX_ERR_PROTOCOL);
+}
+
+/* Garbage, EOF, an oversized response; a 4 MiB request and response. */
+static void sync_bad_replies(void)
+{
+    sbx_ctx *c;
+    json_t *r, *params;
+    c = sbx_connect_unix(sock_path, 1000);
+    test_cond("sync: garbage from the daemon is a protocol error",
+              sbx_call(c, &r, NULL, "t.garbage", NULL) == SBX_ERR &&
+                  c->err == SBX_ERR_PROTOCOL);
+    sbx_free(c);
+
+    c = sbx_connect_unix(sock_path, 1000);
+    test_cond("sync: EOF",
+              sbx_call(c, &r, NULL, "t.close", NULL) == SBX_ERR && c->err == SBX_ERR_EOF);
+    sbx_free(c);
+
+    c = sbx_connect_unix(sock_path, 1000);
+    sbx_set_max_frame(c, 64);
+    params = json_pack(
+        "{s:s}", "s",
+        "0123456789012345678901234567890123456789012345678901234567890123456789");
+    test_cond("sync: max frame applies to responses",
+              sbx_call(c, &r, NULL, "t.echo", params) == SBX_ERR &&
+                  c->err == SBX_ERR_PROTOCOL);
+    json_decref(params);
+    sbx_free(c);
+
+    /* A request larger than the socket buffers while notifications flow. */
+    c = sbx_connect_unix(sock_path, 1000);
+    size_t big = 4 * 1024 * 1024;
+    char *s = malloc(big + 1);
+    memset(s, 'x', big);
+    s[big] = '\0';
+    params = json_pack("{s:s}", "s", s);
+    free(s);
+    test_cond("sync: 4 MiB request and response",
+              sbx_call(c, &r, NULL, "t.echo", params) == SBX_OK && json_equal(r, params));
+    json_decref(r);
+    json_decref(params);
+    sbx_free(c);
+}
+
 static void test_sync(void)
 {
     json_t *r;
@@ -609,81 +713,10 @@ static void test_sync(void)
                   strcmp(notes_out, "hi\n") == 0);
     json_decref(r);
 
-    /* tool.call round trip. */
-    json_t *answer;
-    test_cond("sync: tool.call without a handler is answered with -32009",
-              sbx_call_new(c, &answer, NULL, "t.tool",
-                           json_pack("{s:s}", "tool", "add")) == SBX_OK &&
-                  json_integer_value(json_object_get(json_object_get(answer, "error"),
-                                                     "code")) == SBX_E_TOOL &&
-                  strcmp(json_string_value(json_object_get(answer, "id")), "t1") == 0);
-    json_decref(answer);
-    sbx_set_tool_cb(c, tool_cb, NULL);
-    test_cond("sync: tool.call answered by the tool callback",
-              sbx_call_new(c, &answer, NULL, "t.tool",
-                           json_pack("{s:s}", "tool", "add")) == SBX_OK &&
-                  json_integer_value(json_object_get(answer, "result")) == 3);
-    json_decref(answer);
-    test_cond("sync: tool failure becomes an error response",
-              sbx_call_new(c, &answer, NULL, "t.tool",
-                           json_pack("{s:s}", "tool", "mul")) == SBX_OK &&
-                  strcmp(json_string_value(json_object_get(
-                             json_object_get(answer, "error"), "message")),
-                         "no tool mul") == 0);
-    json_decref(answer);
-
-    /* Timeouts are not fatal; the late answer is dropped. */
-    sbx_set_timeout(c, 100);
-    test_cond("sync: call timeout", sbx_call(c, &r, NULL, "t.stall", NULL) == SBX_ERR &&
-                                        c->err == SBX_ERR_TIMEOUT);
-    sbx_set_timeout(c, 0);
-    test_cond("sync: usable after a timeout",
-              sbx_call(c, &r, NULL, "t.echo", NULL) == SBX_OK);
-    json_decref(r);
-
-    test_cond("sync: too deep a response breaks the ctx",
-              sbx_call(c, &r, NULL, "t.deep", NULL) == SBX_ERR &&
-                  c->err == SBX_ERR_PROTOCOL && (c->flags & SBX_BROKEN));
-    test_cond("sync: a broken ctx keeps its first error",
-              sbx_call(c, &r, NULL, "t.echo", NULL) == SBX_ERR &&
-                  c->err == SBX_ERR_PROTOCOL);
+    sync_tools_timeouts(c);
     sbx_free(c);
 
-    c = sbx_connect_unix(sock_path, 1000);
-    test_cond("sync: garbage from the daemon is a protocol error",
-              sbx_call(c, &r, NULL, "t.garbage", NULL) == SBX_ERR &&
-                  c->err == SBX_ERR_PROTOCOL);
-    sbx_free(c);
-
-    c = sbx_connect_unix(sock_path, 1000);
-    test_cond("sync: EOF",
-              sbx_call(c, &r, NULL, "t.close", NULL) == SBX_ERR && c->err == SBX_ERR_EOF);
-    sbx_free(c);
-
-    c = sbx_connect_unix(sock_path, 1000);
-    sbx_set_max_frame(c, 64);
-    params = json_pack(
-        "{s:s}", "s",
-        "0123456789012345678901234567890123456789012345678901234567890123456789");
-    test_cond("sync: max frame applies to responses",
-              sbx_call(c, &r, NULL, "t.echo", params) == SBX_ERR &&
-                  c->err == SBX_ERR_PROTOCOL);
-    json_decref(params);
-    sbx_free(c);
-
-    /* A request larger than the socket buffers while notifications flow. */
-    c = sbx_connect_unix(sock_path, 1000);
-    size_t big = 4 * 1024 * 1024;
-    char *s = malloc(big + 1);
-    memset(s, 'x', big);
-    s[big] = '\0';
-    params = json_pack("{s:s}", "s", s);
-    free(s);
-    test_cond("sync: 4 MiB request and response",
-              sbx_call(c, &r, NULL, "t.echo", params) == SBX_OK && json_equal(r, params));
-    json_decref(r);
-    json_decref(params);
-    sbx_free(c);
+    sync_bad_replies();
 }
 
 /* ---- async API (poll adapter) ------------------------------------------------------ */
@@ -825,7 +858,7 @@ static sbx_async *a_new(struct actx *t)
             }                                                                            \
     } while (0)
 
-static void test_async(void)
+static void async_calls(void)
 {
     struct actx t;
 
@@ -906,7 +939,12 @@ static void test_async(void)
     test_cond("async: disconnect delivered the pending reply, then on_disconnect(OK)",
               ac == NULL && strstr(t.order, "g") && t.disconnected == 1 &&
                   t.disc_status == SBX_OK && t.nulls == 0);
+}
 
+static void async_endings(void)
+{
+    struct actx t;
+    sbx_async *ac;
     /* Free with calls pending: callbacks get NULLs. */
     ac = a_new(&t);
     RUN_UNTIL(ac, t.connected);
@@ -944,6 +982,12 @@ static void test_async(void)
     RUN_UNTIL(ac, 0);
     test_cond("async: timeout fails pending calls",
               ac == NULL && t.nulls == 1 && t.disc_status == SBX_ERR);
+}
+
+static void test_async(void)
+{
+    async_calls();
+    async_endings();
 }
 
 int main(void)
