@@ -387,50 +387,10 @@ static void test_pending_input(void)
     stop();
 }
 
-/* A batch whose reply exceeds the hard limit used to drop the session without
- * a word; now each request gets its -32005. */
-static void test_big_replies(void)
+/* Reproduction 3: env past env_bytes, and a list too large for the session. */
+static void big_env(conn *c)
 {
-    if (start(
-            "  session_output_high: 1M\n  session_output_hard: 2M\n  env_bytes: 64k\n") <
-        0) {
-        test_cond("replies: sbxd starts", 0);
-        return;
-    }
-    conn *c = cn_open(sockp);
-    size_t n = 10000;
-    long hwm0 = status_kb("VmHWM:");
-    size_t cap = n * 64 + 16;
-    char *line = malloc(cap), *o = line;
-    *o++ = '[';
-    for (size_t i = 0; i < n; i++)
-        o += snprintf(o, cap - (size_t)(o - line),
-                      "%s{\"jsonrpc\":\"2.0\",\"id\":%zu,\"method\":\"daemon.info\"}",
-                      i ? "," : "", i + 1);
-    *o++ = ']';
-    *o++ = '\n';
-    cn_send_raw(c, line, (size_t)(o - line));
-    free(line);
-    json_t *r = cn_read(c, 30000);
-    long hwm1 = status_kb("VmHWM:");
-    test_cond("replies: a batch too large for the session is answered, not dropped",
-              json_is_array(r) && json_array_size(r) == n);
-    /* 10,000 daemon.info answers are ~25 MB of text: past the 2 MB the
-     * session has room for, the batch keeps only their ids. */
-    printf("      peak RSS %ld kB -> %ld kB for a batch of %zu daemon.info\n", hwm0, hwm1,
-           n);
-    rss_cond("replies: the too-large batch's answers are not all built first "
-             "(peak RSS grows < 24 MB; it grew 40 MB when they were)",
-             hwm1 - hwm0 < 24 * 1024);
-    test_cond("replies: each answer is -32005 naming session_output_hard",
-              err_code(json_array_get(r, 0)) == SBX_E_LIMIT &&
-                  strcmp(limit_of(json_array_get(r, n - 1)), "session_output_hard") ==
-                      0 &&
-                  json_integer_value(json_object_get(json_array_get(r, n - 1), "id")) ==
-                      (json_int_t)n);
-    json_decref(r);
-    test_cond("replies: the session still serves", ping(c));
-
+    json_t *r;
     /* Reproduction 3: set_env past env_bytes is refused... */
     char *big = malloc(70 * 1024);
     memset(big, 'v', 70 * 1024 - 1);
@@ -482,6 +442,53 @@ static void test_big_replies(void)
     json_decref(r);
     test_cond("replies: and the session still serves", ping(c));
     free(big);
+}
+
+/* A batch whose reply exceeds the hard limit used to drop the session without
+ * a word; now each request gets its -32005. */
+static void test_big_replies(void)
+{
+    if (start(
+            "  session_output_high: 1M\n  session_output_hard: 2M\n  env_bytes: 64k\n") <
+        0) {
+        test_cond("replies: sbxd starts", 0);
+        return;
+    }
+    conn *c = cn_open(sockp);
+    size_t n = 10000;
+    long hwm0 = status_kb("VmHWM:");
+    size_t cap = n * 64 + 16;
+    char *line = malloc(cap), *o = line;
+    *o++ = '[';
+    for (size_t i = 0; i < n; i++)
+        o += snprintf(o, cap - (size_t)(o - line),
+                      "%s{\"jsonrpc\":\"2.0\",\"id\":%zu,\"method\":\"daemon.info\"}",
+                      i ? "," : "", i + 1);
+    *o++ = ']';
+    *o++ = '\n';
+    cn_send_raw(c, line, (size_t)(o - line));
+    free(line);
+    json_t *r = cn_read(c, 30000);
+    long hwm1 = status_kb("VmHWM:");
+    test_cond("replies: a batch too large for the session is answered, not dropped",
+              json_is_array(r) && json_array_size(r) == n);
+    /* 10,000 daemon.info answers are ~25 MB of text: past the 2 MB the
+     * session has room for, the batch keeps only their ids. */
+    printf("      peak RSS %ld kB -> %ld kB for a batch of %zu daemon.info\n", hwm0, hwm1,
+           n);
+    rss_cond("replies: the too-large batch's answers are not all built first "
+             "(peak RSS grows < 24 MB; it grew 40 MB when they were)",
+             hwm1 - hwm0 < 24 * 1024);
+    test_cond("replies: each answer is -32005 naming session_output_hard",
+              err_code(json_array_get(r, 0)) == SBX_E_LIMIT &&
+                  strcmp(limit_of(json_array_get(r, n - 1)), "session_output_hard") ==
+                      0 &&
+                  json_integer_value(json_object_get(json_array_get(r, n - 1), "id")) ==
+                      (json_int_t)n);
+    json_decref(r);
+    test_cond("replies: the session still serves", ping(c));
+
+    big_env(c);
     cn_close(c);
     stop();
 }
@@ -492,6 +499,76 @@ static const char mb_print[] =
     "var s = '0123456789abcdef'; while (s.length < 1048576) s += s; console.log(s); 1";
 static const char big_result[] =
     "var a = []; for (var i = 0; i < 50000; i++) a.push(i); a";
+
+static void retained_results(conn *c)
+{
+    json_t *r;
+    long before, after;
+    int ok;
+    /* Completion values: 20 results of 50k elements were ~50 MB of jansson trees. */
+    before = rss_kb();
+    ok = 1;
+    int first = 0;
+    for (int i = 0; i < (rss_meaningful() ? 20 : 3); i++) {
+        r = cn_call_t(c, 30000, "process.exec",
+                      json_pack("{s:s, s:s, s:b}", "sandbox", "rb", "command", big_result,
+                                "stream", 0));
+        ok &= json_array_size(json_object_get(res_of(r), "result")) == 50000;
+        if (!first)
+            first = (int)res_int(r, "pid");
+        json_decref(r);
+    }
+    after = rss_kb();
+    printf("      RSS %ld kB -> %ld kB after 20 results of 50k elements\n", before,
+           after);
+    test_cond("retained: exec returns each large result in full", ok);
+    rss_cond("retained: large results are not kept after the reply (RSS grows < 16 MB)",
+             after - before < 16 * 1024);
+    r = cn_call(c, "process.wait",
+                json_pack("{s:s, s:i}", "sandbox", "rb", "pid", first));
+    test_cond("retained: a later wait says the result was dropped",
+              json_is_true(json_object_get(res_of(r), "result_dropped")));
+    json_decref(r);
+    r = cn_call(c, "process.exec",
+                json_pack("{s:s, s:s}", "sandbox", "rb", "command", "6*7"));
+    int small = (int)res_int(r, "pid");
+    json_decref(r);
+    r = cn_call(c, "process.wait",
+                json_pack("{s:s, s:i}", "sandbox", "rb", "pid", small));
+    test_cond("retained: a small result is still there for wait",
+              json_integer_value(json_object_get(res_of(r), "result")) == 42);
+    json_decref(r);
+}
+
+static void retained_js_logs(conn *c)
+{
+    json_t *r;
+    /* The js provider's exit record carries the console logs: 1 MB each was
+     * kept for every exited process, outside the replay caps. */
+    r = cn_call_t(c, 30000, "sandbox.create",
+                  json_pack("{s:s, s:s}", "id", "rj", "provider", "js"));
+    int have_js = res_of(r) != NULL;
+    json_decref(r);
+    if (have_js) {
+        r = cn_call_t(c, 30000, "process.exec",
+                      json_pack("{s:s, s:s, s:b}", "sandbox", "rj", "command", mb_print,
+                                "stream", 0));
+        int pid = (int)res_int(r, "pid");
+        int answered = json_array_size(json_object_get(res_of(r), "logs")) > 0;
+        json_decref(r);
+        r = cn_call(c, "process.wait",
+                    json_pack("{s:s, s:i}", "sandbox", "rj", "pid", pid));
+        test_cond(
+            "retained: js console logs over 64 KiB are answered by the exec, then dropped",
+            answered && json_is_true(json_object_get(res_of(r), "logs_dropped")) &&
+                json_is_null(json_object_get(res_of(r), "logs")));
+        json_decref(r);
+    } else {
+        test_skip(
+            "retained: js console logs over 64 KiB are answered by the exec, then dropped",
+            "the js provider is not available");
+    }
+}
 
 static void test_retained(void)
 {
@@ -550,65 +627,8 @@ static void test_retained(void)
               res_int(r, "exit_code") == 0);
     json_decref(r);
 
-    /* Completion values: 20 results of 50k elements were ~50 MB of jansson trees. */
-    before = rss_kb();
-    ok = 1;
-    int first = 0;
-    for (int i = 0; i < (rss_meaningful() ? 20 : 3); i++) {
-        r = cn_call_t(c, 30000, "process.exec",
-                      json_pack("{s:s, s:s, s:b}", "sandbox", "rb", "command", big_result,
-                                "stream", 0));
-        ok &= json_array_size(json_object_get(res_of(r), "result")) == 50000;
-        if (!first)
-            first = (int)res_int(r, "pid");
-        json_decref(r);
-    }
-    after = rss_kb();
-    printf("      RSS %ld kB -> %ld kB after 20 results of 50k elements\n", before,
-           after);
-    test_cond("retained: exec returns each large result in full", ok);
-    rss_cond("retained: large results are not kept after the reply (RSS grows < 16 MB)",
-             after - before < 16 * 1024);
-    r = cn_call(c, "process.wait",
-                json_pack("{s:s, s:i}", "sandbox", "rb", "pid", first));
-    test_cond("retained: a later wait says the result was dropped",
-              json_is_true(json_object_get(res_of(r), "result_dropped")));
-    json_decref(r);
-    r = cn_call(c, "process.exec",
-                json_pack("{s:s, s:s}", "sandbox", "rb", "command", "6*7"));
-    int small = (int)res_int(r, "pid");
-    json_decref(r);
-    r = cn_call(c, "process.wait",
-                json_pack("{s:s, s:i}", "sandbox", "rb", "pid", small));
-    test_cond("retained: a small result is still there for wait",
-              json_integer_value(json_object_get(res_of(r), "result")) == 42);
-    json_decref(r);
-
-    /* The js provider's exit record carries the console logs: 1 MB each was
-     * kept for every exited process, outside the replay caps. */
-    r = cn_call_t(c, 30000, "sandbox.create",
-                  json_pack("{s:s, s:s}", "id", "rj", "provider", "js"));
-    int have_js = res_of(r) != NULL;
-    json_decref(r);
-    if (have_js) {
-        r = cn_call_t(c, 30000, "process.exec",
-                      json_pack("{s:s, s:s, s:b}", "sandbox", "rj", "command", mb_print,
-                                "stream", 0));
-        int pid = (int)res_int(r, "pid");
-        int answered = json_array_size(json_object_get(res_of(r), "logs")) > 0;
-        json_decref(r);
-        r = cn_call(c, "process.wait",
-                    json_pack("{s:s, s:i}", "sandbox", "rj", "pid", pid));
-        test_cond(
-            "retained: js console logs over 64 KiB are answered by the exec, then dropped",
-            answered && json_is_true(json_object_get(res_of(r), "logs_dropped")) &&
-                json_is_null(json_object_get(res_of(r), "logs")));
-        json_decref(r);
-    } else {
-        test_skip(
-            "retained: js console logs over 64 KiB are answered by the exec, then dropped",
-            "the js provider is not available");
-    }
+    retained_results(c);
+    retained_js_logs(c);
     cn_close(c);
     stop();
 }
@@ -666,6 +686,38 @@ static void test_memory_ceiling(void)
 }
 
 /* ---- snapshots (reproduction 1) ---------------------------------------------------- */
+
+static void snapshots_bytes_cap(conn *c)
+{
+    json_t *r;
+    /* The bytes cap: a 900 kB global fits once, not twice. */
+    json_decref(cn_call(c, "sandbox.create",
+                        json_pack("{s:s, s:s}", "id", "sb3", "provider", "duktape")));
+    json_decref(cn_call_t(c, 30000, "process.exec",
+                          json_pack("{s:s, s:s}", "sandbox", "sb3", "command",
+                                    "var big = new Array(900001).join('x'); 1")));
+    json_t *list = cn_call(c, "snapshot.list", NULL);
+    json_t *snaps = json_object_get(res_of(list), "snapshots");
+    size_t i;
+    json_t *sv;
+    json_array_foreach(snaps, i, sv)
+        json_decref(
+            cn_call(c, "snapshot.delete",
+                    json_pack("{s:O}", "snapshot", json_object_get(sv, "snapshot"))));
+    json_decref(list);
+    r = cn_call_t(c, 30000, "sandbox.snapshot", json_pack("{s:s}", "id", "sb3"));
+    json_t *r2 = cn_call_t(c, 30000, "sandbox.snapshot", json_pack("{s:s}", "id", "sb3"));
+    test_cond("snapshots: past snapshot_bytes_per_uid a snapshot gets -32005 naming it",
+              res_of(r) && err_code(r2) == SBX_E_LIMIT &&
+                  strcmp(limit_of(r2), "snapshot_bytes_per_uid") == 0);
+    json_decref(r);
+    json_decref(r2);
+    r = cn_call(c, "process.exec",
+                json_pack("{s:s, s:s}", "sandbox", "sb3", "command", "big.length"));
+    test_cond("snapshots: the sandbox is still usable after a refused snapshot",
+              json_integer_value(json_object_get(res_of(r), "result")) == 900000);
+    json_decref(r);
+}
 
 static void test_snapshots(void)
 {
@@ -732,33 +784,7 @@ static void test_snapshots(void)
     test_cond("snapshots: and the next snapshot is taken", res_of(r) != NULL);
     json_decref(r);
 
-    /* The bytes cap: a 900 kB global fits once, not twice. */
-    json_decref(cn_call(c, "sandbox.create",
-                        json_pack("{s:s, s:s}", "id", "sb3", "provider", "duktape")));
-    json_decref(cn_call_t(c, 30000, "process.exec",
-                          json_pack("{s:s, s:s}", "sandbox", "sb3", "command",
-                                    "var big = new Array(900001).join('x'); 1")));
-    json_t *list = cn_call(c, "snapshot.list", NULL);
-    json_t *snaps = json_object_get(res_of(list), "snapshots");
-    size_t i;
-    json_t *sv;
-    json_array_foreach(snaps, i, sv)
-        json_decref(
-            cn_call(c, "snapshot.delete",
-                    json_pack("{s:O}", "snapshot", json_object_get(sv, "snapshot"))));
-    json_decref(list);
-    r = cn_call_t(c, 30000, "sandbox.snapshot", json_pack("{s:s}", "id", "sb3"));
-    json_t *r2 = cn_call_t(c, 30000, "sandbox.snapshot", json_pack("{s:s}", "id", "sb3"));
-    test_cond("snapshots: past snapshot_bytes_per_uid a snapshot gets -32005 naming it",
-              res_of(r) && err_code(r2) == SBX_E_LIMIT &&
-                  strcmp(limit_of(r2), "snapshot_bytes_per_uid") == 0);
-    json_decref(r);
-    json_decref(r2);
-    r = cn_call(c, "process.exec",
-                json_pack("{s:s, s:s}", "sandbox", "sb3", "command", "big.length"));
-    test_cond("snapshots: the sandbox is still usable after a refused snapshot",
-              json_integer_value(json_object_get(res_of(r), "result")) == 900000);
-    json_decref(r);
+    snapshots_bytes_cap(c);
     cn_close(c);
     stop();
 }

@@ -302,6 +302,33 @@ static void test_tools(sbx_ctx *c)
 
 /* ---- sync: spawn, attach, wait, kill ----------------------------------------------- */
 
+/* A running process: wait with a timeout, then kill. */
+static void processes_kill(sbx_ctx *c)
+{
+    json_t *r;
+    json_int_t pid;
+    /* kill */
+    r = call_ok(c, SBX_M_SPAWN,
+                json_pack("{s:s, s:s, s:b}", "sandbox", sb_a, "command",
+                          "while (true) {}", "stream", 0));
+    pid = jint(r, "pid");
+    json_decref(r);
+    sbx_rpc_error *e = call_err(
+        c, SBX_M_WAIT,
+        json_pack("{s:s, s:I, s:i}", "sandbox", sb_a, "pid", pid, "timeout_ms", 100));
+    test_cond("wait: with a timeout on a running process is -32001",
+              e && e->code == SBX_E_STATE);
+    sbx_rpc_error_free(e);
+    r = call_ok(c, SBX_M_KILL, json_pack("{s:s, s:I}", "sandbox", sb_a, "pid", pid));
+    test_cond("kill: accepted", r != NULL);
+    json_decref(r);
+    r = call_ok(c, SBX_M_WAIT, json_pack("{s:s, s:I}", "sandbox", sb_a, "pid", pid));
+    test_cond("kill: exit 137 and killed",
+              jint(r, "exit_code") == SBX_EXIT_KILLED &&
+                  json_is_true(json_object_get(r, "killed")));
+    json_decref(r);
+}
+
 static void test_processes(sbx_ctx *c)
 {
     struct notes n = {0};
@@ -365,26 +392,7 @@ static void test_processes(sbx_ctx *c)
     test_cond("process.list: shows the exited process", listed);
     json_decref(r);
 
-    /* kill */
-    r = call_ok(c, SBX_M_SPAWN,
-                json_pack("{s:s, s:s, s:b}", "sandbox", sb_a, "command",
-                          "while (true) {}", "stream", 0));
-    pid = jint(r, "pid");
-    json_decref(r);
-    sbx_rpc_error *e = call_err(
-        c, SBX_M_WAIT,
-        json_pack("{s:s, s:I, s:i}", "sandbox", sb_a, "pid", pid, "timeout_ms", 100));
-    test_cond("wait: with a timeout on a running process is -32001",
-              e && e->code == SBX_E_STATE);
-    sbx_rpc_error_free(e);
-    r = call_ok(c, SBX_M_KILL, json_pack("{s:s, s:I}", "sandbox", sb_a, "pid", pid));
-    test_cond("kill: accepted", r != NULL);
-    json_decref(r);
-    r = call_ok(c, SBX_M_WAIT, json_pack("{s:s, s:I}", "sandbox", sb_a, "pid", pid));
-    test_cond("kill: exit 137 and killed",
-              jint(r, "exit_code") == SBX_EXIT_KILLED &&
-                  json_is_true(json_object_get(r, "killed")));
-    json_decref(r);
+    processes_kill(c);
     free(n.out);
 }
 

@@ -175,6 +175,35 @@ static void other_queues(char *res, size_t n)
     cn_close(c);
 }
 
+/* Another uid still queues; once the slot is free the queue drains and gives its bytes
+ * back. */
+static void queued_drain(conn *c, json_int_t busy, json_int_t last)
+{
+    json_t *r;
+    json_int_t used;
+    char res[8];
+    parent_conn = c;
+    as_uid(65534, other_queues, res, sizeof(res));
+    test_cond("queued: another uid still queues meanwhile", strcmp(res, "1") == 0);
+
+    json_decref(
+        cn_call(c, "process.kill", json_pack("{s:s, s:I}", "sandbox", "q", "pid", busy)));
+    r = cn_call_t(
+        c, 30000, "process.wait",
+        json_pack("{s:s, s:I, s:i}", "sandbox", "q", "pid", last, "timeout_ms", 25000));
+    int ran = res_int(r, "exit_code") == 0;
+    json_decref(r);
+    r = cn_call(c, "daemon.info", NULL);
+    used = usage_used(r, "queued_bytes_per_uid");
+    json_decref(r);
+    test_cond("queued: the queued ones run once the slot is free", ran);
+    test_eq_int("queued: their bytes are given back when they leave the queue", used, 0);
+    r = cn_call(c, "process.spawn",
+                json_pack("{s:s, s:s}", "sandbox", "q", "command", "1"));
+    test_cond("queued: the uid spawns again afterwards", res_of(r) != NULL);
+    json_decref(r);
+}
+
 static void test_queued_bytes(void)
 {
     if (start("  max_processes_per_sandbox: 1\n  queued_bytes_per_uid: 64M\n") < 0) {
@@ -237,27 +266,7 @@ static void test_queued_bytes(void)
     test_cond("queued: daemon.info counts the queued bytes",
               used > (json_int_t)ok * BIG_STDIN && used <= 64 * 1024 * 1024);
 
-    char res[8];
-    parent_conn = c;
-    as_uid(65534, other_queues, res, sizeof(res));
-    test_cond("queued: another uid still queues meanwhile", strcmp(res, "1") == 0);
-
-    json_decref(
-        cn_call(c, "process.kill", json_pack("{s:s, s:I}", "sandbox", "q", "pid", busy)));
-    r = cn_call_t(
-        c, 30000, "process.wait",
-        json_pack("{s:s, s:I, s:i}", "sandbox", "q", "pid", last, "timeout_ms", 25000));
-    int ran = res_int(r, "exit_code") == 0;
-    json_decref(r);
-    r = cn_call(c, "daemon.info", NULL);
-    used = usage_used(r, "queued_bytes_per_uid");
-    json_decref(r);
-    test_cond("queued: the queued ones run once the slot is free", ran);
-    test_eq_int("queued: their bytes are given back when they leave the queue", used, 0);
-    r = cn_call(c, "process.spawn",
-                json_pack("{s:s, s:s}", "sandbox", "q", "command", "1"));
-    test_cond("queued: the uid spawns again afterwards", res_of(r) != NULL);
-    json_decref(r);
+    queued_drain(c, busy, last);
     cn_close(c);
     stop();
 }
@@ -383,6 +392,45 @@ static int cn_call_ok(conn *c)
 
 #define SPIN "var t = Date.now(); while (Date.now() - t < 800) {}"
 
+/* A destroy during a start waits for it, with and without an on_destroy hook. */
+static void waiting_destroys(conn *a, conn *b)
+{
+    json_t *r, *ra, *rb;
+    int ida, idb;
+    /* A destroy during a start waits for it. */
+    json_decref(cn_call(a, "sandbox.stop", json_pack("{s:s}", "id", "r")));
+    ida = send_req(a, "sandbox.start", json_pack("{s:s}", "id", "r"));
+    usleep(150000);
+    idb = send_req(b, "sandbox.destroy", json_pack("{s:s}", "id", "r"));
+    ra = wait_resp(a, ida, 15000);
+    rb = wait_resp(b, idb, 15000);
+    test_cond("lifecycle: a destroy during a start waits for it and destroys",
+              strcmp(status_of(ra), "running") == 0 &&
+                  strcmp(status_of(rb), "destroyed") == 0);
+    json_decref(ra);
+    json_decref(rb);
+    r = cn_call(a, "sandbox.get", json_pack("{s:s}", "id", "r"));
+    test_eq_int("lifecycle: and it is gone afterwards", err_code(r), SBX_E_NOT_FOUND);
+    json_decref(r);
+
+    /* The same with an on_destroy hook: it runs from the end of the on_start
+     * hook's process (ASan found that record freed under it). */
+    json_decref(
+        cn_call(a, "sandbox.create",
+                json_pack("{s:s, s:s, s:s, s:s, s:b}", "id", "r2", "provider", "duktape",
+                          "on_start", SPIN, "on_destroy", "1", "start", 0)));
+    ida = send_req(a, "sandbox.start", json_pack("{s:s}", "id", "r2"));
+    usleep(150000);
+    idb = send_req(b, "sandbox.destroy", json_pack("{s:s}", "id", "r2"));
+    ra = wait_resp(a, ida, 15000);
+    rb = wait_resp(b, idb, 15000);
+    test_cond("lifecycle: with on_destroy too, the start answers and the destroy runs",
+              strcmp(status_of(ra), "running") == 0 &&
+                  strcmp(status_of(rb), "destroyed") == 0);
+    json_decref(ra);
+    json_decref(rb);
+}
+
 static void test_waiting_ops(void)
 {
     if (start("  op_timeout_ms: 20000\n") < 0) {
@@ -442,38 +490,7 @@ static void test_waiting_ops(void)
     json_decref(ra);
     json_decref(rb);
 
-    /* A destroy during a start waits for it. */
-    json_decref(cn_call(a, "sandbox.stop", json_pack("{s:s}", "id", "r")));
-    ida = send_req(a, "sandbox.start", json_pack("{s:s}", "id", "r"));
-    usleep(150000);
-    idb = send_req(b, "sandbox.destroy", json_pack("{s:s}", "id", "r"));
-    ra = wait_resp(a, ida, 15000);
-    rb = wait_resp(b, idb, 15000);
-    test_cond("lifecycle: a destroy during a start waits for it and destroys",
-              strcmp(status_of(ra), "running") == 0 &&
-                  strcmp(status_of(rb), "destroyed") == 0);
-    json_decref(ra);
-    json_decref(rb);
-    r = cn_call(a, "sandbox.get", json_pack("{s:s}", "id", "r"));
-    test_eq_int("lifecycle: and it is gone afterwards", err_code(r), SBX_E_NOT_FOUND);
-    json_decref(r);
-
-    /* The same with an on_destroy hook: it runs from the end of the on_start
-     * hook's process (ASan found that record freed under it). */
-    json_decref(
-        cn_call(a, "sandbox.create",
-                json_pack("{s:s, s:s, s:s, s:s, s:b}", "id", "r2", "provider", "duktape",
-                          "on_start", SPIN, "on_destroy", "1", "start", 0)));
-    ida = send_req(a, "sandbox.start", json_pack("{s:s}", "id", "r2"));
-    usleep(150000);
-    idb = send_req(b, "sandbox.destroy", json_pack("{s:s}", "id", "r2"));
-    ra = wait_resp(a, ida, 15000);
-    rb = wait_resp(b, idb, 15000);
-    test_cond("lifecycle: with on_destroy too, the start answers and the destroy runs",
-              strcmp(status_of(ra), "running") == 0 &&
-                  strcmp(status_of(rb), "destroyed") == 0);
-    json_decref(ra);
-    json_decref(rb);
+    waiting_destroys(a, b);
     test_cond("lifecycle: sbxd still serves", cn_call_ok(a));
     cn_close(a);
     cn_close(b);

@@ -31,6 +31,79 @@ static int ping_ok(void)
     return ok;
 }
 
+/* Batches, a lone notification, deep nesting, blank lines. */
+static void framing_batch_deep(conn *c)
+{
+    json_t *r;
+    r = raw_line(c, "[{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"daemon.ping\"},"
+                    "{\"jsonrpc\":\"2.0\",\"method\":\"daemon.ping\"},"
+                    "{\"jsonrpc\":\"2.0\",\"id\":\"x\",\"method\":\"nope\"}]");
+    test_cond("batch answers requests but not notifications",
+              json_is_array(r) && json_array_size(r) == 2);
+    test_cond(
+        "batch answers in order with ids",
+        json_integer_value(json_object_get(json_array_get(r, 0), "id")) == 1 &&
+            strcmp(json_string_value(json_object_get(json_array_get(r, 1), "id")) ?: "",
+                   "x") == 0 &&
+            err_code(json_array_get(r, 1)) == SBX_E_METHOD);
+    json_decref(r);
+
+    /* A notification alone gets no answer: the next response is the ping's. */
+    cn_send_raw(c, "{\"jsonrpc\":\"2.0\",\"method\":\"daemon.ping\"}\n", 41);
+    r = cn_call(c, "daemon.ping", NULL);
+    test_cond("a notification gets no response",
+              json_integer_value(json_object_get(r, "id")) == c->next_id);
+    json_decref(r);
+
+    char deep[400];
+    size_t k = 0;
+    for (int i = 0; i < 100; i++)
+        deep[k++] = '[';
+    for (int i = 0; i < 100; i++)
+        deep[k++] = ']';
+    deep[k] = 0;
+    r = raw_line(c, deep);
+    test_eq_int("nesting over 64 levels is a parse error", err_code(r), SBX_E_PARSE);
+    json_decref(r);
+
+    cn_send_raw(c, "\r\n\n", 3);
+    r = cn_call(c, "daemon.ping", NULL);
+    test_cond("blank lines are ignored and the session still serves",
+              json_is_true(json_object_get(res_of(r), "pong")));
+    json_decref(r);
+}
+
+static void framing_oversize(void)
+{
+    conn *c;
+    json_t *r;
+    /* Over the maximum message size: an error, then the connection closes. */
+    c = cn_open(sock);
+    size_t big = 17u * 1024 * 1024;
+    char *line = malloc(big + 256);
+    int n = snprintf(
+        line, 256,
+        "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"daemon.ping\",\"params\":{\"x\":\"");
+    memset(line + n, 'a', big);
+    snprintf(line + n + big, 256 - (size_t)n, "\"}}\n");
+    cn_send_raw(c, line, strlen(line));
+    free(line);
+    r = cn_read(c, 10000);
+    test_eq_int("a message over 16 MiB gets -32007", err_code(r), SBX_E_TOO_LARGE);
+    json_decref(r);
+    r = cn_read(c, 5000);
+    test_cond("then the connection is closed", r == NULL && c->closed);
+    json_decref(r);
+    cn_close(c);
+    test_cond("the daemon still serves others after an oversize message", ping_ok());
+
+    /* Client closes mid-line: nothing breaks. */
+    c = cn_open(sock);
+    cn_send_raw(c, "{\"jsonrpc\":\"2.0\",\"id\":1,", 24);
+    cn_close(c);
+    test_cond("a client that hangs up mid-message does no harm", ping_ok());
+}
+
 static void test_framing(void)
 {
     conn *c = cn_open(sock);
@@ -91,69 +164,10 @@ static void test_framing(void)
                      "id") == 0);
     json_decref(r);
 
-    r = raw_line(c, "[{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"daemon.ping\"},"
-                    "{\"jsonrpc\":\"2.0\",\"method\":\"daemon.ping\"},"
-                    "{\"jsonrpc\":\"2.0\",\"id\":\"x\",\"method\":\"nope\"}]");
-    test_cond("batch answers requests but not notifications",
-              json_is_array(r) && json_array_size(r) == 2);
-    test_cond(
-        "batch answers in order with ids",
-        json_integer_value(json_object_get(json_array_get(r, 0), "id")) == 1 &&
-            strcmp(json_string_value(json_object_get(json_array_get(r, 1), "id")) ?: "",
-                   "x") == 0 &&
-            err_code(json_array_get(r, 1)) == SBX_E_METHOD);
-    json_decref(r);
-
-    /* A notification alone gets no answer: the next response is the ping's. */
-    cn_send_raw(c, "{\"jsonrpc\":\"2.0\",\"method\":\"daemon.ping\"}\n", 41);
-    r = cn_call(c, "daemon.ping", NULL);
-    test_cond("a notification gets no response",
-              json_integer_value(json_object_get(r, "id")) == c->next_id);
-    json_decref(r);
-
-    char deep[400];
-    size_t k = 0;
-    for (int i = 0; i < 100; i++)
-        deep[k++] = '[';
-    for (int i = 0; i < 100; i++)
-        deep[k++] = ']';
-    deep[k] = 0;
-    r = raw_line(c, deep);
-    test_eq_int("nesting over 64 levels is a parse error", err_code(r), SBX_E_PARSE);
-    json_decref(r);
-
-    cn_send_raw(c, "\r\n\n", 3);
-    r = cn_call(c, "daemon.ping", NULL);
-    test_cond("blank lines are ignored and the session still serves",
-              json_is_true(json_object_get(res_of(r), "pong")));
-    json_decref(r);
+    framing_batch_deep(c);
     cn_close(c);
 
-    /* Over the maximum message size: an error, then the connection closes. */
-    c = cn_open(sock);
-    size_t big = 17u * 1024 * 1024;
-    char *line = malloc(big + 256);
-    int n = snprintf(
-        line, 256,
-        "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"daemon.ping\",\"params\":{\"x\":\"");
-    memset(line + n, 'a', big);
-    snprintf(line + n + big, 256 - (size_t)n, "\"}}\n");
-    cn_send_raw(c, line, strlen(line));
-    free(line);
-    r = cn_read(c, 10000);
-    test_eq_int("a message over 16 MiB gets -32007", err_code(r), SBX_E_TOO_LARGE);
-    json_decref(r);
-    r = cn_read(c, 5000);
-    test_cond("then the connection is closed", r == NULL && c->closed);
-    json_decref(r);
-    cn_close(c);
-    test_cond("the daemon still serves others after an oversize message", ping_ok());
-
-    /* Client closes mid-line: nothing breaks. */
-    c = cn_open(sock);
-    cn_send_raw(c, "{\"jsonrpc\":\"2.0\",\"id\":1,", 24);
-    cn_close(c);
-    test_cond("a client that hangs up mid-message does no harm", ping_ok());
+    framing_oversize();
 }
 
 static void test_info(void)
@@ -178,6 +192,58 @@ static void test_info(void)
             json_is_number(json_object_get(res, "uptime_s")));
     json_decref(r);
     cn_close(c);
+}
+
+/* A stopped sandbox, a failing on_start hook, the process limits; errs destroyed. */
+static void errors_state_hook_limits(conn *c)
+{
+    json_t *r;
+    r = cn_call(c, "sandbox.stop", json_pack("{s:s}", "id", "errs"));
+    json_decref(r);
+    r = cn_call(c, "process.exec",
+                json_pack("{s:s, s:s}", "sandbox", "errs", "command", "1"));
+    test_eq_int("exec in a stopped sandbox gets -32001", err_code(r), SBX_E_STATE);
+    test_cond("-32001 data says the status",
+              strcmp(json_string_value(json_object_get(
+                         json_object_get(json_object_get(r, "error"), "data"), "status"))
+                         ?: "",
+                     "stopped") == 0);
+    json_decref(r);
+
+    r = cn_call(c, "sandbox.create",
+                json_pack("{s:s, s:s, s:s}", "provider", "duktape", "id", "hookfail",
+                          "on_start", "throw new Error('nope')"));
+    test_eq_int("a failing on_start hook fails the create with -32006", err_code(r),
+                SBX_E_PROVIDER);
+    json_decref(r);
+    r = cn_call(c, "sandbox.get", json_pack("{s:s}", "id", "hookfail"));
+    test_eq_str("and leaves the sandbox in error", res_str(r, "status"), "error");
+    json_decref(r);
+    json_decref(cn_call(c, "sandbox.destroy", json_pack("{s:s}", "id", "hookfail")));
+
+    /* limits: max_processes_per_sandbox is 16 and max_queued_per_sandbox 24
+     * in the test config: 40 are taken, the 41st is refused */
+    json_decref(cn_call(c, "sandbox.start", json_pack("{s:s}", "id", "errs")));
+    int limited = 0, taken = 0;
+    for (int i = 0; i < 45 && !limited; i++) {
+        r = cn_call(
+            c, "process.spawn",
+            json_pack("{s:s, s:s}", "sandbox", "errs", "command", "read_stdin()"));
+        if (err_code(r) == SBX_E_LIMIT)
+            limited = 1;
+        else if (res_int(r, "pid") > 0)
+            taken++;
+        json_decref(r);
+    }
+    test_cond(
+        "more processes than max_processes_per_sandbox + max_queued_per_sandbox get -32005",
+        limited && taken == 40);
+    r = cn_call(c, "sandbox.destroy", json_pack("{s:s}", "id", "errs"));
+    test_eq_str("destroy answers status destroyed", res_str(r, "status"), "destroyed");
+    json_decref(r);
+    r = cn_call(c, "sandbox.get", json_pack("{s:s}", "id", "errs"));
+    test_eq_int("a destroyed sandbox is gone", err_code(r), SBX_E_NOT_FOUND);
+    json_decref(r);
 }
 
 static void test_errors(void)
@@ -228,52 +294,7 @@ static void test_errors(void)
                 err_code(r), SBX_E_NO_PROCESS);
     json_decref(r);
 
-    r = cn_call(c, "sandbox.stop", json_pack("{s:s}", "id", "errs"));
-    json_decref(r);
-    r = cn_call(c, "process.exec",
-                json_pack("{s:s, s:s}", "sandbox", "errs", "command", "1"));
-    test_eq_int("exec in a stopped sandbox gets -32001", err_code(r), SBX_E_STATE);
-    test_cond("-32001 data says the status",
-              strcmp(json_string_value(json_object_get(
-                         json_object_get(json_object_get(r, "error"), "data"), "status"))
-                         ?: "",
-                     "stopped") == 0);
-    json_decref(r);
-
-    r = cn_call(c, "sandbox.create",
-                json_pack("{s:s, s:s, s:s}", "provider", "duktape", "id", "hookfail",
-                          "on_start", "throw new Error('nope')"));
-    test_eq_int("a failing on_start hook fails the create with -32006", err_code(r),
-                SBX_E_PROVIDER);
-    json_decref(r);
-    r = cn_call(c, "sandbox.get", json_pack("{s:s}", "id", "hookfail"));
-    test_eq_str("and leaves the sandbox in error", res_str(r, "status"), "error");
-    json_decref(r);
-    json_decref(cn_call(c, "sandbox.destroy", json_pack("{s:s}", "id", "hookfail")));
-
-    /* limits: max_processes_per_sandbox is 16 and max_queued_per_sandbox 24
-     * in the test config: 40 are taken, the 41st is refused */
-    json_decref(cn_call(c, "sandbox.start", json_pack("{s:s}", "id", "errs")));
-    int limited = 0, taken = 0;
-    for (int i = 0; i < 45 && !limited; i++) {
-        r = cn_call(
-            c, "process.spawn",
-            json_pack("{s:s, s:s}", "sandbox", "errs", "command", "read_stdin()"));
-        if (err_code(r) == SBX_E_LIMIT)
-            limited = 1;
-        else if (res_int(r, "pid") > 0)
-            taken++;
-        json_decref(r);
-    }
-    test_cond(
-        "more processes than max_processes_per_sandbox + max_queued_per_sandbox get -32005",
-        limited && taken == 40);
-    r = cn_call(c, "sandbox.destroy", json_pack("{s:s}", "id", "errs"));
-    test_eq_str("destroy answers status destroyed", res_str(r, "status"), "destroyed");
-    json_decref(r);
-    r = cn_call(c, "sandbox.get", json_pack("{s:s}", "id", "errs"));
-    test_eq_int("a destroyed sandbox is gone", err_code(r), SBX_E_NOT_FOUND);
-    json_decref(r);
+    errors_state_hook_limits(c);
     cn_close(c);
 }
 

@@ -273,28 +273,10 @@ static void test_snapshot(conn *c)
     json_decref(r);
 }
 
-static void test_processes(conn *c)
+/* spawn, process.list, kill and wait. */
+static void procs_kill(conn *c)
 {
-    json_decref(create(c, "procs", NULL));
-    json_t *r =
-        cn_call(c, "process.exec",
-                json_pack("{s:s, s:s, s:i}", "sandbox", "procs", "command",
-                          "console.log('before'); while (true) {}", "timeout_ms", 300));
-    test_eq_int("an infinite loop times out with exit code 124", res_int(r, "exit_code"),
-                124);
-    test_cond("timed_out and killed are true",
-              json_is_true(json_object_get(res_of(r), "timed_out")) &&
-                  json_is_true(json_object_get(res_of(r), "killed")));
-    test_eq_str("output printed before the loop is kept", res_str(r, "stdout"),
-                "before\n");
-    test_cond("the result says the isolate was reset",
-              json_is_true(json_object_get(res_of(r), "isolate_reset")));
-    json_decref(r);
-    r = exec_js(c, "procs", "1+1");
-    test_eq_int("the sandbox keeps serving after a timeout",
-                json_integer_value(result_of_exec(r)), 2);
-    json_decref(r);
-
+    json_t *r;
     r = cn_call(c, "process.spawn",
                 json_pack("{s:s, s:s}", "sandbox", "procs", "command", "while(true){}"));
     int pid = (int)res_int(r, "pid");
@@ -328,7 +310,13 @@ static void test_processes(conn *c)
     test_cond("killing a finished process is not an error and says so",
               json_is_true(json_object_get(res_of(r), "already_exited")));
     json_decref(r);
+}
 
+/* stdin: write, write base64, close; exec with stdin. */
+static void procs_stdin(conn *c)
+{
+    json_t *r;
+    int pid;
     r = cn_call(
         c, "process.spawn",
         json_pack(
@@ -363,23 +351,11 @@ static void test_processes(conn *c)
     test_cond("exec with a stdin param",
               strcmp(json_string_value(result_of_exec(r)) ?: "", "given") == 0);
     json_decref(r);
+}
 
-    r = exec_js(c, "procs", "throw new RangeError('out')");
-    json_t *ex = json_object_get(res_of(r), "exception");
-    test_cond(
-        "an uncaught error exits 1 with name and message",
-        res_int(r, "exit_code") == 1 &&
-            strcmp(json_string_value(json_object_get(ex, "name")) ?: "", "RangeError") ==
-                0 &&
-            strcmp(json_string_value(json_object_get(ex, "message")) ?: "", "out") == 0);
-    test_cond("and a stack", json_is_string(json_object_get(ex, "stack")));
-    json_decref(r);
-
-    r = exec_js(c, "procs", "console.error('to stderr'); console.warn('w')");
-    test_eq_str("console.error and warn go to stderr", res_str(r, "stderr"),
-                "to stderr\nw\n");
-    json_decref(r);
-
+static void procs_output(conn *c)
+{
+    json_t *r;
     /* exec output cap: exec_output_bytes is 1 MiB in the test config */
     json_array_clear(c->notes);
     r = exec_js(
@@ -405,6 +381,49 @@ static void test_processes(conn *c)
     json_decref(r);
     test_cond("stream:false sends no notifications",
               notes_output(c, qpid, "stdout", NULL, 0) == 0);
+}
+
+static void test_processes(conn *c)
+{
+    json_decref(create(c, "procs", NULL));
+    json_t *r =
+        cn_call(c, "process.exec",
+                json_pack("{s:s, s:s, s:i}", "sandbox", "procs", "command",
+                          "console.log('before'); while (true) {}", "timeout_ms", 300));
+    test_eq_int("an infinite loop times out with exit code 124", res_int(r, "exit_code"),
+                124);
+    test_cond("timed_out and killed are true",
+              json_is_true(json_object_get(res_of(r), "timed_out")) &&
+                  json_is_true(json_object_get(res_of(r), "killed")));
+    test_eq_str("output printed before the loop is kept", res_str(r, "stdout"),
+                "before\n");
+    test_cond("the result says the isolate was reset",
+              json_is_true(json_object_get(res_of(r), "isolate_reset")));
+    json_decref(r);
+    r = exec_js(c, "procs", "1+1");
+    test_eq_int("the sandbox keeps serving after a timeout",
+                json_integer_value(result_of_exec(r)), 2);
+    json_decref(r);
+
+    procs_kill(c);
+    procs_stdin(c);
+    r = exec_js(c, "procs", "throw new RangeError('out')");
+    json_t *ex = json_object_get(res_of(r), "exception");
+    test_cond(
+        "an uncaught error exits 1 with name and message",
+        res_int(r, "exit_code") == 1 &&
+            strcmp(json_string_value(json_object_get(ex, "name")) ?: "", "RangeError") ==
+                0 &&
+            strcmp(json_string_value(json_object_get(ex, "message")) ?: "", "out") == 0);
+    test_cond("and a stack", json_is_string(json_object_get(ex, "stack")));
+    json_decref(r);
+
+    r = exec_js(c, "procs", "console.error('to stderr'); console.warn('w')");
+    test_eq_str("console.error and warn go to stderr", res_str(r, "stderr"),
+                "to stderr\nw\n");
+    json_decref(r);
+
+    procs_output(c);
     destroy(c, "procs");
 }
 
@@ -501,6 +520,51 @@ static int all_zero(const char *d, size_t n)
     return 1;
 }
 
+static void encoding_two_followers(conn *c)
+{
+    static char buf[65536];
+    int nt, nb, pid;
+    json_t *r;
+    size_t n;
+    /* Two sessions follow one process: each gets its own spelling. */
+    conn *b = cn_open(sock);
+    r = cn_call(c, "process.spawn",
+                json_pack("{s:s, s:s, s:s}", "sandbox", "enc", "command",
+                          "read_stdin(); console.log(new Array(3001).join('\\u0000')); 0",
+                          "output_encoding", "auto"));
+    pid = (int)res_int(r, "pid");
+    json_decref(r);
+    json_decref(cn_call(b, "process.attach",
+                        json_pack("{s:s, s:i}", "sandbox", "enc", "pid", pid)));
+    json_array_clear(c->notes);
+    json_array_clear(b->notes);
+    json_decref(cn_call(c, "process.close_stdin",
+                        json_pack("{s:s, s:i}", "sandbox", "enc", "pid", pid)));
+    json_decref(cn_call(c, "process.wait",
+                        json_pack("{s:s, s:i}", "sandbox", "enc", "pid", pid)));
+    for (int i = 0; i < 20; i++) {
+        json_t *m = cn_read(b, 100);
+        if (!m)
+            break;
+        json_array_append_new(b->notes, m);
+    }
+    n = gather_output(c, pid, buf, sizeof(buf), &nt, &nb);
+    test_cond("the auto follower gets base64", n == 3001 && nb > 0 && nt == 0);
+    n = gather_output(b, pid, buf, sizeof(buf), &nt, &nb);
+    test_cond("the utf8 follower of the same process gets text",
+              n == 3001 && nt > 0 && nb == 0);
+
+    json_array_clear(b->notes);
+    r = cn_call(b, "process.attach",
+                json_pack("{s:s, s:i, s:s}", "sandbox", "enc", "pid", pid,
+                          "output_encoding", "auto"));
+    json_decref(r);
+    n = gather_output(b, pid, buf, sizeof(buf), &nt, &nb);
+    test_cond("attach with auto replays as base64",
+              n == 3001 && nb > 0 && nt == 0 && all_zero(buf, 3000));
+    cn_close(b);
+}
+
 /* output_encoding "auto": control-heavy chunks go as base64, text as text,
  * per follower. */
 static void test_output_encoding(conn *c)
@@ -563,43 +627,7 @@ static void test_output_encoding(conn *c)
                    "output_encoding") == 0);
     json_decref(r);
 
-    /* Two sessions follow one process: each gets its own spelling. */
-    conn *b = cn_open(sock);
-    r = cn_call(c, "process.spawn",
-                json_pack("{s:s, s:s, s:s}", "sandbox", "enc", "command",
-                          "read_stdin(); console.log(new Array(3001).join('\\u0000')); 0",
-                          "output_encoding", "auto"));
-    pid = (int)res_int(r, "pid");
-    json_decref(r);
-    json_decref(cn_call(b, "process.attach",
-                        json_pack("{s:s, s:i}", "sandbox", "enc", "pid", pid)));
-    json_array_clear(c->notes);
-    json_array_clear(b->notes);
-    json_decref(cn_call(c, "process.close_stdin",
-                        json_pack("{s:s, s:i}", "sandbox", "enc", "pid", pid)));
-    json_decref(cn_call(c, "process.wait",
-                        json_pack("{s:s, s:i}", "sandbox", "enc", "pid", pid)));
-    for (int i = 0; i < 20; i++) {
-        json_t *m = cn_read(b, 100);
-        if (!m)
-            break;
-        json_array_append_new(b->notes, m);
-    }
-    n = gather_output(c, pid, buf, sizeof(buf), &nt, &nb);
-    test_cond("the auto follower gets base64", n == 3001 && nb > 0 && nt == 0);
-    n = gather_output(b, pid, buf, sizeof(buf), &nt, &nb);
-    test_cond("the utf8 follower of the same process gets text",
-              n == 3001 && nt > 0 && nb == 0);
-
-    json_array_clear(b->notes);
-    r = cn_call(b, "process.attach",
-                json_pack("{s:s, s:i, s:s}", "sandbox", "enc", "pid", pid,
-                          "output_encoding", "auto"));
-    json_decref(r);
-    n = gather_output(b, pid, buf, sizeof(buf), &nt, &nb);
-    test_cond("attach with auto replays as base64",
-              n == 3001 && nb > 0 && nt == 0 && all_zero(buf, 3000));
-    cn_close(b);
+    encoding_two_followers(c);
     destroy(c, "enc");
 }
 
