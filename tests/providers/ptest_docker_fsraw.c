@@ -471,6 +471,41 @@ static void test_enospc(conn *c)
     free(s);
 }
 
+/* Writes the config (small fs limits, to reach them) and starts sbxd (sbxd_pid)
+ * on sock. */
+static void start_fsraw_sbxd(const char *sbxd_bin, const char *bdir, const char *host,
+                             const char *cfg, const char *log)
+{
+    FILE *f = fopen(cfg, "w");
+    fprintf(f,
+            "socket:\n  mode: \"0666\"\n"
+            "limits:\n  fs_stream_token_ms: 1000\n  fs_transfers_per_uid: 4\n"
+            "  fs_bytes_in_flight_per_uid: 20M\n"
+            "providers:\n"
+            "  docker:\n"
+            "    host: %s\n"
+            "    agent_path: %s/sbx-init\n"
+            "    image: sbx-test/busybox\n"
+            "    network: none\n"
+            "    memory: 1g\n"
+            "    memory_swap: 1g\n"
+            "    cap_drop: [ALL]\n"
+            "    security_opt: [no-new-privileges]\n"
+            "    tmpfs:\n      /tmp: \"rw,nosuid,nodev,size=16m\"\n",
+            host, bdir);
+    fclose(f);
+    unlink(sock);
+    sbxd_pid = fork();
+    if (sbxd_pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        setenv("SBXD_SOCKET", sock, 1);
+        execl(sbxd_bin, "sbxd", "-c", cfg, (char *)NULL);
+        _exit(127);
+    }
+}
+
 static void test_dropped(conn *c)
 {
     size_t size = 20u << 20, half = 10u << 20;
@@ -557,34 +592,7 @@ int main(int argc, char **argv)
     snprintf(cfg, sizeof(cfg), "%s/fsraw.yaml", tmpdir);
     snprintf(log, sizeof(log), "%s/sbxd-fsraw.log", tmpdir);
     snprintf(sock, sizeof(sock), "%.90s/fsraw.sock", tmpdir);
-    FILE *f = fopen(cfg, "w");
-    fprintf(f,
-            "socket:\n  mode: \"0666\"\n"
-            "limits:\n  fs_stream_token_ms: 1000\n  fs_transfers_per_uid: 4\n"
-            "  fs_bytes_in_flight_per_uid: 20M\n"
-            "providers:\n"
-            "  docker:\n"
-            "    host: %s\n"
-            "    agent_path: %s/sbx-init\n"
-            "    image: sbx-test/busybox\n"
-            "    network: none\n"
-            "    memory: 1g\n"
-            "    memory_swap: 1g\n"
-            "    cap_drop: [ALL]\n"
-            "    security_opt: [no-new-privileges]\n"
-            "    tmpfs:\n      /tmp: \"rw,nosuid,nodev,size=16m\"\n",
-            host, bdir);
-    fclose(f);
-    unlink(sock);
-    sbxd_pid = fork();
-    if (sbxd_pid == 0) {
-        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-        dup2(fd, 1);
-        dup2(fd, 2);
-        setenv("SBXD_SOCKET", sock, 1);
-        execl(sbxd_bin, "sbxd", "-c", cfg, (char *)NULL);
-        _exit(127);
-    }
+    start_fsraw_sbxd(sbxd_bin, bdir, host, cfg, log);
     conn *c = NULL;
     for (int i = 0; i < 200 && !c; i++) {
         usleep(25000);

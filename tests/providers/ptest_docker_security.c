@@ -190,46 +190,56 @@ static char *plant(const char *sock, const char *name, const char *owner_label)
     return cid;
 }
 
-static void test_owner(void)
-{
+/* What the steps of test_owner share: the sbxd with a pool, B's pooled
+ * sandbox (container, claim volume) and the containers planted outside sbxd. */
+struct owner {
     struct inst in;
-    inst_make(&in, "owner", "    pools:\n      - {name: warm, size: 1}\n", 0);
-    int up = inst_docker_up(&in);
-    test_cond("owner: sbxd with a pool is up", up);
+    char bcid[80], vpath[200], aid[64];
+    char *c1, *c2;
+};
+
+/* The attack as filed: A names its container after B and labels it a pool's. */
+static void owner_reserved(struct owner *o)
+{
     char name[100];
     snprintf(name, sizeof(name), "sbxp.%u.planted", (unsigned)B);
 
-    /* the attack as filed: A names its container after B and labels it a pool's */
     char opts[300];
     snprintf(opts, sizeof(opts), "{\"name\": \"%s\", \"labels\": {\"sbxd.pool\": \"x\"}}",
              name);
-    json_t *r = create_as(A, &in, "aown", opts);
+    json_t *r = create_as(A, &o->in, "aown", opts);
     test_cond("owner: A's create with name sbxp.<B>.planted + label sbxd.pool is -32003",
               err_code(r) == -32003);
     if (err_code(r) != -32003)
         show("create aown", r);
     if (res_of(r))
-        destroy_as(A, &in, "aown");
+        destroy_as(A, &o->in, "aown");
     json_decref(r);
     snprintf(opts, sizeof(opts), "{\"labels\": {\"sbxd.pool\": \"x\"}}");
     test_cond("owner: label sbxd.pool alone is -32003 naming labels",
-              refused_as(A, &in, "aown2", opts, "labels"));
-    test_cond("owner: label sbxd.owner is -32003 naming labels",
-              refused_as(A, &in, "aown3", "{\"labels\": [\"sbxd.owner=0\"]}", "labels"));
+              refused_as(A, &o->in, "aown2", opts, "labels"));
+    test_cond(
+        "owner: label sbxd.owner is -32003 naming labels",
+        refused_as(A, &o->in, "aown3", "{\"labels\": [\"sbxd.owner=0\"]}", "labels"));
     snprintf(opts, sizeof(opts), "{\"name\": \"%s\"}", name);
     test_cond("owner: name sbxp.<B>.planted alone is -32003 naming name",
-              refused_as(A, &in, "aown4", opts, "name"));
+              refused_as(A, &o->in, "aown4", opts, "name"));
     test_cond("owner: name sbxp.0.x (root's) is -32003",
-              refused_as(A, &in, "aown5", "{\"name\": \"sbxp.0.x\"}", "name"));
+              refused_as(A, &o->in, "aown5", "{\"name\": \"sbxp.0.x\"}", "name"));
     test_cond("owner: name sbx-<another id> is -32003",
-              refused_as(A, &in, "aown6", "{\"name\": \"sbx-bsb\"}", "name"));
-    test_cond("owner: root is refused too (the labels are sbxd's bookkeeping)",
-              refused_as(0, &in, "rown", "{\"labels\": {\"sbxd.id\": \"x\"}}", "labels"));
+              refused_as(A, &o->in, "aown6", "{\"name\": \"sbx-bsb\"}", "name"));
+    test_cond(
+        "owner: root is refused too (the labels are sbxd's bookkeeping)",
+        refused_as(0, &o->in, "rown", "{\"labels\": {\"sbxd.id\": \"x\"}}", "labels"));
+}
 
+static void owner_pool_take(struct owner *o)
+{
+    json_t *r;
     /* a legitimate pool take by B: survives the restart through its claim */
     json_t *pooled = NULL;
     for (int i = 0; i < 300 && !pooled; i++) {
-        r = as_uid(0, in.sock, "daemon.info", NULL, 10000);
+        r = as_uid(0, o->in.sock, "daemon.info", NULL, 10000);
         char *t = json_dumps(r, 0);
         if (t && strstr(t, "\"ready\": 1"))
             pooled = json_true();
@@ -238,24 +248,22 @@ static void test_owner(void)
         if (!pooled)
             usleep(100000);
     }
-    r = create_as(B, &in, "bpool", NULL);
+    r = create_as(B, &o->in, "bpool", NULL);
     int from_pool =
         json_object_get(json_object_get(res_of(r), "metadata"), "pool") != NULL;
-    char bcid[80];
-    snprintf(bcid, sizeof(bcid), "%s", cid_of(r));
+    snprintf(o->bcid, sizeof(o->bcid), "%s", cid_of(r));
     test_cond("owner: B's sandbox comes from the pool", from_pool);
     json_decref(r);
-    r = exec_as(B, &in, "bpool", "echo mine > /workspace/b; cat /workspace/b");
+    r = exec_as(B, &o->in, "bpool", "echo mine > /workspace/b; cat /workspace/b");
     test_eq_str("owner: B writes its file", res_str(r, "stdout"), "mine\n");
     json_decref(r);
     /* wait for the claim */
-    char vpath[200];
-    snprintf(vpath, sizeof(vpath), "/volumes/sbxd-claim-%s", bcid);
+    snprintf(o->vpath, sizeof(o->vpath), "/volumes/sbxd-claim-%s", o->bcid);
     json_t *vol = NULL;
     for (int i = 0; i < 100; i++) {
         json_decref(vol);
         vol = NULL;
-        if (dk_engine("GET", vpath, NULL, &vol) == 200)
+        if (dk_engine("GET", o->vpath, NULL, &vol) == 200)
             break;
         usleep(100000);
     }
@@ -266,7 +274,10 @@ static void test_owner(void)
     test_cond("owner: the take is claimed in a volume labelled by sbxd (owner B)",
               vown && !strcmp(vown, bown));
     json_decref(vol);
+}
 
+static void owner_plant(struct owner *o)
+{
     /* planted outside sbxd: a B-named pool container (no owner label), and
      * one that also carries A's labels */
     char n1[100], n2[100];
@@ -275,46 +286,52 @@ static void test_owner(void)
     char alab[200];
     snprintf(alab, sizeof(alab), ", \"sbxd.id\": \"aplant%d\", \"sbxd.owner\": \"%u\"",
              (int)getpid(), (unsigned)A);
-    char *c1 = plant(in.sock, n1, NULL);
-    char *c2 = plant(in.sock, n2, alab);
-    test_cond("owner: the planted containers exist", c1 && c2);
+    o->c1 = plant(o->in.sock, n1, NULL);
+    o->c2 = plant(o->in.sock, n2, alab);
+    test_cond("owner: the planted containers exist", o->c1 && o->c2);
+}
 
-    inst_stop(&in);
-    inst_start(&in);
-    inst_docker_up(&in);
+/* sbxd restarted: what it adopts, from its labels and the claim, and what not. */
+static void owner_restart_adopt(struct owner *o)
+{
+    json_t *r;
+    inst_stop(&o->in);
+    inst_start(&o->in);
+    inst_docker_up(&o->in);
     /* The adoption pass is over once B's real pooled sandbox is back (the
      * planted ones come from the same listing): only then does "not found"
      * mean anything. */
     int found = 0;
     for (int k = 0; k < 100 && !found; k++) {
-        r = as_uid(B, in.sock, "sandbox.get", json_pack("{s:s}", "id", "bpool"), 10000);
+        r = as_uid(B, o->in.sock, "sandbox.get", json_pack("{s:s}", "id", "bpool"),
+                   10000);
         found = !strcmp(res_str(r, "status"), "running");
         json_decref(r);
         if (!found)
             usleep(100000);
     }
     /* and A's labelled container, from the label listing beside it */
-    char pid1[64], pid2[64], aid[64];
+    char pid1[64], pid2[64];
     snprintf(pid1, sizeof(pid1), "planted%d", (int)getpid());
     snprintf(pid2, sizeof(pid2), "planted2%d", (int)getpid());
-    snprintf(aid, sizeof(aid), "aplant%d", (int)getpid());
+    snprintf(o->aid, sizeof(o->aid), "aplant%d", (int)getpid());
     int afound = 0;
     for (int k = 0; k < 100 && !afound; k++) {
-        r = as_uid(A, in.sock, "sandbox.get", json_pack("{s:s}", "id", aid), 10000);
+        r = as_uid(A, o->in.sock, "sandbox.get", json_pack("{s:s}", "id", o->aid), 10000);
         afound = res_of(r) != NULL;
         json_decref(r);
         if (!afound)
             usleep(100000);
     }
-    r = as_uid(B, in.sock, "sandbox.get", json_pack("{s:s}", "id", pid1), 10000);
+    r = as_uid(B, o->in.sock, "sandbox.get", json_pack("{s:s}", "id", pid1), 10000);
     test_eq_int("owner: after a restart B has no sandbox from a planted name (-32000)",
                 err_code(r), -32000);
     json_decref(r);
-    r = as_uid(B, in.sock, "sandbox.get", json_pack("{s:s}", "id", pid2), 10000);
+    r = as_uid(B, o->in.sock, "sandbox.get", json_pack("{s:s}", "id", pid2), 10000);
     test_eq_int("owner: nor from a planted name on A's container (-32000)", err_code(r),
                 -32000);
     json_decref(r);
-    r = as_uid(0, in.sock, "sandbox.list", NULL, 10000);
+    r = as_uid(0, o->in.sock, "sandbox.list", NULL, 10000);
     int n_on_c2 = 0;
     size_t i;
     json_t *x;
@@ -324,27 +341,31 @@ static void test_owner(void)
     json_array_foreach(list, i, x) {
         const char *cid = json_string_value(
             json_object_get(json_object_get(x, "metadata"), "container_id"));
-        if (cid && c2 && !strcmp(cid, c2))
+        if (cid && o->c2 && !strcmp(cid, o->c2))
             n_on_c2++;
     }
     test_eq_int("owner: the container with A's labels backs exactly one sandbox", n_on_c2,
                 1);
     json_decref(r);
-    r = as_uid(A, in.sock, "sandbox.get", json_pack("{s:s}", "id", aid), 10000);
+    r = as_uid(A, o->in.sock, "sandbox.get", json_pack("{s:s}", "id", o->aid), 10000);
     test_cond("owner: A's labelled container is A's (adopted from sbxd's labels)",
               res_of(r) != NULL);
     json_decref(r);
     test_cond("owner: B's pooled sandbox is adopted from its claim after the restart",
               found);
-    r = exec_as(B, &in, "bpool", "cat /workspace/b");
+    r = exec_as(B, &o->in, "bpool", "cat /workspace/b");
     test_eq_str("owner: with B's file", res_str(r, "stdout"), "mine\n");
     json_decref(r);
-    r = as_uid(A, in.sock, "sandbox.get", json_pack("{s:s}", "id", "bpool"), 10000);
+    r = as_uid(A, o->in.sock, "sandbox.get", json_pack("{s:s}", "id", "bpool"), 10000);
     test_eq_int("owner: A cannot see B's pooled sandbox (-32000)", err_code(r), -32000);
     json_decref(r);
+}
+
+static void owner_cleanup(struct owner *o)
+{
     json_t *j = NULL;
     char p1[200];
-    snprintf(p1, sizeof(p1), "/containers/%s/json", c1 ? c1 : "none");
+    snprintf(p1, sizeof(p1), "/containers/%s/json", o->c1 ? o->c1 : "none");
     long st = 0;
     for (int k = 0; k < 50 && (st = dk_engine("GET", p1, NULL, &j)) == 200; k++) {
         json_decref(j);
@@ -353,19 +374,25 @@ static void test_owner(void)
     }
     json_decref(j);
     test_cond("owner: an unclaimed pool container is removed, not adopted", st == 404);
-    destroy_as(B, &in, "bpool");
+    destroy_as(B, &o->in, "bpool");
     long vst = 0;
-    for (int k = 0; k < 50 && (vst = dk_engine("GET", vpath, NULL, NULL)) != 404; k++)
+    for (int k = 0; k < 50 && (vst = dk_engine("GET", o->vpath, NULL, NULL)) != 404; k++)
         usleep(100000);
     test_cond("owner: B's claim goes with its sandbox", vst == 404);
-    destroy_as(A, &in, aid);
-    if (c1)
-        engine_rm(c1);
-    if (c2)
-        engine_rm(c2);
-    free(c1);
-    free(c2);
-    inst_stop(&in);
+    destroy_as(A, &o->in, o->aid);
+    if (o->c1)
+        engine_rm(o->c1);
+    if (o->c2)
+        engine_rm(o->c2);
+    free(o->c1);
+    free(o->c2);
+    inst_stop(&o->in);
+}
+
+static void owner_leftovers(struct owner *o)
+{
+    size_t i;
+    json_t *x;
     /* the unused pool containers this sbxd leaves (the next one on its socket
      * would remove them) */
     json_t *left = NULL;
@@ -375,10 +402,24 @@ static void test_owner(void)
     json_array_foreach(left, i, x) {
         const char *so = json_string_value(
             json_object_get(json_object_get(x, "Labels"), "sbxd.socket"));
-        if (so && !strcmp(so, in.sock))
+        if (so && !strcmp(so, o->in.sock))
             engine_rm(json_string_value(json_object_get(x, "Id")));
     }
     json_decref(left);
+}
+
+static void test_owner(void)
+{
+    struct owner o = {0};
+    inst_make(&o.in, "owner", "    pools:\n      - {name: warm, size: 1}\n", 0);
+    int up = inst_docker_up(&o.in);
+    test_cond("owner: sbxd with a pool is up", up);
+    owner_reserved(&o);
+    owner_pool_take(&o);
+    owner_plant(&o);
+    owner_restart_adopt(&o);
+    owner_cleanup(&o);
+    owner_leftovers(&o);
 }
 
 /* ---- item 2: root by spelling ------------------------------------------------------ */
@@ -435,17 +476,58 @@ static void test_user(void)
 
 /* ---- item 5: disk --------------------------------------------------------------- */
 
-static void test_disk(void)
+static void disk_enforcement(void)
 {
-    struct inst in;
-    inst_make(&in, "disk",
-              "    disk: 64m\n    disk_per_uid: 160m\n    disk_check_ms: 500\n", 0);
-    test_cond("disk: sbxd is up", inst_docker_up(&in));
+    json_t *r, *md;
+    /* disk_enforcement: quota asks the engine first; where it refuses (vfs
+     * or overlay2 without project quotas) the create goes on, measured */
+    struct inst iq;
+    inst_make(&iq, "diskq", "    disk: 64m\n    disk_enforcement: quota\n", 0);
+    inst_docker_up(&iq);
+    usleep(300000); /* /info answered */
+    r = create_as(A, &iq, "dq1", NULL);
+    md = json_object_get(json_object_get(res_of(r), "metadata"), "disk");
+    const char *qe = json_string_value(json_object_get(md, "enforcement")) ?: "";
+    printf("      disk_enforcement quota on this engine: %s\n", qe);
+    test_cond("disk: with disk_enforcement quota a create succeeds (quota or the "
+              "measured fallback)",
+              res_of(r) && (!strcmp(qe, "quota") || !strcmp(qe, "measured")));
+    if (!res_of(r))
+        show("create dq1", r);
+    if (!strcmp(qe, "measured")) {
+        /* it was asked for, and the engine's refusal is in the log */
+        FILE *lf = fopen(iq.log, "r");
+        char line[600];
+        int tried = 0;
+        while (lf && fgets(line, sizeof(line), lf))
+            tried |= strstr(line, "refused a disk quota") != NULL;
+        if (lf)
+            fclose(lf);
+        test_cond("disk: the quota was tried and the engine's refusal logged", tried);
+    }
+    json_decref(r);
+    destroy_as(A, &iq, "dq1");
+    inst_stop(&iq);
+    struct inst ib;
+    inst_make(&ib, "diskbad", "    disk_enforcement: sometimes\n", 0);
+    r = as_uid(0, ib.sock, "daemon.info", NULL, 10000);
+    char *t = json_dumps(r, 0);
+    test_cond("disk: an unknown disk_enforcement leaves the provider unavailable, "
+              "saying why",
+              t && strstr(t, "disk_enforcement must be"));
+    free(t);
+    json_decref(r);
+    inst_stop(&ib);
+}
+
+/* daemon.info says how disk limits are enforced (once the engine answered). */
+static void disk_info(struct inst *in)
+{
     json_t *r = NULL;
     const char *enf = "";
     for (int i = 0; i < 50; i++) {
         json_decref(r);
-        r = as_uid(0, in.sock, "daemon.info", NULL, 10000);
+        r = as_uid(0, in->sock, "daemon.info", NULL, 10000);
         json_t *pv = json_object_get(json_object_get(res_of(r), "providers"), "docker");
         if (!pv) {
             size_t k;
@@ -465,6 +547,16 @@ static void test_disk(void)
     test_cond("disk: daemon.info says how disk limits are enforced",
               !strcmp(enf, "measured") || !strcmp(enf, "quota"));
     json_decref(r);
+}
+
+static void test_disk(void)
+{
+    struct inst in;
+    inst_make(&in, "disk",
+              "    disk: 64m\n    disk_per_uid: 160m\n    disk_check_ms: 500\n", 0);
+    test_cond("disk: sbxd is up", inst_docker_up(&in));
+    disk_info(&in);
+    json_t *r;
     test_cond("disk: above the 64m ceiling is -32003",
               refused_as(A, &in, "dbig", "{\"disk\": \"1g\"}", "disk"));
     r = create_as(A, &in, "d1", NULL);
@@ -535,45 +627,7 @@ static void test_disk(void)
     destroy_as(A, &in, "d2");
     inst_stop(&in);
 
-    /* disk_enforcement: quota asks the engine first; where it refuses (vfs
-     * or overlay2 without project quotas) the create goes on, measured */
-    struct inst iq;
-    inst_make(&iq, "diskq", "    disk: 64m\n    disk_enforcement: quota\n", 0);
-    inst_docker_up(&iq);
-    usleep(300000); /* /info answered */
-    r = create_as(A, &iq, "dq1", NULL);
-    md = json_object_get(json_object_get(res_of(r), "metadata"), "disk");
-    const char *qe = json_string_value(json_object_get(md, "enforcement")) ?: "";
-    printf("      disk_enforcement quota on this engine: %s\n", qe);
-    test_cond("disk: with disk_enforcement quota a create succeeds (quota or the "
-              "measured fallback)",
-              res_of(r) && (!strcmp(qe, "quota") || !strcmp(qe, "measured")));
-    if (!res_of(r))
-        show("create dq1", r);
-    if (!strcmp(qe, "measured")) {
-        /* it was asked for, and the engine's refusal is in the log */
-        FILE *lf = fopen(iq.log, "r");
-        char line[600];
-        int tried = 0;
-        while (lf && fgets(line, sizeof(line), lf))
-            tried |= strstr(line, "refused a disk quota") != NULL;
-        if (lf)
-            fclose(lf);
-        test_cond("disk: the quota was tried and the engine's refusal logged", tried);
-    }
-    json_decref(r);
-    destroy_as(A, &iq, "dq1");
-    inst_stop(&iq);
-    struct inst ib;
-    inst_make(&ib, "diskbad", "    disk_enforcement: sometimes\n", 0);
-    r = as_uid(0, ib.sock, "daemon.info", NULL, 10000);
-    char *t = json_dumps(r, 0);
-    test_cond("disk: an unknown disk_enforcement leaves the provider unavailable, "
-              "saying why",
-              t && strstr(t, "disk_enforcement must be"));
-    free(t);
-    json_decref(r);
-    inst_stop(&ib);
+    disk_enforcement();
 }
 
 /* ---- item 7: tmpfs sizes, the engine's words --------------------------------------- */

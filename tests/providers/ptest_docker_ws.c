@@ -615,6 +615,64 @@ static void test_sbxctl_port_forward(conn *c, int old_hp)
     json_decref(r);
 }
 
+/* Nothing listening inside, another uid, a bad port, a host port in use. */
+static void expose_refusals(conn *c, int hp)
+{
+    json_t *r;
+    char cmd[512], buf[4096];
+    r = expose(c, "ws1", 9999, 0);
+    int hp2 = (int)res_int(r, "host_port");
+    json_decref(r);
+    snprintf(cmd, sizeof(cmd), "curl -s --max-time 10 http://127.0.0.1:%d/; echo rc=$?",
+             hp2);
+    run_capture(cmd, buf, sizeof(buf));
+    test_cond("expose: nothing listening inside: the host client sees the close",
+              strstr(buf, "rc=52") || strstr(buf, "rc=56"));
+    if (!strstr(buf, "rc=52") && !strstr(buf, "rc=56"))
+        printf("      curl said: %.200s\n", buf);
+
+    test_eq_int("expose: another uid's sandbox is not found (-32000)",
+                code_as_uid(65534, "sandbox.expose",
+                            json_pack("{s:s, s:i}", "id", "ws1", "port", 8081)),
+                -32000);
+    r = cn_call(c, "sandbox.expose", json_pack("{s:s, s:i}", "id", "ws1", "port", 70000));
+    test_eq_int("expose: a port over 65535 is -32602", err_code(r), -32602);
+    json_decref(r);
+    r = expose(c, "ws1", 8081, hp);
+    test_cond("expose: a host port in use is refused", err_code(r) != 0);
+    json_decref(r);
+}
+
+/* unexpose closes the host port; an isolate answers -32011. */
+static void expose_undo(conn *c, int hp, int hpid)
+{
+    json_t *r;
+    char cmd[512], buf[4096];
+    r = cn_call(c, "sandbox.unexpose",
+                json_pack("{s:s, s:i}", "id", "ws1", "port", 8080));
+    test_cond("unexpose: answers", res_of(r) != NULL);
+    json_decref(r);
+    snprintf(cmd, sizeof(cmd), "curl -s --max-time 5 http://127.0.0.1:%d/; echo rc=$?",
+             hp);
+    run_capture(cmd, buf, sizeof(buf));
+    test_cond("unexpose: the host port is closed (connection refused)",
+              strstr(buf, "rc=7"));
+    r = cn_call(c, "sandbox.unexpose",
+                json_pack("{s:s, s:i}", "id", "ws1", "port", 8080));
+    test_eq_int("unexpose: a port not exposed is -32602", err_code(r), -32602);
+    json_decref(r);
+    json_decref(cn_call(c, "sandbox.unexpose",
+                        json_pack("{s:s, s:i}", "id", "ws1", "port", 9999)));
+    json_decref(cn_call(c, "process.kill",
+                        json_pack("{s:s, s:i}", "sandbox", "ws1", "pid", hpid)));
+    json_decref(cn_call(c, "sandbox.create",
+                        json_pack("{s:s, s:s}", "id", "wsduk4", "provider", "duktape")));
+    r = cn_call(c, "sandbox.expose", json_pack("{s:s, s:i}", "id", "wsduk4", "port", 80));
+    test_eq_int("expose: an isolate answers -32011", err_code(r), -32011);
+    json_decref(r);
+    json_decref(cn_call(c, "sandbox.destroy", json_pack("{s:s}", "id", "wsduk4")));
+}
+
 static void test_expose(conn *c)
 {
     /* A web server inside a network: none container, 100 MB to serve. */
@@ -679,52 +737,9 @@ static void test_expose(conn *c)
                 res_int(r, "host_port"), hp);
     json_decref(r);
 
-    r = expose(c, "ws1", 9999, 0);
-    int hp2 = (int)res_int(r, "host_port");
-    json_decref(r);
-    snprintf(cmd, sizeof(cmd), "curl -s --max-time 10 http://127.0.0.1:%d/; echo rc=$?",
-             hp2);
-    run_capture(cmd, buf, sizeof(buf));
-    test_cond("expose: nothing listening inside: the host client sees the close",
-              strstr(buf, "rc=52") || strstr(buf, "rc=56"));
-    if (!strstr(buf, "rc=52") && !strstr(buf, "rc=56"))
-        printf("      curl said: %.200s\n", buf);
-
-    test_eq_int("expose: another uid's sandbox is not found (-32000)",
-                code_as_uid(65534, "sandbox.expose",
-                            json_pack("{s:s, s:i}", "id", "ws1", "port", 8081)),
-                -32000);
-    r = cn_call(c, "sandbox.expose", json_pack("{s:s, s:i}", "id", "ws1", "port", 70000));
-    test_eq_int("expose: a port over 65535 is -32602", err_code(r), -32602);
-    json_decref(r);
-    r = expose(c, "ws1", 8081, hp);
-    test_cond("expose: a host port in use is refused", err_code(r) != 0);
-    json_decref(r);
-
+    expose_refusals(c, hp);
     test_sbxctl_port_forward(c, hp);
-    r = cn_call(c, "sandbox.unexpose",
-                json_pack("{s:s, s:i}", "id", "ws1", "port", 8080));
-    test_cond("unexpose: answers", res_of(r) != NULL);
-    json_decref(r);
-    snprintf(cmd, sizeof(cmd), "curl -s --max-time 5 http://127.0.0.1:%d/; echo rc=$?",
-             hp);
-    run_capture(cmd, buf, sizeof(buf));
-    test_cond("unexpose: the host port is closed (connection refused)",
-              strstr(buf, "rc=7"));
-    r = cn_call(c, "sandbox.unexpose",
-                json_pack("{s:s, s:i}", "id", "ws1", "port", 8080));
-    test_eq_int("unexpose: a port not exposed is -32602", err_code(r), -32602);
-    json_decref(r);
-    json_decref(cn_call(c, "sandbox.unexpose",
-                        json_pack("{s:s, s:i}", "id", "ws1", "port", 9999)));
-    json_decref(cn_call(c, "process.kill",
-                        json_pack("{s:s, s:i}", "sandbox", "ws1", "pid", hpid)));
-    json_decref(cn_call(c, "sandbox.create",
-                        json_pack("{s:s, s:s}", "id", "wsduk4", "provider", "duktape")));
-    r = cn_call(c, "sandbox.expose", json_pack("{s:s, s:i}", "id", "wsduk4", "port", 80));
-    test_eq_int("expose: an isolate answers -32011", err_code(r), -32011);
-    json_decref(r);
-    json_decref(cn_call(c, "sandbox.destroy", json_pack("{s:s}", "id", "wsduk4")));
+    expose_undo(c, hp, hpid);
 }
 
 /* Runs shell text sh_cmd under script(1) with input_cmd's output as the
@@ -835,6 +850,87 @@ static int egress_notes(conn *c, const char *host)
     return n;
 }
 
+/* In eg1: CONNECT relayed; a host off the list, and going around the proxy, refused;
+ * stats. */
+static void egress_refusals(conn *c, int port)
+{
+    char cmd[1024];
+    json_t *r;
+    /* CONNECT (what HTTPS clients send), by hand through nc */
+    snprintf(
+        cmd, sizeof(cmd),
+        "printf 'CONNECT localhost:%d HTTP/1.1\\r\\n\\r\\nGET /index.html HTTP/1.0\\r\\n"
+        "\\r\\n' | nc 127.0.0.1 3128",
+        port);
+    r = cn_call_t(c, 60000, "process.exec",
+                  json_pack("{s:s, s:s}", "sandbox", "eg1", "command", cmd));
+    test_cond("egress: CONNECT is answered 200 and relayed",
+              strstr(res_str(r, "stdout"), "200 Connection established") &&
+                  strstr(res_str(r, "stdout"), "egress-ok"));
+    if (!strstr(res_str(r, "stdout"), "egress-ok"))
+        show("CONNECT", r);
+    json_decref(r);
+    r = cn_call_t(c, 60000, "process.exec",
+                  json_pack("{s:s, s:s}", "sandbox", "eg1", "command",
+                            "wget -S -O - http://blocked.example.invalid/ 2>&1; true"));
+    test_cond("egress: a host outside the sandbox's list gets a 403",
+              strstr(res_str(r, "stdout"), "403") != NULL);
+    json_decref(r);
+    read_for(c, 300);
+    test_cond("egress: the refusal is a sandbox.egress notification",
+              egress_notes(c, "blocked.example.invalid") >= 1);
+
+    snprintf(cmd, sizeof(cmd),
+             "wget -Y off -q -T 3 -O - http://127.0.0.1:%d/index.html 2>&1; echo rc=$?",
+             port);
+    r = cn_call_t(c, 60000, "process.exec",
+                  json_pack("{s:s, s:s}", "sandbox", "eg1", "command", cmd));
+    test_cond("egress: nothing is reachable around the proxy",
+              !strstr(res_str(r, "stdout"), "egress-ok") &&
+                  !strstr(res_str(r, "stdout"), "rc=0"));
+    json_decref(r);
+
+    r = cn_call_t(c, 30000, "sandbox.stats", json_pack("{s:s}", "id", "eg1"));
+    json_t *eg = json_object_get(res_of(r), "egress");
+    test_cond("egress: stats count connections, refusals and bytes",
+              json_integer_value(json_object_get(eg, "connections_total")) >= 1 &&
+                  json_integer_value(json_object_get(eg, "refused")) >= 1 &&
+                  json_integer_value(json_object_get(eg, "bytes_in")) > 0);
+    if (!eg)
+        show("stats", r);
+    json_decref(r);
+}
+
+static void egress_rebinding(int port, const char *opts)
+{
+    char cmd[1024], extra[512], osock[108];
+    conn *c;
+    json_t *r;
+    /* Without allow_private_addresses: an allowed name that resolves to a
+     * loopback address ("vm", "localhost" here) is refused by resolution. */
+    snprintf(extra, sizeof(extra), "    egress:\n      allow: [\"localhost:%d\"]\n",
+             port);
+    pid_t e2 = start_other("eg2", extra, osock, sizeof(osock));
+    c = connect_ready(osock);
+    r = cn_call_t(c, 120000, "sandbox.create",
+                  json_pack("{s:s, s:s, s:o}", "id", "eg3", "provider", "docker",
+                            "options", json_loads(opts, 0, NULL)));
+    json_decref(r);
+    snprintf(cmd, sizeof(cmd), "wget -S -O - http://localhost:%d/index.html 2>&1; true",
+             port);
+    r = cn_call_t(c, 60000, "process.exec",
+                  json_pack("{s:s, s:s}", "sandbox", "eg3", "command", cmd));
+    test_cond("egress: an allowed name resolving to loopback is refused (403)",
+              strstr(res_str(r, "stdout"), "403") &&
+                  !strstr(res_str(r, "stdout"), "egress-ok"));
+    if (!strstr(res_str(r, "stdout"), "403"))
+        show("rebinding", r);
+    json_decref(r);
+    json_decref(cn_call_t(c, 60000, "sandbox.destroy", json_pack("{s:s}", "id", "eg3")));
+    cn_close(c);
+    stop_sbxd(e2);
+}
+
 static void test_egress(void)
 {
     /* The allowed destination: a server of ours on the host's loopback. */
@@ -887,50 +983,7 @@ static void test_egress(void)
         show("wget through the proxy", r);
     json_decref(r);
 
-    /* CONNECT (what HTTPS clients send), by hand through nc */
-    snprintf(
-        cmd, sizeof(cmd),
-        "printf 'CONNECT localhost:%d HTTP/1.1\\r\\n\\r\\nGET /index.html HTTP/1.0\\r\\n"
-        "\\r\\n' | nc 127.0.0.1 3128",
-        port);
-    r = cn_call_t(c, 60000, "process.exec",
-                  json_pack("{s:s, s:s}", "sandbox", "eg1", "command", cmd));
-    test_cond("egress: CONNECT is answered 200 and relayed",
-              strstr(res_str(r, "stdout"), "200 Connection established") &&
-                  strstr(res_str(r, "stdout"), "egress-ok"));
-    if (!strstr(res_str(r, "stdout"), "egress-ok"))
-        show("CONNECT", r);
-    json_decref(r);
-    r = cn_call_t(c, 60000, "process.exec",
-                  json_pack("{s:s, s:s}", "sandbox", "eg1", "command",
-                            "wget -S -O - http://blocked.example.invalid/ 2>&1; true"));
-    test_cond("egress: a host outside the sandbox's list gets a 403",
-              strstr(res_str(r, "stdout"), "403") != NULL);
-    json_decref(r);
-    read_for(c, 300);
-    test_cond("egress: the refusal is a sandbox.egress notification",
-              egress_notes(c, "blocked.example.invalid") >= 1);
-
-    snprintf(cmd, sizeof(cmd),
-             "wget -Y off -q -T 3 -O - http://127.0.0.1:%d/index.html 2>&1; echo rc=$?",
-             port);
-    r = cn_call_t(c, 60000, "process.exec",
-                  json_pack("{s:s, s:s}", "sandbox", "eg1", "command", cmd));
-    test_cond("egress: nothing is reachable around the proxy",
-              !strstr(res_str(r, "stdout"), "egress-ok") &&
-                  !strstr(res_str(r, "stdout"), "rc=0"));
-    json_decref(r);
-
-    r = cn_call_t(c, 30000, "sandbox.stats", json_pack("{s:s}", "id", "eg1"));
-    json_t *eg = json_object_get(res_of(r), "egress");
-    test_cond("egress: stats count connections, refusals and bytes",
-              json_integer_value(json_object_get(eg, "connections_total")) >= 1 &&
-                  json_integer_value(json_object_get(eg, "refused")) >= 1 &&
-                  json_integer_value(json_object_get(eg, "bytes_in")) > 0);
-    if (!eg)
-        show("stats", r);
-    json_decref(r);
-
+    egress_refusals(c, port);
     r = cn_call_t(c, 60000, "sandbox.create",
                   json_pack("{s:s, s:s, s:{s:{s:[s]}}}", "id", "eg2", "provider",
                             "docker", "options", "egress", "allow", "pypi.org"));
@@ -941,29 +994,7 @@ static void test_egress(void)
     cn_close(c);
     stop_sbxd(e1);
 
-    /* Without allow_private_addresses: an allowed name that resolves to a
-     * loopback address ("vm", "localhost" here) is refused by resolution. */
-    snprintf(extra, sizeof(extra), "    egress:\n      allow: [\"localhost:%d\"]\n",
-             port);
-    pid_t e2 = start_other("eg2", extra, osock, sizeof(osock));
-    c = connect_ready(osock);
-    r = cn_call_t(c, 120000, "sandbox.create",
-                  json_pack("{s:s, s:s, s:o}", "id", "eg3", "provider", "docker",
-                            "options", json_loads(opts, 0, NULL)));
-    json_decref(r);
-    snprintf(cmd, sizeof(cmd), "wget -S -O - http://localhost:%d/index.html 2>&1; true",
-             port);
-    r = cn_call_t(c, 60000, "process.exec",
-                  json_pack("{s:s, s:s}", "sandbox", "eg3", "command", cmd));
-    test_cond("egress: an allowed name resolving to loopback is refused (403)",
-              strstr(res_str(r, "stdout"), "403") &&
-                  !strstr(res_str(r, "stdout"), "egress-ok"));
-    if (!strstr(res_str(r, "stdout"), "403"))
-        show("rebinding", r);
-    json_decref(r);
-    json_decref(cn_call_t(c, 60000, "sandbox.destroy", json_pack("{s:s}", "id", "eg3")));
-    cn_close(c);
-    stop_sbxd(e2);
+    egress_rebinding(port, opts);
     kill(hpid, SIGTERM);
     waitpid(hpid, NULL, 0);
 }

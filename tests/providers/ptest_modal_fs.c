@@ -294,41 +294,10 @@ static void test_text_binary(conn *c, const char *root)
     free(d);
 }
 
-static void test_meta(conn *c)
+/* fs.mkdir with and without parents, fs.write under what is missing, fs.remove. */
+static void meta_mkdir_remove(conn *c)
 {
-    json_t *r = fs(c, "fs.list", "/work", NULL);
-    json_t *ents = json_object_get(res_of(r), "entries");
-    int saw_dir = 0, saw_bin = 0;
-    size_t i;
-    json_t *e;
-    json_array_foreach(ents, i, e) {
-        const char *nm = json_string_value(json_object_get(e, "name"));
-        const char *ty = json_string_value(json_object_get(e, "type"));
-        if (nm && !strcmp(nm, "a dir") && ty && !strcmp(ty, "directory"))
-            saw_dir = 1;
-        if (nm && !strcmp(nm, "bin.dat") && ty && !strcmp(ty, "file") &&
-            json_integer_value(json_object_get(e, "size")) ==
-                (json_int_t)(3 * CHUNK + 77) &&
-            !strcmp(json_string_value(json_object_get(e, "path")), "/work/bin.dat") &&
-            json_is_string(json_object_get(e, "mtime")))
-            saw_bin = 1;
-    }
-    test_cond("fs.list: the directory and the file with type, size, path, mtime",
-              saw_dir && saw_bin);
-    json_decref(r);
-    r = fs(c, "fs.list", "/work", json_pack("{s:i}", "limit", 1));
-    test_cond("fs.list limit 1: one entry and a cursor",
-              json_array_size(json_object_get(res_of(r), "entries")) == 1 &&
-                  json_is_string(json_object_get(res_of(r), "cursor")));
-    json_decref(r);
-    r = fs(c, "fs.stat", "/work/a dir/hello.txt", NULL);
-    test_cond("fs.stat: file, size 7, name, mode, mtime",
-              !strcmp(res_str(r, "type"), "file") && res_int(r, "size") == 7 &&
-                  !strcmp(res_str(r, "name"), "hello.txt") &&
-                  json_is_integer(json_object_get(res_of(r), "mode")) &&
-                  json_is_string(json_object_get(res_of(r), "mtime")));
-    json_decref(r);
-
+    json_t *r;
     r = fs(c, "fs.mkdir", "/work/m/n/o", json_pack("{s:b}", "parents", 1));
     json_t *s = fs(c, "fs.stat", "/work/m/n/o", NULL);
     test_cond("fs.mkdir parents: the tree is there, created",
@@ -384,6 +353,44 @@ static void test_meta(conn *c)
               res_of(r) && err_code(s) == -32010 && !strcmp(errno_of(s), "ENOENT"));
     json_decref(r);
     json_decref(s);
+}
+
+static void test_meta(conn *c)
+{
+    json_t *r = fs(c, "fs.list", "/work", NULL);
+    json_t *ents = json_object_get(res_of(r), "entries");
+    int saw_dir = 0, saw_bin = 0;
+    size_t i;
+    json_t *e;
+    json_array_foreach(ents, i, e) {
+        const char *nm = json_string_value(json_object_get(e, "name"));
+        const char *ty = json_string_value(json_object_get(e, "type"));
+        if (nm && !strcmp(nm, "a dir") && ty && !strcmp(ty, "directory"))
+            saw_dir = 1;
+        if (nm && !strcmp(nm, "bin.dat") && ty && !strcmp(ty, "file") &&
+            json_integer_value(json_object_get(e, "size")) ==
+                (json_int_t)(3 * CHUNK + 77) &&
+            !strcmp(json_string_value(json_object_get(e, "path")), "/work/bin.dat") &&
+            json_is_string(json_object_get(e, "mtime")))
+            saw_bin = 1;
+    }
+    test_cond("fs.list: the directory and the file with type, size, path, mtime",
+              saw_dir && saw_bin);
+    json_decref(r);
+    r = fs(c, "fs.list", "/work", json_pack("{s:i}", "limit", 1));
+    test_cond("fs.list limit 1: one entry and a cursor",
+              json_array_size(json_object_get(res_of(r), "entries")) == 1 &&
+                  json_is_string(json_object_get(res_of(r), "cursor")));
+    json_decref(r);
+    r = fs(c, "fs.stat", "/work/a dir/hello.txt", NULL);
+    test_cond("fs.stat: file, size 7, name, mode, mtime",
+              !strcmp(res_str(r, "type"), "file") && res_int(r, "size") == 7 &&
+                  !strcmp(res_str(r, "name"), "hello.txt") &&
+                  json_is_integer(json_object_get(res_of(r), "mode")) &&
+                  json_is_string(json_object_get(res_of(r), "mtime")));
+    json_decref(r);
+
+    meta_mkdir_remove(c);
 }
 
 static void test_links(conn *c)
