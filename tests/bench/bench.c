@@ -313,6 +313,40 @@ static void bench_idle_sessions(void)
 
 /* Issue 11's fairness figure: one client's daemon.ping while another sends
  * 3 MB batches (50,000 pings each) back to back and reads the answers. */
+/* The other client of bench_fairness: batches of 50,000 pings on its own
+ * connection, each answer read without parsing, until stopfd is readable. */
+static void flood_batches(int stopfd)
+{
+    enum { B = 50000 };
+    size_t cap = (size_t)B * 64 + 16;
+    char *line = malloc(cap), *o = line;
+    *o++ = '[';
+    for (int i = 0; i < B; i++)
+        o += snprintf(o, cap - (size_t)(o - line),
+                      "%s{\"jsonrpc\":\"2.0\",\"id\":%d,\"method\":\"daemon.ping\"}",
+                      i ? "," : "", i + 1);
+    *o++ = ']';
+    *o++ = '\n';
+    conn *f = cn_open(sock);
+    char *buf = malloc(1 << 20);
+    for (;;) {
+        struct pollfd p = {.fd = stopfd, .events = POLLIN};
+        if (poll(&p, 1, 0) > 0)
+            break;
+        if (cn_send_raw(f, line, (size_t)(o - line)) < 0)
+            break;
+        /* read the answer (one line) without parsing it */
+        int done = 0;
+        while (!done) {
+            ssize_t r = recv(f->fd, buf, 1 << 20, 0);
+            if (r <= 0)
+                _exit(0);
+            done = memchr(buf, '\n', (size_t)r) != NULL;
+        }
+    }
+    _exit(0);
+}
+
 static void bench_fairness(void)
 {
     int n = quick ? 300 : 2000;
@@ -330,34 +364,7 @@ static void bench_fairness(void)
     pid_t pid = fork();
     if (pid == 0) {
         close(stop[1]);
-        enum { B = 50000 };
-        size_t cap = (size_t)B * 64 + 16;
-        char *line = malloc(cap), *o = line;
-        *o++ = '[';
-        for (int i = 0; i < B; i++)
-            o += snprintf(o, cap - (size_t)(o - line),
-                          "%s{\"jsonrpc\":\"2.0\",\"id\":%d,\"method\":\"daemon.ping\"}",
-                          i ? "," : "", i + 1);
-        *o++ = ']';
-        *o++ = '\n';
-        conn *f = cn_open(sock);
-        char *buf = malloc(1 << 20);
-        for (;;) {
-            struct pollfd p = {.fd = stop[0], .events = POLLIN};
-            if (poll(&p, 1, 0) > 0)
-                break;
-            if (cn_send_raw(f, line, (size_t)(o - line)) < 0)
-                break;
-            /* read the answer (one line) without parsing it */
-            int done = 0;
-            while (!done) {
-                ssize_t r = recv(f->fd, buf, 1 << 20, 0);
-                if (r <= 0)
-                    _exit(0);
-                done = memchr(buf, '\n', (size_t)r) != NULL;
-            }
-        }
-        _exit(0);
+        flood_batches(stop[0]);
     }
     close(stop[0]);
     usleep(300000); /* the flood is under way */

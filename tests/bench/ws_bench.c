@@ -86,6 +86,40 @@ static double echo_rtt(conn *cn, const char *sb, int pty, double *p99)
     return t[n / 2];
 }
 
+static void bench_egress(conn *cn, const char *port, double mb2, double host)
+{
+    json_t *r;
+    char cmd[256];
+    /* Egress: the same host download from inside a network: none sandbox
+     * through sbx-init's proxy and sbxd (allow list: localhost:PORT). */
+    char opts[128];
+    snprintf(opts, sizeof(opts), "{\"egress\": {\"allow\": [\"localhost:%s\"]}}", port);
+    r = cn_call_t(cn, 120000, "sandbox.create",
+                  json_pack("{s:s, s:s, s:o}", "id", "wsbe", "provider", "docker",
+                            "options", json_loads(opts, 0, NULL)));
+    int eg_up = res_of(r) != NULL;
+    json_decref(r);
+    if (eg_up) {
+        snprintf(cmd, sizeof(cmd), "wget -q -O /dev/null http://localhost:%s/big", port);
+        double t0 = now_ms();
+        r = cn_call_t(cn, 300000, "process.exec",
+                      json_pack("{s:s, s:s}", "sandbox", "wsbe", "command", cmd));
+        double secs = (now_ms() - t0) / 1000;
+        int ok = res_int(r, "exit_code") == 0 && res_of(r);
+        json_decref(r);
+        double egress = ok && secs > 0 ? mb2 / secs : -1;
+        printf("  %-44s %8.1f MB/s            host busybox httpd direct %8.1f MB/s",
+               "egress proxy download (wget in the sandbox)", egress, host);
+        if (egress > 0 && host > 0)
+            printf("  -> %.2fx", egress / host);
+        printf("\n");
+        json_decref(
+            cn_call_t(cn, 60000, "sandbox.destroy", json_pack("{s:s}", "id", "wsbe")));
+    } else {
+        printf("  (egress: the sandbox did not start)\n");
+    }
+}
+
 /* MB/s of a curl download of url (size_download / time_total). */
 static double download(const char *url, double *mb)
 {
@@ -173,36 +207,7 @@ int main(int argc, char **argv)
     printf("  (%.0f MB each)\n", mb1);
     json_decref(cn_call_t(cn, 60000, "sandbox.destroy", json_pack("{s:s}", "id", "wsb")));
 
-    /* Egress: the same host download from inside a network: none sandbox
-     * through sbx-init's proxy and sbxd (allow list: localhost:PORT). */
-    char opts[128];
-    snprintf(opts, sizeof(opts), "{\"egress\": {\"allow\": [\"localhost:%s\"]}}",
-             argv[2]);
-    r = cn_call_t(cn, 120000, "sandbox.create",
-                  json_pack("{s:s, s:s, s:o}", "id", "wsbe", "provider", "docker",
-                            "options", json_loads(opts, 0, NULL)));
-    int eg_up = res_of(r) != NULL;
-    json_decref(r);
-    if (eg_up) {
-        snprintf(cmd, sizeof(cmd), "wget -q -O /dev/null http://localhost:%s/big",
-                 argv[2]);
-        double t0 = now_ms();
-        r = cn_call_t(cn, 300000, "process.exec",
-                      json_pack("{s:s, s:s}", "sandbox", "wsbe", "command", cmd));
-        double secs = (now_ms() - t0) / 1000;
-        int ok = res_int(r, "exit_code") == 0 && res_of(r);
-        json_decref(r);
-        double egress = ok && secs > 0 ? mb2 / secs : -1;
-        printf("  %-44s %8.1f MB/s            host busybox httpd direct %8.1f MB/s",
-               "egress proxy download (wget in the sandbox)", egress, host);
-        if (egress > 0 && host > 0)
-            printf("  -> %.2fx", egress / host);
-        printf("\n");
-        json_decref(
-            cn_call_t(cn, 60000, "sandbox.destroy", json_pack("{s:s}", "id", "wsbe")));
-    } else {
-        printf("  (egress: the sandbox did not start)\n");
-    }
+    bench_egress(cn, argv[2], mb2, host);
     cn_close(cn);
     return 0;
 }
