@@ -411,6 +411,19 @@ static void serve_output(FILE *out, json_t *id)
     send_line(out, json_pack("{s:s, s:O, s:b}", "jsonrpc", "2.0", "id", id, "result", 1));
 }
 
+/* serve's t.deep: an answer nested 100 deep. */
+static void serve_deep(FILE *out, json_t *id)
+{
+    fprintf(out, "{\"jsonrpc\":\"2.0\",\"id\":%" JSON_INTEGER_FORMAT ",\"result\":",
+            json_integer_value(id));
+    for (int i = 0; i < 100; i++)
+        fputc('[', out);
+    for (int i = 0; i < 100; i++)
+        fputc(']', out);
+    fputs("}\n", out);
+    fflush(out);
+}
+
 /* Answers one connection by the methods' names. */
 static void serve(int fd)
 {
@@ -466,15 +479,7 @@ static void serve(int fd)
                                          "result", "slow"));
             held = NULL;
         } else if (strcmp(method, "t.deep") == 0) {
-            fprintf(out,
-                    "{\"jsonrpc\":\"2.0\",\"id\":%" JSON_INTEGER_FORMAT ",\"result\":",
-                    json_integer_value(id));
-            for (int i = 0; i < 100; i++)
-                fputc('[', out);
-            for (int i = 0; i < 100; i++)
-                fputc(']', out);
-            fputs("}\n", out);
-            fflush(out);
+            serve_deep(out, id);
         } else if (strcmp(method, "t.garbage") == 0) {
             fputs("this is not json\n", out);
             fflush(out);
@@ -858,6 +863,25 @@ static sbx_async *a_new(struct actx *t)
             }                                                                            \
     } while (0)
 
+/* tool.call through the async API: the callback gets the call id, the reply
+ * goes later. The context, or NULL if it broke (as RUN_UNTIL leaves it). */
+static sbx_async *async_tools(sbx_async *ac, struct actx *t)
+{
+    sbx_async_set_tool_cb(ac, a_tool, t);
+    sbx_async_call_new(ac, "t.tool", json_pack("{s:s}", "tool", "add"), a_reply, TAG(T));
+    RUN_UNTIL(ac, t->tool_calls);
+    test_cond("async: tool callback got the call id",
+              t->tool_calls == 1 && t->tool_id && strcmp(t->tool_id, "t1") == 0);
+    json_t *three = json_integer(3);
+    test_cond("async: tool reply later",
+              sbx_async_tool_reply(ac, t->tool_id, three, 0, NULL) == SBX_OK);
+    json_decref(three);
+    free(t->tool_id);
+    RUN_UNTIL(ac, t->replies == 4);
+    test_cond("async: tool round trip completed", strstr(t->order, "T") != NULL);
+    return ac;
+}
+
 static void async_calls(void)
 {
     struct actx t;
@@ -905,18 +929,7 @@ static void async_calls(void)
     RUN_UNTIL(ac, t.exits);
     test_cond("async: a failed spawn ends with on_exit(NULL, err)", t.exits == 100);
 
-    sbx_async_set_tool_cb(ac, a_tool, &t);
-    sbx_async_call_new(ac, "t.tool", json_pack("{s:s}", "tool", "add"), a_reply, TAG(T));
-    RUN_UNTIL(ac, t.tool_calls);
-    test_cond("async: tool callback got the call id",
-              t.tool_calls == 1 && t.tool_id && strcmp(t.tool_id, "t1") == 0);
-    json_t *three = json_integer(3);
-    test_cond("async: tool reply later",
-              sbx_async_tool_reply(ac, t.tool_id, three, 0, NULL) == SBX_OK);
-    json_decref(three);
-    free(t.tool_id);
-    RUN_UNTIL(ac, t.replies == 4);
-    test_cond("async: tool round trip completed", strstr(t.order, "T") != NULL);
+    ac = async_tools(ac, &t);
 
     /* The output callback: decoded bytes, both shapes, not the notify callback. */
     t.notes = 0;
