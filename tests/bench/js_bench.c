@@ -429,6 +429,21 @@ static char *ts_program(size_t bytes)
     return s;
 }
 
+/* The worker alone, no daemon: its CPU (all threads, /proc) per `return 1 + 1`
+ * run back to back, fresh global and all. */
+static void bench_worker_cpu(struct wk *k, uint32_t *proc)
+{
+    int runs = quick ? 300 : 2000;
+    double c0 = proc_cpu(k->pid), t0 = now_ms();
+    for (int i = 0; i < runs; i++)
+        json_decref(wk_run(k, (*proc)++, "return 1 + 1"));
+    double c1 = proc_cpu(k->pid), dt = now_ms() - t0;
+    if (c0 >= 0 && c1 >= 0)
+        printf("%-58s %4.0f us of CPU per run, %4.0f us wall\n",
+               "js: one worker alone, `return 1 + 1` back to back",
+               (c1 - c0) * 1e6 / runs, dt * 1e3 / runs);
+}
+
 static void bench_worker(const char *path)
 {
     struct wk k;
@@ -476,19 +491,7 @@ static void bench_worker(const char *path)
     free(code);
     free(big);
 
-    /* The worker alone, no daemon: its CPU (all threads, /proc) per
-     * `return 1 + 1` run back to back, fresh global and all. */
-    {
-        int runs = quick ? 300 : 2000;
-        double c0 = proc_cpu(k.pid), t0 = now_ms();
-        for (int i = 0; i < runs; i++)
-            json_decref(wk_run(&k, proc++, "return 1 + 1"));
-        double c1 = proc_cpu(k.pid), dt = now_ms() - t0;
-        if (c0 >= 0 && c1 >= 0)
-            printf("%-58s %4.0f us of CPU per run, %4.0f us wall\n",
-                   "js: one worker alone, `return 1 + 1` back to back",
-                   (c1 - c0) * 1e6 / runs, dt * 1e3 / runs);
-    }
+    bench_worker_cpu(&k, &proc);
 
     int loops = quick ? 3 : 7;
     const char *loop =
