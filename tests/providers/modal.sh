@@ -235,31 +235,8 @@ else
 fi
 
 # -- 2d. terminals, tunnels, egress and stats (issue 18) ----------------------------------
-if [ -x "$B/tests/ptest_modal_ws" ]; then
-    PTEST_WS_SBXD="$VG $B/sbxd" PTEST_WS_CFG="$T/main.yaml" PTEST_TMP="$T" \
-        "$B/tests/ptest_modal_ws" "$T/main.sock" "$CPORT" "$CA" >"$T/ptest_ws.log" 2>&1
-    st=$?
-    cat "$T/ptest_ws.log"
-    out=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$T/ptest_ws.log" | tail -n 1)
-    if [ -n "$out" ]; then
-        p=${out%% passed*}
-        f=${out#*, }
-        f=${f%% failed*}
-        PASSED=$((PASSED + p))
-        FAILED=$((FAILED + f))
-        case "$out" in
-        *skipped*)
-            s=${out##*failed, }
-            SKIPPED=$((SKIPPED + ${s%% skipped*}))
-            ;;
-        esac
-        [ "$st" -ne 0 ] && [ "$f" -eq 0 ] && fail "ptest_modal_ws exited $st"
-    else
-        fail "ptest_modal_ws printed no result (exit $st)"
-    fi
-else
-    fail "$B/tests/ptest_modal_ws is not built"
-fi
+PTEST_WS_SBXD="$VG $B/sbxd" PTEST_WS_CFG="$T/main.yaml" PTEST_TMP="$T" \
+    ptest ptest_modal_ws "$T/ptest_ws.log" "$T/main.sock" "$CPORT" "$CA"
 
 # -- 3. sbxctl ----------------------------------------------------------------------------
 if [ -x "$B/sbxctl" ]; then
