@@ -52,23 +52,52 @@ static struct sbx_provider dk_fuzz_ops;
 static struct provider_inst dk_fuzz_inst;
 static struct dk_prov dk_fuzz_prov;
 
+/* The fake provider, with docker.c's process and sandbox release so that
+ * the core frees its records as it would Docker's. Made once. */
+static void fuzz_provider_once(void)
+{
+    if (dk_fuzz_ops.name)
+        return;
+    dk_fuzz_ops = fz_provider;
+    dk_fuzz_ops.name = "docker";
+    dk_fuzz_ops.proc_release = sbx_provider_docker.proc_release;
+    dk_fuzz_ops.sb_release = sbx_provider_docker.sb_release;
+    dk_fuzz_ops.fs_call = dkf_call;
+    dk_fuzz_ops.fs_release = dkf_release;
+    dk_fuzz_ops.fs_tar = 1;
+    dk_fuzz_inst.ops = &dk_fuzz_ops;
+    dk_fuzz_inst.cookie = &dk_fuzz_prov;
+    dk_fuzz_inst.enabled = dk_fuzz_inst.loaded = 1;
+}
+
+/* Four file calls waiting for the agent's answers (ids 1-4), and two
+ * archives (ids 5-6): a tar read by handle, a tar write. */
+static void fuzz_file_calls(struct sandbox *sb)
+{
+    fs_start(sb, 0, FS_OP_READ,
+             json_pack("{s:s, s:i, s:i}", "path", "/r", "offset", 0, "length", 4096),
+             NULL, 0, 0, NULL, &fs_owner, fs_on_event, fs_done, NULL);
+    fs_start(sb, 0, FS_OP_STAT, json_pack("{s:s}", "path", "/s"), NULL, 0, 0, NULL,
+             &fs_owner, fs_on_event, fs_done, NULL);
+    uint8_t *chunk = malloc(8);
+    memcpy(chunk, "abcdefgh", 8);
+    fs_start(sb, 0, FS_OP_WRITE, json_pack("{s:s}", "path", "/w"), chunk, 8, 1, NULL,
+             &fs_owner, NULL, fs_done, NULL);
+    fs_start(sb, 0, FS_OP_WATCH, json_pack("{s:s, s:b}", "path", "/", "recursive", 1),
+             NULL, 0, 0, NULL, &fs_owner, fs_on_event, fs_done, NULL);
+    fs_start(sb, 0, FS_OP_READ,
+             json_pack("{s:s, s:s, s:i}", "path", "/t", "format", "tar", "length", 4096),
+             NULL, 0, 0, NULL, &fs_owner, NULL, fs_done, NULL);
+    chunk = malloc(8);
+    memcpy(chunk, "tartarta", 8);
+    fs_start(sb, 0, FS_OP_WRITE, json_pack("{s:s, s:s}", "path", "/u", "format", "tar"),
+             chunk, 8, 1, NULL, &fs_owner, NULL, fs_done, NULL);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     fz_daemon_setup();
-    if (!dk_fuzz_ops.name) {
-        /* The fake provider, with docker.c's process and sandbox release
-         * so that the core frees its records as it would Docker's. */
-        dk_fuzz_ops = fz_provider;
-        dk_fuzz_ops.name = "docker";
-        dk_fuzz_ops.proc_release = sbx_provider_docker.proc_release;
-        dk_fuzz_ops.sb_release = sbx_provider_docker.sb_release;
-        dk_fuzz_ops.fs_call = dkf_call;
-        dk_fuzz_ops.fs_release = dkf_release;
-        dk_fuzz_ops.fs_tar = 1;
-        dk_fuzz_inst.ops = &dk_fuzz_ops;
-        dk_fuzz_inst.cookie = &dk_fuzz_prov;
-        dk_fuzz_inst.enabled = dk_fuzz_inst.loaded = 1;
-    }
+    fuzz_provider_once();
     if (size < 2)
         return 0;
     uint8_t mode = data[0];
@@ -100,27 +129,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         ds->att_sync = 1;
         ds->sync_k = 0;
     }
-    /* Four file calls waiting for the agent's answers (ids 1-4). */
     fs_answers = 0;
-    fs_start(sb, 0, FS_OP_READ,
-             json_pack("{s:s, s:i, s:i}", "path", "/r", "offset", 0, "length", 4096),
-             NULL, 0, 0, NULL, &fs_owner, fs_on_event, fs_done, NULL);
-    fs_start(sb, 0, FS_OP_STAT, json_pack("{s:s}", "path", "/s"), NULL, 0, 0, NULL,
-             &fs_owner, fs_on_event, fs_done, NULL);
-    uint8_t *chunk = malloc(8);
-    memcpy(chunk, "abcdefgh", 8);
-    fs_start(sb, 0, FS_OP_WRITE, json_pack("{s:s}", "path", "/w"), chunk, 8, 1, NULL,
-             &fs_owner, NULL, fs_done, NULL);
-    fs_start(sb, 0, FS_OP_WATCH, json_pack("{s:s, s:b}", "path", "/", "recursive", 1),
-             NULL, 0, 0, NULL, &fs_owner, fs_on_event, fs_done, NULL);
-    /* And two archives (ids 5-6): a tar read by handle, a tar write. */
-    fs_start(sb, 0, FS_OP_READ,
-             json_pack("{s:s, s:s, s:i}", "path", "/t", "format", "tar", "length", 4096),
-             NULL, 0, 0, NULL, &fs_owner, NULL, fs_done, NULL);
-    chunk = malloc(8);
-    memcpy(chunk, "tartarta", 8);
-    fs_start(sb, 0, FS_OP_WRITE, json_pack("{s:s, s:s}", "path", "/u", "format", "tar"),
-             chunk, 8, 1, NULL, &fs_owner, NULL, fs_done, NULL);
+    fuzz_file_calls(sb);
 
     /* [stream][len hi][len lo][bytes], each cut into pieces. */
     size_t off = 0;
