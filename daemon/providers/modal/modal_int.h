@@ -1,7 +1,10 @@
 /*
- * modal_int.h - what the three rooms of the Modal provider share:
- *   modal.c       the provider table, credentials and auth headers, the
- *                 state file (what survives an sbxd restart), and the helpers
+ * modal_int.h - what the rooms of the Modal provider share:
+ *   modal.c       the provider table, credentials, adopting the state file's
+ *                 sandboxes and snapshots at load (the top: it calls down)
+ *   modal_util.c  the leaf: replies, errors, ids, auth headers and token
+ *   modal_state.c the state file (what survives an sbxd restart), written
+ *                 off the loop
  *   modal_life.c  sandbox lifecycle jobs (start/restart/stop/snapshot/destroy)
  *                 as a table of steps {RPC, build the request, on the reply}
  *   modal_proc.c  processes: exec, output streams, stdin, wait, kill, on the
@@ -37,7 +40,7 @@
 #define TAG_OWNER "sbxd_owner_uid"
 #define TAG_ID "sbxd_id"
 
-/* Writes the state file off the loop (see modal.c, "state file"). */
+/* Writes the state file off the loop (see modal_state.c). */
 struct state_writer {
     pthread_t thread;
     pthread_mutex_t mu;
@@ -256,7 +259,7 @@ struct mproc {
     int stdin_recovering;
 };
 
-/* ---- modal.c: helpers ----------------------------------------------------------- */
+/* ---- modal_util.c: replies, errors, ids, auth (the leaf) ------------------------ */
 
 static inline const char *nz(const char *s)
 {
@@ -310,6 +313,39 @@ void modal_reply_free(void *r);
 int modal_task_ended(const struct grpc_status *st,
                      const Modal__Client__SandboxGetTaskIdResponse *r);
 
+/** Terminates a Modal sandbox, nobody waits (one that was never scheduled). */
+void modal_sandbox_terminate(struct mprov *mp, const char *sandbox_id);
+
+/** Deletes a Modal image, nobody waits (an image sbxd made and no longer needs). */
+void modal_image_delete(struct mprov *mp, const char *image_id);
+
+/** The channel's header hook (privdata = mp): token id and secret, the auth
+ * token, idempotency key and retry marks, x-modal-host. */
+void modal_auth_headers(struct curl_slist **list, const struct grpc_attempt *a,
+                        void *privdata);
+
+/** AuthTokenGet's reply (the channel's token hook): the token (caller frees),
+ * refreshed 5 min before its JWT exp. Also reached by tests/fuzz/fuzz_modal.c. */
+char *modal_auth_token_parse(const uint8_t *msg, size_t len, double *refresh_in_s,
+                             void *privdata);
+
+/** The host of url (malloc'd; NULL if it has none): the x-modal-host header. */
+char *modal_url_host(const char *url);
+
+/** 1 if s has no control characters (a token id or secret). */
+int modal_printable(const char *s);
+
+/* ---- modal_state.c: the state file --------------------------------------------- */
+
+/** The save timer and the writer thread of mp. */
+void modal_state_init(struct mprov *mp);
+
+/** Writes what is pending and stops the writer thread. */
+void modal_state_deinit(struct mprov *mp);
+
+/** Where the state file lives for this config (malloc'd), NULL: none kept. */
+char *modal_state_path(json_t *conf);
+
 /** Something the state file holds changed: written within a second, off the loop. */
 void modal_state_dirty(struct mprov *mp);
 
@@ -330,12 +366,6 @@ struct msb *modal_msb_new(struct mprov *mp, struct sandbox *sb, sbx_err_t *err);
 
 /** The router access a lifecycle step waited for is settled: the job goes on. */
 void modal_job_router_ready(struct msb *ms);
-
-/** Terminates a Modal sandbox, nobody waits (one that was never scheduled). */
-void modal_sandbox_terminate(struct mprov *mp, const char *sandbox_id);
-
-/** Deletes a Modal image, nobody waits (an image sbxd made and no longer needs). */
-void modal_image_delete(struct mprov *mp, const char *image_id);
 
 /** Recreates a dead Modal sandbox; its waiting processes go on once it runs. */
 void modal_start_restart(struct msb *ms);
@@ -495,10 +525,7 @@ void modal_proc_release(void *cookie, struct process *p);
 /* ---- reached by the fuzzer (tests/fuzz/fuzz_modal.c) ------------------------------ */
 /* Non-static so that the fuzzer can hand them Modal's replies without a call. */
 
-/* modal.c: AuthTokenGet's reply (the channel's token hook): the token (caller
- * frees), refreshed 5 min before its JWT exp. */
-char *modal_auth_token_parse(const uint8_t *msg, size_t len, double *refresh_in_s,
-                             void *privdata);
+/* modal_auth_token_parse (modal_util.c, above) is reached by it too. */
 /* modal_proc.c: one message of m's output stream c (privdata = m): a
  * RuntimeOutputBatch, or TaskExecStdioRead bytes on the router. */
 void modal_proc_out_msg(struct grpc_call *c, const uint8_t *msg, size_t len,
