@@ -61,7 +61,7 @@ static void adopt_check_done(struct grpc_call *c, const struct grpc_status *st,
         char why[512];
         snprintf(why, sizeof(why), "ended while sbxd was down: %s",
                  r ? modal_result_text(r->task_result) : st->message);
-        modal_mark_dead(ms, why); /* the next call restarts it */
+        modal_job_mark_dead(ms, why); /* the next call restarts it */
     } else if (r &&
                r->_task_id_case ==
                    MODAL__CLIENT__SANDBOX_GET_TASK_ID_RESPONSE___TASK_ID_TASK_ID &&
@@ -293,6 +293,12 @@ static int m_load(json_t *conf, void **cookie, sbx_err_t *err)
     ev_init(&mp->adopt_timer, adopt_timer_cb);
     mp->adopt_timer.data = mp;
     modal_state_init(mp);
+    mp->steps = modal_life_steps;
+    mp->hooks = (struct mhooks){.waiters_resume = modal_waiters_resume,
+                                .job_router_ready = modal_job_router_ready,
+                                .mark_dead = modal_job_mark_dead,
+                                .fs_router_ready = modal_fs_router_ready,
+                                .proc_router_ready = modal_proc_router_ready};
     const char *url = first_env("MODAL_SERVER_URL",
                                 json_string_value(json_object_get(conf, "server_url")));
     mp->url = xstrdup(url ? url : DEFAULT_URL);

@@ -66,6 +66,28 @@ struct mws; /* modal_ws.c: ports, egress, stats (issue 18) */
 
 enum rt_mode { RT_UNKNOWN, RT_FETCHING, RT_ON, RT_OFF };
 
+struct msb;
+struct mproc;
+struct job_step;
+
+/*
+ * What a lower room reports to a higher one. Each room calls only down the
+ * list above; news that must go up (the router's access is settled, the
+ * lifecycle has the sandbox running again) goes through these, which modal.c,
+ * the top, fills at load with the higher rooms' functions.
+ */
+struct mhooks {
+    /* modal_life.c -> processes: a restart ended (failure: why, or NULL) */
+    void (*waiters_resume)(struct msb *ms, const char *failure);
+    /* modal_router.c -> lifecycle: the access a step waited for is settled */
+    void (*job_router_ready)(struct msb *ms);
+    /* modal_router.c -> lifecycle: the Modal sandbox is gone */
+    void (*mark_dead)(struct msb *ms, const char *why);
+    /* modal_router.c -> files and processes: the access is settled */
+    void (*fs_router_ready)(struct msb *ms, const char *failure);
+    void (*proc_router_ready)(struct mproc *m, const char *failure);
+};
+
 struct mprov {
     struct grpc_chan ch;
     char *host;              /* of url: the x-modal-host header */
@@ -111,6 +133,9 @@ struct mprov {
      * already taken them out of its registry when the first one is released
      * (and the pending write goes out). */
     struct msb *all;
+    struct mhooks hooks; /* filled by modal.c at load */
+    /* modal_life.c's step table, which modal_job.c runs (set by modal.c at load) */
+    const struct job_step *steps;
 };
 
 enum mjob { J_NONE, J_START, J_RESTART, J_STOP, J_DESTROY, J_SNAPSHOT };
@@ -137,6 +162,21 @@ enum mstep {
     ST_TSNAP,    /* TaskSnapshotFilesystem with providers.modal.snapshot_ttl_s */
     ST_SNAPFS,
     ST_COUNT
+};
+
+/* What a step's send function did. */
+enum { STEP_ON = 0, STEP_WAIT = 1 };
+
+/* One row of the lifecycle's step table (modal_life.c), indexed by enum mstep. */
+struct job_step {
+    const char *method; /* the RPC of the step; NULL: it decides without one */
+    const ProtobufCMessageDescriptor *reply; /* decoded for on_reply; NULL: not read */
+    /* Builds and sends the request: STEP_WAIT (a call runs, or the job ended),
+     * or STEP_ON after moving ms->step on without a call. */
+    int (*send)(struct msb *ms);
+    /* The reply: r is the decoded message (NULL if the call failed or it does
+     * not decode), freed after this returns. May end the job and free ms. */
+    void (*on_reply)(struct msb *ms, const struct grpc_status *st, void *r);
 };
 
 struct msb {
@@ -364,24 +404,95 @@ void modal_state_read(struct mprov *mp);
 /** The Modal record of sb (sb->pdata), from sb->conf; NULL with err for bad options. */
 struct msb *modal_msb_new(struct mprov *mp, struct sandbox *sb, sbx_err_t *err);
 
-/** The router access a lifecycle step waited for is settled: the job goes on. */
-void modal_job_router_ready(struct msb *ms);
-
-/** Recreates a dead Modal sandbox; its waiting processes go on once it runs. */
-void modal_start_restart(struct msb *ms);
-
-/**
- * The Modal sandbox is gone (why: a short text): recorded, and a lifecycle
- * job that depends on it ends at once instead of waiting for its calls.
- */
-void modal_mark_dead(struct msb *ms, const char *why);
-
 int modal_sb_start(void *cookie, struct sandbox *sb, sbx_err_t *err);
 int modal_sb_stop(void *cookie, struct sandbox *sb, sbx_err_t *err);
 int modal_sb_destroy(void *cookie, struct sandbox *sb, sbx_err_t *err);
 int modal_sb_snapshot(void *cookie, struct sandbox *sb, sbx_err_t *err);
 json_t *modal_sb_metadata(void *cookie, struct sandbox *sb);
 void modal_sb_release(void *cookie, struct sandbox *sb);
+
+/** The step table, indexed by enum mstep: modal_create.c's and modal_stop.c's steps. */
+extern const struct job_step modal_life_steps[];
+
+/* ---- modal_job.c: the job runner (the steps below call it) ------------------------ */
+
+/** A progress line of the sandbox's create/start (stage, printf text). */
+void modal_job_progress(struct msb *ms, const char *stage, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/** Forgets the Modal sandbox and task ids (a new one is made). */
+void modal_job_forget(struct msb *ms);
+/** Ends the current job; err (may be NULL) cleared, result stolen. May free ms. */
+void modal_job_end(struct msb *ms, sbx_err_t *err, json_t *result);
+/** Ends the job with a Modal failure / with msg as a provider error. May free ms. */
+void modal_job_fail_st(struct msb *ms, const struct grpc_status *st, const char *what);
+void modal_job_fail_msg(struct msb *ms, const char *msg);
+/** The sandbox's lifetime in seconds, clamped to the config's ceiling. */
+uint32_t modal_job_lifetime(struct msb *ms);
+/** Sends the current step's RPC with req: STEP_WAIT. */
+int modal_job_call(struct msb *ms, const ProtobufCMessage *req, double timeout);
+/** Moves the job to step without a call: STEP_ON. */
+int modal_job_go(struct msb *ms, enum mstep step);
+/** A step's reply (privdata = ms): decoded as the step says, to its on_reply. */
+void modal_job_rpc_done(struct grpc_call *c, const struct grpc_status *st,
+                        const uint8_t *msg, size_t len, void *privdata);
+/** A stop found the Modal sandbox gone: nothing is left to save, stop is done. */
+void modal_job_stop_gone(struct msb *ms);
+/** Runs steps until one waits for a call (or the job ends). */
+void modal_job_next(struct msb *ms);
+/** The router access a lifecycle step waited for is settled: the job goes on. */
+void modal_job_router_ready(struct msb *ms);
+/** Stops the SandboxWait watch of a stop or snapshot. */
+void modal_job_watch_stop(struct msb *ms);
+/**
+ * The Modal sandbox is gone (why: a short text): recorded, and a lifecycle
+ * job that depends on it ends at once instead of waiting for its calls.
+ */
+void modal_job_mark_dead(struct msb *ms, const char *why);
+/** Recreates a dead Modal sandbox; its waiting processes go on once it runs. */
+void modal_job_restart(struct msb *ms);
+/** Starts stop/destroy/snapshot now (the core already waits for it). */
+void modal_job_run(struct msb *ms, enum mjob op);
+/** The job's timers of a new record. */
+void modal_job_init(struct msb *ms);
+
+/* ---- modal_create.c, modal_stop.c: the steps (rows of modal_life_steps) ----------- */
+
+int modal_create_send_app(struct msb *ms);
+void modal_create_on_app(struct msb *ms, const struct grpc_status *st, void *reply);
+int modal_create_send_lookup(struct msb *ms);
+void modal_create_on_lookup(struct msb *ms, const struct grpc_status *st, void *reply);
+int modal_create_decide_image(struct msb *ms);
+int modal_create_send_snap_image(struct msb *ms);
+void modal_create_on_snap_image(struct msb *ms, const struct grpc_status *st,
+                                void *reply);
+int modal_create_send_builder(struct msb *ms);
+void modal_create_on_builder(struct msb *ms, const struct grpc_status *st, void *reply);
+int modal_create_send_image_build(struct msb *ms);
+void modal_create_on_image_build(struct msb *ms, const struct grpc_status *st,
+                                 void *reply);
+int modal_create_send_image_join(struct msb *ms);
+int modal_create_send_secret(struct msb *ms);
+void modal_create_on_secret(struct msb *ms, const struct grpc_status *st, void *reply);
+int modal_create_send_create(struct msb *ms);
+int modal_create_send_task(struct msb *ms);
+void modal_create_on_create(struct msb *ms, const struct grpc_status *st, void *reply);
+void modal_create_on_task(struct msb *ms, const struct grpc_status *st, void *reply);
+int modal_create_send_tags_set(struct msb *ms);
+void modal_create_on_tags_set(struct msb *ms, const struct grpc_status *st, void *reply);
+int modal_create_send_tags_check(struct msb *ms);
+void modal_create_on_tags_check(struct msb *ms, const struct grpc_status *st,
+                                void *reply);
+
+int modal_stop_pick_snapshot(struct msb *ms);
+int modal_stop_send_task_snapshot(struct msb *ms);
+void modal_stop_on_stop_tsnap(struct msb *ms, const struct grpc_status *st, void *reply);
+void modal_stop_on_tsnap(struct msb *ms, const struct grpc_status *st, void *reply);
+int modal_stop_send_snapshot_fs(struct msb *ms);
+void modal_stop_on_stop_snap(struct msb *ms, const struct grpc_status *st, void *reply);
+void modal_stop_on_stop_check(struct msb *ms, const struct grpc_status *st, void *reply);
+int modal_stop_send_terminate(struct msb *ms);
+void modal_stop_on_terminate(struct msb *ms, const struct grpc_status *st, void *reply);
+void modal_stop_on_snapshot(struct msb *ms, const struct grpc_status *st, void *reply);
 
 /* ---- modal_router.c: the command router ------------------------------------------ */
 

@@ -21,8 +21,8 @@
  * retry_budget_ms, then the exit says output_incomplete; ContainerExec is
  * repeated only when the attempt surely never reached Modal (TaskExecStart
  * always: it is idempotent by its exec id). A call that
- * finds the sandbox dead (NOT_FOUND) marks it dead (modal_mark_dead) and, for
- * an exec that never ran, waits for a restart (modal_start_restart).
+ * finds the sandbox dead (NOT_FOUND) marks it dead (modal_job_mark_dead) and, for
+ * an exec that never ran, waits for a restart (modal_job_restart).
  */
 #include <math.h>
 #include <signal.h>
@@ -434,7 +434,7 @@ static void out_done_cb(struct grpc_call *c, const struct grpc_status *st,
         /* The exec (and with it the sandbox) is gone. */
         if (!m->have_exit) {
             m->out_done[fd - 1] = 1;
-            modal_mark_dead(m->ms, st->message);
+            modal_job_mark_dead(m->ms, st->message);
             report_error(m, "the Modal sandbox is gone: %s", st->message);
         } else {
             out_incomplete(m, fd, st->message);
@@ -621,7 +621,7 @@ void modal_proc_wait_done(struct grpc_call *c, const struct grpc_status *st,
         return;
     }
     if (st->code == GRPC_NOT_FOUND) {
-        modal_mark_dead(m->ms, st->message);
+        modal_job_mark_dead(m->ms, st->message);
         report_error(m, "the Modal sandbox is gone: %s", st->message);
         return;
     }
@@ -871,7 +871,7 @@ static void wait_for_restart(struct mproc *m)
     m->wnext = ms->waiters;
     ms->waiters = m;
     if (ms->job == J_NONE)
-        modal_start_restart(ms);
+        modal_job_restart(ms);
 }
 
 void modal_waiters_resume(struct msb *ms, const char *failure)
@@ -1224,7 +1224,7 @@ static void check_done(struct grpc_call *c, const struct grpc_status *st,
         snprintf(why, sizeof(why), "%s",
                  r ? modal_result_text(r->task_result) : st->message);
         modal_reply_free(r);
-        modal_mark_dead(ms, why);
+        modal_job_mark_dead(ms, why);
         wait_for_restart(m);
         return;
     }

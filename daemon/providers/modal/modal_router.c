@@ -88,11 +88,11 @@ static void wake_waiters(struct msb *ms, const char *failure)
 {
     if (ms->rt_job_waiting) {
         ms->rt_job_waiting = 0;
-        modal_job_router_ready(ms);
+        ms->mp->hooks.job_router_ready(ms);
     }
     if (ms->rt_fs_waiting) {
         ms->rt_fs_waiting = 0;
-        modal_fs_router_ready(ms, failure);
+        ms->mp->hooks.fs_router_ready(ms, failure);
     }
     struct mproc *w = ms->rt_waiters;
     ms->rt_waiters = NULL;
@@ -101,7 +101,7 @@ static void wake_waiters(struct msb *ms, const char *failure)
         w = m->rt_next;
         m->rt_next = NULL;
         m->rt_waiting = 0;
-        modal_proc_router_ready(m, failure);
+        ms->mp->hooks.proc_router_ready(m, failure);
     }
 }
 
@@ -146,7 +146,7 @@ static void access_done(struct grpc_call *c, const struct grpc_status *st,
     if (!rt) {
         char why[600];
         if (st->code == GRPC_NOT_FOUND)
-            modal_mark_dead(ms, st->message);
+            ms->mp->hooks.mark_dead(ms, st->message);
         snprintf(why, sizeof(why), "Modal's command router access failed: %s",
                  err.msg          ? err.msg
                  : st->code == 0  ? "no URL or token in the reply"
