@@ -1,11 +1,11 @@
 /*
  * fuzz_modal.c - Modal's replies as the Modal provider reads them: each
  * record of the input is one protobuf message from Modal's server. Output
- * batches go through modal_proc.c's own modal_proc_out_msg (batch index
+ * batches go through modal_pout.c's modal_pout_msg (batch index
  * bookkeeping, file descriptor routing, raw bytes or text into the core's
  * process output, exit marks); an ExecWait reply that says completed goes
- * through modal_proc_wait_done (exit code, finishing); AuthTokenGet's reply
- * goes through modal.c's token hook (modal_auth_token_parse: JWT exp);
+ * through modal_pout_wait_done (exit code, finishing); AuthTokenGet's reply
+ * goes through modal_util.c's token hook (modal_auth_token_parse: JWT exp);
  * every other reply type the provider decodes is unpacked and freed as it
  * does (protobuf-c's parser on hostile bytes). With bit 7 of the first byte
  * set the process is on the command router: output records are
@@ -121,7 +121,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     ev_init(&m.report_timer, timer_never);
     ev_init(&m.retry_timer, timer_never);
     m.kill_timer.data = m.grace.data = m.report_timer.data = m.retry_timer.data = &m;
-    /* Two stand-ins for the output calls: modal_proc_out_msg only compares them. */
+    /* Two stand-ins for the output calls: modal_pout_msg only compares them. */
     static char call_tokens[2];
     m.out[0] = (struct grpc_call *)&call_tokens[0];
     m.out[1] = (struct grpc_call *)&call_tokens[1];
@@ -139,7 +139,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         switch (kind % 4) {
         case 0:
         case 1:
-            modal_proc_out_msg(m.out[kind % 2], msg, len, &m);
+            modal_pout_msg(m.out[kind % 2], msg, len, &m);
             break;
         case 2:
             if (m.router) {
@@ -156,7 +156,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 if (done && !m.have_exit) {
                     struct grpc_status st = {
                         .code = GRPC_OK, .message = "", .method = "w"};
-                    modal_proc_wait_done(NULL, &st, msg, len, &m);
+                    modal_pout_wait_done(NULL, &st, msg, len, &m);
                 }
                 break;
             }
@@ -170,7 +170,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 if (completed && !m.have_exit) {
                     struct grpc_status st = {
                         .code = GRPC_OK, .message = "", .method = "w"};
-                    modal_proc_wait_done(NULL, &st, msg, len, &m);
+                    modal_pout_wait_done(NULL, &st, msg, len, &m);
                 }
                 break;
             }

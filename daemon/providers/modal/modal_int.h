@@ -602,6 +602,36 @@ json_t *modal_snapshot_result(const struct msb *ms, const char *image_id,
  */
 void modal_stdin_recover(struct mproc *m);
 
+/* ---- modal_pout.c: a process's output streams, its wait and its exit report ---------- */
+
+/** 1 if a call's code says the Modal sandbox or exec is gone (NOT_FOUND,
+ * FAILED_PRECONDITION). */
+int modal_pout_dead_code(int code);
+/** Cancels every call and timer of m. */
+void modal_pout_stop_calls(struct mproc *m);
+/** The wait before the next retry in an outage (t0, fails: the run of failures so
+ * far), or -1 when the retry budget is spent. */
+double modal_pout_retry_after(struct mprov *mp, double *t0, int *fails);
+/** Reports the exit from a fresh loop iteration once everything is in. */
+void modal_pout_schedule_report(struct mproc *m);
+/** Ends m with a provider error (printf text) reported as its exit. */
+void modal_pout_report_error(struct mproc *m, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/** 1 (after reporting) if m's router went away under it. */
+int modal_pout_router_gone(struct mproc *m);
+/** Opens (or reopens, where it broke) the output stream of fd 1 or 2. */
+void modal_pout_open(struct mproc *m, int fd);
+/** Opens the wait for m's exit. */
+void modal_pout_wait_open(struct mproc *m);
+/** The timers of a new process record. */
+void modal_pout_init(struct mproc *m);
+/* Reached by tests/fuzz/fuzz_modal.c too: one message of m's output stream c
+ * (privdata = m): a RuntimeOutputBatch, or TaskExecStdioRead bytes on the
+ * router; and the ExecWait reply (privdata = m): the exit, or a wait again. */
+void modal_pout_msg(struct grpc_call *c, const uint8_t *msg, size_t len, void *privdata);
+void modal_pout_wait_done(struct grpc_call *c, const struct grpc_status *st,
+                          const uint8_t *msg, size_t len, void *privdata);
+
 /* ---- modal_proc.c: processes ------------------------------------------------------- */
 
 /** Sends m's next stdin piece (or its EOF) when nothing is in flight. */
@@ -632,18 +662,5 @@ int modal_proc_close_stdin(void *cookie, struct process *p, sbx_err_t *err);
 int modal_proc_kill(void *cookie, struct process *p, int sig, sbx_err_t *err);
 void modal_proc_resume(void *cookie, struct process *p);
 void modal_proc_release(void *cookie, struct process *p);
-
-/* ---- reached by the fuzzer (tests/fuzz/fuzz_modal.c) ------------------------------ */
-/* Non-static so that the fuzzer can hand them Modal's replies without a call. */
-
-/* modal_auth_token_parse (modal_util.c, above) is reached by it too. */
-/* modal_proc.c: one message of m's output stream c (privdata = m): a
- * RuntimeOutputBatch, or TaskExecStdioRead bytes on the router. */
-void modal_proc_out_msg(struct grpc_call *c, const uint8_t *msg, size_t len,
-                        void *privdata);
-/* modal_proc.c: ContainerExecWait's (or the router's TaskExecWait) reply for
- * m (privdata): the exit, or a wait again. */
-void modal_proc_wait_done(struct grpc_call *c, const struct grpc_status *st,
-                          const uint8_t *msg, size_t len, void *privdata);
 
 #endif

@@ -1,5 +1,7 @@
 /*
- * modal_proc.c - processes of the Modal provider.
+ * modal_proc.c - processes of the Modal provider: starting the exec, stdin,
+ * kill, the provider's process ops and adoption after a restart. The output
+ * streams, the wait and the exit report are modal_pout.c's.
  *
  * A process is one exec of a small sh wrapper whose argv carries a
  * per-process tag (so process.kill can really end the remote process group
@@ -44,7 +46,6 @@
 #define TAIL_TRIES 16
 #define KILL_CONFIRM_S 4.0 /* the core gives up on a timed-out process after 5 s */
 #define STDIN_LIMIT (16u * 1024 * 1024)
-#define STDIN_CHUNK (1u * 1024 * 1024)
 
 /* Runs the command as a child of a shell whose argv carries the process's tag
  * ($0 = "sbxd-<tag>"), so that a second exec can find that shell and end its
@@ -93,654 +94,11 @@ static const char KILLER[] =
     "else t=${t# $p }; [ -n \"$t\" ] && kill -$s $t 2>/dev/null; fi\n";
 
 static void exec_start(struct mproc *m);
-static void schedule_report(struct mproc *m);
 
 /* The router numbers stdout 0 and stderr 1 (ContainerExec: 1 and 2); the
  * generated names are longer than a line. */
 #define RT_FD_STDOUT ((Modal__TaskCommandRouter__TaskExecStdioFileDescriptor)0)
 #define RT_FD_STDERR ((Modal__TaskCommandRouter__TaskExecStdioFileDescriptor)1)
-
-static void check_finish(struct mproc *m);
-
-static int dead_code(int code)
-{
-    return code == GRPC_NOT_FOUND || code == GRPC_FAILED_PRECONDITION;
-}
-
-static void stop_calls(struct mproc *m)
-{
-    grpc_call_cancel(m->exec_call);
-    m->exec_call = NULL;
-    for (int i = 0; i < 2; i++) {
-        grpc_call_cancel(m->out[i]);
-        m->out[i] = NULL;
-    }
-    grpc_call_cancel(m->wait_call);
-    m->wait_call = NULL;
-    grpc_call_cancel(m->stdin_call);
-    m->stdin_call = NULL;
-    grpc_call_cancel(m->check_call);
-    m->check_call = NULL;
-    ev_timer_stop(D->loop, &m->kill_timer);
-    ev_timer_stop(D->loop, &m->grace);
-    ev_timer_stop(D->loop, &m->retry_timer);
-    ev_timer_stop(D->loop, &m->out_timer[0]);
-    ev_timer_stop(D->loop, &m->out_timer[1]);
-    ev_timer_stop(D->loop, &m->exec_timer);
-}
-
-/* ---- outages: backoff under a time budget ---------------------------------------- */
-
-/* The wait before attempt n (1-based) of a run of failures: 0.2 s doubling up to
- * 5 s, with up to 20% jitter so that many processes do not retry in step. */
-static double backoff_s(int n)
-{
-    double d = BACKOFF_FIRST_S;
-    for (int i = 1; i < n && d < BACKOFF_MAX_S; i++)
-        d *= 2;
-    if (d > BACKOFF_MAX_S)
-        d = BACKOFF_MAX_S;
-    return d * (0.8 + 0.4 * ((double)(random() % 1000) / 1000.0));
-}
-
-/* Starts or continues a run of failures at *t0. Returns the wait before the next
- * attempt, or -1 when the budget is spent. */
-static double retry_after(struct mprov *mp, double *t0, int *fails)
-{
-    double now = ev_now(D->loop);
-    if (*t0 == 0)
-        *t0 = now;
-    (*fails)++;
-    if (now - *t0 >= mp->retry_budget_s)
-        return -1;
-    double d = backoff_s(*fails);
-    double left = *t0 + mp->retry_budget_s - now;
-    return d < left ? d : left;
-}
-
-/* Output of stream fd could not be read to its end: the exit will say so. */
-static void out_incomplete(struct mproc *m, int fd, const char *why)
-{
-    log_warn("modal: pid %u: %s output is incomplete: %s", m->p->pid,
-             fd == 1 ? "stdout" : "stderr", why);
-    m->out_done[fd - 1] = 1;
-    if (!m->incomplete) {
-        m->incomplete = 1;
-        modal_set_str(&m->incomplete_why, why);
-    }
-}
-
-static void report_cb(struct ev_loop *loop, ev_timer *w, int revents)
-{
-    struct mproc *m = w->data;
-    if (m->reported)
-        return;
-    m->reported = 1;
-    stop_calls(m);
-    struct process *p = m->p;
-    int code = m->have_exit ? m->exit_code : -1;
-    json_t *rec = json_pack("{s:i}", "exit_code", m->incomplete ? -1 : code);
-    if (m->incomplete) {
-        /* Never a clean exit when output is missing. */
-        char *e = NULL;
-        if (m->exit_error)
-            e = xstrdup(m->exit_error);
-        else
-            e = xasprintf(
-                "the output could not be read completely (%s); %s", nz(m->incomplete_why),
-                m->have_exit ? "the command itself ended" : "its exit is unknown");
-        json_object_set_new(rec, "error", json_string(e ? e : "output incomplete"));
-        json_object_set_new(rec, "output_incomplete", json_true());
-        if (m->have_exit && !m->gone)
-            json_object_set_new(rec, "remote_exit_code", json_integer(code));
-        free(e);
-    } else if (m->exit_error) {
-        json_object_set_new(rec, "error", json_string(m->exit_error));
-    }
-    if (m->kill_sig)
-        json_object_set_new(rec, "killed", json_true());
-    if (m->exit_signal > 0 && !m->incomplete)
-        json_object_set_new(rec, "signal", json_integer(m->exit_signal));
-    /* Modal's own exec timeout (sbxd's deadline usually comes first). */
-    if (code == SBX_EXIT_TIMEOUT && p->timeout_ms > 0 &&
-        (ev_now(loop) - m->t0) * 1000.0 >= (double)p->timeout_ms * 0.9) {
-        json_object_set_new(rec, "timed_out", json_true());
-        json_object_set_new(rec, "killed", json_true());
-    }
-    if (m->retried || m->restarted) {
-        json_object_set_new(rec, "retried", json_boolean(m->retried));
-        json_object_set_new(rec, "sandbox_restarted", json_boolean(m->restarted));
-    }
-    if (m->ms && m->exec_id)
-        modal_state_dirty(m->ms->mp);
-    process_exited(p, rec);
-    json_decref(rec);
-}
-
-/* Reports from a fresh loop iteration: callers may be deep inside grpc. */
-static void schedule_report(struct mproc *m)
-{
-    if (m->reported)
-        return;
-    ev_timer_set(&m->report_timer, 0., 0.);
-    ev_timer_start(D->loop, &m->report_timer);
-}
-
-static void report_error(struct mproc *m, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static void report_error(struct mproc *m, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    char *s = NULL;
-    if (vasprintf(&s, fmt, ap) < 0)
-        s = NULL;
-    va_end(ap);
-    free(m->exit_error);
-    m->exit_error = s;
-    m->have_exit = 1;
-    m->exit_code = -1;
-    m->gone = 1;
-    schedule_report(m);
-}
-
-static void out_open(struct mproc *m, int fd);
-
-/* A router process whose task's router is no longer known (the task ended, or
- * a restart replaced it): reported gone. 1 if so. */
-static int router_gone(struct mproc *m)
-{
-    struct msb *ms = m->ms;
-    if (ms && ms->rt_mode == RT_ON && ms->router && ms->rt_task && m->rexec_task &&
-        strcmp(ms->rt_task, m->rexec_task) == 0)
-        return 0;
-    if (!m->reported)
-        report_error(m, "the Modal sandbox is gone: %s",
-                     ms && ms->dead_reason ? ms->dead_reason
-                                           : "its task and command router are gone");
-    return 1;
-}
-
-/* After the exit, the output streams should deliver their last batch at once.
- * One that stays silent (not paused by a slow follower) is reopened from its
- * last batch index: a server may sit on a long poll although the final batch
- * is there (the test fake does when output arrives while it is sending).
- * After TAIL_TRIES silent reopens the rest is given up. */
-static void grace_cb(struct ev_loop *loop, ev_timer *w, int revents)
-{
-    struct mproc *m = w->data;
-    if (m->reported)
-        return;
-    double quiet = ev_now(loop) - m->last_output;
-    if (m->paused || quiet < TAIL_QUIET_S) {
-        ev_timer_set(w, m->paused ? TAIL_QUIET_S : TAIL_QUIET_S - quiet, 0.);
-        ev_timer_start(loop, w);
-        return;
-    }
-    if (++m->tail_tries > TAIL_TRIES || !m->ms) {
-        log_warn(
-            "modal: pid %u: output streams still open %.0f s after the exit; ending them",
-            m->p->pid, TAIL_TRIES * TAIL_QUIET_S);
-        for (int fd = 1; fd <= 2; fd++)
-            if (!m->out_done[fd - 1])
-                out_incomplete(m, fd, "the stream stayed open after the exit");
-        schedule_report(m);
-        return;
-    }
-    for (int fd = 1; fd <= 2; fd++) {
-        if (m->out_done[fd - 1])
-            continue;
-        log_debug("modal: pid %u: %s stream silent after the exit; reopening", m->p->pid,
-                  fd == 1 ? "stdout" : "stderr");
-        grpc_call_cancel(m->out[fd - 1]);
-        m->out[fd - 1] = NULL;
-        out_open(m, fd);
-    }
-    m->last_output = ev_now(loop);
-    ev_timer_set(w, TAIL_QUIET_S, 0.);
-    ev_timer_start(loop, w);
-}
-
-static void check_finish(struct mproc *m)
-{
-    if (!m->have_exit || m->reported)
-        return;
-    if ((m->out_done[0] && m->out_done[1]) || m->gone) {
-        ev_timer_stop(D->loop, &m->grace);
-        schedule_report(m);
-        return;
-    }
-    if (!ev_is_active(&m->grace)) {
-        m->last_output = ev_now(D->loop);
-        ev_timer_set(&m->grace, TAIL_QUIET_S, 0.);
-        ev_timer_start(D->loop, &m->grace);
-    }
-}
-
-/* After a message: flow control for a follower that cannot keep up. */
-static void out_backpressure(struct mproc *m, struct grpc_call *c, int fd)
-{
-    if (!process_output_blocked(m->p))
-        return;
-    m->paused = 1;
-    if (m->ms->mp->curl_pause) {
-        grpc_call_pause(c);
-    } else {
-        /* Drop the stream; proc_resume reopens it after the last batch (router:
-         * byte) we delivered, so nothing is lost and nothing piles up meanwhile. */
-        log_debug("modal: pid %u: follower blocked at %llu; closing the %s stream",
-                  m->p->pid, (unsigned long long)m->last_batch[fd - 1],
-                  fd == 1 ? "stdout" : "stderr");
-        grpc_call_cancel(c);
-        m->out[fd - 1] = NULL;
-        m->reopen[fd - 1] = 1;
-    }
-}
-
-/* TaskExecStdioRead: raw bytes from the offset we asked for. */
-static void router_out_msg(struct mproc *m, struct grpc_call *c, int fd,
-                           const uint8_t *msg, size_t len)
-{
-    Modal__TaskCommandRouter__TaskExecStdioReadResponse *r =
-        modal__task_command_router__task_exec_stdio_read_response__unpack(NULL, len, msg);
-    if (!r) {
-        log_warn("modal: pid %u: undecodable TaskExecStdioRead message", m->p->pid);
-        return;
-    }
-    if (r->data.len)
-        process_output(m->p, fd == 1 ? SBX_STREAM_STDOUT : SBX_STREAM_STDERR,
-                       r->data.data, r->data.len);
-    m->last_batch[fd - 1] += r->data.len;
-    modal__task_command_router__task_exec_stdio_read_response__free_unpacked(r, NULL);
-    m->out_got[fd - 1] = 1;
-    m->out_fails[fd - 1] = 0;
-    m->out_fail_t0[fd - 1] = 0;
-    m->tail_tries = 0;
-    m->last_output = ev_now(D->loop);
-    out_backpressure(m, c, fd);
-}
-
-void modal_proc_out_msg(struct grpc_call *c, const uint8_t *msg, size_t len,
-                        void *privdata)
-{
-    struct mproc *m = privdata;
-    int fd = m->out[0] == c ? 1 : 2;
-    if (m->router) {
-        router_out_msg(m, c, fd, msg, len);
-        return;
-    }
-    Modal__Client__RuntimeOutputBatch *b =
-        modal__client__runtime_output_batch__unpack(NULL, len, msg);
-    if (!b) {
-        log_warn("modal: pid %u: undecodable output batch", m->p->pid);
-        return;
-    }
-    if (b->batch_index > m->last_batch[fd - 1] || b->batch_index == 0) {
-        for (size_t i = 0; i < b->n_items; i++) {
-            Modal__Client__RuntimeOutputMessage *it = b->items[i];
-            int stream = it->file_descriptor == 2   ? SBX_STREAM_STDERR
-                         : it->file_descriptor == 1 ? SBX_STREAM_STDOUT
-                                                    : fd;
-            if (it->message_bytes.len)
-                process_output(m->p, stream, it->message_bytes.data,
-                               it->message_bytes.len);
-            else if (it->message && it->message[0])
-                process_output(m->p, stream, it->message, strlen(it->message));
-        }
-        if (b->batch_index > m->last_batch[fd - 1])
-            m->last_batch[fd - 1] = b->batch_index;
-    }
-    m->out_got[fd - 1] = 1;
-    m->out_fails[fd - 1] = 0;
-    m->out_fail_t0[fd - 1] = 0;
-    m->tail_tries = 0;
-    m->last_output = ev_now(D->loop);
-    if (b->_exit_code_case == MODAL__CLIENT__RUNTIME_OUTPUT_BATCH___EXIT_CODE_EXIT_CODE)
-        m->out_done[fd - 1] = 1;
-    modal__client__runtime_output_batch__free_unpacked(b, NULL);
-    out_backpressure(m, c, fd);
-}
-
-static void out_done_cb(struct grpc_call *c, const struct grpc_status *st,
-                        const uint8_t *msg, size_t len, void *privdata)
-{
-    struct mproc *m = privdata;
-    int fd = m->out[0] == c ? 1 : 2;
-    m->out[fd - 1] = NULL;
-    log_debug("modal: pid %u: %s stream ended: %s%s%s (done %d)", m->p->pid,
-              fd == 1 ? "stdout" : "stderr", grpc_code_name(st->code),
-              st->message[0] ? ": " : "", st->message, m->out_done[fd - 1]);
-    if (m->reported)
-        return;
-    if (m->router && st->code == GRPC_OK && !m->paused)
-        m->out_done[fd - 1] = 1; /* a clean end of TaskExecStdioRead is EOF */
-    if (m->out_done[fd - 1]) {
-        check_finish(m);
-        return;
-    }
-    if (m->router && st->code == GRPC_OK) {
-        m->reopen[fd - 1] = 1; /* ended while paused: EOF or not, ask again on resume */
-        return;
-    }
-    if (m->router && st->code == GRPC_UNAUTHENTICATED)
-        modal_router_stale(m->ms);
-    if (m->router && st->code == GRPC_DEADLINE_EXCEEDED &&
-        ev_now(D->loop) - m->out_t0[fd - 1] >= POLL_S) {
-        /* Our transfer timeout on a quiet stream: on at once from the same offset. */
-        out_open(m, fd);
-        return;
-    }
-    if (st->code == GRPC_NOT_FOUND) {
-        /* The exec (and with it the sandbox) is gone. */
-        if (!m->have_exit) {
-            m->out_done[fd - 1] = 1;
-            modal_job_mark_dead(m->ms, st->message);
-            report_error(m, "the Modal sandbox is gone: %s", st->message);
-        } else {
-            out_incomplete(m, fd, st->message);
-        }
-        check_finish(m);
-        return;
-    }
-    char why[400];
-    snprintf(why, sizeof(why), "%s: %s: %s",
-             m->router ? "TaskExecStdioRead" : "ContainerExecGetOutput",
-             grpc_code_name(st->code), st->message);
-    int again = st->code == GRPC_OK || grpc_code_retryable(st->code) || st->transport ||
-                (m->router && st->code == GRPC_UNAUTHENTICATED);
-    if (!again) {
-        out_incomplete(m, fd, why);
-        check_finish(m);
-        return;
-    }
-    double lived = ev_now(D->loop) - m->out_t0[fd - 1];
-    if (st->code == GRPC_OK && (m->out_got[fd - 1] || lived >= 1.0)) {
-        /* A long poll that ended as it should: on at once. */
-        m->out_fails[fd - 1] = 0;
-        m->out_fail_t0[fd - 1] = 0;
-        if (m->paused)
-            m->reopen[fd - 1] = 1;
-        else
-            out_open(m, fd);
-        return;
-    }
-    /* Broken (or ending at once with nothing): again after a backoff, for as
-     * long as the budget lasts. */
-    double d = retry_after(m->ms->mp, &m->out_fail_t0[fd - 1], &m->out_fails[fd - 1]);
-    if (d < 0) {
-        char buf[480];
-        snprintf(buf, sizeof(buf), "%s (still failing after %.0f s)", why,
-                 m->ms->mp->retry_budget_s);
-        out_incomplete(m, fd, buf);
-        check_finish(m);
-        return;
-    }
-    log_debug("modal: pid %u: %s stream broke (%s); again in %.2f s after batch %llu",
-              m->p->pid, fd == 1 ? "stdout" : "stderr", why, d,
-              (unsigned long long)m->last_batch[fd - 1]);
-    ev_timer_set(&m->out_timer[fd - 1], d, 0.);
-    ev_timer_start(D->loop, &m->out_timer[fd - 1]);
-}
-
-static void out_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
-{
-    struct mproc *m = w->data;
-    int fd = w == &m->out_timer[0] ? 1 : 2;
-    if (m->reported || m->out_done[fd - 1] || m->out[fd - 1] || !m->ms)
-        return;
-    if (m->paused)
-        m->reopen[fd - 1] = 1;
-    else
-        out_open(m, fd);
-}
-
-static void out_open(struct mproc *m, int fd)
-{
-    if (m->router) {
-        if (router_gone(m))
-            return;
-        /* From the byte after the last one delivered: nothing lost or repeated. */
-        Modal__TaskCommandRouter__TaskExecStdioReadRequest rq =
-            MODAL__TASK_COMMAND_ROUTER__TASK_EXEC_STDIO_READ_REQUEST__INIT;
-        rq.task_id = m->rexec_task;
-        rq.exec_id = m->exec_id;
-        rq.offset = m->last_batch[fd - 1];
-        rq.file_descriptor = fd == 1 ? RT_FD_STDOUT : RT_FD_STDERR;
-        log_debug("modal: pid %u: %s stream from byte %llu", m->p->pid,
-                  fd == 1 ? "stdout" : "stderr", (unsigned long long)rq.offset);
-        m->reopen[fd - 1] = 0;
-        m->out_got[fd - 1] = 0;
-        m->out_t0[fd - 1] = ev_now(D->loop);
-        m->out[fd - 1] = modal_router_stream(m->ms, "TaskExecStdioRead", &rq.base,
-                                             POLL_S + POLL_SLACK_S, modal_proc_out_msg,
-                                             out_done_cb, m);
-        return;
-    }
-    Modal__Client__ContainerExecGetOutputRequest req =
-        MODAL__CLIENT__CONTAINER_EXEC_GET_OUTPUT_REQUEST__INIT;
-    req.exec_id = m->exec_id;
-    req.timeout = (float)POLL_S;
-    req.last_batch_index = m->last_batch[fd - 1];
-    req.file_descriptor = fd == 1
-                              ? MODAL__CLIENT__FILE_DESCRIPTOR__FILE_DESCRIPTOR_STDOUT
-                              : MODAL__CLIENT__FILE_DESCRIPTOR__FILE_DESCRIPTOR_STDERR;
-    req.get_raw_bytes = 1;
-    log_debug("modal: pid %u: %s stream from batch %llu", m->p->pid,
-              fd == 1 ? "stdout" : "stderr", (unsigned long long)m->last_batch[fd - 1]);
-    m->reopen[fd - 1] = 0;
-    m->out_got[fd - 1] = 0;
-    m->out_t0[fd - 1] = ev_now(D->loop);
-    m->out[fd - 1] =
-        grpc_stream(&m->ms->mp->ch, "ContainerExecGetOutput", &req.base,
-                    POLL_S + POLL_SLACK_S, modal_proc_out_msg, out_done_cb, m);
-}
-
-static void wait_open(struct mproc *m);
-
-static void wait_retry_cb(struct ev_loop *loop, ev_timer *w, int revents)
-{
-    struct mproc *m = w->data;
-    if (!m->reported && m->exec_id && !m->have_exit && m->ms)
-        wait_open(m);
-}
-
-void modal_proc_wait_done(struct grpc_call *c, const struct grpc_status *st,
-                          const uint8_t *msg, size_t len, void *privdata)
-{
-    struct mproc *m = privdata;
-    m->wait_call = NULL;
-    if (m->reported || m->have_exit)
-        return;
-    if (m->router && st->code == GRPC_OK) {
-        Modal__TaskCommandRouter__TaskExecWaitResponse *r =
-            modal_reply(&modal__task_command_router__task_exec_wait_response__descriptor,
-                        st, msg, len);
-        int done =
-            r &&
-            r->exit_status_case !=
-                MODAL__TASK_COMMAND_ROUTER__TASK_EXEC_WAIT_RESPONSE__EXIT_STATUS__NOT_SET;
-        if (done) {
-            m->have_exit = 1;
-            if (r->exit_status_case ==
-                MODAL__TASK_COMMAND_ROUTER__TASK_EXEC_WAIT_RESPONSE__EXIT_STATUS_SIGNAL) {
-                m->exit_signal = r->signal;
-                m->exit_code = 128 + r->signal;
-            } else {
-                m->exit_code = r->code;
-            }
-        }
-        modal_reply_free(r);
-        if (done) {
-            ev_timer_stop(D->loop, &m->kill_timer);
-            check_finish(m);
-            return;
-        }
-        wait_open(m);
-        return;
-    }
-    if (m->router &&
-        (st->code == GRPC_DEADLINE_EXCEEDED || st->code == GRPC_UNAUTHENTICATED)) {
-        /* TaskExecWait has no server-side timeout: our per-call deadline ends a
-         * long wait, which goes on at once (a rejected token: with a new one). */
-        if (st->code == GRPC_UNAUTHENTICATED) {
-            modal_router_stale(m->ms);
-            double d = retry_after(m->ms->mp, &m->wait_fail_t0, &m->wait_fails);
-            if (d >= 0) {
-                ev_timer_set(&m->retry_timer, d, 0.);
-                ev_timer_start(D->loop, &m->retry_timer);
-                return;
-            }
-        } else {
-            m->wait_fails = 0;
-            m->wait_fail_t0 = 0;
-            wait_open(m);
-            return;
-        }
-    }
-    if (st->code == GRPC_OK) {
-        Modal__Client__ContainerExecWaitResponse *r = modal_reply(
-            &modal__client__container_exec_wait_response__descriptor, st, msg, len);
-        int completed = r && r->completed;
-        if (completed) {
-            m->have_exit = 1;
-            m->exit_code =
-                r->_exit_code_case ==
-                        MODAL__CLIENT__CONTAINER_EXEC_WAIT_RESPONSE___EXIT_CODE_EXIT_CODE
-                    ? r->exit_code
-                    : 0;
-        }
-        modal_reply_free(r);
-        if (completed) {
-            ev_timer_stop(D->loop, &m->kill_timer);
-            check_finish(m);
-            return;
-        }
-        m->wait_fails = 0;
-        m->wait_fail_t0 = 0;
-        wait_open(m);
-        return;
-    }
-    if (st->code == GRPC_NOT_FOUND) {
-        modal_job_mark_dead(m->ms, st->message);
-        report_error(m, "the Modal sandbox is gone: %s", st->message);
-        return;
-    }
-    int again = grpc_code_retryable(st->code) || st->transport;
-    double d = again ? retry_after(m->ms->mp, &m->wait_fail_t0, &m->wait_fails) : -1;
-    if (d < 0) {
-        /* The process may still run: its exit and the rest of its output are unknown. */
-        for (int fd = 1; fd <= 2; fd++)
-            if (!m->out_done[fd - 1])
-                out_incomplete(m, fd, "the exit could not be awaited");
-        report_error(m, "%s failed%s: %s: %s",
-                     m->router ? "TaskExecWait" : "ContainerExecWait",
-                     again ? " for the whole retry budget" : "", grpc_code_name(st->code),
-                     st->message);
-        return;
-    }
-    log_debug("modal: pid %u: ContainerExecWait failed (%s: %s); again in %.2f s",
-              m->p->pid, grpc_code_name(st->code), st->message, d);
-    ev_timer_set(&m->retry_timer, d, 0.);
-    ev_timer_start(D->loop, &m->retry_timer);
-}
-
-static void wait_open(struct mproc *m)
-{
-    if (m->router) {
-        if (router_gone(m))
-            return;
-        Modal__TaskCommandRouter__TaskExecWaitRequest rq =
-            MODAL__TASK_COMMAND_ROUTER__TASK_EXEC_WAIT_REQUEST__INIT;
-        rq.task_id = m->rexec_task;
-        rq.exec_id = m->exec_id;
-        m->wait_call = modal_router_unary(m->ms, "TaskExecWait", &rq.base,
-                                          UNARY_TIMEOUT_S, modal_proc_wait_done, m);
-        return;
-    }
-    Modal__Client__ContainerExecWaitRequest req =
-        MODAL__CLIENT__CONTAINER_EXEC_WAIT_REQUEST__INIT;
-    req.exec_id = m->exec_id;
-    req.timeout = (float)POLL_S;
-    m->wait_call = grpc_unary(&m->ms->mp->ch, "ContainerExecWait", &req.base,
-                              POLL_S + POLL_SLACK_S, modal_proc_wait_done, m);
-}
-
-static void stdin_done(struct grpc_call *c, const struct grpc_status *st,
-                       const uint8_t *msg, size_t len, void *privdata)
-{
-    struct mproc *m = privdata;
-    m->stdin_call = NULL;
-    if (st->code != GRPC_OK) {
-        log_warn("modal: pid %u: stdin write failed: %s: %s", m->p->pid,
-                 grpc_code_name(st->code), st->message);
-        m->stdin_broken = 1;
-        return;
-    }
-    m->stdin_off += m->stdin_inflight;
-    m->stdin_inflight = 0;
-    modal_stdin_pump(m);
-}
-
-void modal_stdin_pump(struct mproc *m)
-{
-    if (!m->exec_id || m->stdin_call || m->stdin_broken || m->stdin_recovering ||
-        m->reported || !m->ms)
-        return;
-    Modal__Client__RuntimeInputMessage in = MODAL__CLIENT__RUNTIME_INPUT_MESSAGE__INIT;
-    Modal__Client__ContainerExecPutInputRequest req =
-        MODAL__CLIENT__CONTAINER_EXEC_PUT_INPUT_REQUEST__INIT;
-    req.exec_id = m->exec_id;
-    req.input = &in;
-    uint8_t *buf = NULL;
-    if (m->stdin_q.bytes > 0) {
-        size_t n = m->stdin_q.bytes < STDIN_CHUNK ? m->stdin_q.bytes : STDIN_CHUNK;
-        buf = xmalloc(n);
-        size_t got = 0;
-        while (got < n) {
-            struct iovec iov[8];
-            int k = obuf_iov(&m->stdin_q, iov, 8);
-            if (k == 0)
-                break;
-            size_t take = iov[0].iov_len < n - got ? iov[0].iov_len : n - got;
-            memcpy(buf + got, iov[0].iov_base, take);
-            obuf_consume(&m->stdin_q, take);
-            got += take;
-        }
-        in.message.data = buf;
-        in.message.len = got;
-    } else if (m->stdin_eof && !m->stdin_eof_sent) {
-        in.eof = 1;
-        m->stdin_eof_sent = 1;
-    } else {
-        return;
-    }
-    if (m->router && router_gone(m)) {
-        free(buf);
-        return;
-    }
-    if (m->router) {
-        /* By byte offset: a repeat of what arrived is skipped, so retrying is safe. */
-        Modal__TaskCommandRouter__TaskExecStdinWriteRequest rq =
-            MODAL__TASK_COMMAND_ROUTER__TASK_EXEC_STDIN_WRITE_REQUEST__INIT;
-        rq.task_id = m->rexec_task;
-        rq.exec_id = m->exec_id;
-        rq.offset = m->stdin_off;
-        rq.data = in.message;
-        rq.eof = in.eof;
-        m->stdin_inflight = in.message.len;
-        m->stdin_call = modal_router_unary(m->ms, "TaskExecStdinWrite", &rq.base,
-                                           UNARY_TIMEOUT_S, stdin_done, m);
-        grpc_call_retry_budget(m->stdin_call, m->ms->mp->retry_budget_s);
-        free(buf);
-        return;
-    }
-    in.message_index = ++m->stdin_index;
-    m->stdin_call = grpc_unary(&m->ms->mp->ch, "ContainerExecPutInput", &req.base,
-                               UNARY_TIMEOUT_S, stdin_done, m);
-    /* Keyed by message_index, a repeat is ignored: safe through an outage. */
-    grpc_call_retry_budget(m->stdin_call, m->ms->mp->retry_budget_s);
-    free(buf);
-}
 
 static void fire_and_forget_done(struct grpc_call *c, const struct grpc_status *st,
                                  const uint8_t *msg, size_t len, void *privdata)
@@ -808,7 +166,7 @@ static void kill_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
     modal_set_str(&m->exit_error,
                   "killed, but Modal did not confirm that the process ended");
     m->gone = 1;
-    schedule_report(m);
+    modal_pout_schedule_report(m);
 }
 
 static void send_kill(struct mproc *m)
@@ -889,7 +247,7 @@ void modal_waiters_resume(struct msb *ms, const char *failure)
             m->have_exit = 1;
             m->exit_code = -1;
             m->gone = 1;
-            schedule_report(m);
+            modal_pout_schedule_report(m);
         } else {
             m->restarted = 1;
             exec_start(m);
@@ -1006,18 +364,18 @@ void modal_proc_router_ready(struct mproc *m, const char *failure)
     if (m->reported || !m->ms)
         return;
     if (failure) {
-        report_error(m, "%s", failure);
+        modal_pout_report_error(m, "%s", failure);
         return;
     }
     if (m->exec_id && m->router) {
         /* An adopted process: follow it on the router. */
-        if (router_gone(m))
+        if (modal_pout_router_gone(m))
             return;
         for (int fd = 1; fd <= 2; fd++)
             if (!m->out_done[fd - 1] && !m->out[fd - 1])
-                out_open(m, fd);
+                modal_pout_open(m, fd);
         if (!m->have_exit && !m->wait_call)
-            wait_open(m);
+            modal_pout_wait_open(m);
         modal_stdin_recover(m);
         return;
     }
@@ -1041,8 +399,9 @@ static void exec_start(struct mproc *m)
     }
     if (ms->v2) {
         /* V2 sandboxes run commands only on the router. */
-        report_error(m, "this V2 Modal sandbox has no command router to run commands: %s",
-                     ms->rt_why ? ms->rt_why : "exec_transport is container_exec");
+        modal_pout_report_error(
+            m, "this V2 Modal sandbox has no command router to run commands: %s",
+            ms->rt_why ? ms->rt_why : "exec_transport is container_exec");
         return;
     }
     m->router = 0;
@@ -1128,9 +487,9 @@ static void exec_done(struct grpc_call *c, const struct grpc_status *st,
         log_debug("modal: sandbox %s pid %u is exec %s%s%s", ms->sb->id, m->p->pid,
                   m->exec_id, m->router ? " on the router" : "",
                   m->retried ? " (retried)" : "");
-        out_open(m, 1);
-        out_open(m, 2);
-        wait_open(m);
+        modal_pout_open(m, 1);
+        modal_pout_open(m, 2);
+        modal_pout_wait_open(m);
         modal_stdin_pump(m);
         if (m->kill_sig)
             send_kill(m);
@@ -1139,10 +498,10 @@ static void exec_done(struct grpc_call *c, const struct grpc_status *st,
     if (m->kill_sig) {
         m->have_exit = 1;
         m->exit_code = 128 + m->kill_sig;
-        schedule_report(m);
+        modal_pout_schedule_report(m);
         return;
     }
-    if (st->code != GRPC_OK && dead_code(st->code) && !m->retried) {
+    if (st->code != GRPC_OK && modal_pout_dead_code(st->code) && !m->retried) {
         /* Maybe the sandbox died: look, restart it if so, and try once more. */
         m->retried = 1;
         ms->last_retried = 1;
@@ -1163,7 +522,7 @@ static void exec_done(struct grpc_call *c, const struct grpc_status *st,
     if (st->code != GRPC_OK && st->unsent &&
         (grpc_code_retryable(st->code) || st->transport)) {
         /* It never reached Modal: starting it again cannot run it twice. */
-        double d = retry_after(ms->mp, &m->exec_fail_t0, &m->exec_fails);
+        double d = modal_pout_retry_after(ms->mp, &m->exec_fail_t0, &m->exec_fails);
         if (d >= 0) {
             log_debug("modal: pid %u: ContainerExec did not reach Modal (%s); again in "
                       "%.2f s",
@@ -1180,20 +539,22 @@ static void exec_done(struct grpc_call *c, const struct grpc_status *st,
         if (ms->task_id)
             send_killer(ms, m->tag, SIGKILL);
         if (m->router)
-            report_error(m,
-                         "Modal TaskExecStart failed for the whole retry budget (%s: "
-                         "%s); anything it may have started was killed",
-                         grpc_code_name(st->code), st->message);
+            modal_pout_report_error(
+                m,
+                "Modal TaskExecStart failed for the whole retry budget (%s: "
+                "%s); anything it may have started was killed",
+                grpc_code_name(st->code), st->message);
         else
-            report_error(m,
-                         "Modal ContainerExec failed after the call may have reached "
-                         "Modal (%s: %s); it was not repeated, so that the command "
-                         "cannot run twice, and anything it started was killed",
-                         grpc_code_name(st->code), st->message);
+            modal_pout_report_error(
+                m,
+                "Modal ContainerExec failed after the call may have reached "
+                "Modal (%s: %s); it was not repeated, so that the command "
+                "cannot run twice, and anything it started was killed",
+                grpc_code_name(st->code), st->message);
     } else if (st->transport)
-        report_error(m, "Modal is unreachable: %s", st->message);
+        modal_pout_report_error(m, "Modal is unreachable: %s", st->message);
     else
-        report_error(
+        modal_pout_report_error(
             m, "Modal %s failed: %s: %s%s", m->router ? "TaskExecStart" : "ContainerExec",
             grpc_code_name(st->code), st->code == GRPC_OK ? "no exec id" : st->message,
             m->retried ? " (the call was already retried once)" : "");
@@ -1214,7 +575,7 @@ static void check_done(struct grpc_call *c, const struct grpc_status *st,
         (!r || r->_task_id_case !=
                    MODAL__CLIENT__SANDBOX_GET_TASK_ID_RESPONSE___TASK_ID_TASK_ID)) {
         modal_reply_free(r);
-        report_error(
+        modal_pout_report_error(
             m, "Modal ContainerExec failed and the sandbox could not be checked: %s: %s",
             grpc_code_name(st->code), st->message);
         return;
@@ -1259,16 +620,7 @@ static struct mproc *mproc_new(struct msb *ms, struct process *p, const char *ta
     m->t0 = ev_now(D->loop);
     ev_init(&m->kill_timer, kill_timer_cb);
     m->kill_timer.data = m;
-    ev_init(&m->grace, grace_cb);
-    m->grace.data = m;
-    ev_init(&m->report_timer, report_cb);
-    m->report_timer.data = m;
-    ev_init(&m->retry_timer, wait_retry_cb);
-    m->retry_timer.data = m;
-    for (int i = 0; i < 2; i++) {
-        ev_init(&m->out_timer[i], out_timer_cb);
-        m->out_timer[i].data = m;
-    }
+    modal_pout_init(m);
     ev_init(&m->exec_timer, exec_timer_cb);
     m->exec_timer.data = m;
     m->next = ms->procs;
@@ -1353,7 +705,7 @@ int modal_proc_kill(void *cookie, struct process *p, int sig, sbx_err_t *err)
     /* Nothing runs remotely yet (waiting for a restart, a check or the router). */
     unwait(m);
     modal_router_unwait(m);
-    stop_calls(m);
+    modal_pout_stop_calls(m);
     m->have_exit = 1;
     m->exit_code = 128 + sig;
     m->reported = 1;
@@ -1379,7 +731,7 @@ void modal_proc_resume(void *cookie, struct process *p)
     }
     for (int i = 0; i < 2 && !m->paused; i++)
         if (m->reopen[i] && !m->out[i] && !m->reported)
-            out_open(m, i + 1);
+            modal_pout_open(m, i + 1);
 }
 
 void modal_proc_release(void *cookie, struct process *p)
@@ -1399,7 +751,7 @@ void modal_proc_release(void *cookie, struct process *p)
         send_killer(ms, m->tag, SIGKILL);
     unwait(m);
     modal_router_unwait(m);
-    stop_calls(m);
+    modal_pout_stop_calls(m);
     ev_timer_stop(D->loop, &m->report_timer);
     if (ms) {
         if (m->prev)
@@ -1450,8 +802,9 @@ void modal_proc_adopt(struct msb *ms, json_t *pe)
          * may have started cannot be followed; end it and say so. */
         if (ms->task_id)
             send_killer(ms, m->tag, SIGKILL);
-        report_error(m, "lost: sbxd stopped before Modal confirmed the start of this "
-                        "command; anything it started was killed");
+        modal_pout_report_error(
+            m, "lost: sbxd stopped before Modal confirmed the start of this "
+               "command; anything it started was killed");
         return;
     }
     modal_set_str(&m->exec_id, exec_id);
@@ -1466,11 +819,12 @@ void modal_proc_adopt(struct msb *ms, json_t *pe)
         if (modal_router_use(m) > 0)
             modal_proc_router_ready(m, NULL);
         else if (!m->rt_waiting)
-            report_error(m, "lost: the command router of its sandbox is not available");
+            modal_pout_report_error(
+                m, "lost: the command router of its sandbox is not available");
         return;
     }
     /* Output again from the first batch Modal still has: the replay. */
-    out_open(m, 1);
-    out_open(m, 2);
-    wait_open(m);
+    modal_pout_open(m, 1);
+    modal_pout_open(m, 2);
+    modal_pout_wait_open(m);
 }
