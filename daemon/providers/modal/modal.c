@@ -121,7 +121,7 @@ static void adopt_sandbox(struct mprov *mp, const char *id, json_t *e)
         ev_timer_start(D->loop, &sb->life_timer);
     }
     mp->ws_adopting = 1; /* its Modal sandbox has its network already */
-    struct msb *ms = modal_msb_new(mp, sb, &err);
+    struct msb *ms = modal_life_msb_new(mp, sb, &err);
     mp->ws_adopting = 0;
     if (!ms) {
         log_warn("modal: sandbox %s: %s", id, err.msg ? err.msg : "?");
@@ -294,7 +294,7 @@ static int m_load(json_t *conf, void **cookie, sbx_err_t *err)
     mp->adopt_timer.data = mp;
     modal_state_init(mp);
     mp->steps = modal_life_steps;
-    mp->hooks = (struct mhooks){.waiters_resume = modal_waiters_resume,
+    mp->hooks = (struct mhooks){.waiters_resume = modal_proc_waiters_resume,
                                 .job_router_ready = modal_job_router_ready,
                                 .mark_dead = modal_job_mark_dead,
                                 .fs_router_ready = modal_fs_router_ready,
@@ -335,7 +335,7 @@ static int m_load(json_t *conf, void **cookie, sbx_err_t *err)
     mp->builder_version = bv && bv[0] ? xstrdup(bv) : NULL;
     if (mp->snapshot_ttl_s < -1)
         mp->snapshot_ttl_s = -1;
-    modal_snapshot_ttl_load(mp, conf);
+    modal_snap_ttl_load(mp, conf);
     *cookie = mp;
     if (!tid || !tid[0] || !tsec || !tsec[0]) {
         snprintf(mp->reason, sizeof(mp->reason),
@@ -492,13 +492,13 @@ const struct sbx_provider sbx_provider_modal = {
     .unload = m_unload,
     .available = m_available,
     .info = m_info,
-    .sb_start = modal_sb_start,
-    .sb_stop = modal_sb_stop,
-    .sb_destroy = modal_sb_destroy,
-    .sb_snapshot = modal_sb_snapshot,
-    .sb_metadata = modal_sb_metadata,
+    .sb_start = modal_life_start,
+    .sb_stop = modal_life_stop,
+    .sb_destroy = modal_life_destroy,
+    .sb_snapshot = modal_life_snapshot,
+    .sb_metadata = modal_life_metadata,
     .sb_instructions = sandbox_shell_instructions,
-    .sb_release = modal_sb_release,
+    .sb_release = modal_life_release,
     .proc_spawn = modal_proc_spawn,
     .proc_write = modal_proc_write,
     .proc_close_stdin = modal_proc_close_stdin,

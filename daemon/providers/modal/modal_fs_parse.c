@@ -1,8 +1,8 @@
 /*
  * modal_fs_parse.c - the parsers of what modal-sandbox-fs-tools prints (the
  * tool's JSON: errors, stat records, directory listings), untrusted bytes
- * from inside the sandbox. A leaf: fs.* (modal_fs.c) and fs.watch
- * (modal_fswatch.c) both call it; it calls nothing of theirs.
+ * from inside the sandbox, and fs.watch's event lines. A leaf: fs.* (modal_fs.c) and
+ * fs.watch (modal_fswatch.c) both call it; it calls nothing of theirs.
  * tests/fuzz/fuzz_modal_fs.c drives it.
  */
 #include <ctype.h>
@@ -13,6 +13,8 @@
 #include "log.h"
 #include "modal_int.h"
 #include "xalloc.h"
+
+#define MW_PATHS 16 /* paths taken from one event */
 
 #define MFS_LIST_MAX 100000 /* entries taken from one ListFiles */
 
@@ -138,4 +140,42 @@ json_t *modal_fs_parse_list(const uint8_t *buf, size_t len, int64_t skip, int64_
     }
     json_decref(v);
     return json_pack("{s:o, s:b}", "entries", ents, "more", more);
+}
+
+/* ---- the tool's event lines (untrusted; tests/fuzz/fuzz_modal_fs.c) --------------- */
+
+json_t *modal_fs_parse_watch(const uint8_t *buf, size_t len)
+{
+    json_t *v = json_loadb((const char *)buf, len, JSON_REJECT_DUPLICATES, NULL);
+    const char *type = json_string_value(json_object_get(v, "event_type"));
+    json_t *paths = json_object_get(v, "paths");
+    if (!type || !json_is_array(paths)) {
+        json_decref(v);
+        return NULL;
+    }
+    static const char *const map[][2] = {
+        {"Create", "create"},     {"Modify", "modify"},   {"Remove", "delete"},
+        {"RenameFrom", "rename"}, {"RenameTo", "create"}, {"Rename", "rename"},
+        {"Unknown", "overflow"},
+    };
+    const char *kind = NULL;
+    for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++)
+        if (!strcmp(type, map[i][0]))
+            kind = map[i][1];
+    json_t *out = json_array();
+    size_t i;
+    json_t *p;
+    json_array_foreach(paths, i, p) {
+        const char *s = json_string_value(p);
+        if (!kind || i >= MW_PATHS)
+            break; /* Access (reads) is not news */
+        if (!s || s[0] != '/' || strlen(s) > 4096)
+            continue;
+        /* Rename with both names (notify's RenameMode::Both): the old one is
+         * a rename, the new one a create, as Docker reports a move. */
+        const char *k = !strcmp(type, "Rename") && i == 1 ? "create" : kind;
+        json_array_append_new(out, json_pack("{s:s, s:s}", "path", s, "kind", k));
+    }
+    json_decref(v);
+    return out;
 }

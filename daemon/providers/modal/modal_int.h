@@ -1,22 +1,49 @@
 /*
- * modal_int.h - what the rooms of the Modal provider share:
- *   modal.c       the provider table, credentials, adopting the state file's
- *                 sandboxes and snapshots at load (the top: it calls down)
- *   modal_util.c  the leaf: replies, errors, ids, auth headers and token
- *   modal_state.c the state file (what survives an sbxd restart), written
- *                 off the loop
- *   modal_life.c  sandbox lifecycle jobs (start/restart/stop/snapshot/destroy)
- *                 as a table of steps {RPC, build the request, on the reply}
- *   modal_proc.c  processes: exec, output streams, stdin, wait, kill, on the
- *                 TaskCommandRouter (ContainerExec when the router is refused)
- *   modal_router.c the link to the command router: access (URL + JWT) per
- *                 task, refreshed before it expires, and one TLS HTTP/2
- *                 channel per worker URL
- *   modal_fs.c    fs.* through the filesystem tool; modal_fsmv.c fs.rename's
- *                 helper, modal_fswatch.c fs.watch (the tool's Watch)
- *   modal_snap.c  snapshot ttls; modal_stdin.c stdin of re-adopted processes
- * Not a public header: only these files include it, and the fuzzers
- * (tests/fuzz/fuzz_modal*.c), which reach the handlers below without a call.
+ * modal_int.h - what the rooms of the Modal provider share. From the top
+ * down: each file calls only files below it (news that must go up goes
+ * through struct mhooks, which modal.c fills at load), and each non-static
+ * name starts with its file's prefix.
+ *
+ *   file             prefix            what it is
+ *   modal.c          sbx_provider_modal the provider table, configuration,
+ *                                      credentials, adopting the state file's
+ *                                      sandboxes and snapshots at load
+ *   modal_life.c     modal_life_       the provider's sandbox ops and the step
+ *                                      table {RPC, build the request, on the
+ *                                      reply} of the lifecycle jobs
+ *   modal_create.c   modal_create_     the start/restart steps (app, lookup,
+ *                                      image, secret, create, task, tags)
+ *   modal_stop.c     modal_stop_       the stop/snapshot/destroy steps
+ *   modal_job.c      modal_job_        runs a job through the step table, ends
+ *                                      it, watches the sandbox while it runs
+ *   modal_proc.c     modal_proc_       processes: starting the exec (on the
+ *                                      TaskCommandRouter, ContainerExec when
+ *                                      it is refused), kill, the process ops,
+ *                                      adoption after a restart
+ *   modal_pout.c     modal_pout_       a process's output streams, its wait
+ *                                      and its exit report
+ *   modal_stdin.c    modal_stdin_      a process's stdin, also after a restart
+ *   modal_fs.c       modal_fs_         fs.* through the filesystem tool
+ *   modal_fsmv.c     modal_fs_mv_      fs.rename's helper
+ *   modal_fswatch.c  modal_fswatch_    fs.watch (the tool's Watch)
+ *   modal_fs_parse.c modal_fs_parse_   the tool's output parsers (untrusted),
+ *                    modal_fs_errno    and its error kinds as errno names
+ *   modal_ws.c       modal_ws_         ports, egress, stats (modal_ws.h,
+ *                                      modal_ws_int.h)
+ *   modal_router.c   modal_router_     the link to the command router: access
+ *                                      (URL + JWT) per task, refreshed before
+ *                                      it expires, one TLS HTTP/2 channel per
+ *                                      worker URL
+ *   modal_snap.c     modal_snap_       snapshot ttls
+ *   modal_state.c    modal_state_      the state file (what survives an sbxd
+ *                                      restart), written off the loop
+ *   modal_util.c     modal_ (bare)     the leaf: replies, errors, ids, auth
+ *                                      headers and token, the fire-and-forget
+ *                                      SandboxTerminate and ImageDelete
+ *   grpc.c           grpc_             a generic gRPC client on curlev (grpc.h)
+ *
+ * Not a public header: only these files include it, and the tests that reach
+ * their internals (tests/fuzz/fuzz_modal*.c, tests/unit).
  */
 #ifndef SBXD_MODAL_INT_H
 #define SBXD_MODAL_INT_H
@@ -402,14 +429,14 @@ void modal_state_read(struct mprov *mp);
 /* ---- modal_life.c: lifecycle ------------------------------------------------------- */
 
 /** The Modal record of sb (sb->pdata), from sb->conf; NULL with err for bad options. */
-struct msb *modal_msb_new(struct mprov *mp, struct sandbox *sb, sbx_err_t *err);
+struct msb *modal_life_msb_new(struct mprov *mp, struct sandbox *sb, sbx_err_t *err);
 
-int modal_sb_start(void *cookie, struct sandbox *sb, sbx_err_t *err);
-int modal_sb_stop(void *cookie, struct sandbox *sb, sbx_err_t *err);
-int modal_sb_destroy(void *cookie, struct sandbox *sb, sbx_err_t *err);
-int modal_sb_snapshot(void *cookie, struct sandbox *sb, sbx_err_t *err);
-json_t *modal_sb_metadata(void *cookie, struct sandbox *sb);
-void modal_sb_release(void *cookie, struct sandbox *sb);
+int modal_life_start(void *cookie, struct sandbox *sb, sbx_err_t *err);
+int modal_life_stop(void *cookie, struct sandbox *sb, sbx_err_t *err);
+int modal_life_destroy(void *cookie, struct sandbox *sb, sbx_err_t *err);
+int modal_life_snapshot(void *cookie, struct sandbox *sb, sbx_err_t *err);
+json_t *modal_life_metadata(void *cookie, struct sandbox *sb);
+void modal_life_release(void *cookie, struct sandbox *sb);
 
 /** The step table, indexed by enum mstep: modal_create.c's and modal_stop.c's steps. */
 extern const struct job_step modal_life_steps[];
@@ -546,16 +573,6 @@ int modal_fs_call(void *cookie, struct fs_call *fc, sbx_err_t *err);
 void modal_fs_release(void *cookie, struct sandbox *sb, uint64_t handle, void *hdata);
 /** Ends every fs operation of ms (it is released) with why. */
 void modal_fs_release_all(struct msb *ms, const char *why);
-/* The tool's output parsers (untrusted bytes; tests/fuzz/fuzz_modal_fs.c). */
-const char *modal_fs_errno(const char *error_kind);
-/** stderr's {"error_kind","message"}: 0 with the errno name and msg, or -1 (EIO). */
-int modal_fs_parse_error(const uint8_t *buf, size_t len, const char **errno_name,
-                         char *msg, size_t msgsz);
-/** A Stat's entry in the agent's shape, or NULL. New reference. */
-json_t *modal_fs_parse_stat(const uint8_t *buf, size_t len);
-/** ListFiles' array as {entries, more} from skip, at most limit, or NULL. */
-json_t *modal_fs_parse_list(const uint8_t *buf, size_t len, int64_t skip, int64_t limit);
-
 /* ---- modal_fsmv.c, modal_fswatch.c: fs.rename and fs.watch ----------------------- */
 
 /** 1 if fc (an fs.rename) has the absolute path and to the helper needs. */
@@ -566,8 +583,6 @@ void modal_fs_mv_argv_free(char **argv, size_t n);
 /** The helper's stderr (untrusted): 0 with an errno name and msg, or -1 (EIO). */
 int modal_fs_mv_error(const uint8_t *buf, size_t len, const char **errno_name, char *msg,
                       size_t msgsz);
-/** One Watch line of the tool (untrusted) as [{path, kind}], or NULL. New reference. */
-json_t *modal_fs_parse_watch(const uint8_t *buf, size_t len);
 /** fs.watch fc on ms: 0 (answered later), or -1 with err. */
 int modal_fswatch_call(struct msb *ms, struct fs_call *fc, sbx_err_t *err);
 /** The router access is settled (failure: why not) for watches that waited. */
@@ -577,10 +592,23 @@ void modal_fswatch_release(struct msb *ms, void *hdata);
 /** Every watch of ms ends (it is released). */
 void modal_fswatch_release_all(struct msb *ms);
 
+/* ---- modal_fs_parse.c: the tool's output (untrusted; tests/fuzz/fuzz_modal_fs.c) - */
+
+const char *modal_fs_errno(const char *error_kind);
+/** stderr's {"error_kind","message"}: 0 with the errno name and msg, or -1 (EIO). */
+int modal_fs_parse_error(const uint8_t *buf, size_t len, const char **errno_name,
+                         char *msg, size_t msgsz);
+/** A Stat's entry in the agent's shape, or NULL. New reference. */
+json_t *modal_fs_parse_stat(const uint8_t *buf, size_t len);
+/** ListFiles' array as {entries, more} from skip, at most limit, or NULL. */
+json_t *modal_fs_parse_list(const uint8_t *buf, size_t len, int64_t skip, int64_t limit);
+/** One Watch line of the tool (untrusted) as [{path, kind}], or NULL. New reference. */
+json_t *modal_fs_parse_watch(const uint8_t *buf, size_t len);
+
 /* ---- modal_snap.c: snapshot lifetimes --------------------------------------------- */
 
 /** providers.modal.snapshot_ttl_max_s (and the default's clamp) from conf. */
-void modal_snapshot_ttl_load(struct mprov *mp, json_t *conf);
+void modal_snap_ttl_load(struct mprov *mp, json_t *conf);
 
 /**
  * TaskSnapshotFilesystem.ttl_seconds for the step ms is at: -1 for stop's
@@ -588,13 +616,12 @@ void modal_snapshot_ttl_load(struct mprov *mp, json_t *conf);
  * asked or snapshot_ttl_s, clamped by snapshot_ttl_max_s; 0: leave it out
  * (Modal's default).
  */
-int64_t modal_snapshot_ttl(const struct msb *ms);
+int64_t modal_snap_ttl(const struct msb *ms);
 
 /** sandbox.snapshot's result for image_id made by via (new reference). */
-json_t *modal_snapshot_result(const struct msb *ms, const char *image_id,
-                              const char *via);
+json_t *modal_snap_result(const struct msb *ms, const char *image_id, const char *via);
 
-/* ---- modal_stdin.c: stdin of a re-adopted process ---------------------------------- */
+/* ---- modal_stdin.c: stdin, also of a re-adopted process --------------------------- */
 
 /**
  * m was adopted on the router and its access is there: asks the router where
@@ -602,7 +629,10 @@ json_t *modal_snapshot_result(const struct msb *ms, const char *image_id,
  */
 void modal_stdin_recover(struct mproc *m);
 
-/* ---- modal_pout.c: a process's output streams, its wait and its exit report ---------- */
+/** Sends m's next stdin piece (or its EOF) when nothing is in flight. */
+void modal_stdin_pump(struct mproc *m);
+
+/* ---- modal_pout.c: a process's output streams, its wait and its exit report ------- */
 
 /** 1 if a call's code says the Modal sandbox or exec is gone (NOT_FOUND,
  * FAILED_PRECONDITION). */
@@ -634,9 +664,6 @@ void modal_pout_wait_done(struct grpc_call *c, const struct grpc_status *st,
 
 /* ---- modal_proc.c: processes ------------------------------------------------------- */
 
-/** Sends m's next stdin piece (or its EOF) when nothing is in flight. */
-void modal_stdin_pump(struct mproc *m);
-
 /**
  * The router access m waited for is there (failure NULL) or could not be had
  * (failure: why): m goes on with its exec or its streams, or fails.
@@ -650,7 +677,7 @@ void modal_exec_start(struct mproc *m);
  * A restart of ms ended: its waiting processes go on, or, with failure set,
  * end with that error.
  */
-void modal_waiters_resume(struct msb *ms, const char *failure);
+void modal_proc_waiters_resume(struct msb *ms, const char *failure);
 
 /** Re-adopts one process of the state file (pe borrowed) after an sbxd restart. */
 void modal_proc_adopt(struct msb *ms, json_t *pe);

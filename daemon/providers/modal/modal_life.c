@@ -132,7 +132,7 @@ static int check_options(json_t *opts, sbx_err_t *err)
     return 0;
 }
 
-struct msb *modal_msb_new(struct mprov *mp, struct sandbox *sb, sbx_err_t *err)
+struct msb *modal_life_msb_new(struct mprov *mp, struct sandbox *sb, sbx_err_t *err)
 {
     json_t *opts = json_object_get(sb->conf, "options");
     if (check_options(opts, err) < 0)
@@ -202,7 +202,7 @@ struct msb *modal_msb_new(struct mprov *mp, struct sandbox *sb, sbx_err_t *err)
     return ms;
 }
 
-int modal_sb_start(void *cookie, struct sandbox *sb, sbx_err_t *err)
+int modal_life_start(void *cookie, struct sandbox *sb, sbx_err_t *err)
 {
     struct mprov *mp = cookie;
     if (!mp->ready)
@@ -211,7 +211,7 @@ int modal_sb_start(void *cookie, struct sandbox *sb, sbx_err_t *err)
             json_pack("{s:s, s:s}", "provider", "modal", "reason", mp->reason),
             "provider modal is unavailable: %s", mp->reason);
     struct msb *ms = sb->pdata;
-    if (!ms && !(ms = modal_msb_new(mp, sb, err)))
+    if (!ms && !(ms = modal_life_msb_new(mp, sb, err)))
         return -1;
     if (ms->job != J_NONE)
         return err_make(err, SBX_E_STATE,
@@ -243,22 +243,22 @@ static int lifecycle(struct sandbox *sb, enum mjob op, sbx_err_t *err)
     return 0;
 }
 
-int modal_sb_stop(void *cookie, struct sandbox *sb, sbx_err_t *err)
+int modal_life_stop(void *cookie, struct sandbox *sb, sbx_err_t *err)
 {
     return lifecycle(sb, J_STOP, err);
 }
 
-int modal_sb_destroy(void *cookie, struct sandbox *sb, sbx_err_t *err)
+int modal_life_destroy(void *cookie, struct sandbox *sb, sbx_err_t *err)
 {
     return lifecycle(sb, J_DESTROY, err);
 }
 
-int modal_sb_snapshot(void *cookie, struct sandbox *sb, sbx_err_t *err)
+int modal_life_snapshot(void *cookie, struct sandbox *sb, sbx_err_t *err)
 {
     return lifecycle(sb, J_SNAPSHOT, err);
 }
 
-json_t *modal_sb_metadata(void *cookie, struct sandbox *sb)
+json_t *modal_life_metadata(void *cookie, struct sandbox *sb)
 {
     struct mprov *mp = cookie;
     struct msb *ms = sb->pdata;
@@ -297,7 +297,7 @@ json_t *modal_sb_metadata(void *cookie, struct sandbox *sb)
     return o;
 }
 
-void modal_sb_release(void *cookie, struct sandbox *sb)
+void modal_life_release(void *cookie, struct sandbox *sb)
 {
     struct msb *ms = sb->pdata;
     if (!ms)

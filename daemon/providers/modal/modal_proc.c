@@ -1,7 +1,8 @@
 /*
- * modal_proc.c - processes of the Modal provider: starting the exec, stdin,
- * kill, the provider's process ops and adoption after a restart. The output
- * streams, the wait and the exit report are modal_pout.c's.
+ * modal_proc.c - processes of the Modal provider: starting the exec, kill,
+ * the provider's process ops and adoption after a restart. The output
+ * streams, the wait and the exit report are modal_pout.c's, sending stdin
+ * modal_stdin.c's.
  *
  * A process is one exec of a small sh wrapper whose argv carries a
  * per-process tag (so process.kill can really end the remote process group
@@ -232,7 +233,7 @@ static void wait_for_restart(struct mproc *m)
         modal_job_restart(ms);
 }
 
-void modal_waiters_resume(struct msb *ms, const char *failure)
+void modal_proc_waiters_resume(struct msb *ms, const char *failure)
 {
     /* The waiting processes go on (or fail) from their own timers. */
     struct mproc *w = ms->waiters;

@@ -3,7 +3,7 @@
  * TaskSnapshotFilesystem takes ttl_seconds (-1: never expires; left out:
  * Modal's default, 30 days today). Three kinds of image:
  *   - stop's (resume) images: -1, and sbxd deletes them itself when their
- *     sandbox is destroyed (modal_life.c, job_end), so they never outlive it
+ *     sandbox is destroyed (modal_job.c, modal_job_end), so they never outlive it
  *     and never vanish under a stopped sandbox;
  *   - sandbox.snapshot's: the call's `ttl`, else providers.modal.snapshot_ttl_s,
  *     both clamped by providers.modal.snapshot_ttl_max_s (a client may ask
@@ -19,7 +19,7 @@
 /* Modal's default lifetime of a snapshot image (JS SDK 0.8.0, Python 1.5.0). */
 #define MODAL_DEFAULT_TTL_S (30 * 24 * 3600)
 
-void modal_snapshot_ttl_load(struct mprov *mp, json_t *conf)
+void modal_snap_ttl_load(struct mprov *mp, json_t *conf)
 {
     json_t *v = json_object_get(conf, "snapshot_ttl_max_s");
     mp->snapshot_ttl_max_s = MODAL_DEFAULT_TTL_S;
@@ -39,7 +39,7 @@ void modal_snapshot_ttl_load(struct mprov *mp, json_t *conf)
     }
 }
 
-int64_t modal_snapshot_ttl(const struct msb *ms)
+int64_t modal_snap_ttl(const struct msb *ms)
 {
     if (ms->step == ST_STOP_TSNAP)
         return -1;
@@ -52,11 +52,11 @@ int64_t modal_snapshot_ttl(const struct msb *ms)
     return t;
 }
 
-json_t *modal_snapshot_result(const struct msb *ms, const char *image_id, const char *via)
+json_t *modal_snap_result(const struct msb *ms, const char *image_id, const char *via)
 {
     json_t *o = json_pack("{s:s, s:s, s:s}", "image_id", image_id, "modal_sandbox_id",
                           nz(ms->sandbox_id), "via", via);
-    int64_t t = modal_snapshot_ttl(ms);
+    int64_t t = modal_snap_ttl(ms);
     if (!strcmp(via, "SandboxSnapshotFs") || t == 0) {
         /* Whatever Modal keeps it for: nothing sbxd could set. */
         json_object_set_new(o, "ttl", json_string("modal default"));

@@ -39,7 +39,7 @@ int modal_stop_send_task_snapshot(struct msb *ms)
         MODAL__TASK_COMMAND_ROUTER__TASK_SNAPSHOT_FILESYSTEM_REQUEST__INIT;
     req.task_id = ms->task_id;
     req.snapshot_id = ms->snap_uuid;
-    int64_t ttl = modal_snapshot_ttl(ms);
+    int64_t ttl = modal_snap_ttl(ms);
     if (ttl != 0) {
         req._ttl_seconds_case =
             MODAL__TASK_COMMAND_ROUTER__TASK_SNAPSHOT_FILESYSTEM_REQUEST___TTL_SECONDS_TTL_SECONDS;
@@ -106,7 +106,7 @@ void modal_stop_on_tsnap(struct msb *ms, const struct grpc_status *st, void *rep
     Modal__TaskCommandRouter__TaskSnapshotFilesystemResponse *r = reply;
     if (r && r->image_id[0]) {
         modal_job_end(ms, NULL,
-                      modal_snapshot_result(ms, r->image_id, "TaskSnapshotFilesystem"));
+                      modal_snap_result(ms, r->image_id, "TaskSnapshotFilesystem"));
         return;
     }
     if (task_snapshot_fallback(ms, st))
@@ -186,8 +186,7 @@ void modal_stop_on_snapshot(struct msb *ms, const struct grpc_status *st, void *
 {
     Modal__Client__SandboxSnapshotFsResponse *r = reply;
     if (snapshot_ok(r)) {
-        modal_job_end(ms, NULL,
-                      modal_snapshot_result(ms, r->image_id, "SandboxSnapshotFs"));
+        modal_job_end(ms, NULL, modal_snap_result(ms, r->image_id, "SandboxSnapshotFs"));
         return;
     }
     if (st->code != GRPC_OK) {
