@@ -18,7 +18,7 @@ WARN = -Wall -Wextra -Wformat=2 -Wmissing-prototypes -Wstrict-prototypes -Wwrite
 OPT ?= -O2 -g
 SAN ?=
 CFLAGS_BASE = -std=gnu11 $(OPT) $(WARN) $(SAN) -D_GNU_SOURCE -DSBX_VERSION=\"$(VERSION)\" \
-	-Iproto -Idaemon -Idaemon/core -Idaemon/rpc -Idaemon/io -Iclient/include -I$(B)/gen
+	-Iproto -Idaemon -Iclient/include -I$(B)/gen
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 CFLAGS_ALL = $(CFLAGS_BASE) $(PKG_CFLAGS) $(CFLAGS)
@@ -208,7 +208,7 @@ $(B)/fuzz/fuzz_agent_tar: tests/fuzz/fuzz_agent_tar.c agent/tar.c agent/tar.h
 		agent/tar.c
 $(B)/fuzz/%: tests/fuzz/%.c tests/fuzz/fuzz_daemon.h $(DAEMON_LIB_OBJ) $(B)/libsbx.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -fsanitize=fuzzer -Itests/fuzz -Idaemon/providers/docker -Idaemon/providers/modal -o $@ $< \
+	$(CC) $(CFLAGS_ALL) -fsanitize=fuzzer -Itests/fuzz -o $@ $< \
 		$(DAEMON_LIB_OBJ) $(B)/libsbx.a $(LDLIBS_D)
 
 -include $(shell find $(B) -name '*.d' 2>/dev/null)

@@ -10,7 +10,7 @@
 #include <sys/types.h>
 
 #include "config.h"
-#include "provider.h"
+#include "core/provider.h"
 
 struct session;
 struct sandbox;

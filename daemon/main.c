@@ -19,16 +19,16 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "adoption.h"
+#include "core/adoption.h"
 #include "daemon.h"
 #include "log.h"
-#include "process.h"
-#include "sandbox.h"
+#include "core/process.h"
+#include "core/sandbox.h"
 #include "sbx_proto.h"
-#include "parse.h"
-#include "fs_stream.h"
-#include "session.h"
-#include "usage.h"
+#include "rpc/parse.h"
+#include "rpc/fs_stream.h"
+#include "rpc/session.h"
+#include "core/usage.h"
 
 static void usage(FILE *f)
 {

@@ -3,14 +3,14 @@
  * listing, how many adopted sandboxes still wait for their processes, and
  * the calls that wait for both. A handful of providers and waiters: lists.
  */
-#include "adoption.h"
+#include "core/adoption.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #include "daemon.h"
 #include "log.h"
-#include "sandbox.h"
+#include "core/sandbox.h"
 #include "xalloc.h"
 
 struct adopt_waiter {

@@ -2,7 +2,7 @@
  * events.c - the one table of events.h. A global, like D: there is one
  * daemon and one protocol floor per process.
  */
-#include "events.h"
+#include "core/events.h"
 
 static const struct core_events none;
 static const struct core_events *current = &none;

@@ -18,7 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "output.h"
+#include "core/output.h"
 
 struct process;
 struct sandbox;

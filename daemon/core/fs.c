@@ -10,7 +10,7 @@
  * it is asked for until its answer is handed on; so a 1 GiB transfer costs
  * sbxd one chunk at a time, however it is driven.
  */
-#include "fs.h"
+#include "core/fs.h"
 
 #include <ev.h>
 #include <stdlib.h>
@@ -18,11 +18,11 @@
 
 #include "daemon.h"
 #include "log.h"
-#include "provider.h"
-#include "sandbox.h"
+#include "core/provider.h"
+#include "core/sandbox.h"
 #include "sbx_proto.h"
-#include "usage.h"
-#include "utf8.h"
+#include "core/usage.h"
+#include "core/utf8.h"
 #include "xalloc.h"
 
 struct fs_handle {

@@ -10,16 +10,16 @@
  * file only reads its congested flag and names it in replay events, so the
  * core needs nothing of sessions or JSON-RPC framing.
  */
-#include "output.h"
+#include "core/output.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #include "daemon.h"
-#include "events.h"
-#include "process.h"
+#include "core/events.h"
+#include "core/process.h"
 #include "sbx_proto.h"
-#include "utf8.h"
+#include "core/utf8.h"
 #include "wallclock.h"
 #include "xalloc.h"
 

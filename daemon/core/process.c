@@ -4,7 +4,7 @@
  * replay and result bytes that exited records keep. What a process prints
  * and who follows it is output.c's.
  */
-#include "process.h"
+#include "core/process.h"
 
 #include <ctype.h>
 
@@ -13,12 +13,12 @@
 #include <string.h>
 
 #include "daemon.h"
-#include "events.h"
+#include "core/events.h"
 #include "log.h"
-#include "sandbox.h"
+#include "core/sandbox.h"
 #include "sbx_proto.h"
-#include "usage.h"
-#include "utf8.h"
+#include "core/usage.h"
+#include "core/utf8.h"
 #include "xalloc.h"
 
 #define MAX_EXITED_KEPT 128

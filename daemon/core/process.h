@@ -11,8 +11,8 @@
 #include <stdint.h>
 
 #include "err.h"
-#include "output.h"
-#include "sandbox.h"
+#include "core/output.h"
+#include "core/sandbox.h"
 
 struct sandbox;
 

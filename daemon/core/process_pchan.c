@@ -1,8 +1,8 @@
 /*
  * process_pchan.c - struct process as a pchan sink (process_pchan.h).
  */
-#include "process_pchan.h"
-#include "provider.h"
+#include "core/process_pchan.h"
+#include "core/provider.h"
 
 static void sink_output(void *proc, int is_stderr, const uint8_t *data, size_t len)
 {

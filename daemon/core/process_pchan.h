@@ -6,7 +6,7 @@
 #ifndef SBXD_PROCESS_PCHAN_H
 #define SBXD_PROCESS_PCHAN_H
 
-#include "pchan.h"
+#include "io/pchan.h"
 
 /* proc pointers given to pchan are struct process *. */
 extern const struct pchan_sink process_pchan_sink;

@@ -1,5 +1,5 @@
 /* providers.c - the registry of compiled-in providers. */
-#include "provider.h"
+#include "core/provider.h"
 
 extern const struct sbx_provider sbx_provider_js;
 extern const struct sbx_provider sbx_provider_duktape;

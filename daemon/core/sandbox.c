@@ -3,22 +3,22 @@
  * ownership, the status machine around provider ops, lifecycle hooks,
  * wall-clock and idle timeouts (env and cwd precedence: sandbox_env.c).
  */
-#include "sandbox.h"
+#include "core/sandbox.h"
 
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "adoption.h"
+#include "core/adoption.h"
 #include "daemon.h"
-#include "events.h"
-#include "fs.h"
+#include "core/events.h"
+#include "core/fs.h"
 #include "log.h"
-#include "process.h"
+#include "core/process.h"
 #include "sbx_proto.h"
-#include "snapshot.h"
-#include "usage.h"
+#include "core/snapshot.h"
+#include "core/usage.h"
 #include "xalloc.h"
 
 #define HOOK_TIMEOUT_MS 60000

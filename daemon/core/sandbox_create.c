@@ -3,7 +3,7 @@
  * own (sandbox_create.h). Ownership here is sbxd's: the uid that created a
  * sandbox or a snapshot, never anything a client or a backend can write.
  */
-#include "sandbox_create.h"
+#include "core/sandbox_create.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -14,7 +14,7 @@
 #include <sys/types.h>
 
 #include "err.h"
-#include "sandbox.h"
+#include "core/sandbox.h"
 
 struct provider_inst;
 

@@ -3,12 +3,12 @@
  * command: the precedence (conf.env < runtime_env < the command's own) and
  * the checks of an env patch (names, types, NUL, limits.env_bytes).
  */
-#include "sandbox.h"
+#include "core/sandbox.h"
 
 #include <string.h>
 
 #include "daemon.h"
-#include "provider.h"
+#include "core/provider.h"
 #include "sbx_proto.h"
 
 /* -- env and cwd ------------------------------------------------------------- */

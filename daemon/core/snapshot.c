@@ -5,15 +5,15 @@
  * after an sbxd restart a snapshot.list (and the provider's own listing when
  * the engine comes up) registers them again.
  */
-#include "snapshot.h"
+#include "core/snapshot.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #include "daemon.h"
 #include "log.h"
-#include "provider.h"
-#include "sandbox.h"
+#include "core/provider.h"
+#include "core/sandbox.h"
 #include "sbx_proto.h"
 #include "xalloc.h"
 

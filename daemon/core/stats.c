@@ -2,16 +2,16 @@
  * stats.c - sandbox.stats in the core: the checks before the provider
  * samples, and the id and time stamped on what it found.
  */
-#include "stats.h"
+#include "core/stats.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #include "daemon.h"
-#include "provider.h"
-#include "sandbox.h"
+#include "core/provider.h"
+#include "core/sandbox.h"
 #include "sbx_proto.h"
-#include "terminal.h"
+#include "core/terminal.h"
 #include "xalloc.h"
 
 struct stats_req {

@@ -1,13 +1,13 @@
 /*
  * terminal.c - processes on a terminal: the provider check and resize.
  */
-#include "terminal.h"
+#include "core/terminal.h"
 
 #include <jansson.h>
 
-#include "process.h"
-#include "provider.h"
-#include "sandbox.h"
+#include "core/process.h"
+#include "core/provider.h"
+#include "core/sandbox.h"
 #include "daemon.h"
 #include "sbx_proto.h"
 

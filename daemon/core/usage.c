@@ -2,7 +2,7 @@
  * usage.c - per-uid counters behind the per-uid limits. A list: the uids
  * that talk to one sbxd are few.
  */
-#include "usage.h"
+#include "core/usage.h"
 
 #include <stdlib.h>
 

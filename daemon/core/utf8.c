@@ -1,5 +1,5 @@
 /* utf8.c - UTF-8 checks and base64; see utf8.h. */
-#include "utf8.h"
+#include "core/utf8.h"
 
 #include <stdlib.h>
 #include <string.h>

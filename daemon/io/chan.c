@@ -1,5 +1,5 @@
 /* chan.c - worker channel framing on the daemon side; see chan.h. */
-#include "chan.h"
+#include "io/chan.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "daemon.h"
-#include "jdepth.h"
+#include "io/jdepth.h"
 #include "log.h"
 #include "sbx_proto.h"
 

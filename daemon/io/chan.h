@@ -18,7 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "obuf.h"
+#include "io/obuf.h"
 #include "sbx_chan.h"
 
 struct chan;

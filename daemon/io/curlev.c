@@ -16,7 +16,7 @@
  * would close its connection: drain() leaves it in the multi handle (RQ_HELD)
  * for its owner to read and write, and only a cancel removes it.
  */
-#include "curlev.h"
+#include "io/curlev.h"
 
 #include <assert.h>
 #include <stdio.h>

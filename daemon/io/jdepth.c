@@ -3,7 +3,7 @@
  * stops at max, and jansson's own parser refuses deeper input
  * (JSON_PARSER_MAX_DEPTH) before a value could reach here.
  */
-#include "jdepth.h"
+#include "io/jdepth.h"
 
 int jdepth_ok(json_t *v, int depth, int max)
 {

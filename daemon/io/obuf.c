@@ -1,5 +1,5 @@
 /* obuf.c - chunked output buffer; see obuf.h. */
-#include "obuf.h"
+#include "io/obuf.h"
 
 #include <stdlib.h>
 #include <string.h>

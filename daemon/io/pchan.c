@@ -7,9 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "chan.h"
+#include "io/chan.h"
 #include "log.h"
-#include "pchan.h"
+#include "io/pchan.h"
 #include "xalloc.h"
 
 /* ---- built-in handlers ---- */

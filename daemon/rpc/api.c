@@ -3,9 +3,9 @@
  * then hands over to sandbox.c and process.c. Every handler answers its call
  * exactly once, now or later.
  */
-#include "api.h"
-#include "api_fs.h"
-#include "params.h"
+#include "rpc/api.h"
+#include "rpc/api_fs.h"
+#include "rpc/params.h"
 
 #include <ctype.h>
 #include <signal.h>
@@ -16,19 +16,19 @@
 #include <strings.h>
 #include <unistd.h>
 
-#include "adoption.h"
-#include "call.h"
-#include "conn.h"
+#include "core/adoption.h"
+#include "rpc/call.h"
+#include "rpc/conn.h"
 #include "daemon.h"
 #include "log.h"
-#include "process.h"
-#include "provider.h"
-#include "sandbox.h"
-#include "sandbox_create.h"
+#include "core/process.h"
+#include "core/provider.h"
+#include "core/sandbox.h"
+#include "core/sandbox_create.h"
 #include "sbx_proto.h"
-#include "snapshot.h"
-#include "usage.h"
-#include "utf8.h"
+#include "core/snapshot.h"
+#include "core/usage.h"
+#include "core/utf8.h"
 #include "xalloc.h"
 
 /* -- callers ----------------------------------------------------------------- */

@@ -4,19 +4,19 @@
  * the sandbox's provider. Write handles and watches belong to the session
  * that made them (fs_drop_owner when it closes).
  */
-#include "api_fs.h"
+#include "rpc/api_fs.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "call.h"
-#include "conn.h"
+#include "rpc/call.h"
+#include "rpc/conn.h"
 #include "daemon.h"
-#include "fs.h"
-#include "fs_stream.h"
-#include "sandbox.h"
+#include "core/fs.h"
+#include "rpc/fs_stream.h"
+#include "core/sandbox.h"
 #include "sbx_proto.h"
-#include "utf8.h"
+#include "core/utf8.h"
 #include "xalloc.h"
 
 #define FS_PATH_MAX 4096

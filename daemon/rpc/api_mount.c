@@ -4,16 +4,16 @@
  * the grant (the provider's policy) and the mount itself are the
  * provider's (provider.h sb_mount). Answered once, when the mount is made.
  */
-#include "api.h"
+#include "rpc/api.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "call.h"
+#include "rpc/call.h"
 #include "daemon.h"
-#include "sandbox.h"
+#include "core/sandbox.h"
 #include "sbx_proto.h"
-#include "terminal.h"
+#include "core/terminal.h"
 
 #define MOUNT_PATH_MAX 4096
 

@@ -4,7 +4,7 @@
  * against the caller's sandbox, and hands over to the core (process.h,
  * output.h) with a completion that answers the call.
  */
-#include "api.h"
+#include "rpc/api.h"
 
 #include <ctype.h>
 #include <signal.h>
@@ -13,15 +13,15 @@
 #include <string.h>
 #include <strings.h>
 
-#include "call.h"
-#include "conn.h"
+#include "rpc/call.h"
+#include "rpc/conn.h"
 #include "daemon.h"
 #include "log.h"
-#include "params.h"
-#include "process.h"
-#include "sandbox.h"
+#include "rpc/params.h"
+#include "core/process.h"
+#include "core/sandbox.h"
 #include "sbx_proto.h"
-#include "utf8.h"
+#include "core/utf8.h"
 #include "xalloc.h"
 
 static int proc_param(struct call *c, const char *param, const char *msg)

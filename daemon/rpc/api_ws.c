@@ -5,20 +5,20 @@
  * rules as api.c: check params, ownership and limits, hand over to the
  * core, answer once.
  */
-#include "api.h"
+#include "rpc/api.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "call.h"
-#include "conn.h"
+#include "rpc/call.h"
+#include "rpc/conn.h"
 #include "daemon.h"
 #include "log.h"
-#include "process.h"
-#include "sandbox.h"
+#include "core/process.h"
+#include "core/sandbox.h"
 #include "sbx_proto.h"
-#include "stats.h"
-#include "terminal.h"
+#include "core/stats.h"
+#include "core/terminal.h"
 #include "xalloc.h"
 
 static int ws_param(struct call *c, const char *param, const char *msg)

@@ -1,5 +1,5 @@
 /* call.c - answering a call; see call.h. */
-#include "call.h"
+#include "rpc/call.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -2,7 +2,7 @@
  * conn.c - the registry of client connections as the JSON-RPC layer sees
  * them (conn.h), and writing whole messages to one.
  */
-#include "conn.h"
+#include "rpc/conn.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -14,7 +14,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "output.h"
+#include "core/output.h"
 
 struct call;
 struct batch;

@@ -14,7 +14,7 @@
  * its stream hold one fs_transfers_per_uid slot. A client that stops
  * reading or sending stops the stream (its watcher waits), nothing grows.
  */
-#include "fs_stream.h"
+#include "rpc/fs_stream.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -25,11 +25,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "call.h"
-#include "conn.h"
+#include "rpc/call.h"
+#include "rpc/conn.h"
 #include "daemon.h"
 #include "log.h"
-#include "sandbox.h"
+#include "core/sandbox.h"
 #include "sbx_proto.h"
 #include "xalloc.h"
 

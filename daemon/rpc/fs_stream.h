@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <sys/types.h>
 
-#include "fs.h"
+#include "core/fs.h"
 
 struct call;
 struct sandbox;

@@ -4,7 +4,7 @@
  * integers of more than 18 digits, leading zeros, nesting past
  * SBX_MAX_JSON_DEPTH, anything unexpected. json_loadb decides those.
  */
-#include "jfast.h"
+#include "rpc/jfast.h"
 
 #include "sbx_proto.h"
 

@@ -4,21 +4,21 @@
  * its process.output line is built by hand (see notify_output); the rest
  * goes through jansson.
  */
-#include "notify.h"
+#include "rpc/notify.h"
 
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "conn.h"
-#include "events.h"
+#include "rpc/conn.h"
+#include "core/events.h"
 #include "log.h"
-#include "process.h"
-#include "sandbox.h"
+#include "core/process.h"
+#include "core/sandbox.h"
 #include "sbx_proto.h"
-#include "toolcall.h"
-#include "utf8.h"
+#include "rpc/toolcall.h"
+#include "core/utf8.h"
 #include "wallclock.h"
 
 static const char *stream_name[2] = {"stdout", "stderr"};

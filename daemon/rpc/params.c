@@ -1,12 +1,12 @@
 /*
  * params.c - param checks shared by the method files (params.h).
  */
-#include "params.h"
+#include "rpc/params.h"
 
 #include <stdio.h>
 #include <string.h>
 
-#include "call.h"
+#include "rpc/call.h"
 #include "sbx_proto.h"
 #include "wallclock.h"
 

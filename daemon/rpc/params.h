@@ -10,7 +10,7 @@
 #include <jansson.h>
 #include <stdint.h>
 
-#include "output.h"
+#include "core/output.h"
 
 struct call;
 

@@ -4,7 +4,7 @@
  * a job builds are touched by one thread at a time: the parser until the job
  * is queued back, the loop after.
  */
-#include "parse.h"
+#include "rpc/parse.h"
 
 #include <ev.h>
 #include <jansson.h>
@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "daemon.h"
-#include "jdepth.h"
+#include "io/jdepth.h"
 #include "log.h"
 #include "sbx_proto.h"
 

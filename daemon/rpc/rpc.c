@@ -3,20 +3,20 @@
  * notifications from the client, responses to our own requests, and the
  * life of a call until it is answered.
  */
-#include "rpc.h"
+#include "rpc/rpc.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "api.h"
+#include "rpc/api.h"
 #include "daemon.h"
-#include "jfast.h"
+#include "rpc/jfast.h"
 #include "log.h"
-#include "parse.h"
+#include "rpc/parse.h"
 #include "sbx_proto.h"
-#include "toolcall.h"
+#include "rpc/toolcall.h"
 #include "xalloc.h"
 
 /*

@@ -10,8 +10,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "call.h"
-#include "conn.h"
+#include "rpc/call.h"
+#include "rpc/conn.h"
 #include "err.h"
 
 /* 1 if v nests no deeper than SBX_MAX_JSON_DEPTH (counting from depth). */

@@ -2,7 +2,7 @@
  * session.c - client connections: reading request lines, writing replies and
  * notifications through a chunked buffer, watermarks, deferred free.
  */
-#include "session.h"
+#include "rpc/session.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -15,16 +15,16 @@
 #include <unistd.h>
 
 #include "daemon.h"
-#include "fs.h"
-#include "fs_stream.h"
+#include "core/fs.h"
+#include "rpc/fs_stream.h"
 #include "log.h"
-#include "notify.h"
-#include "parse.h"
-#include "rpc.h"
-#include "sandbox.h"
+#include "rpc/notify.h"
+#include "rpc/parse.h"
+#include "rpc/rpc.h"
+#include "core/sandbox.h"
 #include "sbx_proto.h"
-#include "toolcall.h"
-#include "usage.h"
+#include "rpc/toolcall.h"
+#include "core/usage.h"
 #include "xalloc.h"
 
 #define IBUF_INITIAL (16 * 1024)

@@ -14,8 +14,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "obuf.h"
-#include "rpc.h"
+#include "io/obuf.h"
+#include "rpc/rpc.h"
 
 enum {
     SESS_CLOSE_ASAP = 1 << 0,        /* free at the next prepare */

@@ -5,16 +5,16 @@
  * Each session keeps its open calls ("tN" -> {sandbox, pid, call}) and fails
  * them when it goes, so a process never waits on a client that left.
  */
-#include "toolcall.h"
+#include "rpc/toolcall.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "log.h"
-#include "process.h"
-#include "conn.h"
-#include "sandbox.h"
+#include "core/process.h"
+#include "rpc/conn.h"
+#include "core/sandbox.h"
 #include "sbx_proto.h"
 
 #define GONE "the session that started this process is gone"

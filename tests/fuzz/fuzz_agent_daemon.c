@@ -21,9 +21,9 @@
  * it over: [stream byte: odd = stdout, even = stderr][u16 length][bytes]...
  */
 #include "fuzz_daemon.h"
-#include "fs.h"
+#include "core/fs.h"
 
-#include "docker_int.h"
+#include "providers/docker/docker_int.h"
 
 extern const struct sbx_provider sbx_provider_docker;
 

@@ -11,7 +11,7 @@
 
 #include "config.h"
 #include "err.h"
-#include "provider.h"
+#include "core/provider.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -13,10 +13,10 @@
 
 #include "daemon.h"
 #include "log.h"
-#include "process.h"
-#include "rpc.h"
-#include "sandbox.h"
-#include "session.h"
+#include "core/process.h"
+#include "rpc/rpc.h"
+#include "core/sandbox.h"
+#include "rpc/session.h"
 
 /* Commands: "out TEXT" prints TEXT and exits 0, "exit N" exits N, anything
  * else runs until killed. */

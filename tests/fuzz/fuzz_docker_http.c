@@ -16,7 +16,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "docker_int.h"
+#include "providers/docker/docker_int.h"
 #include "fuzz_daemon.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

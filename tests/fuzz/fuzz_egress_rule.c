@@ -10,7 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "egress_rule.h"
+#include "providers/docker/egress_rule.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -21,7 +21,7 @@
 #include <stdio.h>
 
 #include "fuzz_daemon.h"
-#include "grpc_int.h"
+#include "providers/modal/grpc_int.h"
 #include "xalloc.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

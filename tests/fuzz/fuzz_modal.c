@@ -19,7 +19,7 @@
  * Input: records [kind][u16 len][message bytes].
  */
 #include "fuzz_daemon.h"
-#include "modal_int.h"
+#include "providers/modal/modal_int.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -10,7 +10,7 @@
  */
 #include "fuzz_daemon.h"
 
-#include "modal_int.h"
+#include "providers/modal/modal_int.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -12,7 +12,7 @@
  * 2 an egress entry (the bytes as a string).
  */
 #include "fuzz_daemon.h"
-#include "modal_ws_int.h"
+#include "providers/modal/modal_ws_int.h"
 #include "xalloc.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "docker_int.h"
-#include "policy.h"
+#include "providers/docker/docker_int.h"
+#include "providers/docker/policy.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

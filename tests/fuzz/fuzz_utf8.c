@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "sbx/sbx.h"
-#include "utf8.h"
+#include "core/utf8.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

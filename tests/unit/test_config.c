@@ -21,7 +21,7 @@
 
 /* ---- the providers' schemas: the real key tables the daemon registers ---- */
 
-#include "provider.h"
+#include "core/provider.h"
 
 static struct cfg_schema schemas[8];
 static size_t nschemas;

@@ -14,15 +14,15 @@
 #include <unistd.h>
 
 #include "daemon.h"
-#include "events.h"
-#include "obuf.h"
-#include "process.h"
-#include "rpc.h"
-#include "sandbox.h"
+#include "core/events.h"
+#include "io/obuf.h"
+#include "core/process.h"
+#include "rpc/rpc.h"
+#include "core/sandbox.h"
 #include "sbx_proto.h"
-#include "session.h"
+#include "rpc/session.h"
 #include "testhelp.h"
-#include "utf8.h"
+#include "core/utf8.h"
 
 /* -- a synchronous provider ------------------------------------------------- */
 

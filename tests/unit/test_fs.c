@@ -9,12 +9,12 @@
 #include <unistd.h>
 
 #include "daemon.h"
-#include "fs.h"
-#include "provider.h"
-#include "sandbox.h"
+#include "core/fs.h"
+#include "core/provider.h"
+#include "core/sandbox.h"
 #include "sbx_proto.h"
 #include "testhelp.h"
-#include "usage.h"
+#include "core/usage.h"
 
 /* -- a synchronous provider with files ----------------------------------------- */
 

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "jfast.h"
+#include "rpc/jfast.h"
 #include "sbx_proto.h"
 #include "testhelp.h"
 

@@ -6,13 +6,13 @@
  */
 #include <signal.h>
 
-#include "adoption.h"
+#include "core/adoption.h"
 #include "daemon.h"
-#include "process.h"
-#include "sandbox.h"
+#include "core/process.h"
+#include "core/sandbox.h"
 #include "sbx_proto.h"
 #include "testhelp.h"
-#include "usage.h"
+#include "core/usage.h"
 
 /* -- a provider that holds its ops ---------------------------------------------- */
 

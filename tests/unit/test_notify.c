@@ -8,12 +8,12 @@
  */
 #include <signal.h>
 
-#include "conn.h"
+#include "rpc/conn.h"
 #include "daemon.h"
-#include "events.h"
-#include "notify.h"
-#include "process.h"
-#include "sandbox.h"
+#include "core/events.h"
+#include "rpc/notify.h"
+#include "core/process.h"
+#include "core/sandbox.h"
 #include "sbx_proto.h"
 #include "testhelp.h"
 

@@ -12,9 +12,9 @@
 #include <time.h>
 
 #include "daemon.h"
-#include "events.h"
-#include "process.h"
-#include "sandbox.h"
+#include "core/events.h"
+#include "core/process.h"
+#include "core/sandbox.h"
 #include "sbx_proto.h"
 #include "testhelp.h"
 #include "wallclock.h"

@@ -12,7 +12,7 @@
 
 #include "config.h"
 #include "daemon.h"
-#include "pchan.h"
+#include "io/pchan.h"
 #include "testhelp.h"
 
 static struct daemon d;

@@ -11,7 +11,7 @@
 
 #include "config.h"
 #include "providers/docker/policy.h"
-#include "provider.h"
+#include "core/provider.h"
 #include "providers/docker/docker_int.h"
 #include "sbx_proto.h"
 #include "testhelp.h"

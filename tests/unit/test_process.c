@@ -9,9 +9,9 @@
 #include <signal.h>
 
 #include "daemon.h"
-#include "events.h"
-#include "process.h"
-#include "sandbox.h"
+#include "core/events.h"
+#include "core/process.h"
+#include "core/sandbox.h"
 #include "sbx_proto.h"
 #include "testhelp.h"
 

@@ -9,8 +9,8 @@
 #include <signal.h>
 
 #include "daemon.h"
-#include "sandbox.h"
-#include "sandbox_create.h"
+#include "core/sandbox.h"
+#include "core/sandbox_create.h"
 #include "sbx_proto.h"
 #include "testhelp.h"
 

@@ -34,18 +34,18 @@
 #include <unistd.h>
 
 #include "daemon.h"
-#include "docker_archive.h"
-#include "docker_int.h"
-#include "docker_mount.h"
+#include "providers/docker/docker_archive.h"
+#include "providers/docker/docker_int.h"
+#include "providers/docker/docker_mount.h"
 #include "log.h"
-#include "process.h"
-#include "provider.h"
-#include "sandbox.h"
+#include "core/process.h"
+#include "core/provider.h"
+#include "core/sandbox.h"
 #include "sbx_proto.h"
-#include "policy.h"
-#include "policy_expose.h"
-#include "snapshot.h"
-#include "terminal.h"
+#include "providers/docker/policy.h"
+#include "providers/docker/policy_expose.h"
+#include "core/snapshot.h"
+#include "core/terminal.h"
 #include "xalloc.h"
 
 #define STOP_WAIT_S 3

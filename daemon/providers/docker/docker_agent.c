@@ -26,12 +26,12 @@
 #include <string.h>
 
 #include "daemon.h"
-#include "docker_int.h"
+#include "providers/docker/docker_int.h"
 #include "log.h"
-#include "pchan.h"
-#include "process.h"
-#include "process_pchan.h"
-#include "sandbox.h"
+#include "io/pchan.h"
+#include "core/process.h"
+#include "core/process_pchan.h"
+#include "core/sandbox.h"
 #include "sbx_proto.h"
 
 /* Never above the agent's replay ring (1 MiB): all bytes in flight when the

@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "daemon.h"
-#include "docker_int.h"
+#include "providers/docker/docker_int.h"
 #include "log.h"
 #include "sbx_proto.h"
 #include "xalloc.h"

@@ -5,11 +5,11 @@
  * docker_fs.c like its reads and writes: this file only shapes the
  * requests.
  */
-#include "docker_archive.h"
+#include "providers/docker/docker_archive.h"
 
 #include <string.h>
 
-#include "fs.h"
+#include "core/fs.h"
 
 static int is_tar(const struct fs_call *fc)
 {
@@ -56,12 +56,12 @@ json_t *dkar_tar_req(const struct fs_call *fc)
 #include <time.h>
 
 #include "daemon.h"
-#include "docker_int.h"
+#include "providers/docker/docker_int.h"
 #include "log.h"
-#include "provider.h"
-#include "sandbox.h"
+#include "core/provider.h"
+#include "core/sandbox.h"
 #include "sbx_proto.h"
-#include "utf8.h"
+#include "core/utf8.h"
 #include "xalloc.h"
 
 #define DKA_TIMEOUT_MS (10 * 60 * 1000) /* a whole transfer */

@@ -43,9 +43,9 @@
 #include <unistd.h>
 
 #include "daemon.h"
-#include "docker_int.h"
+#include "providers/docker/docker_int.h"
 #include "log.h"
-#include "sandbox.h"
+#include "core/sandbox.h"
 
 #define DIRECT_TIMEOUT_S 3.0
 #define DIRECT_TRIES 3   /* per start: a socket that keeps getting lost is given up */

@@ -25,10 +25,10 @@
 #include <string.h>
 
 #include "daemon.h"
-#include "docker_int.h"
+#include "providers/docker/docker_int.h"
 #include "log.h"
-#include "process.h"
-#include "sandbox.h"
+#include "core/process.h"
+#include "core/sandbox.h"
 #include "sbx_proto.h"
 
 #define STDIN_LIMIT (16u * 1024 * 1024)

@@ -14,12 +14,12 @@
 #include <string.h>
 
 #include "daemon.h"
-#include "docker_archive.h"
-#include "docker_int.h"
-#include "fs.h"
+#include "providers/docker/docker_archive.h"
+#include "providers/docker/docker_int.h"
+#include "core/fs.h"
 #include "log.h"
-#include "provider.h"
-#include "sandbox.h"
+#include "core/provider.h"
+#include "core/sandbox.h"
 #include "sbx_proto.h"
 #include "xalloc.h"
 

@@ -26,9 +26,9 @@
 #include <string.h>
 #include <sys/socket.h>
 
-#include "curlev.h"
+#include "io/curlev.h"
 #include "daemon.h"
-#include "docker_int.h"
+#include "providers/docker/docker_int.h"
 #include "log.h"
 #include "xalloc.h"
 

@@ -46,11 +46,11 @@
 #include <jansson.h>
 #include <stdint.h>
 
-#include "chan.h"
-#include "curlev.h"
+#include "io/chan.h"
+#include "io/curlev.h"
 #include "err.h"
-#include "obuf.h"
-#include "pchan.h"
+#include "io/obuf.h"
+#include "io/pchan.h"
 
 struct sandbox;
 struct process;

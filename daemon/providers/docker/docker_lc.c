@@ -17,11 +17,11 @@
 #include <string.h>
 
 #include "daemon.h"
-#include "docker_int.h"
+#include "providers/docker/docker_int.h"
 #include "log.h"
-#include "process.h"
-#include "provider.h"
-#include "sandbox.h"
+#include "core/process.h"
+#include "core/provider.h"
+#include "core/sandbox.h"
 #include "sbx_proto.h"
 #include "xalloc.h"
 

@@ -32,10 +32,10 @@
 #include <linux/openat2.h>
 
 #include "daemon.h"
-#include "docker_int.h"
-#include "docker_mount.h"
-#include "policy.h"
-#include "sandbox.h"
+#include "providers/docker/docker_int.h"
+#include "providers/docker/docker_mount.h"
+#include "providers/docker/policy.h"
+#include "core/sandbox.h"
 #include "sbx_proto.h"
 #include "xalloc.h"
 

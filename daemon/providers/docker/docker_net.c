@@ -32,13 +32,13 @@
 #include <unistd.h>
 
 #include "daemon.h"
-#include "docker_int.h"
-#include "egress_rule.h"
+#include "providers/docker/docker_int.h"
+#include "providers/docker/egress_rule.h"
 #include "log.h"
-#include "policy.h"
-#include "policy_expose.h"
-#include "provider.h"
-#include "sandbox.h"
+#include "providers/docker/policy.h"
+#include "providers/docker/policy_expose.h"
+#include "core/provider.h"
+#include "core/sandbox.h"
 #include "sbx_proto.h"
 #include "xalloc.h"
 

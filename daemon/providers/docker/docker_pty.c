@@ -6,8 +6,8 @@
  */
 #include <stdint.h>
 
-#include "docker_int.h"
-#include "process.h"
+#include "providers/docker/docker_int.h"
+#include "core/process.h"
 #include "sbx_chan.h"
 #include "sbx_proto.h"
 

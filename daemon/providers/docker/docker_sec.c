@@ -21,10 +21,10 @@
 #include <string.h>
 
 #include "daemon.h"
-#include "docker_int.h"
+#include "providers/docker/docker_int.h"
 #include "log.h"
-#include "policy.h"
-#include "sandbox.h"
+#include "providers/docker/policy.h"
+#include "core/sandbox.h"
 #include "sbx_proto.h"
 #include "xalloc.h"
 

@@ -7,9 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "docker_int.h"
-#include "process.h"
-#include "sandbox.h"
+#include "providers/docker/docker_int.h"
+#include "core/process.h"
+#include "core/sandbox.h"
 #include "xalloc.h"
 
 json_t *dkspawn_env(struct dk_sb *ds, struct process *p)

@@ -18,8 +18,8 @@
 #include <strings.h>
 #include <sys/stat.h>
 
-#include "docker_int.h"
-#include "egress_rule.h"
+#include "providers/docker/docker_int.h"
+#include "providers/docker/egress_rule.h"
 #include "sbx_proto.h"
 #include "xalloc.h"
 

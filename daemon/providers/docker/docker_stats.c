@@ -19,8 +19,8 @@
 #include <strings.h>
 
 #include "daemon.h"
-#include "docker_int.h"
-#include "sandbox.h"
+#include "providers/docker/docker_int.h"
+#include "core/sandbox.h"
 #include "sbx_proto.h"
 #include "xalloc.h"
 

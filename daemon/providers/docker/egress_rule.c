@@ -2,7 +2,7 @@
  * egress_rule.c - allow-list entries (names, wildcards, IPv4 and IPv6
  * literals, ports) and the address classes the egress proxy refuses.
  */
-#include "egress_rule.h"
+#include "providers/docker/egress_rule.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

@@ -27,7 +27,7 @@
  * Another user's snapshot image is refused where the image is inspected
  * (docker.c), whatever name reaches it.
  */
-#include "policy.h"
+#include "providers/docker/policy.h"
 
 #include <ctype.h>
 #include <stdarg.h>
@@ -38,8 +38,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "docker_int.h"
-#include "policy_expose.h"
+#include "providers/docker/docker_int.h"
+#include "providers/docker/policy_expose.h"
 #include "sbx_proto.h"
 
 struct rule {

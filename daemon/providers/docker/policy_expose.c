@@ -27,8 +27,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "docker_int.h"
-#include "policy_expose.h"
+#include "providers/docker/docker_int.h"
+#include "providers/docker/policy_expose.h"
 #include "sbx_proto.h"
 
 #define DEFAULT_MAX_CONNS 64

@@ -9,8 +9,8 @@
 #include <string.h>
 #include <strings.h>
 
-#include "docker_int.h"
-#include "policy.h"
+#include "providers/docker/docker_int.h"
+#include "providers/docker/policy.h"
 #include "sbx_proto.h"
 
 /* ---- what only sbxd names ---------------------------------------------------------- */

@@ -26,16 +26,16 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "chan.h"
+#include "io/chan.h"
 #include "daemon.h"
-#include "iso_int.h"
-#include "pchan.h"
+#include "providers/isolate/iso_int.h"
+#include "io/pchan.h"
 #include "log.h"
-#include "isolate_stats.h"
-#include "process.h"
-#include "process_pchan.h"
-#include "provider.h"
-#include "sandbox.h"
+#include "providers/isolate/isolate_stats.h"
+#include "core/process.h"
+#include "core/process_pchan.h"
+#include "core/provider.h"
+#include "core/sandbox.h"
 #include "sbx_proto.h"
 #include "xalloc.h"
 

@@ -10,10 +10,10 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "chan.h"
+#include "io/chan.h"
 #include "err.h"
-#include "obuf.h"
-#include "pchan.h"
+#include "io/obuf.h"
+#include "io/pchan.h"
 
 struct process;
 struct sandbox;

@@ -18,9 +18,9 @@
 #include <unistd.h>
 
 #include "daemon.h"
-#include "iso_int.h"
+#include "providers/isolate/iso_int.h"
 #include "log.h"
-#include "sandbox.h"
+#include "core/sandbox.h"
 #include "sbx_proto.h"
 #include "xalloc.h"
 

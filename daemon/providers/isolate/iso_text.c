@@ -9,10 +9,10 @@
 #include <string.h>
 
 #include "daemon.h"
-#include "iso_int.h"
-#include "process.h"
-#include "provider.h"
-#include "sandbox.h"
+#include "providers/isolate/iso_int.h"
+#include "core/process.h"
+#include "core/provider.h"
+#include "core/sandbox.h"
 #include "sbx_proto.h"
 #include "xalloc.h"
 

@@ -26,9 +26,9 @@
 #include <unistd.h>
 
 #include "daemon.h"
-#include "iso_int.h"
-#include "process.h"
-#include "sandbox.h"
+#include "providers/isolate/iso_int.h"
+#include "core/process.h"
+#include "core/sandbox.h"
 #include "log.h"
 #include "xalloc.h"
 

@@ -8,8 +8,8 @@
  * c->in_cb raised; a cancel during one only marks the call, and whoever
  * raised in_cb frees it when the callback returns.
  */
-#include "grpc.h"
-#include "grpc_int.h"
+#include "providers/modal/grpc.h"
+#include "providers/modal/grpc_int.h"
 
 #include <ctype.h>
 #include <stdarg.h>

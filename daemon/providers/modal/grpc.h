@@ -37,7 +37,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "curlev.h"
+#include "io/curlev.h"
 #include "err.h"
 
 enum grpc_code {

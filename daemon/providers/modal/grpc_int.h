@@ -7,7 +7,7 @@
 #ifndef SBX_GRPC_INT_H
 #define SBX_GRPC_INT_H
 
-#include "grpc.h"
+#include "providers/modal/grpc.h"
 
 /* Attempts of a call without a retry budget (grpc_call_retry_budget). */
 #define MAX_RETRIES 3

@@ -26,9 +26,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fs.h"
+#include "core/fs.h"
 #include "log.h"
-#include "modal_int.h"
+#include "providers/modal/modal_int.h"
 #include "xalloc.h"
 
 #define MFS_TOOL "/__modal/.bin/modal-sandbox-fs-tools"

@@ -9,9 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fs.h"
+#include "core/fs.h"
 #include "log.h"
-#include "modal_int.h"
+#include "providers/modal/modal_int.h"
 #include "xalloc.h"
 
 #define MW_PATHS 16 /* paths taken from one event */

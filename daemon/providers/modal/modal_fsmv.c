@@ -18,8 +18,8 @@
  */
 #include <string.h>
 
-#include "fs.h"
-#include "modal_int.h"
+#include "core/fs.h"
+#include "providers/modal/modal_int.h"
 #include "xalloc.h"
 
 static const char MV_SCRIPT[] =

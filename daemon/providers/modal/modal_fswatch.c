@@ -25,9 +25,9 @@
 #include <string.h>
 
 #include "daemon.h"
-#include "fs.h"
+#include "core/fs.h"
 #include "log.h"
-#include "modal_int.h"
+#include "providers/modal/modal_int.h"
 #include "xalloc.h"
 
 #define MW_TOOL "/__modal/.bin/modal-sandbox-fs-tools"

@@ -52,13 +52,13 @@
 #include <stdint.h>
 
 #include "daemon.h"
-#include "grpc.h"
+#include "providers/modal/grpc.h"
 #include "modal_api.pb-c.h"
 #include "task_command_router.pb-c.h"
-#include "obuf.h"
-#include "process.h"
-#include "provider.h"
-#include "sandbox.h"
+#include "io/obuf.h"
+#include "core/process.h"
+#include "core/provider.h"
+#include "core/sandbox.h"
 
 #define UNARY_TIMEOUT_S 60.0
 #define POLL_S 55.0            /* server-side long poll, as the SDK */

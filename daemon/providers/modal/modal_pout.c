@@ -14,8 +14,8 @@
 #include <string.h>
 
 #include "log.h"
-#include "modal_int.h"
-#include "modal_ws.h"
+#include "providers/modal/modal_int.h"
+#include "providers/modal/modal_ws.h"
 #include "sbx_proto.h"
 #include "xalloc.h"
 

@@ -21,7 +21,7 @@
 #include <time.h>
 
 #include "log.h"
-#include "modal_int.h"
+#include "providers/modal/modal_int.h"
 #include "xalloc.h"
 
 #define ROUTER_SERVICE "modal.task_command_router.TaskCommandRouter"

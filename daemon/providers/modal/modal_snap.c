@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "log.h"
-#include "modal_int.h"
+#include "providers/modal/modal_int.h"
 
 /* Modal's default lifetime of a snapshot image (JS SDK 0.8.0, Python 1.5.0). */
 #define MODAL_DEFAULT_TTL_S (30 * 24 * 3600)

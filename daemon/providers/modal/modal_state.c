@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #include "log.h"
-#include "modal_int.h"
+#include "providers/modal/modal_int.h"
 #include "sbx_proto.h"
 #include "xalloc.h"
 

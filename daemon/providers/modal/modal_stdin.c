@@ -15,7 +15,7 @@
  * rule (its message index is not known: -32006).
  */
 #include "log.h"
-#include "modal_int.h"
+#include "providers/modal/modal_int.h"
 #include "xalloc.h"
 
 #define STDIN_CHUNK (1u * 1024 * 1024)

@@ -32,9 +32,9 @@
 #include <time.h>
 
 #include "log.h"
-#include "modal_ws.h"
-#include "modal_ws_int.h"
-#include "terminal.h"
+#include "providers/modal/modal_ws.h"
+#include "providers/modal/modal_ws_int.h"
+#include "core/terminal.h"
 #include "xalloc.h"
 
 #define MAX_EGRESS 100       /* Modal's cap on domain lists */

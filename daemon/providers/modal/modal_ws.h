@@ -9,7 +9,7 @@
 #ifndef SBXD_MODAL_WS_H
 #define SBXD_MODAL_WS_H
 
-#include "modal_int.h"
+#include "providers/modal/modal_int.h"
 
 /** Keeps the config keys modal_ws.c reads (conf borrowed). */
 void modal_ws_load(struct mprov *mp, json_t *conf);

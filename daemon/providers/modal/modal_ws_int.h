@@ -6,7 +6,7 @@
 #ifndef SBXD_MODAL_WS_INT_H
 #define SBXD_MODAL_WS_INT_H
 
-#include "modal_ws.h"
+#include "providers/modal/modal_ws.h"
 
 struct mws_port {
     int port, unencrypted, exposed;

@@ -5,7 +5,7 @@
  * linking per start), and a sandbox escape finds none of the daemon's
  * memory in it.
  */
-#include "duk_worker.h"
+#include "workers/duktape/duk_worker.h"
 
 int main(int argc, char **argv)
 {
