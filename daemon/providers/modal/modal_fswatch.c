@@ -368,17 +368,7 @@ static void wait_done(struct grpc_call *c, const struct grpc_status *st,
     }
     if (rpc_failed(w, st, "TaskExecWait"))
         return;
-    Modal__TaskCommandRouter__TaskExecWaitResponse *r = modal_reply(
-        &modal__task_command_router__task_exec_wait_response__descriptor, st, msg, len);
-    int code = -1;
-    if (r && r->exit_status_case ==
-                 MODAL__TASK_COMMAND_ROUTER__TASK_EXEC_WAIT_RESPONSE__EXIT_STATUS_CODE)
-        code = r->code;
-    else if (r &&
-             r->exit_status_case ==
-                 MODAL__TASK_COMMAND_ROUTER__TASK_EXEC_WAIT_RESPONSE__EXIT_STATUS_SIGNAL)
-        code = 128 + r->signal;
-    modal_reply_free(r);
+    int code = modal_exec_wait_code(st, msg, len);
     if (code == 0) {
         exec_ok(w);
         return;

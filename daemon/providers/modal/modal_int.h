@@ -376,6 +376,10 @@ void *modal_reply(const ProtobufCMessageDescriptor *desc, const struct grpc_stat
 /** Frees a modal_reply() result; NULL is a no-op. */
 void modal_reply_free(void *r);
 
+/** The exit code a TaskExecWait reply carries (128 + N for signal N), or -1
+ * when the call failed, the reply does not decode or carries no status. */
+int modal_exec_wait_code(const struct grpc_status *st, const uint8_t *msg, size_t len);
+
 /** Whether a sandbox's GetTaskId reply (or its NOT_FOUND) says it has ended. */
 int modal_task_ended(const struct grpc_status *st,
                      const Modal__Client__SandboxGetTaskIdResponse *r);

@@ -115,6 +115,22 @@ void modal_reply_free(void *r)
         protobuf_c_message_free_unpacked(r, NULL);
 }
 
+int modal_exec_wait_code(const struct grpc_status *st, const uint8_t *msg, size_t len)
+{
+    Modal__TaskCommandRouter__TaskExecWaitResponse *r = modal_reply(
+        &modal__task_command_router__task_exec_wait_response__descriptor, st, msg, len);
+    int code = -1;
+    if (r && r->exit_status_case ==
+                 MODAL__TASK_COMMAND_ROUTER__TASK_EXEC_WAIT_RESPONSE__EXIT_STATUS_CODE)
+        code = r->code;
+    else if (r &&
+             r->exit_status_case ==
+                 MODAL__TASK_COMMAND_ROUTER__TASK_EXEC_WAIT_RESPONSE__EXIT_STATUS_SIGNAL)
+        code = 128 + r->signal;
+    modal_reply_free(r);
+    return code;
+}
+
 int modal_task_ended(const struct grpc_status *st,
                      const Modal__Client__SandboxGetTaskIdResponse *r)
 {
