@@ -12,7 +12,7 @@
 
 #include "err.h"
 #include "core/output.h"
-#include "core/sandbox.h"
+#include "core/sandbox_obj.h"
 
 struct sandbox;
 
