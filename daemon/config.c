@@ -277,7 +277,6 @@ static int parse_mode(const char *s, unsigned *out)
     return NUM_OK;
 }
 
-
 static const struct core_key *find_core(const char *section, const char *name)
 {
     for (size_t i = 0; i < N_CORE; i++) {
@@ -486,8 +485,9 @@ static int check_consistency(struct ld *ld)
             return cfg_fail_at(
                 ld, pmark, "key 'defaults.provider': unknown provider '%s' (known: %s)",
                 name, known);
-        return cfg_fail_file(ld, "key 'defaults.provider': unknown provider '%s' (known: %s)",
-                         name, known);
+        return cfg_fail_file(ld,
+                             "key 'defaults.provider': unknown provider '%s' (known: %s)",
+                             name, known);
     }
     json_t *enabled = json_object_get(config_provider(cfg, name), "enabled");
     if (json_is_false(enabled)) {
@@ -496,10 +496,11 @@ static int check_consistency(struct ld *ld)
                                "key 'defaults.provider': provider '%s' is disabled "
                                "(providers.%s.enabled is false)",
                                name, name);
-        return cfg_fail_file(ld,
-                         "key 'defaults.provider': the default provider '%s' is disabled "
-                         "(providers.%s.enabled is false); set defaults.provider",
-                         name, name);
+        return cfg_fail_file(
+            ld,
+            "key 'defaults.provider': the default provider '%s' is disabled "
+            "(providers.%s.enabled is false); set defaults.provider",
+            name, name);
     }
     return 0;
 }

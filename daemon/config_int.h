@@ -61,7 +61,8 @@ int cfg_expected(struct ld *ld, const char *path, const yaml_node_t *n, const ch
 int cfg_fail_at(struct ld *ld, yaml_mark_t m, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* "FILE: message", for checks that span keys and have no position. */
-int cfg_fail_file(struct ld *ld, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int cfg_fail_file(struct ld *ld, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 /* What a node is, for "expected X, got Y". */
 void cfg_describe(const yaml_node_t *n, char *buf, size_t size);
 /* "16M" for 16777216. */

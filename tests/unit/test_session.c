@@ -218,17 +218,19 @@ static void test_limit_error_past_hard(void)
     put(fd, INFO(2));
     a = read_answers(fd, 5, &eof);
     const char *limit = json_string_value(json_object_get(
-        json_object_get(json_object_get(json_array_get(a, 0), "error"), "data"), "limit"));
+        json_object_get(json_object_get(json_array_get(a, 0), "error"), "data"),
+        "limit"));
     char *err = json_dumps(json_array_get(a, 0), JSON_COMPACT);
     size_t err_len = err ? strlen(err) : 0;
     free(err);
     test_cond("a -32005 larger than the room left is still sent, naming the limit",
-              json_array_size(a) == 1 && code_at(a, 0) == SBX_E_LIMIT && id_at(a, 0) == 2 &&
-                  err_len > ping_len + 20 && limit &&
+              json_array_size(a) == 1 && code_at(a, 0) == SBX_E_LIMIT &&
+                  id_at(a, 0) == 2 && err_len > ping_len + 20 && limit &&
                   !strcmp(limit, "session_output_hard"));
     test_cond("and the session is not disconnected for it", !eof);
     json_decref(a);
-    put(fd, "[" "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"daemon.info\"},"
+    put(fd, "["
+            "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"daemon.info\"},"
             "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"daemon.info\"}]\n");
     a = read_answers(fd, 5, &eof);
     test_cond("a batch with no room for its errors: one -32005 for it, session kept",
