@@ -45,41 +45,42 @@ int cfg_oom(struct ld *ld)
     return err_make(ld->err, SBX_E_PARAMS, "%s: out of memory", ld->file);
 }
 
-/* "FILE:LINE:COL: message"; libyaml marks are 0-based. */
-__attribute__((format(printf, 3, 4))) int cfg_fail_at(struct ld *ld, yaml_mark_t m,
-                                                      const char *fmt, ...)
+/* "FILE:LINE:COL: message" at mark m (libyaml marks are 0-based), or
+ * "FILE: message" without one. */
+__attribute__((format(printf, 3, 0))) static int
+fail_v(struct ld *ld, const yaml_mark_t *m, const char *fmt, va_list ap)
 {
     char *msg = NULL;
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vasprintf(&msg, fmt, ap);
-    va_end(ap);
-    if (n < 0)
+    if (vasprintf(&msg, fmt, ap) < 0)
         return cfg_oom(ld);
     char *full = NULL;
-    n = asprintf(&full, "%s:%zu:%zu: %s", ld->file, m.line + 1, m.column + 1, msg);
+    int n =
+        m ? asprintf(&full, "%s:%zu:%zu: %s", ld->file, m->line + 1, m->column + 1, msg)
+          : asprintf(&full, "%s: %s", ld->file, msg);
     free(msg);
     if (n < 0)
         return cfg_oom(ld);
     return add_error(ld, full);
 }
 
+__attribute__((format(printf, 3, 4))) int cfg_fail_at(struct ld *ld, yaml_mark_t m,
+                                                      const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = fail_v(ld, &m, fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
 /* For checks that span several keys and may have no position in the file. */
 int cfg_fail_file(struct ld *ld, const char *fmt, ...)
 {
-    char *msg = NULL;
     va_list ap;
     va_start(ap, fmt);
-    int n = vasprintf(&msg, fmt, ap);
+    int rc = fail_v(ld, NULL, fmt, ap);
     va_end(ap);
-    if (n < 0)
-        return cfg_oom(ld);
-    char *full = NULL;
-    n = asprintf(&full, "%s: %s", ld->file, msg);
-    free(msg);
-    if (n < 0)
-        return cfg_oom(ld);
-    return add_error(ld, full);
+    return rc;
 }
 
 /* ---- node helpers ------------------------------------------------------- */
