@@ -115,15 +115,20 @@ struct process *api_process_arg(struct call *c, json_t *params, struct sandbox *
     return p;
 }
 
-/* A core completion (sandbox.h, sbx_result_cb) answering the call c. */
-void api_call_done(sbx_err_t *err, json_t *result, void *c)
+void api_call_answer(struct call *c, sbx_err_t *err, json_t *result, const char *what)
 {
     if (err) {
         sbx_err_t copy = {0};
         err_make_data(&copy, err->code, err->data ? json_incref(err->data) : NULL, "%s",
-                      err->msg ? err->msg : "internal error");
+                      err->msg ? err->msg : what);
         call_fail(c, &copy);
         return;
     }
     call_reply(c, result ? json_incref(result) : NULL);
+}
+
+/* A core completion (sandbox.h, sbx_result_cb) answering the call c. */
+void api_call_done(sbx_err_t *err, json_t *result, void *c)
+{
+    api_call_answer(c, err, result, "internal error");
 }

@@ -33,6 +33,9 @@ int api_park(struct call *c, json_t *params);
  * parked). */
 struct sandbox *api_sandbox_arg(struct call *c, json_t *params, const char *key);
 struct process *api_process_arg(struct call *c, json_t *params, struct sandbox **sb_out);
+/* Answers c with a copy of err (its message, or what when it has none), else
+ * with result (borrowed; NULL means {}). */
+void api_call_answer(struct call *c, sbx_err_t *err, json_t *result, const char *what);
 /* A core completion (sandbox.h, sbx_result_cb) answering the call c (the
  * result borrowed). */
 void api_call_done(sbx_err_t *err, json_t *result, void *c);
