@@ -33,7 +33,7 @@
 #include "core/utf8.h"
 #include "xalloc.h"
 
-/* -- callers ----------------------------------------------------------------- */
+/* -- ids and commands ------------------------------------------------------- */
 
 static int valid_id(const char *s)
 {
