@@ -115,6 +115,9 @@ bool out_ok(void);
 int out_fd(void);
 /* Drops what is queued (the channel changed: the daemon REPLAYs). */
 void out_drop_queued(void);
+/* A failed file request's FS_RESULT {"errno":"ENOENT","message":M} (fs.c and
+ * fs_tar.c): M is msg, or strerror(e) when msg is NULL or empty. */
+void agent_send_fs_err(uint32_t id, int e, const char *msg);
 
 /* ---- fs.c ---------------------------------------------------------------- */
 

@@ -7,6 +7,9 @@
  * and switches the channel between stdout and the direct socket; this file
  * only frames and bounds.
  */
+#include <stdio.h>
+#include <string.h>
+
 #include "agent.h"
 
 /* The one instance: no direct socket until a DIRECT is proven. */
@@ -59,4 +62,17 @@ bool agent_out_room(void)
 void out_drop_queued(void)
 {
     buf_consume(&agent_out.q, buf_pending(&agent_out.q));
+}
+
+/* ---- answers ------------------------------------------------------------------- */
+
+void agent_send_fs_err(uint32_t id, int e, const char *msg)
+{
+    const char *name = strerrorname_np(e);
+    struct buf b = {0};
+    buf_printf(&b, "{\"errno\":\"%s\",\"message\":", name ? name : "EIO");
+    const char *m = msg && *msg ? msg : strerror(e);
+    json_put_str(&b, m, strlen(m));
+    buf_puts(&b, "}");
+    agent_send_buf(SBX_CHAN_FS_RESULT, id, &b);
 }
