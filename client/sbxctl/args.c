@@ -46,6 +46,13 @@ void arg_opt(json_t *obj, const char *kv)
     free(key);
 }
 
+void arg_positional(const char **pos, int *n, int max, const char *arg)
+{
+    if (*n == max)
+        usage_error("unexpected argument: %s", arg);
+    pos[(*n)++] = arg;
+}
+
 json_t *command_json(int n, char **args)
 {
     if (n == 1)

@@ -117,6 +117,8 @@ void warnx_(const char *fmt, ...) SBXCTL_PRINTF(1, 2);
 
 /* ---- args.c: argument helpers (usage_error on bad input) ---- */
 json_int_t arg_int(const char *what, const char *s);
+/* The next positional into pos[*n], at most max of them (usage_error past). */
+void arg_positional(const char **pos, int *n, int max, const char *arg);
 /* Collects the positionals "ID PID" one at a time (process.c). */
 void args_id_pid(const char *arg, const char **id, const char **pid);
 /* K=V into obj; with null_if_empty, "K=" stores null. */
