@@ -119,6 +119,13 @@ static int lost(struct job *j, json_t *result, const sbx_rpc_error *err)
     return 1;
 }
 
+/* A reply the job no longer waits for: the connection is gone (lost), the
+ * job is over, or its command already finished. */
+static int stale(struct job *j, json_t *result, const sbx_rpc_error *err)
+{
+    return lost(j, result, err) || j->done || j->finished;
+}
+
 /* ---- output ------------------------------------------------------------------------ */
 
 /* All of data to fd: write(2) straight from libsbx's buffer, no stdio copy. */
@@ -272,7 +279,7 @@ static void result_reply(sbx_async *ac, json_t *result, const sbx_rpc_error *err
     struct job *j = privdata;
     (void)ac;
 
-    if (lost(j, result, err) || j->done || j->finished)
+    if (stale(j, result, err))
         return;
     if (err) {
         print_rpc_error(err);
@@ -322,7 +329,7 @@ static void write_reply(sbx_async *ac, json_t *result, const sbx_rpc_error *err,
     struct job *j = privdata;
     (void)ac;
 
-    if (lost(j, result, err) || j->done || j->finished)
+    if (stale(j, result, err))
         return;
     /* A failed write means the process is gone or closed its stdin; its exit
      * (or result) still ends the job. */
@@ -408,7 +415,7 @@ static void attach_reply(sbx_async *ac, json_t *result, const sbx_rpc_error *err
     struct job *j = privdata;
     (void)ac;
 
-    if (lost(j, result, err) || j->done || j->finished)
+    if (stale(j, result, err))
         return;
     if (err) {
         rpc_failed(j, err, NULL);
