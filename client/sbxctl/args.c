@@ -97,24 +97,25 @@ json_t *file_string(const char *path)
     return s;
 }
 
-json_t *obj_object(json_t *obj, const char *key)
+/* obj[key], made by make() when absent (borrowed). */
+static json_t *obj_child(json_t *obj, const char *key, json_t *(*make)(void))
 {
     json_t *v = json_object_get(obj, key);
     if (!v) {
-        v = json_object();
+        v = make();
         json_object_set_new(obj, key, v);
     }
     return v;
 }
 
+json_t *obj_object(json_t *obj, const char *key)
+{
+    return obj_child(obj, key, json_object);
+}
+
 json_t *obj_array(json_t *obj, const char *key)
 {
-    json_t *v = json_object_get(obj, key);
-    if (!v) {
-        v = json_array();
-        json_object_set_new(obj, key, v);
-    }
-    return v;
+    return obj_child(obj, key, json_array);
 }
 
 char *field_text(json_t *obj, const char *key)
