@@ -42,7 +42,9 @@ static int busy_of(struct duk_prov *dp, uid_t uid)
     return n;
 }
 
-int js_share_busy(struct duk_prov *dp, uid_t uid)
+/* Shared workers running a program of uid ((uid_t)-1: of anyone), tool
+ * waiters included: the pool's busy_count hook. */
+static int busy_all(struct duk_prov *dp, uid_t uid)
 {
     int n = 0;
     for (struct worker *w = dp->sbusy; w; w = w->snext)
@@ -50,7 +52,8 @@ int js_share_busy(struct duk_prov *dp, uid_t uid)
     return n;
 }
 
-void js_share_unbusy(struct worker *w)
+/* Off the list of busy shared workers: the pool's on_kill hook, and a run's end. */
+static void unbusy(struct worker *w)
 {
     if (!w->sbusy)
         return;
@@ -126,8 +129,8 @@ static struct worker *find(struct duk_prov *dp, struct duk_sb *ds, int force)
     /* Workers waiting on a tool call are not counted against share_max,
      * but each is a process of ~30 MB more taking turns on the caches: all
      * of them together stay within 4 x share_max. */
-    if (!force && (busy_of(dp, uid) >= dp->share_max ||
-                   js_share_busy(dp, uid) >= 4 * dp->share_max))
+    if (!force &&
+        (busy_of(dp, uid) >= dp->share_max || busy_all(dp, uid) >= 4 * dp->share_max))
         return NULL;
     if ((w = iso_pool_take_any(dp, uid, 1, ds->last_pid)) ||
         (w = iso_pool_take_any(dp, uid, 0, 0)))
@@ -156,7 +159,7 @@ static void stall_cb(struct ev_loop *loop, ev_timer *t, int revents)
     unwait(dp, ds);
     dp->last_free = ev_now(loop);
     give(ds, w);
-    iso_pump(ds);
+    dp->on_worker(ds);
 }
 
 int js_share_attach(struct duk_sb *ds)
@@ -193,7 +196,7 @@ void js_share_done(struct duk_sb *ds, struct worker *w)
 {
     struct duk_prov *dp = w->dp;
     uid_t uid = ds->sb->owner;
-    js_share_unbusy(w);
+    unbusy(w);
     ds->w = NULL;
     w->owner = NULL;
     ds->last_pid = w->pid;
@@ -205,12 +208,12 @@ void js_share_done(struct duk_sb *ds, struct worker *w)
     if (next && !w->dead) {
         unwait(dp, next);
         give(next, w);
-        iso_pump(next);
+        dp->on_worker(next);
     } else if (!iso_pool_keep(dp, w, uid)) {
         iso_pool_kill(w);
     }
     if (ds->queue)
-        iso_pump(ds);
+        dp->on_worker(ds);
 }
 
 /* A live worker of the sandbox's last run (stats, metadata), or 0. */
@@ -241,6 +244,10 @@ void js_share_load(struct duk_prov *dp, json_t *conf)
         dp->share_max = 256;
     ev_timer_init(&dp->stall, stall_cb, STALL_S, STALL_S);
     dp->stall.data = dp;
+    if (dp->share) {
+        dp->busy_count = busy_all;
+        dp->on_kill = unbusy;
+    }
 }
 
 void js_share_unload(struct duk_prov *dp)
