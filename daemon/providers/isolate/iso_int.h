@@ -55,6 +55,9 @@ struct worker {
     struct worker *snext;
     int sbusy;
     int tools_out; /* tool calls it made that wait for the client */
+    /* CPU seconds of its JS thread when the stall timer first saw its
+     * current run, -1 before: a run is long once it used STALL_CPU_S more */
+    double stall_cpu0;
 };
 
 struct duk_proc {

@@ -20,9 +20,17 @@
  * (a worker waiting on a tool call does not count, up to 4 x share_max in
  * all); past that a program waits on the provider's queue (FIFO) for the
  * next worker to come free. A queue that no worker has left for STALL_S
- * (long programs) gets one more worker per STALL_S, so a long program
- * delays its neighbours by milliseconds, not by its run time.
+ * gets one more worker per STALL_S while every worker running its uid's
+ * programs is on a long one (STALL_CPU_S of CPU since the timer first saw
+ * it), so a long program delays its neighbours by milliseconds, not by its
+ * run time. Wall time alone is not the test: on a loaded machine short
+ * programs wait 10 ms for a core too, and each extra worker (a process
+ * start of tens of ms of CPU when the pool is empty) made it worse: 64
+ * clients fell from ~1,500 to 20-30 runs/s in some windows at load 25.
  */
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include "daemon.h"
@@ -33,6 +41,7 @@
 #include "xalloc.h"
 
 #define STALL_S 0.01
+#define STALL_CPU_S 0.005
 
 static int busy_of(struct duk_prov *dp, uid_t uid)
 {
@@ -101,6 +110,7 @@ static void give(struct duk_sb *ds, struct worker *w)
     w->mem_mb = iso_pool_sb_mem(dp, ds->sb);
     w->bound_uid = ds->sb->owner;
     w->tools_out = 0;
+    w->stall_cpu0 = -1;
     w->snext = dp->sbusy;
     dp->sbusy = w;
     w->sbusy = 1;
@@ -143,6 +153,44 @@ static struct worker *find(struct duk_prov *dp, struct duk_sb *ds, int force)
     return w;
 }
 
+/* CPU seconds of pid's main thread (the JS thread) from /proc/PID/schedstat,
+ * -1 if unknown. A /proc file is made by the kernel on read: no wait. */
+static double thread_cpu(pid_t pid)
+{
+    char path[48], buf[96];
+    snprintf(path, sizeof(path), "/proc/%d/schedstat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return -1;
+    buf[n] = '\0';
+    return (double)strtoull(buf, NULL, 10) / 1e9;
+}
+
+/* Whether uid's queue may get one more worker: every worker running one of
+ * its programs (tool waiters aside) is on a long one. With none running
+ * (all wait on tools), only below the 4 x share_max bound. */
+static int all_long(struct duk_prov *dp, uid_t uid)
+{
+    int n = 0, longs = 0;
+    for (struct worker *w = dp->sbusy; w; w = w->snext) {
+        if (!w->owner || w->owner->sb->owner != uid || w->tools_out > 0)
+            continue;
+        n++;
+        double cpu = thread_cpu(w->pid);
+        if (cpu < 0)
+            longs++; /* unknown: as before, by wall time alone */
+        else if (w->stall_cpu0 < 0)
+            w->stall_cpu0 = cpu;
+        else if (cpu - w->stall_cpu0 >= STALL_CPU_S)
+            longs++;
+    }
+    return n > 0 ? longs == n : busy_all(dp, uid) < 4 * dp->share_max;
+}
+
 static void stall_cb(struct ev_loop *loop, ev_timer *t, int revents)
 {
     struct duk_prov *dp = t->data;
@@ -151,7 +199,7 @@ static void stall_cb(struct ev_loop *loop, ev_timer *t, int revents)
         ev_timer_stop(loop, t);
         return;
     }
-    if (ev_now(loop) - dp->last_free < STALL_S)
+    if (ev_now(loop) - dp->last_free < STALL_S || !all_long(dp, ds->sb->owner))
         return;
     struct worker *w = find(dp, ds, 1);
     if (!w)
