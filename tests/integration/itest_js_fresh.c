@@ -103,6 +103,18 @@ static const char clean[] = "{\"leak\":{\"global\":false,\"late\":false,\"object
                             "\"functionProto\":false,\"json\":false,\"math\":false,"
                             "\"errorProto\":false},\"tool\":1}";
 
+/* Runs the checker on sb: *clean_ok and *logs_ok stay 1 only if it found
+ * nothing and its console line and tool are its own. */
+static void check(conn *c, const char *sb, int *clean_ok, int *logs_ok)
+{
+    json_t *r = run(c, sb, checker);
+    *clean_ok &= result_is(r, clean);
+    json_t *logs = json_object_get(res_of(r), "logs");
+    *logs_ok &= json_array_size(logs) == 1 &&
+                strcmp(json_string_value(json_array_get(logs, 0)), "checked") == 0;
+    json_decref(r);
+}
+
 static void test_prepared_global(conn *c)
 {
     json_decref(cn_call(c, "sandbox.create",
@@ -121,12 +133,7 @@ static void test_prepared_global(conn *c)
         if (i == 0)
             pid = worker_pid(c, "jsf-a");
         same &= pid > 0 && worker_pid(c, "jsf-a") == pid;
-        r = run(c, "jsf-a", checker);
-        clean_ok &= result_is(r, clean);
-        json_t *logs = json_object_get(res_of(r), "logs");
-        logs_ok &= json_array_size(logs) == 1 &&
-                   strcmp(json_string_value(json_array_get(logs, 0)), "checked") == 0;
-        json_decref(r);
+        check(c, "jsf-a", &clean_ok, &logs_ok);
         same &= worker_pid(c, "jsf-a") == pid;
     }
     test_cond("the polluting program runs (5 times)", polluted_ok);
@@ -169,12 +176,7 @@ static void test_prepared_mid_run(conn *c)
         json_t *r = run(c, "jsf-m", polluter_mid);
         polluted_ok &= result_is(r, "\"done\"");
         json_decref(r);
-        r = run(c, "jsf-m", checker);
-        clean_ok &= result_is(r, clean);
-        json_t *logs = json_object_get(res_of(r), "logs");
-        logs_ok &= json_array_size(logs) == 1 &&
-                   strcmp(json_string_value(json_array_get(logs, 0)), "checked") == 0;
-        json_decref(r);
+        check(c, "jsf-m", &clean_ok, &logs_ok);
     }
     test_cond("a program awaiting a slow tool, polluting around it, runs (5 times)",
               polluted_ok);
