@@ -126,6 +126,7 @@ static size_t drop_members(struct process *p, int all)
 static void evict(struct process *p)
 {
     retained_total -= proc_bytes(p);
+    p->sb->retained -= proc_bytes(p);
     for (int i = 0; i < 2; i++)
         output_stream_drop(&p->out[i]);
     if (p->result_bytes && p->exit)
@@ -141,15 +142,14 @@ static void retained_enforce(struct sandbox *sb);
 static void retained_grew(struct process *p, size_t n)
 {
     retained_total += n;
+    p->sb->retained += n;
     retained_enforce(p->sb);
 }
 
 static void retained_enforce(struct sandbox *sb)
 {
-    size_t cap = (size_t)D->cfg.retained_bytes_per_sandbox, used = 0;
+    size_t cap = (size_t)D->cfg.retained_bytes_per_sandbox, used = sb->retained;
     struct process *p;
-    for (p = sb->procs; p; p = p->next)
-        used += proc_bytes(p);
     for (p = sb->procs; p && used > cap; p = p->next)
         if (p->state == P_EXITED && proc_bytes(p) > 0) {
             used -= proc_bytes(p);
@@ -251,7 +251,7 @@ void process_tool_result(struct process *p, int64_t call, json_t *result, int co
 static void prune_exited(struct sandbox *sb, struct process *keep)
 {
     struct process *p = sb->procs;
-    while (p) {
+    while (p && sb->ninternal_exited > 0) {
         struct process *next = p->next;
         if (p != keep && p->internal && p->state == P_EXITED && !p->in_exit)
             process_free(p);
@@ -329,13 +329,12 @@ static void link_process(struct sandbox *sb, struct process *p)
 {
     for (int i = 0; i < 2; i++)
         p->out[i].ring.max = (size_t)D->cfg.replay_bytes;
-    struct process **pp = &sb->procs, *prev = NULL;
-    while (*pp) {
-        prev = *pp;
-        pp = &(*pp)->next;
-    }
-    *pp = p;
-    p->prev = prev;
+    p->prev = sb->procs_tail;
+    if (sb->procs_tail)
+        sb->procs_tail->next = p;
+    else
+        sb->procs = p;
+    sb->procs_tail = p;
     sb->nlive++;
     D->nprocesses++;
 }
@@ -446,6 +445,7 @@ struct process *process_adopt(struct sandbox *sb, uint32_t pid, const char *disp
     if (sb->next_pid < pid)
         sb->next_pid = pid;
     p->state = P_RUNNING;
+    p->sb->nrunning++;
     p->started_at = daemon_now();
     p->t0 = ev_now(D->loop);
     p->display = xstrdup(display ? display : "");
@@ -497,6 +497,7 @@ static int spawn_now(struct process *p, sbx_err_t *err)
 {
     queued_release(p);
     p->state = P_RUNNING;
+    p->sb->nrunning++;
     p->started_at = daemon_now();
     p->t0 = ev_now(D->loop);
     ev_timer_init(&p->timer, timeout_cb, p->timeout_ms > 0 ? p->timeout_ms / 1000.0 : 0.,
@@ -538,10 +539,7 @@ static int launch_failed(struct process *p, const char *why)
 /* Processes handed to the provider and not yet exited. */
 static int64_t nrunning(struct sandbox *sb)
 {
-    int64_t n = 0;
-    for (struct process *p = sb->procs; p; p = p->next)
-        n += p->state == P_RUNNING;
-    return n;
+    return sb->nrunning;
 }
 
 /* A process exited: queued ones may start, from the loop (not from inside
@@ -711,6 +709,8 @@ void process_exited(struct process *p, json_t *rec)
     p->state = P_EXITED;
     p->sb->nlive--;
     p->sb->nexited++;
+    p->sb->nrunning -= was_running;
+    p->sb->ninternal_exited += p->internal;
     D->nprocesses--;
     if (was_running && p->sb->nlive >= D->cfg.max_processes_per_sandbox)
         queue_kick();
@@ -754,6 +754,7 @@ void process_exited(struct process *p, json_t *rec)
     if (p->exit) {
         p->result_bytes = drop_members(p, 0);
         retained_total += p->result_bytes;
+        p->sb->retained += p->result_bytes;
     }
     if (proc_bytes(p) > 0) {
         p->rprev = rtail;
@@ -796,7 +797,10 @@ void process_free(struct process *p)
         sb->procs = p->next;
     if (p->next)
         p->next->prev = p->prev;
+    else
+        sb->procs_tail = p->prev;
     sb->nexited--;
+    sb->ninternal_exited -= p->internal;
     if (ops_of(p)->proc_release && p->pdata)
         ops_of(p)->proc_release(cookie_of(p), p);
     output_unfollow_all(p);
@@ -812,6 +816,7 @@ void process_free(struct process *p)
     }
     ev_timer_stop(D->loop, &p->timer);
     retained_total -= proc_bytes(p);
+    sb->retained -= proc_bytes(p);
     retained_unlink(p);
     for (int i = 0; i < 2; i++) {
         output_stream_drop(&p->out[i]);

@@ -73,10 +73,17 @@ struct sandbox {
     ev_timer next_op;  /* runs an op asked for while another ran, from the loop */
     struct log_limit agent_log; /* its agent's LOG/ERROR lines */
 
-    struct process *procs;
+    struct process *procs, *procs_tail;
     uint32_t next_pid;
     int nlive;   /* queued or running */
     int nexited; /* kept for wait/list/attach */
+    /* Counters kept by process.c so that no exec walks the list (up to 128
+     * exited records kept): processes running, internal (hook) records
+     * exited, and the bytes all of them retain (replay rings, marks, kept
+     * results: the sum of what limits.retained_bytes_per_sandbox caps). */
+    int nrunning;
+    int ninternal_exited;
+    size_t retained;
 
     enum sb_op op;
     json_t *op_result;

@@ -6,7 +6,9 @@
  * changes everything it can reach (globals, built-in prototypes, JSON,
  * Promise, console, its tool, a pending tool call, a late microtask) is
  * followed by one that looks for each change, on the same worker and on the
- * next sandbox that gets the worker after a destroy; programs that differ by a byte
+ * next sandbox that gets the worker after a destroy, and one that changes
+ * things before and after awaiting a tool (the next global is made during
+ * that await) is followed by the same checker; programs that differ by a byte
  * keep their own results through the cache; a program that does not parse is
  * reported each time; plain JavaScript (which skips the stripper) and
  * TypeScript type arguments keep their meanings.
@@ -22,6 +24,10 @@ static const char *sock;
 
 static json_t *echo(const char *name, json_t *args, int *code, const char **msg)
 {
+    /* {slow: true}: the answer takes 20 ms, so the worker is surely idle
+     * (and makes the next run's global) while the program awaits it */
+    if (json_is_true(json_object_get(args, "slow")))
+        usleep(20000);
     return json_incref(args);
 }
 
@@ -97,6 +103,18 @@ static const char clean[] = "{\"leak\":{\"global\":false,\"late\":false,\"object
                             "\"functionProto\":false,\"json\":false,\"math\":false,"
                             "\"errorProto\":false},\"tool\":1}";
 
+/* Runs the checker on sb: *clean_ok and *logs_ok stay 1 only if it found
+ * nothing and its console line and tool are its own. */
+static void check(conn *c, const char *sb, int *clean_ok, int *logs_ok)
+{
+    json_t *r = run(c, sb, checker);
+    *clean_ok &= result_is(r, clean);
+    json_t *logs = json_object_get(res_of(r), "logs");
+    *logs_ok &= json_array_size(logs) == 1 &&
+                strcmp(json_string_value(json_array_get(logs, 0)), "checked") == 0;
+    json_decref(r);
+}
+
 static void test_prepared_global(conn *c)
 {
     json_decref(cn_call(c, "sandbox.create",
@@ -115,12 +133,7 @@ static void test_prepared_global(conn *c)
         if (i == 0)
             pid = worker_pid(c, "jsf-a");
         same &= pid > 0 && worker_pid(c, "jsf-a") == pid;
-        r = run(c, "jsf-a", checker);
-        clean_ok &= result_is(r, clean);
-        json_t *logs = json_object_get(res_of(r), "logs");
-        logs_ok &= json_array_size(logs) == 1 &&
-                   strcmp(json_string_value(json_array_get(logs, 0)), "checked") == 0;
-        json_decref(r);
+        check(c, "jsf-a", &clean_ok, &logs_ok);
         same &= worker_pid(c, "jsf-a") == pid;
     }
     test_cond("the polluting program runs (5 times)", polluted_ok);
@@ -129,6 +142,47 @@ static void test_prepared_global(conn *c)
     test_cond("console and the tool of the next run are its own", logs_ok);
     test_cond("all of it on the same worker process", same);
     json_decref(cn_call(c, "sandbox.destroy", json_pack("{s:s}", "id", "jsf-a")));
+}
+
+/* Changes half of what the polluter does, awaits a slow tool answer (the
+ * worker makes the next run's global meanwhile: jsw_engine_idle), then the
+ * other half, after that global exists, and one more tool call. */
+static const char polluter_mid[] =
+    "globalThis.leak = 1;\n"
+    "Object.prototype.leakP = 3;\n"
+    "String.prototype.trim = () => 'polluted';\n"
+    "const r = await external_echo({a: 2, slow: true});\n"
+    "Object.defineProperty(globalThis, 'hidden', {value: 2, enumerable: false});\n"
+    "Array.prototype.leakA = 4;\n"
+    "Function.prototype.leakF = 5;\n"
+    "JSON.parse = () => 'polluted';\n"
+    "Math.random = () => 42;\n"
+    "console.log = () => { globalThis.logged = 1 };\n"
+    "Error.prototype.toString = () => 'polluted';\n"
+    "Promise.resolve().then(() => { globalThis.late = 1 });\n"
+    "await external_echo({a: 3});\n"
+    "Object.freeze(Object.prototype);\n"
+    "return r.a === 2 ? 'done' : 'no answer';";
+
+/* The next run's global is made while a program awaits a tool; what the
+ * program does before and after that must not be in it. */
+static void test_prepared_mid_run(conn *c)
+{
+    json_decref(cn_call(c, "sandbox.create",
+                        json_pack("{s:s, s:s, s:[s]}", "id", "jsf-m", "provider", "js",
+                                  "tools", "echo")));
+    int polluted_ok = 1, clean_ok = 1, logs_ok = 1;
+    for (int i = 0; i < 5; i++) {
+        json_t *r = run(c, "jsf-m", polluter_mid);
+        polluted_ok &= result_is(r, "\"done\"");
+        json_decref(r);
+        check(c, "jsf-m", &clean_ok, &logs_ok);
+    }
+    test_cond("a program awaiting a slow tool, polluting around it, runs (5 times)",
+              polluted_ok);
+    test_cond("the global made during its await has nothing of it", clean_ok);
+    test_cond("console and the tool of the run after it are its own", logs_ok);
+    json_decref(cn_call(c, "sandbox.destroy", json_pack("{s:s}", "id", "jsf-m")));
 }
 
 /* A destroyed sandbox's worker goes back to the pool with the global it
@@ -276,6 +330,7 @@ int main(int argc, char **argv)
     }
     c->tool = echo;
     test_prepared_global(c);
+    test_prepared_mid_run(c);
     test_recycled_worker(c);
     test_shared_worker(c);
     test_strip_cache(c);

@@ -1017,6 +1017,7 @@ static int load(json_t *conf, void **cookie, sbx_err_t *err, int js)
     dp->on_closed = worker_closed;
     dp->on_rss = rss_cb;
     dp->on_new = worker_frames;
+    dp->on_worker = pump;
     iso_pool_init(dp);
     iso_pool_fill_now(dp);
     return 0;
@@ -1136,9 +1137,3 @@ const struct sbx_provider sbx_provider_js = {
     .sb_instructions = js_instructions,
     ISOLATE_OPS,
 };
-
-/* ---- for js_share.c (iso_int.h) ---- */
-void iso_pump(struct duk_sb *ds)
-{
-    pump(ds);
-}

@@ -1,6 +1,10 @@
 /*
- * iso_int.h - the isolate providers' internals (duktape.c, iso_pool.c,
- * iso_text.c): the state of a provider, a sandbox, a worker and a process.
+ * iso_int.h - the isolate providers' internals (duktape.c, js_share.c,
+ * iso_pool.c, iso_text.c): the state of a provider, a sandbox, a worker and
+ * a process. The files call down only: duktape.c (the provider table) ->
+ * js_share.c -> iso_pool.c; the lower ones report up through the hooks in
+ * struct duk_prov (on_frame, on_closed, on_rss, on_new, busy_count,
+ * on_kill, on_worker).
  */
 #ifndef SBXD_ISO_INT_H
 #define SBXD_ISO_INT_H
@@ -51,6 +55,9 @@ struct worker {
     struct worker *snext;
     int sbusy;
     int tools_out; /* tool calls it made that wait for the client */
+    /* CPU seconds of its JS thread when the stall timer first saw its
+     * current run, -1 before: a run is long once it used STALL_CPU_S more */
+    double stall_cpu0;
 };
 
 struct duk_proc {
@@ -103,6 +110,14 @@ struct duk_prov {
     chan_close_cb on_closed;
     void (*on_rss)(struct ev_loop *loop, ev_timer *t, int revents);
     void (*on_new)(struct worker *w); /* sets up its frames (w->pc) */
+    /* js_share.c's hooks into the pool (NULL when workers are not shared):
+     * how many workers running a program of uid ((uid_t)-1: anyone) will
+     * come back to the pool, and a worker ending (off the busy list). So
+     * iso_pool.c reports up and never calls into js_share.c. */
+    int (*busy_count)(struct duk_prov *dp, uid_t uid);
+    void (*on_kill)(struct worker *w);
+    /* duktape.c's hook for js_share.c: ds got a worker, run its queue. */
+    void (*on_worker)(struct duk_sb *ds);
     struct worker *pool;
     int npool;
     /* Refills happen when the loop is idle: a process start (vfork+exec)
@@ -151,9 +166,6 @@ struct worker *iso_pool_take_any(struct duk_prov *dp, uid_t uid, int ready, pid_
  * there is no room. */
 int iso_pool_keep(struct duk_prov *dp, struct worker *w, uid_t uid);
 
-/* ---- duktape.c, for js_share.c ---- */
-void iso_pump(struct duk_sb *ds);
-
 /* ---- js_share.c: shared js workers ---- */
 /* providers.js.share_workers / shared_workers; the stall timer. */
 void js_share_load(struct duk_prov *dp, json_t *conf);
@@ -168,11 +180,6 @@ int js_share_attach(struct duk_sb *ds);
 void js_share_done(struct duk_sb *ds, struct worker *w);
 /* Off the queue (stop, release). */
 void js_share_forget(struct duk_sb *ds);
-/* Shared workers running a program of uid ((uid_t)-1: of anyone), tool
- * waiters included. */
-int js_share_busy(struct duk_prov *dp, uid_t uid);
-/* Off the list of busy shared workers (the worker is ending). */
-void js_share_unbusy(struct worker *w);
 /* A live worker of the sandbox's last run, or 0. */
 pid_t js_share_last_pid(struct duk_sb *ds);
 

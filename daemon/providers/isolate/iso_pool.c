@@ -188,7 +188,8 @@ void iso_pool_kill(struct worker *w)
     if (w->dead)
         return;
     w->dead = 1;
-    js_share_unbusy(w);
+    if (w->dp->on_kill)
+        w->dp->on_kill(w);
     kill(w->pid, SIGKILL);
     ev_timer_stop(D->loop, &w->rss);
     chan_close(&w->ch);
@@ -211,9 +212,10 @@ void iso_pool_remove(struct duk_prov *dp, struct worker *w)
 static int pool_count(struct duk_prov *dp)
 {
     /* shared workers running a program come back to the pool (js_share.c) */
+    int (*busy)(struct duk_prov *, uid_t) = dp->busy_count;
     if (!dp->uid_mode)
-        return dp->npool + js_share_busy(dp, (uid_t)-1);
-    int n = js_share_busy(dp, dp->refill_uid);
+        return dp->npool + (busy ? busy(dp, (uid_t)-1) : 0);
+    int n = busy ? busy(dp, dp->refill_uid) : 0;
     for (struct worker *w = dp->pool; w; w = w->next)
         n += w->bound_uid == dp->refill_uid;
     return n;

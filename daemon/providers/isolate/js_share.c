@@ -20,9 +20,17 @@
  * (a worker waiting on a tool call does not count, up to 4 x share_max in
  * all); past that a program waits on the provider's queue (FIFO) for the
  * next worker to come free. A queue that no worker has left for STALL_S
- * (long programs) gets one more worker per STALL_S, so a long program
- * delays its neighbours by milliseconds, not by its run time.
+ * gets one more worker per STALL_S while every worker running its uid's
+ * programs is on a long one (STALL_CPU_S of CPU since the timer first saw
+ * it), so a long program delays its neighbours by milliseconds, not by its
+ * run time. Wall time alone is not the test: on a loaded machine short
+ * programs wait 10 ms for a core too, and each extra worker (a process
+ * start of tens of ms of CPU when the pool is empty) made it worse: 64
+ * clients fell from ~1,500 to 20-30 runs/s in some windows at load 25.
  */
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include "daemon.h"
@@ -33,6 +41,7 @@
 #include "xalloc.h"
 
 #define STALL_S 0.01
+#define STALL_CPU_S 0.005
 
 static int busy_of(struct duk_prov *dp, uid_t uid)
 {
@@ -42,7 +51,9 @@ static int busy_of(struct duk_prov *dp, uid_t uid)
     return n;
 }
 
-int js_share_busy(struct duk_prov *dp, uid_t uid)
+/* Shared workers running a program of uid ((uid_t)-1: of anyone), tool
+ * waiters included: the pool's busy_count hook. */
+static int busy_all(struct duk_prov *dp, uid_t uid)
 {
     int n = 0;
     for (struct worker *w = dp->sbusy; w; w = w->snext)
@@ -50,7 +61,8 @@ int js_share_busy(struct duk_prov *dp, uid_t uid)
     return n;
 }
 
-void js_share_unbusy(struct worker *w)
+/* Off the list of busy shared workers: the pool's on_kill hook, and a run's end. */
+static void unbusy(struct worker *w)
 {
     if (!w->sbusy)
         return;
@@ -98,6 +110,7 @@ static void give(struct duk_sb *ds, struct worker *w)
     w->mem_mb = iso_pool_sb_mem(dp, ds->sb);
     w->bound_uid = ds->sb->owner;
     w->tools_out = 0;
+    w->stall_cpu0 = -1;
     w->snext = dp->sbusy;
     dp->sbusy = w;
     w->sbusy = 1;
@@ -126,8 +139,8 @@ static struct worker *find(struct duk_prov *dp, struct duk_sb *ds, int force)
     /* Workers waiting on a tool call are not counted against share_max,
      * but each is a process of ~30 MB more taking turns on the caches: all
      * of them together stay within 4 x share_max. */
-    if (!force && (busy_of(dp, uid) >= dp->share_max ||
-                   js_share_busy(dp, uid) >= 4 * dp->share_max))
+    if (!force &&
+        (busy_of(dp, uid) >= dp->share_max || busy_all(dp, uid) >= 4 * dp->share_max))
         return NULL;
     if ((w = iso_pool_take_any(dp, uid, 1, ds->last_pid)) ||
         (w = iso_pool_take_any(dp, uid, 0, 0)))
@@ -140,6 +153,44 @@ static struct worker *find(struct duk_prov *dp, struct duk_sb *ds, int force)
     return w;
 }
 
+/* CPU seconds of pid's main thread (the JS thread) from /proc/PID/schedstat,
+ * -1 if unknown. A /proc file is made by the kernel on read: no wait. */
+static double thread_cpu(pid_t pid)
+{
+    char path[48], buf[96];
+    snprintf(path, sizeof(path), "/proc/%d/schedstat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return -1;
+    buf[n] = '\0';
+    return (double)strtoull(buf, NULL, 10) / 1e9;
+}
+
+/* Whether uid's queue may get one more worker: every worker running one of
+ * its programs (tool waiters aside) is on a long one. With none running
+ * (all wait on tools), only below the 4 x share_max bound. */
+static int all_long(struct duk_prov *dp, uid_t uid)
+{
+    int n = 0, longs = 0;
+    for (struct worker *w = dp->sbusy; w; w = w->snext) {
+        if (!w->owner || w->owner->sb->owner != uid || w->tools_out > 0)
+            continue;
+        n++;
+        double cpu = thread_cpu(w->pid);
+        if (cpu < 0)
+            longs++; /* unknown: as before, by wall time alone */
+        else if (w->stall_cpu0 < 0)
+            w->stall_cpu0 = cpu;
+        else if (cpu - w->stall_cpu0 >= STALL_CPU_S)
+            longs++;
+    }
+    return n > 0 ? longs == n : busy_all(dp, uid) < 4 * dp->share_max;
+}
+
 static void stall_cb(struct ev_loop *loop, ev_timer *t, int revents)
 {
     struct duk_prov *dp = t->data;
@@ -148,7 +199,7 @@ static void stall_cb(struct ev_loop *loop, ev_timer *t, int revents)
         ev_timer_stop(loop, t);
         return;
     }
-    if (ev_now(loop) - dp->last_free < STALL_S)
+    if (ev_now(loop) - dp->last_free < STALL_S || !all_long(dp, ds->sb->owner))
         return;
     struct worker *w = find(dp, ds, 1);
     if (!w)
@@ -156,7 +207,7 @@ static void stall_cb(struct ev_loop *loop, ev_timer *t, int revents)
     unwait(dp, ds);
     dp->last_free = ev_now(loop);
     give(ds, w);
-    iso_pump(ds);
+    dp->on_worker(ds);
 }
 
 int js_share_attach(struct duk_sb *ds)
@@ -193,7 +244,7 @@ void js_share_done(struct duk_sb *ds, struct worker *w)
 {
     struct duk_prov *dp = w->dp;
     uid_t uid = ds->sb->owner;
-    js_share_unbusy(w);
+    unbusy(w);
     ds->w = NULL;
     w->owner = NULL;
     ds->last_pid = w->pid;
@@ -205,12 +256,12 @@ void js_share_done(struct duk_sb *ds, struct worker *w)
     if (next && !w->dead) {
         unwait(dp, next);
         give(next, w);
-        iso_pump(next);
+        dp->on_worker(next);
     } else if (!iso_pool_keep(dp, w, uid)) {
         iso_pool_kill(w);
     }
     if (ds->queue)
-        iso_pump(ds);
+        dp->on_worker(ds);
 }
 
 /* A live worker of the sandbox's last run (stats, metadata), or 0. */
@@ -241,6 +292,10 @@ void js_share_load(struct duk_prov *dp, json_t *conf)
         dp->share_max = 256;
     ev_timer_init(&dp->stall, stall_cb, STALL_S, STALL_S);
     dp->stall.data = dp;
+    if (dp->share) {
+        dp->busy_count = busy_all;
+        dp->on_kill = unbusy;
+    }
 }
 
 void js_share_unload(struct duk_prov *dp)

@@ -73,6 +73,16 @@ void wk_pump(int fd, wk_dispatch_fn *dispatch, void *worker);
  */
 int wk_serve(int fd, wk_dispatch_fn *dispatch, void *worker);
 
+/** Work a worker does while it waits for its next frame (may be NULL). */
+typedef void wk_idle_fn(void *worker);
+
+/**
+ * wk_serve with idle(worker) called before each wait for a frame: the js
+ * worker makes its next fresh global there while a program awaits a tool's
+ * answer. idle checks for itself whether a frame is already waiting.
+ */
+int wk_serve_idle(int fd, wk_dispatch_fn *dispatch, wk_idle_fn *idle, void *worker);
+
 /* What program output needs of a worker: its channel, its dispatcher, and
  * where it keeps the running proc (0 = none) and that proc's credit. */
 struct wk_out {

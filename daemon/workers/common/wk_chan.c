@@ -185,9 +185,16 @@ void wk_pump(int fd, wk_dispatch_fn *dispatch, void *worker)
 
 int wk_serve(int fd, wk_dispatch_fn *dispatch, void *worker)
 {
+    return wk_serve_idle(fd, dispatch, NULL, worker);
+}
+
+int wk_serve_idle(int fd, wk_dispatch_fn *dispatch, wk_idle_fn *idle, void *worker)
+{
     for (;;) {
         struct sbx_chan_hdr h;
         uint8_t *payload;
+        if (idle)
+            idle(worker);
         int r = wk_recv(fd, &h, &payload);
 
         if (r == 1)

@@ -134,6 +134,10 @@ void jsw_engine_reset(struct jsw *w);
 void jsw_engine_spawn(struct jsw *w, uint32_t proc, json_t *req);
 /* Makes the spare context when there is none (call while idle). */
 void jsw_engine_prepare(struct jsw *w);
+/* The frame loop's idle hook (wk_serve_idle): while the running program
+ * awaits a tool's answer and no frame is waiting, makes the spare for the
+ * next run, so that a run after a tool round trip finds it made. */
+void jsw_engine_idle(void *w);
 /* Sends the EXIT of a program that settled (w->done) and cleans up. */
 void jsw_engine_finish(struct jsw *w);
 /* A TOOL_RESULT payload (NUL-terminated) for the running program. */

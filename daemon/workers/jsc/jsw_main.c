@@ -433,7 +433,7 @@ int main(int argc, char **argv)
     }
     jsw_engine_prepare(&w);
     send_hello(&w);
-    rc = wk_serve(w.fd, jsw_dispatch, &w);
+    rc = wk_serve_idle(w.fd, jsw_dispatch, jsw_engine_idle, &w);
     jsw_engine_deinit(&w);
     return rc;
 }
