@@ -70,7 +70,7 @@ run_test() { # name cmd...
 }
 
 # -- the house style (make check-style) ---------------------------------------
-run_test check-style sh tests/style/check.sh
+run_test check-style env SBX_BUILD="$B" sh tests/style/check.sh
 
 # -- unit tests ---------------------------------------------------------------
 for t in "$B"/tests/test_*; do

@@ -510,7 +510,7 @@ static void test_duk_internals(conn *c)
     destroy(c, "iso-duk");
 }
 
-/* ---- item 9: what the "string bomb" is ------------------------------------------------ */
+/* ---- item 9: what the "string bomb" is --------------------------------------------- */
 
 /*
  * `a.push(new Array(100000).join("xy"))` pushes the same 200 KB string each

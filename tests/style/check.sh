@@ -12,6 +12,8 @@
 #      tree switches it on (SBX_STYLE_FORMAT=1/0 overrides either way).
 #   3. prefixes: every function or variable a file of the Docker provider
 #      exports carries its file's prefix (tests/style/prefixes.sh).
+#   4. circles: no source file calls into a file that calls it, directly or
+#      round a loop, read off the build's objects (tests/style/circles.sh).
 #
 # --list prints the files checked; --apply formats them in place (the one
 # formatting commit, and after it anyone's new code) and trims the dashes
@@ -175,6 +177,30 @@ out=$(sh tests/style/prefixes.sh)
 printf "%s\n" "$out"
 PASSED=$((PASSED + $(printf "%s\n" "$out" | grep -c '^ok - ')))
 FAILED=$((FAILED + $(printf "%s\n" "$out" | grep -c '^FAILED - ')))
+
+# -- 4. floors call only down: no file calls a file that calls it (tests/style/circles.sh)
+# Read off the objects of the build the suite runs (SBX_BUILD, else build).
+out=$(sh tests/style/circles.sh "${SBX_BUILD:-build}")
+printf "%s\n" "$out"
+PASSED=$((PASSED + $(printf "%s\n" "$out" | grep -c '^ok - ')))
+FAILED=$((FAILED + $(printf "%s\n" "$out" | grep -c '^FAILED - ')))
+SKIPPED=$((SKIPPED + $(printf "%s\n" "$out" | grep -c '^SKIPPED - ')))
+
+# The checker itself: two files that call each other are a loop, a call
+# down to a third file is not.
+t=$(mktemp -d /tmp/sbx-style.XXXXXX)
+mkdir -p "$t/obj/daemon/x"
+printf 'int b(void);\nint a(void) { return b(); }\n' >"$t/a.c"
+printf 'int a(void);\nint c(void);\nint b(void) { return a() + c(); }\n' >"$t/b.c"
+printf 'int c(void) { return 2; }\n' >"$t/c.c"
+for f in a b c; do ${CC:-cc} -c -o "$t/obj/daemon/x/$f.o" "$t/$f.c"; done
+got=$(SBX_CIRCLES_NO_AGENT=1 sh tests/style/circles.sh "$t" | awk '/^  loop:/ { $1 = ""; print }')
+if [ "$got" = " daemon/x/a.c daemon/x/b.c" ]; then
+    pass "circles: the check finds two files calling each other, not a call down"
+else
+    fail "circles: the check found [$got] in its own sample, expected [daemon/x/a.c daemon/x/b.c]"
+fi
+rm -rf "$t"
 
 echo "$PASSED passed, $FAILED failed, $SKIPPED skipped"
 [ "$FAILED" -eq 0 ]

@@ -57,6 +57,9 @@ struct jsw_call {
 
 struct jsw {
     int fd; /* the channel */
+    /* jsw_main.c's frame handler, handed down so that jsw_chan.c serves
+     * frames while output waits for credit without calling up into main. */
+    wk_dispatch_fn *dispatch;
     JSContextGroupRef group;
 
     /* TypeScript stripping: a context of its own holding the bundled
@@ -105,13 +108,6 @@ struct jsw {
 
 /* Program output under the credit; blocks serving frames while there is none. */
 void jsw_output(struct jsw *w, uint8_t type, const uint8_t *data, size_t len);
-
-/* ---- jsw_main.c ------------------------------------------------------------ */
-
-/* Reads and handles one frame; EOF or a broken channel end the process. */
-void jsw_pump(struct jsw *w);
-/* Handles one frame (w is the struct jsw; payload borrowed). */
-void jsw_dispatch(void *w, const struct sbx_chan_hdr *h, const uint8_t *payload);
 
 /* ---- jsw_scache.c --------------------------------------------------------- */
 

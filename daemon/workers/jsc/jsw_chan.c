@@ -11,7 +11,7 @@
 
 void jsw_output(struct jsw *w, uint8_t type, const uint8_t *data, size_t len)
 {
-    struct wk_out o = {w->fd, jsw_dispatch, w, &w->proc, &w->credit};
+    struct wk_out o = {w->fd, w->dispatch, w, &w->proc, &w->credit};
 
     wk_output(&o, type, data, len);
 }

@@ -333,7 +333,9 @@ static uint8_t *collect(struct jsw *w, const struct sbx_chan_hdr *h,
     return out;
 }
 
-void jsw_dispatch(void *worker, const struct sbx_chan_hdr *h, const uint8_t *payload)
+/* Handles one frame (worker is the struct jsw; payload borrowed). */
+static void jsw_dispatch(void *worker, const struct sbx_chan_hdr *h,
+                         const uint8_t *payload)
 {
     struct jsw *w = worker;
 
@@ -386,11 +388,6 @@ void jsw_dispatch(void *worker, const struct sbx_chan_hdr *h, const uint8_t *pay
     }
 }
 
-void jsw_pump(struct jsw *w)
-{
-    wk_pump(w->fd, jsw_dispatch, w);
-}
-
 int main(int argc, char **argv)
 {
     struct opts o;
@@ -401,6 +398,7 @@ int main(int argc, char **argv)
     if (parse_args(argc, argv, &o) < 0)
         return 1;
     memset(&w, 0, sizeof(w));
+    w.dispatch = jsw_dispatch;
     fd = o.fd;
     if (harden(&o, &fd, &why) < 0) {
         w.fd = fd;
