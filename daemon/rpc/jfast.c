@@ -236,35 +236,17 @@ static int put_string(struct out *o, const char *s, size_t n)
             continue;
         if (ch >= 0x80 || put(o, s + from, i - from) < 0)
             return -1;
-        char esc[8] = {'\\', 0};
-        size_t el = 2;
-        switch (ch) {
-        case '"':
-            esc[1] = '"';
-            break;
-        case '\\':
-            esc[1] = '\\';
-            break;
-        case '\b':
-            esc[1] = 'b';
-            break;
-        case '\f':
-            esc[1] = 'f';
-            break;
-        case '\n':
-            esc[1] = 'n';
-            break;
-        case '\r':
-            esc[1] = 'r';
-            break;
-        case '\t':
-            esc[1] = 't';
-            break;
-        default:
-            memcpy(esc + 1, "u00", 3);
-            esc[4] = "0123456789ABCDEF"[ch >> 4];
-            esc[5] = "0123456789ABCDEF"[ch & 15];
-            el = 6;
+        /* The short escapes: each byte, then the letter after its backslash. */
+        static const char shorts[] = "\"\"\\\\\bb\ff\nn\rr\tt";
+        static const char hex[] = "0123456789ABCDEF";
+        char esc[6] = {'\\', 'u', '0', '0', hex[ch >> 4], hex[ch & 15]};
+        size_t el = 6;
+        for (const char *p = shorts; *p; p += 2) {
+            if ((unsigned char)*p == ch) {
+                esc[1] = p[1];
+                el = 2;
+                break;
+            }
         }
         if (put(o, esc, el) < 0)
             return -1;
@@ -273,18 +255,27 @@ static int put_string(struct out *o, const char *s, size_t n)
     return put(o, s + from, n - from) < 0 || put(o, "\"", 1) < 0 ? -1 : 0;
 }
 
-static int put_integer(struct out *o, json_int_t v)
+size_t jfast_int_text(char *buf, json_int_t v)
 {
     char tmp[24];
-    size_t n = sizeof(tmp);
+    size_t n = 0;
     unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
     do {
-        tmp[--n] = (char)('0' + u % 10);
+        tmp[n++] = (char)('0' + u % 10);
         u /= 10;
     } while (u);
+    size_t len = 0;
     if (v < 0)
-        tmp[--n] = '-';
-    return put(o, tmp + n, sizeof(tmp) - n);
+        buf[len++] = '-';
+    while (n)
+        buf[len++] = tmp[--n];
+    return len;
+}
+
+static int put_integer(struct out *o, json_int_t v)
+{
+    char b[24];
+    return put(o, b, jfast_int_text(b, v));
 }
 
 /* jansson's real: %.17g, ".0" when that reads as an integer, and the

@@ -36,4 +36,8 @@ json_t *jfast_load(const char *text, size_t len);
  */
 char *jfast_dumps(json_t *v, size_t *len_out);
 
+/* v in decimal into buf (room for 21 bytes, no NUL written); returns the
+ * length. */
+size_t jfast_int_text(char *buf, json_int_t v);
+
 #endif

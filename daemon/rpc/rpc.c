@@ -279,24 +279,6 @@ static void call_finish(struct call *c, json_t *msg)
     free(c);
 }
 
-/* v in decimal; buf has room for 21 bytes. Returns the length. */
-static size_t put_int(char *buf, json_int_t v)
-{
-    char tmp[24];
-    size_t n = 0;
-    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
-    do {
-        tmp[n++] = (char)('0' + u % 10);
-        u /= 10;
-    } while (u);
-    size_t len = 0;
-    if (v < 0)
-        buf[len++] = '-';
-    while (n)
-        buf[len++] = tmp[--n];
-    return len;
-}
-
 /*
  * call_reply's path for a call outside a batch (call.h: finish_result): the
  * line is {"jsonrpc":"2.0","id":ID,"result":RESULT}, the same bytes
@@ -313,7 +295,7 @@ static void call_finish_result(struct call *c, json_t *result)
         const char *idt = ibuf;
         size_t il;
         if (json_is_integer(c->id)) {
-            il = put_int(ibuf, json_integer_value(c->id));
+            il = jfast_int_text(ibuf, json_integer_value(c->id));
         } else {
             itext = jfast_dumps(c->id, &il);
             idt = itext;
