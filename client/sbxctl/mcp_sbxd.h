@@ -54,6 +54,7 @@ struct msbx {
     struct ev_loop *loop;
     const struct mcp_conf *conf;
     sbx_async *ac;
+    ev_prepare flush;   /* writes the calls of this turn before the loop sleeps */
     char conn_err[256]; /* why the last connect failed */
     int outstanding;    /* calls in flight */
     int quitting;       /* set by the owner: sandboxes made now are destroyed */

@@ -210,8 +210,18 @@ size_t json_plain_run(const uint8_t *s, size_t len)
         uint64_t w = load8(s + i);
         uint64_t q = w ^ (ONES * '"'), b = w ^ (ONES * '\\');
         uint64_t bad = ((q - ONES) & ~q) | ((b - ONES) & ~b) | ((w - ONES * 0x20) & ~w);
-        if (bad & HIGHS)
+        bad &= HIGHS;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+        /* The lowest flagged byte is a true one (a borrow only runs upwards
+         * from a byte that is flagged itself), so it is the answer: text
+         * has a newline every few dozen bytes, and the byte loop below
+         * after each was a third of the daemon's work streaming it. */
+        if (bad)
+            return i + (size_t)__builtin_ctzll(bad) / 8;
+#else
+        if (bad)
             break;
+#endif
     }
     while (i < len && s[i] >= 0x20 && s[i] != '"' && s[i] != '\\')
         i++;

@@ -4,10 +4,38 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* One emptied data chunk kept back for the next append: a client sending one
+ * request at a time would otherwise cost a 16 KiB malloc and free (and
+ * malloc's consolidation of its small free chunks) per reply. Loop thread
+ * only; one chunk, bounded. */
+static struct obuf_chunk *spare;
+
 static void chunk_free(struct obuf_chunk *c)
 {
+    if (!c->ext && !spare) {
+        spare = c;
+        return;
+    }
     free(c->ext);
     free(c);
+}
+
+static struct obuf_chunk *chunk_new(void)
+{
+    struct obuf_chunk *t = spare;
+    if (t)
+        spare = NULL;
+    else if (!(t = malloc(sizeof(*t) + OBUF_CHUNK)))
+        return NULL;
+    t->start = t->end = 0;
+    t->ext = NULL;
+    return t;
+}
+
+void obuf_release_spare(void)
+{
+    free(spare);
+    spare = NULL;
 }
 
 static void link_tail(struct obuf *b, struct obuf_chunk *t)
@@ -42,11 +70,9 @@ int obuf_append(struct obuf *b, const void *data, size_t len)
     while (len > 0) {
         struct obuf_chunk *t = b->tail;
         if (!t || t->ext || t->end == OBUF_CHUNK) {
-            t = malloc(sizeof(*t) + OBUF_CHUNK);
+            t = chunk_new();
             if (!t)
                 return -1;
-            t->start = t->end = 0;
-            t->ext = NULL;
             link_tail(b, t);
         }
         size_t n = OBUF_CHUNK - t->end;

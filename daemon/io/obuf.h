@@ -35,5 +35,7 @@ int obuf_adopt(struct obuf *b, char *buf, size_t len);
 int obuf_iov(const struct obuf *b, struct iovec *iov, int max);
 /* Drops the first n bytes (they were written). */
 void obuf_consume(struct obuf *b, size_t n);
+/* Frees the one emptied chunk kept for the next append (at shutdown). */
+void obuf_release_spare(void);
 
 #endif

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "rpc/jfast.h"
 
 static struct rpc_conn *conns;
 
@@ -49,11 +50,11 @@ void conn_notify_uid(uid_t uid, const char *method, json_t *params)
     json_t *msg = params ? json_pack("{s:s, s:s, s:o}", "jsonrpc", "2.0", "method",
                                      method, "params", params)
                          : NULL;
-    char *text = msg ? json_dumps(msg, JSON_COMPACT) : NULL;
+    size_t len = 0;
+    char *text = msg ? jfast_dumps(msg, &len) : NULL;
     json_decref(msg);
     if (!text)
         return;
-    size_t len = strlen(text);
     for (struct rpc_conn *k = conns; k; k = k->next)
         if (k->uid == uid && !k->closing)
             k->ops->send_line(k, text, len);
@@ -76,11 +77,12 @@ void conn_deinit(struct rpc_conn *k)
 /* Sends msg (borrowed) to k as one line. */
 void conn_send(struct rpc_conn *k, json_t *msg)
 {
-    char *text = msg ? json_dumps(msg, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+    size_t len = 0;
+    char *text = msg ? jfast_dumps(msg, &len) : NULL;
     if (!text) {
         log_error("session %llu: cannot encode a message", (unsigned long long)k->id);
         return;
     }
-    k->ops->send_line(k, text, strlen(text));
+    k->ops->send_line(k, text, len);
     free(text);
 }

@@ -3,8 +3,14 @@
  * gives up: escapes and bytes outside printable ASCII in strings, reals,
  * integers of more than 18 digits, leading zeros, nesting past
  * SBX_MAX_JSON_DEPTH, anything unexpected. json_loadb decides those.
+ * jfast_dumps writes what json_dumps would, and leaves to it the strings it
+ * would have to check as UTF-8.
  */
 #include "rpc/jfast.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "sbx_proto.h"
 
@@ -190,4 +196,174 @@ json_t *jfast_load(const char *text, size_t len)
         return NULL;
     }
     return v;
+}
+
+/* ---- writing --------------------------------------------------------------------- */
+
+struct out {
+    char *p;
+    size_t len, cap;
+};
+
+static int put(struct out *o, const char *s, size_t n)
+{
+    if (o->cap - o->len < n + 1) {
+        size_t ncap = o->cap * 2;
+        while (ncap - o->len < n + 1)
+            ncap *= 2;
+        char *np = realloc(o->p, ncap);
+        if (!np)
+            return -1;
+        o->p = np;
+        o->cap = ncap;
+    }
+    memcpy(o->p + o->len, s, n);
+    o->len += n;
+    return 0;
+}
+
+/* jansson's escapes (dump.c, without JSON_ENSURE_ASCII or JSON_ESCAPE_SLASH):
+ * the two mandatory ones, the five short ones, \u00XX for other bytes below
+ * 0x20. Bytes from 0x80 up are UTF-8 for jansson to check: give up. */
+static int put_string(struct out *o, const char *s, size_t n)
+{
+    if (put(o, "\"", 1) < 0)
+        return -1;
+    size_t from = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        if (ch >= 0x20 && ch != '"' && ch != '\\' && ch < 0x80)
+            continue;
+        if (ch >= 0x80 || put(o, s + from, i - from) < 0)
+            return -1;
+        /* The short escapes: each byte, then the letter after its backslash. */
+        static const char shorts[] = "\"\"\\\\\bb\ff\nn\rr\tt";
+        static const char hex[] = "0123456789ABCDEF";
+        char esc[6] = {'\\', 'u', '0', '0', hex[ch >> 4], hex[ch & 15]};
+        size_t el = 6;
+        for (const char *p = shorts; *p; p += 2) {
+            if ((unsigned char)*p == ch) {
+                esc[1] = p[1];
+                el = 2;
+                break;
+            }
+        }
+        if (put(o, esc, el) < 0)
+            return -1;
+        from = i + 1;
+    }
+    return put(o, s + from, n - from) < 0 || put(o, "\"", 1) < 0 ? -1 : 0;
+}
+
+size_t jfast_int_text(char *buf, json_int_t v)
+{
+    char tmp[24];
+    size_t n = 0;
+    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+    do {
+        tmp[n++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    size_t len = 0;
+    if (v < 0)
+        buf[len++] = '-';
+    while (n)
+        buf[len++] = tmp[--n];
+    return len;
+}
+
+static int put_integer(struct out *o, json_int_t v)
+{
+    char b[24];
+    return put(o, b, jfast_int_text(b, v));
+}
+
+/* jansson's real: %.17g, ".0" when that reads as an integer, and the
+ * exponent without its '+' or leading zeros. (The daemon never sets a
+ * locale, so the decimal point is '.'.) */
+static int put_real(struct out *o, double d)
+{
+    char b[40];
+    int n = snprintf(b, sizeof(b) - 2, "%.17g", d);
+    if (n < 0 || (size_t)n >= sizeof(b) - 2)
+        return -1;
+    if (!strchr(b, '.') && !strchr(b, 'e')) {
+        memcpy(b + n, ".0", 3);
+        n += 2;
+    }
+    char *e = strchr(b, 'e');
+    if (e) {
+        char *start = e + 1, *end = e + 2;
+        if (*start == '-')
+            start++;
+        while (*end == '0')
+            end++;
+        if (end != start) {
+            memmove(start, end, (size_t)(b + n - end) + 1);
+            n -= (int)(end - start);
+        }
+    }
+    return put(o, b, (size_t)n);
+}
+
+static int put_value(struct out *o, json_t *v, int depth)
+{
+    if (depth > SBX_MAX_JSON_DEPTH)
+        return -1; /* also how a value that contains itself ends up at jansson */
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: {
+        int first = 1;
+        if (put(o, "{", 1) < 0)
+            return -1;
+        /* Insertion order, as json_dumps without JSON_SORT_KEYS. */
+        for (void *it = json_object_iter(v); it; it = json_object_iter_next(v, it)) {
+            if ((!first && put(o, ",", 1) < 0) ||
+                put_string(o, json_object_iter_key(it), json_object_iter_key_len(it)) <
+                    0 ||
+                put(o, ":", 1) < 0 ||
+                put_value(o, json_object_iter_value(it), depth + 1) < 0)
+                return -1;
+            first = 0;
+        }
+        return put(o, "}", 1);
+    }
+    case JSON_ARRAY: {
+        size_t i;
+        json_t *m;
+        if (put(o, "[", 1) < 0)
+            return -1;
+        json_array_foreach(v, i, m) {
+            if ((i > 0 && put(o, ",", 1) < 0) || put_value(o, m, depth + 1) < 0)
+                return -1;
+        }
+        return put(o, "]", 1);
+    }
+    case JSON_STRING:
+        return put_string(o, json_string_value(v), json_string_length(v));
+    case JSON_INTEGER:
+        return put_integer(o, json_integer_value(v));
+    case JSON_REAL:
+        return put_real(o, json_real_value(v));
+    case JSON_TRUE:
+        return put(o, "true", 4);
+    case JSON_FALSE:
+        return put(o, "false", 5);
+    case JSON_NULL:
+        return put(o, "null", 4);
+    }
+    return -1;
+}
+
+char *jfast_dumps(json_t *v, size_t *len_out)
+{
+    struct out o = {malloc(256), 0, 256};
+    if (v && o.p && put_value(&o, v, 0) == 0) {
+        o.p[o.len] = '\0';
+        *len_out = o.len;
+        return o.p;
+    }
+    free(o.p);
+    char *text = v ? json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+    *len_out = text ? strlen(text) : 0;
+    return text;
 }

@@ -103,10 +103,10 @@ static void send_too_large(struct rpc_conn *k, json_t *id, size_t size, size_t r
  * would take the session past its hard limit (instead of a disconnect). */
 static void send_reply(struct rpc_conn *k, json_t *msg)
 {
-    char *text = json_dumps(msg, JSON_COMPACT | JSON_ENCODE_ANY);
+    size_t len;
+    char *text = jfast_dumps(msg, &len);
     if (!text)
         return;
-    size_t len = strlen(text);
     size_t room = k->ops->reply_room(k);
     if (len + 1 > room) {
         free(text);
@@ -173,8 +173,8 @@ static void batch_member_done(struct batch *b, size_t i, json_t *msg)
 {
     if (b->off[i] != NO_TEXT)
         return; /* answered already */
-    char *text = msg && b->conn ? json_dumps(msg, JSON_COMPACT) : NULL;
-    size_t n = text ? strlen(text) : 0;
+    size_t n = 0;
+    char *text = msg && b->conn ? jfast_dumps(msg, &n) : NULL;
     if (text) {
         b->answered++;
         b->size += n + 1;
@@ -288,24 +288,6 @@ static void call_finish(struct call *c, json_t *msg)
     free(c);
 }
 
-/* v in decimal; buf has room for 21 bytes. Returns the length. */
-static size_t put_int(char *buf, json_int_t v)
-{
-    char tmp[24];
-    size_t n = 0;
-    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
-    do {
-        tmp[n++] = (char)('0' + u % 10);
-        u /= 10;
-    } while (u);
-    size_t len = 0;
-    if (v < 0)
-        buf[len++] = '-';
-    while (n)
-        buf[len++] = tmp[--n];
-    return len;
-}
-
 /*
  * call_reply's path for a call outside a batch (call.h: finish_result): the
  * line is {"jsonrpc":"2.0","id":ID,"result":RESULT}, the same bytes
@@ -322,15 +304,14 @@ static void call_finish_result(struct call *c, json_t *result)
         const char *idt = ibuf;
         size_t il;
         if (json_is_integer(c->id)) {
-            il = put_int(ibuf, json_integer_value(c->id));
+            il = jfast_int_text(ibuf, json_integer_value(c->id));
         } else {
-            itext = json_dumps(c->id, JSON_COMPACT | JSON_ENCODE_ANY);
+            itext = jfast_dumps(c->id, &il);
             idt = itext;
-            il = itext ? strlen(itext) : 0;
         }
-        char *rt = json_dumps(result, JSON_COMPACT | JSON_ENCODE_ANY);
+        size_t rl;
+        char *rt = jfast_dumps(result, &rl);
         if (rt && idt) {
-            size_t rl = strlen(rt);
             size_t len = sizeof(pre) - 1 + il + sizeof(mid) - 1 + rl + 1;
             size_t room = k->ops->reply_room(k);
             if (len + 1 > room) {

@@ -17,6 +17,7 @@
 #include "daemon.h"
 #include "core/fs.h"
 #include "rpc/fs_stream.h"
+#include "rpc/jfast.h"
 #include "log.h"
 #include "rpc/notify.h"
 #include "rpc/parse.h"
@@ -398,12 +399,13 @@ void session_send(struct session *s, json_t *msg)
 {
     if (!s || (s->flags & SESS_CLOSE_ASAP))
         return;
-    char *text = json_dumps(msg, JSON_COMPACT | JSON_ENCODE_ANY);
+    size_t len;
+    char *text = jfast_dumps(msg, &len);
     if (!text) {
         log_error("session %llu: cannot encode a message", (unsigned long long)s->id);
         return;
     }
-    append_line(s, text, strlen(text), NULL, 0);
+    append_line(s, text, len, NULL, 0);
     free(text);
 }
 
@@ -495,6 +497,7 @@ void session_free_all(void)
     nbusy = 0;
     free(spare_ibuf);
     spare_ibuf = NULL;
+    obuf_release_spare();
     free(busy);
     busy = NULL;
     capbusy = 0;

@@ -1,7 +1,8 @@
 #!/bin/sh
 # mcp_bench.sh BUILD_DIR - `sbxctl mcp` figures (tests/mcp/bench.mjs): a tools/call
 # round trip through the official MCP SDK beside the same exec sent straight to
-# sbxd from the same Node process, and concurrent calls. Prints; never fails.
+# sbxd from the same Node process, and concurrent calls; SBX_BENCH_OLD=DIR adds
+# that build's sbxctl mcp, interleaved with the others. Prints; never fails.
 B=${1:-build}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT" || exit 0
@@ -17,7 +18,7 @@ SBXD_SOCKET="$T/sbxd.sock" "$B/sbxd" -c "$T/bench.yaml" 2>"$T/sbxd.log" &
 PID=$!
 i=0
 while [ ! -S "$T/sbxd.sock" ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i + 1)); done
-SBXD_SOCKET="$T/sbxd.sock" SBXCTL="$B/sbxctl" node tests/mcp/bench.mjs || echo "  (the MCP benchmark failed)"
+SBXD_SOCKET="$T/sbxd.sock" SBXCTL="$B/sbxctl" SBXCTL_OLD="${SBX_BENCH_OLD:+$SBX_BENCH_OLD/sbxctl}" node tests/mcp/bench.mjs || echo "  (the MCP benchmark failed)"
 kill $PID
 wait $PID 2>/dev/null
 rm -rf "$T"

@@ -96,30 +96,20 @@ NUL="dd if=/dev/zero bs=64k count=$COUNT 2>/dev/null"
 RND=$(loop /tmp/rnd)
 
 now() { date +%s.%N; }
-# median of three MB/s figures on stdin
-median() { sort -n | sed -n 2p; }
 mbs() { awk -v b="$1" -v s="$2" 'BEGIN { if (s > 0) printf "%.1f\n", b / s / 1e6; else print 0 }'; }
 
 # Output goes to /dev/null; the byte count is the command's (checked once
-# through a pipe to wc, outside the timing).
-sbx_rate() { # cmd bytes
-    n=$("$SBXCTL" exec sbench -- sh -c "$1" 2>/dev/null | wc -c)
-    [ "$n" -eq "$2" ] || { echo "short($n)"; return; }
-    for k in 1 2 3; do
-        t0=$(now)
-        "$SBXCTL" exec sbench -- sh -c "$1" >/dev/null 2>&1
-        t1=$(now)
-        mbs "$2" "$(awk -v a="$t0" -v b="$t1" 'BEGIN{print b-a}')"
-    done | median
-}
-cli_rate() { # cmd bytes
-    [ -n "$CLI" ] && [ -n "$CID" ] || { echo "-"; return; }
-    for k in 1 2 3; do
-        t0=$(now)
-        "$CLI" -H "$ENGINE" exec "$CID" sh -c "$1" >/dev/null 2>&1
-        t1=$(now)
-        mbs "$2" "$(awk -v a="$t0" -v b="$t1" 'BEGIN{print b-a}')"
-    done | median
+# through a pipe to wc, outside the timing). The three clients take turns,
+# one run each per round, so that a machine whose load changes during the
+# benchmark weighs on all three alike; each column is its median of 3.
+timed() { # rate-file bytes cmd...
+    f=$1
+    b=$2
+    shift 2
+    t0=$(now)
+    "$@" >/dev/null 2>&1
+    t1=$(now)
+    mbs "$b" "$(awk -v a="$t0" -v b="$t1" 'BEGIN{print b-a}')" >>"$f"
 }
 DN=tests/bench/dockerode
 if [ -n "$CID" ] && command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 &&
@@ -129,11 +119,20 @@ if [ -n "$CID" ] && command -v node >/dev/null 2>&1 && command -v npm >/dev/null
 else
     HAVE_NODE=0
 fi
-node_rate() { # cmd
-    [ "$HAVE_NODE" = 1 ] || { echo "-"; return; }
+rates() { # cmd bytes: the three medians, or short(N) / - for a client that cannot run
+    rm -f "$T/r.sbx" "$T/r.node" "$T/r.cli"
+    n=$("$SBXCTL" exec sbench -- sh -c "$1" 2>/dev/null | wc -c)
+    [ "$n" -eq "$2" ] || echo "short($n)" >"$T/r.sbx"
     for k in 1 2 3; do
-        node "$DN/stream.mjs" "$SOCK" "$CID" "$1" 2>/dev/null | { read -r b s; mbs "$b" "$s"; }
-    done | median
+        [ "$n" -eq "$2" ] && timed "$T/r.sbx" "$2" "$SBXCTL" exec sbench -- sh -c "$1"
+        [ "$HAVE_NODE" = 1 ] &&
+            node "$DN/stream.mjs" "$SOCK" "$CID" "$1" 2>/dev/null |
+            { read -r b s; mbs "$b" "$s"; } >>"$T/r.node"
+        [ -n "$CLI" ] && [ -n "$CID" ] && timed "$T/r.cli" "$2" "$CLI" -H "$ENGINE" exec "$CID" sh -c "$1"
+    done
+    for f in sbx node cli; do
+        if [ -s "$T/r.$f" ]; then sort -n "$T/r.$f" | sed -n '2p;$p' | head -n 1; else echo "-"; fi
+    done
 }
 
 printf '  %-28s %12s %12s %12s\n' "output" "sbxctl" "dockerode" "docker CLI"
@@ -143,9 +142,8 @@ for kind in text nul random; do
     nul) cmd=$NUL; what="binary: NUL bytes (dd)"; bytes=$((COUNT * 65536)) ;;
     random) cmd=$RND; what="binary: random bytes"; bytes=$((RMB * FSZ)) ;;
     esac
-    s=$(sbx_rate "$cmd" "$bytes")
-    d=$(node_rate "$cmd")
-    c=$(cli_rate "$cmd" "$bytes")
+    set -- $(rates "$cmd" "$bytes")
+    s=$1 d=$2 c=$3
     printf '  %-28s %8s MB/s %7s MB/s %7s MB/s\n' "$what" "$s" "$d" "$c"
 done
 "$B/sbxctl" rm sbench >/dev/null 2>&1

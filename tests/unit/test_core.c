@@ -256,6 +256,17 @@ static void test_obuf(void)
     test_cond("consume walks through an adopted buffer",
               b.bytes == 2 && n == 2 && ((char *)iov[0].iov_base)[0] == 'z');
     obuf_deinit(&b); /* frees the adopted buffer (ASan/valgrind would say) */
+
+    /* One reply at a time: the chunk its bytes left is the next one's. */
+    obuf_init(&b);
+    obuf_append(&b, "a", 1);
+    struct obuf_chunk *first = b.head;
+    obuf_consume(&b, 1);
+    obuf_append(&b, "bc", 2);
+    test_cond("an emptied chunk is kept for the next append",
+              b.head == first && b.bytes == 2 && b.head->start == 0 && b.head->end == 2);
+    obuf_deinit(&b);
+    obuf_release_spare();
 }
 
 /* -- sandbox status machine -------------------------------------------------- */

@@ -2,10 +2,11 @@
  * test_jfast.c - daemon/rpc/jfast.c: the request shapes it takes give the
  * value json_loadb gives (same bytes when encoded, keys in the same order),
  * and everything else is left to jansson (NULL), so a malformed line still
- * gets jansson's parse error. tests/fuzz/fuzz_jfast.c checks the same on
- * random input.
+ * gets jansson's parse error; jfast_dumps writes json_dumps's bytes.
+ * tests/fuzz/fuzz_jfast.c checks the same on random input.
  */
 #include <jansson.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -40,8 +41,49 @@ static void left(const char *descr, const char *text)
     test_eq_int(descr, verdict(text, strlen(text)), 0);
 }
 
+/* jfast_dumps(v) is json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY), byte for byte. */
+static void same_text(const char *descr, json_t *v)
+{
+    size_t len = 99;
+    char *a = jfast_dumps(v, &len);
+    char *b = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+    test_cond(descr, a && b && strcmp(a, b) == 0 && len == strlen(b));
+    free(a);
+    free(b);
+    json_decref(v);
+}
+
+static void test_dumps(void)
+{
+    same_text("a ping's result and a reply around it",
+              json_pack("{s:s, s:i, s:{s:b, s:s}}", "jsonrpc", "2.0", "id", 7, "result",
+                        "pong", 1, "time", "2026-12-01T19:00:00.123Z"));
+    same_text("every literal, negative and extreme integers, empty containers",
+              json_pack("[b, b, n, I, I, I, {}, []]", 1, 0, (json_int_t)-42,
+                        (json_int_t)INT64_MAX, (json_int_t)INT64_MIN));
+    same_text("escapes: quotes, backslashes, the short ones, other control bytes",
+              json_stringn("a\"b\\c\b\f\n\r\t\x01\x1f\x7f/d\0e", 17));
+    same_text("reals as jansson prints them",
+              json_pack("[f, f, f, f, f, f, f]", 0.0, -0.0, 1.0, 3.6547183990478516,
+                        1e300, 1.5e-7, 123456789012345678.0));
+    same_text("UTF-8 in a value and in a key (left to jansson)",
+              json_pack("{s:s, s:i}", "a", "\xc3\xa9t\xc3\xa9", "cl\xc3\xa9", 1));
+    same_text("members in insertion order",
+              json_pack("{s:i, s:i, s:i, s:[{s:n}]}", "z", 1, "a", 2, "m", 3, "k", "x"));
+    json_t *deep = json_array();
+    for (int i = 0; i < SBX_MAX_JSON_DEPTH + 3; i++) {
+        json_t *up = json_array();
+        json_array_append_new(up, deep);
+        deep = up;
+    }
+    same_text("nesting past the depth limit (left to jansson)", deep);
+    size_t len = 5;
+    test_cond("NULL gives NULL and 0", !jfast_dumps(NULL, &len) && len == 0);
+}
+
 int main(void)
 {
+    test_dumps();
     taken("a ping", "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"daemon.ping\"}");
     taken("an exec with params, arrays and literals",
           "{\"jsonrpc\":\"2.0\",\"id\":\"a-b\",\"method\":\"process.exec\",\"params\":"
