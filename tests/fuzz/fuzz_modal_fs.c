@@ -29,7 +29,7 @@ static void check_entry(json_t *e, int named)
     if (!json_is_integer(mode) || json_integer_value(mode) & ~07777)
         abort();
     const char *t = json_string_value(json_object_get(e, "type"));
-    if (!t || (strcmp(t, "file") && strcmp(t, "directory") && strcmp(t, "symlink") &&
+    if (!t || (strcmp(t, "file") && strcmp(t, "dir") && strcmp(t, "symlink") &&
                strcmp(t, "other")))
         abort();
 }

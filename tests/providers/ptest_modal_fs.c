@@ -302,7 +302,7 @@ static void meta_mkdir_remove(conn *c)
     json_t *s = fs(c, "fs.stat", "/work/m/n/o", NULL);
     test_cond("fs.mkdir parents: the tree is there, created",
               json_is_true(json_object_get(res_of(r), "created")) &&
-                  !strcmp(res_str(s, "type"), "directory"));
+                  !strcmp(res_str(s, "type"), "dir"));
     json_decref(r);
     json_decref(s);
     r = fs(c, "fs.mkdir", "/work/m/n", json_pack("{s:b}", "parents", 1));
@@ -365,7 +365,7 @@ static void test_meta(conn *c)
     json_array_foreach(ents, i, e) {
         const char *nm = json_string_value(json_object_get(e, "name"));
         const char *ty = json_string_value(json_object_get(e, "type"));
-        if (nm && !strcmp(nm, "a dir") && ty && !strcmp(ty, "directory"))
+        if (nm && !strcmp(nm, "a dir") && ty && !strcmp(ty, "dir"))
             saw_dir = 1;
         if (nm && !strcmp(nm, "bin.dat") && ty && !strcmp(ty, "file") &&
             json_integer_value(json_object_get(e, "size")) ==
