@@ -82,6 +82,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         modal_fs_mv_error(b, n, &en, msg, sizeof(msg));
         if (!en || en[0] != 'E' || strlen(msg) >= sizeof(msg))
             abort();
+        /* the same bytes as a tar stream (modal_fstar.c): whole or cut in
+         * two, one count, never more entries than header blocks */
+        struct mtar_count w = {0}, c = {0};
+        modal_fstar_count(&w, b, n);
+        size_t cut = n ? data[1] % n : 0;
+        modal_fstar_count(&c, b, cut);
+        modal_fstar_count(&c, b + cut, n - cut);
+        if (w.entries != c.entries || w.entries > n / 512 || w.hlen >= 512)
+            abort();
     } else {
         json_t *o = modal_fs_parse_list(b, n, skip, limit);
         if (o) {

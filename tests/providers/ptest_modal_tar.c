@@ -110,7 +110,10 @@ static void ustar(uint8_t h[512], const char *name, size_t n)
     snprintf((char *)h + 124, 12, "%011zo", n);
     snprintf((char *)h + 136, 12, "%011o", 1700000000);
     h[156] = '0';
-    memcpy(h + 257, "ustar\0" "00", 8);
+    memcpy(h + 257,
+           "ustar\0"
+           "00",
+           8);
     memset(h + 148, ' ', 8);
     unsigned sum = 0;
     for (int i = 0; i < 512; i++)
@@ -136,8 +139,8 @@ static char *two_entries_b64(const char *ok, const char *bad)
 
 static void test_round_trip(void)
 {
-    run("rm -rf %s/src %s/out && mkdir -p '%s/src/a dir/ünï cödé' %s/src/empty %s/out", TMP,
-        TMP, TMP, TMP, TMP);
+    run("rm -rf %s/src %s/out && mkdir -p '%s/src/a dir/ünï cödé' %s/src/empty %s/out",
+        TMP, TMP, TMP, TMP, TMP);
     run("cd %s/src && echo hello > 'a dir/ünï cödé/f i.txt' && ln -s 'a dir' link && "
         "ln -s /nowhere dangling && head -c 5000000 /dev/urandom > bin.dat && "
         "chmod 0750 'a dir' && chmod 0600 bin.dat",
@@ -157,6 +160,15 @@ static void test_round_trip(void)
     tree_sum(p, down);
     test_cond("sbxctl cp ID:/w/src DIR: the same tree comes back, by digest",
               rc_down == 0 && !strcmp(want, down));
+    /* -L: the link itself resolved, archived under the link's name */
+    int rc_l =
+        run("%s -s %s cp -L %s:/w/src/link %s/out/ >/dev/null", SBXCTL, SOCK, SB, TMP);
+    char ln[64];
+    line_of(ln, sizeof(ln), "cd %s/out && test -d link && ! test -L link && ls link",
+            TMP);
+    test_cond(
+        "sbxctl cp -L ID:LINK DIR: the directory it points to, named after the link",
+        rc_l == 0 && !strcmp(ln, "ünï cödé"));
     char left[64];
     line_of(left, sizeof(left), "find %s/w -name '.sbx-tar-*' | wc -l", ROOT);
     test_cond("no temporary directory is left beside the entries", !strcmp(left, "0"));
@@ -169,8 +181,9 @@ static void test_round_trip(void)
     tree_sum(p, want);
     snprintf(p, sizeof(p), "%s/w/into", ROOT);
     tree_sum(p, up);
-    test_cond("SRC/. copies the contents; a second copy merges into the directories there",
-              a == 0 && b == 0 && !strcmp(want, up));
+    test_cond(
+        "SRC/. copies the contents; a second copy merges into the directories there",
+        a == 0 && b == 0 && !strcmp(want, up));
 }
 
 static void test_refusals(conn *c)
@@ -180,17 +193,18 @@ static void test_refusals(conn *c)
         run("rm -rf %s/w/ref && mkdir -p %s/w/ref", ROOT, ROOT);
         char *b = two_entries_b64("ok.txt", bad[i][0]);
         json_t *r = call(c, "fs.write",
-                         json_pack("{s:s, s:s, s:s, s:s}", "sandbox", SB, "path", "/w/ref",
-                                   "format", "tar", "data_b64", b));
+                         json_pack("{s:s, s:s, s:s, s:s}", "sandbox", SB, "path",
+                                   "/w/ref", "format", "tar", "data_b64", b));
         free(b);
         char n[64];
         line_of(n, sizeof(n), "ls -A %s/w/ref | wc -l; ls %s/w/evil %s/evil 2>/dev/null",
                 ROOT, ROOT, ROOT);
         char msg[160];
-        snprintf(msg, sizeof(msg),
-                 "%s in an archive: -32010 EPERM, and nothing of it appears (not even the "
-                 "entry before it)",
-                 bad[i][1]);
+        snprintf(
+            msg, sizeof(msg),
+            "%s in an archive: -32010 EPERM, and nothing of it appears (not even the "
+            "entry before it)",
+            bad[i][1]);
         test_cond(msg, err_code(r) == -32010 && !strcmp(errno_of(r), "EPERM") &&
                            !strcmp(n, "0"));
         json_decref(r);
@@ -212,8 +226,8 @@ static void test_errors(conn *c)
               err_code(r) == -32010 && !strcmp(errno_of(r), "ENOENT"));
     json_decref(r);
     r = call(c, "fs.write",
-             json_pack("{s:s, s:s, s:s, s:s}", "sandbox", SB, "path", "/w/missing", "format",
-                       "tar", "data", ""));
+             json_pack("{s:s, s:s, s:s, s:s}", "sandbox", SB, "path", "/w/missing",
+                       "format", "tar", "data", ""));
     test_cond("extracting into a missing directory: -32010 ENOENT",
               err_code(r) == -32010 && !strcmp(errno_of(r), "ENOENT"));
     json_decref(r);
@@ -224,8 +238,8 @@ static void test_errors(conn *c)
               err_code(r) == -32010 && !strcmp(errno_of(r), "ENOTDIR"));
     json_decref(r);
     /* a directory in the archive where a file is: refused before anything moves */
-    run("rm -rf %s/w/clash && mkdir -p %s/w/clash/src && : > %s/w/clash/src/bin.dat", ROOT,
-        ROOT, ROOT);
+    run("rm -rf %s/w/clash && mkdir -p %s/w/clash/src && : > %s/w/clash/src/bin.dat",
+        ROOT, ROOT, ROOT);
     run("rm -f %s/w/clash/src/bin.dat && mkdir %s/w/clash/src/bin.dat", ROOT, ROOT);
     int rc = run("%s -s %s cp %s/src %s:/w/clash 2>/dev/null", SBXCTL, SOCK, TMP, SB);
     char n[64];
@@ -240,8 +254,8 @@ static void test_credit(conn *c)
 {
     run("head -c 134217728 /dev/zero > %s/w/zero128", ROOT);
     json_t *r = call(c, "fs.read",
-                     json_pack("{s:s, s:s, s:s, s:i}", "sandbox", SB, "path", "/w/zero128",
-                               "format", "tar", "length", 65536));
+                     json_pack("{s:s, s:s, s:s, s:i}", "sandbox", SB, "path",
+                               "/w/zero128", "format", "tar", "length", 65536));
     json_int_t h = json_integer_value(json_object_get(res_of(r), "handle"));
     json_int_t len = json_integer_value(json_object_get(res_of(r), "length"));
     json_decref(r);
@@ -280,20 +294,22 @@ static void test_abort(conn *c)
     run("rm -rf %s/w/ab && mkdir -p %s/w/ab", ROOT, ROOT);
     char *b = two_entries_b64("one.txt", "two.txt");
     json_t *r = call(c, "fs.write",
-                     json_pack("{s:s, s:s, s:s, s:s, s:b}", "sandbox", SB, "path", "/w/ab",
-                               "format", "tar", "data_b64", b, "more", 1));
+                     json_pack("{s:s, s:s, s:s, s:s, s:b}", "sandbox", SB, "path",
+                               "/w/ab", "format", "tar", "data_b64", b, "more", 1));
     free(b);
     json_int_t h = json_integer_value(json_object_get(res_of(r), "handle"));
     json_decref(r);
-    r = call(c, "fs.write", json_pack("{s:s, s:I, s:b}", "sandbox", SB, "handle", h, "abort", 1));
+    r = call(c, "fs.write",
+             json_pack("{s:s, s:I, s:b}", "sandbox", SB, "handle", h, "abort", 1));
     json_decref(r);
     char n[64] = "";
     for (int i = 0; i < 100 && strcmp(n, "0"); i++) {
         usleep(100 * 1000);
         line_of(n, sizeof(n), "ls -A %s/w/ab | wc -l", ROOT);
     }
-    test_cond("an aborted archive write leaves nothing (not even its temporary directory)",
-              h > 0 && !strcmp(n, "0"));
+    test_cond(
+        "an aborted archive write leaves nothing (not even its temporary directory)",
+        h > 0 && !strcmp(n, "0"));
 }
 
 static void test_big(void)
@@ -326,8 +342,8 @@ static void test_big(void)
     char a[80], b[80];
     line_of(a, sizeof(a), "sha256sum < %s/big.bin | cut -c1-64", TMP);
     line_of(b, sizeof(b), "tar -xOf %s/big.tar | sha256sum | cut -c1-64", TMP);
-    printf("      %ld MiB up and down in %.1f s; sbxd RSS %ld kB before, peak %ld kB\n", mb,
-           secs, before, peak);
+    printf("      %ld MiB up and down in %.1f s; sbxd RSS %ld kB before, peak %ld kB\n",
+           mb, secs, before, peak);
     char msg[200];
     snprintf(msg, sizeof(msg),
              "%ld MiB up and back down as archives: same digest, sbxd's RSS flat "
@@ -371,9 +387,9 @@ static void test_cross_uid(void)
         test_skip("another uid's archives are -32000", "needs root to switch uid");
         return;
     }
-    int rd = code_as_uid(4321, "fs.read",
-                         json_pack("{s:s, s:s, s:s}", "sandbox", SB, "path", "/w", "format",
-                                   "tar"));
+    int rd = code_as_uid(
+        4321, "fs.read",
+        json_pack("{s:s, s:s, s:s}", "sandbox", SB, "path", "/w", "format", "tar"));
     int wr = code_as_uid(4321, "fs.write",
                          json_pack("{s:s, s:s, s:s, s:s}", "sandbox", SB, "path", "/w",
                                    "format", "tar", "data", ""));
@@ -392,19 +408,21 @@ int main(int argc, char **argv)
     CPORT = atoi(argv[2]);
     SBXCTL = argv[3];
     DPID = atoi(argv[4]);
-    snprintf(TMP, sizeof(TMP), "%s/mtar", getenv("PTEST_TMP") ? getenv("PTEST_TMP") : "/tmp");
+    snprintf(TMP, sizeof(TMP), "%s/mtar",
+             getenv("PTEST_TMP") ? getenv("PTEST_TMP") : "/tmp");
     run("rm -rf %s && mkdir -p %s", TMP, TMP);
     conn *c = cn_open(SOCK);
     test_cond("sbxd answers", c != NULL);
     if (!c)
         return test_report();
-    json_t *r = call(c, "sandbox.create",
-                     json_pack("{s:s, s:s}", "id", SB, "provider", "modal"));
+    json_t *r =
+        call(c, "sandbox.create", json_pack("{s:s, s:s}", "id", SB, "provider", "modal"));
     test_cond("a Modal sandbox", res_of(r) != NULL);
     json_decref(r);
-    r = call(c, "process.exec",
-             json_pack("{s:s, s:s}", "sandbox", SB, "command",
-                       "mkdir -p \"$MODAL_SANDBOX_ROOT/w\" && echo \"$MODAL_SANDBOX_ROOT\""));
+    r = call(
+        c, "process.exec",
+        json_pack("{s:s, s:s}", "sandbox", SB, "command",
+                  "mkdir -p \"$MODAL_SANDBOX_ROOT/w\" && echo \"$MODAL_SANDBOX_ROOT\""));
     snprintf(ROOT, sizeof(ROOT), "%s", res_str(r, "stdout") ? res_str(r, "stdout") : "");
     ROOT[strcspn(ROOT, "\n")] = '\0';
     json_decref(r);

@@ -116,7 +116,9 @@ int modal_fs_mv_error(const uint8_t *buf, size_t len, const char **errno_name, c
     }
     msg[n] = 0;
     /* "sbxd-mv: " here, "sbxd-tar: " from the archive scripts (modal_fstar.c) */
-    size_t tl = !strncmp(msg, "sbxd-mv: ", 9) ? 9 : !strncmp(msg, "sbxd-tar: ", 10) ? 10 : 0;
+    size_t tl = !strncmp(msg, "sbxd-mv: ", 9)     ? 9
+                : !strncmp(msg, "sbxd-tar: ", 10) ? 10
+                                                  : 0;
     if (tl) {
         char *name = msg + tl, *colon = strchr(name, ':');
         for (size_t i = 0; colon && i < sizeof(words) / sizeof(words[0]); i++)
