@@ -452,33 +452,6 @@ static void test_errors(conn *c)
 }
 
 /* One call as another uid (a forked child that drops to it). */
-static int code_as_uid(uid_t uid, const char *method, json_t *params)
-{
-    int fds[2];
-    if (pipe(fds) < 0)
-        return 0;
-    pid_t pid = fork();
-    if (pid == 0) {
-        close(fds[0]);
-        if (setgroups(0, NULL) < 0 || setgid(uid) < 0 || setuid(uid) < 0)
-            _exit(3);
-        conn *c = cn_open(SOCK);
-        json_t *r = c ? cn_call(c, method, params) : NULL;
-        int code = r ? err_code(r) : 2;
-        if (write(fds[1], &code, sizeof(code)) < 0)
-            _exit(4);
-        _exit(0);
-    }
-    json_decref(params);
-    close(fds[1]);
-    int code = 0;
-    if (read(fds[0], &code, sizeof(code)) != sizeof(code))
-        code = 0;
-    close(fds[0]);
-    waitpid(pid, NULL, 0);
-    return code;
-}
-
 static void test_cross_uid(void)
 {
     if (getuid() != 0) {
@@ -490,9 +463,10 @@ static void test_cross_uid(void)
                              "fs.mkdir", "fs.remove", "fs.rename", "fs.watch"};
     int all = 1;
     for (size_t i = 0; i < sizeof(methods) / sizeof(methods[0]); i++) {
-        int code = code_as_uid(4321, methods[i],
-                               json_pack("{s:s, s:s, s:s, s:s}", "sandbox", "mfs", "path",
-                                         "/work/bin.dat", "data", "x", "to", "/y"));
+        int code =
+            cn_code_as_uid(SOCK, 4321, methods[i],
+                           json_pack("{s:s, s:s, s:s, s:s}", "sandbox", "mfs", "path",
+                                     "/work/bin.dat", "data", "x", "to", "/y"));
         if (code != -32000) {
             printf("      %s as uid 4321: %d\n", methods[i], code);
             all = 0;

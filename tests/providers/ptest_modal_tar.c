@@ -354,45 +354,18 @@ static void test_big(void)
     run("rm -f %s/big.bin %s/big.tar %s/w/big.bin", TMP, TMP, ROOT);
 }
 
-static int code_as_uid(uid_t uid, const char *method, json_t *params)
-{
-    int fds[2];
-    if (pipe(fds) < 0)
-        return 0;
-    pid_t pid = fork();
-    if (pid == 0) {
-        close(fds[0]);
-        if (setgroups(0, NULL) < 0 || setgid(uid) < 0 || setuid(uid) < 0)
-            _exit(3);
-        conn *c = cn_open(SOCK);
-        json_t *r = c ? cn_call(c, method, params) : NULL;
-        int code = r ? err_code(r) : 2;
-        if (write(fds[1], &code, sizeof(code)) < 0)
-            _exit(4);
-        _exit(0);
-    }
-    json_decref(params);
-    close(fds[1]);
-    int code = 0;
-    if (read(fds[0], &code, sizeof(code)) != sizeof(code))
-        code = 0;
-    close(fds[0]);
-    waitpid(pid, NULL, 0);
-    return code;
-}
-
 static void test_cross_uid(void)
 {
     if (getuid() != 0) {
         test_skip("another uid's archives are -32000", "needs root to switch uid");
         return;
     }
-    int rd = code_as_uid(
-        4321, "fs.read",
+    int rd = cn_code_as_uid(
+        SOCK, 4321, "fs.read",
         json_pack("{s:s, s:s, s:s}", "sandbox", SB, "path", "/w", "format", "tar"));
-    int wr = code_as_uid(4321, "fs.write",
-                         json_pack("{s:s, s:s, s:s, s:s}", "sandbox", SB, "path", "/w",
-                                   "format", "tar", "data", ""));
+    int wr = cn_code_as_uid(SOCK, 4321, "fs.write",
+                            json_pack("{s:s, s:s, s:s, s:s}", "sandbox", SB, "path", "/w",
+                                      "format", "tar", "data", ""));
     test_cond("an archive read or write of another uid's Modal sandbox is -32000",
               rd == -32000 && wr == -32000);
 }

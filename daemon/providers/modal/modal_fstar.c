@@ -119,10 +119,9 @@ static void base_of(const char *p, char *out, size_t cap)
     size_t n = strlen(p);
     while (n > 1 && p[n - 1] == '/')
         n--;
-    size_t s = n;
-    while (s > 0 && p[s - 1] != '/')
-        s--;
-    snprintf(out, cap, "%.*s", (int)(n - s), p + s);
+    const char *sl = memrchr(p, '/', n);
+    const char *b = sl ? sl + 1 : p;
+    snprintf(out, cap, "%.*s", (int)(n - (size_t)(b - p)), b);
 }
 
 char **modal_fstar_argv(struct fs_call *fc, size_t *n_out)
