@@ -45,15 +45,22 @@ static const char *errno_of(json_t *r)
     return s ? s : "";
 }
 
+/* fmt's text with ap (malloc'd), or NULL. */
+static char *vfmt(const char *fmt, va_list ap)
+{
+    char *s = NULL;
+    return vasprintf(&s, fmt, ap) < 0 ? NULL : s;
+}
+
 /* Runs a shell command line (printf-style) here; its exit status. */
 __attribute__((format(printf, 1, 2))) static int run(const char *fmt, ...)
 {
-    char cmd[4096];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(cmd, sizeof(cmd), fmt, ap);
+    char *cmd = vfmt(fmt, ap);
     va_end(ap);
-    int st = system(cmd);
+    int st = cmd ? system(cmd) : -1;
+    free(cmd);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
@@ -61,13 +68,13 @@ __attribute__((format(printf, 1, 2))) static int run(const char *fmt, ...)
 __attribute__((format(printf, 3, 4))) static void line_of(char *out, size_t cap,
                                                           const char *fmt, ...)
 {
-    char cmd[4096];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(cmd, sizeof(cmd), fmt, ap);
+    char *cmd = vfmt(fmt, ap);
     va_end(ap);
     out[0] = '\0';
-    FILE *f = popen(cmd, "r");
+    FILE *f = cmd ? popen(cmd, "r") : NULL;
+    free(cmd);
     if (!f)
         return;
     if (fgets(out, (int)cap, f))
@@ -99,40 +106,30 @@ static long rss_kb(void)
     return kb;
 }
 
-/* A ustar header block for name (type '0', n bytes), checksum set. */
-static void ustar(uint8_t h[512], const char *name, size_t n)
+/* The file's bytes in base64 (malloc'd), or NULL. */
+static char *file_b64(const char *path)
 {
-    memset(h, 0, 512);
-    snprintf((char *)h, 100, "%s", name);
-    snprintf((char *)h + 100, 8, "%07o", 0644);
-    snprintf((char *)h + 108, 8, "%07o", 0);
-    snprintf((char *)h + 116, 8, "%07o", 0);
-    snprintf((char *)h + 124, 12, "%011zo", n);
-    snprintf((char *)h + 136, 12, "%011o", 1700000000);
-    h[156] = '0';
-    memcpy(h + 257,
-           "ustar\0"
-           "00",
-           8);
-    memset(h + 148, ' ', 8);
-    unsigned sum = 0;
-    for (int i = 0; i < 512; i++)
-        sum += h[i];
-    snprintf((char *)h + 148, 8, "%06o", sum);
+    FILE *f = fopen(path, "rb");
+    static uint8_t d[1 << 16];
+    size_t n = f ? fread(d, 1, sizeof(d), f) : 0;
+    if (f)
+        fclose(f);
+    char *b = n ? malloc(sbx_base64_encoded_len(n) + 1) : NULL;
+    if (b)
+        sbx_base64_encode(b, d, n);
+    return b;
 }
 
-/* An archive of `ok` (one byte), then `bad` (one byte), then end blocks. */
-static char *two_entries_b64(const char *ok, const char *bad)
+/* An archive made by GNU tar of `ok.txt` and then `bad` (kept as given: -P),
+ * from TMP/mk, in base64. */
+static char *two_entries_b64(const char *bad)
 {
-    static uint8_t a[512 * 6];
-    memset(a, 0, sizeof(a));
-    ustar(a, ok, 1);
-    a[512] = 'x';
-    ustar(a + 1024, bad, 1);
-    a[1536] = 'y';
-    char *b = malloc(sbx_base64_encoded_len(sizeof(a)) + 1);
-    sbx_base64_encode(b, a, sizeof(a));
-    return b;
+    run("rm -rf %s/mk && mkdir -p %s/mk && echo x > %s/mk/ok.txt && echo y > %s/evil",
+        TMP, TMP, TMP, TMP);
+    run("tar -c -P -f %s/two.tar -C %s/mk ok.txt '%s' 2>/dev/null", TMP, TMP, bad);
+    char p[300];
+    snprintf(p, sizeof(p), "%s/two.tar", TMP);
+    return file_b64(p);
 }
 
 /* ---- tests --------------------------------------------------------------------- */
@@ -188,10 +185,12 @@ static void test_round_trip(void)
 
 static void test_refusals(conn *c)
 {
-    const char *bad[][2] = {{"../evil", "a `..` name"}, {"/abs", "an absolute name"}};
+    char abs[300];
+    snprintf(abs, sizeof(abs), "%s/evil", TMP);
+    const char *bad[][2] = {{"../evil", "a `..` name"}, {abs, "an absolute name"}};
     for (int i = 0; i < 2; i++) {
         run("rm -rf %s/w/ref && mkdir -p %s/w/ref", ROOT, ROOT);
-        char *b = two_entries_b64("ok.txt", bad[i][0]);
+        char *b = two_entries_b64(bad[i][0]);
         json_t *r = call(c, "fs.write",
                          json_pack("{s:s, s:s, s:s, s:s}", "sandbox", SB, "path",
                                    "/w/ref", "format", "tar", "data_b64", b));
@@ -219,24 +218,26 @@ static void test_refusals(conn *c)
 
 static void test_errors(conn *c)
 {
-    json_t *r = call(c, "fs.read",
-                     json_pack("{s:s, s:s, s:s}", "sandbox", SB, "path", "/w/missing",
-                               "format", "tar"));
-    test_cond("an archive of a missing path: -32010 ENOENT",
-              err_code(r) == -32010 && !strcmp(errno_of(r), "ENOENT"));
-    json_decref(r);
-    r = call(c, "fs.write",
-             json_pack("{s:s, s:s, s:s, s:s}", "sandbox", SB, "path", "/w/missing",
-                       "format", "tar", "data", ""));
-    test_cond("extracting into a missing directory: -32010 ENOENT",
-              err_code(r) == -32010 && !strcmp(errno_of(r), "ENOENT"));
-    json_decref(r);
-    r = call(c, "fs.write",
-             json_pack("{s:s, s:s, s:s, s:s}", "sandbox", SB, "path", "/w/src/bin.dat",
-                       "format", "tar", "data", ""));
-    test_cond("extracting into a file: -32010 ENOTDIR",
-              err_code(r) == -32010 && !strcmp(errno_of(r), "ENOTDIR"));
-    json_decref(r);
+    static const struct {
+        const char *method, *path, *errno_name, *what;
+    } cases[] = {
+        {"fs.read", "/w/missing", "ENOENT",
+         "an archive of a missing path: -32010 ENOENT"},
+        {"fs.write", "/w/missing", "ENOENT",
+         "extracting into a missing directory: -32010 ENOENT"},
+        {"fs.write", "/w/src/bin.dat", "ENOTDIR",
+         "extracting into a file: -32010 ENOTDIR"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        json_t *p = json_pack("{s:s, s:s, s:s}", "sandbox", SB, "path", cases[i].path,
+                              "format", "tar");
+        if (!strcmp(cases[i].method, "fs.write"))
+            json_object_set_new(p, "data", json_string(""));
+        json_t *r = call(c, cases[i].method, p);
+        test_cond(cases[i].what,
+                  err_code(r) == -32010 && !strcmp(errno_of(r), cases[i].errno_name));
+        json_decref(r);
+    }
     /* a directory in the archive where a file is: refused before anything moves */
     run("rm -rf %s/w/clash && mkdir -p %s/w/clash/src && : > %s/w/clash/src/bin.dat",
         ROOT, ROOT, ROOT);
@@ -292,7 +293,7 @@ static void test_credit(conn *c)
 static void test_abort(conn *c)
 {
     run("rm -rf %s/w/ab && mkdir -p %s/w/ab", ROOT, ROOT);
-    char *b = two_entries_b64("one.txt", "two.txt");
+    char *b = two_entries_b64("ok.txt");
     json_t *r = call(c, "fs.write",
                      json_pack("{s:s, s:s, s:s, s:s, s:b}", "sandbox", SB, "path",
                                "/w/ab", "format", "tar", "data_b64", b, "more", 1));
