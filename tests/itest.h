@@ -199,6 +199,14 @@ static inline int err_code(json_t *resp)
     return (int)json_integer_value(
         json_object_get(json_object_get(resp, "error"), "code"));
 }
+/* The errno name in an error's data (fs.* -32010), or "". */
+static inline const char *err_errno(json_t *resp)
+{
+    json_t *d = json_object_get(json_object_get(resp, "error"), "data");
+    const char *s = json_string_value(json_object_get(d, "errno"));
+    return s ? s : "";
+}
+
 static inline json_t *res_of(json_t *resp)
 {
     return json_object_get(resp, "result");

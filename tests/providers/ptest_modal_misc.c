@@ -83,13 +83,6 @@ static json_t *call(conn *c, const char *m, json_t *p)
     return cn_call_t(c, LONG_MS, m, p);
 }
 
-static const char *errno_of(json_t *r)
-{
-    json_t *d = json_object_get(json_object_get(r, "error"), "data");
-    const char *s = json_string_value(json_object_get(d, "errno"));
-    return s ? s : "";
-}
-
 static const char *feature_of(json_t *r)
 {
     json_t *d = json_object_get(json_object_get(r, "error"), "data");
@@ -197,10 +190,10 @@ static void test_rename_errors(conn *c)
             json_object_get(json_object_get(r, "error"), "data"), "path"));
         char name[160];
         snprintf(name, sizeof(name), "fs.rename, %s (-32010, as Docker)", cases[i].what);
-        test_cond(name, err_code(r) == -32010 && !strcmp(errno_of(r), cases[i].want) &&
+        test_cond(name, err_code(r) == -32010 && !strcmp(err_errno(r), cases[i].want) &&
                             path && !strcmp(path, cases[i].from));
-        if (err_code(r) != -32010 || strcmp(errno_of(r), cases[i].want))
-            printf("      got %d %s\n", err_code(r), errno_of(r));
+        if (err_code(r) != -32010 || strcmp(err_errno(r), cases[i].want))
+            printf("      got %d %s\n", err_code(r), err_errno(r));
         json_decref(r);
     }
     json_t *r = sh(c, SB, "cat mv/f3 mv/full/x");
@@ -224,7 +217,7 @@ static void test_rename_exdev(conn *c, const char *root)
     }
     json_t *r = mv(c, "/mv/f3", "/mv/xd/f3", -1);
     test_cond("fs.rename across file systems: -32010 EXDEV (never a copy)",
-              err_code(r) == -32010 && !strcmp(errno_of(r), "EXDEV") &&
+              err_code(r) == -32010 && !strcmp(err_errno(r), "EXDEV") &&
                   host_exists(root, "/mv/f3") && !host_exists(root, "/mv/xd/f3"));
     json_decref(r);
     if (umount2(dir, MNT_DETACH) < 0)
@@ -370,11 +363,11 @@ static void test_watch_errors(conn *c)
     json_t *r =
         call(c, "fs.watch", json_pack("{s:s, s:s}", "sandbox", SB, "path", "/nope"));
     test_cond("fs.watch of a missing path: -32010 ENOENT",
-              err_code(r) == -32010 && !strcmp(errno_of(r), "ENOENT"));
+              err_code(r) == -32010 && !strcmp(err_errno(r), "ENOENT"));
     json_decref(r);
     r = call(c, "fs.watch", json_pack("{s:s, s:s}", "sandbox", SB, "path", "/mv/f3"));
     test_cond("fs.watch of a file: -32010 ENOTDIR (as Docker)",
-              err_code(r) == -32010 && !strcmp(errno_of(r), "ENOTDIR"));
+              err_code(r) == -32010 && !strcmp(err_errno(r), "ENOTDIR"));
     json_decref(r);
 }
 

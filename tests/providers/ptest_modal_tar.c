@@ -38,13 +38,6 @@ static json_t *call(conn *c, const char *m, json_t *p)
     return cn_call_t(c, LONG_MS, m, p);
 }
 
-static const char *errno_of(json_t *r)
-{
-    json_t *d = json_object_get(json_object_get(r, "error"), "data");
-    const char *s = json_string_value(json_object_get(d, "errno"));
-    return s ? s : "";
-}
-
 /* fmt's text with ap (malloc'd), or NULL. */
 static char *vfmt(const char *fmt, va_list ap)
 {
@@ -204,7 +197,7 @@ static void test_refusals(conn *c)
             "%s in an archive: -32010 EPERM, and nothing of it appears (not even the "
             "entry before it)",
             bad[i][1]);
-        test_cond(msg, err_code(r) == -32010 && !strcmp(errno_of(r), "EPERM") &&
+        test_cond(msg, err_code(r) == -32010 && !strcmp(err_errno(r), "EPERM") &&
                            !strcmp(n, "0"));
         json_decref(r);
     }
@@ -212,7 +205,7 @@ static void test_refusals(conn *c)
                      json_pack("{s:s, s:s, s:s, s:s}", "sandbox", SB, "path", "/w/ref",
                                "format", "tar", "data", "this is no tar archive at all"));
     test_cond("a stream that is no archive: -32010 EINVAL in tar's words",
-              err_code(r) == -32010 && !strcmp(errno_of(r), "EINVAL"));
+              err_code(r) == -32010 && !strcmp(err_errno(r), "EINVAL"));
     json_decref(r);
 }
 
@@ -235,7 +228,7 @@ static void test_errors(conn *c)
             json_object_set_new(p, "data", json_string(""));
         json_t *r = call(c, cases[i].method, p);
         test_cond(cases[i].what,
-                  err_code(r) == -32010 && !strcmp(errno_of(r), cases[i].errno_name));
+                  err_code(r) == -32010 && !strcmp(err_errno(r), cases[i].errno_name));
         json_decref(r);
     }
     /* a directory in the archive where a file is: refused before anything moves */
