@@ -29,7 +29,7 @@ static void check_entry(json_t *e, int named)
     if (!json_is_integer(mode) || json_integer_value(mode) & ~07777)
         abort();
     const char *t = json_string_value(json_object_get(e, "type"));
-    if (!t || (strcmp(t, "file") && strcmp(t, "directory") && strcmp(t, "symlink") &&
+    if (!t || (strcmp(t, "file") && strcmp(t, "dir") && strcmp(t, "symlink") &&
                strcmp(t, "other")))
         abort();
 }
@@ -81,6 +81,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         char msg[64];
         modal_fs_mv_error(b, n, &en, msg, sizeof(msg));
         if (!en || en[0] != 'E' || strlen(msg) >= sizeof(msg))
+            abort();
+        /* the same bytes as a tar stream (modal_fstar.c): whole or cut in
+         * two, one count, never more entries than header blocks */
+        struct mtar_count w = {0}, c = {0};
+        modal_fstar_count(&w, b, n);
+        size_t cut = n ? data[1] % n : 0;
+        modal_fstar_count(&c, b, cut);
+        modal_fstar_count(&c, b + cut, n - cut);
+        if (w.entries != c.entries || w.entries > n / 512 || w.hlen >= 512)
             abort();
     } else {
         json_t *o = modal_fs_parse_list(b, n, skip, limit);

@@ -5,6 +5,7 @@
 #   2. the C provider tests (ptest_modal and its parts _life, _outage, _restart)
 #      through a real sbxd, and fs.* (ptest_modal_fs),
 #      and fs.rename/fs.watch, snapshot ttl, stdin after a restart (ptest_modal_misc)
+#      and tar archives (ptest_modal_tar, on a fake of its own)
 #   3. `sbxctl run --provider modal -- echo hi`, and Ctrl-C on `sbxctl exec`
 # Everything started here is stopped on exit, even on failure. Prints
 # "N passed, N failed" last; exits non-zero on any failure.
@@ -41,7 +42,7 @@ cleanup() {
     done
     PIDS=""
     # Closing the pipes makes the fakes exit (--exit-on-stdin-eof).
-    exec 8>&- 9>&-
+    exec 7>&- 8>&- 9>&-
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -237,6 +238,23 @@ fi
 # -- 2d. terminals, tunnels, egress and stats (issue 18) ----------------------------------
 PTEST_WS_SBXD="$VG $B/sbxd" PTEST_WS_CFG="$T/main.yaml" PTEST_TMP="$T" \
     ptest ptest_modal_ws "$T/ptest_ws.log" "$T/main.sock" "$CPORT" "$CA"
+
+# -- 2e. tar archives (ptest_modal_tar): its own fake, whose router holds an
+# exec's stdout back past 8 MiB unread (--stdio-window), and its own sbxd ------------
+if start_fake tarfake 7 --stdio-window 8388608; then
+    TPORT=$(sed -n 's/^LISTENING //p' "$T/tarfake.out")
+    TCPORT=$(sed -n 's/^CONTROL //p' "$T/tarfake.out")
+    write_cfg "$T/tar.yaml" "server_url: http://127.0.0.1:$TPORT" "token_id: ak-test" \
+        "token_secret: as-test" "app_name: sbxd-tar" "ca_file: $T/tarfake-state/tls/ca.pem"
+    if start_sbxd tar; then
+        PTEST_TMP="$T" ptest ptest_modal_tar "$T/ptest_tar.log" "$T/tar.sock" "$TCPORT" \
+            "$B/sbxctl" "$pid"
+    else
+        fail "ptest_modal_tar: its sbxd did not start"
+    fi
+else
+    fail "ptest_modal_tar: its fake did not start"
+fi
 
 # -- 3. sbxctl ----------------------------------------------------------------------------
 if [ -x "$B/sbxctl" ]; then

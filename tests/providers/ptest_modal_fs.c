@@ -302,7 +302,7 @@ static void meta_mkdir_remove(conn *c)
     json_t *s = fs(c, "fs.stat", "/work/m/n/o", NULL);
     test_cond("fs.mkdir parents: the tree is there, created",
               json_is_true(json_object_get(res_of(r), "created")) &&
-                  !strcmp(res_str(s, "type"), "directory"));
+                  !strcmp(res_str(s, "type"), "dir"));
     json_decref(r);
     json_decref(s);
     r = fs(c, "fs.mkdir", "/work/m/n", json_pack("{s:b}", "parents", 1));
@@ -365,7 +365,7 @@ static void test_meta(conn *c)
     json_array_foreach(ents, i, e) {
         const char *nm = json_string_value(json_object_get(e, "name"));
         const char *ty = json_string_value(json_object_get(e, "type"));
-        if (nm && !strcmp(nm, "a dir") && ty && !strcmp(ty, "directory"))
+        if (nm && !strcmp(nm, "a dir") && ty && !strcmp(ty, "dir"))
             saw_dir = 1;
         if (nm && !strcmp(nm, "bin.dat") && ty && !strcmp(ty, "file") &&
             json_integer_value(json_object_get(e, "size")) ==
@@ -452,33 +452,6 @@ static void test_errors(conn *c)
 }
 
 /* One call as another uid (a forked child that drops to it). */
-static int code_as_uid(uid_t uid, const char *method, json_t *params)
-{
-    int fds[2];
-    if (pipe(fds) < 0)
-        return 0;
-    pid_t pid = fork();
-    if (pid == 0) {
-        close(fds[0]);
-        if (setgroups(0, NULL) < 0 || setgid(uid) < 0 || setuid(uid) < 0)
-            _exit(3);
-        conn *c = cn_open(SOCK);
-        json_t *r = c ? cn_call(c, method, params) : NULL;
-        int code = r ? err_code(r) : 2;
-        if (write(fds[1], &code, sizeof(code)) < 0)
-            _exit(4);
-        _exit(0);
-    }
-    json_decref(params);
-    close(fds[1]);
-    int code = 0;
-    if (read(fds[0], &code, sizeof(code)) != sizeof(code))
-        code = 0;
-    close(fds[0]);
-    waitpid(pid, NULL, 0);
-    return code;
-}
-
 static void test_cross_uid(void)
 {
     if (getuid() != 0) {
@@ -490,9 +463,10 @@ static void test_cross_uid(void)
                              "fs.mkdir", "fs.remove", "fs.rename", "fs.watch"};
     int all = 1;
     for (size_t i = 0; i < sizeof(methods) / sizeof(methods[0]); i++) {
-        int code = code_as_uid(4321, methods[i],
-                               json_pack("{s:s, s:s, s:s, s:s}", "sandbox", "mfs", "path",
-                                         "/work/bin.dat", "data", "x", "to", "/y"));
+        int code =
+            cn_code_as_uid(SOCK, 4321, methods[i],
+                           json_pack("{s:s, s:s, s:s, s:s}", "sandbox", "mfs", "path",
+                                     "/work/bin.dat", "data", "x", "to", "/y"));
         if (code != -32000) {
             printf("      %s as uid 4321: %d\n", methods[i], code);
             all = 0;

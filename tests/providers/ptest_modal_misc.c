@@ -83,13 +83,6 @@ static json_t *call(conn *c, const char *m, json_t *p)
     return cn_call_t(c, LONG_MS, m, p);
 }
 
-static const char *errno_of(json_t *r)
-{
-    json_t *d = json_object_get(json_object_get(r, "error"), "data");
-    const char *s = json_string_value(json_object_get(d, "errno"));
-    return s ? s : "";
-}
-
 static const char *feature_of(json_t *r)
 {
     json_t *d = json_object_get(json_object_get(r, "error"), "data");
@@ -197,10 +190,10 @@ static void test_rename_errors(conn *c)
             json_object_get(json_object_get(r, "error"), "data"), "path"));
         char name[160];
         snprintf(name, sizeof(name), "fs.rename, %s (-32010, as Docker)", cases[i].what);
-        test_cond(name, err_code(r) == -32010 && !strcmp(errno_of(r), cases[i].want) &&
+        test_cond(name, err_code(r) == -32010 && !strcmp(err_errno(r), cases[i].want) &&
                             path && !strcmp(path, cases[i].from));
-        if (err_code(r) != -32010 || strcmp(errno_of(r), cases[i].want))
-            printf("      got %d %s\n", err_code(r), errno_of(r));
+        if (err_code(r) != -32010 || strcmp(err_errno(r), cases[i].want))
+            printf("      got %d %s\n", err_code(r), err_errno(r));
         json_decref(r);
     }
     json_t *r = sh(c, SB, "cat mv/f3 mv/full/x");
@@ -224,7 +217,7 @@ static void test_rename_exdev(conn *c, const char *root)
     }
     json_t *r = mv(c, "/mv/f3", "/mv/xd/f3", -1);
     test_cond("fs.rename across file systems: -32010 EXDEV (never a copy)",
-              err_code(r) == -32010 && !strcmp(errno_of(r), "EXDEV") &&
+              err_code(r) == -32010 && !strcmp(err_errno(r), "EXDEV") &&
                   host_exists(root, "/mv/f3") && !host_exists(root, "/mv/xd/f3"));
     json_decref(r);
     if (umount2(dir, MNT_DETACH) < 0)
@@ -370,11 +363,11 @@ static void test_watch_errors(conn *c)
     json_t *r =
         call(c, "fs.watch", json_pack("{s:s, s:s}", "sandbox", SB, "path", "/nope"));
     test_cond("fs.watch of a missing path: -32010 ENOENT",
-              err_code(r) == -32010 && !strcmp(errno_of(r), "ENOENT"));
+              err_code(r) == -32010 && !strcmp(err_errno(r), "ENOENT"));
     json_decref(r);
     r = call(c, "fs.watch", json_pack("{s:s, s:s}", "sandbox", SB, "path", "/mv/f3"));
     test_cond("fs.watch of a file: -32010 ENOTDIR (as Docker)",
-              err_code(r) == -32010 && !strcmp(errno_of(r), "ENOTDIR"));
+              err_code(r) == -32010 && !strcmp(err_errno(r), "ENOTDIR"));
     json_decref(r);
 }
 
@@ -592,8 +585,6 @@ static json_t *stdin_write(conn *c, const char *sb, int pid, const char *data, i
                 json_pack("{s:s, s:i, s:s}", "sandbox", sb, "pid", pid, "data", data));
 }
 
-static int cross_uid_code(const char *sock, const char *method, json_t *params);
-
 static void test_stdin_restart(const char *cmd, const char *tmp)
 {
     char sock[104];
@@ -652,7 +643,7 @@ static void test_stdin_restart(const char *cmd, const char *tmp)
     json_decref(r);
     if (getuid() == 0)
         test_cond("stdin restart: another uid's process.write is -32000",
-                  cross_uid_code(sock, "process.write",
+                  cn_code_as_uid(sock, 4321, "process.write",
                                  json_pack("{s:s, s:i, s:s}", "sandbox", "mrst", "pid",
                                            pr, "data", "x")) == -32000);
     json_decref(stdin_write(c, "mrst", pr, NULL, 1));
@@ -669,33 +660,6 @@ static void test_stdin_restart(const char *cmd, const char *tmp)
 
 /* ---- another uid ------------------------------------------------------------------ */
 
-static int cross_uid_code(const char *sock, const char *method, json_t *params)
-{
-    int fds[2];
-    if (pipe(fds) < 0)
-        return 0;
-    pid_t pid = fork();
-    if (pid == 0) {
-        close(fds[0]);
-        if (setgroups(0, NULL) < 0 || setgid(4321) < 0 || setuid(4321) < 0)
-            _exit(3);
-        conn *c = cn_open(sock);
-        json_t *r = c ? cn_call(c, method, params) : NULL;
-        int code = r ? err_code(r) : 2;
-        if (write(fds[1], &code, sizeof(code)) < 0)
-            _exit(4);
-        _exit(0);
-    }
-    json_decref(params);
-    close(fds[1]);
-    int code = 0;
-    if (read(fds[0], &code, sizeof(code)) != sizeof(code))
-        code = 0;
-    close(fds[0]);
-    waitpid(pid, NULL, 0);
-    return code;
-}
-
 static void test_cross_uid(void)
 {
     if (getuid() != 0) {
@@ -704,14 +668,14 @@ static void test_cross_uid(void)
                   "needs root to switch uid");
         return;
     }
-    int a = cross_uid_code(SOCK, "fs.rename",
+    int a = cn_code_as_uid(SOCK, 4321, "fs.rename",
                            json_pack("{s:s, s:s, s:s}", "sandbox", SB, "path", "/mv/f3",
                                      "to", "/mv/stolen"));
-    int b = cross_uid_code(SOCK, "fs.watch",
+    int b = cn_code_as_uid(SOCK, 4321, "fs.watch",
                            json_pack("{s:s, s:s}", "sandbox", SB, "path", "/wt"));
-    int d = cross_uid_code(SOCK, "fs.unwatch",
+    int d = cn_code_as_uid(SOCK, 4321, "fs.unwatch",
                            json_pack("{s:s, s:i}", "sandbox", SB, "watch", 1));
-    int e = cross_uid_code(SOCK, "sandbox.snapshot",
+    int e = cn_code_as_uid(SOCK, 4321, "sandbox.snapshot",
                            json_pack("{s:s, s:i}", "id", SB, "ttl", 60));
     printf("      as uid 4321: rename %d, watch %d, unwatch %d, snapshot %d\n", a, b, d,
            e);

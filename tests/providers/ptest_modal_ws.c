@@ -459,33 +459,6 @@ static void test_egress_refused(conn *c)
 
 /* ---- ownership and the fake's log ------------------------------------------------- */
 
-static int code_as_uid(uid_t uid, const char *method, json_t *params)
-{
-    int fds[2];
-    if (pipe(fds) < 0)
-        return 0;
-    pid_t pid = fork();
-    if (pid == 0) {
-        close(fds[0]);
-        if (setgroups(0, NULL) < 0 || setgid(uid) < 0 || setuid(uid) < 0)
-            _exit(3);
-        conn *c = cn_open(SOCK);
-        json_t *r = c ? cn_call(c, method, params) : NULL;
-        int code = r ? err_code(r) : 2;
-        if (write(fds[1], &code, sizeof(code)) < 0)
-            _exit(4);
-        _exit(0);
-    }
-    json_decref(params);
-    close(fds[1]);
-    int code = 0;
-    if (read(fds[0], &code, sizeof(code)) != sizeof(code))
-        code = 0;
-    close(fds[0]);
-    waitpid(pid, NULL, 0);
-    return code;
-}
-
 static void test_cross_uid(int pid, int port)
 {
     if (getuid() != 0) {
@@ -493,16 +466,16 @@ static void test_cross_uid(int pid, int port)
                   "needs root to switch uid");
         return;
     }
-    int a = code_as_uid(4321, "process.resize",
-                        json_pack("{s:s, s:i, s:i, s:i}", "sandbox", SB, "pid", pid,
-                                  "cols", 90, "rows", 20));
-    int b = code_as_uid(4321, "sandbox.stats", json_pack("{s:s}", "id", SB));
-    int d = code_as_uid(4321, "sandbox.expose",
-                        json_pack("{s:s, s:i}", "id", SB, "port", port));
-    int e = code_as_uid(4321, "sandbox.unexpose",
-                        json_pack("{s:s, s:i}", "id", SB, "port", port));
-    int f = code_as_uid(
-        4321, "process.exec",
+    int a = cn_code_as_uid(SOCK, 4321, "process.resize",
+                           json_pack("{s:s, s:i, s:i, s:i}", "sandbox", SB, "pid", pid,
+                                     "cols", 90, "rows", 20));
+    int b = cn_code_as_uid(SOCK, 4321, "sandbox.stats", json_pack("{s:s}", "id", SB));
+    int d = cn_code_as_uid(SOCK, 4321, "sandbox.expose",
+                           json_pack("{s:s, s:i}", "id", SB, "port", port));
+    int e = cn_code_as_uid(SOCK, 4321, "sandbox.unexpose",
+                           json_pack("{s:s, s:i}", "id", SB, "port", port));
+    int f = cn_code_as_uid(
+        SOCK, 4321, "process.exec",
         json_pack("{s:s, s:s, s:b}", "sandbox", SB, "command", "tty", "pty", 1));
     printf("      resize %d, stats %d, expose %d, unexpose %d, exec pty %d\n", a, b, d, e,
            f);

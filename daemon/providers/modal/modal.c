@@ -509,6 +509,7 @@ const struct sbx_provider sbx_provider_modal = {
     /* files: exec of modal-sandbox-fs-tools on the router (modal_fs.c) */
     .fs_call = modal_fs_call,
     .fs_release = modal_fs_release,
+    .fs_tar = 1,
     .snapshot_list = m_snapshot_list,
     .snapshot_delete = m_snapshot_delete,
     /* issue 18 (modal_ws.c) */

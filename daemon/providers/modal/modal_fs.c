@@ -76,6 +76,10 @@ struct mfs {
     /* PH_FOLLOW: the tool's Stat is lstat; fs.stat follows links itself */
     char *cur;
     int hops;
+    /* An archive (format "tar", modal_fstar.c): a read is a handle too, its
+     * stdout read from out_off a chunk per call; cnt counts the entries. */
+    int tar;
+    struct mtar_count cnt;
 };
 
 /* -- one operation ------------------------------------------------------------ */
@@ -111,6 +115,8 @@ static void finish(struct mfs *f, sbx_err_t *err, json_t *res)
     struct fs_call *fc = f->fc;
     f->fc = NULL;
     int keep = fc && f->op == FS_OP_WRITE && fc->more && !err;
+    if (fc && f->tar && f->op == FS_OP_READ && !err)
+        keep = !json_is_true(json_object_get(res, "eof"));
     if (!keep)
         mfs_free(f);
     if (fc)
@@ -174,6 +180,32 @@ static void stdin_done(struct grpc_call *c, const struct grpc_status *st,
     step_next(f);
 }
 
+static json_t *tar_result(struct mfs *f, int eof)
+{
+    return json_pack("{s:I, s:b, s:I}", "n", (json_int_t)f->fc->blen, "eof", eof,
+                     "entries", (json_int_t)f->cnt.entries);
+}
+
+/* An archive's bytes (r, freed here): into the call up to its length, the
+ * credit; the stream is closed when it is used up (the rest is asked for
+ * again from out_off by the next call), so sbxd holds one chunk. */
+static void archive_bytes(struct mfs *f, struct grpc_call *c,
+                          Modal__TaskCommandRouter__TaskExecStdioReadResponse *r)
+{
+    struct fs_call *fc = f->fc;
+    size_t n = r->data.len, room = fc->bmax - fc->blen;
+    size_t take = n < room ? n : room;
+    fs_call_data(fc, r->data.data, take);
+    modal_fstar_count(&f->cnt, r->data.data, take);
+    f->out_off += take;
+    modal__task_command_router__task_exec_stdio_read_response__free_unpacked(r, NULL);
+    if (fc->blen < fc->bmax)
+        return;
+    grpc_call_cancel(c);
+    f->call = NULL;
+    finish(f, NULL, tar_result(f, 0));
+}
+
 static void out_msg(struct grpc_call *c, const uint8_t *msg, size_t len, void *privdata)
 {
     (void)c;
@@ -186,6 +218,10 @@ static void out_msg(struct grpc_call *c, const uint8_t *msg, size_t len, void *p
         return;
     const uint8_t *d = r->data.data;
     size_t n = r->data.len;
+    if (f->step == MFS_OUT && f->tar && f->op == FS_OP_READ) {
+        archive_bytes(f, c, r);
+        return;
+    }
     uint64_t at = f->out_off;
     f->out_off += n;
     if (f->step == MFS_OUT && f->op == FS_OP_READ) {
@@ -215,6 +251,10 @@ static void out_done(struct grpc_call *c, const struct grpc_status *st,
     (void)c, (void)msg, (void)len;
     struct mfs *f = privdata;
     f->call = NULL;
+    if (f->tar && f->step == MFS_OUT && st->code == GRPC_DEADLINE_EXCEEDED) {
+        step_next(f); /* tar is slow: ask again from where the bytes stopped */
+        return;
+    }
     if (rpc_failed(f, st, "TaskExecStdioRead (modal-sandbox-fs-tools)"))
         return;
     if (f->step == MFS_OUT && f->op != FS_OP_READ && f->blen >= MFS_OUT_MAX) {
@@ -229,7 +269,7 @@ static void out_done(struct grpc_call *c, const struct grpc_status *st,
     /* stderr of a failed run: the tool's error, or its exit code. */
     const char *en;
     char m[256];
-    if ((f->op == FS_OP_RENAME ? modal_fs_mv_error : modal_fs_parse_error)(
+    if ((f->op == FS_OP_RENAME || f->tar ? modal_fs_mv_error : modal_fs_parse_error)(
             f->buf, f->blen, &en, m, sizeof(m)) < 0)
         snprintf(m, sizeof(m), "modal-sandbox-fs-tools exited %d", f->exit_code);
     if (advance(f, en))
@@ -284,7 +324,7 @@ static int advance(struct mfs *f, const char *en)
     case PH_PARENT: {
         json_t *st = en ? NULL : modal_fs_parse_stat(f->buf, f->blen);
         const char *type = json_string_value(json_object_get(st, "type"));
-        int dir = type && !strcmp(type, "directory");
+        int dir = type && !strcmp(type, "dir");
         json_decref(st);
         if (en || !dir) {
             fs_err(&err, en ? en : "ENOTDIR", path,
@@ -342,7 +382,7 @@ static int advance(struct mfs *f, const char *en)
     case PH_MKDIR_STAT: {
         json_t *st = en ? NULL : modal_fs_parse_stat(f->buf, f->blen);
         const char *type = json_string_value(json_object_get(st, "type"));
-        int dir = type && !strcmp(type, "directory");
+        int dir = type && !strcmp(type, "dir");
         json_decref(st);
         if (dir) {
             finish(f, NULL, json_pack("{s:b}", "created", 0));
@@ -362,6 +402,14 @@ static void answer(struct mfs *f)
         return;
     struct fs_call *fc = f->fc;
     json_t *res = NULL;
+    if (f->tar) {
+        res = f->op == FS_OP_READ
+                  ? tar_result(f, 1)
+                  : json_pack("{s:I, s:I, s:i}", "size", (json_int_t)f->in_off, "entries",
+                              (json_int_t)f->cnt.entries, "skipped", 0);
+        finish(f, NULL, res);
+        return;
+    }
     switch (f->op) {
     case FS_OP_READ: {
         uint64_t end = fc->blen + f->win_off;
@@ -408,7 +456,8 @@ static void wait_done(struct grpc_call *c, const struct grpc_status *st,
     if (rpc_failed(f, st, "TaskExecWait (modal-sandbox-fs-tools)"))
         return;
     int code = modal_exec_wait_code(st, msg, len);
-    if (code == 0) {
+    /* GNU tar's 1 on a read: a file changed while it was read (a warning) */
+    if (code == 0 || (f->tar && f->op == FS_OP_READ && code == 1)) {
         answer(f);
         return;
     }
@@ -436,9 +485,11 @@ static void start_exec(struct mfs *f)
     req.command_args = argv;
     req.n_command_args = 2;
     char **mv = NULL;
-    if (f->op == FS_OP_RENAME) {
-        /* The tool has no rename: a shell script from / (modal_fsmv.c). */
-        mv = modal_fs_mv_argv(f->fc, &req.n_command_args);
+    if (f->op == FS_OP_RENAME || f->tar) {
+        /* The tool has no rename nor archives: a shell script from /
+         * (modal_fsmv.c, modal_fstar.c). */
+        mv = f->tar ? modal_fstar_argv(f->fc, &req.n_command_args)
+                    : modal_fs_mv_argv(f->fc, &req.n_command_args);
         req.command_args = mv;
         req._workdir_case =
             MODAL__TASK_COMMAND_ROUTER__TASK_EXEC_START_REQUEST___WORKDIR_WORKDIR;
@@ -446,8 +497,9 @@ static void start_exec(struct mfs *f)
     }
     req._timeout_secs_case =
         MODAL__TASK_COMMAND_ROUTER__TASK_EXEC_START_REQUEST___TIMEOUT_SECS_TIMEOUT_SECS;
-    req.timeout_secs = f->op == FS_OP_WRITE && f->phase == PH_MAIN ? MFS_WRITE_TIMEOUT_S
-                                                                   : MFS_EXEC_TIMEOUT_S;
+    req.timeout_secs = (f->op == FS_OP_WRITE && f->phase == PH_MAIN) || f->tar
+                           ? MFS_WRITE_TIMEOUT_S
+                           : MFS_EXEC_TIMEOUT_S;
     req.stdout_config =
         MODAL__TASK_COMMAND_ROUTER__TASK_EXEC_STDOUT_CONFIG__TASK_EXEC_STDOUT_CONFIG_PIPE;
     req.stderr_config =
@@ -515,7 +567,10 @@ static void step_next(struct mfs *f)
         rq.exec_id = f->exec_id;
         rq.offset = 0;
         rq.file_descriptor = f->step == MFS_OUT ? MFS_FD_STDOUT : MFS_FD_STDERR;
-        f->out_off = 0;
+        if (f->tar && f->op == FS_OP_READ && f->step == MFS_OUT)
+            rq.offset = f->out_off; /* an archive's next chunk */
+        else
+            f->out_off = 0;
         f->call = modal_router_stream(ms, "TaskExecStdioRead", &rq.base,
                                       POLL_S + POLL_SLACK_S, out_msg, out_done, f);
         return;
@@ -571,6 +626,8 @@ static char *command_of(struct fs_call *fc)
     json_t *a = fc->args;
     json_t *path = json_object_get(a, "path");
     json_t *c = NULL;
+    if (modal_fstar_is(fc))
+        return xstrdup("sbxd-tar"); /* a log's words: argv is modal_fstar.c's */
     switch (fc->op) {
     case FS_OP_READ:
         c = json_pack("{s:{s:O}}", "ReadFile", "path", path);
@@ -645,17 +702,23 @@ int modal_fs_call(void *cookie, struct fs_call *fc, sbx_err_t *err)
     default:
         break;
     }
-    struct mfs *f = fc->op == FS_OP_WRITE && !fc->first ? *fc->hdata : NULL;
-    if (fc->op == FS_OP_WRITE && !fc->first && !f)
-        return err_make(err, SBX_E_INTERNAL, "write handle without its exec");
+    int tar = modal_fstar_is(fc);
+    const char *ap = json_string_value(json_object_get(a, "path"));
+    if (tar && fc->first && (!ap || ap[0] != '/'))
+        return err_make(err, SBX_E_PARAMS, "format \"tar\": path must be absolute");
+    int handle = fc->op == FS_OP_WRITE || (tar && fc->op == FS_OP_READ);
+    struct mfs *f = handle && !fc->first ? *fc->hdata : NULL;
+    if (handle && !fc->first && !f)
+        return err_make(err, SBX_E_INTERNAL, "fs handle without its exec");
     if (!f) {
         f = xcalloc(1, sizeof(*f));
         f->ms = ms;
         f->op = fc->op;
+        f->tar = tar;
         f->cmd = command_of(fc);
         const char *p = json_string_value(json_object_get(a, "path"));
         const char *slash = p ? strrchr(p, '/') : NULL;
-        if (f->cmd && fc->op == FS_OP_WRITE &&
+        if (f->cmd && fc->op == FS_OP_WRITE && !tar &&
             !json_is_true(json_object_get(a, "mkdir_parents")) && slash && slash != p) {
             char *parent = xstrndup(p, (size_t)(slash - p));
             free(f->cmd);
@@ -686,7 +749,9 @@ int modal_fs_call(void *cookie, struct fs_call *fc, sbx_err_t *err)
     }
     f->fc = fc;
     f->in_pos = 0;
-    if (fc->op == FS_OP_READ) {
+    if (tar && fc->op == FS_OP_WRITE)
+        modal_fstar_count(&f->cnt, fc->data, fc->len);
+    if (fc->op == FS_OP_READ && !tar) {
         f->win_off = (uint64_t)json_integer_value(json_object_get(a, "offset"));
         f->win_len = (uint64_t)json_integer_value(json_object_get(a, "length"));
     }
@@ -696,6 +761,45 @@ int modal_fs_call(void *cookie, struct fs_call *fc, sbx_err_t *err)
     }
     go(f, NULL);
     return 0;
+}
+
+static void abandon_done(struct grpc_call *c, const struct grpc_status *st,
+                         const uint8_t *msg, size_t len, void *privdata)
+{
+    (void)c, (void)msg, (void)len;
+    struct mfs *f = privdata;
+    f->call = NULL;
+    if (st->code != GRPC_OK)
+        log_debug("modal: an aborted archive's stdin: %s", st->message);
+    mfs_free(f);
+}
+
+/* An archive write dropped between its calls: its tar gets bytes it fails
+ * on, and EOF, so the script ends and removes its temporary directory
+ * instead of waiting for the rest until its exec's timeout. f is freed when
+ * the write is answered (or with the sandbox). */
+static void abandon(struct mfs *f)
+{
+    if (f->hdata)
+        *f->hdata = NULL;
+    f->hdata = NULL;
+    size_t n;
+    const uint8_t *bad = modal_fstar_poison(&n);
+    Modal__TaskCommandRouter__TaskExecStdinWriteRequest rq =
+        MODAL__TASK_COMMAND_ROUTER__TASK_EXEC_STDIN_WRITE_REQUEST__INIT;
+    rq.task_id = f->task;
+    rq.exec_id = f->exec_id;
+    rq.offset = f->in_off;
+    rq.data.data = (uint8_t *)bad;
+    rq.data.len = n;
+    rq.eof = 1;
+    f->in_eof = 1;
+    if (!f->ms->router || !f->ms->rt_auth) {
+        mfs_free(f);
+        return;
+    }
+    f->call = modal_router_unary(f->ms, "TaskExecStdinWrite", &rq.base, UNARY_TIMEOUT_S,
+                                 abandon_done, f);
 }
 
 void modal_fs_release(void *cookie, struct sandbox *sb, uint64_t handle, void *hdata)
@@ -709,8 +813,12 @@ void modal_fs_release(void *cookie, struct sandbox *sb, uint64_t handle, void *h
     for (struct mfs *x = ms->fs_ops; x; x = x->next)
         if (x == f) {
             /* An aborted write: no EOF goes to the tool, so it never puts a
-             * half file in place (the SDK's rule for a broken source). */
-            if (!f->fc)
+             * half file in place (the SDK's rule for a broken source). An
+             * archive's tar is made to fail, so its script removes what it
+             * extracted. */
+            if (!f->fc && f->tar && f->op == FS_OP_WRITE && f->started && !f->in_eof)
+                abandon(f);
+            else if (!f->fc)
                 mfs_free(f);
             return;
         }

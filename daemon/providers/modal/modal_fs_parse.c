@@ -69,7 +69,10 @@ static json_t *entry_of(json_t *e)
     if (!json_is_object(e) || !name || !path || path[0] != '/' || !type ||
         !json_is_integer(size) || json_integer_value(size) < 0)
         return NULL;
-    if (strcmp(type, "file") && strcmp(type, "directory") && strcmp(type, "symlink"))
+    /* the protocol's names (PROTOCOL.md fs.list: file, dir, symlink, ...) */
+    if (!strcmp(type, "directory"))
+        type = "dir";
+    else if (strcmp(type, "file") && strcmp(type, "symlink"))
         type = "other";
     json_t *o = json_pack("{s:s, s:s, s:s, s:I}", "name", name, "path", path, "type",
                           type, "size", (json_int_t)json_integer_value(size));

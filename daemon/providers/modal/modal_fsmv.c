@@ -97,6 +97,14 @@ int modal_fs_mv_error(const uint8_t *buf, size_t len, const char **errno_name, c
         {"cannot overwrite directory with non-directory", "EISDIR"},
         {"cannot overwrite non-directory with directory", "ENOTDIR"},
         {"to a subdirectory of itself", "EINVAL"},
+        /* GNU tar's (archives, modal_fstar.c) */
+        {"does not look like a tar archive", "EINVAL"},
+        {"Unexpected EOF in archive", "EINVAL"},
+        {"Skipping to next header", "EINVAL"},
+        {"File name too long", "ENAMETOOLONG"},
+        {"Too many levels of symbolic links", "ELOOP"},
+        {"Disk quota exceeded", "EDQUOT"},
+        {"tar: not found", "ENOENT"},
     };
     *errno_name = "EIO";
     msg[0] = 0;
@@ -107,9 +115,12 @@ int modal_fs_mv_error(const uint8_t *buf, size_t len, const char **errno_name, c
         n++;
     }
     msg[n] = 0;
-    static const char tag[] = "sbxd-mv: ";
-    if (!strncmp(msg, tag, sizeof(tag) - 1)) {
-        char *name = msg + sizeof(tag) - 1, *colon = strchr(name, ':');
+    /* "sbxd-mv: " here, "sbxd-tar: " from the archive scripts (modal_fstar.c) */
+    size_t tl = !strncmp(msg, "sbxd-mv: ", 9)     ? 9
+                : !strncmp(msg, "sbxd-tar: ", 10) ? 10
+                                                  : 0;
+    if (tl) {
+        char *name = msg + tl, *colon = strchr(name, ':');
         for (size_t i = 0; colon && i < sizeof(words) / sizeof(words[0]); i++)
             if ((size_t)(colon - name) == strlen(words[i][1]) &&
                 !strncmp(name, words[i][1], strlen(words[i][1]))) {

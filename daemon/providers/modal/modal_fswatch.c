@@ -301,7 +301,7 @@ static void exec_ok(struct mwatch *w)
         json_t *st = modal_fs_parse_stat(w->buf, w->blen);
         const char *type = json_string_value(json_object_get(st, "type"));
         /* A symlink: the tool follows it (and says so if it is no directory). */
-        int dir = type && (!strcmp(type, "directory") || !strcmp(type, "symlink"));
+        int dir = type && (!strcmp(type, "dir") || !strcmp(type, "symlink"));
         json_decref(st);
         if (!dir) {
             sbx_err_t err = {0};

@@ -25,6 +25,8 @@
  *   modal_stdin.c    modal_stdin_      a process's stdin, also after a restart
  *   modal_fs.c       modal_fs_         fs.* through the filesystem tool
  *   modal_fsmv.c     modal_fs_mv_      fs.rename's helper
+ *   modal_fstar.c    modal_fstar_      tar archives' helper (fs.read/fs.write
+ *                                      format "tar"), counting their entries
  *   modal_fswatch.c  modal_fswatch_    fs.watch (the tool's Watch)
  *   modal_fs_parse.c modal_fs_parse_   the tool's output parsers (untrusted),
  *                    modal_fs_errno    and its error kinds as errno names
@@ -584,9 +586,29 @@ int modal_fs_mv_argv_ok(struct fs_call *fc);
 /** The exec's argv for fs.rename fc (a shell script), n in *n_out; NULL if bad. */
 char **modal_fs_mv_argv(struct fs_call *fc, size_t *n_out);
 void modal_fs_mv_argv_free(char **argv, size_t n);
-/** The helper's stderr (untrusted): 0 with an errno name and msg, or -1 (EIO). */
+/** A helper's stderr (untrusted; fs.rename's or an archive's, their lines
+ * "sbxd-mv: ERRNO: text" / "sbxd-tar: ...", or a tool's words): 0 with an errno
+ * name and msg, or -1 (EIO). */
 int modal_fs_mv_error(const uint8_t *buf, size_t len, const char **errno_name, char *msg,
                       size_t msgsz);
+/* ---- modal_fstar.c: tar archives (format "tar") --------------------------------- */
+
+/* Entries of a tar stream seen so far (modal_fstar_count; any bytes). */
+struct mtar_count {
+    uint64_t skip; /* data bytes of the current entry still to pass */
+    uint8_t hdr[512];
+    size_t hlen;
+    uint64_t entries;
+};
+/** 1 if fc asks for an archive (args.format "tar"). */
+int modal_fstar_is(const struct fs_call *fc);
+/** The exec's argv for the archive fc (a get or a put: a shell script running
+ * tar), n in *n_out; NULL if bad. Freed with modal_fs_mv_argv_free. */
+char **modal_fstar_argv(struct fs_call *fc, size_t *n_out);
+/** Bytes that make an unfinished put's tar fail (sent with EOF on an abort). */
+const uint8_t *modal_fstar_poison(size_t *n_out);
+/** Counts the entries whose headers are in d (the next n bytes of a stream). */
+void modal_fstar_count(struct mtar_count *c, const uint8_t *d, size_t n);
 /** fs.watch fc on ms: 0 (answered later), or -1 with err. */
 int modal_fswatch_call(struct msb *ms, struct fs_call *fc, sbx_err_t *err);
 /** The router access is settled (failure: why not) for watches that waited. */

@@ -16,7 +16,7 @@
 //        [--control-port 0] [--token-ttl 3600] [--build-delay-ms 100]
 //        [--max-output-bytes 67108864] [--exit-on-stdin-eof] [--verbose]
 //        [--tls] [--host 127.0.0.1] [--router-token-ttl 3600]
-//        [--image-builder-version 2025.06]
+//        [--image-builder-version 2025.06] [--stdio-window BYTES]
 //
 // Once ready it prints to stdout, in this order:
 //   LISTENING <grpc port>     the control plane on --host: h2c, or TLS with --tls
@@ -35,6 +35,9 @@
 // the only credential router calls carry (authorization: Bearer). Exec ids
 // are the client's: a repeated TaskExecStart of a known id is not run again.
 // TaskExecStdioRead streams bytes from an offset and ends cleanly at EOF;
+// with --stdio-window N an exec's stdout pipe is paused while more than N of
+// its bytes were not streamed to anyone yet (a router with backpressure: a
+// slow reader stops the writer instead of losing the oldest bytes);
 // TaskExecStdinWrite is by offset (an overlap is a retry and is skipped);
 // TaskExecWait/Poll answer {code} or {signal}; TaskSnapshotFilesystem is
 // idempotent on snapshot_id and records ttl_seconds (-1 never, 0/absent 30 d).
@@ -175,6 +178,7 @@ function parseArgs(argv) {
     tokenTtl: 3600,
     buildDelayMs: 100,
     maxOutputBytes: 64 * 1024 * 1024,
+    stdioWindow: 0,
     exitOnStdinEof: false,
     verbose: false,
     tls: false,
@@ -199,6 +203,7 @@ function parseArgs(argv) {
       case '--token-ttl': o.tokenTtl = Number(need(i)); i++; break;
       case '--build-delay-ms': o.buildDelayMs = Number(need(i)); i++; break;
       case '--max-output-bytes': o.maxOutputBytes = Number(need(i)); i++; break;
+      case '--stdio-window': o.stdioWindow = Number(need(i)); i++; break;
       case '--proto': o.proto = path.resolve(need(i)); i++; break;
       case '--router-proto': o.routerProto = path.resolve(need(i)); i++; break;
       case '--tls': o.tls = true; break;
@@ -219,6 +224,7 @@ function parseArgs(argv) {
   if (net.isIP(o.host) !== 4 || !o.host.startsWith('127.')) usage('--host must be a 127.x.y.z address');
   if (!(o.buildDelayMs >= 0)) usage('bad --build-delay-ms');
   if (!(o.maxOutputBytes > 0)) usage('bad --max-output-bytes');
+  if (!(o.stdioWindow >= 0)) usage('bad --stdio-window');
   if (!o.state) usage('--state DIR is required');
   return o;
 }
@@ -228,7 +234,7 @@ function usage(msg) {
   process.stderr.write(
     'usage: node server.js --port N --state DIR [--token-id ID --token-secret S]\n' +
     '       [--control-port N] [--token-ttl SECS] [--build-delay-ms MS]\n' +
-    '       [--max-output-bytes N] [--exit-on-stdin-eof] [--verbose] [--proto FILE]\n' +
+    '       [--max-output-bytes N] [--stdio-window N] [--exit-on-stdin-eof] [--verbose] [--proto FILE]\n' +
     '       [--tls] [--host 127.x.y.z] [--router-token-ttl SECS] [--router-proto FILE]\n');
   process.exit(msg ? 2 : 0);
 }
@@ -1194,7 +1200,16 @@ function startExec(sb, req, over = {}) {
   ex.child = child;
   ex.pid = child.pid;
   ex.stdin = makeStdin(child);
-  child.stdout.on('data', (d) => { const fd = route(FD_STDOUT); if (fd) addBatch(ex, fd, d); });
+  child.stdout.on('data', (d) => {
+    const fd = route(FD_STDOUT);
+    if (!fd) return;
+    addBatch(ex, fd, d);
+    const o = ex.out[fd];
+    if (opts.stdioWindow && fd === FD_STDOUT && o.end - (o.streamed || 0) > opts.stdioWindow) {
+      o.pipe = child.stdout;
+      child.stdout.pause();
+    }
+  });
   child.stderr.on('data', (d) => { const fd = route(FD_STDERR); if (fd) addBatch(ex, fd, d); });
   child.on('error', (e) => {
     // Spawn failures (ENOENT, EACCES) arrive here, without an 'exit'.
@@ -1813,6 +1828,8 @@ async function streamBytes(call, ctx, o, offset, em, isDone, isGone, fault, mk, 
           if (!await send(call, ctx, mk(d, offset))) return;
           offset += d.length;
           sent += d.length;
+          if (offset > (o.streamed || 0)) o.streamed = offset;
+          if (o.pipe && o.end - o.streamed <= opts.stdioWindow) { o.pipe.resume(); o.pipe = null; }
         }
         if (cut) {
           log(`fault: dropping the stdio stream of ${what} after ${sent} bytes`);
