@@ -180,7 +180,8 @@ struct sbx_provider {
      * drops it. Docker: the Engine API's archive endpoints. */
     int (*fs_call_stopped)(void *cookie, struct fs_call *fc, sbx_err_t *err);
     /* 1: fs_call serves args.format "tar" (PROTOCOL.md "Archives"); else a
-     * tar read or write is -32011 {provider, feature: "fs.tar"} (Modal). */
+     * tar read or write is -32011 {provider, feature: "fs.tar"}. Docker and
+     * Modal set it (Modal runs GNU tar in the sandbox, modal_fstar.c). */
     int fs_tar;
     void (*fs_release_stopped)(void *cookie, struct sandbox *sb, uint64_t handle,
                                void *hdata);
