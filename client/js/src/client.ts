@@ -32,6 +32,8 @@ import {
 } from './protocol.js';
 import { SbxdProcess, type SpawnOptions, type ProcessSink } from './process.js';
 import { SbxdFiles } from './files.js';
+import { SbxdError, SbxdConnectionError } from './errors.js';
+import type { FsTransport } from './transport.js';
 
 export const DEFAULT_SOCKET = '/run/sbxd/sbxd.sock';
 
@@ -39,35 +41,6 @@ export const DEFAULT_SOCKET = '/run/sbxd/sbxd.sock';
 export function defaultSocketPath(): string {
     const env = process.env.SBXD_SOCKET;
     return env && env.length > 0 ? env : DEFAULT_SOCKET;
-}
-
-/** A JSON-RPC error answered by sbxd, with its stable code and data object. */
-export class SbxdError extends Error {
-    override readonly name: string = 'SbxdError';
-    readonly code: number;
-    readonly data: Record<string, unknown>;
-    readonly method: string;
-    constructor(method: string, code: number, message: string, data?: Record<string, unknown>) {
-        super(message);
-        this.code = code;
-        this.data = data ?? {};
-        this.method = method;
-    }
-    /** The ErrorCode key of `code` (e.g. 'SandboxNotFound'), or undefined. */
-    get codeName(): string | undefined {
-        for (const [k, v] of Object.entries(ErrorCode)) if (v === this.code) return k;
-        return undefined;
-    }
-}
-
-/** The connection failed or dropped before an answer came. */
-export class SbxdConnectionError extends Error {
-    override readonly name: string = 'SbxdConnectionError';
-    readonly socketPath: string;
-    constructor(message: string, socketPath: string, options?: { cause?: unknown }) {
-        super(message, options);
-        this.socketPath = socketPath;
-    }
 }
 
 /** A tool handler: its result goes back as JSON; a thrown error keeps name and message. */
@@ -108,7 +81,7 @@ function abortError(signal: AbortSignal): Error {
     return new DOMException('This operation was aborted', 'AbortError');
 }
 
-export class SbxdClient {
+export class SbxdClient implements FsTransport {
     readonly socketPath: string;
     private sock: net.Socket | null = null;
     private connecting: Promise<net.Socket> | null = null;

@@ -13,8 +13,8 @@ import * as posix from 'node:path/posix';
 import { ReadStream } from 'node:fs';
 import { stat } from 'node:fs/promises';
 import { randomBytes } from 'node:crypto';
-import { SbxdError } from './client.js';
-import type { SbxdClient } from './client.js';
+import { SbxdError } from './errors.js';
+import type { FsTransport } from './transport.js';
 import { rawRead, rawWrite } from './files_raw.js';
 
 /** Bytes per call: the daemon's default limits.fs_chunk_bytes. */
@@ -115,7 +115,7 @@ async function* chunksOf(data: WriteData, size: number): AsyncGenerator<Uint8Arr
 
 export class SbxdFiles {
     constructor(
-        readonly client: SbxdClient,
+        readonly client: FsTransport,
         readonly sandbox: string,
     ) {}
 

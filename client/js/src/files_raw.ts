@@ -10,8 +10,8 @@
  * sends a part only when the socket has drained the last.
  */
 import * as net from 'node:net';
-import { SbxdError } from './client.js';
-import type { SbxdClient } from './client.js';
+import { SbxdError } from './errors.js';
+import type { FsTransport } from './transport.js';
 
 /** Bytes a raw read's stream queues before it pauses the socket. */
 export const RAW_READ_QUEUE = 1 << 20;
@@ -20,7 +20,7 @@ function streamError(method: string, e: { code?: number; message?: string; data?
     return new SbxdError(method, e.code ?? -32603, e.message ?? 'raw transfer failed', e.data);
 }
 
-function openStream(client: SbxdClient, token: string): net.Socket {
+function openStream(client: FsTransport, token: string): net.Socket {
     const s = net.createConnection({ path: client.socketPath });
     s.write(JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'fs.stream', params: { token } }) + '\n');
     return s;
@@ -38,7 +38,7 @@ function takeLine(buf: Buffer): [string, Buffer] | null {
  * not offer it (then `fallback` has the JSON answer it gave instead).
  */
 export async function rawRead(
-    client: SbxdClient,
+    client: FsTransport,
     sandbox: string,
     path: string,
     offset: number,
@@ -139,7 +139,7 @@ export async function rawRead(
  * offer it. `extra` are fs.write's params (mode, append, mkdir_parents).
  */
 export async function rawWrite(
-    client: SbxdClient,
+    client: FsTransport,
     sandbox: string,
     path: string,
     size: number,

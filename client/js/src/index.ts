@@ -9,7 +9,9 @@
  *   await p.wait();
  */
 export * from './protocol.js';
-export { SbxdClient, CLIENT_METHODS, SbxdError, SbxdConnectionError, DEFAULT_SOCKET, defaultSocketPath } from './client.js';
+export { SbxdClient, CLIENT_METHODS, DEFAULT_SOCKET, defaultSocketPath } from './client.js';
+export { SbxdError, SbxdConnectionError } from './errors.js';
+export type { FsTransport } from './transport.js';
 export type { ClientOptions, ToolHandler } from './client.js';
 export { SbxdProcess } from './process.js';
 export type { SpawnOptions, OutputChunk, StreamName } from './process.js';
