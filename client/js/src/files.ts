@@ -11,11 +11,12 @@
 import type { FsEntry, FsEventNotification, FsStat } from './protocol.js';
 import * as posix from 'node:path/posix';
 import { ReadStream } from 'node:fs';
-import { stat } from 'node:fs/promises';
+import { open, stat } from 'node:fs/promises';
 import { randomBytes } from 'node:crypto';
 import { SbxdError } from './errors.js';
 import type { FsTransport } from './transport.js';
-import { rawRead, rawWrite } from './files_raw.js';
+import { rawRead, rawWrite, RAW_WINDOW, type RawSource } from './files_raw.js';
+import { planTree, packTree } from './tar.js';
 
 /** Bytes per call: the daemon's default limits.fs_chunk_bytes. */
 export const FS_CHUNK = 4 << 20;
@@ -32,6 +33,14 @@ export interface EntryInfo {
 
 /** What write takes: text, bytes, a Blob, a web ReadableStream or a Node Readable (any async iterable of bytes). */
 export type WriteData = string | ArrayBuffer | Uint8Array | Blob | ReadableStream<Uint8Array> | AsyncIterable<Uint8Array | string>;
+
+/** What an archive write answers (proto/PROTOCOL.md, Archives). */
+export interface ArchiveResult {
+    path: string;
+    size: number;
+    entries: number;
+    skipped: number;
+}
 
 export interface WriteOptions {
     mode?: number;
@@ -68,20 +77,87 @@ function entry(e: FsEntry): EntryInfo {
 }
 
 /**
- * The length of a Node fs.ReadStream of a whole regular file, not read yet
- * (fs.createReadStream(path)): its file's size, so it goes as one raw
- * transfer. A file that changes size meanwhile fails the write (the byte
- * count is exact), leaving nothing. Else undefined.
+ * A Node fs.ReadStream of a whole regular file, not read yet
+ * (fs.createReadStream(path)): its path and size, so it goes as one raw
+ * transfer read straight from the file (filePartsOf). A file that changes
+ * size meanwhile fails the write (the byte count is exact), leaving nothing.
+ * Else undefined.
  */
-async function fileSize(d: unknown): Promise<number | undefined> {
+async function wholeFile(d: unknown): Promise<{ path: string; size: number } | undefined> {
     if (!(d instanceof ReadStream) || d.bytesRead !== 0 || typeof d.path !== 'string') return undefined;
     const r = d as unknown as { start?: number; end?: number };
     if (r.start !== undefined || (r.end !== undefined && r.end !== Infinity)) return undefined;
     try {
         const st = await stat(d.path);
-        return st.isFile() ? st.size : undefined;
+        return st.isFile() ? { path: d.path, size: st.size } : undefined;
     } catch {
         return undefined;
+    }
+}
+
+/**
+ * A file's `size` bytes in RAW_PART parts read into a pool of RAW_WINDOW
+ * bytes, each buffer read into again once the socket has sent it: a big
+ * upload costs neither fresh memory per part (the page faults of 256 fresh
+ * MiB were a third of the client's CPU) nor a copy; memory stays at the pool.
+ * One byte more than `size` fails it (the file grew), as fewer does.
+ */
+function filePartsOf(path: string, size: number): RawSource {
+    const free: Buffer[] = [];
+    let made = 0;
+    let waiter: (() => void) | null = null;
+    const byMemory = new Map<ArrayBufferLike, Buffer>();
+    return {
+        written(part: Uint8Array) {
+            const b = byMemory.get(part.buffer);
+            if (!b) return;
+            free.push(b);
+            waiter?.();
+        },
+        async *[Symbol.asyncIterator]() {
+            const fh = await open(path, 'r');
+            try {
+                for (let pos = 0; pos < size; ) {
+                    while (!free.length && made * RAW_PART >= RAW_WINDOW) await new Promise<void>((r) => (waiter = r));
+                    waiter = null;
+                    let b = free.pop();
+                    if (!b) {
+                        b = Buffer.allocUnsafeSlow(RAW_PART);
+                        byMemory.set(b.buffer, b);
+                        made++;
+                    }
+                    const want = Math.min(RAW_PART, size - pos);
+                    let got = 0;
+                    while (got < want) {
+                        const { bytesRead } = await fh.read(b, got, want - got, pos + got);
+                        if (!bytesRead) break;
+                        got += bytesRead;
+                    }
+                    if (got < want) throw new RangeError(`the file ended after ${pos + got} of ${size} bytes`);
+                    pos += got;
+                    yield b.subarray(0, got);
+                }
+                const { bytesRead } = await fh.read(Buffer.alloc(1), 0, 1, size);
+                if (bytesRead) throw new RangeError(`the file has more than the ${size} bytes announced`);
+            } finally {
+                await fh.close();
+            }
+        },
+    };
+}
+
+/** A source's bytes as they come (strings as UTF-8), for a raw write: no re-slicing, no copies. */
+async function* partsOf(data: WriteData): AsyncGenerator<Uint8Array> {
+    if (typeof data === 'string') data = new TextEncoder().encode(data);
+    if (data instanceof ArrayBuffer) data = new Uint8Array(data);
+    if (data instanceof Uint8Array) {
+        for (let o = 0; o < data.length; o += RAW_PART) yield data.subarray(o, o + RAW_PART);
+        return;
+    }
+    const source = (data instanceof Blob ? data.stream() : data) as AsyncIterable<Uint8Array | string>;
+    for await (const v of source) {
+        const b = typeof v === 'string' ? Buffer.from(v) : v;
+        if (b.length) yield b;
     }
 }
 
@@ -214,9 +290,17 @@ export class SbxdFiles {
         let d: WriteData = data ?? '';
         if (typeof d === 'string') d = new TextEncoder().encode(d);
         if (d instanceof ArrayBuffer) d = new Uint8Array(d);
-        const size = d instanceof Uint8Array ? d.length : d instanceof Blob ? d.size : (opts.size ?? (await fileSize(d)));
+        const file = d instanceof Uint8Array || d instanceof Blob || opts.size !== undefined ? undefined : await wholeFile(d);
+        const size = d instanceof Uint8Array ? d.length : d instanceof Blob ? d.size : (opts.size ?? file?.size);
         if (size !== undefined && size >= RAW_MIN && !this.jsonOnly) {
-            const r = await rawWrite(this.client, this.sandbox, a, size, chunksOf(d, RAW_PART), extra);
+            const parts = file ? filePartsOf(file.path, file.size) : partsOf(d);
+            let r: { path: string } | null | undefined;
+            try {
+                r = await rawWrite(this.client, this.sandbox, a, size, parts, extra);
+            } finally {
+                // Read from its file instead: the stream's fd is not needed (null: not offered, left as it was).
+                if (file && r !== null && d instanceof ReadStream) d.destroy();
+            }
             if (r) return this.getInfo(r.path);
         } else if (size === undefined && !this.jsonOnly) {
             const r = await this.writeSegments(a, d, extra);
@@ -273,8 +357,16 @@ export class SbxdFiles {
 
     /** Base64 chunks through a write handle; each call answered before the next (the backpressure). */
     private async writeJson(path: string, chunks: AsyncIterable<Uint8Array>, extra: Record<string, unknown>): Promise<string> {
+        return (await this.writeJsonAnswer(path, chunks, extra)).path;
+    }
+
+    private async writeJsonAnswer(
+        path: string,
+        chunks: AsyncIterable<Uint8Array>,
+        extra: Record<string, unknown>,
+    ): Promise<{ path: string } & Record<string, unknown>> {
         let handle: number | undefined;
-        let last: { path: string } | undefined;
+        let last: ({ path: string } & Record<string, unknown>) | undefined;
         let prev: Uint8Array | undefined;
         const send = async (chunk: Uint8Array, more: boolean) => {
             const b64 = Buffer.from(chunk.buffer, chunk.byteOffset, chunk.length).toString('base64');
@@ -285,7 +377,7 @@ export class SbxdFiles {
                 more,
             });
             handle = r.handle;
-            last = r;
+            last = r as unknown as { path: string } & Record<string, unknown>;
         };
         try {
             for await (const chunk of chunks) {
@@ -297,7 +389,54 @@ export class SbxdFiles {
             if (handle) await this.client.call('fs.write', { sandbox: this.sandbox, handle, abort: true }).catch(() => {});
             throw e;
         }
-        return last?.path ?? path;
+        return last ?? { path };
+    }
+
+    /**
+     * A tar stream extracted into the existing directory `path` (fs.write
+     * format "tar": docker cp's archive semantics, entries made as the
+     * command user; proto/PROTOCOL.md, Archives). One raw transfer when its
+     * length is known (bytes, a Blob, `size`, fs.createReadStream of a
+     * file), else base64 chunks. Unlike write(), entries made before a
+     * failure stay.
+     */
+    async writeArchive(path: string, archive: WriteData, opts: { size?: number } = {}): Promise<ArchiveResult> {
+        let d: WriteData = archive;
+        if (typeof d === 'string') d = new TextEncoder().encode(d);
+        if (d instanceof ArrayBuffer) d = new Uint8Array(d);
+        const file = d instanceof Uint8Array || d instanceof Blob || opts.size !== undefined ? undefined : await wholeFile(d);
+        const size = d instanceof Uint8Array ? d.length : d instanceof Blob ? d.size : (opts.size ?? file?.size);
+        if (size !== undefined && !this.jsonOnly) {
+            let r: ArchiveResult | null | undefined;
+            try {
+                const parts = file ? filePartsOf(file.path, file.size) : partsOf(d);
+                r = (await rawWrite(this.client, this.sandbox, path, size, parts, { format: 'tar' })) as ArchiveResult | null;
+            } finally {
+                if (file && r !== null && d instanceof ReadStream) d.destroy();
+            }
+            if (r) return r;
+        }
+        return (await this.writeJsonAnswer(path, chunksOf(d, FS_CHUNK), { format: 'tar' })) as unknown as ArchiveResult;
+    }
+
+    /**
+     * The local directory `localDir` (or file) copied to `remotePath` in the
+     * sandbox, as `docker cp DIR ID:PATH` does for a PATH that does not
+     * exist yet: its parents are made, the tree goes as one tar stream of
+     * known length (one raw transfer), packed from the files as they are
+     * sent. Files belong to the command user; modes and mtimes are kept.
+     */
+    async uploadDir(localDir: string, remotePath: string): Promise<ArchiveResult> {
+        const top = posix.basename(remotePath);
+        if (!top || top === '.' || top === '..') throw new RangeError(`uploadDir: ${remotePath} does not name an entry`);
+        const parent = posix.dirname(remotePath);
+        await this.client.call('fs.mkdir', { sandbox: this.sandbox, path: parent, parents: true });
+        const plan = await planTree(localDir, top);
+        if (!this.jsonOnly) {
+            const r = await rawWrite(this.client, this.sandbox, parent, plan.size, packTree(plan), { format: 'tar' });
+            if (r) return r as ArchiveResult;
+        }
+        return (await this.writeJsonAnswer(parent, chunksOf(packTree(plan), FS_CHUNK), { format: 'tar' })) as unknown as ArchiveResult;
     }
 
     /** Entries of a directory (depth 1 by default), every page. */

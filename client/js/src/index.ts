@@ -17,7 +17,7 @@ export { SbxdProcess } from './process.js';
 export type { SpawnOptions, OutputChunk, StreamName } from './process.js';
 /* files (fs.*) in E2B's shape */
 export { SbxdFiles, FS_CHUNK } from './files.js';
-export type { EntryInfo, WriteData, FilesystemEvent, WatchHandle } from './files.js';
+export type { EntryInfo, WriteData, FilesystemEvent, WatchHandle, ArchiveResult } from './files.js';
 
 /* The sandbox object API (issue 19): Sandbox.create / connect, sb.commands. */
 export { Sandbox, Commands, CommandHandle, AbortError } from './sandbox.js';
