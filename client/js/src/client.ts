@@ -402,11 +402,23 @@ export class SbxdClient implements FsTransport {
     /* ---- generic calls ------------------------------------------------------------ */
 
     /** Any protocol method, typed by name. */
-    async call<M extends Method>(method: M, params: Params<M>, signal?: AbortSignal): Promise<Result<M>> {
-        if (signal?.aborted) throw abortError(signal);
-        const s = await this.ensure();
+    call<M extends Method>(method: M, params: Params<M>, signal?: AbortSignal): Promise<Result<M>> {
+        if (signal?.aborted) return Promise.reject(abortError(signal));
+        // Connected (the usual case): the line goes out in this tick, with no
+        // await before it (each one was a turn of the microtask queue per call).
+        const s = this.sock;
+        if (s) return this.send(s, method, params);
+        return this.ensure().then((c) => this.send(c, method, params));
+    }
+
+    private send<M extends Method>(s: net.Socket, method: M, params: Params<M>): Promise<Result<M>> {
         const id = this.nextId++;
-        const line = JSON.stringify({ jsonrpc: '2.0', id, method, params }) + '\n';
+        let line: string;
+        try {
+            line = JSON.stringify({ jsonrpc: '2.0', id, method, params }) + '\n';
+        } catch (e) {
+            return Promise.reject(e);
+        }
         return new Promise<Result<M>>((resolve, reject) => {
             this.pending.set(id, { method, resolve: resolve as (v: unknown) => void, reject });
             s.ref();
