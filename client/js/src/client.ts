@@ -36,6 +36,8 @@ import { SbxdError, SbxdConnectionError } from './errors.js';
 import type { FsTransport } from './transport.js';
 
 export const DEFAULT_SOCKET = '/run/sbxd/sbxd.sock';
+/** Bytes a read of the connection takes at most (its one read buffer). */
+const READ_BUF = 1 << 20;
 
 /** The socket sbxctl and libsbx use: $SBXD_SOCKET, else /run/sbxd/sbxd.sock. */
 export function defaultSocketPath(): string {
@@ -138,7 +140,21 @@ export class SbxdClient implements FsTransport {
         if (this.sock) return Promise.resolve(this.sock);
         if (this.connecting) return this.connecting;
         this.connecting = new Promise<net.Socket>((resolve, reject) => {
-            const s = net.createConnection({ path: this.socketPath });
+            /* Reads land in one buffer of this connection's (READ_BUF bytes a
+             * read, not Node's 64 KiB): a 64 KiB output line then mostly comes
+             * whole instead of across two chunks glued by a copy, with a
+             * sixteenth of the read callbacks. onData copies what it keeps. */
+            const rb = Buffer.allocUnsafeSlow(READ_BUF);
+            const s = net.createConnection({
+                path: this.socketPath,
+                onread: {
+                    buffer: rb,
+                    callback: (n: number) => {
+                        if (this.sock === s) this.onData(rb.subarray(0, n));
+                        return true;
+                    },
+                },
+            });
             s.setNoDelay?.(true);
             const onError = (err: Error) => {
                 s.destroy();
@@ -161,7 +177,6 @@ export class SbxdClient implements FsTransport {
                 this.sock = s;
                 this.rbuf = [];
                 this.generation++;
-                s.on('data', (chunk: Buffer) => this.onData(chunk));
                 s.on('error', () => {
                     /* 'close' follows */
                 });
@@ -261,7 +276,7 @@ export class SbxdClient implements FsTransport {
         let start = 0;
         let nl = chunk.indexOf(10);
         if (nl < 0) {
-            this.rbuf.push(chunk);
+            this.rbuf.push(Buffer.from(chunk)); // a copy: the read buffer is reused
             return;
         }
         if (this.rbuf.length > 0) {
@@ -277,7 +292,7 @@ export class SbxdClient implements FsTransport {
             start = nl + 1;
             nl = chunk.indexOf(10, start);
         }
-        if (start < chunk.length) this.rbuf.push(chunk.subarray(start));
+        if (start < chunk.length) this.rbuf.push(Buffer.from(chunk.subarray(start)));
     }
 
     private onLine(line: string): void {
