@@ -146,36 +146,38 @@ function filePartsOf(path: string, size: number): RawSource {
     };
 }
 
-/** A source's bytes as they come (strings as UTF-8), for a raw write: no re-slicing, no copies. */
-async function* partsOf(data: WriteData): AsyncGenerator<Uint8Array> {
-    if (typeof data === 'string') data = new TextEncoder().encode(data);
-    if (data instanceof ArrayBuffer) data = new Uint8Array(data);
-    if (data instanceof Uint8Array) {
-        for (let o = 0; o < data.length; o += RAW_PART) yield data.subarray(o, o + RAW_PART);
-        return;
-    }
+/** The data as one array of bytes, or (a stream, a Blob) its non-empty chunks as they come, strings as UTF-8. */
+function bytesOf(data: WriteData): Uint8Array | AsyncGenerator<Uint8Array> {
+    if (typeof data === 'string') return new TextEncoder().encode(data);
+    if (data instanceof ArrayBuffer) return new Uint8Array(data);
+    if (data instanceof Uint8Array) return data;
+    // Web streams are async iterable in Node (the DOM typings do not say so).
     const source = (data instanceof Blob ? data.stream() : data) as AsyncIterable<Uint8Array | string>;
-    for await (const v of source) {
-        const b = typeof v === 'string' ? Buffer.from(v) : v;
-        if (b.length) yield b;
-    }
+    return (async function* () {
+        for await (const v of source) {
+            const b = typeof v === 'string' ? Buffer.from(v) : v;
+            if (b.length) yield b;
+        }
+    })();
+}
+
+/** A source's bytes as they come, for a raw write: no re-slicing, no copies. */
+async function* partsOf(data: WriteData): AsyncGenerator<Uint8Array> {
+    const d = bytesOf(data);
+    if (!(d instanceof Uint8Array)) return yield* d;
+    for (let o = 0; o < d.length; o += RAW_PART) yield d.subarray(o, o + RAW_PART);
 }
 
 /** The source in pieces of exactly `size` bytes (the last one shorter); nothing buffered beyond one piece. */
 async function* chunksOf(data: WriteData, size: number): AsyncGenerator<Uint8Array> {
-    if (typeof data === 'string') data = new TextEncoder().encode(data);
-    if (data instanceof ArrayBuffer) data = new Uint8Array(data);
-    if (data instanceof Uint8Array) {
-        for (let o = 0; o < data.length; o += size) yield data.subarray(o, o + size);
+    const d = bytesOf(data);
+    if (d instanceof Uint8Array) {
+        for (let o = 0; o < d.length; o += size) yield d.subarray(o, o + size);
         return;
     }
-    // Web streams are async iterable in Node (the DOM typings do not say so).
-    const source = (data instanceof Blob ? data.stream() : data) as AsyncIterable<Uint8Array | string>;
     let pend: Uint8Array[] = [];
     let n = 0;
-    for await (const v of source) {
-        const b = typeof v === 'string' ? Buffer.from(v) : v;
-        if (!b.length) continue;
+    for await (const b of d) {
         pend.push(b);
         n += b.length;
         while (n >= size) {
