@@ -11,11 +11,11 @@
 import type { FsEntry, FsEventNotification, FsStat } from './protocol.js';
 import * as posix from 'node:path/posix';
 import { ReadStream } from 'node:fs';
-import { open, stat } from 'node:fs/promises';
+import { stat } from 'node:fs/promises';
 import { randomBytes } from 'node:crypto';
 import { SbxdError } from './errors.js';
 import type { FsTransport } from './transport.js';
-import { rawRead, rawWrite, RAW_WINDOW, type RawSource } from './files_raw.js';
+import { rawRead, rawWrite } from './files_raw.js';
 import { planTree, packTree } from './tar.js';
 
 /** Bytes per call: the daemon's default limits.fs_chunk_bytes. */
@@ -77,73 +77,21 @@ function entry(e: FsEntry): EntryInfo {
 }
 
 /**
- * A Node fs.ReadStream of a whole regular file, not read yet
- * (fs.createReadStream(path)): its path and size, so it goes as one raw
- * transfer read straight from the file (filePartsOf). A file that changes
- * size meanwhile fails the write (the byte count is exact), leaving nothing.
- * Else undefined.
+ * The length of a Node fs.ReadStream of a whole regular file, not read yet
+ * (fs.createReadStream(path)): its file's size, so it goes as one raw
+ * transfer. A file that changes size meanwhile fails the write (the byte
+ * count is exact), leaving nothing. Else undefined.
  */
-async function wholeFile(d: unknown): Promise<{ path: string; size: number } | undefined> {
+async function fileSize(d: unknown): Promise<number | undefined> {
     if (!(d instanceof ReadStream) || d.bytesRead !== 0 || typeof d.path !== 'string') return undefined;
     const r = d as unknown as { start?: number; end?: number };
     if (r.start !== undefined || (r.end !== undefined && r.end !== Infinity)) return undefined;
     try {
         const st = await stat(d.path);
-        return st.isFile() ? { path: d.path, size: st.size } : undefined;
+        return st.isFile() ? st.size : undefined;
     } catch {
         return undefined;
     }
-}
-
-/**
- * A file's `size` bytes in RAW_PART parts read into a pool of RAW_WINDOW
- * bytes, each buffer read into again once the socket has sent it: a big
- * upload costs neither fresh memory per part (the page faults of 256 fresh
- * MiB were a third of the client's CPU) nor a copy; memory stays at the pool.
- * One byte more than `size` fails it (the file grew), as fewer does.
- */
-function filePartsOf(path: string, size: number): RawSource {
-    const free: Buffer[] = [];
-    let made = 0;
-    let waiter: (() => void) | null = null;
-    const byMemory = new Map<ArrayBufferLike, Buffer>();
-    return {
-        written(part: Uint8Array) {
-            const b = byMemory.get(part.buffer);
-            if (!b) return;
-            free.push(b);
-            waiter?.();
-        },
-        async *[Symbol.asyncIterator]() {
-            const fh = await open(path, 'r');
-            try {
-                for (let pos = 0; pos < size; ) {
-                    while (!free.length && made * RAW_PART >= RAW_WINDOW) await new Promise<void>((r) => (waiter = r));
-                    waiter = null;
-                    let b = free.pop();
-                    if (!b) {
-                        b = Buffer.allocUnsafeSlow(RAW_PART);
-                        byMemory.set(b.buffer, b);
-                        made++;
-                    }
-                    const want = Math.min(RAW_PART, size - pos);
-                    let got = 0;
-                    while (got < want) {
-                        const { bytesRead } = await fh.read(b, got, want - got, pos + got);
-                        if (!bytesRead) break;
-                        got += bytesRead;
-                    }
-                    if (got < want) throw new RangeError(`the file ended after ${pos + got} of ${size} bytes`);
-                    pos += got;
-                    yield b.subarray(0, got);
-                }
-                const { bytesRead } = await fh.read(Buffer.alloc(1), 0, 1, size);
-                if (bytesRead) throw new RangeError(`the file has more than the ${size} bytes announced`);
-            } finally {
-                await fh.close();
-            }
-        },
-    };
 }
 
 /** The data as one array of bytes, or (a stream, a Blob) its non-empty chunks as they come, strings as UTF-8. */
@@ -292,17 +240,9 @@ export class SbxdFiles {
         let d: WriteData = data ?? '';
         if (typeof d === 'string') d = new TextEncoder().encode(d);
         if (d instanceof ArrayBuffer) d = new Uint8Array(d);
-        const file = d instanceof Uint8Array || d instanceof Blob || opts.size !== undefined ? undefined : await wholeFile(d);
-        const size = d instanceof Uint8Array ? d.length : d instanceof Blob ? d.size : (opts.size ?? file?.size);
+        const size = d instanceof Uint8Array ? d.length : d instanceof Blob ? d.size : (opts.size ?? (await fileSize(d)));
         if (size !== undefined && size >= RAW_MIN && !this.jsonOnly) {
-            const parts = file ? filePartsOf(file.path, file.size) : partsOf(d);
-            let r: { path: string } | null | undefined;
-            try {
-                r = await rawWrite(this.client, this.sandbox, a, size, parts, extra);
-            } finally {
-                // Read from its file instead: the stream's fd is not needed (null: not offered, left as it was).
-                if (file && r !== null && d instanceof ReadStream) d.destroy();
-            }
+            const r = await rawWrite(this.client, this.sandbox, a, size, partsOf(d), extra);
             if (r) return this.getInfo(r.path);
         } else if (size === undefined && !this.jsonOnly) {
             const r = await this.writeSegments(a, d, extra);
@@ -406,17 +346,10 @@ export class SbxdFiles {
         let d: WriteData = archive;
         if (typeof d === 'string') d = new TextEncoder().encode(d);
         if (d instanceof ArrayBuffer) d = new Uint8Array(d);
-        const file = d instanceof Uint8Array || d instanceof Blob || opts.size !== undefined ? undefined : await wholeFile(d);
-        const size = d instanceof Uint8Array ? d.length : d instanceof Blob ? d.size : (opts.size ?? file?.size);
+        const size = d instanceof Uint8Array ? d.length : d instanceof Blob ? d.size : (opts.size ?? (await fileSize(d)));
         if (size !== undefined && !this.jsonOnly) {
-            let r: ArchiveResult | null | undefined;
-            try {
-                const parts = file ? filePartsOf(file.path, file.size) : partsOf(d);
-                r = (await rawWrite(this.client, this.sandbox, path, size, parts, { format: 'tar' })) as ArchiveResult | null;
-            } finally {
-                if (file && r !== null && d instanceof ReadStream) d.destroy();
-            }
-            if (r) return r;
+            const r = await rawWrite(this.client, this.sandbox, path, size, partsOf(d), { format: 'tar' });
+            if (r) return r as ArchiveResult;
         }
         return (await this.writeJsonAnswer(path, chunksOf(d, FS_CHUNK), { format: 'tar' })) as unknown as ArchiveResult;
     }

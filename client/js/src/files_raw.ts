@@ -18,11 +18,6 @@ export const RAW_READ_QUEUE = 1 << 20;
 /** Bytes a raw write hands to its socket before it waits for them to go out. */
 export const RAW_WINDOW = 4 << 20;
 
-/** What a raw write sends: parts of bytes; `written(part)` is told when a part has left (its memory may be reused). */
-export interface RawSource extends AsyncIterable<Uint8Array> {
-    written?(part: Uint8Array): void;
-}
-
 function streamError(method: string, e: { code?: number; message?: string; data?: Record<string, unknown> }): SbxdError {
     return new SbxdError(method, e.code ?? -32603, e.message ?? 'raw transfer failed', e.data);
 }
@@ -150,7 +145,7 @@ export async function rawWrite(
     sandbox: string,
     path: string,
     size: number,
-    source: RawSource,
+    source: AsyncIterable<Uint8Array>,
     extra: Record<string, unknown> = {},
 ): Promise<{ path: string; size: number } | null> {
     let r: { transport?: string; token?: string };
@@ -195,7 +190,6 @@ export async function rawWrite(
     let wake: (() => void) | null = null;
     const flushed = (part: Uint8Array) => () => {
         queued -= part.length;
-        source.written?.(part);
         wake?.();
     };
     sock.on('close', () => wake?.());
