@@ -5,6 +5,9 @@
 #   - stdout streaming of a Duktape program (64 KiB lines) into a consumer:
 #     TS onStdout callback, web ReadableStream and async iterator vs
 #     `sbxctl exec` (libsbx) > /dev/null; median of 3 each.
+#   - Node's own floor: the same ping over a bare net.Socket, no client
+# TSC_OLD_DIST=DIR (another build's client/js/dist, e.g. the commit before a
+# change) adds its rows beside this build's, in the same run.
 # Prints; never fails. client/js is built as `make test` builds it.
 B=${1:-build}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -38,11 +41,17 @@ median3() { sort -n | sed -n 2p; }
 # -- round trip -----------------------------------------------------------------------
 set -- $("$B/bench/tsclient_rt" "$S" 5000)
 c50=$2 c99=$3
-set -- $(node tests/bench/tsclient_bench.mjs rt "$S" 5000)
-t50=$2 t99=$3
-printf '  %-52s p50 %s us, p99 %s us (libsbx sbx_call p50 %s us, p99 %s us; %s x)\n' \
-    "daemon.ping round trip, TS client" "$t50" "$t99" "$c50" "$c99" \
-    "$(awk -v a="$t50" -v b="$c50" 'BEGIN { printf "%.2f", a / b }')"
+set -- $(node tests/bench/tsclient_bench.mjs rawrt "$S" 5000)
+n50=$2 n99=$3
+printf '  %-52s p50 %s us, p99 %s us (%s x libsbx)\n' "daemon.ping round trip, bare node net.Socket (floor)" \
+    "$n50" "$n99" "$(awk -v a="$n50" -v b="$c50" 'BEGIN { printf "%.2f", a / b }')"
+for dist in "" ${TSC_OLD_DIST:-}; do
+    set -- $(SBXD_TS_DIST=$dist node tests/bench/tsclient_bench.mjs rt "$S" 5000)
+    t50=$2 t99=$3
+    printf '  %-52s p50 %s us, p99 %s us (libsbx sbx_call p50 %s us, p99 %s us; %s x)\n' \
+        "daemon.ping round trip, TS client${dist:+ (old dist)}" "$t50" "$t99" "$c50" "$c99" \
+        "$(awk -v a="$t50" -v b="$c50" 'BEGIN { printf "%.2f", a / b }')"
+done
 
 # -- streaming ----------------------------------------------------------------------------
 SBXD_SOCKET=$S "$B/sbxctl" create --provider duktape --id tsbench >/dev/null
@@ -55,9 +64,10 @@ for k in 1 2 3; do
 done | median3 >"$T/c"
 cmbs=$(cat "$T/c")
 printf '  %-52s %s MB/s (%s MiB)\n' "stdout streaming, libsbx (sbxctl exec > /dev/null)" "$cmbs" "$MB"
+for dist in "" ${TSC_OLD_DIST:-}; do
 for consumer in callback bytes iter; do
     for k in 1 2 3; do
-        node tests/bench/tsclient_bench.mjs stream "$S" "$MB" "$consumer" | awk '{ print $2 }'
+        SBXD_TS_DIST=$dist node tests/bench/tsclient_bench.mjs stream "$S" "$MB" "$consumer" | awk '{ print $2 }'
     done | median3 >"$T/t"
     tmbs=$(cat "$T/t")
     case $consumer in
@@ -65,6 +75,7 @@ for consumer in callback bytes iter; do
     bytes) what="TS client, web ReadableStream (bytes)" ;;
     iter) what="TS client, for await (async iterator)" ;;
     esac
-    printf '  %-52s %s MB/s (%s x libsbx)\n' "stdout streaming, $what" "$tmbs" \
+    printf '  %-52s %s MB/s (%s x libsbx)\n' "stdout streaming, $what${dist:+ (old)}" "$tmbs" \
         "$(awk -v a="$tmbs" -v b="$cmbs" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "?" }')"
+done
 done

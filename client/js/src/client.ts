@@ -32,42 +32,17 @@ import {
 } from './protocol.js';
 import { SbxdProcess, type SpawnOptions, type ProcessSink } from './process.js';
 import { SbxdFiles } from './files.js';
+import { SbxdError, SbxdConnectionError } from './errors.js';
+import type { FsTransport } from './transport.js';
 
 export const DEFAULT_SOCKET = '/run/sbxd/sbxd.sock';
+/** Bytes a read of the connection takes at most (its one read buffer). */
+const READ_BUF = 1 << 20;
 
 /** The socket sbxctl and libsbx use: $SBXD_SOCKET, else /run/sbxd/sbxd.sock. */
 export function defaultSocketPath(): string {
     const env = process.env.SBXD_SOCKET;
     return env && env.length > 0 ? env : DEFAULT_SOCKET;
-}
-
-/** A JSON-RPC error answered by sbxd, with its stable code and data object. */
-export class SbxdError extends Error {
-    override readonly name: string = 'SbxdError';
-    readonly code: number;
-    readonly data: Record<string, unknown>;
-    readonly method: string;
-    constructor(method: string, code: number, message: string, data?: Record<string, unknown>) {
-        super(message);
-        this.code = code;
-        this.data = data ?? {};
-        this.method = method;
-    }
-    /** The ErrorCode key of `code` (e.g. 'SandboxNotFound'), or undefined. */
-    get codeName(): string | undefined {
-        for (const [k, v] of Object.entries(ErrorCode)) if (v === this.code) return k;
-        return undefined;
-    }
-}
-
-/** The connection failed or dropped before an answer came. */
-export class SbxdConnectionError extends Error {
-    override readonly name: string = 'SbxdConnectionError';
-    readonly socketPath: string;
-    constructor(message: string, socketPath: string, options?: { cause?: unknown }) {
-        super(message, options);
-        this.socketPath = socketPath;
-    }
 }
 
 /** A tool handler: its result goes back as JSON; a thrown error keeps name and message. */
@@ -108,7 +83,7 @@ function abortError(signal: AbortSignal): Error {
     return new DOMException('This operation was aborted', 'AbortError');
 }
 
-export class SbxdClient {
+export class SbxdClient implements FsTransport {
     readonly socketPath: string;
     private sock: net.Socket | null = null;
     private connecting: Promise<net.Socket> | null = null;
@@ -165,7 +140,21 @@ export class SbxdClient {
         if (this.sock) return Promise.resolve(this.sock);
         if (this.connecting) return this.connecting;
         this.connecting = new Promise<net.Socket>((resolve, reject) => {
-            const s = net.createConnection({ path: this.socketPath });
+            /* Reads land in one buffer of this connection's (READ_BUF bytes a
+             * read, not Node's 64 KiB): a 64 KiB output line then mostly comes
+             * whole instead of across two chunks glued by a copy, with a
+             * sixteenth of the read callbacks. onData copies what it keeps. */
+            const rb = Buffer.allocUnsafeSlow(READ_BUF);
+            const s = net.createConnection({
+                path: this.socketPath,
+                onread: {
+                    buffer: rb,
+                    callback: (n: number) => {
+                        if (this.sock === s) this.onData(rb.subarray(0, n));
+                        return true;
+                    },
+                },
+            });
             s.setNoDelay?.(true);
             const onError = (err: Error) => {
                 s.destroy();
@@ -188,7 +177,6 @@ export class SbxdClient {
                 this.sock = s;
                 this.rbuf = [];
                 this.generation++;
-                s.on('data', (chunk: Buffer) => this.onData(chunk));
                 s.on('error', () => {
                     /* 'close' follows */
                 });
@@ -288,7 +276,7 @@ export class SbxdClient {
         let start = 0;
         let nl = chunk.indexOf(10);
         if (nl < 0) {
-            this.rbuf.push(chunk);
+            this.rbuf.push(Buffer.from(chunk)); // a copy: the read buffer is reused
             return;
         }
         if (this.rbuf.length > 0) {
@@ -304,7 +292,7 @@ export class SbxdClient {
             start = nl + 1;
             nl = chunk.indexOf(10, start);
         }
-        if (start < chunk.length) this.rbuf.push(chunk.subarray(start));
+        if (start < chunk.length) this.rbuf.push(Buffer.from(chunk.subarray(start)));
     }
 
     private onLine(line: string): void {
@@ -429,11 +417,23 @@ export class SbxdClient {
     /* ---- generic calls ------------------------------------------------------------ */
 
     /** Any protocol method, typed by name. */
-    async call<M extends Method>(method: M, params: Params<M>, signal?: AbortSignal): Promise<Result<M>> {
-        if (signal?.aborted) throw abortError(signal);
-        const s = await this.ensure();
+    call<M extends Method>(method: M, params: Params<M>, signal?: AbortSignal): Promise<Result<M>> {
+        if (signal?.aborted) return Promise.reject(abortError(signal));
+        // Connected (the usual case): the line goes out in this tick, with no
+        // await before it (each one was a turn of the microtask queue per call).
+        const s = this.sock;
+        if (s) return this.send(s, method, params);
+        return this.ensure().then((c) => this.send(c, method, params));
+    }
+
+    private send<M extends Method>(s: net.Socket, method: M, params: Params<M>): Promise<Result<M>> {
         const id = this.nextId++;
-        const line = JSON.stringify({ jsonrpc: '2.0', id, method, params }) + '\n';
+        let line: string;
+        try {
+            line = JSON.stringify({ jsonrpc: '2.0', id, method, params }) + '\n';
+        } catch (e) {
+            return Promise.reject(e);
+        }
         return new Promise<Result<M>>((resolve, reject) => {
             this.pending.set(id, { method, resolve: resolve as (v: unknown) => void, reject });
             s.ref();

@@ -13,9 +13,10 @@ import * as posix from 'node:path/posix';
 import { ReadStream } from 'node:fs';
 import { stat } from 'node:fs/promises';
 import { randomBytes } from 'node:crypto';
-import { SbxdError } from './client.js';
-import type { SbxdClient } from './client.js';
+import { SbxdError } from './errors.js';
+import type { FsTransport } from './transport.js';
 import { rawRead, rawWrite } from './files_raw.js';
+import { planTree, packTree } from './tar.js';
 
 /** Bytes per call: the daemon's default limits.fs_chunk_bytes. */
 export const FS_CHUNK = 4 << 20;
@@ -32,6 +33,14 @@ export interface EntryInfo {
 
 /** What write takes: text, bytes, a Blob, a web ReadableStream or a Node Readable (any async iterable of bytes). */
 export type WriteData = string | ArrayBuffer | Uint8Array | Blob | ReadableStream<Uint8Array> | AsyncIterable<Uint8Array | string>;
+
+/** What an archive write answers (proto/PROTOCOL.md, Archives). */
+export interface ArchiveResult {
+    path: string;
+    size: number;
+    entries: number;
+    skipped: number;
+}
 
 export interface WriteOptions {
     mode?: number;
@@ -85,21 +94,38 @@ async function fileSize(d: unknown): Promise<number | undefined> {
     }
 }
 
-/** The source in pieces of exactly `size` bytes (the last one shorter); nothing buffered beyond one piece. */
-async function* chunksOf(data: WriteData, size: number): AsyncGenerator<Uint8Array> {
-    if (typeof data === 'string') data = new TextEncoder().encode(data);
-    if (data instanceof ArrayBuffer) data = new Uint8Array(data);
-    if (data instanceof Uint8Array) {
-        for (let o = 0; o < data.length; o += size) yield data.subarray(o, o + size);
-        return;
-    }
+/** The data as one array of bytes, or (a stream, a Blob) its non-empty chunks as they come, strings as UTF-8. */
+function bytesOf(data: WriteData): Uint8Array | AsyncGenerator<Uint8Array> {
+    if (typeof data === 'string') return new TextEncoder().encode(data);
+    if (data instanceof ArrayBuffer) return new Uint8Array(data);
+    if (data instanceof Uint8Array) return data;
     // Web streams are async iterable in Node (the DOM typings do not say so).
     const source = (data instanceof Blob ? data.stream() : data) as AsyncIterable<Uint8Array | string>;
+    return (async function* () {
+        for await (const v of source) {
+            const b = typeof v === 'string' ? Buffer.from(v) : v;
+            if (b.length) yield b;
+        }
+    })();
+}
+
+/** A source's bytes as they come, for a raw write: no re-slicing, no copies. */
+async function* partsOf(data: WriteData): AsyncGenerator<Uint8Array> {
+    const d = bytesOf(data);
+    if (!(d instanceof Uint8Array)) return yield* d;
+    for (let o = 0; o < d.length; o += RAW_PART) yield d.subarray(o, o + RAW_PART);
+}
+
+/** The source in pieces of exactly `size` bytes (the last one shorter); nothing buffered beyond one piece. */
+async function* chunksOf(data: WriteData, size: number): AsyncGenerator<Uint8Array> {
+    const d = bytesOf(data);
+    if (d instanceof Uint8Array) {
+        for (let o = 0; o < d.length; o += size) yield d.subarray(o, o + size);
+        return;
+    }
     let pend: Uint8Array[] = [];
     let n = 0;
-    for await (const v of source) {
-        const b = typeof v === 'string' ? Buffer.from(v) : v;
-        if (!b.length) continue;
+    for await (const b of d) {
         pend.push(b);
         n += b.length;
         while (n >= size) {
@@ -115,7 +141,7 @@ async function* chunksOf(data: WriteData, size: number): AsyncGenerator<Uint8Arr
 
 export class SbxdFiles {
     constructor(
-        readonly client: SbxdClient,
+        readonly client: FsTransport,
         readonly sandbox: string,
     ) {}
 
@@ -216,7 +242,7 @@ export class SbxdFiles {
         if (d instanceof ArrayBuffer) d = new Uint8Array(d);
         const size = d instanceof Uint8Array ? d.length : d instanceof Blob ? d.size : (opts.size ?? (await fileSize(d)));
         if (size !== undefined && size >= RAW_MIN && !this.jsonOnly) {
-            const r = await rawWrite(this.client, this.sandbox, a, size, chunksOf(d, RAW_PART), extra);
+            const r = await rawWrite(this.client, this.sandbox, a, size, partsOf(d), extra);
             if (r) return this.getInfo(r.path);
         } else if (size === undefined && !this.jsonOnly) {
             const r = await this.writeSegments(a, d, extra);
@@ -273,8 +299,16 @@ export class SbxdFiles {
 
     /** Base64 chunks through a write handle; each call answered before the next (the backpressure). */
     private async writeJson(path: string, chunks: AsyncIterable<Uint8Array>, extra: Record<string, unknown>): Promise<string> {
+        return (await this.writeJsonAnswer(path, chunks, extra)).path;
+    }
+
+    private async writeJsonAnswer(
+        path: string,
+        chunks: AsyncIterable<Uint8Array>,
+        extra: Record<string, unknown>,
+    ): Promise<{ path: string } & Record<string, unknown>> {
         let handle: number | undefined;
-        let last: { path: string } | undefined;
+        let last: ({ path: string } & Record<string, unknown>) | undefined;
         let prev: Uint8Array | undefined;
         const send = async (chunk: Uint8Array, more: boolean) => {
             const b64 = Buffer.from(chunk.buffer, chunk.byteOffset, chunk.length).toString('base64');
@@ -285,7 +319,7 @@ export class SbxdFiles {
                 more,
             });
             handle = r.handle;
-            last = r;
+            last = r as unknown as { path: string } & Record<string, unknown>;
         };
         try {
             for await (const chunk of chunks) {
@@ -297,7 +331,47 @@ export class SbxdFiles {
             if (handle) await this.client.call('fs.write', { sandbox: this.sandbox, handle, abort: true }).catch(() => {});
             throw e;
         }
-        return last?.path ?? path;
+        return last ?? { path };
+    }
+
+    /**
+     * A tar stream extracted into the existing directory `path` (fs.write
+     * format "tar": docker cp's archive semantics, entries made as the
+     * command user; proto/PROTOCOL.md, Archives). One raw transfer when its
+     * length is known (bytes, a Blob, `size`, fs.createReadStream of a
+     * file), else base64 chunks. Unlike write(), entries made before a
+     * failure stay.
+     */
+    async writeArchive(path: string, archive: WriteData, opts: { size?: number } = {}): Promise<ArchiveResult> {
+        let d: WriteData = archive;
+        if (typeof d === 'string') d = new TextEncoder().encode(d);
+        if (d instanceof ArrayBuffer) d = new Uint8Array(d);
+        const size = d instanceof Uint8Array ? d.length : d instanceof Blob ? d.size : (opts.size ?? (await fileSize(d)));
+        if (size !== undefined && !this.jsonOnly) {
+            const r = await rawWrite(this.client, this.sandbox, path, size, partsOf(d), { format: 'tar' });
+            if (r) return r as ArchiveResult;
+        }
+        return (await this.writeJsonAnswer(path, chunksOf(d, FS_CHUNK), { format: 'tar' })) as unknown as ArchiveResult;
+    }
+
+    /**
+     * The local directory `localDir` (or file) copied to `remotePath` in the
+     * sandbox, as `docker cp DIR ID:PATH` does for a PATH that does not
+     * exist yet: its parents are made, the tree goes as one tar stream of
+     * known length (one raw transfer), packed from the files as they are
+     * sent. Files belong to the command user; modes and mtimes are kept.
+     */
+    async uploadDir(localDir: string, remotePath: string): Promise<ArchiveResult> {
+        const top = posix.basename(remotePath);
+        if (!top || top === '.' || top === '..') throw new RangeError(`uploadDir: ${remotePath} does not name an entry`);
+        const parent = posix.dirname(remotePath);
+        await this.client.call('fs.mkdir', { sandbox: this.sandbox, path: parent, parents: true });
+        const plan = await planTree(localDir, top);
+        if (!this.jsonOnly) {
+            const r = await rawWrite(this.client, this.sandbox, parent, plan.size, packTree(plan), { format: 'tar' });
+            if (r) return r as ArchiveResult;
+        }
+        return (await this.writeJsonAnswer(parent, chunksOf(packTree(plan), FS_CHUNK), { format: 'tar' })) as unknown as ArchiveResult;
     }
 
     /** Entries of a directory (depth 1 by default), every page. */

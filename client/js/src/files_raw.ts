@@ -10,17 +10,19 @@
  * sends a part only when the socket has drained the last.
  */
 import * as net from 'node:net';
-import { SbxdError } from './client.js';
-import type { SbxdClient } from './client.js';
+import { SbxdError } from './errors.js';
+import type { FsTransport } from './transport.js';
 
 /** Bytes a raw read's stream queues before it pauses the socket. */
 export const RAW_READ_QUEUE = 1 << 20;
+/** Bytes a raw write hands to its socket before it waits for them to go out. */
+export const RAW_WINDOW = 4 << 20;
 
 function streamError(method: string, e: { code?: number; message?: string; data?: Record<string, unknown> }): SbxdError {
     return new SbxdError(method, e.code ?? -32603, e.message ?? 'raw transfer failed', e.data);
 }
 
-function openStream(client: SbxdClient, token: string): net.Socket {
+function openStream(client: FsTransport, token: string): net.Socket {
     const s = net.createConnection({ path: client.socketPath });
     s.write(JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'fs.stream', params: { token } }) + '\n');
     return s;
@@ -38,7 +40,7 @@ function takeLine(buf: Buffer): [string, Buffer] | null {
  * not offer it (then `fallback` has the JSON answer it gave instead).
  */
 export async function rawRead(
-    client: SbxdClient,
+    client: FsTransport,
     sandbox: string,
     path: string,
     offset: number,
@@ -139,7 +141,7 @@ export async function rawRead(
  * offer it. `extra` are fs.write's params (mode, append, mkdir_parents).
  */
 export async function rawWrite(
-    client: SbxdClient,
+    client: FsTransport,
     sandbox: string,
     path: string,
     size: number,
@@ -180,23 +182,26 @@ export async function rawWrite(
     });
     answer.catch(() => {});
     let sent = 0;
+    /* A window of RAW_WINDOW bytes handed to the socket and not yet written
+     * out: the next part is read from the source while the socket sends the
+     * last ones, so the pipe to the daemon never runs dry between parts
+     * (waiting for 'drain' after each part left it empty once per part). */
+    let queued = 0;
+    let wake: (() => void) | null = null;
+    const flushed = (part: Uint8Array) => () => {
+        queued -= part.length;
+        wake?.();
+    };
+    sock.on('close', () => wake?.());
     try {
         for await (const part of source) {
             if (closed) break; // the daemon answered early (an error): stop sending and read it
             if (sent + part.length > size) throw new RangeError(`the source has more than the ${size} bytes announced`);
             sent += part.length;
-            if (!sock.write(part)) {
-                // Backpressure: wait until the socket drained (or the daemon closed it).
-                await new Promise<void>((res) => {
-                    const done = () => {
-                        sock.off('drain', done);
-                        sock.off('close', done);
-                        res();
-                    };
-                    sock.on('drain', done);
-                    sock.on('close', done);
-                });
-            }
+            queued += part.length;
+            sock.write(part, flushed(part));
+            while (queued >= RAW_WINDOW && !closed) await new Promise<void>((res) => (wake = res));
+            wake = null;
         }
         if (!closed && sent !== size) throw new RangeError(`the source ended after ${sent} of ${size} bytes`);
     } catch (e) {

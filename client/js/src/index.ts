@@ -9,13 +9,15 @@
  *   await p.wait();
  */
 export * from './protocol.js';
-export { SbxdClient, CLIENT_METHODS, SbxdError, SbxdConnectionError, DEFAULT_SOCKET, defaultSocketPath } from './client.js';
+export { SbxdClient, CLIENT_METHODS, DEFAULT_SOCKET, defaultSocketPath } from './client.js';
+export { SbxdError, SbxdConnectionError } from './errors.js';
+export type { FsTransport } from './transport.js';
 export type { ClientOptions, ToolHandler } from './client.js';
 export { SbxdProcess } from './process.js';
 export type { SpawnOptions, OutputChunk, StreamName } from './process.js';
 /* files (fs.*) in E2B's shape */
 export { SbxdFiles, FS_CHUNK } from './files.js';
-export type { EntryInfo, WriteData, FilesystemEvent, WatchHandle } from './files.js';
+export type { EntryInfo, WriteData, FilesystemEvent, WatchHandle, ArchiveResult } from './files.js';
 
 /* The sandbox object API (issue 19): Sandbox.create / connect, sb.commands. */
 export { Sandbox, Commands, CommandHandle, AbortError } from './sandbox.js';

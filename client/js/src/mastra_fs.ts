@@ -30,7 +30,8 @@ import type {
     RemoveOptions,
     WriteOptions,
 } from '@mastra/core/workspace';
-import { SbxdClient, SbxdError } from './client.js';
+import { SbxdClient } from './client.js';
+import { SbxdError } from './errors.js';
 import type { SbxdFiles } from './files.js';
 
 export interface SbxdFilesystemOptions extends MastraFilesystemOptions {
