@@ -132,8 +132,8 @@ $(B)/tests/%: tests/unit/%.c $(DAEMON_LIB_OBJ) $(WORKER_OBJ) $(B)/libsbx.a tests
 # unit22 (issue 22): the fake-provider kit (tests/unit/fakeprov.h), linked
 # into the unit tests that drive the core or rpc/ through it.
 FAKEPROV_OBJ = $(B)/obj/tests/unit/fakeprov.o
-FAKEPROV_TESTS = test_chan test_docker_hijack test_rpc test_session test_sandbox \
-	test_api_process
+FAKEPROV_TESTS = test_chan test_docker_hijack test_rpc test_session test_sandbox test_output \
+	test_api_process test_process
 $(FAKEPROV_OBJ): CFLAGS_ALL += -Itests
 $(FAKEPROV_OBJ): tests/unit/fakeprov.h
 $(patsubst %,$(B)/tests/%,$(FAKEPROV_TESTS)): $(FAKEPROV_OBJ) tests/unit/fakeprov.h
