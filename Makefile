@@ -41,7 +41,7 @@ CTL_SRC = $(wildcard client/sbxctl/*.c)
 CTL_OBJ = $(patsubst %.c,$(B)/obj/%.o,$(CTL_SRC))
 UNIT_SRC = $(wildcard tests/unit/test_*.c)
 UNIT_BIN = $(patsubst tests/unit/%.c,$(B)/tests/%,$(UNIT_SRC))
-ITEST_SRC = $(wildcard tests/integration/*.c)
+ITEST_SRC = $(filter-out %_kit.c,$(wildcard tests/integration/*.c))
 ITEST_BIN = $(patsubst tests/integration/%.c,$(B)/tests/%,$(ITEST_SRC))
 PTEST_SRC = $(wildcard tests/providers/ptest_*.c)
 PTEST_BIN = $(patsubst tests/providers/%.c,$(B)/tests/%,$(PTEST_SRC))
@@ -143,11 +143,24 @@ $(AGENT_KIT_OBJ): tests/unit/agent_kit.h
 $(B)/tests/test_agent $(B)/tests/test_agent_init: $(AGENT_KIT_OBJ) tests/unit/agent_kit.h
 $(B)/tests/%: tests/integration/%.c $(B)/libsbx.a tests/testhelp.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) $(SAN) -Itests -Iclient -o $@ $< $(B)/libsbx.a $(PKG_LIBS) -lev -lm
+	$(CC) $(CFLAGS_ALL) $(SAN) -Itests -Iclient -o $@ $< $(filter %/own_kit.o,$^) \
+		$(B)/libsbx.a $(PKG_LIBS) -lev -lm
+# The integration tests with an sbxd of their own share tests/integration/own_kit.h.
+OWN_KIT_OBJ = $(B)/obj/tests/integration/own_kit.o
+$(OWN_KIT_OBJ): CFLAGS_ALL += -Itests -Iclient
+$(OWN_KIT_OBJ): tests/integration/own_kit.h tests/itest.h
+$(B)/tests/itest_bounds $(B)/tests/itest_limits16: $(OWN_KIT_OBJ) tests/integration/own_kit.h
 $(B)/tests/%: tests/providers/%.c $(B)/libsbx.a tests/testhelp.h tests/itest.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) $(SAN) -Itests -Iclient -o $@ $< $(filter %/dk_kit.o %/dk_suite.o %/md_kit.o,$^) \
+	$(CC) $(CFLAGS_ALL) $(SAN) -Itests -Iclient -o $@ $< \
+		$(filter %/pt_kit.o %/dk_kit.o %/dk_suite.o %/md_kit.o,$^) \
 		$(B)/libsbx.a $(PKG_LIBS) -lev -lm
+# Every provider test shares tests/providers/pt_kit.h (calls as another uid,
+# loopback HTTP, digests); Docker's and Modal's kits are built on it.
+PT_KIT_OBJ = $(B)/obj/tests/providers/pt_kit.o
+$(PT_KIT_OBJ): CFLAGS_ALL += -Itests -Iclient
+$(PT_KIT_OBJ): tests/providers/pt_kit.h tests/itest.h
+$(PTEST_BIN): $(PT_KIT_OBJ) tests/providers/pt_kit.h
 # The Docker provider tests' shared kit (tests/providers/dk_kit.h), linked into
 # each ptest_docker* binary.
 DK_KIT_OBJ = $(B)/obj/tests/providers/dk_kit.o

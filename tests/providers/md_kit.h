@@ -19,8 +19,11 @@
 #include <sys/types.h>
 
 #include "itest.h"
+#include "pt_kit.h"
 
+#ifndef LONG_MS
 #define LONG_MS 60000
+#endif
 
 /* The main sbxd's socket and the fake's control port (argv). */
 extern const char *SOCK;

@@ -27,6 +27,7 @@
 #include <sys/wait.h>
 
 #include "itest.h"
+#include "pt_kit.h"
 #include "testhelp.h"
 
 #define LONG_MS 120000
@@ -36,45 +37,6 @@ static const char *SOCK;
 static int CPORT;
 
 /* ---- the fake's control port (GET, Connection: close) --------------------------- */
-
-static json_t *ctl_get(const char *path)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)CPORT)};
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-        if (fd >= 0)
-            close(fd);
-        return NULL;
-    }
-    char head[300];
-    int hl =
-        snprintf(head, sizeof(head),
-                 "GET %s HTTP/1.0\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n", path);
-    size_t cap = 1 << 16, len = 0;
-    char *buf = malloc(cap);
-    if (send(fd, head, (size_t)hl, MSG_NOSIGNAL) == hl) {
-        double deadline = now_ms() + 15000;
-        for (;;) {
-            struct pollfd p = {.fd = fd, .events = POLLIN};
-            int left = (int)(deadline - now_ms());
-            if (left <= 0 || poll(&p, 1, left) <= 0)
-                break;
-            if (cap - len < 4096)
-                buf = realloc(buf, cap *= 2);
-            ssize_t r = recv(fd, buf + len, cap - len - 1, 0);
-            if (r <= 0)
-                break;
-            len += (size_t)r;
-        }
-    }
-    close(fd);
-    buf[len] = 0;
-    char *sep = strstr(buf, "\r\n\r\n");
-    json_t *v = sep ? json_loads(sep + 4, 0, NULL) : NULL;
-    free(buf);
-    return v;
-}
 
 /* ---- sbxd helpers ------------------------------------------------------------- */
 
@@ -124,7 +86,7 @@ static char *fake_root(conn *c, const char *id)
     const char *mid = json_string_value(
         json_object_get(json_object_get(res_of(r), "metadata"), "sandbox_id"));
     char *root = NULL;
-    json_t *all = ctl_get("/sandboxes");
+    json_t *all = pt_http_json(CPORT, "GET", "/sandboxes", NULL);
     size_t i;
     json_t *s;
     json_array_foreach(all, i, s)
@@ -341,7 +303,7 @@ static void test_watch_transport(void)
     int n = 0, router = 0, ended = 0;
     for (int tries = 0; tries < 50; tries++) {
         n = router = ended = 0;
-        json_t *all = ctl_get("/execs");
+        json_t *all = pt_http_json(CPORT, "GET", "/execs", NULL);
         size_t i;
         json_t *e;
         json_array_foreach(all, i, e) {
@@ -383,7 +345,8 @@ static void test_watch_errors(conn *c)
 /* The ttl_seconds of the last TaskSnapshotFilesystem the fake got, or -99. */
 static json_int_t last_ttl_sent(void)
 {
-    json_t *all = ctl_get("/calls?method=TaskSnapshotFilesystem");
+    json_t *all =
+        pt_http_json(CPORT, "GET", "/calls?method=TaskSnapshotFilesystem", NULL);
     json_t *last = json_array_get(all, json_array_size(all) - 1);
     json_t *t = json_object_get(json_object_get(last, "request"), "ttl_seconds");
     json_int_t v = json_is_integer(t)  ? json_integer_value(t)
@@ -435,7 +398,7 @@ static void test_ttl(conn *c)
         json_decref(r);
     }
     test_cond("ttl 0, -2, a string or a fraction: -32602", all);
-    json_t *imgs = ctl_get("/images");
+    json_t *imgs = pt_http_json(CPORT, "GET", "/images", NULL);
     int found = 0;
     size_t i;
     json_t *im;
@@ -456,7 +419,7 @@ static void test_ttl(conn *c)
 /* 1 if the fake still has image id. */
 static int fake_has_image(const char *id)
 {
-    json_t *imgs = ctl_get("/images");
+    json_t *imgs = pt_http_json(CPORT, "GET", "/images", NULL);
     int found = 0;
     size_t i;
     json_t *im;
