@@ -249,8 +249,10 @@ asan:
 valgrind: all
 	SBX_VALGRIND=1 sh tests/run.sh $(B)
 
+# BASE=REV: that commit's daemon beside this one, interleaved (tests/bench/base.sh).
 bench: all
-	sh tests/bench/run.sh $(B)
+	@if [ -n "$(BASE)" ]; then sh tests/bench/base.sh "$(BASE)" $(B); \
+	else sh tests/bench/run.sh $(B); fi
 
 # The house style (tests/style/check.sh): banned functions, and the layout of
 # .clang-format once .clang-format-enforced exists. `make test` runs it too.
