@@ -179,7 +179,7 @@ $(DK_SUITE_BIN): $(DK_SUITE_OBJ) tests/providers/dk_suite.h
 # shares the fake's control port and its calls (tests/providers/md_kit.h).
 MD_KIT_OBJ = $(B)/obj/tests/providers/md_kit.o
 MD_KIT_BIN = $(addprefix $(B)/tests/,ptest_modal ptest_modal_life ptest_modal_outage \
-	ptest_modal_restart)
+	ptest_modal_restart ptest_modal_fs ptest_modal_ws)
 $(MD_KIT_OBJ): CFLAGS_ALL += -Itests -Iclient
 $(MD_KIT_OBJ): tests/providers/md_kit.h tests/itest.h
 $(MD_KIT_BIN): $(MD_KIT_OBJ) tests/providers/md_kit.h

@@ -122,6 +122,23 @@ char *modal_id_of(conn *c, const char *id)
     return s;
 }
 
+json_t *fake_sandbox_of(conn *c, const char *id)
+{
+    char *mid = modal_id_of(c, id);
+    json_t *s = fake_sandbox(mid);
+    free(mid);
+    return s;
+}
+
+char *fake_root(conn *c, const char *id)
+{
+    json_t *s = fake_sandbox_of(c, id);
+    const char *root = json_string_value(json_object_get(s, "root"));
+    char *out = root ? strdup(root) : NULL;
+    json_decref(s);
+    return out;
+}
+
 json_t *run(conn *c, const char *sb, json_t *cmd, json_t *extra)
 {
     json_t *p = json_pack("{s:s, s:o}", "sandbox", sb, "command", cmd);

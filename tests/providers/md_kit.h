@@ -45,6 +45,12 @@ json_t *ctl(const char *method, const char *path, json_t *body);
 
 json_t *fake_sandbox(const char *modal_id);
 
+/* The fake's record of the Modal sandbox behind sbxd sandbox id (new), or NULL. */
+json_t *fake_sandbox_of(conn *c, const char *id);
+
+/* The fake's host folder of sbxd sandbox id (malloc'd), or NULL. */
+char *fake_root(conn *c, const char *id);
+
 /* The last exec whose argv, joined with spaces, contains needle. */
 json_t *fake_exec(const char *needle);
 

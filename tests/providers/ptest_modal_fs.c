@@ -20,36 +20,15 @@
 #include <sys/wait.h>
 
 #include "itest.h"
-#include "pt_kit.h"
 #include "sbx/sbx.h"
 #include "testhelp.h"
 
-#define LONG_MS 120000
+#define LONG_MS 120000 /* before md_kit.h, which keeps it */
+#include "md_kit.h"
 #define CHUNK (1u << 20)
 #define TOOL "/__modal/.bin/modal-sandbox-fs-tools"
 
-static const char *SOCK;
-static int CPORT;
-
 /* ---- the fake's control port (HTTP/1.1, Connection: close) ---------------------- */
-
-/* The fake's host folder of sbxd sandbox id (malloc'd), or NULL. */
-static char *fake_root(conn *c, const char *id)
-{
-    json_t *r = cn_call(c, "sandbox.get", json_pack("{s:s}", "id", id));
-    const char *mid = json_string_value(
-        json_object_get(json_object_get(res_of(r), "metadata"), "sandbox_id"));
-    char *root = NULL;
-    json_t *all = pt_http_json(CPORT, "GET", "/sandboxes", NULL);
-    size_t i;
-    json_t *s;
-    json_array_foreach(all, i, s)
-        if (mid && !strcmp(json_string_value(json_object_get(s, "sandbox_id")), mid))
-            root = strdup(json_string_value(json_object_get(s, "root")));
-    json_decref(all);
-    json_decref(r);
-    return root;
-}
 
 /* ---- sbxd helpers ------------------------------------------------------------ */
 

@@ -28,32 +28,15 @@
 #include <sys/wait.h>
 
 #include "itest.h"
-#include "pt_kit.h"
 #include "testhelp.h"
 
-#define LONG_MS 120000
+#define LONG_MS 120000 /* before md_kit.h, which keeps it */
+#include "md_kit.h"
 #define SB "mws"
 
-static const char *SOCK, *CA;
-static int CPORT;
+static const char *CA;
 
 /* ---- plain TCP and the fake's control port ------------------------------------- */
-
-/* The fake's record of the Modal sandbox behind sbxd sandbox id (new), or NULL. */
-static json_t *fake_sandbox(conn *c, const char *id)
-{
-    json_t *r = cn_call(c, "sandbox.get", json_pack("{s:s}", "id", id));
-    const char *mid = json_string_value(
-        json_object_get(json_object_get(res_of(r), "metadata"), "sandbox_id"));
-    json_t *all = pt_http_json(CPORT, "GET", "/sandboxes", NULL), *found = NULL, *s;
-    size_t i;
-    json_array_foreach(all, i, s)
-        if (mid && !strcmp(json_string_value(json_object_get(s, "sandbox_id")), mid))
-            found = json_incref(s);
-    json_decref(all);
-    json_decref(r);
-    return found;
-}
 
 /* A loopback port nothing listens on now. */
 static int free_port(void)
@@ -210,7 +193,7 @@ static void test_expose_tls(conn *c, conn *c0, int eport)
     char url[96];
     snprintf(url, sizeof(url), "%s", res_str(r, "url"));
     json_decref(r);
-    json_t *fs = fake_sandbox(c0, SB), *t;
+    json_t *fs = fake_sandbox_of(c0, SB), *t;
     size_t i;
     int same = 0;
     json_array_foreach(json_object_get(fs, "tunnels"), i, t)
@@ -273,7 +256,7 @@ static void test_expose_after_restart(conn *c, int tport)
     r = call(c, "sandbox.expose", json_pack("{s:s, s:i}", "id", SB, "port", tport));
     int after = (int)res_int(r, "host_port");
     json_decref(r);
-    json_t *fs = fake_sandbox(c, SB), *t;
+    json_t *fs = fake_sandbox_of(c, SB), *t;
     size_t i;
     int same = 0;
     json_array_foreach(json_object_get(fs, "tunnels"), i, t)
@@ -351,7 +334,7 @@ static void test_egress_mapped(conn *c)
     test_cond("egress: an allow list inside the ceiling creates the sandbox",
               res_of(r) != NULL);
     json_decref(r);
-    json_t *fs = fake_sandbox(c, "mwe1");
+    json_t *fs = fake_sandbox_of(c, "mwe1");
     json_t *na = json_object_get(fs, "network_access");
     json_t *want = json_pack("{s:i, s:[s, s], s:[s, s]}", "network_access_type", 3,
                              "allowed_cidrs", "203.0.113.0/25", "203.0.113.7",
@@ -368,7 +351,7 @@ static void test_egress_mapped(conn *c)
               !strcmp(json_string_value(json_object_get(m, "type")), "allowlist"));
     json_decref(r);
     r = create_egress(c, "mwe2", json_array());
-    fs = fake_sandbox(c, "mwe2");
+    fs = fake_sandbox_of(c, "mwe2");
     test_cond("egress: allow [] is NetworkAccess BLOCKED",
               res_of(r) && json_integer_value(
                                json_object_get(json_object_get(fs, "network_access"),
