@@ -8,8 +8,10 @@
  *
  * Files:
  *   main.c      startup: arguments, std fds, signal handlers, the main child
- *   sbx_init.c  the poll() loop, signals, the channel (frames in/out); its
- *               state and loop for main.c and the fuzzer are in sbx_init_int.h
+ *   sbx_init.c  the poll() loop, signals, the channel (frames in, the queue
+ *               written out); its state and loop for main.c and the fuzzer
+ *               are in sbx_init_int.h
+ *   out.c       the output queue: sbx_init.c, fs.c and fs_tar.c queue frames there
  *   proc.c      SPAWN: fork/exec, per-process pipes, output rings, exit records
  *   direct.c    the direct socket: listener, key check (CHANNEL.md, Direct socket)
  *   fs.c        file requests: stat, list, read, atomic write, watch (CHANNEL.md, Files)
@@ -90,7 +92,16 @@ int direct_ready(int fd, struct buf *answer);
 /* Closes the listener and unproven connections, forgets the key. */
 void direct_stop(void);
 
-/* ---- sbx_init.c: the channel, for fs.c ------------------------------------- */
+/* ---- out.c: the output queue, below every file that sends frames ------- */
+
+struct agent_out {
+    struct buf q; /* framed bytes not yet written (sbx_init.c writes them) */
+    bool dead;    /* stdout failed for good (EPIPE): frames are dropped */
+    int dfd;      /* the direct socket while it is the channel (both ways), else -1 */
+};
+/* The one queue; the loop (sbx_init.c) and the fuzzer reach into it, the
+ * other files only through the functions below. */
+extern struct agent_out agent_out;
 
 /* Queues a frame to the daemon (dropped when the channel is dead). */
 void agent_send(uint8_t type, uint32_t id, const void *payload, size_t n);
@@ -98,6 +109,15 @@ void agent_send(uint8_t type, uint32_t id, const void *payload, size_t n);
 void agent_send_buf(uint8_t type, uint32_t id, struct buf *b);
 /* The output queue is below its soft mark: producing more is welcome. */
 bool agent_out_room(void);
+/* A channel is there to write to (the direct socket, or stdout not dead). */
+bool out_ok(void);
+/* The fd frames are written to: the direct socket while there is one, else 1. */
+int out_fd(void);
+/* Drops what is queued (the channel changed: the daemon REPLAYs). */
+void out_drop_queued(void);
+/* A failed file request's FS_RESULT {"errno":"ENOENT","message":M} (fs.c and
+ * fs_tar.c): M is msg, or strerror(e) when msg is NULL or empty. */
+void agent_send_fs_err(uint32_t id, int e, const char *msg);
 
 /* ---- fs.c ---------------------------------------------------------------- */
 

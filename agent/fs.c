@@ -82,22 +82,6 @@ static const char *const kinds[] = {"create", "modify", "delete", "rename"};
 
 /* ---- answers ----------------------------------------------------------------- */
 
-static const char *errname(int e)
-{
-    const char *n = strerrorname_np(e);
-    return n ? n : "EIO";
-}
-
-static void send_err(uint32_t id, int e, const char *msg)
-{
-    struct buf b = {0};
-    buf_printf(&b, "{\"errno\":\"%s\",\"message\":", errname(e));
-    const char *m = msg ? msg : strerror(e);
-    json_put_str(&b, m, strlen(m));
-    buf_puts(&b, "}");
-    agent_send_buf(SBX_CHAN_FS_RESULT, id, &b);
-}
-
 static void send_ok(uint32_t id, struct buf *b)
 {
     if (!b->len)
@@ -201,7 +185,7 @@ static void op_stat(uint32_t id, const struct jval *q, const char *path)
     struct stat st;
     int r = get_bool(q, "follow", true) ? stat(path, &st) : lstat(path, &st);
     if (r < 0) {
-        send_err(id, errno, NULL);
+        agent_send_fs_err(id, errno, NULL);
         return;
     }
     struct buf b = {0};
@@ -282,17 +266,17 @@ static void op_list(uint32_t id, const struct jval *q, const char *path)
 {
     struct stat st;
     if (stat(path, &st) < 0) {
-        send_err(id, errno, NULL);
+        agent_send_fs_err(id, errno, NULL);
         return;
     }
     if (!S_ISDIR(st.st_mode)) {
-        send_err(id, ENOTDIR, NULL);
+        agent_send_fs_err(id, ENOTDIR, NULL);
         return;
     }
     struct lister l = {.skip = get_int(q, "skip", 0), .limit = get_int(q, "limit", 1000)};
     int64_t depth = get_int(q, "depth", 1);
     if (depth < 1 || depth > FS_DEPTH_MAX || l.skip < 0 || l.limit < 1) {
-        send_err(id, EINVAL, "bad depth, skip or limit");
+        agent_send_fs_err(id, EINVAL, "bad depth, skip or limit");
         return;
     }
     if (l.limit > FS_LIST_MAX)
@@ -301,7 +285,7 @@ static void op_list(uint32_t id, const struct jval *q, const char *path)
     if (list_dir(&l, path, (int)depth) < 0) {
         int e = errno;
         buf_deinit(&l.b);
-        send_err(id, e, NULL);
+        agent_send_fs_err(id, e, NULL);
         return;
     }
     buf_printf(&l.b, "],\"more\":%s}", l.more ? "true" : "false");
@@ -324,7 +308,7 @@ static void op_read(uint32_t id, const struct jval *q, const char *path)
 {
     int64_t off = get_int(q, "offset", 0), len = get_int(q, "length", 0);
     if (off < 0 || len < 0 || len > (int64_t)SBX_CHAN_FS_READ_MAX) {
-        send_err(id, EINVAL, "bad offset or length");
+        agent_send_fs_err(id, EINVAL, "bad offset or length");
         return;
     }
     /* O_NONBLOCK: a FIFO must not hang the agent in open(). */
@@ -334,13 +318,13 @@ static void op_read(uint32_t id, const struct jval *q, const char *path)
         int e = errno;
         if (fd >= 0)
             close(fd);
-        send_err(id, e, NULL);
+        agent_send_fs_err(id, e, NULL);
         return;
     }
     if (!S_ISREG(st.st_mode)) {
         close(fd);
-        send_err(id, S_ISDIR(st.st_mode) ? EISDIR : EINVAL,
-                 S_ISDIR(st.st_mode) ? NULL : "not a regular file");
+        agent_send_fs_err(id, S_ISDIR(st.st_mode) ? EISDIR : EINVAL,
+                          S_ISDIR(st.st_mode) ? NULL : "not a regular file");
         return;
     }
     struct fs_req *r = new_req(id, FSK_READ);
@@ -392,13 +376,13 @@ static char *dir_of(const char *path)
 static void op_open(uint32_t id, const struct jval *q, const char *path)
 {
     if (find_req(id)) {
-        send_err(id, EBUSY, "request id in use");
+        agent_send_fs_err(id, EBUSY, "request id in use");
         return;
     }
     bool append = get_bool(q, "append", false);
     int64_t mode = get_int(q, "mode", -1);
     if (mode < -1 || mode > 07777) {
-        send_err(id, EINVAL, "bad mode");
+        agent_send_fs_err(id, EINVAL, "bad mode");
         return;
     }
     if (get_bool(q, "mkdir_parents", false)) {
@@ -406,13 +390,13 @@ static void op_open(uint32_t id, const struct jval *q, const char *path)
         int r = mkdirs(d, 0755);
         free(d);
         if (r < 0) {
-            send_err(id, errno, NULL);
+            agent_send_fs_err(id, errno, NULL);
             return;
         }
     }
     struct stat st;
     if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
-        send_err(id, EISDIR, NULL);
+        agent_send_fs_err(id, EISDIR, NULL);
         return;
     }
     struct fs_req *r = new_req(id, FSK_WRITE);
@@ -452,7 +436,7 @@ static void op_open(uint32_t id, const struct jval *q, const char *path)
     if (r->fd < 0) {
         int e = errno;
         free_req(r);
-        send_err(id, e, NULL);
+        agent_send_fs_err(id, e, NULL);
         return;
     }
     send_ok(id, &(struct buf){0});
@@ -481,7 +465,7 @@ static void op_flush(struct fs_req *r, bool commit)
     if (r->err) {
         int e = r->err;
         free_req(r);
-        send_err(id, e, NULL);
+        agent_send_fs_err(id, e, NULL);
         return;
     }
     if (!commit) {
@@ -507,7 +491,7 @@ static void op_flush(struct fs_req *r, bool commit)
         if (fchmod(r->fd, mode) < 0 || rename(r->tmp, r->path) < 0) {
             int e = errno;
             free_req(r);
-            send_err(id, e, NULL);
+            agent_send_fs_err(id, e, NULL);
             return;
         }
         free(r->tmp);
@@ -527,7 +511,7 @@ static void op_mkdir(uint32_t id, const struct jval *q, const char *path)
 {
     int64_t mode = get_int(q, "mode", 0777);
     if (mode < 0 || mode > 07777) {
-        send_err(id, EINVAL, "bad mode");
+        agent_send_fs_err(id, EINVAL, "bad mode");
         return;
     }
     struct stat st;
@@ -535,7 +519,7 @@ static void op_mkdir(uint32_t id, const struct jval *q, const char *path)
     int r = get_bool(q, "parents", false) ? mkdirs(path, (mode_t)mode)
                                           : mkdir(path, (mode_t)mode);
     if (r < 0) {
-        send_err(id, errno, NULL);
+        agent_send_fs_err(id, errno, NULL);
         return;
     }
     struct buf b = {0};
@@ -554,7 +538,7 @@ static void op_remove(uint32_t id, const struct jval *q, const char *path)
 {
     struct stat st;
     if (lstat(path, &st) < 0) {
-        send_err(id, errno, NULL);
+        agent_send_fs_err(id, errno, NULL);
         return;
     }
     int r;
@@ -565,7 +549,7 @@ static void op_remove(uint32_t id, const struct jval *q, const char *path)
     else
         r = rmdir(path);
     if (r < 0) {
-        send_err(id, errno ? errno : EIO, NULL);
+        agent_send_fs_err(id, errno ? errno : EIO, NULL);
         return;
     }
     send_ok(id, &(struct buf){0});
@@ -575,14 +559,14 @@ static void op_rename(uint32_t id, const struct jval *q, const char *path)
 {
     const char *to = get_str(q, "to");
     if (!to) {
-        send_err(id, EINVAL, "\"to\" is required");
+        agent_send_fs_err(id, EINVAL, "\"to\" is required");
         return;
     }
     int r = get_bool(q, "overwrite", true)
                 ? rename(path, to)
                 : renameat2(AT_FDCWD, path, AT_FDCWD, to, RENAME_NOREPLACE);
     if (r < 0) {
-        send_err(id, errno, NULL);
+        agent_send_fs_err(id, errno, NULL);
         return;
     }
     send_ok(id, &(struct buf){0});
@@ -657,25 +641,25 @@ static void watch_add(struct fs_watch *w, const char *dir, int level)
 static void op_watch(uint32_t id, const struct jval *q, const char *path)
 {
     if (find_watch(id)) {
-        send_err(id, EBUSY, "watch id in use");
+        agent_send_fs_err(id, EBUSY, "watch id in use");
         return;
     }
     if (nwatches >= FS_MAX_WATCHES) {
-        send_err(id, EBUSY, "too many watches");
+        agent_send_fs_err(id, EBUSY, "too many watches");
         return;
     }
     struct stat st;
     if (stat(path, &st) < 0) {
-        send_err(id, errno, NULL);
+        agent_send_fs_err(id, errno, NULL);
         return;
     }
     if (!S_ISDIR(st.st_mode)) {
-        send_err(id, ENOTDIR, "only directories can be watched");
+        agent_send_fs_err(id, ENOTDIR, "only directories can be watched");
         return;
     }
     int ifd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
     if (ifd < 0) {
-        send_err(id, errno, NULL);
+        agent_send_fs_err(id, errno, NULL);
         return;
     }
     struct fs_watch *w = xcalloc(1, sizeof(*w));
@@ -690,7 +674,7 @@ static void op_watch(uint32_t id, const struct jval *q, const char *path)
     if (w->ndirs == 0) {
         int e = errno;
         free_watch(w);
-        send_err(id, e ? e : EIO, NULL);
+        agent_send_fs_err(id, e ? e : EIO, NULL);
         return;
     }
     send_ok(id, &(struct buf){0});
@@ -794,7 +778,7 @@ static void on_req(uint32_t id, const uint8_t *payload, size_t n)
     struct jval *q = json_parse((const char *)payload, n, err, sizeof(err));
     const char *op = q && q->type == J_OBJ ? get_str(q, "op") : NULL;
     if (!op) {
-        send_err(id, EINVAL, q ? "\"op\" is required" : err);
+        agent_send_fs_err(id, EINVAL, q ? "\"op\" is required" : err);
         json_free(q);
         return;
     }
@@ -805,7 +789,7 @@ static void on_req(uint32_t id, const uint8_t *payload, size_t n)
     struct fs_req *r = find_req(id);
     if (!strcmp(op, "flush") || !strcmp(op, "commit")) {
         if (!r || r->kind != FSK_WRITE)
-            send_err(id, EBADF, "no open write with this id");
+            agent_send_fs_err(id, EBADF, "no open write with this id");
         else
             op_flush(r, op[0] == 'c');
         json_free(q);
@@ -813,14 +797,14 @@ static void on_req(uint32_t id, const uint8_t *payload, size_t n)
     }
     const char *path = get_str(q, "path");
     if (!path || path[0] != '/') {
-        send_err(id, EINVAL, "\"path\" must be an absolute path");
+        agent_send_fs_err(id, EINVAL, "\"path\" must be an absolute path");
         json_free(q);
         return;
     }
     if ((!strcmp(op, "read") || !strcmp(op, "open")) && nreqs >= FS_MAX_REQS) {
-        send_err(id, EBUSY, "too many file requests at once");
+        agent_send_fs_err(id, EBUSY, "too many file requests at once");
     } else if (r && (!strcmp(op, "read") || !strcmp(op, "open"))) {
-        send_err(id, EBUSY, "request id in use");
+        agent_send_fs_err(id, EBUSY, "request id in use");
     } else if (!strcmp(op, "stat")) {
         op_stat(id, q, path);
     } else if (!strcmp(op, "list")) {
@@ -838,7 +822,7 @@ static void on_req(uint32_t id, const uint8_t *payload, size_t n)
     } else if (!strcmp(op, "watch")) {
         op_watch(id, q, path);
     } else {
-        send_err(id, EINVAL, "unknown op");
+        agent_send_fs_err(id, EINVAL, "unknown op");
     }
     json_free(q);
 }
@@ -899,7 +883,7 @@ void fs_pump(void)
                 uint32_t id = r->id;
                 int e = errno;
                 free_req(r);
-                send_err(id, e, NULL);
+                agent_send_fs_err(id, e, NULL);
                 continue;
             }
             if (n > 0) {

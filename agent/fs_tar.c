@@ -37,22 +37,6 @@ struct tar_req {
 static struct tar_req *treqs[TAR_REQS_MAX];
 static size_t ntreqs;
 
-static const char *errname(int e)
-{
-    const char *n = strerrorname_np(e);
-    return n ? n : "EIO";
-}
-
-static void send_err(uint32_t id, int e, const char *msg)
-{
-    struct buf b = {0};
-    buf_printf(&b, "{\"errno\":\"%s\",\"message\":", errname(e));
-    const char *m = msg && *msg ? msg : strerror(e);
-    json_put_str(&b, m, strlen(m));
-    buf_puts(&b, "}");
-    agent_send_buf(SBX_CHAN_FS_RESULT, id, &b);
-}
-
 static struct tar_req *find(uint32_t id)
 {
     for (size_t i = 0; i < ntreqs; i++)
@@ -105,7 +89,7 @@ static void op_get(uint32_t id, const struct jval *q, const char *path)
 {
     int64_t len = credit(q);
     if (len < 0) {
-        send_err(id, EINVAL, "bad length");
+        agent_send_fs_err(id, EINVAL, "bad length");
         return;
     }
     const struct jval *f = json_get(q, "follow");
@@ -116,12 +100,12 @@ static void op_get(uint32_t id, const struct jval *q, const char *path)
             name = ".";
     }
     if (strchr(name, '/') && strcmp(name, ".")) {
-        send_err(id, EINVAL, "name must be one path component");
+        agent_send_fs_err(id, EINVAL, "name must be one path component");
         return;
     }
     struct tar_out *out = tar_out_new(path, name, f && f->type == J_TRUE);
     if (!out) {
-        send_err(id, errno, NULL);
+        agent_send_fs_err(id, errno, NULL);
         return;
     }
     struct tar_req *r = add(id);
@@ -136,13 +120,13 @@ static void op_put(uint32_t id, const char *path)
 {
     int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0) {
-        send_err(id, errno, NULL);
+        agent_send_fs_err(id, errno, NULL);
         return;
     }
     struct tar_in *in = tar_in_new(fd, NULL);
     if (!in) {
         close(fd);
-        send_err(id, ENOMEM, NULL);
+        agent_send_fs_err(id, ENOMEM, NULL);
         return;
     }
     add(id)->in = in;
@@ -169,7 +153,7 @@ static void answer_put(struct tar_req *r, int commit)
         char msg[400];
         snprintf(msg, sizeof(msg), "%s", tar_in_message(r->in));
         drop(r);
-        send_err(id, e, msg);
+        agent_send_fs_err(id, e, msg);
         return;
     }
     struct buf b = {0};
@@ -189,9 +173,9 @@ bool fs_tar_req(uint32_t id, const char *op, const struct jval *q)
     if (!strcmp(op, "tar_more")) {
         int64_t len = credit(q);
         if (!r || !r->out || r->asked)
-            send_err(id, EBADF, "no archive being read with this id");
+            agent_send_fs_err(id, EBADF, "no archive being read with this id");
         else if (len < 0)
-            send_err(id, EINVAL, "bad length");
+            agent_send_fs_err(id, EINVAL, "bad length");
         else {
             r->left = (uint64_t)len;
             r->sent = 0;
@@ -204,11 +188,11 @@ bool fs_tar_req(uint32_t id, const char *op, const struct jval *q)
         return false;
     const char *path = str_of(q, "path");
     if (!path || path[0] != '/')
-        send_err(id, EINVAL, "\"path\" must be an absolute path");
+        agent_send_fs_err(id, EINVAL, "\"path\" must be an absolute path");
     else if (r)
-        send_err(id, EBUSY, "request id in use");
+        agent_send_fs_err(id, EBUSY, "request id in use");
     else if (ntreqs >= TAR_REQS_MAX)
-        send_err(id, EBUSY, "too many archives at once");
+        agent_send_fs_err(id, EBUSY, "too many archives at once");
     else if (get)
         op_get(id, q, path);
     else
@@ -261,7 +245,7 @@ void fs_tar_pump(void)
             char msg[300];
             snprintf(msg, sizeof(msg), "%s", tar_out_message(r->out));
             drop(r);
-            send_err(id, e, msg);
+            agent_send_fs_err(id, e, msg);
             i--;
             continue;
         }

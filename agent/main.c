@@ -135,7 +135,6 @@ int main(int argc, char **argv)
         return 2;
     }
 
-    agent.dfd = -1;
     net_init(agent_send);
     ensure_std_fds();
     setup_signals();

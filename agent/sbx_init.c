@@ -66,59 +66,7 @@ static const uint8_t ping_frame[SBX_CHAN_HDR] = {SBX_CHAN_PING};
 static void flush_for(int ms);
 static void drain_exited(struct proc *p);
 
-/* ---- frames out ------------------------------------------------------------ */
-
-/* Frames go to the direct socket while there is one, else to stdout. */
-static bool out_ok(void)
-{
-    return agent.dfd >= 0 || !agent.out_dead;
-}
-
-static int out_fd(void)
-{
-    return agent.dfd >= 0 ? agent.dfd : 1;
-}
-
-static void chan_send(uint8_t type, uint32_t proc, const void *payload, size_t n)
-{
-    if (!out_ok())
-        return;
-    if (n > SBX_CHAN_MAX_PAYLOAD) {
-        alog("a %s frame of %zu bytes is over the maximum: dropped",
-             sbx_chan_type_name(type), n);
-        return;
-    }
-    if (buf_pending(&agent.obuf) + SBX_CHAN_HDR + n > AGENT_OBUF_HARD ||
-        buf_reserve(&agent.obuf, SBX_CHAN_HDR + n) < 0) {
-        alog("output queue full: dropping a %s frame", sbx_chan_type_name(type));
-        return;
-    }
-    uint8_t hdr[SBX_CHAN_HDR];
-    sbx_chan_hdr_encode(hdr, type, proc, (uint32_t)n);
-    buf_append(&agent.obuf, hdr, sizeof(hdr));
-    buf_append(&agent.obuf, payload, n);
-}
-
-static void chan_send_buf(uint8_t type, uint32_t proc, struct buf *b)
-{
-    chan_send(type, proc, b->data + b->off, buf_pending(b));
-    buf_deinit(b);
-}
-
-void agent_send(uint8_t type, uint32_t id, const void *payload, size_t n)
-{
-    chan_send(type, id, payload, n);
-}
-
-void agent_send_buf(uint8_t type, uint32_t id, struct buf *b)
-{
-    chan_send_buf(type, id, b);
-}
-
-bool agent_out_room(void)
-{
-    return buf_pending(&agent.obuf) < AGENT_OBUF_SOFT;
-}
+/* ---- frames out (queued by out.c) ------------------------------------------ */
 
 /* LOG frame for the daemon's log, and the same line on stderr. */
 static void __attribute__((format(printf, 1, 2))) chan_log(const char *fmt, ...)
@@ -129,7 +77,7 @@ static void __attribute__((format(printf, 1, 2))) chan_log(const char *fmt, ...)
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
     alog("%s", msg);
-    chan_send(SBX_CHAN_LOG, 0, msg, strlen(msg));
+    agent_send(SBX_CHAN_LOG, 0, msg, strlen(msg));
 }
 
 static void send_error(const char *msg)
@@ -138,7 +86,7 @@ static void send_error(const char *msg)
     buf_puts(&b, "{\"message\":");
     json_put_str(&b, msg, strlen(msg));
     buf_puts(&b, "}");
-    chan_send_buf(SBX_CHAN_ERROR, 0, &b);
+    agent_send_buf(SBX_CHAN_ERROR, 0, &b);
 }
 
 /* EXIT for a SPAWN that never got a record (bad request, table full). */
@@ -149,7 +97,7 @@ static void send_spawn_error(uint32_t proc, const char *msg)
                  "\"error\":");
     json_put_str(&b, msg, strlen(msg));
     buf_puts(&b, "}");
-    chan_send_buf(SBX_CHAN_EXIT, proc, &b);
+    agent_send_buf(SBX_CHAN_EXIT, proc, &b);
 }
 
 void agent_send_hello(void)
@@ -176,7 +124,7 @@ void agent_send_hello(void)
         buf_puts(&b, "}");
     }
     buf_puts(&b, "]}");
-    chan_send_buf(SBX_CHAN_HELLO, 0, &b);
+    agent_send_buf(SBX_CHAN_HELLO, 0, &b);
 }
 
 /* ---- process table --------------------------------------------------------- */
@@ -222,38 +170,31 @@ static void flush_stdin(struct proc *p)
 
 /* ---- the direct socket ---------------------------------------------------- */
 
-/* Frames queued for the old channel are dropped: the daemon REPLAYs after
- * its handshake on the new one, and EXIT/STARTED are in that HELLO/REPLAY. */
-static void drop_queued_output(void)
-{
-    buf_consume(&agent.obuf, buf_pending(&agent.obuf));
-}
-
 static void drop_direct(const char *why)
 {
-    if (agent.dfd < 0)
+    if (agent_out.dfd < 0)
         return;
     alog("direct socket: %s; stdout is the channel again", why);
-    close(agent.dfd);
-    agent.dfd = -1;
-    drop_queued_output();
+    close(agent_out.dfd);
+    agent_out.dfd = -1;
+    out_drop_queued();
     buf_consume(&agent.dbuf, buf_pending(&agent.dbuf));
 }
 
 static void use_direct(int fd, struct buf *answer)
 {
-    if (agent.dfd >= 0)
-        close(agent.dfd);
-    drop_queued_output();
+    if (agent_out.dfd >= 0)
+        close(agent_out.dfd);
+    out_drop_queued();
     buf_consume(&agent.dbuf, buf_pending(&agent.dbuf));
     if (buf_reserve(&agent.dbuf, IBUF_CAP) < 0) {
         close(fd);
-        agent.dfd = -1;
+        agent_out.dfd = -1;
         buf_deinit(answer);
         return;
     }
-    agent.dfd = fd;
-    chan_send_buf(SBX_CHAN_DIRECT, 0, answer);
+    agent_out.dfd = fd;
+    agent_send_buf(SBX_CHAN_DIRECT, 0, answer);
 }
 
 /* ---- frames in ------------------------------------------------------------- */
@@ -284,7 +225,7 @@ static void on_spawn(uint32_t id, const uint8_t *payload, size_t n)
     if (p->state == PROC_RUNNING) {
         struct buf b = {0};
         buf_printf(&b, "{\"os_pid\":%d}", (int)p->pid);
-        chan_send_buf(SBX_CHAN_STARTED, id, &b);
+        agent_send_buf(SBX_CHAN_STARTED, id, &b);
     }
     /* A failed exec is PROC_EXITED already: agent_pump_output sends its EXIT. */
 }
@@ -342,7 +283,7 @@ static void on_replay(struct proc *p, const uint8_t *payload, size_t n)
     struct buf b = {0};
     buf_printf(&b, "{\"stdout\":%llu,\"stderr\":%llu}", (unsigned long long)start[0],
                (unsigned long long)start[1]);
-    chan_send_buf(SBX_CHAN_REPLAY, p->id, &b);
+    agent_send_buf(SBX_CHAN_REPLAY, p->id, &b);
     /*
      * The replayed bytes go out as ordinary output from the ring. The daemon
      * lost its credit accounting, so the window starts over; an exited process
@@ -373,12 +314,12 @@ static void handle_frame(const struct sbx_chan_hdr *h, const uint8_t *payload,
         net_frame(h->type, h->proc, payload, h->len);
         return;
     case SBX_CHAN_PING:
-        if (!direct && agent.dfd >= 0) {
+        if (!direct && agent_out.dfd >= 0) {
             /* A daemon attached: the socket is not its. Tell the one on the
              * socket why it loses it, so that it does not take it back. */
             static const char moved[] = "{\"moved\":true}";
             flush_for(200);
-            chan_send(SBX_CHAN_DIRECT, 0, moved, sizeof(moved) - 1);
+            agent_send(SBX_CHAN_DIRECT, 0, moved, sizeof(moved) - 1);
             flush_for(200);
             drop_direct("a PING arrived on stdin");
         }
@@ -386,7 +327,7 @@ static void handle_frame(const struct sbx_chan_hdr *h, const uint8_t *payload,
             direct_stop();
         /* A (re)connecting daemon: relayed connections were the old one's. */
         net_close_all();
-        chan_send(SBX_CHAN_PONG, 0, NULL, 0);
+        agent_send(SBX_CHAN_PONG, 0, NULL, 0);
         agent_send_hello();
         return;
     case SBX_CHAN_DIRECT: {
@@ -396,7 +337,7 @@ static void handle_frame(const struct sbx_chan_hdr *h, const uint8_t *payload,
         }
         struct buf b = {0};
         direct_listen(payload, h->len, &b);
-        chan_send_buf(SBX_CHAN_DIRECT, 0, &b);
+        agent_send_buf(SBX_CHAN_DIRECT, 0, &b);
         return;
     }
     case SBX_CHAN_FS_REQ:
@@ -406,7 +347,7 @@ static void handle_frame(const struct sbx_chan_hdr *h, const uint8_t *payload,
         return;
     case SBX_CHAN_SNAPSHOT: {
         static const char msg[] = "{\"error\":\"sbx-init does not take snapshots\"}";
-        chan_send(SBX_CHAN_SNAP_DATA, 0, msg, sizeof(msg) - 1);
+        agent_send(SBX_CHAN_SNAP_DATA, 0, msg, sizeof(msg) - 1);
         return;
     }
     case SBX_CHAN_STDIN:
@@ -494,7 +435,7 @@ static void handle_frame(const struct sbx_chan_hdr *h, const uint8_t *payload,
 /* Handles complete frames of one input while the output queue has room. */
 void agent_process_buf(struct buf *in, bool direct)
 {
-    while (buf_pending(&agent.obuf) < AGENT_OBUF_SOFT && (!direct || agent.dfd >= 0)) {
+    while (agent_out_room() && (!direct || agent_out.dfd >= 0)) {
         size_t avail = buf_pending(in);
         const uint8_t *d = in->data + in->off;
         if (!direct && agent.in_resync) {
@@ -542,7 +483,7 @@ static void process_input(void)
 static bool buf_ready(const struct buf *in, bool resync)
 {
     size_t avail = buf_pending(in);
-    if (avail < SBX_CHAN_HDR || buf_pending(&agent.obuf) >= AGENT_OBUF_SOFT)
+    if (avail < SBX_CHAN_HDR || !agent_out_room())
         return false;
     if (resync)
         return true;
@@ -554,7 +495,7 @@ static bool buf_ready(const struct buf *in, bool resync)
 static bool input_ready(void)
 {
     return buf_ready(&agent.ibuf, agent.in_resync) ||
-           (agent.dfd >= 0 && buf_ready(&agent.dbuf, false));
+           (agent_out.dfd >= 0 && buf_ready(&agent.dbuf, false));
 }
 
 /* ---- output ---------------------------------------------------------------- */
@@ -571,12 +512,11 @@ static bool proc_has_output(const struct proc *p)
 void agent_pump_output(void)
 {
     size_t n = agent.nprocs;
-    for (size_t k = 0; k < n && buf_pending(&agent.obuf) < AGENT_OBUF_SOFT; k++) {
+    for (size_t k = 0; k < n && agent_out_room(); k++) {
         struct proc *p = agent.procs[(agent.rr + k) % n];
         for (int s = 0; s < 2; s++) {
             struct stream *st = &p->out[s];
-            while (p->credit > 0 && st->sent < st->total &&
-                   buf_pending(&agent.obuf) < AGENT_OBUF_SOFT) {
+            while (p->credit > 0 && st->sent < st->total && agent_out_room()) {
                 uint64_t len = st->total - st->sent;
                 if (len > (uint64_t)p->credit)
                     len = (uint64_t)p->credit;
@@ -587,24 +527,24 @@ void agent_pump_output(void)
                     p->credit -= (int64_t)len;
                     continue;
                 }
-                if (buf_reserve(&agent.obuf, SBX_CHAN_HDR + len) < 0)
+                if (buf_reserve(&agent_out.q, SBX_CHAN_HDR + len) < 0)
                     return;
-                sbx_chan_hdr_encode(agent.obuf.data + agent.obuf.len,
+                sbx_chan_hdr_encode(agent_out.q.data + agent_out.q.len,
                                     s ? SBX_CHAN_STDERR : SBX_CHAN_STDOUT, p->id,
                                     (uint32_t)len);
                 proc_ring_read(p, s, st->sent,
-                               agent.obuf.data + agent.obuf.len + SBX_CHAN_HDR,
+                               agent_out.q.data + agent_out.q.len + SBX_CHAN_HDR,
                                (size_t)len);
-                agent.obuf.len += SBX_CHAN_HDR + (size_t)len;
+                agent_out.q.len += SBX_CHAN_HDR + (size_t)len;
                 st->sent += len;
                 p->credit -= (int64_t)len;
             }
         }
         if (p->state == PROC_EXITED && !p->exit_sent && !proc_has_output(p) &&
-            buf_pending(&agent.obuf) < AGENT_OBUF_SOFT) {
+            agent_out_room()) {
             struct buf b = {0};
             proc_exit_json(p, &b);
-            chan_send_buf(SBX_CHAN_EXIT, p->id, &b);
+            agent_send_buf(SBX_CHAN_EXIT, p->id, &b);
             p->exit_sent = true;
         }
     }
@@ -614,7 +554,7 @@ void agent_pump_output(void)
 
 static bool output_ready(void)
 {
-    if (buf_pending(&agent.obuf) >= AGENT_OBUF_SOFT)
+    if (!agent_out_room())
         return false;
     for (size_t k = 0; k < agent.nprocs; k++) {
         const struct proc *p = agent.procs[k];
@@ -628,25 +568,25 @@ static bool output_ready(void)
 
 static void flush_out(void)
 {
-    while (out_ok() && buf_pending(&agent.obuf) > 0) {
-        ssize_t n =
-            write(out_fd(), agent.obuf.data + agent.obuf.off, buf_pending(&agent.obuf));
+    while (out_ok() && buf_pending(&agent_out.q) > 0) {
+        ssize_t n = write(out_fd(), agent_out.q.data + agent_out.q.off,
+                          buf_pending(&agent_out.q));
         if (n > 0) {
-            buf_consume(&agent.obuf, (size_t)n);
+            buf_consume(&agent_out.q, (size_t)n);
             continue;
         }
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0 && errno == EAGAIN)
             return;
-        if (agent.dfd >= 0) {
+        if (agent_out.dfd >= 0) {
             drop_direct(n < 0 ? strerror(errno) : "EOF");
             return;
         }
         alog("stdout: %s: frames are dropped from now on",
              n < 0 ? strerror(errno) : "EOF");
-        agent.out_dead = true;
-        buf_deinit(&agent.obuf);
+        agent_out.dead = true;
+        buf_deinit(&agent_out.q);
     }
 }
 
@@ -668,7 +608,7 @@ static void __attribute__((noreturn)) shutdown_exit(int code)
 static void flush_for(int ms)
 {
     int64_t until = now_ms() + ms;
-    while (out_ok() && buf_pending(&agent.obuf) > 0 && now_ms() < until) {
+    while (out_ok() && buf_pending(&agent_out.q) > 0 && now_ms() < until) {
         struct pollfd pfd = {.fd = out_fd(), .events = POLLOUT};
         if (poll(&pfd, 1, (int)(until - now_ms())) < 0 && errno != EINTR)
             break;
@@ -776,11 +716,11 @@ static void read_channel(void)
 
 static void read_direct(void)
 {
-    if (agent.dfd < 0)
+    if (agent_out.dfd < 0)
         return;
     if (buf_reserve(&agent.dbuf, 64u << 10) < 0 || buf_pending(&agent.dbuf) >= IBUF_CAP)
         return;
-    ssize_t n = read(agent.dfd, agent.dbuf.data + agent.dbuf.len,
+    ssize_t n = read(agent_out.dfd, agent.dbuf.data + agent.dbuf.len,
                      agent.dbuf.cap - agent.dbuf.len);
     if (n > 0) {
         agent.dbuf.len += (size_t)n;
@@ -866,17 +806,17 @@ void agent_run(void)
             timeout = 0;
 
         nfds_t n = 0;
-        bool obuf_room = buf_pending(&agent.obuf) < AGENT_OBUF_SOFT;
+        bool obuf_room = agent_out_room();
         if (agent.in_open && obuf_room && agent.ibuf.cap - buf_pending(&agent.ibuf) > 0) {
             pfd[n] = (struct pollfd){.fd = 0, .events = POLLIN};
             slot[n++].kind = SLOT_STDIN;
         }
-        if (out_ok() && buf_pending(&agent.obuf) > 0) {
+        if (out_ok() && buf_pending(&agent_out.q) > 0) {
             pfd[n] = (struct pollfd){.fd = out_fd(), .events = POLLOUT};
             slot[n++].kind = SLOT_STDOUT;
         }
-        if (agent.dfd >= 0 && obuf_room && buf_pending(&agent.dbuf) < IBUF_CAP) {
-            pfd[n] = (struct pollfd){.fd = agent.dfd, .events = POLLIN};
+        if (agent_out.dfd >= 0 && obuf_room && buf_pending(&agent.dbuf) < IBUF_CAP) {
+            pfd[n] = (struct pollfd){.fd = agent_out.dfd, .events = POLLIN};
             slot[n++].kind = SLOT_DIRECT_IN;
         }
         int lfds[8];

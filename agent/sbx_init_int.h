@@ -20,12 +20,10 @@ struct agent_state {
     struct proc *procs[AGENT_MAX_PROCS];
     size_t nprocs;
     size_t rr; /* round-robin start for output fairness */
-    struct buf ibuf, obuf;
+    struct buf ibuf;
     bool in_open;    /* stdin still read */
     bool in_resync;  /* discarding input until a PING frame */
-    bool out_dead;   /* stdout failed for good (EPIPE): frames are dropped */
-    int dfd;         /* the direct socket while it is the channel, else -1 */
-    struct buf dbuf; /* input from dfd */
+    struct buf dbuf; /* input from agent_out.dfd */
     int sigpipe[2];  /* signal handler -> loop (main.c makes it) */
     pid_t main_pid;
     bool main_exited;

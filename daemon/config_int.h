@@ -1,7 +1,8 @@
 /*
  * config_int.h - the configuration loader's insides, shared by config.c
- * (defaults, the core keys, files and libyaml, the top level) and
- * config_provider.c (the providers.<name> sections and their key tables).
+ * (defaults, the core keys, files and libyaml, the top level), which calls
+ * config_provider.c (the providers.<name> sections and their key tables),
+ * and both call config_read.c (the readers: errors, nodes, numbers).
  * Not for anything outside the loader.
  */
 #ifndef SBXD_CONFIG_INT_H
@@ -17,6 +18,11 @@
 #define ANY_MAX_DEPTH 32     /* also stops recursive aliases (&a [*a]) */
 #define ANY_MAX_NODES 100000 /* stops alias bombs ("billion laughs") */
 #define PATH_BUF 256         /* dotted key paths in messages; truncation is harmless */
+
+#define KIB INT64_C(1024)
+#define MIB (KIB * 1024)
+#define GIB (MIB * 1024)
+#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
 /* The loader's state. */
 struct ld {
@@ -47,13 +53,20 @@ typedef int (*pair_fn)(struct ld *ld, const char *path, const char *key, yaml_no
 
 enum { NUM_OK = 0, NUM_SYNTAX = -1, NUM_RANGE = -2, NUM_LEADING_ZERO = -3 };
 
-/* ---- config.c's helpers (errors, nodes, scalars, mappings) ---- */
+/* ---- config_read.c: errors, nodes, scalars, mappings ---- */
 int cfg_check_nul(struct ld *ld, const char *path, const yaml_node_t *n);
 int cfg_each_pair(struct ld *ld, yaml_node_t *map, const char *path, pair_fn fn,
                   void *privdata);
 int cfg_expected(struct ld *ld, const char *path, const yaml_node_t *n, const char *what);
 int cfg_fail_at(struct ld *ld, yaml_mark_t m, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* "FILE: message", for checks that span keys and have no position. */
+int cfg_fail_file(struct ld *ld, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* What a node is, for "expected X, got Y". */
+void cfg_describe(const yaml_node_t *n, char *buf, size_t size);
+/* "16M" for 16777216. */
+void cfg_fmt_size(int64_t v, char *buf, size_t size);
 int cfg_get_int(struct ld *ld, const char *path, const yaml_node_t *n, int size,
                 int64_t min, int64_t max, int64_t *out);
 int cfg_is_null(const yaml_node_t *n);

@@ -1,6 +1,7 @@
 /*
  * completion.c - sbxctl completion bash|zsh|fish: a completion script for
- * that shell on stdout, made from the verb table (main.c), so a new verb is
+ * that shell on stdout, made from the verb table (main.c's, read through
+ * cli.c), so a new verb is
  * completed without anyone editing a script. Verbs and their long options
  * (read from each verb's usage line), and sandbox ids from `sbxctl ls -q`
  * where a verb takes an ID.
@@ -41,9 +42,39 @@ static int takes_id(const char *usage)
     return sp && (!strncmp(sp, " ID", 3) || strstr(usage, " ID..."));
 }
 
-static void bash(void)
+/*
+ * The `case $verb in` arms bash and zsh share: a word starting with '-'
+ * completes the verb's options (the line opt_pre OPTS opt_post), else ids
+ * where the verb takes one and shell names for `completion`. cur is the
+ * shell's current word.
+ */
+struct verb_arms {
+    const char *cur, *opt_pre, *opt_post, *ids, *shells;
+};
+
+static void verb_arms(const struct verb_arms *a)
 {
     char opts[1024];
+    for (int i = 0; i < verb_count(); i++) {
+        usage_options(verb_usage(i), opts, sizeof(opts));
+        printf("    %s)\n"
+               "        if [[ %s == -* ]]; then\n"
+               "            %s%s%s\n",
+               verb_name(i), a->cur, a->opt_pre, opts, a->opt_post);
+        if (takes_id(verb_usage(i)))
+            printf("        else\n"
+                   "            %s\n",
+                   a->ids);
+        if (!strcmp(verb_name(i), "completion"))
+            printf("        else\n"
+                   "            %s\n",
+                   a->shells);
+        printf("        fi ;;\n");
+    }
+}
+
+static void bash(void)
+{
     printf(
         "# bash completion for sbxctl (sbxctl completion bash)\n"
         "_sbxctl() {\n"
@@ -70,22 +101,13 @@ static void bash(void)
            "        return\n"
            "    fi\n"
            "    case $verb in\n");
-    for (int i = 0; i < verb_count(); i++) {
-        usage_options(verb_usage(i), opts, sizeof(opts));
-        printf("    %s)\n"
-               "        if [[ $cur == -* ]]; then\n"
-               "            COMPREPLY=($(compgen -W '%s' -- \"$cur\"))\n",
-               verb_name(i), opts);
-        if (takes_id(verb_usage(i)))
-            printf(
-                "        else\n"
-                "            COMPREPLY=($(compgen -W \"$(sbxctl ls -q 2>/dev/null)\" -- "
-                "\"$cur\"))\n");
-        if (!strcmp(verb_name(i), "completion"))
-            printf("        else\n"
-                   "            COMPREPLY=($(compgen -W 'bash zsh fish' -- \"$cur\"))\n");
-        printf("        fi ;;\n");
-    }
+    verb_arms(&(struct verb_arms){
+        .cur = "$cur",
+        .opt_pre = "COMPREPLY=($(compgen -W '",
+        .opt_post = "' -- \"$cur\"))",
+        .ids = "COMPREPLY=($(compgen -W \"$(sbxctl ls -q 2>/dev/null)\" -- \"$cur\"))",
+        .shells = "COMPREPLY=($(compgen -W 'bash zsh fish' -- \"$cur\"))",
+    });
     printf("    esac\n"
            "}\n"
            "complete -F _sbxctl sbxctl\n");
@@ -93,7 +115,6 @@ static void bash(void)
 
 static void zsh(void)
 {
-    char opts[1024];
     printf("#compdef sbxctl\n"
            "# zsh completion for sbxctl (sbxctl completion zsh)\n"
            "_sbxctl() {\n"
@@ -109,20 +130,13 @@ static void zsh(void)
            "        return\n"
            "    fi\n"
            "    case $verb in\n");
-    for (int i = 0; i < verb_count(); i++) {
-        usage_options(verb_usage(i), opts, sizeof(opts));
-        printf("    %s)\n"
-               "        if [[ ${words[CURRENT]} == -* ]]; then\n"
-               "            compadd -- %s\n",
-               verb_name(i), opts);
-        if (takes_id(verb_usage(i)))
-            printf("        else\n"
-                   "            compadd -- ${(f)\"$(sbxctl ls -q 2>/dev/null)\"}\n");
-        if (!strcmp(verb_name(i), "completion"))
-            printf("        else\n"
-                   "            compadd bash zsh fish\n");
-        printf("        fi ;;\n");
-    }
+    verb_arms(&(struct verb_arms){
+        .cur = "${words[CURRENT]}",
+        .opt_pre = "compadd -- ",
+        .opt_post = "",
+        .ids = "compadd -- ${(f)\"$(sbxctl ls -q 2>/dev/null)\"}",
+        .shells = "compadd bash zsh fish",
+    });
     printf("    esac\n"
            "}\n"
            "compdef _sbxctl sbxctl\n");

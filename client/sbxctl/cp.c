@@ -313,9 +313,7 @@ int cmd_cp(int argc, char **argv)
         case OPT_HELP:
             verb_help();
         case OPT_ARG:
-            if (n == 2)
-                usage_error("unexpected argument: %s", p.arg);
-            pos[n++] = p.arg;
+            arg_positional(pos, &n, 2, p.arg);
             break;
         case 1:
             opts.archive = 1;

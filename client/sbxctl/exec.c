@@ -94,6 +94,17 @@ static void data_cleanup(void *data)
     j->ac = NULL;
 }
 
+/* A call that failed ends the job with 125: the daemon's error, else why,
+ * else what libsbx said (a call that could not be sent). */
+static void rpc_failed(struct job *j, const sbx_rpc_error *err, const char *why)
+{
+    if (err)
+        print_rpc_error(err);
+    else
+        warnx_("%s", why ? why : j->ac->c.errstr);
+    j->status = EXIT_RPC;
+}
+
 /* Both NULL in a reply: the connection is gone (or we are leaving). */
 static int lost(struct job *j, json_t *result, const sbx_rpc_error *err)
 {
@@ -106,6 +117,13 @@ static int lost(struct job *j, json_t *result, const sbx_rpc_error *err)
         quit(j);
     }
     return 1;
+}
+
+/* A reply the job no longer waits for: the connection is gone (lost), the
+ * job is over, or its command already finished. */
+static int stale(struct job *j, json_t *result, const sbx_rpc_error *err)
+{
+    return lost(j, result, err) || j->done || j->finished;
 }
 
 /* ---- output ------------------------------------------------------------------------ */
@@ -261,7 +279,7 @@ static void result_reply(sbx_async *ac, json_t *result, const sbx_rpc_error *err
     struct job *j = privdata;
     (void)ac;
 
-    if (lost(j, result, err) || j->done || j->finished)
+    if (stale(j, result, err))
         return;
     if (err) {
         print_rpc_error(err);
@@ -300,8 +318,7 @@ static void on_process_exit(struct job *j)
     if (sbx_async_call_new(j->ac, SBX_M_WAIT,
                            json_pack("{s:s, s:I}", "sandbox", j->sandbox, "pid", j->pid),
                            result_reply, j) != SBX_OK) {
-        warnx_("%s", j->ac->c.errstr);
-        j->status = EXIT_RPC;
+        rpc_failed(j, NULL, NULL);
         command_finished(j);
     }
 }
@@ -312,7 +329,7 @@ static void write_reply(sbx_async *ac, json_t *result, const sbx_rpc_error *err,
     struct job *j = privdata;
     (void)ac;
 
-    if (lost(j, result, err) || j->done || j->finished)
+    if (stale(j, result, err))
         return;
     /* A failed write means the process is gone or closed its stdin; its exit
      * (or result) still ends the job. */
@@ -398,11 +415,10 @@ static void attach_reply(sbx_async *ac, json_t *result, const sbx_rpc_error *err
     struct job *j = privdata;
     (void)ac;
 
-    if (lost(j, result, err) || j->done || j->finished)
+    if (stale(j, result, err))
         return;
     if (err) {
-        print_rpc_error(err);
-        j->status = EXIT_RPC;
+        rpc_failed(j, err, NULL);
         command_finished(j);
         return;
     }
@@ -432,18 +448,13 @@ static void spawn_reply(sbx_async *ac, json_t *result, const sbx_rpc_error *err,
         json_object_del(j->exec_params, "pty");
         if (sbx_async_call(j->ac, SBX_M_SPAWN, j->exec_params, spawn_reply, j) !=
             SBX_OK) {
-            warnx_("%s", j->ac->c.errstr);
-            j->status = EXIT_RPC;
+            rpc_failed(j, NULL, NULL);
             command_finished(j);
         }
         return;
     }
     if (err || !json_is_integer(json_object_get(result, "pid"))) {
-        if (err)
-            print_rpc_error(err);
-        else
-            warnx_("process.spawn returned no pid");
-        j->status = EXIT_RPC;
+        rpc_failed(j, err, "process.spawn returned no pid");
         command_finished(j);
         return;
     }
@@ -486,8 +497,7 @@ static void start_command(struct job *j)
         rc = sbx_async_call(j->ac, SBX_M_SPAWN, j->exec_params, spawn_reply, j);
     }
     if (rc != SBX_OK) {
-        warnx_("%s", j->ac->c.errstr);
-        j->status = EXIT_RPC;
+        rpc_failed(j, NULL, NULL);
         quit(j);
     }
 }
@@ -540,11 +550,7 @@ static void create_reply(sbx_async *ac, json_t *result, const sbx_rpc_error *err
     if (lost(j, result, err) || j->done)
         return;
     if (err || !id) {
-        if (err)
-            print_rpc_error(err);
-        else
-            warnx_("sandbox.create returned no id");
-        j->status = EXIT_RPC;
+        rpc_failed(j, err, "sandbox.create returned no id");
         quit(j);
         return;
     }

@@ -75,9 +75,7 @@ int cmd_fs(int argc, char **argv)
         case OPT_HELP:
             verb_help();
         case OPT_ARG:
-            if (npos == 4)
-                usage_error("unexpected argument: %s", p.arg);
-            pos[npos++] = p.arg;
+            arg_positional(pos, &npos, 4, p.arg);
             break;
         case 1:
             recursive = 1;

@@ -5,26 +5,17 @@
  * (code N)" on stderr, the daemon's or engine's message whole), 2 a usage
  * error; exec, run and wait exit with the command's own status (126 when it
  * could not be invoked, 127 when it was not found, as docker).
+ *
+ * The top floor: the verb table and main(). What the verb files share sits
+ * below them all and never calls up: cli.c (messages, options, the verb
+ * table this file hands it), args.c (argument and JSON helpers), call.c (the
+ * daemon: connect, call, print).
  */
-#include <errno.h>
 #include <getopt.h>
-#include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "sbxctl.h"
-
-struct sbxctl_globals g;
-
-struct verb {
-    const char *name;
-    int (*fn)(int argc, char **argv);
-    const char *usage;
-    const char *help;
-};
 
 static const struct verb verbs[] = {
     {"ping", cmd_ping, "ping", "Checks that sbxd answers."},
@@ -178,36 +169,6 @@ static const struct verb verbs[] = {
 
 #define NVERBS (sizeof(verbs) / sizeof(verbs[0]))
 
-int verb_count(void)
-{
-    return (int)NVERBS;
-}
-
-const char *verb_name(int i)
-{
-    return verbs[i].name;
-}
-
-const char *verb_usage(int i)
-{
-    return verbs[i].usage;
-}
-
-const char *verb_help_text(int i)
-{
-    return verbs[i].help;
-}
-
-static const struct verb *current;
-
-static void main_usage_short(FILE *f)
-{
-    fprintf(f, "usage: sbxctl [-s PATH] [--json] [--version] VERB [ARGS...]\nverbs:");
-    for (size_t i = 0; i < NVERBS; i++)
-        fprintf(f, " %s", verbs[i].name);
-    fprintf(f, "\nRun 'sbxctl --help' or 'sbxctl VERB --help' for more.\n");
-}
-
 /* A verb's summary: the first sentence of its help, whole, wrapped at 90
  * columns under the verb's name. */
 static void print_summary(FILE *f, const char *name, const char *h)
@@ -264,490 +225,6 @@ static void main_usage(FILE *f)
             "invoked / was not found.\n");
 }
 
-/* ---- messages -------------------------------------------------------------------- */
-
-void warnx_(const char *fmt, ...)
-{
-    va_list ap;
-    fputs("sbxctl: ", stderr);
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-}
-
-void usage_error(const char *fmt, ...)
-{
-    va_list ap;
-    if (current)
-        fprintf(stderr, "sbxctl %s: ", current->name);
-    else
-        fputs("sbxctl: ", stderr);
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-    if (current)
-        fprintf(stderr, "usage: sbxctl %s\n", current->usage);
-    else
-        main_usage_short(stderr);
-    exit(EXIT_USAGE);
-}
-
-void verb_help(void)
-{
-    printf("usage: sbxctl [-s PATH] [--json] %s\n\n%s\n", current->usage, current->help);
-    exit(0);
-}
-
-/* ---- option parsing ----------------------------------------------------------- */
-
-/*
- * opt_next() is getopt_long(3) under the interface the verb files share
- * (sbxctl.h): short flags bundle (-it, -sPATH, -e K=V), long options take
- * --name=value or --name value, options and positionals mix in order, `--`
- * ends the options. Every verb also has -h/--help, --json and --format.
- * getopt's own messages are off; ours name the verb and show its usage.
- */
-
-#define MAX_OPTS 64
-#define LONG_ONLY 0x10000 /* getopt's val for an option without a short letter */
-
-enum { VO_HELP = -100, VO_JSON = -101, VO_FORMAT = -102 };
-
-static const struct opt verb_builtin[] = {
-    {"help", 'h', 0, VO_HELP},
-    {"json", 0, 0, VO_JSON},
-    {"format", 0, 1, VO_FORMAT},
-    {NULL, 0, 0, 0},
-};
-
-void parser_init(struct parser *p, int argc, char **argv)
-{
-    memset(p, 0, sizeof(*p));
-    p->argc = argc;
-    p->argv = argv;
-}
-
-struct built {
-    struct option lo[MAX_OPTS + 1];
-    const struct opt *by_val[MAX_OPTS]; /* long-only entries, by val - LONG_ONLY */
-    char so[3 * MAX_OPTS + 4];
-    const struct opt *shorts[256];
-};
-
-static void build_add(struct built *b, int *n, size_t *sn, const struct opt *o)
-{
-    if (*n >= MAX_OPTS) {
-        warnx_("internal error: too many options");
-        abort();
-    }
-    b->lo[*n].name = o->name;
-    b->lo[*n].has_arg = o->has_arg ? required_argument : no_argument;
-    b->lo[*n].flag = NULL;
-    if (o->shortc) {
-        b->lo[*n].val = o->shortc;
-        b->shorts[(unsigned char)o->shortc] = o;
-        b->so[(*sn)++] = (char)o->shortc;
-        if (o->has_arg)
-            b->so[(*sn)++] = ':';
-    } else {
-        b->lo[*n].val = LONG_ONLY + *n;
-        b->by_val[*n] = o;
-    }
-    if (o->name)
-        (*n)++;
-    else /* a short-only option: no long entry */
-        memset(&b->lo[*n], 0, sizeof(b->lo[*n]));
-}
-
-static struct built *build(const struct opt *opts)
-{
-    struct built *b = ctl_nonnull(calloc(1, sizeof(*b)));
-    int n = 0;
-    size_t sn = 0;
-    /* '-': positionals come back in order (as 1); ':': a missing value is ':'. */
-    b->so[sn++] = '-';
-    b->so[sn++] = ':';
-    for (const struct opt *o = opts; o && (o->name || o->shortc); o++)
-        build_add(b, &n, &sn, o);
-    for (const struct opt *o = verb_builtin; o->name; o++) {
-        int taken = 0;
-        for (const struct opt *v = opts; v && (v->name || v->shortc); v++)
-            taken |= (v->name && !strcmp(v->name, o->name)) ||
-                     (o->shortc && v->shortc == o->shortc);
-        if (!taken)
-            build_add(b, &n, &sn, o);
-    }
-    b->so[sn] = '\0';
-    return b;
-}
-
-static int set_format(const char *f)
-{
-    if (!strcmp(f, "json"))
-        g.json = 1;
-    else if (!strcmp(f, "table"))
-        g.json = 0;
-    else
-        return -1;
-    return 0;
-}
-
-/* The message for what getopt refused (c is '?' or ':'), as getopt words it. */
-static void refused(struct parser *p, int c)
-{
-    struct built *b = p->priv;
-    const char *a = p->gargv[optind - 1];
-    if (c == ':') {
-        if (optopt && optopt < 256 && a[0] == '-' && a[1] != '-')
-            usage_error("option requires an argument -- '%c'", optopt);
-        usage_error("option '%s' requires an argument", a);
-    }
-    if (a[0] == '-' && a[1] == '-') {
-        const char *eq = strchr(a, '=');
-        size_t len = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
-        for (struct option *o = b->lo; o->name; o++)
-            if (eq && strlen(o->name) == len && !strncmp(o->name, a + 2, len))
-                usage_error("option '--%s' doesn't allow an argument", o->name);
-        usage_error("unrecognized option '%.*s'",
-                    (int)(eq ? (size_t)(eq - a) : strlen(a)), a);
-    }
-    usage_error("invalid option -- '%c'", optopt);
-}
-
-int opt_next(struct parser *p, const struct opt *opts)
-{
-    if (!p->priv && p->done)
-        return OPT_END; /* called again after the end */
-    if (!p->priv) {
-        p->priv = build(opts);
-        /* getopt wants argv[0] to be the program. */
-        p->gargv = ctl_nonnull(calloc((size_t)p->argc + 2, sizeof(char *)));
-        p->gargv[0] = (char *)"sbxctl";
-        memcpy(p->gargv + 1, p->argv, (size_t)p->argc * sizeof(char *));
-        optind = 0; /* a full re-initialisation of GNU getopt */
-        p->done = 0;
-    }
-    struct built *b = p->priv;
-    for (;;) {
-        if (p->stop || p->done) {
-            /* After `--`, or once the verb said so, everything is positional. */
-            if (!p->done) {
-                p->done = 1;
-                p->rest = optind;
-            }
-            if (p->rest > p->argc) {
-                p->i = p->argc;
-                /* Done: the tables go (p->arg points into argv, not them). */
-                free(p->priv);
-                free(p->gargv);
-                p->priv = NULL;
-                p->gargv = NULL;
-                p->stop = 1;
-                p->done = 1;
-                p->rest = p->argc + 1;
-                return OPT_END;
-            }
-            p->arg = p->gargv[p->rest++];
-            p->i = p->rest - 1;
-            return OPT_ARG;
-        }
-        opterr = 0;
-        int c = getopt_long(p->argc + 1, p->gargv, b->so, b->lo, NULL);
-        p->i = optind - 1;
-        if (c == -1) {
-            p->done = 1;
-            p->rest = optind;
-            continue;
-        }
-        if (c == 1) {
-            p->arg = optarg;
-            return OPT_ARG;
-        }
-        if (c == '?' || c == ':')
-            refused(p, c);
-        const struct opt *o =
-            c >= LONG_ONLY ? b->by_val[c - LONG_ONLY] : b->shorts[(unsigned char)c];
-        if (!o)
-            refused(p, '?');
-        p->arg = o->has_arg ? optarg : NULL;
-        switch (o->id) {
-        case VO_HELP:
-            return OPT_HELP;
-        case VO_JSON:
-            g.json = 1;
-            continue;
-        case VO_FORMAT:
-            if (set_format(p->arg) < 0)
-                usage_error("--format: 'json' or 'table', not '%s'", p->arg);
-            continue;
-        }
-        return o->id;
-    }
-}
-
-/* ---- argument helpers -------------------------------------------------------------- */
-
-json_int_t arg_int(const char *what, const char *s)
-{
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || end == s || *end != '\0')
-        usage_error("%s: not an integer: %s", what, s);
-    return (json_int_t)v;
-}
-
-void arg_env(json_t *obj, const char *kv, int null_if_empty)
-{
-    const char *eq = strchr(kv, '=');
-    if (!eq || eq == kv)
-        usage_error("expected KEY=VALUE, got: %s", kv);
-    char *key = ctl_nonnull(strndup(kv, (size_t)(eq - kv)));
-    json_object_set_new(
-        obj, key, null_if_empty && eq[1] == '\0' ? json_null() : json_string(eq + 1));
-    free(key);
-}
-
-void arg_opt(json_t *obj, const char *kv)
-{
-    const char *eq = strchr(kv, '=');
-    if (!eq || eq == kv)
-        usage_error("expected KEY=VALUE, got: %s", kv);
-    char *key = ctl_nonnull(strndup(kv, (size_t)(eq - kv)));
-    json_t *v = json_loads(eq + 1, JSON_DECODE_ANY, NULL);
-    if (!v)
-        v = json_string(eq + 1);
-    json_object_set_new(obj, key, v);
-    free(key);
-}
-
-json_t *command_json(int n, char **args)
-{
-    if (n == 1)
-        return json_string(args[0]);
-    json_t *a = json_array();
-    for (int i = 0; i < n; i++)
-        json_array_append_new(a, json_string(args[i]));
-    return a;
-}
-
-json_t *file_string(const char *path)
-{
-    FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
-    if (!f) {
-        warnx_("%s: %s", path, strerror(errno));
-        exit(EXIT_RPC);
-    }
-    size_t cap = 8192, len = 0;
-    char *buf = malloc(cap);
-    size_t n;
-    while (buf && (n = fread(buf + len, 1, cap - len, f)) > 0) {
-        len += n;
-        if (len == cap) {
-            char *nb = realloc(buf, cap *= 2);
-            if (!nb)
-                free(buf);
-            buf = nb;
-        }
-    }
-    if (!buf || ferror(f)) {
-        warnx_("%s: read error", path);
-        exit(EXIT_RPC);
-    }
-    if (f != stdin)
-        fclose(f);
-    json_t *s = json_stringn(buf, len);
-    free(buf);
-    if (!s) {
-        warnx_("%s: not valid UTF-8 text", path);
-        exit(EXIT_RPC);
-    }
-    return s;
-}
-
-json_t *obj_object(json_t *obj, const char *key)
-{
-    json_t *v = json_object_get(obj, key);
-    if (!v) {
-        v = json_object();
-        json_object_set_new(obj, key, v);
-    }
-    return v;
-}
-
-json_t *obj_array(json_t *obj, const char *key)
-{
-    json_t *v = json_object_get(obj, key);
-    if (!v) {
-        v = json_array();
-        json_object_set_new(obj, key, v);
-    }
-    return v;
-}
-
-char *field_text(json_t *obj, const char *key)
-{
-    json_t *v = json_object_get(obj, key);
-    if (!v || json_is_null(v))
-        return strdup("");
-    if (json_is_string(v))
-        return strdup(json_string_value(v));
-    char *s = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
-    return s ? s : strdup("?");
-}
-
-void format_duration(char *buf, size_t size, double secs)
-{
-    long long t = (long long)(secs + 0.5);
-    if (secs < 0)
-        snprintf(buf, size, "-");
-    else if (secs < 10)
-        snprintf(buf, size, "%.1fs", secs);
-    else if (t < 60)
-        snprintf(buf, size, "%llds", t);
-    else if (t < 3600)
-        snprintf(buf, size, "%lldm %llds", t / 60, t % 60);
-    else if (t < 86400)
-        snprintf(buf, size, "%lldh %lldm", t / 3600, t % 3600 / 60);
-    else
-        snprintf(buf, size, "%lldd %lldh", t / 86400, t % 86400 / 3600);
-}
-
-int exit_status(json_t *rec)
-{
-    json_t *code = json_object_get(rec, "exit_code");
-    json_int_t sig = json_integer_value(json_object_get(rec, "signal"));
-    if (json_is_integer(code) && json_integer_value(code) >= 0 &&
-        json_integer_value(code) <= 255)
-        return (int)json_integer_value(code);
-    if (sig > 0 && sig < 128)
-        return 128 + (int)sig;
-    return 1;
-}
-
-/* ---- daemon access ---------------------------------------------------------------- */
-
-const char *socket_path(void)
-{
-    if (g.socket)
-        return g.socket;
-    const char *env = getenv("SBXD_SOCKET");
-    return env && *env ? env : SBX_DEFAULT_SOCKET;
-}
-
-sbx_ctx *ctl_connect(void)
-{
-    sbx_ctx *c = sbx_connect_unix(socket_path(), 10000);
-    if (!c) {
-        warnx_("out of memory");
-        exit(EXIT_RPC);
-    }
-    if (c->err) {
-        warnx_("cannot connect to sbxd: %s", c->errstr);
-        sbx_free(c);
-        exit(EXIT_RPC);
-    }
-    return c;
-}
-
-void print_rpc_error(const sbx_rpc_error *e)
-{
-    warnx_("%s (code %d)", e->message, e->code);
-}
-
-int ctl_call(sbx_ctx *c, const char *method, json_t *params, json_t **result_out)
-{
-    sbx_rpc_error *e = NULL;
-    json_t *result = NULL;
-
-    if (result_out)
-        *result_out = NULL;
-    if (sbx_call_new(c, &result, &e, method, params) != SBX_OK) {
-        if (e)
-            print_rpc_error(e);
-        else
-            warnx_("%s: %s", method, c->errstr);
-        sbx_rpc_error_free(e);
-        return EXIT_RPC;
-    }
-    if (result_out)
-        *result_out = result;
-    else
-        json_decref(result);
-    return 0;
-}
-
-/* Reals rounded to microseconds (of a second or a millisecond alike): the
- * numbers stay numbers, the float noise of 4.7792541980743408 goes. */
-static void round_reals(json_t *v)
-{
-    const char *k;
-    json_t *e;
-    size_t i;
-    if (json_is_object(v)) {
-        json_object_foreach(v, k, e) {
-            if (json_is_real(e))
-                json_real_set(e, round(json_real_value(e) * 1e6) / 1e6);
-            else
-                round_reals(e);
-        }
-    } else if (json_is_array(v)) {
-        json_array_foreach(v, i, e) {
-            if (json_is_real(e))
-                json_real_set(e, round(json_real_value(e) * 1e6) / 1e6);
-            else
-                round_reals(e);
-        }
-    }
-}
-
-void print_json(json_t *v)
-{
-    round_reals(v);
-    char *s = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY | JSON_REAL_PRECISION(15));
-    if (s) {
-        puts(s);
-        free(s);
-    }
-}
-
-int ctl_simple(const char *method, json_t *params, json_t **result_out)
-{
-    json_t *result;
-    if (result_out)
-        *result_out = NULL;
-    sbx_ctx *c = ctl_connect();
-    int rc = ctl_call(c, method, params, &result);
-    sbx_free(c);
-    if (rc)
-        return rc;
-    if (g.json)
-        print_json(result);
-    if (result_out)
-        *result_out = result;
-    else
-        json_decref(result);
-    return 0;
-}
-
-void print_progress(const char *method, json_t *params)
-{
-    if (strcmp(method, SBX_N_PROGRESS) != 0 || !isatty(2))
-        return;
-    const char *stage = json_string_value(json_object_get(params, "stage"));
-    const char *msg = json_string_value(json_object_get(params, "message"));
-    json_t *cur = json_object_get(params, "current"),
-           *tot = json_object_get(params, "total");
-    fprintf(stderr, "sbxctl: %s%s%s", stage ? stage : "", stage && msg ? ": " : "",
-            msg ? msg : "");
-    if (json_is_integer(cur) && json_is_integer(tot))
-        fprintf(stderr, " (%" JSON_INTEGER_FORMAT "/%" JSON_INTEGER_FORMAT ")",
-                json_integer_value(cur), json_integer_value(tot));
-    fputc('\n', stderr);
-}
-
 /* ---- main ------------------------------------------------------------------------- */
 
 /* For an option given before the verb that is a verb's: say where it goes. */
@@ -766,6 +243,7 @@ int main(int argc, char **argv)
     };
     int c;
 
+    cli_set_verbs(verbs, NVERBS);
     /* Global options stop at the verb ('+'): what follows is the verb's. */
     opterr = 0;
     while ((c = getopt_long(argc, argv, "+:s:h", gl, NULL)) != -1) {
@@ -777,7 +255,7 @@ int main(int argc, char **argv)
             g.json = 1;
             break;
         case 'F':
-            if (set_format(optarg) < 0)
+            if (cli_set_format(optarg) < 0)
                 usage_error("--format: 'json' or 'table', not '%s'", optarg);
             break;
         case 'h':
@@ -796,19 +274,19 @@ int main(int argc, char **argv)
         }
     }
     if (optind >= argc) {
-        main_usage_short(stderr);
+        cli_usage_short(stderr);
         return EXIT_USAGE;
     }
     g.verb = argv[optind];
     for (size_t i = 0; i < NVERBS; i++) {
         if (strcmp(verbs[i].name, g.verb) == 0) {
-            current = &verbs[i];
+            cli_set_current(&verbs[i]);
             /* The verb parses what follows it. */
             int rc = verbs[i].fn(argc - optind - 1, argv + optind + 1);
             return rc;
         }
     }
     fprintf(stderr, "sbxctl: unknown verb '%s'\n", g.verb);
-    main_usage_short(stderr);
+    cli_usage_short(stderr);
     return EXIT_USAGE;
 }

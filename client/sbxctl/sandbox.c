@@ -20,9 +20,7 @@ static void positionals(int argc, char **argv, int n, const char **out)
     while ((o = opt_next(&p, NULL)) != OPT_END) {
         if (o == OPT_HELP)
             verb_help();
-        if (got == n)
-            usage_error("unexpected argument: %s", p.arg);
-        out[got++] = p.arg;
+        arg_positional(out, &got, n, p.arg);
     }
     if (got < n)
         usage_error("missing argument");

@@ -44,7 +44,23 @@ struct sbxctl_globals {
 };
 extern struct sbxctl_globals g;
 
-/* ---- option parsing ----
+/* ---- cli.c: the verb table main.c hands over ---- */
+struct verb {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+    const char *usage;
+    const char *help;
+};
+/* The table (borrowed, static) for usage lines, help and completion. */
+void cli_set_verbs(const struct verb *table, size_t n);
+/* The verb running now: usage_error and verb_help speak of it. */
+void cli_set_current(const struct verb *v);
+/* "usage: sbxctl ... verbs: ..." in short. */
+void cli_usage_short(FILE *f);
+/* --format json|table into g.json; -1 for anything else. */
+int cli_set_format(const char *f);
+
+/* ---- cli.c: option parsing ----
  * The interface every verb file uses (unchanged from the hand-written parser
  * it replaces; getopt_long(3) underneath since issue 19):
  *
@@ -99,8 +115,10 @@ void verb_help(void) __attribute__((noreturn));
 /* Prints "sbxctl: msg" to stderr. */
 void warnx_(const char *fmt, ...) SBXCTL_PRINTF(1, 2);
 
-/* ---- argument helpers (usage_error on bad input) ---- */
+/* ---- args.c: argument helpers (usage_error on bad input) ---- */
 json_int_t arg_int(const char *what, const char *s);
+/* The next positional into pos[*n], at most max of them (usage_error past). */
+void arg_positional(const char **pos, int *n, int max, const char *arg);
 /* Collects the positionals "ID PID" one at a time (process.c). */
 void args_id_pid(const char *arg, const char **id, const char **pid);
 /* K=V into obj; with null_if_empty, "K=" stores null. */
@@ -121,7 +139,7 @@ void format_duration(char *buf, size_t size, double secs);
 /* The exit status for an exit record (exit_code, else 128+signal, else 1). */
 int exit_status(json_t *rec);
 
-/* ---- daemon access ---- */
+/* ---- call.c: daemon access ---- */
 const char *socket_path(void);
 /* Connects or exits 1. */
 sbx_ctx *ctl_connect(void);
@@ -203,9 +221,10 @@ int cmd_cp(int argc, char **argv);
 int cmd_stats(int argc, char **argv);        /* stats.c (issue 18) */
 int cmd_port_forward(int argc, char **argv); /* port.c (issue 18) */
 
-/* ---- issue 19: events.c, completion.c, and the verb table for them ---- */
+/* ---- issue 19: events.c, completion.c ---- */
 int cmd_events(int argc, char **argv);
 int cmd_completion(int argc, char **argv);
+/* The verb table as cli.c was given it (completion.c reads it). */
 int verb_count(void);
 const char *verb_name(int i);
 const char *verb_usage(int i);

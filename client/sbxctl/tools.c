@@ -176,18 +176,28 @@ static void in_cb(struct ev_loop *loop, ev_io *w, int revents)
     close_w(c, w);
 }
 
+/* Reads what w's pipe holds: the byte count, or 0 when nothing came now or
+ * the pipe ended (then it is closed and c may be gone: touch it no more). */
+static ssize_t read_pipe(struct tcall *c, ev_io *w, char *buf, size_t size)
+{
+    ssize_t n = read(w->fd, buf, size);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN))
+        return 0;
+    if (n <= 0) {
+        close_w(c, w);
+        maybe_done(c);
+        return 0;
+    }
+    return n;
+}
+
 static void out_cb(struct ev_loop *loop, ev_io *w, int revents)
 {
     struct tcall *c = w->data;
     char buf[65536];
-    ssize_t n = read(w->fd, buf, sizeof(buf));
-    if (n < 0 && (errno == EINTR || errno == EAGAIN))
+    ssize_t n = read_pipe(c, w, buf, sizeof(buf));
+    if (n == 0)
         return;
-    if (n <= 0) {
-        close_w(c, w);
-        maybe_done(c);
-        return;
-    }
     if (c->out_len + (size_t)n > TOOL_OUT_MAX) {
         c->too_big = 1;
         return; /* keep draining so the command is not blocked */
@@ -207,14 +217,9 @@ static void err_cb(struct ev_loop *loop, ev_io *w, int revents)
 {
     struct tcall *c = w->data;
     char buf[4096];
-    ssize_t n = read(w->fd, buf, sizeof(buf));
-    if (n < 0 && (errno == EINTR || errno == EAGAIN))
+    ssize_t n = read_pipe(c, w, buf, sizeof(buf));
+    if (n == 0)
         return;
-    if (n <= 0) {
-        close_w(c, w);
-        maybe_done(c);
-        return;
-    }
     size_t room = TOOL_ERR_KEEP - c->err_len;
     size_t k = (size_t)n < room ? (size_t)n : room;
     memcpy(c->err + c->err_len, buf, k);

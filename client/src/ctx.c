@@ -272,12 +272,10 @@ int sbx__ctx_append_msg(sbx_ctx *c, json_t *msg)
     return SBX_OK;
 }
 
-int sbx__ctx_append_request(sbx_ctx *c, json_int_t id, const char *method, json_t *params)
+/* sbx__ctx_append_msg for a message built here (stolen; NULL: it could not be). */
+static int append_msg_new(sbx_ctx *c, json_t *msg)
 {
-    json_t *msg =
-        json_pack("{s:s, s:I, s:s}", "jsonrpc", "2.0", "id", id, "method", method);
-    if (!msg || (params && json_object_set(msg, "params", params) < 0)) {
-        json_decref(msg);
+    if (!msg) {
         sbx__ctx_seterr(c, SBX_ERR_OOM, "out of memory");
         return SBX_ERR;
     }
@@ -286,32 +284,30 @@ int sbx__ctx_append_request(sbx_ctx *c, json_int_t id, const char *method, json_
     return rc;
 }
 
+int sbx__ctx_append_request(sbx_ctx *c, json_int_t id, const char *method, json_t *params)
+{
+    json_t *msg =
+        json_pack("{s:s, s:I, s:s}", "jsonrpc", "2.0", "id", id, "method", method);
+    if (msg && params && json_object_set(msg, "params", params) < 0) {
+        json_decref(msg);
+        msg = NULL;
+    }
+    return append_msg_new(c, msg);
+}
+
 int sbx__ctx_append_result(sbx_ctx *c, json_t *id, json_t *result)
 {
-    json_t *msg = json_pack("{s:s, s:O, s:o}", "jsonrpc", "2.0", "id", id, "result",
-                            result ? result : json_null());
-    if (!msg) {
-        sbx__ctx_seterr(c, SBX_ERR_OOM, "out of memory");
-        return SBX_ERR;
-    }
-    int rc = sbx__ctx_append_msg(c, msg);
-    json_decref(msg);
-    return rc;
+    return append_msg_new(c, json_pack("{s:s, s:O, s:o}", "jsonrpc", "2.0", "id", id,
+                                       "result", result ? result : json_null()));
 }
 
 int sbx__ctx_append_error(sbx_ctx *c, json_t *id, int code, const char *message,
                           json_t *data)
 {
-    json_t *msg = json_pack("{s:s, s:O, s:{s:i, s:s, s:o}}", "jsonrpc", "2.0", "id",
-                            id ? id : json_null(), "error", "code", code, "message",
-                            message, "data", data ? data : json_object());
-    if (!msg) {
-        sbx__ctx_seterr(c, SBX_ERR_OOM, "out of memory");
-        return SBX_ERR;
-    }
-    int rc = sbx__ctx_append_msg(c, msg);
-    json_decref(msg);
-    return rc;
+    return append_msg_new(c, json_pack("{s:s, s:O, s:{s:i, s:s, s:o}}", "jsonrpc", "2.0",
+                                       "id", id ? id : json_null(), "error", "code", code,
+                                       "message", message, "data",
+                                       data ? data : json_object()));
 }
 
 /* ---- messages ---------------------------------------------------------------- */

@@ -49,6 +49,32 @@ static json_t *write_params(const char *sandbox, const char *path, json_t *opts,
 
 /* -- sync ------------------------------------------------------------------------- */
 
+int sbx__fs_read_call(sbx_ctx *c, struct sbx__fs_chunk *out, sbx_rpc_error **err_out,
+                      json_t *params, sbx_fs_sink_cb sink, void *privdata)
+{
+    json_t *res = NULL;
+    if (sbx_call_new(c, &res, err_out, SBX_M_FS_READ, params) != SBX_OK)
+        return SBX_ERR;
+    char *d = NULL;
+    size_t n = 0;
+    if (sbx_json_get_bytes(&d, &n, res, "data") != SBX_OK) {
+        json_decref(res);
+        sbx__ctx_seterr(c, SBX_ERR_PROTOCOL, "%s", "fs.read answer without data");
+        return SBX_ERR;
+    }
+    out->n = n;
+    out->handle = json_integer_value(json_object_get(res, "handle"));
+    out->eof = json_is_true(json_object_get(res, "eof"));
+    json_decref(res);
+    int r = n ? sink(d, n, privdata) : 0;
+    free(d);
+    if (r != 0) {
+        sbx__ctx_seterr(c, SBX_ERR_USAGE, "%s", "the sink stopped the read");
+        return SBX_ERR;
+    }
+    return SBX_OK;
+}
+
 int sbx_fs_read_stream(sbx_ctx *c, sbx_rpc_error **err_out, const char *sandbox,
                        const char *path, sbx_fs_sink_cb sink, void *privdata)
 {
@@ -61,27 +87,12 @@ int sbx_fs_read_stream(sbx_ctx *c, sbx_rpc_error **err_out, const char *sandbox,
             return r;
     }
     for (;;) {
-        json_t *res = NULL;
-        if (sbx_call_new(c, &res, err_out, SBX_M_FS_READ,
-                         read_params(sandbox, path, off)) != SBX_OK)
+        struct sbx__fs_chunk ch;
+        if (sbx__fs_read_call(c, &ch, err_out, read_params(sandbox, path, off), sink,
+                              privdata) != SBX_OK)
             return SBX_ERR;
-        char *d = NULL;
-        size_t n = 0;
-        if (sbx_json_get_bytes(&d, &n, res, "data") != SBX_OK) {
-            json_decref(res);
-            sbx__ctx_seterr(c, SBX_ERR_PROTOCOL, "%s", "fs.read answer without data");
-            return SBX_ERR;
-        }
-        int eof = json_is_true(json_object_get(res, "eof"));
-        json_decref(res);
-        int r = n ? sink(d, n, privdata) : 0;
-        free(d);
-        if (r != 0) {
-            sbx__ctx_seterr(c, SBX_ERR_USAGE, "%s", "the sink stopped the read");
-            return SBX_ERR;
-        }
-        off += n;
-        if (eof || n == 0)
+        off += ch.n;
+        if (ch.eof || ch.n == 0)
             return SBX_OK;
     }
 }

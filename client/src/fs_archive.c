@@ -29,30 +29,17 @@ int sbx_fs_archive_read(sbx_ctx *c, sbx_rpc_error **err_out, const char *sandbox
     json_object_set_new(p, "sandbox", json_string(sandbox));
     json_object_set_new(p, "path", json_string(path));
     for (;;) {
-        json_t *res = NULL;
-        if (sbx_call_new(c, &res, err_out, SBX_M_FS_READ, p) != SBX_OK)
+        struct sbx__fs_chunk ch;
+        /* On an error the daemon drops the handle with the session. */
+        if (sbx__fs_read_call(c, &ch, err_out, p, sink, privdata) != SBX_OK)
             return SBX_ERR;
-        char *d = NULL;
-        size_t n = 0;
-        if (sbx_json_get_bytes(&d, &n, res, "data") != SBX_OK) {
-            json_decref(res);
-            sbx__ctx_seterr(c, SBX_ERR_PROTOCOL, "%s", "fs.read answer without data");
+        if (!ch.eof && !ch.handle) {
+            sbx__ctx_seterr(c, SBX_ERR_USAGE, "%s", "an archive without handle");
             return SBX_ERR;
         }
-        json_int_t h = json_integer_value(json_object_get(res, "handle"));
-        int eof = json_is_true(json_object_get(res, "eof"));
-        json_decref(res);
-        int r = n ? sink(d, n, privdata) : 0;
-        free(d);
-        if (r != 0 || (!eof && !h)) {
-            sbx__ctx_seterr(c, SBX_ERR_USAGE, "%s",
-                            r ? "the sink stopped the read"
-                              : "an archive without handle");
-            return SBX_ERR; /* the daemon drops the handle with the session */
-        }
-        if (eof)
+        if (ch.eof)
             return SBX_OK;
-        p = json_pack("{s:s, s:I}", "sandbox", sandbox, "handle", h);
+        p = json_pack("{s:s, s:I}", "sandbox", sandbox, "handle", ch.handle);
     }
 }
 

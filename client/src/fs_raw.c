@@ -173,6 +173,44 @@ static int line_error(sbx_ctx *c, json_t *v, sbx_rpc_error **err_out)
     return 1;
 }
 
+/* The raw connection for token, an answer's (res, stolen: tok points into
+ * it). NULL with c's error set when out of memory or it could not connect. */
+static struct rconn *rconn_new(sbx_ctx *c, json_t *res, const char *tok)
+{
+    struct rconn *rc = malloc(sizeof(*rc));
+    if (!rc) {
+        json_decref(res);
+        sbx__ctx_seterr(c, SBX_ERR_OOM, "%s", "out of memory");
+        return NULL;
+    }
+    rc->len = rc->pos = 0;
+    rc->fd = raw_open(c, tok);
+    json_decref(res);
+    if (rc->fd < 0) {
+        free(rc);
+        return NULL;
+    }
+    return rc;
+}
+
+static void rconn_free(struct rconn *rc)
+{
+    if (!rc)
+        return;
+    close(rc->fd);
+    free(rc);
+}
+
+/* fs.read's or fs.write's params for the raw path: opts (borrowed) and these. */
+static json_t *raw_params(json_t *opts, const char *sandbox, const char *path)
+{
+    json_t *p = opts ? json_deep_copy(opts) : json_object();
+    json_object_set_new(p, "sandbox", json_string(sandbox));
+    json_object_set_new(p, "path", json_string(path));
+    json_object_set_new(p, "transport", json_string("raw"));
+    return p;
+}
+
 int sbx__fs_raw_wanted(void)
 {
     /* SBX_FS_TRANSPORT=json keeps to base64 chunks (benchmarks, old peers) */
@@ -184,10 +222,7 @@ int sbx__fs_read_raw(sbx_ctx *c, sbx_rpc_error **err_out, const char *sandbox,
                      const char *path, json_t *opts, sbx_fs_sink_cb sink, void *privdata)
 {
     json_t *res = NULL;
-    json_t *p = opts ? json_deep_copy(opts) : json_object();
-    json_object_set_new(p, "sandbox", json_string(sandbox));
-    json_object_set_new(p, "path", json_string(path));
-    json_object_set_new(p, "transport", json_string("raw"));
+    json_t *p = raw_params(opts, sandbox, path);
     if (sbx_call_new(c, &res, err_out, SBX_M_FS_READ, p) != SBX_OK)
         return SBX_ERR;
     const char *tok = json_string_value(json_object_get(res, "token"));
@@ -195,18 +230,10 @@ int sbx__fs_read_raw(sbx_ctx *c, sbx_rpc_error **err_out, const char *sandbox,
         json_decref(res); /* an older daemon answered a chunk: not offered */
         return 1;
     }
-    struct rconn *rc = malloc(sizeof(*rc));
-    if (!rc) {
-        json_decref(res);
-        sbx__ctx_seterr(c, SBX_ERR_OOM, "%s", "out of memory");
+    struct rconn *rc = rconn_new(c, res, tok);
+    if (!rc)
         return SBX_ERR;
-    }
-    rc->len = rc->pos = 0;
-    rc->fd = raw_open(c, tok);
-    json_decref(res);
     int rcode = SBX_ERR;
-    if (rc->fd < 0)
-        goto out;
     json_t *head = rc_line(c, rc);
     if (!head || line_error(c, head, err_out)) {
         json_decref(head);
@@ -252,9 +279,7 @@ int sbx__fs_read_raw(sbx_ctx *c, sbx_rpc_error **err_out, const char *sandbox,
         }
     }
 out:
-    if (rc->fd >= 0)
-        close(rc->fd);
-    free(rc);
+    rconn_free(rc);
     return rcode;
 }
 
@@ -262,10 +287,7 @@ int sbx__fs_write_raw(sbx_ctx *c, json_t **result_out, sbx_rpc_error **err_out,
                       const char *sandbox, const char *path, json_t *opts, uint64_t size,
                       sbx_fs_source_cb source, void *privdata)
 {
-    json_t *p = opts ? json_deep_copy(opts) : json_object();
-    json_object_set_new(p, "sandbox", json_string(sandbox));
-    json_object_set_new(p, "path", json_string(path));
-    json_object_set_new(p, "transport", json_string("raw"));
+    json_t *p = raw_params(opts, sandbox, path);
     json_object_set_new(p, "size", json_integer((json_int_t)size));
     json_t *res = NULL;
     sbx_rpc_error *e = NULL;
@@ -291,18 +313,15 @@ int sbx__fs_write_raw(sbx_ctx *c, json_t **result_out, sbx_rpc_error **err_out,
         sbx__ctx_seterr(c, SBX_ERR_PROTOCOL, "%s", "fs.write raw: no token");
         return SBX_ERR;
     }
-    struct rconn *rc = malloc(sizeof(*rc));
     char *buf = malloc(1 << 20);
-    int rcode = SBX_ERR;
-    if (!rc || !buf) {
+    if (!buf) {
         json_decref(res);
         sbx__ctx_seterr(c, SBX_ERR_OOM, "%s", "out of memory");
-        goto out0;
+        return SBX_ERR;
     }
-    rc->len = rc->pos = 0;
-    rc->fd = raw_open(c, tok);
-    json_decref(res);
-    if (rc->fd < 0)
+    struct rconn *rc = rconn_new(c, res, tok);
+    int rcode = SBX_ERR;
+    if (!rc)
         goto out;
     uint64_t left = size;
     while (left) {
@@ -329,10 +348,7 @@ int sbx__fs_write_raw(sbx_ctx *c, json_t **result_out, sbx_rpc_error **err_out,
     }
     json_decref(v);
 out:
-    if (rc && rc->fd >= 0)
-        close(rc->fd);
-out0:
-    free(rc);
+    rconn_free(rc);
     free(buf);
     return rcode;
 }

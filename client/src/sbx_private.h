@@ -117,6 +117,18 @@ void sbx__rpc_error_view(sbx_rpc_error *e, json_t *error);
 /* A heap copy of an error object, for err_out. NULL on OOM. */
 sbx_rpc_error *sbx__rpc_error_new(json_t *error);
 
+/* ---- fs.c: one fs.read chunk, for fs.c's reads and fs_archive.c's ---- */
+struct sbx__fs_chunk {
+    size_t n;          /* bytes the answer carried (given to the sink) */
+    int eof;           /* the answer's "eof" */
+    json_int_t handle; /* the answer's "handle" (an archive's), 0 when none */
+};
+/* Calls fs.read with params (stolen) and feeds the data to sink. SBX_OK with
+ * *out filled; SBX_ERR for an RPC error (in *err_out), an answer without data
+ * (SBX_ERR_PROTOCOL) or a sink that stopped (SBX_ERR_USAGE). */
+int sbx__fs_read_call(sbx_ctx *c, struct sbx__fs_chunk *out, sbx_rpc_error **err_out,
+                      json_t *params, sbx_fs_sink_cb sink, void *privdata);
+
 /* ---- fs_raw.c: the raw path; 1 when the daemon does not offer it ---- */
 int sbx__fs_raw_wanted(void);
 int sbx__fs_read_raw(sbx_ctx *c, sbx_rpc_error **err_out, const char *sandbox,

@@ -10,7 +10,7 @@
 
 #include "daemon.h"
 #include "log.h"
-#include "core/sandbox.h"
+#include "core/sandbox_obj.h"
 #include "xalloc.h"
 
 struct adopt_waiter {

@@ -19,7 +19,7 @@
 #include "daemon.h"
 #include "log.h"
 #include "core/provider.h"
-#include "core/sandbox.h"
+#include "core/sandbox_obj.h"
 #include "sbx_proto.h"
 #include "core/usage.h"
 #include "core/utf8.h"

@@ -17,7 +17,7 @@
 
 #include "daemon.h"
 #include "core/events.h"
-#include "core/process.h"
+#include "core/process_obj.h"
 #include "sbx_proto.h"
 #include "core/utf8.h"
 #include "wallclock.h"

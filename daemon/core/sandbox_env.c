@@ -3,7 +3,7 @@
  * command: the precedence (conf.env < runtime_env < the command's own) and
  * the checks of an env patch (names, types, NUL, limits.env_bytes).
  */
-#include "core/sandbox.h"
+#include "core/sandbox_env.h"
 
 #include <string.h>
 

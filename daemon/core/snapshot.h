@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <sys/types.h>
 
-#include "core/sandbox.h"
+#include "core/sandbox_obj.h"
 
 /* snapshot.list: refreshes the registry from every provider (or the one
  * named, may be NULL) that lists its own, then calls cb with {snapshots,

@@ -5,6 +5,9 @@
  */
 #include "rpc/api.h"
 #include "rpc/api_fs.h"
+#include "rpc/api_mount.h"
+#include "rpc/api_process.h"
+#include "rpc/api_ws.h"
 #include "rpc/params.h"
 
 #include <ctype.h>
@@ -16,7 +19,6 @@
 #include <strings.h>
 #include <unistd.h>
 
-#include "core/adoption.h"
 #include "rpc/call.h"
 #include "rpc/conn.h"
 #include "daemon.h"
@@ -31,19 +33,7 @@
 #include "core/utf8.h"
 #include "xalloc.h"
 
-/* -- callers ----------------------------------------------------------------- */
-
-/* The caller's identity for the core's ownership checks: no session (a
- * call whose client left) sees everything, as an administrator does. */
-static uid_t caller_uid(struct call *c)
-{
-    return c->conn ? c->conn->uid : 0;
-}
-
-static int caller_admin(struct call *c)
-{
-    return !c->conn || c->conn->admin;
-}
+/* -- ids and commands ------------------------------------------------------- */
 
 static int valid_id(const char *s)
 {
@@ -54,91 +44,6 @@ static int valid_id(const char *s)
         if (!isalnum((unsigned char)s[i]) && s[i] != '_' && s[i] != '.' && s[i] != '-')
             return 0;
     return 1;
-}
-
-static int not_found(struct call *c, const char *id)
-{
-    call_error(c, SBX_E_NOT_FOUND, json_pack("{s:s}", "sandbox", id ? id : ""),
-               "sandbox not found: %s", id ? id : "");
-    return -1;
-}
-
-/* -- the restart window (issue 16, item 12) ------------------------------------- */
-
-/* A call that found nothing while providers still adopt what they had
- * before a restart: it runs again, whole, once they are done (or after
- * limits.adopt_wait_ms), instead of telling a reconnecting client that its
- * sandbox is gone. Handlers park before any side effect. */
-struct parked {
-    struct call *c;
-    method_fn fn;
-    json_t *params; /* a reference of its own */
-};
-
-static void parked_run(void *data)
-{
-    struct parked *pk = data;
-    pk->fn(pk->c, pk->params);
-    json_decref(pk->params);
-    free(pk);
-}
-
-/* 1 = c waits for the adoption (answered later); 0 = answer it now. */
-static int park(struct call *c, json_t *params)
-{
-    method_fn fn = adoption_pending() ? c->fn : NULL;
-    if (!fn)
-        return 0;
-    struct parked *pk = xcalloc(1, sizeof(*pk));
-    pk->c = c;
-    pk->fn = fn;
-    pk->params = json_incref(params);
-    adoption_wait(parked_run, pk);
-    return 1;
-}
-
-/* The sandbox named by params[key], visible to the caller; NULL = answered. */
-static struct sandbox *get_sandbox(struct call *c, json_t *params, const char *key)
-{
-    const char *id;
-    if (param_req_str(c, params, key, &id) < 0)
-        return NULL;
-    struct sandbox *sb = sandbox_find(caller_uid(c), caller_admin(c), id);
-    if (!sb) {
-        if (!park(c, params))
-            not_found(c, id);
-        return NULL;
-    }
-    return sb;
-}
-
-static struct process *get_process(struct call *c, json_t *params,
-                                   struct sandbox **sb_out)
-{
-    struct sandbox *sb = get_sandbox(c, params, "sandbox");
-    if (!sb)
-        return NULL;
-    json_t *pid = json_object_get(params, "pid");
-    if (!json_is_integer(pid) || json_integer_value(pid) < 1 ||
-        json_integer_value(pid) > (json_int_t)UINT32_MAX) {
-        /* Out of range is not "not found": 2^32+1 must not alias pid 1. */
-        param_bad(c, "pid", "must be an integer in 1..4294967295");
-        return NULL;
-    }
-    struct process *p = process_find(sb, (uint32_t)json_integer_value(pid));
-    if (!p && sb->adopting && park(c, params))
-        return NULL;
-    if (!p || json_integer_value(pid) <= 0) {
-        call_error(c, SBX_E_NO_PROCESS,
-                   json_pack("{s:s, s:O}", "sandbox", sb->id, "pid", pid),
-                   "process %lld not found in sandbox %s",
-                   (long long)json_integer_value(pid), sb->id);
-        return NULL;
-    }
-    sandbox_touch(sb);
-    if (sb_out)
-        *sb_out = sb;
-    return p;
 }
 
 /* A hook command: what process.exec would take as command. */
@@ -155,21 +60,6 @@ static int valid_command(json_t *v)
             return 0;
     }
     return 1;
-}
-
-/* -- answers from the core ----------------------------------------------------- */
-
-/* A core completion (sandbox.h, sbx_result_cb) answering the call c. */
-void api_call_done(sbx_err_t *err, json_t *result, void *c)
-{
-    if (err) {
-        sbx_err_t copy = {0};
-        err_make_data(&copy, err->code, err->data ? json_incref(err->data) : NULL, "%s",
-                      err->msg ? err->msg : "internal error");
-        call_fail(c, &copy);
-        return;
-    }
-    call_reply(c, result ? json_incref(result) : NULL);
 }
 
 /* -- daemon.* ------------------------------------------------------------------- */
@@ -492,7 +382,7 @@ static void m_create(struct call *c, json_t *params)
     }
     /* A create naming an id not adopted yet must not make a second sandbox
      * of it: it reconnects once the adoption is done. */
-    if (id && !sandbox_find_any(id) && park(c, params))
+    if (id && !sandbox_find_any(id) && api_park(c, params))
         return;
     sbx_err_t err = {0};
     int claimed = sandbox_create_claim(uid, id, params, api_call_done, c, &err);
@@ -621,7 +511,7 @@ fail:
 
 static void m_get(struct call *c, json_t *params)
 {
-    struct sandbox *sb = get_sandbox(c, params, "id");
+    struct sandbox *sb = api_sandbox_arg(c, params, "id");
     if (sb)
         call_reply(c, sandbox_to_json(sb));
 }
@@ -632,11 +522,11 @@ static void m_list(struct call *c, json_t *params)
     if (param_str(c, params, "provider", &prov) < 0 ||
         param_str(c, params, "status", &status) < 0)
         return;
-    if (park(c, params))
+    if (api_park(c, params))
         return; /* the whole list comes once it is known */
     json_t *arr = json_array();
     for (struct sandbox *sb = D->sandboxes; sb; sb = sb->next) {
-        if (!sandbox_visible(caller_uid(c), caller_admin(c), sb))
+        if (!sandbox_visible(api_caller_uid(c), api_caller_admin(c), sb))
             continue;
         if (prov && strcmp(prov, sb->prov->ops->name) != 0)
             continue;
@@ -651,7 +541,7 @@ static void m_list(struct call *c, json_t *params)
 static void lifecycle(struct call *c, json_t *params,
                       void (*op)(struct sandbox *, sbx_result_cb, void *))
 {
-    struct sandbox *sb = get_sandbox(c, params, "id");
+    struct sandbox *sb = api_sandbox_arg(c, params, "id");
     if (sb)
         op(sb, api_call_done, c);
 }
@@ -681,7 +571,7 @@ static void m_snapshot(struct call *c, json_t *params)
         param_bad(c, "ttl", "seconds (1 or more), or -1 for never");
         return;
     }
-    struct sandbox *sb = get_sandbox(c, params, "id");
+    struct sandbox *sb = api_sandbox_arg(c, params, "id");
     if (sb)
         sandbox_snapshot_ttl(sb, ttl, api_call_done, c);
 }
@@ -695,7 +585,7 @@ static void m_snapshot_list(struct call *c, json_t *params)
         unknown_provider(c, prov);
         return;
     }
-    snapshot_list(prov, caller_uid(c), caller_admin(c), api_call_done, c);
+    snapshot_list(prov, api_caller_uid(c), api_caller_admin(c), api_call_done, c);
 }
 
 static void m_snapshot_delete(struct call *c, json_t *params)
@@ -703,12 +593,12 @@ static void m_snapshot_delete(struct call *c, json_t *params)
     const char *id;
     if (param_req_str(c, params, "snapshot", &id) < 0)
         return;
-    snapshot_delete(id, caller_uid(c), caller_admin(c), api_call_done, c);
+    snapshot_delete(id, api_caller_uid(c), api_caller_admin(c), api_call_done, c);
 }
 
 static void m_clone(struct call *c, json_t *params)
 {
-    struct sandbox *src = get_sandbox(c, params, "id");
+    struct sandbox *src = api_sandbox_arg(c, params, "id");
     if (!src)
         return;
     uid_t uid = c->conn ? c->conn->uid : 0;
@@ -756,7 +646,7 @@ static void m_clone(struct call *c, json_t *params)
 
 static void m_set_env(struct call *c, json_t *params)
 {
-    struct sandbox *sb = get_sandbox(c, params, "id");
+    struct sandbox *sb = api_sandbox_arg(c, params, "id");
     if (!sb)
         return;
     json_t *patch = json_object_get(params, "env");
@@ -785,7 +675,7 @@ static void m_set_env(struct call *c, json_t *params)
 
 static void m_instructions(struct call *c, json_t *params)
 {
-    struct sandbox *sb = get_sandbox(c, params, "id");
+    struct sandbox *sb = api_sandbox_arg(c, params, "id");
     if (!sb)
         return;
     char *text = sandbox_instructions(sb);
@@ -836,14 +726,4 @@ method_fn api_lookup(const char *method)
     if (!fn)
         fn = api_ws_lookup(method);
     return fn ? fn : api_mount_lookup(method);
-}
-
-struct sandbox *api_sandbox_arg(struct call *c, json_t *params, const char *key)
-{
-    return get_sandbox(c, params, key);
-}
-
-struct process *api_process_arg(struct call *c, json_t *params, struct sandbox **sb_out)
-{
-    return get_process(c, params, sb_out);
 }

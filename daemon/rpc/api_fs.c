@@ -5,6 +5,7 @@
  * that made them (fs_drop_owner when it closes).
  */
 #include "rpc/api_fs.h"
+#include "rpc/api_args.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -147,15 +148,7 @@ static int set_bool(struct call *c, json_t *params, const char *key, int def,
 
 static void done(sbx_err_t *err, json_t *result, void *privdata)
 {
-    struct call *c = privdata;
-    if (err) {
-        sbx_err_t copy = {0};
-        err_make_data(&copy, err->code, err->data ? json_incref(err->data) : NULL, "%s",
-                      err->msg ? err->msg : "file operation failed");
-        call_fail(c, &copy);
-        return;
-    }
-    call_reply(c, result ? json_incref(result) : NULL);
+    api_call_answer(privdata, err, result, "file operation failed");
 }
 
 static int on_event(json_t *params, void *owner)

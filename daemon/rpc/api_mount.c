@@ -4,7 +4,7 @@
  * the grant (the provider's policy) and the mount itself are the
  * provider's (provider.h sb_mount). Answered once, when the mount is made.
  */
-#include "rpc/api.h"
+#include "rpc/api_mount.h"
 
 #include <stdlib.h>
 #include <string.h>

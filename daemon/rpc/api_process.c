@@ -4,7 +4,8 @@
  * against the caller's sandbox, and hands over to the core (process.h,
  * output.h) with a completion that answers the call.
  */
-#include "rpc/api.h"
+#include "rpc/api_process.h"
+#include "rpc/api_ws.h"
 
 #include <ctype.h>
 #include <signal.h>

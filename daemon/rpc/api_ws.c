@@ -5,7 +5,7 @@
  * rules as api.c: check params, ownership and limits, hand over to the
  * core, answer once.
  */
-#include "rpc/api.h"
+#include "rpc/api_ws.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -86,6 +86,19 @@ static json_t *too_large(json_t *id, size_t size, size_t room)
     return e;
 }
 
+/* Sends the -32005 that replaces a reply of size bytes k has no room for. It
+ * goes past the hard limit if it must (conn.h, send_limit_line): counted
+ * against the limit like a reply, it would disconnect the session instead. */
+static void send_too_large(struct rpc_conn *k, json_t *id, size_t size, size_t room)
+{
+    json_t *e = too_large(id, size, room);
+    char *text = e ? json_dumps(e, JSON_COMPACT) : NULL;
+    json_decref(e);
+    if (text)
+        k->ops->send_limit_line(k, text, strlen(text));
+    free(text);
+}
+
 /* Sends msg (borrowed) to k, or a -32005 in its place when the encoded reply
  * would take the session past its hard limit (instead of a disconnect). */
 static void send_reply(struct rpc_conn *k, json_t *msg)
@@ -97,9 +110,7 @@ static void send_reply(struct rpc_conn *k, json_t *msg)
     size_t room = k->ops->reply_room(k);
     if (len + 1 > room) {
         free(text);
-        json_t *e = too_large(json_object_get(msg, "id"), len, room);
-        conn_send(k, e);
-        json_decref(e);
+        send_too_large(k, json_object_get(msg, "id"), len, room);
         return;
     }
     k->ops->send_line(k, text, len);
@@ -240,9 +251,7 @@ static void batch_slot_done(struct batch *b)
         } else {
             free(line);
             /* Not even the errors fit: one for the whole batch. */
-            json_t *e = too_large(NULL, len, room);
-            send_reply(k, e);
-            json_decref(e);
+            send_too_large(k, NULL, len, room);
         }
     }
     batch_free(b);
@@ -325,9 +334,7 @@ static void call_finish_result(struct call *c, json_t *result)
             size_t len = sizeof(pre) - 1 + il + sizeof(mid) - 1 + rl + 1;
             size_t room = k->ops->reply_room(k);
             if (len + 1 > room) {
-                json_t *e = too_large(c->id, len, room);
-                conn_send(k, e);
-                json_decref(e);
+                send_too_large(k, c->id, len, room);
             } else {
                 char stack[512];
                 char *line = len <= sizeof(stack) ? stack : malloc(len);

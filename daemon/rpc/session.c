@@ -274,6 +274,11 @@ static void conn_send_line_owned(struct rpc_conn *k, char *text, size_t len)
     session_send_line_owned(of_conn(k), text, len);
 }
 
+static void conn_send_limit_line(struct rpc_conn *k, const char *text, size_t len)
+{
+    session_send_limit_line(of_conn(k), text, len);
+}
+
 static size_t conn_reply_room(const struct rpc_conn *k)
 {
     return session_reply_room(of_conn(k));
@@ -292,6 +297,7 @@ static size_t conn_queued_all(const struct rpc_conn *k)
 static const struct rpc_conn_ops conn_ops = {
     .send_line = conn_send_line,
     .send_line_owned = conn_send_line_owned,
+    .send_limit_line = conn_send_limit_line,
     .reply_room = conn_reply_room,
     .queued = conn_queued,
     .queued_all = conn_queued_all,
@@ -354,8 +360,11 @@ size_t session_output_total(void)
 }
 
 /* Queues data and a newline. owned: data is a malloc'd buffer the obuf
- * takes over (no copy) and frees; otherwise it is copied. */
-static void append_line(struct session *s, const char *data, size_t len, char *owned)
+ * takes over (no copy) and frees; otherwise it is copied. slack: bytes the
+ * line may take the session past its limits (a -32005 replacing a reply,
+ * CONN_LIMIT_SLACK), 0 for everything else. */
+static void append_line(struct session *s, const char *data, size_t len, char *owned,
+                        size_t slack)
 {
     if (s->flags & SESS_CLOSE_ASAP) {
         free(owned);
@@ -370,12 +379,12 @@ static void append_line(struct session *s, const char *data, size_t len, char *o
         return;
     }
     out_total += s->obuf.bytes - before;
-    if (out_total > (size_t)D->cfg.output_bytes_total) {
+    if (out_total > (size_t)D->cfg.output_bytes_total + slack) {
         shed_output();
         if (s->flags & SESS_CLOSE_ASAP)
             return;
     }
-    if (s->obuf.bytes > (size_t)D->cfg.session_output_hard) {
+    if (s->obuf.bytes > (size_t)D->cfg.session_output_hard + slack) {
         log_warn("session %llu: output buffer over %lld bytes, disconnecting",
                  (unsigned long long)s->id, (long long)D->cfg.session_output_hard);
         session_close(s, 0);
@@ -394,22 +403,28 @@ void session_send(struct session *s, json_t *msg)
         log_error("session %llu: cannot encode a message", (unsigned long long)s->id);
         return;
     }
-    append_line(s, text, strlen(text), NULL);
+    append_line(s, text, strlen(text), NULL, 0);
     free(text);
 }
 
 void session_send_line(struct session *s, const char *text, size_t len)
 {
     if (s && !(s->flags & SESS_CLOSE_ASAP))
-        append_line(s, text, len, NULL);
+        append_line(s, text, len, NULL, 0);
 }
 
 void session_send_line_owned(struct session *s, char *text, size_t len)
 {
     if (s)
-        append_line(s, text, len, text);
+        append_line(s, text, len, text, 0);
     else
         free(text);
+}
+
+void session_send_limit_line(struct session *s, const char *text, size_t len)
+{
+    if (s && !(s->flags & SESS_CLOSE_ASAP))
+        append_line(s, text, len, NULL, CONN_LIMIT_SLACK);
 }
 
 void session_notify(struct session *s, const char *method, json_t *params)

@@ -61,6 +61,9 @@ void session_send_line(struct session *s, const char *text, size_t len);
 /* The same for a malloc'd line the session takes over without copying
  * (a large batch reply); freed in every case. */
 void session_send_line_owned(struct session *s, char *text, size_t len);
+/* Queues the -32005 that replaces a reply with no room: it may take the
+ * session up to CONN_LIMIT_SLACK bytes past its limits (conn.h). */
+void session_send_limit_line(struct session *s, const char *text, size_t len);
 /* Sends a notification; params stolen. */
 void session_notify(struct session *s, const char *method, json_t *params);
 /* Marks the session for closing (after its obuf is written if graceful). */

@@ -125,14 +125,14 @@ static void reset(void)
     while (agent.nprocs > 0)
         agent_remove_proc(agent.procs[0]);
     direct_stop();
-    if (agent.dfd >= 0)
-        close(agent.dfd);
-    agent.dfd = -1;
+    if (agent_out.dfd >= 0)
+        close(agent_out.dfd);
+    agent_out.dfd = -1;
     buf_consume(&agent.ibuf, buf_pending(&agent.ibuf));
-    buf_deinit(&agent.obuf);
+    buf_deinit(&agent_out.q);
     buf_deinit(&agent.dbuf);
     agent.in_resync = false;
-    agent.out_dead = false;
+    agent_out.dead = false;
     agent.rr = 0;
 }
 
@@ -146,7 +146,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (!mkdtemp(dir))
             abort();
         setenv("SBX_INIT_RUNDIR", dir, 1);
-        agent.dfd = -1;
+        agent_out.dfd = -1;
         agent.in_open = true;
         /* main() sizes the input buffer once for the largest frame. */
         if (buf_reserve(&agent.ibuf, IBUF_CAP) < 0)
@@ -164,8 +164,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         agent_pump_output();
         fs_pump();
         fs_timers(now_ms());
-        size_t out = buf_pending(&agent.obuf);
-        buf_consume(&agent.obuf, out);
+        size_t out = buf_pending(&agent_out.q);
+        buf_consume(&agent_out.q, out);
         if (buf_pending(&agent.ibuf) == before && out == 0)
             break;
     }

@@ -317,6 +317,7 @@ static size_t fc_queued(const struct rpc_conn *k)
 static const struct rpc_conn_ops fc_ops = {
     .send_line = fc_send_line,
     .send_line_owned = fc_send_line_owned,
+    .send_limit_line = fc_send_line,
     .reply_room = fc_reply_room,
     .queued = fc_queued,
     .queued_all = fc_queued,

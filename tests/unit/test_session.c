@@ -2,7 +2,8 @@
  * test_session.c - daemon/rpc/session.c over a real socketpair with the
  * fake-provider kit: lines however the bytes are cut, a message over
  * max_message_bytes (-32007, then closed), a reply over the session's hard
- * limit (-32005, the session lives on), a client that does not read
+ * limit (-32005, the session lives on, even when the -32005 itself does
+ * not fit), a client that does not read
  * (backpressure: queued output stays near session_output_high, requests
  * wait, nothing is lost once it reads), the session cap (-32005 naming
  * max_sessions) and a hang-up freeing the session.
@@ -197,6 +198,53 @@ static void test_too_large(void)
     fakeprov_spin(3);
 }
 
+/* A hard limit below the -32005 itself (as when output already queued leaves
+ * less room than the error takes): the error is still sent, past the limit by
+ * its own few hundred bytes, instead of the session being disconnected for
+ * it; a batch gets one -32005 the same way. */
+static void test_limit_error_past_hard(void)
+{
+    int64_t saved = D->cfg.session_output_hard;
+    int fd = client(0);
+    put(fd, PING(1));
+    json_t *a = read_answers(fd, 5, NULL);
+    char *ping = json_dumps(json_array_get(a, 0), JSON_COMPACT);
+    size_t ping_len = ping ? strlen(ping) : 0;
+    free(ping);
+    json_decref(a);
+    /* Room for a ping's answer, not for daemon.info's nor for its -32005. */
+    D->cfg.session_output_hard = (int64_t)ping_len + 20;
+    int eof = 0;
+    put(fd, INFO(2));
+    a = read_answers(fd, 5, &eof);
+    const char *limit = json_string_value(json_object_get(
+        json_object_get(json_object_get(json_array_get(a, 0), "error"), "data"),
+        "limit"));
+    char *err = json_dumps(json_array_get(a, 0), JSON_COMPACT);
+    size_t err_len = err ? strlen(err) : 0;
+    free(err);
+    test_cond("a -32005 larger than the room left is still sent, naming the limit",
+              json_array_size(a) == 1 && code_at(a, 0) == SBX_E_LIMIT &&
+                  id_at(a, 0) == 2 && err_len > ping_len + 20 && limit &&
+                  !strcmp(limit, "session_output_hard"));
+    test_cond("and the session is not disconnected for it", !eof);
+    json_decref(a);
+    put(fd, "["
+            "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"daemon.info\"},"
+            "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"daemon.info\"}]\n");
+    a = read_answers(fd, 5, &eof);
+    test_cond("a batch with no room for its errors: one -32005 for it, session kept",
+              json_array_size(a) == 1 && code_at(a, 0) == SBX_E_LIMIT && !eof);
+    json_decref(a);
+    put(fd, PING(5));
+    a = read_answers(fd, 5, &eof);
+    test_cond("and it serves on", json_array_size(a) == 1 && id_at(a, 0) == 5 && !eof);
+    json_decref(a);
+    close(fd);
+    D->cfg.session_output_hard = saved;
+    fakeprov_spin(3);
+}
+
 /* A client that sends many requests and reads nothing for a while. */
 static void test_backpressure(void)
 {
@@ -285,6 +333,7 @@ int main(void)
     test_framing();
     test_offloop_parse();
     test_too_large();
+    test_limit_error_past_hard();
     test_backpressure();
     test_session_cap();
     fakeprov_teardown();

@@ -45,15 +45,29 @@
 #include <ev.h>
 #include <jansson.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "io/chan.h"
 #include "io/curlev.h"
 #include "err.h"
 #include "io/obuf.h"
 #include "io/pchan.h"
+#include "core/sandbox_obj.h"
+#include "daemon.h"
 
 struct sandbox;
 struct process;
+
+/* The Docker half of SB, or NULL when SB belongs to another provider. The
+ * provider is told by its table's name, not the table's address, so that
+ * the files below docker.c (net, mount, stats) never name docker.c's table
+ * and nothing calls up into it. */
+static inline struct dk_sb *dk_sb_of(const struct sandbox *sb)
+{
+    return sb && sb->prov && sb->prov->ops && strcmp(sb->prov->ops->name, "docker") == 0
+               ? sb->pdata
+               : NULL;
+}
 
 #define DK_API_MIN_MAJOR 1
 #define DK_API_MIN_MINOR 41

@@ -39,8 +39,6 @@
 #include "sbx_proto.h"
 #include "xalloc.h"
 
-extern const struct sbx_provider sbx_provider_docker;
-
 /* Mounts sbxd may make per container, unless providers.docker.mount_max says. */
 #define DKM_DEFAULT_MAX 32
 
@@ -115,8 +113,7 @@ static void rec_prune(void)
         struct dkm_rec *r = *p;
         int live = 0;
         for (struct sandbox *sb = D->sandboxes; sb && !live; sb = sb->next)
-            live = sb->prov->ops == &sbx_provider_docker && sb->pdata &&
-                   !strcmp(((struct dk_sb *)sb->pdata)->cid, r->cid);
+            live = dk_sb_of(sb) && !strcmp(dk_sb_of(sb)->cid, r->cid);
         if (live) {
             p = &r->next;
             continue;

@@ -42,8 +42,6 @@
 #include "sbx_proto.h"
 #include "xalloc.h"
 
-extern const struct sbx_provider sbx_provider_docker;
-
 /* Channel bytes pending above which host sockets are not read. */
 #define CHAN_ROOM (8u << 20)
 #define CREDIT_BATCH (SBX_CHAN_WINDOW / 4)
@@ -824,7 +822,7 @@ static void lookup_done(struct lookup *q)
     lk_inflight--;
     lk_uid_done(q->uid);
     struct sandbox *sb = sandbox_find_any(q->sb_id);
-    struct dk_sb *ds = sb && sb->prov->ops == &sbx_provider_docker ? sb->pdata : NULL;
+    struct dk_sb *ds = dk_sb_of(sb);
     if (ds && strcmp(ds->cid, q->cid) == 0 && ds->lookups > 0)
         ds->lookups--;
     if (!ds || strcmp(ds->cid, q->cid) != 0 || !ds->ready || conn_find(ds, q->id))

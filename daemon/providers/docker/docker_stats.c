@@ -24,8 +24,6 @@
 #include "sbx_proto.h"
 #include "xalloc.h"
 
-extern const struct sbx_provider sbx_provider_docker;
-
 struct st_req {
     struct dk_prov *dp;
     char *sb_id;
@@ -54,9 +52,9 @@ static json_int_t jint(json_t *o, const char *k)
 static struct dk_sb *st_sandbox(struct st_req *q)
 {
     struct sandbox *sb = sandbox_find_any(q->sb_id);
-    if (!sb || sb->prov->ops != &sbx_provider_docker || !sb->pdata)
+    struct dk_sb *ds = dk_sb_of(sb);
+    if (!ds)
         return NULL;
-    struct dk_sb *ds = sb->pdata;
     return strcmp(ds->cid, q->cid) == 0 ? ds : NULL;
 }
 

@@ -5,7 +5,9 @@
  * The worker is its own process with a single channel, so plain blocking
  * reads and writes are the simplest correct thing: while JS waits for credit,
  * a tool result or stdin, the worker reads frames and serves them
- * (dukw_pump_nested) until what it waits for arrives.
+ * (dukw_pump_nested) until what it waits for arrives. They are served by
+ * w->dispatch, duk_worker.c's handler, which this file never names: that
+ * file calls down into the heap, which calls down into this one.
  */
 #include "workers/duktape/duk_worker_int.h"
 
@@ -13,7 +15,7 @@
 
 void dukw_output(struct dukw *w, uint8_t type, const uint8_t *data, size_t len)
 {
-    struct wk_out o = {w->fd, dukw_dispatch, w, &w->proc, &w->credit};
+    struct wk_out o = {w->fd, w->dispatch, w, &w->proc, &w->credit};
 
     wk_output(&o, type, data, len);
 }
@@ -31,4 +33,11 @@ void dukw_output_cesu8(struct dukw *w, uint8_t type, const uint8_t *s, size_t le
         size_t n = dukw_utf8_from_cesu8(buf, sizeof(buf), s, len, &pos);
         dukw_output(w, type, buf, n);
     }
+}
+
+/* ---- frames served while JS waits ----------------------------------------------- */
+
+void dukw_pump_nested(struct dukw *w)
+{
+    wk_pump(w->fd, w->dispatch, w);
 }

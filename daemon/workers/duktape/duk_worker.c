@@ -7,7 +7,8 @@
  * The worker is single-threaded and blocking. The main loop reads a frame
  * and handles it; a SPAWN runs the program to completion inside the handler.
  * While the program waits (credit, a tool result, stdin), dukw_pump_nested()
- * serves frames from inside the JS call.
+ * (duk_chan.c) serves frames from inside the JS call, through the handler
+ * this file puts in struct dukw.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -390,7 +391,9 @@ static void on_reset(struct dukw *w)
     send_hello(w);
 }
 
-void dukw_dispatch(void *worker, const struct sbx_chan_hdr *h, const uint8_t *payload)
+/* Handles one frame (w is the struct dukw; payload borrowed). The floors
+ * below reach it only through w->dispatch. */
+static void dispatch(void *worker, const struct sbx_chan_hdr *h, const uint8_t *payload)
 {
     struct dukw *w = worker;
 
@@ -477,11 +480,6 @@ void dukw_dispatch(void *worker, const struct sbx_chan_hdr *h, const uint8_t *pa
     }
 }
 
-void dukw_pump_nested(struct dukw *w)
-{
-    wk_pump(w->fd, dukw_dispatch, w);
-}
-
 /* ---- entry point ---------------------------------------------------------------- */
 
 int duk_worker_main(int argc, char **argv)
@@ -494,6 +492,7 @@ int duk_worker_main(int argc, char **argv)
     if (parse_args(argc, argv, &o) < 0)
         return 1;
     memset(&w, 0, sizeof(w));
+    w.dispatch = dispatch;
     if (harden(&o, &why) < 0) {
         w.fd = o.fd;
         wk_send_error(w.fd, why);
@@ -507,7 +506,7 @@ int duk_worker_main(int argc, char **argv)
         return 1;
     }
     send_hello(&w);
-    rc = wk_serve(w.fd, dukw_dispatch, &w);
+    rc = wk_serve(w.fd, dispatch, &w);
     dukw_isolate_destroy(&w);
     json_decref(w.tool_reply);
     free(w.more);

@@ -1,7 +1,8 @@
 /*
- * duk_worker_int.h - internals of the Duktape worker, shared by
- * duk_worker.c (process setup, frame dispatch), duk_chan.c (frame I/O and
- * flow control), duk_isolate.c (the heap and its bindings) and duk_text.c
+ * duk_worker_int.h - internals of the Duktape worker, in floors that call
+ * only down: duk_worker.c (process setup, frame dispatch) > duk_isolate.c
+ * (the heap and its bindings) > duk_chan.c (program output, frames served
+ * while JS waits, through the dispatcher struct dukw holds) > duk_text.c
  * (UTF-8 <-> CESU-8). Not for use outside daemon/workers/duktape/.
  *
  * Prefix: dukw_ (never duk_, which is Duktape's own namespace).
@@ -37,6 +38,10 @@ struct dukw_stdin {
 
 struct dukw {
     int fd; /* the channel */
+    /* The frame handler (duk_worker.c's, set before the first frame): the
+     * floors below serve frames through it while JS waits, so that they never
+     * call back up into the file that calls them. */
+    wk_dispatch_fn *dispatch;
 
     /* The heap. mem_* are kept by the accounting allocator. */
     duk_context *ctx;
@@ -75,17 +80,12 @@ void dukw_output(struct dukw *w, uint8_t type, const uint8_t *data, size_t len);
  */
 void dukw_output_cesu8(struct dukw *w, uint8_t type, const uint8_t *s, size_t len);
 
-/* ---- duk_worker.c: dispatch -------------------------------------------- */
-
 /*
- * Reads and handles one frame while a JS call is blocked (credit, tool
- * result, stdin). EOF or a broken channel end the process from here, since
- * there is no way to unwind the JS stack.
+ * Reads and handles one frame (through w->dispatch) while a JS call is
+ * blocked (credit, tool result, stdin). EOF or a broken channel end the
+ * process from here, since there is no way to unwind the JS stack.
  */
 void dukw_pump_nested(struct dukw *w);
-
-/* Handles one frame (w is the struct dukw; payload borrowed). */
-void dukw_dispatch(void *w, const struct sbx_chan_hdr *h, const uint8_t *payload);
 
 /* ---- duk_isolate.c: the heap ------------------------------------------- */
 
