@@ -41,7 +41,7 @@ CTL_SRC = $(wildcard client/sbxctl/*.c)
 CTL_OBJ = $(patsubst %.c,$(B)/obj/%.o,$(CTL_SRC))
 UNIT_SRC = $(wildcard tests/unit/test_*.c)
 UNIT_BIN = $(patsubst tests/unit/%.c,$(B)/tests/%,$(UNIT_SRC))
-ITEST_SRC = $(wildcard tests/integration/*.c)
+ITEST_SRC = $(filter-out %_kit.c,$(wildcard tests/integration/*.c))
 ITEST_BIN = $(patsubst tests/integration/%.c,$(B)/tests/%,$(ITEST_SRC))
 PTEST_SRC = $(wildcard tests/providers/ptest_*.c)
 PTEST_BIN = $(patsubst tests/providers/%.c,$(B)/tests/%,$(PTEST_SRC))
@@ -132,8 +132,8 @@ $(B)/tests/%: tests/unit/%.c $(DAEMON_LIB_OBJ) $(WORKER_OBJ) $(B)/libsbx.a tests
 # unit22 (issue 22): the fake-provider kit (tests/unit/fakeprov.h), linked
 # into the unit tests that drive the core or rpc/ through it.
 FAKEPROV_OBJ = $(B)/obj/tests/unit/fakeprov.o
-FAKEPROV_TESTS = test_chan test_docker_hijack test_rpc test_session test_sandbox \
-	test_api_process
+FAKEPROV_TESTS = test_chan test_docker_hijack test_rpc test_session test_sandbox test_output \
+	test_api_process test_process
 $(FAKEPROV_OBJ): CFLAGS_ALL += -Itests
 $(FAKEPROV_OBJ): tests/unit/fakeprov.h
 $(patsubst %,$(B)/tests/%,$(FAKEPROV_TESTS)): $(FAKEPROV_OBJ) tests/unit/fakeprov.h
@@ -143,11 +143,24 @@ $(AGENT_KIT_OBJ): tests/unit/agent_kit.h
 $(B)/tests/test_agent $(B)/tests/test_agent_init: $(AGENT_KIT_OBJ) tests/unit/agent_kit.h
 $(B)/tests/%: tests/integration/%.c $(B)/libsbx.a tests/testhelp.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) $(SAN) -Itests -Iclient -o $@ $< $(B)/libsbx.a $(PKG_LIBS) -lev -lm
+	$(CC) $(CFLAGS_ALL) $(SAN) -Itests -Iclient -o $@ $< $(filter %/own_kit.o,$^) \
+		$(B)/libsbx.a $(PKG_LIBS) -lev -lm
+# The integration tests with an sbxd of their own share tests/integration/own_kit.h.
+OWN_KIT_OBJ = $(B)/obj/tests/integration/own_kit.o
+$(OWN_KIT_OBJ): CFLAGS_ALL += -Itests -Iclient
+$(OWN_KIT_OBJ): tests/integration/own_kit.h tests/itest.h
+$(B)/tests/itest_bounds $(B)/tests/itest_limits16: $(OWN_KIT_OBJ) tests/integration/own_kit.h
 $(B)/tests/%: tests/providers/%.c $(B)/libsbx.a tests/testhelp.h tests/itest.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) $(SAN) -Itests -Iclient -o $@ $< $(filter %/dk_kit.o %/dk_suite.o %/md_kit.o,$^) \
+	$(CC) $(CFLAGS_ALL) $(SAN) -Itests -Iclient -o $@ $< \
+		$(filter %/pt_kit.o %/dk_kit.o %/dk_suite.o %/md_kit.o,$^) \
 		$(B)/libsbx.a $(PKG_LIBS) -lev -lm
+# Every provider test shares tests/providers/pt_kit.h (calls as another uid,
+# loopback HTTP, digests); Docker's and Modal's kits are built on it.
+PT_KIT_OBJ = $(B)/obj/tests/providers/pt_kit.o
+$(PT_KIT_OBJ): CFLAGS_ALL += -Itests -Iclient
+$(PT_KIT_OBJ): tests/providers/pt_kit.h tests/itest.h
+$(PTEST_BIN): $(PT_KIT_OBJ) tests/providers/pt_kit.h
 # The Docker provider tests' shared kit (tests/providers/dk_kit.h), linked into
 # each ptest_docker* binary.
 DK_KIT_OBJ = $(B)/obj/tests/providers/dk_kit.o
@@ -166,7 +179,7 @@ $(DK_SUITE_BIN): $(DK_SUITE_OBJ) tests/providers/dk_suite.h
 # shares the fake's control port and its calls (tests/providers/md_kit.h).
 MD_KIT_OBJ = $(B)/obj/tests/providers/md_kit.o
 MD_KIT_BIN = $(addprefix $(B)/tests/,ptest_modal ptest_modal_life ptest_modal_outage \
-	ptest_modal_restart)
+	ptest_modal_restart ptest_modal_fs ptest_modal_ws)
 $(MD_KIT_OBJ): CFLAGS_ALL += -Itests -Iclient
 $(MD_KIT_OBJ): tests/providers/md_kit.h tests/itest.h
 $(MD_KIT_BIN): $(MD_KIT_OBJ) tests/providers/md_kit.h
@@ -236,8 +249,10 @@ asan:
 valgrind: all
 	SBX_VALGRIND=1 sh tests/run.sh $(B)
 
+# BASE=REV: that commit's daemon beside this one, interleaved (tests/bench/base.sh).
 bench: all
-	sh tests/bench/run.sh $(B)
+	@if [ -n "$(BASE)" ]; then sh tests/bench/base.sh "$(BASE)" $(B); \
+	else sh tests/bench/run.sh $(B); fi
 
 # The house style (tests/style/check.sh): banned functions, and the layout of
 # .clang-format once .clang-format-enforced exists. `make test` runs it too.

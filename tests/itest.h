@@ -7,7 +7,6 @@
 #define SBX_ITEST_H
 
 #include <errno.h>
-#include <grp.h>
 #include <jansson.h>
 #include <poll.h>
 #include <stdarg.h>
@@ -16,7 +15,6 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -244,39 +242,6 @@ static inline size_t notes_output(conn *c, int pid, const char *stream, char *ou
         n += d ? l : 0;
     }
     return n;
-}
-
-/* method(params, stolen) called on sock by a child running as uid (gid the
- * same; needs root): the error code it got, 0 when it got an answer or the
- * child could not tell. */
-static inline int cn_code_as_uid(const char *sock, uid_t uid, const char *method,
-                                 json_t *params)
-{
-    int fds[2];
-    if (pipe(fds) < 0) {
-        json_decref(params);
-        return 0;
-    }
-    pid_t pid = fork();
-    if (pid == 0) {
-        close(fds[0]);
-        if (setgroups(0, NULL) < 0 || setgid(uid) < 0 || setuid(uid) < 0)
-            _exit(3);
-        conn *c = cn_open(sock);
-        json_t *r = c ? cn_call(c, method, params) : NULL;
-        int code = r ? err_code(r) : 2;
-        if (write(fds[1], &code, sizeof(code)) < 0)
-            _exit(4);
-        _exit(0);
-    }
-    json_decref(params);
-    close(fds[1]);
-    int code = 0;
-    if (read(fds[0], &code, sizeof(code)) != sizeof(code))
-        code = 0;
-    close(fds[0]);
-    waitpid(pid, NULL, 0);
-    return code;
 }
 
 #endif

@@ -2,25 +2,14 @@
 # run.sh BUILD_DIR - starts a private sbxd and prints the benchmark figures.
 B=${1:-build}
 T=$(mktemp -d /tmp/sbxd-bench.XXXXXX)
-cat >"$T/bench.yaml" <<YAML
-log_level: warn
-limits:
-  max_sessions: 4096
-  max_sandboxes_per_uid: 256
-providers:
-  duktape:
-    pool_size: 8
-YAML
-SBXD_SOCKET="$T/sbxd.sock" "$B/sbxd" -c "$T/bench.yaml" 2>"$T/sbxd.log" &
-PID=$!
-i=0
-while [ ! -S "$T/sbxd.sock" ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i + 1)); done
+. tests/sbxd_kit.sh
+sbxd_kit_start "$B/sbxd" "$T/sbxd.sock" "$T/sbxd.log" -c tests/bench/bench.yaml
+PID=$SBXD_KIT_PID
 echo "sbxd benchmark ($(nproc) cores, $(uname -r))"
 "$B/bench/bench" "$T/sbxd.sock" $BENCH_QUICK
 for t in tests/bench/*.sh; do
-    [ "$t" = tests/bench/run.sh ] && continue
+    case "$t" in tests/bench/run.sh | tests/bench/base.sh) continue ;; esac
     [ -f "$t" ] && sh "$t" "$B"
 done
-kill $PID
-wait $PID 2>/dev/null
+sbxd_kit_stop $PID
 rm -rf "$T"

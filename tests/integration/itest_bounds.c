@@ -14,101 +14,9 @@
 #include <sys/wait.h>
 
 #include "itest.h"
+#include "own_kit.h"
 #include "sbx_proto.h"
 #include "testhelp.h"
-
-static const char *bdir;
-static char dir[64], sockp[100], cfgp[128], logp[128];
-static pid_t sbxd_pid;
-
-/* ---- an sbxd of our own ----------------------------------------------------------- */
-
-static const char base_yaml[] = "socket:\n"
-                                "  mode: \"0666\"\n"
-                                "providers:\n"
-                                "  duktape:\n"
-                                "    pool_size: 1\n"
-                                "  docker:\n"
-                                "    enabled: false\n"
-                                "  modal:\n"
-                                "    enabled: false\n"
-                                "limits:\n";
-
-/* Starts sbxd with base_yaml plus `limits` (indented key lines). */
-static int start(const char *limits)
-{
-    FILE *f = fopen(cfgp, "w");
-    if (!f)
-        return -1;
-    fprintf(f, "%s%s", base_yaml, limits);
-    fclose(f);
-    unlink(sockp);
-    sbxd_pid = fork();
-    if (sbxd_pid == 0) {
-        int fd = open(logp, O_WRONLY | O_CREAT | O_APPEND, 0644);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-        }
-        char bin[512];
-        snprintf(bin, sizeof(bin), "%s/sbxd", bdir);
-        setenv("SBXD_SOCKET", sockp, 1);
-        execl(bin, "sbxd", "-c", cfgp, "--log-level", "debug", (char *)NULL);
-        _exit(127);
-    }
-    struct stat st;
-    for (int i = 0; i < 200 && stat(sockp, &st) != 0; i++)
-        usleep(25000);
-    return stat(sockp, &st) == 0 ? 0 : -1;
-}
-
-static void stop(void)
-{
-    if (sbxd_pid <= 0)
-        return;
-    kill(sbxd_pid, SIGTERM);
-    int st = 0;
-    waitpid(sbxd_pid, &st, 0);
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-        printf("      sbxd exited with status %d\n", st);
-        test_cond("sbxd exits cleanly", 0);
-    }
-    sbxd_pid = 0;
-}
-
-/* field: "VmRSS:" (now) or "VmHWM:" (the peak since sbxd started). */
-static long status_kb(const char *field)
-{
-    char path[64], line[256];
-    snprintf(path, sizeof(path), "/proc/%d/status", (int)sbxd_pid);
-    FILE *f = fopen(path, "r");
-    long kb = -1;
-    while (f && fgets(line, sizeof(line), f))
-        if (strncmp(line, field, strlen(field)) == 0)
-            kb = atol(line + strlen(field));
-    if (f)
-        fclose(f);
-    return kb;
-}
-
-static long rss_kb(void)
-{
-    return status_kb("VmRSS:");
-}
-
-/* RSS says nothing under ASan (its quarantine keeps freed memory) or valgrind. */
-static int rss_meaningful(void)
-{
-    return !getenv("SBX_SANITIZED") && !getenv("SBX_VALGRIND");
-}
-
-static void rss_cond(const char *name, int ok)
-{
-    if (rss_meaningful())
-        test_cond(name, ok);
-    else
-        test_skip(name, "RSS is not meaningful under ASan or valgrind");
-}
 
 static int ping(conn *c)
 {
@@ -120,47 +28,10 @@ static int ping(conn *c)
 
 static int root_can_ping(void)
 {
-    conn *c = cn_open(sockp);
+    conn *c = cn_open(own.sock);
     int ok = c && ping(c);
     cn_close(c);
     return ok;
-}
-
-static const char *limit_of(json_t *resp)
-{
-    const char *s = json_string_value(json_object_get(
-        json_object_get(json_object_get(resp, "error"), "data"), "limit"));
-    return s ? s : "";
-}
-
-/* Runs fn as uid in a child; fn fills res (at most n bytes), which comes back. */
-static void as_uid(uid_t uid, void (*fn)(char *res, size_t n), char *res, size_t n)
-{
-    int fds[2];
-    memset(res, 0, n);
-    if (pipe(fds) < 0)
-        return;
-    pid_t pid = fork();
-    if (pid == 0) {
-        close(fds[0]);
-        if (setgid(uid) < 0 || setuid(uid) < 0)
-            _exit(3);
-        char buf[256] = {0};
-        fn(buf, n < sizeof(buf) ? n : sizeof(buf));
-        if (write(fds[1], buf, n) < 0)
-            _exit(4);
-        _exit(0);
-    }
-    close(fds[1]);
-    size_t got = 0;
-    while (got < n) {
-        ssize_t r = read(fds[0], res + got, n - got);
-        if (r <= 0)
-            break;
-        got += (size_t)r;
-    }
-    close(fds[0]);
-    waitpid(pid, NULL, 0);
 }
 
 /* ---- sessions (reproduction 5) ----------------------------------------------------- */
@@ -173,7 +44,7 @@ static void open_many(char *res, size_t n)
     int served = 0, per_uid = 0;
     conn *cs[20] = {0};
     for (int i = 0; i < 20; i++) {
-        cs[i] = cn_open(sockp);
+        cs[i] = cn_open(own.sock);
         if (!cs[i])
             continue;
         /* A refused connection gets its error line at once, then EOF; a
@@ -187,7 +58,7 @@ static void open_many(char *res, size_t n)
             if (!r)
                 break;
             int refused = err_code(r) == SBX_E_LIMIT &&
-                          strcmp(limit_of(r), "max_sessions_per_uid") == 0;
+                          strcmp(own_limit_of(r), "max_sessions_per_uid") == 0;
             int pong = json_is_true(json_object_get(res_of(r), "pong"));
             json_decref(r);
             per_uid += refused;
@@ -207,26 +78,20 @@ static void open_many(char *res, size_t n)
         cn_close(cs[i]);
 }
 
-static json_int_t usage_used(json_t *info, const char *limit)
-{
-    return json_integer_value(json_object_get(
-        json_object_get(json_object_get(res_of(info), "usage"), limit), "used"));
-}
-
 static void info_with_two(char *res, size_t n)
 {
-    conn *a = cn_open(sockp), *b = cn_open(sockp);
+    conn *a = cn_open(own.sock), *b = cn_open(own.sock);
     json_t *r = NULL;
     /* The sessions of the last test may still be closing: let them go (up
      * to 10 s: under ASan on a loaded machine 1 s was not always enough). */
     for (int i = 0; i < 500 && b; i++) {
         json_decref(r);
         r = cn_call(b, "daemon.info", NULL);
-        if (usage_used(r, "max_sessions_per_uid") == 2)
+        if (own_usage_used(r, "max_sessions_per_uid") == 2)
             break;
         usleep(20000);
     }
-    snprintf(res, n, "%lld %lld", (long long)usage_used(r, "max_sessions_per_uid"),
+    snprintf(res, n, "%lld %lld", (long long)own_usage_used(r, "max_sessions_per_uid"),
              (long long)json_integer_value(json_object_get(
                  json_object_get(res_of(r), "limits"), "max_sessions_per_uid")));
     json_decref(r);
@@ -236,18 +101,18 @@ static void info_with_two(char *res, size_t n)
 
 static void test_sessions_per_uid(void)
 {
-    if (start("  max_sessions: 40\n  admin_reserved_sessions: 8\n"
-              "  max_sessions_per_uid: 8\n") < 0) {
+    if (own_start("  max_sessions: 40\n  admin_reserved_sessions: 8\n"
+                  "  max_sessions_per_uid: 8\n") < 0) {
         test_cond("sessions: sbxd starts", 0);
         return;
     }
     char res[64];
-    as_uid(65534, open_many, res, sizeof(res));
+    own_as_uid(65534, open_many, res, sizeof(res));
     int served = -1, per_uid = -1;
     sscanf(res, "%d %d", &served, &per_uid);
     test_cond("sessions: one uid gets max_sessions_per_uid sessions (8)", served == 8);
     test_cond("sessions: the rest get -32005 naming max_sessions_per_uid", per_uid == 12);
-    as_uid(65534, info_with_two, res, sizeof(res));
+    own_as_uid(65534, info_with_two, res, sizeof(res));
     long long used = -1, lim = -1;
     sscanf(res, "%lld %lld", &used, &lim);
     test_cond("sessions: daemon.info shows the caller's sessions against its cap",
@@ -276,7 +141,7 @@ static void test_sessions_per_uid(void)
             printf("      holder %d did not report\n", k);
     }
     json_t *info = NULL;
-    conn *root = cn_open(sockp);
+    conn *root = cn_open(own.sock);
     long long nsess = -1;
     /* Sessions of the steps before may still be closing: allow them 5 s. */
     for (int i = 0; i < 250 && root && nsess != 33; i++) {
@@ -288,12 +153,12 @@ static void test_sessions_per_uid(void)
         json_decref(info);
     }
     test_eq_int("sessions: 32 sessions of 4 uids are held (and root's)", nsess, 33);
-    as_uid(64999, open_many, res, sizeof(res));
+    own_as_uid(64999, open_many, res, sizeof(res));
     sscanf(res, "%d %d", &served, &per_uid);
     test_cond("sessions: a fifth uid is refused: the rest is reserved for admins",
               served == 0);
     test_cond("sessions: root still connects and is served", root && ping(root));
-    conn *root2 = cn_open(sockp);
+    conn *root2 = cn_open(own.sock);
     test_cond("sessions: root gets a second session from the reserve",
               root2 && ping(root2));
     cn_close(root2);
@@ -304,23 +169,23 @@ static void test_sessions_per_uid(void)
         waitpid(kids[k], NULL, 0);
     }
     cn_close(root);
-    stop();
+    own_stop_check();
 }
 
 static void test_idle_timeout(void)
 {
-    if (start("  session_idle_timeout_ms: 1200\n") < 0) {
+    if (own_start("  session_idle_timeout_ms: 1200\n") < 0) {
         test_cond("idle: sbxd starts", 0);
         return;
     }
-    conn *idle = cn_open(sockp), *busy;
+    conn *idle = cn_open(own.sock), *busy;
     test_cond("idle: a session answers at first", idle && ping(idle));
     double t0 = now_ms();
     json_t *m = cn_read(idle, 5000);
     double took = now_ms() - t0;
     test_cond("idle: an idle session gets -32005 naming session_idle_timeout_ms",
               err_code(m) == SBX_E_LIMIT &&
-                  strcmp(limit_of(m), "session_idle_timeout_ms") == 0);
+                  strcmp(own_limit_of(m), "session_idle_timeout_ms") == 0);
     test_cond("idle: after about the timeout", took > 700 && took < 4500);
     json_decref(m);
     m = cn_read(idle, 2000);
@@ -329,7 +194,7 @@ static void test_idle_timeout(void)
     cn_close(idle);
 
     /* A session waiting on a call is not idle. */
-    busy = cn_open(sockp);
+    busy = cn_open(own.sock);
     json_t *r = cn_call(busy, "sandbox.create",
                         json_pack("{s:s, s:s}", "id", "idl", "provider", "duktape"));
     json_decref(r);
@@ -342,7 +207,7 @@ static void test_idle_timeout(void)
         printf("      %s\n", json_dumps(r, 0));
     json_decref(r);
     cn_close(busy);
-    stop();
+    own_stop_check();
 }
 
 static void send_partial(char *res, size_t n)
@@ -354,14 +219,15 @@ static void send_partial(char *res, size_t n)
            51);
     int limited = 0;
     for (int i = 0; i < 6; i++) {
-        cs[i] = cn_open(sockp);
+        cs[i] = cn_open(own.sock);
         if (cs[i])
             cn_send_raw(cs[i], chunk, 300 * 1024);
         usleep(100000);
     }
     for (int i = 0; i < 6; i++) {
         json_t *m = cs[i] ? cn_read(cs[i], 300) : NULL;
-        if (err_code(m) == SBX_E_LIMIT && strcmp(limit_of(m), "input_bytes_per_uid") == 0)
+        if (err_code(m) == SBX_E_LIMIT &&
+            strcmp(own_limit_of(m), "input_bytes_per_uid") == 0)
             limited++;
         json_decref(m);
     }
@@ -375,16 +241,16 @@ static void send_partial(char *res, size_t n)
  * six 300 KiB lines against a 1 MiB input_bytes_per_uid. */
 static void test_pending_input(void)
 {
-    if (start("  max_message_bytes: 512k\n  input_bytes_per_uid: 1M\n") < 0) {
+    if (own_start("  max_message_bytes: 512k\n  input_bytes_per_uid: 1M\n") < 0) {
         test_cond("input: sbxd starts", 0);
         return;
     }
     char res[16];
-    as_uid(65534, send_partial, res, sizeof(res));
+    own_as_uid(65534, send_partial, res, sizeof(res));
     test_cond("input: unfinished lines past input_bytes_per_uid get -32005 naming it",
               atoi(res) >= 3);
     test_cond("input: root is served meanwhile", root_can_ping());
-    stop();
+    own_stop_check();
 }
 
 /* Reproduction 3: env past env_bytes, and a list too large for the session. */
@@ -401,7 +267,7 @@ static void big_env(conn *c)
     r = cn_call(c, "sandbox.set_env",
                 json_pack("{s:s, s:{s:s}}", "id", "env0", "env", "BIG", big));
     test_cond("env: set_env past env_bytes gets -32005 naming env_bytes",
-              err_code(r) == SBX_E_LIMIT && strcmp(limit_of(r), "env_bytes") == 0);
+              err_code(r) == SBX_E_LIMIT && strcmp(own_limit_of(r), "env_bytes") == 0);
     json_decref(r);
     r = cn_call(c, "sandbox.create",
                 json_pack("{s:s, s:s, s:{s:s}}", "id", "env1", "provider", "duktape",
@@ -438,7 +304,8 @@ static void big_env(conn *c)
     r = cn_call(c, "sandbox.list", NULL);
     test_cond(
         "replies: sandbox.list past session_output_hard gets -32005, not a disconnect",
-        err_code(r) == SBX_E_LIMIT && strcmp(limit_of(r), "session_output_hard") == 0);
+        err_code(r) == SBX_E_LIMIT &&
+            strcmp(own_limit_of(r), "session_output_hard") == 0);
     json_decref(r);
     test_cond("replies: and the session still serves", ping(c));
     free(big);
@@ -448,15 +315,15 @@ static void big_env(conn *c)
  * a word; now each request gets its -32005. */
 static void test_big_replies(void)
 {
-    if (start(
+    if (own_start(
             "  session_output_high: 1M\n  session_output_hard: 2M\n  env_bytes: 64k\n") <
         0) {
         test_cond("replies: sbxd starts", 0);
         return;
     }
-    conn *c = cn_open(sockp);
+    conn *c = cn_open(own.sock);
     size_t n = 10000;
-    long hwm0 = status_kb("VmHWM:");
+    long hwm0 = own_status_kb("VmHWM:");
     size_t cap = n * 64 + 16;
     char *line = malloc(cap), *o = line;
     *o++ = '[';
@@ -469,19 +336,19 @@ static void test_big_replies(void)
     cn_send_raw(c, line, (size_t)(o - line));
     free(line);
     json_t *r = cn_read(c, 30000);
-    long hwm1 = status_kb("VmHWM:");
+    long hwm1 = own_status_kb("VmHWM:");
     test_cond("replies: a batch too large for the session is answered, not dropped",
               json_is_array(r) && json_array_size(r) == n);
     /* 10,000 daemon.info answers are ~25 MB of text: past the 2 MB the
      * session has room for, the batch keeps only their ids. */
     printf("      peak RSS %ld kB -> %ld kB for a batch of %zu daemon.info\n", hwm0, hwm1,
            n);
-    rss_cond("replies: the too-large batch's answers are not all built first "
-             "(peak RSS grows < 24 MB; it grew 40 MB when they were)",
-             hwm1 - hwm0 < 24 * 1024);
+    own_rss_cond("replies: the too-large batch's answers are not all built first "
+                 "(peak RSS grows < 24 MB; it grew 40 MB when they were)",
+                 hwm1 - hwm0 < 24 * 1024);
     test_cond("replies: each answer is -32005 naming session_output_hard",
               err_code(json_array_get(r, 0)) == SBX_E_LIMIT &&
-                  strcmp(limit_of(json_array_get(r, n - 1)), "session_output_hard") ==
+                  strcmp(own_limit_of(json_array_get(r, n - 1)), "session_output_hard") ==
                       0 &&
                   json_integer_value(json_object_get(json_array_get(r, n - 1), "id")) ==
                       (json_int_t)n);
@@ -490,7 +357,7 @@ static void test_big_replies(void)
 
     big_env(c);
     cn_close(c);
-    stop();
+    own_stop_check();
 }
 
 /* ---- retained output and results (reproduction 2) ---------------------------------- */
@@ -506,10 +373,10 @@ static void retained_results(conn *c)
     long before, after;
     int ok;
     /* Completion values: 20 results of 50k elements were ~50 MB of jansson trees. */
-    before = rss_kb();
+    before = own_rss_kb();
     ok = 1;
     int first = 0;
-    for (int i = 0; i < (rss_meaningful() ? 20 : 3); i++) {
+    for (int i = 0; i < (own_rss_meaningful() ? 20 : 3); i++) {
         r = cn_call_t(c, 30000, "process.exec",
                       json_pack("{s:s, s:s, s:b}", "sandbox", "rb", "command", big_result,
                                 "stream", 0));
@@ -518,12 +385,13 @@ static void retained_results(conn *c)
             first = (int)res_int(r, "pid");
         json_decref(r);
     }
-    after = rss_kb();
+    after = own_rss_kb();
     printf("      RSS %ld kB -> %ld kB after 20 results of 50k elements\n", before,
            after);
     test_cond("retained: exec returns each large result in full", ok);
-    rss_cond("retained: large results are not kept after the reply (RSS grows < 16 MB)",
-             after - before < 16 * 1024);
+    own_rss_cond(
+        "retained: large results are not kept after the reply (RSS grows < 16 MB)",
+        after - before < 16 * 1024);
     r = cn_call(c, "process.wait",
                 json_pack("{s:s, s:i}", "sandbox", "rb", "pid", first));
     test_cond("retained: a later wait says the result was dropped",
@@ -572,12 +440,12 @@ static void retained_js_logs(conn *c)
 
 static void test_retained(void)
 {
-    if (start("  retained_bytes_per_sandbox: 2M\n  retained_bytes_total: 3M\n"
-              "  exec_output_bytes: 2M\n") < 0) {
+    if (own_start("  retained_bytes_per_sandbox: 2M\n  retained_bytes_total: 3M\n"
+                  "  exec_output_bytes: 2M\n") < 0) {
         test_cond("retained: sbxd starts", 0);
         return;
     }
-    conn *c = cn_open(sockp);
+    conn *c = cn_open(own.sock);
     json_decref(cn_call(c, "sandbox.create",
                         json_pack("{s:s, s:s}", "id", "ra", "provider", "duktape")));
     json_decref(cn_call(c, "sandbox.create",
@@ -585,11 +453,11 @@ static void test_retained(void)
     json_decref(cn_call(
         c, "process.exec",
         json_pack("{s:s, s:s, s:b}", "sandbox", "ra", "command", mb_print, "stream", 0)));
-    long before = rss_kb();
+    long before = own_rss_kb();
     int ok = 1;
     /* Under valgrind the client parses every MiB slowly and RSS says nothing:
      * fewer rounds still show the eviction. */
-    int rounds = rss_meaningful() ? 60 : 8;
+    int rounds = own_rss_meaningful() ? 60 : 8;
     for (int i = 0; i < rounds; i++) {
         json_t *r = cn_call_t(c, 30000, "process.exec",
                               json_pack("{s:s, s:s, s:b}", "sandbox", i % 2 ? "ra" : "rb",
@@ -597,16 +465,17 @@ static void test_retained(void)
         ok &= json_string_length(json_object_get(res_of(r), "stdout")) == 1048577;
         json_decref(r);
     }
-    long after = rss_kb();
+    long after = own_rss_kb();
     printf("      RSS %ld kB -> %ld kB after %d execs of 1 MiB output\n", before, after,
            rounds);
     test_cond("retained: execs of 1 MiB each all return their output", ok);
-    rss_cond("retained: the daemon does not keep 60 MiB of replay (RSS grows < 24 MB)",
-             after - before < 24 * 1024);
+    own_rss_cond(
+        "retained: the daemon does not keep 60 MiB of replay (RSS grows < 24 MB)",
+        after - before < 24 * 1024);
     json_t *info = cn_call(c, "daemon.info", NULL);
     test_cond("retained: daemon.info shows retained bytes within retained_bytes_total",
-              usage_used(info, "retained_bytes_total") > 0 &&
-                  usage_used(info, "retained_bytes_total") <= 3 * 1024 * 1024);
+              own_usage_used(info, "retained_bytes_total") > 0 &&
+                  own_usage_used(info, "retained_bytes_total") <= 3 * 1024 * 1024);
     json_decref(info);
     json_t *r =
         cn_call(c, "process.attach",
@@ -630,14 +499,14 @@ static void test_retained(void)
     retained_results(c);
     retained_js_logs(c);
     cn_close(c);
-    stop();
+    own_stop_check();
 }
 
 /* ---- worker memory (reproduction 4) ------------------------------------------------ */
 
 static void ask_for_64g(char *res, size_t n)
 {
-    conn *c = cn_open(sockp);
+    conn *c = cn_open(own.sock);
     json_t *r = cn_call_t(c, 60000, "sandbox.create",
                           json_pack("{s:s, s:s, s:i}", "id", "mem1", "provider",
                                     "duktape", "memory_limit_mb", 65536));
@@ -669,12 +538,12 @@ static void ask_for_64g(char *res, size_t n)
 
 static void test_memory_ceiling(void)
 {
-    if (start("  max_memory_limit_mb: 64\n") < 0) {
+    if (own_start("  max_memory_limit_mb: 64\n") < 0) {
         test_cond("memory: sbxd starts", 0);
         return;
     }
     char res[8];
-    as_uid(65534, ask_for_64g, res, sizeof(res));
+    own_as_uid(65534, ask_for_64g, res, sizeof(res));
     if (res[0] != '1' || res[1] != '1')
         printf("      child said \"%.2s\"\n", res);
     test_cond(
@@ -682,7 +551,7 @@ static void test_memory_ceiling(void)
         res[0] == '1');
     test_cond("memory: the isolate cannot grow past the ceiling", res[1] == '1');
     test_cond("memory: root is served meanwhile", root_can_ping());
-    stop();
+    own_stop_check();
 }
 
 /* ---- snapshots (reproduction 1) ---------------------------------------------------- */
@@ -709,7 +578,7 @@ static void snapshots_bytes_cap(conn *c)
     json_t *r2 = cn_call_t(c, 30000, "sandbox.snapshot", json_pack("{s:s}", "id", "sb3"));
     test_cond("snapshots: past snapshot_bytes_per_uid a snapshot gets -32005 naming it",
               res_of(r) && err_code(r2) == SBX_E_LIMIT &&
-                  strcmp(limit_of(r2), "snapshot_bytes_per_uid") == 0);
+                  strcmp(own_limit_of(r2), "snapshot_bytes_per_uid") == 0);
     json_decref(r);
     json_decref(r2);
     r = cn_call(c, "process.exec",
@@ -721,18 +590,18 @@ static void snapshots_bytes_cap(conn *c)
 
 static void test_snapshots(void)
 {
-    if (start("  max_snapshots_per_uid: 12\n  snapshot_bytes_per_uid: 1536k\n") < 0) {
+    if (own_start("  max_snapshots_per_uid: 12\n  snapshot_bytes_per_uid: 1536k\n") < 0) {
         test_cond("snapshots: sbxd starts", 0);
         return;
     }
-    conn *c = cn_open(sockp);
+    conn *c = cn_open(own.sock);
     json_decref(cn_call(c, "sandbox.create",
                         json_pack("{s:s, s:s}", "id", "sn", "provider", "duktape")));
     json_decref(cn_call_t(
         c, 30000, "process.exec",
         json_pack("{s:s, s:s}", "sandbox", "sn", "command",
                   "var objs = []; for (var i = 0; i < 30000; i++) objs.push({}); 1")));
-    long before = rss_kb();
+    long before = own_rss_kb();
     char first[64] = "";
     int made = 0;
     for (int i = 0; i < 10; i++) {
@@ -744,16 +613,16 @@ static void test_snapshots(void)
             snprintf(first, sizeof(first), "%s", res_str(r, "snapshot"));
         json_decref(r);
     }
-    long after = rss_kb();
+    long after = own_rss_kb();
     printf("      RSS %ld kB -> %ld kB after 10 snapshots of 30k objects\n", before,
            after);
     test_cond("snapshots: 10 snapshots of a 30k-object global are taken", made == 10);
-    rss_cond("snapshots: they are kept as text, not trees (RSS grows < 16 MB)",
-             after - before < 16 * 1024);
+    own_rss_cond("snapshots: they are kept as text, not trees (RSS grows < 16 MB)",
+                 after - before < 16 * 1024);
     json_t *info = cn_call(c, "daemon.info", NULL);
     test_cond("snapshots: daemon.info counts them against max_snapshots_per_uid",
-              usage_used(info, "max_snapshots_per_uid") == 10 &&
-                  usage_used(info, "snapshot_bytes_per_uid") > 10 * 90000);
+              own_usage_used(info, "max_snapshots_per_uid") == 10 &&
+                  own_usage_used(info, "snapshot_bytes_per_uid") > 10 * 90000);
     json_decref(info);
 
     json_t *r = cn_call(c, "sandbox.create",
@@ -772,7 +641,7 @@ static void test_snapshots(void)
     for (int i = 0; i < 3; i++) {
         r = cn_call_t(c, 30000, "sandbox.snapshot", json_pack("{s:s}", "id", "sn"));
         refused += err_code(r) == SBX_E_LIMIT &&
-                   strcmp(limit_of(r), "max_snapshots_per_uid") == 0;
+                   strcmp(own_limit_of(r), "max_snapshots_per_uid") == 0;
         json_decref(r);
     }
     test_cond("snapshots: past max_snapshots_per_uid a snapshot gets -32005 naming it",
@@ -786,7 +655,7 @@ static void test_snapshots(void)
 
     snapshots_bytes_cap(c);
     cn_close(c);
-    stop();
+    own_stop_check();
 }
 
 /* ---- provider op deadlines (reproduction 6) ---------------------------------------- */
@@ -804,7 +673,7 @@ static void set_trap(conn *c, const char *id)
 
 static void getter_trap(char *res, size_t n)
 {
-    conn *c = cn_open(sockp);
+    conn *c = cn_open(own.sock);
     memset(res, '0', 7);
     /* snapshot: fails at the deadline, the sandbox is left in error */
     set_trap(c, "gt1");
@@ -863,12 +732,12 @@ static void getter_trap(char *res, size_t n)
 
 static void test_op_deadlines(void)
 {
-    if (start("  op_timeout_ms: 1500\n") < 0) {
+    if (own_start("  op_timeout_ms: 1500\n") < 0) {
         test_cond("deadlines: sbxd starts", 0);
         return;
     }
     char res[16];
-    as_uid(65534, getter_trap, res, 9);
+    own_as_uid(65534, getter_trap, res, 9);
     test_cond("deadlines: a snapshot held by a getter trap fails at op_timeout_ms",
               res[0] == '1');
     test_cond("deadlines: after about the deadline", res[1] == '1');
@@ -880,7 +749,7 @@ static void test_op_deadlines(void)
     test_cond("deadlines: and the snapshot it waited for fails", res[6] == '1');
     test_cond("deadlines: no sandbox is left behind", res[7] == '1');
     test_cond("deadlines: root is served meanwhile", root_can_ping());
-    stop();
+    own_stop_check();
 }
 
 /* ---- SIGHUP reload (reproduction 8: deep nesting, reload on the loop) -------------- */
@@ -896,7 +765,7 @@ static json_int_t limit_now(conn *c, const char *key)
 
 static int log_has(const char *needle)
 {
-    FILE *f = fopen(logp, "r");
+    FILE *f = fopen(own.log, "r");
     char line[4096];
     int found = 0;
     while (f && fgets(line, sizeof(line), f))
@@ -908,18 +777,18 @@ static int log_has(const char *needle)
 
 static void test_reload(void)
 {
-    if (start("  max_sessions_per_uid: 8\n") < 0) {
+    if (own_start("  max_sessions_per_uid: 8\n") < 0) {
         test_cond("reload: sbxd starts", 0);
         return;
     }
-    conn *c = cn_open(sockp);
+    conn *c = cn_open(own.sock);
     /* An answer means the loop runs, so its SIGHUP handler is in place (the
      * socket exists a moment before: an early SIGHUP would end sbxd). */
     test_cond("reload: sbxd answers before the SIGHUP", c && ping(c));
-    FILE *f = fopen(cfgp, "w");
-    fprintf(f, "%s  max_sessions_per_uid: 3\n", base_yaml);
+    FILE *f = fopen(own.cfg, "w");
+    fprintf(f, "%s  max_sessions_per_uid: 3\n", own_base_yaml);
     fclose(f);
-    kill(sbxd_pid, SIGHUP);
+    kill(own.pid, SIGHUP);
     json_int_t v = 0;
     for (int i = 0; i < 100 && v != 3; i++) {
         usleep(30000);
@@ -929,12 +798,12 @@ static void test_reload(void)
 
     /* 40k flow levels took libyaml 16 s; now refused at level 65. */
     size_t n = 40000;
-    f = fopen(cfgp, "w");
-    fprintf(f, "%s  max_sessions_per_uid: 5\nx: ", base_yaml);
+    f = fopen(own.cfg, "w");
+    fprintf(f, "%s  max_sessions_per_uid: 5\nx: ", own_base_yaml);
     for (size_t i = 0; i < n; i++)
         fputc('[', f);
     fclose(f);
-    kill(sbxd_pid, SIGHUP);
+    kill(own.pid, SIGHUP);
     int refused = 0;
     for (int i = 0; i < 200 && !refused; i++) {
         usleep(30000);
@@ -945,7 +814,7 @@ static void test_reload(void)
               limit_now(c, "max_sessions_per_uid") == 3);
     test_cond("reload: and the daemon serves on", ping(c));
     cn_close(c);
-    stop();
+    own_stop_check();
 }
 
 /* ---- main -------------------------------------------------------------------------- */
@@ -953,22 +822,11 @@ static void test_reload(void)
 int main(int argc, char **argv)
 {
     signal(SIGPIPE, SIG_IGN);
-    bdir = argc > 2 ? argv[2] : "build";
-    snprintf(dir, sizeof(dir), "/tmp/sbx-bounds.XXXXXX");
-    if (!mkdtemp(dir)) {
-        test_cond("a temporary directory", 0);
+    int r = own_init(argc > 2 ? argv[2] : "build", "bounds");
+    if (r) {
+        test_cond(r == 1 ? "a temporary directory" : "runs as root", 0);
         return test_report();
     }
-    chmod(dir, 0755); /* the second uid must reach the socket */
-    snprintf(sockp, sizeof(sockp), "%s/sbxd.sock", dir);
-    snprintf(cfgp, sizeof(cfgp), "%s/sbxd.yaml", dir);
-    snprintf(logp, sizeof(logp), "%s/sbxd.log", dir);
-    if (getuid() != 0) {
-        printf("itest_bounds: needs root (it connects as other uids)\n");
-        test_cond("runs as root", 0);
-        return test_report();
-    }
-
     test_sessions_per_uid();
     test_idle_timeout();
     test_pending_input();
@@ -979,13 +837,6 @@ int main(int argc, char **argv)
     test_op_deadlines();
     test_reload();
 
-    if (getenv("SBX_KEEP_TMP") == NULL) {
-        unlink(sockp);
-        unlink(cfgp);
-        unlink(logp);
-        rmdir(dir);
-    } else {
-        printf("sbxd log: %s\n", logp);
-    }
+    own_cleanup();
     return test_report();
 }

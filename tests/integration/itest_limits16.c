@@ -15,133 +15,9 @@
 #include <sys/wait.h>
 
 #include "itest.h"
+#include "own_kit.h"
 #include "sbx_proto.h"
 #include "testhelp.h"
-
-static const char *bdir;
-static char dir[64], sockp[100], cfgp[128], logp[128];
-static pid_t sbxd_pid;
-
-/* ---- an sbxd of our own ----------------------------------------------------------- */
-
-static const char base_yaml[] = "socket:\n"
-                                "  mode: \"0666\"\n"
-                                "providers:\n"
-                                "  duktape:\n"
-                                "    pool_size: 1\n"
-                                "  docker:\n"
-                                "    enabled: false\n"
-                                "  modal:\n"
-                                "    enabled: false\n"
-                                "limits:\n";
-
-/* Starts sbxd with base_yaml plus `limits` (indented key lines). */
-static int start(const char *limits)
-{
-    FILE *f = fopen(cfgp, "w");
-    if (!f)
-        return -1;
-    fprintf(f, "%s%s", base_yaml, limits);
-    fclose(f);
-    unlink(sockp);
-    sbxd_pid = fork();
-    if (sbxd_pid == 0) {
-        int fd = open(logp, O_WRONLY | O_CREAT | O_APPEND, 0644);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-        }
-        char bin[512];
-        snprintf(bin, sizeof(bin), "%s/sbxd", bdir);
-        setenv("SBXD_SOCKET", sockp, 1);
-        execl(bin, "sbxd", "-c", cfgp, "--log-level", "debug", (char *)NULL);
-        _exit(127);
-    }
-    struct stat st;
-    for (int i = 0; i < 800 && stat(sockp, &st) != 0; i++)
-        usleep(25000); /* up to 20 s: a loaded machine starts slowly */
-    return stat(sockp, &st) == 0 ? 0 : -1;
-}
-
-static void stop(void)
-{
-    if (sbxd_pid <= 0)
-        return;
-    kill(sbxd_pid, SIGTERM);
-    int st = 0;
-    waitpid(sbxd_pid, &st, 0);
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-        printf("      sbxd exited with status %d\n", st);
-        test_cond("sbxd exits cleanly", 0);
-    }
-    sbxd_pid = 0;
-}
-
-static long rss_kb(void)
-{
-    char path[64], line[256];
-    snprintf(path, sizeof(path), "/proc/%d/status", (int)sbxd_pid);
-    FILE *f = fopen(path, "r");
-    long kb = -1;
-    while (f && fgets(line, sizeof(line), f))
-        if (strncmp(line, "VmRSS:", 6) == 0)
-            kb = atol(line + 6);
-    if (f)
-        fclose(f);
-    return kb;
-}
-
-/* RSS says nothing under ASan (its quarantine keeps freed memory) or valgrind. */
-static void rss_cond(const char *name, int ok)
-{
-    if (!getenv("SBX_SANITIZED") && !getenv("SBX_VALGRIND"))
-        test_cond(name, ok);
-    else
-        test_skip(name, "RSS is not meaningful under ASan or valgrind");
-}
-
-static const char *limit_of(json_t *resp)
-{
-    const char *s = json_string_value(json_object_get(
-        json_object_get(json_object_get(resp, "error"), "data"), "limit"));
-    return s ? s : "";
-}
-
-static json_int_t usage_used(json_t *info, const char *limit)
-{
-    return json_integer_value(json_object_get(
-        json_object_get(json_object_get(res_of(info), "usage"), limit), "used"));
-}
-
-/* Runs fn as uid in a child; fn fills res (at most n bytes), which comes back. */
-static void as_uid(uid_t uid, void (*fn)(char *res, size_t n), char *res, size_t n)
-{
-    int fds[2];
-    memset(res, 0, n);
-    if (pipe(fds) < 0)
-        return;
-    pid_t pid = fork();
-    if (pid == 0) {
-        close(fds[0]);
-        if (setgid(uid) < 0 || setuid(uid) < 0)
-            _exit(3);
-        char buf[256] = {0};
-        fn(buf, n < sizeof(buf) ? n : sizeof(buf));
-        if (write(fds[1], buf, n) < 0)
-            _exit(4);
-        _exit(0);
-    }
-    close(fds[1]);
-    size_t got = 0;
-    while (got < n) {
-        ssize_t r = read(fds[0], res + got, n - got);
-        if (r <= 0)
-            break;
-        got += (size_t)r;
-    }
-    close(fds[0]);
-    waitpid(pid, NULL, 0);
-}
 
 /* ---- queued processes in bytes (item 3) ------------------------------------------- */
 
@@ -153,7 +29,7 @@ static conn *parent_conn; /* the forked child frees its copy (valgrind counts it
 static void other_queues(char *res, size_t n)
 {
     cn_close(parent_conn);
-    conn *c = cn_open(sockp);
+    conn *c = cn_open(own.sock);
     if (!c)
         return;
     json_t *r = cn_call(c, "sandbox.create",
@@ -183,7 +59,7 @@ static void queued_drain(conn *c, json_int_t busy, json_int_t last)
     json_int_t used;
     char res[8];
     parent_conn = c;
-    as_uid(65534, other_queues, res, sizeof(res));
+    own_as_uid(65534, other_queues, res, sizeof(res));
     test_cond("queued: another uid still queues meanwhile", strcmp(res, "1") == 0);
 
     json_decref(
@@ -194,7 +70,7 @@ static void queued_drain(conn *c, json_int_t busy, json_int_t last)
     int ran = res_int(r, "exit_code") == 0;
     json_decref(r);
     r = cn_call(c, "daemon.info", NULL);
-    used = usage_used(r, "queued_bytes_per_uid");
+    used = own_usage_used(r, "queued_bytes_per_uid");
     json_decref(r);
     test_cond("queued: the queued ones run once the slot is free", ran);
     test_eq_int("queued: their bytes are given back when they leave the queue", used, 0);
@@ -206,14 +82,14 @@ static void queued_drain(conn *c, json_int_t busy, json_int_t last)
 
 static void test_queued_bytes(void)
 {
-    if (start("  max_processes_per_sandbox: 1\n  queued_bytes_per_uid: 64M\n") < 0) {
+    if (own_start("  max_processes_per_sandbox: 1\n  queued_bytes_per_uid: 64M\n") < 0) {
         test_cond("queued: sbxd starts", 0);
         return;
     }
-    conn *c = cn_open(sockp);
+    conn *c = cn_open(own.sock);
     if (!c) {
         test_cond("queued: sbxd answers", 0);
-        stop();
+        own_stop_check();
         return;
     }
     json_decref(cn_call(c, "sandbox.create",
@@ -227,7 +103,7 @@ static void test_queued_bytes(void)
     json_decref(r);
     char *in = malloc(BIG_STDIN);
     memset(in, 'a', BIG_STDIN);
-    long before = rss_kb();
+    long before = own_rss_kb();
     int ok = 0, refused = 0, other = 0, max_ok = 0;
     json_int_t last = 0;
     for (int i = 0; i < 48; i++) {
@@ -238,7 +114,7 @@ static void test_queued_bytes(void)
             ok++;
             last = res_int(r, "pid");
         } else if (err_code(r) == SBX_E_LIMIT &&
-                   strcmp(limit_of(r), "queued_bytes_per_uid") == 0) {
+                   strcmp(own_limit_of(r), "queued_bytes_per_uid") == 0) {
             refused++;
             max_ok = json_integer_value(json_object_get(
                          json_object_get(json_object_get(r, "error"), "data"), "max")) ==
@@ -252,23 +128,23 @@ static void test_queued_bytes(void)
         json_decref(r);
     }
     free(in);
-    long after = rss_kb();
+    long after = own_rss_kb();
     printf("      %d queued, %d refused, %d other; RSS %ld kB -> %ld kB\n", ok, refused,
            other, before, after);
     test_cond("queued: 48 spawns with 8 MiB stdin are refused past 64 MiB per uid",
               ok >= 1 && ok <= 8 && refused == 48 - ok && other == 0);
     test_cond("queued: the -32005 says {limit: queued_bytes_per_uid, max}", max_ok);
-    rss_cond("queued: sbxd's RSS stays bounded (grows < 160 MB; it grew 433 MB)",
-             after - before < 160 * 1024);
+    own_rss_cond("queued: sbxd's RSS stays bounded (grows < 160 MB; it grew 433 MB)",
+                 after - before < 160 * 1024);
     r = cn_call(c, "daemon.info", NULL);
-    json_int_t used = usage_used(r, "queued_bytes_per_uid");
+    json_int_t used = own_usage_used(r, "queued_bytes_per_uid");
     json_decref(r);
     test_cond("queued: daemon.info counts the queued bytes",
               used > (json_int_t)ok * BIG_STDIN && used <= 64 * 1024 * 1024);
 
     queued_drain(c, busy, last);
     cn_close(c);
-    stop();
+    own_stop_check();
 }
 
 /* ---- memory limits summed per uid (item 6) ---------------------------------------- */
@@ -285,19 +161,19 @@ static json_t *create_mem(conn *c, const char *id, int mb)
  * the other two hold the room. res: one digit per check. */
 static void other_fills_memory(char *res, size_t n)
 {
-    conn *c = cn_open(sockp);
+    conn *c = cn_open(own.sock);
     if (!c)
         return;
     json_t *r1 = create_mem(c, "m1", 100), *r2 = create_mem(c, "m2", 100);
     json_t *r3 = create_mem(c, "m3", 100);
     int first_two = res_of(r1) && res_of(r2);
     int third =
-        err_code(r3) == SBX_E_LIMIT && strcmp(limit_of(r3), "memory_per_uid") == 0;
+        err_code(r3) == SBX_E_LIMIT && strcmp(own_limit_of(r3), "memory_per_uid") == 0;
     json_t *g = cn_call(c, "sandbox.get", json_pack("{s:s}", "id", "m3"));
     int gone = err_code(g) == SBX_E_NOT_FOUND;
     json_decref(g);
     json_t *info = cn_call(c, "daemon.info", NULL);
-    int counted = usage_used(info, "memory_per_uid") == 200 * 1024 * 1024;
+    int counted = own_usage_used(info, "memory_per_uid") == 200 * 1024 * 1024;
     json_decref(info);
     json_decref(cn_call(c, "sandbox.stop", json_pack("{s:s}", "id", "m1")));
     json_t *r4 = create_mem(c, "m4", 100);
@@ -317,12 +193,12 @@ static void other_fills_memory(char *res, size_t n)
 
 static void test_memory_per_uid(void)
 {
-    if (start("  memory_per_uid: 256M\n  max_memory_limit_mb: 128\n") < 0) {
+    if (own_start("  memory_per_uid: 256M\n  max_memory_limit_mb: 128\n") < 0) {
         test_cond("memory: sbxd starts", 0);
         return;
     }
     char res[16];
-    as_uid(65534, other_fills_memory, res, sizeof(res));
+    own_as_uid(65534, other_fills_memory, res, sizeof(res));
     printf("      checks: %s\n", res);
     test_cond("memory: two sandboxes of 100 MiB fit in memory_per_uid 256M",
               res[0] == '1');
@@ -332,12 +208,12 @@ static void test_memory_per_uid(void)
     test_cond("memory: a stopped sandbox gives its share back", res[4] == '1');
     test_cond("memory: starting it again past the total is refused", res[5] == '1');
     test_cond("memory: a destroyed one gives its share back", res[6] == '1');
-    conn *c = cn_open(sockp);
+    conn *c = cn_open(own.sock);
     json_t *r = c ? create_mem(c, "root-m", 100) : NULL;
     test_cond("memory: another uid is not affected", res_of(r) != NULL);
     json_decref(r);
     cn_close(c);
-    stop();
+    own_stop_check();
 }
 
 /* ---- lifecycle calls wait for a start (item 11) ---------------------------------- */
@@ -433,16 +309,16 @@ static void waiting_destroys(conn *a, conn *b)
 
 static void test_waiting_ops(void)
 {
-    if (start("  op_timeout_ms: 20000\n") < 0) {
+    if (own_start("  op_timeout_ms: 20000\n") < 0) {
         test_cond("lifecycle: sbxd starts", 0);
         return;
     }
-    conn *a = cn_open(sockp), *b = cn_open(sockp);
+    conn *a = cn_open(own.sock), *b = cn_open(own.sock);
     if (!a || !b) {
         test_cond("lifecycle: sbxd answers", 0);
         cn_close(a);
         cn_close(b);
-        stop();
+        own_stop_check();
         return;
     }
     double t0 = now_ms();
@@ -494,7 +370,7 @@ static void test_waiting_ops(void)
     test_cond("lifecycle: sbxd still serves", cn_call_ok(a));
     cn_close(a);
     cn_close(b);
-    stop();
+    own_stop_check();
 }
 
 /* ---- main ------------------------------------------------------------------------- */
@@ -502,33 +378,15 @@ static void test_waiting_ops(void)
 int main(int argc, char **argv)
 {
     signal(SIGPIPE, SIG_IGN);
-    bdir = argc > 2 ? argv[2] : "build";
-    snprintf(dir, sizeof(dir), "/tmp/sbx-lim16.XXXXXX");
-    if (!mkdtemp(dir)) {
-        test_cond("a temporary directory", 0);
+    int r = own_init(argc > 2 ? argv[2] : "build", "lim16");
+    if (r) {
+        test_cond(r == 1 ? "a temporary directory" : "runs as root", 0);
         return test_report();
     }
-    chmod(dir, 0755); /* the second uid must reach the socket */
-    snprintf(sockp, sizeof(sockp), "%s/sbxd.sock", dir);
-    snprintf(cfgp, sizeof(cfgp), "%s/sbxd.yaml", dir);
-    snprintf(logp, sizeof(logp), "%s/sbxd.log", dir);
-    if (getuid() != 0) {
-        printf("itest_limits16: needs root (it connects as another uid)\n");
-        test_cond("runs as root", 0);
-        return test_report();
-    }
-
     test_queued_bytes();
     test_waiting_ops();
     test_memory_per_uid();
 
-    if (getenv("SBX_KEEP_TMP") == NULL) {
-        unlink(sockp);
-        unlink(cfgp);
-        unlink(logp);
-        rmdir(dir);
-    } else {
-        printf("sbxd log: %s\n", logp);
-    }
+    own_cleanup();
     return test_report();
 }

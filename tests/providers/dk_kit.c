@@ -160,6 +160,40 @@ conn *dk_connect(const char *sock, int ms)
     return NULL;
 }
 
+pid_t dk_start_other(const char *tmpdir, const char *bdir, const char *host,
+                     const char *name, const char *docker_extra, char *osock, size_t cap)
+{
+    char ocfg[600], olog[600];
+    snprintf(osock, cap, "%.80s/%.10s.sock", tmpdir, name);
+    snprintf(ocfg, sizeof(ocfg), "%s/%s.yaml", tmpdir, name);
+    snprintf(olog, sizeof(olog), "%s/sbxd-%s.log", tmpdir, name);
+    FILE *f = fopen(ocfg, "w");
+    if (!f)
+        return -1;
+    fprintf(f,
+            "socket:\n  mode: \"0666\"\n"
+            "providers:\n"
+            "  docker:\n"
+            "    host: %s\n"
+            "    agent_path: %s/sbx-init\n"
+            "    image: sbx-test/busybox\n"
+            "    network: none\n"
+            "    memory: 256m\n"
+            "    labels:\n      org.sbxd.managed: \"true\"\n"
+            "%s",
+            host, bdir, docker_extra);
+    fclose(f);
+    return dk_sbxd_start(ocfg, osock, olog, "debug");
+}
+
+conn *dk_connect_ready(const char *sock)
+{
+    conn *c = dk_connect(sock, 5000);
+    if (c)
+        dk_docker_up(c, 10000);
+    return c;
+}
+
 int dk_docker_up(conn *c, int ms)
 {
     for (int waited = 0; c && waited < ms; waited += 100) {
@@ -217,67 +251,4 @@ const char *dk_meta(json_t *resp, const char *key)
     const char *s = json_string_value(
         json_object_get(json_object_get(res_of(resp), "metadata"), key));
     return s ? s : "";
-}
-
-json_t *dk_as_uid(uid_t uid, gid_t gid, const char *sock, const char *method,
-                  json_t *params, int call_ms)
-{
-    int fds[2];
-    if (pipe(fds) < 0) {
-        json_decref(params);
-        return NULL;
-    }
-    pid_t pid = fork();
-    if (pid == 0) {
-        close(fds[0]);
-        if (uid != 0 && (setgroups(0, NULL) < 0 || setgid(gid) < 0 || setuid(uid) < 0))
-            _exit(3);
-        conn *c = cn_open(sock);
-        json_t *r =
-            c ? cn_call_t(c, call_ms, method, params)
-              : json_pack("{s:{s:i, s:s}}", "error", "code", 2, "message", "connect");
-        char *t = r ? json_dumps(r, JSON_COMPACT) : NULL;
-        size_t n = t ? strlen(t) : 0, off = 0;
-        while (off < n) {
-            ssize_t w = write(fds[1], t + off, n - off);
-            if (w <= 0)
-                break;
-            off += (size_t)w;
-        }
-        _exit(0);
-    }
-    json_decref(params);
-    close(fds[1]);
-    struct dk_buf b = {0};
-    char buf[4096];
-    ssize_t n;
-    while ((n = read(fds[0], buf, sizeof(buf))) > 0)
-        dk_buf_write(buf, 1, (size_t)n, &b);
-    close(fds[0]);
-    waitpid(pid, NULL, 0);
-    json_t *r = b.d ? json_loads(b.d, 0, NULL) : NULL;
-    free(b.d);
-    return r;
-}
-
-int dk_code_as_uid(uid_t uid, const char *sock, const char *method, json_t *params)
-{
-    json_t *r = dk_as_uid(uid, uid, sock, method, params, 15000);
-    int code = r ? err_code(r) : 2;
-    json_decref(r);
-    return code;
-}
-
-long dk_rss_kb(pid_t pid)
-{
-    char p[64], line[256];
-    snprintf(p, sizeof(p), "/proc/%d/status", (int)pid);
-    FILE *f = fopen(p, "r");
-    long kb = -1;
-    while (f && fgets(line, sizeof(line), f))
-        if (strncmp(line, "VmRSS:", 6) == 0)
-            kb = atol(line + 6);
-    if (f)
-        fclose(f);
-    return kb;
 }

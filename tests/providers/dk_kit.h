@@ -12,6 +12,7 @@
 #include <sys/types.h>
 
 #include "itest.h"
+#include "pt_kit.h"
 
 /* The sbxd binary and the engine (DOCKER_HOST, unix://...) the kit uses. */
 void dk_kit_init(const char *sbxd_bin, const char *docker_host);
@@ -86,18 +87,20 @@ int dk_exec_is(conn *c, const char *sb, const char *cmd, const char *want, int c
 
 void dk_destroy(conn *c, const char *id, int call_ms);
 
+/*
+ * Another sbxd for a test of its own: TMPDIR/NAME.yaml (socket mode 0666, the
+ * Docker provider on host with BDIR's agent, sbx-test/busybox, no network,
+ * 256m, the managed label, then docker_extra: more lines of the docker
+ * section), socket TMPDIR/NAME.sock into osock, log TMPDIR/sbxd-NAME.log at
+ * debug. Its pid.
+ */
+pid_t dk_start_other(const char *tmpdir, const char *bdir, const char *host,
+                     const char *name, const char *docker_extra, char *osock, size_t cap);
+
+/* A connection to sock once the engine is up there (dk_docker_up), or NULL. */
+conn *dk_connect_ready(const char *sock);
+
 /* metadata.key of the sandbox in a response, or "". */
 const char *dk_meta(json_t *resp, const char *key);
-
-/* One call as uid:gid (a forked child that drops to it; uid 0 stays root):
- * the answer, {"error":{"code":2}} when it cannot connect, NULL if none. */
-json_t *dk_as_uid(uid_t uid, gid_t gid, const char *sock, const char *method,
-                  json_t *params, int call_ms);
-
-/* The error code of one call as uid:uid (0: a result; 2: no answer). */
-int dk_code_as_uid(uid_t uid, const char *sock, const char *method, json_t *params);
-
-/* VmRSS of pid in KiB, -1 if unknown. */
-long dk_rss_kb(pid_t pid);
 
 #endif

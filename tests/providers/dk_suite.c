@@ -294,16 +294,7 @@ int dk_suite_start(int argc, char **argv, const char *name, conn **cp)
         return 1;
     }
     /* the first ping is asynchronous */
-    for (int i = 0; i < 50; i++) {
-        json_t *r = cn_call(c, "daemon.info", NULL);
-        char *s = json_dumps(r, 0);
-        int up = s && strstr(s, "\"api_version\"");
-        free(s);
-        json_decref(r);
-        if (up)
-            break;
-        usleep(100000);
-    }
+    dk_docker_up(c, 5000);
     suite_t0 = now_ms();
     *cp = c;
     return 0;

@@ -136,16 +136,12 @@ providers:
   docker:
     enabled: false
 YAML
-start_sbxd() { # name -> pid in $!
-    # shellcheck disable=SC2086
-    SBXD_SOCKET="$T/$1.sock" $VG "$B/sbxd" -c "$T/$1.yaml" --log-level debug >"$T/$1.log" 2>&1 &
-    pid=$!
-    i=0
-    while [ ! -S "$T/$1.sock" ] && [ $i -lt 400 ]; do
-        sleep 0.05
-        i=$((i + 1))
-    done
-    [ -S "$T/$1.sock" ] || { tail -n 20 "$T/$1.log"; echo "FAILED - sbxd ($1) did not start"; FAILED=$((FAILED + 1)); finish; }
+. tests/sbxd_kit.sh
+start_sbxd() { # name -> pid in $pid
+    : >"$T/$1.log"
+    sbxd_kit_start "$B/sbxd" "$T/$1.sock" "$T/$1.log" -c "$T/$1.yaml" --log-level debug ||
+        { echo "FAILED - sbxd ($1) did not start"; FAILED=$((FAILED + 1)); finish; }
+    pid=$SBXD_KIT_PID
 }
 SOCK="$T/sbxd.sock"
 start_sbxd sbxd

@@ -33,86 +33,10 @@ conn *md_connect(void)
     return c;
 }
 
-static char *dechunk(const char *b, size_t n, size_t *out_n)
-{
-    char *out = malloc(n + 1);
-    size_t o = 0, i = 0;
-    while (i < n) {
-        size_t len = strtoul(b + i, NULL, 16);
-        const char *nl = memchr(b + i, '\n', n - i);
-        if (!nl || len == 0)
-            break;
-        i = (size_t)(nl - b) + 1;
-        if (i + len > n)
-            len = n - i;
-        memcpy(out + o, b + i, len);
-        o += len;
-        i += len + 2;
-    }
-    out[o] = '\0';
-    *out_n = o;
-    return out;
-}
-
 /* Returns the parsed JSON body (new ref) or NULL. body is stolen. */
 json_t *ctl(const char *method, const char *path, json_t *body)
 {
-    char *b = body ? json_dumps(body, JSON_COMPACT) : NULL;
-    json_decref(body);
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)CPORT)};
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-        close(fd);
-        free(b);
-        return NULL;
-    }
-    char head[512];
-    int hl = snprintf(head, sizeof(head),
-                      "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
-                      "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
-                      method, path, b ? strlen(b) : 0);
-    if (send(fd, head, (size_t)hl, MSG_NOSIGNAL) < 0 ||
-        (b && send(fd, b, strlen(b), MSG_NOSIGNAL) < 0)) {
-        close(fd);
-        free(b);
-        return NULL;
-    }
-    free(b);
-    size_t cap = 65536, len = 0;
-    char *buf = malloc(cap);
-    double deadline = now_ms() + 15000;
-    for (;;) {
-        struct pollfd p = {.fd = fd, .events = POLLIN};
-        int left = (int)(deadline - now_ms());
-        if (left <= 0 || poll(&p, 1, left) <= 0)
-            break;
-        if (cap - len < 4096)
-            buf = realloc(buf, cap *= 2);
-        ssize_t r = recv(fd, buf + len, cap - len - 1, 0);
-        if (r <= 0)
-            break;
-        len += (size_t)r;
-    }
-    close(fd);
-    buf[len] = '\0';
-    char *sep = strstr(buf, "\r\n\r\n");
-    json_t *v = NULL;
-    if (sep) {
-        char *bodyp = sep + 4;
-        size_t bl = len - (size_t)(bodyp - buf);
-        if (strcasestr(buf, "transfer-encoding: chunked") &&
-            strcasestr(buf, "transfer-encoding: chunked") < sep) {
-            size_t n;
-            char *d = dechunk(bodyp, bl, &n);
-            v = json_loadb(d, n, 0, NULL);
-            free(d);
-        } else {
-            v = json_loadb(bodyp, bl, 0, NULL);
-        }
-    }
-    free(buf);
-    return v;
+    return pt_http_json(CPORT, method, path, body);
 }
 
 json_t *fake_sandbox(const char *modal_id)
@@ -196,6 +120,23 @@ char *modal_id_of(conn *c, const char *id)
     char *s = strdup(meta_str(r, "sandbox_id"));
     json_decref(r);
     return s;
+}
+
+json_t *fake_sandbox_of(conn *c, const char *id)
+{
+    char *mid = modal_id_of(c, id);
+    json_t *s = fake_sandbox(mid);
+    free(mid);
+    return s;
+}
+
+char *fake_root(conn *c, const char *id)
+{
+    json_t *s = fake_sandbox_of(c, id);
+    const char *root = json_string_value(json_object_get(s, "root"));
+    char *out = root ? strdup(root) : NULL;
+    json_decref(s);
+    return out;
 }
 
 json_t *run(conn *c, const char *sb, json_t *cmd, json_t *extra)

@@ -19,8 +19,11 @@
 #include <sys/types.h>
 
 #include "itest.h"
+#include "pt_kit.h"
 
+#ifndef LONG_MS
 #define LONG_MS 60000
+#endif
 
 /* The main sbxd's socket and the fake's control port (argv). */
 extern const char *SOCK;
@@ -41,6 +44,12 @@ conn *md_connect(void);
 json_t *ctl(const char *method, const char *path, json_t *body);
 
 json_t *fake_sandbox(const char *modal_id);
+
+/* The fake's record of the Modal sandbox behind sbxd sandbox id (new), or NULL. */
+json_t *fake_sandbox_of(conn *c, const char *id);
+
+/* The fake's host folder of sbxd sandbox id (malloc'd), or NULL. */
+char *fake_root(conn *c, const char *id);
 
 /* The last exec whose argv, joined with spaces, contains needle. */
 json_t *fake_exec(const char *needle);

@@ -132,20 +132,14 @@ write_cfg "$T/badcred.yaml" "server_url: http://127.0.0.1:$APORT" "token_id: ak-
 write_cfg "$T/down.yaml" "server_url: http://127.0.0.1:1" "token_id: ak-test" "token_secret: as-test"
 
 DAEMON_PIDS=""
+. tests/sbxd_kit.sh
 start_sbxd() { # name
-    sock="$T/$1.sock"
-    rm -f "$sock"
-    # shellcheck disable=SC2086
-    SBXD_SOCKET="$sock" $VG "$B/sbxd" -c "$T/$1.yaml" --log-level debug >"$T/$1.log" 2>&1 &
-    pid=$!
-    PIDS="$PIDS $pid"
-    DAEMON_PIDS="$DAEMON_PIDS $1:$pid"
-    i=0
-    while [ ! -S "$sock" ] && [ $i -lt 400 ]; do
-        sleep 0.05
-        i=$((i + 1))
-    done
-    [ -S "$sock" ] || { tail -n 20 "$T/$1.log"; return 1; }
+    : >"$T/$1.log"
+    sbxd_kit_start "$B/sbxd" "$T/$1.sock" "$T/$1.log" -c "$T/$1.yaml" --log-level debug
+    st=$?
+    PIDS="$PIDS $SBXD_KIT_PID"
+    DAEMON_PIDS="$DAEMON_PIDS $1:$SBXD_KIT_PID"
+    return $st
 }
 for d in main nocred badcred down short; do
     start_sbxd $d || { fail "sbxd ($d) did not start"; finish; }

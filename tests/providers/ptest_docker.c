@@ -51,12 +51,7 @@
 static void test_info(conn *c)
 {
     json_t *r = cn_call(c, "daemon.info", NULL);
-    json_t *dk = NULL;
-    size_t i;
-    json_t *p;
-    json_array_foreach(json_object_get(res_of(r), "providers"), i, p)
-        if (strcmp(json_string_value(json_object_get(p, "name")), "docker") == 0)
-            dk = p;
+    json_t *dk = pt_provider_of(r, "docker");
     test_cond("info: docker is available",
               dk && json_is_true(json_object_get(dk, "available")));
     const char *av =
@@ -426,16 +421,7 @@ static void test_snapshots_last(void)
         stop_sbxd(pid, SIGKILL);
         return;
     }
-    for (int i = 0; i < 50; i++) {
-        json_t *r = cn_call(c, "daemon.info", NULL);
-        char *t = json_dumps(r, 0);
-        int up = t && strstr(t, "\"api_version\"");
-        free(t);
-        json_decref(r);
-        if (up)
-            break;
-        usleep(100000);
-    }
+    dk_docker_up(c, 5000);
     json_decref(create(c, "snapsrc", NULL));
     json_decref(cn_call_t(c, 120000, "sandbox.create",
                           json_pack("{s:s, s:s}", "id", "keep1", "provider", "docker")));

@@ -404,10 +404,10 @@ static void test_cross_uid(conn *c)
         test_skip("another uid's archives are -32000", "needs root to switch uid");
         return;
     }
-    int rd = dk_code_as_uid(
+    int rd = pt_code_as_uid(
         4321, sock, "fs.read",
         json_pack("{s:s, s:s, s:s}", "sandbox", AR1, "path", "/", "format", "tar"));
-    int wr = dk_code_as_uid(4321, sock, "fs.write",
+    int wr = pt_code_as_uid(4321, sock, "fs.write",
                             json_pack("{s:s, s:s, s:s, s:s}", "sandbox", AR1, "path", "/",
                                       "format", "tar", "data", ""));
     test_cond("another uid's sandbox is -32000 for tar reads and writes",
@@ -494,7 +494,7 @@ static long peak_rss_during(const char *cmd, long base, int *lines)
     *lines = 0;
     while (p && fgets(buf, sizeof(buf), p)) {
         (*lines)++;
-        long now = dk_rss_kb(sbxd_pid);
+        long now = pt_rss_kb(sbxd_pid);
         if (now > peak)
             peak = now;
     }
@@ -518,7 +518,7 @@ static void test_rss(conn *c, int stopped)
                    "of=/workspace/fat/f$i bs=1048576 count=64 2>/dev/null; done; echo"));
     else
         json_decref(call(c, "sandbox.stop", json_pack("{s:s}", "id", AR1)));
-    long base = dk_rss_kb(sbxd_pid);
+    long base = pt_rss_kb(sbxd_pid);
     char cmd[1200];
     /* a line per 8 MiB that passed: sample as the stream goes */
     snprintf(cmd, sizeof(cmd),

@@ -124,12 +124,7 @@ static void test_no_engine(void)
     conn *c = start_other("none", host, NULL, &pid);
     usleep(300000);
     json_t *r = c ? cn_call(c, "daemon.info", NULL) : NULL;
-    json_t *dk = NULL;
-    size_t i;
-    json_t *p;
-    json_array_foreach(json_object_get(res_of(r), "providers"), i, p)
-        if (strcmp(json_string_value(json_object_get(p, "name")), "docker") == 0)
-            dk = p;
+    json_t *dk = pt_provider_of(r, "docker");
     test_cond("no engine: daemon.info says unavailable, with the reason",
               dk && json_is_false(json_object_get(dk, "available")) &&
                   strstr(json_string_value(json_object_get(dk, "reason")) ?: "",
@@ -290,16 +285,7 @@ static void test_fake_engine(void)
     write_config(cfg, host, NULL);
     pid_t pid = start_sbxd(cfg, sock, log);
     conn *c = cn_open(sock);
-    for (int i = 0; i < 50 && c; i++) {
-        json_t *r = cn_call(c, "daemon.info", NULL);
-        char *s = json_dumps(r, 0);
-        int up = s && strstr(s, "\"api_version\"");
-        free(s);
-        json_decref(r);
-        if (up)
-            break;
-        usleep(100000);
-    }
+    dk_docker_up(c, 5000);
     double t = now_ms();
     json_t *r = c ? create(c, "garbage", NULL) : NULL;
     const char *m =

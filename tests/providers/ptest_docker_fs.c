@@ -133,20 +133,6 @@ static int get(conn *c, const char *sb, const char *path, uint8_t **out, size_t 
     return 0;
 }
 
-/* sha256 of a local file, by the system's tool. */
-static void local_sha(const char *file, char out[65])
-{
-    char cmd[700];
-    snprintf(cmd, sizeof(cmd), "sha256sum '%s'", file);
-    FILE *f = popen(cmd, "r");
-    out[0] = '\0';
-    if (f) {
-        if (!fgets(out, 65, f))
-            out[0] = '\0';
-        pclose(f);
-    }
-}
-
 static void write_local(const char *file, const uint8_t *d, size_t n)
 {
     FILE *f = fopen(file, "wb");
@@ -214,7 +200,7 @@ static void test_binary_50mb(conn *c)
     char lf[600], want[65], have[65];
     snprintf(lf, sizeof(lf), "%s/up.bin", tmpdir);
     write_local(lf, d, n);
-    local_sha(lf, want);
+    pt_sha256_file(lf, want);
     double t = now_ms();
     json_t *r = put(c, FS1, "/workspace/up.bin", d, n);
     double up = now_ms() - t;
@@ -238,7 +224,7 @@ static void test_binary_50mb(conn *c)
     test_cond("50 MB download reads every byte", rc == 0 && bn == n);
     snprintf(lf, sizeof(lf), "%s/down.bin", tmpdir);
     write_local(lf, back, bn);
-    local_sha(lf, have);
+    pt_sha256_file(lf, have);
     test_cond("download: the local digest is the sandbox's",
               s && strncmp(s, have, 64) == 0);
     free(s);
@@ -259,7 +245,7 @@ static void test_gib_rss(conn *c)
         chunk[i] = (uint8_t)(i * 2654435761u >> 13);
     char *b64 = malloc(sbx_base64_encoded_len(CHUNK) + 1);
     sbx_base64_encode(b64, chunk, CHUNK);
-    long base = dk_rss_kb(sbxd_pid), peak = base;
+    long base = pt_rss_kb(sbxd_pid), peak = base;
     json_int_t h = 0;
     int ok = 1;
     for (size_t off = 0; off < total && ok; off += CHUNK) {
@@ -274,7 +260,7 @@ static void test_gib_rss(conn *c)
         ok = res_of(r) != NULL;
         h = json_integer_value(json_object_get(res_of(r), "handle"));
         json_decref(r);
-        long now = dk_rss_kb(sbxd_pid);
+        long now = pt_rss_kb(sbxd_pid);
         peak = now > peak ? now : peak;
     }
     test_cond("1 GiB written in chunks", ok);
@@ -289,7 +275,7 @@ static void test_gib_rss(conn *c)
         const char *d = json_string_value(json_object_get(res_of(r), "data_b64"));
         ok = d && strcmp(d, b64) == 0;
         json_decref(r);
-        long now = dk_rss_kb(sbxd_pid);
+        long now = pt_rss_kb(sbxd_pid);
         peak = now > peak ? now : peak;
     }
     test_cond("1 GiB read back, every chunk exact", ok && off == total);
@@ -685,7 +671,7 @@ static void test_watch(conn *c)
 /* One call as another uid (a forked child that drops to it). */
 static int code_as_uid(uid_t uid, const char *method, json_t *params)
 {
-    return dk_code_as_uid(uid, sock, method, params);
+    return pt_code_as_uid(uid, sock, method, params);
 }
 
 static void test_cross_uid(void)
@@ -780,31 +766,9 @@ static void test_two_daemons(conn *c)
     snprintf(sock2, sizeof(sock2), "%.90s/fs2.sock", tmpdir);
     snprintf(log2, sizeof(log2), "%s/sbxd-fs2.log", tmpdir);
     snprintf(cfg, sizeof(cfg), "%s/fs.yaml", tmpdir);
-    unlink(sock2);
-    pid_t pid = fork();
-    if (pid == 0) {
-        int fd = open(log2, O_WRONLY | O_CREAT | O_APPEND, 0644);
-        dup2(fd, 1);
-        dup2(fd, 2);
-        setenv("SBXD_SOCKET", sock2, 1);
-        execl(sbxd_bin, "sbxd", "-c", cfg, (char *)NULL);
-        _exit(127);
-    }
-    conn *c2 = NULL;
-    for (int i = 0; i < 200 && !c2; i++) {
-        usleep(25000);
-        c2 = cn_open(sock2);
-    }
-    for (int i = 0; c2 && i < 100; i++) {
-        json_t *info = call(c2, "daemon.info", NULL);
-        char *t = json_dumps(info, 0);
-        int up = t && strstr(t, "\"api_version\"");
-        free(t);
-        json_decref(info);
-        if (up)
-            break;
-        usleep(100000);
-    }
+    pid_t pid = dk_sbxd_start(cfg, sock2, log2, NULL);
+    conn *c2 = dk_connect(sock2, 5000);
+    dk_docker_up(c2, 10000);
     char cid1[80], cid2[80] = "", ch1[16], ch_after[16];
     json_decref(call(c, "fs.write",
                      json_pack("{s:s, s:s, s:s}", "sandbox", FS1, "path", "two.txt",

@@ -18,6 +18,7 @@
 #include <sys/un.h>
 #include <sys/wait.h>
 
+#include "dk_kit.h"
 #include "itest.h"
 #include "sbx/sbx.h"
 #include "testhelp.h"
@@ -49,19 +50,6 @@ static char *sh(conn *c, const char *sb, const char *cmd)
             s[--n] = '\0';
     }
     return s;
-}
-
-static void local_sha(const char *file, char out[65])
-{
-    char cmd[700];
-    snprintf(cmd, sizeof(cmd), "sha256sum '%s'", file);
-    FILE *f = popen(cmd, "r");
-    out[0] = '\0';
-    if (f) {
-        if (!fgets(out, 65, f))
-            out[0] = '\0';
-        pclose(f);
-    }
 }
 
 static long rss_kb(pid_t pid)
@@ -222,7 +210,7 @@ static void sha_of(const uint8_t *d, size_t n, char out[65])
     FILE *f = fopen(lf, "wb");
     fwrite(d, 1, n, f);
     fclose(f);
-    local_sha(lf, out);
+    pt_sha256_file(lf, out);
 }
 
 static void test_both_ways(conn *c)
@@ -593,21 +581,8 @@ int main(int argc, char **argv)
     snprintf(log, sizeof(log), "%s/sbxd-fsraw.log", tmpdir);
     snprintf(sock, sizeof(sock), "%.90s/fsraw.sock", tmpdir);
     start_fsraw_sbxd(sbxd_bin, bdir, host, cfg, log);
-    conn *c = NULL;
-    for (int i = 0; i < 200 && !c; i++) {
-        usleep(25000);
-        c = cn_open(sock);
-    }
-    for (int i = 0; c && i < 100; i++) {
-        json_t *info = call(c, "daemon.info", NULL);
-        char *t = json_dumps(info, 0);
-        int up = t && strstr(t, "\"api_version\"");
-        free(t);
-        json_decref(info);
-        if (up)
-            break;
-        usleep(100000);
-    }
+    conn *c = dk_connect(sock, 5000);
+    dk_docker_up(c, 10000);
     json_t *r = c ? call(c, "sandbox.create",
                          json_pack("{s:s, s:s}", "id", sbid, "provider", "docker"))
                   : NULL;

@@ -47,7 +47,7 @@ static void show(const char *what, json_t *r)
 
 static json_t *as(uid_t uid, const char *method, json_t *params)
 {
-    return dk_as_uid(uid, uid, sock, method, params, 120000);
+    return pt_as_uid(uid, uid, sock, method, params, 120000);
 }
 
 static int code_as(uid_t uid, const char *method, json_t *params)
@@ -410,38 +410,6 @@ static void test_expose_bounds(void)
 
 /* ---- egress: IPv6 literals -------------------------------------------------------- */
 
-static pid_t start_other(const char *name, const char *docker_extra, char *osock,
-                         size_t cap)
-{
-    char ocfg[600], olog[600];
-    snprintf(osock, cap, "%.80s/%.10s.sock", tmpdir, name);
-    snprintf(ocfg, sizeof(ocfg), "%s/%s.yaml", tmpdir, name);
-    snprintf(olog, sizeof(olog), "%s/sbxd-%s.log", tmpdir, name);
-    FILE *f = fopen(ocfg, "w");
-    fprintf(f,
-            "socket:\n  mode: \"0666\"\n"
-            "providers:\n"
-            "  docker:\n"
-            "    host: %s\n"
-            "    agent_path: %s/sbx-init\n"
-            "    image: sbx-test/busybox\n"
-            "    network: none\n"
-            "    memory: 256m\n"
-            "    labels:\n      org.sbxd.managed: \"true\"\n"
-            "%s",
-            docker_host, bdir, docker_extra);
-    fclose(f);
-    return dk_sbxd_start(ocfg, osock, olog, "debug");
-}
-
-static conn *connect_ready(const char *osock)
-{
-    conn *c = dk_connect(osock, 5000);
-    if (c)
-        dk_docker_up(c, 10000);
-    return c;
-}
-
 static json_t *egress_sandbox(conn *c, const char *id, const char *allow_json)
 {
     char opts[300];
@@ -462,9 +430,9 @@ static int count_of(const char *hay, const char *needle)
 static void test_egress_v6_refused(void)
 {
     char osock[108], id[32], cmd[1200];
-    pid_t e =
-        start_other("v6a", "    egress:\n      allow: [\"*\"]\n", osock, sizeof(osock));
-    conn *c = connect_ready(osock);
+    pid_t e = dk_start_other(tmpdir, bdir, docker_host, "v6a",
+                             "    egress:\n      allow: [\"*\"]\n", osock, sizeof(osock));
+    conn *c = dk_connect_ready(osock);
     snprintf(id, sizeof(id), "v6a%d", (int)getpid());
     json_t *r = egress_sandbox(c, id, "[\"*\", \"[::1]:8443\"]");
     test_cond("egress v6: a sandbox allowing * and [::1]:8443 starts", res_of(r) != NULL);
@@ -529,8 +497,9 @@ static void test_egress_v6_allowed(void)
         extra, sizeof(extra),
         "    egress:\n      allow: [\"[::1]:%d\"]\n      allow_private_addresses: true\n",
         port);
-    pid_t e = start_other("v6b", extra, osock, sizeof(osock));
-    conn *c = connect_ready(osock);
+    pid_t e =
+        dk_start_other(tmpdir, bdir, docker_host, "v6b", extra, osock, sizeof(osock));
+    conn *c = dk_connect_ready(osock);
     snprintf(id, sizeof(id), "v6b%d", (int)getpid());
     json_t *r = egress_sandbox(c, id, "[\"[::2]:80\"]");
     test_eq_int("egress v6: [::2]:80 beyond a [::1]:P ceiling is -32003", err_code(r),
@@ -665,12 +634,12 @@ static int lk_sandboxes(const char *osock, const char *ida, const char *idb, int
 {
     char cmd[64];
     json_t *ra =
-        dk_as_uid(UA, UA, osock, "sandbox.create",
+        pt_as_uid(UA, UA, osock, "sandbox.create",
                   json_pack("{s:s, s:s, s:{s:{s:[s]}}}", "id", ida, "provider", "docker",
                             "options", "egress", "allow", "*.slow.test"),
                   120000);
     snprintf(cmd, sizeof(cmd), "fast.test:%d", web);
-    json_t *rb = dk_as_uid(UB, UB, osock, "sandbox.create",
+    json_t *rb = pt_as_uid(UB, UB, osock, "sandbox.create",
                            json_pack("{s:s, s:s, s:{s:{s:[s]}}}", "id", idb, "provider",
                                      "docker", "options", "egress", "allow", cmd),
                            120000);
@@ -700,9 +669,10 @@ static void test_egress_lookups(void)
              "      lookups_per_uid: 4\n",
              web);
     dk_kit_init(wrapper, docker_host);
-    pid_t e = start_other("lk", extra, osock, sizeof(osock));
+    pid_t e =
+        dk_start_other(tmpdir, bdir, docker_host, "lk", extra, osock, sizeof(osock));
     dk_kit_init(sbxd_bin, docker_host);
-    conn *c = connect_ready(osock);
+    conn *c = dk_connect_ready(osock);
     snprintf(ida, sizeof(ida), "lka%d", (int)getpid());
     snprintf(idb, sizeof(idb), "lkb%d", (int)getpid());
     int up = c && lk_sandboxes(osock, ida, idb, web);
@@ -720,7 +690,7 @@ static void test_egress_lookups(void)
                  "nc 127.0.0.1 3128",
                  web);
         json_t *r =
-            dk_as_uid(UB, UB, osock, "process.exec",
+            pt_as_uid(UB, UB, osock, "process.exec",
                       json_pack("{s:s, s:s}", "sandbox", idb, "command", cmd), 60000);
         test_cond("lookups: while uid A floods, uid B's name still resolves and loads",
                   strstr(res_str(r, "stdout"), "lookups-ok") != NULL);
@@ -738,7 +708,7 @@ static void test_egress_lookups(void)
             6);
         test_cond("lookups: A gets a sandbox.egress note naming lookups_per_uid",
                   notes >= 1);
-        r = dk_as_uid(UA, UA, osock, "sandbox.stats", json_pack("{s:s}", "id", ida),
+        r = pt_as_uid(UA, UA, osock, "sandbox.stats", json_pack("{s:s}", "id", ida),
                       30000);
         test_eq_int("lookups: A's stats count the 6 limited requests",
                     (int)json_integer_value(
@@ -746,9 +716,9 @@ static void test_egress_lookups(void)
                     6);
         json_decref(r);
     }
-    json_decref(dk_as_uid(UA, UA, osock, "sandbox.destroy", json_pack("{s:s}", "id", ida),
+    json_decref(pt_as_uid(UA, UA, osock, "sandbox.destroy", json_pack("{s:s}", "id", ida),
                           60000));
-    json_decref(dk_as_uid(UB, UB, osock, "sandbox.destroy", json_pack("{s:s}", "id", idb),
+    json_decref(pt_as_uid(UB, UB, osock, "sandbox.destroy", json_pack("{s:s}", "id", idb),
                           60000));
     if (c)
         cn_close(c);

@@ -34,7 +34,7 @@ static int refused(uid_t uid, const char *sock, const char *id, const char *opts
         printf("      bad test options: %s\n", opts_json);
         return 0;
     }
-    json_t *r = dk_as_uid(
+    json_t *r = pt_as_uid(
         uid, uid, sock, "sandbox.create",
         json_pack("{s:s, s:s, s:o}", "id", id, "provider", "docker", "options", o),
         60000);
@@ -48,7 +48,7 @@ static int refused(uid_t uid, const char *sock, const char *id, const char *opts
         free(t);
     }
     if (res_of(r)) /* it must not exist: clean up what slipped through */
-        json_decref(dk_as_uid(uid, uid, sock, "sandbox.destroy",
+        json_decref(pt_as_uid(uid, uid, sock, "sandbox.destroy",
                               json_pack("{s:s}", "id", id), 60000));
     json_decref(r);
     return ok;
@@ -93,17 +93,8 @@ static void policy_start(struct pol *p)
              net, proj);
     p->c = start_other("policy", docker_host, extra, &p->pid);
     snprintf(p->sock, sizeof(p->sock), "%.80s/policy.sock", tmpdir);
-    for (int i = 0; p->c && i < 50; i++) {
-        json_t *ri = cn_call(p->c, "daemon.info", NULL);
-        char *t = json_dumps(ri, 0);
-        int up = t && strstr(t, "\"api_version\"");
-        free(t);
-        json_decref(ri);
-        if (up)
-            break;
-        usleep(100000);
-    }
-    r = dk_as_uid(A, A, p->sock, "daemon.info", NULL, 10000);
+    dk_docker_up(p->c, 5000);
+    r = pt_as_uid(A, A, p->sock, "daemon.info", NULL, 10000);
     test_cond("policy: the second uid is served as itself (uid 65534, not admin)",
               res_int(r, "uid") == (json_int_t)A &&
                   !json_is_true(json_object_get(res_of(r), "admin")));
@@ -176,14 +167,14 @@ static void policy_granted(struct pol *p)
         "{\"volumes\": [\"%s:/project\"], \"memory\": \"1g\", \"memory_swap\": \"1g\", \"pids_limit\": 512}",
         proj);
     json_t *opts = json_loads(o, 0, NULL);
-    r = dk_as_uid(
+    r = pt_as_uid(
         A, A, sock, "sandbox.create",
         json_pack("{s:s, s:s, s:o}", "id", "pa", "provider", "docker", "options", opts),
         120000);
     test_eq_str("policy: the granted bind mount, memory 1g and pids 512 are allowed",
                 res_str(r, "status"), "running");
     json_decref(r);
-    r = dk_as_uid(
+    r = pt_as_uid(
         A, A, sock, "process.exec",
         json_pack(
             "{s:s, s:s}", "sandbox", "pa", "command",
@@ -210,7 +201,7 @@ static void policy_snapshot_owner(struct pol *p)
 {
     const char *snap = p->snap, *image = p->image, *tag = p->tag, *sock = p->sock;
     json_t *r;
-    r = dk_as_uid(A, A, sock, "sandbox.snapshot", json_pack("{s:s}", "id", "pa"), 120000);
+    r = pt_as_uid(A, A, sock, "sandbox.snapshot", json_pack("{s:s}", "id", "pa"), 120000);
     snprintf(p->snap, sizeof(p->snap), "%s", res_str(r, "snapshot"));
     json_decref(r);
     json_t *list = NULL;
@@ -228,7 +219,7 @@ static void policy_snapshot_owner(struct pol *p)
     }
     json_decref(list);
     test_cond("policy: the snapshot image carries its owner", image[0] && tag[0]);
-    r = dk_as_uid(
+    r = pt_as_uid(
         B, B, sock, "sandbox.create",
         json_pack("{s:s, s:s, s:s}", "id", "pb1", "provider", "docker", "snapshot", snap),
         60000);
@@ -236,14 +227,14 @@ static void policy_snapshot_owner(struct pol *p)
         "policy: another uid cannot create from the snapshot id (-32602 no such snapshot)",
         err_code(r), -32602);
     json_decref(r);
-    r = dk_as_uid(
+    r = pt_as_uid(
         B, B, sock, "sandbox.create",
         json_pack("{s:s, s:s, s:s}", "id", "pb2", "provider", "docker", "image", tag),
         60000);
     test_eq_int("policy: another uid cannot use the snapshot image by its tag (-32003)",
                 err_code(r), -32003);
     if (res_of(r))
-        json_decref(dk_as_uid(B, B, sock, "sandbox.destroy",
+        json_decref(pt_as_uid(B, B, sock, "sandbox.destroy",
                               json_pack("{s:s}", "id", "pb2"), 60000));
     json_decref(r);
     char ref[200];
@@ -256,15 +247,15 @@ static void policy_snapshot_owner(struct pol *p)
               refused(B, sock, "pb4", ref, "denied"));
     snprintf(ref, sizeof(ref), "{\"image\": \"%s\"}", image);
     test_cond("policy: image by full id refused", refused(B, sock, "pb5", ref, "denied"));
-    r = dk_as_uid(A, A, sock, "snapshot.list", NULL, 60000);
+    r = pt_as_uid(A, A, sock, "snapshot.list", NULL, 60000);
     test_eq_int("policy: the owner lists its snapshot",
                 json_array_size(json_object_get(res_of(r), "snapshots")), 1);
     json_decref(r);
-    r = dk_as_uid(B, B, sock, "snapshot.list", NULL, 60000);
+    r = pt_as_uid(B, B, sock, "snapshot.list", NULL, 60000);
     test_cond("policy: another uid does not see it",
               res_of(r) && json_array_size(json_object_get(res_of(r), "snapshots")) == 0);
     json_decref(r);
-    r = dk_as_uid(B, B, sock, "snapshot.delete", json_pack("{s:s}", "snapshot", snap),
+    r = pt_as_uid(B, B, sock, "snapshot.delete", json_pack("{s:s}", "snapshot", snap),
                   60000);
     test_eq_int("policy: another uid cannot delete it (-32000)", err_code(r), -32000);
     json_decref(r);
@@ -280,35 +271,35 @@ static void policy_networks(struct pol *p)
     if (have_net) {
         snprintf(o, sizeof(o), "{\"network\": \"%s\"}", net);
         opts = json_loads(o, 0, NULL);
-        r = dk_as_uid(A, A, sock, "sandbox.create",
+        r = pt_as_uid(A, A, sock, "sandbox.create",
                       json_pack("{s:s, s:s, s:o}", "id", "pn", "provider", "docker",
                                 "options", opts),
                       120000);
         test_eq_str("policy: a named network granted by a group rule",
                     res_str(r, "status"), "running");
         json_decref(r);
-        r = dk_as_uid(A, A, sock, "process.exec",
+        r = pt_as_uid(A, A, sock, "process.exec",
                       json_pack("{s:s, s:s}", "sandbox", "pn", "command",
                                 "ip -4 addr show eth0 | grep -c inet"),
                       30000);
         test_eq_str("policy: the sandbox has an address on it (eth0)",
                     res_str(r, "stdout"), "1\n");
         json_decref(r);
-        json_decref(dk_as_uid(A, A, sock, "sandbox.destroy",
+        json_decref(pt_as_uid(A, A, sock, "sandbox.destroy",
                               json_pack("{s:s}", "id", "pn"), 60000));
     } else {
         test_skip("policy: a named network granted by a group rule",
                   "the engine cannot create a network");
     }
     if (have_bridge) {
-        r = dk_as_uid(A, A, sock, "sandbox.create",
+        r = pt_as_uid(A, A, sock, "sandbox.create",
                       json_pack("{s:s, s:s, s:{s:s}}", "id", "pbr", "provider", "docker",
                                 "options", "network", "bridge"),
                       120000);
         test_eq_str("policy: network bridge granted by a group rule",
                     res_str(r, "status"), "running");
         json_decref(r);
-        json_decref(dk_as_uid(A, A, sock, "sandbox.destroy",
+        json_decref(pt_as_uid(A, A, sock, "sandbox.destroy",
                               json_pack("{s:s}", "id", "pbr"), 60000));
     } else {
         test_skip("policy: network bridge granted by a group rule",
@@ -321,8 +312,8 @@ static void policy_stop(struct pol *p)
     const char *snap = p->snap, *net = p->net, *sock = p->sock;
     char path[300];
     json_decref(
-        dk_as_uid(A, A, sock, "sandbox.destroy", json_pack("{s:s}", "id", "pa"), 60000));
-    json_decref(dk_as_uid(A, A, sock, "snapshot.delete",
+        pt_as_uid(A, A, sock, "sandbox.destroy", json_pack("{s:s}", "id", "pa"), 60000));
+    json_decref(pt_as_uid(A, A, sock, "snapshot.delete",
                           json_pack("{s:s}", "snapshot", snap), 60000));
     if (p->have_net) {
         snprintf(path, sizeof(path), "/networks/%s", net);
@@ -531,27 +522,27 @@ static void pools_take(conn *c)
 static void pools_owners(conn *c, const char *sock)
 {
     json_t *r;
-    r = dk_as_uid(65534, 65534, sock, "sandbox.create",
+    r = pt_as_uid(65534, 65534, sock, "sandbox.create",
                   json_pack("{s:s, s:s}", "id", "pa1", "provider", "docker"), 60000);
     char cida[100];
     snprintf(cida, sizeof(cida), "%s", cid_of(r));
     int froma = json_object_get(json_object_get(res_of(r), "metadata"), "pool") != NULL;
     json_decref(r);
-    json_t *x = dk_as_uid(65534, 65534, sock, "process.exec",
+    json_t *x = pt_as_uid(65534, 65534, sock, "process.exec",
                           json_pack("{s:s, s:s}", "sandbox", "pa1", "command",
                                     "echo secret > /workspace/a"),
                           30000);
     json_decref(x);
-    json_decref(dk_as_uid(65534, 65534, sock, "sandbox.destroy",
+    json_decref(pt_as_uid(65534, 65534, sock, "sandbox.destroy",
                           json_pack("{s:s}", "id", "pa1"), 60000));
     wait_pool(c, "warm", 2, 60000);
-    r = dk_as_uid(65533, 65533, sock, "sandbox.create",
+    r = pt_as_uid(65533, 65533, sock, "sandbox.create",
                   json_pack("{s:s, s:s}", "id", "pb1", "provider", "docker"), 60000);
     char cidb[100];
     snprintf(cidb, sizeof(cidb), "%s", cid_of(r));
     int fromb = json_object_get(json_object_get(res_of(r), "metadata"), "pool") != NULL;
     json_decref(r);
-    x = dk_as_uid(65533, 65533, sock, "process.exec",
+    x = pt_as_uid(65533, 65533, sock, "process.exec",
                   json_pack("{s:s, s:s}", "sandbox", "pb1", "command",
                             "cat /workspace/a 2>/dev/null || echo clean"),
                   30000);
@@ -559,7 +550,7 @@ static void pools_owners(conn *c, const char *sock)
               froma && fromb && cida[0] && cidb[0] && strcmp(cida, cidb) != 0 &&
                   !strcmp(res_str(x, "stdout"), "clean\n"));
     json_decref(x);
-    json_decref(dk_as_uid(65533, 65533, sock, "sandbox.destroy",
+    json_decref(pt_as_uid(65533, 65533, sock, "sandbox.destroy",
                           json_pack("{s:s}", "id", "pb1"), 60000));
 }
 

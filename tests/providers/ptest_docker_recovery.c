@@ -15,6 +15,7 @@
 #include <sys/un.h>
 #include <sys/wait.h>
 
+#include "dk_kit.h"
 #include "itest.h"
 #include "testhelp.h"
 
@@ -297,16 +298,7 @@ int main(int argc, char **argv)
     start_sbxd();
     /* The engine's first ping is asynchronous. */
     conn *c = connect_now();
-    for (int i = 0; c && i < 100; i++) {
-        json_t *r = cn_call(c, "daemon.info", NULL);
-        char *s = json_dumps(r, 0);
-        int up = s && strstr(s, "\"api_version\"");
-        free(s);
-        json_decref(r);
-        if (up)
-            break;
-        usleep(100000);
-    }
+    dk_docker_up(c, 10000);
     cn_close(c);
     test_memory_total();
     test_restart_window();

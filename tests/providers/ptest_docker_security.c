@@ -97,7 +97,7 @@ static int inst_docker_up(struct inst *in)
 static json_t *as_uid(uid_t uid, const char *sock, const char *method, json_t *params,
                       int timeout_ms)
 {
-    return dk_as_uid(uid, uid, sock, method, params, timeout_ms);
+    return pt_as_uid(uid, uid, sock, method, params, timeout_ms);
 }
 
 static json_t *create_as(uid_t uid, struct inst *in, const char *id, const char *opts)

@@ -101,7 +101,7 @@ static void stream_slow_reader(conn *c, pid_t spid, const char *id, int mb,
     json_int_t pid = stream_start(c, id, mb, &total);
     /* A slow reader: nothing for 3 s. sbxd must push back, not buffer. */
     sleep(3);
-    long rss = dk_rss_kb(spid);
+    long rss = pt_rss_kb(spid);
     snprintf(name, sizeof(name),
              "%s: sbxd memory stays bounded while the client does not read", what);
     test_cond(name, rss > 0 && rss < rss_limit);
@@ -127,8 +127,8 @@ static void stream_slow_reader(conn *c, pid_t spid, const char *id, int mb,
             json_integer_value(json_object_get(p, "pid")) == pid) {
             if (slow_msgs-- > 0) {
                 usleep(2000);
-                if (slow_msgs % 100 == 0 && dk_rss_kb(spid) > max_rss)
-                    max_rss = dk_rss_kb(spid);
+                if (slow_msgs % 100 == 0 && pt_rss_kb(spid) > max_rss)
+                    max_rss = pt_rss_kb(spid);
             }
             const char *d = json_string_value(json_object_get(p, "data"));
             size_t n = json_string_length(json_object_get(p, "data"));

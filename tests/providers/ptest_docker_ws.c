@@ -123,7 +123,7 @@ static int write_str(conn *c, const char *sb, int pid, const char *s)
 /* One call as another uid (a forked child that drops to it). */
 static int code_as_uid(uid_t uid, const char *method, json_t *params)
 {
-    return dk_code_as_uid(uid, sock, method, params);
+    return pt_code_as_uid(uid, sock, method, params);
 }
 
 /* ---- terminals ------------------------------------------------------------------- */
@@ -803,38 +803,6 @@ static void test_sbxctl_detach(conn *c)
 
 /* ---- egress by name --------------------------------------------------------------- */
 
-/* Another sbxd (its own socket and log) with extra docker config; its pid. */
-static pid_t start_other(const char *name, const char *docker_extra, char *osock,
-                         size_t cap)
-{
-    char ocfg[600], olog[600];
-    snprintf(osock, cap, "%.80s/%.10s.sock", tmpdir, name);
-    snprintf(ocfg, sizeof(ocfg), "%s/%s.yaml", tmpdir, name);
-    snprintf(olog, sizeof(olog), "%s/sbxd-%s.log", tmpdir, name);
-    FILE *f = fopen(ocfg, "w");
-    fprintf(f,
-            "socket:\n  mode: \"0666\"\n"
-            "providers:\n"
-            "  docker:\n"
-            "    host: %s\n"
-            "    agent_path: %s/sbx-init\n"
-            "    image: sbx-test/busybox\n"
-            "    network: none\n"
-            "    memory: 256m\n"
-            "    labels:\n      org.sbxd.managed: \"true\"\n"
-            "%s",
-            docker_host, bdir, docker_extra);
-    fclose(f);
-    return dk_sbxd_start(ocfg, osock, olog, "debug");
-}
-
-static conn *connect_ready(const char *osock)
-{
-    conn *c = dk_connect(osock, 5000);
-    dk_docker_up(c, 10000);
-    return c;
-}
-
 static int egress_notes(conn *c, const char *host)
 {
     int n = 0;
@@ -910,8 +878,9 @@ static void egress_rebinding(int port, const char *opts)
      * loopback address ("vm", "localhost" here) is refused by resolution. */
     snprintf(extra, sizeof(extra), "    egress:\n      allow: [\"localhost:%d\"]\n",
              port);
-    pid_t e2 = start_other("eg2", extra, osock, sizeof(osock));
-    c = connect_ready(osock);
+    pid_t e2 =
+        dk_start_other(tmpdir, bdir, docker_host, "eg2", extra, osock, sizeof(osock));
+    c = dk_connect_ready(osock);
     r = cn_call_t(c, 120000, "sandbox.create",
                   json_pack("{s:s, s:s, s:o}", "id", "eg3", "provider", "docker",
                             "options", json_loads(opts, 0, NULL)));
@@ -957,8 +926,9 @@ static void test_egress(void)
              "    egress:\n      allow: [\"localhost:%d\", \"*.example.invalid\"]\n"
              "      allow_private_addresses: true\n",
              port);
-    pid_t e1 = start_other("eg1", extra, osock, sizeof(osock));
-    conn *c = connect_ready(osock);
+    pid_t e1 =
+        dk_start_other(tmpdir, bdir, docker_host, "eg1", extra, osock, sizeof(osock));
+    conn *c = dk_connect_ready(osock);
     char opts[256];
     snprintf(opts, sizeof(opts), "{\"egress\": {\"allow\": [\"localhost:%d\"]}}", port);
     json_t *r = cn_call_t(c, 120000, "sandbox.create",

@@ -37,12 +37,7 @@ static void test_info(void)
 {
     conn *c = cn_open(SOCK);
     json_t *r = cn_call(c, "daemon.info", NULL);
-    int avail = 0;
-    size_t i;
-    json_t *p;
-    json_array_foreach(json_object_get(res_of(r), "providers"), i, p)
-        if (strcmp(json_string_value(json_object_get(p, "name")), "modal") == 0)
-            avail = json_is_true(json_object_get(p, "available"));
+    int avail = json_is_true(json_object_get(pt_provider_of(r, "modal"), "available"));
     test_cond("daemon.info: modal is available with credentials", avail);
     json_decref(r);
     cn_close(c);

@@ -23,92 +23,12 @@
 #include "sbx/sbx.h"
 #include "testhelp.h"
 
-#define LONG_MS 120000
+#define LONG_MS 120000 /* before md_kit.h, which keeps it */
+#include "md_kit.h"
 #define CHUNK (1u << 20)
 #define TOOL "/__modal/.bin/modal-sandbox-fs-tools"
 
-static const char *SOCK;
-static int CPORT;
-
 /* ---- the fake's control port (HTTP/1.1, Connection: close) ---------------------- */
-
-static json_t *ctl_get(const char *path)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)CPORT)};
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-        if (fd >= 0)
-            close(fd);
-        return NULL;
-    }
-    char head[256];
-    int hl =
-        snprintf(head, sizeof(head),
-                 "GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n", path);
-    if (send(fd, head, (size_t)hl, MSG_NOSIGNAL) < 0) {
-        close(fd);
-        return NULL;
-    }
-    size_t cap = 65536, len = 0;
-    char *buf = malloc(cap);
-    double deadline = now_ms() + 15000;
-    for (;;) {
-        struct pollfd p = {.fd = fd, .events = POLLIN};
-        int left = (int)(deadline - now_ms());
-        if (left <= 0 || poll(&p, 1, left) <= 0)
-            break;
-        if (cap - len < 4096)
-            buf = realloc(buf, cap *= 2);
-        ssize_t r = recv(fd, buf + len, cap - len - 1, 0);
-        if (r <= 0)
-            break;
-        len += (size_t)r;
-    }
-    close(fd);
-    buf[len] = '\0';
-    json_t *v = NULL;
-    char *sep = strstr(buf, "\r\n\r\n");
-    if (sep && strcasestr(buf, "transfer-encoding: chunked") &&
-        strcasestr(buf, "transfer-encoding: chunked") < sep) {
-        /* de-chunk in place */
-        char *in = sep + 4, *out = sep + 4;
-        for (;;) {
-            size_t n = strtoul(in, NULL, 16);
-            char *nl = strchr(in, '\n');
-            if (!nl || n == 0)
-                break;
-            memmove(out, nl + 1, n);
-            out += n;
-            in = nl + 1 + n + 2;
-            if (in >= buf + len)
-                break;
-        }
-        v = json_loadb(sep + 4, (size_t)(out - (sep + 4)), 0, NULL);
-    } else if (sep) {
-        v = json_loads(sep + 4, 0, NULL);
-    }
-    free(buf);
-    return v;
-}
-
-/* The fake's host folder of sbxd sandbox id (malloc'd), or NULL. */
-static char *fake_root(conn *c, const char *id)
-{
-    json_t *r = cn_call(c, "sandbox.get", json_pack("{s:s}", "id", id));
-    const char *mid = json_string_value(
-        json_object_get(json_object_get(res_of(r), "metadata"), "sandbox_id"));
-    char *root = NULL;
-    json_t *all = ctl_get("/sandboxes");
-    size_t i;
-    json_t *s;
-    json_array_foreach(all, i, s)
-        if (mid && !strcmp(json_string_value(json_object_get(s, "sandbox_id")), mid))
-            root = strdup(json_string_value(json_object_get(s, "root")));
-    json_decref(all);
-    json_decref(r);
-    return root;
-}
 
 /* ---- sbxd helpers ------------------------------------------------------------ */
 
@@ -206,19 +126,6 @@ static int get(conn *c, const char *path, uint8_t **out, size_t *n)
     return 0;
 }
 
-static void sha_file(const char *file, char out[65])
-{
-    char cmd[1200];
-    snprintf(cmd, sizeof(cmd), "sha256sum '%s' 2>/dev/null", file);
-    FILE *f = popen(cmd, "r");
-    out[0] = '\0';
-    if (f) {
-        if (!fgets(out, 65, f))
-            out[0] = '\0';
-        pclose(f);
-    }
-}
-
 static void sha_mem(const uint8_t *d, size_t n, const char *tmp, char out[65])
 {
     FILE *f = fopen(tmp, "wb");
@@ -226,7 +133,7 @@ static void sha_mem(const uint8_t *d, size_t n, const char *tmp, char out[65])
         fwrite(d, 1, n, f);
         fclose(f);
     }
-    sha_file(tmp, out);
+    pt_sha256_file(tmp, out);
     unlink(tmp);
 }
 
@@ -266,7 +173,7 @@ static void test_text_binary(conn *c, const char *root)
     snprintf(tmp, sizeof(tmp), "/tmp/ptest_modal_fs.%d", (int)getpid());
     sha_mem(d, n, tmp, want);
     snprintf(hp, sizeof(hp), "%s/work/bin.dat", root ? root : "/nonexistent");
-    sha_file(hp, host);
+    pt_sha256_file(hp, host);
     test_cond("... the sandbox's file has the same sha256",
               want[0] && !strcmp(want, host));
     uint8_t *back = NULL;
@@ -283,12 +190,12 @@ static void test_text_binary(conn *c, const char *root)
                        "data_b64", b64, "more", 1));
     json_int_t h = json_integer_value(json_object_get(res_of(r), "handle"));
     json_decref(r);
-    sha_file(hp, host);
+    pt_sha256_file(hp, host);
     test_cond("an open write leaves the old file in place", h > 0 && !strcmp(want, host));
     r = call(c, "fs.write",
              json_pack("{s:s, s:I, s:b}", "sandbox", "mfs", "handle", h, "abort", 1));
     json_decref(r);
-    sha_file(hp, host);
+    pt_sha256_file(hp, host);
     test_cond("... and an aborted one too", !strcmp(want, host));
     free(b64);
     free(d);
@@ -451,7 +358,6 @@ static void test_errors(conn *c)
     json_decref(r);
 }
 
-/* One call as another uid (a forked child that drops to it). */
 static void test_cross_uid(void)
 {
     if (getuid() != 0) {
@@ -464,7 +370,7 @@ static void test_cross_uid(void)
     int all = 1;
     for (size_t i = 0; i < sizeof(methods) / sizeof(methods[0]); i++) {
         int code =
-            cn_code_as_uid(SOCK, 4321, methods[i],
+            pt_code_as_uid(4321, SOCK, methods[i],
                            json_pack("{s:s, s:s, s:s, s:s}", "sandbox", "mfs", "path",
                                      "/work/bin.dat", "data", "x", "to", "/y"));
         if (code != -32000) {
@@ -477,7 +383,7 @@ static void test_cross_uid(void)
 
 static void test_transport(void)
 {
-    json_t *all = ctl_get("/execs");
+    json_t *all = pt_http_json(CPORT, "GET", "/execs", NULL);
     int tool = 0, router = 0, cmds = 0;
     size_t i;
     json_t *e;

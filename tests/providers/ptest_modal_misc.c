@@ -27,6 +27,7 @@
 #include <sys/wait.h>
 
 #include "itest.h"
+#include "pt_kit.h"
 #include "testhelp.h"
 
 #define LONG_MS 120000
@@ -36,45 +37,6 @@ static const char *SOCK;
 static int CPORT;
 
 /* ---- the fake's control port (GET, Connection: close) --------------------------- */
-
-static json_t *ctl_get(const char *path)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)CPORT)};
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-        if (fd >= 0)
-            close(fd);
-        return NULL;
-    }
-    char head[300];
-    int hl =
-        snprintf(head, sizeof(head),
-                 "GET %s HTTP/1.0\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n", path);
-    size_t cap = 1 << 16, len = 0;
-    char *buf = malloc(cap);
-    if (send(fd, head, (size_t)hl, MSG_NOSIGNAL) == hl) {
-        double deadline = now_ms() + 15000;
-        for (;;) {
-            struct pollfd p = {.fd = fd, .events = POLLIN};
-            int left = (int)(deadline - now_ms());
-            if (left <= 0 || poll(&p, 1, left) <= 0)
-                break;
-            if (cap - len < 4096)
-                buf = realloc(buf, cap *= 2);
-            ssize_t r = recv(fd, buf + len, cap - len - 1, 0);
-            if (r <= 0)
-                break;
-            len += (size_t)r;
-        }
-    }
-    close(fd);
-    buf[len] = 0;
-    char *sep = strstr(buf, "\r\n\r\n");
-    json_t *v = sep ? json_loads(sep + 4, 0, NULL) : NULL;
-    free(buf);
-    return v;
-}
 
 /* ---- sbxd helpers ------------------------------------------------------------- */
 
@@ -117,7 +79,7 @@ static char *fake_root(conn *c, const char *id)
     const char *mid = json_string_value(
         json_object_get(json_object_get(res_of(r), "metadata"), "sandbox_id"));
     char *root = NULL;
-    json_t *all = ctl_get("/sandboxes");
+    json_t *all = pt_http_json(CPORT, "GET", "/sandboxes", NULL);
     size_t i;
     json_t *s;
     json_array_foreach(all, i, s)
@@ -334,7 +296,7 @@ static void test_watch_transport(void)
     int n = 0, router = 0, ended = 0;
     for (int tries = 0; tries < 50; tries++) {
         n = router = ended = 0;
-        json_t *all = ctl_get("/execs");
+        json_t *all = pt_http_json(CPORT, "GET", "/execs", NULL);
         size_t i;
         json_t *e;
         json_array_foreach(all, i, e) {
@@ -376,7 +338,8 @@ static void test_watch_errors(conn *c)
 /* The ttl_seconds of the last TaskSnapshotFilesystem the fake got, or -99. */
 static json_int_t last_ttl_sent(void)
 {
-    json_t *all = ctl_get("/calls?method=TaskSnapshotFilesystem");
+    json_t *all =
+        pt_http_json(CPORT, "GET", "/calls?method=TaskSnapshotFilesystem", NULL);
     json_t *last = json_array_get(all, json_array_size(all) - 1);
     json_t *t = json_object_get(json_object_get(last, "request"), "ttl_seconds");
     json_int_t v = json_is_integer(t)  ? json_integer_value(t)
@@ -428,7 +391,7 @@ static void test_ttl(conn *c)
         json_decref(r);
     }
     test_cond("ttl 0, -2, a string or a fraction: -32602", all);
-    json_t *imgs = ctl_get("/images");
+    json_t *imgs = pt_http_json(CPORT, "GET", "/images", NULL);
     int found = 0;
     size_t i;
     json_t *im;
@@ -449,7 +412,7 @@ static void test_ttl(conn *c)
 /* 1 if the fake still has image id. */
 static int fake_has_image(const char *id)
 {
-    json_t *imgs = ctl_get("/images");
+    json_t *imgs = pt_http_json(CPORT, "GET", "/images", NULL);
     int found = 0;
     size_t i;
     json_t *im;
@@ -643,7 +606,7 @@ static void test_stdin_restart(const char *cmd, const char *tmp)
     json_decref(r);
     if (getuid() == 0)
         test_cond("stdin restart: another uid's process.write is -32000",
-                  cn_code_as_uid(sock, 4321, "process.write",
+                  pt_code_as_uid(4321, sock, "process.write",
                                  json_pack("{s:s, s:i, s:s}", "sandbox", "mrst", "pid",
                                            pr, "data", "x")) == -32000);
     json_decref(stdin_write(c, "mrst", pr, NULL, 1));
@@ -668,14 +631,14 @@ static void test_cross_uid(void)
                   "needs root to switch uid");
         return;
     }
-    int a = cn_code_as_uid(SOCK, 4321, "fs.rename",
+    int a = pt_code_as_uid(4321, SOCK, "fs.rename",
                            json_pack("{s:s, s:s, s:s}", "sandbox", SB, "path", "/mv/f3",
                                      "to", "/mv/stolen"));
-    int b = cn_code_as_uid(SOCK, 4321, "fs.watch",
+    int b = pt_code_as_uid(4321, SOCK, "fs.watch",
                            json_pack("{s:s, s:s}", "sandbox", SB, "path", "/wt"));
-    int d = cn_code_as_uid(SOCK, 4321, "fs.unwatch",
+    int d = pt_code_as_uid(4321, SOCK, "fs.unwatch",
                            json_pack("{s:s, s:i}", "sandbox", SB, "watch", 1));
-    int e = cn_code_as_uid(SOCK, 4321, "sandbox.snapshot",
+    int e = pt_code_as_uid(4321, SOCK, "sandbox.snapshot",
                            json_pack("{s:s, s:i}", "id", SB, "ttl", 60));
     printf("      as uid 4321: rename %d, watch %d, unwatch %d, snapshot %d\n", a, b, d,
            e);

@@ -185,12 +185,8 @@ static void test_headers(void)
 
 static json_t *modal_info(conn *c)
 {
-    json_t *r = cn_call(c, "daemon.info", NULL), *found = NULL;
-    size_t i;
-    json_t *p;
-    json_array_foreach(json_object_get(res_of(r), "providers"), i, p)
-        if (strcmp(json_string_value(json_object_get(p, "name")), "modal") == 0)
-            found = json_incref(p);
+    json_t *r = cn_call(c, "daemon.info", NULL);
+    json_t *found = json_incref(pt_provider_of(r, "modal"));
     json_decref(r);
     return found;
 }

@@ -28,34 +28,12 @@ static void reconnect_other_uid(const char *sock, const char *first)
     json_t *fs;
     if (geteuid() == 0) {
         /* Another uid may not adopt it: the owner is tagged on the Modal sandbox. */
-        int fds[2];
-        char res[4] = "x";
-        if (pipe(fds) == 0) {
-            pid_t kid = fork();
-            if (kid == 0) {
-                close(fds[0]);
-                char ok = '0';
-                if (setgid(65534) == 0 && setuid(65534) == 0) {
-                    conn *o = cn_open(sock);
-                    json_t *x = o ? cn_call_t(o, LONG_MS, "sandbox.create",
-                                              json_pack("{s:s, s:s}", "id", "reco-1",
-                                                        "provider", "modal"))
-                                  : NULL;
-                    ok = err_code(x) == -32003 ? '1' : '0';
-                    json_decref(x);
-                    cn_close(o);
-                }
-                if (write(fds[1], &ok, 1) != 1)
-                    _exit(1);
-                _exit(0);
-            }
-            close(fds[1]);
-            if (read(fds[0], res, 1) != 1)
-                res[0] = 'x';
-            close(fds[0]);
-            waitpid(kid, NULL, 0);
-        }
-        test_cond("reconnect: another uid cannot adopt it (-32003)", res[0] == '1');
+        json_t *x = pt_as_uid(
+            65534, 65534, sock, "sandbox.create",
+            json_pack("{s:s, s:s}", "id", "reco-1", "provider", "modal"), LONG_MS);
+        test_cond("reconnect: another uid cannot adopt it (-32003)",
+                  err_code(x) == -32003);
+        json_decref(x);
         fs = fake_sandbox(first);
         test_cond("reconnect: ... and that left it running",
                   strcmp(json_string_value(json_object_get(fs, "status")), "running") ==
@@ -154,48 +132,21 @@ static void test_reconnect(const char *cmd, const char *tmp)
 /* As root: another uid neither sees, deletes nor uses the recovered snapshot. */
 static void recovery_snapshot_other_uid(const char *sock, const char *snap)
 {
-    if (geteuid() == 0) {
-        int fds[2];
-        char res[2] = "x";
-        if (pipe(fds) == 0) {
-            pid_t kid = fork();
-            if (kid == 0) {
-                close(fds[0]);
-                char ok = '0';
-                if (setgid(65534) == 0 && setuid(65534) == 0) {
-                    conn *o = cn_open(sock);
-                    json_t *l = o ? cn_call(o, "snapshot.list", NULL) : NULL;
-                    json_t *d = o ? cn_call(o, "snapshot.delete",
-                                            json_pack("{s:s}", "snapshot", snap))
-                                  : NULL;
-                    json_t *u = o ? cn_call_t(o, LONG_MS, "sandbox.create",
-                                              json_pack("{s:s, s:s}", "provider", "modal",
-                                                        "snapshot", snap))
-                                  : NULL;
-                    ok = l &&
-                                 json_array_size(
-                                     json_object_get(res_of(l), "snapshots")) == 0 &&
-                                 err_code(d) == -32000 && err_code(u) != 0
-                             ? '1'
-                             : '0';
-                    json_decref(l);
-                    json_decref(d);
-                    json_decref(u);
-                    cn_close(o);
-                }
-                if (write(fds[1], &ok, 1) != 1)
-                    _exit(1);
-                _exit(0);
-            }
-            close(fds[1]);
-            if (read(fds[0], res, 1) != 1)
-                res[0] = 'x';
-            close(fds[0]);
-            waitpid(kid, NULL, 0);
-        }
-        test_cond("recovery: another uid neither sees, deletes nor uses the snapshot",
-                  res[0] == '1');
-    }
+    if (geteuid() != 0)
+        return;
+    json_t *l = pt_as_uid(65534, 65534, sock, "snapshot.list", NULL, LONG_MS);
+    json_t *d = pt_as_uid(65534, 65534, sock, "snapshot.delete",
+                          json_pack("{s:s}", "snapshot", snap), LONG_MS);
+    json_t *u = pt_as_uid(65534, 65534, sock, "sandbox.create",
+                          json_pack("{s:s, s:s}", "provider", "modal", "snapshot", snap),
+                          LONG_MS);
+    test_cond("recovery: another uid neither sees, deletes nor uses the snapshot",
+              res_of(l) &&
+                  json_array_size(json_object_get(res_of(l), "snapshots")) == 0 &&
+                  err_code(d) == -32000 && err_code(u) != 0);
+    json_decref(l);
+    json_decref(d);
+    json_decref(u);
 }
 
 /* After the restart, rec-1 and rec-2 are listed again as they were. */

@@ -21,6 +21,7 @@
 #include <sys/wait.h>
 
 #include "itest.h"
+#include "pt_kit.h"
 #include "sbx/sbx.h"
 #include "testhelp.h"
 
@@ -354,10 +355,10 @@ static void test_cross_uid(void)
         test_skip("another uid's archives are -32000", "needs root to switch uid");
         return;
     }
-    int rd = cn_code_as_uid(
-        SOCK, 4321, "fs.read",
+    int rd = pt_code_as_uid(
+        4321, SOCK, "fs.read",
         json_pack("{s:s, s:s, s:s}", "sandbox", SB, "path", "/w", "format", "tar"));
-    int wr = cn_code_as_uid(SOCK, 4321, "fs.write",
+    int wr = pt_code_as_uid(4321, SOCK, "fs.write",
                             json_pack("{s:s, s:s, s:s, s:s}", "sandbox", SB, "path", "/w",
                                       "format", "tar", "data", ""));
     test_cond("an archive read or write of another uid's Modal sandbox is -32000",

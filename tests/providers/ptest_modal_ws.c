@@ -30,73 +30,13 @@
 #include "itest.h"
 #include "testhelp.h"
 
-#define LONG_MS 120000
+#define LONG_MS 120000 /* before md_kit.h, which keeps it */
+#include "md_kit.h"
 #define SB "mws"
 
-static const char *SOCK, *CA;
-static int CPORT;
+static const char *CA;
 
 /* ---- plain TCP and the fake's control port ------------------------------------- */
-
-/* Sends req to 127.0.0.1:port and reads until the peer closes (malloc'd), or NULL. */
-static char *tcp_talk(int port, const char *req)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
-        send(fd, req, strlen(req), MSG_NOSIGNAL) < 0) {
-        if (fd >= 0)
-            close(fd);
-        return NULL;
-    }
-    size_t cap = 65536, len = 0;
-    char *buf = malloc(cap);
-    double deadline = now_ms() + 15000;
-    for (;;) {
-        struct pollfd p = {.fd = fd, .events = POLLIN};
-        int left = (int)(deadline - now_ms());
-        if (left <= 0 || poll(&p, 1, left) <= 0)
-            break;
-        if (cap - len < 4096)
-            buf = realloc(buf, cap *= 2);
-        ssize_t r = recv(fd, buf + len, cap - len - 1, 0);
-        if (r <= 0)
-            break;
-        len += (size_t)r;
-    }
-    close(fd);
-    buf[len] = '\0';
-    return buf;
-}
-
-/* GET path on the fake's control port as JSON (new), or NULL. */
-static json_t *ctl_get(const char *path)
-{
-    char req[256];
-    snprintf(req, sizeof(req), "GET %s HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n", path);
-    char *buf = tcp_talk(CPORT, req);
-    char *sep = buf ? strstr(buf, "\r\n\r\n") : NULL;
-    json_t *v = sep ? json_loads(sep + 4, 0, NULL) : NULL;
-    free(buf);
-    return v;
-}
-
-/* The fake's record of the Modal sandbox behind sbxd sandbox id (new), or NULL. */
-static json_t *fake_sandbox(conn *c, const char *id)
-{
-    json_t *r = cn_call(c, "sandbox.get", json_pack("{s:s}", "id", id));
-    const char *mid = json_string_value(
-        json_object_get(json_object_get(res_of(r), "metadata"), "sandbox_id"));
-    json_t *all = ctl_get("/sandboxes"), *found = NULL, *s;
-    size_t i;
-    json_array_foreach(all, i, s)
-        if (mid && !strcmp(json_string_value(json_object_get(s, "sandbox_id")), mid))
-            found = json_incref(s);
-    json_decref(all);
-    json_decref(r);
-    return found;
-}
 
 /* A loopback port nothing listens on now. */
 static int free_port(void)
@@ -148,7 +88,7 @@ static void test_pty_exec(conn *c)
     if (!pts)
         printf("      %s\n", json_dumps(r, JSON_COMPACT));
     json_decref(r);
-    json_t *all = ctl_get("/execs"), *e, *last = NULL;
+    json_t *all = pt_http_json(CPORT, "GET", "/execs", NULL), *e, *last = NULL;
     size_t i;
     json_array_foreach(all, i, e)
         if (json_is_true(json_object_get(e, "pty")))
@@ -215,7 +155,8 @@ static void http_get(int port, char *out, size_t n)
 {
     out[0] = '\0';
     for (int i = 0; i < 100 && !out[0]; i++) {
-        char *b = tcp_talk(port, "GET / HTTP/1.0\r\nHost: x\r\n\r\n");
+        static const char get[] = "GET / HTTP/1.0\r\nHost: x\r\n\r\n";
+        char *b = pt_tcp_talk(port, get, sizeof(get) - 1);
         char *sep = b ? strstr(b, "\r\n\r\n") : NULL;
         if (sep)
             snprintf(out, n, "%s", sep + 4);
@@ -252,7 +193,7 @@ static void test_expose_tls(conn *c, conn *c0, int eport)
     char url[96];
     snprintf(url, sizeof(url), "%s", res_str(r, "url"));
     json_decref(r);
-    json_t *fs = fake_sandbox(c0, SB), *t;
+    json_t *fs = fake_sandbox_of(c0, SB), *t;
     size_t i;
     int same = 0;
     json_array_foreach(json_object_get(fs, "tunnels"), i, t)
@@ -315,7 +256,7 @@ static void test_expose_after_restart(conn *c, int tport)
     r = call(c, "sandbox.expose", json_pack("{s:s, s:i}", "id", SB, "port", tport));
     int after = (int)res_int(r, "host_port");
     json_decref(r);
-    json_t *fs = fake_sandbox(c, SB), *t;
+    json_t *fs = fake_sandbox_of(c, SB), *t;
     size_t i;
     int same = 0;
     json_array_foreach(json_object_get(fs, "tunnels"), i, t)
@@ -393,7 +334,7 @@ static void test_egress_mapped(conn *c)
     test_cond("egress: an allow list inside the ceiling creates the sandbox",
               res_of(r) != NULL);
     json_decref(r);
-    json_t *fs = fake_sandbox(c, "mwe1");
+    json_t *fs = fake_sandbox_of(c, "mwe1");
     json_t *na = json_object_get(fs, "network_access");
     json_t *want = json_pack("{s:i, s:[s, s], s:[s, s]}", "network_access_type", 3,
                              "allowed_cidrs", "203.0.113.0/25", "203.0.113.7",
@@ -410,7 +351,7 @@ static void test_egress_mapped(conn *c)
               !strcmp(json_string_value(json_object_get(m, "type")), "allowlist"));
     json_decref(r);
     r = create_egress(c, "mwe2", json_array());
-    fs = fake_sandbox(c, "mwe2");
+    fs = fake_sandbox_of(c, "mwe2");
     test_cond("egress: allow [] is NetworkAccess BLOCKED",
               res_of(r) && json_integer_value(
                                json_object_get(json_object_get(fs, "network_access"),
@@ -466,16 +407,16 @@ static void test_cross_uid(int pid, int port)
                   "needs root to switch uid");
         return;
     }
-    int a = cn_code_as_uid(SOCK, 4321, "process.resize",
+    int a = pt_code_as_uid(4321, SOCK, "process.resize",
                            json_pack("{s:s, s:i, s:i, s:i}", "sandbox", SB, "pid", pid,
                                      "cols", 90, "rows", 20));
-    int b = cn_code_as_uid(SOCK, 4321, "sandbox.stats", json_pack("{s:s}", "id", SB));
-    int d = cn_code_as_uid(SOCK, 4321, "sandbox.expose",
+    int b = pt_code_as_uid(4321, SOCK, "sandbox.stats", json_pack("{s:s}", "id", SB));
+    int d = pt_code_as_uid(4321, SOCK, "sandbox.expose",
                            json_pack("{s:s, s:i}", "id", SB, "port", port));
-    int e = cn_code_as_uid(SOCK, 4321, "sandbox.unexpose",
+    int e = pt_code_as_uid(4321, SOCK, "sandbox.unexpose",
                            json_pack("{s:s, s:i}", "id", SB, "port", port));
-    int f = cn_code_as_uid(
-        SOCK, 4321, "process.exec",
+    int f = pt_code_as_uid(
+        4321, SOCK, "process.exec",
         json_pack("{s:s, s:s, s:b}", "sandbox", SB, "command", "tty", "pty", 1));
     printf("      resize %d, stats %d, expose %d, unexpose %d, exec pty %d\n", a, b, d, e,
            f);
@@ -488,7 +429,7 @@ static int calls_by_sbxd(const char *method)
 {
     char path[128];
     snprintf(path, sizeof(path), "/calls?method=%s", method);
-    json_t *all = ctl_get(path), *e;
+    json_t *all = pt_http_json(CPORT, "GET", path, NULL), *e;
     size_t i;
     int n = 0, ok = 1;
     json_array_foreach(all, i, e) {

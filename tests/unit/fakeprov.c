@@ -177,6 +177,12 @@ static int f_kill(void *c, struct process *p, int sig, sbx_err_t *e)
     return 0;
 }
 
+static void f_tool_result(void *c, struct process *p, json_t *reply)
+{
+    json_decref(fakeprov.tool_reply);
+    fakeprov.tool_reply = json_incref(reply);
+}
+
 const struct sbx_provider fakeprov_provider = {
     .name = "fake",
     .default_cwd = "/fake",
@@ -193,6 +199,7 @@ const struct sbx_provider fakeprov_provider = {
     .proc_write = f_write,
     .proc_close_stdin = f_close_stdin,
     .proc_kill = f_kill,
+    .proc_tool_result = f_tool_result,
 };
 
 /* ---- the daemon around it ----------------------------------------------------- */
@@ -228,6 +235,7 @@ void fakeprov_reset(void)
     int n = fakeprov.npending;
     memcpy(pending, fakeprov.pending, sizeof(pending));
     json_decref(fakeprov.start_result);
+    json_decref(fakeprov.tool_reply);
     memset(&fakeprov, 0, sizeof(fakeprov));
     memcpy(fakeprov.pending, pending, sizeof(pending));
     fakeprov.npending = n;
@@ -246,6 +254,8 @@ void fakeprov_teardown(void)
     D->snapshots = NULL;
     json_decref(fakeprov.start_result);
     fakeprov.start_result = NULL;
+    json_decref(fakeprov.tool_reply);
+    fakeprov.tool_reply = NULL;
     config_deinit(&D->cfg);
 }
 
@@ -264,6 +274,19 @@ struct sandbox *fakeprov_sandbox(const char *id, uid_t owner, json_t *conf)
     }
     sandbox_start(sb, NULL, NULL);
     return sb;
+}
+
+struct process *fakeprov_process(struct sandbox *sb, const char *cmd)
+{
+    json_t *command = json_string(cmd);
+    struct proc_opts o = {.command = command};
+    struct process *p = NULL;
+    sbx_err_t err = {0};
+    if (process_new(&p, sb, &o, &err) < 0 || process_launch(p, &err) < 0)
+        p = NULL;
+    err_clear(&err);
+    json_decref(command);
+    return p;
 }
 
 /* ---- a client connection without a socket ------------------------------------ */

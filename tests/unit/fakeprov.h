@@ -15,7 +15,8 @@
  *   err TEXT   prints TEXT on stderr, exits 1
  *   exit N     exits with N
  *   anything else runs until killed (proc_kill reports 128+sig).
- * Writes to stdin are appended to fakeprov.stdin_bytes.
+ * Writes to stdin are appended to fakeprov.stdin_bytes; the last answer to a
+ * tool call the provider got is fakeprov.tool_reply.
  *
  * For rpc/ tests the kit also has a client connection without a socket
  * (struct fakeconn): lines go in through rpc_handle_line, and what the
@@ -43,6 +44,7 @@ struct fakeprov_state {
     int n_start, n_stop, n_destroy, n_snapshot, n_cancel, n_release;
     int n_spawn, n_write, n_close_stdin, n_kill;
     int last_signal;
+    json_t *tool_reply; /* the last proc_tool_result reply (a reference) */
     char stdin_bytes[4096];
     size_t stdin_len;
     /* deferred ops, oldest first */
@@ -68,6 +70,10 @@ int fakeprov_finish(int code, const char *msg);
 /* A sandbox of the fake provider owned by uid, made and started (conf
  * stolen, may be NULL). NULL when the core refused. */
 struct sandbox *fakeprov_sandbox(const char *id, uid_t owner, json_t *conf);
+
+/* A process of sb running cmd (a string, see the command language), made and
+ * launched; NULL when the core refused. */
+struct process *fakeprov_process(struct sandbox *sb, const char *cmd);
 
 /* ---- a client connection without a socket ------------------------------------ */
 

@@ -1,6 +1,6 @@
 /*
- * test_output.c - daemon/core/output.c in-process, with a provider of a
- * few lines whose processes print only what the test hands them: the time
+ * test_output.c - daemon/core/output.c in-process, with the kit's provider
+ * (fakeprov.h) whose processes print only what the test hands them: the time
  * marks of the replay ring (issue 19) stay within their bound and are
  * counted in the retained bytes, recent output keeps its exact time and
  * old output an upper bound, since starts the replay where it should, and
@@ -12,99 +12,13 @@
 #include <time.h>
 
 #include "daemon.h"
+#include "fakeprov.h"
 #include "core/events.h"
 #include "core/process.h"
 #include "core/sandbox.h"
 #include "sbx_proto.h"
 #include "testhelp.h"
 #include "wallclock.h"
-
-/* -- a provider whose processes run until killed ----------------------------- */
-
-static int f_load(json_t *conf, void **cookie, sbx_err_t *err)
-{
-    return 0;
-}
-static int f_available(void *cookie, const char **reason)
-{
-    return 1;
-}
-static int f_op(void *cookie, struct sandbox *sb, sbx_err_t *err)
-{
-    sandbox_op_done(sb, NULL, NULL);
-    return 0;
-}
-static int f_spawn(void *cookie, struct process *p, sbx_err_t *err)
-{
-    return 0;
-}
-static int f_write(void *c, struct process *p, const void *d, size_t n, sbx_err_t *e)
-{
-    return 0;
-}
-static int f_close(void *c, struct process *p, sbx_err_t *e)
-{
-    return 0;
-}
-static int f_kill(void *c, struct process *p, int sig, sbx_err_t *e)
-{
-    json_t *rec = json_pack("{s:i, s:i}", "exit_code", 128 + sig, "signal", sig);
-    process_exited(p, rec);
-    json_decref(rec);
-    return 0;
-}
-
-static const struct sbx_provider fake = {
-    .name = "fake",
-    .load = f_load,
-    .available = f_available,
-    .sb_start = f_op,
-    .sb_stop = f_op,
-    .sb_destroy = f_op,
-    .proc_spawn = f_spawn,
-    .proc_write = f_write,
-    .proc_close_stdin = f_close,
-    .proc_kill = f_kill,
-};
-
-static struct daemon d;
-
-static void setup(void)
-{
-    D = &d;
-    config_init_defaults(&d.cfg);
-    d.cfg.replay_bytes = 4096; /* room for max(16, 4096 / 128) = 32 marks */
-    d.loop = EV_DEFAULT;
-    d.snapshots = json_object();
-    d.providers[0].ops = &fake;
-    d.providers[0].enabled = 1;
-    d.providers[0].loaded = 1;
-    d.nproviders = 1;
-}
-
-static struct sandbox *mk(const char *id)
-{
-    struct sandbox *sb = NULL;
-    sbx_err_t err = {0};
-    json_t *conf = json_pack("{s:i, s:i, s:i}", "timeout_ms", 60000, "idle_timeout_ms", 0,
-                             "command_timeout_ms", 60000);
-    sandbox_new(&sb, id, &d.providers[0], 0, conf, &err);
-    sandbox_start(sb, NULL, NULL);
-    return sb;
-}
-
-static struct process *spawn(struct sandbox *sb)
-{
-    json_t *cmd = json_string("run");
-    struct proc_opts o = {.command = cmd};
-    struct process *p = NULL;
-    sbx_err_t err = {0};
-    if (process_new(&p, sb, &o, &err) < 0 || process_launch(p, &err) < 0)
-        p = NULL;
-    err_clear(&err);
-    json_decref(cmd);
-    return p;
-}
 
 /* Waits until the wall clock has moved past t, so each chunk has a time of
  * its own. */
@@ -162,8 +76,8 @@ static int marks_ordered(const struct tmarks *mk)
 
 static void test_marks_bounded(void)
 {
-    struct sandbox *sb = mk("marks");
-    struct process *p = spawn(sb);
+    struct sandbox *sb = fakeprov_sandbox("marks", 0, NULL);
+    struct process *p = fakeprov_process(sb, "run"); /* runs until killed */
     size_t r0 = process_retained_total();
     int64_t t = 0, t600 = 0, t990 = 0;
     for (int i = 0; i < 1000; i++) {
@@ -212,8 +126,8 @@ static void test_marks_bounded(void)
 
 static void test_timed_replay(void)
 {
-    struct sandbox *sb = mk("timed");
-    struct process *p = spawn(sb);
+    struct sandbox *sb = fakeprov_sandbox("timed", 0, NULL);
+    struct process *p = fakeprov_process(sb, "run"); /* runs until killed */
     int64_t t = after(0);
     process_output(p, SBX_STREAM_STDOUT, "a\n", 2);
     t = after(t);
@@ -255,12 +169,12 @@ static void test_timed_replay(void)
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
-    setup();
+    fakeprov_setup();
+    D->cfg.replay_bytes = 4096; /* room for max(16, 4096 / 128) = 32 marks */
     core_events_set(&test_events);
     test_marks_bounded();
     test_timed_replay();
-    sandbox_free_all();
-    json_decref(d.snapshots);
-    config_deinit(&d.cfg);
+    core_events_set(NULL);
+    fakeprov_teardown();
     return test_report();
 }
