@@ -15,6 +15,9 @@
 PTEST=${SBX_PTEST_BIN:-ptest_docker}
 B=${1:-build}
 T=${2:-$(mktemp -d /tmp/sbxd-docker.XXXXXX)}
+# The cross-uid tests connect as another uid to a socket in here (run.sh's
+# folder is 0755 too; a bare mktemp -d is 0700).
+chmod 755 "$T"
 DK_WHAT="docker tests"
 # shellcheck source=tests/docker/runner.sh
 . "$(dirname "$0")/../docker/runner.sh"
