@@ -38,6 +38,13 @@ cleanup() {
         kill -TERM "$p" 2>/dev/null
         wait "$p" 2>/dev/null
     done
+    # sbxd leaves its unused warm-pool containers to the next sbxd on the
+    # same socket, which removes them; no sbxd comes back to this one.
+    if [ -n "$host" ] && [ "$PRIVATE" != 1 ] && [ -n "$SOCK" ]; then
+        ids=$(docker -H "$host" ps -aq --filter label=sbxd.pool --filter "label=sbxd.socket=$SOCK" 2>/dev/null)
+        # shellcheck disable=SC2086
+        [ -n "$ids" ] && docker -H "$host" rm -f $ids >/dev/null 2>&1
+    fi
     if [ "$PRIVATE" = 1 ]; then
         sh tests/docker/dockerd.sh stop "$DK" >"$T/dockerd-stop.log" 2>&1
     fi
