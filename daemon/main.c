@@ -131,7 +131,7 @@ static int open_listener(const char *path, unsigned mode, const char *group)
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0)
         return -1;
-    /* A socket file left by a dead daemon is replaced; a live one is not. */
+    /* A socket file left by a dead daemon is removed; a live one is not. */
     int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (probe >= 0) {
         if (connect(probe, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
@@ -142,38 +142,35 @@ static int open_listener(const char *path, unsigned mode, const char *group)
         }
         close(probe);
     }
-    /* Bound under a temporary name and renamed into place once it listens
-     * with its mode and group: whoever sees the socket file can connect
-     * (a client or script polling for it never meets ECONNREFUSED), and
-     * it is never there with other permissions. A path too long for the
-     * temporary name is bound directly. */
-    char tmp[sizeof(sa.sun_path)];
-    int n = snprintf(tmp, sizeof(tmp), "%s.%d.new", path, (int)getpid());
-    const char *at = n > 0 && (size_t)n < sizeof(tmp) ? tmp : path;
-    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", at);
-    unlink(at);
+    unlink(path);
+    /* Listening right after the bind, before the mode and group are set:
+     * a client that sees the socket file meets at most a refusal for the
+     * few instructions in between. (No bind under a temporary name and
+     * rename: getpeername would give clients the temporary name, and
+     * libsbx's raw file streams connect to what it gives.) The umask keeps
+     * the file as narrow as the mode until chmod. */
     mode_t old = umask(0777 & ~mode);
     int r = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
     umask(old);
     if (r < 0) {
-        log_error("bind %s: %s", at, strerror(errno));
+        log_error("bind %s: %s", path, strerror(errno));
         close(fd);
         return -1;
     }
-    if (chmod(at, mode) < 0)
-        log_warn("chmod %s: %s", at, strerror(errno));
+    if (listen(fd, 512) < 0) {
+        log_error("listen on %s: %s", path, strerror(errno));
+        unlink(path);
+        close(fd);
+        return -1;
+    }
+    if (chmod(path, mode) < 0)
+        log_warn("chmod %s: %s", path, strerror(errno));
     if (group) {
         struct group *gr = getgrnam(group);
         if (!gr)
             log_warn("socket group %s does not exist", group);
-        else if (chown(at, (uid_t)-1, gr->gr_gid) < 0)
-            log_warn("chown %s: %s", at, strerror(errno));
-    }
-    if (listen(fd, 512) < 0 || (at != path && rename(at, path) < 0)) {
-        log_error("listen on %s: %s", path, strerror(errno));
-        unlink(at);
-        close(fd);
-        return -1;
+        else if (chown(path, (uid_t)-1, gr->gr_gid) < 0)
+            log_warn("chown %s: %s", path, strerror(errno));
     }
     return fd;
 }
