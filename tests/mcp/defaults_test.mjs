@@ -6,6 +6,7 @@ import { test, describe, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
+import net from 'node:net';
 
 const SOCK = process.env.SBXD_SOCKET;
 const NODOCKER = process.env.SBXD_IDLE_SOCKET;
@@ -23,6 +24,38 @@ async function connect(args, sock) {
   const client = new Client({ name: 'sbxd-defaults-test', version: '1.0.0' });
   await client.connect(transport);
   return { client, stderr: () => stderr };
+}
+
+// daemon.info straight on sbxd's socket.
+function daemonInfo(sock) {
+  return new Promise((resolve, reject) => {
+    const c = net.createConnection(sock);
+    let buf = '';
+    c.on('connect', () => c.write('{"jsonrpc":"2.0","id":1,"method":"daemon.info"}\n'));
+    c.on('data', (d) => {
+      buf += d;
+      const nl = buf.indexOf('\n');
+      if (nl < 0) return;
+      c.end();
+      try { resolve(JSON.parse(buf.slice(0, nl)).result); } catch (e) { reject(e); }
+    });
+    c.on('error', reject);
+  });
+}
+
+// Waits until the docker warm pool NAME has a container ready: the other test
+// files on this sbxd take from it too, and a refill on the private engine
+// takes seconds, so "the pool served it" is only asked of a pool that can.
+async function poolReady(sock, name, ms = 90000) {
+  const end = Date.now() + ms;
+  for (;;) {
+    const info = await daemonInfo(sock);
+    const dk = (info.providers || []).find((p) => p.name === 'docker');
+    const pool = ((dk && dk.info && dk.info.pools) || []).find((p) => p.name === name);
+    if (pool && pool.ready > 0) return pool;
+    if (Date.now() > end) throw new Error(`pool ${name} not ready: ${JSON.stringify(pool)}`);
+    await new Promise((r) => setTimeout(r, 200));
+  }
 }
 
 describe('a bare sbxctl mcp on an sbxd without docker', () => {
@@ -63,7 +96,11 @@ describe('tool descriptions name the provider', () => {
 
 describe('a bare sbxctl mcp on an sbxd with docker', () => {
   let s;
-  before(async () => { if (DOCKER) s = await connect([], SOCK); });
+  before(async () => {
+    if (!DOCKER) return;
+    await poolReady(SOCK, 'warm');
+    s = await connect([], SOCK);
+  });
   after(async () => { if (s) await s.client.close(); });
 
   test('runs shell on docker with the configured image', { skip: DOCKER_SKIP }, async () => {
