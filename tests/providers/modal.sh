@@ -139,6 +139,7 @@ start_sbxd() { # name
     st=$?
     PIDS="$PIDS $SBXD_KIT_PID"
     DAEMON_PIDS="$DAEMON_PIDS $1:$SBXD_KIT_PID"
+    pid=$SBXD_KIT_PID
     return $st
 }
 for d in main nocred badcred down short; do
