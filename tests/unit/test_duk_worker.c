@@ -408,6 +408,25 @@ static void test_text(void)
               dukw_utf8_from_cesu8(small, sizeof(small),
                                    (const uint8_t *)"ab\xf0\x9f\x98\x80", 6, &pos) == 2 &&
                   pos == 2);
+    {
+        /* ASCII runs go eight bytes at a time: a non-ASCII character at every
+         * offset of the word, and a run cut by the room left. */
+        uint8_t in[40], out[64];
+        int ok = 1;
+        for (size_t k = 0; k < 18; k++) {
+            memset(in, 'a', k);
+            memcpy(in + k, "\xc3\xa9", 2);
+            memset(in + k + 2, 'b', 9);
+            pos = 0;
+            size_t n = dukw_utf8_from_cesu8(out, sizeof(out), in, k + 11, &pos);
+            ok &= n == k + 11 && pos == k + 11 && memcmp(out, in, n) == 0;
+        }
+        test_cond("text: a non-ASCII character anywhere in an ASCII run", ok);
+        memset(in, 'a', 20);
+        pos = 0;
+        test_cond("text: an ASCII run stops at the room left",
+                  dukw_utf8_from_cesu8(out, 11, in, 20, &pos) == 11 && pos == 11);
+    }
     test_cond("text: UTF-8 non-BMP becomes a surrogate pair for Duktape",
               cesu_is("\xf0\x9f\x98\x80", 4, 1, "\xed\xa0\xbd\xed\xb8\x80", 4));
     test_cond("text: an incomplete sequence waits for more input",
