@@ -72,6 +72,7 @@ static const struct core_key core_keys[] = {
     {"limits", "replay_bytes", K_SIZE, F(replay_bytes), 1, GIB, 0},
     {"limits", "session_output_high", K_SIZE, F(session_output_high), 1, 64 * GIB, 0},
     {"limits", "session_output_hard", K_SIZE, F(session_output_hard), 1, 64 * GIB, 0},
+    {"limits", "session_output_slack", K_SIZE, F(session_output_slack), KIB, 64 * MIB, 0},
     {"limits", "max_sessions_per_uid", K_INT, F(max_sessions_per_uid), 1, 1000000, 0},
     {"limits", "admin_reserved_sessions", K_INT, F(admin_reserved_sessions), 0, 1000000, 0},
     {"limits", "session_idle_timeout_ms", K_INT, F(session_idle_timeout_ms), 0, 86400000, 0},
@@ -148,6 +149,7 @@ int config_init_defaults(struct sbx_config *cfg)
     cfg->replay_bytes = MIB;
     cfg->session_output_high = 8 * MIB;
     cfg->session_output_hard = 64 * MIB;
+    cfg->session_output_slack = 64 * KIB;
     cfg->max_sessions_per_uid = 64;
     cfg->admin_reserved_sessions = 16;
     cfg->session_idle_timeout_ms = 600000;
