@@ -320,6 +320,48 @@ static void test_watch_transport(void)
               n >= 2 && router == n && ended == n);
 }
 
+/* Has the fake's last Watch exec of path ended? */
+static int watch_ended(const char *path)
+{
+    char q[300];
+    snprintf(q, sizeof(q), "\"path\":\"%s\"", path);
+    json_t *all = pt_http_json(CPORT, "GET", "/execs", NULL), *e;
+    size_t i;
+    int ended = 0;
+    json_array_foreach(all, i, e) {
+        const char *a1 =
+            json_string_value(json_array_get(json_object_get(e, "command"), 1));
+        if (a1 && strstr(a1, "\"Watch\"") && strstr(a1, q))
+            ended = !json_is_null(json_object_get(e, "exit_code"));
+    }
+    json_decref(all);
+    return ended;
+}
+
+/* fs.unwatch while the router fails its stdin EOF (UNAVAILABLE, more times
+ * than a call's quick retries): the EOF goes out again through the retry
+ * budget, so the Watch still ends instead of running its hour. */
+static void test_watch_unwatch_retry(conn *c)
+{
+    json_decref(sh(c, SB, "mkdir -p wq"));
+    json_int_t w = watch(c, "/wq", 0, NULL);
+    usleep(500000);
+    json_decref(pt_http_json(CPORT, "POST", "/fault",
+                             json_pack("{s:{s:s, s:i, s:i}}", "fail_next", "method",
+                                       "TaskExecStdinWrite", "code", 14, "times", 5)));
+    json_decref(
+        call(c, "fs.unwatch", json_pack("{s:s, s:I}", "sandbox", SB, "watch", w)));
+    int ended = 0;
+    for (int i = 0; i < 150 && !ended; i++) {
+        usleep(100000);
+        ended = watch_ended("/wq");
+    }
+    test_cond("fs.unwatch whose stdin EOF the router fails 5 times: sent again until "
+              "it goes, and the Watch ends",
+              w > 0 && ended);
+    json_decref(pt_http_json(CPORT, "DELETE", "/faults", NULL));
+}
+
 static void test_watch_errors(conn *c)
 {
     json_t *r =
@@ -674,6 +716,7 @@ int main(int argc, char **argv)
         test_watch_errors(c);
         test_watch_events(c);
         test_watch_transport();
+        test_watch_unwatch_retry(c);
         test_cross_uid();
         test_ttl(c);
     }

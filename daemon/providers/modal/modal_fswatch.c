@@ -519,8 +519,12 @@ static void stop(struct mwatch *w)
         rq.task_id = w->task;
         rq.exec_id = w->exec_id;
         rq.eof = 1;
-        modal_router_unary(ms, "TaskExecStdinWrite", &rq.base, UNARY_TIMEOUT_S, eof_done,
-                           NULL);
+        /* Retried through router failures for the whole budget (an EOF
+         * again does no harm): an EOF lost would leave the Watch running
+         * for its MW_EXEC_S. */
+        grpc_call_retry_budget(modal_router_unary(ms, "TaskExecStdinWrite", &rq.base,
+                                                  UNARY_TIMEOUT_S, eof_done, NULL),
+                               ms->mp->retry_budget_s);
     }
     mw_free(w);
 }

@@ -23,6 +23,8 @@
  *   modal_pout.c     modal_pout_       a process's output streams, its wait
  *                                      and its exit report
  *   modal_stdin.c    modal_stdin_      a process's stdin, also after a restart
+ *   modal_kill.c     modal_kill_       the killer exec that ends a tagged
+ *                                      command (processes, tar archives)
  *   modal_fs.c       modal_fs_         fs.* through the filesystem tool
  *   modal_fsmv.c     modal_fs_mv_      fs.rename's helper
  *   modal_fstar.c    modal_fstar_      tar archives' helper (fs.read/fs.write
@@ -569,6 +571,14 @@ void modal_router_metadata(struct msb *ms, json_t *o);
 /** Frees every router channel (provider unload). */
 void modal_router_unload(struct mprov *mp);
 
+/* ---- modal_kill.c: ending a tagged command ------------------------------------- */
+
+/** Runs the killer for tag (the command's shell has $0 "sbxd-<tag>") with
+ * signal sig in ms's task; nobody waits for it. On the router when the
+ * sandbox uses it (a fresh exec id, output discarded), else ContainerExec;
+ * retried through outages for the retry budget. */
+void modal_kill_send(struct msb *ms, const char *tag, int sig);
+
 /* ---- modal_fs.c: files (fs.*) through modal-sandbox-fs-tools ------------------- */
 
 /** modal_router_use for fs.* on ms: 1, -1; 0: modal_fs_router_ready(ms) follows. */
@@ -603,8 +613,9 @@ struct mtar_count {
 /** 1 if fc asks for an archive (args.format "tar"). */
 int modal_fstar_is(const struct fs_call *fc);
 /** The exec's argv for the archive fc (a get or a put: a shell script running
- * tar), n in *n_out; NULL if bad. Freed with modal_fs_mv_argv_free. */
-char **modal_fstar_argv(struct fs_call *fc, size_t *n_out);
+ * tar, whose $0 is argv0, "sbxd-<tag>" for modal_kill_send), n in *n_out;
+ * NULL if bad. Freed with modal_fs_mv_argv_free. */
+char **modal_fstar_argv(struct fs_call *fc, const char *argv0, size_t *n_out);
 /** Bytes that make an unfinished put's tar fail (sent with EOF on an abort). */
 const uint8_t *modal_fstar_poison(size_t *n_out);
 /** Counts the entries whose headers are in d (the next n bytes of a stream). */
