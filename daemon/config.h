@@ -94,6 +94,7 @@ struct sbx_config {
                                    */
     int64_t memory_per_uid;       /* default half of MemTotal: sandboxes' memory limits */
     int64_t adopt_wait_ms;        /* default 10000: calls wait this long for adoption */
+    int64_t shutdown_drain_ms; /* default 10000: providers drain at SIGTERM this long */
 
     /* defaults: */
     char *default_provider;          /* default "duktape" */

@@ -114,6 +114,7 @@ static json_t *limits_json(void)
     L(queued_bytes_per_uid);
     L(memory_per_uid);
     L(adopt_wait_ms);
+    L(shutdown_drain_ms);
 #undef L
     return o;
 }

@@ -397,6 +397,26 @@ static void test_output_slack(void)
                          "key 'limits.session_output_slack': '65M' is out of range"));
 }
 
+/* limits.shutdown_drain_ms: how long SIGTERM lets the providers drain;
+ * bounded below systemd's TimeoutStopSec (30 s). */
+static void test_shutdown_drain(void)
+{
+    struct sbx_config cfg;
+    sbx_err_t err = {0};
+    config_init_defaults(&cfg);
+    test_cond("default shutdown_drain_ms 10000", cfg.shutdown_drain_ms == 10000);
+    config_deinit(&cfg);
+    int ret = load_str(&cfg, "limits:\n  shutdown_drain_ms: 0\n", &err);
+    test_cond("limits.shutdown_drain_ms 0 (no drain) loads",
+              ret == 0 && cfg.shutdown_drain_ms == 0);
+    config_deinit(&cfg);
+    err_clear(&err);
+    test_cond("limits.shutdown_drain_ms above 20000 is refused",
+              fails_with("limits:\n  shutdown_drain_ms: 20001\n",
+                         "key 'limits.shutdown_drain_ms': '20001' is out of range "
+                         "(0..20000)"));
+}
+
 /* ---- octal modes ------------------------------------------------------------ */
 
 static void test_modes(void)
@@ -992,6 +1012,7 @@ int main(int argc, char **argv)
     test_core_keys();
     test_sizes();
     test_output_slack();
+    test_shutdown_drain();
     test_modes();
     test_providers();
     test_errors();
