@@ -284,24 +284,43 @@ static void test_credit(conn *c)
     run("rm -f %s/w/zero128", ROOT);
 }
 
-static void test_abort(conn *c)
+/* Starts an archive write of two entries into the fresh directory /w/name,
+ * more to come: its handle (0 if none). */
+static json_int_t write_open(conn *c, const char *name)
 {
-    run("rm -rf %s/w/ab && mkdir -p %s/w/ab", ROOT, ROOT);
-    char *b = two_entries_b64("ok.txt");
+    run("rm -rf %s/w/%s && mkdir -p %s/w/%s", ROOT, name, ROOT, name);
+    char *b = two_entries_b64("ok.txt"), path[64];
+    snprintf(path, sizeof(path), "/w/%s", name);
     json_t *r = call(c, "fs.write",
-                     json_pack("{s:s, s:s, s:s, s:s, s:b}", "sandbox", SB, "path",
-                               "/w/ab", "format", "tar", "data_b64", b, "more", 1));
+                     json_pack("{s:s, s:s, s:s, s:s, s:b}", "sandbox", SB, "path", path,
+                               "format", "tar", "data_b64", b, "more", 1));
     free(b);
     json_int_t h = json_integer_value(json_object_get(res_of(r), "handle"));
     json_decref(r);
-    r = call(c, "fs.write",
-             json_pack("{s:s, s:I, s:b}", "sandbox", SB, "handle", h, "abort", 1));
-    json_decref(r);
-    char n[64] = "";
-    for (int i = 0; i < 100 && strcmp(n, "0"); i++) {
+    return h;
+}
+
+/* Waits up to 10 s for /w/name to be empty; what it holds then ("0": empty)
+ * into n. */
+static void wait_empty(const char *name, char n[64])
+{
+    n[0] = '\0';
+    for (int i = 0; i < 100; i++) {
+        line_of(n, 64, "ls -A %s/w/%s | wc -l", ROOT, name);
+        if (!strcmp(n, "0"))
+            return;
         usleep(100 * 1000);
-        line_of(n, sizeof(n), "ls -A %s/w/ab | wc -l", ROOT);
     }
+}
+
+static void test_abort(conn *c)
+{
+    json_int_t h = write_open(c, "ab");
+    json_decref(
+        call(c, "fs.write",
+             json_pack("{s:s, s:I, s:b}", "sandbox", SB, "handle", h, "abort", 1)));
+    char n[64];
+    wait_empty("ab", n);
     test_cond(
         "an aborted archive write leaves nothing (not even its temporary directory)",
         h > 0 && !strcmp(n, "0"));
@@ -372,29 +391,18 @@ static void test_abandon_read(void)
  * its tar terminated: the script still removes what it extracted. */
 static void test_abandon_write(conn *c)
 {
-    run("rm -rf %s/w/wab && mkdir -p %s/w/wab", ROOT, ROOT);
-    char *b = two_entries_b64("ok.txt");
-    json_t *r = call(c, "fs.write",
-                     json_pack("{s:s, s:s, s:s, s:s, s:b}", "sandbox", SB, "path",
-                               "/w/wab", "format", "tar", "data_b64", b, "more", 1));
-    free(b);
-    json_int_t h = json_integer_value(json_object_get(res_of(r), "handle"));
-    json_decref(r);
+    json_int_t h = write_open(c, "wab");
     json_decref(pt_http_json(CPORT, "POST", "/fault",
                              json_pack("{s:{s:s, s:i, s:i}}", "fail_next", "method",
                                        "TaskExecStdinWrite", "code", 3, "times", 1)));
-    r = call(c, "fs.write",
-             json_pack("{s:s, s:I, s:s, s:b}", "sandbox", SB, "handle", h, "data",
-                       "more bytes", "more", 1));
+    json_t *r = call(c, "fs.write",
+                     json_pack("{s:s, s:I, s:s, s:b}", "sandbox", SB, "handle", h, "data",
+                               "more bytes", "more", 1));
     int failed = err_code(r) != 0;
     json_decref(r);
     int code = tar_exit("/w/wab");
-    char n[64] = "";
-    for (int i = 0; i < 50 && strcmp(n, "0"); i++) {
-        line_of(n, sizeof(n), "ls -A %s/w/wab | wc -l", ROOT);
-        if (strcmp(n, "0"))
-            usleep(100 * 1000);
-    }
+    char n[64];
+    wait_empty("wab", n);
     printf("      the failed write's script exited %d, %s entries left\n", code, n);
     test_cond("an archive write whose chunk failed: its tar ends and leaves nothing (not "
               "even its temporary directory)",
