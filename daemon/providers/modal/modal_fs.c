@@ -101,8 +101,9 @@ static int releasing;
  * sandbox, or it would run on to its end or its exec's timeout (an hour): a
  * get's whole tree is killed; a put that never got EOF (an abort sends bad
  * bytes and EOF instead, abandon below) has its tar terminated, so that its
- * script still removes what it extracted. */
-static void end_tar(struct mfs *f)
+ * script still removes what it extracted. At shutdown (d: the drain counts
+ * the killer) every running archive ends so. */
+static void end_tar(struct mfs *f, struct mdrain *d)
 {
     struct msb *ms = f->ms;
     if (!f->tar || !f->exec_id[0] || f->exited || !ms || releasing || !ms->task_id ||
@@ -110,13 +111,14 @@ static void end_tar(struct mfs *f)
         return;
     log_debug("modal: sandbox %s: an archive %s ended before its tar: ending %s",
               ms->sb->id, f->op == FS_OP_READ ? "read" : "write", f->argv0);
-    modal_kill_send(ms, f->argv0 + 5, f->op == FS_OP_READ ? SIGKILL : SIGTERM);
+    modal_kill_send(ms, f->argv0 + 5, f->op == FS_OP_READ ? SIGKILL : SIGTERM, d);
+    f->exited = 1; /* once */
 }
 
 static void mfs_free(struct mfs *f)
 {
     struct msb *ms = f->ms;
-    end_tar(f);
+    end_tar(f, NULL);
     if (ms) {
         if (f->prev)
             f->prev->next = f->next;
@@ -876,4 +878,11 @@ void modal_fs_release_all(struct msb *ms, const char *why)
         }
     }
     releasing = 0;
+}
+
+void modal_fs_drain(struct msb *ms, struct mdrain *d)
+{
+    modal_fswatch_drain(ms, d);
+    for (struct mfs *f = ms->fs_ops; f; f = f->next)
+        end_tar(f, d);
 }

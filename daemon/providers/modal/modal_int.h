@@ -573,11 +573,24 @@ void modal_router_unload(struct mprov *mp);
 
 /* ---- modal_kill.c: ending a tagged command ------------------------------------- */
 
+/* The provider's shutdown_drain: calls sent at SIGTERM that sbxd waits for
+ * (a tar's killer, a Watch's EOF); done(data) once the last one answered. */
+struct mdrain {
+    int pending;
+    void (*done)(void *data);
+    void *data;
+};
 /** Runs the killer for tag (the command's shell has $0 "sbxd-<tag>") with
- * signal sig in ms's task; nobody waits for it. On the router when the
- * sandbox uses it (a fresh exec id, output discarded), else ContainerExec;
- * retried through outages for the retry budget. */
-void modal_kill_send(struct msb *ms, const char *tag, int sig);
+ * signal sig in ms's task. On the router when the sandbox uses it (a fresh
+ * exec id, output discarded), else ContainerExec; retried through outages
+ * for the retry budget. Nobody waits for it, unless d (the shutdown drain)
+ * counts it. */
+void modal_kill_send(struct msb *ms, const char *tag, int sig, struct mdrain *d);
+/** A call's callback (privdata d) for the shutdown drain's calls. */
+void modal_drain_done(struct grpc_call *c, const struct grpc_status *st,
+                      const uint8_t *msg, size_t len, void *privdata);
+/** Counts call c (NULL: it was never sent) in d (NULL: no drain). */
+void modal_drain_count(struct mdrain *d, struct grpc_call *c);
 
 /* ---- modal_fs.c: files (fs.*) through modal-sandbox-fs-tools ------------------- */
 
@@ -589,6 +602,9 @@ int modal_fs_call(void *cookie, struct fs_call *fc, sbx_err_t *err);
 void modal_fs_release(void *cookie, struct sandbox *sb, uint64_t handle, void *hdata);
 /** Ends every fs operation of ms (it is released) with why. */
 void modal_fs_release_all(struct msb *ms, const char *why);
+/** At shutdown: ms's running archives get their killer and its watches
+ * their EOF, counted in d (the watches' records are freed). */
+void modal_fs_drain(struct msb *ms, struct mdrain *d);
 /* ---- modal_fsmv.c, modal_fswatch.c: fs.rename and fs.watch ----------------------- */
 
 /** 1 if fc (an fs.rename) has the absolute path and to the helper needs. */
@@ -628,6 +644,8 @@ void modal_fswatch_router_ready(struct msb *ms, const char *failure);
 void modal_fswatch_release(struct msb *ms, void *hdata);
 /** Every watch of ms ends (it is released). */
 void modal_fswatch_release_all(struct msb *ms);
+/** At shutdown: every running Watch of ms gets its EOF, counted in d. */
+void modal_fswatch_drain(struct msb *ms, struct mdrain *d);
 
 /* ---- modal_fs_parse.c: the tool's output (untrusted; tests/fuzz/fuzz_modal_fs.c) - */
 

@@ -4,7 +4,9 @@
  * below) finds the command's shell by the tag in its argv ($0 =
  * "sbxd-<tag>") and signals what runs below it. Processes (modal_proc.c)
  * and tar archives (modal_fs.c, modal_fstar.c) use it; nobody waits for the
- * killer, and killing twice does no harm.
+ * killer (killing twice does no harm) but at shutdown: the provider's
+ * shutdown_drain then counts the ends it sent (struct mdrain) until Modal
+ * answered them.
  */
 #include <stdio.h>
 #include <string.h>
@@ -61,8 +63,29 @@ static void fire_and_forget_done(struct grpc_call *c, const struct grpc_status *
                  st->message);
 }
 
-void modal_kill_send(struct msb *ms, const char *tag, int sig)
+void modal_drain_done(struct grpc_call *c, const struct grpc_status *st,
+                      const uint8_t *msg, size_t len, void *privdata)
 {
+    struct mdrain *d = privdata;
+    if (st->code != GRPC_OK)
+        log_warn("modal: at shutdown: %s: %s", grpc_code_name(st->code), st->message);
+    if (--d->pending == 0 && d->done) {
+        void (*done)(void *) = d->done;
+        d->done = NULL;
+        done(d->data);
+    }
+}
+
+void modal_drain_count(struct mdrain *d, struct grpc_call *c)
+{
+    if (d && c)
+        d->pending++;
+}
+
+void modal_kill_send(struct msb *ms, const char *tag, int sig, struct mdrain *d)
+{
+    grpc_done_cb cb = d ? modal_drain_done : fire_and_forget_done;
+    struct grpc_call *c;
     struct mprov *mp = ms->mp;
     const char *task_id = ms->task_id;
     char signum[16];
@@ -81,10 +104,9 @@ void modal_kill_send(struct msb *ms, const char *tag, int sig)
         rq._timeout_secs_case =
             MODAL__TASK_COMMAND_ROUTER__TASK_EXEC_START_REQUEST___TIMEOUT_SECS_TIMEOUT_SECS;
         rq.timeout_secs = 30;
-        grpc_call_retry_budget(modal_router_unary(ms, "TaskExecStart", &rq.base,
-                                                  UNARY_TIMEOUT_S, fire_and_forget_done,
-                                                  NULL),
-                               mp->retry_budget_s);
+        c = modal_router_unary(ms, "TaskExecStart", &rq.base, UNARY_TIMEOUT_S, cb, d);
+        grpc_call_retry_budget(c, mp->retry_budget_s);
+        modal_drain_count(d, c);
         return;
     }
     Modal__Client__ContainerExecRequest req = MODAL__CLIENT__CONTAINER_EXEC_REQUEST__INIT;
@@ -93,7 +115,7 @@ void modal_kill_send(struct msb *ms, const char *tag, int sig)
     req.n_command = 5;
     req.timeout_secs = 30;
     /* Killing twice does no harm: this one may retry through an outage. */
-    grpc_call_retry_budget(grpc_unary(&mp->ch, "ContainerExec", &req.base,
-                                      UNARY_TIMEOUT_S, fire_and_forget_done, NULL),
-                           mp->retry_budget_s);
+    c = grpc_unary(&mp->ch, "ContainerExec", &req.base, UNARY_TIMEOUT_S, cb, d);
+    grpc_call_retry_budget(c, mp->retry_budget_s);
+    modal_drain_count(d, c);
 }

@@ -69,7 +69,7 @@ static void kill_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
     if (m->kill_sig != SIGKILL && !m->kill_escalated && m->exec_id && m->ms->task_id) {
         /* It ignored the signal: the process must end. */
         m->kill_escalated = 1;
-        modal_kill_send(m->ms, m->tag, SIGKILL);
+        modal_kill_send(m->ms, m->tag, SIGKILL, NULL);
         ev_timer_set(w, KILL_CONFIRM_S, 0.);
         ev_timer_start(loop, w);
         return;
@@ -87,7 +87,7 @@ static void send_kill(struct mproc *m)
 {
     if (!m->ms || !m->ms->task_id)
         return;
-    modal_kill_send(m->ms, m->tag, m->kill_sig);
+    modal_kill_send(m->ms, m->tag, m->kill_sig, NULL);
     ev_timer_set(&m->kill_timer, KILL_CONFIRM_S, 0.);
     ev_timer_start(D->loop, &m->kill_timer);
 }
@@ -451,7 +451,7 @@ static void exec_done(struct grpc_call *c, const struct grpc_status *st,
         (grpc_code_retryable(st->code) || st->transport)) {
         /* It may have started remotely: end whatever it started, and say so. */
         if (ms->task_id)
-            modal_kill_send(ms, m->tag, SIGKILL);
+            modal_kill_send(ms, m->tag, SIGKILL, NULL);
         if (m->router)
             modal_pout_report_error(
                 m,
@@ -662,7 +662,7 @@ void modal_proc_release(void *cookie, struct process *p)
      * end it there too, unless the whole sandbox is going away anyway. */
     if (ms && m->exec_id && !m->have_exit && !m->reported && ms->task_id && !ms->dead &&
         p->sb->status == SB_RUNNING && !D->draining)
-        modal_kill_send(ms, m->tag, SIGKILL);
+        modal_kill_send(ms, m->tag, SIGKILL, NULL);
     unwait(m);
     modal_router_unwait(m);
     modal_pout_stop_calls(m);
@@ -715,7 +715,7 @@ void modal_proc_adopt(struct msb *ms, json_t *pe)
         /* sbxd stopped before Modal answered its ContainerExec: whatever it
          * may have started cannot be followed; end it and say so. */
         if (ms->task_id)
-            modal_kill_send(ms, m->tag, SIGKILL);
+            modal_kill_send(ms, m->tag, SIGKILL, NULL);
         modal_pout_report_error(
             m, "lost: sbxd stopped before Modal confirmed the start of this "
                "command; anything it started was killed");
