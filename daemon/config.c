@@ -72,6 +72,7 @@ static const struct core_key core_keys[] = {
     {"limits", "replay_bytes", K_SIZE, F(replay_bytes), 1, GIB, 0},
     {"limits", "session_output_high", K_SIZE, F(session_output_high), 1, 64 * GIB, 0},
     {"limits", "session_output_hard", K_SIZE, F(session_output_hard), 1, 64 * GIB, 0},
+    {"limits", "session_output_slack", K_SIZE, F(session_output_slack), KIB, 64 * MIB, 0},
     {"limits", "max_sessions_per_uid", K_INT, F(max_sessions_per_uid), 1, 1000000, 0},
     {"limits", "admin_reserved_sessions", K_INT, F(admin_reserved_sessions), 0, 1000000, 0},
     {"limits", "session_idle_timeout_ms", K_INT, F(session_idle_timeout_ms), 0, 86400000, 0},
@@ -100,6 +101,8 @@ static const struct core_key core_keys[] = {
     {"limits", "queued_bytes_per_uid", K_SIZE, F(queued_bytes_per_uid), 64 * KIB, 64 * GIB, 0},
     {"limits", "memory_per_uid", K_SIZE, F(memory_per_uid), MIB, 64 * 1024 * GIB, 0},
     {"limits", "adopt_wait_ms", K_INT, F(adopt_wait_ms), 0, 600000, 0},
+    /* at most 20 s: systemd/sbxd.service stops it after 30 */
+    {"limits", "shutdown_drain_ms", K_INT, F(shutdown_drain_ms), 0, 20000, 0},
     {"defaults", "provider", K_STR, F(default_provider), 1, 64, 0},
     {"defaults", "timeout_ms", K_INT, F(default_timeout_ms), 1, 86400000, 0},
     {"defaults", "idle_timeout_ms", K_INT, F(default_idle_timeout_ms), 0, 86400000, 0},
@@ -148,6 +151,7 @@ int config_init_defaults(struct sbx_config *cfg)
     cfg->replay_bytes = MIB;
     cfg->session_output_high = 8 * MIB;
     cfg->session_output_hard = 64 * MIB;
+    cfg->session_output_slack = 64 * KIB;
     cfg->max_sessions_per_uid = 64;
     cfg->admin_reserved_sessions = 16;
     cfg->session_idle_timeout_ms = 600000;
@@ -174,6 +178,7 @@ int config_init_defaults(struct sbx_config *cfg)
     cfg->queued_bytes_per_uid = 64 * MIB;
     cfg->memory_per_uid = default_memory_per_uid();
     cfg->adopt_wait_ms = 10000;
+    cfg->shutdown_drain_ms = 10000;
     cfg->default_timeout_ms = 300000;
     cfg->default_idle_timeout_ms = 0;
     cfg->default_command_timeout_ms = 300000;

@@ -60,6 +60,7 @@ struct sbx_config {
     int64_t replay_bytes;               /* default 1 MiB per stream per process */
     int64_t session_output_high;        /* default 8 MiB */
     int64_t session_output_hard;        /* default 64 MiB */
+    int64_t session_output_slack;       /* default 64 KiB past hard for -32005s */
     int64_t max_sessions_per_uid;       /* default 64 */
     int64_t admin_reserved_sessions;    /* default 16 of max_sessions, for admins only */
     int64_t session_idle_timeout_ms;    /* default 600000; 0 = off */
@@ -93,6 +94,7 @@ struct sbx_config {
                                    */
     int64_t memory_per_uid;       /* default half of MemTotal: sandboxes' memory limits */
     int64_t adopt_wait_ms;        /* default 10000: calls wait this long for adoption */
+    int64_t shutdown_drain_ms; /* default 10000: providers drain at SIGTERM this long */
 
     /* defaults: */
     char *default_provider;          /* default "duktape" */

@@ -218,14 +218,62 @@ static void prepare_cb(struct ev_loop *loop, ev_prepare *w, int revents)
     D->turn.cpu0 = now;
 }
 
+/*
+ * SIGTERM/SIGINT: no new sessions or calls (D->draining), then the
+ * providers' shutdown_drain (Docker removes its warm pools' unused
+ * containers) on the running loop, bounded by limits.shutdown_drain_ms; the
+ * loop ends when they are done, at that deadline, or at a second signal.
+ */
+static ev_timer drain_timer;
+static int drains_left;
+
+static void drain_over(struct ev_loop *loop)
+{
+    ev_timer_stop(loop, &drain_timer);
+    sessions_before_sleep(); /* flush what we can */
+    ev_break(loop, EVBREAK_ALL);
+}
+
+static void drain_timeout_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    log_warn("shutdown: the providers did not finish within limits.shutdown_drain_ms "
+             "(%lld ms); exiting without them",
+             (long long)D->cfg.shutdown_drain_ms);
+    drain_over(loop);
+}
+
+static void provider_drained(void *data)
+{
+    (void)data;
+    if (--drains_left == 0)
+        drain_over(D->loop);
+}
+
 static void stop_cb(struct ev_loop *loop, ev_signal *w, int revents)
 {
+    if (D->draining) {
+        log_info("signal %d again: exiting now", w->signum);
+        drain_over(loop);
+        return;
+    }
     log_info("signal %d: shutting down", w->signum);
     notify_systemd("STOPPING=1");
     D->draining = 1;
     ev_io_stop(loop, &D->listen_io);
-    sessions_before_sleep(); /* flush what we can */
-    ev_break(loop, EVBREAK_ALL);
+    drains_left = 0;
+    for (int i = 0; i < D->nproviders && D->cfg.shutdown_drain_ms > 0; i++) {
+        struct provider_inst *pi = &D->providers[i];
+        if (pi->loaded && pi->ops->shutdown_drain &&
+            pi->ops->shutdown_drain(pi->cookie, provider_drained, NULL) > 0)
+            drains_left++;
+    }
+    if (drains_left == 0) {
+        drain_over(loop);
+        return;
+    }
+    ev_timer_init(&drain_timer, drain_timeout_cb,
+                  (double)D->cfg.shutdown_drain_ms / 1000.0, 0.);
+    ev_timer_start(loop, &drain_timer);
 }
 
 /*
@@ -286,6 +334,7 @@ static void apply_reload(struct sbx_config *next)
     D->cfg.queued_bytes_per_uid = next->queued_bytes_per_uid;
     D->cfg.memory_per_uid = next->memory_per_uid;
     D->cfg.adopt_wait_ms = next->adopt_wait_ms;
+    D->cfg.shutdown_drain_ms = next->shutdown_drain_ms;
     log_set_level(next->log_level);
 }
 

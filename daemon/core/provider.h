@@ -77,6 +77,16 @@ struct sbx_provider {
      * the provider is unavailable (the daemon still runs). */
     int (*load)(json_t *conf, void **cookie, sbx_err_t *err);
     void (*unload)(void *cookie);
+    /* Optional. At SIGTERM/SIGINT, while the loop still runs (the daemon is
+     * draining: no new sessions or calls), gives back what this sbxd made
+     * for itself and no user owns (Docker: its warm pools' unused
+     * containers), without blocking the loop. Returns 1 when it started
+     * work and will call done(data) once, never from inside this call; 0
+     * when it has nothing to do (done is never called). The daemon exits
+     * when every provider is done, at limits.shutdown_drain_ms or at a
+     * second signal, whichever comes first; unload runs after, as always.
+     * Users' sandboxes are left as they are (they outlive restarts). */
+    int (*shutdown_drain)(void *cookie, void (*done)(void *data), void *data);
     /* 1 = available; 0 = not, with *reason (static or provider-owned string). */
     int (*available)(void *cookie, const char **reason);
     /* Extra fields for daemon.info, new reference or NULL. */

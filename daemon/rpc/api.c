@@ -95,6 +95,7 @@ static json_t *limits_json(void)
     L(retained_bytes_total);
     L(session_output_high);
     L(session_output_hard);
+    L(session_output_slack);
     L(output_bytes_total);
     L(env_bytes);
     L(max_snapshots_per_uid);
@@ -113,6 +114,7 @@ static json_t *limits_json(void)
     L(queued_bytes_per_uid);
     L(memory_per_uid);
     L(adopt_wait_ms);
+    L(shutdown_drain_ms);
 #undef L
     return o;
 }

@@ -20,12 +20,6 @@ struct call;
 struct batch;
 struct rpc_conn;
 
-/* How far past session_output_hard the -32005s replacing replies may take a
- * connection (a few hundred bytes each): past it, a client that reads
- * nothing and keeps asking is disconnected as before, and its memory stays
- * bounded. */
-#define CONN_LIMIT_SLACK (64 * 1024)
-
 /* How the protocol layer writes to a connection: the session behind it
  * (session.c). */
 struct rpc_conn_ops {
@@ -34,9 +28,11 @@ struct rpc_conn_ops {
     /* The same, taking text over (malloc'd). */
     void (*send_line_owned)(struct rpc_conn *k, char *text, size_t len);
     /* Queues the -32005 that replaces a reply reply_room had no room for.
-     * It may pass the hard limit by its own size, up to CONN_LIMIT_SLACK
-     * bytes over it, so that the caller learns why instead of being
-     * disconnected for the error meant to spare it that. */
+     * It may pass the hard limit by its own size, up to
+     * limits.session_output_slack bytes over it, so that the caller learns
+     * why instead of being disconnected for the error meant to spare it
+     * that; past the slack, a client that reads nothing and keeps asking is
+     * disconnected as before, and its memory stays bounded. */
     void (*send_limit_line)(struct rpc_conn *k, const char *text, size_t len);
     /* Bytes a reply may still take before the hard limit. */
     size_t (*reply_room)(const struct rpc_conn *k);

@@ -363,7 +363,7 @@ size_t session_output_total(void)
 /* Queues data and a newline. owned: data is a malloc'd buffer the obuf
  * takes over (no copy) and frees; otherwise it is copied. slack: bytes the
  * line may take the session past its limits (a -32005 replacing a reply,
- * CONN_LIMIT_SLACK), 0 for everything else. */
+ * limits.session_output_slack), 0 for everything else. */
 static void append_line(struct session *s, const char *data, size_t len, char *owned,
                         size_t slack)
 {
@@ -426,7 +426,7 @@ void session_send_line_owned(struct session *s, char *text, size_t len)
 void session_send_limit_line(struct session *s, const char *text, size_t len)
 {
     if (s && !(s->flags & SESS_CLOSE_ASAP))
-        append_line(s, text, len, NULL, CONN_LIMIT_SLACK);
+        append_line(s, text, len, NULL, (size_t)D->cfg.session_output_slack);
 }
 
 void session_notify(struct session *s, const char *method, json_t *params)

@@ -62,7 +62,7 @@ void session_send_line(struct session *s, const char *text, size_t len);
  * (a large batch reply); freed in every case. */
 void session_send_line_owned(struct session *s, char *text, size_t len);
 /* Queues the -32005 that replaces a reply with no room: it may take the
- * session up to CONN_LIMIT_SLACK bytes past its limits (conn.h). */
+ * session up to limits.session_output_slack bytes past its limits (conn.h). */
 void session_send_limit_line(struct session *s, const char *text, size_t len);
 /* Sends a notification; params stolen. */
 void session_notify(struct session *s, const char *method, json_t *params);

@@ -38,8 +38,9 @@ cleanup() {
         kill -TERM "$p" 2>/dev/null
         wait "$p" 2>/dev/null
     done
-    # sbxd leaves its unused warm-pool containers to the next sbxd on the
-    # same socket, which removes them; no sbxd comes back to this one.
+    # sbxd removes its unused warm-pool containers at SIGTERM; what it could
+    # not (killed, or past limits.shutdown_drain_ms) the next sbxd on the same
+    # socket would, and none comes back to this one.
     if [ -n "$host" ] && [ "$PRIVATE" != 1 ] && [ -n "$SOCK" ]; then
         ids=$(docker -H "$host" ps -aq --filter label=sbxd.pool --filter "label=sbxd.socket=$SOCK" 2>/dev/null)
         # shellcheck disable=SC2086

@@ -320,6 +320,55 @@ static void test_watch_transport(void)
               n >= 2 && router == n && ended == n);
 }
 
+/* The fake's last Watch exec of path: 1 ended, 0 running, -1 none. */
+static int watch_ended(const char *path)
+{
+    char q[300];
+    snprintf(q, sizeof(q), "\"path\":\"%s\"", path);
+    json_t *all = pt_http_json(CPORT, "GET", "/execs", NULL), *e;
+    size_t i;
+    int ended = -1;
+    json_array_foreach(all, i, e) {
+        const char *a1 =
+            json_string_value(json_array_get(json_object_get(e, "command"), 1));
+        if (a1 && strstr(a1, "\"Watch\"") && strstr(a1, q))
+            ended = !json_is_null(json_object_get(e, "exit_code"));
+    }
+    json_decref(all);
+    return ended;
+}
+
+/* Waits up to ms for the last Watch exec of path to end. */
+static int await_watch_end(const char *path, int ms)
+{
+    for (int i = 0; i < ms / 100; i++) {
+        if (watch_ended(path) == 1)
+            return 1;
+        usleep(100000);
+    }
+    return 0;
+}
+
+/* fs.unwatch while the router fails its stdin EOF (UNAVAILABLE, more times
+ * than a call's quick retries): the EOF goes out again through the retry
+ * budget, so the Watch still ends instead of running its hour. */
+static void test_watch_unwatch_retry(conn *c)
+{
+    json_decref(sh(c, SB, "mkdir -p wq"));
+    json_int_t w = watch(c, "/wq", 0, NULL);
+    usleep(500000);
+    json_decref(pt_http_json(CPORT, "POST", "/fault",
+                             json_pack("{s:{s:s, s:i, s:i}}", "fail_next", "method",
+                                       "TaskExecStdinWrite", "code", 14, "times", 5)));
+    json_decref(
+        call(c, "fs.unwatch", json_pack("{s:s, s:I}", "sandbox", SB, "watch", w)));
+    int ended = await_watch_end("/wq", 15000);
+    test_cond("fs.unwatch whose stdin EOF the router fails 5 times: sent again until "
+              "it goes, and the Watch ends",
+              w > 0 && ended);
+    json_decref(pt_http_json(CPORT, "DELETE", "/faults", NULL));
+}
+
 static void test_watch_errors(conn *c)
 {
     json_t *r =
@@ -548,6 +597,44 @@ static json_t *stdin_write(conn *c, const char *sb, int pid, const char *data, i
                 json_pack("{s:s, s:i, s:s}", "sandbox", sb, "pid", pid, "data", data));
 }
 
+/* SIGTERM to an sbxd that watches: its Watch ends before sbxd exits (the
+ * EOF sent and answered in the shutdown drain) instead of running its hour
+ * after it; the sandbox stays, and the next sbxd destroys it. */
+static void test_watch_shutdown(const char *cmd, const char *tmp)
+{
+    char sock[104];
+    snprintf(sock, sizeof(sock), "%s/mwsd.sock", tmp);
+    pid_t pid = spawn_sbxd(cmd, sock);
+    conn *c = open_retry(sock);
+    json_decref(c ? call(c, "sandbox.create",
+                         json_pack("{s:s, s:s, s:s}", "id", "mwsd", "provider", "modal",
+                                   "working_dir", "/"))
+                  : NULL);
+    json_decref(c ? sh(c, "mwsd", "mkdir -p wsd") : NULL);
+    json_t *r = c ? call(c, "fs.watch",
+                         json_pack("{s:s, s:s}", "sandbox", "mwsd", "path", "/wsd"))
+                  : NULL;
+    int w = res_of(r) != NULL;
+    json_decref(r);
+    usleep(500000);
+    test_cond("shutdown: a watch runs (its Watch exec on the fake)",
+              w && watch_ended("/wsd") == 0);
+    /* the session stays: a watch also ends with its session */
+    double t0 = now_ms();
+    int st = stop_sbxd(pid, SIGTERM);
+    double took = now_ms() - t0;
+    cn_close(c);
+    int ended = await_watch_end("/wsd", 3000);
+    printf("      sbxd exited %d in %.0f ms after SIGTERM\n", st, took);
+    test_cond("shutdown: SIGTERM ends the Watch before sbxd exits (0), not an hour later",
+              st == 0 && ended);
+    pid = spawn_sbxd(cmd, sock);
+    c = open_retry(sock);
+    json_decref(c ? call(c, "sandbox.destroy", json_pack("{s:s}", "id", "mwsd")) : NULL);
+    cn_close(c);
+    stop_sbxd(pid, SIGTERM);
+}
+
 static void test_stdin_restart(const char *cmd, const char *tmp)
 {
     char sock[104];
@@ -674,6 +761,7 @@ int main(int argc, char **argv)
         test_watch_errors(c);
         test_watch_events(c);
         test_watch_transport();
+        test_watch_unwatch_retry(c);
         test_cross_uid();
         test_ttl(c);
     }
@@ -682,9 +770,12 @@ int main(int argc, char **argv)
     test_stop_image_destroyed(c);
     cn_close(c);
     const char *cmd = getenv("PTEST_SBXD_CMD"), *tmp = getenv("PTEST_TMP");
-    if (cmd && tmp)
+    if (cmd && tmp) {
         test_stdin_restart(cmd, tmp);
-    else
+        test_watch_shutdown(cmd, tmp);
+    } else {
         test_skip("stdin across an sbxd restart", "PTEST_SBXD_CMD/PTEST_TMP not set");
+        test_skip("a Watch ends at sbxd's SIGTERM", "PTEST_SBXD_CMD/PTEST_TMP not set");
+    }
     return test_report();
 }

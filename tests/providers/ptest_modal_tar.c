@@ -284,27 +284,130 @@ static void test_credit(conn *c)
     run("rm -f %s/w/zero128", ROOT);
 }
 
-static void test_abort(conn *c)
+/* Starts an archive write of two entries into the fresh directory /w/name,
+ * more to come: its handle (0 if none). */
+static json_int_t write_open(conn *c, const char *name)
 {
-    run("rm -rf %s/w/ab && mkdir -p %s/w/ab", ROOT, ROOT);
-    char *b = two_entries_b64("ok.txt");
+    run("rm -rf %s/w/%s && mkdir -p %s/w/%s", ROOT, name, ROOT, name);
+    char *b = two_entries_b64("ok.txt"), path[64];
+    snprintf(path, sizeof(path), "/w/%s", name);
     json_t *r = call(c, "fs.write",
-                     json_pack("{s:s, s:s, s:s, s:s, s:b}", "sandbox", SB, "path",
-                               "/w/ab", "format", "tar", "data_b64", b, "more", 1));
+                     json_pack("{s:s, s:s, s:s, s:s, s:b}", "sandbox", SB, "path", path,
+                               "format", "tar", "data_b64", b, "more", 1));
     free(b);
     json_int_t h = json_integer_value(json_object_get(res_of(r), "handle"));
     json_decref(r);
-    r = call(c, "fs.write",
-             json_pack("{s:s, s:I, s:b}", "sandbox", SB, "handle", h, "abort", 1));
-    json_decref(r);
-    char n[64] = "";
-    for (int i = 0; i < 100 && strcmp(n, "0"); i++) {
+    return h;
+}
+
+/* Waits up to 10 s for /w/name to be empty; what it holds then ("0": empty)
+ * into n. */
+static void wait_empty(const char *name, char n[64])
+{
+    n[0] = '\0';
+    for (int i = 0; i < 100; i++) {
+        line_of(n, 64, "ls -A %s/w/%s | wc -l", ROOT, name);
+        if (!strcmp(n, "0"))
+            return;
         usleep(100 * 1000);
-        line_of(n, sizeof(n), "ls -A %s/w/ab | wc -l", ROOT);
     }
+}
+
+static void test_abort(conn *c)
+{
+    json_int_t h = write_open(c, "ab");
+    json_decref(
+        call(c, "fs.write",
+             json_pack("{s:s, s:I, s:b}", "sandbox", SB, "handle", h, "abort", 1)));
+    char n[64];
+    wait_empty("ab", n);
     test_cond(
         "an aborted archive write leaves nothing (not even its temporary directory)",
         h > 0 && !strcmp(n, "0"));
+}
+
+/* The fake's last exec of an archive script for path (argv "/bin/sh -c
+ * SCRIPT sbxd-tar-… PATH …"; a new reference), or NULL. */
+static json_t *tar_exec(const char *path)
+{
+    json_t *all = pt_http_json(CPORT, "GET", "/execs", NULL), *found = NULL, *e;
+    size_t i;
+    json_array_foreach(all, i, e) {
+        json_t *cmd = json_object_get(e, "command");
+        const char *a3 = json_string_value(json_array_get(cmd, 3));
+        const char *a4 = json_string_value(json_array_get(cmd, 4));
+        if (a3 && !strncmp(a3, "sbxd-tar", 8) && a4 && !strcmp(a4, path)) {
+            json_decref(found);
+            found = json_incref(e);
+        }
+    }
+    json_decref(all);
+    return found;
+}
+
+/* Waits up to 10 s for that exec to end: its exit code, or -1. */
+static int tar_exit(const char *path)
+{
+    for (int i = 0; i < 100; i++) {
+        json_t *e = tar_exec(path);
+        json_t *code = json_object_get(e, "exit_code");
+        int ended = json_is_integer(code), v = (int)json_integer_value(code);
+        json_decref(e);
+        if (ended)
+            return v;
+        usleep(100 * 1000);
+    }
+    return -1;
+}
+
+/* An archive read abandoned before its eof (its session closed while tar
+ * waits for the reader) has its tar killed, not left to its exec's hour. */
+static void test_abandon_read(void)
+{
+    run("head -c 134217728 /dev/zero > %s/w/zab", ROOT);
+    conn *c2 = cn_open(SOCK);
+    json_t *r = c2 ? call(c2, "fs.read",
+                          json_pack("{s:s, s:s, s:s, s:i}", "sandbox", SB, "path",
+                                    "/w/zab", "format", "tar", "length", 65536))
+                   : NULL;
+    json_int_t h = json_integer_value(json_object_get(res_of(r), "handle"));
+    json_decref(r);
+    usleep(1000 * 1000);
+    json_t *e = tar_exec("/w/zab");
+    int waiting = e && json_is_null(json_object_get(e, "exit_code"));
+    json_decref(e);
+    test_cond("an archive read by handle: its tar waits for the reader",
+              h > 0 && waiting);
+    cn_close(c2);
+    int code = tar_exit("/w/zab");
+    printf("      the abandoned archive's script exited %d\n", code);
+    test_cond(
+        "its session gone before eof: the sandbox's tar is killed (137 within 10 s)",
+        code == 137);
+    run("rm -f %s/w/zab", ROOT);
+}
+
+/* An archive write whose next chunk fails (a router error, not an abort) has
+ * its tar terminated: the script still removes what it extracted. */
+static void test_abandon_write(conn *c)
+{
+    json_int_t h = write_open(c, "wab");
+    json_decref(pt_http_json(CPORT, "POST", "/fault",
+                             json_pack("{s:{s:s, s:i, s:i}}", "fail_next", "method",
+                                       "TaskExecStdinWrite", "code", 3, "times", 1)));
+    json_t *r = call(c, "fs.write",
+                     json_pack("{s:s, s:I, s:s, s:b}", "sandbox", SB, "handle", h, "data",
+                               "more bytes", "more", 1));
+    int failed = err_code(r) != 0;
+    json_decref(r);
+    int code = tar_exit("/w/wab");
+    char n[64];
+    wait_empty("wab", n);
+    printf("      the failed write's script exited %d, %s entries left\n", code, n);
+    test_cond("an archive write whose chunk failed: its tar ends and leaves nothing (not "
+              "even its temporary directory)",
+              h > 0 && failed && code >= 0 && !strcmp(n, "0"));
+    json_decref(pt_http_json(CPORT, "DELETE", "/faults", NULL));
 }
 
 static void test_big(void)
@@ -400,6 +503,8 @@ int main(int argc, char **argv)
     test_errors(c);
     test_credit(c);
     test_abort(c);
+    test_abandon_read();
+    test_abandon_write(c);
     test_cross_uid();
     test_big();
     json_decref(call(c, "sandbox.destroy", json_pack("{s:s}", "id", SB)));

@@ -371,6 +371,52 @@ static void test_sizes(void)
     err_clear(&err);
 }
 
+/* ---- limits that were constants ------------------------------------------ */
+
+/* limits.session_output_slack was CONN_LIMIT_SLACK (rpc/conn.h): the same
+ * default, now a bounded key. */
+static void test_output_slack(void)
+{
+    struct sbx_config cfg;
+    sbx_err_t err = {0};
+    config_init_defaults(&cfg);
+    test_cond("default session_output_slack 64 KiB (the old constant)",
+              cfg.session_output_slack == 64 * 1024);
+    config_deinit(&cfg);
+    int ret = load_str(&cfg, "limits:\n  session_output_slack: 1M\n", &err);
+    test_cond("limits.session_output_slack takes a size",
+              ret == 0 && cfg.session_output_slack == MIB);
+    config_deinit(&cfg);
+    err_clear(&err);
+    test_cond("limits.session_output_slack below 1k is refused",
+              fails_with("limits:\n  session_output_slack: 512\n",
+                         "key 'limits.session_output_slack': '512' is out of range "
+                         "(1k..64M)"));
+    test_cond("limits.session_output_slack above 64M is refused",
+              fails_with("limits:\n  session_output_slack: 65M\n",
+                         "key 'limits.session_output_slack': '65M' is out of range"));
+}
+
+/* limits.shutdown_drain_ms: how long SIGTERM lets the providers drain;
+ * bounded below systemd's TimeoutStopSec (30 s). */
+static void test_shutdown_drain(void)
+{
+    struct sbx_config cfg;
+    sbx_err_t err = {0};
+    config_init_defaults(&cfg);
+    test_cond("default shutdown_drain_ms 10000", cfg.shutdown_drain_ms == 10000);
+    config_deinit(&cfg);
+    int ret = load_str(&cfg, "limits:\n  shutdown_drain_ms: 0\n", &err);
+    test_cond("limits.shutdown_drain_ms 0 (no drain) loads",
+              ret == 0 && cfg.shutdown_drain_ms == 0);
+    config_deinit(&cfg);
+    err_clear(&err);
+    test_cond("limits.shutdown_drain_ms above 20000 is refused",
+              fails_with("limits:\n  shutdown_drain_ms: 20001\n",
+                         "key 'limits.shutdown_drain_ms': '20001' is out of range "
+                         "(0..20000)"));
+}
+
 /* ---- octal modes ------------------------------------------------------------ */
 
 static void test_modes(void)
@@ -820,7 +866,8 @@ static void test_sample(const char *sample)
                   cfg.snapshot_bytes_per_uid == def.snapshot_bytes_per_uid &&
                   cfg.max_memory_limit_mb == def.max_memory_limit_mb &&
                   cfg.op_timeout_ms == def.op_timeout_ms &&
-                  cfg.agent_log_lines_per_s == def.agent_log_lines_per_s);
+                  cfg.agent_log_lines_per_s == def.agent_log_lines_per_s &&
+                  cfg.session_output_slack == def.session_output_slack);
     config_deinit(&def);
     test_cond("sample modal has no credentials",
               !prov_key(&cfg, "modal", "token_id") &&
@@ -964,6 +1011,8 @@ int main(int argc, char **argv)
     test_defaults();
     test_core_keys();
     test_sizes();
+    test_output_slack();
+    test_shutdown_drain();
     test_modes();
     test_providers();
     test_errors();

@@ -68,23 +68,28 @@ static void test_argv(void)
     fc.args = json_pack("{s:s, s:s, s:s, s:b}", "path", "/w/a b", "format", "tar", "name",
                         "x&y|z\\", "follow", 1);
     size_t n = 0;
-    char **a = modal_fstar_argv(&fc, &n);
-    test_cond("a read: sh -c SCRIPT sbxd-tar PATH TRANSFORM FOLLOW",
-              a && n == 7 && !strcmp(a[0], "/bin/sh") && !strcmp(a[3], "sbxd-tar") &&
+    char **a = modal_fstar_argv(&fc, "sbxd-tar-t1", &n);
+    test_cond("a read: sh -c SCRIPT sbxd-tar-TAG PATH TRANSFORM FOLLOW",
+              a && n == 7 && !strcmp(a[0], "/bin/sh") && !strcmp(a[3], "sbxd-tar-t1") &&
                   !strcmp(a[4], "/w/a b") && !strcmp(a[6], "1"));
+    /* the tagged shell stays while tar runs, so modal_kill_send finds it */
+    test_cond("a read's script runs tar as its child, not exec'd in its place",
+              a && !strstr(a[2], "exec tar") && strstr(a[2], "\nexit $?\n"));
     test_eq_str("the top entry's name is escaped in the transform", a ? a[5] : "",
                 "s|^[^/]*|x\\&y\\|z\\\\|rhS");
     modal_fs_mv_argv_free(a, n);
     json_decref(fc.args);
     fc.op = FS_OP_WRITE;
     fc.args = json_pack("{s:s, s:s}", "path", "/w", "format", "tar");
-    a = modal_fstar_argv(&fc, &n);
-    test_cond("a write: sh -c SCRIPT sbxd-tar DIR", a && n == 5 && !strcmp(a[4], "/w"));
+    a = modal_fstar_argv(&fc, "sbxd-tar-t2", &n);
+    test_cond("a write: sh -c SCRIPT sbxd-tar-TAG DIR",
+              a && n == 5 && !strcmp(a[3], "sbxd-tar-t2") && !strcmp(a[4], "/w"));
     test_cond("it is an archive", modal_fstar_is(&fc));
     modal_fs_mv_argv_free(a, n);
     json_decref(fc.args);
     fc.args = json_pack("{s:s}", "path", "w");
-    test_cond("a relative path is refused", modal_fstar_argv(&fc, &n) == NULL);
+    test_cond("a relative path is refused",
+              modal_fstar_argv(&fc, "sbxd-tar-t3", &n) == NULL);
     test_cond("no format: no archive", !modal_fstar_is(&fc));
     json_decref(fc.args);
 }

@@ -1129,6 +1129,7 @@ const struct sbx_provider sbx_provider_docker = {
     .restart_on_call = 1,
     .load = d_load,
     .unload = d_unload,
+    .shutdown_drain = dkp_shutdown_drain, /* docker_pool.c: the warm pools go */
     .available = d_available,
     .info = d_info,
     .sb_start = d_sb_start,

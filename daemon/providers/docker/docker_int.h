@@ -504,6 +504,9 @@ void dkp_refill(struct dk_prov *dp);
  * cid, its env (new reference) into *env; the pool's name, or NULL. */
 const char *dkp_take(struct dk_prov *dp, json_t *opts, char *cid, size_t n, json_t **env);
 json_t *dkp_info(struct dk_prov *dp);
+/* The provider's shutdown_drain (provider.h; cookie is the dk_prov): the
+ * pools' unused containers and those being filled are removed. */
+int dkp_shutdown_drain(void *cookie, void (*done)(void *data), void *data);
 /* Adopts a container from a /containers/json entry (labels sbxd.id, owner, conf). */
 void dk_adopt_entry(struct dk_prov *dp, json_t *c);
 

@@ -9,8 +9,10 @@
  * checked on the taker's effective options before the take (d_sb_start), so
  * a pool never hands out more than its taker may have. Refill runs in the
  * background after each take; a failed fill is retried after a pause.
- * Containers of a pool are labelled sbxd.pool (and sbxd.socket); unused ones
- * left by an earlier sbxd are removed when the engine comes up. A taken one
+ * Containers of a pool are labelled sbxd.pool (and sbxd.socket); at
+ * shutdown sbxd removes its unused ones and those being filled
+ * (dkp_shutdown_drain), and those an earlier sbxd still left (killed, or
+ * past limits.shutdown_drain_ms) are removed when the engine comes up. A taken one
  * is recorded in a claim (a volume sbxd-claim-<id> with sbxd's labels): the
  * only thing a restarted sbxd adopts it from.
  */
@@ -54,6 +56,14 @@ struct fill {
 /* Fills in flight (their engine requests are cancelled at unload without a
  * callback). One Docker provider per daemon. */
 static struct fill *fills;
+
+/* The shutdown drain (dkp_shutdown_drain): on from SIGTERM; pending counts
+ * its removals in flight; done is called once nothing is left. */
+static struct {
+    int on, pending;
+    void (*done)(void *data);
+    void *data;
+} drain;
 
 static void fill_link(struct fill *f)
 {
@@ -148,6 +158,7 @@ void dkp_unload(struct dk_prov *dp)
     ev_timer_stop(D->loop, &dp->pool_timer);
     while (fills)
         fill_free(fills);
+    memset(&drain, 0, sizeof(drain)); /* its requests were cancelled with the rest */
     for (int i = 0; i < dp->npools; i++) {
         struct dk_pool *pl = dp->pools[i];
         if (!pl)
@@ -201,9 +212,15 @@ static void fill_failed(struct fill *f, struct dk_resp *r, const char *what)
     }
 }
 
+static void drain_fill(struct fill *f, struct dk_resp *r);
+
 static void fill_done(struct dk_resp *r, void *data)
 {
     struct fill *f = data;
+    if (drain.on) {
+        drain_fill(f, r);
+        return;
+    }
     switch (f->step) {
     case 0:
         if (r->status != 201 || !json_string_value(json_object_get(r->json, "Id"))) {
@@ -315,7 +332,7 @@ static void fill_next(struct fill *f)
 /* Starts fills until every pool has size containers ready or on the way. */
 void dkp_refill(struct dk_prov *dp)
 {
-    if (!dp->eng.up || !dp->pools_clean || !dp->agent_tar)
+    if (!dp->eng.up || !dp->pools_clean || !dp->agent_tar || drain.on)
         return;
     for (int i = 0; i < dp->npools; i++) {
         struct dk_pool *pl = dp->pools[i];
@@ -492,6 +509,8 @@ static int same_container(json_t *a, json_t *b)
 
 const char *dkp_take(struct dk_prov *dp, json_t *opts, char *cid, size_t n, json_t **env)
 {
+    if (drain.on)
+        return NULL; /* what the pools held is being removed */
     for (int i = 0; i < dp->npools; i++) {
         struct dk_pool *pl = dp->pools[i];
         if (!pl->items || !same_container(pl->opts, opts))
@@ -528,4 +547,82 @@ json_t *dkp_info(struct dk_prov *dp)
                                            "failed", pl->failed));
     }
     return a;
+}
+
+/* ---- draining at shutdown ------------------------------------------------------- */
+
+static void drain_check(void)
+{
+    if (!drain.on || drain.pending > 0 || fills || !drain.done)
+        return;
+    void (*done)(void *) = drain.done;
+    drain.done = NULL;
+    log_info("docker: the warm pools' containers are removed");
+    done(drain.data);
+}
+
+static void drain_removed(struct dk_resp *r, void *data)
+{
+    (void)data;
+    if (r->status >= 300 && r->status != 404)
+        log_warn("docker: removing a pool container at shutdown failed: %s",
+                 r->errmsg ? r->errmsg : "?");
+    drain.pending--;
+    drain_check();
+}
+
+static void drain_remove(struct dk_prov *dp, const char *cid)
+{
+    char *path = dkapi_path(&dp->eng, "/containers/%s?force=1&v=1", cid);
+    if (dkapi_call(&dp->eng, &dp->misc, "DELETE", path, NULL, DK_CALL_TIMEOUT_MS,
+                   drain_removed, NULL))
+        drain.pending++;
+    else
+        log_warn("docker: pool container %.12s left at shutdown (no engine request)",
+                 cid);
+    free(path);
+}
+
+/* A fill whose engine request answered during the drain: what it made goes
+ * (a create that answered names its container). */
+static void drain_fill(struct fill *f, struct dk_resp *r)
+{
+    const char *id = json_string_value(json_object_get(r->json, "Id"));
+    if (!f->cid[0] && f->step == 0 && r->status == 201 && id)
+        snprintf(f->cid, sizeof(f->cid), "%s", id);
+    if (f->cid[0])
+        drain_remove(f->dp, f->cid);
+    f->pl->filling--;
+    fill_free(f);
+    drain_check();
+}
+
+int dkp_shutdown_drain(void *cookie, void (*done)(void *data), void *data)
+{
+    struct dk_prov *dp = cookie;
+    drain.on = 1;
+    ev_timer_stop(D->loop, &dp->pool_timer);
+    int n = 0;
+    for (int i = 0; i < dp->npools; i++) {
+        struct dk_pool *pl = dp->pools[i];
+        while (pl->items) {
+            struct pool_item *it = pl->items;
+            pl->items = it->next;
+            drain_remove(dp, it->cid);
+            item_free(it);
+            n++;
+        }
+        pl->ready = 0;
+    }
+    if (!drain.pending && !fills)
+        return 0;
+    int nf = 0;
+    for (struct fill *f = fills; f; f = f->next)
+        nf++;
+    log_info("docker: shutdown: removing %d unused warm-pool container(s) and the %d "
+             "being filled",
+             n, nf);
+    drain.done = done;
+    drain.data = data;
+    return 1;
 }

@@ -395,6 +395,25 @@ static int m_load(json_t *conf, void **cookie, sbx_err_t *err)
     return 0;
 }
 
+/* SIGTERM: what runs in the sandboxes for sbxd alone ends (running tar
+ * archives, fs.watch's Watch execs), or it would run on for up to an hour
+ * after sbxd; processes stay (a restarted sbxd adopts them). */
+static struct mdrain drain;
+
+static int m_shutdown_drain(void *cookie, void (*done)(void *data), void *data)
+{
+    struct mprov *mp = cookie;
+    drain = (struct mdrain){0};
+    for (struct msb *ms = mp->all; ms; ms = ms->all_next)
+        modal_fs_drain(ms, &drain);
+    if (!drain.pending)
+        return 0;
+    log_info("modal: shutdown: ending %d archive or watch exec(s)", drain.pending);
+    drain.done = done;
+    drain.data = data;
+    return 1;
+}
+
 static void m_unload(void *cookie)
 {
     struct mprov *mp = cookie;
@@ -490,6 +509,7 @@ const struct sbx_provider sbx_provider_modal = {
     .enabled_by_default = 1,
     .load = m_load,
     .unload = m_unload,
+    .shutdown_drain = m_shutdown_drain,
     .available = m_available,
     .info = m_info,
     .sb_start = modal_life_start,

@@ -23,6 +23,8 @@
  * (modal_fs_parse_*) check every field and are fuzzed (tests/fuzz/fuzz_modal_fs.c).
  */
 #include <ctype.h>
+#include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -77,9 +79,13 @@ struct mfs {
     char *cur;
     int hops;
     /* An archive (format "tar", modal_fstar.c): a read is a handle too, its
-     * stdout read from out_off a chunk per call; cnt counts the entries. */
+     * stdout read from out_off a chunk per call; cnt counts the entries.
+     * argv0 tags its script ("sbxd-tar-<exec id>") for modal_kill_send;
+     * exited: its TaskExecWait gave the exit (nothing of it runs any more). */
     int tar;
     struct mtar_count cnt;
+    char argv0[64];
+    int exited;
 };
 
 /* -- one operation ------------------------------------------------------------ */
@@ -87,9 +93,32 @@ struct mfs {
 static void step_next(struct mfs *f);
 static int advance(struct mfs *f, const char *en);
 
+/* modal_fs_release_all is ending everything: the sandbox goes with it. */
+static int releasing;
+
+/* An archive that ends here while its tar may still run (its client left
+ * before eof, a call failed, the idle handle expired) is ended in the
+ * sandbox, or it would run on to its end or its exec's timeout (an hour): a
+ * get's whole tree is killed; a put that never got EOF (an abort sends bad
+ * bytes and EOF instead, abandon below) has its tar terminated, so that its
+ * script still removes what it extracted. At shutdown (d: the drain counts
+ * the killer) every running archive ends so. */
+static void end_tar(struct mfs *f, struct mdrain *d)
+{
+    struct msb *ms = f->ms;
+    if (!f->tar || !f->exec_id[0] || f->exited || !ms || releasing || !ms->task_id ||
+        ms->dead || (f->op == FS_OP_WRITE && f->in_eof))
+        return;
+    log_debug("modal: sandbox %s: an archive %s ended before its tar: ending %s",
+              ms->sb->id, f->op == FS_OP_READ ? "read" : "write", f->argv0);
+    modal_kill_send(ms, f->argv0 + 5, f->op == FS_OP_READ ? SIGKILL : SIGTERM, d);
+    f->exited = 1; /* once */
+}
+
 static void mfs_free(struct mfs *f)
 {
     struct msb *ms = f->ms;
+    end_tar(f, NULL);
     if (ms) {
         if (f->prev)
             f->prev->next = f->next;
@@ -456,6 +485,7 @@ static void wait_done(struct grpc_call *c, const struct grpc_status *st,
     if (rpc_failed(f, st, "TaskExecWait (modal-sandbox-fs-tools)"))
         return;
     int code = modal_exec_wait_code(st, msg, len);
+    f->exited = 1;
     /* GNU tar's 1 on a read: a file changed while it was read (a warning) */
     if (code == 0 || (f->tar && f->op == FS_OP_READ && code == 1)) {
         answer(f);
@@ -476,6 +506,7 @@ static void start_exec(struct mfs *f)
     if (!f->exec_id[0]) {
         modal_uuid4(f->exec_id);
         modal_set_str(&f->task, ms->task_id);
+        snprintf(f->argv0, sizeof(f->argv0), "sbxd-tar-%s", f->exec_id);
     }
     char *argv[2] = {(char *)MFS_TOOL, f->cmd};
     Modal__TaskCommandRouter__TaskExecStartRequest req =
@@ -488,7 +519,7 @@ static void start_exec(struct mfs *f)
     if (f->op == FS_OP_RENAME || f->tar) {
         /* The tool has no rename nor archives: a shell script from /
          * (modal_fsmv.c, modal_fstar.c). */
-        mv = f->tar ? modal_fstar_argv(f->fc, &req.n_command_args)
+        mv = f->tar ? modal_fstar_argv(f->fc, f->argv0, &req.n_command_args)
                     : modal_fs_mv_argv(f->fc, &req.n_command_args);
         req.command_args = mv;
         req._workdir_case =
@@ -828,6 +859,7 @@ void modal_fs_release(void *cookie, struct sandbox *sb, uint64_t handle, void *h
 void modal_fs_release_all(struct msb *ms, const char *why)
 {
     modal_fswatch_release_all(ms);
+    releasing = 1;
     while (ms->fs_ops) {
         struct mfs *f = ms->fs_ops;
         if (f->fc) {
@@ -845,4 +877,12 @@ void modal_fs_release_all(struct msb *ms, const char *why)
             mfs_free(f);
         }
     }
+    releasing = 0;
+}
+
+void modal_fs_drain(struct msb *ms, struct mdrain *d)
+{
+    modal_fswatch_drain(ms, d);
+    for (struct mfs *f = ms->fs_ops; f; f = f->next)
+        end_tar(f, d);
 }

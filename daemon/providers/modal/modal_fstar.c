@@ -28,6 +28,12 @@
  * (modal_fs_mv_error). The scripts take paths as ./PATH from the exec's
  * workdir / (so they also run in the fake, whose sandboxes are folders).
  *
+ * Each script's $0 is "sbxd-<tag>" and stays in its shell's argv while tar
+ * runs (tar is never exec'd in its place: "exit $?" follows it), so an
+ * archive its client abandons is ended by that tag (modal_kill.c): a get's
+ * whole tree is killed, a put's tar is terminated, so that its script
+ * still removes what it extracted.
+ *
  * The entries an answer counts are counted here from the archive's headers
  * as its bytes pass (the client's stream or tar's output: untrusted, only
  * counted, never trusted for sizes of anything sbxd keeps).
@@ -49,8 +55,9 @@ static const char TAR_GET[] =
     "case $p in */*) d=${p%/*} b=${p##*/} ;; *) d=. b=$p ;; esac\n"
     "[ -n \"$d\" ] || d=/\n"
     "export LC_ALL=C\n"
-    "exec tar -c -f - --hard-dereference --numeric-owner ${x:+\"--transform=$x\"} "
-    "-C \"$d\" -- \"$b\"\n";
+    "tar -c -f - --hard-dereference --numeric-owner ${x:+\"--transform=$x\"} "
+    "-C \"$d\" -- \"$b\"\n"
+    "exit $?\n";
 
 static const char TAR_PUT[] =
     "d=.$1\n"
@@ -124,7 +131,7 @@ static void base_of(const char *p, char *out, size_t cap)
     snprintf(out, cap, "%.*s", (int)(n - (size_t)(b - p)), b);
 }
 
-char **modal_fstar_argv(struct fs_call *fc, size_t *n_out)
+char **modal_fstar_argv(struct fs_call *fc, const char *argv0, size_t *n_out)
 {
     json_t *a = fc->args;
     const char *p = json_string_value(json_object_get(a, "path"));
@@ -133,7 +140,7 @@ char **modal_fstar_argv(struct fs_call *fc, size_t *n_out)
     char **argv = xcalloc(7, sizeof(*argv));
     argv[0] = xstrdup("/bin/sh");
     argv[1] = xstrdup("-c");
-    argv[3] = xstrdup("sbxd-tar");
+    argv[3] = xstrdup(argv0);
     argv[4] = xstrdup(p);
     if (fc->op == FS_OP_WRITE) {
         argv[2] = xstrdup(TAR_PUT);

@@ -509,8 +509,9 @@ static void eof_done(struct grpc_call *c, const struct grpc_status *st,
                   st->message);
 }
 
-/* Stops w's tool the SDK's way (its stdin closed), nobody waits; frees w. */
-static void stop(struct mwatch *w)
+/* Stops w's tool the SDK's way (its stdin closed); frees w. Nobody waits
+ * for the EOF, but the shutdown drain d (NULL: none) counts it. */
+static void stop(struct mwatch *w, struct mdrain *d)
 {
     struct msb *ms = w->ms;
     if (w->phase == MW_RUN && w->exec_id[0] && w->task && ms->router && ms->rt_auth) {
@@ -519,8 +520,14 @@ static void stop(struct mwatch *w)
         rq.task_id = w->task;
         rq.exec_id = w->exec_id;
         rq.eof = 1;
-        modal_router_unary(ms, "TaskExecStdinWrite", &rq.base, UNARY_TIMEOUT_S, eof_done,
-                           NULL);
+        /* Retried through router failures for the whole budget (an EOF
+         * again does no harm): an EOF lost would leave the Watch running
+         * for its MW_EXEC_S. */
+        struct grpc_call *c =
+            modal_router_unary(ms, "TaskExecStdinWrite", &rq.base, UNARY_TIMEOUT_S,
+                               d ? modal_drain_done : eof_done, d);
+        grpc_call_retry_budget(c, ms->mp->retry_budget_s);
+        modal_drain_count(d, c);
     }
     mw_free(w);
 }
@@ -529,7 +536,7 @@ void modal_fswatch_release(struct msb *ms, void *hdata)
 {
     for (struct mwatch *w = ms->watches; w; w = w->next)
         if (w == hdata) {
-            stop(w);
+            stop(w, NULL);
             return;
         }
 }
@@ -543,7 +550,20 @@ void modal_fswatch_release_all(struct msb *ms)
             err_make(&err, SBX_E_STATE, "modal: the sandbox went away");
             answer(w, &err);
         } else {
-            stop(w);
+            stop(w, NULL);
         }
+    }
+}
+
+void modal_fswatch_drain(struct msb *ms, struct mdrain *d)
+{
+    /* An sbxd that stops cannot unwatch later: each Watch would run its
+     * MW_EXEC_S. The core's handles forget w without touching it (it is
+     * no longer in ms->watches); one still being answered is left. */
+    struct mwatch *w = ms->watches, *next;
+    for (; w; w = next) {
+        next = w->next;
+        if (!w->fc)
+            stop(w, d);
     }
 }

@@ -23,6 +23,8 @@
  *   modal_pout.c     modal_pout_       a process's output streams, its wait
  *                                      and its exit report
  *   modal_stdin.c    modal_stdin_      a process's stdin, also after a restart
+ *   modal_kill.c     modal_kill_       the killer exec that ends a tagged
+ *                                      command (processes, tar archives)
  *   modal_fs.c       modal_fs_         fs.* through the filesystem tool
  *   modal_fsmv.c     modal_fs_mv_      fs.rename's helper
  *   modal_fstar.c    modal_fstar_      tar archives' helper (fs.read/fs.write
@@ -569,6 +571,27 @@ void modal_router_metadata(struct msb *ms, json_t *o);
 /** Frees every router channel (provider unload). */
 void modal_router_unload(struct mprov *mp);
 
+/* ---- modal_kill.c: ending a tagged command ------------------------------------- */
+
+/* The provider's shutdown_drain: calls sent at SIGTERM that sbxd waits for
+ * (a tar's killer, a Watch's EOF); done(data) once the last one answered. */
+struct mdrain {
+    int pending;
+    void (*done)(void *data);
+    void *data;
+};
+/** Runs the killer for tag (the command's shell has $0 "sbxd-<tag>") with
+ * signal sig in ms's task. On the router when the sandbox uses it (a fresh
+ * exec id, output discarded), else ContainerExec; retried through outages
+ * for the retry budget. Nobody waits for it, unless d (the shutdown drain)
+ * counts it. */
+void modal_kill_send(struct msb *ms, const char *tag, int sig, struct mdrain *d);
+/** A call's callback (privdata d) for the shutdown drain's calls. */
+void modal_drain_done(struct grpc_call *c, const struct grpc_status *st,
+                      const uint8_t *msg, size_t len, void *privdata);
+/** Counts call c (NULL: it was never sent) in d (NULL: no drain). */
+void modal_drain_count(struct mdrain *d, struct grpc_call *c);
+
 /* ---- modal_fs.c: files (fs.*) through modal-sandbox-fs-tools ------------------- */
 
 /** modal_router_use for fs.* on ms: 1, -1; 0: modal_fs_router_ready(ms) follows. */
@@ -579,6 +602,9 @@ int modal_fs_call(void *cookie, struct fs_call *fc, sbx_err_t *err);
 void modal_fs_release(void *cookie, struct sandbox *sb, uint64_t handle, void *hdata);
 /** Ends every fs operation of ms (it is released) with why. */
 void modal_fs_release_all(struct msb *ms, const char *why);
+/** At shutdown: ms's running archives get their killer and its watches
+ * their EOF, counted in d (the watches' records are freed). */
+void modal_fs_drain(struct msb *ms, struct mdrain *d);
 /* ---- modal_fsmv.c, modal_fswatch.c: fs.rename and fs.watch ----------------------- */
 
 /** 1 if fc (an fs.rename) has the absolute path and to the helper needs. */
@@ -603,8 +629,9 @@ struct mtar_count {
 /** 1 if fc asks for an archive (args.format "tar"). */
 int modal_fstar_is(const struct fs_call *fc);
 /** The exec's argv for the archive fc (a get or a put: a shell script running
- * tar), n in *n_out; NULL if bad. Freed with modal_fs_mv_argv_free. */
-char **modal_fstar_argv(struct fs_call *fc, size_t *n_out);
+ * tar, whose $0 is argv0, "sbxd-<tag>" for modal_kill_send), n in *n_out;
+ * NULL if bad. Freed with modal_fs_mv_argv_free. */
+char **modal_fstar_argv(struct fs_call *fc, const char *argv0, size_t *n_out);
 /** Bytes that make an unfinished put's tar fail (sent with EOF on an abort). */
 const uint8_t *modal_fstar_poison(size_t *n_out);
 /** Counts the entries whose headers are in d (the next n bytes of a stream). */
@@ -617,6 +644,8 @@ void modal_fswatch_router_ready(struct msb *ms, const char *failure);
 void modal_fswatch_release(struct msb *ms, void *hdata);
 /** Every watch of ms ends (it is released). */
 void modal_fswatch_release_all(struct msb *ms);
+/** At shutdown: every running Watch of ms gets its EOF, counted in d. */
+void modal_fswatch_drain(struct msb *ms, struct mdrain *d);
 
 /* ---- modal_fs_parse.c: the tool's output (untrusted; tests/fuzz/fuzz_modal_fs.c) - */
 

@@ -50,49 +50,9 @@
 
 /* Runs the command as a child of a shell whose argv carries the process's tag
  * ($0 = "sbxd-<tag>"), so that a second exec can find that shell and end its
- * process group or tree. Two commands, so no shell execs the last one away. */
+ * process group or tree (modal_kill.c). Two commands, so no shell execs the
+ * last one away. */
 static const char WRAPPER[] = "\"$@\"; exit $?";
-
-/* Signals what runs below the wrapper tagged $0 with signal $1. SIGKILL ends
- * the wrapper's process group (when it leads one) and its whole process tree,
- * found through /proc and stopped first so nothing forks away in between.
- * Other signals go to the tree below the wrapper only: the wrapper then exits
- * with its child's status, as if the command had been signalled directly.
- * The pattern "sbx[d]-TAG" matches the wrapper's argv but neither grep's nor
- * this shell's. */
-static const char KILLER[] =
-    "s=$1; p=; i=0\n"
-    "while [ -z \"$p\" ] && [ $i -lt 20 ]; do\n"
-    "  for f in $(grep -lsa \"sbx[d]-$0\" /proc/[0-9]*/cmdline 2>/dev/null); do\n"
-    "    x=${f#/proc/}; x=${x%/cmdline}\n"
-    "    [ \"$x\" != \"$$\" ] && p=$x && break\n"
-    "  done\n"
-    "  [ -n \"$p\" ] || { sleep 0.1; i=$((i+1)); }\n"
-    "done\n"
-    "case \"$p\" in ''|*[!0-9]*) exit 0;; esac\n"
-    "t=\" $p \"\n"
-    "scan() {\n"
-    "  c=1; n=0\n"
-    "  while [ $c = 1 ] && [ $n -lt 8 ]; do\n"
-    "    c=0; n=$((n+1))\n"
-    "    for x in /proc/[0-9]*; do\n"
-    "      y=${x#/proc/}\n"
-    "      case \"$t\" in *\" $y \"*) continue;; esac\n"
-    "      { read -r l <\"$x/stat\"; } 2>/dev/null || continue\n"
-    "      set -- ${l##*) }\n"
-    "      case \"$t\" in *\" $2 \"*) t=\"$t$y \"; c=1;; esac\n"
-    "    done\n"
-    "  done\n"
-    "}\n"
-    "scan\n"
-    "g=\n"
-    "if { read -r l <\"/proc/$p/stat\"; } 2>/dev/null; then set -- ${l##*) }; "
-    "[ \"$3\" = \"$p\" ] && g=$p; fi\n"
-    "if [ \"$s\" = 9 ]; then [ -n \"$g\" ] && kill -STOP -- -$g 2>/dev/null; "
-    "kill -STOP $t 2>/dev/null; scan; fi\n"
-    "if [ \"$s\" = 9 ]; then [ -n \"$g\" ] && kill -9 -- -$g 2>/dev/null; kill -9 $t "
-    "2>/dev/null\n"
-    "else t=${t# $p }; [ -n \"$t\" ] && kill -$s $t 2>/dev/null; fi\n";
 
 static void exec_start(struct mproc *m);
 
@@ -100,53 +60,6 @@ static void exec_start(struct mproc *m);
  * generated names are longer than a line. */
 #define RT_FD_STDOUT ((Modal__TaskCommandRouter__TaskExecStdioFileDescriptor)0)
 #define RT_FD_STDERR ((Modal__TaskCommandRouter__TaskExecStdioFileDescriptor)1)
-
-static void fire_and_forget_done(struct grpc_call *c, const struct grpc_status *st,
-                                 const uint8_t *msg, size_t len, void *privdata)
-{
-    if (st->code != GRPC_OK)
-        log_warn("modal: kill exec failed: %s: %s", grpc_code_name(st->code),
-                 st->message);
-}
-
-/* Runs the killer for tag with sig in the sandbox's task; nobody waits for it.
- * On the router when the sandbox uses it: a fresh exec id, output discarded. */
-static void send_killer(struct msb *ms, const char *tag, int sig)
-{
-    struct mprov *mp = ms->mp;
-    const char *task_id = ms->task_id;
-    char signum[16];
-    snprintf(signum, sizeof(signum), "%d", sig);
-    char a0[] = "sh", a1[] = "-c";
-    char *argv[] = {a0, a1, (char *)KILLER, (char *)tag, signum};
-    if (ms->rt_mode == RT_ON && ms->rt_task && strcmp(ms->rt_task, task_id) == 0) {
-        char id[40];
-        modal_uuid4(id);
-        Modal__TaskCommandRouter__TaskExecStartRequest rq =
-            MODAL__TASK_COMMAND_ROUTER__TASK_EXEC_START_REQUEST__INIT;
-        rq.task_id = (char *)task_id;
-        rq.exec_id = id;
-        rq.command_args = argv;
-        rq.n_command_args = 5;
-        rq._timeout_secs_case =
-            MODAL__TASK_COMMAND_ROUTER__TASK_EXEC_START_REQUEST___TIMEOUT_SECS_TIMEOUT_SECS;
-        rq.timeout_secs = 30;
-        grpc_call_retry_budget(modal_router_unary(ms, "TaskExecStart", &rq.base,
-                                                  UNARY_TIMEOUT_S, fire_and_forget_done,
-                                                  NULL),
-                               mp->retry_budget_s);
-        return;
-    }
-    Modal__Client__ContainerExecRequest req = MODAL__CLIENT__CONTAINER_EXEC_REQUEST__INIT;
-    req.task_id = (char *)task_id;
-    req.command = argv;
-    req.n_command = 5;
-    req.timeout_secs = 30;
-    /* Killing twice does no harm: this one may retry through an outage. */
-    grpc_call_retry_budget(grpc_unary(&mp->ch, "ContainerExec", &req.base,
-                                      UNARY_TIMEOUT_S, fire_and_forget_done, NULL),
-                           mp->retry_budget_s);
-}
 
 static void kill_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
 {
@@ -156,7 +69,7 @@ static void kill_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
     if (m->kill_sig != SIGKILL && !m->kill_escalated && m->exec_id && m->ms->task_id) {
         /* It ignored the signal: the process must end. */
         m->kill_escalated = 1;
-        send_killer(m->ms, m->tag, SIGKILL);
+        modal_kill_send(m->ms, m->tag, SIGKILL, NULL);
         ev_timer_set(w, KILL_CONFIRM_S, 0.);
         ev_timer_start(loop, w);
         return;
@@ -174,7 +87,7 @@ static void send_kill(struct mproc *m)
 {
     if (!m->ms || !m->ms->task_id)
         return;
-    send_killer(m->ms, m->tag, m->kill_sig);
+    modal_kill_send(m->ms, m->tag, m->kill_sig, NULL);
     ev_timer_set(&m->kill_timer, KILL_CONFIRM_S, 0.);
     ev_timer_start(D->loop, &m->kill_timer);
 }
@@ -538,7 +451,7 @@ static void exec_done(struct grpc_call *c, const struct grpc_status *st,
         (grpc_code_retryable(st->code) || st->transport)) {
         /* It may have started remotely: end whatever it started, and say so. */
         if (ms->task_id)
-            send_killer(ms, m->tag, SIGKILL);
+            modal_kill_send(ms, m->tag, SIGKILL, NULL);
         if (m->router)
             modal_pout_report_error(
                 m,
@@ -749,7 +662,7 @@ void modal_proc_release(void *cookie, struct process *p)
      * end it there too, unless the whole sandbox is going away anyway. */
     if (ms && m->exec_id && !m->have_exit && !m->reported && ms->task_id && !ms->dead &&
         p->sb->status == SB_RUNNING && !D->draining)
-        send_killer(ms, m->tag, SIGKILL);
+        modal_kill_send(ms, m->tag, SIGKILL, NULL);
     unwait(m);
     modal_router_unwait(m);
     modal_pout_stop_calls(m);
@@ -802,7 +715,7 @@ void modal_proc_adopt(struct msb *ms, json_t *pe)
         /* sbxd stopped before Modal answered its ContainerExec: whatever it
          * may have started cannot be followed; end it and say so. */
         if (ms->task_id)
-            send_killer(ms, m->tag, SIGKILL);
+            modal_kill_send(ms, m->tag, SIGKILL, NULL);
         modal_pout_report_error(
             m, "lost: sbxd stopped before Modal confirmed the start of this "
                "command; anything it started was killed");
