@@ -11,7 +11,7 @@
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { createReadStream, existsSync, readdirSync } from 'node:fs';
+import { createReadStream, existsSync, lstatSync, readdirSync, readlinkSync } from 'node:fs';
 import { pipeline } from 'node:stream/promises';
 import { Readable } from 'node:stream';
 import * as path from 'node:path';
@@ -116,6 +116,17 @@ group('files downloadDir (docker)', () => {
             rmTree(base);
         }
     });
+    test('a symlink path comes as the link, or with follow as the tree it points to (docker cp -L)', async () => {
+        const base = tmp('dlf');
+        try {
+            await f.downloadDir('/workspace/made/link', path.join(base, 'l'));
+            assert.equal(readlinkSync(path.join(base, 'l')), 'a/b');
+            await f.downloadDir('/workspace/made/link', path.join(base, 'f'), { follow: true });
+            assert.deepEqual(describe(path.join(base, 'f')), { c: made['a/b/c'], 'c/deep.txt': made['a/b/c/deep.txt'] });
+        } finally {
+            rmTree(base);
+        }
+    });
     test('a missing path is -32010 ENOENT and nothing is made locally', async () => {
         const base = tmp('dlm');
         try {
@@ -152,6 +163,8 @@ group('files downloadDir (docker)', () => {
         try {
             await f.downloadDir('/workspace/made', path.join(base, 'made'));
             assert.deepEqual(describe(path.join(base, 'made')), made);
+            const ino = (n) => lstatSync(path.join(base, 'made', n)).ino;
+            assert.equal(ino('rand.hard'), ino('rand.bin'), "the engine's archive has the hard link as one (sbx-init's has two files)");
         } finally {
             rmTree(base);
             await c.startSandbox(sb.id);
