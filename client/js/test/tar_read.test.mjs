@@ -131,6 +131,36 @@ group('tar reader and extractor (local)', () => {
         }
         assert.deepEqual(seen, ['bee']);
     });
+    test('small files written in the background keep the archive order: a name twice, a hard link, a read-only directory', async () => {
+        const many = Array.from({ length: 40 }, (_, i) => ({ name: `top/ro/f${i}`, data: `file ${i}`, mtime: 1_500_000_000 + i }));
+        const arch = tarOf([
+            { name: 'top/', type: '5' },
+            { name: 'top/a', data: 'one' },
+            { name: 'top/a', data: 'two', mode: 0o600 },
+            { name: 'top/h', type: '1', link: 'top/a' },
+            { name: 'top/ro/', type: '5', mode: 0o555, mtime: 1_400_000_000 },
+            ...many,
+            { name: 'top/z', data: 'last' },
+        ]);
+        const base = tmp('order');
+        try {
+            const r = await extractInto(arch, base, 4096);
+            const d = r.path;
+            assert.equal(readFileSync(path.join(d, 'a'), 'utf8'), 'two', 'the later entry of a name wins');
+            assert.equal(lstatSync(path.join(d, 'a')).mode & 0o777, 0o600);
+            assert.equal(lstatSync(path.join(d, 'h')).ino, lstatSync(path.join(d, 'a')).ino, 'the hard link is to the written file');
+            for (const [i, m] of many.entries()) {
+                assert.equal(readFileSync(path.join(d, 'ro', `f${i}`), 'utf8'), m.data);
+                assert.equal(Math.floor(lstatSync(path.join(d, 'ro', `f${i}`)).mtimeMs / 1000), m.mtime);
+            }
+            const ro = lstatSync(path.join(d, 'ro'));
+            assert.equal(ro.mode & 0o777, 0o555, 'its mode once all its files were in');
+            assert.equal(Math.floor(ro.mtimeMs / 1000), 1_400_000_000, 'its mtime after its files were made');
+            assert.equal(r.entries, 46);
+        } finally {
+            rmTree(base);
+        }
+    });
     test('teardown', () => rmTree(tree));
 });
 
@@ -146,6 +176,7 @@ function hostile() {
         ['a symlink to outside, then a file through it', () => tarOf([{ name: 'top/', type: '5' }, { name: 'top/l', type: '2', link: '../outside' }, { name: 'top/l/x', data: 'x' }]), 'ENOTDIR', /symlink on its way \(l\)/, 'top/l/x'],
         ['an absolute symlink, then a directory through it', (b) => tarOf([{ name: 'top/', type: '5' }, { name: 'top/l', type: '2', link: path.join(b, 'outside') }, { name: 'top/l/d/', type: '5' }]), 'ENOTDIR', /symlink on its way/, 'top/l/d/'],
         ['a top entry that is a symlink out, then a file below it', () => tarOf([{ name: 'top', type: '2', link: 'outside' }, { name: 'top/x', data: 'x' }]), 'ENOTDIR', /is not a directory/, 'top/x'],
+        ['a file, then an entry below it', () => tarOf([{ name: 'top/', type: '5' }, { name: 'top/f', data: 'x' }, { name: 'top/f/x', data: 'y' }]), 'ENOTDIR', /a file on its way \(f\)/, 'top/f/x'],
         ['a hard link out', () => tarOf([{ name: 'top/', type: '5' }, { name: 'top/h', type: '1', link: 'top/../../outside/x' }]), 'EPERM', /hard link to outside/, 'top/h'],
         ['a hard link to an absolute name', () => tarOf([{ name: 'top/', type: '5' }, { name: 'top/h', type: '1', link: '/etc/passwd' }]), 'EPERM', /absolute/, 'top/h'],
         ['a file where a directory is', () => tarOf([{ name: 'top/', type: '5' }, { name: 'top/d/', type: '5' }, { name: 'top/d', data: 'x' }]), 'EISDIR', /directory is in the way/, 'top/d'],
