@@ -4,7 +4,8 @@
  * extractor (agent/tar.c) and GNU tar apply to an archive they do not trust.
  *
  * The archive's top entry (its first name component, the same for every
- * entry) becomes `dest`; everything else is made below it:
+ * entry) becomes `dest`; everything else is made below it (an archive of
+ * contents, whose first entry is "./", goes straight into dest):
  * - a name that is absolute or has a `..` component, and a hard link to
  *   such a name, are refused (EPERM, "outside the target directory");
  * - nothing is ever written through a symlink: every directory on an
@@ -201,13 +202,24 @@ class Extractor {
         return this.levels[this.levels.length - 1]!.path;
     }
 
+    /**
+     * A name's components below the archive's top. The first entry decides
+     * whether there is a top: a name (as fs.read's archives have: it becomes
+     * dest), or none, "./" (as `tar -C DIR -c .` makes: the contents go
+     * straight into dest).
+     */
+    private below(e: TarEntry, name: string, what: string): string[] {
+        const cs = components(e, name, what);
+        this.top ??= cs.length ? cs[0]! : '';
+        if (this.top === '') return cs;
+        if (!cs.length) throw refuse(e, 'EPERM', `refused: ${what} without a name`);
+        if (cs[0] !== this.top) throw refuse(e, 'EPERM', `refused: ${what} outside the archive's top entry ${JSON.stringify(this.top)}`);
+        return cs.slice(1);
+    }
+
     async entry(e: TarEntry): Promise<void> {
         this.check();
-        const cs = components(e, e.name, 'a name');
-        if (!cs.length) throw refuse(e, 'EPERM', 'refused: an entry without a name');
-        this.top ??= cs[0];
-        if (cs[0] !== this.top) throw refuse(e, 'EPERM', `refused: outside the archive's top entry ${JSON.stringify(this.top)}`);
-        const below = cs.slice(1);
+        const below = this.below(e, e.name, 'a name');
         if (e.type === 'fifo' || e.type === 'char' || e.type === 'block' || e.type === 'other') {
             this.skipped++;
             return;
@@ -321,11 +333,10 @@ class Extractor {
 
     private async hardLink(e: TarEntry, at: string): Promise<void> {
         await this.drain(); // its target may be a file still being written
-        const ts = components(e, e.linkname, 'a hard link to');
-        if (ts[0] !== this.top) throw refuse(e, 'EPERM', `refused: a hard link to outside the archive's top entry`);
+        const ts = this.below(e, e.linkname, 'a hard link to');
         // The target's way is checked as an entry's is (no symlink on it), without making anything.
         let p = this.dest;
-        for (const c of ts.slice(1)) {
+        for (const c of ts) {
             const st = await lstatOrNull(p);
             if (!st?.isDirectory()) throw refuse(e, 'ENOTDIR', `its target ${JSON.stringify(e.linkname)} has a symlink or a file on its way`);
             p = join(p, c);
@@ -344,7 +355,8 @@ class Extractor {
 /**
  * Extracts a tar stream into dest (the archive's top entry becomes dest: a
  * directory made with its parents, or merged into where it exists; a file
- * or symlink top is made at dest). See the file comment for what is refused.
+ * or symlink top is made at dest; an archive of contents, "./" first, goes
+ * into dest). See the file comment for what is refused.
  */
 export async function extractTar(source: TarSource, dest: string): Promise<ExtractResult> {
     let root = resolve(dest);

@@ -10,7 +10,7 @@
 // 256 MB entry streams through with the process's RSS flat.
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { existsSync, mkdirSync, readdirSync, readFileSync, readlinkSync, lstatSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, readlinkSync, lstatSync, writeFileSync } from 'node:fs';
 import * as path from 'node:path';
 import { group, test } from './harness.mjs';
 import { readTar, extractTar, TarError } from '../dist/index.js';
@@ -43,6 +43,21 @@ group('tar reader and extractor (local)', () => {
             } finally {
                 rmTree(base);
             }
+        }
+    });
+    test("an archive of contents (tar -C DIR -c .) goes straight into dest, merged with what is there", async () => {
+        const base = tmp('contents');
+        try {
+            mkdirSync(path.join(base, 'dest'));
+            writeFileSync(path.join(base, 'dest', 'kept'), 'kept');
+            const arch = execFileSync('tar', ['-C', tree, '-cf', '-', '.'], { maxBuffer: 64 * MB });
+            const r = await extractInto(arch, base);
+            assert.deepEqual(describe(r.path), { ...want, kept: describe(r.path).kept });
+            const bad = tarOf([{ name: './', type: '5' }, { name: './../evil', data: 'x' }]);
+            await assert.rejects(extractInto(bad, base), (e) => e.code === 'EPERM' && e.entry === './../evil');
+            assert.equal(existsSync(path.join(base, 'evil')), false);
+        } finally {
+            rmTree(base);
         }
     });
     test('a ustar archive with a name split into prefix and name', async () => {
