@@ -4,7 +4,8 @@
 # throughput of one file (sbxctl cp against docker cp), and small-file
 # write+read round trips (libsbx fs.write+fs.read, and sbxctl fs write+cat,
 # against docker exec cat); the file and a directory tree beside dockerode's
-# putArchive/getArchive too, and the TypeScript client's streams. Prints;
+# putArchive/getArchive too, and the TypeScript client's streams and trees
+# (files.uploadDir, files.downloadDir). Prints;
 # never fails. BENCH_QUICK=quick: 64 MB.
 B=${1:-build}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -150,6 +151,21 @@ if command -v node >/dev/null 2>&1 && [ -f client/js/dist/index.js ]; then
         "from a web stream ${up_w} MB/s (x$(ratio "$up_w" "$up_d")), download ${down_t} MB/s" \
         "(x$(ratio "$down_t" "$down_d") docker cp)"
     cmp -s "$T/big" "$T/big.down" || echo "  (warning: the TypeScript download differs from the upload)"
+    # the tree both ways as one tar stream: uploadDir, and downloadDir beside docker cp's download
+    ttup_t=0
+    for k in 1 2 3; do
+        X exec fsb -- rm -rf /workspace/tree.ts >/dev/null 2>&1
+        t0=$(now)
+        node tests/bench/fs_bench_ts.mjs "$T/sbxd.sock" fsb "$T/tree" treeup >/dev/null 2>&1 || { ttup_t=0; break; }
+        t1=$(now)
+        r=$(awk -v mb="$TMB" -v a="$t0" -v b="$t1" 'BEGIN { printf "%.0f", mb / (b - a) }')
+        [ "$r" -gt "$ttup_t" ] && ttup_t=$r
+    done
+    ttdown_t=$(tbest down node tests/bench/fs_bench_ts.mjs "$T/sbxd.sock" fsb "$T/tree.back" treedown)
+    diff -r "$T/tree" "$T/tree.back" >/dev/null 2>&1 ||
+        echo "  (warning: the TypeScript tree download differs from the tree)"
+    echo "  TypeScript tree (2000 files, ${TMB} MB): uploadDir ${ttup_t} MB/s (x$(ratio "$ttup_t" "$tup_d") docker cp)," \
+        "downloadDir ${ttdown_t} MB/s (x$(ratio "$ttdown_t" "$tdown_d") docker cp)"
 else
     echo "  (TypeScript row skipped: needs node and client/js/dist, tests/providers/tsclient.sh builds it)"
 fi

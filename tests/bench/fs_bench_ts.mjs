@@ -7,7 +7,9 @@
 // fs_bench.sh times it (node's start included, as docker cp's). "treeup"
 // copies the directory FILE to /workspace/tree.ts with files.uploadDir (one
 // tar stream), "treefiles" with one files.write([{path, data}, ...]) (E2B's
-// shape for many files: a write per file).
+// shape for many files: a write per file); "treedown" copies the sandbox's
+// /workspace/tree to the local directory FILE with files.downloadDir (one
+// tar stream, extracted as it arrives).
 // SBXD_TS_XFER_TIME=1 prints "<seconds>" of the transfer alone (node's start
 // and the connection left out, as dockerode's rows are timed).
 import { createReadStream, createWriteStream } from 'node:fs';
@@ -25,6 +27,7 @@ const rs = () => createReadStream(file, { highWaterMark: 1 << 20 });
 await c.ping();
 const t0 = process.hrtime.bigint();
 if (dir === 'treeup') await f.uploadDir(file, '/workspace/tree.ts');
+else if (dir === 'treedown') await f.downloadDir('/workspace/tree', file);
 else if (dir === 'treefiles') {
     const files = [];
     for (const e of await readdir(file, { recursive: true, withFileTypes: true })) {

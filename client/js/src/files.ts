@@ -6,7 +6,9 @@
  * base64 chunks (one fs call per FS_CHUNK bytes, one in flight); either way
  * neither side holds more than a bounded piece. `read(path, { format:
  * 'stream' })` gives a web ReadableStream and `write` takes one or a Node
- * Readable.
+ * Readable. Trees move as one tar stream each way: uploadDir/writeArchive
+ * (packed by tar.ts), readArchive/downloadDir (extracted by tar_extract.ts
+ * as the bytes arrive).
  */
 import type { FsEntry, FsEventNotification, FsStat } from './protocol.js';
 import * as posix from 'node:path/posix';
@@ -15,8 +17,9 @@ import { stat } from 'node:fs/promises';
 import { randomBytes } from 'node:crypto';
 import { SbxdError } from './errors.js';
 import type { FsTransport } from './transport.js';
-import { rawRead, rawWrite } from './files_raw.js';
+import { rawRead, rawWrite, type ReadExtra } from './files_raw.js';
 import { planTree, packTree } from './tar.js';
+import { extractTar } from './tar_extract.js';
 
 /** Bytes per call: the daemon's default limits.fs_chunk_bytes. */
 export const FS_CHUNK = 4 << 20;
@@ -372,6 +375,62 @@ export class SbxdFiles {
             if (r) return r as ArchiveResult;
         }
         return (await this.writeJsonAnswer(parent, chunksOf(packTree(plan), FS_CHUNK), { format: 'tar' })) as unknown as ArchiveResult;
+    }
+
+    /**
+     * `path` (a directory or a file) in the sandbox as a tar stream, the raw
+     * bytes (fs.read format "tar", proto/PROTOCOL.md Archives: its top entry
+     * named after path's base name or `name`, the tree depth first, ustar
+     * with PAX records on Docker, GNU tar's on Modal), to pipe elsewhere or
+     * to read with readTar. Over the raw transport where the daemon offers
+     * it, else chunk by chunk through the archive's handle; either way the
+     * sandbox makes the next bytes only when this stream is read.
+     * `follow`: a symlink at path itself is archived as what it points to
+     * (docker cp -L).
+     */
+    async readArchive(path: string, opts: { follow?: boolean; name?: string } = {}): Promise<ReadableStream<Uint8Array>> {
+        const extra: ReadExtra = {
+            format: 'tar',
+            ...(opts.follow ? { follow: true } : {}),
+            ...(opts.name !== undefined ? { name: opts.name } : {}),
+        };
+        type Chunk = { data_b64?: string; eof: boolean; length: number; handle?: number };
+        const fallback: { first?: Chunk } = {};
+        if (!this.jsonOnly) {
+            const raw = await rawRead(this.client, this.sandbox, path, 0, fallback, extra);
+            if (raw) return raw;
+        }
+        // The first chunk now: a refused path rejects here (over raw, the stream's first read fails).
+        let pre: Chunk | undefined =
+            fallback.first ?? (await this.client.call('fs.read', { sandbox: this.sandbox, path, length: FS_CHUNK, ...extra }));
+        let handle = pre.handle;
+        return new ReadableStream<Uint8Array>({
+            pull: async (ctl) => {
+                const r: Chunk = pre ?? (await this.client.call('fs.read', { sandbox: this.sandbox, handle, length: FS_CHUNK }));
+                pre = undefined;
+                handle = r.handle ?? handle;
+                const bytes = Buffer.from(r.data_b64 ?? '', 'base64');
+                if (bytes.length) ctl.enqueue(new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.length));
+                if (r.eof) ctl.close();
+                else if (handle === undefined) ctl.error(new SbxdError('fs.read', -32603, 'an archive chunk without eof or a handle'));
+            },
+        });
+    }
+
+    /**
+     * The sandbox's `remotePath` (a directory, or a file) copied to the
+     * local `localDir`, as `docker cp ID:PATH DIR` does for a DIR that does
+     * not exist yet: its parents are made, and an existing directory is
+     * merged into. One tar stream (readArchive), extracted as its bytes
+     * arrive, never a whole file in memory: regular files, directories and
+     * symlinks with their modes (setuid/setgid dropped) and mtimes; hard
+     * links as links; fifos and devices skipped. Entries that would land
+     * outside localDir (absolute names, `..`, hard links out) or be written
+     * through a symlink are refused with a TarError naming the entry;
+     * entries made before it stay. Files belong to this process's user.
+     */
+    async downloadDir(remotePath: string, localDir: string, opts: { follow?: boolean } = {}): Promise<ArchiveResult> {
+        return extractTar(await this.readArchive(remotePath, opts.follow ? { follow: true } : {}), localDir);
     }
 
     /** Entries of a directory (depth 1 by default), every page. */

@@ -35,21 +35,31 @@ function takeLine(buf: Buffer): [string, Buffer] | null {
     return [buf.subarray(0, i).toString('utf8'), buf.subarray(i + 1)];
 }
 
+/** fs.read's params for an archive (PROTOCOL.md, Archives), passed through. */
+export interface ReadExtra {
+    format?: 'tar';
+    follow?: boolean;
+    name?: string;
+}
+
 /**
  * A read as a web stream over the raw transport; null when the daemon does
- * not offer it (then `fallback` has the JSON answer it gave instead).
+ * not offer it (then `fallback` has the JSON answer it gave instead: an
+ * archive's first chunk with its `handle`).
  */
 export async function rawRead(
     client: FsTransport,
     sandbox: string,
     path: string,
     offset: number,
-    fallback: { first?: { data_b64?: string; eof: boolean; length: number } },
+    fallback: { first?: { data_b64?: string; eof: boolean; length: number; handle?: number } },
+    extra: ReadExtra = {},
 ): Promise<ReadableStream<Uint8Array> | null> {
     const r = await client.call('fs.read', {
         sandbox,
         path,
         ...(offset ? { offset } : {}),
+        ...extra,
         transport: 'raw',
         encoding: 'base64',
     });

@@ -18,6 +18,10 @@ export type { SpawnOptions, OutputChunk, StreamName } from './process.js';
 /* files (fs.*) in E2B's shape */
 export { SbxdFiles, FS_CHUNK } from './files.js';
 export type { EntryInfo, WriteData, FilesystemEvent, WatchHandle, ArchiveResult } from './files.js';
+/* tar streams (files.readArchive's bytes) read entry by entry, or extracted into a local directory */
+export { readTar, TarError } from './tar_read.js';
+export type { TarEntry, TarEntryType, TarSource } from './tar_read.js';
+export { extractTar } from './tar_extract.js';
 
 /* The sandbox object API (issue 19): Sandbox.create / connect, sb.commands. */
 export { Sandbox, Commands, CommandHandle, AbortError } from './sandbox.js';

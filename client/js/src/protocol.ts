@@ -282,11 +282,18 @@ export interface Methods {
     'fs.read': {
         params: {
             sandbox: string;
-            path: string;
+            /** Absent on an archive's later calls, which name its `handle`. */
+            path?: string;
             offset?: number;
             length?: number;
             encoding?: 'utf8' | 'base64';
             format?: 'tar';
+            /** An archive's next chunk (PROTOCOL.md, Archives). */
+            handle?: number;
+            /** An archive of path through a symlink at path itself (docker cp -L). */
+            follow?: boolean;
+            /** An archive's top entry named so (one path component) instead of path's base name. */
+            name?: string;
             /** "Raw transfers": answered with a token for an fs.stream connection. */
             transport?: 'json' | 'raw';
         };
@@ -396,6 +403,9 @@ export interface FsReadResult {
     eof: boolean;
     mtime: string;
     handle?: number;
+    /** An archive's answer: "tar", and the entries that passed so far. */
+    format?: 'tar';
+    entries?: number;
 }
 export interface FsEventNotification {
     sandbox: string;
@@ -516,7 +526,7 @@ export const METHOD_PARAMS = {
         'sandbox', 'pid', 'offset', 'stdout_offset', 'stderr_offset', 'follow', 'output_encoding', 'since', 'timestamps',
     ],
     'process.detach': ['sandbox', 'pid'],
-    'fs.read': ['sandbox', 'path', 'offset', 'length', 'encoding', 'format', 'transport'],
+    'fs.read': ['sandbox', 'path', 'offset', 'length', 'encoding', 'format', 'handle', 'follow', 'name', 'transport'],
     'fs.write': [
         'sandbox', 'path', 'data', 'data_b64', 'mode', 'append', 'mkdir_parents', 'more', 'handle', 'abort', 'format',
         'size', 'transport',

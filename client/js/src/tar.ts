@@ -33,26 +33,32 @@ export interface TarPlan {
     size: number;
 }
 
-function pax(e: Entry): Buffer | null {
+/** PAX records, "LEN key=value\n" each, LEN counting its own digits (exported for the tests' crafted archives). */
+export function paxRecords(kv: Array<[string, string]>): Buffer {
     const recs: string[] = [];
-    const rec = (k: string, v: string) => {
-        // "LEN key=value\n", LEN counting its own digits
+    for (const [k, v] of kv) {
         const body = ` ${k}=${v}\n`;
         let n = Buffer.byteLength(body) + 1;
         while (String(n).length + Buffer.byteLength(body) !== n) n++;
         recs.push(`${n}${body}`);
-    };
-    if (Buffer.byteLength(e.name) > 100) rec('path', e.name);
-    if (Buffer.byteLength(e.link) > 100) rec('linkpath', e.link);
-    if (e.size >= 8 * 1024 ** 3) rec('size', String(e.size));
-    return recs.length ? Buffer.from(recs.join('')) : null;
+    }
+    return Buffer.from(recs.join(''));
+}
+
+function pax(e: Entry): Buffer | null {
+    const kv: Array<[string, string]> = [];
+    if (Buffer.byteLength(e.name) > 100) kv.push(['path', e.name]);
+    if (Buffer.byteLength(e.link) > 100) kv.push(['linkpath', e.link]);
+    if (e.size >= 8 * 1024 ** 3) kv.push(['size', String(e.size)]);
+    return kv.length ? paxRecords(kv) : null;
 }
 
 function octal(b: Buffer, off: number, len: number, v: number): void {
     b.write(v.toString(8).padStart(len - 1, '0').slice(-(len - 1)), off, len - 1, 'ascii');
 }
 
-function header(name: string, type: string, size: number, mode: number, mtime: number, link: string): Buffer {
+/** One ustar header block (exported for the tests, which craft archives with it). */
+export function header(name: string, type: string, size: number, mode: number, mtime: number, link: string): Buffer {
     const h = Buffer.alloc(BLOCK);
     h.write(name.slice(0, 100), 0, 100, 'utf8');
     octal(h, 100, 8, mode & 0o7777);
@@ -63,6 +69,11 @@ function header(name: string, type: string, size: number, mode: number, mtime: n
     h.write(type, 156, 1, 'ascii');
     h.write(link.slice(0, 100), 157, 100, 'utf8');
     h.write('ustar\u000000', 257, 8, 'ascii');
+    return sealHeader(h);
+}
+
+/** Writes a header block's checksum (its own field counted as spaces); returns the block. */
+export function sealHeader(h: Buffer): Buffer {
     h.fill(0x20, 148, 156);
     let sum = 0;
     for (const x of h) sum += x;

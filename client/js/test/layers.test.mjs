@@ -54,4 +54,10 @@ group('layers', () => {
         const g = importGraph();
         for (const f of ['files.ts', 'files_raw.ts']) assert.ok(!g.get(f).has('client.ts'), `${f} imports client.ts`);
     });
+    test('the tar reader is a floor of its own, the extractor above it, both below files.ts', () => {
+        const g = importGraph();
+        assert.deepEqual([...g.get('tar_read.ts')], [], 'tar_read.ts imports no package module');
+        assert.deepEqual([...g.get('tar_extract.ts')], ['tar_read.ts']);
+        assert.ok(g.get('files.ts').has('tar_extract.ts'));
+    });
 });

@@ -5,7 +5,7 @@
 //   SBXD_PROTOCOL_MD     proto/PROTOCOL.md
 import { existsSync } from 'node:fs';
 import { run } from './harness.mjs';
-for (const f of ['protocol', 'layers', 'pack', 'client', 'files', 'files_stream', 'files_tar', 'mastra', 'mastra_files', 'mastra_mount', 'mastra_fs', 'mastra_modal', 'codemode', 'codemode_mastra', 'restart', 'sandbox', 'consumer', 'workspace', 'reconnect']) {
+for (const f of ['protocol', 'layers', 'pack', 'client', 'files', 'files_stream', 'files_tar', 'tar_read', 'files_download', 'mastra', 'mastra_files', 'mastra_mount', 'mastra_fs', 'mastra_modal', 'codemode', 'codemode_mastra', 'restart', 'sandbox', 'consumer', 'workspace', 'reconnect']) {
     const u = new URL(`./${f}.test.mjs`, import.meta.url);
     if (existsSync(u)) await import(u.href);
 }
