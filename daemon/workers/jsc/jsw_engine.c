@@ -379,12 +379,30 @@ static JSValueRef eval(JSContextRef ctx, const char *src, size_t len, const char
     return v;
 }
 
+/* What the prelude's api(op, arg) does (prelude.js). */
+enum api_op {
+    API_START,
+    API_DESCRIBE,
+    API_TOOLS,
+    API_GLOBALS,
+    API_RESTORE,
+    API_CONSOLE,
+};
+
+static JSValueRef api_call(JSContextRef ctx, JSObjectRef api, enum api_op op, size_t argc,
+                           const JSValueRef *argv, JSValueRef *exc)
+{
+    JSValueRef a[2] = {JSValueMakeNumber(ctx, op), argc ? argv[0] : NULL};
+
+    return JSObjectCallAsFunction(ctx, api, NULL, argc ? 2 : 1, a, exc);
+}
+
 /* A new global with the prelude run in it; *api_out protected. `keep`: a
  * persistent global (snapshot and restore work on it). */
 static JSGlobalContextRef new_context(struct jsw *w, int keep, JSObjectRef *api_out)
 {
     JSGlobalContextRef ctx = JSGlobalContextCreateInGroup(w->group, NULL);
-    JSValueRef exc = NULL, fnv, apiv, args[5];
+    JSValueRef exc = NULL, fnv, apiv, con, args[5];
     JSStringRef n;
 
     if (!ctx)
@@ -413,9 +431,11 @@ static JSGlobalContextRef new_context(struct jsw *w, int keep, JSObjectRef *api_
     apiv = JSObjectCallAsFunction(ctx, (JSObjectRef)fnv, NULL, 5, args, &exc);
     if (!apiv || !JSValueIsObject(ctx, apiv))
         goto fail;
+    con = api_call(ctx, (JSObjectRef)apiv, API_CONSOLE, 0, NULL, &exc);
+    if (!con || exc)
+        goto fail;
     n = name_ref("console");
-    JSObjectSetProperty(ctx, JSContextGetGlobalObject(ctx), n,
-                        JSObjectGetProperty(ctx, (JSObjectRef)apiv, n, NULL),
+    JSObjectSetProperty(ctx, JSContextGetGlobalObject(ctx), n, con,
                         kJSPropertyAttributeDontEnum, NULL);
     JSStringRelease(n);
     JSValueProtect(ctx, apiv);
@@ -438,15 +458,6 @@ static void drop_context(JSGlobalContextRef ctx, JSObjectRef api)
 
 static JSStringRef strip(struct jsw *w, const char *code, size_t len, JSValueRef *exc);
 static void collect_if_big(struct jsw *w);
-
-static JSValueRef api_call(JSContextRef ctx, JSObjectRef api, const char *name,
-                           size_t argc, const JSValueRef *argv, JSValueRef *exc)
-{
-    JSValueRef f = get(ctx, api, name);
-    if (!JSValueIsObject(ctx, f))
-        return NULL;
-    return JSObjectCallAsFunction(ctx, (JSObjectRef)f, api, argc, argv, exc);
-}
 
 int jsw_engine_init(struct jsw *w, const char **why)
 {
@@ -684,7 +695,7 @@ static JSStringRef strip(struct jsw *w, const char *code, size_t len, JSValueRef
 /* The run failed before the program started: a described exception. */
 static void fail_with(struct jsw *w, JSValueRef exc)
 {
-    JSValueRef d = exc ? api_call(w->ctx, w->api, "describe", 1, &exc, NULL) : NULL;
+    JSValueRef d = exc ? api_call(w->ctx, w->api, API_DESCRIBE, 1, &exc, NULL) : NULL;
 
     w->done = 1;
     if (d && JSValueIsObject(w->ctx, d))
@@ -769,7 +780,7 @@ void jsw_engine_spawn(struct jsw *w, uint32_t proc, json_t *req)
         JSStringRelease(s);
         free(tl);
         if (listv)
-            api_call(w->ctx, w->api, "tools", 1, &listv, NULL);
+            api_call(w->ctx, w->api, API_TOOLS, 1, &listv, NULL);
     }
 
     code = json_object_get(req, "code");
@@ -797,7 +808,7 @@ void jsw_engine_spawn(struct jsw *w, uint32_t proc, json_t *req)
         jsw_engine_finish(w);
         return;
     }
-    api_call(w->ctx, w->api, "start", 1, &fn, &exc);
+    api_call(w->ctx, w->api, API_START, 1, &fn, &exc);
     if (w->done)
         jsw_engine_finish(w);
 }
@@ -1004,7 +1015,7 @@ char *jsw_engine_snapshot(struct jsw *w, size_t *len_out)
         *len_out = strlen(s);
         return s;
     }
-    r = api_call(w->pctx, w->papi, "globals", 0, NULL, &exc);
+    r = api_call(w->pctx, w->papi, API_GLOBALS, 0, NULL, &exc);
     if (!r || exc || !JSValueIsString(w->pctx, r))
         return snap_error("cannot take the snapshot", len_out);
     g = utf8_of(w->pctx, r, &glen);
@@ -1041,7 +1052,7 @@ int jsw_engine_restore(struct jsw *w, const char *payload, size_t len, const cha
     json_decref(j);
     arg = make_string(w->pctx, txt);
     free(txt);
-    api_call(w->pctx, w->papi, "restore", 1, &arg, &exc);
+    api_call(w->pctx, w->papi, API_RESTORE, 1, &arg, &exc);
     if (exc) {
         *why = "a global could not be set";
         return -1;
