@@ -31,9 +31,15 @@ extern const char jsw_strip_js[], jsw_strip_js_end[];
 
 #define TOOL_PREFIX "external_"
 /* Wrapped around the program on its first and last line, so the stripper
- * sees top-level await/return inside a function and line numbers stay. */
+ * sees top-level await/return inside a function and line numbers stay. A
+ * program without the word await gets a plain function: an async one costs
+ * each run a promise and a microtask turn before its result (issue 21), and
+ * the prelude follows a returned object the way an async function's return
+ * would. Both heads are as long, so columns are corrected alike. */
 #define WRAP_HEAD "(async function () {"
+#define WRAP_HEAD_SYNC "(      function () {"
 #define WRAP_TAIL "\n})"
+_Static_assert(sizeof(WRAP_HEAD) == sizeof(WRAP_HEAD_SYNC), "wrapper heads differ");
 
 static struct jsw *W; /* native callbacks get no user data */
 
@@ -674,7 +680,7 @@ static JSStringRef strip(struct jsw *w, const char *code, size_t len, JSValueRef
     JSStringRef s, out;
     JSValueRef args[2], r;
 
-    memcpy(src, WRAP_HEAD, hl);
+    memcpy(src, memmem(code, len, "await", 5) ? WRAP_HEAD : WRAP_HEAD_SYNC, hl);
     memcpy(src + hl, code, len);
     memcpy(src + hl + len, WRAP_TAIL, tl);
     s = str_from_utf8(src, hl + len + tl);

@@ -7,6 +7,8 @@
  * shapes in each new global):
  *
  *   api(0, main)    start: runs the wrapped program, reports through done
+ *                   (at once when it returns a primitive, else when what it
+ *                   returned settles)
  *   api(1, e)       describe: {name, message, stack} of a thrown value
  *   api(2, list)    tools: [[globalName, toolId], ...] become globals
  *   api(3)          globals: JSON of the persistent global's own data
@@ -176,15 +178,24 @@
         done(false, describe(e));
     }
 
+    /* A program without await is a plain function (jsw_engine.c): what it
+     * returns is followed as an async function's return value would be. */
+    async function adopt(v) {
+        return v;
+    }
+
     function start(main) {
-        let p;
+        let v;
         try {
-            p = main.call(G);
+            v = main.call(G);
         } catch (e) {
             failed(e);
             return;
         }
-        thenOf(p, settled, failed);
+        if (v !== null && (typeof v === 'object' || typeof v === 'function'))
+            thenOf(adopt(v), settled, failed);
+        else
+            settled(v);
     }
 
     function tools(list) {
