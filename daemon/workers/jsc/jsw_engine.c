@@ -398,9 +398,11 @@ enum api_op {
 static JSValueRef api_call(JSContextRef ctx, JSObjectRef api, enum api_op op, size_t argc,
                            const JSValueRef *argv, JSValueRef *exc)
 {
-    JSValueRef a[2] = {JSValueMakeNumber(ctx, op), argc ? argv[0] : NULL};
+    JSValueRef a[3] = {JSValueMakeNumber(ctx, op)};
 
-    return JSObjectCallAsFunction(ctx, api, NULL, argc ? 2 : 1, a, exc);
+    for (size_t i = 0; i < argc && i < 2; i++)
+        a[i + 1] = argv[i];
+    return JSObjectCallAsFunction(ctx, api, NULL, argc < 2 ? argc + 1 : 3, a, exc);
 }
 
 /* A new global with the prelude run in it; *api_out protected. `keep`: a
@@ -714,7 +716,7 @@ void jsw_engine_spawn(struct jsw *w, uint32_t proc, json_t *req)
 {
     const char *why = check_spawn(req);
     json_t *v, *code;
-    int persistent;
+    int persistent, is_async;
     JSValueRef exc = NULL, fn, listv;
     JSStringRef src, url;
     char *tl;
@@ -805,6 +807,7 @@ void jsw_engine_spawn(struct jsw *w, uint32_t proc, json_t *req)
         jsw_engine_finish(w);
         return;
     }
+    is_async = JSStringGetLength(src) > 1 && JSStringGetCharactersPtr(src)[1] == 'a';
     url = name_ref("program");
     fn = JSEvaluateScript(w->ctx, src, NULL, url, 1, &exc);
     JSStringRelease(url);
@@ -814,7 +817,12 @@ void jsw_engine_spawn(struct jsw *w, uint32_t proc, json_t *req)
         jsw_engine_finish(w);
         return;
     }
-    api_call(w->ctx, w->api, API_START, 1, &fn, &exc);
+    {
+        /* the wrapper the program got (strip): an async one returns the
+         * engine's own promise, followed without looking up its then */
+        JSValueRef sa[2] = {fn, JSValueMakeBoolean(w->ctx, is_async)};
+        api_call(w->ctx, w->api, API_START, 2, sa, &exc);
+    }
     if (w->done)
         jsw_engine_finish(w);
 }

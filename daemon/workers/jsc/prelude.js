@@ -6,7 +6,7 @@
  * for one closure and no object shape (issue 21: each object literal is new
  * shapes in each new global):
  *
- *   api(0, main)    start: runs the wrapped program, reports through done
+ *   api(0, main, isAsync)  start: runs the wrapped program, reports through done
  *                   (at once when it returns a primitive, else when what it
  *                   returned settles)
  *   api(1, e)       describe: {name, message, stack} of a thrown value
@@ -184,7 +184,10 @@
         return v;
     }
 
-    function start(main) {
+    /* isAsync: main is the async wrapper, v the engine's own promise,
+     * followed through the then taken above (a program that replaced
+     * Promise.prototype.then still ends). */
+    function start(main, isAsync) {
         let v;
         try {
             v = main.call(G);
@@ -192,10 +195,17 @@
             failed(e);
             return;
         }
-        if (v !== null && (typeof v === 'object' || typeof v === 'function'))
-            thenOf(adopt(v), settled, failed);
-        else
+        if (!isAsync && (v === null || (typeof v !== 'object' && typeof v !== 'function'))) {
             settled(v);
+            return;
+        }
+        /* then reads the promise's constructor, which the program may have
+         * made throw: that is its failure, not a run left without an end */
+        try {
+            thenOf(isAsync ? v : adopt(v), settled, failed);
+        } catch (e) {
+            failed(e);
+        }
     }
 
     function tools(list) {
@@ -252,9 +262,9 @@
                 G[k] = o[k];
     }
 
-    return function api(op, arg) {
+    return function api(op, arg, arg2) {
         switch (op) {
-        case 0: return start(arg);
+        case 0: return start(arg, arg2);
         case 1: return describe(arg);
         case 2: return tools(arg);
         case 3: return globals();
