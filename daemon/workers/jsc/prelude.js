@@ -2,13 +2,14 @@
  * prelude.js - evaluated once in every global the js worker creates, before
  * any program. It is a function expression: the worker calls it with its
  * three native primitives, which stay in this closure and are reachable from
- * no global. Returns one function, api(op, arg), so that a fresh global pays
- * for one closure and no object shape (issue 21: each object literal is new
- * shapes in each new global):
+ * no global. Returns one function, api(op, arg, arg2), so that a fresh global
+ * pays for one closure and no object shape (issue 21: each object literal is
+ * new shapes in each new global):
  *
- *   api(0, main, isAsync)  start: runs the wrapped program, reports through done
- *                   (at once when it returns a primitive, else when what it
- *                   returned settles)
+ *   api(0, main, isAsync)
+ *                   start: runs the wrapped program (isAsync: the async
+ *                   wrapper), reports through done at once when a plain one
+ *                   returns a primitive, else when what it returned settles
  *   api(1, e)       describe: {name, message, stack} of a thrown value
  *   api(2, list)    tools: [[globalName, toolId], ...] become globals
  *   api(3)          globals: JSON of the persistent global's own data
