@@ -33,6 +33,11 @@
  * Object.keys or Promise.prototype.then still gets its own result reported.
  * Set and Reflect are not used: the first use of either in a global builds
  * it, which one-run globals would pay for on every run.
+ *
+ * The worker drops every comment that starts its line and every line's
+ * indentation before the engine sees this text (jsw_engine.c, prelude_text):
+ * no line of a string or template here may start with a comment's opening or
+ * depend on its leading blanks.
  */
 (function (out, call, done, head, keep) {
     'use strict';
