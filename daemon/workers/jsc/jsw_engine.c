@@ -31,9 +31,15 @@ extern const char jsw_strip_js[], jsw_strip_js_end[];
 
 #define TOOL_PREFIX "external_"
 /* Wrapped around the program on its first and last line, so the stripper
- * sees top-level await/return inside a function and line numbers stay. */
+ * sees top-level await/return inside a function and line numbers stay. A
+ * program without the word await gets a plain function: an async one costs
+ * each run a promise and a microtask turn before its result (issue 21), and
+ * the prelude follows a returned object the way an async function's return
+ * would. Both heads are as long, so columns are corrected alike. */
 #define WRAP_HEAD "(async function () {"
+#define WRAP_HEAD_SYNC "(      function () {"
 #define WRAP_TAIL "\n})"
+_Static_assert(sizeof(WRAP_HEAD) == sizeof(WRAP_HEAD_SYNC), "wrapper heads differ");
 
 static struct jsw *W; /* native callbacks get no user data */
 
@@ -379,21 +385,81 @@ static JSValueRef eval(JSContextRef ctx, const char *src, size_t len, const char
     return v;
 }
 
+/* What the prelude's api(op, arg) does (prelude.js). */
+enum api_op {
+    API_START,
+    API_DESCRIBE,
+    API_TOOLS,
+    API_GLOBALS,
+    API_RESTORE,
+    API_CONSOLE,
+};
+
+static JSValueRef api_call(JSContextRef ctx, JSObjectRef api, enum api_op op, size_t argc,
+                           const JSValueRef *argv, JSValueRef *exc)
+{
+    JSValueRef a[3] = {JSValueMakeNumber(ctx, op)};
+
+    for (size_t i = 0; i < argc && i < 2; i++)
+        a[i + 1] = argv[i];
+    return JSObjectCallAsFunction(ctx, api, NULL, argc < 2 ? argc + 1 : 3, a, exc);
+}
+
+/* prelude.js without its comments and indentation: the engine hashes the
+ * text for its code cache in every fresh global (issue 21: the full text
+ * cost 6% of a run's instructions, measured in-process). Only a comment that
+ * starts its line is taken out, so nothing inside a string is (prelude.js
+ * keeps to that); newlines stay, and with them line numbers. */
+static JSStringRef prelude_text(const char *s, size_t len)
+{
+    char *out = xmalloc(len + 1);
+    size_t o = 0, i = 0;
+    int in_comment = 0;
+    JSStringRef r;
+
+    while (i < len) {
+        const char *nl = memchr(s + i, '\n', len - i);
+        size_t end = nl ? (size_t)(nl - s) : len, b = i;
+
+        while (b < end && (s[b] == ' ' || s[b] == '\t'))
+            b++;
+        if (!in_comment && end - b >= 2 && s[b] == '/' && s[b + 1] == '*') {
+            in_comment = 1;
+            b += 2;
+        }
+        if (in_comment) {
+            const char *close = memmem(s + b, end - b, "*/", 2);
+            b = close ? (size_t)(close + 2 - s) : end;
+            in_comment = !close;
+            while (b < end && s[b] == ' ')
+                b++;
+        }
+        memcpy(out + o, s + b, end - b);
+        o += end - b;
+        if (nl)
+            out[o++] = '\n';
+        i = end + 1;
+    }
+    r = str_from_utf8(out, o);
+    free(out);
+    return r;
+}
+
 /* A new global with the prelude run in it; *api_out protected. `keep`: a
  * persistent global (snapshot and restore work on it). */
 static JSGlobalContextRef new_context(struct jsw *w, int keep, JSObjectRef *api_out)
 {
     JSGlobalContextRef ctx = JSGlobalContextCreateInGroup(w->group, NULL);
-    JSValueRef exc = NULL, fnv, apiv, args[5];
+    JSValueRef exc = NULL, fnv, apiv, con, args[5];
     JSStringRef n;
 
     if (!ctx)
         return NULL;
     /* the prelude's text as a JS string once per process: no UTF-16
-     * conversion and no hashing of 7 KB for the engine's code cache per run */
+     * conversion per run (its length still counts per run: prelude_text) */
     if (!w->prelude_src)
         w->prelude_src =
-            str_from_utf8(jsw_prelude_js, (size_t)(jsw_prelude_js_end - jsw_prelude_js));
+            prelude_text(jsw_prelude_js, (size_t)(jsw_prelude_js_end - jsw_prelude_js));
     n = name_ref("prelude");
     fnv = JSEvaluateScript(ctx, w->prelude_src, NULL, n, 1, &exc);
     JSStringRelease(n);
@@ -413,9 +479,11 @@ static JSGlobalContextRef new_context(struct jsw *w, int keep, JSObjectRef *api_
     apiv = JSObjectCallAsFunction(ctx, (JSObjectRef)fnv, NULL, 5, args, &exc);
     if (!apiv || !JSValueIsObject(ctx, apiv))
         goto fail;
+    con = api_call(ctx, (JSObjectRef)apiv, API_CONSOLE, 0, NULL, &exc);
+    if (!con || exc)
+        goto fail;
     n = name_ref("console");
-    JSObjectSetProperty(ctx, JSContextGetGlobalObject(ctx), n,
-                        JSObjectGetProperty(ctx, (JSObjectRef)apiv, n, NULL),
+    JSObjectSetProperty(ctx, JSContextGetGlobalObject(ctx), n, con,
                         kJSPropertyAttributeDontEnum, NULL);
     JSStringRelease(n);
     JSValueProtect(ctx, apiv);
@@ -438,15 +506,6 @@ static void drop_context(JSGlobalContextRef ctx, JSObjectRef api)
 
 static JSStringRef strip(struct jsw *w, const char *code, size_t len, JSValueRef *exc);
 static void collect_if_big(struct jsw *w);
-
-static JSValueRef api_call(JSContextRef ctx, JSObjectRef api, const char *name,
-                           size_t argc, const JSValueRef *argv, JSValueRef *exc)
-{
-    JSValueRef f = get(ctx, api, name);
-    if (!JSValueIsObject(ctx, f))
-        return NULL;
-    return JSObjectCallAsFunction(ctx, (JSObjectRef)f, api, argc, argv, exc);
-}
 
 int jsw_engine_init(struct jsw *w, const char **why)
 {
@@ -663,7 +722,7 @@ static JSStringRef strip(struct jsw *w, const char *code, size_t len, JSValueRef
     JSStringRef s, out;
     JSValueRef args[2], r;
 
-    memcpy(src, WRAP_HEAD, hl);
+    memcpy(src, memmem(code, len, "await", 5) ? WRAP_HEAD : WRAP_HEAD_SYNC, hl);
     memcpy(src + hl, code, len);
     memcpy(src + hl + len, WRAP_TAIL, tl);
     s = str_from_utf8(src, hl + len + tl);
@@ -684,7 +743,7 @@ static JSStringRef strip(struct jsw *w, const char *code, size_t len, JSValueRef
 /* The run failed before the program started: a described exception. */
 static void fail_with(struct jsw *w, JSValueRef exc)
 {
-    JSValueRef d = exc ? api_call(w->ctx, w->api, "describe", 1, &exc, NULL) : NULL;
+    JSValueRef d = exc ? api_call(w->ctx, w->api, API_DESCRIBE, 1, &exc, NULL) : NULL;
 
     w->done = 1;
     if (d && JSValueIsObject(w->ctx, d))
@@ -697,7 +756,7 @@ void jsw_engine_spawn(struct jsw *w, uint32_t proc, json_t *req)
 {
     const char *why = check_spawn(req);
     json_t *v, *code;
-    int persistent;
+    int persistent, is_async;
     JSValueRef exc = NULL, fn, listv;
     JSStringRef src, url;
     char *tl;
@@ -769,7 +828,7 @@ void jsw_engine_spawn(struct jsw *w, uint32_t proc, json_t *req)
         JSStringRelease(s);
         free(tl);
         if (listv)
-            api_call(w->ctx, w->api, "tools", 1, &listv, NULL);
+            api_call(w->ctx, w->api, API_TOOLS, 1, &listv, NULL);
     }
 
     code = json_object_get(req, "code");
@@ -788,6 +847,7 @@ void jsw_engine_spawn(struct jsw *w, uint32_t proc, json_t *req)
         jsw_engine_finish(w);
         return;
     }
+    is_async = JSStringGetLength(src) > 1 && JSStringGetCharactersPtr(src)[1] == 'a';
     url = name_ref("program");
     fn = JSEvaluateScript(w->ctx, src, NULL, url, 1, &exc);
     JSStringRelease(url);
@@ -797,7 +857,12 @@ void jsw_engine_spawn(struct jsw *w, uint32_t proc, json_t *req)
         jsw_engine_finish(w);
         return;
     }
-    api_call(w->ctx, w->api, "start", 1, &fn, &exc);
+    {
+        /* the wrapper the program got (strip): an async one returns the
+         * engine's own promise, followed without looking up its then */
+        JSValueRef sa[2] = {fn, JSValueMakeBoolean(w->ctx, is_async)};
+        api_call(w->ctx, w->api, API_START, 2, sa, &exc);
+    }
     if (w->done)
         jsw_engine_finish(w);
 }
@@ -1004,7 +1069,7 @@ char *jsw_engine_snapshot(struct jsw *w, size_t *len_out)
         *len_out = strlen(s);
         return s;
     }
-    r = api_call(w->pctx, w->papi, "globals", 0, NULL, &exc);
+    r = api_call(w->pctx, w->papi, API_GLOBALS, 0, NULL, &exc);
     if (!r || exc || !JSValueIsString(w->pctx, r))
         return snap_error("cannot take the snapshot", len_out);
     g = utf8_of(w->pctx, r, &glen);
@@ -1041,7 +1106,7 @@ int jsw_engine_restore(struct jsw *w, const char *payload, size_t len, const cha
     json_decref(j);
     arg = make_string(w->pctx, txt);
     free(txt);
-    api_call(w->pctx, w->papi, "restore", 1, &arg, &exc);
+    api_call(w->pctx, w->papi, API_RESTORE, 1, &arg, &exc);
     if (exc) {
         *why = "a global could not be set";
         return -1;

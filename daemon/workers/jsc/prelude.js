@@ -2,7 +2,19 @@
  * prelude.js - evaluated once in every global the js worker creates, before
  * any program. It is a function expression: the worker calls it with its
  * three native primitives, which stay in this closure and are reachable from
- * no global. Returns {console, tools, start, describe, globals, restore}.
+ * no global. Returns one function, api(op, arg, arg2), so that a fresh global
+ * pays for one closure and no object shape (issue 21: each object literal is
+ * new shapes in each new global):
+ *
+ *   api(0, main, isAsync)
+ *                   start: runs the wrapped program (isAsync: the async
+ *                   wrapper), reports through done at once when a plain one
+ *                   returns a primitive, else when what it returned settles
+ *   api(1, e)       describe: {name, message, stack} of a thrown value
+ *   api(2, list)    tools: [[globalName, toolId], ...] become globals
+ *   api(3)          globals: JSON of the persistent global's own data
+ *   api(4, text)    restore: the inverse of 3
+ *   api(5)          console: the object the worker makes globalThis.console
  *
  *   out(stream, line)      console line: 0 stdout, 1 stderr
  *   call(name, argsJson)   a Promise settled by the tool's answer
@@ -15,6 +27,17 @@
  *                          taken now (enumerating the global object makes JSC
  *                          create every lazily built global: a third of a
  *                          fresh global's cost, wasted on a one-run global)
+ *
+ * Everything the JSON boundary uses is taken here, before the program runs
+ * (start calls the program last), so a program that replaces JSON.stringify,
+ * Object.keys or Promise.prototype.then still gets its own result reported.
+ * Set and Reflect are not used: the first use of either in a global builds
+ * it, which one-run globals would pay for on every run.
+ *
+ * The worker drops every comment that starts its line and every line's
+ * indentation before the engine sees this text (jsw_engine.c, prelude_text):
+ * no line of a string or template here may start with a comment's opening or
+ * depend on its leading blanks.
  */
 (function (out, call, done, head, keep) {
     'use strict';
@@ -22,17 +45,13 @@
     const stringify = JSON.stringify;
     const isArray = Array.isArray;
     const keys = Object.keys;
-    const defineProperty = Object.defineProperty;
     const StringC = String;
     const TypeErrorC = TypeError;
-    const SetC = Set;
-    const setHas = Set.prototype.has, setAdd = Set.prototype.add, setDelete = Set.prototype.delete;
-    const apply = Reflect.apply;
-    const then = Promise.prototype.then;
-    const PromiseC = Promise;
 
-    /* Throws a TypeError naming the first part of v that JSON cannot carry. */
-    function check(v, what, path, seen) {
+    /* Throws a TypeError naming the first part of v that JSON cannot carry.
+     * seen[0..depth) are v's ancestors: a cycle is v among them (a scan, as
+     * JSON nests only as deep as the stack lets check recurse). */
+    function check(v, what, path, seen, depth) {
         switch (typeof v) {
         case 'function':
         case 'symbol':
@@ -41,25 +60,29 @@
         case 'object':
             if (v === null)
                 return;
-            if (apply(setHas, seen, [v]))
-                throw new TypeErrorC(`${what} is not JSON-serializable: ${path} is a cycle`);
-            apply(setAdd, seen, [v]);
+            for (let i = 0; i < depth; i++)
+                if (seen[i] === v)
+                    throw new TypeErrorC(`${what} is not JSON-serializable: ${path} is a cycle`);
+            seen[depth] = v;
             if (typeof v.toJSON !== 'function') {
                 if (isArray(v)) {
                     for (let i = 0; i < v.length; i++)
-                        check(v[i] === undefined ? null : v[i], what, `${path}[${i}]`, seen);
+                        check(v[i] === undefined ? null : v[i], what, `${path}[${i}]`, seen,
+                              depth + 1);
                 } else {
                     for (const k of keys(v))
                         if (v[k] !== undefined)
-                            check(v[k], what, `${path}.${k}`, seen);
+                            check(v[k], what, `${path}.${k}`, seen, depth + 1);
                 }
             }
-            apply(setDelete, seen, [v]);
         }
     }
 
+    /* Primitives need no walk: JSON carries every one check lets through. */
     function toJson(v, what) {
-        check(v, what, what === 'the return value' ? 'it' : 'args', new SetC());
+        if (typeof v === 'object' || typeof v === 'function' || typeof v === 'symbol' ||
+            typeof v === 'bigint')
+            check(v, what, what === 'the return value' ? 'it' : 'args', [], 0);
         return stringify(v);
     }
 
@@ -95,18 +118,19 @@
         return s;
     }
 
-    /* Written out rather than made in a loop over [name, stream] pairs, and
-     * put on the global by the worker (a non-enumerable property set from C):
-     * the loop and defineProperty on the global cost 30 us of every fresh
-     * global, this 8 (issue 21, measured in-process). */
-    const console = {
-        log(...args) { out(0, line(args)); },
-        info(...args) { out(0, line(args)); },
-        debug(...args) { out(0, line(args)); },
-        trace(...args) { out(0, line(args)); },
-        warn(...args) { out(1, line(args)); },
-        error(...args) { out(1, line(args)); },
-    };
+    /* Written out rather than made in a loop over [name, stream] pairs: the
+     * loop cost 30 us of every fresh global, this 8 (issue 21, measured
+     * in-process). */
+    function makeConsole() {
+        return {
+            log(...args) { out(0, line(args)); },
+            info(...args) { out(0, line(args)); },
+            debug(...args) { out(0, line(args)); },
+            trace(...args) { out(0, line(args)); },
+            warn(...args) { out(1, line(args)); },
+            error(...args) { out(1, line(args)); },
+        };
+    }
 
     function describe(e) {
         let name = 'Error', message = '', stack = '';
@@ -138,75 +162,120 @@
         return {name, message, stack};
     }
 
-    const builtin = keep ? new SetC(Object.getOwnPropertyNames(G)) : null;
-    if (builtin)
-        apply(setAdd, builtin, ['console']);
+    /* The promise's own then, taken now: a program that replaces
+     * Promise.prototype.then still ends. Bound, not through Reflect.apply:
+     * a global's first use of Reflect builds it (issue 21, measured
+     * in-process: bound 1.07 M instructions per run, Reflect.apply 1.24 M,
+     * an async start with await 1.13 M). */
+    const thenOf = Function.prototype.call.bind(Promise.prototype.then);
 
-    return {
-        console, /* the worker makes it globalThis.console */
-        /* tools: [[globalName, toolId], ...] */
-        tools(list) {
-            for (const [gname, id] of list) {
-                const f = function (args) {
-                    let text;
-                    try {
-                        text = args === undefined ? 'null' : toJson(args, `arguments of ${gname}`);
-                    } catch (e) {
-                        return PromiseC.reject(e);
-                    }
-                    return call(id, text);
-                };
-                defineProperty(f, 'name', {value: gname});
-                defineProperty(G, gname, {value: f, writable: true, configurable: true, enumerable: false});
-            }
-        },
-        start(main) {
-            let p;
-            try {
-                p = main.call(G);
-            } catch (e) {
-                done(false, describe(e));
-                return;
-            }
-            apply(then, p, [v => {
+    function settled(v) {
+        let text;
+        try {
+            text = v === undefined ? undefined : toJson(v, 'the return value');
+        } catch (e) {
+            done(false, describe(e));
+            return;
+        }
+        done(true, text);
+    }
+
+    function failed(e) {
+        done(false, describe(e));
+    }
+
+    /* A program without await is a plain function (jsw_engine.c): what it
+     * returns is followed as an async function's return value would be. */
+    async function adopt(v) {
+        return v;
+    }
+
+    /* isAsync: main is the async wrapper, v the engine's own promise,
+     * followed through the then taken above (a program that replaced
+     * Promise.prototype.then still ends). */
+    function start(main, isAsync) {
+        let v;
+        try {
+            v = main.call(G);
+        } catch (e) {
+            failed(e);
+            return;
+        }
+        if (!isAsync && (v === null || (typeof v !== 'object' && typeof v !== 'function'))) {
+            settled(v);
+            return;
+        }
+        /* then reads the promise's constructor, which the program may have
+         * made throw: that is its failure, not a run left without an end */
+        try {
+            thenOf(isAsync ? v : adopt(v), settled, failed);
+        } catch (e) {
+            failed(e);
+        }
+    }
+
+    function tools(list) {
+        const defineProperty = Object.defineProperty, PromiseC = Promise;
+        for (const [gname, id] of list) {
+            const f = function (args) {
                 let text;
                 try {
-                    text = v === undefined ? undefined : toJson(v, 'the return value');
+                    text = args === undefined ? 'null' : toJson(args, `arguments of ${gname}`);
                 } catch (e) {
-                    done(false, describe(e));
-                    return;
+                    return PromiseC.reject(e);
                 }
-                done(true, text);
-            }, e => done(false, describe(e))]);
-        },
-        describe,
-        /* the JSON-serializable own enumerable globals not in `builtin` */
-        globals() {
-            if (!builtin)
-                throw new TypeErrorC('not a persistent global');
-            const o = {};
-            for (const k of keys(G)) {
-                if (apply(setHas, builtin, [k]))
+                return call(id, text);
+            };
+            defineProperty(f, 'name', {value: gname});
+            defineProperty(G, gname, {value: f, writable: true, configurable: true, enumerable: false});
+        }
+    }
+
+    /* Only a persistent global pays for Set and Reflect. */
+    const builtin = keep ? new Set(Object.getOwnPropertyNames(G)) : null;
+    const setHas = keep ? Set.prototype.has : null, apply = keep ? Reflect.apply : null;
+    const isBuiltin = k => apply(setHas, builtin, [k]);
+    if (builtin)
+        builtin.add('console');
+
+    /* the JSON-serializable own enumerable globals not in `builtin` */
+    function globals() {
+        if (!builtin)
+            throw new TypeErrorC('not a persistent global');
+        const o = {};
+        for (const k of keys(G)) {
+            if (isBuiltin(k))
+                continue;
+            try {
+                const v = G[k];
+                if (v === undefined || typeof v === 'function')
                     continue;
-                try {
-                    const v = G[k];
-                    if (v === undefined || typeof v === 'function')
-                        continue;
-                    check(v, 'global', k, new SetC());
-                    o[k] = v;
-                } catch (e) {
-                    /* not serializable: left out */
-                }
+                check(v, 'global', k, [], 0);
+                o[k] = v;
+            } catch (e) {
+                /* not serializable: left out */
             }
-            return stringify(o);
-        },
-        restore(text) {
-            if (!builtin)
-                throw new TypeErrorC('not a persistent global');
-            const o = JSON.parse(text);
-            for (const k of keys(o))
-                if (!apply(setHas, builtin, [k]) && k !== '__proto__')
-                    G[k] = o[k];
-        },
+        }
+        return stringify(o);
+    }
+
+    function restore(text) {
+        if (!builtin)
+            throw new TypeErrorC('not a persistent global');
+        const o = JSON.parse(text);
+        for (const k of keys(o))
+            if (!isBuiltin(k) && k !== '__proto__')
+                G[k] = o[k];
+    }
+
+    return function api(op, arg, arg2) {
+        switch (op) {
+        case 0: return start(arg, arg2);
+        case 1: return describe(arg);
+        case 2: return tools(arg);
+        case 3: return globals();
+        case 4: return restore(arg);
+        default: return makeConsole();
+        }
     };
 })
