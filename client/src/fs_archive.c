@@ -29,10 +29,23 @@ int sbx_fs_archive_read(sbx_ctx *c, sbx_rpc_error **err_out, const char *sandbox
     json_object_set_new(p, "sandbox", json_string(sandbox));
     json_object_set_new(p, "path", json_string(path));
     for (;;) {
-        struct sbx__fs_chunk ch;
-        /* On an error the daemon drops the handle with the session. */
-        if (sbx__fs_read_call(c, &ch, err_out, p, sink, privdata) != SBX_OK)
+        struct sbx__fs_chunk ch = {0};
+        if (sbx__fs_read_call(c, &ch, err_out, p, sink, privdata) != SBX_OK) {
+            /* The sink stopped it: the archive is let go now, not when this
+             * session ends or its handle idles out (a failed call's handle is
+             * gone already). The sink's error stays the one reported. */
+            if (ch.handle && !ch.eof) {
+                char keep[sizeof(c->errstr)];
+                int kerr = c->err;
+                memcpy(keep, c->errstr, sizeof(keep));
+                sbx_call_new(c, NULL, NULL, SBX_M_FS_READ,
+                             json_pack("{s:s, s:I, s:b}", "sandbox", sandbox, "handle",
+                                       ch.handle, "abort", 1));
+                c->err = kerr;
+                memcpy(c->errstr, keep, sizeof(keep));
+            }
             return SBX_ERR;
+        }
         if (!ch.eof && !ch.handle) {
             sbx__ctx_seterr(c, SBX_ERR_USAGE, "%s", "an archive without handle");
             return SBX_ERR;

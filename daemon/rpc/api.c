@@ -153,6 +153,10 @@ static json_t *usage_json(struct rpc_conn *k, uid_t uid)
               g->queued_bytes_per_uid);
     put_usage(o, "memory_per_uid", u ? (json_int_t)u->memory_bytes : 0,
               g->memory_per_uid);
+    put_usage(o, "fs_transfers_per_uid", u ? u->fs_transfers : 0,
+              g->fs_transfers_per_uid);
+    put_usage(o, "fs_bytes_in_flight_per_uid", u ? (json_int_t)u->fs_bytes : 0,
+              g->fs_bytes_in_flight_per_uid);
     return o;
 }
 

@@ -191,9 +191,15 @@ static void archive_read(struct call *c, json_t *params)
     if (!sb)
         return;
     int64_t hid = 0, len = 0;
+    int abort_it = 0;
     if (get_int(c, params, "handle", 1, INT64_MAX, &hid) < 0 ||
-        get_int(c, params, "length", 0, INT64_MAX, &len) < 0)
+        get_int(c, params, "length", 0, INT64_MAX, &len) < 0 ||
+        get_bool(c, params, "abort", &abort_it) < 0)
         return;
+    if (abort_it && !hid) {
+        bad(c, "abort", "needs the handle of the archive to let go");
+        return;
+    }
     if (hid) {
         struct fs_handle *h =
             c->conn ? fs_handle_find((uint64_t)hid, c->conn, FS_OP_READ) : NULL;
@@ -206,6 +212,14 @@ static void archive_read(struct call *c, json_t *params)
         }
         if (fs_handle_busy(h)) {
             bad(c, "handle", "busy: wait for the answer to the previous chunk");
+            return;
+        }
+        /* A client done early lets the archive go now, rather than by
+         * disconnecting or after the idle timeout: the provider ends the
+         * tar behind it (Docker's stream, Modal's tar in the sandbox). */
+        if (abort_it) {
+            fs_handle_drop(h);
+            call_reply(c, json_pack("{s:b}", "aborted", 1));
             return;
         }
         json_t *args = json_deep_copy(fs_handle_args(h));
@@ -255,7 +269,8 @@ out:
 
 void m_fs_read(struct call *c, json_t *params)
 {
-    if (json_object_get(params, "handle") || json_object_get(params, "format")) {
+    if (json_object_get(params, "handle") || json_object_get(params, "format") ||
+        json_object_get(params, "abort")) {
         archive_read(c, params);
         return;
     }

@@ -395,6 +395,19 @@ static void test_handles_bounds(conn *c)
         json_decref(r);
     }
     test_cond("open archive reads hold a transfer slot each (3 more fit)", got == 3);
+    r = call(c, "fs.read",
+             json_pack("{s:s, s:I, s:b}", "sandbox", AR1, "handle", h, "abort", 1));
+    test_cond("fs.read {handle, abort}: {aborted: true}",
+              json_is_true(json_object_get(res_of(r), "aborted")));
+    json_decref(r);
+    r = call(c, "fs.read", json_pack("{s:s, s:I}", "sandbox", AR1, "handle", h));
+    test_cond("the aborted handle is gone: -32602", err_code(r) == -32602);
+    json_decref(r);
+    r = call(c, "fs.read",
+             json_pack("{s:s, s:s, s:s, s:i}", "sandbox", AR1, "path", "/workspace",
+                       "format", "tar", "length", 512));
+    test_cond("an aborted archive gives its transfer slot back", res_of(r) != NULL);
+    json_decref(r);
 }
 
 static void test_cross_uid(conn *c)

@@ -297,6 +297,39 @@ static void test_libsbx(void)
     sbx_free(x);
 }
 
+static int sink_stop(const void *d, size_t n, void *priv)
+{
+    (void)d, (void)n, (void)priv;
+    return -1;
+}
+
+/* libsbx: an archive whose sink stops it (base64 chunks, so a handle is open)
+ * is let go at once: the session's transfer slot is back, the sink's error
+ * is the one reported. */
+static void test_libsbx_archive_stop(void)
+{
+    sbx_ctx *x = sbx_connect_unix(sock, 5000);
+    sbx_rpc_error *e = NULL;
+    setenv("SBX_FS_TRANSPORT", "json", 1);
+    int rc =
+        x ? sbx_fs_archive_read(x, &e, sbid, "/workspace/lib.bin", NULL, sink_stop, NULL)
+          : SBX_OK;
+    unsetenv("SBX_FS_TRANSPORT");
+    test_cond("libsbx: a sink that stops an archive fails the read with its own error",
+              rc != SBX_OK && x && strstr(x->errstr, "sink"));
+    sbx_rpc_error_free(e);
+    json_t *res = NULL;
+    e = NULL;
+    rc = x ? sbx_call_new(x, &res, &e, "daemon.info", NULL) : SBX_ERR;
+    json_t *u = json_object_get(json_object_get(res, "usage"), "fs_transfers_per_uid");
+    test_cond(
+        "... and lets the archive go at once: no transfer slot held (daemon.info usage)",
+        rc == SBX_OK && u && json_integer_value(json_object_get(u, "used")) == 0);
+    json_decref(res);
+    sbx_rpc_error_free(e);
+    sbx_free(x);
+}
+
 /* A stream presented as another uid: the answer's code, 0 if none. */
 static int present_as(uid_t uid, const char *tok)
 {
@@ -595,6 +628,7 @@ int main(int argc, char **argv)
     json_decref(r);
     test_both_ways(c);
     test_libsbx();
+    test_libsbx_archive_stop();
     test_tokens(c);
     test_backpressure(c);
     test_enospc(c);

@@ -387,6 +387,40 @@ static void test_abandon_read(void)
     run("rm -f %s/w/zab", ROOT);
 }
 
+/* fs.read {handle, abort: true}: the client lets an archive go before its
+ * eof; the sandbox's tar is killed then, and the handle is gone. */
+static void test_abort_read(conn *c)
+{
+    run("head -c 134217728 /dev/zero > %s/w/zabort", ROOT);
+    json_t *r = call(c, "fs.read",
+                     json_pack("{s:s, s:s, s:s, s:i}", "sandbox", SB, "path", "/w/zabort",
+                               "format", "tar", "length", 65536));
+    json_int_t h = json_integer_value(json_object_get(res_of(r), "handle"));
+    json_decref(r);
+    r = call(c, "fs.read", json_pack("{s:s, s:b}", "sandbox", SB, "abort", 1));
+    test_cond(
+        "abort without a handle: -32602 naming abort",
+        err_code(r) == -32602 &&
+            !strcmp(json_string_value(json_object_get(
+                        json_object_get(json_object_get(r, "error"), "data"), "param"))
+                        ?: "",
+                    "abort"));
+    json_decref(r);
+    r = call(c, "fs.read",
+             json_pack("{s:s, s:I, s:b}", "sandbox", SB, "handle", h, "abort", 1));
+    test_cond("fs.read {handle, abort}: {aborted: true}",
+              h > 0 && json_is_true(json_object_get(res_of(r), "aborted")));
+    json_decref(r);
+    int code = tar_exit("/w/zabort");
+    printf("      the aborted archive's script exited %d\n", code);
+    test_cond("an aborted archive read: the sandbox's tar is killed (137 within 10 s)",
+              code == 137);
+    r = call(c, "fs.read", json_pack("{s:s, s:I}", "sandbox", SB, "handle", h));
+    test_cond("the aborted handle is gone: -32602", err_code(r) == -32602);
+    json_decref(r);
+    run("rm -f %s/w/zabort", ROOT);
+}
+
 /* An archive write whose next chunk fails (a router error, not an abort) has
  * its tar terminated: the script still removes what it extracted. */
 static void test_abandon_write(conn *c)
@@ -504,6 +538,7 @@ int main(int argc, char **argv)
     test_credit(c);
     test_abort(c);
     test_abandon_read();
+    test_abort_read(c);
     test_abandon_write(c);
     test_cross_uid();
     test_big();

@@ -404,15 +404,26 @@ export class SbxdFiles {
         let pre: Chunk | undefined =
             fallback.first ?? (await this.client.call('fs.read', { sandbox: this.sandbox, path, length: FS_CHUNK, ...extra }));
         let handle = pre.handle;
+        let ended = pre.eof;
+        let inflight: Promise<unknown> | undefined;
         return new ReadableStream<Uint8Array>({
             pull: async (ctl) => {
-                const r: Chunk = pre ?? (await this.client.call('fs.read', { sandbox: this.sandbox, handle, length: FS_CHUNK }));
+                const next = pre ? Promise.resolve(pre) : this.client.call('fs.read', { sandbox: this.sandbox, handle, length: FS_CHUNK });
+                inflight = next;
+                const r: Chunk = await next;
                 pre = undefined;
                 handle = r.handle ?? handle;
+                ended = r.eof;
                 const bytes = Buffer.from(r.data_b64 ?? '', 'base64');
                 if (bytes.length) ctl.enqueue(new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.length));
                 if (r.eof) ctl.close();
                 else if (handle === undefined) ctl.error(new SbxdError('fs.read', -32603, 'an archive chunk without eof or a handle'));
+            },
+            // A reader done early lets the archive go at once (the sandbox's tar ends), not at the idle timeout.
+            cancel: async () => {
+                await inflight?.catch(() => {});
+                if (!ended && handle !== undefined)
+                    await this.client.call('fs.read', { sandbox: this.sandbox, handle, abort: true }).catch(() => {});
             },
         });
     }

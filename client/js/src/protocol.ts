@@ -290,6 +290,8 @@ export interface Methods {
             format?: 'tar';
             /** An archive's next chunk (PROTOCOL.md, Archives). */
             handle?: number;
+            /** With handle: let the archive go before its eof (answered {aborted: true}). */
+            abort?: boolean;
             /** An archive of path through a symlink at path itself (docker cp -L). */
             follow?: boolean;
             /** An archive's top entry named so (one path component) instead of path's base name. */
@@ -297,7 +299,7 @@ export interface Methods {
             /** "Raw transfers": answered with a token for an fs.stream connection. */
             transport?: 'json' | 'raw';
         };
-        result: FsReadResult & Partial<FsRawToken>;
+        result: FsReadResult & Partial<FsRawToken> & { aborted?: boolean };
     };
     'fs.write': {
         params: {
@@ -526,7 +528,7 @@ export const METHOD_PARAMS = {
         'sandbox', 'pid', 'offset', 'stdout_offset', 'stderr_offset', 'follow', 'output_encoding', 'since', 'timestamps',
     ],
     'process.detach': ['sandbox', 'pid'],
-    'fs.read': ['sandbox', 'path', 'offset', 'length', 'encoding', 'format', 'handle', 'follow', 'name', 'transport'],
+    'fs.read': ['sandbox', 'path', 'offset', 'length', 'encoding', 'format', 'handle', 'abort', 'follow', 'name', 'transport'],
     'fs.write': [
         'sandbox', 'path', 'data', 'data_b64', 'mode', 'append', 'mkdir_parents', 'more', 'handle', 'abort', 'format',
         'size', 'transport',

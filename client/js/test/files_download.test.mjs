@@ -116,6 +116,29 @@ group('files downloadDir (docker)', () => {
             rmTree(base);
         }
     });
+    test('a readArchive stream cancelled before its end lets the archive go (fs.read abort): its transfer slot is back', async () => {
+        process.env.SBXD_FS_TRANSPORT = 'json';
+        const c2 = new SbxdClient({ socketPath: DSOCK });
+        const slots = async () => (await c2.call('daemon.info', {})).usage.fs_transfers_per_uid.used;
+        let aborts = 0;
+        const orig = c2.call.bind(c2);
+        c2.call = (m, p, s) => ((aborts += m === 'fs.read' && p?.abort === true ? 1 : 0), orig(m, p, s));
+        try {
+            await sh('head -c 20000000 /dev/zero > /workspace/abort20'); // five 4 MiB chunks
+            const rs = await c2.files(sb.id).readArchive('/workspace/abort20');
+            const rd = rs.getReader();
+            const first = await rd.read();
+            assert.ok(!first.done && first.value.length > 0);
+            assert.equal(await slots(), 1, 'the open archive holds a slot');
+            await rd.cancel();
+            assert.equal(aborts, 1);
+            assert.equal(await slots(), 0, 'the slot is given back at once, not at the idle timeout');
+            await sh('rm /workspace/abort20');
+        } finally {
+            delete process.env.SBXD_FS_TRANSPORT;
+            c2.close();
+        }
+    });
     test('a symlink path comes as the link, or with follow as the tree it points to (docker cp -L)', async () => {
         const base = tmp('dlf');
         try {
