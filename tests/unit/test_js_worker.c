@@ -527,6 +527,45 @@ static void test_state(void)
     stop(&k);
 }
 
+/* A program that tampers with Promise still ends: its result is followed
+ * through the then taken before it ran, and a then that throws ends the run
+ * with the program's error, not its timeout. */
+static void test_polluted_promise(void)
+{
+    struct wk k;
+    start(&k);
+    free(wait_for(&k, SBX_CHAN_HELLO).p);
+    json_t *r = run(&k, 1,
+                    "Promise.prototype.then = function () { return 7 };\n"
+                    "await 0; return {x: 1}");
+    test_cond("a replaced Promise.prototype.then, then await: the result",
+              result_is(r, "{\"x\":1}"));
+    json_decref(r);
+    r = run(&k, 2,
+            "Promise.prototype.then = function () { throw new Error('no') };\n"
+            "return {x: 2}");
+    test_cond("a throwing Promise.prototype.then, no await: the result",
+              result_is(r, "{\"x\":2}"));
+    json_decref(r);
+    r = run(&k, 3,
+            "Object.defineProperty(Promise.prototype, 'constructor',\n"
+            "  {get() { throw new Error('ctor') }});\nawait 0; return 1");
+    const char *msg =
+        json_string_value(json_object_get(json_object_get(r, "exception"), "message"));
+    test_cond("a throwing Promise constructor getter ends the run with its error",
+              r && msg && strstr(msg, "ctor"));
+    if (!(msg && strstr(msg, "ctor"))) {
+        char *d = r ? json_dumps(r, JSON_COMPACT) : NULL;
+        printf("      got %s\n", d ? d : "(no exit)");
+        free(d);
+    }
+    json_decref(r);
+    r = run(&k, 4, "return typeof Promise.prototype.then === 'function' && 1 + 1");
+    test_cond("... and the next program's global is clean", result_is(r, "2"));
+    json_decref(r);
+    stop(&k);
+}
+
 static void test_nojit(void)
 {
     struct wk k;
@@ -575,6 +614,7 @@ int main(int argc, char **argv)
     test_credit();
     test_tools_and_more();
     test_state();
+    test_polluted_promise();
     test_nojit();
     return test_report();
 }
