@@ -461,9 +461,13 @@ void tar_out_free(struct tar_out *t)
 
 enum in_state { IN_HDR, IN_META, IN_DATA, IN_PAD, IN_END, IN_FAILED };
 
+/* A directory whose mode or mtime is set at the end: its mode may shut this
+ * side out of it, and every entry made in it moves its mtime. */
 struct deferred {
     char *name;
     mode_t mode;
+    int set_mode;
+    int64_t mtime;
 };
 
 struct tar_in {
@@ -594,15 +598,22 @@ static int clear_name(int dir, const char *name)
     return unlinkat(dir, name, 0);
 }
 
-static void defer_mode(struct tar_in *t, const char *name, mode_t mode)
+/* A directory's mode (set_mode) and mtime, kept for tar_in_finish. One that
+ * only needs its mtime takes at most half of TAR_DEFER_MAX, so those whose
+ * mode would shut this side out always have room; past it the mtime is set
+ * now (and moved by what is made in it later, as before). */
+static void defer_dir(struct tar_in *t, int dir, const char *base, const char *name,
+                      mode_t mode, int set_mode)
 {
-    if (t->ndefer >= TAR_DEFER_MAX)
+    struct timespec ts[2] = {{t->mtime, 0}, {t->mtime, 0}};
+    char *s = NULL;
+    if (t->ndefer < (set_mode ? TAR_DEFER_MAX : TAR_DEFER_MAX / 2) &&
+        (t->defer || (t->defer = calloc(TAR_DEFER_MAX, sizeof(*t->defer)))) &&
+        (s = strdup(name))) {
+        t->defer[t->ndefer++] = (struct deferred){s, mode, set_mode, t->mtime};
         return;
-    if (!t->defer && !(t->defer = calloc(TAR_DEFER_MAX, sizeof(*t->defer))))
-        return;
-    char *s = strdup(name);
-    if (s)
-        t->defer[t->ndefer++] = (struct deferred){s, mode};
+    }
+    utimensat(dir, base, ts, AT_SYMLINK_NOFOLLOW);
 }
 
 /* Makes the entry whose header is t->hdr, named name. 0, or -1 failed. */
@@ -631,8 +642,8 @@ static int make(struct tar_in *t, const char *name, const char *link)
             r = -1;
         else if (fchmodat(dir, base, (mode | 0700) & 07777, 0) < 0)
             r = -1;
-        else if ((mode & 0700) != 0700)
-            defer_mode(t, name, mode);
+        else
+            defer_dir(t, dir, base, name, mode, (mode & 0700) != 0700);
     } else if (type == '0' || type == '7' || type == '\0') {
         if (clear_name(dir, base) == 0)
             t->fd = openat(
@@ -928,7 +939,11 @@ int tar_in_finish(struct tar_in *t)
             continue;
         int dir = open_parent(t, cs, nc - 1);
         if (dir >= 0) {
-            fchmodat(dir, cs[nc - 1], t->defer[i].mode, 0);
+            struct timespec ts[2] = {{t->defer[i].mtime, 0}, {t->defer[i].mtime, 0}};
+            /* deepest first: a parent's mode never shuts out a child's turn */
+            utimensat(dir, cs[nc - 1], ts, AT_SYMLINK_NOFOLLOW);
+            if (t->defer[i].set_mode)
+                fchmodat(dir, cs[nc - 1], t->defer[i].mode, 0);
             close(dir);
         }
     }

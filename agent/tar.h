@@ -22,7 +22,7 @@
 #define TAR_NAME_MAX 4096        /* bytes of an entry's name or link target */
 #define TAR_META_MAX (64u << 10) /* a PAX or GNU long-name record's data */
 #define TAR_DEPTH_MAX 256        /* directory levels made or walked */
-#define TAR_DEFER_MAX 4096       /* directories whose mode is set at the end */
+#define TAR_DEFER_MAX 4096       /* directories whose mode or mtime is set at the end */
 
 /* ---- making an archive ---------------------------------------------------- */
 

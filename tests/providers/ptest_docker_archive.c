@@ -332,6 +332,68 @@ static void test_escapes(conn *c)
     json_decref(r);
 }
 
+/* Sets a header's mtime field and its checksum again. */
+static void set_mtime(uint8_t *h, long mt)
+{
+    snprintf((char *)h + 136, 12, "%011lo", mt);
+    memset(h + 148, ' ', 8);
+    unsigned sum = 0;
+    for (int i = 0; i < 512; i++)
+        sum += h[i];
+    snprintf((char *)h + 148, 8, "%06o", sum);
+}
+
+/* Directories keep the archive's mtimes, as docker cp's do, though entries
+ * are made in them afterwards; and a directory of mode 0500 still gets its
+ * mode after what is inside it. */
+static void test_dir_mtimes(conn *c)
+{
+    uint8_t t[512 * 7] = {0};
+    ustar(t, "mt", '5', NULL, 0);
+    snprintf((char *)t + 100, 8, "%07o", 0755);
+    set_mtime(t, 1000000000);
+    ustar(t + 512, "mt/sub", '5', NULL, 0);
+    snprintf((char *)t + 512 + 100, 8, "%07o", 0755);
+    set_mtime(t + 512, 1100000000);
+    ustar(t + 1024, "mt/sub/f", '0', NULL, 1);
+    set_mtime(t + 1024, 1200000000);
+    t[1536] = 'x';
+    ustar(t + 2048, "mt/ro", '5', NULL, 0);
+    snprintf((char *)t + 2048 + 100, 8, "%07o", 0500);
+    set_mtime(t + 2048, 1300000000);
+    json_t *r = put_tar(c, AR1, "/workspace", t, sizeof(t));
+    if (!res_of(r)) {
+        char *d = json_dumps(r, JSON_COMPACT);
+        printf("      the write: %s\n", d ? d : "(none)");
+        free(d);
+    }
+    json_decref(r);
+    /* 2001-09-09T01:46:40Z and on: RFC 3339, as fs.stat gives it */
+    static const struct {
+        const char *path, *mtime;
+        int mode;
+    } want[] = {{"/workspace/mt", "2001-09-09T01:46:40", 0755},
+                {"/workspace/mt/sub", "2004-11-09T11:33:20", 0755},
+                {"/workspace/mt/sub/f", "2008-01-10T21:20:00", 0644},
+                {"/workspace/mt/ro", "2011-03-13T07:06:40", 0500}};
+    int ok = 1;
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+        r = call(c, "fs.stat",
+                 json_pack("{s:s, s:s}", "sandbox", AR1, "path", want[i].path));
+        const char *mt = json_string_value(json_object_get(res_of(r), "mtime"));
+        int mode = (int)json_integer_value(json_object_get(res_of(r), "mode"));
+        if (!mt || strncmp(mt, want[i].mtime, strlen(want[i].mtime)) ||
+            mode != want[i].mode) {
+            printf("      %s: mtime %s mode %o\n", want[i].path, mt ? mt : "-", mode);
+            ok = 0;
+        }
+        json_decref(r);
+    }
+    test_cond(
+        "tar write: directories keep their mtimes (and files theirs), a 0500 one its mode",
+        ok);
+}
+
 static void test_garbage(conn *c)
 {
     uint8_t junk[2048];
@@ -589,6 +651,7 @@ int main(int argc, char **argv)
     DK_STEP(test_owner(c));
     DK_STEP(test_escapes(c));
     DK_STEP(test_garbage(c));
+    DK_STEP(test_dir_mtimes(c));
     DK_STEP(test_meta_bound(c));
     DK_STEP(test_cross_uid(c));
     DK_STEP(test_handles_bounds(c));
