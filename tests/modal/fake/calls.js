@@ -115,19 +115,27 @@ function makeCtx(call) {
   return ctx;
 }
 
+// The start of a unary or client-streaming call: recorded, watched for a
+// cancel, answered at most once; `pre` is the auth or fail_next error to
+// answer at once.
+function openCall(method, call, callback) {
+  const rec = recordCall(method, call);
+  const ctx = makeCtx(call);
+  let done = false;
+  const reply = (err, resp) => {
+    if (done) return;
+    done = true;
+    finishRecord(rec, err);
+    if (err) callback(err);
+    else callback(null, resp || {});
+  };
+  const pre = checkAuth(method, call.metadata) || takeFailFault(method);
+  return { rec, ctx, reply, pre };
+}
+
 function unary(method, fn) {
   return (call, callback) => {
-    const rec = recordCall(method, call);
-    const ctx = makeCtx(call);
-    let done = false;
-    const reply = (err, resp) => {
-      if (done) return;
-      done = true;
-      finishRecord(rec, err);
-      if (err) callback(err);
-      else callback(null, resp || {});
-    };
-    const pre = checkAuth(method, call.metadata) || takeFailFault(method);
+    const { ctx, reply, pre } = openCall(method, call, callback);
     if (pre) return reply(toGrpcError(pre));
     const hold = takeHoldFault(method);
     Promise.resolve()
@@ -157,17 +165,7 @@ function takeFailAfter(method) {
 // Client-streaming RPCs (TaskExecStdinWriteStream).
 function clientStream(method, fn) {
   return (call, callback) => {
-    const rec = recordCall(method, call);
-    const ctx = makeCtx(call);
-    let done = false;
-    const reply = (err, resp) => {
-      if (done) return;
-      done = true;
-      finishRecord(rec, err);
-      if (err) callback(err);
-      else callback(null, resp || {});
-    };
-    const pre = checkAuth(method, call.metadata) || takeFailFault(method);
+    const { rec, ctx, reply, pre } = openCall(method, call, callback);
     if (pre) return reply(toGrpcError(pre));
     Promise.resolve()
       .then(() => fn(call, ctx, rec))
@@ -256,15 +254,22 @@ function claimOutageAfter(method) {
   startOutage(f.seconds, 'refuse');
 }
 
-function claimBreakFault(execId, fd) {
-  const i = faults.breakOutput.findIndex((f) =>
+// Claims one stream of the first fault in `list` (faults.breakOutput or
+// faults.dropStdio) that matches the exec and fd; null when none does.
+function claimStreamFault(list, execId, fd) {
+  const i = list.findIndex((f) =>
     (f.fd === undefined || f.fd === fd) && (f.exec_id === undefined || f.exec_id === execId));
   if (i < 0) return null;
-  const f = faults.breakOutput[i];
-  if (--f.streams <= 0) faults.breakOutput.splice(i, 1);
+  const f = list[i];
+  if (--f.streams <= 0) list.splice(i, 1);
   return { after: f.after };
 }
 
+function claimBreakFault(execId, fd) {
+  return claimStreamFault(faults.breakOutput, execId, fd);
+}
+
 module.exports = {
-  unary, clientStream, serverStream, send, waitFor, pollMs, sleep, claimOutageAfter, claimBreakFault,
+  unary, clientStream, serverStream, send, waitFor, pollMs, sleep, claimOutageAfter, claimStreamFault,
+  claimBreakFault,
 };

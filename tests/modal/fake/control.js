@@ -25,6 +25,21 @@ class HttpError extends Error {
   }
 }
 
+// A fault on the next output streams (body[key] = N, the count of batches or
+// bytes it lets through) and the fd, exec_id and streams that narrow it.
+function streamFault(body, key) {
+  const n = body[key];
+  if (!Number.isInteger(n) || n < 0) throw new HttpError(400, `${key} must be an integer >= 0`);
+  const f = { after: n, streams: body.streams === undefined ? 1 : body.streams };
+  if (!Number.isInteger(f.streams) || f.streams < 1) throw new HttpError(400, 'streams must be an integer >= 1');
+  if (body.fd !== undefined) {
+    if (body.fd !== 1 && body.fd !== 2) throw new HttpError(400, 'fd must be 1 or 2');
+    f.fd = body.fd;
+  }
+  if (body.exec_id !== undefined) f.exec_id = String(body.exec_id);
+  return f;
+}
+
 function applyFault(body) {
   const known = new Set(['break_output_after_batches', 'fd', 'exec_id', 'streams', 'kill_sandbox', 'fail_next',
     'outage_after', 'seconds', 'hold_next', 'drop_stdio_after_bytes', 'refuse_router', 'fail_after']);
@@ -32,27 +47,11 @@ function applyFault(body) {
   for (const k of Object.keys(body)) if (!known.has(k)) throw new HttpError(400, `unknown fault key '${k}'`);
   const out = {};
   if (body.break_output_after_batches !== undefined) {
-    const n = body.break_output_after_batches;
-    if (!Number.isInteger(n) || n < 0) throw new HttpError(400, 'break_output_after_batches must be an integer >= 0');
-    const f = { after: n, streams: body.streams === undefined ? 1 : body.streams };
-    if (!Number.isInteger(f.streams) || f.streams < 1) throw new HttpError(400, 'streams must be an integer >= 1');
-    if (body.fd !== undefined) {
-      if (body.fd !== 1 && body.fd !== 2) throw new HttpError(400, 'fd must be 1 or 2');
-      f.fd = body.fd;
-    }
-    if (body.exec_id !== undefined) f.exec_id = String(body.exec_id);
+    const f = streamFault(body, 'break_output_after_batches');
     faults.breakOutput.push(f);
     out.break_output = f;
   } else if (body.drop_stdio_after_bytes !== undefined) {
-    const n = body.drop_stdio_after_bytes;
-    if (!Number.isInteger(n) || n < 0) throw new HttpError(400, 'drop_stdio_after_bytes must be an integer >= 0');
-    const f = { after: n, streams: body.streams === undefined ? 1 : body.streams };
-    if (!Number.isInteger(f.streams) || f.streams < 1) throw new HttpError(400, 'streams must be an integer >= 1');
-    if (body.fd !== undefined) {
-      if (body.fd !== 1 && body.fd !== 2) throw new HttpError(400, 'fd must be 1 or 2');
-      f.fd = body.fd;
-    }
-    if (body.exec_id !== undefined) f.exec_id = String(body.exec_id);
+    const f = streamFault(body, 'drop_stdio_after_bytes');
     faults.dropStdio.push(f);
     out.drop_stdio = f;
   } else if (body.fd !== undefined || body.streams !== undefined || body.exec_id !== undefined) {

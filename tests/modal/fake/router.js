@@ -9,7 +9,7 @@ const {
 const { execs, faults, images, snapshotsById, tasks } = require('./state');
 const { fail, jsonSafe } = require('./errors');
 const { checkRouterAuth, routerTokenPayload } = require('./tokens');
-const { claimOutageAfter, clientStream, send, serverStream, unary, waitFor } = require('./calls');
+const { claimOutageAfter, claimStreamFault, clientStream, send, serverStream, unary, waitFor } = require('./calls');
 const { sourcesEnv } = require('./processes');
 const { feedStdinAt } = require('./stdin');
 const { isRunning } = require('./sandboxes');
@@ -49,12 +49,7 @@ const STDERR_CFG = { 0: OUT_DEVNULL, 1: 2, 2: OUT_STDOUT };
 const ROUTER_CHUNK = 1 << 20;
 
 function claimDropStdio(execId, fd) {
-  const i = faults.dropStdio.findIndex((f) =>
-    (f.fd === undefined || f.fd === fd) && (f.exec_id === undefined || f.exec_id === execId));
-  if (i < 0) return null;
-  const f = faults.dropStdio[i];
-  if (--f.streams <= 0) faults.dropStdio.splice(i, 1);
-  return { after: f.after };
+  return claimStreamFault(faults.dropStdio, execId, fd);
 }
 
 // Sends o's bytes from offset on until `isDone()` and everything is sent;
