@@ -150,6 +150,13 @@
 //   POST   /secret {"name", "environment"?, "env": {...}}  create a named secret
 //
 // RPCs that are not implemented answer UNIMPLEMENTED (12) through grpc-js.
+//
+// Code: this file is the entry point (startup and shutdown); the rest is split
+// by concern into the modules beside it, each of which requires only modules
+// before it in this list (floors that call only down; options.js is parsed
+// from process.argv at the first require):
+//   options, state, errors, tokens, relay, calls, processes (with
+//   workspace.js), images, stdin, sandboxes, exec, rpc, sdk-v2, router, control
 
 'use strict';
 
