@@ -535,18 +535,22 @@ static void test_polluted_promise(void)
     struct wk k;
     start(&k);
     free(wait_for(&k, SBX_CHAN_HELLO).p);
-    json_t *r = run(&k, 1,
-                    "Promise.prototype.then = function () { return 7 };\n"
-                    "await 0; return {x: 1}");
-    test_cond("a replaced Promise.prototype.then, then await: the result",
-              result_is(r, "{\"x\":1}"));
-    json_decref(r);
-    r = run(&k, 2,
-            "Promise.prototype.then = function () { throw new Error('no') };\n"
-            "return {x: 2}");
-    test_cond("a throwing Promise.prototype.then, no await: the result",
-              result_is(r, "{\"x\":2}"));
-    json_decref(r);
+    static const struct {
+        const char *what, *code, *want;
+    } cases[] = {
+        {"a replaced Promise.prototype.then, then await: the result",
+         "Promise.prototype.then = function () { return 7 };\nawait 0; return {x: 1}",
+         "{\"x\":1}"},
+        {"a throwing Promise.prototype.then, no await: the result",
+         "Promise.prototype.then = function () { throw new Error('no') };\nreturn {x: 2}",
+         "{\"x\":2}"},
+    };
+    json_t *r;
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        r = run(&k, (uint32_t)i + 1, cases[i].code);
+        test_cond(cases[i].what, result_is(r, cases[i].want));
+        json_decref(r);
+    }
     r = run(&k, 3,
             "Object.defineProperty(Promise.prototype, 'constructor',\n"
             "  {get() { throw new Error('ctor') }});\nawait 0; return 1");
