@@ -56,12 +56,20 @@ group('files streams (docker)', () => {
         assert.equal((await sh('sha256sum /workspace/s/web.bin')).split(' ')[0], sha(big), 'the sandbox has the bytes');
         const h = createHash('sha256');
         let n = 0;
+        let parts = 0;
+        let most = 0;
         for await (const part of await f.read('/workspace/s/web.bin', { format: 'stream' })) {
+            assert.ok(part instanceof Uint8Array && !Buffer.isBuffer(part), 'chunks are plain Uint8Arrays');
             h.update(part);
             n += part.length;
+            parts++;
+            most = Math.max(most, part.length);
         }
         assert.equal(n, big.length);
         assert.equal(h.digest('hex'), sha(big));
+        // The socket's 64 KiB reads are joined up to RAW_READ_CHUNK (1 MiB), never much past it.
+        assert.ok(most <= MB + 128 * 1024, `the largest chunk is ${most} bytes`);
+        assert.ok(parts < big.length / (128 * 1024), `${parts} chunks for ${big.length} bytes: the reads are joined`);
         assert.ok(raw() >= 2, `raw transfers used (${raw()})`);
     }, { timeout: 120000 });
     test('a Node Readable up (unknown length: segments renamed into place) and bytes back', async () => {
