@@ -8,7 +8,7 @@
  * 'stream' })` gives a web ReadableStream and `write` takes one or a Node
  * Readable. Trees move as one tar stream each way: uploadDir/writeArchive
  * (packed by tar.ts), readArchive/downloadDir (extracted by tar_extract.ts
- * as the bytes arrive).
+ * as the bytes arrive, on a worker thread of its own: extract_thread.ts).
  */
 import type { FsEntry, FsEventNotification, FsStat } from './protocol.js';
 import * as posix from 'node:path/posix';
@@ -17,9 +17,10 @@ import { stat } from 'node:fs/promises';
 import { randomBytes } from 'node:crypto';
 import { SbxdError } from './errors.js';
 import type { FsTransport } from './transport.js';
-import { rawRead, rawWrite, type ReadExtra } from './files_raw.js';
+import { rawRead, rawToken, rawWrite, type ReadExtra, type ReadFallback } from './files_raw.js';
 import { planTree, packTree } from './tar.js';
 import { extractTar } from './tar_extract.js';
+import { extractInThread } from './extract_thread.js';
 
 /** Bytes per call: the daemon's default limits.fs_chunk_bytes. */
 export const FS_CHUNK = 4 << 20;
@@ -140,6 +141,15 @@ async function* chunksOf(data: WriteData, size: number): AsyncGenerator<Uint8Arr
         }
     }
     if (n > 0) yield pend.length === 1 ? pend[0]! : Buffer.concat(pend);
+}
+
+/** fs.read's archive params (PROTOCOL.md, Archives). */
+function archiveExtra(opts: { follow?: boolean; name?: string }): ReadExtra {
+    return {
+        format: 'tar',
+        ...(opts.follow ? { follow: true } : {}),
+        ...(opts.name !== undefined ? { name: opts.name } : {}),
+    };
 }
 
 export class SbxdFiles {
@@ -389,20 +399,21 @@ export class SbxdFiles {
      * (docker cp -L).
      */
     async readArchive(path: string, opts: { follow?: boolean; name?: string } = {}): Promise<ReadableStream<Uint8Array>> {
-        const extra: ReadExtra = {
-            format: 'tar',
-            ...(opts.follow ? { follow: true } : {}),
-            ...(opts.name !== undefined ? { name: opts.name } : {}),
-        };
-        type Chunk = { data_b64?: string; eof: boolean; length: number; handle?: number };
-        const fallback: { first?: Chunk } = {};
+        const extra = archiveExtra(opts);
+        const fallback: ReadFallback = {};
         if (!this.jsonOnly) {
             const raw = await rawRead(this.client, this.sandbox, path, 0, fallback, extra);
             if (raw) return raw;
         }
+        return this.archiveChunks(path, extra, fallback.first);
+    }
+
+    /** An archive chunk by chunk through its handle (`first`: the answer fs.read already gave). */
+    private async archiveChunks(path: string, extra: ReadExtra, first: ReadFallback['first']): Promise<ReadableStream<Uint8Array>> {
+        type Chunk = NonNullable<ReadFallback['first']>;
         // The first chunk now: a refused path rejects here (over raw, the stream's first read fails).
         let pre: Chunk | undefined =
-            fallback.first ?? (await this.client.call('fs.read', { sandbox: this.sandbox, path, length: FS_CHUNK, ...extra }));
+            first ?? (await this.client.call('fs.read', { sandbox: this.sandbox, path, length: FS_CHUNK, ...extra }));
         let handle = pre.handle;
         let ended = pre.eof;
         let inflight: Promise<unknown> | undefined;
@@ -439,9 +450,20 @@ export class SbxdFiles {
      * outside localDir (absolute names, `..`, hard links out) or be written
      * through a symlink are refused with a TarError naming the entry;
      * entries made before it stay. Files belong to this process's user.
+     * The files are made on a worker thread (extract_thread.ts) while this
+     * one reads the archive; `thread: false` makes them on this thread.
      */
-    async downloadDir(remotePath: string, localDir: string, opts: { follow?: boolean } = {}): Promise<ArchiveResult> {
-        return extractTar(await this.readArchive(remotePath, opts.follow ? { follow: true } : {}), localDir);
+    async downloadDir(
+        remotePath: string,
+        localDir: string,
+        opts: { follow?: boolean; thread?: boolean } = {},
+    ): Promise<ArchiveResult> {
+        const extra = archiveExtra(opts);
+        if (opts.thread === false || this.jsonOnly) return extractTar(await this.readArchive(remotePath, opts.follow ? { follow: true } : {}), localDir);
+        const fallback: ReadFallback = {};
+        const token = await rawToken(this.client, this.sandbox, remotePath, 0, fallback, extra);
+        if (token) return extractInThread(this.client.socketPath, token, localDir);
+        return extractTar(await this.archiveChunks(remotePath, extra, fallback.first), localDir);
     }
 
     /** Entries of a directory (depth 1 by default), every page. */

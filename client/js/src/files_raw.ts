@@ -29,8 +29,8 @@ function streamError(method: string, e: { code?: number; message?: string; data?
     return new SbxdError(method, e.code ?? -32603, e.message ?? 'raw transfer failed', e.data);
 }
 
-function openStream(client: FsTransport, token: string): net.Socket {
-    const s = net.createConnection({ path: client.socketPath });
+function openStream(socketPath: string, token: string): net.Socket {
+    const s = net.createConnection({ path: socketPath });
     s.write(JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'fs.stream', params: { token } }) + '\n');
     return s;
 }
@@ -49,19 +49,22 @@ export interface ReadExtra {
     name?: string;
 }
 
+/** What fs.read answers when it gives no token: a JSON chunk (an archive's has its `handle`). */
+export type ReadFallback = { first?: { data_b64?: string; eof: boolean; length: number; handle?: number } };
+
 /**
- * A read as a web stream over the raw transport; null when the daemon does
- * not offer it (then `fallback` has the JSON answer it gave instead: an
- * archive's first chunk with its `handle`).
+ * Asks for a read over the raw transport: its token, or null when the
+ * daemon does not offer it (then `fallback` has the JSON answer it gave
+ * instead). The token is good for one rawStream, from any thread.
  */
-export async function rawRead(
+export async function rawToken(
     client: FsTransport,
     sandbox: string,
     path: string,
     offset: number,
-    fallback: { first?: { data_b64?: string; eof: boolean; length: number; handle?: number } },
+    fallback: ReadFallback,
     extra: ReadExtra = {},
-): Promise<ReadableStream<Uint8Array> | null> {
+): Promise<string | null> {
     const r = await client.call('fs.read', {
         sandbox,
         path,
@@ -74,7 +77,25 @@ export async function rawRead(
         fallback.first = r;
         return null;
     }
-    const sock = openStream(client, r.token);
+    return r.token;
+}
+
+/** A read as a web stream over the raw transport; null when the daemon does not offer it (see rawToken). */
+export async function rawRead(
+    client: FsTransport,
+    sandbox: string,
+    path: string,
+    offset: number,
+    fallback: ReadFallback,
+    extra: ReadExtra = {},
+): Promise<ReadableStream<Uint8Array> | null> {
+    const token = await rawToken(client, sandbox, path, offset, fallback, extra);
+    return token ? rawStream(client.socketPath, token) : null;
+}
+
+/** The bytes of a raw read whose token rawToken gave, as a web stream (an error on it is an SbxdError). */
+export function rawStream(socketPath: string, token: string): ReadableStream<Uint8Array> {
+    const sock = openStream(socketPath, token);
     /* States of the reply: the header line, frames (length, bytes), then the
      * trailer line (after a zero length) or an error line (after 0xffffffff). */
     let state: 'head' | 'len' | 'data' | 'tail' | 'err' | 'done' = 'head';
@@ -195,7 +216,7 @@ export async function rawWrite(
         throw e;
     }
     if (r.transport !== 'raw' || !r.token) return null;
-    const sock = openStream(client, r.token);
+    const sock = openStream(client.socketPath, r.token);
     let buf = Buffer.alloc(0);
     let closed = false;
     const answer = new Promise<{ path: string; size: number }>((resolve, reject) => {

@@ -25,16 +25,45 @@
  *
  * Speed: a file costs four calls on libuv's threads (open, write, utimes,
  * close), each a round trip through the event loop, which one at a time
- * made a tree of small files 4x slower than GNU tar. Small files (up to
+ * made a tree of small files 4x slower than GNU tar. They go through plain
+ * descriptors (the fd helpers below), not fs/promises' FileHandle, which
+ * puts an object with a finalizer and more promises on top of the same
+ * requests and took up to twice as long per file. Small files (up to
  * SMALL_FILE) are therefore copied out of the stream and written in the
  * background, at most INFLIGHT_FILES / INFLIGHT_BYTES at once, while the
  * archive is read on; whatever else touches a path with a write in flight
  * waits for it, and a directory's mode and mtime wait for all of them.
  */
+import * as fs from 'node:fs';
 import { constants, type Stats } from 'node:fs';
-import { link, lstat, lutimes, mkdir, open, realpath, symlink, unlink, chmod, utimes, type FileHandle } from 'node:fs/promises';
+import * as fsp from 'node:fs/promises';
 import { dirname, join, resolve } from 'node:path';
 import { readTar, TarError, type TarEntry, type TarSource } from './tar_read.js';
+
+/**
+ * The file system calls an extraction makes. `asyncOps` (the default) puts
+ * each on libuv's threads; `syncOps` makes them in the calling thread, for
+ * an extraction that has a worker thread to itself (extract_worker.ts),
+ * where a call's thread round trip costs more than the call.
+ */
+export interface FsOps {
+    lstat(p: string): Promise<Stats>;
+    unlink(p: string): Promise<void>;
+    /** mkdir -p where mode is undefined. */
+    mkdir(p: string, mode?: number): Promise<void>;
+    chmod(p: string, mode: number): Promise<void>;
+    utimes(p: string, t: number): Promise<void>;
+    symlink(target: string, p: string): Promise<void>;
+    lutimes(p: string, t: number): Promise<void>;
+    link(existing: string, p: string): Promise<void>;
+    realpath(p: string): Promise<string>;
+    /** A new file (O_EXCL, never through a symlink): its descriptor. */
+    create(p: string, mode: number): Promise<number>;
+    writev(fd: number, parts: Uint8Array[]): Promise<number>;
+    fchmod(fd: number, mode: number): Promise<void>;
+    futimes(fd: number, t: number): Promise<void>;
+    close(fd: number): Promise<void>;
+}
 
 /** Directory levels below the top (as agent/tar.c's TAR_DEPTH_MAX). */
 export const TAR_DEPTH_MAX = 256;
@@ -73,9 +102,9 @@ function components(e: TarEntry, name: string, what: string): string[] {
     return cs;
 }
 
-async function lstatOrNull(p: string): Promise<Stats | null> {
+async function lstatOrNull(ops: FsOps, p: string): Promise<Stats | null> {
     try {
-        return await lstat(p);
+        return await ops.lstat(p);
     } catch (err) {
         if ((err as NodeJS.ErrnoException).code === 'ENOENT') return null;
         throw err;
@@ -83,21 +112,21 @@ async function lstatOrNull(p: string): Promise<Stats | null> {
 }
 
 /** Unlinks what is at p unless it is a directory (EISDIR then); nothing there is fine. */
-async function clear(e: TarEntry, p: string): Promise<void> {
-    const st = await lstatOrNull(p);
+async function clear(ops: FsOps, e: TarEntry, p: string): Promise<void> {
+    const st = await lstatOrNull(ops, p);
     if (!st) return;
     if (st.isDirectory()) throw refuse(e, 'EISDIR', 'a directory is in the way');
-    await unlink(p);
+    await ops.unlink(p);
 }
 
 /** Runs make(); where the name is taken (EEXIST), clears it (never a directory) and runs it once more. */
-async function replacing<T>(e: TarEntry, p: string, make: () => Promise<T>): Promise<T> {
+async function replacing<T>(ops: FsOps, e: TarEntry, p: string, make: () => Promise<T>): Promise<T> {
     try {
         return await make();
     } catch (err) {
         if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
     }
-    await clear(e, p);
+    await clear(ops, e, p);
     return make();
 }
 
@@ -110,10 +139,56 @@ function asTarError(e: TarEntry, err: unknown): TarError {
     return new TarError(x.code ?? 'EIO', `${e.name}: cannot be made here: ${x.message}`, e.name, e.offset);
 }
 
+/* Plain descriptors, not fs/promises' FileHandle: an object with a
+ * finalizer and more promises on top of the same requests, up to twice the
+ * time per small file. */
+type Done<T> = (err: NodeJS.ErrnoException | null, v: T) => void;
+const call = <T>(f: (cb: Done<T>) => void) => new Promise<T>((res, rej) => f((err, v) => (err ? rej(err) : res(v))));
+const none = (cb: Done<void>) => (err: NodeJS.ErrnoException | null) => cb(err, undefined);
+
+export const asyncOps: FsOps = {
+    lstat: (p) => fsp.lstat(p),
+    unlink: (p) => fsp.unlink(p),
+    mkdir: async (p, mode) => void (await fsp.mkdir(p, mode === undefined ? { recursive: true } : mode)),
+    chmod: (p, mode) => fsp.chmod(p, mode),
+    utimes: (p, t) => fsp.utimes(p, t, t),
+    symlink: (target, p) => fsp.symlink(target, p),
+    lutimes: (p, t) => fsp.lutimes(p, t, t),
+    link: (existing, p) => fsp.link(existing, p),
+    realpath: (p) => fsp.realpath(p),
+    create: (p, mode) => call<number>((cb) => fs.open(p, CREATE, mode, cb)),
+    writev: (fd, parts) => call<number>((cb) => fs.writev(fd, parts, cb)),
+    fchmod: (fd, mode) => call<void>((cb) => fs.fchmod(fd, mode, none(cb))),
+    futimes: (fd, t) => call<void>((cb) => fs.futimes(fd, t, t, none(cb))),
+    close: (fd) => call<void>((cb) => fs.close(fd, none(cb))),
+};
+
+export const syncOps: FsOps = {
+    lstat: async (p) => fs.lstatSync(p),
+    unlink: async (p) => fs.unlinkSync(p),
+    mkdir: async (p, mode) => void fs.mkdirSync(p, mode === undefined ? { recursive: true } : mode),
+    chmod: async (p, mode) => fs.chmodSync(p, mode),
+    utimes: async (p, t) => fs.utimesSync(p, t, t),
+    symlink: async (target, p) => fs.symlinkSync(target, p),
+    lutimes: async (p, t) => fs.lutimesSync(p, t, t),
+    link: async (existing, p) => fs.linkSync(existing, p),
+    realpath: async (p) => fs.realpathSync(p),
+    create: async (p, mode) => fs.openSync(p, CREATE, mode),
+    writev: async (fd, parts) => fs.writevSync(fd, parts),
+    fchmod: async (fd, mode) => fs.fchmodSync(fd, mode),
+    futimes: async (fd, t) => fs.futimesSync(fd, t, t),
+    close: async (fd) => fs.closeSync(fd),
+};
+
 /** Writes n bytes of parts at the file's position, again for what a short write left. */
-async function writeAll(fh: FileHandle, parts: Uint8Array[], n: number): Promise<void> {
-    const { bytesWritten } = await fh.writev(parts);
-    if (bytesWritten < n) await fh.writeFile(Buffer.concat(parts).subarray(bytesWritten)); // it loops to the end
+async function writeAll(ops: FsOps, fd: number, parts: Uint8Array[], n: number): Promise<void> {
+    for (;;) {
+        const done = await ops.writev(fd, parts);
+        if (done >= n) return;
+        const rest = Buffer.concat(parts).subarray(done);
+        parts = [rest];
+        n = rest.length;
+    }
 }
 
 class Extractor {
@@ -130,7 +205,10 @@ class Extractor {
     entries = 0;
     skipped = 0;
 
-    constructor(readonly dest: string) {
+    constructor(
+        readonly dest: string,
+        private readonly ops: FsOps,
+    ) {
         this.levels = [{ name: '', path: dest }];
     }
 
@@ -155,8 +233,8 @@ class Extractor {
     /** Applies a left directory's mode and mtime (its entries are all made, background writes included). */
     private async leave(l: Level): Promise<void> {
         await this.drain();
-        if (l.mode !== undefined) await chmod(l.path, l.mode & 0o1777);
-        if (l.mtime !== undefined) await utimes(l.path, l.mtime, l.mtime);
+        if (l.mode !== undefined) await this.ops.chmod(l.path, l.mode & 0o1777);
+        if (l.mtime !== undefined) await this.ops.utimes(l.path, l.mtime);
     }
 
     /** Leaves the levels from depth k down. */
@@ -168,12 +246,12 @@ class Extractor {
     private async root(e: TarEntry): Promise<void> {
         if (this.rooted) return;
         await this.settle(this.dest);
-        const st = await lstatOrNull(this.dest);
+        const st = await lstatOrNull(this.ops, this.dest);
         if (st && !st.isDirectory()) throw refuse(e, 'ENOTDIR', `${this.dest} is in the way and is not a directory`);
         if (!st) {
             // An archive without its top directory's entry: made as mkdir -p would.
-            await mkdir(dirname(this.dest), { recursive: true });
-            await mkdir(this.dest, 0o755);
+            await this.ops.mkdir(dirname(this.dest));
+            await this.ops.mkdir(this.dest, 0o755);
         }
         this.rooted = true;
     }
@@ -187,13 +265,13 @@ class Extractor {
         for (let i = k - 1; i < cs.length - 1; i++) {
             const p = join(this.levels[this.levels.length - 1]!.path, cs[i]!);
             await this.settle(p);
-            let st = await lstatOrNull(p);
+            let st = await lstatOrNull(this.ops, p);
             if (!st) {
                 // A parent the archive did not list: made as mkdir -p would.
-                await mkdir(p, 0o755).catch((err) => {
+                await this.ops.mkdir(p, 0o755).catch((err) => {
                     if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
                 });
-                st = await lstat(p);
+                st = await this.ops.lstat(p);
             }
             if (st.isSymbolicLink()) throw refuse(e, 'ENOTDIR', `refused: a symlink on its way (${cs.slice(0, i + 1).join('/')}), never written through`);
             if (!st.isDirectory()) throw refuse(e, 'ENOTDIR', `a file on its way (${cs.slice(0, i + 1).join('/')})`);
@@ -232,14 +310,14 @@ class Extractor {
                 await this.leaveTo(1);
                 at = this.dest;
                 this.rooted = false;
-                await mkdir(dirname(this.dest), { recursive: true });
+                await this.ops.mkdir(dirname(this.dest));
             }
             await this.settle(at);
             if (e.type === 'dir') await this.dir(e, at, below[below.length - 1]);
             else if (e.type === 'file') await this.file(e, at);
             else if (e.type === 'symlink') {
-                await replacing(e, at, () => symlink(e.linkname, at));
-                await lutimes(at, e.mtime, e.mtime).catch(() => {}); // not every file system keeps a link's times
+                await replacing(this.ops, e, at, () => this.ops.symlink(e.linkname, at));
+                await this.ops.lutimes(at, e.mtime).catch(() => {}); // not every file system keeps a link's times
             } else if (e.type === 'link') await this.hardLink(e, at);
         } catch (err) {
             throw asTarError(e, err);
@@ -249,14 +327,14 @@ class Extractor {
 
     /** A directory entry at `at`, named `name` in its parent (undefined: the top, dest itself). */
     private async dir(e: TarEntry, at: string, name: string | undefined): Promise<void> {
-        const st = await lstatOrNull(at);
+        const st = await lstatOrNull(this.ops, at);
         if (st && !st.isDirectory()) {
             if (name === undefined) throw refuse(e, 'ENOTDIR', `${at} is in the way and is not a directory`);
-            await unlink(at); // a file or link the archive replaces with a directory
+            await this.ops.unlink(at); // a file or link the archive replaces with a directory
         }
-        if (!st?.isDirectory()) await mkdir(at, 0o700);
+        if (!st?.isDirectory()) await this.ops.mkdir(at, 0o700);
         // Writable while its entries are made; its own mode once it is left.
-        await chmod(at, (e.mode | 0o700) & 0o1777);
+        await this.ops.chmod(at, (e.mode | 0o700) & 0o1777);
         const l: Level = { name: name ?? '', path: at, mode: e.mode, mtime: e.mtime };
         if (name === undefined) {
             this.levels[0] = l;
@@ -267,8 +345,8 @@ class Extractor {
     /** Opens a new file at `at` (what was there unlinked, never a directory) with its mode where the umask allows. */
     private async create(e: TarEntry, at: string) {
         const mode = e.mode & 0o1777;
-        const fh = await replacing(e, at, () => open(at, CREATE, mode));
-        return { fh, chmod: (mode & ~this.umask) !== mode ? mode : undefined };
+        const fd = await replacing(this.ops, e, at, () => this.ops.create(at, mode));
+        return { fd, chmod: (mode & ~this.umask) !== mode ? mode : undefined };
     }
 
     private async file(e: TarEntry, at: string): Promise<void> {
@@ -288,7 +366,7 @@ class Extractor {
             this.inflight.set(at, w);
             return;
         }
-        const { fh, chmod: mode } = await this.create(e, at);
+        const { fd, chmod: mode } = await this.create(e, at);
         let ok = false;
         try {
             let batch: Uint8Array[] = [];
@@ -297,18 +375,18 @@ class Extractor {
                 batch.push(piece);
                 n += piece.length;
                 if (n >= WRITE_BATCH) {
-                    await writeAll(fh, batch, n);
+                    await writeAll(this.ops, fd, batch, n);
                     batch = [];
                     n = 0;
                 }
             }
-            if (n) await writeAll(fh, batch, n);
-            if (mode !== undefined) await fh.chmod(mode);
-            await fh.utimes(e.mtime, e.mtime);
+            if (n) await writeAll(this.ops, fd, batch, n);
+            if (mode !== undefined) await this.ops.fchmod(fd, mode);
+            await this.ops.futimes(fd, e.mtime);
             ok = true;
         } finally {
-            await fh.close();
-            if (!ok) await unlink(at).catch(() => {});
+            await this.ops.close(fd);
+            if (!ok) await this.ops.unlink(at).catch(() => {});
         }
     }
 
@@ -316,18 +394,18 @@ class Extractor {
     private async small(e: TarEntry, at: string, data: Buffer): Promise<void> {
         let made = false;
         try {
-            const { fh, chmod: mode } = await this.create(e, at);
+            const { fd, chmod: mode } = await this.create(e, at);
             made = true;
             try {
-                if (data.length) await fh.writeFile(data);
-                if (mode !== undefined) await fh.chmod(mode);
-                await fh.utimes(e.mtime, e.mtime);
+                if (data.length) await writeAll(this.ops, fd, [data], data.length);
+                if (mode !== undefined) await this.ops.fchmod(fd, mode);
+                await this.ops.futimes(fd, e.mtime);
             } finally {
-                await fh.close();
+                await this.ops.close(fd);
             }
         } catch (err) {
             this.failed ??= asTarError(e, err);
-            if (made) await unlink(at).catch(() => {});
+            if (made) await this.ops.unlink(at).catch(() => {});
         }
     }
 
@@ -337,13 +415,13 @@ class Extractor {
         // The target's way is checked as an entry's is (no symlink on it), without making anything.
         let p = this.dest;
         for (const c of ts) {
-            const st = await lstatOrNull(p);
+            const st = await lstatOrNull(this.ops, p);
             if (!st?.isDirectory()) throw refuse(e, 'ENOTDIR', `its target ${JSON.stringify(e.linkname)} has a symlink or a file on its way`);
             p = join(p, c);
         }
-        const st = await lstatOrNull(p);
+        const st = await lstatOrNull(this.ops, p);
         if (!st || st.isDirectory()) throw refuse(e, 'ENOENT', `its target ${JSON.stringify(e.linkname)} is not a file the archive made`);
-        await replacing(e, at, () => link(p, at));
+        await replacing(this.ops, e, at, () => this.ops.link(p, at));
     }
 
     async finish(): Promise<void> {
@@ -358,14 +436,14 @@ class Extractor {
  * or symlink top is made at dest; an archive of contents, "./" first, goes
  * into dest). See the file comment for what is refused.
  */
-export async function extractTar(source: TarSource, dest: string): Promise<ExtractResult> {
+export async function extractTar(source: TarSource, dest: string, ops: FsOps = asyncOps): Promise<ExtractResult> {
     let root = resolve(dest);
     // A dest the caller gave that is a link to a directory is theirs to follow; links the archive makes never are.
-    if ((await lstatOrNull(root))?.isSymbolicLink()) {
-        const real = await realpath(root).catch(() => null);
-        if (real && (await lstatOrNull(real))?.isDirectory()) root = real;
+    if ((await lstatOrNull(ops, root))?.isSymbolicLink()) {
+        const real = await ops.realpath(root).catch(() => null);
+        if (real && (await lstatOrNull(ops, real))?.isDirectory()) root = real;
     }
-    const x = new Extractor(root);
+    const x = new Extractor(root, ops);
     let size = 0;
     const counted = (async function* () {
         for await (const c of source as AsyncIterable<Uint8Array> | Iterable<Uint8Array>) {

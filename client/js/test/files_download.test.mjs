@@ -11,12 +11,12 @@
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { createReadStream, existsSync, lstatSync, readdirSync, readlinkSync } from 'node:fs';
+import { createReadStream, existsSync, lstatSync, mkdirSync, readdirSync, readlinkSync } from 'node:fs';
 import { pipeline } from 'node:stream/promises';
 import { Readable } from 'node:stream';
 import * as path from 'node:path';
 import { group, test } from './harness.mjs';
-import { SbxdClient, ErrorCode, readTar } from '../dist/index.js';
+import { SbxdClient, SbxdError, ErrorCode, readTar, TarError } from '../dist/index.js';
 import { describe, makeTree, rmTree, tmp } from './tree_kit.mjs';
 
 const DSOCK = process.env.SBXD_DOCKER_SOCKET;
@@ -67,6 +67,36 @@ group('files downloadDir (docker)', () => {
             assert.equal(r.path, path.join(base, 'new/parents/made'));
             assert.deepEqual(describe(r.path), made);
             assert.ok(r.entries >= Object.keys(made).length && r.size > 1234567, `entries ${r.entries}, ${r.size} bytes`);
+        } finally {
+            rmTree(base);
+        }
+    });
+    test('on a worker thread by default, on this one with thread: false: the same tree, and errors keep their class', async () => {
+        const base = tmp('dlt');
+        const threads = () => readdirSync('/proc/self/task').length;
+        try {
+            for (const opts of [{}, { thread: false }]) {
+                const tag = opts.thread === false ? 'here' : 'worker';
+                const before = threads();
+                let most = before;
+                const t = setInterval(() => (most = Math.max(most, threads())), 1);
+                const dest = path.join(base, tag);
+                await f.downloadDir('/workspace/made', dest, opts).finally(() => clearInterval(t));
+                assert.deepEqual(describe(dest), made, tag);
+                if (tag === 'worker') assert.ok(most > before, `a thread of its own (${before} -> ${most} threads)`);
+                // a local directory where the tree has a file: refused, the entry named
+                const inWay = path.join(base, `${tag}-in-the-way`);
+                mkdirSync(path.join(inWay, 'empty', 'keep'), { recursive: true });
+                const err = await f.downloadDir('/workspace/made', inWay, opts).then(() => null, (e) => e);
+                assert.ok(err instanceof TarError, `${tag}: ${err}`);
+                assert.equal(err.code, 'EISDIR');
+                assert.match(err.entry, /(^|\/)empty$/);
+                assert.ok(existsSync(path.join(inWay, 'empty', 'keep')), 'what was there stays');
+                const gone = await f.downloadDir('/workspace/nope', path.join(base, `${tag}-nope`), opts).then(() => null, (e) => e);
+                assert.ok(gone instanceof SbxdError, `${tag}: ${gone}`);
+                assert.equal(gone.code, ErrorCode.FileOperationFailed);
+                assert.equal(gone.data.errno, 'ENOENT');
+            }
         } finally {
             rmTree(base);
         }
