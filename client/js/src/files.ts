@@ -17,7 +17,7 @@ import { stat } from 'node:fs/promises';
 import { randomBytes } from 'node:crypto';
 import { SbxdError } from './errors.js';
 import type { FsTransport } from './transport.js';
-import { rawRead, rawToken, rawWrite, type ReadExtra, type ReadFallback } from './files_raw.js';
+import { rawStream, rawToken, rawWrite, type ReadExtra, type ReadFallback } from './files_raw.js';
 import { planTree, packTree } from './tar.js';
 import { extractTar } from './tar_extract.js';
 import { extractInThread } from './extract_thread.js';
@@ -198,10 +198,10 @@ export class SbxdFiles {
 
     /** From offset on: raw where offered, else JSON chunks (one call in flight, each its own credit). */
     private async stream(path: string, start: number): Promise<ReadableStream<Uint8Array>> {
-        const fallback: { first?: { data_b64?: string; eof: boolean; length: number } } = {};
+        const fallback: ReadFallback = {};
         if (!this.jsonOnly) {
-            const raw = await rawRead(this.client, this.sandbox, path, start, fallback);
-            if (raw) return raw;
+            const token = await rawToken(this.client, this.sandbox, path, start, fallback);
+            if (token) return rawStream(this.client.socketPath, token);
         }
         let offset = start;
         let eof = false;
@@ -402,8 +402,8 @@ export class SbxdFiles {
         const extra = archiveExtra(opts);
         const fallback: ReadFallback = {};
         if (!this.jsonOnly) {
-            const raw = await rawRead(this.client, this.sandbox, path, 0, fallback, extra);
-            if (raw) return raw;
+            const token = await rawToken(this.client, this.sandbox, path, 0, fallback, extra);
+            if (token) return rawStream(this.client.socketPath, token);
         }
         return this.archiveChunks(path, extra, fallback.first);
     }

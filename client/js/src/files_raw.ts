@@ -80,19 +80,6 @@ export async function rawToken(
     return r.token;
 }
 
-/** A read as a web stream over the raw transport; null when the daemon does not offer it (see rawToken). */
-export async function rawRead(
-    client: FsTransport,
-    sandbox: string,
-    path: string,
-    offset: number,
-    fallback: ReadFallback,
-    extra: ReadExtra = {},
-): Promise<ReadableStream<Uint8Array> | null> {
-    const token = await rawToken(client, sandbox, path, offset, fallback, extra);
-    return token ? rawStream(client.socketPath, token) : null;
-}
-
 /** The bytes of a raw read whose token rawToken gave, as a web stream (an error on it is an SbxdError). */
 export function rawStream(socketPath: string, token: string): ReadableStream<Uint8Array> {
     const sock = openStream(socketPath, token);
