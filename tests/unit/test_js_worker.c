@@ -567,6 +567,31 @@ static void test_polluted_promise(void)
     r = run(&k, 4, "return typeof Promise.prototype.then === 'function' && 1 + 1");
     test_cond("... and the next program's global is clean", result_is(r, "2"));
     json_decref(r);
+
+    /* The prelude walks arguments and results with indexed loops: a program
+     * that broke array iteration still calls its tools and returns objects. */
+    send_json(
+        &k, SBX_CHAN_SPAWN, 5,
+        json_pack(
+            "{s:s, s:[s]}", "code",
+            "Array.prototype[Symbol.iterator] = function () { throw new Error('iter') };\n"
+            "const r = await external_echo({a: 1, b: [2]}); return {got: r}",
+            "tools", "echo"));
+    struct frame f = wait_for(&k, SBX_CHAN_TOOL_CALL);
+    json_t *c = json_loads(f.p ?: "", 0, NULL);
+    json_t *args = json_object_get(c, "args");
+    test_cond("a replaced array iterator: the tool call's arguments go whole",
+              json_integer_value(json_object_get(args, "a")) == 1 &&
+                  json_integer_value(json_array_get(json_object_get(args, "b"), 0)) == 2);
+    send_json(&k, SBX_CHAN_TOOL_RESULT, 5,
+              json_pack("{s:O, s:{s:b}}", "call", json_object_get(c, "call"), "result",
+                        "ok", 1));
+    json_decref(c);
+    free(f.p);
+    r = exit_of(&k);
+    test_cond("... and an object result comes back",
+              result_is(r, "{\"got\":{\"ok\":true}}"));
+    json_decref(r);
     stop(&k);
 }
 
