@@ -155,14 +155,21 @@ group('files downloadDir (docker)', () => {
         c2.call = (m, p, s) => ((aborts += m === 'fs.read' && p?.abort === true ? 1 : 0), orig(m, p, s));
         try {
             await sh('head -c 20000000 /dev/zero > /workspace/abort20'); // five 4 MiB chunks
+            // The earlier tests' transfers end in sbxd after their last bytes came (a raw stream's
+            // close is seen a turn later; under valgrind, much later): counted from where that settles.
+            let base = await slots();
+            for (let i = 0; i < 100 && base > 0; i++) {
+                await new Promise((r) => setTimeout(r, 50));
+                base = await slots();
+            }
             const rs = await c2.files(sb.id).readArchive('/workspace/abort20');
             const rd = rs.getReader();
             const first = await rd.read();
             assert.ok(!first.done && first.value.length > 0);
-            assert.equal(await slots(), 1, 'the open archive holds a slot');
+            assert.equal(await slots(), base + 1, 'the open archive holds a slot');
             await rd.cancel();
             assert.equal(aborts, 1);
-            assert.equal(await slots(), 0, 'the slot is given back at once, not at the idle timeout');
+            assert.equal(await slots(), base, 'the slot is given back at once, not at the idle timeout');
             await sh('rm /workspace/abort20');
         } finally {
             delete process.env.SBXD_FS_TRANSPORT;
