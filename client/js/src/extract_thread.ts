@@ -44,14 +44,23 @@ export async function extractInThread(socketPath: string, token: string, dest: s
     } catch {
         return extractTar(rawStream(socketPath, token), dest);
     }
+    let failedToRun = false;
     try {
         return await new Promise<ExtractResult>((resolve, reject) => {
             w.once('message', (m: { done: ExtractResult } | { error: Described }) =>
                 'done' in m ? resolve(m.done) : reject(rebuild(m.error)),
             );
-            w.once('error', reject);
+            // The worker catches what extraction throws: an uncaught error is its module not
+            // loading (a bundle without extract_worker.js), before the token was used.
+            w.once('error', (err) => {
+                failedToRun = true;
+                reject(err);
+            });
             w.once('exit', (code) => reject(new Error(`the extraction thread ended (exit ${code}) without an answer`)));
         });
+    } catch (err) {
+        if (!failedToRun) throw err;
+        return extractTar(rawStream(socketPath, token), dest);
     } finally {
         void w.terminate();
     }

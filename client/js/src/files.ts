@@ -450,8 +450,9 @@ export class SbxdFiles {
      * outside localDir (absolute names, `..`, hard links out) or be written
      * through a symlink are refused with a TarError naming the entry;
      * entries made before it stay. Files belong to this process's user.
-     * The files are made on a worker thread (extract_thread.ts) while this
-     * one reads the archive; `thread: false` makes them on this thread.
+     * Over the raw transport the files are made on a worker thread that
+     * reads the archive itself (extract_thread.ts), leaving this thread's
+     * loop free; `thread: false` makes them here, as base64 chunks do.
      */
     async downloadDir(
         remotePath: string,

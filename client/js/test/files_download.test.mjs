@@ -11,7 +11,8 @@
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { createReadStream, existsSync, lstatSync, mkdirSync, readdirSync, readlinkSync } from 'node:fs';
+import { cpSync, createReadStream, existsSync, lstatSync, mkdirSync, readdirSync, readlinkSync, rmSync } from 'node:fs';
+import { pathToFileURL } from 'node:url';
 import { pipeline } from 'node:stream/promises';
 import { Readable } from 'node:stream';
 import * as path from 'node:path';
@@ -97,6 +98,24 @@ group('files downloadDir (docker)', () => {
                 assert.equal(gone.code, ErrorCode.FileOperationFailed);
                 assert.equal(gone.data.errno, 'ENOENT');
             }
+        } finally {
+            rmTree(base);
+        }
+    });
+    test('a package without its worker module (a bundle that left it out) extracts on the caller\'s thread', async () => {
+        const base = tmp('dlnw');
+        try {
+            const dist = path.join(base, 'dist');
+            cpSync(new URL('../dist', import.meta.url), dist, { recursive: true });
+            rmSync(path.join(dist, 'extract_worker.js'));
+            const { SbxdClient: Bare } = await import(pathToFileURL(path.join(dist, 'index.js')).href);
+            const c2 = new Bare({ socketPath: DSOCK });
+            try {
+                await c2.files(sb.id).downloadDir('/workspace/made', path.join(base, 'made'));
+            } finally {
+                c2.close();
+            }
+            assert.deepEqual(describe(path.join(base, 'made')), made);
         } finally {
             rmTree(base);
         }
