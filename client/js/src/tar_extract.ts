@@ -25,14 +25,15 @@
  *
  * Speed: a file costs four calls on libuv's threads (open, write, utimes,
  * close), each a round trip through the event loop, which one at a time
- * made a tree of small files 4x slower than GNU tar. They go through plain
- * descriptors (the fd helpers below), not fs/promises' FileHandle, which
- * puts an object with a finalizer and more promises on top of the same
- * requests and took up to twice as long per file. Small files (up to
- * SMALL_FILE) are therefore copied out of the stream and written in the
- * background, at most INFLIGHT_FILES / INFLIGHT_BYTES at once, while the
- * archive is read on; whatever else touches a path with a write in flight
+ * made a tree of small files 4x slower than GNU tar. So small files (up to
+ * SMALL_FILE) are copied out of the stream and written in the background,
+ * at most INFLIGHT_FILES / INFLIGHT_BYTES at once, while the archive is
+ * read on; whatever else touches a path with a write in flight
  * waits for it, and a directory's mode and mtime wait for all of them.
+ * The calls go through plain descriptors (asyncOps), not fs/promises'
+ * FileHandle, which puts an object with a finalizer and more promises on
+ * top of the same requests and took up to twice as long per small file;
+ * downloadDir makes them synchronously on a worker thread (syncOps).
  */
 import * as fs from 'node:fs';
 import { constants, type Stats } from 'node:fs';
