@@ -36,10 +36,16 @@
  * downloadDir makes them synchronously on a worker thread (syncOps).
  */
 import * as fs from 'node:fs';
-import { constants, type Stats } from 'node:fs';
+import { constants } from 'node:fs';
 import * as fsp from 'node:fs/promises';
 import { dirname, join, resolve } from 'node:path';
 import { readTar, TarError, type TarEntry, type TarSource } from './tar_read.js';
+
+/** What an extraction asks of an lstat (a Node Stats has it; no node types in the package's .d.ts). */
+export interface EntryStat {
+    isDirectory(): boolean;
+    isSymbolicLink(): boolean;
+}
 
 /**
  * The file system calls an extraction makes. `asyncOps` (the default) puts
@@ -48,7 +54,7 @@ import { readTar, TarError, type TarEntry, type TarSource } from './tar_read.js'
  * where a call's thread round trip costs more than the call.
  */
 export interface FsOps {
-    lstat(p: string): Promise<Stats>;
+    lstat(p: string): Promise<EntryStat>;
     unlink(p: string): Promise<void>;
     /** mkdir -p where mode is undefined. */
     mkdir(p: string, mode?: number): Promise<void>;
@@ -103,7 +109,7 @@ function components(e: TarEntry, name: string, what: string): string[] {
     return cs;
 }
 
-async function lstatOrNull(ops: FsOps, p: string): Promise<Stats | null> {
+async function lstatOrNull(ops: FsOps, p: string): Promise<EntryStat | null> {
     try {
         return await ops.lstat(p);
     } catch (err) {
